@@ -1,0 +1,45 @@
+"use client";
+
+import { keepPreviousData, useQuery } from "@tanstack/react-query";
+import type { HealthReport } from "@/lib/health/health";
+import { healthQuery } from "@/lib/ui/queries";
+
+/** Green when both Redis servers are reachable, non-evicting and persistent; red with reasons otherwise. */
+export function HealthBanner({ initial }: { initial: HealthReport }) {
+  const { data, isError } = useQuery({
+    ...healthQuery(),
+    initialData: initial,
+    placeholderData: keepPreviousData,
+  });
+  const report = data ?? initial;
+  const problems = isError ? ["The dashboard server did not answer /api/health", ...report.problems] : report.problems;
+  const healthy = !isError && report.ok && problems.length === 0;
+  const version = report.redis.ok ? report.redis.version : null;
+
+  return (
+    <div
+      role="status"
+      aria-label="System health"
+      data-health={healthy ? "ok" : "problem"}
+      className={
+        healthy
+          ? "border-b border-emerald-300 bg-emerald-50 px-6 py-2 text-sm text-emerald-900"
+          : "border-b border-red-300 bg-red-50 px-6 py-2 text-sm text-red-900"
+      }
+    >
+      {healthy ? (
+        <span>
+          Healthy: Redis {version} reachable, noeviction, persistence {report.redis.ok ? report.redis.persistence : "?"}
+          ; {report.workers ?? 0} worker
+          {report.workers === 1 ? "" : "s"} live.
+        </span>
+      ) : (
+        <ul className="list-inside list-disc">
+          {problems.map((problem) => (
+            <li key={problem}>{problem}</li>
+          ))}
+        </ul>
+      )}
+    </div>
+  );
+}

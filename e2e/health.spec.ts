@@ -1,0 +1,51 @@
+import { expect, test } from "@playwright/test";
+import { embeddedRedisPid, stack } from "./support/stack";
+
+test.describe.configure({ mode: "serial" });
+
+test("the home page on the real stack shows the shell and a green health banner", async ({ page }, testInfo) => {
+  const { url } = stack();
+  await page.goto(url);
+  await expect(page).toHaveURL(/\/claims$/);
+  await expect(page.getByRole("link", { name: "claimwatch" })).toBeVisible();
+  const nav = page.getByRole("navigation", { name: "Main" });
+  for (const section of ["Claims", "Rebuilds", "Runs", "Workers", "Audit"]) {
+    await expect(nav.getByRole("link", { name: section })).toBeVisible();
+  }
+  const banner = page.getByRole("status", { name: "System health" });
+  await expect(banner).toHaveAttribute("data-health", "ok");
+  await expect(banner).toContainText("noeviction");
+  await page.screenshot({ path: testInfo.outputPath("home.png"), fullPage: true });
+
+  await nav.getByRole("link", { name: "Runs" }).click();
+  await expect(page.getByRole("heading", { level: 1, name: "Runs" })).toBeVisible();
+  await expect(nav.getByRole("link", { name: "Runs" })).toHaveAttribute("aria-current", "page");
+});
+
+test("stopping the Redis turns the banner red and /api/health 503; it recovers after", async ({
+  page,
+  request,
+}, testInfo) => {
+  const { url, dataDir } = stack();
+  const redisPid = embeddedRedisPid(dataDir);
+  await page.goto(`${url}/claims`);
+  const banner = page.getByRole("status", { name: "System health" });
+  await expect(banner).toHaveAttribute("data-health", "ok");
+
+  process.kill(redisPid, "SIGSTOP");
+  try {
+    const response = await request.get(`${url}/api/health`, { timeout: 10_000 });
+    expect(response.status()).toBe(503);
+    const body = (await response.json()) as { ok: boolean; redis: { ok: boolean } };
+    expect(body.ok).toBe(false);
+    expect(body.redis.ok).toBe(false);
+
+    // The open page notices by itself (polling), without a reload.
+    await expect(banner).toHaveAttribute("data-health", "problem");
+    await expect(banner).toContainText("Redis is unreachable");
+    await page.screenshot({ path: testInfo.outputPath("redis-down.png"), fullPage: true });
+  } finally {
+    process.kill(redisPid, "SIGCONT");
+  }
+  await expect(banner).toHaveAttribute("data-health", "ok");
+});

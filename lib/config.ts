@@ -1,0 +1,152 @@
+/**
+ * Process configuration, read from the environment once at start-up by the launcher, the web
+ * server and the worker. A bad value is reported as one line naming the variable; callers at
+ * the process edge print it and exit with code 2 (`exitOnConfigError`).
+ */
+import path from "node:path";
+import { z } from "zod";
+
+export const CONFIG_EXIT_CODE = 2;
+
+const redisUrl = z
+  .string()
+  .trim()
+  .min(1, "must not be empty")
+  .refine((value) => {
+    try {
+      const url = new URL(value);
+      return (url.protocol === "redis:" || url.protocol === "rediss:") && url.hostname !== "";
+    } catch {
+      return false;
+    }
+  }, "must be a URL like redis://host:6379/0 (redis:// or rediss://)")
+  .refine((value) => {
+    try {
+      const db = new URL(value).pathname.replace(/^\//, "");
+      return db === "" || /^(?:[0-9]|1[0-5])$/.test(db);
+    } catch {
+      return true;
+    }
+  }, "database in the path must be a number from 0 to 15");
+
+const port = z
+  .string()
+  .trim()
+  .regex(/^\d+$/, "must be a whole number from 1 to 65535")
+  .transform(Number)
+  .refine((n) => n >= 1 && n <= 65535, "must be a whole number from 1 to 65535");
+
+const host = z
+  .string()
+  .trim()
+  .min(1, "must not be empty")
+  .regex(/^[A-Za-z0-9.:[\]-]+$/, "must be a host name or IP address, e.g. 127.0.0.1 or 0.0.0.0");
+
+const keyPrefix = z
+  .string()
+  .trim()
+  .regex(
+    /^[A-Za-z0-9_-]{1,32}$/,
+    "must be 1-32 characters of letters, digits, '_' or '-' (it becomes a Redis hash tag)",
+  );
+
+/** Environment variables, exactly as an operator writes them. */
+const envSchema = z.object({
+  REDIS_URL: redisUrl.optional(),
+  CLAIMS_REDIS_URL: redisUrl.optional(),
+  HOST: host.default("127.0.0.1"),
+  PORT: port.default(3000),
+  CLAIMWATCH_CONFIG: z.string().trim().min(1, "must not be empty").default("./claimwatch.yaml"),
+  CLAIMWATCH_DATA_DIR: z.string().trim().min(1, "must not be empty").default("./.data"),
+  CLAIMWATCH_KEY_PREFIX: keyPrefix.default("claimwatch"),
+});
+
+export interface Config {
+  /** Queue and run records. `undefined`: use the embedded Redis that `npm start` runs. */
+  redisUrl: string | undefined;
+  /** Claims. `undefined`: logical DB 1 of whichever server `redisUrl` resolves to. */
+  claimsRedisUrl: string | undefined;
+  host: string;
+  port: number;
+  /** Absolute path of the rebuild definitions file. */
+  definitionsPath: string;
+  /** Absolute path of the data directory (embedded Redis data, generated secrets). */
+  dataDir: string;
+  /** Every Redis key claimwatch writes starts with `{keyPrefix}:` (one hash slot). */
+  keyPrefix: string;
+}
+
+export class ConfigError extends Error {
+  constructor(
+    readonly variable: string,
+    readonly problem: string,
+  ) {
+    super(`${variable}: ${problem}`);
+    this.name = "ConfigError";
+  }
+}
+
+export type ConfigResult = { ok: true; config: Config } | { ok: false; error: ConfigError };
+
+/** Parses the environment. An empty variable counts as unset, as shells often export `X=`. */
+export function parseConfig(env: Record<string, string | undefined>, cwd: string = process.cwd()): ConfigResult {
+  const present: Record<string, string> = {};
+  for (const name of Object.keys(envSchema.shape)) {
+    const value = env[name];
+    if (value !== undefined && value !== "") present[name] = value;
+  }
+  const parsed = envSchema.safeParse(present);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    const variable = String(issue.path[0] ?? "environment");
+    const shown = present[variable] === undefined ? "" : ` (got ${JSON.stringify(present[variable])})`;
+    return { ok: false, error: new ConfigError(variable, `${issue.message}${shown}`) };
+  }
+  const e = parsed.data;
+  return {
+    ok: true,
+    config: {
+      redisUrl: e.REDIS_URL,
+      claimsRedisUrl: e.CLAIMS_REDIS_URL,
+      host: e.HOST,
+      port: e.PORT,
+      definitionsPath: path.resolve(cwd, e.CLAIMWATCH_CONFIG),
+      dataDir: path.resolve(cwd, e.CLAIMWATCH_DATA_DIR),
+      keyPrefix: e.CLAIMWATCH_KEY_PREFIX,
+    },
+  };
+}
+
+let cached: Config | undefined;
+
+/** The process's configuration, parsed on first use. Throws `ConfigError` on a bad value. */
+export function getConfig(): Config {
+  if (cached) return cached;
+  const result = parseConfig(process.env);
+  if (!result.ok) throw result.error;
+  cached = result.config;
+  return cached;
+}
+
+/** For process entry points: parse, or print one line and exit 2. */
+export function loadConfigOrExit(processName: string): Config {
+  try {
+    return getConfig();
+  } catch (error) {
+    if (error instanceof ConfigError) exitOnConfigError(processName, error);
+    throw error;
+  }
+}
+
+export function exitOnConfigError(processName: string, error: ConfigError): never {
+  process.stderr.write(`${processName}: configuration error: ${error.message}\n`);
+  process.exit(CONFIG_EXIT_CODE);
+}
+
+/** The claims Redis: `CLAIMS_REDIS_URL`, else logical DB 1 of the main server. */
+export function deriveClaimsRedisUrl(mainUrl: string, claimsUrl: string | undefined): string {
+  if (claimsUrl) return claimsUrl;
+  const url = new URL(mainUrl);
+  url.pathname = "/1";
+  return url.toString();
+}

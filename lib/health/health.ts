@@ -1,0 +1,54 @@
+/**
+ * The health report behind `GET /api/health` and the banner. Bounded in time: an unreachable or
+ * frozen Redis yields `ok:false` within `HEALTH_DEADLINE_MS`, never a hang.
+ */
+import type { Redis } from "ioredis";
+import type { RedisKeys } from "../redis/keys";
+import { countLiveWorkers } from "../workers/heartbeat";
+import { inspectRedis, safetyProblems, type RedisSafety } from "./redis-safety";
+
+export const HEALTH_DEADLINE_MS = 1_800;
+
+export interface HealthReport {
+  /** Both Redis servers answered. Eviction or persistence problems are in `problems`. */
+  ok: boolean;
+  redis: RedisSafety;
+  claimsRedis: RedisSafety;
+  /** Workers with a live heartbeat; null when the main Redis did not answer. */
+  workers: number | null;
+  /** Human-readable reasons for a red banner, most severe first. */
+  problems: string[];
+}
+
+export interface HealthProbes {
+  main: Pick<Redis, "pipeline" | "zcount">;
+  claims: Pick<Redis, "pipeline">;
+  keys: RedisKeys;
+}
+
+function timeout<T>(ms: number, value: T): Promise<T> {
+  return new Promise((resolve) => setTimeout(resolve, ms, value).unref?.());
+}
+
+async function bounded<T>(work: Promise<T>, fallback: T, ms: number): Promise<T> {
+  return Promise.race([work.catch(() => fallback), timeout(ms, fallback)]);
+}
+
+export async function checkHealth(probes: HealthProbes, deadlineMs = HEALTH_DEADLINE_MS): Promise<HealthReport> {
+  const late: RedisSafety = { ok: false, error: `no answer within ${deadlineMs} ms` };
+  const [redis, claimsRedis, workers] = await Promise.all([
+    bounded(inspectRedis(probes.main), late, deadlineMs),
+    bounded(inspectRedis(probes.claims), late, deadlineMs),
+    bounded<number | null>(countLiveWorkers(probes.main, probes.keys), null, deadlineMs),
+  ]);
+  const problems = [...safetyProblems("Redis", redis), ...safetyProblems("Claims Redis", claimsRedis)];
+  const ok = redis.ok && claimsRedis.ok;
+  if (ok && workers === 0) problems.push("No worker is running: rebuilds will wait in the queue");
+  return { ok, redis, claimsRedis, workers, problems };
+}
+
+/** An unconfigured process reports like an unreachable Redis, with the reason. */
+export function unconfiguredHealth(reason: string): HealthReport {
+  const down: RedisSafety = { ok: false, error: reason };
+  return { ok: false, redis: down, claimsRedis: down, workers: null, problems: [reason] };
+}

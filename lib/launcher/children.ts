@@ -1,0 +1,103 @@
+/**
+ * Child processes of the launcher (`npm start`, `npm run web`): the Next.js server and the
+ * worker. Each runs in its own process group so the launcher decides the shutdown order, and
+ * each is stopped by the PID it was given — never by name.
+ */
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import fs from "node:fs";
+import path from "node:path";
+import type { Config } from "../config";
+
+export interface Child {
+  name: string;
+  process: ChildProcess;
+  exited: Promise<number | null>;
+  /** SIGTERM, then SIGKILL after `graceMs`. Resolves when the process is gone. Idempotent. */
+  stop(graceMs: number): Promise<void>;
+}
+
+function nextBin(root: string): string {
+  return path.join(root, "node_modules", "next", "dist", "bin", "next");
+}
+
+export function hasBuild(root: string): boolean {
+  return fs.existsSync(path.join(root, ".next", "BUILD_ID"));
+}
+
+/** Runs `next build` when no build exists. Returns false when the build failed. */
+export function ensureBuild(root: string, say: (line: string) => void): boolean {
+  if (hasBuild(root)) return true;
+  say("No build of the dashboard yet: running `next build` (once; takes about a minute) …");
+  const result = spawnSync(process.execPath, [nextBin(root), "build"], {
+    cwd: root,
+    stdio: "inherit",
+    env: { ...process.env, NEXT_TELEMETRY_DISABLED: "1" },
+  });
+  return result.status === 0;
+}
+
+function startChild(name: string, command: string, args: string[], root: string, env: NodeJS.ProcessEnv): Child {
+  const child = spawn(command, args, { cwd: root, env, stdio: "inherit", detached: true });
+  const exited = new Promise<number | null>((resolve) => {
+    child.once("exit", (code, signal) => resolve(code ?? (signal ? 128 : null)));
+    child.once("error", () => resolve(null));
+  });
+  let stopping: Promise<void> | undefined;
+  return {
+    name,
+    process: child,
+    exited,
+    stop(graceMs) {
+      stopping ??= (async () => {
+        if (child.exitCode !== null || child.signalCode !== null) return;
+        try {
+          child.kill("SIGCONT"); // a paused child cannot act on SIGTERM
+          child.kill("SIGTERM");
+        } catch {
+          return;
+        }
+        const timer = setTimeout(() => child.kill("SIGKILL"), graceMs);
+        await exited;
+        clearTimeout(timer);
+      })();
+      return stopping;
+    },
+  };
+}
+
+export function startWeb(root: string, config: Config, env: NodeJS.ProcessEnv): Child {
+  return startChild(
+    "web",
+    process.execPath,
+    [nextBin(root), "start", "--hostname", config.host, "--port", String(config.port)],
+    root,
+    { ...env, NEXT_TELEMETRY_DISABLED: "1" },
+  );
+}
+
+export function startWorker(root: string, env: NodeJS.ProcessEnv): Child {
+  return startChild("worker", process.execPath, ["--import", "tsx", path.join(root, "worker", "index.ts")], root, env);
+}
+
+/** Waits until the server answers HTTP (any status) or the child exits. */
+export async function waitForHttp(url: string, child: Child, timeoutMs: number): Promise<boolean> {
+  let exited = false;
+  void child.exited.then(() => (exited = true));
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline && !exited) {
+    try {
+      await fetch(url, { signal: AbortSignal.timeout(2_500) });
+      return true;
+    } catch {
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  }
+  return false;
+}
+
+/** The URL a user can open: a wildcard bind address is reached through loopback. */
+export function browserUrl(config: Config): string {
+  const host = config.host === "0.0.0.0" || config.host === "::" ? "127.0.0.1" : config.host;
+  const shown = host.includes(":") && !host.startsWith("[") ? `[${host}]` : host;
+  return `http://${shown}:${config.port}`;
+}

@@ -1,0 +1,42 @@
+/**
+ * Redis connections. Each process opens few, long-lived clients; the option sets differ by use:
+ * - `worker`: BullMQ needs `maxRetriesPerRequest: null` (commands wait through reconnects).
+ * - `web`: a request handler fails within seconds (one reconnect try, `commandTimeout`) rather
+ *   than waiting for Redis to come back.
+ * - `probe`: health checks; every command is bounded by `commandTimeout`.
+ */
+import { Redis, type RedisOptions } from "ioredis";
+
+export type ClientRole = "worker" | "web" | "probe";
+
+const roleOptions: Record<ClientRole, RedisOptions> = {
+  worker: { maxRetriesPerRequest: null, enableReadyCheck: true },
+  web: { maxRetriesPerRequest: 1, connectTimeout: 2_000, commandTimeout: 5_000 },
+  // Commands wait for a (re)connect, but never longer than commandTimeout: a probe made right
+  // after start-up succeeds, and one made while Redis is down fails in bounded time.
+  probe: {
+    maxRetriesPerRequest: 0,
+    connectTimeout: 1_000,
+    commandTimeout: 1_500,
+    retryStrategy: () => 1_000,
+  },
+};
+
+export function createRedis(url: string, role: ClientRole, name = "claimwatch"): Redis {
+  const client = new Redis(url, { ...roleOptions[role], connectionName: name, lazyConnect: false });
+  // ioredis emits "error" on every failed reconnect; without a listener Node prints each one as
+  // an unhandled error event. Callers see failures through their commands instead.
+  client.on("error", () => {});
+  return client;
+}
+
+/** Closes a client without waiting on a server that may be gone. */
+export async function closeRedis(client: Redis | undefined): Promise<void> {
+  if (!client) return;
+  try {
+    if (client.status === "ready") await client.quit();
+    else client.disconnect();
+  } catch {
+    client.disconnect();
+  }
+}

@@ -1,0 +1,187 @@
+/**
+ * A `redis-server` child process that claimwatch starts and stops itself: the embedded Redis of
+ * `npm start` and the throw-away servers of the test suite. It only ever stops the PID it spawned.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import fs from "node:fs";
+import net from "node:net";
+import path from "node:path";
+import { findProgram, ProgramMissingError, installHint, REDIS_SERVER } from "../system/packages";
+
+export interface RedisServerOptions {
+  /** Data directory (AOF and RDB files). Created if missing. */
+  dir: string;
+  /** Loopback port; a free one is picked when omitted. */
+  port?: number;
+  /** Extra `redis-server` arguments, e.g. `["--maxmemory-policy", "allkeys-lru"]`. */
+  extraArgs?: string[];
+  /** Binary to run; default: `redis-server` found on PATH. */
+  binary?: string;
+}
+
+export interface RedisServerHandle {
+  readonly pid: number;
+  readonly port: number;
+  readonly url: string;
+  readonly child: ChildProcess;
+  /** SIGTERM (Redis writes its AOF and exits), SIGKILL after `graceMs`. Idempotent. */
+  stop(graceMs?: number): Promise<void>;
+}
+
+/** A TCP port on 127.0.0.1 that was free a moment ago. */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.unref();
+    server.on("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const address = server.address();
+      server.close(() => {
+        if (address && typeof address === "object") resolve(address.port);
+        else reject(new Error("could not read the port of a probe socket"));
+      });
+    });
+  });
+}
+
+/**
+ * Asks the server on `port` for its `process_id` over a raw socket. Readiness means *our* child
+ * answers: a server already on that port (the port raced) must not be mistaken for it.
+ */
+function servedByPid(port: number, pid: number, timeoutMs: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = net.connect({ host: "127.0.0.1", port });
+    let received = "";
+    const done = (ok: boolean) => {
+      socket.destroy();
+      resolve(ok);
+    };
+    socket.setTimeout(timeoutMs, () => done(false));
+    socket.on("error", () => done(false));
+    socket.on("connect", () => socket.write("INFO server\r\n"));
+    socket.on("data", (data) => {
+      received += data.toString();
+      const match = /process_id:(\d+)/.exec(received);
+      if (match) done(Number(match[1]) === pid);
+      else if (received.startsWith("-")) done(false);
+    });
+  });
+}
+
+/**
+ * Starts `redis-server` bound to 127.0.0.1 with the durability settings claims need:
+ * AOF (`appendfsync everysec`) and `maxmemory-policy noeviction`. Resolves once it answers PING.
+ * The child runs in its own process group, so a Ctrl-C aimed at the launcher does not stop
+ * Redis before the processes that write to it have shut down.
+ */
+export async function startRedisServer(options: RedisServerOptions): Promise<RedisServerHandle> {
+  const binary = options.binary ?? findProgram(REDIS_SERVER.binary);
+  if (!binary) throw new ProgramMissingError(REDIS_SERVER, installHint(REDIS_SERVER));
+  fs.mkdirSync(options.dir, { recursive: true });
+
+  let lastError: Error | undefined;
+  for (let attempt = 0; attempt < 5; attempt++) {
+    const port = options.port ?? (await freePort());
+    try {
+      return await spawnAndWait(binary, port, options);
+    } catch (error) {
+      lastError = error as Error;
+      if (options.port !== undefined) break; // a fixed port will not become free by retrying
+    }
+  }
+  throw lastError ?? new Error("redis-server did not start");
+}
+
+async function spawnAndWait(binary: string, port: number, options: RedisServerOptions): Promise<RedisServerHandle> {
+  const args = [
+    "--bind", "127.0.0.1",
+    "--port", String(port),
+    "--dir", path.resolve(options.dir),
+    "--daemonize", "no",
+    "--protected-mode", "yes",
+    "--appendonly", "yes",
+    "--appendfsync", "everysec",
+    "--maxmemory-policy", "noeviction",
+    "--logfile", "",
+    ...(options.extraArgs ?? []),
+  ]; // prettier-ignore
+  const child = spawn(binary, args, { stdio: ["ignore", "pipe", "pipe"], detached: true });
+  let output = "";
+  const collect = (chunk: Buffer) => {
+    output = (output + chunk.toString()).slice(-4_000);
+  };
+  child.stdout!.on("data", collect);
+  child.stderr!.on("data", collect);
+
+  let exited = false;
+  const exitPromise = new Promise<void>((resolve) => {
+    child.once("exit", () => {
+      exited = true;
+      resolve();
+    });
+  });
+  const spawnError = new Promise<never>((_, reject) => child.once("error", reject));
+
+  const deadline = Date.now() + 10_000;
+  const ready = (async () => {
+    while (Date.now() < deadline) {
+      if (exited) break;
+      if (await servedByPid(port, child.pid!, 500)) return true;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    return false;
+  })();
+  const isReady = await Promise.race([ready, spawnError]);
+  if (!isReady) {
+    if (!exited) child.kill("SIGKILL");
+    await exitPromise;
+    const lastLine = output.trim().split("\n").pop() ?? "";
+    throw new Error(`redis-server on port ${port} did not start: ${lastLine}`);
+  }
+  // Once running, stop collecting output; Redis logs go nowhere unless it dies early.
+  child.stdout!.removeListener("data", collect).resume();
+  child.stderr!.removeListener("data", collect).resume();
+
+  let stopping: Promise<void> | undefined;
+  return {
+    pid: child.pid!,
+    port,
+    url: `redis://127.0.0.1:${port}`,
+    child,
+    stop(graceMs = 10_000) {
+      stopping ??= (async () => {
+        if (exited) return;
+        child.kill("SIGCONT"); // a paused server cannot handle SIGTERM
+        child.kill("SIGTERM");
+        const timer = setTimeout(() => child.kill("SIGKILL"), graceMs);
+        await exitPromise;
+        clearTimeout(timer);
+      })();
+      return stopping;
+    },
+  };
+}
+
+/** Where `npm start` records its embedded Redis, so `npm run web`/`worker` on the same machine find it. */
+export function embeddedStatePath(dataDir: string): string {
+  return path.join(dataDir, "embedded-redis.json");
+}
+
+export function writeEmbeddedState(dataDir: string, server: Pick<RedisServerHandle, "pid" | "url">): void {
+  fs.writeFileSync(embeddedStatePath(dataDir), JSON.stringify({ pid: server.pid, url: server.url }) + "\n");
+}
+
+export function clearEmbeddedState(dataDir: string): void {
+  fs.rmSync(embeddedStatePath(dataDir), { force: true });
+}
+
+/** The embedded Redis that a running `npm start` recorded, if its process is still alive. */
+export function readEmbeddedState(dataDir: string): { pid: number; url: string } | undefined {
+  try {
+    const state = JSON.parse(fs.readFileSync(embeddedStatePath(dataDir), "utf8")) as { pid: number; url: string };
+    process.kill(state.pid, 0);
+    return state;
+  } catch {
+    return undefined;
+  }
+}

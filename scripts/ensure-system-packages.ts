@@ -1,0 +1,11 @@
+/** `npm test` needs redis-server and Chromium; installs them where possible, else says how. */
+import { CHROMIUM, ensureProgram, ProgramMissingError, REDIS_SERVER } from "../lib/system/packages";
+
+const say = (line: string) => process.stdout.write(`[test] ${line}\n`);
+try {
+  for (const program of [REDIS_SERVER, CHROMIUM]) say(`${program.binary}: ${ensureProgram(program, say)}`);
+} catch (error) {
+  if (!(error instanceof ProgramMissingError)) throw error;
+  process.stderr.write(`[test] ${error.message}\n`);
+  process.exit(1);
+}

@@ -1,0 +1,98 @@
+/**
+ * `npm start`: everything on one machine. Builds the dashboard when no build exists, starts the
+ * embedded Redis (unless REDIS_URL is set), the Next.js server and one worker, prints the URL.
+ * Ctrl-C or SIGTERM stops them in order — worker, web, Redis — and exits 0.
+ */
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { loadConfigOrExit } from "../lib/config";
+import {
+  clearEmbeddedState,
+  readEmbeddedState,
+  startRedisServer,
+  writeEmbeddedState,
+  type RedisServerHandle,
+} from "../lib/redis/embedded";
+import { ensureProgram, ProgramMissingError, REDIS_SERVER } from "../lib/system/packages";
+import { browserUrl, ensureBuild, startWeb, startWorker, waitForHttp, type Child } from "../lib/launcher/children";
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
+const say = (line: string) => process.stdout.write(`[claimwatch] ${line}\n`);
+const fail = (line: string, code = 1): never => {
+  process.stderr.write(`[claimwatch] ${line}\n`);
+  process.exit(code);
+};
+
+const config = loadConfigOrExit("claimwatch");
+process.env.NEXT_TELEMETRY_DISABLED = "1";
+
+if (!ensureBuild(root, say)) fail("`next build` failed; see the output above");
+
+let redis: RedisServerHandle | undefined;
+const env: NodeJS.ProcessEnv = { ...process.env };
+if (!config.redisUrl) {
+  const running = readEmbeddedState(config.dataDir);
+  if (running) {
+    fail(
+      `another claimwatch is already using ${config.dataDir} (its embedded Redis is pid ${running.pid}); stop it first or set CLAIMWATCH_DATA_DIR`,
+    );
+  }
+  let binary: string;
+  try {
+    binary = ensureProgram(REDIS_SERVER, say);
+  } catch (error) {
+    if (error instanceof ProgramMissingError) fail(error.message);
+    throw error;
+  }
+  try {
+    redis = await startRedisServer({ dir: path.join(config.dataDir, "redis"), binary });
+  } catch (error) {
+    fail(`could not start the embedded Redis: ${(error as Error).message}`);
+  }
+  writeEmbeddedState(config.dataDir, redis!);
+  env.REDIS_URL = redis!.url;
+  say(`embedded Redis ${redis!.url} (pid ${redis!.pid}, data in ${path.join(config.dataDir, "redis")})`);
+}
+
+const web = startWeb(root, config, env);
+const worker = startWorker(root, env);
+const children: Child[] = [worker, web];
+
+let shuttingDown = false;
+async function shutdown(reason: string, exitCode: number): Promise<never> {
+  if (!shuttingDown) {
+    shuttingDown = true;
+    say(`${reason}: stopping worker, web server${redis ? " and embedded Redis" : ""} …`);
+    // The worker first: it hands its jobs back and releases claims while Redis is still up.
+    await worker.stop(20_000);
+    await web.stop(10_000);
+    if (redis) {
+      await redis.stop(10_000);
+      clearEmbeddedState(config.dataDir);
+    }
+    say("stopped");
+    process.exit(exitCode);
+  }
+  return new Promise<never>(() => {});
+}
+
+process.on("SIGINT", () => void shutdown("SIGINT", 0));
+process.on("SIGTERM", () => void shutdown("SIGTERM", 0));
+process.on("SIGHUP", () => void shutdown("SIGHUP", 0));
+for (const child of children) {
+  void child.exited.then((code) => {
+    if (!shuttingDown) void shutdown(`the ${child.name} process exited unexpectedly (code ${code})`, 1);
+  });
+}
+if (redis) {
+  redis.child.once("exit", (code) => {
+    if (!shuttingDown) void shutdown(`the embedded Redis exited unexpectedly (code ${code})`, 1);
+  });
+}
+
+const url = browserUrl(config);
+if (await waitForHttp(`${url}/api/health`, web, 60_000)) {
+  say(`claimwatch is running at ${url}  (Ctrl-C to stop)`);
+} else if (!shuttingDown) {
+  await shutdown(`the web server did not answer at ${url} within 60 s`, 1);
+}

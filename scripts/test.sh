@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# `npm test`: the whole suite, in order — system packages, type check, lint and format, unit and
+# integration tests (each file starts its own redis-server), `next build`, the launcher's
+# start/stop test, and Playwright e2e in Debian's Chromium. Every step runs under `timeout` so a
+# hang fails fast. The last line is `N passed, N failed` (tests plus the check steps).
+set -uo pipefail
+shopt -s globstar nullglob
+cd "$(dirname "$0")/.."
+export NEXT_TELEMETRY_DISABLED=1 PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
+unset REDIS_URL CLAIMS_REDIS_URL
+
+passed=0
+failed=0
+failures=()
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+
+# A check step (type check, lint, build) counts as one test.
+check() {
+  local name=$1 limit=$2
+  shift 2
+  echo "=== $name"
+  if timeout --kill-after=10 "$limit" "$@"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    failures+=("$name")
+  fi
+}
+
+# A test-runner step: its own pass/fail counts are added; a crash with no count is one failure.
+suite() {
+  local name=$1 limit=$2
+  shift 2
+  echo "=== $name"
+  timeout --kill-after=10 "$limit" "$@" 2>&1 | tee "$log"
+  local status=${PIPESTATUS[0]}
+  local p f
+  # node:test prints "ℹ pass N" (spec) or "# pass N" (tap); Playwright prints "N passed" / "N failed".
+  p=$(grep -aoE '^(ℹ|#) pass [0-9]+' "$log" | tail -1 | grep -oE '[0-9]+$')
+  f=$(grep -aoE '^(ℹ|#) fail [0-9]+' "$log" | tail -1 | grep -oE '[0-9]+$')
+  if [ -z "$p" ]; then
+    p=$(grep -aoE '^ +[0-9]+ passed' "$log" | tail -1 | grep -oE '[0-9]+')
+    f=$(grep -aoE '^ +[0-9]+ failed' "$log" | tail -1 | grep -oE '[0-9]+')
+  fi
+  passed=$((passed + ${p:-0}))
+  failed=$((failed + ${f:-0}))
+  if [ "$status" -ne 0 ]; then
+    failures+=("$name (exit $status)")
+    if [ "${f:-0}" -eq 0 ]; then failed=$((failed + 1)); fi
+  fi
+}
+
+NODE_TEST=(node --import tsx --test --test-reporter=spec --test-force-exit --test-concurrency=1 --test-timeout=180000)
+
+check "system packages (redis-server, chromium)" 1200 node --import tsx scripts/ensure-system-packages.ts
+CHROMIUM_PATH=$(command -v chromium || echo /usr/bin/chromium)
+export CHROMIUM_PATH
+check "type check (tsc)" 300 npx tsc --noEmit
+check "lint (eslint)" 300 npx eslint .
+check "format (prettier --check)" 120 npx prettier --check .
+# Node 20's test runner takes no globs: bash expands them.
+suite "unit and integration tests" 900 "${NODE_TEST[@]}" test/unit/**/*.test.ts test/integration/**/*.test.ts
+check "next build" 600 npx next build
+suite "launcher tests (npm start)" 300 "${NODE_TEST[@]}" test/launcher/**/*.test.ts
+suite "e2e (Playwright, Chromium)" 900 npx playwright test
+
+echo
+if [ ${#failures[@]} -gt 0 ]; then
+  echo "Failed steps:"
+  printf '  - %s\n' "${failures[@]}"
+fi
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ] && [ ${#failures[@]} -eq 0 ]

@@ -1,0 +1,120 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { createRedis, closeRedis } from "../../lib/redis/client";
+import { redisKeys } from "../../lib/redis/keys";
+import { checkHealth } from "../../lib/health/health";
+import { inspectRedis } from "../../lib/health/redis-safety";
+import { beat, newWorkerIdentity, retire } from "../../lib/workers/heartbeat";
+import { startTestRedis, stopTestRedis, uniquePrefix } from "../support/redis";
+
+test("a safe Redis: reachable, noeviction, AOF; live workers are counted", async () => {
+  const server = await startTestRedis();
+  const client = createRedis(server.url, "probe");
+  const keys = redisKeys(uniquePrefix());
+  try {
+    const before = await checkHealth({ main: client, claims: client, keys });
+    assert.equal(before.ok, true);
+    assert.deepEqual(before.redis, {
+      ok: true,
+      version: before.redis.ok ? before.redis.version : "",
+      evictionPolicy: "noeviction",
+      persistence: "aof",
+    });
+    assert.match(before.redis.ok ? before.redis.version : "", /^\d+\.\d+/);
+    assert.equal(before.workers, 0);
+    assert.deepEqual(before.problems, ["No worker is running: rebuilds will wait in the queue"]);
+
+    const worker = newWorkerIdentity("test");
+    await beat(client, keys, worker, null);
+    const during = await checkHealth({ main: client, claims: client, keys });
+    assert.equal(during.workers, 1);
+    assert.deepEqual(during.problems, []);
+
+    await retire(client, keys, worker.id);
+    assert.equal((await checkHealth({ main: client, claims: client, keys })).workers, 0);
+  } finally {
+    await closeRedis(client);
+    await stopTestRedis(server);
+  }
+});
+
+test("eviction and missing persistence are reported as problems, not as outages", async () => {
+  const server = await startTestRedis(["--maxmemory-policy", "allkeys-lru", "--appendonly", "no", "--save", ""]);
+  const client = createRedis(server.url, "probe");
+  try {
+    const report = await checkHealth({ main: client, claims: client, keys: redisKeys(uniquePrefix()) });
+    assert.equal(report.ok, true);
+    assert.deepEqual(report.redis, {
+      ok: true,
+      version: report.redis.ok ? report.redis.version : "",
+      evictionPolicy: "allkeys-lru",
+      persistence: "none",
+    });
+    assert.ok(
+      report.problems.some((p) => p.includes("locks can be evicted under memory pressure")),
+      report.problems.join("; "),
+    );
+    assert.ok(
+      report.problems.some((p) => p.includes("no persistence")),
+      report.problems.join("; "),
+    );
+  } finally {
+    await closeRedis(client);
+  }
+});
+
+test("RDB-only persistence is reported as rdb", async () => {
+  const server = await startTestRedis(["--appendonly", "no", "--save", "900 1"]);
+  const client = createRedis(server.url, "probe");
+  try {
+    const safety = await inspectRedis(client);
+    assert.equal(safety.ok && safety.persistence, "rdb");
+  } finally {
+    await closeRedis(client);
+  }
+});
+
+test("managed Redis with CONFIG disabled: persistence unknown, eviction policy still read from INFO", async () => {
+  const server = await startTestRedis(["--appendonly", "no", "--rename-command", "CONFIG", ""]);
+  const client = createRedis(server.url, "probe");
+  try {
+    const safety = await inspectRedis(client);
+    assert.deepEqual(safety, {
+      ok: true,
+      version: safety.ok ? safety.version : "",
+      evictionPolicy: "noeviction",
+      persistence: "unknown",
+    });
+  } finally {
+    await closeRedis(client);
+  }
+});
+
+test("a stopped Redis and a frozen (SIGSTOP) Redis both answer ok:false promptly, never hang", async () => {
+  const stopped = await startTestRedis();
+  const frozen = await startTestRedis();
+  const stoppedClient = createRedis(stopped.url, "probe");
+  const frozenClient = createRedis(frozen.url, "probe");
+  const keys = redisKeys(uniquePrefix());
+  try {
+    await stoppedClient.ping();
+    await frozenClient.ping();
+    await stopTestRedis(stopped);
+    process.kill(frozen.pid, "SIGSTOP");
+
+    const started = performance.now();
+    const report = await checkHealth({ main: stoppedClient, claims: frozenClient, keys });
+    const elapsed = performance.now() - started;
+    assert.equal(report.ok, false);
+    assert.equal(report.redis.ok, false);
+    assert.equal(report.claimsRedis.ok, false);
+    assert.equal(report.workers, null);
+    assert.ok(report.problems[0]?.startsWith("Redis is unreachable"), report.problems.join("; "));
+    // The deadline is 1.8 s; the bound here only catches a hang, it is not a latency goal.
+    assert.ok(elapsed < 5_000, `health took ${elapsed} ms`);
+  } finally {
+    process.kill(frozen.pid, "SIGCONT");
+    await closeRedis(stoppedClient);
+    await closeRedis(frozenClient);
+  }
+});

@@ -1,0 +1,85 @@
+/**
+ * `npm start` as a user runs it (needs a build): embedded Redis, web, worker; SIGINT/SIGTERM stop
+ * all of them with exit 0 and nothing left behind; a second start finds the data again.
+ */
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { after, test } from "node:test";
+import { Redis } from "ioredis";
+import { freePort, readEmbeddedState } from "../../lib/redis/embedded";
+import { descendantPids, waitForLine, waitUntilGone } from "../support/processes";
+
+const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-launcher-"));
+after(() => fs.rmSync(dataDir, { recursive: true, force: true }));
+
+async function runOnce(signal: NodeJS.Signals, body: (url: string, redisUrl: string) => Promise<void>) {
+  const port = await freePort();
+  const env: NodeJS.ProcessEnv = { ...process.env, PORT: String(port), CLAIMWATCH_DATA_DIR: dataDir };
+  delete env.REDIS_URL;
+  const launcher = spawn(process.execPath, ["--import", "tsx", "scripts/start.ts"], {
+    env,
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  const exited = new Promise<number | null>((resolve) => launcher.once("exit", (code) => resolve(code)));
+  let children: number[];
+  try {
+    const line = await waitForLine(launcher, /claimwatch is running at/, 120_000);
+    assert.ok(line.includes(`http://127.0.0.1:${port}`), line);
+    const state = readEmbeddedState(dataDir);
+    assert.ok(state, "the launcher records its embedded Redis");
+    children = descendantPids(launcher.pid!);
+    assert.ok(children.includes(state.pid), "the embedded Redis is the launcher's child");
+    await body(`http://127.0.0.1:${port}`, state.url);
+  } finally {
+    launcher.kill(signal);
+  }
+  assert.equal(await exited, 0, `npm start exits 0 on ${signal}`);
+  assert.deepEqual(await waitUntilGone(children, 5_000), [], "no redis-server, next-server or worker left");
+  assert.equal(readEmbeddedState(dataDir), undefined, "the embedded Redis record is cleared");
+}
+
+test("npm start serves a healthy dashboard, stops cleanly on SIGTERM, and finds its data again after SIGINT restart", async () => {
+  await runOnce("SIGTERM", async (url, redisUrl) => {
+    let health: { ok: boolean; workers: number | null; redis: Record<string, unknown> } | undefined;
+    for (let i = 0; i < 100 && !(health && (health.workers ?? 0) > 0); i++) {
+      health = (await (await fetch(`${url}/api/health`)).json()) as typeof health;
+      if ((health?.workers ?? 0) === 0) await new Promise((r) => setTimeout(r, 200));
+    }
+    assert.equal(health?.ok, true);
+    assert.equal(health?.workers, 1, "one worker process with a live heartbeat");
+    assert.equal(health?.redis.evictionPolicy, "noeviction");
+    assert.equal(health?.redis.persistence, "aof");
+    const page = await fetch(`${url}/claims`);
+    assert.equal(page.status, 200);
+    const client = new Redis(redisUrl);
+    await client.set("launcher-test:survives", "yes");
+    await client.quit();
+  });
+
+  await runOnce("SIGINT", async (_url, redisUrl) => {
+    const client = new Redis(redisUrl);
+    assert.equal(await client.get("launcher-test:survives"), "yes", "data written before the restart is still there");
+    await client.quit();
+  });
+});
+
+test("a second npm start on the same data dir is refused while the first runs", async () => {
+  await runOnce("SIGTERM", async () => {
+    const port = await freePort();
+    const env: NodeJS.ProcessEnv = { ...process.env, PORT: String(port), CLAIMWATCH_DATA_DIR: dataDir };
+    delete env.REDIS_URL;
+    const second = spawn(process.execPath, ["--import", "tsx", "scripts/start.ts"], {
+      env,
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    const line = await waitForLine(second, /already using/, 60_000);
+    assert.match(line, /another claimwatch is already using/);
+    const code = await new Promise<number | null>((resolve) =>
+      second.exitCode !== null ? resolve(second.exitCode) : second.once("exit", (c) => resolve(c)),
+    );
+    assert.equal(code, 1);
+  });
+});

@@ -1,0 +1,78 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { deriveClaimsRedisUrl, parseConfig } from "../../lib/config";
+
+function errorOf(env: Record<string, string>) {
+  const result = parseConfig(env, "/srv/claimwatch");
+  assert.equal(result.ok, false, `expected ${JSON.stringify(env)} to be rejected`);
+  return result.ok ? undefined : result.error;
+}
+
+test("defaults: loopback, port 3000, embedded Redis, files relative to the working directory", () => {
+  const result = parseConfig({}, "/srv/claimwatch");
+  assert.ok(result.ok);
+  assert.deepEqual(result.config, {
+    redisUrl: undefined,
+    claimsRedisUrl: undefined,
+    host: "127.0.0.1",
+    port: 3000,
+    definitionsPath: "/srv/claimwatch/claimwatch.yaml",
+    dataDir: "/srv/claimwatch/.data",
+    keyPrefix: "claimwatch",
+  });
+});
+
+for (const bad of ["abc", "0", "65536", "-1", "3000.5", "80 80"]) {
+  test(`PORT=${JSON.stringify(bad)} is rejected, naming PORT and the value`, () => {
+    const error = errorOf({ PORT: bad });
+    assert.equal(error?.variable, "PORT");
+    assert.match(error!.message, /^PORT: must be a whole number from 1 to 65535/);
+    assert.ok(error!.message.includes(JSON.stringify(bad)), error!.message);
+    assert.ok(!error!.message.includes("\n"), "one line");
+  });
+}
+
+for (const bad of ["localhost:6379", "http://127.0.0.1:6379", "redis://", "not a url", "redis://h:6379/99"]) {
+  test(`REDIS_URL=${JSON.stringify(bad)} is rejected, naming REDIS_URL`, () => {
+    const error = errorOf({ REDIS_URL: bad });
+    assert.equal(error?.variable, "REDIS_URL");
+    assert.match(error!.message, /^REDIS_URL: /);
+  });
+}
+
+test("CLAIMS_REDIS_URL is validated like REDIS_URL", () => {
+  assert.equal(errorOf({ CLAIMS_REDIS_URL: "tcp://x" })?.variable, "CLAIMS_REDIS_URL");
+});
+
+test("a key prefix that could break the hash tag is rejected", () => {
+  assert.equal(errorOf({ CLAIMWATCH_KEY_PREFIX: "a}b" })?.variable, "CLAIMWATCH_KEY_PREFIX");
+});
+
+test("an empty variable counts as unset", () => {
+  const result = parseConfig({ PORT: "", REDIS_URL: "" }, "/x");
+  assert.ok(result.ok);
+  assert.equal(result.config.port, 3000);
+  assert.equal(result.config.redisUrl, undefined);
+});
+
+test("good values are parsed", () => {
+  const result = parseConfig(
+    {
+      REDIS_URL: "redis://:secret@cache.internal:6380/2",
+      PORT: "8080",
+      HOST: "0.0.0.0",
+      CLAIMWATCH_DATA_DIR: "/var/lib/cw",
+    },
+    "/x",
+  );
+  assert.ok(result.ok);
+  assert.equal(result.config.port, 8080);
+  assert.equal(result.config.host, "0.0.0.0");
+  assert.equal(result.config.dataDir, "/var/lib/cw");
+});
+
+test("claims default to logical DB 1 of the main server; an explicit URL wins", () => {
+  assert.equal(deriveClaimsRedisUrl("redis://:pw@h:6380/0", undefined), "redis://:pw@h:6380/1");
+  assert.equal(deriveClaimsRedisUrl("redis://h:6380", undefined), "redis://h:6380/1");
+  assert.equal(deriveClaimsRedisUrl("redis://h:6380", "redis://other:1/4"), "redis://other:1/4");
+});
