@@ -23,7 +23,10 @@ export function redisKeys(prefix: string) {
     // --- claims (in the claims Redis; see lib/claims) --------------------------------------
     /** STRING: the holder's token, `SET NX PX`. Its TTL is the claim's lifetime. */
     claim: (name: string) => `${tag}:claim:${name}`,
-    /** HASH: the holder's metadata (token, fence, host, pid, job, run, times…); same TTL as `claim`. */
+    /**
+     * HASH: the holder's metadata (jobId, fence, ttlMs, refreshEveryMs, acquiredAt, refreshedAt,
+     * holder identity as JSON); same TTL as `claim`, written and deleted with it.
+     */
     claimMeta: (name: string) => `${tag}:claim-meta:${name}`,
     /**
      * STRING counter: the newest fencing token issued for a claim name. Never expires and is
@@ -40,5 +43,27 @@ export function redisKeys(prefix: string) {
     // --- audit -----------------------------------------------------------------------------
     /** STREAM of operator actions, trimmed by MINID to the retention period. */
     auditLog: `${tag}:audit`,
+    // --- runs and rebuilds (main Redis; see lib/runs, lib/rebuilds) ----------------------
+    /** HASH: one run record (an attempt of a rebuild job), upserted by run id. */
+    run: (runId: string) => `${tag}:run:${runId}`,
+    /** LIST: the newest log lines of a run (capped). */
+    runLog: (runId: string) => `${tag}:run-log:${runId}`,
+    /**
+     * ZSET runId → createdAt: newest-first indexes of run records. No filter: all runs; by
+     * rebuild; by rebuild and tenant; by status (a run moves between status indexes).
+     */
+    runIndex: (filter: { rebuild?: string; tenant?: string; status?: string } = {}) => {
+      if (filter.status) return `${tag}:runs:s:${filter.status}`;
+      if (filter.rebuild && filter.tenant) return `${tag}:runs:rt:${filter.rebuild}:${filter.tenant}`;
+      if (filter.rebuild) return `${tag}:runs:r:${filter.rebuild}`;
+      return `${tag}:runs`;
+    },
+    /** STRING with a TTL: "this (rebuild, tenant, version) was rebuilt by run X". Key: sha256. */
+    idempotency: (hash: string) => `${tag}:idem:${hash}`,
+    /** STRING: job id of a waiting trigger of (rebuild, tenant, version, force); collapses duplicates. */
+    pendingTrigger: (rebuild: string, tenant: string | undefined, version: string | undefined, force: boolean) =>
+      `${tag}:pending:${rebuild}:${tenant ?? ""}:${version ?? ""}:${force ? "force" : "plain"}`,
+    /** ZSET runId → the scheduled tick it ran for (ms); a tick without a run is a missed one. */
+    scheduleTicks: (rebuild: string, tenant: string | undefined) => `${tag}:ticks:${rebuild}:${tenant ?? ""}`,
   };
 }

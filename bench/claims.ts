@@ -1,0 +1,139 @@
+/**
+ * Benchmark (not a test): serial acquire+release cycles per second of
+ *   claim     — claimwatch's acquireClaim + releaseClaim (fence, metadata, registry inside the scripts)
+ *   minimal   — `SET key token NX PX ttl` + Lua compare-and-delete
+ *   semaphore — redis-semaphore's Mutex acquire/release
+ * on one redis-server this script starts (temp dir, stopped by PID), over one connection.
+ * Rounds of the three are interleaved, in rotating order, so drift (CPU frequency, other load)
+ * hits all of them alike. Goal: claim ≥ 0.90 × minimal (both are two round trips).
+ *
+ * Redis runs without persistence (BENCH_AOF=1: with AOF everysec, as the embedded claims Redis
+ * runs), so the figures measure the code paths rather than the disk.
+ *
+ * Env: BENCH_ROUNDS (default 12), BENCH_CYCLES per round and variant (default 1000), BENCH_AOF.
+ * Last line: RESULT claim_vs_minimal=<ratio> claim_vs_semaphore=<ratio> … (ratios of total
+ * cycles/s over all rounds; the median of per-round ratios is printed above it).
+ */
+import crypto from "node:crypto";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { Redis } from "ioredis";
+import { Mutex } from "redis-semaphore";
+import { acquireClaim, claimName, releaseClaim } from "../lib/claims/index";
+import { startRedisServer } from "../lib/redis/embedded";
+import { redisKeys } from "../lib/redis/keys";
+
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 12);
+const CYCLES = Number(process.env.BENCH_CYCLES ?? 1_000);
+const AOF = process.env.BENCH_AOF === "1";
+const TTL_MS = 30_000;
+
+const MINIMAL_DEL_IF_EQUAL = `
+--[[ KEYS[1] lock   ARGV[1] token   Returns 1 deleted | 0 not the owner ]]
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`;
+
+type Cycle = () => Promise<void>;
+
+function variants(client: Redis): Record<"claim" | "minimal" | "semaphore", Cycle> {
+  const keys = redisKeys("bench");
+  const name = claimName("bench/output", "bench-tenant");
+  const meta = { workerId: "bench-worker", jobId: "", runId: "bench-run", rebuild: "bench", version: "0.0.0" };
+  const timing = { ttlMs: TTL_MS, refreshEveryMs: 10_000 };
+  client.defineCommand("benchDelIfEqual", { numberOfKeys: 1, lua: MINIMAL_DEL_IF_EQUAL });
+  const delIfEqual = (key: string, token: string) =>
+    (client as unknown as { benchDelIfEqual(k: string, t: string): Promise<number> }).benchDelIfEqual(key, token);
+  const minimalKey = "{bench}:minimal";
+  const semaphoreKey = "{bench}:semaphore";
+
+  return {
+    async claim() {
+      const grant = await acquireClaim(client, keys, name, meta, timing);
+      if (grant.status !== "acquired") throw new Error(`claim: not acquired (${grant.status})`);
+      const release = await releaseClaim(client, keys, name, grant.token);
+      if (release.status !== "released") throw new Error(`claim: release ${release.status}`);
+    },
+    async minimal() {
+      const token = crypto.randomUUID();
+      if ((await client.set(minimalKey, token, "PX", TTL_MS, "NX")) !== "OK") throw new Error("minimal: not acquired");
+      if ((await delIfEqual(minimalKey, token)) !== 1) throw new Error("minimal: not released");
+    },
+    async semaphore() {
+      const mutex = new Mutex(client, semaphoreKey, { lockTimeout: TTL_MS, acquireAttemptsLimit: 1 });
+      await mutex.acquire();
+      await mutex.release();
+    },
+  };
+}
+
+async function timeCycles(cycle: Cycle, count: number): Promise<number> {
+  const started = performance.now();
+  for (let i = 0; i < count; i++) await cycle();
+  return performance.now() - started;
+}
+
+const median = (values: number[]) => {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+};
+
+async function main(): Promise<void> {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-bench-"));
+  const server = await startRedisServer({ dir, extraArgs: AOF ? [] : ["--appendonly", "no", "--save", ""] });
+  const client = new Redis(server.url);
+  client.on("error", () => {});
+  try {
+    const cycles = variants(client);
+    const names = Object.keys(cycles) as Array<keyof typeof cycles>;
+    console.log(
+      `redis-server pid ${server.pid} on ${server.url} (${AOF ? "AOF everysec" : "no persistence"}); ` +
+        `${ROUNDS} rounds × ${CYCLES} cycles per variant, interleaved`,
+    );
+    for (const variant of names) await timeCycles(cycles[variant], Math.min(CYCLES, 500)); // warm-up (scripts, JIT)
+
+    const totalMs = Object.fromEntries(names.map((n) => [n, 0])) as Record<(typeof names)[number], number>;
+    const perRound = Object.fromEntries(names.map((n) => [n, [] as number[]])) as Record<
+      (typeof names)[number],
+      number[]
+    >;
+    for (let round = 0; round < ROUNDS; round++) {
+      const order = names.map((_, i) => names[(i + round) % names.length]!);
+      for (const variant of order) {
+        const elapsed = await timeCycles(cycles[variant], CYCLES);
+        totalMs[variant] += elapsed;
+        perRound[variant].push((CYCLES * 1000) / elapsed);
+      }
+    }
+
+    const cps = (variant: (typeof names)[number]) => (ROUNDS * CYCLES * 1000) / totalMs[variant];
+    for (const variant of names) {
+      const rounds = perRound[variant];
+      console.log(
+        `${variant.padEnd(10)} ${cps(variant).toFixed(0).padStart(7)} cycles/s  ` +
+          `(median round ${median(rounds).toFixed(0)}, min ${Math.min(...rounds).toFixed(0)}, max ${Math.max(...rounds).toFixed(0)}; ` +
+          `${((1000 / cps(variant)) * 1000).toFixed(1)} µs/cycle)`,
+      );
+    }
+    const roundRatio = (other: (typeof names)[number]) =>
+      median(perRound.claim.map((claimCps, round) => claimCps / perRound[other][round]!));
+    console.log(
+      `median per-round ratio: claim/minimal ${roundRatio("minimal").toFixed(3)}, ` +
+        `claim/semaphore ${roundRatio("semaphore").toFixed(3)}`,
+    );
+    const vsMinimal = cps("claim") / cps("minimal");
+    const vsSemaphore = cps("claim") / cps("semaphore");
+    console.log(
+      `RESULT claim_vs_minimal=${vsMinimal.toFixed(3)} claim_vs_semaphore=${vsSemaphore.toFixed(3)} ` +
+        `claim_cps=${cps("claim").toFixed(0)} minimal_cps=${cps("minimal").toFixed(0)} semaphore_cps=${cps("semaphore").toFixed(0)}`,
+    );
+  } finally {
+    client.disconnect();
+    await server.stop();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+await main();

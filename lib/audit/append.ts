@@ -1,0 +1,23 @@
+/**
+ * Appends to the audit log: a Redis Stream, trimmed in the same script to entries younger than
+ * `AUDIT_RETENTION_MS` (exact MINID on server time, so nothing younger is ever dropped).
+ */
+import type { RedisKeys } from "../redis/keys";
+import { AUDIT_APPEND, runScript, type ScriptingClient } from "../redis/scripts";
+import type { AuditEntryInput } from "./types";
+
+/** Audit entries are kept at least this long. */
+export const AUDIT_RETENTION_MS = 90 * 24 * 60 * 60 * 1000;
+
+/** Returns the new entry's id. */
+export async function appendAudit(client: ScriptingClient, keys: RedisKeys, entry: AuditEntryInput): Promise<string> {
+  const id = await runScript(client, AUDIT_APPEND, [keys.auditLog], [
+    AUDIT_RETENTION_MS,
+    "actor", entry.actor,
+    "action", entry.action,
+    "reason", entry.reason,
+    "result", entry.result,
+    "detail", JSON.stringify(entry.detail),
+  ]); // prettier-ignore
+  return String(id);
+}

@@ -1,0 +1,62 @@
+/**
+ * Acquire: one script, one round trip. `SET NX PX` of a fresh token; on success the fence
+ * counter is incremented and the metadata and registry entry are written in the same script,
+ * so no reader ever sees a claim without its fence or metadata.
+ */
+import os from "node:os";
+import type { RedisKeys } from "../redis/keys";
+import { CLAIM_ACQUIRE, META_FIELDS, runScript, type ScriptingClient } from "../redis/scripts";
+import { holderFromFieldList, toNumberOrNull, unexpectedReply, type HolderIdentity } from "./holder";
+import { assertValidClaimName } from "./name";
+import { assertClaimTiming } from "./timing";
+import { newClaimToken } from "./token";
+import type { AcquireResult, ClaimMetadata, ClaimTiming } from "./types";
+
+const HOST = os.hostname();
+
+export async function acquireClaim(
+  client: ScriptingClient,
+  keys: RedisKeys,
+  name: string,
+  meta: ClaimMetadata,
+  timing: ClaimTiming,
+): Promise<AcquireResult> {
+  assertValidClaimName(name);
+  assertClaimTiming(timing);
+  const token = newClaimToken();
+  const identity: HolderIdentity = {
+    host: HOST,
+    pid: process.pid,
+    workerId: meta.workerId ?? "",
+    runId: meta.runId ?? "",
+    rebuild: meta.rebuild ?? "",
+    tenant: meta.tenant ?? "",
+    version: meta.version ?? "",
+  };
+  const reply = await runScript(
+    client,
+    CLAIM_ACQUIRE,
+    [keys.claim(name), keys.claimMeta(name), keys.claimFence(name), keys.claimRegistry],
+    [token, timing.ttlMs, name, meta.jobId ?? "", timing.refreshEveryMs, JSON.stringify(identity)],
+  );
+  return decodeAcquireReply(token, reply);
+}
+
+function decodeAcquireReply(token: string, reply: unknown): AcquireResult {
+  if (!Array.isArray(reply)) throw unexpectedReply("acquire", reply);
+  const [code] = reply;
+  if (code === 1 || code === 2) {
+    return {
+      status: "acquired",
+      token,
+      fence: Number(reply[1]),
+      acquiredAt: Number(reply[2]),
+      tookOverFrom: code === 2 ? { token: String(reply[3]), fence: toNumberOrNull(reply[4]) } : null,
+    };
+  }
+  if (code === 0 && reply.length === META_FIELDS.length + 2) {
+    const holder = holderFromFieldList(reply, 2);
+    return { status: "held", holder, version: holder.version, pttlMs: Number(reply[1]), ttlMs: holder.ttlMs };
+  }
+  throw unexpectedReply("acquire", reply);
+}

@@ -1,0 +1,107 @@
+/**
+ * Operator force release: compare-and-delete against the token the operator was shown, so a
+ * click on a stale dashboard row can never free a claim that a newer holder took since. Every
+ * attempt — released, refused or failed — is written to the audit log.
+ *
+ * The audit log may live on another Redis than the claims (the main one), so the two writes
+ * are not atomic: the release happens first, and an audit write that fails is thrown to the
+ * operator after the release took effect.
+ */
+import { appendAudit } from "../audit/append";
+import type { RedisKeys } from "../redis/keys";
+import { CLAIM_FORCE_RELEASE, META_FIELDS, runScript, type ScriptingClient } from "../redis/scripts";
+import { InvalidClaimNameError } from "./errors";
+import { holderFromFieldList, unexpectedReply } from "./holder";
+import { checkClaimName } from "./name";
+import type { ClaimHolder } from "./types";
+
+export interface ForceReleaseRequest {
+  name: string;
+  /** The token the operator was shown (from `listClaims`). */
+  token: string;
+  /** Who is doing it. */
+  actor: string;
+  /** Why; required, it is what the audit log is for. */
+  reason: string;
+}
+
+export type ForceReleaseResult = { auditId: string } & (
+  | { status: "released"; holder: ClaimHolder }
+  /** The claim now has another token (a newer holder); nothing was changed. */
+  | { status: "not-owner"; currentToken: string; holder: ClaimHolder }
+  /** Nobody holds the claim (it expired or was released). */
+  | { status: "missing" }
+);
+
+export interface ForceReleaseClients {
+  /** The claims Redis. */
+  claims: ScriptingClient;
+  /** Where the audit log lives (may be the same client). */
+  audit: ScriptingClient;
+}
+
+export async function forceReleaseClaim(
+  clients: ForceReleaseClients,
+  keys: RedisKeys,
+  request: ForceReleaseRequest,
+): Promise<ForceReleaseResult> {
+  const { name, token, actor, reason } = request;
+  const nameCheck = checkClaimName(name);
+  if (!nameCheck.ok) throw new InvalidClaimNameError(name, nameCheck.reason);
+  if (!token) throw new RangeError("force release needs the token the operator was shown");
+  if (!actor.trim()) throw new RangeError("force release needs the acting operator");
+  if (!reason.trim()) throw new RangeError("force release needs a reason");
+
+  const audit = (result: "done" | "refused" | "failed", detail: Record<string, unknown>) =>
+    appendAudit(clients.audit, keys, { actor, action: "force-release", reason, result, detail });
+
+  let reply: unknown;
+  try {
+    reply = await runScript(
+      clients.claims,
+      CLAIM_FORCE_RELEASE,
+      [keys.claim(name), keys.claimMeta(name), keys.claimRegistry],
+      [token, name],
+    );
+  } catch (error) {
+    await audit("failed", { name, token, error: String(error) }).catch(() => {});
+    throw error;
+  }
+  if (!Array.isArray(reply)) throw unexpectedReply("force-release", reply);
+  const [code] = reply;
+  if (code === -2 && reply.length === 1) {
+    const auditId = await audit("refused", { name, token, outcome: "missing" });
+    return { status: "missing", auditId };
+  }
+  if ((code === 1 || code === -6) && reply.length === META_FIELDS.length + 2) {
+    const currentToken = String(reply[1]);
+    const holder = holderFromFieldList(reply, 2);
+    const holderDetail = {
+      host: holder.host,
+      pid: holder.pid,
+      workerId: holder.workerId,
+      jobId: holder.jobId,
+      runId: holder.runId,
+    };
+    if (code === 1) {
+      const auditId = await audit("done", {
+        name,
+        token,
+        fence: holder.fence,
+        holder: holderDetail,
+        outcome: "released",
+      });
+      return { status: "released", holder, auditId };
+    }
+    const auditId = await audit("refused", {
+      name,
+      token,
+      currentToken,
+      fence: holder.fence,
+      holder: holderDetail,
+      outcome: "not-owner",
+    });
+    return { status: "not-owner", currentToken, holder, auditId };
+  }
+  throw unexpectedReply("force-release", reply);
+}

@@ -1,0 +1,68 @@
+/** Decoding of claim metadata as Redis returns it (script field lists and HGETALL hashes). */
+import { META_FIELDS } from "../redis/scripts";
+import type { ClaimHolder } from "./types";
+
+/** Holder from a script reply: the values of `META_FIELDS`, in order, starting at `offset`. */
+export function holderFromFieldList(reply: readonly unknown[], offset: number): ClaimHolder {
+  const hash: Record<string, string> = {};
+  META_FIELDS.forEach((field, i) => {
+    hash[field] = String(reply[offset + i] ?? "");
+  });
+  return holderFromHash(hash);
+}
+
+/** Holder from an HGETALL of the metadata hash. */
+export function holderFromHash(hash: Record<string, string>): ClaimHolder {
+  const identity = parseIdentity(hash.holder);
+  return {
+    host: stringOrNull(identity.host),
+    pid: toNumberOrNull(identity.pid),
+    workerId: stringOrNull(identity.workerId),
+    jobId: stringOrNull(hash.jobId),
+    runId: stringOrNull(identity.runId),
+    rebuild: stringOrNull(identity.rebuild),
+    tenant: stringOrNull(identity.tenant),
+    version: stringOrNull(identity.version),
+    fence: toNumberOrNull(hash.fence),
+    ttlMs: toNumberOrNull(hash.ttlMs),
+    refreshEveryMs: toNumberOrNull(hash.refreshEveryMs),
+    acquiredAt: toNumberOrNull(hash.acquiredAt),
+    refreshedAt: toNumberOrNull(hash.refreshedAt),
+  };
+}
+
+/** The holder identity as `acquireClaim` writes it into the `holder` field. */
+export interface HolderIdentity {
+  host: string;
+  pid: number;
+  workerId: string;
+  runId: string;
+  rebuild: string;
+  tenant: string;
+  version: string;
+}
+
+function parseIdentity(json: string | undefined): Partial<Record<keyof HolderIdentity, unknown>> {
+  if (!json) return {};
+  try {
+    const parsed: unknown = JSON.parse(json);
+    return parsed && typeof parsed === "object" ? (parsed as Record<string, unknown>) : {};
+  } catch {
+    return {};
+  }
+}
+
+function stringOrNull(value: unknown): string | null {
+  return typeof value === "string" && value !== "" ? value : null;
+}
+
+export function toNumberOrNull(raw: unknown): number | null {
+  if (raw === null || raw === undefined || raw === "") return null;
+  const value = Number(raw);
+  return Number.isFinite(value) ? value : null;
+}
+
+/** A Lua script broke its documented reply shape: an invariant, so it throws. */
+export function unexpectedReply(script: string, reply: unknown): Error {
+  return new Error(`unexpected reply from the ${script} script: ${JSON.stringify(reply)}`);
+}

@@ -1,0 +1,151 @@
+/**
+ * Keeps a granted claim alive while work runs under it, and says when it is lost.
+ *
+ * - Refreshes every `refreshEveryMs` on independent ticks: a hung refresh never stalls the
+ *   next one, and a late reply is still honoured (a success extends, a not-owner aborts).
+ * - Local deadline: the time the last *successful* refresh was *sent* plus the TTL, on the
+ *   monotonic clock (`performance.now()`). Redis started the TTL no earlier than that send,
+ *   so past the deadline another process may hold the claim. A timer aborts at the deadline
+ *   even when refreshes hang (Redis unreachable); transient errors before it are ridden out.
+ * - After a pause (SIGSTOP, swapping, CPU starvation) timers fire late and I/O callbacks may
+ *   run first; `throwIfLost()` checks the deadline synchronously for code about to do
+ *   something irreversible. The fenced publish is the guarantee; this is the early stop.
+ */
+import type { RedisKeys } from "../redis/keys";
+import type { ScriptingClient } from "../redis/scripts";
+import { ClaimLostError, type ClaimLossCause } from "./errors";
+import { refreshClaim } from "./refresh";
+import type { ClaimTiming } from "./types";
+
+export type ClaimKeeperEvent =
+  | { type: "refreshed"; deadlineInMs: number }
+  | { type: "refresh-error"; error: unknown }
+  | { type: "lost"; error: ClaimLostError };
+
+/** What work running under a claim sees. */
+export interface HeldClaim {
+  readonly name: string;
+  readonly token: string;
+  readonly fence: number;
+  /** Aborted with a `ClaimLostError` as its reason when the claim is lost. */
+  readonly signal: AbortSignal;
+  /** Checks the local deadline now (timers lag after a pause); throws the `ClaimLostError` if lost. */
+  throwIfLost(): void;
+  /** Milliseconds until the local deadline (≤ 0: passed). */
+  msUntilDeadline(): number;
+}
+
+export class ClaimKeeper implements HeldClaim {
+  private readonly controller = new AbortController();
+  private deadline: number;
+  private refreshTimer: ReturnType<typeof setTimeout> | undefined;
+  private deadlineTimer: ReturnType<typeof setTimeout> | undefined;
+  private stopped = false;
+
+  constructor(
+    private readonly client: ScriptingClient,
+    private readonly keys: RedisKeys,
+    readonly name: string,
+    readonly token: string,
+    readonly fence: number,
+    private readonly timing: ClaimTiming,
+    /** `performance.now()` just before the acquire was sent. */
+    grantSentAt: number,
+    private readonly onEvent: (event: ClaimKeeperEvent) => void = () => {},
+  ) {
+    this.deadline = grantSentAt + timing.ttlMs;
+  }
+
+  get signal(): AbortSignal {
+    return this.controller.signal;
+  }
+
+  /** The loss, once the claim is lost. */
+  get lostError(): ClaimLostError | undefined {
+    return this.controller.signal.aborted ? (this.controller.signal.reason as ClaimLostError) : undefined;
+  }
+
+  start(): void {
+    if (this.deadlinePassed()) return;
+    this.armDeadline();
+    this.scheduleRefresh();
+  }
+
+  /** Stops refreshing (before release); the signal stays as it is. */
+  stop(): void {
+    this.stopped = true;
+    clearTimeout(this.refreshTimer);
+    clearTimeout(this.deadlineTimer);
+  }
+
+  throwIfLost(): void {
+    this.deadlinePassed();
+    this.controller.signal.throwIfAborted();
+  }
+
+  msUntilDeadline(): number {
+    return this.deadline - performance.now();
+  }
+
+  /** Loses the claim if the deadline passed; true when the claim is lost (for any reason). */
+  private deadlinePassed(): boolean {
+    if (!this.controller.signal.aborted && performance.now() >= this.deadline) this.lose("deadline");
+    return this.controller.signal.aborted;
+  }
+
+  private armDeadline(): void {
+    clearTimeout(this.deadlineTimer);
+    // Re-checked on firing: a timer is never early in Node, but the deadline may have moved.
+    this.deadlineTimer = setTimeout(
+      () => {
+        if (!this.deadlinePassed() && !this.stopped) this.armDeadline();
+      },
+      Math.max(0, this.msUntilDeadline()),
+    );
+  }
+
+  private scheduleRefresh(): void {
+    this.refreshTimer = setTimeout(() => this.refreshOnce(), this.timing.refreshEveryMs);
+  }
+
+  private refreshOnce(): void {
+    if (this.stopped || this.deadlinePassed()) return;
+    const sentAt = performance.now();
+    this.scheduleRefresh();
+    refreshClaim(this.client, this.keys, this.name, this.token, this.timing.ttlMs).then(
+      (result) => {
+        if (this.stopped || this.controller.signal.aborted) return;
+        if (result.status === "refreshed") {
+          this.deadline = Math.max(this.deadline, sentAt + this.timing.ttlMs);
+          // A reply that arrives after a pause may extend to a deadline that already passed.
+          if (this.deadlinePassed()) return;
+          this.armDeadline();
+          this.emit({ type: "refreshed", deadlineInMs: this.msUntilDeadline() });
+        } else {
+          this.lose(result.status === "not-owner" ? "superseded" : "expired");
+        }
+      },
+      (error: unknown) => {
+        if (!this.stopped && !this.controller.signal.aborted) this.emit({ type: "refresh-error", error });
+      },
+    );
+  }
+
+  private lose(cause: ClaimLossCause): void {
+    if (this.controller.signal.aborted) return;
+    const error = new ClaimLostError(this.name, cause, this.fence);
+    clearTimeout(this.refreshTimer);
+    clearTimeout(this.deadlineTimer);
+    this.controller.abort(error);
+    this.emit({ type: "lost", error });
+  }
+
+  /** A reporting hook that throws must not break the keeper (or become an unhandled rejection). */
+  private emit(event: ClaimKeeperEvent): void {
+    try {
+      this.onEvent(event);
+    } catch {
+      // ignored: events are informational
+    }
+  }
+}

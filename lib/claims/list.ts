@@ -1,0 +1,161 @@
+/**
+ * Listing claims for the dashboard: the registry (ZSET of names, ordered by name) plus one
+ * pipeline per page — O(page) Redis work, never KEYS or a keyspace scan. Registry entries whose
+ * claim expired are pruned on the way (owner of the name re-checked in a script, so a name
+ * claimed again meanwhile is kept).
+ */
+import type { Redis } from "ioredis";
+import type { RedisKeys } from "../redis/keys";
+import { CLAIM_PRUNE, queueScript, scriptPipeline, type ScriptingPipelineClient } from "../redis/scripts";
+import { holderFromHash } from "./holder";
+import type { ClaimHolder } from "./types";
+
+/** Largest page `listClaims` serves in one call. */
+export const MAX_CLAIMS_PAGE = 1_000;
+
+export type StaleReason =
+  | {
+      kind: "refresh-overdue";
+      /** Time since the last successful refresh, on the claims server's clock. */
+      sinceRefreshMs: number;
+      refreshEveryMs: number;
+    }
+  | { kind: "holder-not-live"; workerId: string };
+
+export interface ClaimInfo {
+  name: string;
+  /** The holder's token; an operator's force release must send it back (compare-and-delete). */
+  token: string;
+  fence: number | null;
+  /** Remaining lifetime, from PTTL at read time. */
+  pttlMs: number;
+  holder: ClaimHolder;
+  consecutiveSkips: number;
+  /** Empty when the claim looks healthy. */
+  stale: StaleReason[];
+}
+
+export interface ListClaimsOptions {
+  /** Page size (1…1000). Omitted: every claim in one call (O(number of claims)). */
+  limit?: number;
+  /** `nextCursor` of the previous page; names after it are returned. */
+  cursor?: string | null;
+  /**
+   * Ids of workers with a live heartbeat (`listLiveWorkers` on the main Redis). Omitted:
+   * the holder-not-live check is skipped, since the claims Redis may be another server.
+   */
+  liveWorkerIds?: ReadonlySet<string>;
+}
+
+export interface ClaimPage {
+  claims: ClaimInfo[];
+  /** Cursor of the next page, or `null` at the end. */
+  nextCursor: string | null;
+  /** Registry entries of expired claims removed during this call. */
+  pruned: number;
+  /** The claims server's time (ms) the staleness was judged at. */
+  serverTime: number;
+}
+
+type ListClient = ScriptingPipelineClient & Pick<Redis, "zrangebylex">;
+
+export async function listClaims(
+  client: ListClient,
+  keys: RedisKeys,
+  options: ListClaimsOptions = {},
+): Promise<ClaimPage> {
+  const { limit, cursor } = options;
+  if (limit !== undefined && (!Number.isSafeInteger(limit) || limit < 1 || limit > MAX_CLAIMS_PAGE)) {
+    throw new RangeError(`limit must be a whole number from 1 to ${MAX_CLAIMS_PAGE} (got ${limit})`);
+  }
+  const from = cursor ? `(${cursor}` : "-";
+  const names =
+    limit === undefined
+      ? await client.zrangebylex(keys.claimRegistry, from, "+")
+      : await client.zrangebylex(keys.claimRegistry, from, "+", "LIMIT", 0, limit);
+  const nextCursor = limit !== undefined && names.length === limit ? names[names.length - 1]! : null;
+
+  const { claims, missing, serverTime } = await readClaims(client, keys, names, options.liveWorkerIds);
+  let pruned = 0;
+  if (missing.length > 0) {
+    const pipeline = scriptPipeline(client);
+    for (const name of missing) queueScript(pipeline, CLAIM_PRUNE, [keys.claim(name), keys.claimRegistry], [name]);
+    for (const [error, reply] of (await pipeline.exec()) ?? []) if (!error && reply === 1) pruned += 1;
+  }
+  return { claims, nextCursor, pruned, serverTime };
+}
+
+/** One claim with its holder, PTTL, skips and staleness, or `null` when nobody holds it. */
+export async function readClaim(
+  client: ScriptingPipelineClient,
+  keys: RedisKeys,
+  name: string,
+  options: Pick<ListClaimsOptions, "liveWorkerIds"> = {},
+): Promise<ClaimInfo | null> {
+  const { claims } = await readClaims(client, keys, [name], options.liveWorkerIds);
+  return claims[0] ?? null;
+}
+
+/** One pipeline: TIME, then GET + PTTL + HGETALL + HGET(skips) per name. */
+async function readClaims(
+  client: ScriptingPipelineClient,
+  keys: RedisKeys,
+  names: readonly string[],
+  liveWorkerIds: ReadonlySet<string> | undefined,
+): Promise<{ claims: ClaimInfo[]; missing: string[]; serverTime: number }> {
+  const pipeline = scriptPipeline(client);
+  pipeline.time();
+  for (const name of names) {
+    pipeline.get(keys.claim(name)).pttl(keys.claim(name)).hgetall(keys.claimMeta(name)).hget(keys.claimSkips, name);
+  }
+  const replies = (await pipeline.exec()) ?? [];
+  const failed = replies.find(([error]) => error);
+  if (failed) throw failed[0];
+  const time = replies[0]![1] as [string, string];
+  const serverTime = Number(time[0]) * 1000 + Math.floor(Number(time[1]) / 1000);
+
+  const claims: ClaimInfo[] = [];
+  const missing: string[] = [];
+  names.forEach((name, i) => {
+    const base = 1 + i * 4;
+    const token = replies[base]![1] as string | null;
+    const pttlMs = replies[base + 1]![1] as number;
+    const hash = replies[base + 2]![1] as Record<string, string>;
+    const skips = replies[base + 3]![1] as string | null;
+    // PTTL -2: expired between GET and PTTL.
+    if (token === null || pttlMs === -2) {
+      missing.push(name);
+      return;
+    }
+    const holder = holderFromHash(hash);
+    claims.push({
+      name,
+      token,
+      fence: holder.fence,
+      pttlMs,
+      holder,
+      consecutiveSkips: Number(skips ?? 0),
+      stale: staleReasons(holder, serverTime, liveWorkerIds),
+    });
+  });
+  return { claims, missing, serverTime };
+}
+
+/**
+ * A claim is stale when its last refresh is older than two refresh intervals (the holder is
+ * stuck or gone; it will expire within its TTL), or when its holder worker has no live heartbeat.
+ */
+export function staleReasons(
+  holder: ClaimHolder,
+  serverTime: number,
+  liveWorkerIds: ReadonlySet<string> | undefined,
+): StaleReason[] {
+  const reasons: StaleReason[] = [];
+  const { refreshedAt, refreshEveryMs, workerId } = holder;
+  if (refreshedAt !== null && refreshEveryMs !== null && refreshEveryMs > 0) {
+    const sinceRefreshMs = serverTime - refreshedAt;
+    if (sinceRefreshMs > 2 * refreshEveryMs) reasons.push({ kind: "refresh-overdue", sinceRefreshMs, refreshEveryMs });
+  }
+  if (liveWorkerIds && workerId && !liveWorkerIds.has(workerId)) reasons.push({ kind: "holder-not-live", workerId });
+  return reasons;
+}

@@ -1,0 +1,81 @@
+/**
+ * Fenced publish: the published pointer of a claim name moves only for the newest grant.
+ * A holder that was paused, cut off or taken over still has its old fence, and is refused here
+ * even in the window before it notices its loss — the lock alone cannot give that guarantee.
+ */
+import type { Redis } from "ioredis";
+import type { RedisKeys } from "../redis/keys";
+import { FENCED_PUBLISH, runScript, type ScriptingClient } from "../redis/scripts";
+import { toNumberOrNull, unexpectedReply } from "./holder";
+
+export interface PublishRequest {
+  name: string;
+  /** The fence of the caller's grant (`acquireClaim` / `withClaim`). */
+  fence: number;
+  /** What is published: a build id, content hash or output path. */
+  value: string;
+  runId?: string;
+}
+
+export type PublishResult =
+  | {
+      status: "published";
+      publishedAt: number;
+      /** This fence had already published this exact value (a retried call); nothing changed. */
+      repeated: boolean;
+    }
+  | {
+      status: "superseded";
+      /** Newest fence issued for the claim; a caller below it has been replaced. */
+      newestFence: number;
+      /** Fence of what is published now (0: nothing yet). */
+      publishedFence: number;
+    };
+
+export interface PublishedPointer {
+  fence: number;
+  value: string;
+  runId: string | null;
+  publishedAt: number;
+}
+
+export async function publishFenced(
+  client: ScriptingClient,
+  keys: RedisKeys,
+  request: PublishRequest,
+): Promise<PublishResult> {
+  if (!Number.isSafeInteger(request.fence) || request.fence <= 0) {
+    throw new RangeError(`fence must be a positive whole number (got ${request.fence})`);
+  }
+  const reply = await runScript(
+    client,
+    FENCED_PUBLISH,
+    [keys.claimFence(request.name), keys.published(request.name)],
+    [request.fence, request.value, request.runId ?? ""],
+  );
+  if (!Array.isArray(reply)) throw unexpectedReply("publish", reply);
+  const [code] = reply;
+  if (code === 1 || code === 2) {
+    return { status: "published", publishedAt: Number(reply[1]), repeated: code === 2 };
+  }
+  if (code === -6) {
+    return { status: "superseded", newestFence: Number(reply[1]), publishedFence: Number(reply[2]) };
+  }
+  throw unexpectedReply("publish", reply);
+}
+
+/** What is published for a claim name now, or `null`. */
+export async function readPublished(
+  client: Pick<Redis, "hgetall">,
+  keys: RedisKeys,
+  name: string,
+): Promise<PublishedPointer | null> {
+  const hash = await client.hgetall(keys.published(name));
+  if (!hash.fence || hash.value === undefined) return null;
+  return {
+    fence: Number(hash.fence),
+    value: hash.value,
+    runId: hash.runId || null,
+    publishedAt: toNumberOrNull(hash.publishedAt) ?? 0,
+  };
+}

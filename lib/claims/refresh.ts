@@ -1,0 +1,25 @@
+/** Refresh: owner-checked `PEXPIRE` of the claim and its metadata, plus `refreshedAt`; one script. */
+import type { RedisKeys } from "../redis/keys";
+import { CLAIM_REFRESH, runScript, type ScriptingClient } from "../redis/scripts";
+import { unexpectedReply } from "./holder";
+import type { RefreshResult } from "./types";
+
+export async function refreshClaim(
+  client: ScriptingClient,
+  keys: RedisKeys,
+  name: string,
+  token: string,
+  ttlMs: number,
+): Promise<RefreshResult> {
+  const reply = await runScript(client, CLAIM_REFRESH, [keys.claim(name), keys.claimMeta(name)], [token, ttlMs]);
+  switch (reply) {
+    case 1:
+      return { status: "refreshed" };
+    case -2:
+      return { status: "missing" };
+    case -6:
+      return { status: "not-owner" };
+    default:
+      throw unexpectedReply("refresh", reply);
+  }
+}

@@ -1,0 +1,32 @@
+/**
+ * Release: owner-checked delete of the claim, its metadata and registry entry; one script.
+ * Never deletes a claim held by another token. The fence counter is kept (it never goes back).
+ */
+import type { RedisKeys } from "../redis/keys";
+import { CLAIM_RELEASE, runScript, type ScriptingClient } from "../redis/scripts";
+import { unexpectedReply } from "./holder";
+import type { ReleaseResult } from "./types";
+
+export async function releaseClaim(
+  client: ScriptingClient,
+  keys: RedisKeys,
+  name: string,
+  token: string,
+): Promise<ReleaseResult> {
+  const reply = await runScript(
+    client,
+    CLAIM_RELEASE,
+    [keys.claim(name), keys.claimMeta(name), keys.claimRegistry],
+    [token, name],
+  );
+  switch (reply) {
+    case 1:
+      return { status: "released" };
+    case -2:
+      return { status: "missing" };
+    case -6:
+      return { status: "not-owner" };
+    default:
+      throw unexpectedReply("release", reply);
+  }
+}

@@ -1,0 +1,72 @@
+/**
+ * Shapes shared by the claim operations. Expected outcomes are discriminated unions on `status`.
+ */
+
+/** What the caller says about itself when acquiring; host and pid are filled in by `acquireClaim`. */
+export interface ClaimMetadata {
+  /** Worker process id (`lib/workers/heartbeat`), for stale-holder detection. */
+  workerId?: string;
+  /**
+   * BullMQ job id. A new attempt of the same job id takes the claim over from an earlier
+   * attempt (redelivered after its worker died or stalled) instead of waiting for the TTL.
+   * Empty: never take over.
+   */
+  jobId?: string;
+  runId?: string;
+  /** Rebuild definition id. */
+  rebuild?: string;
+  tenant?: string;
+  /** claimwatch version of the holder. */
+  version?: string;
+}
+
+/** The holder of a claim as stored in its metadata hash; `null` where a field is absent. */
+export interface ClaimHolder {
+  host: string | null;
+  pid: number | null;
+  workerId: string | null;
+  jobId: string | null;
+  runId: string | null;
+  rebuild: string | null;
+  tenant: string | null;
+  version: string | null;
+  fence: number | null;
+  ttlMs: number | null;
+  refreshEveryMs: number | null;
+  /** Claims-server time, ms since epoch. */
+  acquiredAt: number | null;
+  /** Claims-server time of the last successful refresh (or the grant), ms since epoch. */
+  refreshedAt: number | null;
+}
+
+export interface ClaimTiming {
+  /** Lifetime of the claim without a refresh. */
+  ttlMs: number;
+  /** Refresh cadence; at most `ttlMs / 2`, so one failed refresh does not lose the claim. */
+  refreshEveryMs: number;
+}
+
+export type AcquireResult =
+  | {
+      status: "acquired";
+      /** `host:pid:random`; proves ownership to refresh and release. */
+      token: string;
+      /** Fencing token: higher than every earlier grant of this name. */
+      fence: number;
+      acquiredAt: number;
+      /** Set when this grant took the claim over from an earlier attempt of the same job id. */
+      tookOverFrom: { token: string; fence: number | null } | null;
+    }
+  | {
+      status: "held";
+      holder: ClaimHolder;
+      /** Holder's claimwatch version (also in `holder`). */
+      version: string | null;
+      /** Remaining lifetime of the holder's claim. */
+      pttlMs: number;
+      ttlMs: number | null;
+    };
+
+export type RefreshResult = { status: "refreshed" } | { status: "missing" } | { status: "not-owner" };
+
+export type ReleaseResult = { status: "released" } | { status: "missing" } | { status: "not-owner" };

@@ -1,0 +1,124 @@
+/**
+ * Run `fn` under a claim: acquire, keep it refreshed, abort `fn`'s signal on loss, release in
+ * `finally`. Not acquiring is an expected outcome (`held`: `fn` is not called; count it as a
+ * skip), not an error.
+ */
+import type { RedisKeys } from "../redis/keys";
+import type { ScriptingClient } from "../redis/scripts";
+import { acquireClaim } from "./acquire";
+import type { ClaimLostError } from "./errors";
+import { ClaimKeeper, type ClaimKeeperEvent, type HeldClaim } from "./keeper";
+import { releaseClaim } from "./release";
+import { assertClaimTiming } from "./timing";
+import type { AcquireResult, ClaimMetadata, ClaimTiming, ReleaseResult } from "./types";
+
+export interface WithClaimOptions extends ClaimTiming {
+  /**
+   * Longest wait for the release in `finally` (default: min(ttlMs, 5 s)). A release still
+   * queued after it is harmless: it is owner-checked, and the claim expires on its own.
+   */
+  releaseTimeoutMs?: number;
+  /** Events that do not change the outcome (transient refresh errors, release problems). */
+  onEvent?: (event: WithClaimEvent) => void;
+}
+
+export type WithClaimEvent = ClaimKeeperEvent | { type: "release-failed"; outcome: ReleaseOutcome };
+
+export type ReleaseOutcome = ReleaseResult | { status: "error"; error: unknown } | { status: "timeout" };
+
+export type WithClaimResult<T> =
+  | Extract<AcquireResult, { status: "held" }>
+  | {
+      status: "done";
+      value: T;
+      token: string;
+      fence: number;
+      tookOverFrom: { token: string; fence: number | null } | null;
+      /**
+       * Set when the claim was lost while `fn` ran but `fn` finished anyway (it ignored its
+       * signal): the value was produced without exclusivity; only a fenced publish is safe.
+       */
+      claimLost: ClaimLostError | null;
+      release: ReleaseOutcome;
+    };
+
+/**
+ * Throws (rejects) on invalid timing (`refreshEveryMs > ttlMs / 2`). When `fn` throws after
+ * the claim was lost, the `ClaimLostError` is thrown instead of `fn`'s error (usually the
+ * AbortError it caused). Release problems are reported, never thrown over `fn`'s outcome.
+ */
+export async function withClaim<T>(
+  client: ScriptingClient,
+  keys: RedisKeys,
+  name: string,
+  meta: ClaimMetadata,
+  fn: (claim: HeldClaim) => Promise<T> | T,
+  options: WithClaimOptions,
+): Promise<WithClaimResult<T>> {
+  const timing = { ttlMs: options.ttlMs, refreshEveryMs: options.refreshEveryMs };
+  assertClaimTiming(timing);
+  const onEvent = options.onEvent ?? (() => {});
+
+  const sentAt = performance.now();
+  const grant = await acquireClaim(client, keys, name, meta, timing);
+  if (grant.status === "held") return grant;
+
+  const keeper = new ClaimKeeper(client, keys, name, grant.token, grant.fence, timing, sentAt, onEvent);
+  keeper.start();
+  let outcome: { ok: true; value: T } | { ok: false; error: unknown };
+  try {
+    keeper.throwIfLost(); // the acquire itself took longer than the TTL
+    outcome = { ok: true, value: await fn(keeper) };
+  } catch (error) {
+    outcome = { ok: false, error };
+  } finally {
+    keeper.stop();
+  }
+  const release = await releaseWithin(
+    client,
+    keys,
+    name,
+    grant.token,
+    options.releaseTimeoutMs ?? Math.min(timing.ttlMs, 5_000),
+  );
+  if (release.status !== "released") {
+    try {
+      onEvent({ type: "release-failed", outcome: release });
+    } catch {
+      // ignored: events are informational
+    }
+  }
+
+  const lost = keeper.lostError ?? null;
+  if (!outcome.ok) throw lost ?? outcome.error;
+  return {
+    status: "done",
+    value: outcome.value,
+    token: grant.token,
+    fence: grant.fence,
+    tookOverFrom: grant.tookOverFrom,
+    claimLost: lost,
+    release,
+  };
+}
+
+async function releaseWithin(
+  client: ScriptingClient,
+  keys: RedisKeys,
+  name: string,
+  token: string,
+  timeoutMs: number,
+): Promise<ReleaseOutcome> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timeout = new Promise<ReleaseOutcome>((resolve) => {
+    timer = setTimeout(() => resolve({ status: "timeout" }), timeoutMs);
+  });
+  try {
+    return await Promise.race([
+      releaseClaim(client, keys, name, token).catch((error: unknown): ReleaseOutcome => ({ status: "error", error })),
+      timeout,
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}

@@ -1,0 +1,301 @@
+/**
+ * Every Lua script claimwatch runs, as typed constants registered with ioredis `defineCommand`
+ * (EVALSHA, with EVAL when the server answers NOSCRIPT, e.g. after a restart).
+ *
+ * Each script's header lists KEYS, ARGV and return codes; `keys` in the TS constant repeats the
+ * KEYS order so callers pass an arity-checked tuple. Return codes follow one convention:
+ * positive = done, 0 = an expected "no" that is not a failure (e.g. held), -2 = missing,
+ * -6 = not the owner. Times inside scripts come from Redis `TIME`, so every timestamp a claim
+ * carries is on one clock (the claims server's), whatever the clocks of the hosts calling it.
+ * Scripts never build key names: every key they touch is passed in KEYS (Cluster safe) and is
+ * built in `keys.ts`.
+ */
+import type { ChainableCommander, Redis } from "ioredis";
+
+export interface LuaScript<KeyNames extends readonly string[] = readonly string[]> {
+  /** The ioredis command name the script is registered under. */
+  readonly command: string;
+  /** Names of KEYS[1..n], in order (documentation and arity). */
+  readonly keys: KeyNames;
+  readonly lua: string;
+}
+
+/**
+ * `nowMs`: the server's time in ms. A Lua number (a double) holds it exactly, and Redis passes a
+ * number argument to a command as "%.17g", i.e. as the plain integer.
+ */
+const SERVER_NOW = `
+local serverTime = redis.call('TIME')
+local nowMs = serverTime[1] * 1000 + math.floor(serverTime[2] / 1000)
+`;
+
+/** HMGET answers `false` for a missing field; a `false`/nil inside a returned table truncates it. */
+const OR_EMPTY = `
+local function orEmpty(value)
+  if value then return value end
+  return ''
+end
+`;
+
+/**
+ * The claim metadata hash, as returned to a contender or an operator (HMGET, in this order).
+ * The token is not repeated here: the claim key holds it, and the two are written together.
+ * Fields the scripts read or write are separate; the holder's identity (host, pid, workerId,
+ * runId, rebuild, tenant, version), which is only displayed, is one JSON field written once per
+ * grant: every extra ARGV and hash field costs the acquire script measurably (bench/claims.ts).
+ */
+export const META_FIELDS = [
+  "jobId",
+  "fence",
+  "ttlMs",
+  "refreshEveryMs",
+  "acquiredAt",
+  "refreshedAt",
+  "holder",
+] as const;
+const META_FIELDS_LUA = META_FIELDS.map((field) => `'${field}'`).join(", ");
+const META_INDEX = (field: (typeof META_FIELDS)[number]) => META_FIELDS.indexOf(field) + 1;
+
+export const CLAIM_ACQUIRE = {
+  command: "claimwatchClaimAcquire",
+  keys: ["claim", "claimMeta", "claimFence", "claimRegistry"],
+  lua: `
+--[[ Acquire a claim, or take it over from an earlier attempt of the same job.
+KEYS[1] claim          STRING holder token, PX ttl
+KEYS[2] claimMeta      HASH ${META_FIELDS.join(", ")}; PX ttl
+KEYS[3] claimFence     STRING fence counter (INCR on every grant; never expires)
+KEYS[4] claimRegistry  ZSET of claim names (score 0)
+ARGV[1] token   ARGV[2] ttlMs   ARGV[3] claim name
+ARGV[4] jobId: a holder with this same non-empty job id is an earlier attempt and is taken over
+ARGV[5] refreshEveryMs   ARGV[6] holder identity (JSON)
+Every metadata field is written on every grant, so nothing of an earlier holder survives.
+Returns
+  {1, fence, acquiredAt}                                acquired: the name was free
+  {2, fence, acquiredAt, previousToken, previousFence}  took over from the same job id
+  {0, pttl, ${META_FIELDS.join(", ")}}   held by another job (nothing written)
+]]
+${OR_EMPTY}
+local code = 1
+local previousToken = ''
+local previousFence = ''
+-- The common case in one call: SET NX PX is the grant.
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local meta = redis.call('HMGET', KEYS[2], ${META_FIELDS_LUA})
+  if ARGV[4] == '' or meta[${META_INDEX("jobId")}] ~= ARGV[4] then
+    local reply = {0, redis.call('PTTL', KEYS[1])}
+    for i = 1, ${META_FIELDS.length} do reply[i + 2] = orEmpty(meta[i]) end
+    return reply
+  end
+  code = 2
+  previousToken = redis.call('GET', KEYS[1])
+  previousFence = orEmpty(meta[${META_INDEX("fence")}])
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+end
+${SERVER_NOW}
+local fence = redis.call('INCR', KEYS[3])
+redis.call('HSET', KEYS[2], 'jobId', ARGV[4], 'fence', fence, 'ttlMs', ARGV[2],
+  'refreshEveryMs', ARGV[5], 'acquiredAt', nowMs, 'refreshedAt', nowMs, 'holder', ARGV[6])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+redis.call('ZADD', KEYS[4], 0, ARGV[3])
+if code == 2 then return {2, fence, nowMs, previousToken, previousFence} end
+return {1, fence, nowMs}
+`,
+} as const satisfies LuaScript;
+
+export const CLAIM_REFRESH = {
+  command: "claimwatchClaimRefresh",
+  keys: ["claim", "claimMeta"],
+  lua: `
+--[[ Extend a claim the caller still holds.
+KEYS[1] claim   KEYS[2] claimMeta
+ARGV[1] token   ARGV[2] ttlMs
+Returns 1 refreshed (both keys PEXPIRE ttl, refreshedAt = now) | -2 missing | -6 not the owner
+]]
+local current = redis.call('GET', KEYS[1])
+if not current then return -2 end
+if current ~= ARGV[1] then return -6 end
+${SERVER_NOW}
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('HSET', KEYS[2], 'refreshedAt', nowMs)
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return 1
+`,
+} as const satisfies LuaScript;
+
+export const CLAIM_RELEASE = {
+  command: "claimwatchClaimRelease",
+  keys: ["claim", "claimMeta", "claimRegistry"],
+  lua: `
+--[[ Release a claim the caller holds. Never touches a claim held by another token.
+KEYS[1] claim   KEYS[2] claimMeta   KEYS[3] claimRegistry
+ARGV[1] token   ARGV[2] claim name
+Returns 1 released (claim, metadata and registry entry deleted)
+      | -2 missing (it had expired; its stale registry entry is dropped on the way)
+      | -6 not the owner (nothing changed)
+]]
+local current = redis.call('GET', KEYS[1])
+if not current then
+  redis.call('ZREM', KEYS[3], ARGV[2])
+  return -2
+end
+if current ~= ARGV[1] then return -6 end
+redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('ZREM', KEYS[3], ARGV[2])
+return 1
+`,
+} as const satisfies LuaScript;
+
+export const CLAIM_FORCE_RELEASE = {
+  command: "claimwatchClaimForceRelease",
+  keys: ["claim", "claimMeta", "claimRegistry"],
+  lua: `
+--[[ Operator release: compare-and-delete against the token the operator was shown.
+KEYS[1] claim   KEYS[2] claimMeta   KEYS[3] claimRegistry
+ARGV[1] token the operator saw   ARGV[2] claim name
+Returns
+  {1, token, ${META_FIELDS.join(", ")}}   released
+  {-6, currentToken, ${META_FIELDS.join(", ")}}   not the shown token: a newer holder (nothing changed)
+  {-2}   missing (registry entry dropped)
+]]
+${OR_EMPTY}
+local current = redis.call('GET', KEYS[1])
+if not current then
+  redis.call('ZREM', KEYS[3], ARGV[2])
+  return {-2}
+end
+local meta = redis.call('HMGET', KEYS[2], ${META_FIELDS_LUA})
+local code = -6
+if current == ARGV[1] then
+  code = 1
+  redis.call('DEL', KEYS[1], KEYS[2])
+  redis.call('ZREM', KEYS[3], ARGV[2])
+end
+local reply = {code, current}
+for i = 1, ${META_FIELDS.length} do reply[i + 2] = orEmpty(meta[i]) end
+return reply
+`,
+} as const satisfies LuaScript;
+
+export const CLAIM_PRUNE = {
+  command: "claimwatchClaimPrune",
+  keys: ["claim", "claimRegistry"],
+  lua: `
+--[[ Drop a registry entry whose claim expired, unless the name was claimed again meanwhile.
+KEYS[1] claim   KEYS[2] claimRegistry
+ARGV[1] claim name
+Returns 1 pruned | 0 kept (the claim exists)
+]]
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('ZREM', KEYS[2], ARGV[1])
+return 1
+`,
+} as const satisfies LuaScript;
+
+export const FENCED_PUBLISH = {
+  command: "claimwatchFencedPublish",
+  keys: ["claimFence", "published"],
+  lua: `
+--[[ Fenced compare-and-set of the published pointer.
+KEYS[1] claimFence (newest fence issued for the claim)   KEYS[2] published HASH
+ARGV[1] caller's fence   ARGV[2] value (build id / path)   ARGV[3] runId
+Moves the pointer only if the caller's fence is the newest issued AND higher than the
+published fence.
+Returns
+  {1, publishedAt}                     published
+  {2, publishedAt}                     this fence already published this value (a retried call)
+  {-6, newestFence, publishedFence}    superseded (nothing changed)
+]]
+local fence = tonumber(ARGV[1])
+local newest = tonumber(redis.call('GET', KEYS[1]) or '0')
+local current = redis.call('HMGET', KEYS[2], 'fence', 'value', 'publishedAt')
+local publishedFence = tonumber(current[1] or '0')
+if fence == publishedFence and current[2] == ARGV[2] then return {2, current[3]} end
+if fence ~= newest or fence <= publishedFence then
+  return {-6, newest, publishedFence}
+end
+${SERVER_NOW}
+redis.call('HSET', KEYS[2], 'fence', ARGV[1], 'value', ARGV[2], 'runId', ARGV[3], 'publishedAt', nowMs)
+return {1, nowMs}
+`,
+} as const satisfies LuaScript;
+
+export const AUDIT_APPEND = {
+  command: "claimwatchAuditAppend",
+  keys: ["auditLog"],
+  lua: `
+--[[ Append an audit entry and trim entries older than the retention (exact MINID trim, so
+nothing younger than the retention is ever removed). Entry ids carry the server's time.
+KEYS[1] auditLog STREAM
+ARGV[1] retentionMs   ARGV[2..] field/value pairs
+Returns the new entry id
+]]
+local serverTime = redis.call('TIME')
+local nowMs = tonumber(serverTime[1]) * 1000 + math.floor(tonumber(serverTime[2]) / 1000)
+local minId = string.format('%.0f', nowMs - tonumber(ARGV[1]))
+return redis.call('XADD', KEYS[1], 'MINID', minId, '*', unpack(ARGV, 2))
+`,
+} as const satisfies LuaScript;
+
+const ALL_SCRIPTS: readonly LuaScript[] = [
+  CLAIM_ACQUIRE,
+  CLAIM_REFRESH,
+  CLAIM_RELEASE,
+  CLAIM_FORCE_RELEASE,
+  CLAIM_PRUNE,
+  FENCED_PUBLISH,
+  AUDIT_APPEND,
+];
+
+/** The narrowest client that can run scripts. */
+export type ScriptingClient = Pick<Redis, "defineCommand">;
+/** A scripting client that can also open a pipeline (for batched script calls). */
+export type ScriptingPipelineClient = Pick<Redis, "defineCommand" | "pipeline">;
+
+type Arg = string | number;
+type KeyTuple<K extends readonly string[]> = { readonly [I in keyof K]: string };
+type ScriptMethod<R> = (...keysThenArgs: Arg[]) => R;
+
+const registered = new WeakSet<object>();
+
+/**
+ * Defines every script on `client` once; later calls are no-ops (ioredis would otherwise
+ * recompute and overwrite the definitions on each call). A pipeline only has the script
+ * methods when it is opened after this ran.
+ */
+export function registerScripts(client: ScriptingClient): void {
+  if (registered.has(client)) return;
+  for (const script of ALL_SCRIPTS) {
+    client.defineCommand(script.command, { numberOfKeys: script.keys.length, lua: script.lua });
+  }
+  registered.add(client);
+}
+
+/** Runs `script` with its KEYS (a tuple in the header's order) and ARGV. One round trip. */
+export function runScript<K extends readonly string[]>(
+  client: ScriptingClient,
+  script: LuaScript<K>,
+  keys: KeyTuple<K>,
+  args: readonly Arg[],
+): Promise<unknown> {
+  registerScripts(client);
+  const method = (client as unknown as Record<string, ScriptMethod<Promise<unknown>>>)[script.command];
+  return method!.call(client, ...(keys as readonly string[]), ...args);
+}
+
+/** A pipeline that carries the script methods (opened after registration). */
+export function scriptPipeline(client: ScriptingPipelineClient): ChainableCommander {
+  registerScripts(client);
+  return client.pipeline();
+}
+
+/** Queues `script` on a pipeline from `scriptPipeline`. */
+export function queueScript<K extends readonly string[]>(
+  pipeline: ChainableCommander,
+  script: LuaScript<K>,
+  keys: KeyTuple<K>,
+  args: readonly Arg[],
+): ChainableCommander {
+  const method = (pipeline as unknown as Record<string, ScriptMethod<ChainableCommander> | undefined>)[script.command];
+  if (!method) throw new Error(`pipeline was opened before the scripts were registered: use scriptPipeline()`);
+  return method.call(pipeline, ...(keys as readonly string[]), ...args);
+}
