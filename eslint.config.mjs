@@ -3,8 +3,23 @@ import reactHooks from "eslint-plugin-react-hooks";
 import tseslint from "typescript-eslint";
 
 export default tseslint.config(
-  { ignores: ["node_modules/", ".next/", ".data/", "next-env.d.ts", "test-results/", "playwright-report/"] },
+  {
+    ignores: [
+      "node_modules/",
+      ".next/",
+      ".data/",
+      "next-env.d.ts",
+      "test-results/",
+      "playwright-report/",
+      "data/",
+      "scratch/",
+    ],
+  },
   js.configs.recommended,
+  {
+    files: ["**/*.mjs"],
+    languageOptions: { globals: { process: "readonly", console: "readonly" } },
+  },
   ...tseslint.configs.recommended,
   {
     files: ["**/*.tsx"],

@@ -6,6 +6,7 @@
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { loadConfigOrExit } from "../lib/config";
+import { loadDefinitionsOrExit } from "../lib/rebuilds/definitions";
 import {
   clearEmbeddedState,
   readEmbeddedState,
@@ -24,6 +25,7 @@ const fail = (line: string, code = 1): never => {
 };
 
 const config = loadConfigOrExit("claimwatch");
+loadDefinitionsOrExit(config.definitionsPath, "claimwatch");
 process.env.NEXT_TELEMETRY_DISABLED = "1";
 
 if (!ensureBuild(root, say)) fail("`next build` failed; see the output above");

@@ -1,16 +1,28 @@
 /**
- * The worker process (`npm run worker`; `npm start` runs one). Connects to Redis, announces
- * itself with a heartbeat and waits for rebuild jobs. SIGTERM/SIGINT: retire and exit 0.
+ * The worker process (`npm run worker`; `npm start` runs one). Loads the rebuild definitions,
+ * upserts the schedules, processes rebuild jobs, keeps a heartbeat, and repairs `current`
+ * symlinks that disagree with the fenced pointer in Redis.
+ *
+ * SIGTERM/SIGINT (a deploy): running steps are aborted, claims released, jobs handed back to
+ * the queue with no failed attempt (another worker starts them at once), then exit 0.
  */
-import { loadConfigOrExit, CONFIG_EXIT_CODE } from "../lib/config";
-import { createRedis, closeRedis } from "../lib/redis/client";
-import { redisKeys } from "../lib/redis/keys";
-import { resolveRedisUrls, RedisNotConfiguredError } from "../lib/redis/connections";
-import { beat, newWorkerIdentity, retire, HEARTBEAT_EVERY_MS } from "../lib/workers/heartbeat";
+import { Queue } from "bullmq";
+import { CONFIG_EXIT_CODE, loadConfigOrExit } from "../lib/config";
 import { describeError } from "../lib/health/redis-safety";
+import { loadDefinitionsOrExit } from "../lib/rebuilds/definitions";
+import { queuePrefix, REBUILD_QUEUE } from "../lib/rebuilds/queue";
+import { repairCurrentLinks } from "../lib/rebuilds/repair";
+import { trimAllRuns } from "../lib/runs/records";
+import { syncSchedules } from "../lib/rebuilds/schedules";
+import { closeRedis, createRedis } from "../lib/redis/client";
+import { redisKeys } from "../lib/redis/keys";
+import { RedisNotConfiguredError, resolveRedisUrls } from "../lib/redis/connections";
 import { APP_VERSION } from "../lib/version";
+import { beat, HEARTBEAT_EVERY_MS, newWorkerIdentity, retire } from "../lib/workers/heartbeat";
+import { DEFAULT_WORKER_OPTIONS, startRebuildWorker } from "./rebuild-worker";
 
 const config = loadConfigOrExit("claimwatch-worker");
+const definitions = loadDefinitionsOrExit(config.definitionsPath, "claimwatch-worker");
 let urls;
 try {
   urls = resolveRedisUrls(config);
@@ -20,17 +32,33 @@ try {
   process.exit(CONFIG_EXIT_CODE);
 }
 
+const concurrency = Number(process.env.CLAIMWATCH_WORKER_CONCURRENCY ?? DEFAULT_WORKER_OPTIONS.concurrency);
+if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 256) {
+  process.stderr.write("claimwatch-worker: configuration error: CLAIMWATCH_WORKER_CONCURRENCY: must be 1-256\n");
+  process.exit(CONFIG_EXIT_CODE);
+}
+
 const keys = redisKeys(config.keyPrefix);
-const redis = createRedis(urls.main, "worker", "claimwatch-worker");
+const main = createRedis(urls.main, "worker", "claimwatch-worker");
+const claims = createRedis(urls.claims, "claims", "claimwatch-worker:claims");
 const identity = newWorkerIdentity(APP_VERSION);
 const log = (line: string) => process.stdout.write(`[worker ${identity.id}] ${line}\n`);
+
+const queue = new Queue(REBUILD_QUEUE, { connection: main, prefix: queuePrefix(keys) });
+const retention = { maxPerRebuild: definitions.retention.runs, maxAgeMs: definitions.retention.runAge };
+const { worker, running } = startRebuildWorker(
+  { connection: main, main, claims, keys, definitions, worker: identity, log, retention },
+  { ...DEFAULT_WORKER_OPTIONS, concurrency },
+);
 
 let lastBeatFailed = false;
 async function heartbeat(): Promise<void> {
   try {
-    await beat(redis, keys, identity, null);
+    await beat(main, keys, identity, running.ids().join(",") || null);
     if (lastBeatFailed) log("heartbeat restored");
     lastBeatFailed = false;
+    for (const line of await repairCurrentLinks(claims, keys, definitions)) log(line);
+    await trimAllRuns(main, keys, definitions, retention);
   } catch (error) {
     if (!lastBeatFailed) log(`heartbeat failed (will keep trying): ${describeError(error)}`);
     lastBeatFailed = true;
@@ -39,20 +67,29 @@ async function heartbeat(): Promise<void> {
 
 await heartbeat();
 const timer = setInterval(() => void heartbeat(), HEARTBEAT_EVERY_MS);
-log(`connected to ${new URL(urls.main).host}; waiting for rebuild jobs`);
+try {
+  const { upserted, removed } = await syncSchedules(queue, definitions);
+  log(`schedules: ${upserted.length} upserted${removed.length ? `, removed ${removed.join(", ")}` : ""}`);
+} catch (error) {
+  log(`could not sync schedules (will run jobs anyway): ${describeError(error)}`);
+}
+log(
+  `ready: ${definitions.rebuilds.size} rebuild(s) from ${definitions.file}, concurrency ${concurrency}, Redis ${new URL(urls.main).host}`,
+);
 
 let stopping = false;
 async function shutdown(signal: NodeJS.Signals): Promise<void> {
   if (stopping) return;
   stopping = true;
-  log(`${signal}: stopping`);
+  const jobs = running.ids();
+  log(`${signal}: stopping${jobs.length ? `; handing back ${jobs.join(", ")}` : ""}`);
   clearInterval(timer);
-  try {
-    await Promise.race([retire(redis, keys, identity.id), new Promise((r) => setTimeout(r, 2_000))]);
-  } catch {
-    // Redis gone: the heartbeat expires by itself.
-  }
-  await closeRedis(redis);
+  // Abort running steps; each processor releases its claim and moves its job back to waiting.
+  worker.cancelAllJobs("shutdown");
+  await Promise.race([worker.close(), new Promise((r) => setTimeout(r, 15_000))]);
+  await queue.close().catch(() => {});
+  await Promise.race([retire(main, keys, identity.id).catch(() => {}), new Promise((r) => setTimeout(r, 2_000))]);
+  await Promise.all([closeRedis(main), closeRedis(claims)]);
   process.exit(0);
 }
 process.on("SIGTERM", (signal) => void shutdown(signal));

@@ -1,16 +1,20 @@
 /**
  * Redis connections. Each process opens few, long-lived clients; the option sets differ by use:
  * - `worker`: BullMQ needs `maxRetriesPerRequest: null` (commands wait through reconnects).
+ * - `claims`: the worker's claims connection; every command is bounded in time.
  * - `web`: a request handler fails within seconds (one reconnect try, `commandTimeout`) rather
  *   than waiting for Redis to come back.
  * - `probe`: health checks; every command is bounded by `commandTimeout`.
  */
 import { Redis, type RedisOptions } from "ioredis";
 
-export type ClientRole = "worker" | "web" | "probe";
+export type ClientRole = "worker" | "claims" | "web" | "probe";
 
 const roleOptions: Record<ClientRole, RedisOptions> = {
   worker: { maxRetriesPerRequest: null, enableReadyCheck: true },
+  // The worker's claims connection: a refresh must fail within seconds during an outage, so the
+  // claim keeper can retry it and, failing that, abort at its local deadline.
+  claims: { maxRetriesPerRequest: 1, commandTimeout: 2_000, connectTimeout: 2_000 },
   web: { maxRetriesPerRequest: 1, connectTimeout: 2_000, commandTimeout: 5_000 },
   // Commands wait for a (re)connect, but never longer than commandTimeout: a probe made right
   // after start-up succeeds, and one made while Redis is down fails in bounded time.

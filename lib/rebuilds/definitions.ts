@@ -1,0 +1,275 @@
+/**
+ * Rebuild definitions (`CLAIMWATCH_CONFIG`, default claimwatch.yaml): parsed and validated once
+ * at start-up. An error names the file, the path inside it (`rebuilds.parcels.claim.ttl`) and the
+ * problem. Relative paths are resolved against the directory of the definitions file.
+ */
+import fs from "node:fs";
+import path from "node:path";
+import { CronExpressionParser } from "cron-parser";
+import { parse as parseYaml, YAMLParseError } from "yaml";
+import { z } from "zod";
+import { parseDuration } from "./duration";
+
+/** Rebuild and tenant names end up in claim names, job ids and URLs: keep them plain. */
+const NAME = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
+const nameSchema = (what: string) =>
+  z.string().regex(NAME, `${what} must be 1-64 letters, digits, '_' or '-', starting with a letter or digit`);
+
+const DURATION_MESSAGE = "must be a duration like 500ms, 90s, 10m, 2h, 1d or 1h30m";
+const duration = z
+  .string()
+  .regex(/^(?:\d+(?:ms|s|m|h|d))+$/, DURATION_MESSAGE)
+  .refine((text) => parseDuration(text) !== undefined, { message: DURATION_MESSAGE })
+  .transform((text) => parseDuration(text)!);
+
+const filePath = z
+  .string()
+  .min(1, "must not be empty")
+  // eslint-disable-next-line no-control-regex
+  .refine((p) => !/[\u0000-\u001f]/.test(p), "must not contain control characters");
+
+const isValidTimeZone = (tz: string) => {
+  try {
+    new Intl.DateTimeFormat("en", { timeZone: tz });
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+const scheduleSchema = z
+  .strictObject({
+    cron: z.string().min(1, "must not be empty"),
+    tz: z.string().default("UTC").refine(isValidTimeZone, "must be an IANA time zone such as Europe/Berlin or UTC"),
+  })
+  .superRefine((schedule, ctx) => {
+    try {
+      CronExpressionParser.parse(schedule.cron, { tz: schedule.tz }).next();
+    } catch (error) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["cron"],
+        message: `is not a cron expression: ${(error as Error).message}`,
+      });
+    }
+  });
+
+const placeholderArg = z.string();
+
+const runStepSchema = z.strictObject({
+  name: nameSchema("a step name"),
+  run: z.array(placeholderArg).min(1, "must name a program: an argv array like [tar, -czf, out.tgz, dir]"),
+  env: z
+    .record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "must be an environment variable name"), z.string())
+    .optional(),
+  cwd: z.string().optional(),
+  transientExitCodes: z.array(z.number().int().min(1).max(255)).default([]),
+  /** After an abort, how long the program has between SIGTERM and SIGKILL. */
+  killGrace: duration.default(5_000),
+});
+
+const tilesStepSchema = z.strictObject({
+  name: nameSchema("a step name"),
+  tiles: z
+    .strictObject({
+      input: filePath,
+      layer: nameSchema("a layer name"),
+      minZoom: z.number().int().min(0).max(24).default(0),
+      maxZoom: z.number().int().min(0).max(24).default(12),
+    })
+    .refine((t) => t.minZoom <= t.maxZoom, { message: "minZoom must not exceed maxZoom", path: ["minZoom"] }),
+});
+
+const stepSchema = z.union([runStepSchema, tilesStepSchema], {
+  error: "a step needs a name and exactly one of `run` (argv array) or `tiles` ({input, layer, minZoom, maxZoom})",
+});
+
+const rebuildSchema = z
+  .strictObject({
+    output: filePath,
+    tenants: z.array(nameSchema("a tenant name")).min(1, "must list at least one tenant, or be left out").optional(),
+    inputs: z.array(filePath).default([]),
+    schedule: scheduleSchema.optional(),
+    claim: z.strictObject({ ttl: duration.default(90_000), refreshEvery: duration.default(30_000) }).default({
+      ttl: 90_000,
+      refreshEvery: 30_000,
+    }),
+    timeLimit: duration.default(7_200_000),
+    retries: z
+      .strictObject({
+        attempts: z.number().int().min(1).max(50).default(4),
+        backoff: duration.default(30_000),
+        maxBackoff: duration.default(600_000),
+      })
+      .default({ attempts: 4, backoff: 30_000, maxBackoff: 600_000 }),
+    idempotency: z.strictObject({ ttl: duration.default(86_400_000) }).default({ ttl: 86_400_000 }),
+    steps: z.array(stepSchema).min(1, "must list at least one step"),
+  })
+  .superRefine((rebuild, ctx) => {
+    if (rebuild.timeLimit <= rebuild.claim.ttl) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["timeLimit"],
+        message: "must be longer than claim.ttl, or the run is killed while still holding a claim it cannot release",
+      });
+    }
+    if (rebuild.claim.refreshEvery > rebuild.claim.ttl / 2) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["claim", "refreshEvery"],
+        message: "must be at most half of claim.ttl, so one missed refresh does not lose the claim",
+      });
+    }
+    if (rebuild.tenants && new Set(rebuild.tenants).size !== rebuild.tenants.length) {
+      ctx.addIssue({ code: "custom", path: ["tenants"], message: "lists a tenant twice" });
+    }
+    const names = rebuild.steps.map((s) => s.name);
+    if (new Set(names).size !== names.length) {
+      ctx.addIssue({ code: "custom", path: ["steps"], message: "two steps share a name" });
+    }
+  });
+
+const retentionSchema = z.strictObject({
+  /** Run records kept per rebuild (and per rebuild + tenant). */
+  runs: z.number().int().min(10).max(1_000_000).default(10_000),
+  /** Run records older than this are removed. */
+  runAge: duration.default(30 * 86_400_000),
+  /** Finished BullMQ jobs kept for inspection (completed / failed), besides the run records. */
+  completedJobs: z.number().int().min(0).max(100_000).default(1_000),
+  failedJobs: z.number().int().min(0).max(100_000).default(5_000),
+});
+export type Retention = z.output<typeof retentionSchema>;
+export const DEFAULT_RETENTION_CONFIG: Retention = retentionSchema.parse({});
+
+export const definitionsFileSchema = z.strictObject({
+  rebuilds: z.record(nameSchema("a rebuild name"), rebuildSchema),
+  retention: retentionSchema.default(DEFAULT_RETENTION_CONFIG),
+});
+
+export type RunStep = z.output<typeof runStepSchema>;
+export type TilesStep = z.output<typeof tilesStepSchema>;
+export type Step = RunStep | TilesStep;
+export type RebuildDefinition = z.output<typeof rebuildSchema> & {
+  name: string;
+  /** `output`, resolved to an absolute path. */
+  outputPath: string;
+  /** `inputs`, resolved to absolute paths. */
+  inputPaths: string[];
+  /** The directory relative paths in steps are resolved against. */
+  baseDir: string;
+};
+
+export interface Definitions {
+  file: string;
+  rebuilds: Map<string, RebuildDefinition>;
+  retention: Retention;
+}
+
+export class DefinitionsError extends Error {
+  constructor(
+    readonly file: string,
+    readonly where: string,
+    readonly problem: string,
+  ) {
+    super(`${file}: ${where ? `${where}: ` : ""}${problem}`);
+    this.name = "DefinitionsError";
+  }
+}
+
+export type DefinitionsResult = { ok: true; definitions: Definitions } | { ok: false; error: DefinitionsError };
+
+function issuePath(path: PropertyKey[]): string {
+  return path
+    .map((part, i) => (typeof part === "number" ? `[${part}]` : `${i === 0 ? "" : "."}${String(part)}`))
+    .join("");
+}
+
+/** Validates already-parsed YAML/JSON. `file` is used in messages and to resolve relative paths. */
+export function parseDefinitions(raw: unknown, file: string): DefinitionsResult {
+  const shown = path.basename(file);
+  const parsed = definitionsFileSchema.safeParse(raw ?? {});
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    let message = issue.message;
+    if (issue.code === "unrecognized_keys") message = `unknown key ${issue.keys.map((k) => `'${k}'`).join(", ")}`;
+    if (issue.code === "invalid_key") message = `invalid name: ${issue.issues[0]?.message ?? message}`;
+    return { ok: false, error: new DefinitionsError(shown, issuePath(issue.path), message) };
+  }
+  const baseDir = path.dirname(path.resolve(file));
+  const rebuilds = new Map<string, RebuildDefinition>();
+  const owners = new Map<string, string>();
+  for (const [name, rebuild] of Object.entries(parsed.data.rebuilds)) {
+    const outputPath = path.resolve(baseDir, rebuild.output);
+    const owner = owners.get(outputPath);
+    if (owner) {
+      return {
+        ok: false,
+        error: new DefinitionsError(
+          shown,
+          `rebuilds.${name}.output`,
+          `is also the output of rebuild '${owner}'; two rebuilds must not share an output`,
+        ),
+      };
+    }
+    for (const [other, otherOutput] of [...owners.entries()].map(([o, n]) => [n, o] as const)) {
+      if (outputPath.startsWith(otherOutput + path.sep) || otherOutput.startsWith(outputPath + path.sep)) {
+        return {
+          ok: false,
+          error: new DefinitionsError(
+            shown,
+            `rebuilds.${name}.output`,
+            `is nested with the output of rebuild '${other}'; outputs must not contain each other`,
+          ),
+        };
+      }
+    }
+    owners.set(outputPath, name);
+    rebuilds.set(name, {
+      ...rebuild,
+      name,
+      outputPath,
+      inputPaths: rebuild.inputs.map((input) => path.resolve(baseDir, input)),
+      baseDir,
+    });
+  }
+  return { ok: true, definitions: { file: path.resolve(file), rebuilds, retention: parsed.data.retention } };
+}
+
+export function loadDefinitions(file: string): DefinitionsResult {
+  const shown = path.basename(file);
+  let text: string;
+  try {
+    text = fs.readFileSync(file, "utf8");
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    const problem = code === "ENOENT" ? "file not found (set CLAIMWATCH_CONFIG)" : `cannot be read (${code})`;
+    return { ok: false, error: new DefinitionsError(file, "", problem) };
+  }
+  let raw: unknown;
+  try {
+    raw = parseYaml(text, { uniqueKeys: true, maxAliasCount: 100 });
+  } catch (error) {
+    const where = error instanceof YAMLParseError && error.linePos ? `line ${error.linePos[0].line}` : "";
+    const message = (error as Error).message.split("\n")[0] ?? "is not valid YAML";
+    return { ok: false, error: new DefinitionsError(shown, where, `is not valid YAML: ${message}`) };
+  }
+  return parseDefinitions(raw, file);
+}
+
+/** The claim-relevant tenants of a rebuild: its tenants, or one unnamed "tenant". */
+export function tenantsOf(rebuild: RebuildDefinition): (string | undefined)[] {
+  return rebuild.tenants ?? [undefined];
+}
+
+/** JSON Schema of the definitions file, for editor completion (`claimwatch.schema.json`). */
+export function definitionsJsonSchema(): object {
+  return z.toJSONSchema(definitionsFileSchema, { io: "input", unrepresentable: "any" });
+}
+
+/** For process entry points: load, or print one line and exit 2. */
+export function loadDefinitionsOrExit(file: string, processName: string): Definitions {
+  const result = loadDefinitions(file);
+  if (result.ok) return result.definitions;
+  process.stderr.write(`${processName}: definitions error: ${result.error.message}\n`);
+  process.exit(2);
+}

@@ -1,0 +1,125 @@
+/**
+ * Content-addressed builds and the `current` pointer on disk.
+ *
+ *   <output>/.work/<runId>/      a run's private work directory
+ *   <output>/builds/<hash>/      finished builds, named for the hash of their files
+ *   <output>/current -> builds/<hash>   swapped atomically (temp symlink + rename)
+ *
+ * A repeat of the same inputs produces the same bytes, hence the same path: promoting it again
+ * changes nothing. Redis holds the authoritative pointer (fenced publish); the symlink follows it.
+ */
+import crypto from "node:crypto";
+import fs from "node:fs/promises";
+import path from "node:path";
+
+export const BUILD_HASH = /^[0-9a-f]{32}$/;
+
+export function workDirOf(outputDir: string, runId: string): string {
+  return path.join(outputDir, ".work", runId);
+}
+
+export function buildDirOf(outputDir: string, hash: string): string {
+  return path.join(outputDir, "builds", hash);
+}
+
+/** sha256 over every file's relative path, size and bytes, in sorted path order (32 hex chars). */
+export async function hashDirectory(dir: string): Promise<string> {
+  const files: string[] = [];
+  async function walk(relative: string): Promise<void> {
+    const entries = await fs.readdir(path.join(dir, relative), { withFileTypes: true });
+    for (const entry of entries) {
+      const rel = relative ? `${relative}/${entry.name}` : entry.name;
+      if (entry.isDirectory()) await walk(rel);
+      else if (entry.isFile()) files.push(rel);
+      // Symlinks and other special files are not part of a build's content.
+    }
+  }
+  await walk("");
+  files.sort();
+  const hash = crypto.createHash("sha256");
+  for (const rel of files) {
+    const bytes = await fs.readFile(path.join(dir, rel));
+    hash.update(`${rel}\0${bytes.length}\0`);
+    hash.update(bytes);
+  }
+  return hash.digest("hex").slice(0, 32);
+}
+
+/**
+ * Moves a finished work directory to `builds/<hash>`. If that build exists already (a repeat, or
+ * a concurrent identical run), the work directory is removed instead: the bytes are the same.
+ */
+export async function promoteBuild(outputDir: string, workDir: string, hash: string): Promise<string> {
+  const target = buildDirOf(outputDir, hash);
+  await fs.mkdir(path.dirname(target), { recursive: true });
+  try {
+    await fs.rename(workDir, target);
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code !== "ENOTEMPTY" && code !== "EEXIST") throw error;
+    await fs.rm(workDir, { recursive: true, force: true });
+  }
+  // Touch it, so "newest builds" pruning keeps a build that was just re-published.
+  const now = new Date();
+  await fs.utimes(target, now, now).catch(() => {});
+  return target;
+}
+
+/** The hash `current` points at, or null when there is no (valid) `current`. */
+export async function readCurrent(outputDir: string): Promise<string | null> {
+  try {
+    const target = await fs.readlink(path.join(outputDir, "current"));
+    const hash = path.basename(target);
+    return BUILD_HASH.test(hash) ? hash : null;
+  } catch {
+    return null;
+  }
+}
+
+/** Points `current` at `builds/<hash>` atomically: a reader sees the old build or the new one. */
+export async function pointCurrent(outputDir: string, hash: string): Promise<void> {
+  if (!BUILD_HASH.test(hash)) throw new Error(`not a build hash: ${hash}`);
+  const temp = path.join(outputDir, `.current-${crypto.randomBytes(6).toString("hex")}`);
+  await fs.symlink(path.join("builds", hash), temp);
+  try {
+    await fs.rename(temp, path.join(outputDir, "current"));
+  } catch (error) {
+    await fs.rm(temp, { force: true });
+    throw error;
+  }
+}
+
+/** Keeps `current` and the `keep` newest other builds; removes older ones. */
+export async function pruneBuilds(outputDir: string, keep: number): Promise<string[]> {
+  const current = await readCurrent(outputDir);
+  const buildsDir = path.join(outputDir, "builds");
+  let names: string[];
+  try {
+    names = (await fs.readdir(buildsDir)).filter((name) => BUILD_HASH.test(name) && name !== current);
+  } catch {
+    return [];
+  }
+  const withTimes = await Promise.all(
+    names.map(async (name) => ({ name, mtime: (await fs.stat(path.join(buildsDir, name))).mtimeMs })),
+  );
+  withTimes.sort((a, b) => b.mtime - a.mtime);
+  const removed = withTimes.slice(keep).map((b) => b.name);
+  for (const name of removed) await fs.rm(path.join(buildsDir, name), { recursive: true, force: true });
+  return removed;
+}
+
+/** Removes work directories of runs that ended without cleaning up (a killed worker), older than `ageMs`. */
+export async function pruneWorkDirs(outputDir: string, ageMs: number, now = Date.now()): Promise<void> {
+  const workRoot = path.join(outputDir, ".work");
+  let entries: string[];
+  try {
+    entries = await fs.readdir(workRoot);
+  } catch {
+    return;
+  }
+  for (const name of entries) {
+    const dir = path.join(workRoot, name);
+    const stat = await fs.stat(dir).catch(() => null);
+    if (stat && now - stat.mtimeMs > ageMs) await fs.rm(dir, { recursive: true, force: true });
+  }
+}

@@ -1,0 +1,77 @@
+/**
+ * The rebuild queue as both sides see it: the web server adds jobs, workers process them.
+ * BullMQ keys share claimwatch's hash tag (`{prefix}:rebuilds:*`), which keeps them in one slot
+ * on Redis Cluster and lets one prefix isolate a test.
+ */
+import type { JobsOptions } from "bullmq";
+import { z } from "zod";
+import type { RedisKeys } from "../redis/keys";
+import { DEFAULT_RETENTION_CONFIG, type Definitions, type RebuildDefinition, type Retention } from "./definitions";
+import { VERSION_PATTERN } from "./version";
+
+export const REBUILD_QUEUE = "rebuilds";
+export const BACKOFF_TYPE = "capped-exponential";
+
+export function queuePrefix(keys: RedisKeys): string {
+  return keys.tag;
+}
+
+export const rebuildJobData = z.strictObject({
+  rebuild: z.string(),
+  tenant: z.string().optional(),
+  version: z.string().regex(VERSION_PATTERN).optional(),
+  /** Skip the idempotency check (never the claim). */
+  force: z.boolean().default(false),
+  trigger: z.enum(["schedule", "manual", "api"]).default("api"),
+  requestedBy: z.string().max(200).optional(),
+});
+export type RebuildJobData = z.output<typeof rebuildJobData>;
+
+/**
+ * Finished jobs are kept long enough to inspect and never pile up (the seeds' "Redis fills up
+ * with stale result keys"): by age and count. The run records are the lasting history.
+ */
+export function jobRetention(retention: Retention = DEFAULT_RETENTION_CONFIG) {
+  return {
+    removeOnComplete: { age: 7 * 86_400, count: retention.completedJobs },
+    removeOnFail: { age: 30 * 86_400, count: retention.failedJobs },
+  };
+}
+
+export function jobOptionsFor(definition: RebuildDefinition, retention?: Retention): JobsOptions {
+  return {
+    attempts: definition.retries.attempts,
+    backoff: { type: BACKOFF_TYPE, delay: definition.retries.backoff },
+    ...jobRetention(retention),
+  };
+}
+
+/**
+ * BullMQ's exponential backoff has no cap (notes/bullmq.md): delay·2^(n-1), capped at the
+ * rebuild's `maxBackoff`. `attemptsMade` counts finished attempts (1 after the first failure).
+ */
+export function cappedBackoff(attemptsMade: number, delayMs: number, maxMs: number): number {
+  const exponent = Math.max(0, Math.min(30, attemptsMade - 1));
+  return Math.min(maxMs, delayMs * 2 ** exponent);
+}
+
+export function backoffStrategyFor(definitions: Definitions) {
+  return (attemptsMade: number, type?: string, _error?: Error, job?: { data?: { rebuild?: string } }): number => {
+    const definition = job?.data?.rebuild ? definitions.rebuilds.get(job.data.rebuild) : undefined;
+    const delay = definition?.retries.backoff ?? 30_000;
+    const max = definition?.retries.maxBackoff ?? 600_000;
+    if (type !== BACKOFF_TYPE) return delay;
+    return cappedBackoff(attemptsMade, delay, max);
+  };
+}
+
+/** Scheduler ids: `sched.<rebuild>` or `sched.<rebuild>.<tenant>` ('.' never occurs in names). */
+export function schedulerIdOf(rebuild: string, tenant: string | undefined): string {
+  return tenant ? `sched.${rebuild}.${tenant}` : `sched.${rebuild}`;
+}
+
+/** BullMQ names scheduler jobs `repeat:<schedulerId>:<tick ms>`: the tick time, when this is one. */
+export function scheduledTickOf(jobId: string | undefined): { schedulerId: string; tickAt: number } | null {
+  const match = /^repeat:(sched\.[^:]+):(\d+)$/.exec(jobId ?? "");
+  return match ? { schedulerId: match[1]!, tickAt: Number(match[2]) } : null;
+}

@@ -1,0 +1,42 @@
+/**
+ * `current` follows the fenced pointer in Redis. A stale holder that renamed its symlink late
+ * (after a newer fence published) is undone here: every worker compares each output's `current`
+ * with the published build on each heartbeat and repairs a difference.
+ */
+import fs from "node:fs";
+import { claimName, readPublished } from "../claims";
+import type { RedisKeys } from "../redis/keys";
+import type { ScriptingClient } from "../redis/scripts";
+import type { Redis } from "ioredis";
+import { tenantsOf, type Definitions } from "./definitions";
+import { buildDirOf, pointCurrent, readCurrent, BUILD_HASH } from "./output";
+
+export async function repairCurrentLinks(
+  client: ScriptingClient & Pick<Redis, "hgetall">,
+  keys: RedisKeys,
+  definitions: Definitions,
+): Promise<string[]> {
+  const repaired: string[] = [];
+  const checks: Promise<void>[] = [];
+  for (const definition of definitions.rebuilds.values()) {
+    for (const tenant of tenantsOf(definition)) {
+      checks.push(
+        (async () => {
+          const name = claimName(definition.outputPath, tenant);
+          const published = await readPublished(client, keys, name);
+          if (!published || !BUILD_HASH.test(published.value)) return;
+          // This machine may not hold that build (outputs on local disks): nothing to repair here.
+          if (!fs.existsSync(buildDirOf(definition.outputPath, published.value))) return;
+          const current = await readCurrent(definition.outputPath);
+          if (current === published.value) return;
+          await pointCurrent(definition.outputPath, published.value);
+          repaired.push(
+            `repaired ${definition.outputPath}/current: ${current ?? "(none)"} -> ${published.value} (fence ${published.fence})`,
+          );
+        })(),
+      );
+    }
+  }
+  await Promise.all(checks);
+  return repaired;
+}

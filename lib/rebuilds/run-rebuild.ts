@@ -1,0 +1,431 @@
+/**
+ * One attempt of one rebuild job, step by step (the BullMQ wiring is in worker/):
+ *
+ *  1. version = the trigger's, else the hash of the inputs; idempotency key of (rebuild, tenant,
+ *     version): already rebuilt → skipped "already-rebuilt" (unless forced);
+ *  2. the claim, named for the output (+ tenant): held for the same version → skipped
+ *     "claim-held"; held for another version → deferred until it ends; held by an earlier
+ *     attempt of this job → taken over (claims engine);
+ *  3. steps in `<output>/.work/<run>` under job signal + claim signal + time limit;
+ *  4. the work dir becomes `<output>/builds/<content hash>`;
+ *  5. fenced publish in Redis, then `<output>/current` follows;
+ *  6. the run record is upserted at each change; on failure the idempotency key is deleted.
+ *
+ * Expected outcomes are returned; failures are thrown as `RebuildError` with `retry` telling
+ * whether another attempt can help.
+ */
+import fs from "node:fs/promises";
+import type { Redis } from "ioredis";
+import {
+  ClaimLostError,
+  claimName,
+  publishFenced,
+  recordSkip,
+  resetSkips,
+  withClaim,
+  type ClaimHolder,
+  type HeldClaim,
+} from "../claims";
+import type { RedisKeys } from "../redis/keys";
+import { upsertRun, upsertRunInto, RunLogWriter, type RunRetention, DEFAULT_RETENTION } from "../runs/records";
+import { runIdOf, type RunRecord, type RunStatus, type StepRecord } from "../runs/types";
+import type { WorkerIdentity } from "../workers/heartbeat";
+import type { Definitions, RebuildDefinition } from "./definitions";
+import { hashDirectory, pointCurrent, promoteBuild, workDirOf } from "./output";
+import { rebuildJobData, scheduledTickOf, type RebuildJobData } from "./queue";
+import { StepFailedError, TransientStepError, type StepContext } from "./steps/context";
+import { runCommandStep, TRANSIENT_ERRNO } from "./steps/run-step";
+import { runTilesStep } from "./steps/tiles-step";
+import { hashInputs, idempotencyKey } from "./version";
+
+export interface RebuildDeps {
+  /** Main Redis: run records, idempotency keys. */
+  main: Redis;
+  /** Claims Redis: claims, fences, published pointers, skip counts. */
+  claims: Redis;
+  keys: RedisKeys;
+  definitions: Definitions;
+  worker: WorkerIdentity;
+  retention?: RunRetention;
+  /** Worker log (stdout); run logs go to Redis. */
+  log?: (line: string) => void;
+}
+
+export interface RebuildJob {
+  id: string;
+  /** 1 for the first attempt; BullMQ's attemptsStarted. */
+  attempt: number;
+  /** When the job was created (ms). */
+  createdAt: number;
+  data: unknown;
+  /** BullMQ's job signal: aborted on shutdown ("shutdown") or a lost job lock ("lock-lost"). */
+  signal: AbortSignal;
+  progress?: (fraction: number) => void;
+}
+
+export type RebuildOutcome =
+  | { status: "rebuilt"; runId: string; version: string; buildHash: string; fence: number }
+  | { status: "skipped"; reason: "already-rebuilt" | "claim-held"; runId: string; version: string; heldBy?: string }
+  | { status: "superseded"; runId: string; version: string; fence: number; newestFence: number }
+  /** Another version holds the output: run again at `until` (worker: moveToDelayed). */
+  | { status: "deferred"; until: number; heldBy: string; version: string }
+  /** The worker is shutting down: give the job back (worker: moveToWait). */
+  | { status: "handed-back"; runId: string };
+
+export class RebuildError extends Error {
+  constructor(
+    message: string,
+    /** Another attempt may succeed (transient I/O, declared exit code, lost claim). */
+    readonly retry: boolean,
+    readonly runId: string | null,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+    this.name = "RebuildError";
+  }
+}
+
+/** How long a deferred job waits before looking at the claim again, at most. */
+const DEFER_MAX_MS = 30_000;
+const DEFER_MIN_MS = 1_000;
+
+export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<RebuildOutcome> {
+  const parsed = rebuildJobData.safeParse(job.data);
+  if (!parsed.success) {
+    throw new RebuildError(`invalid job data: ${parsed.error.issues[0]?.message}`, false, null);
+  }
+  const data = parsed.data;
+  const definition = deps.definitions.rebuilds.get(data.rebuild);
+  if (!definition)
+    throw new RebuildError(`unknown rebuild '${data.rebuild}' (not in the definitions file)`, false, null);
+  if (definition.tenants ? !data.tenant || !definition.tenants.includes(data.tenant) : data.tenant) {
+    throw new RebuildError(`rebuild '${data.rebuild}' has no tenant '${data.tenant ?? ""}'`, false, null);
+  }
+  return new RebuildAttempt(deps, job, data, definition).run();
+}
+
+class RebuildAttempt {
+  private readonly runId: string;
+  private readonly claim: string;
+  private readonly retention: RunRetention;
+  private readonly logWriter: RunLogWriter;
+  private record: Pick<RunRecord, "id" | "rebuild" | "tenant" | "createdAt">;
+  private status: RunStatus | null = null;
+  private readonly steps: StepRecord[] = [];
+  private pendingWrites: Promise<unknown>[] = [];
+  private version = "";
+  private idemKey = "";
+  private startedAt: number | null = null;
+
+  constructor(
+    private readonly deps: RebuildDeps,
+    private readonly job: RebuildJob,
+    private readonly data: RebuildJobData,
+    private readonly definition: RebuildDefinition,
+  ) {
+    this.runId = runIdOf(job.id, job.attempt);
+    this.claim = claimName(definition.outputPath, data.tenant);
+    this.retention = deps.retention ?? DEFAULT_RETENTION;
+    this.logWriter = new RunLogWriter(deps.main, deps.keys, this.runId, this.retention);
+    this.record = { id: this.runId, rebuild: data.rebuild, tenant: data.tenant ?? null, createdAt: job.createdAt };
+  }
+
+  async run(): Promise<RebuildOutcome> {
+    const { deps, data, definition } = this;
+    this.version = data.version ?? (await hashInputs(definition.inputPaths).catch((e) => this.failEarly(e)));
+    this.idemKey = idempotencyKey(data.rebuild, data.tenant, this.version);
+
+    // The idempotency check and the claim go out together: one round trip on the common path.
+    // A failed lookup counts as "not rebuilt": the claim still keeps the repeat harmless.
+    const alreadyRebuilt: Promise<string | null> = data.force
+      ? Promise.resolve(null)
+      : deps.main.get(deps.keys.idempotency(this.idemKey)).catch(() => null);
+    let earlySkip: string | null = null;
+    const result = await withClaim(
+      deps.claims,
+      deps.keys,
+      this.claim,
+      {
+        workerId: deps.worker.id,
+        jobId: this.job.id,
+        runId: this.runId,
+        rebuild: data.rebuild,
+        tenant: data.tenant,
+        version: this.version,
+      },
+      async (held) => {
+        earlySkip = await alreadyRebuilt;
+        if (earlySkip) return null;
+        return this.build(held);
+      },
+      {
+        ttlMs: definition.claim.ttl,
+        refreshEveryMs: definition.claim.refreshEvery,
+        onEvent: (event) => {
+          if (event.type === "refresh-error") this.log(`claim refresh failed (riding it out): ${String(event.error)}`);
+          if (event.type === "release-failed") this.log(`claim release failed: ${event.outcome.status}`);
+        },
+      },
+    ).catch((error: unknown) => this.classifyFailure(error));
+
+    if (result.status === "handed-back") return result;
+    if (result.status === "held") {
+      await alreadyRebuilt;
+      return this.onHeld(result.holder, result.pttlMs);
+    }
+    if (earlySkip) return this.finishSkipped("already-rebuilt", `already rebuilt by run ${earlySkip}`);
+    const built = result.value!;
+    if (built.status === "superseded") {
+      await this.finish("superseded", {
+        reason: `a newer holder (fence ${built.newestFence}) owns ${this.claim}; publish refused`,
+        fence: result.fence,
+        buildHash: built.buildHash,
+      });
+      return {
+        status: "superseded",
+        runId: this.runId,
+        version: this.version,
+        fence: result.fence,
+        newestFence: built.newestFence,
+      };
+    }
+    await Promise.all([
+      this.finish(
+        "rebuilt",
+        {
+          fence: result.fence,
+          buildHash: built.buildHash,
+          reason: result.tookOverFrom ? "took over from an earlier attempt" : null,
+        },
+        { setIdempotency: true },
+      ),
+      resetSkips(deps.claims, deps.keys, this.claim),
+    ]);
+    return {
+      status: "rebuilt",
+      runId: this.runId,
+      version: this.version,
+      buildHash: built.buildHash,
+      fence: result.fence,
+    };
+  }
+
+  /** Steps → content-addressed build → fenced publish → `current`. Runs under the claim. */
+  private async build(
+    held: HeldClaim,
+  ): Promise<
+    { status: "published"; buildHash: string } | { status: "superseded"; buildHash: string; newestFence: number }
+  > {
+    const { deps, data, definition } = this;
+    const signal = AbortSignal.any([this.job.signal, held.signal, AbortSignal.timeout(definition.timeLimit)]);
+    const startedAt = Date.now();
+    this.startedAt = startedAt;
+    this.write("running", {
+      jobId: this.job.id,
+      attempt: this.job.attempt,
+      version: this.version,
+      trigger: data.trigger,
+      workerId: deps.worker.id,
+      host: deps.worker.host,
+      startedAt,
+      fence: held.fence,
+      idempotencyKey: this.idemKey,
+      progress: 0,
+      reason: null,
+    });
+    const tick = scheduledTickOf(this.job.id);
+    if (tick)
+      this.pendingWrites.push(
+        deps.main.zadd(deps.keys.scheduleTicks(data.rebuild, data.tenant), tick.tickAt, this.runId),
+      );
+
+    const workDir = workDirOf(definition.outputPath, this.runId);
+    await fs.rm(workDir, { recursive: true, force: true });
+    await fs.mkdir(workDir, { recursive: true });
+    try {
+      const stepCount = definition.steps.length;
+      for (const [index, step] of definition.steps.entries()) {
+        signal.throwIfAborted();
+        const record: StepRecord = { name: step.name, status: "running", startedAt: Date.now(), finishedAt: null };
+        this.steps.push(record);
+        this.write(null, { steps: this.steps, progress: index / stepCount });
+        const context: StepContext = {
+          signal,
+          workDir,
+          outputDir: definition.outputPath,
+          baseDir: definition.baseDir,
+          version: this.version,
+          tenant: data.tenant,
+          rebuild: data.rebuild,
+          runId: this.runId,
+          log: (line) => this.logWriter.append(line),
+          progress: (fraction) => {
+            const overall = (index + Math.max(0, Math.min(1, fraction))) / stepCount;
+            this.job.progress?.(overall);
+            this.write(null, { progress: Math.round(overall * 1000) / 1000 });
+          },
+        };
+        try {
+          if ("run" in step) await runCommandStep(step, context);
+          else await runTilesStep(step, context);
+          record.status = "done";
+        } catch (error) {
+          record.status = signal.aborted ? "aborted" : "failed";
+          throw error;
+        } finally {
+          record.finishedAt = Date.now();
+        }
+      }
+      this.write(null, { steps: this.steps, progress: 1 });
+      signal.throwIfAborted();
+
+      const buildHash = await hashDirectory(workDir);
+      await promoteBuild(definition.outputPath, workDir, buildHash);
+      held.throwIfLost(); // a paused holder notices here, before it asks to publish
+      const published = await publishFenced(deps.claims, deps.keys, {
+        name: this.claim,
+        fence: held.fence,
+        value: buildHash,
+        runId: this.runId,
+      });
+      if (published.status === "superseded") {
+        this.logWriter.append(`publish refused: fence ${held.fence} < newest ${published.newestFence}`);
+        return { status: "superseded", buildHash, newestFence: published.newestFence };
+      }
+      await pointCurrent(definition.outputPath, buildHash);
+      this.logWriter.append(`published build ${buildHash} (fence ${held.fence})`);
+      return { status: "published", buildHash };
+    } catch (error) {
+      await fs.rm(workDir, { recursive: true, force: true }).catch(() => {});
+      // Report the claim loss or the job's abort reason rather than the AbortError it caused.
+      if (signal.aborted) throw signal.reason ?? error;
+      throw error;
+    }
+  }
+
+  private async onHeld(holder: ClaimHolder, pttlMs: number): Promise<RebuildOutcome> {
+    const heldBy = holder.workerId ?? holder.host ?? "another worker";
+    if (holder.version === this.version) {
+      await Promise.all([
+        recordSkip(this.deps.claims, this.deps.keys, this.claim),
+        this.finishSkipped(
+          "claim-held",
+          `${this.claim} is held by ${heldBy} (job ${holder.jobId ?? "?"}) building the same version`,
+        ),
+      ]);
+      return { status: "skipped", reason: "claim-held", runId: this.runId, version: this.version, heldBy };
+    }
+    const wait = Math.max(DEFER_MIN_MS, Math.min(DEFER_MAX_MS, pttlMs + 100));
+    this.log(`deferred ${Math.round(wait / 1000)} s: ${this.claim} is held by ${heldBy} building ${holder.version}`);
+    return { status: "deferred", until: Date.now() + wait, heldBy, version: this.version };
+  }
+
+  private async finishSkipped(reason: "already-rebuilt" | "claim-held", detail: string): Promise<RebuildOutcome> {
+    await this.finish("skipped", {
+      reason: `${reason}: ${detail}`,
+      jobId: this.job.id,
+      attempt: this.job.attempt,
+      version: this.version,
+      trigger: this.data.trigger,
+      workerId: this.deps.worker.id,
+      host: this.deps.worker.host,
+      startedAt: Date.now(),
+      idempotencyKey: this.idemKey,
+    });
+    return { status: "skipped", reason, runId: this.runId, version: this.version };
+  }
+
+  /** Maps an error thrown under the claim to a final record and a `RebuildError` (or hand-back). */
+  private async classifyFailure(error: unknown): Promise<{ status: "handed-back"; runId: string }> {
+    const jobReason = this.job.signal.aborted ? String(this.job.signal.reason ?? "") : "";
+    if (jobReason === "shutdown") {
+      await this.finish("aborted", { reason: "worker shutdown: job handed back to the queue" });
+      return { status: "handed-back", runId: this.runId };
+    }
+    if (error instanceof ClaimLostError) {
+      const status: RunStatus = error.cause === "superseded" ? "superseded" : "aborted";
+      await this.finish(status, { reason: `claim lost: ${error.message}` }, { deleteIdempotency: true });
+      // superseded: another attempt owns the work now; expired/deadline: try again later.
+      throw new RebuildError(error.message, error.cause !== "superseded", this.runId, { cause: error });
+    }
+    if (jobReason === "lock-lost") {
+      await this.finish("aborted", { reason: "BullMQ job lock lost (worker stalled); the job is redelivered" });
+      throw new RebuildError("job lock lost", true, this.runId, { cause: error });
+    }
+    if (isTimeout(error)) {
+      const reason = `time limit of ${this.definition.timeLimit} ms exceeded`;
+      await this.finish("aborted", { reason }, { deleteIdempotency: true });
+      throw new RebuildError(reason, false, this.runId, { cause: error });
+    }
+    const retry = isTransient(error);
+    const message = error instanceof Error ? error.message : String(error);
+    await this.finish("failed", { reason: `${retry ? "transient: " : ""}${message}` }, { deleteIdempotency: true });
+    throw new RebuildError(message, retry, this.runId, { cause: error });
+  }
+
+  private failEarly(error: unknown): never {
+    throw new RebuildError((error as Error).message, error instanceof TransientStepError, null, { cause: error });
+  }
+
+  /** Queues a record update without waiting (the next `finish` waits for all of them). */
+  private write(status: RunStatus | null, fields: Partial<RunRecord>): void {
+    const previous = this.status;
+    if (status) this.status = status;
+    this.pendingWrites.push(
+      upsertRun(
+        this.deps.main,
+        this.deps.keys,
+        { ...this.record, ...fields, ...(status ? { status } : {}) },
+        previous,
+      ).catch((error: unknown) => this.log(`run record write failed: ${String(error)}`)),
+    );
+  }
+
+  private async finish(
+    status: RunStatus,
+    fields: Partial<RunRecord>,
+    options: { setIdempotency?: boolean; deleteIdempotency?: boolean } = {},
+  ): Promise<void> {
+    await Promise.all(this.pendingWrites);
+    this.pendingWrites = [];
+    await this.logWriter.flush();
+    const finishedAt = Date.now();
+    const startedAt = fields.startedAt ?? this.startedAt;
+    const tx = this.deps.main.multi();
+    upsertRunInto(
+      tx,
+      this.deps.keys,
+      {
+        ...this.record,
+        ...fields,
+        status,
+        finishedAt,
+        ...(this.steps.length ? { steps: this.steps } : {}),
+        ...(startedAt !== null ? { durationMs: finishedAt - startedAt } : {}),
+      },
+      this.status,
+      this.retention,
+    );
+    if (options.setIdempotency) {
+      tx.set(this.deps.keys.idempotency(this.idemKey), this.runId, "PX", this.definition.idempotency.ttl);
+    }
+    if (options.deleteIdempotency) tx.del(this.deps.keys.idempotency(this.idemKey));
+    await tx.exec();
+    this.status = status;
+  }
+
+  private log(line: string): void {
+    this.deps.log?.(`[${this.runId}] ${line}`);
+  }
+}
+
+function isTimeout(error: unknown): boolean {
+  return error instanceof DOMException && error.name === "TimeoutError";
+}
+
+function isTransient(error: unknown): boolean {
+  if (error instanceof TransientStepError) return true;
+  if (error instanceof StepFailedError) return false;
+  const code = (error as NodeJS.ErrnoException | undefined)?.code;
+  return typeof code === "string" && TRANSIENT_ERRNO.has(code);
+}

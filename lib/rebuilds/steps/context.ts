@@ -1,0 +1,46 @@
+/** What a step gets to work with. Steps check `signal` and stop promptly when it aborts. */
+export interface StepContext {
+  signal: AbortSignal;
+  /** The run's private work directory (`<output>/.work/<runId>`). */
+  workDir: string;
+  /** The rebuild's output directory. */
+  outputDir: string;
+  /** Directory relative paths in the definition are resolved against. */
+  baseDir: string;
+  version: string;
+  tenant: string | undefined;
+  rebuild: string;
+  runId: string;
+  /** Appends one line to the run log (the log caps its length). */
+  log(line: string): void;
+  /** Reports progress of this step, 0..1. */
+  progress(fraction: number): void;
+}
+
+/** A failure worth retrying: a declared exit code, or an I/O error the OS calls transient. */
+export class TransientStepError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = "TransientStepError";
+  }
+}
+
+/** A failure that another attempt would repeat (bad exit code, bad input). */
+export class StepFailedError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = "StepFailedError";
+  }
+}
+
+/** Replaces `{work} {output} {version} {tenant} {rebuild}` in one argument. Unknown braces stay. */
+export function expandPlaceholders(text: string, context: StepContext): string {
+  const values: Record<string, string> = {
+    work: context.workDir,
+    output: context.outputDir,
+    version: context.version,
+    tenant: context.tenant ?? "",
+    rebuild: context.rebuild,
+  };
+  return text.replace(/\{(work|output|version|tenant|rebuild)\}/g, (_, name: string) => values[name]!);
+}

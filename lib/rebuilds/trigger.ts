@@ -1,0 +1,92 @@
+/**
+ * On-demand runs for the API and the UI. Duplicate triggers of the same (rebuild, tenant,
+ * version, force) while one is still waiting collapse into that job; once it runs, a new
+ * trigger queues a new job (which the claim and the idempotency key then make harmless).
+ * `force` skips the idempotency key, never the claim.
+ */
+import crypto from "node:crypto";
+import type { Queue } from "bullmq";
+import type { Redis } from "ioredis";
+import type { RedisKeys } from "../redis/keys";
+import type { Definitions } from "./definitions";
+import { jobOptionsFor, type RebuildJobData } from "./queue";
+import { VERSION_PATTERN } from "./version";
+
+export interface TriggerRequest {
+  tenant?: string;
+  version?: string;
+  force?: boolean;
+  trigger?: RebuildJobData["trigger"];
+  requestedBy?: string;
+}
+
+export type TriggerResult =
+  | { status: "queued" | "deduplicated"; jobId: string }
+  | { status: "unknown-rebuild"; message: string }
+  | { status: "unknown-tenant"; message: string }
+  | { status: "invalid-version"; message: string };
+
+/** How long a "waiting trigger" marker lives at most (a job that waits longer is re-checked). */
+const PENDING_TTL_MS = 86_400_000;
+const WAITING_STATES = new Set(["waiting", "delayed", "prioritized", "waiting-children"]);
+
+export async function triggerRebuild(
+  queue: Pick<Queue, "add" | "getJobState">,
+  client: Pick<Redis, "set" | "get">,
+  keys: RedisKeys,
+  definitions: Definitions,
+  name: string,
+  request: TriggerRequest = {},
+): Promise<TriggerResult> {
+  const definition = definitions.rebuilds.get(name);
+  if (!definition) return { status: "unknown-rebuild", message: `no rebuild named '${name}'` };
+  const { tenant, version } = request;
+  if (definition.tenants) {
+    if (!tenant || !definition.tenants.includes(tenant)) {
+      return {
+        status: "unknown-tenant",
+        message: `rebuild '${name}' needs a tenant, one of: ${definition.tenants.join(", ")}`,
+      };
+    }
+  } else if (tenant !== undefined) {
+    return { status: "unknown-tenant", message: `rebuild '${name}' has no tenants` };
+  }
+  if (version !== undefined && !VERSION_PATTERN.test(version)) {
+    return { status: "invalid-version", message: "version must be 1-128 letters, digits or . _ : + -" };
+  }
+  const force = request.force ?? false;
+  const pendingKey = keys.pendingTrigger(name, tenant, version, force);
+  const jobId = `run-${crypto.randomUUID()}`;
+
+  // Claim the "waiting trigger" marker; if another trigger holds it and its job still waits, reuse it.
+  if (!(await client.set(pendingKey, jobId, "PX", PENDING_TTL_MS, "NX"))) {
+    const existing = await client.get(pendingKey);
+    if (existing && WAITING_STATES.has(await queue.getJobState(existing))) {
+      return { status: "deduplicated", jobId: existing };
+    }
+    await client.set(pendingKey, jobId, "PX", PENDING_TTL_MS);
+  }
+  const data: RebuildJobData = {
+    rebuild: name,
+    ...(tenant ? { tenant } : {}),
+    ...(version ? { version } : {}),
+    force,
+    trigger: request.trigger ?? "api",
+    ...(request.requestedBy ? { requestedBy: request.requestedBy } : {}),
+  };
+  await queue.add(name, data, { ...jobOptionsFor(definition, definitions.retention), jobId });
+  return { status: "queued", jobId };
+}
+
+/** Called by the worker when a job starts: later triggers must queue a new job. */
+export async function clearPendingTrigger(
+  client: Pick<Redis, "get" | "del">,
+  keys: RedisKeys,
+  data: RebuildJobData,
+  jobId: string,
+): Promise<void> {
+  const key = keys.pendingTrigger(data.rebuild, data.tenant, data.version, data.force);
+  // A benign race: a trigger that replaced the marker between GET and DEL loses its marker, and
+  // the next duplicate trigger queues a job that the claim/idempotency key then skips.
+  if ((await client.get(key)) === jobId) await client.del(key);
+}

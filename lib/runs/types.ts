@@ -1,0 +1,51 @@
+/** Run records: one per attempt of a rebuild job, upserted by run id. */
+export const RUN_STATUSES = ["queued", "running", "rebuilt", "skipped", "failed", "aborted", "superseded"] as const;
+export type RunStatus = (typeof RUN_STATUSES)[number];
+
+/** Statuses after which a run record no longer changes. */
+export const FINAL_STATUSES: ReadonlySet<RunStatus> = new Set([
+  "rebuilt",
+  "skipped",
+  "failed",
+  "aborted",
+  "superseded",
+]);
+
+export type RunTrigger = "schedule" | "manual" | "api";
+
+export interface StepRecord {
+  name: string;
+  status: "running" | "done" | "failed" | "aborted";
+  startedAt: number;
+  finishedAt: number | null;
+}
+
+export interface RunRecord {
+  id: string;
+  jobId: string;
+  attempt: number;
+  rebuild: string;
+  tenant: string | null;
+  version: string | null;
+  status: RunStatus;
+  reason: string | null;
+  trigger: RunTrigger;
+  workerId: string | null;
+  host: string | null;
+  createdAt: number;
+  startedAt: number | null;
+  finishedAt: number | null;
+  durationMs: number | null;
+  fence: number | null;
+  buildHash: string | null;
+  idempotencyKey: string | null;
+  progress: number;
+  steps: StepRecord[];
+}
+
+/** Run id: job id + attempt, made safe for keys and URLs (scheduler job ids contain ':'). */
+export function runIdOf(jobId: string, attempt: number): string {
+  return `${jobId.replace(/[^A-Za-z0-9_.-]/g, "_")}-a${attempt}`;
+}
+
+export const RUN_ID_PATTERN = /^[A-Za-z0-9_.-]{1,200}-a\d{1,4}$/;

@@ -1,0 +1,119 @@
+/** Retries only for transient failures, with the configured (capped) backoff; failures clear the idempotency key. */
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { idempotencyKey } from "../../lib/rebuilds/version";
+import { createTestBed, type TestBed } from "../support/stack";
+
+let bed: TestBed;
+before(async () => {
+  bed = await createTestBed({
+    flaky: {
+      output: "out/flaky",
+      claim: { ttl: "4s", refreshEvery: "1s" },
+      timeLimit: "1m",
+      retries: { attempts: 3, backoff: "700ms", maxBackoff: "5s" },
+      steps: [
+        {
+          name: "flaky",
+          // Fails with the declared transient code 75 when the marker file for this version is missing.
+          run: [
+            "sh",
+            "-c",
+            'm="$0/marker-$CLAIMWATCH_VERSION"; if [ ! -f "$m" ]; then touch "$m"; exit 75; fi; echo ok > "$CLAIMWATCH_WORK/out"',
+            "{output}",
+          ],
+          transientExitCodes: [75],
+        },
+      ],
+    },
+    broken: {
+      output: "out/broken",
+      claim: { ttl: "4s", refreshEvery: "1s" },
+      timeLimit: "1m",
+      retries: { attempts: 3, backoff: "200ms", maxBackoff: "1s" },
+      steps: [{ name: "fail", run: ["sh", "-c", "echo broken >&2; exit 3"] }],
+    },
+    toggled: {
+      output: "out/toggled",
+      claim: { ttl: "4s", refreshEvery: "1s" },
+      timeLimit: "1m",
+      retries: { attempts: 1, backoff: "200ms", maxBackoff: "1s" },
+      // Fails while the file {output}/fail exists.
+      steps: [
+        {
+          name: "maybe",
+          run: ["sh", "-c", 'if [ -f "$0/fail" ]; then exit 9; fi; echo ok > "$CLAIMWATCH_WORK/out"', "{output}"],
+        },
+      ],
+    },
+  });
+});
+after(() => bed.close());
+
+test("a transient failure on the first attempt is retried after the configured backoff and succeeds", async () => {
+  const fs = await import("node:fs");
+  fs.mkdirSync(bed.definitions.rebuilds.get("flaky")!.outputPath, { recursive: true });
+  const worker = await bed.startWorker();
+  try {
+    const jobId = await bed.trigger("flaky", { version: "t1" });
+    const done = await bed.waitForRun((r) => r.jobId === jobId && r.status === "rebuilt", 20_000);
+    const runs = await bed.runsOfJob(jobId);
+    assert.deepEqual(
+      runs.map((r) => [r.attempt, r.status]),
+      [
+        [1, "failed"],
+        [2, "rebuilt"],
+      ],
+    );
+    assert.match(runs[0]!.reason ?? "", /^transient: step flaky exited 75/);
+    assert.ok(done.startedAt! - runs[0]!.finishedAt! >= 700 - 50, "waited at least the configured backoff");
+    const job = await bed.queue.getJob(jobId);
+    assert.equal(job?.attemptsMade, 2);
+  } finally {
+    await worker.stop();
+  }
+});
+
+test("a permanent failure fails at once: no retry", async () => {
+  const worker = await bed.startWorker();
+  try {
+    const jobId = await bed.trigger("broken", { version: "p1" });
+    const failed = await bed.waitForRun((r) => r.jobId === jobId && r.status === "failed", 20_000);
+    assert.equal(failed.reason, "step fail exited 3");
+    const job = await bed.queue.getJob(jobId);
+    await new Promise((r) => setTimeout(r, 600)); // longer than the backoff: a retry would have started
+    assert.equal(await job?.getState(), "failed");
+    assert.equal((await bed.runsOfJob(jobId)).length, 1, "one attempt only");
+  } finally {
+    await worker.stop();
+  }
+});
+
+test("a failure deletes the idempotency key, so the next run of that version really re-runs", async () => {
+  const fs = await import("node:fs");
+  const path = await import("node:path");
+  const output = bed.definitions.rebuilds.get("toggled")!.outputPath;
+  fs.mkdirSync(output, { recursive: true });
+  const key = bed.keys.idempotency(idempotencyKey("toggled", undefined, "k1"));
+  const worker = await bed.startWorker();
+  try {
+    const first = await bed.trigger("toggled", { version: "k1" });
+    const rebuilt = await bed.waitForRun((r) => r.jobId === first && r.status === "rebuilt", 20_000);
+    assert.equal(await bed.main.get(key), rebuilt.id, "success records the idempotency key");
+
+    const repeat = await bed.trigger("toggled", { version: "k1" });
+    const skipped = await bed.waitForRun((r) => r.jobId === repeat && r.status === "skipped", 20_000);
+    assert.match(skipped.reason ?? "", /^already-rebuilt/);
+
+    fs.writeFileSync(path.join(output, "fail"), "");
+    const forced = await bed.trigger("toggled", { version: "k1", force: true });
+    await bed.waitForRun((r) => r.jobId === forced && r.status === "failed", 20_000);
+    assert.equal(await bed.main.get(key), null, "the failure deleted the key");
+
+    fs.rmSync(path.join(output, "fail"));
+    const retry = await bed.trigger("toggled", { version: "k1" });
+    await bed.waitForRun((r) => r.jobId === retry && r.status === "rebuilt", 20_000, "a real re-run, not a skip");
+  } finally {
+    await worker.stop();
+  }
+});

@@ -1,0 +1,60 @@
+/** Schedules: every process upserts them; N processes still give one job per tick. */
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { createTestBed, type TestBed } from "../support/stack";
+
+let bed: TestBed;
+before(async () => {
+  bed = await createTestBed({
+    ticking: {
+      output: "out/ticking",
+      schedule: { cron: "*/2 * * * * *", tz: "UTC" }, // every 2 s (BullMQ accepts a seconds field)
+      claim: { ttl: "4s", refreshEvery: "1s" },
+      timeLimit: "1m",
+      idempotency: { ttl: "1s" },
+      steps: [{ name: "noop", run: ["true"] }],
+    },
+  });
+});
+after(() => bed.close());
+
+test("two processes upserting the same schedule: one scheduler, one job per tick", async () => {
+  const a = await bed.startWorker();
+  const b = await bed.startWorker();
+  try {
+    const schedulers = await bed.queue.getJobSchedulers(0, -1);
+    assert.deepEqual(
+      schedulers.map((s) => s.key ?? s.id),
+      ["sched.ticking"],
+    );
+    await new Promise((r) => setTimeout(r, 9_000));
+    const ticks = await bed.main.zrange(bed.keys.scheduleTicks("ticking", undefined), "0", "-1", "WITHSCORES");
+    const tickTimes: number[] = [];
+    for (let i = 1; i < ticks.length; i += 2) tickTimes.push(Number(ticks[i]));
+    const scheduled = (await bed.allRuns()).filter((r) => r.trigger === "schedule");
+    assert.ok(scheduled.length >= 3, `expected several ticks in 9 s, got ${scheduled.length}`);
+    assert.equal(new Set(tickTimes).size, tickTimes.length, "no tick ran twice");
+    const jobIds = scheduled.map((r) => r.jobId);
+    assert.equal(new Set(jobIds).size, jobIds.length, "one job per tick");
+    for (const t of tickTimes) assert.equal(t % 2_000, 0, "ticks land on the cron pattern");
+  } finally {
+    await a.stop();
+    await b.stop();
+  }
+});
+
+test("a schedule removed from the definitions is removed at the next start", async () => {
+  const fs = await import("node:fs");
+  const { stringify } = await import("yaml");
+  fs.writeFileSync(
+    bed.configFile,
+    stringify({ rebuilds: { other: { output: "out/other", steps: [{ name: "noop", run: ["true"] }] } } }),
+  );
+  const worker = await bed.startWorker();
+  try {
+    assert.match(worker.output(), /schedules: 0 upserted, removed sched\.ticking/);
+    assert.deepEqual(await bed.queue.getJobSchedulers(0, -1), []);
+  } finally {
+    await worker.stop();
+  }
+});

@@ -1,0 +1,157 @@
+/**
+ * A rebuild test bed: a real Redis, a definitions file in a temp dir, real worker processes
+ * (`worker/index.ts`) that tests kill, pause and stop by PID, and helpers to read what the
+ * workers recorded.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { after } from "node:test";
+import { Queue } from "bullmq";
+import type { Redis } from "ioredis";
+import { stringify } from "yaml";
+import { createRedis, closeRedis } from "../../lib/redis/client";
+import { redisKeys, type RedisKeys } from "../../lib/redis/keys";
+import { loadDefinitions, type Definitions } from "../../lib/rebuilds/definitions";
+import { queuePrefix, REBUILD_QUEUE } from "../../lib/rebuilds/queue";
+import { triggerRebuild, type TriggerRequest } from "../../lib/rebuilds/trigger";
+import { readRun } from "../../lib/runs/records";
+import type { RunRecord } from "../../lib/runs/types";
+import { startTestRedis, uniquePrefix, type TestRedis } from "./redis";
+import { waitForLine } from "./processes";
+
+export interface TestWorker {
+  child: ChildProcess;
+  pid: number;
+  output(): string;
+  waitFor(pattern: RegExp, timeoutMs?: number): Promise<string>;
+  /** Sends `signal` and waits for the exit code. */
+  stop(signal?: NodeJS.Signals): Promise<number | null>;
+}
+
+export interface TestBed {
+  redis: TestRedis;
+  dir: string;
+  configFile: string;
+  keys: RedisKeys;
+  main: Redis;
+  claims: Redis;
+  queue: Queue;
+  definitions: Definitions;
+  env: NodeJS.ProcessEnv;
+  startWorker(extraEnv?: Record<string, string>): Promise<TestWorker>;
+  trigger(name: string, request?: TriggerRequest): Promise<string>;
+  waitForRun(predicate: (run: RunRecord) => boolean, timeoutMs?: number, label?: string): Promise<RunRecord>;
+  runsOfJob(jobId: string): Promise<RunRecord[]>;
+  allRuns(): Promise<RunRecord[]>;
+  close(): Promise<void>;
+}
+
+const workers = new Set<TestWorker>();
+after(async () => {
+  for (const worker of workers) if (worker.child.exitCode === null) worker.child.kill("SIGKILL");
+});
+
+export async function createTestBed(
+  rebuilds: Record<string, unknown>,
+  extra: Record<string, unknown> = {},
+): Promise<TestBed> {
+  const redis = await startTestRedis();
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-bed-"));
+  const configFile = path.join(dir, "claimwatch.yaml");
+  fs.writeFileSync(configFile, stringify({ rebuilds, ...extra }));
+  const loaded = loadDefinitions(configFile);
+  if (!loaded.ok) throw loaded.error;
+  const prefix = uniquePrefix("bed");
+  const keys = redisKeys(prefix);
+  const main = createRedis(redis.url, "worker", "test-main");
+  const claims = createRedis(`${redis.url}/1`, "worker", "test-claims");
+  const queue = new Queue(REBUILD_QUEUE, { connection: main, prefix: queuePrefix(keys) });
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    REDIS_URL: redis.url,
+    CLAIMWATCH_CONFIG: configFile,
+    CLAIMWATCH_DATA_DIR: path.join(dir, ".data"),
+    CLAIMWATCH_KEY_PREFIX: prefix,
+  };
+  delete env.CLAIMS_REDIS_URL;
+
+  const bed: TestBed = {
+    redis,
+    dir,
+    configFile,
+    keys,
+    main,
+    claims,
+    queue,
+    definitions: loaded.definitions,
+    env,
+    async startWorker(extraEnv: Record<string, string> = {}) {
+      const child = spawn(process.execPath, ["--import", "tsx", "worker/index.ts"], {
+        env: { ...env, ...extraEnv },
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+      let output = "";
+      child.stdout!.on("data", (chunk: Buffer) => (output += chunk.toString()));
+      child.stderr!.on("data", (chunk: Buffer) => (output += chunk.toString()));
+      const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+      const worker: TestWorker = {
+        child,
+        pid: child.pid!,
+        output: () => output,
+        waitFor: (pattern, timeoutMs = 30_000) =>
+          pattern.test(output) ? Promise.resolve(output) : waitForLine(child, pattern, timeoutMs),
+        async stop(signal = "SIGTERM") {
+          if (child.exitCode === null && child.signalCode === null) {
+            child.kill("SIGCONT");
+            child.kill(signal);
+          }
+          return exited;
+        },
+      };
+      workers.add(worker);
+      await worker.waitFor(/ready: /, 30_000);
+      return worker;
+    },
+    async trigger(name, request = {}) {
+      const result = await triggerRebuild(queue, main, keys, loaded.definitions, name, request);
+      if (result.status !== "queued" && result.status !== "deduplicated") throw new Error(JSON.stringify(result));
+      return result.jobId;
+    },
+    async waitForRun(predicate, timeoutMs = 30_000, label = "a matching run") {
+      const deadline = Date.now() + timeoutMs;
+      while (Date.now() < deadline) {
+        const match = (await bed.allRuns()).find(predicate);
+        if (match) return match;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      throw new Error(`no ${label} within ${timeoutMs} ms; runs: ${JSON.stringify(await bed.allRuns(), null, 1)}`);
+    },
+    async runsOfJob(jobId) {
+      return (await bed.allRuns()).filter((run) => run.jobId === jobId).sort((a, b) => a.attempt - b.attempt);
+    },
+    async allRuns() {
+      const ids = await main.zrange(keys.runIndex(), "0", "-1");
+      const runs = await Promise.all(ids.map((id) => readRun(main, keys, id)));
+      return runs.filter((run): run is RunRecord => run !== null);
+    },
+    async close() {
+      for (const worker of workers) await worker.stop("SIGKILL");
+      await queue.close();
+      await closeRedis(main);
+      await closeRedis(claims);
+      fs.rmSync(dir, { recursive: true, force: true });
+    },
+  };
+  return bed;
+}
+
+/** A `run` step that takes `seconds`, then writes a file unique to its run (distinct build hashes). */
+export function slowStep(seconds: number, name = "work") {
+  return {
+    name,
+    run: ["sh", "-c", `sleep ${seconds}; echo "$CLAIMWATCH_RUN_ID" > "$CLAIMWATCH_WORK/run.txt"; echo done`],
+    killGrace: "1s",
+  };
+}

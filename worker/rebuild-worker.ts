@@ -1,0 +1,105 @@
+/**
+ * BullMQ wiring of the rebuild processor. What BullMQ does not do by itself is wired here
+ * (notes/bullmq.md): abort on a lost job lock, a capped backoff, no retry for permanent
+ * failures, deferral while another version holds the output, and hand-back on shutdown.
+ */
+import { DelayedError, UnrecoverableError, WaitingError, Worker, type Job } from "bullmq";
+import type { Redis } from "ioredis";
+import {
+  backoffStrategyFor,
+  jobRetention,
+  queuePrefix,
+  REBUILD_QUEUE,
+  rebuildJobData,
+  type RebuildJobData,
+} from "../lib/rebuilds/queue";
+import { clearPendingTrigger } from "../lib/rebuilds/trigger";
+import { RebuildError, runRebuild, type RebuildDeps, type RebuildOutcome } from "../lib/rebuilds/run-rebuild";
+
+export interface RebuildWorkerOptions {
+  concurrency: number;
+  /**
+   * BullMQ job lock. A SIGKILLed worker's job is redelivered after the lock expires and the
+   * next stalled check runs: lockDuration + stalledInterval ≤ 9 s with the defaults, inside
+   * the 10 s goal. The lock is renewed every lockDuration/2; tile steps yield often enough.
+   */
+  lockDuration: number;
+  stalledInterval: number;
+}
+
+export const DEFAULT_WORKER_OPTIONS: RebuildWorkerOptions = {
+  concurrency: 1,
+  lockDuration: 5_000,
+  stalledInterval: 4_000,
+};
+
+export interface RunningJobs {
+  ids(): string[];
+}
+
+export function startRebuildWorker(
+  deps: RebuildDeps & { connection: Redis },
+  options: RebuildWorkerOptions = DEFAULT_WORKER_OPTIONS,
+): { worker: Worker<RebuildJobData, RebuildOutcome>; running: RunningJobs } {
+  const active = new Set<string>();
+  const log = deps.log ?? (() => {});
+
+  const processor = async (job: Job<RebuildJobData, RebuildOutcome>, token?: string, signal?: AbortSignal) => {
+    const jobId = job.id!;
+    active.add(jobId);
+    try {
+      const data = rebuildJobData.safeParse(job.data);
+      if (data.success) void clearPendingTrigger(deps.main, deps.keys, data.data, jobId).catch(() => {});
+      const outcome = await runRebuild(deps, {
+        id: jobId,
+        attempt: Math.max(1, job.attemptsStarted),
+        createdAt: job.timestamp,
+        data: job.data,
+        signal: signal ?? new AbortController().signal,
+        progress: (fraction) => void job.updateProgress(Math.round(fraction * 100)).catch(() => {}),
+      });
+      switch (outcome.status) {
+        case "deferred":
+          await job.moveToDelayed(outcome.until, token);
+          throw new DelayedError(`deferred: output held by ${outcome.heldBy}`);
+        case "handed-back":
+          await job.moveToWait(token);
+          throw new WaitingError();
+        default:
+          log(`job ${jobId} (${job.data.rebuild}${job.data.tenant ? `/${job.data.tenant}` : ""}): ${outcome.status}`);
+          return outcome;
+      }
+    } catch (error) {
+      if (error instanceof DelayedError || error instanceof WaitingError) throw error;
+      if (error instanceof RebuildError) {
+        log(`job ${jobId}: ${error.retry ? "transient failure, will retry" : "failed"}: ${error.message}`);
+        throw error.retry ? error : new UnrecoverableError(error.message);
+      }
+      throw error;
+    } finally {
+      active.delete(jobId);
+    }
+  };
+
+  const worker = new Worker<RebuildJobData, RebuildOutcome>(REBUILD_QUEUE, processor, {
+    connection: deps.connection,
+    prefix: queuePrefix(deps.keys),
+    concurrency: options.concurrency,
+    lockDuration: options.lockDuration,
+    stalledInterval: options.stalledInterval,
+    maxStalledCount: 1,
+    // Backstop for scheduler jobs, which ignore maxStalledCount (bullmq#4220).
+    maxStartedAttempts: 20,
+    settings: { backoffStrategy: backoffStrategyFor(deps.definitions) },
+    ...jobRetention(deps.definitions.retention),
+  });
+  // BullMQ keeps running a processor whose job lock it lost; tell the processor (notes/bullmq.md).
+  worker.on("lockRenewalFailed", (ids: string[]) => {
+    for (const id of ids) {
+      log(`job ${id}: job lock lost; aborting it`);
+      worker.cancelJob(id, "lock-lost");
+    }
+  });
+  worker.on("error", (error) => log(`worker error: ${error.message}`));
+  return { worker, running: { ids: () => [...active] } };
+}
