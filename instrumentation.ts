@@ -1,6 +1,8 @@
-/** Runs once when the Next.js server starts: a bad environment stops it with exit code 2. */
+/** Runs once when the Next.js server starts: a bad environment or definitions file stops it with exit code 2. */
 export async function register(): Promise<void> {
   if (process.env.NEXT_RUNTIME !== "nodejs") return;
   const { loadConfigOrExit } = await import("./lib/config");
-  loadConfigOrExit("claimwatch-web");
+  const { loadDefinitionsOrExit } = await import("./lib/rebuilds/definitions");
+  const config = loadConfigOrExit("claimwatch-web");
+  loadDefinitionsOrExit(config.definitionsPath, "claimwatch-web");
 }

@@ -68,7 +68,7 @@ async function heartbeat(): Promise<void> {
 await heartbeat();
 const timer = setInterval(() => void heartbeat(), HEARTBEAT_EVERY_MS);
 try {
-  const { upserted, removed } = await syncSchedules(queue, definitions);
+  const { upserted, removed } = await syncSchedules(queue, definitions, main, keys);
   log(`schedules: ${upserted.length} upserted${removed.length ? `, removed ${removed.join(", ")}` : ""}`);
 } catch (error) {
   log(`could not sync schedules (will run jobs anyway): ${describeError(error)}`);

@@ -28,7 +28,9 @@ export interface RebuildWorkerOptions {
 }
 
 export const DEFAULT_WORKER_OPTIONS: RebuildWorkerOptions = {
-  concurrency: 1,
+  // Rebuilds mostly wait on their own processes: a few run side by side (different outputs,
+  // or a duplicate that is skipped at once instead of queueing behind the original).
+  concurrency: 4,
   lockDuration: 5_000,
   stalledInterval: 4_000,
 };

@@ -9,6 +9,7 @@ import path from "node:path";
 import { freePort } from "../../lib/redis/embedded";
 import { descendantPids, waitForLine, waitUntilGone } from "../../test/support/processes";
 import type { Stack } from "./stack";
+import { writeE2eDefinitions } from "./definitions";
 
 export default async function globalSetup(): Promise<() => Promise<void>> {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-e2e-"));
@@ -18,6 +19,7 @@ export default async function globalSetup(): Promise<() => Promise<void>> {
     PORT: String(port),
     HOST: "127.0.0.1",
     CLAIMWATCH_DATA_DIR: dataDir,
+    CLAIMWATCH_CONFIG: writeE2eDefinitions(dataDir),
   };
   delete env.REDIS_URL;
   delete env.CLAIMS_REDIS_URL;

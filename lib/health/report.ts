@@ -1,8 +1,9 @@
 import { getWebContext } from "../web/context";
-import { checkHealth, unconfiguredHealth, type HealthReport } from "./health";
+import { checkHealth, HEALTH_DEADLINE_MS, unconfiguredHealth, type HealthReport } from "./health";
+import { missedTickProblems, staleClaimProblems } from "./operations";
 import { describeError } from "./redis-safety";
 
-/** The web server's health report; never throws. */
+/** The web server's health report, with the operational checks; never throws, never hangs. */
 export async function currentHealth(): Promise<HealthReport> {
   let context;
   try {
@@ -10,5 +11,15 @@ export async function currentHealth(): Promise<HealthReport> {
   } catch (error) {
     return unconfiguredHealth(describeError(error));
   }
-  return checkHealth(context.probes);
+  const report = await checkHealth(context.probes);
+  if (!report.ok) return report;
+  const { connections, definitions } = context;
+  const operational = await Promise.race([
+    Promise.all([
+      staleClaimProblems(connections.main, connections.claims, connections.keys),
+      missedTickProblems(connections.main, connections.keys, definitions),
+    ]).then((lists) => lists.flat()),
+    new Promise<string[]>((resolve) => setTimeout(resolve, HEALTH_DEADLINE_MS, [])),
+  ]).catch(() => []);
+  return { ...report, problems: [...report.problems, ...operational] };
 }

@@ -110,9 +110,16 @@ class RebuildAttempt {
   private readonly retention: RunRetention;
   private readonly logWriter: RunLogWriter;
   private record: Pick<RunRecord, "id" | "rebuild" | "tenant" | "createdAt">;
-  private status: RunStatus | null = null;
   private readonly steps: StepRecord[] = [];
+  /** Writes besides the record (schedule ticks); `finish` waits for them. */
   private pendingWrites: Promise<unknown>[] = [];
+  /** The record update in flight (one at a time), and the fields queued behind it. */
+  private recordWrite: Promise<void> | null = null;
+  private queuedFields: Partial<RunRecord> | null = null;
+  /** The status the record has once the writes sent so far have landed: where the status index moves from. */
+  private sentStatus: RunStatus | null = null;
+  /** Set while `finish` builds the final MULTI: queued fields go into it instead of a write of their own. */
+  private finishing = false;
   private version = "";
   private idemKey = "";
   private startedAt: number | null = null;
@@ -240,8 +247,7 @@ class RebuildAttempt {
       );
 
     const workDir = workDirOf(definition.outputPath, this.runId);
-    await fs.rm(workDir, { recursive: true, force: true });
-    await fs.mkdir(workDir, { recursive: true });
+    await freshDirectory(workDir);
     try {
       const stepCount = definition.steps.length;
       for (const [index, step] of definition.steps.entries()) {
@@ -367,56 +373,88 @@ class RebuildAttempt {
     throw new RebuildError((error as Error).message, error instanceof TransientStepError, null, { cause: error });
   }
 
-  /** Queues a record update without waiting (the next `finish` waits for all of them). */
+  /**
+   * Queues a record update without waiting (`finish` waits for all of them). One update is in
+   * flight at a time; updates made meanwhile are merged and sent as one when it lands (or go into
+   * the final MULTI), in order: readers see the same states, minus some that a later one replaced.
+   */
   private write(status: RunStatus | null, fields: Partial<RunRecord>): void {
-    const previous = this.status;
-    if (status) this.status = status;
-    this.pendingWrites.push(
-      upsertRun(
-        this.deps.main,
-        this.deps.keys,
-        { ...this.record, ...fields, ...(status ? { status } : {}) },
-        previous,
-      ).catch((error: unknown) => this.log(`run record write failed: ${String(error)}`)),
-    );
+    this.queuedFields = { ...this.queuedFields, ...fields, ...(status ? { status } : {}) };
+    if (!this.recordWrite && !this.finishing) this.sendQueuedFields();
   }
 
+  private sendQueuedFields(): void {
+    const fields = this.queuedFields!;
+    this.queuedFields = null;
+    const previous = this.sentStatus;
+    if (fields.status) this.sentStatus = fields.status;
+    this.recordWrite = upsertRun(this.deps.main, this.deps.keys, { ...this.record, ...fields }, previous)
+      .catch((error: unknown) => this.log(`run record write failed: ${String(error)}`))
+      .then(() => {
+        this.recordWrite = null;
+        if (this.queuedFields && !this.finishing) this.sendQueuedFields();
+      });
+  }
+
+  /**
+   * The final record in one MULTI with the last log lines and the idempotency key, after every
+   * earlier write has landed.
+   */
   private async finish(
     status: RunStatus,
     fields: Partial<RunRecord>,
     options: { setIdempotency?: boolean; deleteIdempotency?: boolean } = {},
   ): Promise<void> {
-    await Promise.all(this.pendingWrites);
+    this.finishing = true;
+    while (this.recordWrite) await this.recordWrite;
+    await Promise.all([...this.pendingWrites, this.logWriter.idle()]);
     this.pendingWrites = [];
-    await this.logWriter.flush();
     const finishedAt = Date.now();
     const startedAt = fields.startedAt ?? this.startedAt;
-    const tx = this.deps.main.multi();
+    const tx = this.logWriter.drainInto(this.deps.main.multi());
     upsertRunInto(
       tx,
       this.deps.keys,
       {
         ...this.record,
+        ...this.queuedFields,
         ...fields,
         status,
         finishedAt,
         ...(this.steps.length ? { steps: this.steps } : {}),
         ...(startedAt !== null ? { durationMs: finishedAt - startedAt } : {}),
       },
-      this.status,
+      this.sentStatus,
       this.retention,
     );
+    this.queuedFields = null;
     if (options.setIdempotency) {
       tx.set(this.deps.keys.idempotency(this.idemKey), this.runId, "PX", this.definition.idempotency.ttl);
     }
     if (options.deleteIdempotency) tx.del(this.deps.keys.idempotency(this.idemKey));
-    await tx.exec();
-    this.status = status;
+    try {
+      await tx.exec();
+      this.sentStatus = status;
+    } finally {
+      this.finishing = false;
+      if (this.queuedFields && !this.recordWrite) this.sendQueuedFields();
+    }
   }
 
   private log(line: string): void {
     this.deps.log?.(`[${this.runId}] ${line}`);
   }
+}
+
+/**
+ * An empty directory at `dir`, whatever was there. A new run id usually finds nothing, so the
+ * (recursive) remove is only paid when `mkdir` reports that the directory already existed.
+ */
+async function freshDirectory(dir: string): Promise<void> {
+  const created = await fs.mkdir(dir, { recursive: true }).catch(() => undefined);
+  if (created !== undefined) return;
+  await fs.rm(dir, { recursive: true, force: true });
+  await fs.mkdir(dir, { recursive: true });
 }
 
 function isTimeout(error: unknown): boolean {

@@ -5,12 +5,16 @@
  * process is needed.
  */
 import type { Queue } from "bullmq";
+import type { Redis } from "ioredis";
+import type { RedisKeys } from "../redis/keys";
 import { tenantsOf, type Definitions } from "./definitions";
 import { jobOptionsFor, schedulerIdOf, type RebuildJobData } from "./queue";
 
 export async function syncSchedules(
   queue: Pick<Queue, "upsertJobScheduler" | "getJobSchedulers" | "removeJobScheduler">,
   definitions: Definitions,
+  client: Pick<Redis, "set" | "del">,
+  keys: RedisKeys,
 ): Promise<{ upserted: string[]; removed: string[] }> {
   const wanted = new Set<string>();
   const upserted: string[] = [];
@@ -31,6 +35,7 @@ export async function syncSchedules(
         { pattern: definition.schedule.cron, tz: definition.schedule.tz },
         { name: definition.name, data, opts: { attempts, backoff, removeOnComplete, removeOnFail } },
       );
+      await client.set(keys.schedulerSince(id), String(Date.now()), "NX");
       upserted.push(id);
     }
   }
@@ -39,6 +44,7 @@ export async function syncSchedules(
     const id = scheduler.key ?? scheduler.id;
     if (id?.startsWith("sched.") && !wanted.has(id)) {
       await queue.removeJobScheduler(id);
+      await client.del(keys.schedulerSince(id));
       removed.push(id);
     }
   }

@@ -63,6 +63,8 @@ export function redisKeys(prefix: string) {
     /** STRING: job id of a waiting trigger of (rebuild, tenant, version, force); collapses duplicates. */
     pendingTrigger: (rebuild: string, tenant: string | undefined, version: string | undefined, force: boolean) =>
       `${tag}:pending:${rebuild}:${tenant ?? ""}:${version ?? ""}:${force ? "force" : "plain"}`,
+    /** STRING: when a scheduler was first upserted (ms); ticks before it cannot have been missed. */
+    schedulerSince: (schedulerId: string) => `${tag}:sched-since:${schedulerId}`,
     /** ZSET runId → the scheduled tick it ran for (ms); a tick without a run is a missed one. */
     scheduleTicks: (rebuild: string, tenant: string | undefined) => `${tag}:ticks:${rebuild}:${tenant ?? ""}`,
   };

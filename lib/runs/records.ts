@@ -139,25 +139,47 @@ export class RunLogWriter {
   }
 
   flush(): Promise<void> {
-    if (this.timer) clearTimeout(this.timer);
-    this.timer = undefined;
-    if (this.pending.length === 0) return this.flushing;
-    const lines = this.pending;
-    this.pending = [];
-    const key = this.keys.runLog(this.runId);
+    const lines = this.takePending();
+    if (lines.length === 0) return this.flushing;
     this.flushing = this.flushing.then(async () => {
       try {
-        await this.client
-          .multi()
-          .rpush(key, ...lines)
-          .ltrim(key, -RUN_LOG_LINES, -1)
-          .pexpire(key, this.retention.maxAgeMs + 86_400_000)
-          .exec();
+        await this.queueLines(this.client.multi(), lines).exec();
       } catch {
         // A log line is not worth failing a rebuild for; the run record carries the outcome.
       }
     });
     return this.flushing;
+  }
+
+  /** Resolves when no flush is in flight (lines appended meanwhile stay pending). */
+  idle(): Promise<void> {
+    return this.flushing;
+  }
+
+  /**
+   * Queues the pending lines into `tx` instead of a MULTI of their own: the final run record
+   * and its last log lines then cost one round trip. Call after `idle()`, so the lines land after
+   * every earlier flush; the caller's `exec` decides what a failure means.
+   */
+  drainInto(tx: ChainableCommander): ChainableCommander {
+    const lines = this.takePending();
+    return lines.length === 0 ? tx : this.queueLines(tx, lines);
+  }
+
+  private takePending(): string[] {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = undefined;
+    const lines = this.pending;
+    this.pending = [];
+    return lines;
+  }
+
+  private queueLines(tx: ChainableCommander, lines: string[]): ChainableCommander {
+    const key = this.keys.runLog(this.runId);
+    return tx
+      .rpush(key, ...lines)
+      .ltrim(key, -RUN_LOG_LINES, -1)
+      .pexpire(key, this.retention.maxAgeMs + 86_400_000);
   }
 }
 

@@ -1,30 +1,154 @@
 /**
  * The UI's query-key factory and query builders (general → specific keys, so a mutation can
- * invalidate by prefix). Browser-side: fetches the HTTP API; never imports Redis.
+ * invalidate by prefix) and the fetch helpers of the HTTP API. Browser-side; never imports Redis.
  */
-import { queryOptions } from "@tanstack/react-query";
+import { keepPreviousData, queryOptions } from "@tanstack/react-query";
+import type { AuditPage } from "../audit/list";
+import type { ApiClaimPage } from "../api/claims";
+import type { ApiRebuild, RunPreview } from "../api/rebuilds";
+import type { RunDetail } from "../api/runs";
 import type { HealthReport } from "../health/health";
+import type { RunPage } from "../runs/list";
+import type { RunStatus } from "../runs/types";
+import type { WorkerStatus } from "../workers/heartbeat";
+
+export interface RunsFilter {
+  rebuild?: string;
+  tenant?: string;
+  status?: RunStatus;
+  cursor?: string;
+}
 
 export const queryKeys = {
   all: ["claimwatch"] as const,
   health: () => [...queryKeys.all, "health"] as const,
+  claims: {
+    all: () => [...queryKeys.all, "claims"] as const,
+    page: (cursor: string | null) => [...queryKeys.claims.all(), { cursor }] as const,
+  },
+  rebuilds: {
+    all: () => [...queryKeys.all, "rebuilds"] as const,
+    preview: (name: string, tenant: string | null, version: string, force: boolean) =>
+      [...queryKeys.rebuilds.all(), "preview", { name, tenant, version, force }] as const,
+  },
+  runs: {
+    all: () => [...queryKeys.all, "runs"] as const,
+    list: (filter: RunsFilter) => [...queryKeys.runs.all(), "list", filter] as const,
+    detail: (id: string) => [...queryKeys.runs.all(), "detail", id] as const,
+  },
+  workers: () => [...queryKeys.all, "workers"] as const,
+  audit: () => [...queryKeys.all, "audit"] as const,
 };
 
-/** How often the banner re-checks; short enough to notice a Redis outage within seconds. */
 export const HEALTH_POLL_MS = 3_000;
+export const LIVE_POLL_MS = 2_000;
 
-async function fetchJson<T>(url: string, acceptStatus: number[] = []): Promise<T> {
-  const response = await fetch(url, { cache: "no-store", headers: { accept: "application/json" } });
-  if (!response.ok && !acceptStatus.includes(response.status)) {
-    throw new Error(`${url} answered ${response.status}`);
+export class ApiRequestError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+    readonly body: unknown,
+  ) {
+    super(message);
   }
-  return (await response.json()) as T;
 }
+
+export async function apiFetch<T>(url: string, init: RequestInit = {}, acceptStatus: number[] = []): Promise<T> {
+  const response = await fetch(url, {
+    cache: "no-store",
+    ...init,
+    headers: {
+      accept: "application/json",
+      ...(init.body ? { "content-type": "application/json" } : {}),
+      ...init.headers,
+    },
+  });
+  const body = (await response.json().catch(() => null)) as unknown;
+  if (!response.ok && !acceptStatus.includes(response.status)) {
+    const error = (body as { error?: { code?: string; message?: string } } | null)?.error;
+    throw new ApiRequestError(
+      response.status,
+      error?.code ?? "http",
+      error?.message ?? `${url} answered ${response.status}`,
+      body,
+    );
+  }
+  return body as T;
+}
+
+const withQuery = (path: string, params: Record<string, string | undefined>) => {
+  const search = new URLSearchParams(Object.entries(params).filter((e): e is [string, string] => Boolean(e[1])));
+  const text = search.toString();
+  return text ? `${path}?${text}` : path;
+};
 
 export const healthQuery = () =>
   queryOptions({
     queryKey: queryKeys.health(),
     // 503 carries a full report (Redis down): show it rather than treating it as a fetch error.
-    queryFn: () => fetchJson<HealthReport>("/api/health", [503]),
+    queryFn: () => apiFetch<HealthReport>("/api/health", {}, [503]),
     refetchInterval: HEALTH_POLL_MS,
+  });
+
+export const claimsQuery = (cursor: string | null) =>
+  queryOptions({
+    queryKey: queryKeys.claims.page(cursor),
+    queryFn: () => apiFetch<ApiClaimPage>(withQuery("/api/claims", { limit: "100", cursor: cursor ?? undefined })),
+    refetchInterval: LIVE_POLL_MS,
+    placeholderData: keepPreviousData,
+  });
+
+export const rebuildsQuery = () =>
+  queryOptions({
+    queryKey: queryKeys.rebuilds.all(),
+    queryFn: () => apiFetch<{ rebuilds: ApiRebuild[] }>("/api/rebuilds"),
+    refetchInterval: LIVE_POLL_MS,
+    placeholderData: keepPreviousData,
+  });
+
+export const previewQuery = (name: string, tenant: string | null, version: string, force: boolean) =>
+  queryOptions({
+    queryKey: queryKeys.rebuilds.preview(name, tenant, version, force),
+    queryFn: () =>
+      apiFetch<RunPreview>(
+        withQuery(`/api/rebuilds/${encodeURIComponent(name)}/preview`, {
+          tenant: tenant ?? undefined,
+          version: version || undefined,
+          force: force ? "true" : undefined,
+        }),
+      ),
+    refetchInterval: LIVE_POLL_MS,
+  });
+
+export const runsQuery = (filter: RunsFilter) =>
+  queryOptions({
+    queryKey: queryKeys.runs.list(filter),
+    queryFn: () => apiFetch<RunPage>(withQuery("/api/runs", { ...filter, limit: "25" })),
+    refetchInterval: LIVE_POLL_MS,
+    placeholderData: keepPreviousData,
+  });
+
+export const runQuery = (id: string) =>
+  queryOptions({
+    queryKey: queryKeys.runs.detail(id),
+    queryFn: () => apiFetch<RunDetail>(`/api/runs/${encodeURIComponent(id)}`),
+    refetchInterval: (query) =>
+      query.state.data && ["queued", "running"].includes(query.state.data.status) ? 1_000 : 10_000,
+  });
+
+export const workersQuery = () =>
+  queryOptions({
+    queryKey: queryKeys.workers(),
+    queryFn: () => apiFetch<{ workers: WorkerStatus[]; serverTime: number }>("/api/workers"),
+    refetchInterval: LIVE_POLL_MS,
+    placeholderData: keepPreviousData,
+  });
+
+export const auditQuery = () =>
+  queryOptions({
+    queryKey: queryKeys.audit(),
+    queryFn: () => apiFetch<AuditPage>("/api/audit?limit=100"),
+    refetchInterval: 5_000,
+    placeholderData: keepPreviousData,
   });

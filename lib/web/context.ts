@@ -1,31 +1,40 @@
 /**
- * The web server's long-lived state: configuration and Redis clients, created on first use and
- * kept on `globalThis` so development reloads do not open a new connection per edit.
- * Route handlers and server components reach Redis only through lib/ functions that take these.
+ * The web server's long-lived state: configuration, rebuild definitions, Redis clients and the
+ * queue, created on first use and kept on `globalThis` so development reloads do not open a new
+ * connection per edit. Route handlers and server components reach Redis only through lib/api.
  */
+import { Queue } from "bullmq";
 import { getConfig, type Config } from "../config";
+import type { HealthProbes } from "../health/health";
+import { loadDefinitions, type Definitions } from "../rebuilds/definitions";
+import { queuePrefix, REBUILD_QUEUE } from "../rebuilds/queue";
 import { createRedis } from "../redis/client";
 import { openConnections, type Connections } from "../redis/connections";
-import type { HealthProbes } from "../health/health";
 
 export interface WebContext {
   config: Config;
+  definitions: Definitions;
   connections: Connections;
   probes: HealthProbes;
+  queue: Queue;
 }
 
 const holder = globalThis as typeof globalThis & { __claimwatchWeb?: WebContext };
 
-/** Throws `ConfigError` or `RedisNotConfiguredError`; callers map them to responses. */
+/** Throws `ConfigError`, `DefinitionsError` or `RedisNotConfiguredError`; callers map them. */
 export function getWebContext(): WebContext {
   if (holder.__claimwatchWeb) return holder.__claimwatchWeb;
   const config = getConfig();
+  const loaded = loadDefinitions(config.definitionsPath);
+  if (!loaded.ok) throw loaded.error;
   const connections = openConnections(config, "web", "claimwatch-web");
   const probes: HealthProbes = {
     main: createRedis(connections.urls.main, "probe", "claimwatch-web:probe"),
     claims: createRedis(connections.urls.claims, "probe", "claimwatch-web:probe-claims"),
     keys: connections.keys,
   };
-  holder.__claimwatchWeb = { config, connections, probes };
+  const queue = new Queue(REBUILD_QUEUE, { connection: connections.main, prefix: queuePrefix(connections.keys) });
+  queue.on("error", () => {}); // failures surface through the calls that hit them
+  holder.__claimwatchWeb = { config, definitions: loaded.definitions, connections, probes, queue };
   return holder.__claimwatchWeb;
 }

@@ -1,12 +1,23 @@
-export const metadata = { title: "Claims · claimwatch" };
+import { ClaimsTable } from "@/components/claims-table";
+import { getClaims, type ApiClaimPage } from "@/lib/api/claims";
+import { getWebContext } from "@/lib/web/context";
 
-export default function ClaimsPage() {
+export const metadata = { title: "Claims · claimwatch" };
+export const dynamic = "force-dynamic";
+
+export default async function ClaimsPage() {
+  let initial: ApiClaimPage | null = null;
+  try {
+    initial = await getClaims(getWebContext(), { limit: 100 });
+  } catch {
+    // Redis down: the banner says so; the table retries from the browser.
+  }
   return (
-    <section aria-labelledby="page-title">
+    <section aria-labelledby="page-title" className="space-y-4">
       <h1 id="page-title" className="text-xl font-semibold">
         Claims
       </h1>
-      <p className="mt-2 text-sm text-slate-600">Active claims, their holders and live TTLs appear here.</p>
+      <ClaimsTable initial={initial} />
     </section>
   );
 }

@@ -1,12 +1,23 @@
-export const metadata = { title: "Rebuilds · claimwatch" };
+import { RebuildsTable } from "@/components/rebuilds-table";
+import { getRebuilds, type ApiRebuild } from "@/lib/api/rebuilds";
+import { getWebContext } from "@/lib/web/context";
 
-export default function RebuildsPage() {
+export const metadata = { title: "Rebuilds · claimwatch" };
+export const dynamic = "force-dynamic";
+
+export default async function RebuildsPage() {
+  let initial: ApiRebuild[] | null = null;
+  try {
+    initial = await getRebuilds(getWebContext());
+  } catch {
+    // Redis down: the banner says so; the table retries from the browser.
+  }
   return (
-    <section aria-labelledby="page-title">
+    <section aria-labelledby="page-title" className="space-y-4">
       <h1 id="page-title" className="text-xl font-semibold">
         Rebuilds
       </h1>
-      <p className="mt-2 text-sm text-slate-600">Rebuild definitions, schedules and Rebuild now appear here.</p>
+      <RebuildsTable initial={initial} />
     </section>
   );
 }

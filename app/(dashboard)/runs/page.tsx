@@ -1,12 +1,32 @@
-export const metadata = { title: "Runs · claimwatch" };
+import { RunsTable } from "@/components/runs-table";
+import { getRuns, runsQuery } from "@/lib/api/runs";
+import type { RunPage } from "@/lib/runs/list";
+import { getWebContext } from "@/lib/web/context";
 
-export default function RunsPage() {
+export const metadata = { title: "Runs · claimwatch" };
+export const dynamic = "force-dynamic";
+
+export default async function RunsPage({ searchParams }: { searchParams: Promise<Record<string, string | string[]>> }) {
+  const params = await searchParams;
+  const raw = Object.fromEntries(Object.entries(params).filter((e): e is [string, string] => typeof e[1] === "string"));
+  const parsed = runsQuery.safeParse(raw);
+  const filter = parsed.success ? parsed.data : { limit: 25 };
+  const { limit: _limit, cursor: _cursor, ...initialFilter } = filter as typeof filter & { cursor?: string };
+  let initial: RunPage | null = null;
+  let rebuilds: { name: string; tenants: string[] | null }[] = [];
+  try {
+    const context = getWebContext();
+    rebuilds = [...context.definitions.rebuilds.values()].map((d) => ({ name: d.name, tenants: d.tenants ?? null }));
+    initial = await getRuns(context, { ...initialFilter, limit: 25 });
+  } catch {
+    // Redis down or a bad filter in the URL: the table loads (and reports) from the browser.
+  }
   return (
-    <section aria-labelledby="page-title">
+    <section aria-labelledby="page-title" className="space-y-4">
       <h1 id="page-title" className="text-xl font-semibold">
         Runs
       </h1>
-      <p className="mt-2 text-sm text-slate-600">The run history appears here.</p>
+      <RunsTable initial={initial} initialFilter={initialFilter} rebuilds={rebuilds} />
     </section>
   );
 }

@@ -1,12 +1,18 @@
-export const metadata = { title: "Workers · claimwatch" };
+import { WorkersTable } from "@/components/workers-table";
+import { getWorkers } from "@/lib/api/workers";
+import { getWebContext } from "@/lib/web/context";
 
-export default function WorkersPage() {
+export const metadata = { title: "Workers · claimwatch" };
+export const dynamic = "force-dynamic";
+
+export default async function WorkersPage() {
+  const initial = await getWorkers(getWebContext()).catch(() => null);
   return (
-    <section aria-labelledby="page-title">
+    <section aria-labelledby="page-title" className="space-y-4">
       <h1 id="page-title" className="text-xl font-semibold">
         Workers
       </h1>
-      <p className="mt-2 text-sm text-slate-600">Live workers and their heartbeats appear here.</p>
+      <WorkersTable initial={initial} />
     </section>
   );
 }

@@ -1,0 +1,27 @@
+import Link from "next/link";
+import { RunDetailView } from "@/components/run-detail";
+import { getRunDetail, type RunDetail } from "@/lib/api/runs";
+import { getWebContext } from "@/lib/web/context";
+
+export const dynamic = "force-dynamic";
+
+export default async function RunPage({ params }: { params: Promise<{ id: string }> }) {
+  const { id } = await params;
+  let initial: RunDetail | null = null;
+  try {
+    initial = await getRunDetail(getWebContext(), id);
+  } catch {
+    // Unknown run or Redis down: the client view shows the API's message.
+  }
+  return (
+    <section aria-labelledby="page-title" className="space-y-4">
+      <Link href="/runs" className="text-sm text-sky-700 underline">
+        ← Runs
+      </Link>
+      <h1 id="page-title" className="font-mono text-lg font-semibold break-all">
+        Run {id}
+      </h1>
+      <RunDetailView id={id} initial={initial} />
+    </section>
+  );
+}

@@ -1,0 +1,7 @@
+import { auditQuery, getAudit } from "@/lib/api/audit";
+import { json, route } from "@/lib/api/handler";
+import { readQuery } from "@/lib/api/input";
+
+export const dynamic = "force-dynamic";
+
+export const GET = route(async (context, request) => json(await getAudit(context, readQuery(request.url, auditQuery))));

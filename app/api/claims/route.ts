@@ -1,0 +1,9 @@
+import { claimsQuery, getClaims } from "@/lib/api/claims";
+import { json, route } from "@/lib/api/handler";
+import { readQuery } from "@/lib/api/input";
+
+export const dynamic = "force-dynamic";
+
+export const GET = route(async (context, request) =>
+  json(await getClaims(context, readQuery(request.url, claimsQuery))),
+);

@@ -1,0 +1,11 @@
+import { json, route } from "@/lib/api/handler";
+import { readQuery } from "@/lib/api/input";
+import { previewQuery, previewRun } from "@/lib/api/rebuilds";
+
+export const dynamic = "force-dynamic";
+
+/** What Rebuild now would do at this moment: run, or skip/wait and why. */
+export const GET = route(async (context, request, { params }: { params: Promise<{ name: string }> }) => {
+  const { name } = await params;
+  return json(await previewRun(context, name, readQuery(request.url, previewQuery)));
+});

@@ -1,0 +1,12 @@
+import { actorOf, json, route } from "@/lib/api/handler";
+import { readJsonBody } from "@/lib/api/input";
+import { triggerAsOperator, triggerBody } from "@/lib/api/rebuilds";
+
+export const dynamic = "force-dynamic";
+
+/** Rebuild now: 202 {jobId, status: queued|deduplicated}. */
+export const POST = route(async (context, request, { params }: { params: Promise<{ name: string }> }) => {
+  const { name } = await params;
+  const body = await readJsonBody(request, triggerBody);
+  return json(await triggerAsOperator(context, name, body, actorOf(request)), 202);
+});

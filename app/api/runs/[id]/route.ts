@@ -1,0 +1,9 @@
+import { json, route } from "@/lib/api/handler";
+import { getRunDetail } from "@/lib/api/runs";
+
+export const dynamic = "force-dynamic";
+
+export const GET = route(async (context, _request, { params }: { params: Promise<{ id: string }> }) => {
+  const { id } = await params;
+  return json(await getRunDetail(context, id));
+});

@@ -1,0 +1,7 @@
+import { json, route } from "@/lib/api/handler";
+import { readQuery } from "@/lib/api/input";
+import { getRuns, runsQuery } from "@/lib/api/runs";
+
+export const dynamic = "force-dynamic";
+
+export const GET = route(async (context, request) => json(await getRuns(context, readQuery(request.url, runsQuery))));

@@ -1,0 +1,6 @@
+import { json, route } from "@/lib/api/handler";
+import { getWorkers } from "@/lib/api/workers";
+
+export const dynamic = "force-dynamic";
+
+export const GET = route(async (context) => json(await getWorkers(context)));

@@ -1,0 +1,463 @@
+/**
+ * Benchmark (not a test) of the rebuild worker, on one redis-server this script starts (temp
+ * dir, stopped by PID):
+ *
+ *   raw       — BullMQ Queue + Worker in this process, processor `async () => null`
+ *   pipeline  — `startRebuildWorker` (worker/rebuild-worker.ts) in this process, running no-op
+ *               rebuilds: the full pipeline (idempotency GET ∥ claim acquire, work dir, hash,
+ *               promote, fenced publish, `current`, run records, release, final MULTI with the
+ *               idempotency SET, skip reset) minus user work. The definitions are built in code
+ *               with `steps: []`: a `run` step would measure process spawns instead.
+ *
+ * Both sides use the same Redis, the same connection options (lib/redis/client.ts), the same
+ * job options (`jobOptionsFor`) and worker options (`DEFAULT_WORKER_OPTIONS` and the job
+ * retention), at concurrency 1 and 16. Jobs are added to a paused queue; the clock runs from
+ * `resume` until the last `completed` event. Every job has its own version (nothing is skipped
+ * as already rebuilt) and jobs are spread over OUTPUTS rebuilds with distinct outputs, so
+ * concurrent jobs never wait on one another's claims; the outcome counts prove it. Rounds
+ * interleave raw and pipeline in alternating order, so drift hits both alike.
+ *
+ * Then kill→resume with the default worker settings: two real worker processes
+ * (`worker/index.ts`), one slow job, SIGKILL the worker that runs it as soon as its run record
+ * says `running`, and time until the next attempt's record says `running` (its `startedAt`)
+ * on the other worker. Goal: within 10 s.
+ *
+ * Redis runs without persistence (BENCH_AOF=1: with AOF everysec, as the embedded Redis runs).
+ * Env: BENCH_ROUNDS (3), BENCH_JOBS_C1 (1500), BENCH_JOBS_C16 (3000), BENCH_KILLS (3).
+ * Last line: RESULT pipeline_vs_raw_c1=<ratio> pipeline_vs_raw_c16=<ratio> kill_to_resume_s=<max s> …
+ * (ratios of median jobs/s; kill_to_resume_s is the slowest of the kills).
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import crypto from "node:crypto";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { Queue, Worker } from "bullmq";
+import type { Redis } from "ioredis";
+import { stringify } from "yaml";
+import { startRedisServer, type RedisServerHandle } from "../lib/redis/embedded";
+import { closeRedis, createRedis } from "../lib/redis/client";
+import { redisKeys, type RedisKeys } from "../lib/redis/keys";
+import { parseDefinitions, type Definitions } from "../lib/rebuilds/definitions";
+import { jobOptionsFor, jobRetention, queuePrefix, REBUILD_QUEUE, type RebuildJobData } from "../lib/rebuilds/queue";
+import { triggerRebuild } from "../lib/rebuilds/trigger";
+import type { RebuildOutcome } from "../lib/rebuilds/run-rebuild";
+import { readRun } from "../lib/runs/records";
+import type { RunRecord } from "../lib/runs/types";
+import { newWorkerIdentity } from "../lib/workers/heartbeat";
+import { DEFAULT_WORKER_OPTIONS, startRebuildWorker } from "../worker/rebuild-worker";
+
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+const JOBS: Record<number, number> = {
+  1: Number(process.env.BENCH_JOBS_C1 ?? 1_500),
+  16: Number(process.env.BENCH_JOBS_C16 ?? 3_000),
+};
+const KILLS = Number(process.env.BENCH_KILLS ?? 3);
+const AOF = process.env.BENCH_AOF === "1";
+const CONCURRENCIES = [1, 16] as const;
+/** Distinct outputs (one rebuild each) the jobs are spread over; > 2 × the highest concurrency. */
+const OUTPUTS = 64;
+const KILL_GOAL_S = 10;
+
+type Side = "raw" | "pipeline";
+
+interface Bench {
+  dir: string;
+  server: RedisServerHandle;
+  /** Queue connection and main Redis of the pipeline (role "worker", as in worker/index.ts). */
+  main: Redis;
+  /** Claims Redis: logical DB 1 of the same server, as when CLAIMS_REDIS_URL is not set. */
+  claims: Redis;
+  definitions: Definitions;
+  children: Set<ChildProcess>;
+}
+
+interface PhaseResult {
+  jobsPerSec: number;
+  ms: number;
+  outcomes: Record<string, number>;
+}
+
+const median = (values: number[]) => {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+};
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** No-op rebuilds `bench-00` … : validated like a definitions file, then stripped of their steps. */
+function noOpDefinitions(dir: string): Definitions {
+  const rebuilds: Record<string, unknown> = {};
+  for (let i = 0; i < OUTPUTS; i++) {
+    rebuilds[rebuildName(i)] = {
+      output: `out/${rebuildName(i)}`,
+      steps: [{ name: "placeholder", run: ["true"] }],
+    };
+  }
+  const parsed = parseDefinitions({ rebuilds }, path.join(dir, "bench.yaml"));
+  if (!parsed.ok) throw parsed.error;
+  for (const definition of parsed.definitions.rebuilds.values()) definition.steps = [];
+  return parsed.definitions;
+}
+
+const rebuildName = (i: number) => `bench-${String(i % OUTPUTS).padStart(2, "0")}`;
+
+/** Adds `count` jobs to a paused queue, runs one side until all completed; jobs/s from resume. */
+async function runPhase(bench: Bench, side: Side, concurrency: number, count: number, label: string) {
+  const keys = redisKeys(`bench-${label}-${crypto.randomBytes(3).toString("hex")}`);
+  const queue = new Queue<RebuildJobData>(REBUILD_QUEUE, { connection: bench.main, prefix: queuePrefix(keys) });
+  await queue.pause();
+  const anyDefinition = bench.definitions.rebuilds.values().next().value!;
+  const options = jobOptionsFor(anyDefinition, bench.definitions.retention);
+  await queue.addBulk(
+    Array.from({ length: count }, (_, i) => ({
+      name: rebuildName(i),
+      data: { rebuild: rebuildName(i), version: `${label}-${i}`, force: false, trigger: "api" as const },
+      opts: { ...options, jobId: `run-${crypto.randomUUID()}` },
+    })),
+  );
+
+  const outcomes: Record<string, number> = {};
+  let done = 0;
+  let finished!: () => void;
+  const allDone = new Promise<void>((resolve) => (finished = resolve));
+  const count1 = (status: string) => {
+    outcomes[status] = (outcomes[status] ?? 0) + 1;
+    if (++done === count) finished();
+  };
+  const problems: string[] = [];
+  let worker: Worker;
+  if (side === "raw") {
+    worker = new Worker(REBUILD_QUEUE, async () => null, {
+      connection: bench.main,
+      prefix: queuePrefix(keys),
+      concurrency,
+      lockDuration: DEFAULT_WORKER_OPTIONS.lockDuration,
+      stalledInterval: DEFAULT_WORKER_OPTIONS.stalledInterval,
+      maxStalledCount: 1,
+      maxStartedAttempts: 20,
+      ...jobRetention(bench.definitions.retention),
+    });
+    worker.on("completed", () => count1("done"));
+  } else {
+    worker = startRebuildWorker(
+      {
+        connection: bench.main,
+        main: bench.main,
+        claims: bench.claims,
+        keys,
+        definitions: bench.definitions,
+        worker: newWorkerIdentity("bench"),
+        retention: { maxPerRebuild: bench.definitions.retention.runs, maxAgeMs: bench.definitions.retention.runAge },
+        // Per-job outcome lines are counted below; anything else (deferrals, errors) is kept.
+        log: (line) => {
+          if (!/: rebuilt$/.test(line) && problems.length < 5) problems.push(line);
+        },
+      },
+      { ...DEFAULT_WORKER_OPTIONS, concurrency },
+    ).worker;
+    worker.on("completed", (_job, outcome: RebuildOutcome) => count1(outcome.status));
+  }
+  worker.on("failed", (job, error) => {
+    if (problems.length < 5) problems.push(`job ${job?.id}: failed: ${error.message}`);
+    count1("failed");
+  });
+  try {
+    await worker.waitUntilReady();
+    const started = performance.now();
+    await queue.resume();
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () => reject(new Error(`${label}: ${done}/${count} jobs after 120 s; ${problems.join("; ")}`)),
+        120_000,
+      );
+    });
+    await Promise.race([allDone, timeout]).finally(() => clearTimeout(timer));
+    const ms = performance.now() - started;
+    for (const line of problems) console.log(`  ${label}: ${line}`);
+    return { jobsPerSec: (count * 1000) / ms, ms, outcomes } satisfies PhaseResult;
+  } finally {
+    await worker.close();
+    await queue.obliterate({ force: true }).catch(() => {});
+    await queue.close();
+  }
+}
+
+async function throughput(bench: Bench) {
+  // Warm-up (JIT, script loading, first directories) for both sides; not counted.
+  for (const side of ["raw", "pipeline"] as const) await runPhase(bench, side, 16, 300, `warm-${side}`);
+
+  const perRound: Record<string, number[]> = {};
+  for (let round = 1; round <= ROUNDS; round++) {
+    for (const concurrency of CONCURRENCIES) {
+      const order: Side[] = (round + concurrency) % 2 ? ["pipeline", "raw"] : ["raw", "pipeline"];
+      const result: Partial<Record<Side, PhaseResult>> = {};
+      for (const side of order) {
+        const label = `r${round}-c${concurrency}-${side}`;
+        result[side] = await runPhase(bench, side, concurrency, JOBS[concurrency]!, label);
+      }
+      const raw = result.raw!;
+      const pipeline = result.pipeline!;
+      const ratio = pipeline.jobsPerSec / raw.jobsPerSec;
+      (perRound[`raw-c${concurrency}`] ??= []).push(raw.jobsPerSec);
+      (perRound[`pipeline-c${concurrency}`] ??= []).push(pipeline.jobsPerSec);
+      (perRound[`ratio-c${concurrency}`] ??= []).push(ratio);
+      console.log(
+        `round ${round} c${String(concurrency).padEnd(2)} (${order.join(" then ")}, ${JOBS[concurrency]} jobs): ` +
+          `raw ${raw.jobsPerSec.toFixed(0)} jobs/s, pipeline ${pipeline.jobsPerSec.toFixed(0)} jobs/s ` +
+          `(${Object.entries(pipeline.outcomes)
+            .map(([k, v]) => `${k} ${v}`)
+            .join(", ")}); ratio ${ratio.toFixed(3)}`,
+      );
+      const notRebuilt = JOBS[concurrency]! - (pipeline.outcomes.rebuilt ?? 0);
+      if (notRebuilt > 0) console.log(`  WARNING: ${notRebuilt} pipeline jobs were not rebuilt (see counts)`);
+    }
+  }
+  const summary: Record<string, { raw: number; pipeline: number; ratio: number; roundRatio: number }> = {};
+  for (const concurrency of CONCURRENCIES) {
+    const raw = median(perRound[`raw-c${concurrency}`]!);
+    const pipeline = median(perRound[`pipeline-c${concurrency}`]!);
+    summary[concurrency] = {
+      raw,
+      pipeline,
+      ratio: pipeline / raw,
+      roundRatio: median(perRound[`ratio-c${concurrency}`]!),
+    };
+    console.log(
+      `c${String(concurrency).padEnd(2)} medians: raw ${raw.toFixed(0)} jobs/s, pipeline ${pipeline.toFixed(0)} jobs/s, ` +
+        `ratio ${(pipeline / raw).toFixed(3)} (median per-round ratio ${summary[concurrency]!.roundRatio.toFixed(3)})`,
+    );
+  }
+  return summary;
+}
+
+// --- kill → resume ----------------------------------------------------------------------------
+
+interface WorkerProcess {
+  child: ChildProcess;
+  id: string;
+  output(): string;
+}
+
+function startWorkerProcess(bench: Bench, env: NodeJS.ProcessEnv): Promise<WorkerProcess> {
+  const child = spawn(process.execPath, ["--import", "tsx", "worker/index.ts"], {
+    env,
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  bench.children.add(child);
+  child.once("exit", () => bench.children.delete(child));
+  let output = "";
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`worker not ready within 30 s:\n${output.slice(-2000)}`)), 30_000);
+    const onData = (chunk: Buffer) => {
+      output += chunk.toString();
+      const ready = /\[worker ([^\]]+)\] ready: /.exec(output);
+      if (ready) {
+        clearTimeout(timer);
+        resolve({ child, id: ready[1]!, output: () => output });
+      }
+    };
+    child.stdout!.on("data", onData);
+    child.stderr!.on("data", onData);
+    child.once("exit", (code) => {
+      clearTimeout(timer);
+      reject(new Error(`worker exited (${code}) before it was ready:\n${output.slice(-2000)}`));
+    });
+  });
+}
+
+/** Child processes of `pid` (a step's `sh`), read from /proc before the worker is killed. */
+function childPidsOf(pid: number): number[] {
+  const found: number[] = [];
+  for (const entry of fs.readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${entry}/stat`, "utf8");
+      if (Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]) === pid) found.push(Number(entry));
+    } catch {
+      // exited while reading
+    }
+  }
+  return found;
+}
+
+async function waitForRun(
+  main: Redis,
+  keys: RedisKeys,
+  predicate: (run: RunRecord) => boolean,
+  timeoutMs: number,
+  what: string,
+): Promise<RunRecord> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    const ids = await main.zrange(keys.runIndex(), "0", "-1");
+    const runs = await Promise.all(ids.map((id) => readRun(main, keys, id)));
+    const match = runs.find((run): run is RunRecord => run !== null && predicate(run));
+    if (match) return match;
+    await sleep(25);
+  }
+  throw new Error(`no ${what} within ${timeoutMs} ms`);
+}
+
+async function killToResume(bench: Bench): Promise<number[]> {
+  const prefix = `bench-kill-${crypto.randomBytes(3).toString("hex")}`;
+  const keys = redisKeys(prefix);
+  const configFile = path.join(bench.dir, "kill.yaml");
+  fs.writeFileSync(
+    configFile,
+    stringify({
+      rebuilds: {
+        slow: {
+          output: "kill-out/slow",
+          steps: [{ name: "work", run: ["sh", "-c", 'sleep 3; echo x > "$CLAIMWATCH_WORK/x"'], killGrace: "1s" }],
+        },
+      },
+    }),
+  );
+  // The workers read the file; the trigger here only needs the rebuild's name and job options.
+  const parsed = parseDefinitions(
+    { rebuilds: { slow: { output: "kill-out/slow", steps: [{ name: "work", run: ["true"] }] } } },
+    configFile,
+  );
+  if (!parsed.ok) throw parsed.error;
+  const definitions = parsed.definitions;
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    REDIS_URL: bench.server.url,
+    CLAIMWATCH_CONFIG: configFile,
+    CLAIMWATCH_DATA_DIR: path.join(bench.dir, "kill-data"),
+    CLAIMWATCH_KEY_PREFIX: prefix,
+  };
+  delete env.CLAIMS_REDIS_URL;
+  delete env.CLAIMWATCH_WORKER_CONCURRENCY;
+  const queue = new Queue(REBUILD_QUEUE, { connection: bench.main, prefix: queuePrefix(keys) });
+  const workers = await Promise.all([startWorkerProcess(bench, env), startWorkerProcess(bench, env)]);
+  const seconds: number[] = [];
+  try {
+    for (let kill = 1; kill <= KILLS; kill++) {
+      const triggered = await triggerRebuild(queue, bench.main, keys, definitions, "slow", {
+        version: `kill-${kill}`,
+      });
+      if (triggered.status !== "queued") throw new Error(`trigger: ${JSON.stringify(triggered)}`);
+      const jobId = triggered.jobId;
+      const first = await waitForRun(
+        bench.main,
+        keys,
+        (run) => run.jobId === jobId && run.status === "running",
+        15_000,
+        `running record of ${jobId}`,
+      );
+      const victim = workers.find((w) => w.id === first.workerId);
+      if (!victim) throw new Error(`run ${first.id} is held by unknown worker ${first.workerId}`);
+      const orphans = childPidsOf(victim.child.pid!);
+      const exited = new Promise((resolve) => victim.child.once("exit", resolve));
+      const killedAt = Date.now();
+      victim.child.kill("SIGKILL");
+      // The step's process group would finish its `sleep` on its own; stop it as a crash would.
+      for (const pid of orphans) {
+        try {
+          process.kill(-pid, "SIGKILL");
+        } catch {
+          // already gone
+        }
+      }
+      await exited;
+      const resumed = await waitForRun(
+        bench.main,
+        keys,
+        (run) => run.jobId === jobId && run.attempt > first.attempt && run.startedAt !== null,
+        30_000,
+        `resumed attempt of ${jobId}`,
+      );
+      const s = (resumed.startedAt! - killedAt) / 1000;
+      seconds.push(s);
+      console.log(
+        `kill ${kill}: SIGKILL worker ${victim.id} (run ${first.id}); attempt ${resumed.attempt} running on ` +
+          `${resumed.workerId} after ${s.toFixed(2)} s${resumed.workerId === victim.id ? " (SAME WORKER?)" : ""}`,
+      );
+      // Replace the killed worker while the resumed attempt finishes; both must be idle again.
+      const [replacement] = await Promise.all([
+        startWorkerProcess(bench, env),
+        waitForRun(
+          bench.main,
+          keys,
+          (run) => run.id === resumed.id && run.status !== "running",
+          30_000,
+          `end of ${resumed.id}`,
+        ).then((run) => {
+          if (run.status !== "rebuilt") console.log(`  resumed run ended ${run.status}: ${run.reason}`);
+        }),
+      ]);
+      workers[workers.indexOf(victim)] = replacement;
+    }
+  } finally {
+    await queue.close();
+    await Promise.all(workers.map((w) => stopChild(w.child, "SIGTERM", 20_000)));
+  }
+  return seconds;
+}
+
+async function stopChild(child: ChildProcess, signal: NodeJS.Signals, graceMs: number): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise((resolve) => child.once("exit", resolve));
+  child.kill(signal);
+  const timer = setTimeout(() => child.kill("SIGKILL"), graceMs);
+  await exited;
+  clearTimeout(timer);
+}
+
+async function main(): Promise<void> {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-bench-worker-"));
+  const server = await startRedisServer({
+    dir: path.join(dir, "redis"),
+    extraArgs: AOF ? [] : ["--appendonly", "no", "--save", ""],
+  });
+  const bench: Bench = {
+    dir,
+    server,
+    main: createRedis(server.url, "worker", "bench-main"),
+    claims: createRedis(`${server.url}/1`, "claims", "bench-claims"),
+    definitions: noOpDefinitions(dir),
+    children: new Set(),
+  };
+  let cleaning: Promise<void> | undefined;
+  const cleanUp = () =>
+    (cleaning ??= (async () => {
+      for (const child of bench.children) child.kill("SIGKILL");
+      await Promise.all([closeRedis(bench.main), closeRedis(bench.claims)]);
+      await server.stop();
+      fs.rmSync(dir, { recursive: true, force: true });
+    })());
+  process.once("SIGINT", () => void cleanUp().finally(() => process.exit(130)));
+  process.once("SIGTERM", () => void cleanUp().finally(() => process.exit(143)));
+  try {
+    console.log(
+      `redis-server pid ${server.pid} on ${server.url} (${AOF ? "AOF everysec" : "no persistence"}); ` +
+        `${ROUNDS} rounds × {raw, pipeline} × c{${CONCURRENCIES.join(", ")}} (${JOBS[1]} / ${JOBS[16]} jobs), ` +
+        `no-op rebuilds over ${OUTPUTS} outputs; then ${KILLS} kill→resume with the default worker settings ` +
+        `(lockDuration ${DEFAULT_WORKER_OPTIONS.lockDuration} ms, stalledInterval ${DEFAULT_WORKER_OPTIONS.stalledInterval} ms)`,
+    );
+    const started = performance.now();
+    const summary = await throughput(bench);
+    const kills = await killToResume(bench);
+    const worst = Math.max(...kills);
+    console.log(
+      `kill→resume: median ${median(kills).toFixed(2)} s, max ${worst.toFixed(2)} s (goal ≤ ${KILL_GOAL_S} s); ` +
+        `bench took ${((performance.now() - started) / 1000).toFixed(0)} s`,
+    );
+    const c1 = summary[1]!;
+    const c16 = summary[16]!;
+    console.log(
+      `RESULT pipeline_vs_raw_c1=${c1.ratio.toFixed(3)} pipeline_vs_raw_c16=${c16.ratio.toFixed(3)} ` +
+        `kill_to_resume_s=${worst.toFixed(2)} kill_to_resume_median_s=${median(kills).toFixed(2)} ` +
+        `raw_c1_jps=${c1.raw.toFixed(0)} pipeline_c1_jps=${c1.pipeline.toFixed(0)} ` +
+        `raw_c16_jps=${c16.raw.toFixed(0)} pipeline_c16_jps=${c16.pipeline.toFixed(0)}`,
+    );
+  } finally {
+    await cleanUp();
+  }
+}
+
+await main();

@@ -1,0 +1,240 @@
+"use client";
+
+import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
+import Link from "next/link";
+import { useState } from "react";
+import type { ApiClaim, ApiClaimPage, ReleaseOutcome } from "@/lib/api/claims";
+import { apiFetch, claimsQuery, queryKeys } from "@/lib/ui/queries";
+import { formatAgo, formatDurationMs } from "./format";
+import { useNow } from "./use-now";
+
+/**
+ * Active claims, live: TTLs count down between polls from the server's PTTL and the time the
+ * page received it. Force release sends back the token the operator was shown.
+ */
+export function ClaimsTable({ initial }: { initial: ApiClaimPage | null }) {
+  const [cursors, setCursors] = useState<(string | null)[]>([null]);
+  const cursor = cursors[cursors.length - 1] ?? null;
+  const { data, dataUpdatedAt, error } = useQuery({
+    ...claimsQuery(cursor),
+    ...(initial && cursor === null ? { initialData: initial } : {}),
+  });
+  const now = useNow();
+  const [releasing, setReleasing] = useState<ApiClaim | null>(null);
+  const [notice, setNotice] = useState<string | null>(null);
+
+  // Server clock → browser clock: the server time of the fetch maps to when it arrived.
+  const skew = data ? dataUpdatedAt - data.serverTime : 0;
+
+  return (
+    <div className="space-y-3">
+      {error ? <p className="text-sm text-red-700">Could not load claims: {error.message}</p> : null}
+      {notice ? (
+        <p role="alert" className="rounded border border-slate-300 bg-white px-3 py-2 text-sm">
+          {notice}
+        </p>
+      ) : null}
+      {data && data.claims.length === 0 ? (
+        <p className="text-sm text-slate-600">No active claims: nothing is being rebuilt right now.</p>
+      ) : null}
+      {data && data.claims.length > 0 ? (
+        <div className="overflow-x-auto rounded border border-slate-200 bg-white">
+          <table className="min-w-full text-left text-sm" aria-label="Active claims">
+            <thead className="bg-slate-100 text-xs uppercase text-slate-600">
+              <tr>
+                <th className="px-3 py-2">Claim</th>
+                <th className="px-3 py-2">Holder</th>
+                <th className="px-3 py-2">Fence</th>
+                <th className="px-3 py-2">Held for</th>
+                <th className="px-3 py-2">Last heartbeat</th>
+                <th className="px-3 py-2">TTL</th>
+                <th className="px-3 py-2">Skips</th>
+                <th className="px-3 py-2">State</th>
+                <th className="px-3 py-2">
+                  <span className="sr-only">Actions</span>
+                </th>
+              </tr>
+            </thead>
+            <tbody>
+              {data.claims.map((claim) => {
+                const ttlLeft = claim.pttlMs - (now - dataUpdatedAt);
+                const serverNow = now - skew;
+                return (
+                  <tr key={claim.name} data-claim={claim.name} className="border-t border-slate-100 align-top">
+                    <td className="px-3 py-2">
+                      <div className="font-medium">
+                        {claim.rebuild ?? "?"}
+                        {claim.tenant ? <span className="text-slate-500"> / {claim.tenant}</span> : null}
+                      </div>
+                      <div className="font-mono text-xs text-slate-500" title={claim.name}>
+                        {claim.name}
+                      </div>
+                      <div className="text-xs text-slate-500">version {claim.version ?? "?"}</div>
+                    </td>
+                    <td className="px-3 py-2 text-xs">
+                      <div className="font-medium">{claim.holder.workerId ?? "?"}</div>
+                      <div>
+                        {claim.holder.host} · pid {claim.holder.pid}
+                      </div>
+                      <div>job {claim.holder.jobId ?? "–"}</div>
+                      {claim.holder.runId ? (
+                        <Link className="text-sky-700 underline" href={`/runs/${claim.holder.runId}`}>
+                          run {claim.holder.runId}
+                        </Link>
+                      ) : null}
+                    </td>
+                    <td className="px-3 py-2 font-mono">{claim.fence}</td>
+                    <td className="px-3 py-2">{formatDurationMs(serverNow - (claim.acquiredAt ?? serverNow))}</td>
+                    <td className="px-3 py-2" data-field="heartbeat">
+                      {formatAgo(claim.refreshedAt, serverNow)}
+                    </td>
+                    <td className="px-3 py-2 font-mono" data-field="ttl" data-ttl-ms={Math.max(0, Math.round(ttlLeft))}>
+                      {formatDurationMs(Math.max(0, ttlLeft))}
+                      <span className="text-xs text-slate-500"> / {formatDurationMs(claim.ttlMs)}</span>
+                    </td>
+                    <td className="px-3 py-2" data-field="skips">
+                      {claim.consecutiveSkips}
+                    </td>
+                    <td className="px-3 py-2">
+                      {claim.stale ? (
+                        <span
+                          className="rounded bg-red-100 px-2 py-0.5 text-xs font-semibold text-red-800 ring-1 ring-red-300"
+                          title={claim.staleReason ?? ""}
+                        >
+                          Stale
+                        </span>
+                      ) : (
+                        <span className="text-xs text-emerald-700">live</span>
+                      )}
+                      {claim.staleReason ? <div className="mt-1 text-xs text-red-800">{claim.staleReason}</div> : null}
+                    </td>
+                    <td className="px-3 py-2">
+                      <button
+                        type="button"
+                        onClick={() => {
+                          setNotice(null);
+                          setReleasing(claim);
+                        }}
+                        className="rounded border border-red-300 px-2 py-1 text-xs text-red-800 hover:bg-red-50"
+                      >
+                        Force release
+                      </button>
+                    </td>
+                  </tr>
+                );
+              })}
+            </tbody>
+          </table>
+        </div>
+      ) : null}
+      <div className="flex gap-2 text-sm">
+        {cursors.length > 1 ? (
+          <button type="button" className="rounded border px-2 py-1" onClick={() => setCursors(cursors.slice(0, -1))}>
+            Previous page
+          </button>
+        ) : null}
+        {data?.nextCursor ? (
+          <button
+            type="button"
+            className="rounded border px-2 py-1"
+            onClick={() => setCursors([...cursors, data.nextCursor])}
+          >
+            Next page
+          </button>
+        ) : null}
+      </div>
+      {releasing ? (
+        <ForceReleaseDialog
+          claim={releasing}
+          onClose={(message) => {
+            setReleasing(null);
+            if (message) setNotice(message);
+          }}
+        />
+      ) : null}
+    </div>
+  );
+}
+
+function ForceReleaseDialog({ claim, onClose }: { claim: ApiClaim; onClose: (message: string | null) => void }) {
+  const queryClient = useQueryClient();
+  const [reason, setReason] = useState("");
+  const release = useMutation({
+    mutationFn: () =>
+      apiFetch<ReleaseOutcome>(
+        "/api/claims/release",
+        { method: "POST", body: JSON.stringify({ name: claim.name, token: claim.token, reason }) },
+        [409],
+      ),
+    onSuccess: (result) => {
+      void queryClient.invalidateQueries({ queryKey: queryKeys.all });
+      if (result.status === "released") onClose(`Released ${claim.name} (was held by ${claim.holder.workerId}).`);
+      else if (result.status === "not-owner") {
+        onClose(
+          `Not released: the claim changed hands — it is now held by ${result.currentHolder ?? "another holder"}. Nothing was released.`,
+        );
+      } else onClose("Not released: the claim had already ended (expired or released). Nothing was released.");
+    },
+  });
+  return (
+    <div className="fixed inset-0 z-10 flex items-center justify-center bg-black/30">
+      <div
+        role="dialog"
+        aria-modal="true"
+        aria-labelledby="release-title"
+        className="w-full max-w-lg rounded bg-white p-5 shadow-lg"
+      >
+        <h2 id="release-title" className="text-lg font-semibold">
+          Force release this claim?
+        </h2>
+        <p className="mt-2 text-sm text-slate-700">
+          Only the token shown here is released. If another holder has taken the claim since, nothing happens.
+        </p>
+        <dl className="mt-3 grid grid-cols-[8rem_1fr] gap-x-3 gap-y-1 text-sm">
+          <dt className="text-slate-500">Claim</dt>
+          <dd className="font-mono text-xs break-all">{claim.name}</dd>
+          <dt className="text-slate-500">Holder</dt>
+          <dd>
+            {claim.holder.workerId} ({claim.holder.host}, pid {claim.holder.pid})
+          </dd>
+          <dt className="text-slate-500">Token</dt>
+          <dd className="font-mono text-xs break-all" data-field="token">
+            {claim.token}
+          </dd>
+          <dt className="text-slate-500">Fence</dt>
+          <dd className="font-mono">{claim.fence}</dd>
+          {claim.staleReason ? (
+            <>
+              <dt className="text-slate-500">Stale</dt>
+              <dd className="text-red-800">{claim.staleReason}</dd>
+            </>
+          ) : null}
+        </dl>
+        <label className="mt-4 block text-sm font-medium" htmlFor="release-reason">
+          Reason (for the audit log)
+        </label>
+        <textarea
+          id="release-reason"
+          className="mt-1 w-full rounded border border-slate-300 p-2 text-sm"
+          rows={2}
+          value={reason}
+          onChange={(event) => setReason(event.target.value)}
+        />
+        {release.error ? <p className="mt-2 text-sm text-red-700">{release.error.message}</p> : null}
+        <div className="mt-4 flex justify-end gap-2">
+          <button type="button" className="rounded border px-3 py-1.5 text-sm" onClick={() => onClose(null)}>
+            Cancel
+          </button>
+          <button
+            type="button"
+            disabled={reason.trim().length < 3 || release.isPending}
+            onClick={() => release.mutate()}
+            className="rounded bg-red-700 px-3 py-1.5 text-sm font-medium text-white disabled:opacity-50"
+          >
+            Release claim
+          </button>
+        </div>
+      </div>
+    </div>
+  );
+}

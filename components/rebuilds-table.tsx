@@ -1,0 +1,219 @@
+"use client";
+
+import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
+import Link from "next/link";
+import { useState } from "react";
+import type { ApiRebuild } from "@/lib/api/rebuilds";
+import { apiFetch, previewQuery, queryKeys, rebuildsQuery } from "@/lib/ui/queries";
+import { formatDurationMs, formatTime } from "./format";
+import { Sparkline } from "./sparkline";
+import { StatusBadge } from "./status-badge";
+
+export function RebuildsTable({ initial }: { initial: ApiRebuild[] | null }) {
+  const { data, error } = useQuery({
+    ...rebuildsQuery(),
+    ...(initial ? { initialData: { rebuilds: initial } } : {}),
+  });
+  const [open, setOpen] = useState<string | null>(null);
+  return (
+    <div className="space-y-3">
+      {error ? <p className="text-sm text-red-700">Could not load rebuilds: {error.message}</p> : null}
+      <div className="overflow-x-auto rounded border border-slate-200 bg-white">
+        <table className="min-w-full text-left text-sm" aria-label="Rebuilds">
+          <thead className="bg-slate-100 text-xs uppercase text-slate-600">
+            <tr>
+              <th className="px-3 py-2">Rebuild</th>
+              <th className="px-3 py-2">Schedule</th>
+              <th className="px-3 py-2">Last run</th>
+              <th className="px-3 py-2">Skips</th>
+              <th className="px-3 py-2">Claim</th>
+              <th className="px-3 py-2">Last 30 runs</th>
+              <th className="px-3 py-2">
+                <span className="sr-only">Actions</span>
+              </th>
+            </tr>
+          </thead>
+          <tbody>
+            {(data?.rebuilds ?? []).map((rebuild) => {
+              const key = `${rebuild.name}/${rebuild.tenant ?? ""}`;
+              return (
+                <RebuildRow
+                  key={key}
+                  rebuild={rebuild}
+                  open={open === key}
+                  onToggle={() => setOpen(open === key ? null : key)}
+                />
+              );
+            })}
+          </tbody>
+        </table>
+      </div>
+    </div>
+  );
+}
+
+function RebuildRow({ rebuild, open, onToggle }: { rebuild: ApiRebuild; open: boolean; onToggle: () => void }) {
+  const label = `${rebuild.name}${rebuild.tenant ? ` / ${rebuild.tenant}` : ""}`;
+  return (
+    <>
+      <tr
+        className="border-t border-slate-100 align-top"
+        data-rebuild={rebuild.name}
+        data-tenant={rebuild.tenant ?? ""}
+      >
+        <td className="px-3 py-2">
+          <div className="font-medium">{label}</div>
+          <div className="font-mono text-xs text-slate-500">{rebuild.output}</div>
+        </td>
+        <td className="px-3 py-2 text-xs">
+          {rebuild.schedule ? (
+            <>
+              <div className="font-mono">
+                {rebuild.schedule.cron} ({rebuild.schedule.tz})
+              </div>
+              <div>next: {formatTime(Date.parse(rebuild.schedule.nextRunAt))} local</div>
+              <div className="text-slate-500">
+                {rebuild.schedule.nextRunAt.replace("T", " ").replace(".000Z", " UTC")}
+              </div>
+            </>
+          ) : (
+            <span className="text-slate-400">on demand</span>
+          )}
+        </td>
+        <td className="px-3 py-2 text-xs">
+          {rebuild.lastRun ? (
+            <>
+              <StatusBadge status={rebuild.lastRun.status} />
+              <div className="mt-1">
+                <Link className="text-sky-700 underline" href={`/runs/${rebuild.lastRun.id}`}>
+                  {formatTime(rebuild.lastRun.createdAt)}
+                </Link>
+              </div>
+              <div>{formatDurationMs(rebuild.lastRun.durationMs)}</div>
+            </>
+          ) : (
+            <span className="text-slate-400">never</span>
+          )}
+        </td>
+        <td className="px-3 py-2" data-field="skips">
+          {rebuild.consecutiveSkips}
+        </td>
+        <td className="px-3 py-2 text-xs">
+          {rebuild.claim ? (
+            <>
+              <div>held by {rebuild.claim.holder.workerId}</div>
+              <div>
+                {formatDurationMs(rebuild.claim.pttlMs)} left{rebuild.claim.stale ? " · stale" : ""}
+              </div>
+            </>
+          ) : (
+            <span className="text-slate-400">free</span>
+          )}
+        </td>
+        <td className="px-3 py-2">
+          <Sparkline runs={rebuild.recentRuns} />
+        </td>
+        <td className="px-3 py-2">
+          <button
+            type="button"
+            aria-expanded={open}
+            aria-label={`Rebuild now: ${label}`}
+            onClick={onToggle}
+            className="rounded bg-slate-900 px-2 py-1 text-xs font-medium text-white"
+          >
+            Rebuild now
+          </button>
+        </td>
+      </tr>
+      {open ? (
+        <tr className="bg-slate-50">
+          <td colSpan={7} className="px-3 py-3">
+            <RebuildNowForm rebuild={rebuild} onDone={onToggle} />
+          </td>
+        </tr>
+      ) : null}
+    </>
+  );
+}
+
+function RebuildNowForm({ rebuild, onDone }: { rebuild: ApiRebuild; onDone: () => void }) {
+  const queryClient = useQueryClient();
+  const [version, setVersion] = useState("");
+  const [force, setForce] = useState(false);
+  const [reason, setReason] = useState("");
+  const preview = useQuery(previewQuery(rebuild.name, rebuild.tenant, version.trim(), force));
+  const trigger = useMutation({
+    mutationFn: () =>
+      apiFetch<{ jobId: string; status: string }>(`/api/rebuilds/${encodeURIComponent(rebuild.name)}/runs`, {
+        method: "POST",
+        body: JSON.stringify({
+          ...(rebuild.tenant ? { tenant: rebuild.tenant } : {}),
+          ...(version.trim() ? { version: version.trim() } : {}),
+          force,
+          ...(reason.trim() ? { reason: reason.trim() } : {}),
+        }),
+      }),
+    onSuccess: () => void queryClient.invalidateQueries({ queryKey: queryKeys.all }),
+  });
+  const p = preview.data;
+  return (
+    <form
+      className="flex flex-wrap items-end gap-3 text-sm"
+      aria-label={`Rebuild ${rebuild.name}${rebuild.tenant ? ` / ${rebuild.tenant}` : ""} now`}
+      onSubmit={(event) => {
+        event.preventDefault();
+        trigger.mutate();
+      }}
+    >
+      <label className="flex flex-col">
+        <span className="text-xs text-slate-600">Version (optional)</span>
+        <input
+          className="rounded border border-slate-300 px-2 py-1 font-mono"
+          value={version}
+          placeholder={p?.version ?? "hash of the inputs"}
+          onChange={(event) => setVersion(event.target.value)}
+        />
+      </label>
+      <label className="flex items-center gap-1">
+        <input type="checkbox" checked={force} onChange={(event) => setForce(event.target.checked)} />
+        <span>Force (ignore "already rebuilt"; never the claim)</span>
+      </label>
+      <label className="flex flex-col">
+        <span className="text-xs text-slate-600">Reason (optional)</span>
+        <input
+          className="rounded border border-slate-300 px-2 py-1"
+          value={reason}
+          onChange={(e) => setReason(e.target.value)}
+        />
+      </label>
+      <button
+        type="submit"
+        disabled={trigger.isPending}
+        className="rounded bg-sky-700 px-3 py-1.5 font-medium text-white"
+      >
+        Queue rebuild
+      </button>
+      <button type="button" className="rounded border px-3 py-1.5" onClick={onDone}>
+        Close
+      </button>
+      <p className="basis-full text-sm" data-field="preview" role="status">
+        {preview.error
+          ? `Cannot tell what would happen: ${preview.error.message}`
+          : !p
+            ? "Checking…"
+            : p.outcome === "runs"
+              ? `Would run now (version ${p.version}).`
+              : p.message}
+      </p>
+      {trigger.data ? (
+        <p className="basis-full text-sm text-emerald-800" role="alert">
+          {trigger.data.status === "deduplicated" ? "Already queued as" : "Queued as"} job {trigger.data.jobId}.{" "}
+          <Link className="underline" href={`/runs?jobId=${encodeURIComponent(trigger.data.jobId)}`}>
+            Follow it
+          </Link>
+        </p>
+      ) : null}
+      {trigger.error ? <p className="basis-full text-sm text-red-700">{trigger.error.message}</p> : null}
+    </form>
+  );
+}

@@ -1,0 +1,89 @@
+"use client";
+
+import { useQuery } from "@tanstack/react-query";
+import type { RunDetail } from "@/lib/api/runs";
+import { runQuery } from "@/lib/ui/queries";
+import { formatDurationMs, formatTime } from "./format";
+import { StatusBadge } from "./status-badge";
+
+export function RunDetailView({ initial, id }: { initial: RunDetail | null; id: string }) {
+  const { data: run, error } = useQuery({
+    ...runQuery(id),
+    ...(initial ? { initialData: initial } : {}),
+  });
+  if (!run) return <p className="text-sm text-red-700">{error ? error.message : "Loading…"}</p>;
+  const running = run.status === "running" || run.status === "queued";
+  const fields: [string, string | number | null][] = [
+    ["Rebuild", `${run.rebuild}${run.tenant ? ` / ${run.tenant}` : ""}`],
+    ["Job", `${run.jobId} (attempt ${run.attempt})`],
+    ["Trigger", run.trigger],
+    ["Version", run.version],
+    ["Fence", run.fence],
+    ["Build hash", run.buildHash],
+    ["Idempotency key", run.idempotencyKey],
+    ["Worker", run.workerId ? `${run.workerId} on ${run.host}` : null],
+    ["Queued", formatTime(run.createdAt)],
+    ["Started", formatTime(run.startedAt)],
+    ["Finished", formatTime(run.finishedAt)],
+    ["Duration", formatDurationMs(run.durationMs)],
+  ];
+  return (
+    <div className="space-y-4">
+      <div className="flex items-center gap-3">
+        <StatusBadge status={run.status} />
+        {run.reason ? (
+          <span className="text-sm text-slate-700" data-field="reason">
+            {run.reason}
+          </span>
+        ) : null}
+      </div>
+      {running ? (
+        <div
+          role="progressbar"
+          aria-label="Progress"
+          aria-valuemin={0}
+          aria-valuemax={100}
+          aria-valuenow={Math.round(run.progress * 100)}
+          className="h-2 w-full max-w-xl overflow-hidden rounded bg-slate-200"
+        >
+          <div className="h-full bg-sky-600 transition-all" style={{ width: `${Math.round(run.progress * 100)}%` }} />
+        </div>
+      ) : null}
+      <dl className="grid max-w-3xl grid-cols-[10rem_1fr] gap-x-3 gap-y-1 text-sm">
+        {fields.map(([label, value]) => (
+          <div key={label} className="contents">
+            <dt className="text-slate-500">{label}</dt>
+            <dd className="font-mono text-xs break-all" data-field={label.toLowerCase().replace(/\s+/g, "-")}>
+              {value ?? "–"}
+            </dd>
+          </div>
+        ))}
+      </dl>
+      <section aria-labelledby="steps-title">
+        <h2 id="steps-title" className="font-semibold">
+          Steps
+        </h2>
+        <ol className="mt-1 space-y-1 text-sm">
+          {run.steps.map((step) => (
+            <li key={step.name}>
+              <span className="font-mono">{step.name}</span>: {step.status}
+              {step.finishedAt ? ` in ${formatDurationMs(step.finishedAt - step.startedAt)}` : ""}
+            </li>
+          ))}
+          {run.steps.length === 0 ? <li className="text-slate-500">no steps ran</li> : null}
+        </ol>
+      </section>
+      <section aria-labelledby="log-title">
+        <h2 id="log-title" className="font-semibold">
+          Log {running ? "(live)" : ""}
+        </h2>
+        <pre
+          aria-label="Run log"
+          className="mt-1 max-h-96 overflow-auto rounded bg-slate-900 p-3 text-xs text-slate-100"
+        >
+          {run.log.length ? run.log.join("\n") : "(no output)"}
+        </pre>
+      </section>
+    </div>
+  );
+}

@@ -1,0 +1,148 @@
+"use client";
+
+import { useQuery } from "@tanstack/react-query";
+import Link from "next/link";
+import { useState } from "react";
+import type { RunPage } from "@/lib/runs/list";
+import { RUN_STATUSES, type RunStatus } from "@/lib/runs/types";
+import { runsQuery, type RunsFilter } from "@/lib/ui/queries";
+import { formatDurationMs, formatTime } from "./format";
+import { StatusBadge } from "./status-badge";
+
+export interface RunsTableProps {
+  initial: RunPage | null;
+  initialFilter: RunsFilter & { jobId?: string };
+  rebuilds: { name: string; tenants: string[] | null }[];
+}
+
+export function RunsTable({ initial, initialFilter, rebuilds }: RunsTableProps) {
+  const [filter, setFilter] = useState<RunsFilter & { jobId?: string }>(initialFilter);
+  const [cursors, setCursors] = useState<string[]>([]);
+  const query = { ...filter, ...(cursors.length ? { cursor: cursors[cursors.length - 1] } : {}) };
+  const isInitial = cursors.length === 0 && JSON.stringify(filter) === JSON.stringify(initialFilter);
+  const { data, error } = useQuery({
+    ...runsQuery(query),
+    ...(initial && isInitial ? { initialData: initial } : {}),
+  });
+  const tenants = rebuilds.find((r) => r.name === filter.rebuild)?.tenants ?? null;
+  const change = (next: RunsFilter & { jobId?: string }) => {
+    setCursors([]);
+    setFilter(Object.fromEntries(Object.entries(next).filter(([, v]) => v)) as RunsFilter);
+  };
+
+  return (
+    <div className="space-y-3">
+      <form className="flex flex-wrap gap-3 text-sm" aria-label="Filter runs" onSubmit={(e) => e.preventDefault()}>
+        <label className="flex flex-col">
+          <span className="text-xs text-slate-600">Rebuild</span>
+          <select
+            className="rounded border border-slate-300 px-2 py-1"
+            value={filter.rebuild ?? ""}
+            onChange={(e) => change({ ...filter, rebuild: e.target.value || undefined, tenant: undefined })}
+          >
+            <option value="">all</option>
+            {rebuilds.map((r) => (
+              <option key={r.name}>{r.name}</option>
+            ))}
+          </select>
+        </label>
+        <label className="flex flex-col">
+          <span className="text-xs text-slate-600">Tenant</span>
+          <select
+            className="rounded border border-slate-300 px-2 py-1"
+            value={filter.tenant ?? ""}
+            disabled={!tenants}
+            onChange={(e) => change({ ...filter, tenant: e.target.value || undefined })}
+          >
+            <option value="">all</option>
+            {(tenants ?? []).map((t) => (
+              <option key={t}>{t}</option>
+            ))}
+          </select>
+        </label>
+        <label className="flex flex-col">
+          <span className="text-xs text-slate-600">Status</span>
+          <select
+            className="rounded border border-slate-300 px-2 py-1"
+            value={filter.status ?? ""}
+            onChange={(e) => change({ ...filter, status: (e.target.value || undefined) as RunStatus | undefined })}
+          >
+            <option value="">all</option>
+            {RUN_STATUSES.map((s) => (
+              <option key={s}>{s}</option>
+            ))}
+          </select>
+        </label>
+        {filter.jobId ? (
+          <button
+            type="button"
+            className="self-end rounded border px-2 py-1"
+            onClick={() => change({ ...filter, jobId: undefined })}
+          >
+            Job {filter.jobId} ✕
+          </button>
+        ) : null}
+      </form>
+      {error ? <p className="text-sm text-red-700">Could not load runs: {error.message}</p> : null}
+      <div className="overflow-x-auto rounded border border-slate-200 bg-white">
+        <table className="min-w-full text-left text-sm" aria-label="Runs">
+          <thead className="bg-slate-100 text-xs uppercase text-slate-600">
+            <tr>
+              <th className="px-3 py-2">Run</th>
+              <th className="px-3 py-2">Rebuild</th>
+              <th className="px-3 py-2">Status</th>
+              <th className="px-3 py-2">Reason</th>
+              <th className="px-3 py-2">Started</th>
+              <th className="px-3 py-2">Duration</th>
+              <th className="px-3 py-2">Worker</th>
+            </tr>
+          </thead>
+          <tbody>
+            {(data?.runs ?? []).map((run) => (
+              <tr
+                key={run.id}
+                className="border-t border-slate-100 align-top"
+                data-run={run.id}
+                data-status={run.status}
+              >
+                <td className="px-3 py-2 font-mono text-xs">
+                  <Link className="text-sky-700 underline" href={`/runs/${run.id}`}>
+                    {run.id}
+                  </Link>
+                </td>
+                <td className="px-3 py-2">
+                  {run.rebuild}
+                  {run.tenant ? <span className="text-slate-500"> / {run.tenant}</span> : null}
+                </td>
+                <td className="px-3 py-2">
+                  <StatusBadge status={run.status} />
+                </td>
+                <td className="max-w-xs px-3 py-2 text-xs text-slate-600">{run.reason ?? ""}</td>
+                <td className="px-3 py-2 text-xs">{formatTime(run.startedAt ?? run.createdAt)}</td>
+                <td className="px-3 py-2 text-xs">{formatDurationMs(run.durationMs)}</td>
+                <td className="px-3 py-2 text-xs">{run.workerId ?? "–"}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+        {data && data.runs.length === 0 ? <p className="p-3 text-sm text-slate-600">No runs match.</p> : null}
+      </div>
+      <div className="flex gap-2 text-sm">
+        {cursors.length > 0 ? (
+          <button type="button" className="rounded border px-2 py-1" onClick={() => setCursors(cursors.slice(0, -1))}>
+            Newer
+          </button>
+        ) : null}
+        {data?.nextCursor ? (
+          <button
+            type="button"
+            className="rounded border px-2 py-1"
+            onClick={() => setCursors([...cursors, data.nextCursor!])}
+          >
+            Older
+          </button>
+        ) : null}
+      </div>
+    </div>
+  );
+}

@@ -1,0 +1,206 @@
+/**
+ * The operator's flows on the real stack (launcher: embedded Redis, Next.js, worker), in Debian
+ * Chromium. Waits on the app's own API and UI state, never on fixed sleeps.
+ */
+import { expect, test, type APIRequestContext, type Page } from "@playwright/test";
+import type { ApiClaim } from "../lib/api/claims";
+import type { RunRecord } from "../lib/runs/types";
+import { stack } from "./support/stack";
+
+test.describe.configure({ mode: "serial" });
+
+async function claimsOf(request: APIRequestContext, rebuild: string): Promise<ApiClaim[]> {
+  const { url } = stack();
+  const body = (await (await request.get(`${url}/api/claims`)).json()) as { claims: ApiClaim[] };
+  return body.claims.filter((c) => c.rebuild === rebuild);
+}
+
+async function runsOf(request: APIRequestContext, query: string): Promise<RunRecord[]> {
+  const { url } = stack();
+  return ((await (await request.get(`${url}/api/runs?${query}`)).json()) as { runs: RunRecord[] }).runs;
+}
+
+async function workerPid(request: APIRequestContext): Promise<number> {
+  const { url } = stack();
+  const body = (await (await request.get(`${url}/api/workers`)).json()) as { workers: { pid: number }[] };
+  expect(body.workers).toHaveLength(1);
+  return body.workers[0]!.pid;
+}
+
+async function openRebuildNow(page: Page, label: string) {
+  await page.goto(`${stack().url}/rebuilds`);
+  await page.getByRole("button", { name: `Rebuild now: ${label}` }).click();
+  return page.getByRole("form", { name: `Rebuild ${label} now` });
+}
+
+async function shot(page: Page, name: string, testInfo: { outputPath: (name: string) => string }) {
+  await page.screenshot({ path: testInfo.outputPath(`${name}.png`), fullPage: true });
+}
+
+test("Rebuild now on slow-archive: the run is running, its claim's TTL counts down and its heartbeat renews", async ({
+  page,
+  request,
+}, testInfo) => {
+  const form = await openRebuildNow(page, "slow-archive");
+  await expect(form.getByRole("status")).toHaveText(/Would run now/);
+  await form.getByRole("button", { name: "Queue rebuild" }).click();
+  await expect(form.getByRole("alert")).toContainText("Queued as job");
+
+  await expect
+    .poll(async () => (await runsOf(request, "rebuild=slow-archive&status=running")).length, { timeout: 20_000 })
+    .toBe(1);
+
+  await page.goto(`${stack().url}/claims`);
+  const row = page.locator("tr", { hasText: "slow-archive" });
+  await expect(row).toBeVisible();
+  const ttl = row.locator('[data-field="ttl"]');
+  const first = Number(await ttl.getAttribute("data-ttl-ms"));
+  await expect.poll(async () => Number(await ttl.getAttribute("data-ttl-ms"))).toBeLessThan(first - 500);
+  await expect(row).toContainText("live");
+  await shot(page, "claims", testInfo);
+
+  const [before] = await claimsOf(request, "slow-archive");
+  await expect
+    .poll(async () => (await claimsOf(request, "slow-archive"))[0]?.refreshedAt ?? 0, { timeout: 15_000 })
+    .toBeGreaterThan(before!.refreshedAt!);
+
+  await page.goto(`${stack().url}/runs`);
+  await expect(page.getByRole("table", { name: "Runs" }).locator('tr[data-status="running"]')).toContainText(
+    "slow-archive",
+  );
+  await shot(page, "runs", testInfo);
+});
+
+test("Rebuild now again: recorded as a neutral skip, consecutive skips rise on Claims and Rebuilds", async ({
+  page,
+  request,
+}, testInfo) => {
+  const form = await openRebuildNow(page, "slow-archive");
+  await expect(form.getByRole("status")).toHaveText(/would be skipped: held by .+, \d+ s left/);
+  await shot(page, "rebuilds-preview", testInfo);
+  await form.getByRole("button", { name: "Queue rebuild" }).click();
+  await expect(form.getByRole("alert")).toContainText("Queued as job");
+
+  await expect
+    .poll(async () => (await runsOf(request, "rebuild=slow-archive&status=skipped")).length, { timeout: 20_000 })
+    .toBe(1);
+  const row = page.locator('tr[data-rebuild="slow-archive"]');
+  await expect(row.locator('[data-field="skips"]')).toHaveText("1");
+  await shot(page, "rebuilds", testInfo);
+
+  await page.goto(`${stack().url}/runs?rebuild=slow-archive&status=skipped`);
+  const skipped = page.getByRole("table", { name: "Runs" }).locator('tr[data-status="skipped"]');
+  await expect(skipped).toContainText("claim-held");
+  const badge = skipped.locator('[data-status="skipped"]');
+  await expect(badge).toHaveClass(/bg-slate-100/); // neutral, not red
+
+  await page.goto(`${stack().url}/claims`);
+  await expect(page.locator("tr", { hasText: "slow-archive" }).locator('[data-field="skips"]')).toHaveText("1");
+});
+
+test("a frozen worker's claim turns Stale; force release empties it and is audited; on SIGCONT the worker aborts", async ({
+  page,
+  request,
+}, testInfo) => {
+  const pid = await workerPid(request);
+  const [running] = await runsOf(request, "rebuild=slow-archive&status=running");
+  expect(running).toBeTruthy();
+  process.kill(pid, "SIGSTOP");
+  try {
+    await page.goto(`${stack().url}/claims`);
+    const row = page.locator("tr", { hasText: "slow-archive" });
+    await expect(row.getByText("Stale", { exact: true })).toBeVisible({ timeout: 30_000 });
+    await expect(row).toContainText(/no refresh for \d+ s|has no live heartbeat/);
+    await shot(page, "claims-stale", testInfo);
+
+    await row.getByRole("button", { name: "Force release" }).click();
+    const dialog = page.getByRole("dialog", { name: "Force release this claim?" });
+    const [claim] = await claimsOf(request, "slow-archive");
+    await expect(dialog.locator('[data-field="token"]')).toHaveText(claim!.token);
+    await dialog.getByLabel("Reason (for the audit log)").fill("worker frozen at 02:00 (e2e)");
+    await dialog.getByRole("button", { name: "Release claim" }).click();
+    await expect(page.getByRole("alert").filter({ hasText: "Released" })).toBeVisible();
+    await expect(page.locator("tr", { hasText: "slow-archive" })).toHaveCount(0);
+
+    await page.goto(`${stack().url}/audit`);
+    const entry = page.locator('tr[data-action="force-release"][data-result="done"]');
+    await expect(entry).toContainText("worker frozen at 02:00 (e2e)");
+    await shot(page, "audit", testInfo);
+  } finally {
+    process.kill(pid, "SIGCONT");
+  }
+  await expect
+    .poll(
+      async () =>
+        (await runsOf(request, `jobId=${encodeURIComponent(running!.jobId)}`)).find((r) => r.id === running!.id)
+          ?.status,
+      {
+        timeout: 30_000,
+      },
+    )
+    .toMatch(/^(aborted|superseded)$/);
+  await page.goto(`${stack().url}/runs/${running!.id}`);
+  await expect(page.locator('[data-status="aborted"], [data-status="superseded"]').first()).toBeVisible();
+});
+
+test("force release with a token that changed hands says so and releases nothing", async ({ page, request }) => {
+  const { url } = stack();
+  // Make sure a slow-archive claim exists (the aborted job may have been retried already).
+  if ((await claimsOf(request, "slow-archive")).length === 0) {
+    await request.post(`${url}/api/rebuilds/slow-archive/runs`, { data: { version: "e2e-a", force: true } });
+  }
+  await expect.poll(async () => (await claimsOf(request, "slow-archive")).length, { timeout: 30_000 }).toBe(1);
+
+  await page.goto(`${url}/claims`);
+  const row = page.locator("tr", { hasText: "slow-archive" });
+  await row.getByRole("button", { name: "Force release" }).click();
+  const dialog = page.getByRole("dialog", { name: "Force release this claim?" });
+  const shownToken = await dialog.locator('[data-field="token"]').textContent();
+
+  // Meanwhile: another operator releases it and a new rebuild takes the claim.
+  const released = await request.post(`${url}/api/claims/release`, {
+    data: { name: (await claimsOf(request, "slow-archive"))[0]!.name, token: shownToken, reason: "someone else" },
+  });
+  expect(released.status()).toBe(200);
+  await request.post(`${url}/api/rebuilds/slow-archive/runs`, { data: { version: "e2e-b", force: true } });
+  await expect
+    .poll(async () => (await claimsOf(request, "slow-archive"))[0]?.token ?? shownToken, { timeout: 30_000 })
+    .not.toBe(shownToken);
+  const [newHolder] = await claimsOf(request, "slow-archive");
+
+  await dialog.getByLabel("Reason (for the audit log)").fill("stale row clicked late");
+  await dialog.getByRole("button", { name: "Release claim" }).click();
+  await expect(page.getByRole("alert").filter({ hasText: "changed hands" })).toContainText("Nothing was released");
+  const [still] = await claimsOf(request, "slow-archive");
+  expect(still?.token).toBe(newHolder!.token);
+
+  await page.goto(`${url}/audit`);
+  await expect(page.locator('tr[data-action="force-release"][data-result="refused"]')).toContainText(
+    "stale row clicked late",
+  );
+});
+
+test("a run page shows step output and a final status; parcels shows its build hash", async ({
+  page,
+  request,
+}, testInfo) => {
+  const { url } = stack();
+  const queued = await request.post(`${url}/api/rebuilds/parcels/runs`, { data: {} });
+  expect(queued.status()).toBe(202);
+  const { jobId } = (await queued.json()) as { jobId: string };
+  await expect
+    .poll(async () => (await runsOf(request, `jobId=${jobId}`))[0]?.status, { timeout: 60_000 })
+    .toBe("rebuilt");
+  const [run] = await runsOf(request, `jobId=${jobId}`);
+
+  await page.goto(`${url}/runs/${run!.id}`);
+  await expect(page.locator('[data-status="rebuilt"]').first()).toBeVisible();
+  await expect(page.locator('[data-field="build-hash"]')).toHaveText(/^[0-9a-f]{32}$/);
+  await expect(page.getByLabel("Run log")).toContainText("[tile] wrote");
+  await expect(page.getByLabel("Run log")).toContainText("published build");
+  await shot(page, "run", testInfo);
+
+  await page.goto(`${url}/workers`);
+  await expect(page.getByRole("table", { name: "Workers" })).toContainText(String(await workerPid(request)));
+  await shot(page, "workers", testInfo);
+});

@@ -1,0 +1,143 @@
+/** Claims as the API and the Claims page show them. */
+import { z } from "zod";
+import { forceReleaseClaim, listClaims, MAX_CLAIMS_PAGE, type ClaimInfo, type StaleReason } from "../claims";
+import { checkClaimName } from "../claims/name";
+import { listLiveWorkers } from "../workers/heartbeat";
+import type { WebContext } from "../web/context";
+import { badRequest } from "./errors";
+
+export interface ApiClaim {
+  name: string;
+  rebuild: string | null;
+  tenant: string | null;
+  version: string | null;
+  token: string;
+  fence: number | null;
+  holder: {
+    host: string | null;
+    pid: number | null;
+    workerId: string | null;
+    jobId: string | null;
+    runId: string | null;
+  };
+  acquiredAt: number | null;
+  refreshedAt: number | null;
+  /** The holder's configured TTL. */
+  ttlMs: number | null;
+  /** Remaining lifetime when read (server PTTL); the UI counts down from `serverTime`. */
+  pttlMs: number;
+  refreshEveryMs: number | null;
+  stale: boolean;
+  staleReason: string | null;
+  /** Since when the claim counts as stale (server time, ms), or null. */
+  staleSince: number | null;
+  consecutiveSkips: number;
+}
+
+export interface ApiClaimPage {
+  claims: ApiClaim[];
+  nextCursor: string | null;
+  serverTime: number;
+}
+
+export function describeStale(reasons: StaleReason[]): string | null {
+  if (reasons.length === 0) return null;
+  return reasons
+    .map((reason) =>
+      reason.kind === "refresh-overdue"
+        ? `no refresh for ${Math.round(reason.sinceRefreshMs / 1000)} s (refreshes every ${Math.round(reason.refreshEveryMs / 1000)} s)`
+        : `holder ${reason.workerId} has no live heartbeat`,
+    )
+    .join("; ");
+}
+
+export function toApiClaim(claim: ClaimInfo): ApiClaim {
+  const { holder } = claim;
+  const overdue = claim.stale.find((r) => r.kind === "refresh-overdue");
+  const staleSince =
+    overdue && holder.refreshedAt !== null && holder.refreshEveryMs !== null
+      ? holder.refreshedAt + 2 * holder.refreshEveryMs
+      : claim.stale.length > 0
+        ? (holder.refreshedAt ?? holder.acquiredAt)
+        : null;
+  return {
+    name: claim.name,
+    rebuild: holder.rebuild,
+    tenant: holder.tenant,
+    version: holder.version,
+    token: claim.token,
+    fence: claim.fence,
+    holder: { host: holder.host, pid: holder.pid, workerId: holder.workerId, jobId: holder.jobId, runId: holder.runId },
+    acquiredAt: holder.acquiredAt,
+    refreshedAt: holder.refreshedAt,
+    ttlMs: holder.ttlMs,
+    pttlMs: claim.pttlMs,
+    refreshEveryMs: holder.refreshEveryMs,
+    stale: claim.stale.length > 0,
+    staleReason: describeStale(claim.stale),
+    staleSince,
+    consecutiveSkips: claim.consecutiveSkips,
+  };
+}
+
+export const claimsQuery = z.strictObject({
+  limit: z
+    .string()
+    .regex(/^\d{1,6}$/, `must be a whole number from 1 to ${MAX_CLAIMS_PAGE}`)
+    .transform(Number)
+    .refine((n) => n >= 1 && n <= MAX_CLAIMS_PAGE, `must be a whole number from 1 to ${MAX_CLAIMS_PAGE}`)
+    .default(100),
+  cursor: z.string().min(1).max(1_100).optional(),
+});
+
+export async function getClaims(
+  context: WebContext,
+  query: { limit: number; cursor?: string | undefined },
+): Promise<ApiClaimPage> {
+  const { connections } = context;
+  if (query.cursor !== undefined && !checkClaimName(query.cursor).ok) throw badRequest("cursor: not a claim name");
+  const live = await listLiveWorkers(connections.main, connections.keys);
+  const page = await listClaims(connections.claims, connections.keys, {
+    limit: query.limit,
+    cursor: query.cursor ?? null,
+    liveWorkerIds: new Set(live.map((w) => w.id)),
+  });
+  return { claims: page.claims.map(toApiClaim), nextCursor: page.nextCursor, serverTime: page.serverTime };
+}
+
+export const releaseBody = z.strictObject({
+  name: z.string().min(1, "must not be empty").max(1_100),
+  token: z.string().min(1, "must not be empty").max(300),
+  reason: z.string().trim().min(3, "must say why (at least 3 characters)").max(500),
+});
+
+export type ReleaseOutcome =
+  | { status: "released"; auditId: string }
+  | { status: "not-owner"; auditId: string; currentHolder: string | null }
+  | { status: "missing"; auditId: string };
+
+export async function releaseClaimAsOperator(
+  context: WebContext,
+  body: z.output<typeof releaseBody>,
+  actor: string,
+): Promise<ReleaseOutcome> {
+  const check = checkClaimName(body.name);
+  if (!check.ok) throw badRequest(`name: ${check.reason}`);
+  const { connections } = context;
+  const result = await forceReleaseClaim({ claims: connections.claims, audit: connections.main }, connections.keys, {
+    name: body.name,
+    token: body.token,
+    actor,
+    reason: body.reason,
+  });
+  if (result.status === "not-owner") {
+    return {
+      status: "not-owner",
+      auditId: result.auditId,
+      currentHolder: result.holder.workerId ?? result.holder.host,
+    };
+  }
+  return result.status === "released"
+    ? { status: "released", auditId: result.auditId }
+    : { status: "missing", auditId: result.auditId };
+}

@@ -1,0 +1,47 @@
+/**
+ * API errors: `{"error":{"code","message"}}` with an HTTP status. Expected refusals (bad input,
+ * unknown names) are ApiErrors; anything else becomes a 500 without internals in the message.
+ */
+import type { ZodError } from "zod";
+
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+    this.name = "ApiError";
+  }
+}
+
+export const badRequest = (message: string) => new ApiError(400, "bad-request", message);
+export const notFound = (message: string) => new ApiError(404, "not-found", message);
+
+/** One line naming the field: `limit: must be at most 100`. */
+export function describeZodError(error: ZodError): string {
+  const issue = error.issues[0];
+  if (!issue) return "invalid input";
+  const where = issue.path.length ? issue.path.map(String).join(".") : "body";
+  if (issue.code === "unrecognized_keys")
+    return `${where === "body" ? "" : `${where}: `}unknown field ${issue.keys.map((k) => `'${k}'`).join(", ")}`;
+  return `${where}: ${issue.message}`;
+}
+
+export function errorResponse(error: unknown): Response {
+  if (error instanceof ApiError) {
+    return Response.json({ error: { code: error.code, message: error.message } }, { status: error.status });
+  }
+  const name = error instanceof Error ? error.name : "";
+  const unavailable = /Redis|ECONNREFUSED|Connection|Command timed out|Stream isn't writeable/i.test(
+    `${name} ${error instanceof Error ? error.message : ""}`,
+  );
+  if (unavailable || name === "RedisNotConfiguredError") {
+    return Response.json(
+      { error: { code: "unavailable", message: "Redis is unreachable; see /api/health" } },
+      { status: 503 },
+    );
+  }
+  console.error("[claimwatch-web] unexpected error:", error);
+  return Response.json({ error: { code: "internal", message: "internal error; see the server log" } }, { status: 500 });
+}

@@ -1,0 +1,71 @@
+/**
+ * Request parsing for route handlers: size-capped JSON bodies and query strings, validated with
+ * zod. Every failure is a 400 naming the field; unknown fields are refused.
+ */
+import { z, type ZodType } from "zod";
+import { ApiError, badRequest, describeZodError } from "./errors";
+
+export const MAX_BODY_BYTES = 16 * 1024;
+
+export async function readJsonBody<T>(request: Request, schema: ZodType<T>): Promise<T> {
+  const declared = Number(request.headers.get("content-length") ?? "0");
+  if (declared > MAX_BODY_BYTES) throw new ApiError(413, "too-large", `body: larger than ${MAX_BODY_BYTES} bytes`);
+  const text = await readCapped(request);
+  let raw: unknown;
+  if (text.trim() === "") raw = {};
+  else {
+    try {
+      raw = JSON.parse(text);
+    } catch {
+      throw badRequest("body: malformed JSON");
+    }
+  }
+  const parsed = schema.safeParse(raw);
+  if (!parsed.success) throw badRequest(describeZodError(parsed.error));
+  return parsed.data;
+}
+
+async function readCapped(request: Request): Promise<string> {
+  if (!request.body) return "";
+  const reader = request.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.byteLength;
+    if (size > MAX_BODY_BYTES) {
+      await reader.cancel();
+      throw new ApiError(413, "too-large", `body: larger than ${MAX_BODY_BYTES} bytes`);
+    }
+    chunks.push(value);
+  }
+  return Buffer.concat(chunks).toString("utf8");
+}
+
+export function readQuery<T>(url: string | URL, schema: ZodType<T>): T {
+  const params = new URL(url).searchParams;
+  const raw: Record<string, string> = {};
+  for (const [key, value] of params) {
+    if (key in raw) throw badRequest(`${key}: given more than once`);
+    raw[key] = value;
+  }
+  const parsed = schema.safeParse(raw);
+  if (!parsed.success) throw badRequest(describeZodError(parsed.error));
+  return parsed.data;
+}
+
+/** `limit` in a query string: a whole number in range. */
+export const limitParam = (max: number, fallback: number) =>
+  z
+    .string()
+    .regex(/^\d{1,6}$/, `must be a whole number from 1 to ${max}`)
+    .transform(Number)
+    .refine((n) => n >= 1 && n <= max, `must be a whole number from 1 to ${max}`)
+    .default(fallback);
+
+export const cursorParam = z
+  .string()
+  .min(1)
+  .max(600)
+  .regex(/^[\x21-\x7e]+$/, "must be a cursor from a previous page");

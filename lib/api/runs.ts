@@ -1,0 +1,61 @@
+/** Runs as the API and the Runs pages show them. */
+import { z } from "zod";
+import { isValidRunCursor, listRuns, type RunPage } from "../runs/list";
+import { readRun, readRunLog } from "../runs/records";
+import { RUN_ID_PATTERN, RUN_STATUSES, type RunRecord } from "../runs/types";
+import type { WebContext } from "../web/context";
+import { badRequest, notFound } from "./errors";
+
+export const MAX_RUNS_PAGE = 200;
+const NAME = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
+
+export const runsQuery = z.strictObject({
+  rebuild: z.string().regex(NAME, "must be a rebuild name").optional(),
+  tenant: z.string().regex(NAME, "must be a tenant name").optional(),
+  status: z.enum(RUN_STATUSES, { error: `must be one of ${RUN_STATUSES.join(", ")}` }).optional(),
+  jobId: z
+    .string()
+    .regex(/^[A-Za-z0-9_.:-]{1,200}$/, "must be a job id")
+    .optional(),
+  limit: z
+    .string()
+    .regex(/^\d{1,6}$/, `must be a whole number from 1 to ${MAX_RUNS_PAGE}`)
+    .transform(Number)
+    .refine((n) => n >= 1 && n <= MAX_RUNS_PAGE, `must be a whole number from 1 to ${MAX_RUNS_PAGE}`)
+    .default(50),
+  cursor: z.string().max(300).refine(isValidRunCursor, "must be a cursor from a previous page").optional(),
+});
+export type RunsQuery = z.output<typeof runsQuery>;
+
+export async function getRuns(context: WebContext, query: RunsQuery): Promise<RunPage> {
+  if (query.rebuild) {
+    const definition = context.definitions.rebuilds.get(query.rebuild);
+    if (!definition) throw badRequest(`rebuild: no rebuild named '${query.rebuild}'`);
+    if (query.tenant && !definition.tenants?.includes(query.tenant)) {
+      throw badRequest(`tenant: rebuild '${query.rebuild}' has no tenant '${query.tenant}'`);
+    }
+  }
+  const { connections } = context;
+  return listRuns(
+    connections.main,
+    connections.keys,
+    { rebuild: query.rebuild, tenant: query.tenant, status: query.status, jobId: query.jobId },
+    query.limit,
+    query.cursor,
+  );
+}
+
+export interface RunDetail extends RunRecord {
+  log: string[];
+}
+
+export async function getRunDetail(context: WebContext, runId: string): Promise<RunDetail> {
+  if (!RUN_ID_PATTERN.test(runId)) throw badRequest("id: not a run id");
+  const { connections } = context;
+  const [run, log] = await Promise.all([
+    readRun(connections.main, connections.keys, runId),
+    readRunLog(connections.main, connections.keys, runId, 200),
+  ]);
+  if (!run) throw notFound(`no run ${runId}`);
+  return { ...run, log };
+}

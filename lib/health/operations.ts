@@ -1,0 +1,81 @@
+/**
+ * Operational problems for the banner, beyond Redis itself: a claim stale for over 5 minutes,
+ * and a scheduled tick that produced no run (the missed 02:00). Bounded work: one claims page
+ * and one pipeline over the scheduled rebuilds.
+ */
+import { CronExpressionParser } from "cron-parser";
+import type { Redis } from "ioredis";
+import { listClaims } from "../claims";
+import type { ScriptingPipelineClient } from "../redis/scripts";
+import type { RedisKeys } from "../redis/keys";
+import { tenantsOf, type Definitions } from "../rebuilds/definitions";
+import { schedulerIdOf } from "../rebuilds/queue";
+import { listLiveWorkers } from "../workers/heartbeat";
+import { toApiClaim } from "../api/claims";
+
+export const STALE_ALERT_MS = 5 * 60_000;
+/** A tick counts as missed once this long has passed without a run for it. */
+export const MISSED_TICK_GRACE_MS = 2 * 60_000;
+/** Claims examined for the banner; the Claims page shows all of them. */
+const CLAIMS_CHECKED = 500;
+
+export async function staleClaimProblems(
+  main: Redis,
+  claims: ScriptingPipelineClient & Pick<Redis, "zrangebylex">,
+  keys: RedisKeys,
+): Promise<string[]> {
+  const live = await listLiveWorkers(main, keys);
+  const page = await listClaims(claims, keys, { limit: CLAIMS_CHECKED, liveWorkerIds: new Set(live.map((w) => w.id)) });
+  const problems: string[] = [];
+  for (const claim of page.claims.map(toApiClaim)) {
+    if (!claim.stale || claim.staleSince === null) continue;
+    const minutes = (page.serverTime - claim.staleSince) / 60_000;
+    if (minutes * 60_000 >= STALE_ALERT_MS) {
+      problems.push(
+        `Claim ${claim.rebuild ?? claim.name}${claim.tenant ? `/${claim.tenant}` : ""} has been stale for ${Math.floor(minutes)} min (${claim.staleReason}): consider a force release`,
+      );
+    }
+  }
+  return problems;
+}
+
+export async function missedTickProblems(
+  main: Pick<Redis, "pipeline">,
+  keys: RedisKeys,
+  definitions: Definitions,
+  now = Date.now(),
+): Promise<string[]> {
+  const checks: { label: string; tick: number; scheduler: string; ticksKey: string }[] = [];
+  for (const definition of definitions.rebuilds.values()) {
+    if (!definition.schedule) continue;
+    const tick = CronExpressionParser.parse(definition.schedule.cron, {
+      tz: definition.schedule.tz,
+      currentDate: new Date(now - MISSED_TICK_GRACE_MS),
+    })
+      .prev()
+      .getTime();
+    for (const tenant of tenantsOf(definition)) {
+      checks.push({
+        label: `${definition.name}${tenant ? `/${tenant}` : ""}`,
+        tick,
+        scheduler: keys.schedulerSince(schedulerIdOf(definition.name, tenant)),
+        ticksKey: keys.scheduleTicks(definition.name, tenant),
+      });
+    }
+  }
+  if (checks.length === 0) return [];
+  const pipeline = main.pipeline();
+  for (const check of checks) pipeline.get(check.scheduler).zcount(check.ticksKey, check.tick, check.tick);
+  const replies = (await pipeline.exec()) ?? [];
+  const problems: string[] = [];
+  checks.forEach((check, i) => {
+    const since = Number(replies[i * 2]?.[1] ?? NaN);
+    const ran = Number(replies[i * 2 + 1]?.[1] ?? 0);
+    if (Number.isFinite(since) && since <= check.tick && ran === 0) {
+      problems.push(
+        `Scheduled run of ${check.label} at ${new Date(check.tick).toISOString()} did not start (missed tick)`,
+      );
+    }
+  });
+  return problems;
+}
