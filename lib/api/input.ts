@@ -9,7 +9,7 @@ export const MAX_BODY_BYTES = 16 * 1024;
 
 export async function readJsonBody<T>(request: Request, schema: ZodType<T>): Promise<T> {
   const declared = Number(request.headers.get("content-length") ?? "0");
-  if (declared > MAX_BODY_BYTES) throw new ApiError(413, "too-large", `body: larger than ${MAX_BODY_BYTES} bytes`);
+  if (declared > MAX_BODY_BYTES) throw new ApiError(400, "too-large", `body: larger than ${MAX_BODY_BYTES} bytes`);
   const text = await readCapped(request);
   let raw: unknown;
   if (text.trim() === "") raw = {};
@@ -36,7 +36,7 @@ async function readCapped(request: Request): Promise<string> {
     size += value.byteLength;
     if (size > MAX_BODY_BYTES) {
       await reader.cancel();
-      throw new ApiError(413, "too-large", `body: larger than ${MAX_BODY_BYTES} bytes`);
+      throw new ApiError(400, "too-large", `body: larger than ${MAX_BODY_BYTES} bytes`);
     }
     chunks.push(value);
   }

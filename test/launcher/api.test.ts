@@ -1,0 +1,253 @@
+/**
+ * HTTP API contract, against the real web server (`npm run web`) and a real Redis: every
+ * endpoint's shape, and every kind of bad input answered 400/404 with a message naming the field —
+ * never a 500, and never a Redis key built from unchecked input.
+ */
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { after, before, test } from "node:test";
+import { upsertRun } from "../../lib/runs/records";
+import { freePort } from "../../lib/redis/embedded";
+import { createTestBed, type TestBed } from "../support/stack";
+import { waitForLine, descendantPids, waitUntilGone } from "../support/processes";
+
+let bed: TestBed;
+let base: string;
+let stopWeb: () => Promise<void>;
+
+before(async () => {
+  bed = await createTestBed({
+    slow: { output: "out/slow", steps: [{ name: "s", run: ["true"] }] },
+    tenanted: { output: "out/tenanted", tenants: ["acme", "globex"], steps: [{ name: "s", run: ["true"] }] },
+  });
+  const port = await freePort();
+  const web = spawn(process.execPath, ["--import", "tsx", "scripts/web.ts"], {
+    env: { ...bed.env, PORT: String(port) },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  await waitForLine(web, /dashboard at/, 90_000);
+  base = `http://127.0.0.1:${port}`;
+  stopWeb = async () => {
+    const children = descendantPids(web.pid!);
+    web.kill("SIGTERM");
+    await waitUntilGone([web.pid!, ...children], 15_000);
+  };
+});
+after(async () => {
+  await stopWeb?.();
+  await bed?.close();
+});
+
+async function call(method: string, path: string, body?: unknown, raw?: string) {
+  const response = await fetch(`${base}${path}`, {
+    method,
+    headers: body !== undefined || raw !== undefined ? { "content-type": "application/json" } : {},
+    body: raw ?? (body === undefined ? undefined : JSON.stringify(body)),
+  });
+  return { status: response.status, body: (await response.json()) as Record<string, unknown> };
+}
+
+function assertError(result: { status: number; body: Record<string, unknown> }, status: number, message: RegExp) {
+  assert.equal(result.status, status, JSON.stringify(result.body));
+  const error = result.body.error as { code: string; message: string };
+  assert.equal(typeof error.code, "string");
+  assert.match(error.message, message);
+}
+
+test("GET /api/health reports both Redis servers and the workers", async () => {
+  const { status, body } = await call("GET", "/api/health");
+  assert.equal(status, 200);
+  assert.equal(body.ok, true);
+  assert.deepEqual(Object.keys(body.redis as object).sort(), ["evictionPolicy", "ok", "persistence", "version"]);
+  assert.equal(body.workers, 0);
+});
+
+test("GET /api/claims: an empty list, and bad paging is refused naming the field", async () => {
+  const { status, body } = await call("GET", "/api/claims");
+  assert.equal(status, 200);
+  assert.deepEqual(body.claims, []);
+  assert.equal(body.nextCursor, null);
+  assert.equal(typeof body.serverTime, "number");
+  assertError(await call("GET", "/api/claims?limit=0"), 400, /^limit: must be a whole number from 1 to 1000/);
+  assertError(await call("GET", "/api/claims?limit=1001"), 400, /^limit: /);
+  assertError(await call("GET", "/api/claims?limit=ten"), 400, /^limit: /);
+  assertError(await call("GET", "/api/claims?color=red"), 400, /unknown field 'color'/);
+  assertError(await call("GET", "/api/claims?cursor=a*b"), 400, /^cursor: /);
+  assertError(await call("GET", "/api/claims?limit=1&limit=2"), 400, /^limit: given more than once/);
+});
+
+test("POST /api/claims/release: malformed, oversized, mistyped and unknown-field bodies are 400; a free claim is 409 missing", async () => {
+  assertError(await call("POST", "/api/claims/release", undefined, "{not json"), 400, /^body: malformed JSON/);
+  assertError(
+    await call("POST", "/api/claims/release", { name: "x", token: "t", reason: "x".repeat(20_000) }),
+    400,
+    /^body: larger than 16384 bytes/,
+  );
+  assertError(
+    await call("POST", "/api/claims/release", { name: "output:/x", token: 5, reason: "why not" }),
+    400,
+    /^token: /,
+  );
+  assertError(
+    await call("POST", "/api/claims/release", { name: "output:/x", token: "t", reason: "ok ok", admin: true }),
+    400,
+    /unknown field 'admin'/,
+  );
+  assertError(await call("POST", "/api/claims/release", { name: "output:/x", token: "t" }), 400, /^reason: /);
+  assertError(
+    await call("POST", "/api/claims/release", { name: "output:/../etc", token: "t", reason: "because" }),
+    400,
+    /^name: /,
+  );
+  assertError(
+    await call("POST", "/api/claims/release", { name: "output:/x*", token: "t", reason: "because" }),
+    400,
+    /^name: /,
+  );
+  assertError(await call("POST", "/api/claims/release", [1, 2]), 400, /.+/);
+  const missing = await call("POST", "/api/claims/release", {
+    name: "output:/srv/nothing",
+    token: "t",
+    reason: "cleanup",
+  });
+  assert.equal(missing.status, 409);
+  assert.equal(missing.body.status, "missing");
+});
+
+test("POST /api/rebuilds/{name}/runs: 202 queued, a duplicate while waiting is deduplicated; unknown names 404; bad fields 400", async () => {
+  const first = await call("POST", "/api/rebuilds/slow/runs", { version: "v1" });
+  assert.equal(first.status, 202);
+  assert.equal(first.body.status, "queued");
+  assert.match(String(first.body.jobId), /^run-/);
+  const again = await call("POST", "/api/rebuilds/slow/runs", { version: "v1" });
+  assert.equal(again.status, 202);
+  assert.deepEqual(again.body, { jobId: first.body.jobId, status: "deduplicated" });
+  const forced = await call("POST", "/api/rebuilds/slow/runs", { version: "v1", force: true });
+  assert.equal(forced.body.status, "queued", "force is a different request");
+
+  const tenanted = await call("POST", "/api/rebuilds/tenanted/runs", { tenant: "acme" });
+  assert.equal(tenanted.status, 202);
+  assertError(await call("POST", "/api/rebuilds/tenanted/runs", {}), 404, /needs a tenant, one of: acme, globex/);
+  assertError(await call("POST", "/api/rebuilds/tenanted/runs", { tenant: "initech" }), 404, /needs a tenant/);
+  assertError(await call("POST", "/api/rebuilds/slow/runs", { tenant: "acme" }), 404, /has no tenants/);
+  assertError(await call("POST", "/api/rebuilds/nope/runs", {}), 404, /no rebuild named 'nope'/);
+  assertError(await call("POST", "/api/rebuilds/..%2F..%2Fetc/runs", {}), 404, /no rebuild named/);
+  assertError(await call("POST", "/api/rebuilds/slow/runs", { version: "../x" }), 400, /^version: /);
+  assertError(await call("POST", "/api/rebuilds/slow/runs", { force: "yes" }), 400, /^force: /);
+  assertError(await call("POST", "/api/rebuilds/slow/runs", { priority: 1 }), 400, /unknown field 'priority'/);
+  assertError(await call("POST", "/api/rebuilds/slow/runs", undefined, "[]"), 400, /.+/);
+});
+
+test("GET /api/rebuilds/{name}/preview says what Rebuild now would do", async () => {
+  const preview = await call("GET", "/api/rebuilds/slow/preview?version=v9");
+  assert.deepEqual(preview.body, { outcome: "runs", version: "v9" });
+  assertError(await call("GET", "/api/rebuilds/slow/preview?version=a%20b"), 400, /^version: /);
+});
+
+test("GET /api/rebuilds lists each rebuild and tenant with schedule, last run, skips and claim", async () => {
+  const { status, body } = await call("GET", "/api/rebuilds");
+  assert.equal(status, 200);
+  const rows = body.rebuilds as {
+    name: string;
+    tenant: string | null;
+    schedule: unknown;
+    claim: unknown;
+    consecutiveSkips: number;
+  }[];
+  assert.deepEqual(
+    rows.map((r) => `${r.name}/${r.tenant ?? ""}`),
+    ["slow/", "tenanted/acme", "tenanted/globex"],
+  );
+  for (const row of rows) {
+    assert.equal(row.schedule, null);
+    assert.equal(row.claim, null);
+    assert.equal(row.consecutiveSkips, 0);
+  }
+});
+
+test("GET /api/runs pages newest first with cursors, filters, and refuses bad filters", async () => {
+  const now = Date.now();
+  for (let i = 0; i < 25; i++) {
+    await upsertRun(
+      bed.main,
+      bed.keys,
+      {
+        id: `seed-${String(i).padStart(2, "0")}-a1`,
+        jobId: `seed-${String(i).padStart(2, "0")}`,
+        attempt: 1,
+        rebuild: i % 2 ? "slow" : "tenanted",
+        tenant: i % 2 ? null : "acme",
+        createdAt: now - (25 - i) * 1000,
+        status: i % 5 === 0 ? "skipped" : "rebuilt",
+        trigger: "api",
+      },
+      null,
+    );
+  }
+  const seen: string[] = [];
+  let cursor: string | null = null;
+  do {
+    const page = await call("GET", `/api/runs?limit=10${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`);
+    assert.equal(page.status, 200);
+    seen.push(...(page.body.runs as { id: string }[]).map((r) => r.id));
+    cursor = page.body.nextCursor as string | null;
+  } while (cursor);
+  const seeded = seen.filter((id) => id.startsWith("seed-"));
+  assert.equal(seeded.length, 25, "every run once");
+  assert.deepEqual(seeded, [...seeded].sort().reverse(), "newest first");
+
+  const skippedSlow = await call("GET", "/api/runs?rebuild=slow&status=skipped");
+  assert.ok(
+    (skippedSlow.body.runs as { rebuild: string; status: string }[]).every(
+      (r) => r.rebuild === "slow" && r.status === "skipped",
+    ),
+  );
+  const acme = await call("GET", "/api/runs?rebuild=tenanted&tenant=acme&limit=100");
+  assert.equal((acme.body.runs as unknown[]).length, 13);
+  const byJob = await call("GET", "/api/runs?jobId=seed-03");
+  assert.deepEqual(
+    (byJob.body.runs as { id: string }[]).map((r) => r.id),
+    ["seed-03-a1"],
+  );
+
+  assertError(await call("GET", "/api/runs?status=exploded"), 400, /^status: must be one of queued, running/);
+  assertError(await call("GET", "/api/runs?limit=201"), 400, /^limit: /);
+  assertError(await call("GET", "/api/runs?cursor=garbage"), 400, /^cursor: /);
+  assertError(await call("GET", "/api/runs?rebuild=nope"), 400, /^rebuild: no rebuild named 'nope'/);
+  assertError(await call("GET", "/api/runs?rebuild=slow&tenant=acme"), 400, /^tenant: /);
+  assertError(await call("GET", "/api/runs?jobId=a%20b"), 400, /^jobId: /);
+});
+
+test("GET /api/runs/{id}: one run with steps and log; bad and unknown ids", async () => {
+  const { status, body } = await call("GET", "/api/runs/seed-03-a1");
+  assert.equal(status, 200);
+  assert.equal(body.id, "seed-03-a1");
+  assert.deepEqual(body.steps, []);
+  assert.deepEqual(body.log, []);
+  assertError(await call("GET", "/api/runs/seed-99-a1"), 404, /no run seed-99-a1/);
+  assertError(await call("GET", "/api/runs/..%2F..%2Fetc"), 400, /^id: not a run id/);
+});
+
+test("GET /api/workers and /api/audit (triggers are audited); bad audit cursor", async () => {
+  const workers = await call("GET", "/api/workers");
+  assert.deepEqual(workers.body.workers, []);
+  const audit = await call("GET", "/api/audit?limit=100");
+  const entries = audit.body.entries as { action: string; result: string; detail: { rebuild?: string } }[];
+  assert.ok(
+    entries.some((e) => e.action === "trigger" && e.detail.rebuild === "slow"),
+    "Rebuild now is audited",
+  );
+  assert.ok(
+    entries.some((e) => e.action === "force-release" && e.result === "refused"),
+    "the missing release is audited",
+  );
+  assertError(await call("GET", "/api/audit?cursor=x"), 400, /^cursor: /);
+  assertError(await call("GET", "/api/audit?limit=501"), 400, /^limit: /);
+});
+
+test("no Redis key was built from unchecked input", async () => {
+  const keys = [...(await bed.main.keys("*")), ...(await bed.claims.keys("*"))]; // a test may list keys
+  for (const bad of ["nope", "initech", "..", "etc", "a*b", "x*", "exploded", "garbage", "seed-99"]) {
+    assert.ok(!keys.some((k) => k.includes(bad)), `a key contains '${bad}': ${keys.filter((k) => k.includes(bad))}`);
+  }
+});
