@@ -6,6 +6,7 @@ import { useState } from "react";
 import type { ApiClaim, ApiClaimPage, ReleaseOutcome } from "@/lib/api/claims";
 import { apiFetch, claimsQuery, queryKeys } from "@/lib/ui/queries";
 import { formatAgo, formatDurationMs } from "./format";
+import { useCanOperate } from "./role";
 import { useNow } from "./use-now";
 
 /**
@@ -20,6 +21,7 @@ export function ClaimsTable({ initial }: { initial: ApiClaimPage | null }) {
     ...(initial && cursor === null ? { initialData: initial } : {}),
   });
   const now = useNow();
+  const canOperate = useCanOperate();
   const [releasing, setReleasing] = useState<ApiClaim | null>(null);
   const [notice, setNotice] = useState<string | null>(null);
 
@@ -109,16 +111,18 @@ export function ClaimsTable({ initial }: { initial: ApiClaimPage | null }) {
                       {claim.staleReason ? <div className="mt-1 text-xs text-red-800">{claim.staleReason}</div> : null}
                     </td>
                     <td className="px-3 py-2">
-                      <button
-                        type="button"
-                        onClick={() => {
-                          setNotice(null);
-                          setReleasing(claim);
-                        }}
-                        className="rounded border border-red-300 px-2 py-1 text-xs text-red-800 hover:bg-red-50"
-                      >
-                        Force release
-                      </button>
+                      {canOperate ? (
+                        <button
+                          type="button"
+                          onClick={() => {
+                            setNotice(null);
+                            setReleasing(claim);
+                          }}
+                          className="rounded border border-red-300 px-2 py-1 text-xs text-red-800 hover:bg-red-50"
+                        >
+                          Force release
+                        </button>
+                      ) : null}
                     </td>
                   </tr>
                 );

@@ -7,6 +7,7 @@ import type { ApiRebuild } from "@/lib/api/rebuilds";
 import { apiFetch, previewQuery, queryKeys, rebuildsQuery } from "@/lib/ui/queries";
 import { formatDurationMs, formatTime } from "./format";
 import { Sparkline } from "./sparkline";
+import { useCanOperate } from "./role";
 import { StatusBadge } from "./status-badge";
 
 export function RebuildsTable({ initial }: { initial: ApiRebuild[] | null }) {
@@ -53,6 +54,7 @@ export function RebuildsTable({ initial }: { initial: ApiRebuild[] | null }) {
 }
 
 function RebuildRow({ rebuild, open, onToggle }: { rebuild: ApiRebuild; open: boolean; onToggle: () => void }) {
+  const canOperate = useCanOperate();
   const label = `${rebuild.name}${rebuild.tenant ? ` / ${rebuild.tenant}` : ""}`;
   return (
     <>
@@ -114,15 +116,17 @@ function RebuildRow({ rebuild, open, onToggle }: { rebuild: ApiRebuild; open: bo
           <Sparkline runs={rebuild.recentRuns} />
         </td>
         <td className="px-3 py-2">
-          <button
-            type="button"
-            aria-expanded={open}
-            aria-label={`Rebuild now: ${label}`}
-            onClick={onToggle}
-            className="rounded bg-slate-900 px-2 py-1 text-xs font-medium text-white"
-          >
-            Rebuild now
-          </button>
+          {canOperate ? (
+            <button
+              type="button"
+              aria-expanded={open}
+              aria-label={`Rebuild now: ${label}`}
+              onClick={onToggle}
+              className="rounded bg-slate-900 px-2 py-1 text-xs font-medium text-white"
+            >
+              Rebuild now
+            </button>
+          ) : null}
         </td>
       </tr>
       {open ? (

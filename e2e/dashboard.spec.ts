@@ -5,9 +5,11 @@
 import { expect, test, type APIRequestContext, type Page } from "@playwright/test";
 import type { ApiClaim } from "../lib/api/claims";
 import type { RunRecord } from "../lib/runs/types";
-import { stack } from "./support/stack";
+import { stack, operatorHeaders } from "./support/stack";
 
 test.describe.configure({ mode: "serial" });
+// These specs act as the operator through a Bearer header (the login flow has its own spec).
+test.use({ extraHTTPHeaders: operatorHeaders() });
 
 async function claimsOf(request: APIRequestContext, rebuild: string): Promise<ApiClaim[]> {
   const { url } = stack();

@@ -1,7 +1,9 @@
 import { expect, test } from "@playwright/test";
-import { embeddedRedisPid, stack } from "./support/stack";
+import { embeddedRedisPid, stack, operatorHeaders } from "./support/stack";
 
 test.describe.configure({ mode: "serial" });
+// These specs act as the operator through a Bearer header (the login flow has its own spec).
+test.use({ extraHTTPHeaders: operatorHeaders() });
 
 test("the home page on the real stack shows the shell and a green health banner", async ({ page }, testInfo) => {
   const { url } = stack();

@@ -42,6 +42,43 @@ const host = z
   .min(1, "must not be empty")
   .regex(/^[A-Za-z0-9.:[\]-]+$/, "must be a host name or IP address, e.g. 127.0.0.1 or 0.0.0.0");
 
+/**
+ * Access tokens: comma-separated, each optionally `name:token` (the name is what the audit log
+ * shows). A token is at least 16 characters of [A-Za-z0-9_.~+/=-]: long enough not to guess.
+ */
+const tokenList = (role: string) =>
+  z
+    .string()
+    .trim()
+    .transform((value, ctx) => {
+      const entries: { name: string; token: string }[] = [];
+      for (const [i, part] of value
+        .split(",")
+        .map((p) => p.trim())
+        .filter(Boolean)
+        .entries()) {
+        const colon = part.indexOf(":");
+        const name = colon > 0 ? part.slice(0, colon) : `${role}-${i + 1}`;
+        const token = colon > 0 ? part.slice(colon + 1) : part;
+        if (!/^[A-Za-z0-9_.@-]{1,64}$/.test(name)) {
+          ctx.addIssue({
+            code: "custom",
+            message: `entry ${i + 1}: the name before ':' must be 1-64 letters, digits or _ . @ -`,
+          });
+          return z.NEVER;
+        }
+        if (!/^[A-Za-z0-9_.~+/=-]{16,256}$/.test(token)) {
+          ctx.addIssue({
+            code: "custom",
+            message: `entry ${i + 1} (${name}): a token must be 16-256 characters of letters, digits or _ . ~ + / = -`,
+          });
+          return z.NEVER;
+        }
+        entries.push({ name, token });
+      }
+      return entries;
+    });
+
 const keyPrefix = z
   .string()
   .trim()
@@ -59,6 +96,15 @@ const envSchema = z.object({
   CLAIMWATCH_CONFIG: z.string().trim().min(1, "must not be empty").default("./claimwatch.yaml"),
   CLAIMWATCH_DATA_DIR: z.string().trim().min(1, "must not be empty").default("./.data"),
   CLAIMWATCH_KEY_PREFIX: keyPrefix.default("claimwatch"),
+  CLAIMWATCH_WORKER_CONCURRENCY: z
+    .string()
+    .trim()
+    .regex(/^\d+$/, "must be a whole number from 1 to 256")
+    .transform(Number)
+    .refine((n) => n >= 1 && n <= 256, "must be a whole number from 1 to 256")
+    .default(4),
+  CLAIMWATCH_OPERATOR_TOKEN: tokenList("operator").optional(),
+  CLAIMWATCH_VIEWER_TOKEN: tokenList("viewer").optional(),
 });
 
 export interface Config {
@@ -74,6 +120,17 @@ export interface Config {
   dataDir: string;
   /** Every Redis key claimwatch writes starts with `{keyPrefix}:` (one hash slot). */
   keyPrefix: string;
+  /** Rebuild jobs one worker process runs at once. */
+  workerConcurrency: number;
+  /** Configured access tokens; empty: the launcher generates an operator token in the data dir. */
+  operatorTokens: { name: string; token: string }[];
+  viewerTokens: { name: string; token: string }[];
+}
+
+const LOOPBACK = /^(127\.\d+\.\d+\.\d+|localhost|::1|\[::1\])$/;
+
+export function isLoopbackHost(host: string): boolean {
+  return LOOPBACK.test(host);
 }
 
 export class ConfigError extends Error {
@@ -99,10 +156,23 @@ export function parseConfig(env: Record<string, string | undefined>, cwd: string
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;
     const variable = String(issue.path[0] ?? "environment");
-    const shown = present[variable] === undefined ? "" : ` (got ${JSON.stringify(present[variable])})`;
+    // Never echo a token back: it would end up in logs.
+    const secret = variable.endsWith("_TOKEN");
+    const shown = present[variable] === undefined || secret ? "" : ` (got ${JSON.stringify(present[variable])})`;
     return { ok: false, error: new ConfigError(variable, `${issue.message}${shown}`) };
   }
   const e = parsed.data;
+  const operatorTokens = e.CLAIMWATCH_OPERATOR_TOKEN ?? [];
+  const viewerTokens = e.CLAIMWATCH_VIEWER_TOKEN ?? [];
+  if (!isLoopbackHost(e.HOST) && operatorTokens.length + viewerTokens.length === 0) {
+    return {
+      ok: false,
+      error: new ConfigError(
+        "HOST",
+        `${e.HOST} is reachable from other machines: set CLAIMWATCH_OPERATOR_TOKEN (and optionally CLAIMWATCH_VIEWER_TOKEN) first, or bind to 127.0.0.1`,
+      ),
+    };
+  }
   return {
     ok: true,
     config: {
@@ -113,6 +183,9 @@ export function parseConfig(env: Record<string, string | undefined>, cwd: string
       definitionsPath: path.resolve(cwd, e.CLAIMWATCH_CONFIG),
       dataDir: path.resolve(cwd, e.CLAIMWATCH_DATA_DIR),
       keyPrefix: e.CLAIMWATCH_KEY_PREFIX,
+      workerConcurrency: e.CLAIMWATCH_WORKER_CONCURRENCY,
+      operatorTokens,
+      viewerTokens,
     },
   };
 }

@@ -6,6 +6,7 @@
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { loadConfigOrExit } from "../lib/config";
+import { ensureGeneratedOperatorToken, operatorTokenPath } from "../lib/auth/credentials";
 import { loadDefinitionsOrExit } from "../lib/rebuilds/definitions";
 import {
   clearEmbeddedState,
@@ -56,6 +57,17 @@ if (!config.redisUrl) {
   say(`embedded Redis ${redis!.url} (pid ${redis!.pid}, data in ${path.join(config.dataDir, "redis")})`);
 }
 
+// Access: configured tokens, or an operator token generated once into the data dir.
+let loginHint: string;
+if (config.operatorTokens.length + config.viewerTokens.length > 0) {
+  loginHint = "log in with a token from CLAIMWATCH_OPERATOR_TOKEN / CLAIMWATCH_VIEWER_TOKEN";
+} else {
+  const { token, created } = ensureGeneratedOperatorToken(config.dataDir);
+  loginHint = created
+    ? `first start: an operator token was generated into ${operatorTokenPath(config.dataDir)}; log in once with:\n    ${browserUrl(config)}/login#token=${token}`
+    : `log in with the operator token in ${operatorTokenPath(config.dataDir)}`;
+}
+
 const web = startWeb(root, config, env);
 const worker = startWorker(root, env);
 const children: Child[] = [worker, web];
@@ -95,6 +107,7 @@ if (redis) {
 const url = browserUrl(config);
 if (await waitForHttp(`${url}/api/health`, web, 60_000)) {
   say(`claimwatch is running at ${url}  (Ctrl-C to stop)`);
+  say(loginHint);
 } else if (!shuttingDown) {
   await shutdown(`the web server did not answer at ${url} within 60 s`, 1);
 }

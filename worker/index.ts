@@ -32,12 +32,7 @@ try {
   process.exit(CONFIG_EXIT_CODE);
 }
 
-const concurrency = Number(process.env.CLAIMWATCH_WORKER_CONCURRENCY ?? DEFAULT_WORKER_OPTIONS.concurrency);
-if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 256) {
-  process.stderr.write("claimwatch-worker: configuration error: CLAIMWATCH_WORKER_CONCURRENCY: must be 1-256\n");
-  process.exit(CONFIG_EXIT_CODE);
-}
-
+const concurrency = config.workerConcurrency;
 const keys = redisKeys(config.keyPrefix);
 const main = createRedis(urls.main, "worker", "claimwatch-worker");
 const claims = createRedis(urls.claims, "claims", "claimwatch-worker:claims");

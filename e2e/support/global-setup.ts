@@ -3,6 +3,7 @@
  * PID afterwards, checking it exits 0 and leaves no process (Redis, Next.js, worker) behind.
  */
 import { spawn } from "node:child_process";
+import crypto from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -14,12 +15,18 @@ import { writeE2eDefinitions } from "./definitions";
 export default async function globalSetup(): Promise<() => Promise<void>> {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-e2e-"));
   const port = await freePort();
+  const tokens = {
+    operator: crypto.randomBytes(18).toString("base64url"),
+    viewer: crypto.randomBytes(18).toString("base64url"),
+  };
   const env: NodeJS.ProcessEnv = {
     ...process.env,
     PORT: String(port),
     HOST: "127.0.0.1",
     CLAIMWATCH_DATA_DIR: dataDir,
     CLAIMWATCH_CONFIG: writeE2eDefinitions(dataDir),
+    CLAIMWATCH_OPERATOR_TOKEN: `alice:${tokens.operator}`,
+    CLAIMWATCH_VIEWER_TOKEN: `victor:${tokens.viewer}`,
   };
   delete env.REDIS_URL;
   delete env.CLAIMS_REDIS_URL;
@@ -35,12 +42,14 @@ export default async function globalSetup(): Promise<() => Promise<void>> {
   await waitForLine(launcher, /claimwatch is running at/, 120_000);
   // The banner is green only with a live worker: wait for its first heartbeat.
   for (let i = 0; i < 100; i++) {
-    const health = (await (await fetch(`${url}/api/health`)).json()) as { workers: number | null };
+    const health = (await (
+      await fetch(`${url}/api/health`, { headers: { authorization: `Bearer ${tokens.operator}` } })
+    ).json()) as { workers: number | null };
     if ((health.workers ?? 0) > 0) break;
     await new Promise((r) => setTimeout(r, 200));
   }
 
-  const stack: Stack = { url, dataDir, launcherPid: launcher.pid! };
+  const stack: Stack = { url, dataDir, launcherPid: launcher.pid!, tokens };
   process.env.CLAIMWATCH_E2E_STACK = JSON.stringify(stack);
 
   return async () => {

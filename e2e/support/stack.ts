@@ -6,6 +6,7 @@ export interface Stack {
   url: string;
   dataDir: string;
   launcherPid: number;
+  tokens: { operator: string; viewer: string };
 }
 
 export function stack(): Stack {
@@ -18,4 +19,9 @@ export function stack(): Stack {
 export function embeddedRedisPid(dataDir: string): number {
   const state = JSON.parse(fs.readFileSync(path.join(dataDir, "embedded-redis.json"), "utf8")) as { pid: number };
   return state.pid;
+}
+
+/** Headers that authenticate as the e2e operator (Bearer: no login page, no cookie). */
+export function operatorHeaders(): Record<string, string> {
+  return { authorization: `Bearer ${stack().tokens.operator}` };
 }

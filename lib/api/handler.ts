@@ -1,30 +1,85 @@
 /**
- * Route handler plumbing: one wrapper turns thrown ApiErrors and outages into
- * `{"error":{"code","message"}}` responses, so each handler stays a few lines.
+ * Route handler plumbing. Every handler declares who may call it; the wrapper checks that itself
+ * (no middleware is trusted to have done it), applies the CSRF and rate-limit rules to mutations,
+ * audits refused mutations, and turns thrown errors into `{"error":{"code","message"}}`.
  */
+import { appendAudit, type AuditAction } from "../audit";
+import { AccessDenied, authorize, type Identity, type Requirement } from "../auth/guard";
+import { takeToken } from "../auth/rate-limit";
 import { getWebContext, type WebContext } from "../web/context";
-import { errorResponse } from "./errors";
+import { ApiError, errorResponse } from "./errors";
 
-export function json(data: unknown, status = 200): Response {
-  return Response.json(data, { status, headers: { "cache-control": "no-store" } });
+export function json(data: unknown, status = 200, headers: Record<string, string> = {}): Response {
+  return Response.json(data, { status, headers: { "cache-control": "no-store", ...headers } });
+}
+
+export interface RouteRules {
+  /** Who may call: "public", "viewer" (reads) or "operator" (also mutates). */
+  role: Requirement;
+  /** A mutation: CSRF-checked for cookie sessions, rate limited per identity, audited when refused. */
+  mutation?: AuditAction;
+}
+
+/** The caller as the audit log names them. */
+export function actorOf(identity: Identity | null): string {
+  return identity ? `${identity.name} (${identity.role})` : "anonymous";
 }
 
 export function route<Args extends unknown[]>(
-  handler: (context: WebContext, request: Request, ...args: Args) => Promise<Response>,
+  rules: RouteRules,
+  handler: (context: WebContext, request: Request, identity: Identity | null, ...args: Args) => Promise<Response>,
 ): (request: Request, ...args: Args) => Promise<Response> {
   return async (request, ...args) => {
+    let context: WebContext | undefined;
+    let identity: Identity | null = null;
     try {
-      return await handler(getWebContext(), request, ...args);
+      context = getWebContext();
+      identity = authorize(context.config, request, rules.role, Boolean(rules.mutation));
+      if (rules.mutation && identity) {
+        const limit = await takeToken(
+          context.connections.main,
+          context.connections.keys,
+          rules.mutation,
+          identity.name,
+        );
+        if (!limit.allowed) {
+          const seconds = Math.ceil(limit.retryAfterMs / 1000);
+          await auditRefusal(context, rules.mutation, identity, request, `rate limited (retry in ${seconds} s)`);
+          return Response.json(
+            { error: { code: "rate-limited", message: `too many ${rules.mutation} requests; retry in ${seconds} s` } },
+            { status: 429, headers: { "retry-after": String(seconds) } },
+          );
+        }
+      }
+      return await handler(context, request, identity, ...args);
     } catch (error) {
+      if (rules.mutation && context && error instanceof ApiError && error.status < 500) {
+        const who = error instanceof AccessDenied ? error.identity : identity;
+        await auditRefusal(
+          context,
+          rules.mutation,
+          who,
+          request,
+          `${error.status} ${error.code}: ${error.message}`,
+        ).catch(() => {});
+      }
       return errorResponse(error);
     }
   };
 }
 
-/**
- * Who is acting, for the audit log. Until access control lands (issue 6) every caller is the
- * anonymous local operator; the audit entry says so.
- */
-export function actorOf(_request: Request): string {
-  return "local-operator";
+async function auditRefusal(
+  context: WebContext,
+  action: AuditAction,
+  identity: Identity | null,
+  request: Request,
+  reason: string,
+): Promise<void> {
+  await appendAudit(context.connections.main, context.connections.keys, {
+    actor: actorOf(identity),
+    action,
+    reason,
+    result: "refused",
+    detail: { path: new URL(request.url).pathname, method: request.method },
+  });
 }

@@ -52,3 +52,15 @@ export function unconfiguredHealth(reason: string): HealthReport {
   const down: RedisSafety = { ok: false, error: reason };
   return { ok: false, redis: down, claimsRedis: down, workers: null, problems: [reason] };
 }
+
+/** The report for anonymous callers: the verdict and settings, without messages that name hosts or paths. */
+export function publicHealth(report: HealthReport): HealthReport {
+  const redact = (safety: RedisSafety): RedisSafety => (safety.ok ? safety : { ok: false, error: "unreachable" });
+  return {
+    ok: report.ok,
+    redis: redact(report.redis),
+    claimsRedis: redact(report.claimsRedis),
+    workers: report.workers,
+    problems: report.problems.length ? [`${report.problems.length} problem(s); log in to see them`] : [],
+  };
+}

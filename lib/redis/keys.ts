@@ -40,6 +40,12 @@ export function redisKeys(prefix: string) {
     /** HASH: what is published for a claim name now (fence, value, runId, publishedAt). */
     published: (name: string) => `${tag}:published:${name}`,
 
+    // --- access control (main Redis; see lib/auth) ---------------------------------------
+    /** STRING counter with a TTL: mutations of one identity in the current window. */
+    rateLimit: (action: string, identity: string) => `${tag}:rate:${action}:${identity}`,
+    /** STRING counter with a TTL: recent failed logins (each one answers slower). */
+    loginFailures: `${tag}:login-failures`,
+
     // --- audit -----------------------------------------------------------------------------
     /** STREAM of operator actions, trimmed by MINID to the retention period. */
     auditLog: `${tag}:audit`,

@@ -11,6 +11,7 @@ import { freePort } from "../../lib/redis/embedded";
 import { createTestBed, type TestBed } from "../support/stack";
 import { waitForLine, descendantPids, waitUntilGone } from "../support/processes";
 
+const OPERATOR_TOKEN = "api-test-operator-token-0123456789";
 let bed: TestBed;
 let base: string;
 let stopWeb: () => Promise<void>;
@@ -22,7 +23,7 @@ before(async () => {
   });
   const port = await freePort();
   const web = spawn(process.execPath, ["--import", "tsx", "scripts/web.ts"], {
-    env: { ...bed.env, PORT: String(port) },
+    env: { ...bed.env, PORT: String(port), CLAIMWATCH_OPERATOR_TOKEN: `tester:${OPERATOR_TOKEN}` },
     stdio: ["ignore", "pipe", "pipe"],
   });
   await waitForLine(web, /dashboard at/, 90_000);
@@ -41,7 +42,10 @@ after(async () => {
 async function call(method: string, path: string, body?: unknown, raw?: string) {
   const response = await fetch(`${base}${path}`, {
     method,
-    headers: body !== undefined || raw !== undefined ? { "content-type": "application/json" } : {},
+    headers: {
+      authorization: `Bearer ${OPERATOR_TOKEN}`,
+      ...(body !== undefined || raw !== undefined ? { "content-type": "application/json" } : {}),
+    },
     body: raw ?? (body === undefined ? undefined : JSON.stringify(body)),
   });
   return { status: response.status, body: (await response.json()) as Record<string, unknown> };

@@ -12,10 +12,21 @@ import { Redis } from "ioredis";
 import { freePort, readEmbeddedState } from "../../lib/redis/embedded";
 import { descendantPids, waitForLine, waitUntilGone } from "../support/processes";
 
+async function waitUntil(condition: () => boolean, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error("condition not met in time");
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
 const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-launcher-"));
 after(() => fs.rmSync(dataDir, { recursive: true, force: true }));
 
-async function runOnce(signal: NodeJS.Signals, body: (url: string, redisUrl: string) => Promise<void>) {
+async function runOnce(
+  signal: NodeJS.Signals,
+  body: (url: string, redisUrl: string, output: () => string) => Promise<void>,
+) {
   const port = await freePort();
   const env: NodeJS.ProcessEnv = { ...process.env, PORT: String(port), CLAIMWATCH_DATA_DIR: dataDir };
   delete env.REDIS_URL;
@@ -24,6 +35,8 @@ async function runOnce(signal: NodeJS.Signals, body: (url: string, redisUrl: str
     stdio: ["ignore", "pipe", "pipe"],
   });
   const exited = new Promise<number | null>((resolve) => launcher.once("exit", (code) => resolve(code)));
+  let printed = "";
+  launcher.stdout.on("data", (chunk: Buffer) => (printed += chunk.toString()));
   let children: number[];
   try {
     const line = await waitForLine(launcher, /claimwatch is running at/, 120_000);
@@ -32,7 +45,7 @@ async function runOnce(signal: NodeJS.Signals, body: (url: string, redisUrl: str
     assert.ok(state, "the launcher records its embedded Redis");
     children = descendantPids(launcher.pid!);
     assert.ok(children.includes(state.pid), "the embedded Redis is the launcher's child");
-    await body(`http://127.0.0.1:${port}`, state.url);
+    await body(`http://127.0.0.1:${port}`, state.url, () => printed);
   } finally {
     launcher.kill(signal);
   }
@@ -42,7 +55,18 @@ async function runOnce(signal: NodeJS.Signals, body: (url: string, redisUrl: str
 }
 
 test("npm start serves a healthy dashboard, stops cleanly on SIGTERM, and finds its data again after SIGINT restart", async () => {
-  await runOnce("SIGTERM", async (url, redisUrl) => {
+  await runOnce("SIGTERM", async (url, redisUrl, output) => {
+    // First start: an operator token is generated (0600) and a login link printed once.
+    const tokenFile = path.join(dataDir, "operator-token");
+    assert.equal(fs.statSync(tokenFile).mode & 0o777, 0o600);
+    const token = fs.readFileSync(tokenFile, "utf8").trim();
+    await waitUntil(() => output().includes("/login#token="));
+    assert.ok(output().includes(`/login#token=${token}`), output());
+    const anonymous = await fetch(`${url}/claims`, { redirect: "manual" });
+    assert.equal(anonymous.status, 307, "pages need a login");
+    assert.match(anonymous.headers.get("location") ?? "", /\/login$/);
+    const withToken = await fetch(`${url}/api/claims`, { headers: { authorization: `Bearer ${token}` } });
+    assert.equal(withToken.status, 200);
     let health: { ok: boolean; workers: number | null; redis: Record<string, unknown> } | undefined;
     for (let i = 0; i < 100 && !(health && (health.workers ?? 0) > 0); i++) {
       health = (await (await fetch(`${url}/api/health`)).json()) as typeof health;
@@ -52,14 +76,16 @@ test("npm start serves a healthy dashboard, stops cleanly on SIGTERM, and finds 
     assert.equal(health?.workers, 1, "one worker process with a live heartbeat");
     assert.equal(health?.redis.evictionPolicy, "noeviction");
     assert.equal(health?.redis.persistence, "aof");
-    const page = await fetch(`${url}/claims`);
+    const page = await fetch(`${url}/login`);
     assert.equal(page.status, 200);
     const client = new Redis(redisUrl);
     await client.set("launcher-test:survives", "yes");
     await client.quit();
   });
 
-  await runOnce("SIGINT", async (_url, redisUrl) => {
+  await runOnce("SIGINT", async (_url, redisUrl, output) => {
+    await waitUntil(() => output().includes("log in with the operator token in"));
+    assert.ok(!output().includes("#token="), "the login link is printed only once");
     const client = new Redis(redisUrl);
     assert.equal(await client.get("launcher-test:survives"), "yes", "data written before the restart is still there");
     await client.quit();

@@ -19,6 +19,9 @@ test("defaults: loopback, port 3000, embedded Redis, files relative to the worki
     definitionsPath: "/srv/claimwatch/claimwatch.yaml",
     dataDir: "/srv/claimwatch/.data",
     keyPrefix: "claimwatch",
+    workerConcurrency: 4,
+    operatorTokens: [],
+    viewerTokens: [],
   });
 });
 
@@ -48,6 +51,38 @@ test("a key prefix that could break the hash tag is rejected", () => {
   assert.equal(errorOf({ CLAIMWATCH_KEY_PREFIX: "a}b" })?.variable, "CLAIMWATCH_KEY_PREFIX");
 });
 
+test("CLAIMWATCH_WORKER_CONCURRENCY must be 1-256", () => {
+  assert.equal(errorOf({ CLAIMWATCH_WORKER_CONCURRENCY: "0" })?.variable, "CLAIMWATCH_WORKER_CONCURRENCY");
+  assert.equal(errorOf({ CLAIMWATCH_WORKER_CONCURRENCY: "many" })?.variable, "CLAIMWATCH_WORKER_CONCURRENCY");
+});
+
+test("tokens: comma-separated, optional name, never echoed in errors", () => {
+  const result = parseConfig(
+    {
+      CLAIMWATCH_OPERATOR_TOKEN: "alice:aaaaaaaaaaaaaaaa1, bbbbbbbbbbbbbbbb2",
+      CLAIMWATCH_VIEWER_TOKEN: "vic:cccccccccccccccc3",
+    },
+    "/x",
+  );
+  assert.ok(result.ok);
+  assert.deepEqual(result.config.operatorTokens, [
+    { name: "alice", token: "aaaaaaaaaaaaaaaa1" },
+    { name: "operator-2", token: "bbbbbbbbbbbbbbbb2" },
+  ]);
+  assert.deepEqual(result.config.viewerTokens, [{ name: "vic", token: "cccccccccccccccc3" }]);
+  const error = errorOf({ CLAIMWATCH_OPERATOR_TOKEN: "alice:short" });
+  assert.equal(error?.variable, "CLAIMWATCH_OPERATOR_TOKEN");
+  assert.ok(!error!.message.includes("short"), error!.message);
+});
+
+test("binding to a non-loopback HOST without tokens is refused, naming HOST", () => {
+  const error = errorOf({ HOST: "0.0.0.0" });
+  assert.equal(error?.variable, "HOST");
+  assert.match(error!.message, /set CLAIMWATCH_OPERATOR_TOKEN/);
+  assert.ok(parseConfig({ HOST: "127.0.0.1" }, "/x").ok);
+  assert.ok(parseConfig({ HOST: "::1" }, "/x").ok);
+});
+
 test("an empty variable counts as unset", () => {
   const result = parseConfig({ PORT: "", REDIS_URL: "" }, "/x");
   assert.ok(result.ok);
@@ -62,6 +97,7 @@ test("good values are parsed", () => {
       PORT: "8080",
       HOST: "0.0.0.0",
       CLAIMWATCH_DATA_DIR: "/var/lib/cw",
+      CLAIMWATCH_OPERATOR_TOKEN: "alice:0123456789abcdefXYZ",
     },
     "/x",
   );

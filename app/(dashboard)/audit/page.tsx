@@ -1,11 +1,13 @@
 import { AuditTable } from "@/components/audit-table";
 import { getAudit } from "@/lib/api/audit";
 import { getWebContext } from "@/lib/web/context";
+import { requireViewer } from "@/lib/web/identity";
 
 export const metadata = { title: "Audit · claimwatch" };
 export const dynamic = "force-dynamic";
 
 export default async function AuditPage() {
+  await requireViewer();
   const initial = await getAudit(getWebContext(), { limit: 100 }).catch(() => null);
   return (
     <section aria-labelledby="page-title" className="space-y-4">

@@ -1,11 +1,13 @@
 import { ClaimsTable } from "@/components/claims-table";
 import { getClaims, type ApiClaimPage } from "@/lib/api/claims";
 import { getWebContext } from "@/lib/web/context";
+import { requireViewer } from "@/lib/web/identity";
 
 export const metadata = { title: "Claims · claimwatch" };
 export const dynamic = "force-dynamic";
 
 export default async function ClaimsPage() {
+  await requireViewer();
   let initial: ApiClaimPage | null = null;
   try {
     initial = await getClaims(getWebContext(), { limit: 100 });

@@ -1,11 +1,13 @@
 import { RebuildsTable } from "@/components/rebuilds-table";
 import { getRebuilds, type ApiRebuild } from "@/lib/api/rebuilds";
 import { getWebContext } from "@/lib/web/context";
+import { requireViewer } from "@/lib/web/identity";
 
 export const metadata = { title: "Rebuilds · claimwatch" };
 export const dynamic = "force-dynamic";
 
 export default async function RebuildsPage() {
+  await requireViewer();
   let initial: ApiRebuild[] | null = null;
   try {
     initial = await getRebuilds(getWebContext());

@@ -2,11 +2,13 @@ import { RunsTable } from "@/components/runs-table";
 import { getRuns, runsQuery } from "@/lib/api/runs";
 import type { RunPage } from "@/lib/runs/list";
 import { getWebContext } from "@/lib/web/context";
+import { requireViewer } from "@/lib/web/identity";
 
 export const metadata = { title: "Runs · claimwatch" };
 export const dynamic = "force-dynamic";
 
 export default async function RunsPage({ searchParams }: { searchParams: Promise<Record<string, string | string[]>> }) {
+  await requireViewer();
   const params = await searchParams;
   const raw = Object.fromEntries(Object.entries(params).filter((e): e is [string, string] => typeof e[1] === "string"));
   const parsed = runsQuery.safeParse(raw);

@@ -1,11 +1,13 @@
 import { WorkersTable } from "@/components/workers-table";
 import { getWorkers } from "@/lib/api/workers";
 import { getWebContext } from "@/lib/web/context";
+import { requireViewer } from "@/lib/web/identity";
 
 export const metadata = { title: "Workers · claimwatch" };
 export const dynamic = "force-dynamic";
 
 export default async function WorkersPage() {
+  await requireViewer();
   const initial = await getWorkers(getWebContext()).catch(() => null);
   return (
     <section aria-labelledby="page-title" className="space-y-4">

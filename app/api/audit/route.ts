@@ -4,4 +4,6 @@ import { readQuery } from "@/lib/api/input";
 
 export const dynamic = "force-dynamic";
 
-export const GET = route(async (context, request) => json(await getAudit(context, readQuery(request.url, auditQuery))));
+export const GET = route({ role: "viewer" }, async (context, request) =>
+  json(await getAudit(context, readQuery(request.url, auditQuery))),
+);

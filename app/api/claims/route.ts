@@ -4,6 +4,6 @@ import { readQuery } from "@/lib/api/input";
 
 export const dynamic = "force-dynamic";
 
-export const GET = route(async (context, request) =>
+export const GET = route({ role: "viewer" }, async (context, request) =>
   json(await getClaims(context, readQuery(request.url, claimsQuery))),
 );

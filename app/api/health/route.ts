@@ -1,11 +1,24 @@
+import { authenticateHeaders } from "@/lib/auth/guard";
+import { publicHealth } from "@/lib/health/health";
 import { currentHealth } from "@/lib/health/report";
+import { getWebContext } from "@/lib/web/context";
 
 export const dynamic = "force-dynamic";
 
-/** 200 when both Redis servers answer, 503 otherwise; always within ~2 s. */
-export async function GET(): Promise<Response> {
+/**
+ * Public (load balancers probe it): 200 when both Redis servers answer, 503 otherwise; always
+ * within ~2 s. Anonymous callers get the verdict without details (no hosts, paths or keys);
+ * a logged-in viewer gets the reasons the banner shows.
+ */
+export async function GET(request: Request): Promise<Response> {
   const report = await currentHealth();
-  return Response.json(report, {
+  let identified: boolean;
+  try {
+    identified = authenticateHeaders(getWebContext().config, request.headers) !== null;
+  } catch {
+    identified = false;
+  }
+  return Response.json(identified ? report : publicHealth(report), {
     status: report.ok ? 200 : 503,
     headers: { "cache-control": "no-store" },
   });

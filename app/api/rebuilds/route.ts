@@ -3,4 +3,4 @@ import { getRebuilds } from "@/lib/api/rebuilds";
 
 export const dynamic = "force-dynamic";
 
-export const GET = route(async (context) => json({ rebuilds: await getRebuilds(context) }));
+export const GET = route({ role: "viewer" }, async (context) => json({ rebuilds: await getRebuilds(context) }));

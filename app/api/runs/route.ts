@@ -4,4 +4,6 @@ import { getRuns, runsQuery } from "@/lib/api/runs";
 
 export const dynamic = "force-dynamic";
 
-export const GET = route(async (context, request) => json(await getRuns(context, readQuery(request.url, runsQuery))));
+export const GET = route({ role: "viewer" }, async (context, request) =>
+  json(await getRuns(context, readQuery(request.url, runsQuery))),
+);

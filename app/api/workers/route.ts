@@ -3,4 +3,4 @@ import { getWorkers } from "@/lib/api/workers";
 
 export const dynamic = "force-dynamic";
 
-export const GET = route(async (context) => json(await getWorkers(context)));
+export const GET = route({ role: "viewer" }, async (context) => json(await getWorkers(context)));

@@ -2,10 +2,12 @@ import Link from "next/link";
 import { RunDetailView } from "@/components/run-detail";
 import { getRunDetail, type RunDetail } from "@/lib/api/runs";
 import { getWebContext } from "@/lib/web/context";
+import { requireViewer } from "@/lib/web/identity";
 
 export const dynamic = "force-dynamic";
 
 export default async function RunPage({ params }: { params: Promise<{ id: string }> }) {
+  await requireViewer();
   const { id } = await params;
   let initial: RunDetail | null = null;
   try {

@@ -3,7 +3,10 @@ import { getRunDetail } from "@/lib/api/runs";
 
 export const dynamic = "force-dynamic";
 
-export const GET = route(async (context, _request, { params }: { params: Promise<{ id: string }> }) => {
-  const { id } = await params;
-  return json(await getRunDetail(context, id));
-});
+export const GET = route(
+  { role: "viewer" },
+  async (context, _request, _identity, { params }: { params: Promise<{ id: string }> }) => {
+    const { id } = await params;
+    return json(await getRunDetail(context, id));
+  },
+);

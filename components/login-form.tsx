@@ -1,0 +1,65 @@
+"use client";
+
+import { useEffect, useState } from "react";
+
+export function LoginForm() {
+  const [token, setToken] = useState("");
+  const [error, setError] = useState<string | null>(null);
+  const [busy, setBusy] = useState(false);
+
+  const submit = async (value: string) => {
+    setBusy(true);
+    setError(null);
+    const response = await fetch("/api/auth/login", {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ token: value }),
+    });
+    setBusy(false);
+    if (response.ok) window.location.href = "/claims";
+    else setError(response.status === 401 ? "Unknown token." : `Login failed (${response.status}).`);
+  };
+
+  // The login link printed by `npm start` carries the token in the fragment (never sent to a server log).
+  useEffect(() => {
+    const fromLink = new URLSearchParams(window.location.hash.slice(1)).get("token");
+    if (!fromLink) return;
+    history.replaceState(null, "", window.location.pathname);
+    const timer = setTimeout(() => void submit(fromLink), 0);
+    return () => clearTimeout(timer);
+  }, []);
+
+  return (
+    <form
+      className="mt-4 space-y-3"
+      onSubmit={(event) => {
+        event.preventDefault();
+        void submit(token.trim());
+      }}
+    >
+      <label className="block text-sm font-medium" htmlFor="token">
+        Token
+      </label>
+      <input
+        id="token"
+        type="password"
+        autoComplete="current-password"
+        className="w-full rounded border border-slate-300 px-2 py-1.5 font-mono"
+        value={token}
+        onChange={(event) => setToken(event.target.value)}
+      />
+      {error ? (
+        <p role="alert" className="text-sm text-red-700">
+          {error}
+        </p>
+      ) : null}
+      <button
+        type="submit"
+        disabled={busy || !token.trim()}
+        className="rounded bg-slate-900 px-3 py-1.5 text-sm text-white"
+      >
+        Log in
+      </button>
+    </form>
+  );
+}

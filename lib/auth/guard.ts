@@ -1,0 +1,88 @@
+/**
+ * The check every route handler and page makes itself: who is calling (Bearer token or session
+ * cookie), may they do this (viewer reads, operator also mutates), and — for a mutation carried
+ * by a cookie — does it come from this origin (CSRF).
+ */
+import { ApiError } from "../api/errors";
+import { credentialsFrom, findCredential, type Credential, type Role } from "./credentials";
+import { readCookie, SESSION_COOKIE, sessionSecret, verifySession } from "./session";
+import type { Config } from "../config";
+
+export interface Identity {
+  name: string;
+  role: Role;
+  via: "bearer" | "cookie";
+}
+
+export type Requirement = "public" | Role;
+
+const RANK: Record<Role, number> = { viewer: 1, operator: 2 };
+
+export function authenticateHeaders(
+  config: Config,
+  headers: Headers,
+  credentials: readonly Credential[] = credentialsFrom(config),
+): Identity | null {
+  const authorization = headers.get("authorization");
+  if (authorization) {
+    const match = /^Bearer\s+(\S+)$/i.exec(authorization);
+    const credential = match ? findCredential(credentials, match[1]!) : undefined;
+    return credential ? { name: credential.name, role: credential.role, via: "bearer" } : null;
+  }
+  const session = verifySession(
+    readCookie(headers.get("cookie"), SESSION_COOKIE),
+    sessionSecret(config.dataDir),
+    credentials,
+  );
+  return session ? { name: session.name, role: session.role, via: "cookie" } : null;
+}
+
+/** Same-origin check for cookie-carried mutations: Origin (or Sec-Fetch-Site) must match. */
+export function isSameOrigin(request: Request): boolean {
+  const origin = request.headers.get("origin");
+  const host = request.headers.get("host");
+  if (origin) {
+    try {
+      return new URL(origin).host === host;
+    } catch {
+      return false;
+    }
+  }
+  return request.headers.get("sec-fetch-site") === "same-origin";
+}
+
+export class AccessDenied extends ApiError {
+  constructor(
+    status: 401 | 403,
+    code: string,
+    message: string,
+    readonly identity: Identity | null,
+  ) {
+    super(status, code, message);
+  }
+}
+
+export function authorize(
+  config: Config,
+  request: Request,
+  requirement: Requirement,
+  mutation: boolean,
+): Identity | null {
+  if (requirement === "public") return null;
+  const identity = authenticateHeaders(config, request.headers);
+  if (!identity) {
+    throw new AccessDenied(401, "unauthenticated", "log in, or send Authorization: Bearer <token>", null);
+  }
+  if (RANK[identity.role] < RANK[requirement]) {
+    throw new AccessDenied(
+      403,
+      "forbidden",
+      `this needs the ${requirement} role; you are a ${identity.role}`,
+      identity,
+    );
+  }
+  if (mutation && identity.via === "cookie" && !isSameOrigin(request)) {
+    throw new AccessDenied(403, "cross-origin", "cross-origin request refused", identity);
+  }
+  return identity;
+}

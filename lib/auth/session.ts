@@ -1,0 +1,93 @@
+/**
+ * Sessions: a signed cookie `{name, role, tokenId, expires}` + HMAC-SHA256 with a secret kept in
+ * the data dir (0600). httpOnly, SameSite=Strict; a session ends at its expiry, at logout, or
+ * when its token is removed from the configuration.
+ */
+import crypto from "node:crypto";
+import fs from "node:fs";
+import path from "node:path";
+import type { Credential, Role } from "./credentials";
+
+export const SESSION_COOKIE = "cw_session";
+export const SESSION_TTL_MS = 12 * 3_600_000;
+
+export interface Session {
+  name: string;
+  role: Role;
+  tokenId: string;
+  expires: number;
+}
+
+const secrets = new Map<string, Buffer>();
+
+export function sessionSecret(dataDir: string): Buffer {
+  const cached = secrets.get(dataDir);
+  if (cached) return cached;
+  const file = path.join(dataDir, "session-secret");
+  let secret: Buffer;
+  try {
+    secret = Buffer.from(fs.readFileSync(file, "utf8").trim(), "base64url");
+    if (secret.length < 32) throw new Error("short secret");
+  } catch {
+    fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+    secret = crypto.randomBytes(32);
+    try {
+      fs.writeFileSync(file, secret.toString("base64url"), { mode: 0o600, flag: "wx" });
+    } catch {
+      secret = Buffer.from(fs.readFileSync(file, "utf8").trim(), "base64url"); // another process won
+    }
+  }
+  secrets.set(dataDir, secret);
+  return secret;
+}
+
+const mac = (secret: Buffer, payload: string) => crypto.createHmac("sha256", secret).update(payload).digest();
+
+export function signSession(session: Session, secret: Buffer): string {
+  const payload = Buffer.from(JSON.stringify(session)).toString("base64url");
+  return `${payload}.${mac(secret, payload).toString("base64url")}`;
+}
+
+export function verifySession(
+  value: string | undefined,
+  secret: Buffer,
+  credentials: readonly Credential[],
+  now = Date.now(),
+): Session | null {
+  if (!value || value.length > 2_000) return null;
+  const dot = value.indexOf(".");
+  if (dot < 1) return null;
+  const payload = value.slice(0, dot);
+  const signature = Buffer.from(value.slice(dot + 1), "base64url");
+  const expected = mac(secret, payload);
+  if (signature.length !== expected.length || !crypto.timingSafeEqual(signature, expected)) return null;
+  let session: Session;
+  try {
+    session = JSON.parse(Buffer.from(payload, "base64url").toString("utf8")) as Session;
+  } catch {
+    return null;
+  }
+  if (typeof session.expires !== "number" || session.expires <= now) return null;
+  const credential = credentials.find((c) => c.tokenId === session.tokenId && c.role === session.role);
+  return credential ? { ...session, name: credential.name } : null;
+}
+
+export function sessionCookie(value: string, secure: boolean, maxAgeMs = SESSION_TTL_MS): string {
+  return [
+    `${SESSION_COOKIE}=${value}`,
+    "Path=/",
+    "HttpOnly",
+    "SameSite=Strict",
+    `Max-Age=${Math.floor(maxAgeMs / 1000)}`,
+    ...(secure ? ["Secure"] : []),
+  ].join("; ");
+}
+
+export function readCookie(header: string | null, name: string): string | undefined {
+  if (!header) return undefined;
+  for (const part of header.split(";")) {
+    const eq = part.indexOf("=");
+    if (eq > 0 && part.slice(0, eq).trim() === name) return part.slice(eq + 1).trim();
+  }
+  return undefined;
+}

@@ -1,0 +1,247 @@
+/**
+ * Access control against the real web server: every route, called as anonymous, viewer and
+ * operator, answers as its table entry says — and a route without an entry fails this test.
+ */
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import fs from "node:fs";
+import path from "node:path";
+import { after, before, test } from "node:test";
+import { freePort } from "../../lib/redis/embedded";
+import { createTestBed, type TestBed } from "../support/stack";
+import { descendantPids, waitForLine, waitUntilGone } from "../support/processes";
+
+const TOKENS = {
+  operator: "auth-test-operator-0123456789",
+  ratey: "auth-test-rate-limited-0123456789",
+  viewer: "auth-test-viewer-0123456789",
+};
+type Caller = "anonymous" | "viewer" | "operator";
+type Requirement = "public" | "viewer" | "operator";
+
+/** Every API route: who may call it, a request to make, and the statuses that mean "allowed". */
+const ROUTES: Record<string, { role: Requirement; path: string; body?: unknown; allowed: number[] }> = {
+  "GET /api/health": { role: "public", path: "/api/health", allowed: [200] },
+  "POST /api/auth/login": { role: "public", path: "/api/auth/login", body: { token: TOKENS.viewer }, allowed: [200] },
+  "POST /api/auth/logout": { role: "public", path: "/api/auth/logout", body: {}, allowed: [200] },
+  "GET /api/auth/me": { role: "viewer", path: "/api/auth/me", allowed: [200] },
+  "GET /api/claims": { role: "viewer", path: "/api/claims", allowed: [200] },
+  "POST /api/claims/release": {
+    role: "operator",
+    path: "/api/claims/release",
+    body: { name: "output:/srv/none", token: "t", reason: "auth table" },
+    allowed: [409],
+  },
+  "GET /api/rebuilds": { role: "viewer", path: "/api/rebuilds", allowed: [200] },
+  "GET /api/rebuilds/[name]/preview": { role: "viewer", path: "/api/rebuilds/slow/preview?version=v1", allowed: [200] },
+  "POST /api/rebuilds/[name]/runs": {
+    role: "operator",
+    path: "/api/rebuilds/slow/runs",
+    body: { version: "auth" },
+    allowed: [202],
+  },
+  "GET /api/runs": { role: "viewer", path: "/api/runs", allowed: [200] },
+  "GET /api/runs/[id]": { role: "viewer", path: "/api/runs/none-a1", allowed: [404] },
+  "GET /api/workers": { role: "viewer", path: "/api/workers", allowed: [200] },
+  "GET /api/audit": { role: "viewer", path: "/api/audit", allowed: [200] },
+};
+const PAGES = ["/claims", "/rebuilds", "/runs", "/runs/none-a1", "/workers", "/audit"];
+
+let bed: TestBed;
+let base: string;
+let stopWeb: () => Promise<void>;
+const seenBodies: string[] = [];
+
+before(async () => {
+  bed = await createTestBed({ slow: { output: "out/slow", steps: [{ name: "s", run: ["true"] }] } });
+  const port = await freePort();
+  const web = spawn(process.execPath, ["--import", "tsx", "scripts/web.ts"], {
+    env: {
+      ...bed.env,
+      PORT: String(port),
+      CLAIMWATCH_OPERATOR_TOKEN: `olga:${TOKENS.operator},ratey:${TOKENS.ratey}`,
+      CLAIMWATCH_VIEWER_TOKEN: `victor:${TOKENS.viewer}`,
+    },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  await waitForLine(web, /dashboard at/, 90_000);
+  base = `http://127.0.0.1:${port}`;
+  stopWeb = async () => {
+    const children = descendantPids(web.pid!);
+    web.kill("SIGTERM");
+    await waitUntilGone([web.pid!, ...children], 15_000);
+  };
+});
+after(async () => {
+  await stopWeb?.();
+  await bed?.close();
+});
+
+async function send(
+  method: string,
+  url: string,
+  options: { token?: string; cookie?: string; origin?: string; body?: unknown } = {},
+) {
+  const headers: Record<string, string> = {};
+  if (options.token) headers.authorization = `Bearer ${options.token}`;
+  if (options.cookie) headers.cookie = options.cookie;
+  if (options.origin) headers.origin = options.origin;
+  if (options.body !== undefined) headers["content-type"] = "application/json";
+  const started = performance.now();
+  const response = await fetch(`${base}${url}`, {
+    method,
+    headers,
+    body: options.body === undefined ? undefined : JSON.stringify(options.body),
+    redirect: "manual",
+  });
+  const text = await response.text();
+  seenBodies.push(text);
+  return { status: response.status, text, headers: response.headers, ms: performance.now() - started };
+}
+
+const tokenOf = (caller: Caller) => (caller === "anonymous" ? undefined : TOKENS[caller]);
+
+function expectedStatus(role: Requirement, caller: Caller, allowed: number[]): number[] {
+  if (role === "public") return allowed;
+  if (caller === "anonymous") return [401];
+  if (role === "operator" && caller === "viewer") return [403];
+  return allowed;
+}
+
+test("the table lists every API route (a new route needs an entry)", () => {
+  const found: string[] = [];
+  const walk = (dir: string) => {
+    for (const entry of fs.readdirSync(dir, { withFileTypes: true })) {
+      const full = path.join(dir, entry.name);
+      if (entry.isDirectory()) walk(full);
+      else if (entry.name === "route.ts") {
+        const source = fs.readFileSync(full, "utf8");
+        const route = `/${path.relative("app", path.dirname(full)).split(path.sep).join("/")}`;
+        for (const [, method] of source.matchAll(
+          /export (?:const|async function|function) (GET|POST|PUT|PATCH|DELETE)\b/g,
+        )) {
+          found.push(`${method} ${route}`);
+        }
+      }
+    }
+  };
+  walk("app/api");
+  assert.deepEqual(found.sort(), Object.keys(ROUTES).sort());
+});
+
+for (const caller of ["anonymous", "viewer", "operator"] as const) {
+  test(`every route as ${caller}`, async () => {
+    for (const [name, entry] of Object.entries(ROUTES)) {
+      const [method] = name.split(" ");
+      const result = await send(method!, entry.path, { token: tokenOf(caller), body: entry.body });
+      assert.ok(
+        expectedStatus(entry.role, caller, entry.allowed).includes(result.status),
+        `${name} as ${caller}: ${result.status} ${result.text.slice(0, 200)}`,
+      );
+      if (result.status >= 400 && !entry.allowed.includes(result.status))
+        assert.match(result.text, /^\{"error":\{"code":"[a-z-]+","message":"[^"]+"\}\}$/);
+    }
+  });
+}
+
+test("pages redirect anonymous visitors to the login page, and render for a viewer", async () => {
+  for (const page of PAGES) {
+    const anonymous = await send("GET", page);
+    assert.equal(anonymous.status, 307, page);
+    assert.match(anonymous.headers.get("location") ?? "", /\/login$/);
+    const viewer = await send("GET", page, { token: TOKENS.viewer });
+    assert.equal(viewer.status, 200, page);
+    assert.doesNotMatch(
+      viewer.text,
+      />(Force release|Rebuild now)<\/button>/,
+      `no operator controls on ${page} for a viewer`,
+    );
+  }
+});
+
+test("operators do get the controls (so the viewer check above can fail)", async () => {
+  const rebuilds = await send("GET", "/rebuilds", { token: TOKENS.operator });
+  assert.match(rebuilds.text, />Rebuild now<\/button>/);
+});
+
+test("a cookie session: httpOnly SameSite=Strict; a cross-origin POST with it is refused, a same-origin one allowed", async () => {
+  const login = await send("POST", "/api/auth/login", { body: { token: TOKENS.operator } });
+  assert.equal(login.status, 200);
+  const setCookie = login.headers.get("set-cookie") ?? "";
+  assert.match(setCookie, /^cw_session=[^;]+; Path=\/; HttpOnly; SameSite=Strict; Max-Age=\d+/);
+  const cookie = setCookie.split(";")[0]!;
+  assert.ok(!setCookie.includes(TOKENS.operator), "the cookie does not carry the token");
+
+  const me = await send("GET", "/api/auth/me", { cookie });
+  assert.deepEqual(JSON.parse(me.text), { name: "olga", role: "operator" });
+
+  const evil = await send("POST", "/api/rebuilds/slow/runs", {
+    cookie,
+    origin: "http://evil.example",
+    body: { version: "csrf" },
+  });
+  assert.equal(evil.status, 403);
+  assert.match(evil.text, /cross-origin/);
+  const noOrigin = await send("POST", "/api/rebuilds/slow/runs", { cookie, body: { version: "csrf" } });
+  assert.equal(noOrigin.status, 403, "a cookie mutation without Origin or Sec-Fetch-Site is refused");
+  const same = await send("POST", "/api/rebuilds/slow/runs", { cookie, origin: base, body: { version: "csrf" } });
+  assert.equal(same.status, 202);
+  const bearer = await send("POST", "/api/rebuilds/slow/runs", {
+    token: TOKENS.operator,
+    origin: "http://evil.example",
+    body: { version: "bearer" },
+  });
+  assert.equal(bearer.status, 202, "a Bearer token works without a cookie (no CSRF risk)");
+
+  const tampered = await send("GET", "/api/auth/me", { cookie: cookie.replace(/.$/, (c) => (c === "A" ? "B" : "A")) });
+  assert.equal(tampered.status, 401, "a tampered cookie is refused");
+  const logout = await send("POST", "/api/auth/logout", { cookie, body: {} });
+  assert.match(logout.headers.get("set-cookie") ?? "", /cw_session=; .*Max-Age=0/);
+});
+
+test("repeated bad logins are slowed down and audited as refused", async () => {
+  const durations: number[] = [];
+  for (let i = 0; i < 4; i++) {
+    const result = await send("POST", "/api/auth/login", { body: { token: `wrong-token-${i}-0123456789` } });
+    assert.equal(result.status, 401);
+    durations.push(result.ms);
+  }
+  assert.ok(
+    durations[3]! > durations[0]! && durations[3]! >= 900,
+    `each failure answers slower: ${durations.map(Math.round)}`,
+  );
+  const audit = JSON.parse((await send("GET", "/api/audit?limit=200", { token: TOKENS.viewer })).text) as {
+    entries: { action: string; result: string; actor: string }[];
+  };
+  const refusedLogins = audit.entries.filter((e) => e.action === "login" && e.result === "refused");
+  assert.ok(refusedLogins.length >= 4, `refused logins audited: ${refusedLogins.length}`);
+  assert.ok(
+    audit.entries.some((e) => e.action === "trigger" && e.result === "refused" && e.actor === "victor (viewer)"),
+    "a viewer's refused trigger is audited",
+  );
+});
+
+test("triggers are rate limited per identity: 429 with Retry-After, audited", async () => {
+  let limited: Awaited<ReturnType<typeof send>> | undefined;
+  for (let i = 0; i < 40 && !limited; i++) {
+    const result = await send("POST", "/api/rebuilds/slow/runs", { token: TOKENS.ratey, body: { version: "same" } });
+    if (result.status === 429) limited = result;
+    else assert.equal(result.status, 202);
+  }
+  assert.ok(limited, "the limit was reached");
+  assert.ok(Number(limited.headers.get("retry-after")) >= 1);
+  const other = await send("POST", "/api/rebuilds/slow/runs", { token: TOKENS.operator, body: { version: "same" } });
+  assert.equal(other.status, 202, "another identity is not affected");
+  const audit = JSON.parse((await send("GET", "/api/audit?limit=300", { token: TOKENS.viewer })).text) as {
+    entries: { action: string; result: string; actor: string; reason: string }[];
+  };
+  assert.ok(
+    audit.entries.some(
+      (e) => e.actor === "ratey (operator)" && e.result === "refused" && /rate limited/.test(e.reason),
+    ),
+  );
+});
+
+test("no response ever contained a token", () => {
+  for (const body of seenBodies) for (const token of Object.values(TOKENS)) assert.ok(!body.includes(token));
+});
