@@ -1,0 +1,507 @@
+/**
+ * Benchmark (not a test) of the HTTP API at scale: every list call must cost O(page) Redis work
+ * however many records exist — no scans, no loading every record.
+ *
+ * One redis-server this script starts (temp dir, no persistence, stopped by PID) and the real web
+ * server (`scripts/web.ts` → `next start`, stopped by PID with its descendants), built first if
+ * `.next/BUILD_ID` is missing. Records are seeded with the worker's own writer (`upsertRunInto`,
+ * so the key layout is exactly what the worker writes: HASH per run + global, rebuild,
+ * rebuild+tenant and status ZSETs) in pipelined batches, and claims with `acquireClaim` into the
+ * claims Redis (logical DB 1, as when CLAIMS_REDIS_URL is not set).
+ *
+ *   phase 1k — 1 000 run records + 10 000 active claims: measure
+ *   phase 1M — the same Redis grown to 1 000 000 run records (same claims, same server): measure
+ *
+ * Each phase times sequential requests, interleaved in rotating order so drift hits all alike:
+ *   runs           GET /api/runs                      (default page, 50)
+ *   runs_rebuild   GET /api/runs?rebuild=tiles&limit=50
+ *   claims         GET /api/claims?limit=100
+ *   runs_walk      GET /api/runs?rebuild=archive&status=failed (informational: status filtered
+ *                  while walking, bounded by list.ts's WALK_LIMIT rather than by the page)
+ * (each with a viewer's Bearer token, as a script calling the API would send) plus, to tell Redis
+ * work from HTTP overhead, the Redis commands and server µs per request
+ * (INFO commandstats deltas) and `listRuns` timed in-process.
+ *
+ * Env: BENCH_REQUESTS per endpoint and phase (default 300), BENCH_RUNS_SMALL (1000),
+ * BENCH_RUNS_LARGE (1000000), BENCH_CLAIMS (10000).
+ * Goal: p50 of GET /api/runs at 1M ÷ at 1k ≤ 1.5.
+ * Last line: RESULT runs_1m_vs_1k=<ratio> claims_p50_ms=<p50 at 1M records, 10k claims> …
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import type { Redis } from "ioredis";
+import { stringify } from "yaml";
+import { acquireClaim, claimName } from "../lib/claims/index";
+import { ensureBuild } from "../lib/launcher/children";
+import { closeRedis, createRedis } from "../lib/redis/client";
+import { freePort, startRedisServer, type RedisServerHandle } from "../lib/redis/embedded";
+import { redisKeys, type RedisKeys } from "../lib/redis/keys";
+import { listRuns } from "../lib/runs/list";
+import { upsertRunInto } from "../lib/runs/records";
+import { runIdOf, type RunRecord, type RunStatus } from "../lib/runs/types";
+import { descendantPids, isRunning, waitForLine, waitUntilGone } from "../test/support/processes";
+
+const REQUESTS = Number(process.env.BENCH_REQUESTS ?? 300);
+const RUNS_SMALL = Number(process.env.BENCH_RUNS_SMALL ?? 1_000);
+const RUNS_LARGE = Number(process.env.BENCH_RUNS_LARGE ?? 1_000_000);
+const CLAIMS = Number(process.env.BENCH_CLAIMS ?? 10_000);
+const GOAL = 1.5;
+/**
+ * Records per pipeline, and pipelines in flight while seeding. Seeding is bound by this process
+ * (ioredis command objects, GC), not Redis: small pipelines keep the garbage short-lived.
+ */
+const SEED_BATCH = 500;
+const SEED_IN_FLIGHT = 4;
+const CLAIMS_IN_FLIGHT = 200;
+/** Run records are spread over this window (newest now), as a month of history would be. */
+const HISTORY_MS = 30 * 86_400_000;
+const PREFIX = "bench";
+/** A viewer may make every call measured here; the server is told this token (CLAIMWATCH_VIEWER_TOKEN). */
+const VIEWER_TOKEN = "bench-api-viewer-token-0123456789";
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
+
+/** Rebuilds the runs are spread over; `archive` is tenanted, so rebuild+tenant indexes fill too. */
+const REBUILDS = {
+  tiles: { output: "out/tiles", steps: [{ name: "tile", run: ["true"] }] },
+  archive: { output: "out/archive", tenants: ["acme", "globex", "initech"], steps: [{ name: "pack", run: ["true"] }] },
+  reports: { output: "out/reports", steps: [{ name: "render", run: ["true"] }] },
+  search: { output: "out/search", tenants: ["acme", "globex"], steps: [{ name: "index", run: ["true"] }] },
+};
+const TARGETS: { rebuild: string; tenant: string | null }[] = Object.entries(REBUILDS).flatMap(
+  ([rebuild, d]): { rebuild: string; tenant: string | null }[] =>
+    "tenants" in d ? d.tenants.map((tenant) => ({ rebuild, tenant })) : [{ rebuild, tenant: null }],
+);
+
+/** Mostly rebuilt/skipped, as in production; a few of every other status. */
+const STATUS_MIX: RunStatus[] = [
+  ...Array<RunStatus>(12).fill("rebuilt"),
+  ...Array<RunStatus>(5).fill("skipped"),
+  "failed",
+  "aborted",
+  "superseded",
+];
+
+const ENDPOINTS = {
+  runs: "/api/runs",
+  runs_rebuild: "/api/runs?rebuild=tiles&limit=50",
+  claims: "/api/claims?limit=100",
+  runs_walk: "/api/runs?rebuild=archive&status=failed",
+} as const;
+type Endpoint = keyof typeof ENDPOINTS;
+const ENDPOINT_NAMES = Object.keys(ENDPOINTS) as Endpoint[];
+
+const say = (line: string) => console.log(line);
+/** 1000 → "1k", 1000000 → "1M": phase labels follow BENCH_RUNS_SMALL / BENCH_RUNS_LARGE. */
+const sizeLabel = (n: number) =>
+  n % 1_000_000 === 0 ? `${n / 1_000_000}M` : n % 1_000 === 0 ? `${n / 1_000}k` : String(n);
+const ms = (value: number) => value.toFixed(2);
+
+function percentile(values: number[], p: number): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(p * sorted.length) - 1))]!;
+}
+
+// --- seeding ------------------------------------------------------------------------------------
+
+/** A finished run as the worker leaves it: all fields set, two steps, realistic sizes. */
+function runRecord(i: number, now: number): RunRecord {
+  const target = TARGETS[i % TARGETS.length]!;
+  const status = STATUS_MIX[(i * 7) % STATUS_MIX.length]!;
+  // A deterministic spread over the history window, not in seeding order: later batches
+  // interleave with earlier ones in every index, as a real history would.
+  const createdAt = now - ((i * 2_654_435_761) % HISTORY_MS);
+  const startedAt = createdAt + 40;
+  const durationMs = 1_000 + (i % 90_000);
+  const jobId = `run-${target.rebuild}-${i.toString(36)}`;
+  const hex = (i * 2_654_435_761).toString(16).padStart(16, "0");
+  return {
+    id: runIdOf(jobId, 1),
+    jobId,
+    attempt: 1,
+    rebuild: target.rebuild,
+    tenant: target.tenant,
+    version: `v${(i % 500).toString(36)}-${hex.slice(0, 8)}`,
+    status,
+    reason: status === "skipped" ? "already-rebuilt" : status === "failed" ? "step pack exited with code 1" : null,
+    trigger: i % 3 === 0 ? "schedule" : "api",
+    workerId: `bench-host-${1000 + (i % 4)}-ab12`,
+    host: "bench-host",
+    createdAt,
+    startedAt,
+    finishedAt: startedAt + durationMs,
+    durationMs,
+    fence: 1 + Math.floor(i / TARGETS.length),
+    buildHash: status === "rebuilt" ? hex.repeat(4) : null,
+    idempotencyKey: hex.repeat(4),
+    progress: 1,
+    steps: [
+      { name: "prepare", status: "done", startedAt, finishedAt: startedAt + 200 },
+      {
+        name: "work",
+        status: status === "failed" ? "failed" : "done",
+        startedAt: startedAt + 200,
+        finishedAt: startedAt + durationMs,
+      },
+    ],
+  };
+}
+
+/** Upserts run records `from` … `to - 1` in pipelines of SEED_BATCH, SEED_IN_FLIGHT at a time. */
+async function seedRuns(client: Redis, keys: RedisKeys, from: number, to: number, label: string): Promise<number> {
+  const started = performance.now();
+  const now = Date.now();
+  let next = from;
+  let done = 0;
+  let reported = 0;
+  const total = to - from;
+  const lane = async () => {
+    while (next < to) {
+      const start = next;
+      const end = Math.min(to, start + SEED_BATCH);
+      next = end;
+      const pipeline = client.pipeline();
+      for (let i = start; i < end; i++) upsertRunInto(pipeline, keys, runRecord(i, now), null);
+      const replies = (await pipeline.exec()) ?? [];
+      const failed = replies.find(([error]) => error);
+      if (failed) throw failed[0];
+      done += end - start;
+      if (total >= 100_000 && done - reported >= 100_000) {
+        reported = done;
+        const s = (performance.now() - started) / 1000;
+        say(`  ${label}: ${done.toLocaleString("en")} / ${total.toLocaleString("en")} (${(done / s).toFixed(0)}/s)`);
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: SEED_IN_FLIGHT }, lane));
+  return (performance.now() - started) / 1000;
+}
+
+/** `count` active claims (TTL 1 h, so none expires during the bench), CLAIMS_IN_FLIGHT concurrent. */
+async function seedClaims(claims: Redis, keys: RedisKeys, count: number): Promise<number> {
+  const started = performance.now();
+  let next = 0;
+  const lane = async () => {
+    while (next < count) {
+      const i = next++;
+      const target = TARGETS[i % TARGETS.length]!;
+      const grant = await acquireClaim(
+        claims,
+        keys,
+        claimName(`/srv/out/${target.rebuild}/${i}`, target.tenant),
+        {
+          workerId: `bench-host-${1000 + (i % 4)}-ab12`,
+          jobId: `run-${target.rebuild}-claim-${i}`,
+          runId: runIdOf(`run-${target.rebuild}-claim-${i}`, 1),
+          rebuild: target.rebuild,
+          ...(target.tenant ? { tenant: target.tenant } : {}),
+          version: "bench",
+        },
+        { ttlMs: 3_600_000, refreshEveryMs: 1_800_000 },
+      );
+      if (grant.status !== "acquired") throw new Error(`claim ${i}: ${grant.status}`);
+    }
+  };
+  await Promise.all(Array.from({ length: CLAIMS_IN_FLIGHT }, lane));
+  return (performance.now() - started) / 1000;
+}
+
+// --- the web server ------------------------------------------------------------------------------
+
+interface WebServer {
+  base: string;
+  pid: number;
+  stop(): Promise<void>;
+}
+
+async function startWeb(env: NodeJS.ProcessEnv, children: Set<ChildProcess>): Promise<WebServer> {
+  const port = await freePort();
+  const child = spawn(process.execPath, ["--import", "tsx", "scripts/web.ts"], {
+    cwd: root,
+    env: { ...env, PORT: String(port), HOST: "127.0.0.1", NEXT_TELEMETRY_DISABLED: "1" },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  children.add(child);
+  let tail = "";
+  const keepTail = (chunk: Buffer) => (tail = (tail + chunk.toString()).slice(-4_000));
+  child.stdout!.on("data", keepTail);
+  child.stderr!.on("data", keepTail);
+  await waitForLine(child, /dashboard at/, 90_000);
+  let stopping: Promise<void> | undefined;
+  return {
+    base: `http://127.0.0.1:${port}`,
+    pid: child.pid!,
+    stop() {
+      // `next start` runs in its own process group (lib/launcher/children.ts): collect the
+      // descendants first, then stop the launcher and make sure every one of them is gone.
+      stopping ??= (async () => {
+        const descendants = descendantPids(child.pid!);
+        if (child.exitCode === null && child.signalCode === null) child.kill("SIGTERM");
+        const left = await waitUntilGone([child.pid!, ...descendants], 15_000);
+        for (const pid of left) {
+          try {
+            process.kill(pid, "SIGKILL");
+          } catch {
+            // gone meanwhile
+          }
+        }
+        await waitUntilGone(left, 5_000);
+        children.delete(child);
+        if (left.some(isRunning)) say(`warning: processes ${left.join(", ")} did not stop`);
+      })();
+      return stopping;
+    },
+  };
+}
+
+// --- measuring -----------------------------------------------------------------------------------
+
+interface Check {
+  (endpoint: Endpoint, body: Record<string, unknown>): void;
+}
+
+const checkBody: Check = (endpoint, body) => {
+  if (endpoint === "claims") {
+    const claims = body.claims as unknown[] | undefined;
+    if (!Array.isArray(claims) || claims.length !== Math.min(100, CLAIMS)) {
+      throw new Error(
+        `${endpoint}: expected ${Math.min(100, CLAIMS)} claims, got ${JSON.stringify(body).slice(0, 300)}`,
+      );
+    }
+  } else {
+    const runs = body.runs as unknown[] | undefined;
+    const expected = endpoint === "runs_walk" ? 1 : 50;
+    if (!Array.isArray(runs) || runs.length < expected) {
+      throw new Error(`${endpoint}: expected ≥ ${expected} runs, got ${JSON.stringify(body).slice(0, 300)}`);
+    }
+  }
+};
+
+async function timeRequest(base: string, endpoint: Endpoint): Promise<number> {
+  const started = performance.now();
+  const response = await fetch(`${base}${ENDPOINTS[endpoint]}`, {
+    headers: { authorization: `Bearer ${VIEWER_TOKEN}` },
+  });
+  const text = await response.text();
+  const elapsed = performance.now() - started;
+  if (response.status !== 200)
+    throw new Error(`${ENDPOINTS[endpoint]}: HTTP ${response.status}: ${text.slice(0, 300)}`);
+  checkBody(endpoint, JSON.parse(text) as Record<string, unknown>);
+  return elapsed;
+}
+
+/** Sequential requests, endpoints interleaved in rotating order; `runs_walk` every third round. */
+async function measure(base: string, rounds: number): Promise<Record<Endpoint, number[]>> {
+  const samples = Object.fromEntries(ENDPOINT_NAMES.map((e) => [e, [] as number[]])) as Record<Endpoint, number[]>;
+  for (let round = 0; round < rounds; round++) {
+    const order = ENDPOINT_NAMES.map((_, i) => ENDPOINT_NAMES[(i + round) % ENDPOINT_NAMES.length]!);
+    for (const endpoint of order) {
+      if (endpoint === "runs_walk" && round % 3 !== 0) continue;
+      samples[endpoint].push(await timeRequest(base, endpoint));
+    }
+  }
+  return samples;
+}
+
+/** Redis commands and server-side µs per request of one endpoint (INFO commandstats deltas). */
+async function redisWorkPerRequest(
+  admin: Redis,
+  base: string,
+  endpoint: Endpoint,
+  requests = 20,
+): Promise<{ commands: number; usec: number; detail: string }> {
+  await admin.config("RESETSTAT");
+  for (let i = 0; i < requests; i++) await timeRequest(base, endpoint);
+  const info = await admin.info("commandstats");
+  let commands = 0;
+  let usec = 0;
+  const parts: string[] = [];
+  for (const match of info.matchAll(/^cmdstat_([a-z|]+):calls=(\d+),usec=(\d+)/gm)) {
+    const [, name, calls, micros] = match;
+    if (name === "info" || name === "config|resetstat") continue;
+    commands += Number(calls);
+    usec += Number(micros);
+    parts.push(`${name}×${(Number(calls) / requests).toFixed(0)}`);
+  }
+  return { commands: commands / requests, usec: usec / requests, detail: parts.join(" ") };
+}
+
+/** `listRuns` in this process: the Redis work of GET /api/runs without HTTP and Next.js. */
+async function timeListRuns(client: Redis, keys: RedisKeys, count = 200): Promise<number[]> {
+  for (let i = 0; i < 20; i++) await listRuns(client, keys, {}, 50);
+  const samples: number[] = [];
+  for (let i = 0; i < count; i++) {
+    const started = performance.now();
+    await listRuns(client, keys, {}, 50);
+    samples.push(performance.now() - started);
+  }
+  return samples;
+}
+
+interface PhaseReport {
+  label: string;
+  records: number;
+  samples: Record<Endpoint, number[]>;
+  work: Record<Endpoint, { commands: number; usec: number; detail: string }>;
+  libListRuns: number[];
+}
+
+async function runPhase(
+  label: string,
+  records: number,
+  web: WebServer,
+  main: Redis,
+  admin: Redis,
+  keys: RedisKeys,
+): Promise<PhaseReport> {
+  say(`[${label}] warm-up … (load average ${os.loadavg()[0]!.toFixed(2)} on ${os.availableParallelism()} CPUs)`);
+  await measure(web.base, 60);
+  say(`[${label}] ${REQUESTS} sequential requests per endpoint (runs_walk: ${Math.ceil(REQUESTS / 3)}) …`);
+  const samples = await measure(web.base, REQUESTS);
+  const work = {} as PhaseReport["work"];
+  for (const endpoint of ENDPOINT_NAMES) work[endpoint] = await redisWorkPerRequest(admin, web.base, endpoint);
+  const libListRuns = await timeListRuns(main, keys);
+  for (const endpoint of ENDPOINT_NAMES) {
+    const s = samples[endpoint];
+    const w = work[endpoint];
+    say(
+      `[${label}] ${endpoint.padEnd(12)} p50 ${ms(percentile(s, 0.5)).padStart(7)} ms  p95 ${ms(percentile(s, 0.95)).padStart(7)} ms` +
+        `  (n=${s.length}; Redis per request: ${w.commands.toFixed(0)} commands, ${w.usec.toFixed(0)} µs — ${w.detail})`,
+    );
+  }
+  say(
+    `[${label}] listRuns in-process (limit 50): p50 ${ms(percentile(libListRuns, 0.5))} ms, ` +
+      `p95 ${ms(percentile(libListRuns, 0.95))} ms`,
+  );
+  return { label, records, samples, work, libListRuns };
+}
+
+async function redisMemory(admin: Redis): Promise<string> {
+  const info = await admin.info("memory");
+  return /used_memory_human:(\S+)/.exec(info)?.[1] ?? "?";
+}
+
+// --- main ----------------------------------------------------------------------------------------
+
+async function main(): Promise<void> {
+  const benchStarted = performance.now();
+  if (!ensureBuild(root, (line) => say(line))) throw new Error("`next build` failed");
+
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-bench-api-"));
+  const configFile = path.join(dir, "claimwatch.yaml");
+  fs.writeFileSync(configFile, stringify({ rebuilds: REBUILDS }));
+  const children = new Set<ChildProcess>();
+  let server: RedisServerHandle | undefined;
+  let web: WebServer | undefined;
+  let main: Redis | undefined;
+  let claims: Redis | undefined;
+  let admin: Redis | undefined;
+  const cleanUp = async () => {
+    await web?.stop();
+    await closeRedis(main);
+    await closeRedis(claims);
+    await closeRedis(admin);
+    await server?.stop();
+    fs.rmSync(dir, { recursive: true, force: true });
+  };
+  const onSignal = () => void cleanUp().finally(() => process.exit(130));
+  process.once("SIGINT", onSignal);
+  process.once("SIGTERM", onSignal);
+
+  try {
+    server = await startRedisServer({ dir, extraArgs: ["--appendonly", "no", "--save", ""] });
+    main = createRedis(server.url, "worker", "bench-api:main");
+    claims = createRedis(`${server.url}/1`, "worker", "bench-api:claims");
+    admin = createRedis(server.url, "worker", "bench-api:admin");
+    const keys = redisKeys(PREFIX);
+    say(
+      `redis-server pid ${server.pid} on ${server.url} (no persistence); rebuilds ${Object.keys(REBUILDS).join(", ")} ` +
+        `(${TARGETS.length} rebuild/tenant pairs); ${REQUESTS} requests per endpoint and phase`,
+    );
+
+    const smallSeconds = await seedRuns(main, keys, 0, RUNS_SMALL, "runs");
+    const claimSeconds = await seedClaims(claims, keys, CLAIMS);
+    say(
+      `seeded ${RUNS_SMALL.toLocaleString("en")} run records in ${smallSeconds.toFixed(2)} s, ` +
+        `${CLAIMS.toLocaleString("en")} claims in ${claimSeconds.toFixed(2)} s (${(CLAIMS / claimSeconds).toFixed(0)}/s); ` +
+        `Redis memory ${await redisMemory(admin)}`,
+    );
+
+    web = await startWeb(
+      {
+        ...process.env,
+        REDIS_URL: server.url,
+        CLAIMS_REDIS_URL: "",
+        CLAIMWATCH_CONFIG: configFile,
+        CLAIMWATCH_DATA_DIR: path.join(dir, ".data"),
+        CLAIMWATCH_KEY_PREFIX: PREFIX,
+        CLAIMWATCH_VIEWER_TOKEN: `bench:${VIEWER_TOKEN}`,
+        CLAIMWATCH_OPERATOR_TOKEN: "",
+      },
+      children,
+    );
+    say(`web server pid ${web.pid} at ${web.base}`);
+    const small = await runPhase(sizeLabel(RUNS_SMALL), RUNS_SMALL, web, main, admin, keys);
+
+    say(`seeding up to ${RUNS_LARGE.toLocaleString("en")} run records …`);
+    const largeSeconds = await seedRuns(main, keys, RUNS_SMALL, RUNS_LARGE, "runs");
+    const memory = await redisMemory(admin);
+    const indexed = await main.zcard(keys.runIndex());
+    const dbsize = await main.dbsize();
+    say(
+      `seeded ${(RUNS_LARGE - RUNS_SMALL).toLocaleString("en")} more run records in ${largeSeconds.toFixed(1)} s ` +
+        `(${((RUNS_LARGE - RUNS_SMALL) / largeSeconds).toFixed(0)}/s); global index ${indexed.toLocaleString("en")}, ` +
+        `${dbsize.toLocaleString("en")} keys in DB 0; Redis memory ${memory}`,
+    );
+    if (indexed !== RUNS_LARGE) throw new Error(`expected ${RUNS_LARGE} indexed runs, found ${indexed}`);
+    const large = await runPhase(sizeLabel(RUNS_LARGE), RUNS_LARGE, web, main, admin, keys);
+
+    // --- report ---
+    const p50 = (phase: PhaseReport, endpoint: Endpoint) => percentile(phase.samples[endpoint], 0.5);
+    const p95 = (phase: PhaseReport, endpoint: Endpoint) => percentile(phase.samples[endpoint], 0.95);
+    say("");
+    const [a, b] = [small.label, large.label];
+    say(
+      `${"endpoint".padEnd(44)} ${`p50 ${a}`.padStart(7)}  ${`p95 ${a}`.padStart(7)}  ${`p50 ${b}`.padStart(7)}  ` +
+        `${`p95 ${b}`.padStart(7)}   ${b}÷${a} (p50)`,
+    );
+    for (const endpoint of ENDPOINT_NAMES) {
+      say(
+        `${`GET ${ENDPOINTS[endpoint]}`.padEnd(44)} ${ms(p50(small, endpoint)).padStart(7)}  ${ms(p95(small, endpoint)).padStart(7)}  ` +
+          `${ms(p50(large, endpoint)).padStart(7)}  ${ms(p95(large, endpoint)).padStart(7)}   ` +
+          `${(p50(large, endpoint) / p50(small, endpoint)).toFixed(3)}`,
+      );
+    }
+    const libRatio = percentile(large.libListRuns, 0.5) / percentile(small.libListRuns, 0.5);
+    say(
+      `${"listRuns in-process (limit 50)".padEnd(44)} ${ms(percentile(small.libListRuns, 0.5)).padStart(7)}  ` +
+        `${ms(percentile(small.libListRuns, 0.95)).padStart(7)}  ${ms(percentile(large.libListRuns, 0.5)).padStart(7)}  ` +
+        `${ms(percentile(large.libListRuns, 0.95)).padStart(7)}   ${libRatio.toFixed(3)}`,
+    );
+    const runsRatio = p50(large, "runs") / p50(small, "runs");
+    const filteredRatio = p50(large, "runs_rebuild") / p50(small, "runs_rebuild");
+    const claimsRatio = p50(large, "claims") / p50(small, "claims");
+    say(
+      `goal: GET /api/runs ${b}÷${a} ≤ ${GOAL}: ${runsRatio.toFixed(3)} ${runsRatio <= GOAL ? "met" : "MISSED"}; ` +
+        `filtered ${filteredRatio.toFixed(3)} ${filteredRatio <= GOAL ? "met" : "MISSED"}; ` +
+        `Redis commands per GET /api/runs: ${small.work.runs.commands.toFixed(0)} at ${a}, ${large.work.runs.commands.toFixed(0)} at ${b}; ` +
+        `total ${((performance.now() - benchStarted) / 1000).toFixed(0)} s`,
+    );
+    say(
+      `RESULT runs_1m_vs_1k=${runsRatio.toFixed(3)} claims_p50_ms=${ms(p50(large, "claims"))} ` +
+        `runs_p50_1k_ms=${ms(p50(small, "runs"))} runs_p50_1m_ms=${ms(p50(large, "runs"))} ` +
+        `runs_filtered_1m_vs_1k=${filteredRatio.toFixed(3)} claims_1m_vs_1k=${claimsRatio.toFixed(3)} ` +
+        `claims_p50_1k_ms=${ms(p50(small, "claims"))} list_runs_lib_1m_vs_1k=${libRatio.toFixed(3)} ` +
+        `seed_1m_s=${largeSeconds.toFixed(1)} redis_memory_1m=${memory}`,
+    );
+  } finally {
+    process.off("SIGINT", onSignal);
+    process.off("SIGTERM", onSignal);
+    await cleanUp();
+  }
+}
+
+await main();
