@@ -1,6 +1,7 @@
 /** Claims as the API and the Claims page show them. */
 import { z } from "zod";
-import { forceReleaseClaim, listClaims, MAX_CLAIMS_PAGE, type ClaimInfo, type StaleReason } from "../claims";
+import { forceReleaseClaim, listClaims, MAX_CLAIMS_PAGE, type ClaimInfo } from "../claims";
+import { describeStale, staleSince } from "../claims/stale";
 import { checkClaimName } from "../claims/name";
 import { listLiveWorkers } from "../workers/heartbeat";
 import type { WebContext } from "../web/context";
@@ -40,26 +41,8 @@ export interface ApiClaimPage {
   serverTime: number;
 }
 
-export function describeStale(reasons: StaleReason[]): string | null {
-  if (reasons.length === 0) return null;
-  return reasons
-    .map((reason) =>
-      reason.kind === "refresh-overdue"
-        ? `no refresh for ${Math.round(reason.sinceRefreshMs / 1000)} s (refreshes every ${Math.round(reason.refreshEveryMs / 1000)} s)`
-        : `holder ${reason.workerId} has no live heartbeat`,
-    )
-    .join("; ");
-}
-
 export function toApiClaim(claim: ClaimInfo): ApiClaim {
   const { holder } = claim;
-  const overdue = claim.stale.find((r) => r.kind === "refresh-overdue");
-  const staleSince =
-    overdue && holder.refreshedAt !== null && holder.refreshEveryMs !== null
-      ? holder.refreshedAt + 2 * holder.refreshEveryMs
-      : claim.stale.length > 0
-        ? (holder.refreshedAt ?? holder.acquiredAt)
-        : null;
   return {
     name: claim.name,
     rebuild: holder.rebuild,
@@ -75,7 +58,7 @@ export function toApiClaim(claim: ClaimInfo): ApiClaim {
     refreshEveryMs: holder.refreshEveryMs,
     stale: claim.stale.length > 0,
     staleReason: describeStale(claim.stale),
-    staleSince,
+    staleSince: staleSince(claim),
     consecutiveSkips: claim.consecutiveSkips,
   };
 }

@@ -11,7 +11,7 @@ import type { RedisKeys } from "../redis/keys";
 import { tenantsOf, type Definitions } from "../rebuilds/definitions";
 import { schedulerIdOf } from "../rebuilds/queue";
 import { listLiveWorkers } from "../workers/heartbeat";
-import { toApiClaim } from "../api/claims";
+import { describeStale, staleSince } from "../claims/stale";
 
 export const STALE_ALERT_MS = 5 * 60_000;
 /** A tick counts as missed once this long has passed without a run for it. */
@@ -27,14 +27,14 @@ export async function staleClaimProblems(
   const live = await listLiveWorkers(main, keys);
   const page = await listClaims(claims, keys, { limit: CLAIMS_CHECKED, liveWorkerIds: new Set(live.map((w) => w.id)) });
   const problems: string[] = [];
-  for (const claim of page.claims.map(toApiClaim)) {
-    if (!claim.stale || claim.staleSince === null) continue;
-    const minutes = (page.serverTime - claim.staleSince) / 60_000;
-    if (minutes * 60_000 >= STALE_ALERT_MS) {
-      problems.push(
-        `Claim ${claim.rebuild ?? claim.name}${claim.tenant ? `/${claim.tenant}` : ""} has been stale for ${Math.floor(minutes)} min (${claim.staleReason}): consider a force release`,
-      );
-    }
+  for (const claim of page.claims) {
+    const since = staleSince(claim);
+    if (since === null || page.serverTime - since < STALE_ALERT_MS) continue;
+    const label = `${claim.holder.rebuild ?? claim.name}${claim.holder.tenant ? `/${claim.holder.tenant}` : ""}`;
+    const minutes = Math.floor((page.serverTime - since) / 60_000);
+    problems.push(
+      `Claim ${label} has been stale for ${minutes} min (${describeStale(claim.stale)}): consider a force release`,
+    );
   }
   return problems;
 }

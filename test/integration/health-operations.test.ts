@@ -1,0 +1,75 @@
+/** The banner's operational checks: a claim stale for over 5 minutes, and a missed scheduled tick. */
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { CronExpressionParser } from "cron-parser";
+import { acquireClaim, claimName } from "../../lib/claims";
+import { missedTickProblems, staleClaimProblems, MISSED_TICK_GRACE_MS } from "../../lib/health/operations";
+import { parseDefinitions } from "../../lib/rebuilds/definitions";
+import { createRedis, closeRedis } from "../../lib/redis/client";
+import { redisKeys } from "../../lib/redis/keys";
+import { startTestRedis, uniquePrefix, type TestRedis } from "../support/redis";
+
+let server: TestRedis;
+let main: ReturnType<typeof createRedis>;
+let claims: ReturnType<typeof createRedis>;
+before(async () => {
+  server = await startTestRedis();
+  main = createRedis(server.url, "worker");
+  claims = createRedis(`${server.url}/1`, "worker");
+});
+after(async () => {
+  await closeRedis(main);
+  await closeRedis(claims);
+});
+
+test("a claim whose last refresh is more than 2 intervals + 5 minutes old is reported; a fresh one is not", async () => {
+  const keys = redisKeys(uniquePrefix());
+  const timing = { ttlMs: 3_600_000, refreshEveryMs: 10_000 };
+  const stuck = claimName("/srv/out/stuck");
+  const fresh = claimName("/srv/out/fresh");
+  await acquireClaim(claims, keys, stuck, { rebuild: "stuck", workerId: "w1" }, timing);
+  await acquireClaim(claims, keys, fresh, { rebuild: "fresh", workerId: "w1" }, timing);
+  assert.deepEqual(await staleClaimProblems(main, claims, keys), [], "just acquired: nothing stale");
+
+  // The holder stopped refreshing 6 minutes ago (one line fakes the passage of time).
+  await claims.hset(keys.claimMeta(stuck), "refreshedAt", String(Date.now() - 6 * 60_000));
+  const problems = await staleClaimProblems(main, claims, keys);
+  assert.equal(problems.length, 1, problems.join("\n"));
+  assert.match(problems[0]!, /^Claim stuck has been stale for [45] min \(no refresh for 360 s/);
+});
+
+test("a scheduled tick without a run is reported as missed, once the scheduler existed before it", async () => {
+  const keys = redisKeys(uniquePrefix());
+  const parsed = parseDefinitions(
+    {
+      rebuilds: {
+        nightly: { output: "out/n", schedule: { cron: "0 2 * * *", tz: "UTC" }, steps: [{ name: "s", run: ["true"] }] },
+      },
+    },
+    "/srv/claimwatch.yaml",
+  );
+  assert.ok(parsed.ok);
+  const now = Date.now();
+  const tick = CronExpressionParser.parse("0 2 * * *", { tz: "UTC", currentDate: new Date(now - MISSED_TICK_GRACE_MS) })
+    .prev()
+    .getTime();
+
+  assert.deepEqual(
+    await missedTickProblems(main, keys, parsed.definitions, now),
+    [],
+    "no scheduler recorded: nothing to miss",
+  );
+  await main.set(keys.schedulerSince("sched.nightly"), String(tick + 1));
+  assert.deepEqual(
+    await missedTickProblems(main, keys, parsed.definitions, now),
+    [],
+    "the scheduler is newer than the tick",
+  );
+
+  await main.set(keys.schedulerSince("sched.nightly"), String(tick - 86_400_000));
+  const missed = await missedTickProblems(main, keys, parsed.definitions, now);
+  assert.deepEqual(missed, [`Scheduled run of nightly at ${new Date(tick).toISOString()} did not start (missed tick)`]);
+
+  await main.zadd(keys.scheduleTicks("nightly", undefined), tick, "repeat_sched.nightly_1-a1");
+  assert.deepEqual(await missedTickProblems(main, keys, parsed.definitions, now), [], "the tick ran");
+});
