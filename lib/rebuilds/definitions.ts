@@ -8,6 +8,7 @@ import path from "node:path";
 import { CronExpressionParser } from "cron-parser";
 import { parse as parseYaml, YAMLParseError } from "yaml";
 import { z } from "zod";
+import { tryClaimName } from "../claims/name";
 import { parseDuration } from "./duration";
 
 /** Rebuild and tenant names end up in claim names, job ids and URLs: keep them plain. */
@@ -178,28 +179,81 @@ export class DefinitionsError extends Error {
 
 export type DefinitionsResult = { ok: true; definitions: Definitions } | { ok: false; error: DefinitionsError };
 
+/** Control characters and line separators, escaped: an error is always one line. */
+// eslint-disable-next-line no-control-regex
+const UNPRINTABLE = /[\u0000-\u001f\u007f-\u009f\u2028\u2029]/g;
+export function oneLine(text: string): string {
+  return text.replace(UNPRINTABLE, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+}
+
 function issuePath(path: PropertyKey[]): string {
   return path
-    .map((part, i) => (typeof part === "number" ? `[${part}]` : `${i === 0 ? "" : "."}${String(part)}`))
+    .map((part, i) => (typeof part === "number" ? `[${part}]` : `${i === 0 ? "" : "."}${oneLine(String(part))}`))
     .join("");
+}
+
+/**
+ * `__proto__` keys: JSON.parse and YAML make them own properties, and zod's records drop them
+ * silently — a rebuild named so would vanish without a word. Refuse them, with their path.
+ */
+function findProtoKey(root: unknown): (string | number)[] | null {
+  // Iterative and depth-capped: hostile documents nest 10 000 deep or alias themselves.
+  const seen = new WeakSet<object>();
+  const stack: { value: unknown; trail: (string | number)[] }[] = [{ value: root, trail: [] }];
+  while (stack.length > 0) {
+    const { value, trail } = stack.pop()!;
+    if (!value || typeof value !== "object" || seen.has(value) || trail.length > 64) continue;
+    seen.add(value);
+    if (Array.isArray(value)) {
+      value.forEach((item, i) => stack.push({ value: item, trail: [...trail, i] }));
+      continue;
+    }
+    for (const key of Object.keys(value)) {
+      if (key === "__proto__") return [...trail, key];
+      stack.push({ value: (value as Record<string, unknown>)[key], trail: [...trail, key] });
+    }
+  }
+  return null;
 }
 
 /** Validates already-parsed YAML/JSON. `file` is used in messages and to resolve relative paths. */
 export function parseDefinitions(raw: unknown, file: string): DefinitionsResult {
-  const shown = path.basename(file);
+  const shown = oneLine(path.basename(file));
+  const protoKey = findProtoKey(raw);
+  if (protoKey) {
+    return {
+      ok: false,
+      error: new DefinitionsError(shown, issuePath(protoKey.slice(0, -1)), "'__proto__' is not allowed as a key"),
+    };
+  }
   const parsed = definitionsFileSchema.safeParse(raw ?? {});
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;
     let message = issue.message;
     if (issue.code === "unrecognized_keys") message = `unknown key ${issue.keys.map((k) => `'${k}'`).join(", ")}`;
     if (issue.code === "invalid_key") message = `invalid name: ${issue.issues[0]?.message ?? message}`;
-    return { ok: false, error: new DefinitionsError(shown, issuePath(issue.path), message) };
+    return { ok: false, error: new DefinitionsError(shown, issuePath(issue.path), oneLine(message)) };
   }
   const baseDir = path.dirname(path.resolve(file));
   const rebuilds = new Map<string, RebuildDefinition>();
   const owners = new Map<string, string>();
   for (const [name, rebuild] of Object.entries(parsed.data.rebuilds)) {
     const outputPath = path.resolve(baseDir, rebuild.output);
+    // The claim is named for the output (+ tenant): an output that makes no valid claim name
+    // (the root directory, glob characters, …) is refused here, not when the first run starts.
+    for (const tenant of rebuild.tenants ?? [undefined]) {
+      const check = tryClaimName(outputPath, tenant);
+      if (!check.ok) {
+        return {
+          ok: false,
+          error: new DefinitionsError(
+            shown,
+            `rebuilds.${name}.output`,
+            oneLine(`cannot name a claim: ${check.reason}`),
+          ),
+        };
+      }
+    }
     const owner = owners.get(outputPath);
     if (owner) {
       return {
@@ -243,15 +297,16 @@ export function loadDefinitions(file: string): DefinitionsResult {
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;
     const problem = code === "ENOENT" ? "file not found (set CLAIMWATCH_CONFIG)" : `cannot be read (${code})`;
-    return { ok: false, error: new DefinitionsError(file, "", problem) };
+    return { ok: false, error: new DefinitionsError(oneLine(file), "", problem) };
   }
   let raw: unknown;
   try {
-    raw = parseYaml(text, { uniqueKeys: true, maxAliasCount: 100 });
+    // logLevel "error": YAML warnings would otherwise go to stderr through process.emitWarning.
+    raw = parseYaml(text, { uniqueKeys: true, maxAliasCount: 100, logLevel: "error" });
   } catch (error) {
     const where = error instanceof YAMLParseError && error.linePos ? `line ${error.linePos[0].line}` : "";
     const message = (error as Error).message.split("\n")[0] ?? "is not valid YAML";
-    return { ok: false, error: new DefinitionsError(shown, where, `is not valid YAML: ${message}`) };
+    return { ok: false, error: new DefinitionsError(shown, where, oneLine(`is not valid YAML: ${message}`)) };
   }
   return parseDefinitions(raw, file);
 }
