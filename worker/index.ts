@@ -13,6 +13,7 @@ import { loadDefinitionsOrExit } from "../lib/rebuilds/definitions";
 import { queuePrefix, REBUILD_QUEUE } from "../lib/rebuilds/queue";
 import { repairCurrentLinks } from "../lib/rebuilds/repair";
 import { trimAllRuns } from "../lib/runs/records";
+import { pruneAbandonedWorkDirs } from "../lib/rebuilds/output";
 import { syncSchedules } from "../lib/rebuilds/schedules";
 import { closeRedis, createRedis } from "../lib/redis/client";
 import { redisKeys } from "../lib/redis/keys";
@@ -54,6 +55,7 @@ async function heartbeat(): Promise<void> {
     lastBeatFailed = false;
     for (const line of await repairCurrentLinks(claims, keys, definitions)) log(line);
     await trimAllRuns(main, keys, definitions, retention);
+    await pruneAbandonedWorkDirs(definitions);
   } catch (error) {
     if (!lastBeatFailed) log(`heartbeat failed (will keep trying): ${describeError(error)}`);
     lastBeatFailed = true;

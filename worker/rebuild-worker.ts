@@ -89,9 +89,13 @@ export function startRebuildWorker(
     concurrency: options.concurrency,
     lockDuration: options.lockDuration,
     stalledInterval: options.stalledInterval,
-    maxStalledCount: 1,
-    // Backstop for scheduler jobs, which ignore maxStalledCount (bullmq#4220).
-    maxStartedAttempts: 20,
+    // A job whose worker died is redelivered; dying twice (a deploy, then a crash) is no reason
+    // to give up on it — the claim and the fence keep redeliveries harmless.
+    maxStalledCount: 5,
+    // Backstop for scheduler jobs, which ignore maxStalledCount (bullmq#4220). Every pickup
+    // counts, deferrals behind another version's claim included (up to 30 s each), so the cap
+    // is high: ~8 h of waiting behind other holders before a job is failed.
+    maxStartedAttempts: 1_000,
     settings: { backoffStrategy: backoffStrategyFor(deps.definitions) },
     ...jobRetention(deps.definitions.retention),
   });

@@ -311,6 +311,15 @@ export function loadDefinitions(file: string): DefinitionsResult {
   return parseDefinitions(raw, file);
 }
 
+/**
+ * Where one tenant's builds live: `<output>/<tenant>` (tenant names are plain path segments),
+ * or `<output>` itself for a rebuild without tenants. Each tenant has its own claim, fence,
+ * published pointer — and so its own `builds/` and `current`.
+ */
+export function outputDirOf(rebuild: Pick<RebuildDefinition, "outputPath">, tenant: string | undefined): string {
+  return tenant ? path.join(rebuild.outputPath, tenant) : rebuild.outputPath;
+}
+
 /** The claim-relevant tenants of a rebuild: its tenants, or one unnamed "tenant". */
 export function tenantsOf(rebuild: RebuildDefinition): (string | undefined)[] {
   return rebuild.tenants ?? [undefined];

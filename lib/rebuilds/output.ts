@@ -11,6 +11,7 @@
 import crypto from "node:crypto";
 import fs from "node:fs/promises";
 import path from "node:path";
+import { outputDirOf, tenantsOf, type Definitions } from "./definitions";
 
 export const BUILD_HASH = /^[0-9a-f]{32}$/;
 
@@ -121,5 +122,17 @@ export async function pruneWorkDirs(outputDir: string, ageMs: number, now = Date
     const dir = path.join(workRoot, name);
     const stat = await fs.stat(dir).catch(() => null);
     if (stat && now - stat.mtimeMs > ageMs) await fs.rm(dir, { recursive: true, force: true });
+  }
+}
+
+/**
+ * Work directories of runs that ended without cleaning up (their worker was killed): removed once
+ * older than the rebuild's time limit plus its claim TTL, when no attempt can still be using them.
+ */
+export async function pruneAbandonedWorkDirs(definitions: Definitions): Promise<void> {
+  for (const rebuild of definitions.rebuilds.values()) {
+    for (const tenant of tenantsOf(rebuild)) {
+      await pruneWorkDirs(outputDirOf(rebuild, tenant), rebuild.timeLimit + rebuild.claim.ttl);
+    }
   }
 }

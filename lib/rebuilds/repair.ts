@@ -8,7 +8,7 @@ import { claimName, readPublished } from "../claims";
 import type { RedisKeys } from "../redis/keys";
 import type { ScriptingClient } from "../redis/scripts";
 import type { Redis } from "ioredis";
-import { tenantsOf, type Definitions } from "./definitions";
+import { outputDirOf, tenantsOf, type Definitions } from "./definitions";
 import { buildDirOf, pointCurrent, readCurrent, BUILD_HASH } from "./output";
 
 export async function repairCurrentLinks(
@@ -23,15 +23,16 @@ export async function repairCurrentLinks(
       checks.push(
         (async () => {
           const name = claimName(definition.outputPath, tenant);
+          const outputDir = outputDirOf(definition, tenant);
           const published = await readPublished(client, keys, name);
           if (!published || !BUILD_HASH.test(published.value)) return;
           // This machine may not hold that build (outputs on local disks): nothing to repair here.
-          if (!fs.existsSync(buildDirOf(definition.outputPath, published.value))) return;
-          const current = await readCurrent(definition.outputPath);
+          if (!fs.existsSync(buildDirOf(outputDir, published.value))) return;
+          const current = await readCurrent(outputDir);
           if (current === published.value) return;
-          await pointCurrent(definition.outputPath, published.value);
+          await pointCurrent(outputDir, published.value);
           repaired.push(
-            `repaired ${definition.outputPath}/current: ${current ?? "(none)"} -> ${published.value} (fence ${published.fence})`,
+            `repaired ${outputDir}/current: ${current ?? "(none)"} -> ${published.value} (fence ${published.fence})`,
           );
         })(),
       );

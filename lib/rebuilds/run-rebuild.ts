@@ -30,7 +30,7 @@ import type { RedisKeys } from "../redis/keys";
 import { upsertRun, upsertRunInto, RunLogWriter, type RunRetention, DEFAULT_RETENTION } from "../runs/records";
 import { runIdOf, type RunRecord, type RunStatus, type StepRecord } from "../runs/types";
 import type { WorkerIdentity } from "../workers/heartbeat";
-import type { Definitions, RebuildDefinition } from "./definitions";
+import { outputDirOf, type Definitions, type RebuildDefinition } from "./definitions";
 import { hashDirectory, pointCurrent, promoteBuild, workDirOf } from "./output";
 import { rebuildJobData, scheduledTickOf, type RebuildJobData } from "./queue";
 import { StepFailedError, TransientStepError, type StepContext } from "./steps/context";
@@ -240,13 +240,15 @@ class RebuildAttempt {
       progress: 0,
       reason: null,
     });
+    if (this.job.attempt > 1) this.pendingWrites.push(this.closeAbandonedAttempts());
     const tick = scheduledTickOf(this.job.id);
     if (tick)
       this.pendingWrites.push(
         deps.main.zadd(deps.keys.scheduleTicks(data.rebuild, data.tenant), tick.tickAt, this.runId),
       );
 
-    const workDir = workDirOf(definition.outputPath, this.runId);
+    const outputDir = outputDirOf(definition, data.tenant);
+    const workDir = workDirOf(outputDir, this.runId);
     await freshDirectory(workDir);
     try {
       const stepCount = definition.steps.length;
@@ -258,7 +260,7 @@ class RebuildAttempt {
         const context: StepContext = {
           signal,
           workDir,
-          outputDir: definition.outputPath,
+          outputDir,
           baseDir: definition.baseDir,
           version: this.version,
           tenant: data.tenant,
@@ -286,7 +288,7 @@ class RebuildAttempt {
       signal.throwIfAborted();
 
       const buildHash = await hashDirectory(workDir);
-      await promoteBuild(definition.outputPath, workDir, buildHash);
+      await promoteBuild(outputDir, workDir, buildHash);
       held.throwIfLost(); // a paused holder notices here, before it asks to publish
       const published = await publishFenced(deps.claims, deps.keys, {
         name: this.claim,
@@ -298,7 +300,7 @@ class RebuildAttempt {
         this.logWriter.append(`publish refused: fence ${held.fence} < newest ${published.newestFence}`);
         return { status: "superseded", buildHash, newestFence: published.newestFence };
       }
-      await pointCurrent(definition.outputPath, buildHash);
+      await pointCurrent(outputDir, buildHash);
       this.logWriter.append(`published build ${buildHash} (fence ${held.fence})`);
       return { status: "published", buildHash };
     } catch (error) {
@@ -341,6 +343,43 @@ class RebuildAttempt {
     return { status: "skipped", reason, runId: this.runId, version: this.version };
   }
 
+  /**
+   * Earlier attempts of this job still recorded as running died with their worker (or stalled
+   * and were redelivered): this attempt holds the claim now, so record them as aborted. A paused
+   * attempt that wakes up later writes its own final record over this one.
+   */
+  private async closeAbandonedAttempts(): Promise<void> {
+    const { main, keys } = this.deps;
+    const earlier = Array.from({ length: Math.min(50, this.job.attempt - 1) }, (_, i) =>
+      runIdOf(this.job.id, this.job.attempt - 1 - i),
+    );
+    const lookup = main.pipeline();
+    for (const id of earlier) lookup.hget(keys.run(id), "status");
+    const replies = (await lookup.exec()) ?? [];
+    const tx = main.multi();
+    let abandoned = 0;
+    earlier.forEach((id, i) => {
+      if (replies[i]?.[1] !== "running") return;
+      abandoned += 1;
+      upsertRunInto(
+        tx,
+        keys,
+        {
+          id,
+          rebuild: this.data.rebuild,
+          tenant: this.data.tenant ?? null,
+          createdAt: this.job.createdAt,
+          status: "aborted",
+          reason: `worker died or stalled; the job was redelivered as attempt ${this.job.attempt}`,
+          finishedAt: Date.now(),
+        },
+        "running",
+        this.retention,
+      );
+    });
+    if (abandoned > 0) await tx.exec();
+  }
+
   /** Maps an error thrown under the claim to a final record and a `RebuildError` (or hand-back). */
   private async classifyFailure(error: unknown): Promise<{ status: "handed-back"; runId: string }> {
     const jobReason = this.job.signal.aborted ? String(this.job.signal.reason ?? "") : "";
@@ -379,7 +418,9 @@ class RebuildAttempt {
    * the final MULTI), in order: readers see the same states, minus some that a later one replaced.
    */
   private write(status: RunStatus | null, fields: Partial<RunRecord>): void {
-    this.queuedFields = { ...this.queuedFields, ...fields, ...(status ? { status } : {}) };
+    // Step records change in place: keep them as they are now, not as they are when sent.
+    const snapshot = fields.steps ? { steps: fields.steps.map((step) => ({ ...step })) } : {};
+    this.queuedFields = { ...this.queuedFields, ...fields, ...snapshot, ...(status ? { status } : {}) };
     if (!this.recordWrite && !this.finishing) this.sendQueuedFields();
   }
 
@@ -407,8 +448,9 @@ class RebuildAttempt {
   ): Promise<void> {
     this.finishing = true;
     while (this.recordWrite) await this.recordWrite;
-    await Promise.all([...this.pendingWrites, this.logWriter.idle()]);
+    await Promise.all(this.pendingWrites);
     this.pendingWrites = [];
+    await this.logWriter.settled();
     const finishedAt = Date.now();
     const startedAt = fields.startedAt ?? this.startedAt;
     const tx = this.logWriter.drainInto(this.deps.main.multi());
@@ -461,9 +503,21 @@ function isTimeout(error: unknown): boolean {
   return error instanceof DOMException && error.name === "TimeoutError";
 }
 
+/**
+ * Worth another attempt: declared transient exit codes, transient errno codes, and a Redis that
+ * is briefly away (ioredis reports a restart or a stall without an errno code).
+ */
 function isTransient(error: unknown): boolean {
   if (error instanceof TransientStepError) return true;
   if (error instanceof StepFailedError) return false;
   const code = (error as NodeJS.ErrnoException | undefined)?.code;
-  return typeof code === "string" && TRANSIENT_ERRNO.has(code);
+  if (typeof code === "string" && TRANSIENT_ERRNO.has(code)) return true;
+  const name = error instanceof Error ? error.name : "";
+  const message = error instanceof Error ? error.message : "";
+  return (
+    name === "MaxRetriesPerRequestError" ||
+    /^(Command timed out|Connection is closed|Stream isn't writeable|LOADING |READONLY |TRYAGAIN |CLUSTERDOWN |MASTERDOWN )/.test(
+      message,
+    )
+  );
 }

@@ -151,15 +151,20 @@ export class RunLogWriter {
     return this.flushing;
   }
 
-  /** Resolves when no flush is in flight (lines appended meanwhile stay pending). */
-  idle(): Promise<void> {
-    return this.flushing;
+  /** Resolves when no flush is in flight, counting flushes a timer starts meanwhile. */
+  async settled(): Promise<void> {
+    let flushing;
+    do {
+      flushing = this.flushing;
+      await flushing;
+    } while (flushing !== this.flushing);
   }
 
   /**
    * Queues the pending lines into `tx` instead of a MULTI of their own: the final run record
-   * and its last log lines then cost one round trip. Call after `idle()`, so the lines land after
-   * every earlier flush; the caller's `exec` decides what a failure means.
+   * and its last log lines then cost one round trip. Call right after `settled()` (no timer can
+   * run in between), so the lines land after every earlier flush; the caller's `exec` decides
+   * what a failure means.
    */
   drainInto(tx: ChainableCommander): ChainableCommander {
     const lines = this.takePending();

@@ -2,14 +2,19 @@
  * `run` steps: an argv array, executed without a shell (a user who wants one writes `sh -c`).
  * Output goes to the run log line by line. On abort: SIGTERM to the program's process group,
  * SIGKILL after the grace period. Exit codes listed in `transientExitCodes` are transient.
+ * The program runs under step-guard.mjs, which stops it if this worker dies (SIGKILL included).
  */
 import { spawn } from "node:child_process";
 import path from "node:path";
+import { fileURLToPath } from "node:url";
 import type { RunStep } from "../definitions";
 import { expandPlaceholders, StepFailedError, TransientStepError, type StepContext } from "./context";
 
 /** Longest log line kept; longer lines are cut (binary output must not flood the log). */
 const MAX_LINE = 2_000;
+const GUARD = fileURLToPath(new URL("./step-guard.mjs", import.meta.url));
+/** The guard's exit code for a program that could not be started. */
+const NOT_STARTED = 127;
 
 export async function runCommandStep(step: RunStep, context: StepContext): Promise<void> {
   context.signal.throwIfAborted();
@@ -25,7 +30,14 @@ export async function runCommandStep(step: RunStep, context: StepContext): Promi
     CLAIMWATCH_RUN_ID: context.runId,
   };
 
-  const child = spawn(program!, args, { cwd, env, stdio: ["ignore", "pipe", "pipe"], detached: true });
+  // stdin is the guard's lifeline: it closes when this process dies, however it dies.
+  const child = spawn(process.execPath, [GUARD, String(step.killGrace), program!, ...args], {
+    cwd,
+    env,
+    stdio: ["pipe", "pipe", "pipe"],
+    detached: true,
+  });
+  child.stdin!.on("error", () => {}); // EPIPE once the guard has exited
   const pipeLines = (stream: NodeJS.ReadableStream, label: string) => {
     let rest = "";
     stream.setEncoding("utf8");
@@ -75,6 +87,8 @@ export async function runCommandStep(step: RunStep, context: StepContext): Promi
     throw new StepFailedError(`step ${step.name}: ${outcome.error.message}`);
   }
   if (outcome.code === 0) return;
+  if (outcome.code === NOT_STARTED)
+    throw new StepFailedError(`step ${step.name}: program not found or not executable: ${program}`);
   if (outcome.code !== null && step.transientExitCodes.includes(outcome.code)) {
     throw new TransientStepError(`step ${step.name} exited ${outcome.code} (declared transient)`);
   }
