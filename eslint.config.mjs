@@ -18,7 +18,7 @@ export default tseslint.config(
   js.configs.recommended,
   {
     files: ["**/*.mjs"],
-    languageOptions: { globals: { process: "readonly", console: "readonly" } },
+    languageOptions: { globals: { process: "readonly", console: "readonly", setTimeout: "readonly" } },
   },
   ...tseslint.configs.recommended,
   {
