@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `npm test`: the whole suite, in order — system packages, type check, lint and format, unit and
 # integration tests (each file starts its own redis-server), `next build`, the launcher's
-# start/stop test, and Playwright e2e in Debian's Chromium. Every step runs under `timeout` so a
+# start/stop, API, auth and fuzz tests against the built server, Playwright e2e in Debian's
+# Chromium, and a 45-second chaos soak. Every step runs under `timeout` so a
 # hang fails fast. The last line is `N passed, N failed` (tests plus the check steps).
 set -uo pipefail
 shopt -s globstar nullglob
@@ -64,6 +65,9 @@ suite "unit and integration tests" 900 "${NODE_TEST[@]}" test/unit/**/*.test.ts 
 check "next build" 600 npx next build
 suite "launcher tests (npm start)" 300 "${NODE_TEST[@]}" test/launcher/**/*.test.ts
 suite "e2e (Playwright, Chromium)" 900 npx playwright test
+# The chaos soak, short: kills, pauses, deploys and a Redis restart; its checker must count zero
+# overlaps, lost triggers, corrupt publishes, stale claims and wrong pointers.
+check "soak (45 s chaos, independent checker)" 300 node --import tsx scripts/soak.ts --seconds 45 --quick
 
 echo
 if [ ${#failures[@]} -gt 0 ]; then

@@ -1,0 +1,331 @@
+/**
+ * Soak test (`npm run soak -- --seconds 300 --workers 3`; `--seconds 45 --quick` inside
+ * `npm test`): a stream of triggers with deliberate duplicates over three rebuilds (one with
+ * tenants), against real worker processes that are SIGKILLed, SIGSTOPped past their claim TTL,
+ * deployed (SIGTERM) and cut off by Redis restarts (AOF, same port and data). The rebuild steps
+ * journal every write to files outside Redis; an independent checker (scripts/soak/checker.ts)
+ * reads the journals, the soak's event log and the outputs afterwards.
+ *
+ * Last line: RESULT overlaps=0 lost=0 corrupt=0 stale_left=0 pointer_wrong=0 max_resume_s=<s>
+ * triggers=<n> kills=<n> pauses=<n>. Exit 0 when every must-be-zero figure is zero, 1 when one
+ * is not, 2 when the soak itself could not run (the RESULT line then has -1 for what is unknown).
+ *
+ * Options: --seconds N (300; 45 with --quick), --workers K (3), --quick (shorter drain),
+ * --seed S (random), --keep (keep the temp dir; it is always kept when a figure is non-zero).
+ * Every process is started and stopped by PID here; port 6379 is never used.
+ */
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { parseArgs } from "node:util";
+import { Queue } from "bullmq";
+import type { Redis } from "ioredis";
+import { listClaims } from "../lib/claims";
+import { loadDefinitions } from "../lib/rebuilds/definitions";
+import { queuePrefix, REBUILD_QUEUE } from "../lib/rebuilds/queue";
+import { closeRedis, createRedis } from "../lib/redis/client";
+import { redisKeys } from "../lib/redis/keys";
+import {
+  EventLog,
+  prepareDirs,
+  seededRandom,
+  sleep,
+  SoakRedis,
+  withTimeout,
+  WorkerPool,
+  type SoakDirs,
+} from "./soak/bed";
+import { chaosPlan, runChaos } from "./soak/chaos";
+import { runChecker, readEvents, type Figures } from "./soak/checker";
+import { runTriggerStream } from "./soak/triggers";
+import { PublishWatcher } from "./soak/watcher";
+
+const { values: args } = parseArgs({
+  options: {
+    seconds: { type: "string" },
+    workers: { type: "string", default: "3" },
+    quick: { type: "boolean", default: false },
+    seed: { type: "string" },
+    keep: { type: "boolean", default: false },
+  },
+});
+const seconds = Number(args.seconds ?? (args.quick ? 45 : 300));
+const workerCount = Number(args.workers);
+const seed = args.seed !== undefined ? Number(args.seed) : Math.floor(Math.random() * 2 ** 31);
+if (
+  !Number.isFinite(seconds) ||
+  seconds < 10 ||
+  !Number.isInteger(workerCount) ||
+  workerCount < 2 ||
+  !Number.isFinite(seed)
+) {
+  process.stderr.write("usage: soak [--seconds N≥10] [--workers K≥2] [--quick] [--seed S] [--keep]\n");
+  process.exit(2);
+}
+/** Longest wait for the queue to empty and the claims to go after the chaos phase. */
+const DRAIN_MS = args.quick ? 40_000 : 120_000;
+
+const startedAt = Date.now();
+const say = (line: string) => process.stdout.write(`${line}\n`);
+const elapsed = () => `${((Date.now() - startedAt) / 1000).toFixed(1)}s`;
+
+interface Soak {
+  dirs: SoakDirs;
+  events: EventLog;
+  redis: SoakRedis | null;
+  pool: WorkerPool | null;
+  clients: Redis[];
+  queue: Queue | null;
+  watcher: PublishWatcher | null;
+}
+
+const soak: Soak = {
+  dirs: prepareDirs(fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-soak-"))),
+  events: null as unknown as EventLog,
+  redis: null,
+  pool: null,
+  clients: [],
+  queue: null,
+  watcher: null,
+};
+soak.events = new EventLog(path.join(soak.dirs.root, "events.jsonl"));
+
+let cleaningUp: Promise<string[]> | null = null;
+/** Stops everything this soak started, by PID; returns the PIDs still alive afterwards. */
+function cleanUp(): Promise<string[]> {
+  cleaningUp ??= (async () => {
+    await soak.watcher?.stop().catch(() => {});
+    if (soak.pool)
+      await Promise.race([Promise.all(soak.pool.all.map((w) => soak.pool!.stop(w, 10_000))), sleep(15_000)]);
+    await soak.pool?.killAll();
+    killStepProcesses(soak.dirs, soak.events);
+    await soak.queue?.close().catch(() => {});
+    await Promise.all(soak.clients.map((c) => closeRedis(c)));
+    const redisPid = soak.redis?.pid ?? null;
+    await soak.redis?.stop();
+    await sleep(200);
+    // Every PID this soak started (workers, each redis-server, each step), checked by /proc.
+    const started = soak.events.events;
+    const left: string[] = [];
+    for (const w of soak.pool?.all ?? []) if (isAlive(w.pid)) left.push(`worker ${w.pid}`);
+    const redisPids = new Set([...started.filter((e) => e.kind === "redis-up").map((e) => Number(e.pid)), redisPid]);
+    for (const pid of redisPids) if (pid !== null && isAlive(pid)) left.push(`redis-server ${pid}`);
+    for (const pid of stepPids(soak.dirs)) if (isAlive(pid)) left.push(`step ${pid}`);
+    return left;
+  })();
+  return cleaningUp;
+}
+
+for (const signal of ["SIGINT", "SIGTERM"] as const) {
+  process.once(signal, () => {
+    say(`soak: ${signal}, cleaning up`);
+    void cleanUp().then((left) => {
+      if (left.length) say(`soak: still running: ${left.join(", ")}`);
+      say(`soak: kept ${soak.dirs.root}`);
+      say(resultLine(null));
+      process.exit(2);
+    });
+  });
+}
+
+async function main(): Promise<Figures> {
+  const { dirs, events } = soak;
+  say(`soak: ${seconds} s, ${workerCount} workers, seed ${seed}${args.quick ? ", quick" : ""}, dir ${dirs.root}`);
+  soak.redis = await SoakRedis.start(dirs.redis);
+  const redis = soak.redis;
+  events.record("redis-up", { pid: redis.pid, port: redis.port, first: true });
+  const loaded = loadDefinitions(dirs.config);
+  if (!loaded.ok) throw loaded.error;
+  const definitions = loaded.definitions;
+  const prefix = `soak${process.pid}`;
+  const keys = redisKeys(prefix);
+  const main = createRedis(redis.url, "worker", "soak-main");
+  const claims = createRedis(`${redis.url}/1`, "worker", "soak-claims");
+  const watchClaims = createRedis(`${redis.url}/1`, "probe", "soak-watch");
+  soak.clients.push(main, claims, watchClaims);
+  const queue = new Queue(REBUILD_QUEUE, { connection: main, prefix: queuePrefix(keys) });
+  queue.on("error", () => {}); // Redis restarts: callers see failures through their commands
+  soak.queue = queue;
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    REDIS_URL: redis.url,
+    CLAIMWATCH_CONFIG: dirs.config,
+    CLAIMWATCH_DATA_DIR: path.join(dirs.root, ".data"),
+    CLAIMWATCH_KEY_PREFIX: prefix,
+    CLAIMWATCH_WORKER_CONCURRENCY: "4",
+  };
+  delete env.CLAIMS_REDIS_URL;
+  const pool = new WorkerPool(env, dirs.logs, events);
+  soak.pool = pool;
+  await Promise.all(Array.from({ length: workerCount }, () => pool.start()));
+  say(
+    `soak: redis-server pid ${redis.pid} on port ${redis.port}; workers ${pool.all.map((w) => w.pid).join(", ")} ready (${elapsed()})`,
+  );
+
+  soak.watcher = new PublishWatcher(watchClaims, keys, definitions, events);
+  soak.watcher.start();
+
+  // --- the soak: triggers and chaos, side by side ----------------------------------------------
+  const random = seededRandom(seed);
+  const phaseStart = Date.now();
+  const until = phaseStart + seconds * 1000;
+  const plan = chaosPlan(phaseStart, seconds * 1000, random);
+  const redeliveries: Promise<void>[] = [];
+  const progress = setInterval(() => {
+    const counts = (kind: string) => events.events.filter((e) => e.kind === kind).length;
+    say(
+      `soak: ${elapsed()} triggers ${counts("trigger")}, kills ${counts("kill")}, pauses ${counts("pause")}, ` +
+        `deploys ${counts("deploy")}, Redis restarts ${counts("redis-stop")}`,
+    );
+  }, 15_000);
+  try {
+    await Promise.all([
+      runTriggerStream({ queue, main, keys, definitions, events, random, until, gapMs: [250, 800] }),
+      runChaos(
+        {
+          pool,
+          redis,
+          events,
+          main,
+          keys,
+          queue,
+          random,
+          workers: workerCount,
+          startedAt: phaseStart,
+          until,
+          redeliveries,
+        },
+        plan,
+      ),
+    ]);
+  } finally {
+    clearInterval(progress);
+  }
+  events.record("chaos-end");
+  say(`soak: chaos and triggers stopped (${elapsed()}); draining`);
+
+  // --- drain: the queue empties, claims go, steps end --------------------------------------
+  const drainUntil = Date.now() + DRAIN_MS;
+  let drained = false;
+  let last = "";
+  while (Date.now() < drainUntil) {
+    for (let missing = workerCount - pool.live().length; missing > 0; missing--) {
+      await pool.start().catch((error: unknown) => events.record("worker-start-failed", { error: String(error) }));
+    }
+    try {
+      const counts = await withTimeout(
+        queue.getJobCounts("waiting", "active", "delayed", "prioritized", "waiting-children"),
+        3_000,
+        "job counts",
+      );
+      const open = Object.values(counts).reduce((a, b) => a + b, 0);
+      const held = (await withTimeout(listClaims(claims, keys), 3_000, "claims")).claims.length;
+      const steps = stepPids(dirs).filter(isAlive).length;
+      last = `jobs ${JSON.stringify(counts)}, claims ${held}, step processes ${steps}`;
+      if (open === 0 && held === 0 && steps === 0) {
+        drained = true;
+        break;
+      }
+    } catch (error) {
+      last = String(error);
+    }
+    await sleep(500);
+  }
+  events.record(drained ? "drained" : "drain-timeout", { state: last });
+  say(`soak: ${drained ? "drained" : `NOT drained within ${DRAIN_MS / 1000} s: ${last}`} (${elapsed()})`);
+
+  await Promise.race([Promise.all(redeliveries), sleep(5_000)]);
+  // Stop the workers (a deploy with nothing left to hand back), then any step left running.
+  await Promise.all(pool.all.map((w) => pool.stop(w)));
+  killStepProcesses(dirs, events);
+  await soak.watcher.stop();
+  soak.watcher = null;
+
+  say(`soak: checking (${elapsed()})`);
+  const report = await runChecker({ dirs, main, claims, keys, definitions, queue });
+  for (const line of report.lines) say(line);
+  return report.figures;
+}
+
+function resultLine(f: Figures | null): string {
+  const n = (v: number | null | undefined) => (v === null || v === undefined ? "-1" : String(v));
+  return (
+    `RESULT overlaps=${n(f?.overlaps)} lost=${n(f?.lost)} corrupt=${n(f?.corrupt)} stale_left=${n(f?.staleLeft)} ` +
+    `pointer_wrong=${n(f?.pointerWrong)} max_resume_s=${f?.maxResumeS === null || !f ? "-1" : f.maxResumeS.toFixed(1)} ` +
+    `triggers=${n(f?.triggers)} kills=${n(f?.kills)} pauses=${n(f?.pauses)}`
+  );
+}
+
+/**
+ * PIDs of every step process: those the journals name (their `start` lines), and any process
+ * running this soak's own step script (its path is unique to this soak's temp dir), which
+ * catches a step that has not written its first line yet.
+ */
+function stepPids(dirs: SoakDirs): number[] {
+  const pids = new Set<number>();
+  for (const file of fs.readdirSync(dirs.journal)) {
+    for (const line of fs.readFileSync(path.join(dirs.journal, file), "utf8").split("\n")) {
+      const fields = line.split(" ");
+      if (fields[1] === "start") pids.add(Number(fields[3]));
+    }
+  }
+  for (const entry of fs.readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      if (fs.readFileSync(`/proc/${entry}/cmdline`, "utf8").split("\0").includes(dirs.stepScript))
+        pids.add(Number(entry));
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return [...pids];
+}
+
+/** SIGKILLs step processes still running, after checking by /proc that the PID is our step. */
+function killStepProcesses(dirs: SoakDirs, events: EventLog): void {
+  for (const pid of stepPids(dirs)) {
+    if (!isAlive(pid)) continue;
+    let cmdline: string;
+    try {
+      cmdline = fs.readFileSync(`/proc/${pid}/cmdline`, "utf8");
+    } catch {
+      continue;
+    }
+    if (!cmdline.includes(dirs.stepScript)) continue; // the PID was reused by something else
+    try {
+      process.kill(pid, "SIGKILL");
+      events.record("orphan-kill", { pid });
+    } catch {
+      // exited meanwhile
+    }
+  }
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return !fs.readFileSync(`/proc/${pid}/stat`, "utf8").includes(") Z ");
+  } catch {
+    return false;
+  }
+}
+
+let figures: Figures | null = null;
+let exitCode = 2;
+try {
+  figures = await main();
+  const bad = figures.overlaps + figures.lost + figures.corrupt + figures.staleLeft + figures.pointerWrong;
+  exitCode = bad === 0 ? 0 : 1;
+} catch (error) {
+  say(`soak: failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);
+}
+const left = await cleanUp();
+const events = readEvents(path.join(soak.dirs.root, "events.jsonl"));
+say(
+  `processes left running: ${left.length ? left.join(", ") : "none"}; events ${events.length}; run time ${elapsed()}` +
+    (exitCode !== 0 || args.keep ? `; kept ${soak.dirs.root}` : ""),
+);
+if (left.length && exitCode === 0) exitCode = 2;
+if (exitCode === 0 && !args.keep) fs.rmSync(soak.dirs.root, { recursive: true, force: true });
+say(resultLine(figures));
+process.exit(exitCode);

@@ -1,0 +1,341 @@
+/**
+ * The soak's test bed: one redis-server (AOF, fixed port and data dir so it can be restarted
+ * with its data), a definitions file in a temp dir, real worker processes (`worker/index.ts`)
+ * and an append-only event log of everything the soak did to them. Every process it starts is
+ * tracked by PID and stopped by PID in `close()`; nothing is matched by name.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import fs from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { stringify } from "yaml";
+import { startRedisServer, type RedisServerHandle } from "../../lib/redis/embedded";
+import { STEP_SCRIPT } from "./step-script";
+
+export const REPO_ROOT = fileURLToPath(new URL("../..", import.meta.url));
+
+/** Claim timing of every soak rebuild: short, so pauses and kills outlive claims. */
+export const CLAIM_TTL_MS = 2_500;
+export const CLAIM_REFRESH_MS = 1_000;
+/** How long a step may take to stop after claimwatch aborts it (its SIGTERM → SIGKILL grace). */
+export const KILL_GRACE_MS = 1_000;
+
+export interface SoakRebuild {
+  name: string;
+  tenants?: string[];
+  /** chatty: a log line per chunk; quiet: output only at the end (step-script.ts). */
+  mode: "chatty" | "quiet";
+  chunkMs: number;
+  minParts: number;
+  spanParts: number;
+}
+
+/**
+ * Three rebuilds, one with tenants. Runs take about 0.4–4 s, so many outlive the 2.5 s claim TTL
+ * (a pause or kill mid-run then matters) while the soak still completes dozens per minute.
+ */
+export const SOAK_REBUILDS: SoakRebuild[] = [
+  { name: "tiles", mode: "chatty", chunkMs: 120, minParts: 6, spanParts: 8 },
+  { name: "archive", mode: "quiet", chunkMs: 200, minParts: 8, spanParts: 8 },
+  { name: "incidents", tenants: ["acme", "globex"], mode: "quiet", chunkMs: 150, minParts: 5, spanParts: 9 },
+];
+
+export interface SoakClaimRef {
+  rebuild: string;
+  /** undefined: the rebuild has no tenants. */
+  tenant: string | undefined;
+}
+
+export function claimRefs(): SoakClaimRef[] {
+  return SOAK_REBUILDS.flatMap((r) => (r.tenants ?? [undefined]).map((tenant) => ({ rebuild: r.name, tenant })));
+}
+
+export function claimLabel(ref: { rebuild: string; tenant: string | undefined | null }): string {
+  return ref.tenant ? `${ref.rebuild}/${ref.tenant}` : ref.rebuild;
+}
+
+export interface SoakDirs {
+  root: string;
+  journal: string;
+  logs: string;
+  redis: string;
+  outputs: string;
+  config: string;
+  stepScript: string;
+}
+
+export function prepareDirs(root: string): SoakDirs {
+  const dirs: SoakDirs = {
+    root,
+    journal: path.join(root, "journal"),
+    logs: path.join(root, "logs"),
+    redis: path.join(root, "redis"),
+    outputs: path.join(root, "out"),
+    config: path.join(root, "claimwatch.yaml"),
+    stepScript: path.join(root, "step.mjs"),
+  };
+  for (const dir of [dirs.journal, dirs.logs, dirs.redis, dirs.outputs]) fs.mkdirSync(dir, { recursive: true });
+  fs.writeFileSync(dirs.stepScript, STEP_SCRIPT);
+  const rebuilds = Object.fromEntries(
+    SOAK_REBUILDS.map((r) => [
+      r.name,
+      {
+        output: `out/${r.name}`,
+        ...(r.tenants ? { tenants: r.tenants } : {}),
+        claim: { ttl: `${CLAIM_TTL_MS}ms`, refreshEvery: `${CLAIM_REFRESH_MS}ms` },
+        timeLimit: "1m",
+        retries: { attempts: 6, backoff: "300ms", maxBackoff: "2s" },
+        idempotency: { ttl: "1h" },
+        steps: [
+          {
+            name: "write",
+            run: [
+              process.execPath,
+              dirs.stepScript,
+              dirs.journal,
+              r.mode,
+              String(r.chunkMs),
+              String(r.minParts),
+              String(r.spanParts),
+            ],
+            killGrace: `${KILL_GRACE_MS}ms`,
+          },
+        ],
+      },
+    ]),
+  );
+  const retention = { runs: 100_000, completedJobs: 100_000, failedJobs: 100_000 };
+  fs.writeFileSync(dirs.config, stringify({ rebuilds, retention }));
+  return dirs;
+}
+
+// --- event log ---------------------------------------------------------------------------
+
+export interface SoakEvent {
+  t: number;
+  kind: string;
+  [field: string]: unknown;
+}
+
+/** What the soak did, when: JSON lines in `<root>/events.jsonl` (the checker's timeline). */
+export class EventLog {
+  readonly events: SoakEvent[] = [];
+  constructor(private readonly file: string) {}
+
+  record(kind: string, fields: Record<string, unknown> = {}): SoakEvent {
+    const event: SoakEvent = { t: Date.now(), kind, ...fields };
+    this.events.push(event);
+    fs.appendFileSync(this.file, JSON.stringify(event) + "\n");
+    return event;
+  }
+}
+
+// --- Redis -------------------------------------------------------------------------------
+
+/** One redis-server that can be restarted on the same port with the same data (AOF). */
+export class SoakRedis {
+  private constructor(
+    private handle: RedisServerHandle | null,
+    readonly port: number,
+    private readonly dir: string,
+  ) {}
+
+  static async start(dir: string): Promise<SoakRedis> {
+    const handle = await startRedisServer({ dir });
+    return new SoakRedis(handle, handle.port, dir);
+  }
+
+  get url(): string {
+    return `redis://127.0.0.1:${this.port}`;
+  }
+
+  get pid(): number | null {
+    return this.handle?.pid ?? null;
+  }
+
+  /** SIGTERM (Redis fsyncs its AOF and exits), wait `downMs`, start again on the same port. */
+  async restart(downMs: number, events: EventLog): Promise<void> {
+    const old = this.handle;
+    events.record("redis-stop", { pid: old?.pid ?? null });
+    this.handle = null;
+    await old?.stop(10_000);
+    events.record("redis-down", { pid: old?.pid ?? null });
+    await sleep(downMs);
+    // The port was ours a moment ago; another process could take it meanwhile: retry briefly.
+    const deadline = Date.now() + 10_000;
+    for (;;) {
+      try {
+        this.handle = await startRedisServer({ dir: this.dir, port: this.port });
+        break;
+      } catch (error) {
+        if (Date.now() > deadline) throw error;
+        await sleep(250);
+      }
+    }
+    events.record("redis-up", { pid: this.handle.pid });
+  }
+
+  async stop(): Promise<void> {
+    const handle = this.handle;
+    this.handle = null;
+    await handle?.stop(5_000);
+  }
+}
+
+// --- workers -----------------------------------------------------------------------------
+
+export interface SoakWorker {
+  pid: number;
+  /** claimwatch's worker id (from its "ready" line). */
+  id: string | null;
+  child: ChildProcess;
+  startedAt: number;
+  readyAt: number | null;
+  /** SIGSTOPped right now. */
+  paused: boolean;
+  /** Being killed, stopped or deployed: not a chaos target any more. */
+  leaving: boolean;
+  exitedAt: number | null;
+  exited: Promise<void>;
+}
+
+export class WorkerPool {
+  readonly all: SoakWorker[] = [];
+
+  constructor(
+    private readonly env: NodeJS.ProcessEnv,
+    private readonly logDir: string,
+    private readonly events: EventLog,
+  ) {}
+
+  /** Workers that are up and not leaving (paused ones included). */
+  live(): SoakWorker[] {
+    return this.all.filter((w) => w.exitedAt === null && !w.leaving);
+  }
+
+  byId(id: string | null | undefined): SoakWorker | undefined {
+    return id ? this.all.find((w) => w.id === id) : undefined;
+  }
+
+  /** Spawns a worker; resolves when it printed "ready" (or rejects after `timeoutMs`). */
+  async start(timeoutMs = 40_000): Promise<SoakWorker> {
+    const child = spawn(process.execPath, ["--import", "tsx", path.join(REPO_ROOT, "worker/index.ts")], {
+      cwd: REPO_ROOT,
+      env: this.env,
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    const pid = child.pid;
+    if (pid === undefined) throw new Error("could not spawn a worker");
+    const log = fs.createWriteStream(path.join(this.logDir, `worker-${pid}.log`));
+    let exitedResolve!: () => void;
+    const worker: SoakWorker = {
+      pid,
+      id: null,
+      child,
+      startedAt: Date.now(),
+      readyAt: null,
+      paused: false,
+      leaving: false,
+      exitedAt: null,
+      exited: new Promise<void>((resolve) => (exitedResolve = resolve)),
+    };
+    this.all.push(worker);
+    this.events.record("worker-start", { pid });
+    let pending = "";
+    let readyResolve: (() => void) | null = null;
+    const onData = (chunk: Buffer) => {
+      log.write(chunk);
+      if (worker.readyAt !== null) return;
+      pending += chunk.toString();
+      const match = /\[worker ([^\]]+)\] ready: /.exec(pending);
+      if (match) {
+        worker.id = match[1]!;
+        worker.readyAt = Date.now();
+        pending = "";
+        this.events.record("worker-ready", { pid, workerId: worker.id });
+        readyResolve?.();
+      }
+    };
+    child.stdout!.on("data", onData);
+    child.stderr!.on("data", onData);
+    child.once("exit", (code, signal) => {
+      worker.exitedAt = Date.now();
+      this.events.record("worker-exit", { pid, workerId: worker.id, code, signal });
+      log.end();
+      exitedResolve();
+    });
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`worker ${pid} not ready within ${timeoutMs} ms`)), timeoutMs);
+      readyResolve = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+      void worker.exited.then(() => {
+        clearTimeout(timer);
+        if (worker.readyAt === null) reject(new Error(`worker ${pid} exited before it was ready`));
+      });
+    });
+    return worker;
+  }
+
+  signal(worker: SoakWorker, signal: NodeJS.Signals): boolean {
+    if (worker.exitedAt !== null) return false;
+    try {
+      process.kill(worker.pid, signal);
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  /** SIGCONT + SIGTERM, SIGKILL after `graceMs`; resolves when it exited. */
+  async stop(worker: SoakWorker, graceMs = 20_000): Promise<void> {
+    worker.leaving = true;
+    if (worker.exitedAt !== null) return;
+    this.signal(worker, "SIGCONT");
+    worker.paused = false;
+    this.signal(worker, "SIGTERM");
+    const timer = setTimeout(() => {
+      this.events.record("worker-stop-timeout", { pid: worker.pid, workerId: worker.id });
+      this.signal(worker, "SIGKILL");
+    }, graceMs);
+    await worker.exited;
+    clearTimeout(timer);
+  }
+
+  /** Last resort: SIGKILL every worker still up, by PID. */
+  async killAll(): Promise<void> {
+    for (const worker of this.all) {
+      if (worker.exitedAt === null) {
+        this.signal(worker, "SIGCONT");
+        this.signal(worker, "SIGKILL");
+      }
+    }
+    await Promise.race([Promise.all(this.all.map((w) => w.exited)), sleep(5_000)]);
+  }
+}
+
+export function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** Rejects after `ms` (the promise itself keeps running: only use it on idempotent reads). */
+export function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: no answer within ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
+/** A small seeded PRNG (mulberry32): a soak can be replayed with `--seed`. */
+export function seededRandom(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}

@@ -1,0 +1,227 @@
+/**
+ * Chaos against the workers and Redis while triggers stream in. A plan is drawn up front:
+ * guaranteed actions at fixed fractions of the soak (so even a 45 s soak has a kill, a pause
+ * longer than the claim TTL, a deploy and a Redis restart), plus random ones in between.
+ *
+ *   kill      SIGKILL a worker (preferably one running a job); a replacement starts at once
+ *   pause     SIGSTOP a worker, SIGCONT after 0.3–1.5 s or 3–7 s (longer than the 2.5 s
+ *             claim TTL; beyond 5 s also longer than BullMQ's job lock)
+ *   deploy    SIGTERM a worker (it hands its jobs back); a replacement starts at once
+ *   redis     SIGTERM redis-server (AOF everysec, fsynced on shutdown), 0.3–2.5 s down, start
+ *             it again on the same port with the same data
+ *
+ * Each action is an event with what the victim was running (from the running-runs index), so
+ * the checker can time kill→resume and tell a paused holder from an orphaned one.
+ */
+import type { Queue } from "bullmq";
+import type { Redis } from "ioredis";
+import type { RedisKeys } from "../../lib/redis/keys";
+import { readRun } from "../../lib/runs/records";
+import type { RunRecord } from "../../lib/runs/types";
+import {
+  CLAIM_TTL_MS,
+  sleep,
+  withTimeout,
+  type EventLog,
+  type SoakRedis,
+  type SoakWorker,
+  type WorkerPool,
+} from "./bed";
+
+export type ChaosKind = "kill" | "pause-short" | "pause-long" | "deploy" | "redis";
+
+export interface ChaosAction {
+  at: number;
+  kind: ChaosKind;
+}
+
+export interface ChaosOptions {
+  pool: WorkerPool;
+  redis: SoakRedis;
+  events: EventLog;
+  main: Redis;
+  keys: RedisKeys;
+  queue: Queue;
+  random: () => number;
+  workers: number;
+  /** Redelivery watches of killed jobs; they outlive the chaos phase (await them after the drain). */
+  redeliveries: Promise<void>[];
+  startedAt: number;
+  until: number;
+}
+
+/** Guaranteed actions (fraction of the soak → kind), then random ones about every 5 s. */
+export function chaosPlan(startedAt: number, durationMs: number, random: () => number): ChaosAction[] {
+  const guaranteed: [number, ChaosKind][] = [
+    [0.15, "kill"],
+    [0.28, "pause-long"],
+    [0.42, "redis"],
+    [0.55, "deploy"],
+    [0.68, "kill"],
+    [0.8, "pause-short"],
+  ];
+  if (durationMs >= 120_000) guaranteed.push([0.9, "redis"]);
+  const plan: ChaosAction[] = guaranteed.map(([fraction, kind]) => ({ at: startedAt + fraction * durationMs, kind }));
+  const randomKinds: [ChaosKind, number][] = [
+    ["kill", 0.32],
+    ["pause-short", 0.18],
+    ["pause-long", 0.22],
+    ["deploy", 0.2],
+    ["redis", 0.08],
+  ];
+  // Random actions start after the first guaranteed one and stop 10% before the end.
+  for (let at = startedAt + 0.15 * durationMs; ;) {
+    at += 2_500 + random() * 5_000;
+    if (at > startedAt + 0.9 * durationMs) break;
+    let roll = random();
+    let kind: ChaosKind = "kill";
+    for (const [candidate, weight] of randomKinds) {
+      if (roll < weight) {
+        kind = candidate;
+        break;
+      }
+      roll -= weight;
+    }
+    plan.push({ at, kind });
+  }
+  // Random actions keep MIN_GAP_MS from every other action, so each one's effect can be told
+  // apart; the guaranteed ones always stay.
+  const fixed = plan.slice(0, guaranteed.length);
+  const kept: ChaosAction[] = [...fixed];
+  for (const action of plan.slice(guaranteed.length)) {
+    if (kept.every((other) => Math.abs(other.at - action.at) >= MIN_GAP_MS)) kept.push(action);
+  }
+  return kept.sort((a, b) => a.at - b.at);
+}
+
+const MIN_GAP_MS = 1_500;
+
+/** Runs the plan; background work (resumes, replacements) is awaited before it returns. */
+export async function runChaos(options: ChaosOptions, plan: ChaosAction[]): Promise<void> {
+  const { pool, events, random } = options;
+  const background = new Set<Promise<unknown>>();
+  const track = (promise: Promise<unknown>) => {
+    const tracked = promise.catch((error: unknown) => events.record("chaos-error", { error: String(error) }));
+    background.add(tracked);
+    void tracked.finally(() => background.delete(tracked));
+  };
+  const replace = () => track(startReplacement(pool, events));
+  const pauses = new Map<SoakWorker, { timer: NodeJS.Timeout; done: () => void }>();
+
+  for (const action of plan) {
+    if (Date.now() >= options.until) break;
+    const wait = action.at - Date.now();
+    if (wait > 0) await sleep(Math.min(wait, options.until - Date.now()));
+    if (Date.now() >= options.until) break;
+    // Keep the pool at its size: a replacement that failed to start (Redis down) is retried here.
+    for (let missing = options.workers - pool.live().length; missing > 0; missing--) replace();
+
+    if (action.kind === "redis") {
+      await options.redis.restart(300 + random() * 2_200, events);
+      continue;
+    }
+    const victim = await chooseVictim(options);
+    if (!victim) {
+      events.record("chaos-skip", { kind: action.kind, why: "no worker to act on" });
+      continue;
+    }
+    const jobs = victim.running.map((r) => ({ jobId: r.jobId, attempt: r.attempt, runId: r.id }));
+    const worker = victim.worker;
+    if (action.kind === "kill") {
+      worker.leaving = true;
+      pool.signal(worker, "SIGKILL");
+      const kill = events.record("kill", { pid: worker.pid, workerId: worker.id, jobs });
+      for (const job of jobs) options.redeliveries.push(watchRedelivery(options, job.jobId, kill.t));
+      replace();
+    } else if (action.kind === "deploy") {
+      events.record("deploy", { pid: worker.pid, workerId: worker.id, jobs });
+      track(pool.stop(worker));
+      replace();
+    } else {
+      const ms = action.kind === "pause-long" ? CLAIM_TTL_MS + 500 + random() * 4_000 : 300 + random() * 1_200;
+      worker.paused = true;
+      pool.signal(worker, "SIGSTOP");
+      events.record("pause", { pid: worker.pid, workerId: worker.id, ms: Math.round(ms), jobs });
+      track(
+        new Promise<void>((resolve) => {
+          const done = () => {
+            pauses.delete(worker);
+            resume(pool, events, worker);
+            resolve();
+          };
+          pauses.set(worker, { timer: setTimeout(done, ms), done });
+        }),
+      );
+    }
+  }
+  // End of the chaos phase (not of the plan): resume every worker still paused, then wait for
+  // the replacements and deploys.
+  if (options.until > Date.now()) await sleep(options.until - Date.now());
+  for (const { timer, done } of [...pauses.values()]) {
+    clearTimeout(timer);
+    done();
+  }
+  await Promise.race([Promise.all([...background]), sleep(60_000)]);
+}
+
+function resume(pool: WorkerPool, events: EventLog, worker: SoakWorker): void {
+  if (!worker.paused) return;
+  worker.paused = false;
+  pool.signal(worker, "SIGCONT");
+  events.record("resume", { pid: worker.pid, workerId: worker.id });
+}
+
+async function startReplacement(pool: WorkerPool, events: EventLog): Promise<void> {
+  try {
+    await pool.start();
+  } catch (error) {
+    events.record("worker-start-failed", { error: String(error) });
+  }
+}
+
+/** A ready, running, unpaused worker; one that runs a job (per the run records) if there is one. */
+async function chooseVictim(options: ChaosOptions): Promise<{ worker: SoakWorker; running: RunRecord[] } | null> {
+  const candidates = options.pool.live().filter((w) => w.readyAt !== null && !w.paused);
+  if (candidates.length === 0) return null;
+  const running = await runningRuns(options.main, options.keys).catch(() => [] as RunRecord[]);
+  const busy = candidates.filter((w) => running.some((r) => r.workerId === w.id));
+  const pool = busy.length > 0 ? busy : candidates;
+  const worker = pool[Math.floor(options.random() * pool.length)]!;
+  return { worker, running: running.filter((r) => r.workerId === worker.id) };
+}
+
+export async function runningRuns(main: Redis, keys: RedisKeys): Promise<RunRecord[]> {
+  const ids = await withTimeout(main.zrange(keys.runIndex({ status: "running" }), "0", "-1"), 1_500, "running runs");
+  const runs = await withTimeout(Promise.all(ids.map((id) => readRun(main, keys, id))), 1_500, "running run records");
+  return runs.filter((r): r is RunRecord => r !== null && r.status === "running");
+}
+
+/**
+ * When BullMQ hands a killed worker's job to a worker again (its `processedOn` moves past the
+ * kill): the stall-detection part of kill→resume, before any deferral behind another holder.
+ * Event `redelivered` {jobId, ms}, or `not-redelivered` {jobId, state, failedReason}.
+ */
+async function watchRedelivery(
+  options: Pick<ChaosOptions, "queue" | "events">,
+  jobId: string,
+  killedAt: number,
+): Promise<void> {
+  const deadline = killedAt + 90_000;
+  while (Date.now() < deadline) {
+    await sleep(200);
+    try {
+      const job = await withTimeout(options.queue.getJob(jobId), 2_000, "getJob");
+      if (!job) return void options.events.record("not-redelivered", { jobId, state: "removed" });
+      if ((job.processedOn ?? 0) > killedAt) {
+        return void options.events.record("redelivered", { jobId, ms: job.processedOn! - killedAt });
+      }
+      if (job.finishedOn && job.finishedOn > killedAt) {
+        const state = await options.queue.getJobState(jobId);
+        return void options.events.record("not-redelivered", { jobId, state, failedReason: job.failedReason ?? null });
+      }
+    } catch {
+      // Redis restarting: look again
+    }
+  }
+  options.events.record("not-redelivered", { jobId, state: "still waiting after 90 s" });
+}

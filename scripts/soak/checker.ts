@@ -1,0 +1,766 @@
+/**
+ * The soak's independent checker. It reads, after the soak has drained:
+ *
+ *   - the journals (`<journal>/<rebuild>.journal`, appended by the step processes themselves),
+ *   - the soak's own event log (triggers with their job ids, kills, pauses, deploys, Redis
+ *     restarts, and the publish watcher's observations of pointers and `current`),
+ *   - the outputs on disk (every build and every `current`, re-hashed and compared byte for
+ *     byte with what its version must contain),
+ *   - and, for accounting only, Redis: run records, job states, claims, published pointers.
+ *
+ * Overlaps come from the journals and the event log alone. A step writer is, at any moment:
+ *   controlled  its worker is up and running (it can be told to stop),
+ *   paused      its worker is SIGSTOPped (or was resumed less than RESUME_GRACE_MS ago: it
+ *               needs that long to notice its lost claim and stop the step),
+ *   orphan      its worker is gone (SIGKILLed, or exited while the step ran on): nobody will
+ *               ever stop it or clean up after it.
+ * Two runs on one claim writing at the same moment are an overlap unless, throughout, one of
+ * them was a paused holder — claimwatch's designed answer to that case is the fence (the stale
+ * run is aborted when its worker resumes and refused at publish), so those are reported apart
+ * as "fenced" and checked not to have published. Two controlled writers, an orphan writing
+ * beside anyone, or two writers that both published, count.
+ */
+import fs from "node:fs";
+import path from "node:path";
+import type { Queue } from "bullmq";
+import type { Redis } from "ioredis";
+import { claimName, listClaims, readPublished } from "../../lib/claims";
+import { outputDirOf, type Definitions } from "../../lib/rebuilds/definitions";
+import { BUILD_HASH, hashDirectory, readCurrent } from "../../lib/rebuilds/output";
+import type { RedisKeys } from "../../lib/redis/keys";
+import { readRun } from "../../lib/runs/records";
+import type { RunRecord } from "../../lib/runs/types";
+import {
+  CLAIM_TTL_MS,
+  KILL_GRACE_MS,
+  SOAK_REBUILDS,
+  claimLabel,
+  claimRefs,
+  withTimeout,
+  type SoakDirs,
+  type SoakEvent,
+} from "./bed";
+import { contentKey, META_FILE, metaContent, NO_TENANT, partContent, partCount, partFileName } from "./content";
+
+/** After SIGCONT, a worker gets this long to abort a step whose claim it lost. */
+export const RESUME_GRACE_MS = KILL_GRACE_MS + 1_000;
+/** BullMQ job lock of the workers (worker/rebuild-worker.ts DEFAULT_WORKER_OPTIONS). */
+const JOB_LOCK_MS = 5_000;
+
+export interface CheckerInput {
+  dirs: SoakDirs;
+  main: Redis;
+  claims: Redis;
+  keys: RedisKeys;
+  definitions: Definitions;
+  queue: Queue;
+}
+
+export interface Figures {
+  overlaps: number;
+  lost: number;
+  corrupt: number;
+  staleLeft: number;
+  pointerWrong: number;
+  maxResumeS: number | null;
+  triggers: number;
+  kills: number;
+  pauses: number;
+}
+
+export interface CheckReport {
+  lines: string[];
+  figures: Figures;
+}
+
+interface JournalRun {
+  runId: string;
+  rebuild: string;
+  tenant: string | null;
+  version: string;
+  pid: number;
+  workerPid: number;
+  start: number;
+  stop: number;
+  stopKind: string;
+  writes: number;
+  /** Writes after the worker that spawned it was gone. */
+  orphanWrites: number;
+  /** Times of the completed writes, and whether the step's parent had changed by then. */
+  writeTimes: { t: number; reparented: boolean }[];
+  lines: string[];
+}
+
+interface WorkerTimeline {
+  pid: number;
+  workerId: string | null;
+  goneAt: number | null;
+  goneHow: string | null;
+  pauses: { from: number; to: number; ms: number }[];
+}
+
+type WriterState = "controlled" | "paused" | "orphan";
+
+interface Overlap {
+  claim: string;
+  a: JournalRun;
+  b: JournalRun;
+  from: number;
+  to: number;
+  kind: "live" | "orphan" | "fenced";
+  bothPublished: boolean;
+}
+
+export async function runChecker(input: CheckerInput): Promise<CheckReport> {
+  const lines: string[] = [];
+  const events = readEvents(path.join(input.dirs.root, "events.jsonl"));
+  const t0 = events[0]?.t ?? 0;
+  const at = (t: number) => `t+${((t - t0) / 1000).toFixed(2)}s`;
+  const workers = workerTimelines(events);
+  const records = await readAllRuns(input.main, input.keys);
+  const recordById = new Map(records.map((r) => [r.id, r]));
+  const journal = readJournals(input.dirs.journal, events);
+  // A step whose worker died before the step read its parent PID reports PID 1: its run record
+  // names the worker that spawned it.
+  const pidOfWorker = new Map([...workers.values()].map((w) => [w.workerId, w.pid]));
+  for (const run of journal.values()) {
+    if (!workers.has(run.workerPid)) {
+      const pid = pidOfWorker.get(recordById.get(run.runId)?.workerId ?? null);
+      if (pid !== undefined) run.workerPid = pid;
+    }
+    run.orphanWrites = run.writeTimes.filter((w) => w.reparented || isOrphanAt(run, workers, w.t)).length;
+  }
+  const pointerEvents = events.filter((e) => e.kind === "pointer");
+
+  // --- what was published (records ∪ observed pointers) ------------------------------------
+  const publishedRunIds = new Set(records.filter((r) => r.status === "rebuilt").map((r) => r.id));
+  for (const e of pointerEvents) if (typeof e.runId === "string" && e.runId) publishedRunIds.add(e.runId);
+  const publishedVersions = new Set<string>(); // "<claim> <version>"
+  for (const id of publishedRunIds) {
+    const run = recordById.get(id) ?? null;
+    const jr = journal.get(id);
+    const version = run?.version ?? jr?.version;
+    if (version)
+      publishedVersions.add(
+        `${claimLabel({ rebuild: run?.rebuild ?? jr!.rebuild, tenant: run?.tenant ?? jr?.tenant })} ${version}`,
+      );
+  }
+
+  // --- triggers ----------------------------------------------------------------------------
+  const triggers = events.filter((e) => e.kind === "trigger");
+  const triggerModes = countBy(triggers, (e) => String(e.mode));
+  const deduplicated = triggers.filter((e) => e.status === "deduplicated").length;
+  const notAccepted = events.filter((e) => e.kind === "trigger-error" || e.kind === "trigger-refused").length;
+  lines.push(
+    `triggers: ${triggers.length} accepted (${formatCounts(triggerModes, ["new", "again", "mid-run", "redeliver", "force"])}; ` +
+      `${deduplicated} collapsed into a waiting job)${notAccepted ? `; ${notAccepted} not accepted (Redis down), not counted` : ""}`,
+  );
+
+  // --- runs --------------------------------------------------------------------------------
+  const byStatus = countBy(records, (r) => r.status);
+  const skipReasons = countBy(
+    records.filter((r) => r.status === "skipped"),
+    (r) => (r.reason ?? "").split(":")[0] || "?",
+  );
+  const deferred = countDeferred(input.dirs.logs);
+  lines.push(
+    `rebuilds run: ${journal.size} step runs started (journal); run records: ${records.length} — rebuilt ${byStatus.get("rebuilt") ?? 0}, ` +
+      `skipped ${byStatus.get("skipped") ?? 0} (${formatCounts(skipReasons)}), superseded ${byStatus.get("superseded") ?? 0}, ` +
+      `aborted ${byStatus.get("aborted") ?? 0}, failed ${byStatus.get("failed") ?? 0}, still running ${byStatus.get("running") ?? 0}`,
+  );
+  lines.push(
+    `skips: ${byStatus.get("skipped") ?? 0}; deferred: ${deferred} (worker logs); superseded: ${byStatus.get("superseded") ?? 0}`,
+  );
+
+  // --- chaos -------------------------------------------------------------------------------
+  const kills = events.filter((e) => e.kind === "kill");
+  const pauses = events.filter((e) => e.kind === "pause");
+  const deploys = events.filter((e) => e.kind === "deploy");
+  const redisStops = events.filter((e) => e.kind === "redis-stop");
+  const redisDowntimes = redisStops.map((stop) => {
+    const up = events.slice(events.indexOf(stop)).find((e) => e.kind === "redis-up");
+    return up ? (up.t - stop.t) / 1000 : NaN;
+  });
+  const pauseMs = pauses.map((p) => Number(p.ms));
+  lines.push(
+    `kills: ${kills.length} (${kills.filter((k) => asJobs(k).length > 0).length} while running a job); ` +
+      `pauses: ${pauses.length} (${pauseMs.filter((ms) => ms > CLAIM_TTL_MS).length} longer than the ${CLAIM_TTL_MS / 1000} s claim TTL, ` +
+      `${pauseMs.filter((ms) => ms > JOB_LOCK_MS).length} longer than the ${JOB_LOCK_MS / 1000} s job lock; longest ${(Math.max(0, ...pauseMs) / 1000).toFixed(1)} s); ` +
+      `deploys: ${deploys.length}; Redis restarts: ${redisStops.length} (stop→up ${redisDowntimes.map((s) => `${s.toFixed(1)} s`).join(", ") || "-"})`,
+  );
+
+  // --- kill → resume -----------------------------------------------------------------------
+  const resumes: { s: number; jobId: string; kill: SoakEvent }[] = [];
+  const unresumed: string[] = [];
+  for (const kill of kills) {
+    for (const job of asJobs(kill)) {
+      const next = records
+        .filter((r) => r.jobId === job.jobId && r.attempt > job.attempt && r.startedAt !== null)
+        .sort((a, b) => a.startedAt! - b.startedAt!)[0];
+      if (next) resumes.push({ s: (next.startedAt! - kill.t) / 1000, jobId: job.jobId, kill });
+      else unresumed.push(`${job.jobId} (killed at ${at(kill.t)} in attempt ${job.attempt})`);
+    }
+  }
+  const maxResumeS = resumes.length ? Math.max(...resumes.map((r) => r.s)) : null;
+  const redelivered = events.filter((e) => e.kind === "redelivered").map((e) => Number(e.ms) / 1000);
+  const notRedelivered = events.filter((e) => e.kind === "not-redelivered");
+  lines.push(
+    `kill→resume: ${resumes.length ? resumes.map((r) => `${r.s.toFixed(1)} s`).join(", ") : "no job was running on a killed worker"}` +
+      (unresumed.length ? `; never resumed: ${unresumed.join(", ")}` : ""),
+  );
+  lines.push(
+    `kill→redelivery (BullMQ hands the job to a worker again; deferrals behind other holders come after): ` +
+      `${redelivered.map((s) => `${s.toFixed(1)} s`).join(", ") || "-"}` +
+      (notRedelivered.length
+        ? `; not redelivered: ${notRedelivered.map((e) => `${String(e.jobId)} (${String(e.state)}${e.failedReason ? `: ${String(e.failedReason)}` : ""})`).join(", ")}`
+        : ""),
+  );
+
+  // --- overlaps (journal + event log only) ---------------------------------------------------
+  const overlaps = findOverlaps(journal, workers, publishedRunIds);
+  const counted = overlaps.filter((o) => o.kind !== "fenced");
+  const fenced = overlaps.filter((o) => o.kind === "fenced");
+  const orphans = [...journal.values()].filter((r) => r.orphanWrites > 0 || isOrphanAt(r, workers, r.stop));
+  lines.push(
+    `step writers whose worker died under them (orphans): ${orphans.length}, ${sum(orphans.map((r) => r.orphanWrites))} writes after the worker was gone; ` +
+      `fenced overlaps (a paused holder's step wrote on beside a newer holder, never published): ${fenced.length}`,
+  );
+  for (const run of [...orphans].sort((a, b) => b.orphanWrites - a.orphanWrites).slice(0, 2)) {
+    const w = workers.get(run.workerPid);
+    lines.push(
+      `    e.g. ${run.runId} (${claimLabel(run)} ${run.version}, step pid ${run.pid}): worker pid ${run.workerPid} gone at ${w?.goneAt ? at(w.goneAt) : "?"} (${w?.goneHow ?? "?"}); ` +
+        `the step wrote ${at(run.start)}–${at(run.stop)}, ${run.orphanWrites} of ${run.writes} writes after that, last line "${run.stopKind}"`,
+    );
+  }
+
+  // --- lost triggers -----------------------------------------------------------------------
+  const runsByJob = groupBy(records, (r) => r.jobId);
+  const jobStates = await jobStatesOf(input.queue, [
+    ...new Set([...triggers.map((t) => String(t.jobId)), ...runsByJob.keys()]),
+  ]);
+  // A version counts as "recorded failed" when a job for it ended (failed, or completed as
+  // superseded) and its last run record says so with a reason. A job that BullMQ failed by
+  // itself (stalled twice, started too often) ended with no claimwatch record of that failure.
+  const failedVersions = new Map<string, string>(); // "<claim> <version>" → reason
+  for (const [jobId, runs] of runsByJob) {
+    const last = [...runs].sort((a, b) => b.attempt - a.attempt)[0]!;
+    const job = jobStates.get(jobId);
+    if (!job || !["failed", "completed"].includes(job.state)) continue;
+    if (job.state === "failed" && BULLMQ_OWN_FAILURE.test(job.failedReason ?? "")) continue;
+    if (["failed", "aborted", "superseded"].includes(last.status) && last.reason) {
+      failedVersions.set(`${claimLabel(last)} ${last.version}`, `${last.status}: ${last.reason}`);
+    }
+  }
+  const bullmqFailures = [...jobStates.entries()].filter(
+    ([, job]) => job.state === "failed" && BULLMQ_OWN_FAILURE.test(job.failedReason ?? ""),
+  );
+  const leftRunning = records.filter((r) => r.status === "running");
+  const lost: string[] = [];
+  const outcomes = new Map<string, number>();
+  for (const trigger of triggers) {
+    const label = claimLabel({ rebuild: String(trigger.rebuild), tenant: (trigger.tenant as string | null) ?? null });
+    const key = `${label} ${String(trigger.version)}`;
+    const jobId = String(trigger.jobId);
+    const runs = [...(runsByJob.get(jobId) ?? [])].sort((a, b) => b.attempt - a.attempt);
+    const job = jobStates.get(jobId);
+    const state = job
+      ? `${job.state}${job.failedReason ? ` "${job.failedReason}"` : ""}, ${job.attemptsStarted} starts`
+      : "unknown";
+    const last = runs[0];
+    const outcome = last
+      ? last.status === "skipped"
+        ? `skipped ${(last.reason ?? "").split(":")[0]}`
+        : last.status
+      : "no run";
+    outcomes.set(outcome, (outcomes.get(outcome) ?? 0) + 1);
+    if (publishedVersions.has(key) || failedVersions.has(key)) continue;
+    lost.push(
+      `${key} (${String(trigger.mode)} at ${at(trigger.t)}, job ${jobId}, job state ${state}, ` +
+        `runs: ${runs.map((r) => `a${r.attempt} ${r.status}${r.reason ? ` "${r.reason}"` : ""}`).join("; ") || "none"})`,
+    );
+  }
+  const failedRecorded = triggers.filter((t) => {
+    const key = `${claimLabel({ rebuild: String(t.rebuild), tenant: (t.tenant as string | null) ?? null })} ${String(t.version)}`;
+    return !publishedVersions.has(key) && failedVersions.has(key);
+  }).length;
+  lines.push(
+    `trigger outcomes (the job's last attempt): ${formatCounts(outcomes)}; versions not published but recorded failed with a reason: ${failedRecorded} trigger(s)`,
+  );
+  const failedRuns = records.filter((r) => r.status === "failed");
+  for (const [reason, count] of countBy(failedRuns, (r) => r.reason ?? "?")) {
+    lines.push(`    failed ×${count}: "${reason}"`);
+  }
+  lines.push(
+    `jobs failed by BullMQ itself, with no run record of it: ${bullmqFailures.length}` +
+      (bullmqFailures.length
+        ? ` (${formatCounts(countBy(bullmqFailures, ([, job]) => job.failedReason ?? "?"))})`
+        : "") +
+      `; run records left "running" after the drain: ${leftRunning.length}`,
+  );
+
+  // --- builds and current: content hash and content -------------------------------------------
+  const corrupt: string[] = [];
+  const buildMeta = new Map<string, { tenant: string; version: string }>(); // "<rebuild> <hash>"
+  let buildsChecked = 0;
+  let workDirsLeft = 0;
+  for (const spec of SOAK_REBUILDS) {
+    const definition = input.definitions.rebuilds.get(spec.name)!;
+    // Each tenant builds into its own directory (outputDirOf): check every one.
+    for (const tenant of spec.tenants ?? [undefined]) {
+      const output = outputDirOf(definition, tenant);
+      const label = tenant ? `${spec.name}/${tenant}` : spec.name;
+      const buildsDir = path.join(output, "builds");
+      const names = fs.existsSync(buildsDir) ? fs.readdirSync(buildsDir) : [];
+      for (const name of names) {
+        buildsChecked += 1;
+        const problem = await verifyBuild(path.join(buildsDir, name), name, spec);
+        if (problem.error) corrupt.push(`${label}/builds/${name}: ${problem.error}`);
+        else buildMeta.set(`${spec.name} ${name}`, problem.meta!);
+      }
+      workDirsLeft += fs.existsSync(path.join(output, ".work")) ? fs.readdirSync(path.join(output, ".work")).length : 0;
+      const current = path.join(output, "current");
+      if (fs.existsSync(current) || isSymlink(current)) {
+        const target = readLinkOrNull(current);
+        const hash = await readCurrent(output);
+        if (!hash || !fs.existsSync(current)) corrupt.push(`${label}/current -> ${target ?? "?"}: not a build`);
+        else {
+          const actual = await hashDirectory(current);
+          if (actual !== hash) corrupt.push(`${label}/current -> ${target}: content hash ${actual}`);
+        }
+      }
+    }
+  }
+  for (const run of records.filter((r) => r.status === "rebuilt")) {
+    const meta = run.buildHash ? buildMeta.get(`${run.rebuild} ${run.buildHash}`) : undefined;
+    if (!meta) corrupt.push(`run ${run.id} published ${run.buildHash ?? "nothing"}, which is not a whole build`);
+    else if (meta.version !== run.version || meta.tenant !== (run.tenant ?? NO_TENANT)) {
+      corrupt.push(
+        `run ${run.id} (${claimLabel(run)} ${run.version}) published a build of ${meta.tenant} ${meta.version}`,
+      );
+    }
+  }
+
+  // --- stale claims --------------------------------------------------------------------------
+  const claimsLeft = (await withTimeout(listClaims(input.claims, input.keys), 5_000, "listClaims")).claims;
+
+  // --- pointers ------------------------------------------------------------------------------
+  const pointerWrong: string[] = [];
+  for (const ref of claimRefs()) {
+    const label = claimLabel(ref);
+    const definition = input.definitions.rebuilds.get(ref.rebuild)!;
+    const published = await readPublished(input.claims, input.keys, claimName(definition.outputPath, ref.tenant));
+    const rebuilt = records.filter(
+      (r) => r.status === "rebuilt" && r.rebuild === ref.rebuild && (r.tenant ?? undefined) === ref.tenant,
+    );
+    const observed = pointerEvents.filter((e) => e.claim === label && typeof e.fence === "number");
+    const fences = [...rebuilt.map((r) => r.fence ?? 0), ...observed.map((e) => Number(e.fence))];
+    const newest = fences.length ? Math.max(...fences) : null;
+    for (let i = 1; i < observed.length; i++) {
+      if (Number(observed[i]!.fence) < Number(observed[i - 1]!.fence)) {
+        pointerWrong.push(
+          `${label}: the published fence went back from ${observed[i - 1]!.fence} to ${observed[i]!.fence} at ${at(observed[i]!.t)}`,
+        );
+      }
+    }
+    if (newest === null) continue;
+    if (!published) {
+      pointerWrong.push(`${label}: nothing published in Redis, yet fence ${newest} published`);
+      continue;
+    }
+    if (published.fence !== newest)
+      pointerWrong.push(`${label}: Redis pointer at fence ${published.fence}, newest published fence is ${newest}`);
+    const newestRun = rebuilt.find((r) => r.fence === newest);
+    if (newestRun && newestRun.buildHash !== published.value) {
+      pointerWrong.push(
+        `${label}: Redis pointer ${published.value}, the fence-${newest} run ${newestRun.id} published ${newestRun.buildHash}`,
+      );
+    }
+    const current = await readCurrent(outputDirOf(definition, ref.tenant));
+    if (current !== published.value) {
+      const meta = current ? buildMeta.get(`${ref.rebuild} ${current}`) : undefined;
+      pointerWrong.push(
+        `${label}: ${ref.rebuild}/current -> ${current ?? "(none)"}${meta ? ` (a build of ${meta.tenant} ${meta.version})` : ""}, ` +
+          `but ${label}'s pointer (fence ${published.fence}) is ${published.value}`,
+      );
+    }
+  }
+  const flips = crossTenantFlips(events, buildMeta);
+  // Last fence wins, not newest version: a deferred older version can publish after a newer one.
+  let olderAfterNewer = 0;
+  const endsOlder: string[] = [];
+  for (const ref of claimRefs()) {
+    const rebuilt = records
+      .filter((r) => r.status === "rebuilt" && r.rebuild === ref.rebuild && (r.tenant ?? undefined) === ref.tenant)
+      .sort((a, b) => (a.fence ?? 0) - (b.fence ?? 0));
+    let newestVersion = "";
+    for (const run of rebuilt) {
+      if ((run.version ?? "") < newestVersion) olderAfterNewer += 1;
+      else newestVersion = run.version ?? "";
+    }
+    const final = rebuilt[rebuilt.length - 1];
+    if (final && (final.version ?? "") < newestVersion)
+      endsOlder.push(`${claimLabel(ref)} ends at ${final.version} after ${newestVersion}`);
+  }
+
+  // --- figures -------------------------------------------------------------------------------
+  lines.push(`.work directories left behind: ${workDirsLeft}; cross-tenant flips of a shared current: ${flips}`);
+  lines.push(
+    `publishes of an older version after a newer one (last fence wins): ${olderAfterNewer}` +
+      (endsOlder.length ? `; ${endsOlder.join(", ")}` : ""),
+  );
+  lines.push("must be zero:");
+  lines.push(
+    `  overlapping writers on one output: ${counted.length} (live ${counted.filter((o) => o.kind === "live").length}, orphan ${counted.filter((o) => o.kind === "orphan").length}, both published ${overlaps.filter((o) => o.bothPublished).length})`,
+  );
+  for (const o of counted.slice(0, 6)) lines.push(...describeOverlap(o, at, recordById, workers));
+  lines.push(`  lost triggers: ${lost.length}`);
+  for (const l of lost.slice(0, 8)) lines.push(`    ${l}`);
+  lines.push(
+    `  partial or corrupt publishes: ${corrupt.length} (${buildsChecked} builds and every current re-hashed and compared with their version's content)`,
+  );
+  for (const c of corrupt.slice(0, 8)) lines.push(`    ${c}`);
+  lines.push(`  stale claims left: ${claimsLeft.length}`);
+  for (const c of claimsLeft.slice(0, 8))
+    lines.push(
+      `    ${c.name} fence ${c.fence} held by ${c.holder.workerId ?? "?"} run ${c.holder.runId ?? "?"} pttl ${c.pttlMs} ms`,
+    );
+  lines.push(`  current or pointer not at the newest fence's build: ${pointerWrong.length}`);
+  for (const p of pointerWrong.slice(0, 8)) lines.push(`    ${p}`);
+  if (fenced.length) {
+    lines.push("fenced overlaps (harmless by design, for the record):");
+    for (const o of fenced.slice(0, 3)) lines.push(...describeOverlap(o, at, recordById, workers));
+  }
+  lines.push(
+    `max kill→resume: ${maxResumeS === null ? "n/a" : `${maxResumeS.toFixed(1)} s`} (next attempt running, per the run records); ` +
+      `max kill→redelivery: ${redelivered.length ? `${Math.max(...redelivered).toFixed(1)} s` : "n/a"}`,
+  );
+
+  return {
+    lines,
+    figures: {
+      overlaps: counted.length,
+      lost: lost.length,
+      corrupt: corrupt.length,
+      staleLeft: claimsLeft.length,
+      pointerWrong: pointerWrong.length,
+      maxResumeS,
+      triggers: triggers.length,
+      kills: kills.length,
+      pauses: pauses.length,
+    },
+  };
+}
+
+// --- journal -------------------------------------------------------------------------------
+
+function readJournals(dir: string, events: SoakEvent[]): Map<string, JournalRun> {
+  const runs = new Map<string, JournalRun>();
+  const soakKills = new Map<number, number>();
+  for (const e of events) if (e.kind === "orphan-kill") soakKills.set(Number(e.pid), e.t);
+  for (const file of fs
+    .readdirSync(dir)
+    .filter((f) => f.endsWith(".journal"))
+    .sort()) {
+    const rebuild = file.slice(0, -".journal".length);
+    for (const line of fs.readFileSync(path.join(dir, file), "utf8").split("\n")) {
+      if (!line) continue;
+      const [t, kind, runId, pid, ppidAtStart, ppidNow, , tenant, version] = line.split(" ");
+      if (!t || !kind || !runId || !version) continue;
+      const time = Number(t);
+      let run = runs.get(runId);
+      if (!run) {
+        run = {
+          runId,
+          rebuild,
+          tenant: tenant === NO_TENANT ? null : (tenant ?? null),
+          version,
+          pid: Number(pid),
+          workerPid: Number(ppidAtStart),
+          start: time,
+          stop: time,
+          stopKind: "vanished",
+          writes: 0,
+          orphanWrites: 0,
+          writeTimes: [],
+          lines: [],
+        };
+        runs.set(runId, run);
+      }
+      run.lines.push(line);
+      run.stop = Math.max(run.stop, time);
+      if (kind === "w-") {
+        run.writes += 1;
+        run.writeTimes.push({ t: time, reparented: ppidNow !== ppidAtStart });
+      }
+      if (kind === "end" || kind === "term" || kind.startsWith("stdout-")) run.stopKind = kind;
+    }
+  }
+  // A step that left no last line died without a trace: SIGKILLed by the soak's clean-up (then
+  // that is when), or by its own crash (then its last line is the best bound).
+  for (const run of runs.values()) {
+    const killedAt = soakKills.get(run.pid);
+    if (run.stopKind === "vanished" && killedAt !== undefined) {
+      run.stop = Math.max(run.stop, killedAt);
+      run.stopKind = "killed by the soak's clean-up";
+    }
+  }
+  return runs;
+}
+
+function workerTimelines(events: SoakEvent[]): Map<number, WorkerTimeline> {
+  const workers = new Map<number, WorkerTimeline>();
+  const get = (pid: number) => {
+    let w = workers.get(pid);
+    if (!w) {
+      w = { pid, workerId: null, goneAt: null, goneHow: null, pauses: [] };
+      workers.set(pid, w);
+    }
+    return w;
+  };
+  for (const e of events) {
+    const pid = Number(e.pid);
+    if (e.kind === "worker-ready") get(pid).workerId = String(e.workerId);
+    if (e.kind === "kill" && get(pid).goneAt === null) Object.assign(get(pid), { goneAt: e.t, goneHow: "SIGKILL" });
+    if (e.kind === "worker-exit" && get(pid).goneAt === null) {
+      Object.assign(get(pid), { goneAt: e.t, goneHow: `exit ${String(e.code ?? e.signal)}` });
+    }
+    if (e.kind === "pause") get(pid).pauses.push({ from: e.t, to: Infinity, ms: Number(e.ms) });
+    if (e.kind === "resume") {
+      const open = get(pid).pauses.find((p) => p.to === Infinity);
+      if (open) open.to = e.t;
+    }
+  }
+  return workers;
+}
+
+function isOrphanAt(run: JournalRun, workers: Map<number, WorkerTimeline>, t: number): boolean {
+  const goneAt = workers.get(run.workerPid)?.goneAt;
+  return goneAt !== null && goneAt !== undefined && t > goneAt;
+}
+
+function stateAt(run: JournalRun, workers: Map<number, WorkerTimeline>, t: number): WriterState {
+  if (isOrphanAt(run, workers, t)) return "orphan";
+  const worker = workers.get(run.workerPid);
+  if (worker?.pauses.some((p) => t >= p.from && t < p.to + RESUME_GRACE_MS)) return "paused";
+  return "controlled";
+}
+
+function findOverlaps(
+  journal: Map<string, JournalRun>,
+  workers: Map<number, WorkerTimeline>,
+  published: Set<string>,
+): Overlap[] {
+  const byClaim = groupBy([...journal.values()], (r) => claimLabel(r));
+  const found: Overlap[] = [];
+  for (const [claim, runs] of byClaim) {
+    runs.sort((a, b) => a.start - b.start);
+    for (let i = 0; i < runs.length; i++) {
+      for (let j = i + 1; j < runs.length && runs[j]!.start < runs[i]!.stop; j++) {
+        const a = runs[i]!;
+        const b = runs[j]!;
+        const from = Math.max(a.start, b.start);
+        const to = Math.min(a.stop, b.stop);
+        if (to <= from) continue;
+        // States change only at a worker's death, pause, or resume + grace: test each piece.
+        const cuts = [from, to];
+        for (const run of [a, b]) {
+          const w = workers.get(run.workerPid);
+          if (!w) continue;
+          if (w.goneAt !== null) cuts.push(w.goneAt);
+          for (const p of w.pauses) cuts.push(p.from, p.to + RESUME_GRACE_MS);
+        }
+        const points = [...new Set(cuts.filter((c) => c >= from && c <= to))].sort((x, y) => x - y);
+        let live = false;
+        let orphan = false;
+        for (let k = 0; k + 1 < points.length; k++) {
+          const mid = (points[k]! + points[k + 1]!) / 2;
+          const sa = stateAt(a, workers, mid);
+          const sb = stateAt(b, workers, mid);
+          if (sa === "controlled" && sb === "controlled") live = true;
+          if (sa === "orphan" || sb === "orphan") orphan = true;
+        }
+        const bothPublished = published.has(a.runId) && published.has(b.runId);
+        const kind = live || bothPublished ? "live" : orphan ? "orphan" : "fenced";
+        found.push({ claim, a, b, from, to, kind, bothPublished });
+      }
+    }
+  }
+  return found;
+}
+
+function describeOverlap(
+  o: Overlap,
+  at: (t: number) => string,
+  records: Map<string, RunRecord>,
+  workers: Map<number, WorkerTimeline>,
+): string[] {
+  const who = (run: JournalRun) => {
+    const record = records.get(run.runId);
+    const w = workers.get(run.workerPid);
+    const pauses = w?.pauses.filter((p) => p.from < run.stop && p.to > run.start) ?? [];
+    return (
+      `${run.runId} (pid ${run.pid}, worker pid ${run.workerPid}${w?.goneAt ? ` gone at ${at(w.goneAt)} by ${w.goneHow}` : ""}` +
+      `${pauses.length ? `, paused ${pauses.map((p) => `${at(p.from)}–${p.to === Infinity ? "end" : at(p.to)}`).join(", ")}` : ""}; ` +
+      `wrote ${at(run.start)}–${at(run.stop)}, ${run.writes} writes, last line "${run.stopKind}"; ` +
+      `record: ${record ? `${record.status} fence ${record.fence ?? "-"}${record.reason ? ` "${record.reason}"` : ""}` : "none"})`
+    );
+  };
+  return [
+    `    ${o.kind} overlap on ${o.claim}: ${at(o.from)}–${at(o.to)} (${((o.to - o.from) / 1000).toFixed(2)} s)${o.bothPublished ? ", both published" : ""}`,
+    `      ${who(o.a)}`,
+    `      ${who(o.b)}`,
+  ];
+}
+
+// --- builds --------------------------------------------------------------------------------
+
+async function verifyBuild(
+  dir: string,
+  name: string,
+  spec: (typeof SOAK_REBUILDS)[number],
+): Promise<{ error?: string; meta?: { tenant: string; version: string } }> {
+  if (!BUILD_HASH.test(name)) return { error: "not a build hash" };
+  const actual = await hashDirectory(dir);
+  if (actual !== name) return { error: `content hash is ${actual}` };
+  let meta: { rebuild: string; tenant: string; version: string; parts: number };
+  try {
+    meta = JSON.parse(fs.readFileSync(path.join(dir, META_FILE), "utf8")) as typeof meta;
+  } catch {
+    return { error: `no readable ${META_FILE}: a partial build` };
+  }
+  const key = contentKey(spec.name, meta.tenant, meta.version);
+  const parts = partCount(key, spec.minParts, spec.spanParts);
+  const expected = new Map<string, string>([[META_FILE, metaContent({ ...meta, rebuild: spec.name, parts })]]);
+  for (let i = 0; i < parts; i++) expected.set(partFileName(i), partContent(key, i));
+  const files = fs.readdirSync(dir).sort();
+  const extra = files.filter((f) => !expected.has(f));
+  const missing = [...expected.keys()].filter((f) => !files.includes(f));
+  if (extra.length || missing.length) {
+    return {
+      error: `files differ from ${meta.tenant} ${meta.version}: extra [${extra.join(", ")}], missing [${missing.join(", ")}]`,
+    };
+  }
+  for (const [file, content] of expected) {
+    if (fs.readFileSync(path.join(dir, file), "utf8") !== content)
+      return { error: `${file} is not ${meta.tenant} ${meta.version}'s` };
+  }
+  return { meta: { tenant: meta.tenant, version: meta.version } };
+}
+
+function crossTenantFlips(events: SoakEvent[], buildMeta: Map<string, { tenant: string }>): number {
+  let flips = 0;
+  const last = new Map<string, string>();
+  for (const e of events.filter((x) => x.kind === "current")) {
+    // A `current` (one per claim) that ever showed another tenant's build is a flip.
+    const rebuild = String(e.rebuild);
+    const claim = String(e.claim ?? rebuild);
+    const tenant = buildMeta.get(`${rebuild} ${path.basename(String(e.target))}`)?.tenant;
+    if (!tenant) continue;
+    const previous = last.get(claim);
+    if (previous && previous !== tenant) flips += 1;
+    last.set(claim, tenant);
+  }
+  return flips;
+}
+
+// --- Redis reads ---------------------------------------------------------------------------
+
+async function readAllRuns(main: Redis, keys: RedisKeys): Promise<RunRecord[]> {
+  const ids = await main.zrange(keys.runIndex(), "0", "-1");
+  const runs: RunRecord[] = [];
+  for (let i = 0; i < ids.length; i += 200) {
+    const batch = await Promise.all(ids.slice(i, i + 200).map((id) => readRun(main, keys, id)));
+    for (const run of batch) if (run) runs.push(run);
+  }
+  return runs;
+}
+
+interface JobState {
+  state: string;
+  failedReason: string | null;
+  attemptsStarted: number;
+}
+
+async function jobStatesOf(queue: Queue, jobIds: string[]): Promise<Map<string, JobState>> {
+  const states = new Map<string, JobState>();
+  for (let i = 0; i < jobIds.length; i += 100) {
+    const batch = jobIds.slice(i, i + 100);
+    const answers = await Promise.all(
+      batch.map(async (id) => {
+        const [state, job] = await Promise.all([queue.getJobState(id), queue.getJob(id)]);
+        return { state, failedReason: job?.failedReason || null, attemptsStarted: job?.attemptsStarted ?? 0 };
+      }),
+    );
+    batch.forEach((id, k) => states.set(id, answers[k]!));
+  }
+  return states;
+}
+
+/** Failures BullMQ decides by itself, without the processor (claimwatch) recording them. */
+const BULLMQ_OWN_FAILURE = /more than allowable limit/;
+
+function countDeferred(logDir: string): number {
+  let count = 0;
+  for (const file of fs.readdirSync(logDir)) {
+    const text = fs.readFileSync(path.join(logDir, file), "utf8");
+    count += (text.match(/\] deferred \d+ s: /g) ?? []).length;
+  }
+  return count;
+}
+
+// --- small helpers -------------------------------------------------------------------------
+
+export function readEvents(file: string): SoakEvent[] {
+  if (!fs.existsSync(file)) return [];
+  return fs
+    .readFileSync(file, "utf8")
+    .split("\n")
+    .filter(Boolean)
+    .map((line) => JSON.parse(line) as SoakEvent);
+}
+
+function asJobs(event: SoakEvent): { jobId: string; attempt: number; runId: string }[] {
+  return Array.isArray(event.jobs) ? (event.jobs as { jobId: string; attempt: number; runId: string }[]) : [];
+}
+
+function groupBy<T>(items: T[], keyOf: (item: T) => string): Map<string, T[]> {
+  const groups = new Map<string, T[]>();
+  for (const item of items) {
+    const key = keyOf(item);
+    const group = groups.get(key);
+    if (group) group.push(item);
+    else groups.set(key, [item]);
+  }
+  return groups;
+}
+
+function countBy<T>(items: T[], keyOf: (item: T) => string): Map<string, number> {
+  const counts = new Map<string, number>();
+  for (const item of items) counts.set(keyOf(item), (counts.get(keyOf(item)) ?? 0) + 1);
+  return counts;
+}
+
+function formatCounts(counts: Map<string, number>, order: string[] = []): string {
+  const keys = [...order.filter((k) => counts.has(k)), ...[...counts.keys()].filter((k) => !order.includes(k)).sort()];
+  return keys.map((k) => `${k} ${counts.get(k)}`).join(", ") || "none";
+}
+
+function sum(values: number[]): number {
+  return values.reduce((a, b) => a + b, 0);
+}
+
+function isSymlink(file: string): boolean {
+  try {
+    return fs.lstatSync(file).isSymbolicLink();
+  } catch {
+    return false;
+  }
+}
+
+function readLinkOrNull(file: string): string | null {
+  try {
+    return fs.readlinkSync(file);
+  } catch {
+    return null;
+  }
+}

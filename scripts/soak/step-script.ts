@@ -1,0 +1,66 @@
+/**
+ * The soak's rebuild step, written into the soak's temp dir and run by claimwatch as a `run`
+ * step (`node step.mjs <journal dir> <chatty|quiet> <chunk ms> <min parts> <extra parts>`).
+ *
+ * It writes the build of content.ts slowly (one part file per chunk, with a sleep between) and
+ * appends every write to `<journal dir>/<rebuild>.journal`, a file outside Redis and outside
+ * the output directory, opened O_APPEND; each line is one write(2) of < PIPE_BUF bytes, so
+ * lines of concurrent writers never interleave. Line format (space separated):
+ *
+ *   <ms> <kind> <runId> <pid> <ppid at start> <ppid now> <fence|?> <tenant|-> <version> <detail>
+ *
+ * kinds: start (detail: parts), w+ / w- (before / after writing part <detail>), end, term
+ * (SIGTERM from claimwatch's abort), stdout-EPIPE (its worker is gone: the log pipe broke).
+ * `ppid now` differs from `ppid at start` once the worker that spawned it has died.
+ * The fence is CLAIMWATCH_FENCE when claimwatch passes it, else "?".
+ *
+ * chatty: a log line per chunk (an orphaned step dies of EPIPE at its next line);
+ * quiet: output only at the end (like tar or a tiler), so an orphan writes on.
+ */
+export const STEP_SCRIPT = String.raw`
+import crypto from "node:crypto";
+import fs from "node:fs";
+import path from "node:path";
+
+const [journalDir, mode, chunkMs, minParts, spanParts] = process.argv.slice(2);
+const env = process.env;
+const runId = env.CLAIMWATCH_RUN_ID;
+const rebuild = env.CLAIMWATCH_REBUILD;
+const tenant = env.CLAIMWATCH_TENANT || "-";
+const version = env.CLAIMWATCH_VERSION;
+const work = env.CLAIMWATCH_WORK;
+const fence = env.CLAIMWATCH_FENCE || "?";
+const ppidAtStart = process.ppid;
+const journal = fs.openSync(path.join(journalDir, rebuild + ".journal"), "a");
+
+function note(kind, detail) {
+  const fields = [Date.now(), kind, runId, process.pid, ppidAtStart, process.ppid, fence, tenant, version, detail ?? "-"];
+  fs.writeSync(journal, fields.join(" ") + "\n");
+}
+
+process.on("SIGTERM", () => {
+  note("term");
+  process.exit(143);
+});
+process.stdout.on("error", (error) => {
+  note("stdout-" + (error.code || "error"));
+  process.exit(141);
+});
+
+const sha = (text) => crypto.createHash("sha256").update(text).digest("hex");
+const key = rebuild + "|" + tenant + "|" + version;
+const parts = Number(minParts) + (parseInt(sha(key).slice(0, 8), 16) % (Number(spanParts) + 1));
+note("start", String(parts));
+if (mode === "chatty") console.log("start " + runId + " parts=" + parts);
+for (let i = 0; i < parts; i++) {
+  const line = key + "|" + i + "|" + sha(key + "|" + i) + "\n";
+  note("w+", String(i));
+  fs.writeFileSync(path.join(work, "part-" + String(i).padStart(3, "0") + ".txt"), line.repeat(40 + ((i * 7) % 60)));
+  note("w-", String(i));
+  if (mode === "chatty") console.log("chunk " + (i + 1) + "/" + parts);
+  await new Promise((resolve) => setTimeout(resolve, Number(chunkMs) * (0.5 + Math.random())));
+}
+fs.writeFileSync(path.join(work, "meta.json"), JSON.stringify({ rebuild, tenant, version, parts }) + "\n");
+note("end", String(parts));
+console.log("done: " + parts + " parts");
+`;

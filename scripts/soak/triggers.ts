@@ -1,0 +1,146 @@
+/**
+ * The soak's stream of triggers over every (rebuild, tenant), with deliberate duplicates:
+ *
+ *   new         the next version of that output
+ *   again       the newest version once more (sometimes twice in a row)
+ *   mid-run     the version a run is building right now (read from the running-runs index)
+ *   redeliver   the same job data added straight to the queue under a new job id: what a
+ *               broker's second delivery of one message looks like (no trigger dedup)
+ *   force       the newest version with `force` (skips "already rebuilt", never the claim):
+ *               the same bytes again, so the same content-addressed build
+ *
+ * Every accepted trigger is an event `trigger` with its job id; the checker accounts for each.
+ */
+import crypto from "node:crypto";
+import type { Queue } from "bullmq";
+import type { Redis } from "ioredis";
+import type { RedisKeys } from "../../lib/redis/keys";
+import type { Definitions } from "../../lib/rebuilds/definitions";
+import { jobOptionsFor, type RebuildJobData } from "../../lib/rebuilds/queue";
+import { triggerRebuild, type TriggerRequest } from "../../lib/rebuilds/trigger";
+import { readRun } from "../../lib/runs/records";
+import { claimLabel, claimRefs, sleep, withTimeout, type EventLog, type SoakClaimRef } from "./bed";
+
+export type TriggerMode = "new" | "again" | "mid-run" | "redeliver" | "force";
+
+export interface TriggerStreamOptions {
+  queue: Queue;
+  main: Redis;
+  keys: RedisKeys;
+  definitions: Definitions;
+  events: EventLog;
+  random: () => number;
+  until: number;
+  /** Pause between triggers, ms. */
+  gapMs: [number, number];
+}
+
+const MODES: [TriggerMode, number][] = [
+  ["new", 0.4],
+  ["again", 0.16],
+  ["mid-run", 0.16],
+  ["redeliver", 0.14],
+  ["force", 0.14],
+];
+
+export async function runTriggerStream(options: TriggerStreamOptions): Promise<void> {
+  const { random, events } = options;
+  const refs = claimRefs();
+  const newest = new Map<string, number>();
+  const pick = <T>(items: T[]): T => items[Math.floor(random() * items.length)]!;
+  const versionOf = (n: number) => `v${String(n).padStart(4, "0")}`;
+
+  const send = async (ref: SoakClaimRef, version: string, mode: TriggerMode, force = false): Promise<void> => {
+    const fields = { rebuild: ref.rebuild, tenant: ref.tenant ?? null, version, mode, force };
+    try {
+      if (mode === "redeliver") {
+        const definition = options.definitions.rebuilds.get(ref.rebuild)!;
+        const data: RebuildJobData = {
+          rebuild: ref.rebuild,
+          ...(ref.tenant ? { tenant: ref.tenant } : {}),
+          version,
+          force,
+          trigger: "api",
+        };
+        const jobId = `run-${crypto.randomUUID()}`;
+        await withTimeout(
+          options.queue.add(ref.rebuild, data, {
+            ...jobOptionsFor(definition, options.definitions.retention),
+            jobId,
+          }),
+          20_000,
+          "queue.add",
+        );
+        events.record("trigger", { ...fields, status: "queued", jobId });
+        return;
+      }
+      const request: TriggerRequest = { version, force, trigger: "api", ...(ref.tenant ? { tenant: ref.tenant } : {}) };
+      const result = await withTimeout(
+        triggerRebuild(options.queue, options.main, options.keys, options.definitions, ref.rebuild, request),
+        20_000,
+        "trigger",
+      );
+      if (result.status === "queued" || result.status === "deduplicated") {
+        events.record("trigger", { ...fields, status: result.status, jobId: result.jobId });
+      } else {
+        events.record("trigger-refused", {
+          ...fields,
+          status: result.status,
+          message: "message" in result ? result.message : "",
+        });
+      }
+    } catch (error) {
+      // Not accepted as far as the caller can tell (Redis down past the timeout): not counted.
+      events.record("trigger-error", { ...fields, error: String(error) });
+    }
+  };
+
+  while (Date.now() < options.until) {
+    const ref = pick(refs);
+    const label = claimLabel(ref);
+    let roll = random();
+    let mode: TriggerMode = "new";
+    for (const [candidate, weight] of MODES) {
+      if (roll < weight) {
+        mode = candidate;
+        break;
+      }
+      roll -= weight;
+    }
+    const latest = newest.get(label);
+    if (mode === "new" || latest === undefined) {
+      const next = (latest ?? 0) + 1;
+      newest.set(label, next);
+      await send(ref, versionOf(next), "new");
+    } else if (mode === "again") {
+      await send(ref, versionOf(latest), "again");
+      if (random() < 0.3) await send(ref, versionOf(latest), "again");
+    } else if (mode === "force") {
+      await send(ref, versionOf(latest), "force", true);
+    } else if (mode === "redeliver") {
+      await send(ref, versionOf(latest), "redeliver");
+    } else {
+      const running = await runningRun(options).catch(() => null);
+      if (running) await send({ rebuild: running.rebuild, tenant: running.tenant }, running.version, "mid-run");
+      else await send(ref, versionOf(latest), "again");
+    }
+    const [low, high] = options.gapMs;
+    await sleep(low + random() * (high - low));
+  }
+}
+
+/** A run that is building right now, if any (a re-trigger of its version arrives mid-run). */
+async function runningRun(
+  options: Pick<TriggerStreamOptions, "main" | "keys" | "random">,
+): Promise<{ rebuild: string; tenant: string | undefined; version: string } | null> {
+  const ids = await withTimeout(
+    options.main.zrange(options.keys.runIndex({ status: "running" }), "0", "-1"),
+    2_000,
+    "running runs",
+  );
+  if (ids.length === 0) return null;
+  const id = ids[Math.floor(options.random() * ids.length)]!;
+  const run = await withTimeout(readRun(options.main, options.keys, id), 2_000, "run record");
+  if (!run || run.status !== "running" || !run.version) return null;
+  return { rebuild: run.rebuild, tenant: run.tenant ?? undefined, version: run.version };
+}
