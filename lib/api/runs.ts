@@ -28,6 +28,7 @@ export const runsQuery = z.strictObject({
 export type RunsQuery = z.output<typeof runsQuery>;
 
 export async function getRuns(context: WebContext, query: RunsQuery): Promise<RunPage> {
+  if (query.tenant && !query.rebuild) throw badRequest("tenant: give the rebuild it belongs to as well");
   if (query.rebuild) {
     const definition = context.definitions.rebuilds.get(query.rebuild);
     if (!definition) throw badRequest(`rebuild: no rebuild named '${query.rebuild}'`);

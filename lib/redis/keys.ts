@@ -55,14 +55,16 @@ export function redisKeys(prefix: string) {
     /** LIST: the newest log lines of a run (capped). */
     runLog: (runId: string) => `${tag}:run-log:${runId}`,
     /**
-     * ZSET runId → createdAt: newest-first indexes of run records. No filter: all runs; by
-     * rebuild; by rebuild and tenant; by status (a run moves between status indexes).
+     * ZSET runId → createdAt: newest-first indexes of run records, one per filter a listing can
+     * ask for — all runs, a rebuild, a rebuild's tenant, and each of these by status (a run moves
+     * between status indexes) — so every listing reads one index: O(page).
      */
     runIndex: (filter: { rebuild?: string; tenant?: string; status?: string } = {}) => {
-      if (filter.status) return `${tag}:runs:s:${filter.status}`;
-      if (filter.rebuild && filter.tenant) return `${tag}:runs:rt:${filter.rebuild}:${filter.tenant}`;
-      if (filter.rebuild) return `${tag}:runs:r:${filter.rebuild}`;
-      return `${tag}:runs`;
+      const { rebuild, tenant, status } = filter;
+      if (rebuild && tenant)
+        return status ? `${tag}:runs:rts:${rebuild}:${tenant}:${status}` : `${tag}:runs:rt:${rebuild}:${tenant}`;
+      if (rebuild) return status ? `${tag}:runs:rs:${rebuild}:${status}` : `${tag}:runs:r:${rebuild}`;
+      return status ? `${tag}:runs:s:${status}` : `${tag}:runs`;
     },
     /** STRING with a TTL: "this (rebuild, tenant, version) was rebuilt by run X". Key: sha256. */
     idempotency: (hash: string) => `${tag}:idem:${hash}`,

@@ -1,7 +1,7 @@
 /**
  * Listing run records newest first, in pages, from the ZSET indexes: O(page) Redis work however
- * many records exist. One filter picks the index (rebuild+tenant, rebuild, status, or all); a
- * second filter (status within a rebuild) is applied while walking, bounded per request.
+ * many records exist. Every filter combination has its own index (see `keys.runIndex`), so a
+ * page is one ZREVRANGEBYSCORE and one pipeline of HGETALLs. A tenant is always within a rebuild.
  */
 import type { Redis } from "ioredis";
 import type { RedisKeys } from "../redis/keys";
@@ -20,8 +20,6 @@ export interface RunPage {
   nextCursor: string | null;
 }
 
-/** Index entries examined per request when a second filter has to be applied while walking. */
-const WALK_LIMIT = 2_000;
 /** Attempts of one job looked up by `jobId`. */
 const MAX_ATTEMPTS_LOOKED_UP = 50;
 
@@ -49,68 +47,41 @@ export async function listRuns(
   cursor?: string,
 ): Promise<RunPage> {
   if (filter.jobId) return listRunsOfJob(client, keys, filter, limit);
-  const index = filter.rebuild
-    ? keys.runIndex({ rebuild: filter.rebuild, ...(filter.tenant ? { tenant: filter.tenant } : {}) })
-    : filter.status
-      ? keys.runIndex({ status: filter.status })
-      : keys.runIndex();
-  const statusWhileWalking = filter.rebuild && filter.status ? filter.status : undefined;
-  const tenantWhileWalking = !filter.rebuild && filter.tenant ? filter.tenant : undefined;
-
-  let position = decodeCursor(cursor);
-  const runs: RunRecord[] = [];
-  let examined = 0;
-  let exhausted = false;
-  const filtering = Boolean(statusWhileWalking || tenantWhileWalking);
-  walk: while (runs.length < limit && examined < WALK_LIMIT) {
-    const want = filtering ? Math.min(500, WALK_LIMIT - examined) : limit - runs.length;
-    // Inclusive of the cursor's score (ties are common at ms resolution); the overfetch covers them.
-    const fetch = want + 50;
-    const rows = await client.zrevrangebyscore(
-      index,
-      position ? String(position.score) : "+inf",
-      "-inf",
-      "WITHSCORES",
-      "LIMIT",
-      0,
-      fetch,
-    );
-    const entries: { id: string; score: number }[] = [];
-    for (let i = 0; i + 1 < rows.length; i += 2) entries.push({ id: rows[i]!, score: Number(rows[i + 1]) });
+  if (filter.tenant && !filter.rebuild) throw new RangeError("a tenant filter needs the rebuild it belongs to");
+  const index = keys.runIndex({
+    ...(filter.rebuild ? { rebuild: filter.rebuild } : {}),
+    ...(filter.rebuild && filter.tenant ? { tenant: filter.tenant } : {}),
+    ...(filter.status ? { status: filter.status } : {}),
+  });
+  const after = decodeCursor(cursor);
+  // Inclusive of the cursor's score (ties are common at ms resolution); the overfetch covers them.
+  const fetch = limit + 1 + 50;
+  const rows = await client.zrevrangebyscore(
+    index,
+    after ? String(after.score) : "+inf",
+    "-inf",
+    "WITHSCORES",
+    "LIMIT",
+    0,
+    fetch,
+  );
+  const entries: { id: string; score: number }[] = [];
+  for (let i = 0; i + 1 < rows.length; i += 2) {
+    const entry = { id: rows[i]!, score: Number(rows[i + 1]) };
     // Equal scores come in reverse lexicographic order: skip up to and including the cursor.
-    const after = position;
-    const fresh = after
-      ? entries.filter((e) => e.score < after.score || (e.score === after.score && e.id < after.id))
-      : entries;
-    const batch = fresh.slice(0, want);
-    const lastBatch = rows.length / 2 < fetch && fresh.length <= want;
-    if (batch.length === 0) {
-      exhausted = true;
-      break;
-    }
-    examined += batch.length;
-    const pipeline = client.pipeline();
-    for (const entry of batch) pipeline.hgetall(keys.run(entry.id));
-    const replies = (await pipeline.exec()) ?? [];
-    for (const [i, entry] of batch.entries()) {
-      position = entry;
-      const record = fromFields((replies[i]?.[1] as Record<string, string>) ?? {});
-      if (!record) continue; // trimmed between the two reads
-      if (statusWhileWalking && record.status !== statusWhileWalking) continue;
-      if (tenantWhileWalking && record.tenant !== tenantWhileWalking) continue;
-      runs.push(record);
-      if (runs.length === limit) {
-        exhausted = lastBatch && i === batch.length - 1;
-        break walk;
-      }
-    }
-    if (lastBatch) {
-      exhausted = true;
-      break;
-    }
+    if (!after || entry.score < after.score || (entry.score === after.score && entry.id < after.id))
+      entries.push(entry);
   }
-  const nextCursor = !exhausted && position ? `${position.score}.${position.id}` : null;
-  return { runs, nextCursor };
+  const page = entries.slice(0, limit);
+  const pipeline = client.pipeline();
+  for (const entry of page) pipeline.hgetall(keys.run(entry.id));
+  const replies = page.length ? ((await pipeline.exec()) ?? []) : [];
+  const runs = page
+    .map((_, i) => fromFields((replies[i]?.[1] as Record<string, string>) ?? {}))
+    .filter((run): run is RunRecord => run !== null); // trimmed between the two reads
+  const last = page[page.length - 1];
+  const more = entries.length > limit || (rows.length / 2 >= fetch && page.length === limit);
+  return { runs, nextCursor: more && last ? `${last.score}.${last.id}` : null };
 }
 
 /** The attempts of one job: run ids are `<job>-a<n>`, looked up directly (no index walk). */

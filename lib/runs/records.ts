@@ -71,6 +71,13 @@ function indexKeys(keys: RedisKeys, rebuild: string, tenant: string | null): str
   return list;
 }
 
+/** The status indexes a run is in: by status alone, and within its rebuild (and tenant). */
+function statusIndexKeys(keys: RedisKeys, rebuild: string, tenant: string | null, status: string): string[] {
+  const list = [keys.runIndex({ status }), keys.runIndex({ rebuild, status })];
+  if (tenant) list.push(keys.runIndex({ rebuild, tenant, status }));
+  return list;
+}
+
 /**
  * Queues the commands that create or update a run inside `tx`. A new record is indexed at its
  * `createdAt`; an existing one keeps its place. The status index moves from `previous` to the new status.
@@ -87,8 +94,12 @@ export function upsertRunInto(
   tx.pexpire(key, retention.maxAgeMs + 86_400_000); // backstop: trimming normally removes it first
   for (const index of indexKeys(keys, record.rebuild, record.tenant)) tx.zadd(index, "NX", record.createdAt, record.id);
   if (record.status && record.status !== previousStatus) {
-    if (previousStatus) tx.zrem(keys.runIndex({ status: previousStatus }), record.id);
-    tx.zadd(keys.runIndex({ status: record.status }), record.createdAt, record.id);
+    if (previousStatus) {
+      for (const key of statusIndexKeys(keys, record.rebuild, record.tenant, previousStatus)) tx.zrem(key, record.id);
+    }
+    for (const key of statusIndexKeys(keys, record.rebuild, record.tenant, record.status)) {
+      tx.zadd(key, record.createdAt, record.id);
+    }
   }
   return tx;
 }
@@ -216,7 +227,7 @@ export async function trimRuns(
     const [status, runTenant] = (replies[i]?.[1] as (string | null)[] | undefined) ?? [null, null];
     tx.del(keys.run(id), keys.runLog(id));
     for (const key of indexKeys(keys, rebuild, runTenant || null)) tx.zrem(key, id);
-    if (status) tx.zrem(keys.runIndex({ status: status as RunStatus }), id);
+    if (status) for (const key of statusIndexKeys(keys, rebuild, runTenant || null, status)) tx.zrem(key, id);
   });
   await tx.exec();
   return victims.length;

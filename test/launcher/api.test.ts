@@ -214,6 +214,21 @@ test("GET /api/runs pages newest first with cursors, filters, and refuses bad fi
     ["seed-03-a1"],
   );
 
+  const skippedTenanted = await call("GET", "/api/runs?rebuild=tenanted&tenant=acme&status=skipped&limit=2");
+  const firstPage = skippedTenanted.body.runs as { id: string; status: string; tenant: string }[];
+  assert.equal(firstPage.length, 2);
+  assert.ok(firstPage.every((r) => r.status === "skipped" && r.tenant === "acme"));
+  const secondPage = await call(
+    "GET",
+    `/api/runs?rebuild=tenanted&tenant=acme&status=skipped&limit=2&cursor=${encodeURIComponent(String(skippedTenanted.body.nextCursor))}`,
+  );
+  // Seeded: i = 0, 10, 20 are tenanted, acme and skipped (i % 5 === 0 and even).
+  assert.deepEqual(
+    [...firstPage, ...(secondPage.body.runs as { id: string }[])].map((r) => r.id),
+    ["seed-20-a1", "seed-10-a1", "seed-00-a1"],
+  );
+  assert.equal(secondPage.body.nextCursor, null);
+  assertError(await call("GET", "/api/runs?tenant=acme"), 400, /^tenant: give the rebuild/);
   assertError(await call("GET", "/api/runs?status=exploded"), 400, /^status: must be one of queued, running/);
   assertError(await call("GET", "/api/runs?limit=201"), 400, /^limit: /);
   assertError(await call("GET", "/api/runs?cursor=garbage"), 400, /^cursor: /);
