@@ -158,7 +158,10 @@ export function parseConfig(env: Record<string, string | undefined>, cwd: string
     const variable = String(issue.path[0] ?? "environment");
     // Never echo a token back: it would end up in logs.
     const secret = variable.endsWith("_TOKEN");
-    const shown = present[variable] === undefined || secret ? "" : ` (got ${JSON.stringify(present[variable])})`;
+    const raw = present[variable];
+    // Never echo a password either: a Redis URL is shown without its credentials.
+    const safe = raw === undefined ? undefined : raw.replace(/\/\/[^@/]*@/, "//***@");
+    const shown = safe === undefined || secret ? "" : ` (got ${JSON.stringify(safe)})`;
     return { ok: false, error: new ConfigError(variable, `${issue.message}${shown}`) };
   }
   const e = parsed.data;

@@ -13,7 +13,7 @@ import { loadDefinitionsOrExit } from "../lib/rebuilds/definitions";
 import { queuePrefix, REBUILD_QUEUE } from "../lib/rebuilds/queue";
 import { repairCurrentLinks } from "../lib/rebuilds/repair";
 import { trimAllRuns } from "../lib/runs/records";
-import { pruneAbandonedWorkDirs } from "../lib/rebuilds/output";
+import { pruneAbandonedWorkDirs, pruneOldBuilds } from "../lib/rebuilds/output";
 import { syncSchedules } from "../lib/rebuilds/schedules";
 import { closeRedis, createRedis } from "../lib/redis/client";
 import { redisKeys } from "../lib/redis/keys";
@@ -47,6 +47,9 @@ const { worker, running } = startRebuildWorker(
   { ...DEFAULT_WORKER_OPTIONS, concurrency },
 );
 
+/** Trimming run records and pruning old builds: once a minute per worker is plenty. */
+const MAINTENANCE_EVERY_MS = 60_000;
+let lastMaintenance = 0;
 let lastBeatFailed = false;
 async function heartbeat(): Promise<void> {
   try {
@@ -54,8 +57,12 @@ async function heartbeat(): Promise<void> {
     if (lastBeatFailed) log("heartbeat restored");
     lastBeatFailed = false;
     for (const line of await repairCurrentLinks(claims, keys, definitions)) log(line);
-    await trimAllRuns(main, keys, definitions, retention);
-    await pruneAbandonedWorkDirs(definitions);
+    if (Date.now() - lastMaintenance >= MAINTENANCE_EVERY_MS) {
+      lastMaintenance = Date.now();
+      await trimAllRuns(main, keys, definitions, retention);
+      await pruneAbandonedWorkDirs(definitions);
+      await pruneOldBuilds(definitions);
+    }
   } catch (error) {
     if (!lastBeatFailed) log(`heartbeat failed (will keep trying): ${describeError(error)}`);
     lastBeatFailed = true;
@@ -73,6 +80,13 @@ try {
 log(
   `ready: ${definitions.rebuilds.size} rebuild(s) from ${definitions.file}, concurrency ${concurrency}, Redis ${new URL(urls.main).host}`,
 );
+
+// A stray rejection must not take down a worker that holds claims: log it loudly instead.
+process.on("unhandledRejection", (reason) => {
+  log(
+    `unhandled rejection (a bug; please report): ${reason instanceof Error ? (reason.stack ?? reason.message) : String(reason)}`,
+  );
+});
 
 let stopping = false;
 async function shutdown(signal: NodeJS.Signals): Promise<void> {

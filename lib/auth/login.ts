@@ -8,6 +8,8 @@ import { credentialsFrom, findCredential } from "./credentials";
 import { sessionSecret, signSession, SESSION_TTL_MS, type Session } from "./session";
 
 const FAILURE_WINDOW_MS = 15 * 60_000;
+/** Failed logins in a window that are audited one by one. */
+const AUDIT_EACH_UP_TO = 100;
 
 export function failureDelayMs(failures: number): number {
   return Math.min(5_000, 250 * 2 ** Math.max(0, failures - 1));
@@ -23,6 +25,9 @@ export async function logIn(
     const key = connections.keys.loginFailures;
     const replies = (await connections.main.multi().incr(key).pexpire(key, FAILURE_WINDOW_MS).exec()) ?? [];
     const failures = Number(replies[0]?.[1] ?? 1);
+    // Under a flood, audit one entry per hundred failures (with the count) rather than each.
+    if (failures > AUDIT_EACH_UP_TO && failures % AUDIT_EACH_UP_TO !== 0)
+      return { ok: false, delayMs: failureDelayMs(failures) };
     await appendAudit(connections.main, connections.keys, {
       actor: "anonymous",
       action: "login",

@@ -3,8 +3,11 @@ import { checkHealth, HEALTH_DEADLINE_MS, unconfiguredHealth, type HealthReport 
 import { missedTickProblems, staleClaimProblems } from "./operations";
 import { describeError } from "./redis-safety";
 
-/** The web server's health report, with the operational checks; never throws, never hangs. */
-export async function currentHealth(): Promise<HealthReport> {
+/**
+ * The web server's health report, with the operational checks (stale claims, missed ticks) unless
+ * `operational: false` (anonymous probes: cheap, and they would only see a count); never throws.
+ */
+export async function currentHealth(options: { operational?: boolean } = {}): Promise<HealthReport> {
   let context;
   try {
     context = getWebContext();
@@ -12,7 +15,7 @@ export async function currentHealth(): Promise<HealthReport> {
     return unconfiguredHealth(describeError(error));
   }
   const report = await checkHealth(context.probes);
-  if (!report.ok) return report;
+  if (!report.ok || options.operational === false) return report;
   const { connections, definitions } = context;
   const operational = await Promise.race([
     Promise.all([

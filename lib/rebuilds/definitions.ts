@@ -16,12 +16,16 @@ const NAME = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
 const nameSchema = (what: string) =>
   z.string().regex(NAME, `${what} must be 1-64 letters, digits, '_' or '-', starting with a letter or digit`);
 
+const MAX_TIMER_MS = 2_147_483_647;
 const DURATION_MESSAGE = "must be a duration like 500ms, 90s, 10m, 2h, 1d or 1h30m";
 const duration = z
   .string()
   .regex(/^(?:\d+(?:ms|s|m|h|d))+$/, DURATION_MESSAGE)
   .refine((text) => parseDuration(text) !== undefined, { message: DURATION_MESSAGE })
   .transform((text) => parseDuration(text)!);
+
+/** Durations that drive a timer: Node timers overflow above 2^31-1 ms (~24.8 days) and fire at once. */
+const timerDuration = duration.refine((ms) => ms <= MAX_TIMER_MS, { message: "must be at most 24d (a timer limit)" });
 
 const filePath = z
   .string()
@@ -66,7 +70,7 @@ const runStepSchema = z.strictObject({
   cwd: z.string().optional(),
   transientExitCodes: z.array(z.number().int().min(1).max(255)).default([]),
   /** After an abort, how long the program has between SIGTERM and SIGKILL. */
-  killGrace: duration.default(5_000),
+  killGrace: timerDuration.default(5_000),
 });
 
 const tilesStepSchema = z.strictObject({
@@ -91,16 +95,16 @@ const rebuildSchema = z
     tenants: z.array(nameSchema("a tenant name")).min(1, "must list at least one tenant, or be left out").optional(),
     inputs: z.array(filePath).default([]),
     schedule: scheduleSchema.optional(),
-    claim: z.strictObject({ ttl: duration.default(90_000), refreshEvery: duration.default(30_000) }).default({
+    claim: z.strictObject({ ttl: timerDuration.default(90_000), refreshEvery: timerDuration.default(30_000) }).default({
       ttl: 90_000,
       refreshEvery: 30_000,
     }),
-    timeLimit: duration.default(7_200_000),
+    timeLimit: timerDuration.default(7_200_000),
     retries: z
       .strictObject({
         attempts: z.number().int().min(1).max(50).default(4),
-        backoff: duration.default(30_000),
-        maxBackoff: duration.default(600_000),
+        backoff: timerDuration.default(30_000),
+        maxBackoff: timerDuration.default(600_000),
       })
       .default({ attempts: 4, backoff: 30_000, maxBackoff: 600_000 }),
     idempotency: z.strictObject({ ttl: duration.default(86_400_000) }).default({ ttl: 86_400_000 }),

@@ -9,6 +9,7 @@
  * changes nothing. Redis holds the authoritative pointer (fenced publish); the symlink follows it.
  */
 import crypto from "node:crypto";
+import { createReadStream } from "node:fs";
 import fs from "node:fs/promises";
 import path from "node:path";
 import { outputDirOf, tenantsOf, type Definitions } from "./definitions";
@@ -39,9 +40,10 @@ export async function hashDirectory(dir: string): Promise<string> {
   files.sort();
   const hash = crypto.createHash("sha256");
   for (const rel of files) {
-    const bytes = await fs.readFile(path.join(dir, rel));
-    hash.update(`${rel}\0${bytes.length}\0`);
-    hash.update(bytes);
+    const file = path.join(dir, rel);
+    // Streamed: a build may hold files larger than a Buffer can (2 GiB) or than memory should.
+    hash.update(`${rel}\0${(await fs.stat(file)).size}\0`);
+    for await (const chunk of createReadStream(file)) hash.update(chunk as Buffer);
   }
   return hash.digest("hex").slice(0, 32);
 }
@@ -134,5 +136,14 @@ export async function pruneAbandonedWorkDirs(definitions: Definitions): Promise<
     for (const tenant of tenantsOf(rebuild)) {
       await pruneWorkDirs(outputDirOf(rebuild, tenant), rebuild.timeLimit + rebuild.claim.ttl);
     }
+  }
+}
+
+/** Builds kept per output besides `current`: enough to roll back by hand, not a growing pile. */
+export const KEEP_OLD_BUILDS = 3;
+
+export async function pruneOldBuilds(definitions: Definitions): Promise<void> {
+  for (const rebuild of definitions.rebuilds.values()) {
+    for (const tenant of tenantsOf(rebuild)) await pruneBuilds(outputDirOf(rebuild, tenant), KEEP_OLD_BUILDS);
   }
 }

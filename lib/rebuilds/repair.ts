@@ -11,6 +11,9 @@ import type { Redis } from "ioredis";
 import { outputDirOf, tenantsOf, type Definitions } from "./definitions";
 import { buildDirOf, pointCurrent, readCurrent, BUILD_HASH } from "./output";
 
+/** How old a published pointer must be before `current` is made to follow it. */
+export const REPAIR_AFTER_MS = 10_000;
+
 export async function repairCurrentLinks(
   client: ScriptingClient & Pick<Redis, "hgetall">,
   keys: RedisKeys,
@@ -26,6 +29,9 @@ export async function repairCurrentLinks(
           const outputDir = outputDirOf(definition, tenant);
           const published = await readPublished(client, keys, name);
           if (!published || !BUILD_HASH.test(published.value)) return;
+          // The publisher swaps `current` right after its publish; only a difference that has
+          // lasted longer than that is repaired (else a repair could race a newer publish).
+          if (Date.now() - published.publishedAt < REPAIR_AFTER_MS) return;
           // This machine may not hold that build (outputs on local disks): nothing to repair here.
           if (!fs.existsSync(buildDirOf(outputDir, published.value))) return;
           const current = await readCurrent(outputDir);

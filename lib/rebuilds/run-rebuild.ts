@@ -139,6 +139,7 @@ class RebuildAttempt {
 
   async run(): Promise<RebuildOutcome> {
     const { deps, data, definition } = this;
+    this.recordTick();
     this.version = data.version ?? (await hashInputs(definition.inputPaths).catch((e) => this.failEarly(e)));
     this.idemKey = idempotencyKey(data.rebuild, data.tenant, this.version);
 
@@ -206,7 +207,8 @@ class RebuildAttempt {
         },
         { setIdempotency: true },
       ),
-      resetSkips(deps.claims, deps.keys, this.claim),
+      // Bookkeeping: a claims-Redis hiccup here must not turn a published rebuild into a failure.
+      resetSkips(deps.claims, deps.keys, this.claim).catch((e: unknown) => this.log(`skip reset failed: ${String(e)}`)),
     ]);
     return {
       status: "rebuilt",
@@ -240,12 +242,11 @@ class RebuildAttempt {
       progress: 0,
       reason: null,
     });
-    if (this.job.attempt > 1) this.pendingWrites.push(this.closeAbandonedAttempts());
-    const tick = scheduledTickOf(this.job.id);
-    if (tick)
+    if (this.job.attempt > 1) {
       this.pendingWrites.push(
-        deps.main.zadd(deps.keys.scheduleTicks(data.rebuild, data.tenant), tick.tickAt, this.runId),
+        this.closeAbandonedAttempts().catch((e: unknown) => this.log(`closing earlier attempts failed: ${String(e)}`)),
       );
+    }
 
     const outputDir = outputDirOf(definition, data.tenant);
     const workDir = workDirOf(outputDir, this.runId);
@@ -315,7 +316,9 @@ class RebuildAttempt {
     const heldBy = holder.workerId ?? holder.host ?? "another worker";
     if (holder.version === this.version) {
       await Promise.all([
-        recordSkip(this.deps.claims, this.deps.keys, this.claim),
+        recordSkip(this.deps.claims, this.deps.keys, this.claim).catch((e: unknown) =>
+          this.log(`skip count failed: ${String(e)}`),
+        ),
         this.finishSkipped(
           "claim-held",
           `${this.claim} is held by ${heldBy} (job ${holder.jobId ?? "?"}) building the same version`,
@@ -341,6 +344,25 @@ class RebuildAttempt {
       idempotencyKey: this.idemKey,
     });
     return { status: "skipped", reason, runId: this.runId, version: this.version };
+  }
+
+  /**
+   * A scheduled tick counts as served as soon as a worker picks its job up — whether the run then
+   * rebuilds, skips or waits — so the banner's "missed tick" means that no worker ran it at all.
+   * Ticks older than the run retention are dropped on the way (one entry per tick otherwise).
+   */
+  private recordTick(): void {
+    const tick = scheduledTickOf(this.job.id);
+    if (!tick) return;
+    const key = this.deps.keys.scheduleTicks(this.data.rebuild, this.data.tenant);
+    this.pendingWrites.push(
+      this.deps.main
+        .multi()
+        .zadd(key, "NX", tick.tickAt, this.job.id)
+        .zremrangebyscore(key, "-inf", tick.tickAt - this.retention.maxAgeMs)
+        .exec()
+        .catch((e: unknown) => this.log(`recording the scheduled tick failed: ${String(e)}`)),
+    );
   }
 
   /**

@@ -224,15 +224,19 @@ export const AUDIT_APPEND = {
   keys: ["auditLog"],
   lua: `
 --[[ Append an audit entry and trim entries older than the retention (exact MINID trim, so
-nothing younger than the retention is ever removed). Entry ids carry the server's time.
+nothing younger than the retention is ever removed), then cap the stream's length (approximate
+MAXLEN), so a flood of refused requests cannot fill a noeviction Redis. Entry ids carry the
+server's time.
 KEYS[1] auditLog STREAM
-ARGV[1] retentionMs   ARGV[2..] field/value pairs
+ARGV[1] retentionMs   ARGV[2] maxEntries   ARGV[3..] field/value pairs
 Returns the new entry id
 ]]
 local serverTime = redis.call('TIME')
 local nowMs = tonumber(serverTime[1]) * 1000 + math.floor(tonumber(serverTime[2]) / 1000)
 local minId = string.format('%.0f', nowMs - tonumber(ARGV[1]))
-return redis.call('XADD', KEYS[1], 'MINID', minId, '*', unpack(ARGV, 2))
+local id = redis.call('XADD', KEYS[1], 'MINID', minId, '*', unpack(ARGV, 3))
+redis.call('XTRIM', KEYS[1], 'MAXLEN', '~', ARGV[2])
+return id
 `,
 } as const satisfies LuaScript;
 

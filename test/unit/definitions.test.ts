@@ -44,6 +44,7 @@ test("each rejection names the path and the problem", () => {
     ],
     [{ p: { ...base, extra: true } }, /rebuilds\.p: unknown key 'extra'/],
     [{ p: { ...base, claim: { ttl: "soon" } } }, /rebuilds\.p\.claim\.ttl: must be a duration/],
+    [{ p: { ...base, timeLimit: "30d" } }, /rebuilds\.p\.timeLimit: must be at most 24d \(a timer limit\)/],
     [{ p: base, q: base }, /rebuilds\.q\.output: is also the output of rebuild 'p'/],
     [{ p: base, q: { ...base, output: "out/inner" } }, /rebuilds\.q\.output: is nested with the output of rebuild 'p'/],
     [{ p: { ...base, schedule: { cron: "0 25 * * *" } } }, /rebuilds\.p\.schedule\.cron: is not a cron expression/],

@@ -11,13 +11,13 @@ export const dynamic = "force-dynamic";
  * a logged-in viewer gets the reasons the banner shows.
  */
 export async function GET(request: Request): Promise<Response> {
-  const report = await currentHealth();
   let identified: boolean;
   try {
     identified = authenticateHeaders(getWebContext().config, request.headers) !== null;
   } catch {
     identified = false;
   }
+  const report = await currentHealth({ operational: identified });
   return Response.json(identified ? report : publicHealth(report), {
     status: report.ok ? 200 : 503,
     headers: { "cache-control": "no-store" },
