@@ -17,19 +17,25 @@
  * concurrent jobs never wait on one another's claims; the outcome counts prove it. Rounds
  * interleave raw and pipeline in alternating order, so drift hits both alike.
  *
+ * Each round also times the disk part of a no-op rebuild alone (work dir, hash, promote,
+ * `current`), which bounds the c1 ratio from above whatever the Redis round trips cost.
+ *
  * Then kill→resume with the default worker settings: two real worker processes
  * (`worker/index.ts`), one slow job, SIGKILL the worker that runs it as soon as its run record
  * says `running`, and time until the next attempt's record says `running` (its `startedAt`)
  * on the other worker. Goal: within 10 s.
  *
  * Redis runs without persistence (BENCH_AOF=1: with AOF everysec, as the embedded Redis runs).
- * Env: BENCH_ROUNDS (3), BENCH_JOBS_C1 (1500), BENCH_JOBS_C16 (3000), BENCH_KILLS (3).
+ * Jobs per phase differ by side (raw is 5-15× faster), so that every phase runs for about a second
+ * or more; throughput is per job, so the counts do not enter the ratios.
+ * Env: BENCH_ROUNDS (3), BENCH_SCALE (1: multiplies the job counts), BENCH_KILLS (3).
  * Last line: RESULT pipeline_vs_raw_c1=<ratio> pipeline_vs_raw_c16=<ratio> kill_to_resume_s=<max s> …
  * (ratios of median jobs/s; kill_to_resume_s is the slowest of the kills).
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import crypto from "node:crypto";
 import fs from "node:fs";
+import fsp from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { Queue, Worker } from "bullmq";
@@ -39,6 +45,7 @@ import { startRedisServer, type RedisServerHandle } from "../lib/redis/embedded"
 import { closeRedis, createRedis } from "../lib/redis/client";
 import { redisKeys, type RedisKeys } from "../lib/redis/keys";
 import { parseDefinitions, type Definitions } from "../lib/rebuilds/definitions";
+import { hashDirectory, pointCurrent, promoteBuild, workDirOf } from "../lib/rebuilds/output";
 import { jobOptionsFor, jobRetention, queuePrefix, REBUILD_QUEUE, type RebuildJobData } from "../lib/rebuilds/queue";
 import { triggerRebuild } from "../lib/rebuilds/trigger";
 import type { RebuildOutcome } from "../lib/rebuilds/run-rebuild";
@@ -47,10 +54,13 @@ import type { RunRecord } from "../lib/runs/types";
 import { newWorkerIdentity } from "../lib/workers/heartbeat";
 import { DEFAULT_WORKER_OPTIONS, startRebuildWorker } from "../worker/rebuild-worker";
 
+type Side = "raw" | "pipeline";
+
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
-const JOBS: Record<number, number> = {
-  1: Number(process.env.BENCH_JOBS_C1 ?? 1_500),
-  16: Number(process.env.BENCH_JOBS_C16 ?? 3_000),
+const SCALE = Number(process.env.BENCH_SCALE ?? 1);
+const JOBS: Record<Side, Record<number, number>> = {
+  raw: { 1: Math.round(4_000 * SCALE), 16: Math.round(10_000 * SCALE) },
+  pipeline: { 1: Math.round(1_200 * SCALE), 16: Math.round(3_000 * SCALE) },
 };
 const KILLS = Number(process.env.BENCH_KILLS ?? 3);
 const AOF = process.env.BENCH_AOF === "1";
@@ -58,8 +68,6 @@ const CONCURRENCIES = [1, 16] as const;
 /** Distinct outputs (one rebuild each) the jobs are spread over; > 2 × the highest concurrency. */
 const OUTPUTS = 64;
 const KILL_GOAL_S = 10;
-
-type Side = "raw" | "pipeline";
 
 interface Bench {
   dir: string;
@@ -185,6 +193,24 @@ async function runPhase(bench: Bench, side: Side, concurrency: number, count: nu
   }
 }
 
+/**
+ * The disk part of a no-op rebuild alone (work dir, hash, promote, `current`: the same calls the
+ * pipeline makes), serially, in µs per job: what the pipeline costs at concurrency 1 even if
+ * every Redis round trip were free.
+ */
+async function diskFloorUs(bench: Bench, count: number): Promise<number> {
+  const outputDir = path.join(bench.dir, "disk-floor");
+  const started = performance.now();
+  for (let i = 0; i < count; i++) {
+    const workDir = workDirOf(outputDir, `floor-${crypto.randomBytes(4).toString("hex")}-a1`);
+    await fsp.mkdir(workDir, { recursive: true });
+    const hash = await hashDirectory(workDir);
+    await promoteBuild(outputDir, workDir, hash);
+    await pointCurrent(outputDir, hash);
+  }
+  return ((performance.now() - started) * 1000) / count;
+}
+
 async function throughput(bench: Bench) {
   // Warm-up (JIT, script loading, first directories) for both sides; not counted.
   for (const side of ["raw", "pipeline"] as const) await runPhase(bench, side, 16, 300, `warm-${side}`);
@@ -196,7 +222,7 @@ async function throughput(bench: Bench) {
       const result: Partial<Record<Side, PhaseResult>> = {};
       for (const side of order) {
         const label = `r${round}-c${concurrency}-${side}`;
-        result[side] = await runPhase(bench, side, concurrency, JOBS[concurrency]!, label);
+        result[side] = await runPhase(bench, side, concurrency, JOBS[side][concurrency]!, label);
       }
       const raw = result.raw!;
       const pipeline = result.pipeline!;
@@ -205,15 +231,16 @@ async function throughput(bench: Bench) {
       (perRound[`pipeline-c${concurrency}`] ??= []).push(pipeline.jobsPerSec);
       (perRound[`ratio-c${concurrency}`] ??= []).push(ratio);
       console.log(
-        `round ${round} c${String(concurrency).padEnd(2)} (${order.join(" then ")}, ${JOBS[concurrency]} jobs): ` +
+        `round ${round} c${String(concurrency).padEnd(2)} (${order.join(" then ")}): ` +
           `raw ${raw.jobsPerSec.toFixed(0)} jobs/s, pipeline ${pipeline.jobsPerSec.toFixed(0)} jobs/s ` +
           `(${Object.entries(pipeline.outcomes)
             .map(([k, v]) => `${k} ${v}`)
             .join(", ")}); ratio ${ratio.toFixed(3)}`,
       );
-      const notRebuilt = JOBS[concurrency]! - (pipeline.outcomes.rebuilt ?? 0);
+      const notRebuilt = JOBS.pipeline[concurrency]! - (pipeline.outcomes.rebuilt ?? 0);
       if (notRebuilt > 0) console.log(`  WARNING: ${notRebuilt} pipeline jobs were not rebuilt (see counts)`);
     }
+    (perRound.diskUs ??= []).push(await diskFloorUs(bench, JOBS.pipeline[1]!));
   }
   const summary: Record<string, { raw: number; pipeline: number; ratio: number; roundRatio: number }> = {};
   for (const concurrency of CONCURRENCIES) {
@@ -230,7 +257,13 @@ async function throughput(bench: Bench) {
         `ratio ${(pipeline / raw).toFixed(3)} (median per-round ratio ${summary[concurrency]!.roundRatio.toFixed(3)})`,
     );
   }
-  return summary;
+  const diskUs = median(perRound.diskUs!);
+  const rawUs = 1e6 / summary[1]!.raw;
+  console.log(
+    `disk part of a no-op rebuild alone (work dir, hash, promote, current; serial): median ${diskUs.toFixed(0)} µs/job ` +
+      `vs raw c1 ${rawUs.toFixed(0)} µs/job → c1 ratio ceiling with free Redis ${(rawUs / (rawUs + diskUs)).toFixed(3)}`,
+  );
+  return { summary, diskUs };
 }
 
 // --- kill → resume ----------------------------------------------------------------------------
@@ -355,12 +388,14 @@ async function killToResume(bench: Bench): Promise<number[]> {
       const exited = new Promise((resolve) => victim.child.once("exit", resolve));
       const killedAt = Date.now();
       victim.child.kill("SIGKILL");
-      // The step's process group would finish its `sleep` on its own; stop it as a crash would.
+      // The step's process group (`sh`, `sleep`) would finish on its own; stop it as a crash would.
       for (const pid of orphans) {
-        try {
-          process.kill(-pid, "SIGKILL");
-        } catch {
-          // already gone
+        for (const target of [-pid, pid]) {
+          try {
+            process.kill(target, "SIGKILL");
+          } catch {
+            // not a group leader, or already gone
+          }
         }
       }
       await exited;
@@ -435,12 +470,12 @@ async function main(): Promise<void> {
   try {
     console.log(
       `redis-server pid ${server.pid} on ${server.url} (${AOF ? "AOF everysec" : "no persistence"}); ` +
-        `${ROUNDS} rounds × {raw, pipeline} × c{${CONCURRENCIES.join(", ")}} (${JOBS[1]} / ${JOBS[16]} jobs), ` +
+        `${ROUNDS} rounds × {raw, pipeline} × c{${CONCURRENCIES.join(", ")}} (raw ${JOBS.raw[1]} / ${JOBS.raw[16]}, pipeline ${JOBS.pipeline[1]} / ${JOBS.pipeline[16]} jobs), ` +
         `no-op rebuilds over ${OUTPUTS} outputs; then ${KILLS} kill→resume with the default worker settings ` +
         `(lockDuration ${DEFAULT_WORKER_OPTIONS.lockDuration} ms, stalledInterval ${DEFAULT_WORKER_OPTIONS.stalledInterval} ms)`,
     );
     const started = performance.now();
-    const summary = await throughput(bench);
+    const { summary, diskUs } = await throughput(bench);
     const kills = await killToResume(bench);
     const worst = Math.max(...kills);
     console.log(
@@ -453,7 +488,7 @@ async function main(): Promise<void> {
       `RESULT pipeline_vs_raw_c1=${c1.ratio.toFixed(3)} pipeline_vs_raw_c16=${c16.ratio.toFixed(3)} ` +
         `kill_to_resume_s=${worst.toFixed(2)} kill_to_resume_median_s=${median(kills).toFixed(2)} ` +
         `raw_c1_jps=${c1.raw.toFixed(0)} pipeline_c1_jps=${c1.pipeline.toFixed(0)} ` +
-        `raw_c16_jps=${c16.raw.toFixed(0)} pipeline_c16_jps=${c16.pipeline.toFixed(0)}`,
+        `raw_c16_jps=${c16.raw.toFixed(0)} pipeline_c16_jps=${c16.pipeline.toFixed(0)} disk_floor_us=${diskUs.toFixed(0)}`,
     );
   } finally {
     await cleanUp();
