@@ -476,17 +476,19 @@ async function main(): Promise<void> {
     );
     const started = performance.now();
     const { summary, diskUs } = await throughput(bench);
-    const kills = await killToResume(bench);
-    const worst = Math.max(...kills);
+    const kills = KILLS > 0 ? await killToResume(bench) : [];
+    const seconds = (values: number[], pick: (v: number[]) => number) =>
+      values.length ? pick(values).toFixed(2) : "n/a";
+    const worst = seconds(kills, (v) => Math.max(...v));
     console.log(
-      `kill→resume: median ${median(kills).toFixed(2)} s, max ${worst.toFixed(2)} s (goal ≤ ${KILL_GOAL_S} s); ` +
+      `kill→resume: median ${seconds(kills, median)} s, max ${worst} s (goal ≤ ${KILL_GOAL_S} s); ` +
         `bench took ${((performance.now() - started) / 1000).toFixed(0)} s`,
     );
     const c1 = summary[1]!;
     const c16 = summary[16]!;
     console.log(
       `RESULT pipeline_vs_raw_c1=${c1.ratio.toFixed(3)} pipeline_vs_raw_c16=${c16.ratio.toFixed(3)} ` +
-        `kill_to_resume_s=${worst.toFixed(2)} kill_to_resume_median_s=${median(kills).toFixed(2)} ` +
+        `kill_to_resume_s=${worst} kill_to_resume_median_s=${seconds(kills, median)} ` +
         `raw_c1_jps=${c1.raw.toFixed(0)} pipeline_c1_jps=${c1.pipeline.toFixed(0)} ` +
         `raw_c16_jps=${c16.raw.toFixed(0)} pipeline_c16_jps=${c16.pipeline.toFixed(0)} disk_floor_us=${diskUs.toFixed(0)}`,
     );

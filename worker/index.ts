@@ -47,9 +47,14 @@ const { worker, running } = startRebuildWorker(
   { ...DEFAULT_WORKER_OPTIONS, concurrency },
 );
 
-/** Trimming run records and pruning old builds: once a minute per worker is plenty. */
+/**
+ * Trimming run records and pruning old builds: once a minute per worker, and at the next heartbeat
+ * after it finished 100 jobs or fell idle after finishing some (records never pile up for long).
+ */
 const MAINTENANCE_EVERY_MS = 60_000;
+const MAINTENANCE_AFTER_JOBS = 100;
 let lastMaintenance = 0;
+let processedAtMaintenance = 0;
 let lastBeatFailed = false;
 async function heartbeat(): Promise<void> {
   try {
@@ -57,8 +62,12 @@ async function heartbeat(): Promise<void> {
     if (lastBeatFailed) log("heartbeat restored");
     lastBeatFailed = false;
     for (const line of await repairCurrentLinks(claims, keys, definitions)) log(line);
-    if (Date.now() - lastMaintenance >= MAINTENANCE_EVERY_MS) {
+    const sinceMaintenance = running.processed() - processedAtMaintenance;
+    const busy = sinceMaintenance >= MAINTENANCE_AFTER_JOBS;
+    const settled = sinceMaintenance > 0 && running.ids().length === 0;
+    if (busy || settled || Date.now() - lastMaintenance >= MAINTENANCE_EVERY_MS) {
       lastMaintenance = Date.now();
+      processedAtMaintenance = running.processed();
       await trimAllRuns(main, keys, definitions, retention);
       await pruneAbandonedWorkDirs(definitions);
       await pruneOldBuilds(definitions);

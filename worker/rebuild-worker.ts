@@ -37,6 +37,8 @@ export const DEFAULT_WORKER_OPTIONS: RebuildWorkerOptions = {
 
 export interface RunningJobs {
   ids(): string[];
+  /** Jobs this worker has finished processing (any outcome), since it started. */
+  processed(): number;
 }
 
 export function startRebuildWorker(
@@ -44,6 +46,7 @@ export function startRebuildWorker(
   options: RebuildWorkerOptions = DEFAULT_WORKER_OPTIONS,
 ): { worker: Worker<RebuildJobData, RebuildOutcome>; running: RunningJobs } {
   const active = new Set<string>();
+  let processed = 0;
   const log = deps.log ?? (() => {});
 
   const processor = async (job: Job<RebuildJobData, RebuildOutcome>, token?: string, signal?: AbortSignal) => {
@@ -80,6 +83,7 @@ export function startRebuildWorker(
       throw error;
     } finally {
       active.delete(jobId);
+      processed += 1;
     }
   };
 
@@ -107,5 +111,5 @@ export function startRebuildWorker(
     }
   });
   worker.on("error", (error) => log(`worker error: ${error.message}`));
-  return { worker, running: { ids: () => [...active] } };
+  return { worker, running: { ids: () => [...active], processed: () => processed } };
 }

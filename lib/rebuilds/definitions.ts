@@ -142,6 +142,8 @@ const retentionSchema = z.strictObject({
   /** Finished BullMQ jobs kept for inspection (completed / failed), besides the run records. */
   completedJobs: z.number().int().min(0).max(100_000).default(1_000),
   failedJobs: z.number().int().min(0).max(100_000).default(5_000),
+  /** Old builds kept on disk per output (and tenant) besides `current`, for a manual roll-back. */
+  builds: z.number().int().min(0).max(100_000).default(5),
 });
 export type Retention = z.output<typeof retentionSchema>;
 export const DEFAULT_RETENTION_CONFIG: Retention = retentionSchema.parse({});

@@ -139,11 +139,11 @@ export async function pruneAbandonedWorkDirs(definitions: Definitions): Promise<
   }
 }
 
-/** Builds kept per output besides `current`: enough to roll back by hand, not a growing pile. */
-export const KEEP_OLD_BUILDS = 3;
-
+/** Removes old builds of every output, keeping `current` and `retention.builds` more. */
 export async function pruneOldBuilds(definitions: Definitions): Promise<void> {
   for (const rebuild of definitions.rebuilds.values()) {
-    for (const tenant of tenantsOf(rebuild)) await pruneBuilds(outputDirOf(rebuild, tenant), KEEP_OLD_BUILDS);
+    for (const tenant of tenantsOf(rebuild)) {
+      await pruneBuilds(outputDirOf(rebuild, tenant), definitions.retention.builds);
+    }
   }
 }

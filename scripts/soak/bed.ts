@@ -104,7 +104,8 @@ export function prepareDirs(root: string): SoakDirs {
       },
     ]),
   );
-  const retention = { runs: 100_000, completedJobs: 100_000, failedJobs: 100_000 };
+  // Keep every build: the checker re-hashes each published one.
+  const retention = { runs: 100_000, completedJobs: 100_000, failedJobs: 100_000, builds: 100_000 };
   fs.writeFileSync(dirs.config, stringify({ rebuilds, retention }));
   return dirs;
 }
