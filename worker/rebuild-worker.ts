@@ -20,8 +20,8 @@ export interface RebuildWorkerOptions {
   concurrency: number;
   /**
    * BullMQ job lock. A SIGKILLed worker's job is redelivered after the lock expires and the
-   * next stalled check runs: lockDuration + stalledInterval ≤ 9 s with the defaults, inside
-   * the 10 s goal. The lock is renewed every lockDuration/2; tile steps yield often enough.
+   * next stalled check runs: lockDuration + stalledInterval ≤ 8 s with the defaults, inside
+   * the 10 s goal with room for a loaded machine (measured up to 9.6 s with a 4 s interval). The lock is renewed every lockDuration/2; tile steps yield often enough.
    */
   lockDuration: number;
   stalledInterval: number;
@@ -32,7 +32,7 @@ export const DEFAULT_WORKER_OPTIONS: RebuildWorkerOptions = {
   // or a duplicate that is skipped at once instead of queueing behind the original).
   concurrency: 4,
   lockDuration: 5_000,
-  stalledInterval: 4_000,
+  stalledInterval: 3_000,
 };
 
 export interface RunningJobs {
