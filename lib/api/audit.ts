@@ -1,14 +1,10 @@
 import { z } from "zod";
+import { limitParam } from "./input";
 import { listAudit, MAX_AUDIT_PAGE, type AuditPage } from "../audit";
 import type { WebContext } from "../web/context";
 
 export const auditQuery = z.strictObject({
-  limit: z
-    .string()
-    .regex(/^\d{1,6}$/, `must be a whole number from 1 to ${MAX_AUDIT_PAGE}`)
-    .transform(Number)
-    .refine((n) => n >= 1 && n <= MAX_AUDIT_PAGE, `must be a whole number from 1 to ${MAX_AUDIT_PAGE}`)
-    .default(50),
+  limit: limitParam(MAX_AUDIT_PAGE, 50),
   cursor: z
     .string()
     .regex(/^\d{1,16}-\d{1,8}$/, "must be a cursor from a previous page")

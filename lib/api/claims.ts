@@ -1,5 +1,6 @@
 /** Claims as the API and the Claims page show them. */
 import { z } from "zod";
+import { limitParam } from "./input";
 import { forceReleaseClaim, listClaims, MAX_CLAIMS_PAGE, type ClaimInfo } from "../claims";
 import { describeStale, staleSince } from "../claims/stale";
 import { checkClaimName } from "../claims/name";
@@ -64,12 +65,7 @@ export function toApiClaim(claim: ClaimInfo): ApiClaim {
 }
 
 export const claimsQuery = z.strictObject({
-  limit: z
-    .string()
-    .regex(/^\d{1,6}$/, `must be a whole number from 1 to ${MAX_CLAIMS_PAGE}`)
-    .transform(Number)
-    .refine((n) => n >= 1 && n <= MAX_CLAIMS_PAGE, `must be a whole number from 1 to ${MAX_CLAIMS_PAGE}`)
-    .default(100),
+  limit: limitParam(MAX_CLAIMS_PAGE, 100),
   cursor: z.string().min(1).max(1_100).optional(),
 });
 

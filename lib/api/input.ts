@@ -55,7 +55,7 @@ export function readQuery<T>(url: string | URL, schema: ZodType<T>): T {
   return parsed.data;
 }
 
-/** `limit` in a query string: a whole number in range. */
+/** `limit` in a query string: a whole number from 1 to `max`, `fallback` when absent. */
 export const limitParam = (max: number, fallback: number) =>
   z
     .string()
@@ -63,9 +63,3 @@ export const limitParam = (max: number, fallback: number) =>
     .transform(Number)
     .refine((n) => n >= 1 && n <= max, `must be a whole number from 1 to ${max}`)
     .default(fallback);
-
-export const cursorParam = z
-  .string()
-  .min(1)
-  .max(600)
-  .regex(/^[\x21-\x7e]+$/, "must be a cursor from a previous page");

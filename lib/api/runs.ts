@@ -1,5 +1,6 @@
 /** Runs as the API and the Runs pages show them. */
 import { z } from "zod";
+import { limitParam } from "./input";
 import { isValidRunCursor, listRuns, type RunPage } from "../runs/list";
 import { readRun, readRunLog } from "../runs/records";
 import { RUN_ID_PATTERN, RUN_STATUSES, type RunRecord } from "../runs/types";
@@ -17,12 +18,7 @@ export const runsQuery = z.strictObject({
     .string()
     .regex(/^[A-Za-z0-9_.:-]{1,200}$/, "must be a job id")
     .optional(),
-  limit: z
-    .string()
-    .regex(/^\d{1,6}$/, `must be a whole number from 1 to ${MAX_RUNS_PAGE}`)
-    .transform(Number)
-    .refine((n) => n >= 1 && n <= MAX_RUNS_PAGE, `must be a whole number from 1 to ${MAX_RUNS_PAGE}`)
-    .default(50),
+  limit: limitParam(MAX_RUNS_PAGE, 50),
   cursor: z.string().max(300).refine(isValidRunCursor, "must be a cursor from a previous page").optional(),
 });
 export type RunsQuery = z.output<typeof runsQuery>;

@@ -4,12 +4,9 @@
  * never a 500, and never a Redis key built from unchecked input.
  */
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
 import { after, before, test } from "node:test";
 import { upsertRun } from "../../lib/runs/records";
-import { freePort } from "../../lib/redis/embedded";
-import { createTestBed, type TestBed } from "../support/stack";
-import { waitForLine, descendantPids, waitUntilGone } from "../support/processes";
+import { createTestBed, startWebServer, type TestBed } from "../support/stack";
 
 const OPERATOR_TOKEN = "api-test-operator-token-0123456789";
 let bed: TestBed;
@@ -21,18 +18,9 @@ before(async () => {
     slow: { output: "out/slow", steps: [{ name: "s", run: ["true"] }] },
     tenanted: { output: "out/tenanted", tenants: ["acme", "globex"], steps: [{ name: "s", run: ["true"] }] },
   });
-  const port = await freePort();
-  const web = spawn(process.execPath, ["--import", "tsx", "scripts/web.ts"], {
-    env: { ...bed.env, PORT: String(port), CLAIMWATCH_OPERATOR_TOKEN: `tester:${OPERATOR_TOKEN}` },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  await waitForLine(web, /dashboard at/, 90_000);
-  base = `http://127.0.0.1:${port}`;
-  stopWeb = async () => {
-    const children = descendantPids(web.pid!);
-    web.kill("SIGTERM");
-    await waitUntilGone([web.pid!, ...children], 15_000);
-  };
+  const web = await startWebServer(bed, { CLAIMWATCH_OPERATOR_TOKEN: `tester:${OPERATOR_TOKEN}` });
+  base = web.url;
+  stopWeb = web.stop;
 });
 after(async () => {
   await stopWeb?.();

@@ -3,13 +3,10 @@
  * operator, answers as its table entry says — and a route without an entry fails this test.
  */
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import { after, before, test } from "node:test";
-import { freePort } from "../../lib/redis/embedded";
-import { createTestBed, type TestBed } from "../support/stack";
-import { descendantPids, waitForLine, waitUntilGone } from "../support/processes";
+import { createTestBed, startWebServer, type TestBed } from "../support/stack";
 
 const TOKENS = {
   operator: "auth-test-operator-0123456789",
@@ -54,23 +51,12 @@ const seenBodies: string[] = [];
 
 before(async () => {
   bed = await createTestBed({ slow: { output: "out/slow", steps: [{ name: "s", run: ["true"] }] } });
-  const port = await freePort();
-  const web = spawn(process.execPath, ["--import", "tsx", "scripts/web.ts"], {
-    env: {
-      ...bed.env,
-      PORT: String(port),
-      CLAIMWATCH_OPERATOR_TOKEN: `olga:${TOKENS.operator},ratey:${TOKENS.ratey}`,
-      CLAIMWATCH_VIEWER_TOKEN: `victor:${TOKENS.viewer}`,
-    },
-    stdio: ["ignore", "pipe", "pipe"],
+  const web = await startWebServer(bed, {
+    CLAIMWATCH_OPERATOR_TOKEN: `olga:${TOKENS.operator},ratey:${TOKENS.ratey}`,
+    CLAIMWATCH_VIEWER_TOKEN: `victor:${TOKENS.viewer}`,
   });
-  await waitForLine(web, /dashboard at/, 90_000);
-  base = `http://127.0.0.1:${port}`;
-  stopWeb = async () => {
-    const children = descendantPids(web.pid!);
-    web.kill("SIGTERM");
-    await waitUntilGone([web.pid!, ...children], 15_000);
-  };
+  base = web.url;
+  stopWeb = web.stop;
 });
 after(async () => {
   await stopWeb?.();

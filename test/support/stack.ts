@@ -19,7 +19,8 @@ import { triggerRebuild, type TriggerRequest } from "../../lib/rebuilds/trigger"
 import { readRun } from "../../lib/runs/records";
 import type { RunRecord } from "../../lib/runs/types";
 import { startTestRedis, uniquePrefix, type TestRedis } from "./redis";
-import { waitForLine } from "./processes";
+import { freePort } from "../../lib/redis/embedded";
+import { descendantPids, waitForLine, waitUntilGone } from "./processes";
 
 export interface TestWorker {
   child: ChildProcess;
@@ -153,5 +154,29 @@ export function slowStep(seconds: number, name = "work") {
     name,
     run: ["sh", "-c", `sleep ${seconds}; echo "$CLAIMWATCH_RUN_ID" > "$CLAIMWATCH_WORK/run.txt"; echo done`],
     killGrace: "1s",
+  };
+}
+
+export interface TestWebServer {
+  url: string;
+  /** SIGTERM, then waits until the launcher and its next-server are gone. */
+  stop(): Promise<void>;
+}
+
+/** `npm run web` against the bed's Redis and definitions, on a free port (needs a build). */
+export async function startWebServer(bed: TestBed, env: Record<string, string> = {}): Promise<TestWebServer> {
+  const port = await freePort();
+  const web = spawn(process.execPath, ["--import", "tsx", "scripts/web.ts"], {
+    env: { ...bed.env, PORT: String(port), ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  await waitForLine(web, /dashboard at/, 90_000);
+  return {
+    url: `http://127.0.0.1:${port}`,
+    async stop() {
+      const children = descendantPids(web.pid!);
+      web.kill("SIGTERM");
+      await waitUntilGone([web.pid!, ...children], 15_000);
+    },
   };
 }
