@@ -37,7 +37,29 @@ export function ensureGeneratedOperatorToken(dataDir: string): { token: string; 
   }
 }
 
+let cached: { config: Config; tokenFileMtime: number | null; credentials: Credential[] } | undefined;
+
+function tokenFileMtime(dataDir: string): number | null {
+  try {
+    return fs.statSync(operatorTokenPath(dataDir)).mtimeMs;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * The credentials in force. Every request asks, so the result is cached: configured tokens
+ * never change while the process runs; the generated token file is re-read only when it changes.
+ */
 export function credentialsFrom(config: Config): Credential[] {
+  const configured = config.operatorTokens.length + config.viewerTokens.length > 0;
+  const mtime = configured ? null : tokenFileMtime(config.dataDir);
+  if (cached && cached.config === config && cached.tokenFileMtime === mtime) return cached.credentials;
+  cached = { config, tokenFileMtime: mtime, credentials: loadCredentials(config) };
+  return cached.credentials;
+}
+
+function loadCredentials(config: Config): Credential[] {
   const make = (name: string, role: Role, token: string): Credential => {
     const digest = digestOf(token);
     return { name, role, digest, tokenId: digest.subarray(0, 8).toString("hex") };

@@ -2,15 +2,6 @@
 export const RUN_STATUSES = ["queued", "running", "rebuilt", "skipped", "failed", "aborted", "superseded"] as const;
 export type RunStatus = (typeof RUN_STATUSES)[number];
 
-/** Statuses after which a run record no longer changes. */
-export const FINAL_STATUSES: ReadonlySet<RunStatus> = new Set([
-  "rebuilt",
-  "skipped",
-  "failed",
-  "aborted",
-  "superseded",
-]);
-
 export type RunTrigger = "schedule" | "manual" | "api";
 
 export interface StepRecord {

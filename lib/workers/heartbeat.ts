@@ -107,8 +107,3 @@ export async function listLiveWorkers(
   }
   return workers.sort((a, b) => b.heartbeatAt - a.heartbeatAt);
 }
-
-/** Whether one worker beat within the TTL (used by stale-claim detection). */
-export function isLive(heartbeatAt: number | null | undefined, now = Date.now()): boolean {
-  return typeof heartbeatAt === "number" && now - heartbeatAt < HEARTBEAT_TTL_MS;
-}
