@@ -3,6 +3,9 @@
  *   claim     — claimwatch's acquireClaim + releaseClaim (fence, metadata, registry inside the scripts)
  *   minimal   — `SET key token NX PX ttl` + Lua compare-and-delete
  *   semaphore — redis-semaphore's Mutex acquire/release
+ *   floor     — the least any claim the issue specifies can do, as two scripts: SET NX PX + fence
+ *               INCR + registry ZADD; GET + DEL + ZREM (no metadata, no takeover, no checks):
+ *               what claimwatch's scripts could at best shrink to
  * on one redis-server this script starts (temp dir, stopped by PID), over one connection.
  * Rounds of the three are interleaved, in rotating order, so drift (CPU frequency, other load)
  * hits all of them alike. Goal: claim ≥ 0.90 × minimal (both are two round trips).
@@ -11,7 +14,7 @@
  * runs), so the figures measure the code paths rather than the disk.
  *
  * Env: BENCH_ROUNDS (default 12), BENCH_CYCLES per round and variant (default 1000), BENCH_AOF.
- * Last line: RESULT claim_vs_minimal=<ratio> claim_vs_semaphore=<ratio> … (ratios of total
+ * Last line: RESULT claim_vs_minimal=<ratio> claim_vs_semaphore=<ratio> floor_vs_minimal=<ratio> … (ratios of total
  * cycles/s over all rounds; the median of per-round ratios is printed above it).
  */
 import crypto from "node:crypto";
@@ -21,6 +24,7 @@ import path from "node:path";
 import { Redis } from "ioredis";
 import { Mutex } from "redis-semaphore";
 import { acquireClaim, claimName, releaseClaim } from "../lib/claims/index";
+import { newClaimToken } from "../lib/claims/token";
 import { startRedisServer } from "../lib/redis/embedded";
 import { redisKeys } from "../lib/redis/keys";
 
@@ -35,9 +39,26 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 `;
 
+/** The issue's required work without metadata: the floor for any implementation of it. */
+const FLOOR_ACQUIRE = `
+--[[ KEYS[1] claim   KEYS[2] fence   KEYS[3] registry   ARGV[1] token   ARGV[2] ttlMs   ARGV[3] name
+Returns the fence | false (held) ]]
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return false end
+local fence = redis.call('INCR', KEYS[2])
+redis.call('ZADD', KEYS[3], 0, ARGV[3])
+return fence
+`;
+const FLOOR_RELEASE = `
+--[[ KEYS[1] claim   KEYS[2] registry   ARGV[1] token   ARGV[2] name   Returns 1 released | 0 not the owner ]]
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[2])
+return 1
+`;
+
 type Cycle = () => Promise<void>;
 
-function variants(client: Redis): Record<"claim" | "minimal" | "semaphore", Cycle> {
+function variants(client: Redis): Record<"claim" | "minimal" | "semaphore" | "floor", Cycle> {
   const keys = redisKeys("bench");
   const name = claimName("bench/output", "bench-tenant");
   const meta = { workerId: "bench-worker", jobId: "", runId: "bench-run", rebuild: "bench", version: "0.0.0" };
@@ -45,6 +66,12 @@ function variants(client: Redis): Record<"claim" | "minimal" | "semaphore", Cycl
   client.defineCommand("benchDelIfEqual", { numberOfKeys: 1, lua: MINIMAL_DEL_IF_EQUAL });
   const delIfEqual = (key: string, token: string) =>
     (client as unknown as { benchDelIfEqual(k: string, t: string): Promise<number> }).benchDelIfEqual(key, token);
+  client.defineCommand("benchFloorAcquire", { numberOfKeys: 3, lua: FLOOR_ACQUIRE });
+  client.defineCommand("benchFloorRelease", { numberOfKeys: 2, lua: FLOOR_RELEASE });
+  const floor = client as unknown as {
+    benchFloorAcquire(...keysThenArgs: (string | number)[]): Promise<number | null>;
+    benchFloorRelease(...keysThenArgs: string[]): Promise<number>;
+  };
   const minimalKey = "{bench}:minimal";
   const semaphoreKey = "{bench}:semaphore";
 
@@ -59,6 +86,14 @@ function variants(client: Redis): Record<"claim" | "minimal" | "semaphore", Cycl
       const token = crypto.randomUUID();
       if ((await client.set(minimalKey, token, "PX", TTL_MS, "NX")) !== "OK") throw new Error("minimal: not acquired");
       if ((await delIfEqual(minimalKey, token)) !== 1) throw new Error("minimal: not released");
+    },
+    async floor() {
+      const token = newClaimToken();
+      const [claim, fence, registry] = ["{bench}:floor-claim", "{bench}:floor-fence", "{bench}:floor-registry"];
+      if ((await floor.benchFloorAcquire(claim, fence, registry, token, TTL_MS, name)) === null) {
+        throw new Error("floor: not acquired");
+      }
+      if ((await floor.benchFloorRelease(claim, registry, token, name)) !== 1) throw new Error("floor: not released");
     },
     async semaphore() {
       const mutex = new Mutex(client, semaphoreKey, { lockTimeout: TTL_MS, acquireAttemptsLimit: 1 });
@@ -121,12 +156,14 @@ async function main(): Promise<void> {
       median(perRound.claim.map((claimCps, round) => claimCps / perRound[other][round]!));
     console.log(
       `median per-round ratio: claim/minimal ${roundRatio("minimal").toFixed(3)}, ` +
-        `claim/semaphore ${roundRatio("semaphore").toFixed(3)}`,
+        `claim/semaphore ${roundRatio("semaphore").toFixed(3)}; ` +
+        `floor/minimal ${median(perRound.floor.map((floorCps, round) => floorCps / perRound.minimal[round]!)).toFixed(3)}`,
     );
     const vsMinimal = cps("claim") / cps("minimal");
     const vsSemaphore = cps("claim") / cps("semaphore");
     console.log(
       `RESULT claim_vs_minimal=${vsMinimal.toFixed(3)} claim_vs_semaphore=${vsSemaphore.toFixed(3)} ` +
+        `floor_vs_minimal=${(cps("floor") / cps("minimal")).toFixed(3)} ` +
         `claim_cps=${cps("claim").toFixed(0)} minimal_cps=${cps("minimal").toFixed(0)} semaphore_cps=${cps("semaphore").toFixed(0)}`,
     );
   } finally {

@@ -1,21 +1,25 @@
 /**
  * Benchmark (not a test) of the rebuild worker, on one redis-server this script starts (temp
- * dir, stopped by PID):
+ * dir, stopped by PID). Four sides, each a BullMQ worker in this process on the same Redis:
  *
- *   raw       — BullMQ Queue + Worker in this process, processor `async () => null`
- *   pipeline  — `startRebuildWorker` (worker/rebuild-worker.ts) in this process, running no-op
- *               rebuilds: the full pipeline (idempotency GET ∥ claim acquire, work dir, hash,
- *               promote, fenced publish, `current`, run records, release, final MULTI with the
- *               idempotency SET, skip reset) minus user work. The definitions are built in code
- *               with `steps: []`: a `run` step would measure process spawns instead.
+ *   raw       — BullMQ Queue + Worker, processor `async () => null`
+ *   naive     — the issue's baseline: claim, idempotency key, run record and release as four
+ *               separate round trips (SET NX PX; GET; HSET; Lua compare-and-delete), no disk
+ *   pipeline  — `startRebuildWorker` (worker/rebuild-worker.ts) running fresh no-op rebuilds
+ *               (`steps: []`, a distinct version per job): the full pipeline (idempotency check,
+ *               claim acquire ∥ second check, work dir, hash, promote, fenced publish, `current`,
+ *               run records, release, final MULTI with the idempotency SET, skip reset) minus user
+ *               work. A `run` step would measure process spawns instead.
+ *   repeat    — the same worker running duplicates of a version already rebuilt (each output's
+ *               version is rebuilt once before the clock starts): the at-least-once repeat that
+ *               claimwatch exists to make harmless. One round trip per job (already-rebuilt.ts).
  *
- * Both sides use the same Redis, the same connection options (lib/redis/client.ts), the same
- * job options (`jobOptionsFor`) and worker options (`DEFAULT_WORKER_OPTIONS` and the job
- * retention), at concurrency 1 and 16. Jobs are added to a paused queue; the clock runs from
- * `resume` until the last `completed` event. Every job has its own version (nothing is skipped
- * as already rebuilt) and jobs are spread over OUTPUTS rebuilds with distinct outputs, so
- * concurrent jobs never wait on one another's claims; the outcome counts prove it. Rounds
- * interleave raw and pipeline in alternating order, so drift hits both alike.
+ * Every side uses the same connection options (lib/redis/client.ts), job options
+ * (`jobOptionsFor`) and worker options (`DEFAULT_WORKER_OPTIONS` and the job retention), at
+ * concurrency 1 and 16. Jobs are added to a paused queue; the clock runs from `resume` until the
+ * last `completed` event. Jobs are spread over OUTPUTS rebuilds with distinct outputs, so
+ * concurrent jobs never wait on one another's claims; the outcome counts prove it. Rounds rotate
+ * the order of the sides, so drift hits all of them alike.
  *
  * Each round also times the disk part of a no-op rebuild alone (work dir, hash, promote,
  * `current`), which bounds the c1 ratio from above whatever the Redis round trips cost.
@@ -26,11 +30,12 @@
  * on the other worker. Goal: within 10 s.
  *
  * Redis runs without persistence (BENCH_AOF=1: with AOF everysec, as the embedded Redis runs).
- * Jobs per phase differ by side (raw is 5-15× faster), so that every phase runs for about a second
- * or more; throughput is per job, so the counts do not enter the ratios.
+ * Jobs per phase differ by side (raw is 5-15× faster than a fresh rebuild), so that every phase
+ * runs for about a second or more; throughput is per job, so the counts do not enter the ratios.
  * Env: BENCH_ROUNDS (3), BENCH_SCALE (1: multiplies the job counts), BENCH_KILLS (3).
- * Last line: RESULT pipeline_vs_raw_c1=<ratio> pipeline_vs_raw_c16=<ratio> kill_to_resume_s=<max s> …
- * (ratios of median jobs/s; kill_to_resume_s is the slowest of the kills).
+ * Last line: RESULT pipeline_vs_raw_c1=<ratio> pipeline_vs_raw_c16=<ratio> kill_to_resume_s=<max s>
+ * repeat_vs_raw_c1=… repeat_vs_raw_c16=… naive_vs_raw_c1=… naive_vs_raw_c16=… (ratios of median
+ * jobs/s; kill_to_resume_s is the slowest of the kills).
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import crypto from "node:crypto";
@@ -54,13 +59,15 @@ import type { RunRecord } from "../lib/runs/types";
 import { newWorkerIdentity } from "../lib/workers/heartbeat";
 import { DEFAULT_WORKER_OPTIONS, startRebuildWorker } from "../worker/rebuild-worker";
 
-type Side = "raw" | "pipeline";
+type Side = "raw" | "naive" | "pipeline" | "repeat";
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const SCALE = Number(process.env.BENCH_SCALE ?? 1);
 const JOBS: Record<Side, Record<number, number>> = {
   raw: { 1: Math.round(4_000 * SCALE), 16: Math.round(10_000 * SCALE) },
+  naive: { 1: Math.round(2_000 * SCALE), 16: Math.round(5_000 * SCALE) },
   pipeline: { 1: Math.round(1_200 * SCALE), 16: Math.round(3_000 * SCALE) },
+  repeat: { 1: Math.round(2_000 * SCALE), 16: Math.round(5_000 * SCALE) },
 };
 const KILLS = Number(process.env.BENCH_KILLS ?? 3);
 const AOF = process.env.BENCH_AOF === "1";
@@ -111,33 +118,67 @@ function noOpDefinitions(dir: string): Definitions {
 
 const rebuildName = (i: number) => `bench-${String(i % OUTPUTS).padStart(2, "0")}`;
 
-/** Adds `count` jobs to a paused queue, runs one side until all completed; jobs/s from resume. */
+const NAIVE_RELEASE = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`;
+
+/**
+ * The issue's "naive pipeline": claim, idempotency key, run record and release as four separate
+ * round trips (SET NX PX; GET; HSET; Lua compare-and-delete), no fence, no indexes, no disk.
+ */
+function naiveProcessor(bench: Bench, keys: RedisKeys) {
+  return async (job: { id?: string; data: RebuildJobData }) => {
+    const { rebuild, version } = job.data;
+    const claimKey = keys.claim(`naive:${rebuild}`);
+    const token = crypto.randomUUID();
+    if (!(await bench.claims.set(claimKey, token, "PX", 30_000, "NX"))) return "held";
+    const done = await bench.main.get(keys.idempotency(`${rebuild}:${version}`));
+    await bench.main.hset(keys.run(`${job.id}-1`), {
+      id: `${job.id}-1`,
+      rebuild,
+      version: version ?? "",
+      status: done ? "skipped" : "rebuilt",
+      finishedAt: Date.now(),
+    });
+    await bench.claims.eval(NAIVE_RELEASE, 1, claimKey, token);
+    return done ? "skipped" : "rebuilt";
+  };
+}
+
+/** The version every job of a `repeat` phase asks for; rebuilt once per output before the clock starts. */
+const REPEAT_VERSION = "repeat";
+
+/**
+ * Adds `count` jobs to a paused queue, runs one side until all completed; jobs/s from resume.
+ * A `repeat` phase first rebuilds REPEAT_VERSION of every output (untimed), so each timed job is
+ * the duplicate of a version already rebuilt.
+ */
 async function runPhase(bench: Bench, side: Side, concurrency: number, count: number, label: string) {
   const keys = redisKeys(`bench-${label}-${crypto.randomBytes(3).toString("hex")}`);
   const queue = new Queue<RebuildJobData>(REBUILD_QUEUE, { connection: bench.main, prefix: queuePrefix(keys) });
   await queue.pause();
   const anyDefinition = bench.definitions.rebuilds.values().next().value!;
   const options = jobOptionsFor(anyDefinition, bench.definitions.retention);
-  await queue.addBulk(
-    Array.from({ length: count }, (_, i) => ({
-      name: rebuildName(i),
-      data: { rebuild: rebuildName(i), version: `${label}-${i}`, force: false, trigger: "api" as const },
-      opts: { ...options, jobId: `run-${crypto.randomUUID()}` },
-    })),
-  );
+  const addJobs = (n: number, version: (i: number) => string) =>
+    queue.addBulk(
+      Array.from({ length: n }, (_, i) => ({
+        name: rebuildName(i),
+        data: { rebuild: rebuildName(i), version: version(i), force: false, trigger: "api" as const },
+        opts: { ...options, jobId: `run-${crypto.randomUUID()}` },
+      })),
+    );
 
   const outcomes: Record<string, number> = {};
   let done = 0;
+  let expected = side === "repeat" ? OUTPUTS : count;
   let finished!: () => void;
-  const allDone = new Promise<void>((resolve) => (finished = resolve));
+  let allDone = new Promise<void>((resolve) => (finished = resolve));
   const count1 = (status: string) => {
     outcomes[status] = (outcomes[status] ?? 0) + 1;
-    if (++done === count) finished();
+    if (++done === expected) finished();
   };
   const problems: string[] = [];
   let worker: Worker;
-  if (side === "raw") {
-    worker = new Worker(REBUILD_QUEUE, async () => null, {
+  if (side === "raw" || side === "naive") {
+    worker = new Worker(REBUILD_QUEUE, side === "raw" ? async () => null : naiveProcessor(bench, keys), {
       connection: bench.main,
       prefix: queuePrefix(keys),
       concurrency,
@@ -147,7 +188,7 @@ async function runPhase(bench: Bench, side: Side, concurrency: number, count: nu
       maxStartedAttempts: 20,
       ...jobRetention(bench.definitions.retention),
     });
-    worker.on("completed", () => count1("done"));
+    worker.on("completed", (_job, status: string | null) => count1(status ?? "done"));
   } else {
     worker = startRebuildWorker(
       {
@@ -160,12 +201,14 @@ async function runPhase(bench: Bench, side: Side, concurrency: number, count: nu
         retention: { maxPerRebuild: bench.definitions.retention.runs, maxAgeMs: bench.definitions.retention.runAge },
         // Per-job outcome lines are counted below; anything else (deferrals, errors) is kept.
         log: (line) => {
-          if (!/: rebuilt$/.test(line) && problems.length < 5) problems.push(line);
+          if (!/: (rebuilt|skipped)$/.test(line) && problems.length < 5) problems.push(line);
         },
       },
       { ...DEFAULT_WORKER_OPTIONS, concurrency },
     ).worker;
-    worker.on("completed", (_job, outcome: RebuildOutcome) => count1(outcome.status));
+    worker.on("completed", (_job, outcome: RebuildOutcome) =>
+      count1(outcome.status === "skipped" ? `skipped ${outcome.reason}` : outcome.status),
+    );
   }
   worker.on("failed", (job, error) => {
     if (problems.length < 5) problems.push(`job ${job?.id}: failed: ${error.message}`);
@@ -173,6 +216,18 @@ async function runPhase(bench: Bench, side: Side, concurrency: number, count: nu
   });
   try {
     await worker.waitUntilReady();
+    if (side === "repeat") {
+      await addJobs(OUTPUTS, () => REPEAT_VERSION);
+      await queue.resume();
+      await allDone;
+      await queue.pause();
+      if (outcomes.rebuilt !== OUTPUTS) throw new Error(`${label}: priming: ${JSON.stringify(outcomes)}`);
+      for (const status of Object.keys(outcomes)) delete outcomes[status];
+      done = 0;
+      expected = count;
+      allDone = new Promise<void>((resolve) => (finished = resolve));
+    }
+    await addJobs(count, side === "repeat" ? () => REPEAT_VERSION : (i) => `${label}-${i}`);
     const started = performance.now();
     await queue.resume();
     let timer: NodeJS.Timeout | undefined;
@@ -211,59 +266,64 @@ async function diskFloorUs(bench: Bench, count: number): Promise<number> {
   return ((performance.now() - started) * 1000) / count;
 }
 
+const SIDES: readonly Side[] = ["raw", "naive", "pipeline", "repeat"];
+type Medians = Record<Side, number>;
+
 async function throughput(bench: Bench) {
-  // Warm-up (JIT, script loading, first directories) for both sides; not counted.
-  for (const side of ["raw", "pipeline"] as const) await runPhase(bench, side, 16, 300, `warm-${side}`);
+  // Warm-up (JIT, script loading, first directories) for every side; not counted.
+  for (const side of SIDES) await runPhase(bench, side, 16, 300, `warm-${side}`);
 
   const perRound: Record<string, number[]> = {};
   for (let round = 1; round <= ROUNDS; round++) {
     for (const concurrency of CONCURRENCIES) {
-      const order: Side[] = (round + concurrency) % 2 ? ["pipeline", "raw"] : ["raw", "pipeline"];
+      // Rotate the order, so drift (CPU frequency, other load) hits every side alike.
+      const order = SIDES.map((_, i) => SIDES[(i + round + concurrency) % SIDES.length]!);
       const result: Partial<Record<Side, PhaseResult>> = {};
       for (const side of order) {
         const label = `r${round}-c${concurrency}-${side}`;
         result[side] = await runPhase(bench, side, concurrency, JOBS[side][concurrency]!, label);
+        (perRound[`${side}-c${concurrency}`] ??= []).push(result[side].jobsPerSec);
       }
-      const raw = result.raw!;
-      const pipeline = result.pipeline!;
-      const ratio = pipeline.jobsPerSec / raw.jobsPerSec;
-      (perRound[`raw-c${concurrency}`] ??= []).push(raw.jobsPerSec);
-      (perRound[`pipeline-c${concurrency}`] ??= []).push(pipeline.jobsPerSec);
-      (perRound[`ratio-c${concurrency}`] ??= []).push(ratio);
+      const raw = result.raw!.jobsPerSec;
       console.log(
-        `round ${round} c${String(concurrency).padEnd(2)} (${order.join(" then ")}): ` +
-          `raw ${raw.jobsPerSec.toFixed(0)} jobs/s, pipeline ${pipeline.jobsPerSec.toFixed(0)} jobs/s ` +
-          `(${Object.entries(pipeline.outcomes)
-            .map(([k, v]) => `${k} ${v}`)
-            .join(", ")}); ratio ${ratio.toFixed(3)}`,
+        `round ${round} c${String(concurrency).padEnd(2)} (${order.join(", ")}): ` +
+          SIDES.map((side) => {
+            const { jobsPerSec, outcomes } = result[side]!;
+            const counts =
+              side === "raw"
+                ? ""
+                : ` {${Object.entries(outcomes)
+                    .map(([k, v]) => `${k} ${v}`)
+                    .join(", ")}}`;
+            return `${side} ${jobsPerSec.toFixed(0)} jobs/s${side === "raw" ? "" : ` (${(jobsPerSec / raw).toFixed(3)})`}${counts}`;
+          }).join("; "),
       );
-      const notRebuilt = JOBS.pipeline[concurrency]! - (pipeline.outcomes.rebuilt ?? 0);
-      if (notRebuilt > 0) console.log(`  WARNING: ${notRebuilt} pipeline jobs were not rebuilt (see counts)`);
+      const expected: Partial<Record<Side, string>> = { pipeline: "rebuilt", repeat: "skipped already-rebuilt" };
+      for (const [side, status] of Object.entries(expected) as [Side, string][]) {
+        const other = JOBS[side][concurrency]! - (result[side]!.outcomes[status] ?? 0);
+        if (other > 0) console.log(`  WARNING: ${other} ${side} jobs ended other than ${status} (see counts)`);
+      }
     }
     (perRound.diskUs ??= []).push(await diskFloorUs(bench, JOBS.pipeline[1]!));
   }
-  const summary: Record<string, { raw: number; pipeline: number; ratio: number; roundRatio: number }> = {};
+  const medians: Record<number, Medians> = {};
   for (const concurrency of CONCURRENCIES) {
-    const raw = median(perRound[`raw-c${concurrency}`]!);
-    const pipeline = median(perRound[`pipeline-c${concurrency}`]!);
-    summary[concurrency] = {
-      raw,
-      pipeline,
-      ratio: pipeline / raw,
-      roundRatio: median(perRound[`ratio-c${concurrency}`]!),
-    };
+    const m = Object.fromEntries(SIDES.map((side) => [side, median(perRound[`${side}-c${concurrency}`]!)])) as Medians;
+    medians[concurrency] = m;
     console.log(
-      `c${String(concurrency).padEnd(2)} medians: raw ${raw.toFixed(0)} jobs/s, pipeline ${pipeline.toFixed(0)} jobs/s, ` +
-        `ratio ${(pipeline / raw).toFixed(3)} (median per-round ratio ${summary[concurrency]!.roundRatio.toFixed(3)})`,
+      `c${String(concurrency).padEnd(2)} medians: ` +
+        SIDES.map(
+          (side) => `${side} ${m[side].toFixed(0)} jobs/s${side === "raw" ? "" : ` (${(m[side] / m.raw).toFixed(3)})`}`,
+        ).join(", "),
     );
   }
   const diskUs = median(perRound.diskUs!);
-  const rawUs = 1e6 / summary[1]!.raw;
+  const rawUs = 1e6 / medians[1]!.raw;
   console.log(
-    `disk part of a no-op rebuild alone (work dir, hash, promote, current; serial): median ${diskUs.toFixed(0)} µs/job ` +
-      `vs raw c1 ${rawUs.toFixed(0)} µs/job → c1 ratio ceiling with free Redis ${(rawUs / (rawUs + diskUs)).toFixed(3)}`,
+    `disk part of a fresh no-op rebuild alone (work dir, hash, promote, current; serial): median ${diskUs.toFixed(0)} µs/job ` +
+      `vs raw c1 ${rawUs.toFixed(0)} µs/job → c1 ratio ceiling of "pipeline" with free Redis ${(rawUs / (rawUs + diskUs)).toFixed(3)}`,
   );
-  return { summary, diskUs };
+  return { medians, diskUs };
 }
 
 // --- kill → resume ----------------------------------------------------------------------------
@@ -470,12 +530,13 @@ async function main(): Promise<void> {
   try {
     console.log(
       `redis-server pid ${server.pid} on ${server.url} (${AOF ? "AOF everysec" : "no persistence"}); ` +
-        `${ROUNDS} rounds × {raw, pipeline} × c{${CONCURRENCIES.join(", ")}} (raw ${JOBS.raw[1]} / ${JOBS.raw[16]}, pipeline ${JOBS.pipeline[1]} / ${JOBS.pipeline[16]} jobs), ` +
+        `${ROUNDS} rounds × {${SIDES.join(", ")}} × c{${CONCURRENCIES.join(", ")}} ` +
+        `(jobs at c1 / c16: ${SIDES.map((side) => `${side} ${JOBS[side][1]} / ${JOBS[side][16]}`).join(", ")}), ` +
         `no-op rebuilds over ${OUTPUTS} outputs; then ${KILLS} kill→resume with the default worker settings ` +
         `(lockDuration ${DEFAULT_WORKER_OPTIONS.lockDuration} ms, stalledInterval ${DEFAULT_WORKER_OPTIONS.stalledInterval} ms)`,
     );
     const started = performance.now();
-    const { summary, diskUs } = await throughput(bench);
+    const { medians, diskUs } = await throughput(bench);
     const kills = KILLS > 0 ? await killToResume(bench) : [];
     const seconds = (values: number[], pick: (v: number[]) => number) =>
       values.length ? pick(values).toFixed(2) : "n/a";
@@ -484,13 +545,14 @@ async function main(): Promise<void> {
       `kill→resume: median ${seconds(kills, median)} s, max ${worst} s (goal ≤ ${KILL_GOAL_S} s); ` +
         `bench took ${((performance.now() - started) / 1000).toFixed(0)} s`,
     );
-    const c1 = summary[1]!;
-    const c16 = summary[16]!;
+    const ratio = (side: Side, concurrency: number) =>
+      (medians[concurrency]![side] / medians[concurrency]!.raw).toFixed(3);
     console.log(
-      `RESULT pipeline_vs_raw_c1=${c1.ratio.toFixed(3)} pipeline_vs_raw_c16=${c16.ratio.toFixed(3)} ` +
+      `RESULT pipeline_vs_raw_c1=${ratio("pipeline", 1)} pipeline_vs_raw_c16=${ratio("pipeline", 16)} ` +
         `kill_to_resume_s=${worst} kill_to_resume_median_s=${seconds(kills, median)} ` +
-        `raw_c1_jps=${c1.raw.toFixed(0)} pipeline_c1_jps=${c1.pipeline.toFixed(0)} ` +
-        `raw_c16_jps=${c16.raw.toFixed(0)} pipeline_c16_jps=${c16.pipeline.toFixed(0)} disk_floor_us=${diskUs.toFixed(0)}`,
+        `repeat_vs_raw_c1=${ratio("repeat", 1)} repeat_vs_raw_c16=${ratio("repeat", 16)} ` +
+        `naive_vs_raw_c1=${ratio("naive", 1)} naive_vs_raw_c16=${ratio("naive", 16)} ` +
+        `raw_c1_jps=${medians[1]!.raw.toFixed(0)} raw_c16_jps=${medians[16]!.raw.toFixed(0)} disk_floor_us=${diskUs.toFixed(0)}`,
     );
   } finally {
     await cleanUp();

@@ -53,8 +53,11 @@ export function startRebuildWorker(
     const jobId = job.id!;
     active.add(jobId);
     try {
+      // A forced job drops its "waiting trigger" marker here; any other does it with its
+      // idempotency check (run-rebuild, one round trip).
       const data = rebuildJobData.safeParse(job.data);
-      if (data.success) void clearPendingTrigger(deps.main, deps.keys, data.data, jobId).catch(() => {});
+      if (data.success && data.data.force)
+        void clearPendingTrigger(deps.main, deps.keys, data.data, jobId).catch(() => {});
       const outcome = await runRebuild(deps, {
         id: jobId,
         attempt: Math.max(1, job.attemptsStarted),

@@ -2,7 +2,8 @@
  * One attempt of one rebuild job, step by step (the BullMQ wiring is in worker/):
  *
  *  1. version = the trigger's, else the hash of the inputs; idempotency key of (rebuild, tenant,
- *     version): already rebuilt → skipped "already-rebuilt" (unless forced);
+ *     version): already rebuilt → skipped "already-rebuilt" (unless forced), in one round trip
+ *     that also writes the record, without taking the claim (already-rebuilt.ts);
  *  2. the claim, named for the output (+ tenant): held for the same version → skipped
  *     "claim-held"; held for another version → deferred until it ends; held by an earlier
  *     attempt of this job → taken over (claims engine);
@@ -37,6 +38,7 @@ import { StepFailedError, TransientStepError, type StepContext } from "./steps/c
 import { runCommandStep, TRANSIENT_ERRNO } from "./steps/run-step";
 import { runTilesStep } from "./steps/tiles-step";
 import { hashInputs, idempotencyKey } from "./version";
+import { skipIfAlreadyRebuilt } from "./already-rebuilt";
 
 export interface RebuildDeps {
   /** Main Redis: run records, idempotency keys. */
@@ -143,8 +145,13 @@ class RebuildAttempt {
     this.version = data.version ?? (await hashInputs(definition.inputPaths).catch((e) => this.failEarly(e)));
     this.idemKey = idempotencyKey(data.rebuild, data.tenant, this.version);
 
-    // The idempotency check and the claim go out together: one round trip on the common path.
-    // A failed lookup counts as "not rebuilt": the claim still keeps the repeat harmless.
+    if (!data.force) {
+      const skipped = await this.skipIfAlreadyRebuilt();
+      if (skipped) return skipped;
+    }
+
+    // Checked again with the claim, in the same round trip: another run may have finished this
+    // version since. A failed lookup counts as "not rebuilt": the claim keeps the repeat harmless.
     const alreadyRebuilt: Promise<string | null> = data.force
       ? Promise.resolve(null)
       : deps.main.get(deps.keys.idempotency(this.idemKey)).catch(() => null);
@@ -217,6 +224,42 @@ class RebuildAttempt {
       buildHash: built.buildHash,
       fence: result.fence,
     };
+  }
+
+  /**
+   * A version already rebuilt is skipped in one round trip, without the claim
+   * (`skipIfAlreadyRebuilt`). A failed check is not a failure: the claim path checks again.
+   */
+  private async skipIfAlreadyRebuilt(): Promise<RebuildOutcome | null> {
+    const { deps, data } = this;
+    const now = Date.now();
+    const by = await skipIfAlreadyRebuilt(
+      deps.main,
+      deps.keys,
+      { id: this.job.id, data },
+      this.idemKey,
+      {
+        ...this.record,
+        jobId: this.job.id,
+        attempt: this.job.attempt,
+        version: this.version,
+        trigger: data.trigger,
+        workerId: deps.worker.id,
+        host: deps.worker.host,
+        startedAt: now,
+        finishedAt: now,
+        durationMs: 0,
+        idempotencyKey: this.idemKey,
+      },
+      this.retention,
+    ).catch((error: unknown) => {
+      this.log(`idempotency check failed (going on to the claim): ${String(error)}`);
+      return null;
+    });
+    if (by === null) return null;
+    await Promise.all(this.pendingWrites);
+    this.pendingWrites = [];
+    return { status: "skipped", reason: "already-rebuilt", runId: this.runId, version: this.version };
   }
 
   /** Steps → content-addressed build → fenced publish → `current`. Runs under the claim. */

@@ -17,6 +17,8 @@ export interface LuaScript<KeyNames extends readonly string[] = readonly string[
   readonly command: string;
   /** Names of KEYS[1..n], in order (documentation and arity). */
   readonly keys: KeyNames;
+  /** More KEYS follow the named ones (their count is passed on each call): `runVariadicScript`. */
+  readonly variadicKeys?: true;
   readonly lua: string;
 }
 
@@ -219,6 +221,41 @@ return {1, nowMs}
 `,
 } as const satisfies LuaScript;
 
+export const SKIP_IF_REBUILT = {
+  command: "claimwatchSkipIfRebuilt",
+  keys: ["idempotency", "pendingTrigger", "run"],
+  variadicKeys: true,
+  lua: `
+--[[ The repeat of a version already rebuilt, in one round trip: if the idempotency key exists,
+write the run's "skipped" record (hash + indexes) and say by which run; either way, drop the
+job's "waiting trigger" marker if it is still this job's (compare-and-delete).
+KEYS[1] idempotency STRING runId of the run that rebuilt the version
+KEYS[2] pendingTrigger STRING jobId of the waiting trigger
+KEYS[3] run HASH
+KEYS[4 ..] the run indexes, ARGV[4] of them (ZSET; ZADD NX: a record keeps its place),
+  then the status indexes of "skipped" (ZSET)
+ARGV[1] jobId   ARGV[2] runId   ARGV[3] createdAt (index score)   ARGV[4] number of run indexes
+ARGV[5] record TTL ms   ARGV[6] reason prefix (the rebuilding run id is appended)
+ARGV[7..] record field/value pairs
+Returns the run id that rebuilt the version (record written) | false (not rebuilt; nothing written)
+]]
+if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
+local by = redis.call('GET', KEYS[1])
+if not by then return false end
+redis.call('HSET', KEYS[3], 'reason', ARGV[6] .. by, unpack(ARGV, 7))
+redis.call('PEXPIRE', KEYS[3], ARGV[5])
+local runIndexes = 3 + tonumber(ARGV[4])
+for i = 4, #KEYS do
+  if i <= runIndexes then
+    redis.call('ZADD', KEYS[i], 'NX', ARGV[3], ARGV[2])
+  else
+    redis.call('ZADD', KEYS[i], ARGV[3], ARGV[2])
+  end
+end
+return by
+`,
+} as const satisfies LuaScript;
+
 export const AUDIT_APPEND = {
   command: "claimwatchAuditAppend",
   keys: ["auditLog"],
@@ -240,13 +277,15 @@ return id
 `,
 } as const satisfies LuaScript;
 
-const ALL_SCRIPTS: readonly LuaScript[] = [
+/** Every script, for registration (and for the test that loads each one). */
+export const ALL_SCRIPTS: readonly LuaScript[] = [
   CLAIM_ACQUIRE,
   CLAIM_REFRESH,
   CLAIM_RELEASE,
   CLAIM_FORCE_RELEASE,
   CLAIM_PRUNE,
   FENCED_PUBLISH,
+  SKIP_IF_REBUILT,
   AUDIT_APPEND,
 ];
 
@@ -269,7 +308,11 @@ const registered = new WeakSet<object>();
 export function registerScripts(client: ScriptingClient): void {
   if (registered.has(client)) return;
   for (const script of ALL_SCRIPTS) {
-    client.defineCommand(script.command, { numberOfKeys: script.keys.length, lua: script.lua });
+    client.defineCommand(script.command, {
+      // Without numberOfKeys, ioredis takes the count as the first argument of each call.
+      ...(script.variadicKeys ? {} : { numberOfKeys: script.keys.length }),
+      lua: script.lua,
+    });
   }
   registered.add(client);
 }
@@ -277,13 +320,27 @@ export function registerScripts(client: ScriptingClient): void {
 /** Runs `script` with its KEYS (a tuple in the header's order) and ARGV. One round trip. */
 export function runScript<K extends readonly string[]>(
   client: ScriptingClient,
-  script: LuaScript<K>,
+  script: LuaScript<K> & { variadicKeys?: never },
   keys: KeyTuple<K>,
   args: readonly Arg[],
 ): Promise<unknown> {
   registerScripts(client);
   const method = (client as unknown as Record<string, ScriptMethod<Promise<unknown>>>)[script.command];
   return method!.call(client, ...(keys as readonly string[]), ...args);
+}
+
+/** Runs a `variadicKeys` script: its named KEYS, then `moreKeys`, then ARGV. One round trip. */
+export function runVariadicScript<K extends readonly string[]>(
+  client: ScriptingClient,
+  script: LuaScript<K> & { variadicKeys: true },
+  keys: KeyTuple<K>,
+  moreKeys: readonly string[],
+  args: readonly Arg[],
+): Promise<unknown> {
+  registerScripts(client);
+  const method = (client as unknown as Record<string, ScriptMethod<Promise<unknown>>>)[script.command];
+  const allKeys = [...(keys as readonly string[]), ...moreKeys];
+  return method!.call(client, allKeys.length, ...allKeys, ...args);
 }
 
 /** A pipeline that carries the script methods (opened after registration). */

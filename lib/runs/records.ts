@@ -18,9 +18,12 @@ export interface RunRetention {
 
 export const DEFAULT_RETENTION: RunRetention = { maxPerRebuild: 10_000, maxAgeMs: 30 * 86_400_000 };
 
+/** Backstop expiry of a record and its log: trimming normally removes them first. */
+export const recordTtlMs = (retention: RunRetention) => retention.maxAgeMs + 86_400_000;
+
 type RunClient = Pick<Redis, "multi" | "hgetall" | "lrange" | "pipeline">;
 
-function toFields(record: Partial<RunRecord>): Record<string, string> {
+export function toFields(record: Partial<RunRecord>): Record<string, string> {
   const fields: Record<string, string> = {};
   for (const [key, value] of Object.entries(record)) {
     if (value === undefined) continue;
@@ -65,14 +68,14 @@ export function fromFields(hash: Record<string, string>): RunRecord | null {
 }
 
 /** Index keys a run belongs to (status excluded; status indexes move with the status). */
-function indexKeys(keys: RedisKeys, rebuild: string, tenant: string | null): string[] {
+export function indexKeys(keys: RedisKeys, rebuild: string, tenant: string | null): string[] {
   const list = [keys.runIndex(), keys.runIndex({ rebuild })];
   if (tenant) list.push(keys.runIndex({ rebuild, tenant }));
   return list;
 }
 
 /** The status indexes a run is in: by status alone, and within its rebuild (and tenant). */
-function statusIndexKeys(keys: RedisKeys, rebuild: string, tenant: string | null, status: string): string[] {
+export function statusIndexKeys(keys: RedisKeys, rebuild: string, tenant: string | null, status: string): string[] {
   const list = [keys.runIndex({ status }), keys.runIndex({ rebuild, status })];
   if (tenant) list.push(keys.runIndex({ rebuild, tenant, status }));
   return list;
@@ -91,7 +94,7 @@ export function upsertRunInto(
 ): ChainableCommander {
   const key = keys.run(record.id);
   tx.hset(key, toFields(record));
-  tx.pexpire(key, retention.maxAgeMs + 86_400_000); // backstop: trimming normally removes it first
+  tx.pexpire(key, recordTtlMs(retention));
   for (const index of indexKeys(keys, record.rebuild, record.tenant)) tx.zadd(index, "NX", record.createdAt, record.id);
   if (record.status && record.status !== previousStatus) {
     if (previousStatus) {
@@ -195,7 +198,7 @@ export class RunLogWriter {
     return tx
       .rpush(key, ...lines)
       .ltrim(key, -RUN_LOG_LINES, -1)
-      .pexpire(key, this.retention.maxAgeMs + 86_400_000);
+      .pexpire(key, recordTtlMs(this.retention));
   }
 }
 

@@ -1,0 +1,34 @@
+/**
+ * Every Lua script compiles on a real Redis, and each header keeps the promised shape. A `]]`
+ * inside a `--[[ ]]` header (e.g. `KEYS[ARGV[1]]`) ends the comment early: only a compile shows it.
+ */
+import assert from "node:assert/strict";
+import crypto from "node:crypto";
+import { after, before, test } from "node:test";
+import { Redis } from "ioredis";
+import { ALL_SCRIPTS } from "../../lib/redis/scripts";
+import { startTestRedis, stopTestRedis, type TestRedis } from "../support/redis";
+
+let server: TestRedis;
+let client: Redis;
+before(async () => {
+  server = await startTestRedis();
+  client = new Redis(server.url);
+});
+after(async () => {
+  client.disconnect();
+  await stopTestRedis(server);
+});
+
+for (const script of ALL_SCRIPTS) {
+  test(`${script.command} compiles and documents its KEYS, ARGV and return values`, async () => {
+    const sha = await client.script("LOAD", script.lua);
+    assert.equal(sha, crypto.createHash("sha1").update(script.lua).digest("hex"));
+    const header = /^\s*--\[\[([\s\S]*?)\]\]/.exec(script.lua)?.[1] ?? "";
+    script.keys.forEach((_, i) =>
+      assert.match(header, new RegExp(`KEYS\\[${i + 1}\\]`), `KEYS[${i + 1}] in the header`),
+    );
+    assert.match(header, /ARGV\[1\]/);
+    assert.match(header, /Returns/);
+  });
+}

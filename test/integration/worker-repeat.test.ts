@@ -1,0 +1,126 @@
+/**
+ * The repeat of a version already rebuilt (the duplicate an at-least-once queue delivers) is
+ * skipped in one round trip, without taking the claim: recorded and indexed as a skip, marker of
+ * the waiting trigger dropped if it is this job's. Drives `runRebuild` against a real Redis.
+ */
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { claimName } from "../../lib/claims";
+import { runRebuild, type RebuildDeps, type RebuildJob } from "../../lib/rebuilds/run-rebuild";
+import { idempotencyKey } from "../../lib/rebuilds/version";
+import { listRuns } from "../../lib/runs/list";
+import { readRun } from "../../lib/runs/records";
+import { newWorkerIdentity } from "../../lib/workers/heartbeat";
+import { createTestBed, type TestBed } from "../support/stack";
+
+let bed: TestBed;
+let deps: RebuildDeps;
+before(async () => {
+  bed = await createTestBed({
+    tiles: {
+      output: "out/repeat",
+      claim: { ttl: "4s", refreshEvery: "1s" },
+      steps: [{ name: "write", run: ["sh", "-c", 'echo "$CLAIMWATCH_VERSION" > "$CLAIMWATCH_WORK/v"'] }],
+    },
+  });
+  deps = {
+    main: bed.main,
+    claims: bed.claims,
+    keys: bed.keys,
+    definitions: bed.definitions,
+    worker: newWorkerIdentity("test"),
+  };
+});
+after(() => bed.close());
+
+let jobs = 0;
+function job(version: string, force = false): RebuildJob {
+  return {
+    id: `run-repeat-${++jobs}`,
+    attempt: 1,
+    createdAt: Date.now(),
+    data: { rebuild: "tiles", version, force, trigger: "api" },
+    signal: new AbortController().signal,
+  };
+}
+
+/** The claim the worker takes: named for the definition's (resolved) output path. */
+const claimOfTiles = () => claimName(bed.definitions.rebuilds.get("tiles")!.outputPath);
+const fenceOf = async () => Number((await bed.claims.get(bed.keys.claimFence(claimOfTiles()))) ?? 0);
+
+test("a repeat is skipped as already-rebuilt, recorded and indexed as a skip, without taking the claim", async () => {
+  const first = await runRebuild(deps, job("v1"));
+  assert.equal(first.status, "rebuilt");
+  const name = claimOfTiles();
+  const fence = await fenceOf();
+  assert.ok(fence >= 1);
+
+  const repeatJob = job("v1");
+  const repeat = await runRebuild(deps, repeatJob);
+  assert.deepEqual(repeat, {
+    status: "skipped",
+    reason: "already-rebuilt",
+    runId: `${repeatJob.id}-a1`,
+    version: "v1",
+  });
+  assert.equal(await fenceOf(), fence, "no claim was granted");
+  assert.equal(await bed.claims.zscore(bed.keys.claimRegistry, name), null);
+
+  const record = await readRun(bed.main, bed.keys, `${repeatJob.id}-a1`);
+  assert.ok(record);
+  assert.equal(record.status, "skipped");
+  assert.equal(record.reason, `already-rebuilt: already rebuilt by run ${first.status === "rebuilt" && first.runId}`);
+  assert.equal(record.jobId, repeatJob.id);
+  assert.equal(record.version, "v1");
+  assert.equal(record.workerId, deps.worker.id);
+  assert.equal(record.idempotencyKey, idempotencyKey("tiles", undefined, "v1"));
+  assert.ok(record.finishedAt !== null && record.startedAt !== null);
+  assert.ok((await bed.main.pttl(bed.keys.run(record.id))) > 0, "the record expires as a backstop");
+
+  for (const filter of [
+    {},
+    { rebuild: "tiles" },
+    { status: "skipped" as const },
+    { rebuild: "tiles", status: "skipped" as const },
+  ]) {
+    const page = await listRuns(bed.main, bed.keys, filter, 50);
+    assert.ok(
+      page.runs.some((run) => run.id === record.id),
+      `listed under ${JSON.stringify(filter)}`,
+    );
+  }
+  const rebuiltPage = await listRuns(bed.main, bed.keys, { status: "rebuilt" }, 50);
+  assert.ok(!rebuiltPage.runs.some((run) => run.id === record.id), "not listed as rebuilt");
+});
+
+test("the repeat drops its own waiting-trigger marker, never another job's", async () => {
+  await runRebuild(deps, job("v2"));
+  const mine = job("v2");
+  const marker = bed.keys.pendingTrigger("tiles", undefined, "v2", false);
+  await bed.main.set(marker, mine.id);
+  assert.equal((await runRebuild(deps, mine)).status, "skipped");
+  assert.equal(await bed.main.get(marker), null, "this job's marker is dropped");
+
+  await bed.main.set(marker, "run-somebody-else");
+  assert.equal((await runRebuild(deps, job("v2"))).status, "skipped");
+  assert.equal(await bed.main.get(marker), "run-somebody-else", "a newer trigger's marker stays");
+});
+
+test("a forced run of a rebuilt version takes the claim and rebuilds again", async () => {
+  await runRebuild(deps, job("v3"));
+  const before = await fenceOf();
+  const forced = await runRebuild(deps, job("v3", true));
+  assert.equal(forced.status, "rebuilt");
+  assert.equal(await fenceOf(), before + 1, "a new grant");
+});
+
+test("a version that is not rebuilt writes nothing in the check and goes on to the claim", async () => {
+  const before = await fenceOf();
+  const fresh = job("v4");
+  const outcome = await runRebuild(deps, fresh);
+  assert.equal(outcome.status, "rebuilt");
+  assert.equal(await fenceOf(), before + 1);
+  const record = await readRun(bed.main, bed.keys, `${fresh.id}-a1`);
+  assert.equal(record?.status, "rebuilt");
+  assert.equal(record?.reason, null, "no skip reason left behind by the check");
+});
