@@ -1,8 +1,10 @@
 /**
  * Benchmark (not a test) of the rebuild worker, on one redis-server this script starts (temp
- * dir, stopped by PID). Four sides, each a BullMQ worker in this process on the same Redis:
+ * dir, stopped by PID). Five sides, each a BullMQ worker in this process on the same Redis:
  *
  *   raw       — BullMQ Queue + Worker, processor `async () => null`
+ *   floor     — one GET per job and nothing else: the ceiling of any pipeline that asks Redis
+ *               anything per job
  *   naive     — the issue's baseline: claim, idempotency key, run record and release as four
  *               separate round trips (SET NX PX; GET; HSET; Lua compare-and-delete), no disk
  *   pipeline  — `startRebuildWorker` (worker/rebuild-worker.ts) running fresh no-op rebuilds
@@ -34,7 +36,7 @@
  * runs for about a second or more; throughput is per job, so the counts do not enter the ratios.
  * Env: BENCH_ROUNDS (3), BENCH_SCALE (1: multiplies the job counts), BENCH_KILLS (3).
  * Last line: RESULT pipeline_vs_raw_c1=<ratio> pipeline_vs_raw_c16=<ratio> kill_to_resume_s=<max s>
- * repeat_vs_raw_c1=… repeat_vs_raw_c16=… naive_vs_raw_c1=… naive_vs_raw_c16=… (ratios of median
+ * repeat_vs_raw_c1=… repeat_vs_raw_c16=… naive_vs_raw_c1=… naive_vs_raw_c16=… floor_vs_raw_c1=… … (ratios of median
  * jobs/s; kill_to_resume_s is the slowest of the kills).
  */
 import { spawn, type ChildProcess } from "node:child_process";
@@ -59,12 +61,13 @@ import type { RunRecord } from "../lib/runs/types";
 import { newWorkerIdentity } from "../lib/workers/heartbeat";
 import { DEFAULT_WORKER_OPTIONS, startRebuildWorker } from "../worker/rebuild-worker";
 
-type Side = "raw" | "naive" | "pipeline" | "repeat";
+type Side = "raw" | "floor" | "naive" | "pipeline" | "repeat";
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const SCALE = Number(process.env.BENCH_SCALE ?? 1);
 const JOBS: Record<Side, Record<number, number>> = {
   raw: { 1: Math.round(4_000 * SCALE), 16: Math.round(10_000 * SCALE) },
+  floor: { 1: Math.round(3_000 * SCALE), 16: Math.round(8_000 * SCALE) },
   naive: { 1: Math.round(2_000 * SCALE), 16: Math.round(5_000 * SCALE) },
   pipeline: { 1: Math.round(1_200 * SCALE), 16: Math.round(3_000 * SCALE) },
   repeat: { 1: Math.round(2_000 * SCALE), 16: Math.round(5_000 * SCALE) },
@@ -119,6 +122,15 @@ function noOpDefinitions(dir: string): Definitions {
 const rebuildName = (i: number) => `bench-${String(i % OUTPUTS).padStart(2, "0")}`;
 
 const NAIVE_RELEASE = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`;
+
+/**
+ * One Redis round trip per job (a GET of the job's idempotency key) and nothing else: the
+ * ceiling of any pipeline that asks Redis anything at all per job.
+ */
+function floorProcessor(bench: Bench, keys: RedisKeys) {
+  return async (job: { data: RebuildJobData }) =>
+    (await bench.main.get(keys.idempotency(`${job.data.rebuild}:${job.data.version}`))) ? "skipped" : "done";
+}
 
 /**
  * The issue's "naive pipeline": claim, idempotency key, run record and release as four separate
@@ -177,8 +189,11 @@ async function runPhase(bench: Bench, side: Side, concurrency: number, count: nu
   };
   const problems: string[] = [];
   let worker: Worker;
-  if (side === "raw" || side === "naive") {
-    worker = new Worker(REBUILD_QUEUE, side === "raw" ? async () => null : naiveProcessor(bench, keys), {
+  if (side === "raw" || side === "floor" || side === "naive") {
+    const processor = { raw: async () => null, floor: floorProcessor(bench, keys), naive: naiveProcessor(bench, keys) }[
+      side
+    ];
+    worker = new Worker(REBUILD_QUEUE, processor, {
       connection: bench.main,
       prefix: queuePrefix(keys),
       concurrency,
@@ -266,7 +281,7 @@ async function diskFloorUs(bench: Bench, count: number): Promise<number> {
   return ((performance.now() - started) * 1000) / count;
 }
 
-const SIDES: readonly Side[] = ["raw", "naive", "pipeline", "repeat"];
+const SIDES: readonly Side[] = ["raw", "floor", "naive", "pipeline", "repeat"];
 type Medians = Record<Side, number>;
 
 async function throughput(bench: Bench) {
@@ -552,6 +567,7 @@ async function main(): Promise<void> {
         `kill_to_resume_s=${worst} kill_to_resume_median_s=${seconds(kills, median)} ` +
         `repeat_vs_raw_c1=${ratio("repeat", 1)} repeat_vs_raw_c16=${ratio("repeat", 16)} ` +
         `naive_vs_raw_c1=${ratio("naive", 1)} naive_vs_raw_c16=${ratio("naive", 16)} ` +
+        `floor_vs_raw_c1=${ratio("floor", 1)} floor_vs_raw_c16=${ratio("floor", 16)} ` +
         `raw_c1_jps=${medians[1]!.raw.toFixed(0)} raw_c16_jps=${medians[16]!.raw.toFixed(0)} disk_floor_us=${diskUs.toFixed(0)}`,
     );
   } finally {
