@@ -164,7 +164,7 @@ async function seedRuns(client: Redis, keys: RedisKeys, from: number, to: number
       const end = Math.min(to, start + SEED_BATCH);
       next = end;
       const pipeline = client.pipeline();
-      for (let i = start; i < end; i++) upsertRunInto(pipeline, keys, runRecord(i, now), null);
+      for (let i = start; i < end; i++) upsertRunInto(pipeline, keys, runRecord(i, now));
       const replies = (await pipeline.exec()) ?? [];
       const failed = replies.find(([error]) => error);
       if (failed) throw failed[0];

@@ -6,7 +6,7 @@ import { claimName, readClaim, readSkipsMany } from "../claims";
 import { tenantsOf, type RebuildDefinition } from "../rebuilds/definitions";
 import { triggerRebuild } from "../rebuilds/trigger";
 import { hashInputs, idempotencyKey, VERSION_PATTERN } from "../rebuilds/version";
-import { listRuns } from "../runs/list";
+import { listRunSummaries } from "../runs/list";
 import type { RunRecord } from "../runs/types";
 import type { WebContext } from "../web/context";
 import { toApiClaim, type ApiClaim } from "./claims";
@@ -51,9 +51,14 @@ export async function getRebuilds(context: WebContext): Promise<ApiRebuild[]> {
     entries.map(async ({ definition, tenant, name }): Promise<ApiRebuild> => {
       const [claim, recent] = await Promise.all([
         readClaim(connections.claims, connections.keys, name),
-        listRuns(connections.main, connections.keys, { rebuild: definition.name, ...(tenant ? { tenant } : {}) }, 30),
+        listRunSummaries(
+          connections.main,
+          connections.keys,
+          { rebuild: definition.name, ...(tenant ? { tenant } : {}) },
+          30,
+        ),
       ]);
-      const last = recent.runs[0] ?? null;
+      const last = recent[0] ?? null;
       return {
         name: definition.name,
         tenant: tenant ?? null,
@@ -71,7 +76,7 @@ export async function getRebuilds(context: WebContext): Promise<ApiRebuild[]> {
               durationMs: last.durationMs,
             }
           : null,
-        recentRuns: recent.runs.map((r) => ({ id: r.id, status: r.status, durationMs: r.durationMs })).reverse(),
+        recentRuns: recent.map((r) => ({ id: r.id, status: r.status, durationMs: r.durationMs })).reverse(),
         consecutiveSkips: skips.get(name) ?? 0,
         claim: claim ? toApiClaim(claim) : null,
         tenants: definition.tenants ?? null,

@@ -58,8 +58,10 @@ export function verifySession(
   const dot = value.indexOf(".");
   if (dot < 1) return null;
   const payload = value.slice(0, dot);
-  const signature = Buffer.from(value.slice(dot + 1), "base64url");
-  const expected = mac(secret, payload);
+  // Compared as the exact base64url text: decoding first would also accept the other spellings
+  // of the same bytes (the last character's unused low bits), so one cookie had several forms.
+  const signature = Buffer.from(value.slice(dot + 1));
+  const expected = Buffer.from(mac(secret, payload).toString("base64url"));
   if (signature.length !== expected.length || !crypto.timingSafeEqual(signature, expected)) return null;
   let session: Session;
   try {

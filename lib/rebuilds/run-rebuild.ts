@@ -118,8 +118,6 @@ class RebuildAttempt {
   /** The record update in flight (one at a time), and the fields queued behind it. */
   private recordWrite: Promise<void> | null = null;
   private queuedFields: Partial<RunRecord> | null = null;
-  /** The status the record has once the writes sent so far have landed: where the status index moves from. */
-  private sentStatus: RunStatus | null = null;
   /** Set while `finish` builds the final MULTI: queued fields go into it instead of a write of their own. */
   private finishing = false;
   private version = "";
@@ -438,7 +436,6 @@ class RebuildAttempt {
           reason: `worker died or stalled; the job was redelivered as attempt ${this.job.attempt}`,
           finishedAt: Date.now(),
         },
-        "running",
         this.retention,
       );
     });
@@ -492,9 +489,7 @@ class RebuildAttempt {
   private sendQueuedFields(): void {
     const fields = this.queuedFields!;
     this.queuedFields = null;
-    const previous = this.sentStatus;
-    if (fields.status) this.sentStatus = fields.status;
-    this.recordWrite = upsertRun(this.deps.main, this.deps.keys, { ...this.record, ...fields }, previous)
+    this.recordWrite = upsertRun(this.deps.main, this.deps.keys, { ...this.record, ...fields })
       .catch((error: unknown) => this.log(`run record write failed: ${String(error)}`))
       .then(() => {
         this.recordWrite = null;
@@ -531,7 +526,6 @@ class RebuildAttempt {
         ...(this.steps.length ? { steps: this.steps } : {}),
         ...(startedAt !== null ? { durationMs: finishedAt - startedAt } : {}),
       },
-      this.sentStatus,
       this.retention,
     );
     this.queuedFields = null;
@@ -541,7 +535,6 @@ class RebuildAttempt {
     if (options.deleteIdempotency) tx.del(this.deps.keys.idempotency(this.idemKey));
     try {
       await tx.exec();
-      this.sentStatus = status;
     } finally {
       this.finishing = false;
       if (this.queuedFields && !this.recordWrite) this.sendQueuedFields();

@@ -4,11 +4,68 @@
  */
 import crypto from "node:crypto";
 import fs from "node:fs";
+import fsp from "node:fs/promises";
 import path from "node:path";
 import { StepFailedError } from "./steps/context";
 
-/** sha256 over each input's name and bytes, in the order the definition lists them. */
-export async function hashInputs(inputPaths: readonly string[]): Promise<string> {
+/**
+ * Input hashes already computed, keyed by the input paths and trusted while every file's
+ * (dev, inode, size, mtime, ctime) is unchanged — ctime moves on any write and cannot be set
+ * back by a user — and only for files untouched for `settleMs` before they were hashed, so a
+ * write within one timestamp tick of the hash is never missed ("racy" files are re-read).
+ * Spares re-reading large inputs for every scheduled run and every "Rebuild now" preview poll.
+ */
+export class InputHashCache {
+  hits = 0;
+  misses = 0;
+  private readonly entries = new Map<string, { fingerprint: string; hash: string }>();
+
+  constructor(
+    private readonly maxEntries = 256,
+    private readonly settleMs = 2_000,
+  ) {}
+
+  /** The cached hash of `paths` if their files are unchanged, else null. */
+  lookup(key: string, fingerprint: string): string | null {
+    const entry = this.entries.get(key);
+    if (entry && entry.fingerprint === fingerprint) {
+      this.hits += 1;
+      return entry.hash;
+    }
+    this.misses += 1;
+    return null;
+  }
+
+  store(key: string, fingerprint: string, hash: string, newestChangeMs: number, now = Date.now()): void {
+    if (now - newestChangeMs <= this.settleMs) return;
+    if (this.entries.size >= this.maxEntries) this.entries.delete(this.entries.keys().next().value!);
+    this.entries.set(key, { fingerprint, hash });
+  }
+}
+
+const defaultInputHashCache = new InputHashCache();
+
+/**
+ * sha256 over each input's name and bytes, in the order the definition lists them; served from
+ * `cache` while the files are unchanged (InputHashCache).
+ */
+export async function hashInputs(
+  inputPaths: readonly string[],
+  cache: InputHashCache = defaultInputHashCache,
+): Promise<string> {
+  const stats = await Promise.all(inputPaths.map((file) => fsp.stat(file).catch(() => null)));
+  if (stats.some((stat) => stat === null)) return readAndHash(inputPaths); // reports which input
+  const present = stats as fs.Stats[];
+  const key = inputPaths.join("\0");
+  const fingerprint = present.map((s) => `${s.dev}:${s.ino}:${s.size}:${s.mtimeMs}:${s.ctimeMs}`).join("|");
+  const cached = cache.lookup(key, fingerprint);
+  if (cached) return cached;
+  const hash = await readAndHash(inputPaths);
+  cache.store(key, fingerprint, hash, Math.max(0, ...present.map((s) => Math.max(s.mtimeMs, s.ctimeMs))));
+  return hash;
+}
+
+async function readAndHash(inputPaths: readonly string[]): Promise<string> {
   const hash = crypto.createHash("sha256");
   for (const file of inputPaths) {
     hash.update(`${path.basename(file)}\0`);

@@ -47,6 +47,58 @@ export async function listRuns(
   cursor?: string,
 ): Promise<RunPage> {
   if (filter.jobId) return listRunsOfJob(client, keys, filter, limit);
+  const { page, nextCursor } = await pageOfIndex(client, keys, filter, limit, cursor);
+  const pipeline = client.pipeline();
+  for (const entry of page) pipeline.hgetall(keys.run(entry.id));
+  const replies = page.length ? ((await pipeline.exec()) ?? []) : [];
+  const runs = page
+    .map((_, i) => fromFields((replies[i]?.[1] as Record<string, string>) ?? {}))
+    .filter((run): run is RunRecord => run !== null); // trimmed between the two reads
+  return { runs, nextCursor };
+}
+
+/** What a sparkline or a "last run" cell shows of a run. */
+export type RunSummary = Pick<RunRecord, "id" | "status" | "reason" | "createdAt" | "finishedAt" | "durationMs">;
+const SUMMARY_FIELDS = ["id", "status", "reason", "createdAt", "finishedAt", "durationMs"] as const;
+
+/**
+ * The newest runs of a filter (no job id), as summaries: HMGET of six fields per run instead of
+ * the whole record (steps and all), for views that poll many rebuilds at once.
+ */
+export async function listRunSummaries(
+  client: ListClient,
+  keys: RedisKeys,
+  filter: Omit<RunFilter, "jobId">,
+  limit: number,
+): Promise<RunSummary[]> {
+  const { page } = await pageOfIndex(client, keys, filter, limit, undefined);
+  const pipeline = client.pipeline();
+  for (const entry of page) pipeline.hmget(keys.run(entry.id), ...SUMMARY_FIELDS);
+  const replies = page.length ? ((await pipeline.exec()) ?? []) : [];
+  const summaries: RunSummary[] = [];
+  for (const [, reply] of replies) {
+    const values = (reply as (string | null)[] | undefined) ?? [];
+    const hash: Record<string, string> = {};
+    SUMMARY_FIELDS.forEach((field, i) => {
+      if (values[i] !== null && values[i] !== undefined) hash[field] = values[i];
+    });
+    const run = fromFields(hash); // null when trimmed between the two reads
+    if (run) {
+      const { id, status, reason, createdAt, finishedAt, durationMs } = run;
+      summaries.push({ id, status, reason, createdAt, finishedAt, durationMs });
+    }
+  }
+  return summaries;
+}
+
+/** One page of run ids from the filter's index, newest first, after `cursor`. */
+async function pageOfIndex(
+  client: ListClient,
+  keys: RedisKeys,
+  filter: RunFilter,
+  limit: number,
+  cursor: string | undefined,
+): Promise<{ page: { id: string; score: number }[]; nextCursor: string | null }> {
   if (filter.tenant && !filter.rebuild) throw new RangeError("a tenant filter needs the rebuild it belongs to");
   const index = keys.runIndex({
     ...(filter.rebuild ? { rebuild: filter.rebuild } : {}),
@@ -73,15 +125,9 @@ export async function listRuns(
       entries.push(entry);
   }
   const page = entries.slice(0, limit);
-  const pipeline = client.pipeline();
-  for (const entry of page) pipeline.hgetall(keys.run(entry.id));
-  const replies = page.length ? ((await pipeline.exec()) ?? []) : [];
-  const runs = page
-    .map((_, i) => fromFields((replies[i]?.[1] as Record<string, string>) ?? {}))
-    .filter((run): run is RunRecord => run !== null); // trimmed between the two reads
   const last = page[page.length - 1];
   const more = entries.length > limit || (rows.length / 2 >= fetch && page.length === limit);
-  return { runs, nextCursor: more && last ? `${last.score}.${last.id}` : null };
+  return { page, nextCursor: more && last ? `${last.score}.${last.id}` : null };
 }
 
 /** The attempts of one job: run ids are `<job>-a<n>`, looked up directly (no index walk). */

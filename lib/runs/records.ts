@@ -5,7 +5,7 @@
  */
 import type { ChainableCommander, Redis } from "ioredis";
 import type { RedisKeys } from "../redis/keys";
-import { type RunRecord, type RunStatus, type StepRecord } from "./types";
+import { RUN_STATUSES, type RunRecord, type RunStatus, type StepRecord } from "./types";
 
 /** Log lines kept per run (the newest). */
 export const RUN_LOG_LINES = 500;
@@ -83,25 +83,28 @@ export function statusIndexKeys(keys: RedisKeys, rebuild: string, tenant: string
 
 /**
  * Queues the commands that create or update a run inside `tx`. A new record is indexed at its
- * `createdAt`; an existing one keeps its place. The status index moves from `previous` to the new status.
+ * `createdAt`; an existing one keeps its place. A write that carries a status puts the run in
+ * that status's indexes and takes it out of every other status's — not only the one the writer
+ * last knew — so two writers racing on one run (a paused attempt waking up, the next attempt
+ * closing it as abandoned) leave it in exactly one status index: the one its hash says, since
+ * the last MULTI to run writes both.
  */
 export function upsertRunInto(
   tx: ChainableCommander,
   keys: RedisKeys,
   record: Pick<RunRecord, "id" | "rebuild" | "tenant" | "createdAt"> & Partial<RunRecord>,
-  previousStatus: RunStatus | null,
   retention: RunRetention = DEFAULT_RETENTION,
 ): ChainableCommander {
   const key = keys.run(record.id);
   tx.hset(key, toFields(record));
   tx.pexpire(key, recordTtlMs(retention));
   for (const index of indexKeys(keys, record.rebuild, record.tenant)) tx.zadd(index, "NX", record.createdAt, record.id);
-  if (record.status && record.status !== previousStatus) {
-    if (previousStatus) {
-      for (const key of statusIndexKeys(keys, record.rebuild, record.tenant, previousStatus)) tx.zrem(key, record.id);
-    }
-    for (const key of statusIndexKeys(keys, record.rebuild, record.tenant, record.status)) {
-      tx.zadd(key, record.createdAt, record.id);
+  if (record.status) {
+    for (const status of RUN_STATUSES) {
+      for (const index of statusIndexKeys(keys, record.rebuild, record.tenant, status)) {
+        if (status === record.status) tx.zadd(index, record.createdAt, record.id);
+        else tx.zrem(index, record.id);
+      }
     }
   }
   return tx;
@@ -111,9 +114,8 @@ export async function upsertRun(
   client: Pick<Redis, "multi">,
   keys: RedisKeys,
   record: Pick<RunRecord, "id" | "rebuild" | "tenant" | "createdAt"> & Partial<RunRecord>,
-  previousStatus: RunStatus | null,
 ): Promise<void> {
-  await upsertRunInto(client.multi(), keys, record, previousStatus).exec();
+  await upsertRunInto(client.multi(), keys, record).exec();
 }
 
 export async function readRun(client: RunClient, keys: RedisKeys, runId: string): Promise<RunRecord | null> {

@@ -160,21 +160,16 @@ test("GET /api/rebuilds lists each rebuild and tenant with schedule, last run, s
 test("GET /api/runs pages newest first with cursors, filters, and refuses bad filters", async () => {
   const now = Date.now();
   for (let i = 0; i < 25; i++) {
-    await upsertRun(
-      bed.main,
-      bed.keys,
-      {
-        id: `seed-${String(i).padStart(2, "0")}-a1`,
-        jobId: `seed-${String(i).padStart(2, "0")}`,
-        attempt: 1,
-        rebuild: i % 2 ? "slow" : "tenanted",
-        tenant: i % 2 ? null : "acme",
-        createdAt: now - (25 - i) * 1000,
-        status: i % 5 === 0 ? "skipped" : "rebuilt",
-        trigger: "api",
-      },
-      null,
-    );
+    await upsertRun(bed.main, bed.keys, {
+      id: `seed-${String(i).padStart(2, "0")}-a1`,
+      jobId: `seed-${String(i).padStart(2, "0")}`,
+      attempt: 1,
+      rebuild: i % 2 ? "slow" : "tenanted",
+      tenant: i % 2 ? null : "acme",
+      createdAt: now - (25 - i) * 1000,
+      status: i % 5 === 0 ? "skipped" : "rebuilt",
+      trigger: "api",
+    });
   }
   const seen: string[] = [];
   let cursor: string | null = null;
