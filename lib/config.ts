@@ -43,6 +43,36 @@ const host = z
   .regex(/^[A-Za-z0-9.:[\]-]+$/, "must be a host name or IP address, e.g. 127.0.0.1 or 0.0.0.0");
 
 /**
+ * The dashboard's address as browsers see it behind a reverse proxy: its origin is accepted for
+ * cookie-carried mutations even when the proxy rewrites Host, and an https origin makes the
+ * session cookie Secure although the proxy talks plain http to claimwatch.
+ */
+const publicUrl = z
+  .string()
+  .trim()
+  .transform((value, ctx) => {
+    let url: URL;
+    try {
+      url = new URL(value);
+    } catch {
+      ctx.addIssue({ code: "custom", message: "must be a URL like https://claims.example.com" });
+      return z.NEVER;
+    }
+    if (!["http:", "https:"].includes(url.protocol) || url.username || url.password) {
+      ctx.addIssue({ code: "custom", message: "must be an http(s) URL without user or password" });
+      return z.NEVER;
+    }
+    if (url.pathname !== "/" || url.search || url.hash) {
+      ctx.addIssue({
+        code: "custom",
+        message: "must be an origin only, like https://claims.example.com (claimwatch is served at /)",
+      });
+      return z.NEVER;
+    }
+    return url.origin;
+  });
+
+/**
  * Access tokens: comma-separated, each optionally `name:token` (the name is what the audit log
  * shows). A token is at least 16 characters of [A-Za-z0-9_.~+/=-]: long enough not to guess.
  */
@@ -105,6 +135,7 @@ const envSchema = z.object({
     .default(4),
   CLAIMWATCH_OPERATOR_TOKEN: tokenList("operator").optional(),
   CLAIMWATCH_VIEWER_TOKEN: tokenList("viewer").optional(),
+  CLAIMWATCH_PUBLIC_URL: publicUrl.optional(),
 });
 
 export interface Config {
@@ -125,6 +156,8 @@ export interface Config {
   /** Configured access tokens; empty: the launcher generates an operator token in the data dir. */
   operatorTokens: { name: string; token: string }[];
   viewerTokens: { name: string; token: string }[];
+  /** Origin browsers use to reach the dashboard through a proxy (`https://host[:port]`), if set. */
+  publicOrigin: string | undefined;
 }
 
 const LOOPBACK = /^(127\.\d+\.\d+\.\d+|localhost|::1|\[::1\])$/;
@@ -189,6 +222,7 @@ export function parseConfig(env: Record<string, string | undefined>, cwd: string
       workerConcurrency: e.CLAIMWATCH_WORKER_CONCURRENCY,
       operatorTokens,
       viewerTokens,
+      publicOrigin: e.CLAIMWATCH_PUBLIC_URL,
     },
   };
 }

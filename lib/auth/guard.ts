@@ -37,13 +37,18 @@ export function authenticateHeaders(
   return session ? { name: session.name, role: session.role, via: "cookie" } : null;
 }
 
-/** Same-origin check for cookie-carried mutations: Origin (or Sec-Fetch-Site) must match. */
-export function isSameOrigin(request: Request): boolean {
+/**
+ * Same-origin check for cookie-carried mutations: Origin must name the Host the request was sent
+ * to, or the configured public origin (a proxy may rewrite Host); without Origin, Sec-Fetch-Site
+ * must say same-origin.
+ */
+export function isSameOrigin(request: Request, publicOrigin?: string): boolean {
   const origin = request.headers.get("origin");
   const host = request.headers.get("host");
   if (origin) {
     try {
-      return new URL(origin).host === host;
+      const url = new URL(origin);
+      return url.host === host || url.origin === publicOrigin;
     } catch {
       return false;
     }
@@ -81,7 +86,7 @@ export function authorize(
       identity,
     );
   }
-  if (mutation && identity.via === "cookie" && !isSameOrigin(request)) {
+  if (mutation && identity.via === "cookie" && !isSameOrigin(request, config.publicOrigin)) {
     throw new AccessDenied(403, "cross-origin", "cross-origin request refused", identity);
   }
   return identity;

@@ -22,6 +22,7 @@ test("defaults: loopback, port 3000, embedded Redis, files relative to the worki
     workerConcurrency: 4,
     operatorTokens: [],
     viewerTokens: [],
+    publicOrigin: undefined,
   });
 });
 
@@ -111,4 +112,28 @@ test("claims default to logical DB 1 of the main server; an explicit URL wins", 
   assert.equal(deriveClaimsRedisUrl("redis://:pw@h:6380/0", undefined), "redis://:pw@h:6380/1");
   assert.equal(deriveClaimsRedisUrl("redis://h:6380", undefined), "redis://h:6380/1");
   assert.equal(deriveClaimsRedisUrl("redis://h:6380", "redis://other:1/4"), "redis://other:1/4");
+});
+
+test("CLAIMWATCH_PUBLIC_URL: an http(s) origin, normalised; anything else is refused with the reason", () => {
+  for (const [value, origin] of [
+    ["https://claims.example.com", "https://claims.example.com"],
+    ["https://Claims.Example.com/", "https://claims.example.com"],
+    ["http://10.0.0.5:8080", "http://10.0.0.5:8080"],
+    ["https://claims.example.com:443", "https://claims.example.com"],
+  ] as const) {
+    const result = parseConfig({ CLAIMWATCH_PUBLIC_URL: value }, "/x");
+    assert.ok(result.ok, value);
+    assert.equal(result.config.publicOrigin, origin);
+  }
+  for (const [value, reason] of [
+    ["claims.example.com", /must be a URL like https:\/\/claims\.example\.com/],
+    ["ftp://claims.example.com", /http\(s\) URL/],
+    ["https://user:pw@claims.example.com", /without user or password/],
+    ["https://claims.example.com/dashboard", /origin only/],
+    ["https://claims.example.com/?x=1", /origin only/],
+  ] as const) {
+    const error = errorOf({ CLAIMWATCH_PUBLIC_URL: value });
+    assert.equal(error?.variable, "CLAIMWATCH_PUBLIC_URL");
+    assert.match(error!.message, reason);
+  }
 });

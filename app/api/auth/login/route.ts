@@ -16,7 +16,9 @@ export const POST = route({ role: "public" }, async (context, request) => {
     await new Promise((resolve) => setTimeout(resolve, result.delayMs));
     return json({ error: { code: "unauthenticated", message: "unknown token" } }, 401);
   }
-  const secure = new URL(request.url).protocol === "https:";
+  // Behind a TLS-terminating proxy the request is plain http: the public URL says https.
+  const secure =
+    new URL(request.url).protocol === "https:" || context.config.publicOrigin?.startsWith("https:") === true;
   return json({ name: result.session.name, role: result.session.role }, 200, {
     "set-cookie": sessionCookie(result.cookieValue, secure),
   });
