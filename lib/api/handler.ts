@@ -6,6 +6,7 @@
 import { appendAudit, type AuditAction } from "../audit";
 import { AccessDenied, authorize, type Identity, type Requirement } from "../auth/guard";
 import { takeToken } from "../auth/rate-limit";
+import { sessionRevocations } from "../auth/session";
 import { getWebContext, type WebContext } from "../web/context";
 import { ApiError, errorResponse } from "./errors";
 
@@ -34,7 +35,13 @@ export function route<Args extends unknown[]>(
     let identity: Identity | null = null;
     try {
       context = getWebContext();
-      identity = authorize(context.config, request, rules.role, Boolean(rules.mutation));
+      identity = await authorize(
+        context.config,
+        request,
+        rules.role,
+        Boolean(rules.mutation),
+        sessionRevocations(context.connections.main, context.connections.keys),
+      );
       if (rules.mutation && identity) {
         const limit = await takeToken(
           context.connections.main,

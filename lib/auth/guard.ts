@@ -5,7 +5,7 @@
  */
 import { ApiError } from "../api/errors";
 import { credentialsFrom, findCredential, type Credential, type Role } from "./credentials";
-import { readCookie, SESSION_COOKIE, sessionSecret, verifySession } from "./session";
+import { readCookie, SESSION_COOKIE, sessionSecret, verifySession, type SessionRevocations } from "./session";
 import type { Config } from "../config";
 
 export interface Identity {
@@ -18,11 +18,13 @@ export type Requirement = "public" | Role;
 
 const RANK: Record<Role, number> = { viewer: 1, operator: 2 };
 
-export function authenticateHeaders(
+/** Who is calling: a Bearer token, or a session cookie that was not logged out. */
+export async function authenticateHeaders(
   config: Config,
   headers: Headers,
+  revocations: SessionRevocations,
   credentials: readonly Credential[] = credentialsFrom(config),
-): Identity | null {
+): Promise<Identity | null> {
   const authorization = headers.get("authorization");
   if (authorization) {
     const match = /^Bearer\s+(\S+)$/i.exec(authorization);
@@ -34,7 +36,8 @@ export function authenticateHeaders(
     sessionSecret(config.dataDir),
     credentials,
   );
-  return session ? { name: session.name, role: session.role, via: "cookie" } : null;
+  if (!session || (await revocations.isRevoked(session.sid))) return null;
+  return { name: session.name, role: session.role, via: "cookie" };
 }
 
 /**
@@ -67,14 +70,15 @@ export class AccessDenied extends ApiError {
   }
 }
 
-export function authorize(
+export async function authorize(
   config: Config,
   request: Request,
   requirement: Requirement,
   mutation: boolean,
-): Identity | null {
+  revocations: SessionRevocations,
+): Promise<Identity | null> {
   if (requirement === "public") return null;
-  const identity = authenticateHeaders(config, request.headers);
+  const identity = await authenticateHeaders(config, request.headers, revocations);
   if (!identity) {
     throw new AccessDenied(401, "unauthenticated", "log in, or send Authorization: Bearer <token>", null);
   }

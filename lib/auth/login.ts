@@ -5,7 +5,17 @@
 import { appendAudit } from "../audit";
 import type { WebContext } from "../web/context";
 import { credentialsFrom, findCredential } from "./credentials";
-import { sessionSecret, signSession, SESSION_TTL_MS, type Session } from "./session";
+import {
+  newSessionId,
+  readCookie,
+  revokeSession,
+  SESSION_COOKIE,
+  sessionSecret,
+  signSession,
+  SESSION_TTL_MS,
+  verifySession,
+  type Session,
+} from "./session";
 
 const FAILURE_WINDOW_MS = 15 * 60_000;
 /** Failed logins in a window that are audited one by one. */
@@ -41,6 +51,7 @@ export async function logIn(
     name: credential.name,
     role: credential.role,
     tokenId: credential.tokenId,
+    sid: newSessionId(),
     expires: Date.now() + SESSION_TTL_MS,
   };
   await appendAudit(connections.main, connections.keys, {
@@ -51,4 +62,27 @@ export async function logIn(
     detail: {},
   });
   return { ok: true, cookieValue: signSession(session, sessionSecret(config.dataDir)), session };
+}
+
+/**
+ * Logout: the request's session (if it carries a valid one) is revoked server-side, so the
+ * cookie stops working everywhere, not only in this browser. Audited like the login.
+ */
+export async function logOut(context: WebContext, request: Request): Promise<{ revoked: boolean }> {
+  const { connections, config } = context;
+  const session = verifySession(
+    readCookie(request.headers.get("cookie"), SESSION_COOKIE),
+    sessionSecret(config.dataDir),
+    credentialsFrom(config),
+  );
+  if (!session) return { revoked: false };
+  await revokeSession(connections.main, connections.keys, session);
+  await appendAudit(connections.main, connections.keys, {
+    actor: `${session.name} (${session.role})`,
+    action: "logout",
+    reason: "session revoked",
+    result: "done",
+    detail: {},
+  });
+  return { revoked: true };
 }

@@ -1,11 +1,15 @@
 /**
- * Sessions: a signed cookie `{name, role, tokenId, expires}` + HMAC-SHA256 with a secret kept in
- * the data dir (0600). httpOnly, SameSite=Strict; a session ends at its expiry, at logout, or
- * when its token is removed from the configuration.
+ * Sessions: a signed cookie `{name, role, tokenId, sid, expires}` + HMAC-SHA256 with a secret
+ * kept in the data dir (0600). httpOnly, SameSite=Strict; a session ends at its expiry, when its
+ * token is removed from the configuration, or at logout — server-side: the session id is
+ * recorded as revoked in Redis until the cookie would have expired, so a copy of the cookie
+ * stops working too.
  */
 import crypto from "node:crypto";
 import fs from "node:fs";
 import path from "node:path";
+import type { Redis } from "ioredis";
+import type { RedisKeys } from "../redis/keys";
 import type { Credential, Role } from "./credentials";
 
 export const SESSION_COOKIE = "cw_session";
@@ -15,7 +19,15 @@ export interface Session {
   name: string;
   role: Role;
   tokenId: string;
+  /** Random id of this login; what logout revokes. */
+  sid: string;
   expires: number;
+}
+
+const SID_PATTERN = /^[A-Za-z0-9_-]{22,64}$/;
+
+export function newSessionId(): string {
+  return crypto.randomBytes(16).toString("base64url");
 }
 
 const secrets = new Map<string, Buffer>();
@@ -70,6 +82,8 @@ export function verifySession(
     return null;
   }
   if (typeof session.expires !== "number" || session.expires <= now) return null;
+  // Cookies from before server-side logout carry no session id: they cannot be revoked, so refused.
+  if (typeof session.sid !== "string" || !SID_PATTERN.test(session.sid)) return null;
   const credential = credentials.find((c) => c.tokenId === session.tokenId && c.role === session.role);
   return credential ? { ...session, name: credential.name } : null;
 }
@@ -92,4 +106,23 @@ export function readCookie(header: string | null, name: string): string | undefi
     if (eq > 0 && part.slice(0, eq).trim() === name) return part.slice(eq + 1).trim();
   }
   return undefined;
+}
+
+/** Asks whether a session id was logged out (server-side revocation). */
+export interface SessionRevocations {
+  isRevoked(sid: string): Promise<boolean>;
+}
+
+export function sessionRevocations(client: Pick<Redis, "exists">, keys: RedisKeys): SessionRevocations {
+  return { isRevoked: async (sid) => (await client.exists(keys.revokedSession(sid))) === 1 };
+}
+
+/** Logout: the session id is refused until the cookie would have expired anyway. */
+export async function revokeSession(
+  client: Pick<Redis, "set">,
+  keys: RedisKeys,
+  session: Session,
+  now = Date.now(),
+): Promise<void> {
+  await client.set(keys.revokedSession(session.sid), String(now), "PX", Math.max(1, session.expires - now));
 }

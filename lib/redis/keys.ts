@@ -45,6 +45,8 @@ export function redisKeys(prefix: string) {
     rateLimit: (action: string, identity: string) => `${tag}:rate:${action}:${identity}`,
     /** STRING counter with a TTL: recent failed logins (each one answers slower). */
     loginFailures: `${tag}:login-failures`,
+    /** STRING, PX until the session would expire: a logged-out session id (lib/auth/session). */
+    revokedSession: (sid: string) => `${tag}:session-revoked:${sid}`,
 
     // --- audit -----------------------------------------------------------------------------
     /** STREAM of operator actions, trimmed by MINID to the retention period. */

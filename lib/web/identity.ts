@@ -2,11 +2,13 @@
 import { headers } from "next/headers";
 import { redirect } from "next/navigation";
 import { authenticateHeaders, type Identity } from "../auth/guard";
+import { sessionRevocations } from "../auth/session";
 import { getWebContext } from "./context";
 
 export async function pageIdentity(): Promise<Identity | null> {
   try {
-    return authenticateHeaders(getWebContext().config, await headers());
+    const { config, connections } = getWebContext();
+    return await authenticateHeaders(config, await headers(), sessionRevocations(connections.main, connections.keys));
   } catch {
     return null;
   }

@@ -183,6 +183,16 @@ test("a cookie session: httpOnly SameSite=Strict; a cross-origin POST with it is
   assert.equal(tampered.status, 401, "a tampered cookie is refused");
   const logout = await send("POST", "/api/auth/logout", { cookie, body: {} });
   assert.match(logout.headers.get("set-cookie") ?? "", /cw_session=; .*Max-Age=0/);
+  assert.equal(
+    (await send("GET", "/api/auth/me", { cookie })).status,
+    401,
+    "a copy of the logged-out cookie is refused",
+  );
+  const page = await send("GET", "/claims", { cookie });
+  assert.equal(page.status, 307, "pages send the logged-out cookie to the login page");
+  assert.match(page.headers.get("location") ?? "", /\/login$/);
+  const audit = await send("GET", "/api/audit", { token: TOKENS.operator });
+  assert.match(audit.text, /"action":"logout"/);
 });
 
 test("repeated bad logins are slowed down and audited as refused", async () => {

@@ -3,11 +3,17 @@ import assert from "node:assert/strict";
 import crypto from "node:crypto";
 import { test } from "node:test";
 import type { Credential } from "../../lib/auth/credentials";
-import { signSession, verifySession } from "../../lib/auth/session";
+import { newSessionId, signSession, verifySession } from "../../lib/auth/session";
 
 const secret = crypto.randomBytes(32);
 const credential: Credential = { name: "ops", role: "operator", tokenId: "t1", digest: Buffer.alloc(32) };
-const session = { name: "ops", role: "operator" as const, tokenId: "t1", expires: Date.now() + 60_000 };
+const session = {
+  name: "ops",
+  role: "operator" as const,
+  tokenId: "t1",
+  sid: newSessionId(),
+  expires: Date.now() + 60_000,
+};
 const BASE64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
 test("a signed session verifies; any other character in its signature is refused", () => {
@@ -34,6 +40,12 @@ test("a changed payload, another secret, an expired session or a removed token i
   assert.equal(verifySession(value, crypto.randomBytes(32), [credential]), null);
   assert.equal(verifySession(signSession({ ...session, expires: Date.now() - 1 }, secret), secret, [credential]), null);
   assert.equal(verifySession(value, secret, []), null);
+  const { sid: _sid, ...withoutSid } = session;
+  assert.equal(
+    verifySession(signSession(withoutSid as typeof session, secret), secret, [credential]),
+    null,
+    "a cookie from before server-side logout (no session id) is refused",
+  );
   for (const junk of [undefined, "", ".", "abc", `${value}x`, "x".repeat(3_000)]) {
     assert.equal(verifySession(junk, secret, [credential]), null, String(junk).slice(0, 20));
   }

@@ -1,4 +1,5 @@
 import { authenticateHeaders } from "@/lib/auth/guard";
+import { sessionRevocations } from "@/lib/auth/session";
 import { publicHealth } from "@/lib/health/health";
 import { currentHealth } from "@/lib/health/report";
 import { getWebContext } from "@/lib/web/context";
@@ -13,7 +14,9 @@ export const dynamic = "force-dynamic";
 export async function GET(request: Request): Promise<Response> {
   let identified: boolean;
   try {
-    identified = authenticateHeaders(getWebContext().config, request.headers) !== null;
+    const { config, connections } = getWebContext();
+    const revocations = sessionRevocations(connections.main, connections.keys);
+    identified = (await authenticateHeaders(config, request.headers, revocations)) !== null;
   } catch {
     identified = false;
   }
