@@ -3,6 +3,7 @@
  * embedded Redis (unless REDIS_URL is set), the Next.js server and one worker, prints the URL.
  * Ctrl-C or SIGTERM stops them in order — worker, web, Redis — and exits 0.
  */
+import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { loadConfigOrExit } from "../lib/config";
@@ -17,6 +18,14 @@ import {
 } from "../lib/redis/embedded";
 import { ensureProgram, ProgramMissingError, REDIS_SERVER } from "../lib/system/packages";
 import { browserUrl, ensureBuild, startWeb, startWorker, waitForHttp, type Child } from "../lib/launcher/children";
+import {
+  clearLauncherState,
+  isSameProcess,
+  ownedProcess,
+  readLauncherState,
+  stopOrphans,
+  writeLauncherState,
+} from "../lib/launcher/state";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const say = (line: string) => process.stdout.write(`[claimwatch] ${line}\n`);
@@ -28,6 +37,25 @@ const fail = (line: string, code = 1): never => {
 const config = loadConfigOrExit("claimwatch");
 loadDefinitionsOrExit(config.definitionsPath, "claimwatch");
 process.env.NEXT_TELEMETRY_DISABLED = "1";
+
+// A launcher that died without stopping its children (SIGKILL, OOM killer) left them running:
+// stop exactly those (pid and start time recorded) before starting anew.
+const previous = readLauncherState(config.dataDir);
+if (previous) {
+  if (isSameProcess(previous.launcher)) {
+    fail(
+      `another claimwatch is already using ${config.dataDir} (launcher pid ${previous.launcher.pid}); stop it first or set CLAIMWATCH_DATA_DIR`,
+    );
+  }
+  const stopped = await stopOrphans(previous, 20_000);
+  if (stopped.length > 0) {
+    say(
+      `stopped what a launcher that died (pid ${previous.launcher.pid}) left running: ${stopped.map((p) => `${p.name} (pid ${p.pid})`).join(", ")}`,
+    );
+  }
+  if (stopped.some((p) => p.name === "redis")) clearEmbeddedState(config.dataDir);
+  clearLauncherState(config.dataDir);
+}
 
 if (!ensureBuild(root, say)) fail("`next build` failed; see the output above");
 
@@ -53,6 +81,10 @@ if (!config.redisUrl) {
     fail(`could not start the embedded Redis: ${(error as Error).message}`);
   }
   writeEmbeddedState(config.dataDir, redis!);
+  writeLauncherState(config.dataDir, {
+    launcher: ownedProcess("launcher", process.pid),
+    children: [ownedProcess("redis", redis!.pid)],
+  });
   env.REDIS_URL = redis!.url;
   say(`embedded Redis ${redis!.url} (pid ${redis!.pid}, data in ${path.join(config.dataDir, "redis")})`);
 }
@@ -71,6 +103,15 @@ if (config.operatorTokens.length + config.viewerTokens.length > 0) {
 const web = startWeb(root, config, env);
 const worker = startWorker(root, env);
 const children: Child[] = [worker, web];
+fs.mkdirSync(config.dataDir, { recursive: true });
+writeLauncherState(config.dataDir, {
+  launcher: ownedProcess("launcher", process.pid),
+  children: [
+    ownedProcess("worker", worker.process.pid!),
+    ownedProcess("web", web.process.pid!),
+    ...(redis ? [ownedProcess("redis", redis.pid)] : []),
+  ],
+});
 
 let shuttingDown = false;
 async function shutdown(reason: string, exitCode: number): Promise<never> {
@@ -84,6 +125,7 @@ async function shutdown(reason: string, exitCode: number): Promise<never> {
       await redis.stop(10_000);
       clearEmbeddedState(config.dataDir);
     }
+    clearLauncherState(config.dataDir);
     say("stopped");
     process.exit(exitCode);
   }

@@ -10,7 +10,7 @@ import path from "node:path";
 import { after, test } from "node:test";
 import { Redis } from "ioredis";
 import { freePort, readEmbeddedState } from "../../lib/redis/embedded";
-import { descendantPids, waitForLine, waitUntilGone } from "../support/processes";
+import { descendantPids, isRunning, waitForLine, waitUntilGone } from "../support/processes";
 
 async function waitUntil(condition: () => boolean, timeoutMs = 10_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
@@ -107,5 +107,32 @@ test("a second npm start on the same data dir is refused while the first runs", 
       second.exitCode !== null ? resolve(second.exitCode) : second.once("exit", (c) => resolve(c)),
     );
     assert.equal(code, 1);
+  });
+});
+
+test("npm start after a launcher was SIGKILLed stops exactly what that launcher left running, then starts", async () => {
+  const port = await freePort();
+  const env: NodeJS.ProcessEnv = { ...process.env, PORT: String(port), CLAIMWATCH_DATA_DIR: dataDir };
+  delete env.REDIS_URL;
+  const first = spawn(process.execPath, ["--import", "tsx", "scripts/start.ts"], {
+    env,
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  const firstExited = new Promise((resolve) => first.once("exit", resolve));
+  await waitForLine(first, /claimwatch is running at/, 120_000);
+  const left = descendantPids(first.pid!);
+  assert.ok(left.length >= 3, `worker, web and Redis run under the launcher: ${left}`);
+  first.kill("SIGKILL");
+  await firstExited;
+  await new Promise((r) => setTimeout(r, 500));
+  assert.ok(left.every(isRunning), "a SIGKILLed launcher cannot stop its children: they run on");
+
+  await runOnce("SIGTERM", async (url, _redisUrl, output) => {
+    assert.match(
+      output(),
+      /stopped what a launcher that died \(pid \d+\) left running: worker \(pid \d+\), web \(pid \d+\), redis \(pid \d+\)/,
+    );
+    assert.deepEqual(await waitUntilGone(left, 1_000), [], "every process the dead launcher left is gone");
+    assert.equal((await fetch(`${url}/api/health`)).status, 200, "and the new start serves");
   });
 });
