@@ -6,6 +6,8 @@
  *   floor     — the least any claim the issue specifies can do, as two scripts: SET NX PX + fence
  *               INCR + registry ZADD; GET + DEL + ZREM (no metadata, no takeover, no checks):
  *               what claimwatch's scripts could at best shrink to
+ *   floorMeta — the floor plus the metadata the issue requires, in the cheapest place found: the
+ *               claim's own value (`<token>\n<holder JSON>`, owner check on the token prefix)
  * on one redis-server this script starts (temp dir, stopped by PID), over one connection.
  * Rounds of the three are interleaved, in rotating order, so drift (CPU frequency, other load)
  * hits all of them alike. Goal: claim ≥ 0.90 × minimal (both are two round trips).
@@ -14,7 +16,8 @@
  * runs), so the figures measure the code paths rather than the disk.
  *
  * Env: BENCH_ROUNDS (default 12), BENCH_CYCLES per round and variant (default 1000), BENCH_AOF.
- * Last line: RESULT claim_vs_minimal=<ratio> claim_vs_semaphore=<ratio> floor_vs_minimal=<ratio> … (ratios of total
+ * Last line: RESULT claim_vs_minimal=<ratio> claim_vs_semaphore=<ratio> floor_vs_minimal=<ratio>
+ * floor_meta_vs_minimal=<ratio> … (ratios of total
  * cycles/s over all rounds; the median of per-round ratios is printed above it).
  */
 import crypto from "node:crypto";
@@ -56,9 +59,19 @@ redis.call('ZREM', KEYS[2], ARGV[2])
 return 1
 `;
 
+/** The floor's release for a value that carries metadata after the token. */
+const FLOOR_META_RELEASE = `
+--[[ KEYS[1] claim   KEYS[2] registry   ARGV[1] token   ARGV[2] name   Returns 1 released | 0 not the owner ]]
+local value = redis.call('GET', KEYS[1])
+if not value or string.sub(value, 1, #ARGV[1] + 1) ~= ARGV[1] .. '\\n' then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[2])
+return 1
+`;
+
 type Cycle = () => Promise<void>;
 
-function variants(client: Redis): Record<"claim" | "minimal" | "semaphore" | "floor", Cycle> {
+function variants(client: Redis): Record<"claim" | "minimal" | "semaphore" | "floor" | "floorMeta", Cycle> {
   const keys = redisKeys("bench");
   const name = claimName("bench/output", "bench-tenant");
   const meta = { workerId: "bench-worker", jobId: "", runId: "bench-run", rebuild: "bench", version: "0.0.0" };
@@ -68,10 +81,13 @@ function variants(client: Redis): Record<"claim" | "minimal" | "semaphore" | "fl
     (client as unknown as { benchDelIfEqual(k: string, t: string): Promise<number> }).benchDelIfEqual(key, token);
   client.defineCommand("benchFloorAcquire", { numberOfKeys: 3, lua: FLOOR_ACQUIRE });
   client.defineCommand("benchFloorRelease", { numberOfKeys: 2, lua: FLOOR_RELEASE });
+  client.defineCommand("benchFloorMetaRelease", { numberOfKeys: 2, lua: FLOOR_META_RELEASE });
   const floor = client as unknown as {
     benchFloorAcquire(...keysThenArgs: (string | number)[]): Promise<number | null>;
     benchFloorRelease(...keysThenArgs: string[]): Promise<number>;
+    benchFloorMetaRelease(...keysThenArgs: string[]): Promise<number>;
   };
+  const holder = { host: os.hostname(), pid: process.pid, ...meta, tenant: "bench-tenant", ...timing };
   const minimalKey = "{bench}:minimal";
   const semaphoreKey = "{bench}:semaphore";
 
@@ -94,6 +110,17 @@ function variants(client: Redis): Record<"claim" | "minimal" | "semaphore" | "fl
         throw new Error("floor: not acquired");
       }
       if ((await floor.benchFloorRelease(claim, registry, token, name)) !== 1) throw new Error("floor: not released");
+    },
+    async floorMeta() {
+      const token = newClaimToken();
+      const value = `${token}\n${JSON.stringify({ ...holder, acquiredAt: Date.now() })}`;
+      const [claim, fence, registry] = ["{bench}:meta-claim", "{bench}:meta-fence", "{bench}:meta-registry"];
+      if ((await floor.benchFloorAcquire(claim, fence, registry, value, TTL_MS, name)) === null) {
+        throw new Error("floorMeta: not acquired");
+      }
+      if ((await floor.benchFloorMetaRelease(claim, registry, token, name)) !== 1) {
+        throw new Error("floorMeta: not released");
+      }
     },
     async semaphore() {
       const mutex = new Mutex(client, semaphoreKey, { lockTimeout: TTL_MS, acquireAttemptsLimit: 1 });
@@ -157,13 +184,15 @@ async function main(): Promise<void> {
     console.log(
       `median per-round ratio: claim/minimal ${roundRatio("minimal").toFixed(3)}, ` +
         `claim/semaphore ${roundRatio("semaphore").toFixed(3)}; ` +
-        `floor/minimal ${median(perRound.floor.map((floorCps, round) => floorCps / perRound.minimal[round]!)).toFixed(3)}`,
+        `floor/minimal ${median(perRound.floor.map((floorCps, round) => floorCps / perRound.minimal[round]!)).toFixed(3)}, ` +
+        `floorMeta/minimal ${median(perRound.floorMeta.map((c, round) => c / perRound.minimal[round]!)).toFixed(3)}`,
     );
     const vsMinimal = cps("claim") / cps("minimal");
     const vsSemaphore = cps("claim") / cps("semaphore");
     console.log(
       `RESULT claim_vs_minimal=${vsMinimal.toFixed(3)} claim_vs_semaphore=${vsSemaphore.toFixed(3)} ` +
         `floor_vs_minimal=${(cps("floor") / cps("minimal")).toFixed(3)} ` +
+        `floor_meta_vs_minimal=${(cps("floorMeta") / cps("minimal")).toFixed(3)} ` +
         `claim_cps=${cps("claim").toFixed(0)} minimal_cps=${cps("minimal").toFixed(0)} semaphore_cps=${cps("semaphore").toFixed(0)}`,
     );
   } finally {
