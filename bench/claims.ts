@@ -9,7 +9,7 @@
  *   floorMeta — the floor plus the metadata the issue requires, in the cheapest place found: the
  *               claim's own value (`<token>\n<holder JSON>`, owner check on the token prefix)
  * on one redis-server this script starts (temp dir, stopped by PID), over one connection.
- * Rounds of the three are interleaved, in rotating order, so drift (CPU frequency, other load)
+ * Rounds of all variants are interleaved, in rotating order, so drift (CPU frequency, other load)
  * hits all of them alike. Goal: claim ≥ 0.90 × minimal (both are two round trips).
  *
  * Redis runs without persistence (BENCH_AOF=1: with AOF everysec, as the embedded claims Redis

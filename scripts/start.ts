@@ -20,7 +20,8 @@ import { ensureProgram, ProgramMissingError, REDIS_SERVER } from "../lib/system/
 import { browserUrl, ensureBuild, startWeb, startWorker, waitForHttp, type Child } from "../lib/launcher/children";
 import {
   clearLauncherState,
-  isSameProcess,
+  currentBootId,
+  isLauncherRunning,
   ownedProcess,
   readLauncherState,
   stopOrphans,
@@ -42,17 +43,17 @@ process.env.NEXT_TELEMETRY_DISABLED = "1";
 // stop exactly those (pid and start time recorded) before starting anew.
 const previous = readLauncherState(config.dataDir);
 if (previous) {
-  if (isSameProcess(previous.launcher)) {
+  if (isLauncherRunning(previous)) {
     fail(
       `another claimwatch is already using ${config.dataDir} (launcher pid ${previous.launcher.pid}); stop it first or set CLAIMWATCH_DATA_DIR`,
     );
   }
-  const stopped = await stopOrphans(previous, 20_000);
+  const { stopped, stuck } = await stopOrphans(previous, 20_000);
+  const list = (processes: typeof stopped) => processes.map((p) => `${p.name} (pid ${p.pid})`).join(", ");
   if (stopped.length > 0) {
-    say(
-      `stopped what a launcher that died (pid ${previous.launcher.pid}) left running: ${stopped.map((p) => `${p.name} (pid ${p.pid})`).join(", ")}`,
-    );
+    say(`stopped what a launcher that died (pid ${previous.launcher.pid}) left running: ${list(stopped)}`);
   }
+  if (stuck.length > 0) fail(`these processes of a launcher that died did not stop even on SIGKILL: ${list(stuck)}`);
   if (stopped.some((p) => p.name === "redis")) clearEmbeddedState(config.dataDir);
   clearLauncherState(config.dataDir);
 }
@@ -82,6 +83,7 @@ if (!config.redisUrl) {
   }
   writeEmbeddedState(config.dataDir, redis!);
   writeLauncherState(config.dataDir, {
+    bootId: currentBootId(),
     launcher: ownedProcess("launcher", process.pid),
     children: [ownedProcess("redis", redis!.pid)],
   });
@@ -105,6 +107,7 @@ const worker = startWorker(root, env);
 const children: Child[] = [worker, web];
 fs.mkdirSync(config.dataDir, { recursive: true });
 writeLauncherState(config.dataDir, {
+  bootId: currentBootId(),
   launcher: ownedProcess("launcher", process.pid),
   children: [
     ownedProcess("worker", worker.process.pid!),

@@ -52,12 +52,15 @@ export function startRebuildWorker(
   const processor = async (job: Job<RebuildJobData, RebuildOutcome>, token?: string, signal?: AbortSignal) => {
     const jobId = job.id!;
     active.add(jobId);
+    // A started job drops its "waiting trigger" marker, so later triggers queue a new job. A
+    // forced job does it here; any other with its idempotency check (run-rebuild, one round
+    // trip), or below when it fails before that check ran.
+    const data = rebuildJobData.safeParse(job.data);
+    const clearMarker = () => {
+      if (data.success) void clearPendingTrigger(deps.main, deps.keys, data.data, jobId).catch(() => {});
+    };
     try {
-      // A forced job drops its "waiting trigger" marker here; any other does it with its
-      // idempotency check (run-rebuild, one round trip).
-      const data = rebuildJobData.safeParse(job.data);
-      if (data.success && data.data.force)
-        void clearPendingTrigger(deps.main, deps.keys, data.data, jobId).catch(() => {});
+      if (data.success && data.data.force) clearMarker();
       const outcome = await runRebuild(deps, {
         id: jobId,
         attempt: Math.max(1, job.attemptsStarted),
@@ -79,6 +82,7 @@ export function startRebuildWorker(
       }
     } catch (error) {
       if (error instanceof DelayedError || error instanceof WaitingError) throw error;
+      if (data.success && !data.data.force) clearMarker();
       if (error instanceof RebuildError) {
         log(`job ${jobId}: ${error.retry ? "transient failure, will retry" : "failed"}: ${error.message}`);
         throw error.retry ? error : new UnrecoverableError(error.message);

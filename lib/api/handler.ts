@@ -6,7 +6,6 @@
 import { appendAudit, type AuditAction } from "../audit";
 import { AccessDenied, authorize, type Identity, type Requirement } from "../auth/guard";
 import { takeToken } from "../auth/rate-limit";
-import { sessionRevocations } from "../auth/session";
 import { getWebContext, type WebContext } from "../web/context";
 import { ApiError, errorResponse } from "./errors";
 
@@ -35,13 +34,7 @@ export function route<Args extends unknown[]>(
     let identity: Identity | null = null;
     try {
       context = getWebContext();
-      identity = await authorize(
-        context.config,
-        request,
-        rules.role,
-        Boolean(rules.mutation),
-        sessionRevocations(context.connections.main, context.connections.keys),
-      );
+      identity = await authorize(context.config, request, rules.role, Boolean(rules.mutation), context.sessions);
       if (rules.mutation && identity) {
         const limit = await takeToken(
           context.connections.main,

@@ -5,7 +5,7 @@ import { appendAudit } from "../audit";
 import { claimName, readClaim, readSkipsMany } from "../claims";
 import { tenantsOf, type RebuildDefinition } from "../rebuilds/definitions";
 import { triggerRebuild } from "../rebuilds/trigger";
-import { hashInputs, idempotencyKey, VERSION_PATTERN } from "../rebuilds/version";
+import { hashInputs, idempotencyKey, InputHashCache, VERSION_PATTERN } from "../rebuilds/version";
 import { listRunSummaries } from "../runs/list";
 import type { RunRecord } from "../runs/types";
 import type { WebContext } from "../web/context";
@@ -161,6 +161,9 @@ export type RunPreview =
       message: string;
     };
 
+/** Input hashes of the preview, which the open "Rebuild now" panel asks for every 2 s. */
+const previewInputHashes = new InputHashCache();
+
 /** What "Rebuild now" would do right now: run, skip (and why), or wait for another version. */
 export async function previewRun(
   context: WebContext,
@@ -172,9 +175,25 @@ export async function previewRun(
   let version = query.version;
   if (!version) {
     try {
-      version = await hashInputs(definition.inputPaths);
+      version = await hashInputs(definition.inputPaths, previewInputHashes);
     } catch {
       throw badRequest("version: the inputs cannot be read here; give a version");
+    }
+  }
+  // In the worker's order: a version already rebuilt is skipped before the claim is looked at.
+  if (query.force !== "true") {
+    const runId = await connections.main.get(connections.keys.idempotency(idempotencyKey(name, query.tenant, version)));
+    if (runId) {
+      const finishedAt = await connections.main.hget(connections.keys.run(runId), "finishedAt");
+      const at = finishedAt ? Number(finishedAt) : null;
+      return {
+        outcome: "skip",
+        reason: "already-rebuilt",
+        version,
+        runId,
+        rebuiltAt: at,
+        message: `would be skipped: already rebuilt${at ? ` at ${new Date(at).toISOString()}` : ""} (use force to rebuild anyway)`,
+      };
     }
   }
   const claim = await readClaim(connections.claims, connections.keys, claimName(definition.outputPath, query.tenant));
@@ -198,21 +217,6 @@ export async function previewRun(
       pttlMs: claim.pttlMs,
       message: `would wait: ${heldBy} is building version ${claim.holder.version ?? "?"} (${seconds} s left)`,
     };
-  }
-  if (query.force !== "true") {
-    const runId = await connections.main.get(connections.keys.idempotency(idempotencyKey(name, query.tenant, version)));
-    if (runId) {
-      const finishedAt = await connections.main.hget(connections.keys.run(runId), "finishedAt");
-      const at = finishedAt ? Number(finishedAt) : null;
-      return {
-        outcome: "skip",
-        reason: "already-rebuilt",
-        version,
-        runId,
-        rebuiltAt: at,
-        message: `would be skipped: already rebuilt${at ? ` at ${new Date(at).toISOString()}` : ""} (use force to rebuild anyway)`,
-      };
-    }
   }
   return { outcome: "runs", version };
 }

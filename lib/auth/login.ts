@@ -66,9 +66,10 @@ export async function logIn(
 
 /**
  * Logout: the request's session (if it carries a valid one) is revoked server-side, so the
- * cookie stops working everywhere, not only in this browser. Audited like the login.
+ * cookie stops working everywhere, not only in this browser. The caller clears the cookie
+ * whatever happens here; a revocation that could not be written is reported, not thrown.
  */
-export async function logOut(context: WebContext, request: Request): Promise<{ revoked: boolean }> {
+export async function logOut(context: WebContext, request: Request): Promise<{ revoked: boolean; problem?: string }> {
   const { connections, config } = context;
   const session = verifySession(
     readCookie(request.headers.get("cookie"), SESSION_COOKIE),
@@ -76,13 +77,21 @@ export async function logOut(context: WebContext, request: Request): Promise<{ r
     credentialsFrom(config),
   );
   if (!session) return { revoked: false };
-  await revokeSession(connections.main, connections.keys, session);
+  try {
+    await revokeSession(connections.main, connections.keys, session);
+  } catch (error) {
+    return {
+      revoked: false,
+      problem: `the session could not be revoked on the server (${(error as Error).message}): copies of its cookie stay valid until it expires`,
+    };
+  }
+  // The revocation stands; the audit entry is best effort.
   await appendAudit(connections.main, connections.keys, {
     actor: `${session.name} (${session.role})`,
     action: "logout",
     reason: "session revoked",
     result: "done",
     detail: {},
-  });
+  }).catch(() => {});
   return { revoked: true };
 }

@@ -113,8 +113,27 @@ export interface SessionRevocations {
   isRevoked(sid: string): Promise<boolean>;
 }
 
+/** A revocation check that takes longer than this counts as failed (callers decide what that means). */
+export const REVOCATION_CHECK_MS = 250;
+
+/**
+ * Revocations in Redis. Each check is bounded (REVOCATION_CHECK_MS), so a stalled Redis cannot
+ * hold up a page or the health route's ~2 s answer.
+ */
 export function sessionRevocations(client: Pick<Redis, "exists">, keys: RedisKeys): SessionRevocations {
-  return { isRevoked: async (sid) => (await client.exists(keys.revokedSession(sid))) === 1 };
+  return {
+    isRevoked: async (sid) => {
+      let timer: NodeJS.Timeout | undefined;
+      const late = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error("revocation check timed out")), REVOCATION_CHECK_MS);
+      });
+      try {
+        return (await Promise.race([client.exists(keys.revokedSession(sid)), late])) === 1;
+      } finally {
+        clearTimeout(timer);
+      }
+    },
+  };
 }
 
 /** Logout: the session id is refused until the cookie would have expired anyway. */

@@ -78,7 +78,11 @@ export async function triggerRebuild(
   return { status: "queued", jobId };
 }
 
-/** Called by the worker when a job starts: later triggers must queue a new job. */
+/**
+ * Drops the job's marker when it is still this job's: later triggers must queue a new job. The
+ * worker calls it for a forced job when it starts and for a job that failed early; any other
+ * job drops its marker in its idempotency check (SKIP_IF_REBUILT).
+ */
 export async function clearPendingTrigger(
   client: Pick<Redis, "get" | "del">,
   keys: RedisKeys,

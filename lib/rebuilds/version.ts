@@ -13,7 +13,9 @@ import { StepFailedError } from "./steps/context";
  * (dev, inode, size, mtime, ctime) is unchanged — ctime moves on any write and cannot be set
  * back by a user — and only for files untouched for `settleMs` before they were hashed, so a
  * write within one timestamp tick of the hash is never missed ("racy" files are re-read).
- * Spares re-reading large inputs for every scheduled run and every "Rebuild now" preview poll.
+ * For answers that may be a little stale — the "Rebuild now" preview, polled every 2 s — not for
+ * the worker's version: on NFS, stat can serve cached attributes for up to a minute, and a
+ * version taken from a stale stat would skip a rebuild as already done. The worker reads.
  */
 export class InputHashCache {
   hits = 0;
@@ -38,21 +40,18 @@ export class InputHashCache {
 
   store(key: string, fingerprint: string, hash: string, newestChangeMs: number, now = Date.now()): void {
     if (now - newestChangeMs <= this.settleMs) return;
+    this.entries.delete(key); // an update moves to the newest end (and evicts nothing)
     if (this.entries.size >= this.maxEntries) this.entries.delete(this.entries.keys().next().value!);
     this.entries.set(key, { fingerprint, hash });
   }
 }
 
-const defaultInputHashCache = new InputHashCache();
-
 /**
- * sha256 over each input's name and bytes, in the order the definition lists them; served from
- * `cache` while the files are unchanged (InputHashCache).
+ * sha256 over each input's name and bytes, in the order the definition lists them; with a
+ * `cache`, served from it while the files are unchanged (InputHashCache).
  */
-export async function hashInputs(
-  inputPaths: readonly string[],
-  cache: InputHashCache = defaultInputHashCache,
-): Promise<string> {
+export async function hashInputs(inputPaths: readonly string[], cache?: InputHashCache): Promise<string> {
+  if (!cache) return readAndHash(inputPaths);
   const stats = await Promise.all(inputPaths.map((file) => fsp.stat(file).catch(() => null)));
   if (stats.some((stat) => stat === null)) return readAndHash(inputPaths); // reports which input
   const present = stats as fs.Stats[];

@@ -238,6 +238,8 @@ ARGV[1] jobId   ARGV[2] runId   ARGV[3] createdAt (index score)   ARGV[4] number
 ARGV[5] record TTL ms   ARGV[6] reason prefix (the rebuilding run id is appended)
 ARGV[7..] record field/value pairs
 Returns the run id that rebuilt the version (record written) | false (not rebuilt; nothing written)
+The run id is new (one per attempt, and this is the attempt's first write), so it is in no
+other status's index: nothing to remove there.
 ]]
 if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
 local by = redis.call('GET', KEYS[1])
@@ -352,7 +354,7 @@ export function scriptPipeline(client: ScriptingPipelineClient): ChainableComman
 /** Queues `script` on a pipeline from `scriptPipeline`. */
 export function queueScript<K extends readonly string[]>(
   pipeline: ChainableCommander,
-  script: LuaScript<K>,
+  script: LuaScript<K> & { variadicKeys?: never },
   keys: KeyTuple<K>,
   args: readonly Arg[],
 ): ChainableCommander {

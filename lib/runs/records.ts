@@ -225,14 +225,20 @@ export async function trimRuns(
   if (victims.length === 0) return 0;
 
   const lookup = client.pipeline();
-  for (const id of victims) lookup.hmget(keys.run(id), "status", "tenant");
+  for (const id of victims) lookup.hget(keys.run(id), "tenant");
   const replies = (await lookup.exec()) ?? [];
   const tx = client.multi();
   victims.forEach((id, i) => {
-    const [status, runTenant] = (replies[i]?.[1] as (string | null)[] | undefined) ?? [null, null];
+    // A record whose hash already expired has no fields left: the index it was found in says
+    // its tenant.
+    const runTenant = (replies[i]?.[1] as string | null | undefined) || tenant;
     tx.del(keys.run(id), keys.runLog(id));
-    for (const key of indexKeys(keys, rebuild, runTenant || null)) tx.zrem(key, id);
-    if (status) for (const key of statusIndexKeys(keys, rebuild, runTenant || null, status)) tx.zrem(key, id);
+    for (const key of indexKeys(keys, rebuild, runTenant)) tx.zrem(key, id);
+    // Every status, not only the hash's: an expired hash has none, and a status write may race
+    // this trim.
+    for (const status of RUN_STATUSES) {
+      for (const key of statusIndexKeys(keys, rebuild, runTenant, status)) tx.zrem(key, id);
+    }
   });
   await tx.exec();
   return victims.length;

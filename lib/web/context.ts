@@ -4,6 +4,7 @@
  * connection per edit. Route handlers and server components reach Redis only through lib/api.
  */
 import { Queue } from "bullmq";
+import { sessionRevocations, type SessionRevocations } from "../auth/session";
 import { getConfig, type Config } from "../config";
 import type { HealthProbes } from "../health/health";
 import { loadDefinitions, type Definitions } from "../rebuilds/definitions";
@@ -16,6 +17,8 @@ export interface WebContext {
   definitions: Definitions;
   connections: Connections;
   probes: HealthProbes;
+  /** Logged-out session ids, asked over the probe connection (each check bounded, see session.ts). */
+  sessions: SessionRevocations;
   queue: Queue;
 }
 
@@ -28,13 +31,15 @@ export function getWebContext(): WebContext {
   const loaded = loadDefinitions(config.definitionsPath);
   if (!loaded.ok) throw loaded.error;
   const connections = openConnections(config, "web", "claimwatch-web");
+  const probeMain = createRedis(connections.urls.main, "probe", "claimwatch-web:probe");
   const probes: HealthProbes = {
-    main: createRedis(connections.urls.main, "probe", "claimwatch-web:probe"),
+    main: probeMain,
     claims: createRedis(connections.urls.claims, "probe", "claimwatch-web:probe-claims"),
     keys: connections.keys,
   };
+  const sessions = sessionRevocations(probeMain, connections.keys);
   const queue = new Queue(REBUILD_QUEUE, { connection: connections.main, prefix: queuePrefix(connections.keys) });
   queue.on("error", () => {}); // failures surface through the calls that hit them
-  holder.__claimwatchWeb = { config, definitions: loaded.definitions, connections, probes, queue };
+  holder.__claimwatchWeb = { config, definitions: loaded.definitions, connections, probes, sessions, queue };
   return holder.__claimwatchWeb;
 }

@@ -2,13 +2,12 @@
 import { headers } from "next/headers";
 import { redirect } from "next/navigation";
 import { authenticateHeaders, type Identity } from "../auth/guard";
-import { sessionRevocations } from "../auth/session";
 import { getWebContext } from "./context";
 
 export async function pageIdentity(): Promise<Identity | null> {
   try {
-    const { config, connections } = getWebContext();
-    return await authenticateHeaders(config, await headers(), sessionRevocations(connections.main, connections.keys));
+    const { config, sessions } = getWebContext();
+    return await authenticateHeaders(config, await headers(), sessions);
   } catch {
     return null;
   }

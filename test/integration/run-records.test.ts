@@ -4,7 +4,7 @@ import { after, test } from "node:test";
 import { Redis } from "ioredis";
 import { redisKeys } from "../../lib/redis/keys";
 import { listRunSummaries, listRuns } from "../../lib/runs/list";
-import { readRun, upsertRun } from "../../lib/runs/records";
+import { readRun, trimRuns, upsertRun } from "../../lib/runs/records";
 import { RUN_STATUSES, type RunStatus } from "../../lib/runs/types";
 import { startTestRedis, stopTestRedis, uniquePrefix } from "../support/redis";
 
@@ -104,4 +104,29 @@ test("run summaries: the same runs, order and fields as the full listing, and a 
     ["job4-a1", "job2-a1", "job1-a1"],
   );
   assert.equal(summaries[1]!.reason, "skip 2");
+});
+
+test("trimming removes a run from every index, also when its hash had already expired", async () => {
+  const keys = redisKeys(uniquePrefix());
+  const now = Date.now();
+  for (const [i, status] of (["failed", "rebuilt", "skipped"] as const).entries()) {
+    await upsertRun(client, keys, { ...base(`old${i}-a1`), createdAt: now + i, status });
+  }
+  await client.del(keys.run("old0-a1")); // its backstop TTL ran out before any trim
+  const removed = await trimRuns(client, keys, "tiles", "acme", { maxPerRebuild: 1, maxAgeMs: 86_400_000 }, now + 10);
+  assert.equal(removed, 2);
+  const indexes = [
+    keys.runIndex(),
+    keys.runIndex({ rebuild: "tiles" }),
+    keys.runIndex({ rebuild: "tiles", tenant: "acme" }),
+    ...RUN_STATUSES.flatMap((status) => [
+      keys.runIndex({ status }),
+      keys.runIndex({ rebuild: "tiles", status }),
+      keys.runIndex({ rebuild: "tiles", tenant: "acme", status }),
+    ]),
+  ];
+  const left = new Set<string>();
+  for (const index of indexes) for (const id of await client.zrange(index, "0", "-1")) left.add(id);
+  assert.deepEqual([...left], ["old2-a1"], "only the newest run is indexed anywhere");
+  assert.equal(await client.exists(keys.run("old1-a1")), 0);
 });

@@ -3,7 +3,6 @@
  * inside a `--[[ ]]` header (e.g. `KEYS[ARGV[1]]`) ends the comment early: only a compile shows it.
  */
 import assert from "node:assert/strict";
-import crypto from "node:crypto";
 import { after, before, test } from "node:test";
 import { Redis } from "ioredis";
 import { ALL_SCRIPTS } from "../../lib/redis/scripts";
@@ -22,8 +21,7 @@ after(async () => {
 
 for (const script of ALL_SCRIPTS) {
   test(`${script.command} compiles and documents its KEYS, ARGV and return values`, async () => {
-    const sha = await client.script("LOAD", script.lua);
-    assert.equal(sha, crypto.createHash("sha1").update(script.lua).digest("hex"));
+    await client.script("LOAD", script.lua); // rejects with the compile error
     const header = /^\s*--\[\[([\s\S]*?)\]\]/.exec(script.lua)?.[1] ?? "";
     script.keys.forEach((_, i) =>
       assert.match(header, new RegExp(`KEYS\\[${i + 1}\\]`), `KEYS[${i + 1}] in the header`),

@@ -5,7 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { claimName } from "../../lib/claims";
+import { acquireClaim, claimName, releaseClaim } from "../../lib/claims";
 import { runRebuild, type RebuildDeps, type RebuildJob } from "../../lib/rebuilds/run-rebuild";
 import { idempotencyKey } from "../../lib/rebuilds/version";
 import { listRuns } from "../../lib/runs/list";
@@ -64,7 +64,7 @@ test("a repeat is skipped as already-rebuilt, recorded and indexed as a skip, wi
     version: "v1",
   });
   assert.equal(await fenceOf(), fence, "no claim was granted");
-  assert.equal(await bed.claims.zscore(bed.keys.claimRegistry, name), null);
+  assert.equal(await bed.claims.exists(bed.keys.claim(name)), 0);
 
   const record = await readRun(bed.main, bed.keys, `${repeatJob.id}-a1`);
   assert.ok(record);
@@ -115,12 +115,28 @@ test("a forced run of a rebuilt version takes the claim and rebuilds again", asy
 });
 
 test("a version that is not rebuilt writes nothing in the check and goes on to the claim", async () => {
+  // Another version holds the output: the job is deferred right after the check, before any
+  // record of its own is written, so whatever the check wrote would still be there.
+  const other = await acquireClaim(
+    bed.claims,
+    bed.keys,
+    claimOfTiles(),
+    { jobId: "run-other", version: "v-other" },
+    { ttlMs: 30_000, refreshEveryMs: 10_000 },
+  );
+  assert.equal(other.status, "acquired");
+  try {
+    const skippedBefore = await bed.main.zcard(bed.keys.runIndex({ status: "skipped" }));
+    const waiting = job("v4");
+    const outcome = await runRebuild(deps, waiting);
+    assert.equal(outcome.status, "deferred");
+    assert.equal(await readRun(bed.main, bed.keys, `${waiting.id}-a1`), null, "no record written by the check");
+    assert.equal(await bed.main.zcard(bed.keys.runIndex({ status: "skipped" })), skippedBefore);
+  } finally {
+    if (other.status === "acquired") await releaseClaim(bed.claims, bed.keys, claimOfTiles(), other.token);
+  }
   const before = await fenceOf();
   const fresh = job("v4");
-  const outcome = await runRebuild(deps, fresh);
-  assert.equal(outcome.status, "rebuilt");
-  assert.equal(await fenceOf(), before + 1);
-  const record = await readRun(bed.main, bed.keys, `${fresh.id}-a1`);
-  assert.equal(record?.status, "rebuilt");
-  assert.equal(record?.reason, null, "no skip reason left behind by the check");
+  assert.equal((await runRebuild(deps, fresh)).status, "rebuilt");
+  assert.equal(await fenceOf(), before + 1, "it took the claim");
 });

@@ -5,6 +5,8 @@
  */
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
+import { acquireClaim, claimName, releaseClaim } from "../../lib/claims";
+import { idempotencyKey } from "../../lib/rebuilds/version";
 import { upsertRun } from "../../lib/runs/records";
 import { createTestBed, startWebServer, type TestBed } from "../support/stack";
 
@@ -134,6 +136,28 @@ test("GET /api/rebuilds/{name}/preview says what Rebuild now would do", async ()
   const preview = await call("GET", "/api/rebuilds/slow/preview?version=v9");
   assert.deepEqual(preview.body, { outcome: "runs", version: "v9" });
   assertError(await call("GET", "/api/rebuilds/slow/preview?version=a%20b"), 400, /^version: /);
+});
+
+test("the preview checks in the worker's order: already rebuilt first, then the claim", async () => {
+  const name = claimName(bed.definitions.rebuilds.get("slow")!.outputPath);
+  const grant = await acquireClaim(
+    bed.claims,
+    bed.keys,
+    name,
+    { version: "other" },
+    { ttlMs: 30_000, refreshEveryMs: 10_000 },
+  );
+  assert.equal(grant.status, "acquired");
+  await bed.main.set(bed.keys.idempotency(idempotencyKey("slow", undefined, "done")), "run-earlier-a1");
+  try {
+    const repeat = await call("GET", "/api/rebuilds/slow/preview?version=done");
+    assert.equal(repeat.body.outcome, "skip");
+    assert.equal(repeat.body.reason, "already-rebuilt", "skipped at once, as the worker does, not left waiting");
+    const forced = await call("GET", "/api/rebuilds/slow/preview?version=done&force=true");
+    assert.equal(forced.body.outcome, "defer", "forced: the claim held for another version makes it wait");
+  } finally {
+    if (grant.status === "acquired") await releaseClaim(bed.claims, bed.keys, name, grant.token);
+  }
 });
 
 test("GET /api/rebuilds lists each rebuild and tenant with schedule, last run, skips and claim", async () => {

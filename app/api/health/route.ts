@@ -1,5 +1,4 @@
 import { authenticateHeaders } from "@/lib/auth/guard";
-import { sessionRevocations } from "@/lib/auth/session";
 import { publicHealth } from "@/lib/health/health";
 import { currentHealth } from "@/lib/health/report";
 import { getWebContext } from "@/lib/web/context";
@@ -14,9 +13,8 @@ export const dynamic = "force-dynamic";
 export async function GET(request: Request): Promise<Response> {
   let identified: boolean;
   try {
-    const { config, connections } = getWebContext();
-    const revocations = sessionRevocations(connections.main, connections.keys);
-    identified = (await authenticateHeaders(config, request.headers, revocations)) !== null;
+    const { config, sessions } = getWebContext();
+    identified = (await authenticateHeaders(config, request.headers, sessions)) !== null;
   } catch {
     identified = false;
   }

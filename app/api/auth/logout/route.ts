@@ -4,8 +4,11 @@ import { sessionCookie } from "@/lib/auth/session";
 
 export const dynamic = "force-dynamic";
 
-/** Ends the session server-side (its cookie is refused from now on) and clears the cookie. */
+/**
+ * Ends the session server-side (its cookie is refused from now on) and always clears the cookie
+ * in this browser, even when the revocation could not be written (then `problem` says so).
+ */
 export const POST = route({ role: "public" }, async (context, request) => {
-  const { revoked } = await logOut(context, request);
-  return json({ loggedOut: true, revoked }, 200, { "set-cookie": sessionCookie("", false, 0) });
+  const result = await logOut(context, request);
+  return json({ loggedOut: true, ...result }, 200, { "set-cookie": sessionCookie("", false, 0) });
 });
