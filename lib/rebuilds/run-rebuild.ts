@@ -236,19 +236,7 @@ class RebuildAttempt {
       deps.keys,
       { id: this.job.id, data },
       this.idemKey,
-      {
-        ...this.record,
-        jobId: this.job.id,
-        attempt: this.job.attempt,
-        version: this.version,
-        trigger: data.trigger,
-        workerId: deps.worker.id,
-        host: deps.worker.host,
-        startedAt: now,
-        finishedAt: now,
-        durationMs: 0,
-        idempotencyKey: this.idemKey,
-      },
+      { ...this.record, ...this.attemptFields(now), finishedAt: now, durationMs: 0 },
       this.retention,
     ).catch((error: unknown) => {
       this.log(`idempotency check failed (going on to the claim): ${String(error)}`);
@@ -271,15 +259,8 @@ class RebuildAttempt {
     const startedAt = Date.now();
     this.startedAt = startedAt;
     this.write("running", {
-      jobId: this.job.id,
-      attempt: this.job.attempt,
-      version: this.version,
-      trigger: data.trigger,
-      workerId: deps.worker.id,
-      host: deps.worker.host,
-      startedAt,
+      ...this.attemptFields(startedAt),
       fence: held.fence,
-      idempotencyKey: this.idemKey,
       progress: 0,
       reason: null,
     });
@@ -373,18 +354,22 @@ class RebuildAttempt {
   }
 
   private async finishSkipped(reason: "already-rebuilt" | "claim-held", detail: string): Promise<RebuildOutcome> {
-    await this.finish("skipped", {
-      reason: `${reason}: ${detail}`,
+    await this.finish("skipped", { reason: `${reason}: ${detail}`, ...this.attemptFields(Date.now()) });
+    return { status: "skipped", reason, runId: this.runId, version: this.version };
+  }
+
+  /** What every record of this attempt says about it once it started (or was skipped). */
+  private attemptFields(startedAt: number): Partial<RunRecord> {
+    return {
       jobId: this.job.id,
       attempt: this.job.attempt,
       version: this.version,
       trigger: this.data.trigger,
       workerId: this.deps.worker.id,
       host: this.deps.worker.host,
-      startedAt: Date.now(),
+      startedAt,
       idempotencyKey: this.idemKey,
-    });
-    return { status: "skipped", reason, runId: this.runId, version: this.version };
+    };
   }
 
   /**
