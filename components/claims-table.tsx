@@ -5,6 +5,7 @@ import Link from "next/link";
 import { useState } from "react";
 import type { ApiClaim, ApiClaimPage, ReleaseOutcome } from "@/lib/api/claims";
 import { apiFetch, claimsQuery, queryKeys } from "@/lib/ui/queries";
+import { DataTable } from "./data-table";
 import { formatAgo, formatDurationMs } from "./format";
 import { useCanOperate } from "./role";
 import { useNow } from "./use-now";
@@ -40,96 +41,90 @@ export function ClaimsTable({ initial }: { initial: ApiClaimPage | null }) {
         <p className="text-sm text-slate-600">No active claims: nothing is being rebuilt right now.</p>
       ) : null}
       {data && data.claims.length > 0 ? (
-        <div className="overflow-x-auto rounded border border-slate-200 bg-white">
-          <table className="min-w-full text-left text-sm" aria-label="Active claims">
-            <thead className="bg-slate-100 text-xs uppercase text-slate-600">
-              <tr>
-                <th className="px-3 py-2">Claim</th>
-                <th className="px-3 py-2">Holder</th>
-                <th className="px-3 py-2">Fence</th>
-                <th className="px-3 py-2">Held for</th>
-                <th className="px-3 py-2">Last heartbeat</th>
-                <th className="px-3 py-2">TTL</th>
-                <th className="px-3 py-2">Skips</th>
-                <th className="px-3 py-2">State</th>
-                <th className="px-3 py-2">
-                  <span className="sr-only">Actions</span>
-                </th>
+        <DataTable
+          label="Active claims"
+          columns={[
+            "Claim",
+            "Holder",
+            "Fence",
+            "Held for",
+            "Last heartbeat",
+            "TTL",
+            "Skips",
+            "State",
+            { hidden: "Actions" },
+          ]}
+        >
+          {data.claims.map((claim) => {
+            const ttlLeft = claim.pttlMs - (now - dataUpdatedAt);
+            const serverNow = now - skew;
+            return (
+              <tr key={claim.name} data-claim={claim.name} className="border-t border-slate-100 align-top">
+                <td className="px-3 py-2">
+                  <div className="font-medium">
+                    {claim.rebuild ?? "?"}
+                    {claim.tenant ? <span className="text-slate-500"> / {claim.tenant}</span> : null}
+                  </div>
+                  <div className="font-mono text-xs text-slate-500" title={claim.name}>
+                    {claim.name}
+                  </div>
+                  <div className="text-xs text-slate-500">version {claim.version ?? "?"}</div>
+                </td>
+                <td className="px-3 py-2 text-xs">
+                  <div className="font-medium">{claim.holder.workerId ?? "?"}</div>
+                  <div>
+                    {claim.holder.host} · pid {claim.holder.pid}
+                  </div>
+                  <div>job {claim.holder.jobId ?? "–"}</div>
+                  {claim.holder.runId ? (
+                    <Link className="text-sky-700 underline" href={`/runs/${claim.holder.runId}`}>
+                      run {claim.holder.runId}
+                    </Link>
+                  ) : null}
+                </td>
+                <td className="px-3 py-2 font-mono">{claim.fence}</td>
+                <td className="px-3 py-2">{formatDurationMs(serverNow - (claim.acquiredAt ?? serverNow))}</td>
+                <td className="px-3 py-2" data-field="heartbeat">
+                  {formatAgo(claim.refreshedAt, serverNow)}
+                </td>
+                <td className="px-3 py-2 font-mono" data-field="ttl" data-ttl-ms={Math.max(0, Math.round(ttlLeft))}>
+                  {formatDurationMs(Math.max(0, ttlLeft))}
+                  <span className="text-xs text-slate-500"> / {formatDurationMs(claim.ttlMs)}</span>
+                </td>
+                <td className="px-3 py-2" data-field="skips">
+                  {claim.consecutiveSkips}
+                </td>
+                <td className="px-3 py-2">
+                  {claim.stale ? (
+                    <span
+                      className="rounded bg-red-100 px-2 py-0.5 text-xs font-semibold text-red-800 ring-1 ring-red-300"
+                      title={claim.staleReason ?? ""}
+                    >
+                      Stale
+                    </span>
+                  ) : (
+                    <span className="text-xs text-emerald-700">live</span>
+                  )}
+                  {claim.staleReason ? <div className="mt-1 text-xs text-red-800">{claim.staleReason}</div> : null}
+                </td>
+                <td className="px-3 py-2">
+                  {canOperate ? (
+                    <button
+                      type="button"
+                      onClick={() => {
+                        setNotice(null);
+                        setReleasing(claim);
+                      }}
+                      className="rounded border border-red-300 px-2 py-1 text-xs text-red-800 hover:bg-red-50"
+                    >
+                      Force release
+                    </button>
+                  ) : null}
+                </td>
               </tr>
-            </thead>
-            <tbody>
-              {data.claims.map((claim) => {
-                const ttlLeft = claim.pttlMs - (now - dataUpdatedAt);
-                const serverNow = now - skew;
-                return (
-                  <tr key={claim.name} data-claim={claim.name} className="border-t border-slate-100 align-top">
-                    <td className="px-3 py-2">
-                      <div className="font-medium">
-                        {claim.rebuild ?? "?"}
-                        {claim.tenant ? <span className="text-slate-500"> / {claim.tenant}</span> : null}
-                      </div>
-                      <div className="font-mono text-xs text-slate-500" title={claim.name}>
-                        {claim.name}
-                      </div>
-                      <div className="text-xs text-slate-500">version {claim.version ?? "?"}</div>
-                    </td>
-                    <td className="px-3 py-2 text-xs">
-                      <div className="font-medium">{claim.holder.workerId ?? "?"}</div>
-                      <div>
-                        {claim.holder.host} · pid {claim.holder.pid}
-                      </div>
-                      <div>job {claim.holder.jobId ?? "–"}</div>
-                      {claim.holder.runId ? (
-                        <Link className="text-sky-700 underline" href={`/runs/${claim.holder.runId}`}>
-                          run {claim.holder.runId}
-                        </Link>
-                      ) : null}
-                    </td>
-                    <td className="px-3 py-2 font-mono">{claim.fence}</td>
-                    <td className="px-3 py-2">{formatDurationMs(serverNow - (claim.acquiredAt ?? serverNow))}</td>
-                    <td className="px-3 py-2" data-field="heartbeat">
-                      {formatAgo(claim.refreshedAt, serverNow)}
-                    </td>
-                    <td className="px-3 py-2 font-mono" data-field="ttl" data-ttl-ms={Math.max(0, Math.round(ttlLeft))}>
-                      {formatDurationMs(Math.max(0, ttlLeft))}
-                      <span className="text-xs text-slate-500"> / {formatDurationMs(claim.ttlMs)}</span>
-                    </td>
-                    <td className="px-3 py-2" data-field="skips">
-                      {claim.consecutiveSkips}
-                    </td>
-                    <td className="px-3 py-2">
-                      {claim.stale ? (
-                        <span
-                          className="rounded bg-red-100 px-2 py-0.5 text-xs font-semibold text-red-800 ring-1 ring-red-300"
-                          title={claim.staleReason ?? ""}
-                        >
-                          Stale
-                        </span>
-                      ) : (
-                        <span className="text-xs text-emerald-700">live</span>
-                      )}
-                      {claim.staleReason ? <div className="mt-1 text-xs text-red-800">{claim.staleReason}</div> : null}
-                    </td>
-                    <td className="px-3 py-2">
-                      {canOperate ? (
-                        <button
-                          type="button"
-                          onClick={() => {
-                            setNotice(null);
-                            setReleasing(claim);
-                          }}
-                          className="rounded border border-red-300 px-2 py-1 text-xs text-red-800 hover:bg-red-50"
-                        >
-                          Force release
-                        </button>
-                      ) : null}
-                    </td>
-                  </tr>
-                );
-              })}
-            </tbody>
-          </table>
-        </div>
+            );
+          })}
+        </DataTable>
       ) : null}
       <div className="flex gap-2 text-sm">
         {cursors.length > 1 ? (

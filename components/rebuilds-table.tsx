@@ -5,6 +5,7 @@ import Link from "next/link";
 import { useState } from "react";
 import type { ApiRebuild } from "@/lib/api/rebuilds";
 import { apiFetch, previewQuery, queryKeys, rebuildsQuery } from "@/lib/ui/queries";
+import { DataTable } from "./data-table";
 import { formatDurationMs, formatTime } from "./format";
 import { Sparkline } from "./sparkline";
 import { useCanOperate } from "./role";
@@ -19,36 +20,22 @@ export function RebuildsTable({ initial }: { initial: ApiRebuild[] | null }) {
   return (
     <div className="space-y-3">
       {error ? <p className="text-sm text-red-700">Could not load rebuilds: {error.message}</p> : null}
-      <div className="overflow-x-auto rounded border border-slate-200 bg-white">
-        <table className="min-w-full text-left text-sm" aria-label="Rebuilds">
-          <thead className="bg-slate-100 text-xs uppercase text-slate-600">
-            <tr>
-              <th className="px-3 py-2">Rebuild</th>
-              <th className="px-3 py-2">Schedule</th>
-              <th className="px-3 py-2">Last run</th>
-              <th className="px-3 py-2">Skips</th>
-              <th className="px-3 py-2">Claim</th>
-              <th className="px-3 py-2">Last 30 runs</th>
-              <th className="px-3 py-2">
-                <span className="sr-only">Actions</span>
-              </th>
-            </tr>
-          </thead>
-          <tbody>
-            {(data?.rebuilds ?? []).map((rebuild) => {
-              const key = `${rebuild.name}/${rebuild.tenant ?? ""}`;
-              return (
-                <RebuildRow
-                  key={key}
-                  rebuild={rebuild}
-                  open={open === key}
-                  onToggle={() => setOpen(open === key ? null : key)}
-                />
-              );
-            })}
-          </tbody>
-        </table>
-      </div>
+      <DataTable
+        label="Rebuilds"
+        columns={["Rebuild", "Schedule", "Last run", "Skips", "Claim", "Last 30 runs", { hidden: "Actions" }]}
+      >
+        {(data?.rebuilds ?? []).map((rebuild) => {
+          const key = `${rebuild.name}/${rebuild.tenant ?? ""}`;
+          return (
+            <RebuildRow
+              key={key}
+              rebuild={rebuild}
+              open={open === key}
+              onToggle={() => setOpen(open === key ? null : key)}
+            />
+          );
+        })}
+      </DataTable>
     </div>
   );
 }

@@ -6,6 +6,7 @@ import { useState } from "react";
 import type { RunPage } from "@/lib/runs/list";
 import { RUN_STATUSES, type RunStatus } from "@/lib/runs/types";
 import { runsQuery, type RunsFilter } from "@/lib/ui/queries";
+import { DataTable } from "./data-table";
 import { formatDurationMs, formatTime } from "./format";
 import { StatusBadge } from "./status-badge";
 
@@ -84,49 +85,32 @@ export function RunsTable({ initial, initialFilter, rebuilds }: RunsTableProps) 
         ) : null}
       </form>
       {error ? <p className="text-sm text-red-700">Could not load runs: {error.message}</p> : null}
-      <div className="overflow-x-auto rounded border border-slate-200 bg-white">
-        <table className="min-w-full text-left text-sm" aria-label="Runs">
-          <thead className="bg-slate-100 text-xs uppercase text-slate-600">
-            <tr>
-              <th className="px-3 py-2">Run</th>
-              <th className="px-3 py-2">Rebuild</th>
-              <th className="px-3 py-2">Status</th>
-              <th className="px-3 py-2">Reason</th>
-              <th className="px-3 py-2">Started</th>
-              <th className="px-3 py-2">Duration</th>
-              <th className="px-3 py-2">Worker</th>
-            </tr>
-          </thead>
-          <tbody>
-            {(data?.runs ?? []).map((run) => (
-              <tr
-                key={run.id}
-                className="border-t border-slate-100 align-top"
-                data-run={run.id}
-                data-status={run.status}
-              >
-                <td className="px-3 py-2 font-mono text-xs">
-                  <Link className="text-sky-700 underline" href={`/runs/${run.id}`}>
-                    {run.id}
-                  </Link>
-                </td>
-                <td className="px-3 py-2">
-                  {run.rebuild}
-                  {run.tenant ? <span className="text-slate-500"> / {run.tenant}</span> : null}
-                </td>
-                <td className="px-3 py-2">
-                  <StatusBadge status={run.status} />
-                </td>
-                <td className="max-w-xs px-3 py-2 text-xs text-slate-600">{run.reason ?? ""}</td>
-                <td className="px-3 py-2 text-xs">{formatTime(run.startedAt ?? run.createdAt)}</td>
-                <td className="px-3 py-2 text-xs">{formatDurationMs(run.durationMs)}</td>
-                <td className="px-3 py-2 text-xs">{run.workerId ?? "–"}</td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-        {data && data.runs.length === 0 ? <p className="p-3 text-sm text-slate-600">No runs match.</p> : null}
-      </div>
+      <DataTable
+        label="Runs"
+        columns={["Run", "Rebuild", "Status", "Reason", "Started", "Duration", "Worker"]}
+        footer={data && data.runs.length === 0 ? <p className="p-3 text-sm text-slate-600">No runs match.</p> : null}
+      >
+        {(data?.runs ?? []).map((run) => (
+          <tr key={run.id} className="border-t border-slate-100 align-top" data-run={run.id} data-status={run.status}>
+            <td className="px-3 py-2 font-mono text-xs">
+              <Link className="text-sky-700 underline" href={`/runs/${run.id}`}>
+                {run.id}
+              </Link>
+            </td>
+            <td className="px-3 py-2">
+              {run.rebuild}
+              {run.tenant ? <span className="text-slate-500"> / {run.tenant}</span> : null}
+            </td>
+            <td className="px-3 py-2">
+              <StatusBadge status={run.status} />
+            </td>
+            <td className="max-w-xs px-3 py-2 text-xs text-slate-600">{run.reason ?? ""}</td>
+            <td className="px-3 py-2 text-xs">{formatTime(run.startedAt ?? run.createdAt)}</td>
+            <td className="px-3 py-2 text-xs">{formatDurationMs(run.durationMs)}</td>
+            <td className="px-3 py-2 text-xs">{run.workerId ?? "–"}</td>
+          </tr>
+        ))}
+      </DataTable>
       <div className="flex gap-2 text-sm">
         {cursors.length > 0 ? (
           <button type="button" className="rounded border px-2 py-1" onClick={() => setCursors(cursors.slice(0, -1))}>

@@ -3,6 +3,7 @@
 import { useQuery } from "@tanstack/react-query";
 import type { WorkerStatus } from "@/lib/workers/heartbeat";
 import { workersQuery } from "@/lib/ui/queries";
+import { DataTable } from "./data-table";
 import { formatAgo, formatDurationMs } from "./format";
 import { useNow } from "./use-now";
 
@@ -21,33 +22,21 @@ export function WorkersTable({ initial }: { initial: { workers: WorkerStatus[]; 
     );
   }
   return (
-    <div className="overflow-x-auto rounded border border-slate-200 bg-white">
-      <table className="min-w-full text-left text-sm" aria-label="Workers">
-        <thead className="bg-slate-100 text-xs uppercase text-slate-600">
-          <tr>
-            <th className="px-3 py-2">Worker</th>
-            <th className="px-3 py-2">Host</th>
-            <th className="px-3 py-2">PID</th>
-            <th className="px-3 py-2">Uptime</th>
-            <th className="px-3 py-2">Current job</th>
-            <th className="px-3 py-2">Last heartbeat</th>
-            <th className="px-3 py-2">Version</th>
-          </tr>
-        </thead>
-        <tbody>
-          {(data?.workers ?? []).map((w) => (
-            <tr key={w.id} className="border-t border-slate-100" data-worker={w.id}>
-              <td className="px-3 py-2 font-mono text-xs">{w.id}</td>
-              <td className="px-3 py-2">{w.host}</td>
-              <td className="px-3 py-2">{w.pid}</td>
-              <td className="px-3 py-2">{formatDurationMs(now - w.startedAt)}</td>
-              <td className="px-3 py-2 font-mono text-xs">{w.currentJob ?? "idle"}</td>
-              <td className="px-3 py-2">{formatAgo(w.heartbeatAt, now)}</td>
-              <td className="px-3 py-2">{w.version}</td>
-            </tr>
-          ))}
-        </tbody>
-      </table>
-    </div>
+    <DataTable
+      label="Workers"
+      columns={["Worker", "Host", "PID", "Uptime", "Current job", "Last heartbeat", "Version"]}
+    >
+      {(data?.workers ?? []).map((w) => (
+        <tr key={w.id} className="border-t border-slate-100" data-worker={w.id}>
+          <td className="px-3 py-2 font-mono text-xs">{w.id}</td>
+          <td className="px-3 py-2">{w.host}</td>
+          <td className="px-3 py-2">{w.pid}</td>
+          <td className="px-3 py-2">{formatDurationMs(now - w.startedAt)}</td>
+          <td className="px-3 py-2 font-mono text-xs">{w.currentJob ?? "idle"}</td>
+          <td className="px-3 py-2">{formatAgo(w.heartbeatAt, now)}</td>
+          <td className="px-3 py-2">{w.version}</td>
+        </tr>
+      ))}
+    </DataTable>
   );
 }

@@ -23,10 +23,8 @@ async function waitUntil(condition: () => boolean, timeoutMs = 10_000): Promise<
 const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-launcher-"));
 after(() => fs.rmSync(dataDir, { recursive: true, force: true }));
 
-async function runOnce(
-  signal: NodeJS.Signals,
-  body: (url: string, redisUrl: string, output: () => string) => Promise<void>,
-) {
+/** `npm start` on the shared data dir and a free port, with its embedded Redis (REDIS_URL unset). */
+async function spawnLauncher() {
   const port = await freePort();
   const env: NodeJS.ProcessEnv = { ...process.env, PORT: String(port), CLAIMWATCH_DATA_DIR: dataDir };
   delete env.REDIS_URL;
@@ -34,6 +32,14 @@ async function runOnce(
     env,
     stdio: ["ignore", "pipe", "pipe"],
   });
+  return { port, launcher };
+}
+
+async function runOnce(
+  signal: NodeJS.Signals,
+  body: (url: string, redisUrl: string, output: () => string) => Promise<void>,
+) {
+  const { port, launcher } = await spawnLauncher();
   const exited = new Promise<number | null>((resolve) => launcher.once("exit", (code) => resolve(code)));
   let printed = "";
   launcher.stdout.on("data", (chunk: Buffer) => (printed += chunk.toString()));
@@ -94,13 +100,7 @@ test("npm start serves a healthy dashboard, stops cleanly on SIGTERM, and finds 
 
 test("a second npm start on the same data dir is refused while the first runs", async () => {
   await runOnce("SIGTERM", async () => {
-    const port = await freePort();
-    const env: NodeJS.ProcessEnv = { ...process.env, PORT: String(port), CLAIMWATCH_DATA_DIR: dataDir };
-    delete env.REDIS_URL;
-    const second = spawn(process.execPath, ["--import", "tsx", "scripts/start.ts"], {
-      env,
-      stdio: ["ignore", "pipe", "pipe"],
-    });
+    const { launcher: second } = await spawnLauncher();
     const line = await waitForLine(second, /already using/, 60_000);
     assert.match(line, /another claimwatch is already using/);
     const code = await new Promise<number | null>((resolve) =>
@@ -111,13 +111,7 @@ test("a second npm start on the same data dir is refused while the first runs", 
 });
 
 test("npm start after a launcher was SIGKILLed stops exactly what that launcher left running, then starts", async () => {
-  const port = await freePort();
-  const env: NodeJS.ProcessEnv = { ...process.env, PORT: String(port), CLAIMWATCH_DATA_DIR: dataDir };
-  delete env.REDIS_URL;
-  const first = spawn(process.execPath, ["--import", "tsx", "scripts/start.ts"], {
-    env,
-    stdio: ["ignore", "pipe", "pipe"],
-  });
+  const { launcher: first } = await spawnLauncher();
   const firstExited = new Promise((resolve) => first.once("exit", resolve));
   await waitForLine(first, /claimwatch is running at/, 120_000);
   const left = descendantPids(first.pid!);
