@@ -2,7 +2,7 @@
 import { CronExpressionParser } from "cron-parser";
 import { z } from "zod";
 import { appendAudit } from "../audit";
-import { claimName, readClaim, readSkipsMany } from "../claims";
+import { claimName, readClaim, readClaimsByName, readSkipsMany } from "../claims";
 import { tenantsOf, type RebuildDefinition } from "../rebuilds/definitions";
 import { triggerRebuild } from "../rebuilds/trigger";
 import { hashInputs, idempotencyKey, InputHashCache, VERSION_PATTERN } from "../rebuilds/version";
@@ -42,22 +42,21 @@ export async function getRebuilds(context: WebContext): Promise<ApiRebuild[]> {
       entries.push({ definition, tenant, name: claimName(definition.outputPath, tenant) });
     }
   }
-  const skips = await readSkipsMany(
-    connections.claims,
-    connections.keys,
-    entries.map((e) => e.name),
-  );
+  const names = entries.map((e) => e.name);
+  // Skips outlive claims, so they are read for every name; claims in one pipeline for all.
+  const [skips, claims] = await Promise.all([
+    readSkipsMany(connections.claims, connections.keys, names),
+    readClaimsByName(connections.claims, connections.keys, names),
+  ]);
   return Promise.all(
     entries.map(async ({ definition, tenant, name }): Promise<ApiRebuild> => {
-      const [claim, recent] = await Promise.all([
-        readClaim(connections.claims, connections.keys, name),
-        listRunSummaries(
-          connections.main,
-          connections.keys,
-          { rebuild: definition.name, ...(tenant ? { tenant } : {}) },
-          30,
-        ),
-      ]);
+      const claim = claims.get(name);
+      const recent = await listRunSummaries(
+        connections.main,
+        connections.keys,
+        { rebuild: definition.name, ...(tenant ? { tenant } : {}) },
+        30,
+      );
       const last = recent[0] ?? null;
       return {
         name: definition.name,

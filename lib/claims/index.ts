@@ -10,6 +10,7 @@ export { ClaimKeeper, type ClaimKeeperEvent, type HeldClaim } from "./keeper";
 export {
   listClaims,
   readClaim,
+  readClaimsByName,
   staleReasons,
   MAX_CLAIMS_PAGE,
   type ClaimInfo,

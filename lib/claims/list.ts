@@ -96,6 +96,18 @@ export async function readClaim(
   return claims[0] ?? null;
 }
 
+/** Several claims in one pipeline, by name; names nobody holds are absent from the map. */
+export async function readClaimsByName(
+  client: ScriptingPipelineClient,
+  keys: RedisKeys,
+  names: readonly string[],
+  options: Pick<ListClaimsOptions, "liveWorkerIds"> = {},
+): Promise<Map<string, ClaimInfo>> {
+  if (names.length === 0) return new Map();
+  const { claims } = await readClaims(client, keys, names, options.liveWorkerIds);
+  return new Map(claims.map((claim) => [claim.name, claim]));
+}
+
 /** One pipeline: TIME, then GET + PTTL + HGETALL + HGET(skips) per name. */
 async function readClaims(
   client: ScriptingPipelineClient,

@@ -6,6 +6,7 @@ import {
   claimName,
   listClaims,
   readClaim,
+  readClaimsByName,
   readSkips,
   readSkipsMany,
   recordSkip,
@@ -165,4 +166,26 @@ test("consecutive skips: counted per name, reset on a completed rebuild, readabl
   await resetSkips(client, keys, name);
   assert.equal(await readSkips(client, keys, name), 0);
   assert.equal(await readSkips(client, keys, other), 1);
+});
+
+test("readClaimsByName reads several claims in one call; names nobody holds are absent", async () => {
+  const keys = redisKeys(uniquePrefix());
+  const [a, b, free] = [claimName("m/a"), claimName("m/b"), claimName("m/free")];
+  const grants = [
+    await acquireClaim(client, keys, a, { version: "va" }, timing),
+    await acquireClaim(client, keys, b, { version: "vb" }, timing),
+  ];
+  await recordSkip(client, keys, b);
+  const claims = await readClaimsByName(client, keys, [a, b, free]);
+  assert.deepEqual([...claims.keys()].sort(), [a, b]);
+  for (const [i, name] of [a, b].entries()) {
+    const grant = grants[i]!;
+    assert.ok(grant.status === "acquired");
+    const one = await readClaim(client, keys, name);
+    assert.equal(claims.get(name)!.token, grant.token);
+    assert.equal(claims.get(name)!.fence, grant.fence);
+    assert.deepEqual(claims.get(name)!.holder, one!.holder, "the same holder as readClaim shows");
+  }
+  assert.equal(claims.get(b)!.consecutiveSkips, 1);
+  assert.equal((await readClaimsByName(client, keys, [])).size, 0);
 });
