@@ -8,7 +8,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { loadConfigOrExit } from "../lib/config";
 import { ensureGeneratedOperatorToken, operatorTokenPath } from "../lib/auth/credentials";
-import { loadDefinitionsOrExit } from "../lib/rebuilds/definitions";
+import { loadDefinitionsOrExit, shutdownWaitMs } from "../lib/rebuilds/definitions";
 import {
   clearEmbeddedState,
   readEmbeddedState,
@@ -36,7 +36,7 @@ const fail = (line: string, code = 1): never => {
 };
 
 const config = loadConfigOrExit("claimwatch");
-loadDefinitionsOrExit(config.definitionsPath, "claimwatch");
+const definitions = loadDefinitionsOrExit(config.definitionsPath, "claimwatch");
 process.env.NEXT_TELEMETRY_DISABLED = "1";
 
 // A launcher that died without stopping its children (SIGKILL, OOM killer) left them running:
@@ -121,8 +121,9 @@ async function shutdown(reason: string, exitCode: number): Promise<never> {
   if (!shuttingDown) {
     shuttingDown = true;
     say(`${reason}: stopping worker, web server${redis ? " and embedded Redis" : ""} …`);
-    // The worker first: it hands its jobs back and releases claims while Redis is still up.
-    await worker.stop(20_000);
+    // The worker first: it hands its jobs back and releases claims while Redis is still up. Its
+    // own shutdown wait follows the longest killGrace; SIGKILL only after that (its steps die with it).
+    await worker.stop(shutdownWaitMs(definitions) + 5_000);
     await web.stop(10_000);
     if (redis) {
       await redis.stop(10_000);

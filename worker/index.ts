@@ -9,7 +9,9 @@
 import { Queue } from "bullmq";
 import { CONFIG_EXIT_CODE, loadConfigOrExit } from "../lib/config";
 import { describeError } from "../lib/health/redis-safety";
-import { loadDefinitionsOrExit } from "../lib/rebuilds/definitions";
+import { loadDefinitionsOrExit, shutdownWaitMs } from "../lib/rebuilds/definitions";
+import { detectContainment } from "../lib/rebuilds/steps/containment";
+import { killAllSteps } from "../lib/rebuilds/steps/run-step";
 import { queuePrefix, REBUILD_QUEUE } from "../lib/rebuilds/queue";
 import { repairCurrentLinks } from "../lib/rebuilds/repair";
 import { trimAllRuns } from "../lib/runs/records";
@@ -37,7 +39,8 @@ const concurrency = config.workerConcurrency;
 const keys = redisKeys(config.keyPrefix);
 const main = createRedis(urls.main, "worker", "claimwatch-worker");
 const claims = createRedis(urls.claims, "claims", "claimwatch-worker:claims");
-const identity = newWorkerIdentity(APP_VERSION);
+const containment = detectContainment();
+const identity = newWorkerIdentity(APP_VERSION, containment.mode);
 const log = (line: string) => process.stdout.write(`[worker ${identity.id}] ${line}\n`);
 
 const queue = new Queue(REBUILD_QUEUE, { connection: main, prefix: queuePrefix(keys) });
@@ -79,13 +82,14 @@ async function heartbeat(): Promise<void> {
 }
 
 await heartbeat();
-const timer = setInterval(() => void heartbeat(), HEARTBEAT_EVERY_MS);
+const beatTimer = setInterval(() => void heartbeat(), HEARTBEAT_EVERY_MS);
 try {
   const { upserted, removed } = await syncSchedules(queue, definitions, main, keys);
   log(`schedules: ${upserted.length} upserted${removed.length ? `, removed ${removed.join(", ")}` : ""}`);
 } catch (error) {
   log(`could not sync schedules (will run jobs anyway): ${describeError(error)}`);
 }
+log(`step containment: ${containment.mode}: ${containment.detail}`);
 log(
   `ready: ${definitions.rebuilds.size} rebuild(s) from ${definitions.file}, concurrency ${concurrency}, Redis ${new URL(urls.main).host}`,
 );
@@ -103,10 +107,23 @@ async function shutdown(signal: NodeJS.Signals): Promise<void> {
   stopping = true;
   const jobs = running.ids();
   log(`${signal}: stopping${jobs.length ? `; handing back ${jobs.join(", ")}` : ""}`);
-  clearInterval(timer);
-  // Abort running steps; each processor releases its claim and moves its job back to waiting.
+  clearInterval(beatTimer);
+  // Abort running steps (SIGTERM, SIGKILL after their killGrace); each processor then releases
+  // its claim and moves its job back to waiting. The wait follows the longest killGrace, so a
+  // step is dead before its job can start elsewhere; whatever is left after it is SIGKILLed here
+  // (and would die with this process anyway: steps carry a parent-death signal).
   worker.cancelAllJobs("shutdown");
-  await Promise.race([worker.close(), new Promise((r) => setTimeout(r, 15_000))]);
+  const wait = shutdownWaitMs(definitions);
+  let waitTimer: NodeJS.Timeout | undefined;
+  const closed = await Promise.race([
+    worker.close().then(() => true),
+    new Promise<false>((r) => (waitTimer = setTimeout(() => r(false), wait))),
+  ]);
+  clearTimeout(waitTimer);
+  if (!closed) {
+    const killed = killAllSteps();
+    log(`shutdown: jobs not handed back within ${wait} ms${killed ? `; killed ${killed} step(s)` : ""}`);
+  }
   await queue.close().catch(() => {});
   await Promise.race([retire(main, keys, identity.id).catch(() => {}), new Promise((r) => setTimeout(r, 2_000))]);
   await Promise.all([closeRedis(main), closeRedis(claims)]);

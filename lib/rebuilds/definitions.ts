@@ -27,6 +27,31 @@ const duration = z
 /** Durations that drive a timer: Node timers overflow above 2^31-1 ms (~24.8 days) and fire at once. */
 const timerDuration = duration.refine((ms) => ms <= MAX_TIMER_MS, { message: "must be at most 24d (a timer limit)" });
 
+const BYTE_UNITS: Record<string, number> = { "": 1, B: 1, K: 1024, KI: 1024, KIB: 1024, KB: 1024 };
+for (const [prefix, power] of [
+  ["M", 2],
+  ["G", 3],
+  ["T", 4],
+] as const) {
+  for (const suffix of ["", "I", "IB", "B"]) BYTE_UNITS[prefix + suffix] = 1024 ** power;
+}
+const BYTE_SIZE_MESSAGE = "must be a size like 512MiB, 2GiB or a number of bytes (K/M/G are powers of 1024)";
+/** A size in bytes: `536870912`, `512MiB`, `512Mi`, `512M` (binary units, as cgroups count). */
+const byteSize = z.union([z.number().int(), z.string()]).transform((value, ctx) => {
+  const match = /^(\d+)\s*([A-Za-z]*)$/.exec(String(value).trim());
+  const unit = match ? BYTE_UNITS[match[2]!.toUpperCase()] : undefined;
+  if (!match || unit === undefined) {
+    ctx.addIssue({ code: "custom", message: BYTE_SIZE_MESSAGE });
+    return z.NEVER;
+  }
+  const bytes = Number(match[1]) * unit;
+  if (!Number.isSafeInteger(bytes) || bytes < 4 * 1024 ** 2) {
+    ctx.addIssue({ code: "custom", message: "must be at least 4MiB" });
+    return z.NEVER;
+  }
+  return bytes;
+});
+
 const filePath = z
   .string()
   .min(1, "must not be empty")
@@ -71,6 +96,13 @@ const runStepSchema = z.strictObject({
   transientExitCodes: z.array(z.number().int().min(1).max(255)).default([]),
   /** After an abort, how long the program has between SIGTERM and SIGKILL. */
   killGrace: timerDuration.default(5_000),
+  /** Resource limits of the step's processes together (enforced with a cgroup per step). */
+  limits: z
+    .strictObject({
+      memory: byteSize.optional(),
+      pids: z.number().int().min(8, "must be at least 8").max(4_194_304).optional(),
+    })
+    .default({}),
 });
 
 const tilesStepSchema = z.strictObject({
@@ -342,4 +374,20 @@ export function loadDefinitionsOrExit(file: string, processName: string): Defini
   if (result.ok) return result.definitions;
   process.stderr.write(`${processName}: definitions error: ${result.error.message}\n`);
   process.exit(2);
+}
+
+/** Slack for the release and hand-back after the last step has been killed. */
+const SHUTDOWN_SLACK_MS = 10_000;
+
+/**
+ * How long a worker's shutdown waits for its jobs to hand back (deploys): the longest `killGrace`
+ * of any step, plus time to release the claim and requeue the job. A step is SIGKILLed when its
+ * grace ends, so no step of a handed-back job can still run when the next attempt starts.
+ */
+export function shutdownWaitMs(definitions: Pick<Definitions, "rebuilds">): number {
+  let longestGrace = 0;
+  for (const rebuild of definitions.rebuilds.values()) {
+    for (const step of rebuild.steps) if ("run" in step) longestGrace = Math.max(longestGrace, step.killGrace);
+  }
+  return longestGrace + SHUTDOWN_SLACK_MS;
 }

@@ -19,7 +19,12 @@ export interface WorkerIdentity {
   pid: number;
   startedAt: number;
   version: string;
+  /** How this worker contains its steps' processes (lib/rebuilds/steps/containment.ts). */
+  containment: StepContainment;
 }
+
+/** `unknown`: a worker of a version that did not report it. */
+export type StepContainment = "pid-namespace" | "process-group" | "unknown";
 
 export interface WorkerStatus extends WorkerIdentity {
   currentJob: string | null;
@@ -29,7 +34,7 @@ export interface WorkerStatus extends WorkerIdentity {
 type HeartbeatClient = Pick<Redis, "multi" | "zcount" | "zrangebyscore" | "pipeline">;
 
 /** A worker id safe to put in a key: `host-pid-xxxx`. */
-export function newWorkerIdentity(version: string): WorkerIdentity {
+export function newWorkerIdentity(version: string, containment: StepContainment = "unknown"): WorkerIdentity {
   const host = os.hostname();
   const safeHost = host.replace(/[^A-Za-z0-9_.-]/g, "_").slice(0, 64) || "host";
   return {
@@ -38,6 +43,7 @@ export function newWorkerIdentity(version: string): WorkerIdentity {
     pid: process.pid,
     startedAt: Date.now(),
     version,
+    containment,
   };
 }
 
@@ -57,6 +63,7 @@ export async function beat(
       pid: String(worker.pid),
       startedAt: String(worker.startedAt),
       version: worker.version,
+      containment: worker.containment,
       currentJob: currentJob ?? "",
       heartbeatAt: String(now),
     })
@@ -101,6 +108,7 @@ export async function listLiveWorkers(
       pid: Number(h.pid),
       startedAt: Number(h.startedAt),
       version: h.version ?? "",
+      containment: h.containment === "pid-namespace" || h.containment === "process-group" ? h.containment : "unknown",
       currentJob: h.currentJob || null,
       heartbeatAt: Number(h.heartbeatAt),
     });

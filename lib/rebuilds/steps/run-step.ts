@@ -1,22 +1,49 @@
 /**
  * `run` steps: an argv array, executed without a shell (a user who wants one writes `sh -c`).
- * Output goes to the run log line by line. On abort: SIGTERM to the program's process group,
- * SIGKILL after the grace period. Exit codes listed in `transientExitCodes` are transient.
- * The program runs under step-guard.mjs, which stops it if this worker dies (SIGKILL included).
+ * Output goes to the run log line by line. The program runs under the worker's containment
+ * (containment.ts): the step ends when the program ends, and nothing it started outlives the step.
+ * On abort: SIGTERM to the program (and its process group), SIGKILL to everything after
+ * `killGrace`. Exit codes listed in `transientExitCodes` are transient.
  */
-import { spawn } from "node:child_process";
+import { spawn, type ChildProcess } from "node:child_process";
+import os from "node:os";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 import type { RunStep } from "../definitions";
+import { CGROUP_JOIN_FAILED, detectContainment, StepCgroups, stepInit, type Containment } from "./containment";
 import { expandPlaceholders, StepFailedError, TransientStepError, type StepContext } from "./context";
 
 /** Longest log line kept; longer lines are cut (binary output must not flood the log). */
 const MAX_LINE = 2_000;
-const GUARD = fileURLToPath(new URL("./step-guard.mjs", import.meta.url));
-/** The guard's exit code for a program that could not be started. */
+/** The init's exit code for a program that could not be started (sh: "not found"). */
 const NOT_STARTED = 127;
+/**
+ * After the program ended, how long its output pipes may stay open (process-group mode: a
+ * daemon that escaped the group may hold them). A PID namespace closes them when it ends.
+ */
+const DRAIN_MS = 1_000;
 
-export async function runCommandStep(step: RunStep, context: StepContext): Promise<void> {
+/** Steps running in this process, so a worker that must exit now can kill them all. */
+const liveSteps = new Set<ChildProcess>();
+
+/** SIGKILLs every step this process runs (the worker's last resort before it exits). */
+export function killAllSteps(): number {
+  for (const child of liveSteps) signalGroup(child, "SIGKILL");
+  return liveSteps.size;
+}
+
+function signalGroup(child: ChildProcess, signal: NodeJS.Signals): void {
+  try {
+    process.kill(-child.pid!, signal); // the whole group: `sh -c` children too
+  } catch {
+    child.kill(signal);
+  }
+}
+
+export async function runCommandStep(
+  step: RunStep,
+  context: StepContext,
+  containment: Containment = detectContainment(),
+): Promise<void> {
   context.signal.throwIfAborted();
   const [program, ...args] = step.run.map((arg) => expandPlaceholders(arg, context));
   const cwd = step.cwd ? path.resolve(context.baseDir, expandPlaceholders(step.cwd, context)) : context.workDir;
@@ -30,14 +57,22 @@ export async function runCommandStep(step: RunStep, context: StepContext): Promi
     CLAIMWATCH_RUN_ID: context.runId,
   };
 
-  // stdin is the guard's lifeline: it closes when this process dies, however it dies.
-  const child = spawn(process.execPath, [GUARD, String(step.killGrace), program!, ...args], {
+  let cgroups: StepCgroups | null = null;
+  if (step.limits.memory !== undefined || step.limits.pids !== undefined) {
+    try {
+      cgroups = StepCgroups.create(containment, cgroupName(context.runId, step.name), step.limits);
+    } catch (error) {
+      throw new StepFailedError(`step ${step.name}: ${(error as Error).message}`);
+    }
+  }
+  const argv = [...containment.prefix, "sh", "-c", stepInit(containment.mode), "init", cgroups?.joinArgument ?? ""];
+  const child = spawn(argv[0]!, [...argv.slice(1), program!, ...args], {
     cwd,
     env,
-    stdio: ["pipe", "pipe", "pipe"],
-    detached: true,
+    stdio: ["ignore", "pipe", "pipe"],
+    detached: true, // a process group of its own, which signals reach as a whole
   });
-  child.stdin!.on("error", () => {}); // EPIPE once the guard has exited
+  liveSteps.add(child);
   const pipeLines = (stream: NodeJS.ReadableStream, label: string) => {
     let rest = "";
     stream.setEncoding("utf8");
@@ -56,45 +91,81 @@ export async function runCommandStep(step: RunStep, context: StepContext): Promi
   pipeLines(child.stderr!, " stderr");
 
   let killTimer: NodeJS.Timeout | undefined;
-  const signalGroup = (signal: NodeJS.Signals) => {
-    try {
-      process.kill(-child.pid!, signal); // the whole group: `sh -c` children too
-    } catch {
-      child.kill(signal);
-    }
-  };
   const onAbort = () => {
     context.log(`[${step.name}] aborting: SIGTERM, SIGKILL in ${step.killGrace} ms`);
-    signalGroup("SIGTERM");
-    killTimer = setTimeout(() => signalGroup("SIGKILL"), step.killGrace);
+    signalGroup(child, "SIGTERM");
+    killTimer = setTimeout(() => signalGroup(child, "SIGKILL"), step.killGrace);
   };
   context.signal.addEventListener("abort", onAbort, { once: true });
 
-  const outcome = await new Promise<{ code: number | null; signal: NodeJS.Signals | null; error?: Error }>(
-    (resolve) => {
+  let outcome: { code: number | null; signal: NodeJS.Signals | null; error?: Error };
+  try {
+    outcome = await new Promise((resolve) => {
       child.once("error", (error) => resolve({ code: null, signal: null, error }));
-      child.once("close", (code, signal) => resolve({ code, signal }));
-    },
-  );
-  context.signal.removeEventListener("abort", onAbort);
-  if (killTimer) clearTimeout(killTimer);
+      // The step ends with its program, not with its output pipes: see DRAIN_MS.
+      child.once("exit", (code, signal) => resolve({ code, signal }));
+    });
+    // Process-group mode: whatever the program left in its group goes with it.
+    if (containment.mode === "process-group") signalGroup(child, "SIGKILL");
+    await drained(child);
+  } finally {
+    context.signal.removeEventListener("abort", onAbort);
+    if (killTimer) clearTimeout(killTimer);
+    liveSteps.delete(child);
+  }
+  const limitHit = cgroups?.limitHit() ?? null;
+  cgroups?.remove();
 
   context.signal.throwIfAborted();
   if (outcome.error) {
     const code = (outcome.error as NodeJS.ErrnoException).code;
-    if (code === "ENOENT") throw new StepFailedError(`step ${step.name}: program not found: ${program}`);
+    if (code === "ENOENT")
+      throw new StepFailedError(`step ${step.name}: cannot start ${argv[0]} (is util-linux installed?)`);
     if (code && TRANSIENT_ERRNO.has(code)) throw new TransientStepError(`step ${step.name}: ${outcome.error.message}`);
     throw new StepFailedError(`step ${step.name}: ${outcome.error.message}`);
   }
+  if (limitHit) throw new StepFailedError(`step ${step.name} ${limitHit}`);
   if (outcome.code === 0) return;
   if (outcome.code === NOT_STARTED)
     throw new StepFailedError(`step ${step.name}: program not found or not executable: ${program}`);
+  if (outcome.code === CGROUP_JOIN_FAILED && cgroups)
+    throw new TransientStepError(`step ${step.name}: could not join its cgroup`);
   if (outcome.code !== null && step.transientExitCodes.includes(outcome.code)) {
     throw new TransientStepError(`step ${step.name} exited ${outcome.code} (declared transient)`);
   }
+  const killedBy = outcome.code !== null && outcome.code > 128 ? signalName(outcome.code - 128) : null;
   throw new StepFailedError(
-    `step ${step.name} ${outcome.code === null ? `was killed by ${outcome.signal}` : `exited ${outcome.code}`}`,
+    `step ${step.name} ${
+      outcome.code === null
+        ? `was killed by ${outcome.signal}`
+        : killedBy
+          ? `was killed by ${killedBy}`
+          : `exited ${outcome.code}`
+    }`,
   );
+}
+
+/** Waits for the step's output pipes to close, at most DRAIN_MS; then stops reading them. */
+async function drained(child: ChildProcess): Promise<void> {
+  const streams = [child.stdout!, child.stderr!].filter((s) => !s.closed);
+  if (streams.length === 0) return;
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([
+    Promise.all(streams.map((s) => new Promise((resolve) => s.once("close", resolve)))),
+    new Promise((resolve) => (timer = setTimeout(resolve, DRAIN_MS))),
+  ]);
+  clearTimeout(timer);
+  for (const stream of streams) stream.destroy();
+}
+
+function signalName(number: number): string {
+  const entry = Object.entries(os.constants.signals).find(([, n]) => n === number);
+  return entry ? entry[0] : `signal ${number}`;
+}
+
+/** A cgroup directory name for one step of one run (run ids and step names are plain already). */
+function cgroupName(runId: string, stepName: string): string {
+  return `${runId}-${stepName}-${process.pid}`.replace(/[^A-Za-z0-9_.-]/g, "_").slice(0, 200);
 }
 
 /** errno codes that describe a passing condition: worth another attempt. */

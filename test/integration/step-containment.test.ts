@@ -1,0 +1,142 @@
+/**
+ * Step containment with real processes: background writers, double-forked `setsid` daemons and
+ * SIGTERM-deaf children end with their step — on success, failure, time limit and abort — and a
+ * daemon holding stdout cannot hang the step. Asserts on /proc (a marker in the environment) and
+ * on files, never on logs.
+ */
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { after, describe, test } from "node:test";
+import type { RunStep } from "../../lib/rebuilds/definitions";
+import { detectContainment } from "../../lib/rebuilds/steps/containment";
+import type { StepContext } from "../../lib/rebuilds/steps/context";
+import { runCommandStep } from "../../lib/rebuilds/steps/run-step";
+import { killMarkedProcesses, newMarker, pidsWithMarker, waitUntilNoMarker } from "../support/markers";
+
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), "cw-contain-"));
+after(() => {
+  killMarkedProcesses();
+  fs.rmSync(dir, { recursive: true, force: true });
+});
+const containment = detectContainment();
+
+function step(script: string, extra: Partial<RunStep> = {}): RunStep {
+  return { name: "s", run: ["sh", "-c", script], transientExitCodes: [], killGrace: 3_000, limits: {}, ...extra };
+}
+
+function context(signal: AbortSignal): StepContext & { lines: string[] } {
+  const workDir = fs.mkdtempSync(path.join(dir, "work-"));
+  const lines: string[] = [];
+  return {
+    signal,
+    workDir,
+    outputDir: dir,
+    baseDir: dir,
+    version: "v1",
+    tenant: undefined,
+    rebuild: "r",
+    runId: "job-a1",
+    log: (line) => lines.push(line),
+    progress: () => {},
+    lines,
+  };
+}
+
+/** Every kind of escapee at once: a background writer, a double-forked setsid daemon, a TERM-deaf child. */
+const ESCAPEES = [
+  '(sleep 2; echo late > "$CLAIMWATCH_WORK/late.txt") &',
+  "(setsid sh -c 'sleep 2; echo daemon > \"$CLAIMWATCH_WORK/daemon.txt\"; sleep 600' &) &",
+  "(trap '' TERM; sleep 600) &",
+  "setsid sleep 600 &",
+].join("\n");
+
+async function runWith(
+  script: string,
+  marker: { name: string; value: string },
+  signal: AbortSignal,
+  extra: Partial<RunStep> = {},
+) {
+  const s = step(script, { env: { [marker.name]: marker.value }, ...extra });
+  const ctx = context(signal);
+  const error = await runCommandStep(s, ctx).then(
+    () => null,
+    (e: unknown) => e as Error,
+  );
+  return { error, ctx };
+}
+
+describe(`step containment (${containment.mode})`, () => {
+  test("the host offers a PID namespace per step (CI runs as root)", () => {
+    assert.equal(containment.mode, "pid-namespace", containment.detail);
+  });
+
+  for (const [outcome, tail] of [
+    ["succeeded", "echo main-done"],
+    ["failed", "exit 3"],
+  ] as const) {
+    test(`nothing the step started outlives it when it ${outcome}, and nothing writes after`, async () => {
+      const marker = newMarker();
+      const { error, ctx } = await runWith(`${ESCAPEES}\n${tail}`, marker, new AbortController().signal);
+      if (outcome === "succeeded") assert.equal(error, null);
+      else assert.match(String(error?.message), /exited 3/);
+      // The step's grace is 3 s; the namespace ends with its program, so nothing is left at all.
+      const { alive } = await waitUntilNoMarker(marker, 3_000 + 1_000);
+      assert.deepEqual(alive, [], "processes of the step still alive");
+      await new Promise((r) => setTimeout(r, 3_000)); // past the writers' 2 s sleep
+      assert.deepEqual(fs.readdirSync(ctx.workDir), [], "a process of the step wrote after it ended");
+    });
+  }
+
+  test("an abort ends a TERM-deaf step and its escapees within killGrace + 1 s", async () => {
+    const marker = newMarker();
+    const controller = new AbortController();
+    setTimeout(() => controller.abort(new Error("claim lost")), 500);
+    const started = performance.now();
+    const { error } = await runWith(
+      `${ESCAPEES}\ntrap '' TERM\nwhile :; do sleep 0.2; done`,
+      marker,
+      controller.signal,
+      {
+        killGrace: 2_000,
+      },
+    );
+    assert.match(String(error?.message), /claim lost/);
+    const { alive } = await waitUntilNoMarker(marker, 2_000 + 1_000);
+    assert.deepEqual(alive, []);
+    // The step did not return before its grace had run out (it ignores SIGTERM).
+    assert.ok(performance.now() - started >= 2_400, "the step returned before SIGKILL");
+  });
+
+  test("a TERM-obeying program ends on SIGTERM without waiting for the grace", async () => {
+    const marker = newMarker();
+    const controller = new AbortController();
+    setTimeout(() => controller.abort(new Error("cancelled")), 300);
+    const started = performance.now();
+    const { error } = await runWith("sleep 600", marker, controller.signal, { killGrace: 60_000 });
+    assert.match(String(error?.message), /cancelled/);
+    assert.ok(performance.now() - started < 30_000, "SIGTERM did not reach the program (pid 1 of the namespace?)");
+    assert.deepEqual(pidsWithMarker(marker), []);
+  });
+
+  test("a daemon holding stdout does not hang the step (setsid sleep 600 & echo started)", async () => {
+    const marker = newMarker();
+    const { error, ctx } = await runWith("setsid sleep 600 & echo started", marker, new AbortController().signal, {
+      killGrace: 60_000,
+    });
+    assert.equal(error, null);
+    assert.ok(ctx.lines.some((l) => l.endsWith("started")));
+    assert.deepEqual(pidsWithMarker(marker), []);
+  });
+
+  test("exit codes and signals of the program come through", async () => {
+    const marker = newMarker();
+    const transient = await runWith("exit 75", marker, new AbortController().signal, { transientExitCodes: [75] });
+    assert.equal(transient.error?.name, "TransientStepError");
+    const killed = await runWith("kill -9 $$", marker, new AbortController().signal);
+    assert.match(String(killed.error?.message), /killed by SIGKILL/);
+    const missing = await runWith("", marker, new AbortController().signal, { run: ["/no/such/program"] });
+    assert.match(String(missing.error?.message), /not found/);
+  });
+});
