@@ -13,6 +13,7 @@ import { loadDefinitionsOrExit, shutdownWaitMs } from "../lib/rebuilds/definitio
 import { detectContainment } from "../lib/rebuilds/steps/containment";
 import { killAllSteps } from "../lib/rebuilds/steps/run-step";
 import { queuePrefix, REBUILD_QUEUE } from "../lib/rebuilds/queue";
+import { checkPublishedBuilds } from "../lib/rebuilds/build-integrity";
 import { repairCurrentLinks } from "../lib/rebuilds/repair";
 import { trimAllRuns } from "../lib/runs/records";
 import { pruneAbandonedWorkDirs, pruneOldBuilds } from "../lib/rebuilds/output";
@@ -81,6 +82,23 @@ async function heartbeat(): Promise<void> {
   }
 }
 
+let stopping = false;
+
+/** Published builds re-hashed now and then (one output per minute at most; build-integrity.ts). */
+let checkingBuilds = false;
+async function checkBuilds(): Promise<void> {
+  if (checkingBuilds || stopping) return;
+  checkingBuilds = true;
+  try {
+    for (const line of await checkPublishedBuilds(main, keys, definitions, identity.id)) log(line);
+  } catch (error) {
+    log(`build check failed (will try again): ${describeError(error)}`);
+  } finally {
+    checkingBuilds = false;
+  }
+}
+const buildCheckTimer = setInterval(() => void checkBuilds(), 60_000);
+
 await heartbeat();
 const beatTimer = setInterval(() => void heartbeat(), HEARTBEAT_EVERY_MS);
 try {
@@ -101,13 +119,13 @@ process.on("unhandledRejection", (reason) => {
   );
 });
 
-let stopping = false;
 async function shutdown(signal: NodeJS.Signals): Promise<void> {
   if (stopping) return;
   stopping = true;
   const jobs = running.ids();
   log(`${signal}: stopping${jobs.length ? `; handing back ${jobs.join(", ")}` : ""}`);
   clearInterval(beatTimer);
+  clearInterval(buildCheckTimer);
   // Abort running steps (SIGTERM, SIGKILL after their killGrace); each processor then releases
   // its claim and moves its job back to waiting. The wait follows the longest killGrace, so a
   // step is dead before its job can start elsewhere; whatever is left after it is SIGKILLed here

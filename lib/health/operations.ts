@@ -79,3 +79,15 @@ export async function missedTickProblems(
   });
   return problems;
 }
+
+/** Live workers that can only contain steps by process group (a setsid daemon escapes it). */
+export async function weakContainmentProblems(
+  main: Pick<Redis, "zrangebyscore" | "pipeline" | "multi" | "zcount">,
+  keys: RedisKeys,
+): Promise<string[]> {
+  const weak = (await listLiveWorkers(main, keys)).filter((w) => w.containment === "process-group");
+  if (weak.length === 0) return [];
+  return [
+    `Worker${weak.length === 1 ? "" : "s"} ${weak.map((w) => w.id).join(", ")} can contain steps only by process group: a step's setsid daemon can outlive it (see README, step containment)`,
+  ];
+}

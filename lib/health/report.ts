@@ -1,6 +1,7 @@
 import { getWebContext } from "../web/context";
 import { checkHealth, HEALTH_DEADLINE_MS, unconfiguredHealth, type HealthReport } from "./health";
-import { missedTickProblems, staleClaimProblems } from "./operations";
+import { changedBuildProblems } from "../rebuilds/build-integrity";
+import { missedTickProblems, staleClaimProblems, weakContainmentProblems } from "./operations";
 import { describeError } from "./redis-safety";
 
 /**
@@ -21,6 +22,8 @@ export async function currentHealth(options: { operational?: boolean } = {}): Pr
     Promise.all([
       staleClaimProblems(connections.main, connections.claims, connections.keys),
       missedTickProblems(connections.main, connections.keys, definitions),
+      changedBuildProblems(connections.main, connections.keys),
+      weakContainmentProblems(connections.main, connections.keys),
     ]).then((lists) => lists.flat()),
     new Promise<string[]>((resolve) => setTimeout(resolve, HEALTH_DEADLINE_MS, [])),
   ]).catch(() => []);

@@ -49,23 +49,98 @@ export async function hashDirectory(dir: string): Promise<string> {
 }
 
 /**
- * Moves a finished work directory to `builds/<hash>`. If that build exists already (a repeat, or
- * a concurrent identical run), the work directory is removed instead: the bytes are the same.
+ * Moves a finished work directory to `builds/<hash>`, read-only: its files and directories lose
+ * their write bits before the rename (the top directory right after it: a directory cannot be
+ * moved to another parent without write access to itself). Call it only when every process of
+ * the run is gone (steps run contained; see steps/containment.ts), so the bytes hashed are the
+ * bytes published.
+ *
+ * If `builds/<hash>` exists already (a repeat, or a concurrent identical run), it is re-hashed:
+ * the same bytes → the work directory is dropped; different bytes (someone changed a published
+ * build) → the changed one is moved aside to `builds/.changed-<hash>-<time>` and this one takes
+ * its place. Returns the build's path and the path of a build it found changed.
  */
-export async function promoteBuild(outputDir: string, workDir: string, hash: string): Promise<string> {
+export async function promoteBuild(
+  outputDir: string,
+  workDir: string,
+  hash: string,
+): Promise<{ path: string; changedMovedTo: string | null }> {
   const target = buildDirOf(outputDir, hash);
   await fs.mkdir(path.dirname(target), { recursive: true });
-  try {
-    await fs.rename(workDir, target);
-  } catch (error) {
-    const code = (error as NodeJS.ErrnoException).code;
-    if (code !== "ENOTEMPTY" && code !== "EEXIST") throw error;
-    await fs.rm(workDir, { recursive: true, force: true });
+  await setWritable(workDir, false, { includeRoot: false });
+  let changedMovedTo: string | null = null;
+  for (let attempt = 0; ; attempt++) {
+    try {
+      await fs.rename(workDir, target);
+      break;
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code;
+      if ((code !== "ENOTEMPTY" && code !== "EEXIST") || attempt > 0) throw error;
+      if ((await hashDirectory(target).catch(() => null)) === hash) {
+        await removeTree(workDir);
+        break;
+      }
+      changedMovedTo = path.join(path.dirname(target), `.changed-${hash}-${Date.now()}`);
+      await fs.rename(target, changedMovedTo);
+    }
   }
+  await fs.chmod(target, 0o555).catch(() => {});
   // Touch it, so "newest builds" pruning keeps a build that was just re-published.
   const now = new Date();
   await fs.utimes(target, now, now).catch(() => {});
-  return target;
+  return { path: target, changedMovedTo };
+}
+
+/**
+ * Adds or removes the write bits of everything under `dir` (files 0644/0444, directories
+ * 0755/0555). Symlinks are left alone (chmod would follow them out of the build).
+ */
+export async function setWritable(dir: string, writable: boolean, options = { includeRoot: true }): Promise<void> {
+  const entries = await fs.readdir(dir, { withFileTypes: true });
+  for (const entry of entries) {
+    const full = path.join(dir, entry.name);
+    if (entry.isDirectory()) {
+      if (writable) await fs.chmod(full, 0o755);
+      await setWritable(full, writable, { includeRoot: false });
+      if (!writable) await fs.chmod(full, 0o555);
+    } else if (entry.isFile()) {
+      await fs.chmod(full, writable ? 0o644 : 0o444);
+    }
+  }
+  if (options.includeRoot) await fs.chmod(dir, writable ? 0o755 : 0o555);
+}
+
+/** Removes a directory tree, read-only builds included (a non-root owner needs the write bits back). */
+export async function removeTree(dir: string): Promise<void> {
+  try {
+    await fs.rm(dir, { recursive: true, force: true });
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code !== "EACCES" && code !== "EPERM") throw error;
+    await setWritable(dir, true).catch(() => {});
+    await fs.rm(dir, { recursive: true, force: true });
+  }
+}
+
+/** Every build of an output whose bytes no longer hash to its name (path, expected, actual). */
+export async function verifyBuilds(
+  outputDir: string,
+  only?: string,
+): Promise<{ checked: number; changed: { path: string; expected: string; actual: string }[] }> {
+  const buildsDir = path.join(outputDir, "builds");
+  let names: string[];
+  try {
+    names = (await fs.readdir(buildsDir)).filter((name) => BUILD_HASH.test(name) && (!only || name === only));
+  } catch {
+    return { checked: 0, changed: [] };
+  }
+  const changed: { path: string; expected: string; actual: string }[] = [];
+  for (const name of names.sort()) {
+    const dir = path.join(buildsDir, name);
+    const actual = await hashDirectory(dir);
+    if (actual !== name) changed.push({ path: dir, expected: name, actual });
+  }
+  return { checked: names.length, changed };
 }
 
 /** The hash `current` points at, or null when there is no (valid) `current`. */
@@ -107,7 +182,7 @@ export async function pruneBuilds(outputDir: string, keep: number): Promise<stri
   );
   withTimes.sort((a, b) => b.mtime - a.mtime);
   const removed = withTimes.slice(keep).map((b) => b.name);
-  for (const name of removed) await fs.rm(path.join(buildsDir, name), { recursive: true, force: true });
+  for (const name of removed) await removeTree(path.join(buildsDir, name));
   return removed;
 }
 
@@ -123,7 +198,7 @@ export async function pruneWorkDirs(outputDir: string, ageMs: number, now = Date
   for (const name of entries) {
     const dir = path.join(workRoot, name);
     const stat = await fs.stat(dir).catch(() => null);
-    if (stat && now - stat.mtimeMs > ageMs) await fs.rm(dir, { recursive: true, force: true });
+    if (stat && now - stat.mtimeMs > ageMs) await removeTree(dir);
   }
 }
 

@@ -39,6 +39,7 @@ import { runCommandStep, TRANSIENT_ERRNO } from "./steps/run-step";
 import { runTilesStep } from "./steps/tiles-step";
 import { hashInputs, idempotencyKey } from "./version";
 import { skipIfAlreadyRebuilt } from "./already-rebuilt";
+import { recordChangedBuild } from "./build-integrity";
 
 export interface RebuildDeps {
   /** Main Redis: run records, idempotency keys. */
@@ -311,7 +312,21 @@ class RebuildAttempt {
       signal.throwIfAborted();
 
       const buildHash = await hashDirectory(workDir);
-      await promoteBuild(outputDir, workDir, buildHash);
+      const promoted = await promoteBuild(outputDir, workDir, buildHash);
+      if (promoted.changedMovedTo) {
+        const line = `PUBLISHED BUILD CHANGED: ${promoted.path} no longer hashed to its name; moved aside to ${promoted.changedMovedTo} and replaced by this run's bytes`;
+        this.logWriter.append(line);
+        this.log(line);
+        await recordChangedBuild(deps.main, deps.keys, {
+          path: promoted.changedMovedTo,
+          rebuild: data.rebuild,
+          tenant: data.tenant ?? null,
+          expected: buildHash,
+          actual: "(moved aside)",
+          foundAt: Date.now(),
+          foundBy: deps.worker.id,
+        }).catch((e: unknown) => this.log(`recording the changed build failed: ${String(e)}`));
+      }
       held.throwIfLost(); // a paused holder notices here, before it asks to publish
       const published = await publishFenced(deps.claims, deps.keys, {
         name: this.claim,

@@ -75,6 +75,14 @@ export function redisKeys(prefix: string) {
       `${tag}:pending:${rebuild}:${tenant ?? ""}:${version ?? ""}:${force ? "force" : "plain"}`,
     /** STRING: when a scheduler was first upserted (ms); ticks before it cannot have been missed. */
     schedulerSince: (schedulerId: string) => `${tag}:sched-since:${schedulerId}`,
+    /**
+     * HASH build path → JSON of a published build found changed on disk (its bytes no longer
+     * hash to its name): rebuild, tenant, expected, actual, foundAt, foundBy. Cleared when a later
+     * check finds the build whole again or gone (lib/rebuilds/build-integrity).
+     */
+    changedBuilds: `${tag}:builds-changed`,
+    /** STRING with a TTL: one worker re-hashes one output's `current` build per period. */
+    buildCheckLease: (rebuild: string, tenant: string | undefined) => `${tag}:build-check:${rebuild}:${tenant ?? ""}`,
     /** ZSET runId → the scheduled tick it ran for (ms); a tick without a run is a missed one. */
     scheduleTicks: (rebuild: string, tenant: string | undefined) => `${tag}:ticks:${rebuild}:${tenant ?? ""}`,
   };

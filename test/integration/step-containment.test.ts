@@ -139,4 +139,33 @@ describe(`step containment (${containment.mode})`, () => {
     const missing = await runWith("", marker, new AbortController().signal, { run: ["/no/such/program"] });
     assert.match(String(missing.error?.message), /not found/);
   });
+
+  test("a step over its pids limit fails with the reason, and its cgroup is removed", async (t) => {
+    if (!containment.limits.pids) return t.skip("no pids controller on this host");
+    const marker = newMarker();
+    const { error } = await runWith(
+      "for i in $(seq 40); do sleep 5 & done; wait",
+      marker,
+      new AbortController().signal,
+      {
+        limits: { pids: 8 },
+      },
+    );
+    assert.match(String(error?.message), /hit its limit of 8 processes/);
+    assert.deepEqual(pidsWithMarker(marker), []);
+    assert.deepEqual(
+      fs.readdirSync(containment.limits.pids).filter((d) => d.includes(`-${process.pid}`)),
+      [],
+      "the step's cgroup was left behind",
+    );
+  });
+
+  test("a step over its memory limit fails with the reason", async (t) => {
+    if (!containment.limits.memory) return t.skip("no memory controller on this host");
+    const marker = newMarker();
+    const hog = `${JSON.stringify(process.execPath)} -e "const a = []; for (;;) a.push(Buffer.alloc(1 << 20, 1))"`;
+    const { error } = await runWith(hog, marker, new AbortController().signal, { limits: { memory: 96 * 1024 ** 2 } });
+    assert.match(String(error?.message), /exceeded its memory limit of 96 MiB/);
+    assert.deepEqual(pidsWithMarker(marker), []);
+  });
 });

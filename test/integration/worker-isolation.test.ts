@@ -1,6 +1,6 @@
 /**
  * What one run may touch: each tenant publishes into its own directory, and a step never
- * outlives its worker (a SIGKILLed worker's step is stopped by its guard).
+ * outlives its worker (a SIGKILLed worker's step dies with it: a parent-death signal).
  */
 import assert from "node:assert/strict";
 import fs from "node:fs";
@@ -71,7 +71,7 @@ test("each tenant has its own builds and current, matching its own published poi
   }
 });
 
-test("a SIGKILLed worker's step process is stopped by its guard, not left writing", async () => {
+test("a SIGKILLed worker's step process dies with it, not left writing", async () => {
   const output = bed.definitions.rebuilds.get("endless")!.outputPath;
   const beats = path.join(output, "beats");
   const worker = await bed.startWorker();
@@ -85,7 +85,6 @@ test("a SIGKILLed worker's step process is stopped by its guard, not left writin
   }
   assert.ok(stepPid > 0, "the step started");
   assert.equal(await worker.stop("SIGKILL"), null);
-  // SIGTERM at once, SIGKILL after the 1 s grace: the step is gone within a few seconds.
   assert.deepEqual(await waitUntilGone([stepPid], 10_000), [], "the orphaned step was stopped");
   const size = fs.statSync(beats).size;
   await new Promise((r) => setTimeout(r, 500));
