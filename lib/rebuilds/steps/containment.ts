@@ -6,18 +6,19 @@
  * Mechanisms, strongest first (chosen once per worker by `detectContainment`):
  *
  *  - `pid-namespace`: each step runs as
- *      setpriv --pdeathsig KILL -- unshare [--user --map-root-user] --pid --fork --kill-child -- sh -c INIT …
+ *      unshare [--user --map-root-user] --pid --fork --kill-child -- sh -c NAMESPACE_INIT …
  *    `INIT` is pid 1 of a new PID namespace and the step's program its only child. Nothing can
  *    leave a PID namespace (setsid and double forks only change the session or the parent), and
  *    when its pid 1 exits the kernel SIGKILLs every process in it and reaps them before pid 1's
  *    parent sees the exit. So the step ends when its program ends, whatever it left behind.
- *    The worker's death reaches the namespace through two parent-death signals: setpriv arms
- *    SIGKILL on itself before it becomes `unshare`, and `--kill-child` arms it on pid 1.
- *    As root this needs util-linux (`unshare`, `setpriv`); as non-root the kernel must allow
- *    unprivileged user namespaces (`--user --map-root-user`).
+ *    The worker's death reaches the namespace through a pipe only the worker can write: INIT
+ *    reads EOF on it and exits (a parent-death signal would cost one more exec, setpriv, per
+ *    step); `--kill-child` ends the namespace if `unshare` itself is killed.
+ *    As root this needs util-linux's `unshare`; as non-root the kernel must allow unprivileged
+ *    user namespaces (`--user --map-root-user`).
  *  - `process-group`: the fallback when no PID namespace can be made. The step's process group
  *    is signalled on abort and SIGKILLed when the program ends, and setpriv's parent-death signal
- *    still stops the program with the worker. A `setsid` daemon escapes this: the worker says so
+ *    (`setpriv --pdeathsig KILL`, util-linux) still stops the program with the worker. A `setsid` daemon escapes this: the worker says so
  *    (Workers page, health banner).
  *
  * cgroups are used for resource limits (`memory`, `pids` of a step), where a writable memory/pids
@@ -51,12 +52,19 @@ const JOIN_CGROUPS = 'cg=$1; shift; IFS=:; for d in $cg; do echo 0 > "$d/cgroup.
  * Joins the step's cgroups (`0` is "the writing process"), runs the program as its only child,
  * passes SIGTERM/SIGINT on to it (pid 1 of a namespace gets no signal it has no handler for), and
  * exits with the program's status (128 + signal when it was killed). 127: program not found.
+ * Its stdin is a pipe whose write end only the worker holds: a watcher reads it, and when the
+ * worker dies (however: SIGKILL, OOM) it reads EOF and tells pid 1 to end the namespace (USR1).
+ * The program's stdin is /dev/null.
  */
 export const NAMESPACE_INIT = [
   JOIN_CGROUPS,
+  "trap 'exit 137' USR1",
   "trap 'kill -TERM \"$c\" 2>/dev/null' TERM",
   "trap 'kill -INT \"$c\" 2>/dev/null' INT",
-  '"$@" & c=$!',
+  "exec 3<&0 </dev/null",
+  "(read _ ; kill -USR1 1) <&3 3<&- &",
+  '"$@" 3<&- & c=$!',
+  "exec 3<&-",
   'while :; do wait "$c"; s=$?; kill -0 "$c" 2>/dev/null || exit "$s"; done',
 ].join("\n");
 
@@ -88,17 +96,16 @@ export function detectContainment(): Containment {
       ? []
       : [
           {
-            prefix: [...setpriv, "unshare", "--pid", "--fork", "--kill-child", "--"],
+            prefix: ["unshare", "--pid", "--fork", "--kill-child", "--"],
             detail: "a PID namespace per step (unshare, root)",
           },
           {
-            prefix: [...setpriv, "unshare", "--user", "--map-root-user", "--pid", "--fork", "--kill-child", "--"],
+            prefix: ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--kill-child", "--"],
             detail: "a PID namespace per step (unshare in a user namespace)",
           },
         ];
   for (const candidate of candidates) {
-    if (setpriv.length === 0) break; // without a parent-death signal, a namespace outlives a killed worker
-    if (works([...candidate.prefix, "sh", "-c", NAMESPACE_INIT, "init", "", "true"])) {
+    if (works([...candidate.prefix, "true"])) {
       detected = { mode: "pid-namespace", prefix: candidate.prefix, detail: candidate.detail, limits };
       return detected;
     }
@@ -109,9 +116,9 @@ export function detectContainment(): Containment {
   const why =
     forced === "process-group"
       ? "forced by CLAIMWATCH_STEP_CONTAINMENT"
-      : setpriv.length === 0
-        ? "setpriv (util-linux) is missing"
-        : "no PID namespace can be made here (unshare failed; as non-root the kernel must allow user namespaces)";
+      : `no PID namespace can be made here (unshare failed; as non-root the kernel must allow user namespaces)${
+          setpriv.length === 0 ? "; setpriv is missing too, so a killed worker's step lives on" : ""
+        }`;
   detected = {
     mode: "process-group",
     prefix: setpriv,

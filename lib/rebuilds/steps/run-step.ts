@@ -69,9 +69,11 @@ export async function runCommandStep(
   const child = spawn(argv[0]!, [...argv.slice(1), program!, ...args], {
     cwd,
     env,
-    stdio: ["ignore", "pipe", "pipe"],
+    // stdin: the pipe whose end tells the step's init that this worker died (containment.ts).
+    stdio: ["pipe", "pipe", "pipe"],
     detached: true, // a process group of its own, which signals reach as a whole
   });
+  child.stdin!.on("error", () => {}); // EPIPE once the step has ended
   liveSteps.add(child);
   const pipeLines = (stream: NodeJS.ReadableStream, label: string) => {
     let rest = "";
@@ -112,6 +114,7 @@ export async function runCommandStep(
     context.signal.removeEventListener("abort", onAbort);
     if (killTimer) clearTimeout(killTimer);
     liveSteps.delete(child);
+    child.stdin!.destroy();
   }
   const limitHit = cgroups?.limitHit() ?? null;
   cgroups?.remove();

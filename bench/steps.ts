@@ -1,0 +1,79 @@
+/**
+ * Benchmark (not a test): the start cost of a trivial `run` step (`true`) under this host's step
+ * containment (lib/rebuilds/steps/containment.ts) against a plain `spawn` of the same program, in
+ * the same run, interleaved: rounds alternate the two sides so drift hits both alike. Each sample
+ * is spawn → exit → pipes closed, as the worker waits for them.
+ *
+ * Env: BENCH_STEPS (samples per side, default 200).
+ * Last line: RESULT step_overhead_ms=<median containment − median plain> containment=<mode>
+ */
+import { spawn } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import type { RunStep } from "../lib/rebuilds/definitions";
+import { detectContainment } from "../lib/rebuilds/steps/containment";
+import { runCommandStep } from "../lib/rebuilds/steps/run-step";
+
+const SAMPLES = Number(process.env.BENCH_STEPS ?? 200);
+const containment = detectContainment();
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), "cw-bench-steps-"));
+const step: RunStep = { name: "noop", run: ["true"], transientExitCodes: [], killGrace: 5_000, limits: {} };
+const context = {
+  signal: new AbortController().signal,
+  workDir: dir,
+  outputDir: dir,
+  baseDir: dir,
+  version: "v",
+  tenant: undefined,
+  rebuild: "bench",
+  runId: "bench-a1",
+  log: () => {},
+  progress: () => {},
+};
+
+async function plain(): Promise<number> {
+  const start = performance.now();
+  const child = spawn("true", [], { stdio: ["ignore", "pipe", "pipe"], detached: true });
+  await new Promise((resolve) => child.once("close", resolve));
+  return performance.now() - start;
+}
+
+async function contained(): Promise<number> {
+  const start = performance.now();
+  await runCommandStep(step, context, containment);
+  return performance.now() - start;
+}
+
+const median = (values: number[]) => {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.floor(sorted.length / 2)]!;
+};
+const p95 = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length * 0.95)]!;
+
+// Warm-up: page cache, first-spawn costs.
+for (let i = 0; i < 10; i++) {
+  await plain();
+  await contained();
+}
+const plainMs: number[] = [];
+const containedMs: number[] = [];
+for (let i = 0; i < SAMPLES; i++) {
+  if (i % 2 === 0) {
+    plainMs.push(await plain());
+    containedMs.push(await contained());
+  } else {
+    containedMs.push(await contained());
+    plainMs.push(await plain());
+  }
+}
+fs.rmSync(dir, { recursive: true, force: true });
+const overhead = median(containedMs) - median(plainMs);
+console.log(`containment: ${containment.mode} (${containment.detail})`);
+console.log(
+  `plain spawn:  median ${median(plainMs).toFixed(2)} ms, p95 ${p95(plainMs).toFixed(2)} ms (${SAMPLES} samples)`,
+);
+console.log(
+  `contained:    median ${median(containedMs).toFixed(2)} ms, p95 ${p95(containedMs).toFixed(2)} ms (${SAMPLES} samples)`,
+);
+console.log(`RESULT step_overhead_ms=${overhead.toFixed(2)} containment=${containment.mode}`);
