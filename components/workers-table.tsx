@@ -24,7 +24,7 @@ export function WorkersTable({ initial }: { initial: { workers: WorkerStatus[]; 
   return (
     <DataTable
       label="Workers"
-      columns={["Worker", "Host", "PID", "Uptime", "Current job", "Last heartbeat", "Version"]}
+      columns={["Worker", "Host", "PID", "Uptime", "Current job", "Last heartbeat", "Version", "Step containment"]}
     >
       {(data?.workers ?? []).map((w) => (
         <tr key={w.id} className="border-t border-slate-100" data-worker={w.id}>
@@ -35,8 +35,25 @@ export function WorkersTable({ initial }: { initial: { workers: WorkerStatus[]; 
           <td className="px-3 py-2 font-mono text-xs">{w.currentJob ?? "idle"}</td>
           <td className="px-3 py-2">{formatAgo(w.heartbeatAt, now)}</td>
           <td className="px-3 py-2">{w.version}</td>
+          <td className="px-3 py-2" data-containment={w.containment}>
+            <ContainmentBadge mode={w.containment} />
+          </td>
         </tr>
       ))}
     </DataTable>
+  );
+}
+
+/** What the worker enforces on its steps' processes (lib/rebuilds/steps/containment.ts). */
+function ContainmentBadge({ mode }: { mode: WorkerStatus["containment"] }) {
+  if (mode === "pid-namespace") return <span title="Nothing a step starts outlives it">PID namespace</span>;
+  const text = mode === "process-group" ? "process group only" : "unknown (older worker)";
+  return (
+    <span
+      className="rounded bg-amber-100 px-1.5 py-0.5 text-amber-900"
+      title="A step's setsid or double-forked daemon can outlive it on this worker"
+    >
+      {text}
+    </span>
   );
 }

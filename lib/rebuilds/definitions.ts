@@ -254,6 +254,13 @@ function findProtoKey(root: unknown): (string | number)[] | null {
   return null;
 }
 
+function valueAt(root: unknown, trail: PropertyKey[]): unknown {
+  let value = root;
+  for (const part of trail)
+    value = value && typeof value === "object" ? (value as Record<PropertyKey, unknown>)[part] : undefined;
+  return value;
+}
+
 /** Validates already-parsed YAML/JSON. `file` is used in messages and to resolve relative paths. */
 export function parseDefinitions(raw: unknown, file: string): DefinitionsResult {
   const shown = oneLine(path.basename(file));
@@ -266,7 +273,14 @@ export function parseDefinitions(raw: unknown, file: string): DefinitionsResult 
   }
   const parsed = definitionsFileSchema.safeParse(raw ?? {});
   if (!parsed.success) {
-    const issue = parsed.error.issues[0]!;
+    let issue = parsed.error.issues[0]!;
+    // A step that says which kind it is (`run` or `tiles`) gets that kind's own error, not the union's.
+    if (issue.code === "invalid_union") {
+      const value = valueAt(raw, issue.path);
+      const branch = value && typeof value === "object" ? ("run" in value ? 0 : "tiles" in value ? 1 : -1) : -1;
+      const inner = branch >= 0 ? issue.errors[branch]?.[0] : undefined;
+      if (inner) issue = { ...inner, path: [...issue.path, ...inner.path] } as typeof issue;
+    }
     let message = issue.message;
     if (issue.code === "unrecognized_keys") message = `unknown key ${issue.keys.map((k) => `'${k}'`).join(", ")}`;
     if (issue.code === "invalid_key") message = `invalid name: ${issue.issues[0]?.message ?? message}`;

@@ -65,10 +65,14 @@ test("the same (rebuild, version) enqueued twice quickly: one rebuilt, one skipp
 });
 
 test("SIGKILL mid-run: another worker completes the rebuild and current is whole", async () => {
-  const victim = await bed.startWorker();
+  // Both workers are up before the trigger: starting one takes seconds on a loaded machine, longer
+  // than the step, and the victim would finish before it is killed. The one that runs it is killed.
+  const workers = [await bed.startWorker(), await bed.startWorker()];
   const jobId = await bed.trigger("slow", { version: "v-kill" });
   const running = await bed.waitForRun((r) => r.jobId === jobId && r.status === "running", 15_000);
-  const survivor = await bed.startWorker();
+  const victim = workers.find((w) => running.workerId?.includes(`-${w.pid}-`))!;
+  const survivor = workers.find((w) => w !== victim)!;
+  assert.ok(victim && survivor, `the run's worker ${running.workerId} is one of the two`);
   try {
     assert.equal(await victim.stop("SIGKILL"), null);
     const done = await bed.waitForRun(

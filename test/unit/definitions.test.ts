@@ -91,3 +91,49 @@ test("scheduler job ids carry the tick time", () => {
 test("claimwatch.schema.json is generated from the current schema (npm run schema)", () => {
   assert.equal(fs.readFileSync(SCHEMA_FILE, "utf8"), renderSchema());
 });
+
+test("step limits: sizes in binary units, pids, and clear rejections", () => {
+  const parsed = parseDefinitions(
+    { rebuilds: { p: { ...base, steps: [{ ...step, limits: { memory: "512MiB", pids: 64 } }] } } },
+    "/srv/claimwatch.yaml",
+  );
+  assert.ok(parsed.ok, parsed.ok ? "" : parsed.error.message);
+  const runStep = parsed.definitions.rebuilds.get("p")!.steps[0]!;
+  assert.ok("run" in runStep);
+  assert.deepEqual(runStep.limits, { memory: 512 * 1024 ** 2, pids: 64 });
+  for (const [memory, bytes] of [
+    ["1G", 1024 ** 3],
+    ["64Mi", 64 * 1024 ** 2],
+    [8388608, 8388608],
+  ] as const) {
+    const ok = parseDefinitions({ rebuilds: { p: { ...base, steps: [{ ...step, limits: { memory } }] } } }, "/c.yaml");
+    assert.ok(ok.ok && "run" in ok.definitions.rebuilds.get("p")!.steps[0]!);
+    assert.equal(
+      ok.ok && (ok.definitions.rebuilds.get("p")!.steps[0] as { limits: { memory: number } }).limits.memory,
+      bytes,
+    );
+  }
+  assert.match(
+    rejection({ p: { ...base, steps: [{ ...step, limits: { memory: "lots" } }] } }),
+    /rebuilds\.p\.steps\[0\]\.limits\.memory: must be a size like 512MiB/,
+  );
+  assert.match(
+    rejection({ p: { ...base, steps: [{ ...step, limits: { memory: "1K" } }] } }),
+    /limits\.memory: must be at least 4MiB/,
+  );
+  assert.match(
+    rejection({ p: { ...base, steps: [{ ...step, limits: { pids: 2 } }] } }),
+    /limits\.pids: must be at least 8/,
+  );
+  assert.match(rejection({ p: { ...base, steps: [{ ...step, limits: { cpu: 1 } }] } }), /unknown key 'cpu'/);
+});
+
+test("the worker's shutdown wait follows the longest killGrace", async () => {
+  const { shutdownWaitMs } = await import("../../lib/rebuilds/definitions");
+  const parsed = parseDefinitions(
+    { rebuilds: { a: { ...base, steps: [{ ...step, killGrace: "20s" }] }, b: { ...base, output: "out2" } } },
+    "/srv/claimwatch.yaml",
+  );
+  assert.ok(parsed.ok);
+  assert.ok(shutdownWaitMs(parsed.definitions) > 20_000);
+});
