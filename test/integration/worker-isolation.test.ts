@@ -9,9 +9,10 @@ import { after, before, test } from "node:test";
 import { claimName, readPublished } from "../../lib/claims";
 import { outputDirOf } from "../../lib/rebuilds/definitions";
 import { hashDirectory, readCurrent } from "../../lib/rebuilds/output";
-import { isRunning, waitUntilGone } from "../support/processes";
+import { killMarkedProcesses, newMarker, pidsWithMarker, waitUntilNoMarker } from "../support/markers";
 import { createTestBed, type TestBed } from "../support/stack";
 
+const marker = newMarker();
 let bed: TestBed;
 before(async () => {
   bed = await createTestBed({
@@ -27,23 +28,28 @@ before(async () => {
       claim: { ttl: "3s", refreshEvery: "1s" },
       timeLimit: "1m",
       retries: { attempts: 1, backoff: "1s", maxBackoff: "1s" },
-      // Appends its pid, then a line every 100 ms, forever: only a signal ends it.
+      // Appends a line every 100 ms, forever: only a signal ends it. Found in /proc by its marker
+      // (a pid it printed itself would be its pid inside its PID namespace).
       steps: [
         {
           name: "loop",
           run: [
             "sh",
             "-c",
-            'echo "pid $$" >> "$0/beats"; while true; do echo beat >> "$0/beats"; sleep 0.1; done',
+            'echo started >> "$0/beats"; while true; do echo beat >> "$0/beats"; sleep 0.1; done',
             "{output}",
           ],
           killGrace: "1s",
+          env: { [marker.name]: marker.value },
         },
       ],
     },
   });
 });
-after(() => bed.close());
+after(async () => {
+  killMarkedProcesses();
+  await bed.close();
+});
 
 test("each tenant has its own builds and current, matching its own published pointer", async () => {
   const worker = await bed.startWorker();
@@ -77,17 +83,11 @@ test("a SIGKILLed worker's step process dies with it, not left writing", async (
   const worker = await bed.startWorker();
   const jobId = await bed.trigger("endless");
   await bed.waitForRun((r) => r.jobId === jobId && r.status === "running", 15_000);
-  let stepPid = 0;
-  for (let i = 0; i < 100 && !stepPid; i++) {
-    const match = fs.existsSync(beats) ? /^pid (\d+)$/m.exec(fs.readFileSync(beats, "utf8")) : null;
-    if (match) stepPid = Number(match[1]);
-    else await new Promise((r) => setTimeout(r, 50));
-  }
-  assert.ok(stepPid > 0, "the step started");
+  for (let i = 0; i < 100 && pidsWithMarker(marker).length === 0; i++) await new Promise((r) => setTimeout(r, 50));
+  assert.ok(pidsWithMarker(marker).length > 0, "the step started");
   assert.equal(await worker.stop("SIGKILL"), null);
-  assert.deepEqual(await waitUntilGone([stepPid], 10_000), [], "the orphaned step was stopped");
+  assert.deepEqual((await waitUntilNoMarker(marker, 10_000)).alive, [], "the orphaned step was stopped");
   const size = fs.statSync(beats).size;
   await new Promise((r) => setTimeout(r, 500));
   assert.equal(fs.statSync(beats).size, size, "nothing writes after the step is gone");
-  assert.equal(isRunning(stepPid), false);
 });
