@@ -38,6 +38,7 @@ import {
 import { chaosPlan, runChaos } from "./soak/chaos";
 import { runChecker, readEvents, type Figures } from "./soak/checker";
 import { runTriggerStream } from "./soak/triggers";
+import { EscapeSampler } from "./soak/escapees";
 import { PublishWatcher } from "./soak/watcher";
 
 const { values: args } = parseArgs({
@@ -77,6 +78,9 @@ interface Soak {
   clients: Redis[];
   queue: Queue | null;
   watcher: PublishWatcher | null;
+  sampler: EscapeSampler | null;
+  /** The key prefix: steps (and anything they start) carry it in their environment. */
+  prefix: string;
 }
 
 const soak: Soak = {
@@ -87,6 +91,8 @@ const soak: Soak = {
   clients: [],
   queue: null,
   watcher: null,
+  sampler: null,
+  prefix: `soak${process.pid}`,
 };
 soak.events = new EventLog(path.join(soak.dirs.root, "events.jsonl"));
 
@@ -95,6 +101,7 @@ let cleaningUp: Promise<string[]> | null = null;
 function cleanUp(): Promise<string[]> {
   cleaningUp ??= (async () => {
     await soak.watcher?.stop().catch(() => {});
+    await soak.sampler?.stop().catch(() => {});
     if (soak.pool)
       await Promise.race([Promise.all(soak.pool.all.map((w) => soak.pool!.stop(w, 10_000))), sleep(15_000)]);
     await soak.pool?.killAll();
@@ -111,6 +118,7 @@ function cleanUp(): Promise<string[]> {
     const redisPids = new Set([...started.filter((e) => e.kind === "redis-up").map((e) => Number(e.pid)), redisPid]);
     for (const pid of redisPids) if (pid !== null && isAlive(pid)) left.push(`redis-server ${pid}`);
     for (const pid of stepPids(soak.dirs)) if (isAlive(pid)) left.push(`step ${pid}`);
+    for (const pid of soakProcessPids(soak.prefix)) left.push(`escaped step process ${pid}`);
     return left;
   })();
   return cleaningUp;
@@ -137,7 +145,7 @@ async function main(): Promise<Figures> {
   const loaded = loadDefinitions(dirs.config);
   if (!loaded.ok) throw loaded.error;
   const definitions = loaded.definitions;
-  const prefix = `soak${process.pid}`;
+  const prefix = soak.prefix;
   const keys = redisKeys(prefix);
   const main = createRedis(redis.url, "worker", "soak-main");
   const claims = createRedis(`${redis.url}/1`, "worker", "soak-claims");
@@ -164,6 +172,10 @@ async function main(): Promise<Figures> {
 
   soak.watcher = new PublishWatcher(watchClaims, keys, definitions, events);
   soak.watcher.start();
+  soak.sampler = new EscapeSampler(main, keys, prefix, pool, events, () =>
+    events.events.filter((e) => e.kind === "pause").map((e) => ({ pid: Number(e.pid), t: e.t })),
+  );
+  soak.sampler.start();
 
   // --- the soak: triggers and chaos, side by side ----------------------------------------------
   const random = seededRandom(seed);
@@ -240,6 +252,9 @@ async function main(): Promise<Figures> {
   killStepProcesses(dirs, events);
   await soak.watcher.stop();
   soak.watcher = null;
+  await soak.sampler.stop();
+  say(`soak: escape sampler: ${soak.sampler.samples} samples of /proc, ${soak.sampler.escaped} escaped process(es)`);
+  soak.sampler = null;
 
   say(`soak: checking (${elapsed()})`);
   const report = await runChecker({ dirs, main, claims, keys, definitions, queue });
@@ -252,7 +267,7 @@ function resultLine(f: Figures | null): string {
   return (
     `RESULT overlaps=${n(f?.overlaps)} lost=${n(f?.lost)} corrupt=${n(f?.corrupt)} stale_left=${n(f?.staleLeft)} ` +
     `pointer_wrong=${n(f?.pointerWrong)} max_resume_s=${f?.maxResumeS === null || !f ? "-1" : f.maxResumeS.toFixed(1)} ` +
-    `triggers=${n(f?.triggers)} kills=${n(f?.kills)} pauses=${n(f?.pauses)}`
+    `triggers=${n(f?.triggers)} kills=${n(f?.kills)} pauses=${n(f?.pauses)} escaped=${n(f?.escaped)}`
   );
 }
 
@@ -281,8 +296,36 @@ function stepPids(dirs: SoakDirs): number[] {
   return [...pids];
 }
 
+/** Live processes carrying this soak's key prefix and a run id in their environment: steps and what they started. */
+function soakProcessPids(prefix: string): number[] {
+  const pids: number[] = [];
+  for (const entry of fs.readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const environ = `\0${fs.readFileSync(`/proc/${entry}/environ`, "utf8")}`;
+      if (
+        environ.includes(`\0CLAIMWATCH_KEY_PREFIX=${prefix}\0`) &&
+        environ.includes("\0CLAIMWATCH_RUN_ID=") &&
+        isAlive(Number(entry))
+      )
+        pids.push(Number(entry));
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return pids;
+}
+
 /** SIGKILLs step processes still running, after checking by /proc that the PID is our step. */
 function killStepProcesses(dirs: SoakDirs, events: EventLog): void {
+  for (const pid of soakProcessPids(soak.prefix)) {
+    try {
+      process.kill(pid, "SIGKILL");
+      events.record("orphan-kill", { pid });
+    } catch {
+      // exited meanwhile
+    }
+  }
   for (const pid of stepPids(dirs)) {
     if (!isAlive(pid)) continue;
     let cmdline: string;
@@ -314,7 +357,8 @@ let figures: Figures | null = null;
 let exitCode = 2;
 try {
   figures = await main();
-  const bad = figures.overlaps + figures.lost + figures.corrupt + figures.staleLeft + figures.pointerWrong;
+  const bad =
+    figures.overlaps + figures.lost + figures.corrupt + figures.staleLeft + figures.pointerWrong + figures.escaped;
   exitCode = bad === 0 ? 0 : 1;
 } catch (error) {
   say(`soak: failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);

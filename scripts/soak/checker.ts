@@ -60,6 +60,8 @@ export interface Figures {
   overlaps: number;
   lost: number;
   corrupt: number;
+  /** Step processes found alive after their run ended (the soak's /proc sampler: soak/escapees.ts). */
+  escaped: number;
   staleLeft: number;
   pointerWrong: number;
   maxResumeS: number | null;
@@ -419,6 +421,17 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
     `  partial or corrupt publishes: ${corrupt.length} (${buildsChecked} builds and every current re-hashed and compared with their version's content)`,
   );
   for (const c of corrupt.slice(0, 8)) lines.push(`    ${c}`);
+  // Escaped step processes: sampled from /proc during the soak (soak/escapees.ts); their late
+  // writes, if any got through, are in escaped-writes.txt (and would be corrupt builds above).
+  const escaped = events.filter((e) => e.kind === "escaped");
+  const escapedWrites = fs.existsSync(path.join(input.dirs.journal, "escaped-writes.txt"))
+    ? fs.readFileSync(path.join(input.dirs.journal, "escaped-writes.txt"), "utf8").trim().split("\n").filter(Boolean)
+    : [];
+  lines.push(
+    `  escaped step processes (alive after their run ended): ${escaped.length}; late writes by escapees: ${escapedWrites.length}`,
+  );
+  for (const e of escaped.slice(0, 8))
+    lines.push(`    pid ${String(e.pid)} of ${String(e.runId)}: ${String(e.why)} (${String(e.cmd)})`);
   lines.push(`  stale claims left: ${claimsLeft.length}`);
   for (const c of claimsLeft.slice(0, 8))
     lines.push(
@@ -447,6 +460,7 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
       triggers: triggers.length,
       kills: kills.length,
       pauses: pauses.length,
+      escaped: escaped.length,
     },
   };
 }

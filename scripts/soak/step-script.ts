@@ -16,8 +16,16 @@
  *
  * chatty: a log line per chunk (an orphaned step dies of EPIPE at its next line);
  * quiet: output only at the end (like tar or a tiler), so an orphan writes on.
+ *
+ * Escapees: every run also starts a background writer (a child of a child, reparented when that
+ * exits) and a double-forked `setsid` daemon that ignores SIGTERM. Both keep the work dir as their
+ * cwd and wait until it has been moved (published as builds/<hash>) or removed, then try to write
+ * `late.txt` into it (a changed published build: the checker's `corrupt`) and a line to
+ * `<journal dir>/escaped-writes.txt`, and stay alive. Contained, they die with the step before
+ * that; the soak's sampler counts any found alive after their run ended (`escaped`).
  */
 export const STEP_SCRIPT = String.raw`
+import { spawn } from "node:child_process";
 import crypto from "node:crypto";
 import fs from "node:fs";
 import path from "node:path";
@@ -30,11 +38,39 @@ const tenant = env.CLAIMWATCH_TENANT || "-";
 const version = env.CLAIMWATCH_VERSION;
 const work = env.CLAIMWATCH_WORK;
 const fence = env.CLAIMWATCH_FENCE || "?";
-const ppidAtStart = process.ppid;
+// PIDs as the host sees them: a contained step runs in a PID namespace of its own, where it is
+// pid 2; /proc is the host's, and /proc/self names the host's pid.
+const hostPid = () => {
+  try {
+    return Number(fs.readlinkSync("/proc/self"));
+  } catch {
+    return process.pid;
+  }
+};
+const hostPpid = () => {
+  try {
+    const stat = fs.readFileSync("/proc/self/stat", "utf8");
+    return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+  } catch {
+    return process.ppid;
+  }
+};
+const pid = hostPid();
+const ppidAtStart = hostPpid();
 const journal = fs.openSync(path.join(journalDir, rebuild + ".journal"), "a");
 
+const ESCAPEE = 'trap "" TERM; cd "$1" || exit 0; while [ -d "$1" ]; do sleep 0.2; done; ' +
+  'echo "late write by an escaped process" >> late.txt 2>/dev/null; echo "$(date +%s%3N) $2" >> "$3/escaped-writes.txt"; sleep 120';
+spawn("sh", ["-c", "(sh -c \"$0\" escapee \"$1\" \"$2\" \"$3\" &) ; exit 0", ESCAPEE, work, runId, journalDir], {
+  stdio: "ignore",
+});
+spawn("sh", ["-c", "(setsid sh -c \"$0\" escapee \"$1\" \"$2\" \"$3\" &) &", ESCAPEE, work, runId, journalDir], {
+  stdio: "ignore",
+  detached: true,
+});
+
 function note(kind, detail) {
-  const fields = [Date.now(), kind, runId, process.pid, ppidAtStart, process.ppid, fence, tenant, version, detail ?? "-"];
+  const fields = [Date.now(), kind, runId, pid, ppidAtStart, hostPpid(), fence, tenant, version, detail ?? "-"];
   fs.writeSync(journal, fields.join(" ") + "\n");
 }
 
