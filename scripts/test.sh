@@ -61,7 +61,7 @@ check "type check (tsc)" 300 npx tsc --noEmit
 check "lint (eslint)" 300 npx eslint .
 check "format (prettier --check)" 120 npx prettier --check .
 # Node 20's test runner takes no globs: bash expands them.
-suite "unit and integration tests" 900 "${NODE_TEST[@]}" test/unit/**/*.test.ts test/integration/**/*.test.ts
+suite "unit and integration tests" 1500 "${NODE_TEST[@]}" test/unit/**/*.test.ts test/integration/**/*.test.ts
 check "next build" 600 npx next build
 suite "launcher tests (npm start)" 300 "${NODE_TEST[@]}" test/launcher/**/*.test.ts
 suite "e2e (Playwright, Chromium)" 900 npx playwright test
