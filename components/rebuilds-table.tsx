@@ -53,6 +53,16 @@ function RebuildRow({ rebuild, open, onToggle }: { rebuild: ApiRebuild; open: bo
         <td className="px-3 py-2">
           <div className="font-medium">{label}</div>
           <div className="font-mono text-xs text-slate-500">{rebuild.output}</div>
+          {rebuild.changedBuilds.map((build) => (
+            <div
+              key={build.path}
+              data-field="changed-build"
+              className="mt-1 rounded bg-red-100 px-1.5 py-0.5 text-xs text-red-900"
+              title={`found ${new Date(build.foundAt).toISOString()} by ${build.foundBy}`}
+            >
+              Published build changed on disk: <span className="font-mono">{build.path}</span>
+            </div>
+          ))}
         </td>
         <td className="px-3 py-2 text-xs">
           {rebuild.schedule ? (

@@ -10,7 +10,7 @@ import { Queue } from "bullmq";
 import { CONFIG_EXIT_CODE, loadConfigOrExit } from "../lib/config";
 import { describeError } from "../lib/health/redis-safety";
 import { loadDefinitionsOrExit, shutdownWaitMs } from "../lib/rebuilds/definitions";
-import { detectContainment } from "../lib/rebuilds/steps/containment";
+import { ContainmentConfigError, detectContainment } from "../lib/rebuilds/steps/containment";
 import { killAllSteps } from "../lib/rebuilds/steps/run-step";
 import { queuePrefix, REBUILD_QUEUE } from "../lib/rebuilds/queue";
 import { checkPublishedBuilds } from "../lib/rebuilds/build-integrity";
@@ -40,7 +40,14 @@ const concurrency = config.workerConcurrency;
 const keys = redisKeys(config.keyPrefix);
 const main = createRedis(urls.main, "worker", "claimwatch-worker");
 const claims = createRedis(urls.claims, "claims", "claimwatch-worker:claims");
-const containment = detectContainment();
+let containment;
+try {
+  containment = detectContainment();
+} catch (error) {
+  if (!(error instanceof ContainmentConfigError)) throw error;
+  process.stderr.write(`claimwatch-worker: ${error.message}\n`);
+  process.exit(CONFIG_EXIT_CODE);
+}
 const identity = newWorkerIdentity(APP_VERSION, containment.mode);
 const log = (line: string) => process.stdout.write(`[worker ${identity.id}] ${line}\n`);
 

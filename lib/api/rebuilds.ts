@@ -3,6 +3,7 @@ import { CronExpressionParser } from "cron-parser";
 import { z } from "zod";
 import { appendAudit } from "../audit";
 import { claimName, readClaim, readClaimsByName, readSkipsMany } from "../claims";
+import { listChangedBuilds } from "../rebuilds/build-integrity";
 import { tenantsOf, type RebuildDefinition } from "../rebuilds/definitions";
 import { triggerRebuild } from "../rebuilds/trigger";
 import { hashInputs, idempotencyKey, InputHashCache, VERSION_PATTERN } from "../rebuilds/version";
@@ -23,6 +24,8 @@ export interface ApiRebuild {
   consecutiveSkips: number;
   claim: ApiClaim | null;
   tenants: string[] | null;
+  /** Published builds of this output found changed on disk (build-integrity.ts); usually empty. */
+  changedBuilds: { path: string; foundAt: number; foundBy: string }[];
 }
 
 export function nextRunAt(definition: RebuildDefinition, from = new Date()): string | null {
@@ -44,9 +47,10 @@ export async function getRebuilds(context: WebContext): Promise<ApiRebuild[]> {
   }
   const names = entries.map((e) => e.name);
   // Skips outlive claims, so they are read for every name; claims in one pipeline for all.
-  const [skips, claims] = await Promise.all([
+  const [skips, claims, changed] = await Promise.all([
     readSkipsMany(connections.claims, connections.keys, names),
     readClaimsByName(connections.claims, connections.keys, names),
+    listChangedBuilds(connections.main, connections.keys),
   ]);
   return Promise.all(
     entries.map(async ({ definition, tenant, name }): Promise<ApiRebuild> => {
@@ -79,6 +83,9 @@ export async function getRebuilds(context: WebContext): Promise<ApiRebuild[]> {
         consecutiveSkips: skips.get(name) ?? 0,
         claim: claim ? toApiClaim(claim) : null,
         tenants: definition.tenants ?? null,
+        changedBuilds: changed
+          .filter((b) => b.rebuild === definition.name && b.tenant === (tenant ?? null))
+          .map(({ path, foundAt, foundBy }) => ({ path, foundAt, foundBy })),
       };
     }),
   );

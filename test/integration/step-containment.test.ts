@@ -169,3 +169,15 @@ describe(`step containment (${containment.mode})`, () => {
     assert.deepEqual(pidsWithMarker(marker), []);
   });
 });
+
+test("a bad CLAIMWATCH_STEP_CONTAINMENT stops the worker with one line naming it", async () => {
+  const { spawnSync } = await import("node:child_process");
+  const result = spawnSync(process.execPath, ["--import", "tsx", "worker/index.ts"], {
+    env: { ...process.env, CLAIMWATCH_STEP_CONTAINMENT: "chroot", REDIS_URL: "redis://127.0.0.1:1" },
+    encoding: "utf8",
+    timeout: 60_000,
+  });
+  assert.equal(result.status, 2, result.stderr);
+  assert.match(result.stderr.trim(), /^claimwatch-worker: CLAIMWATCH_STEP_CONTAINMENT="chroot": must be auto/);
+  assert.equal(result.stderr.trim().split("\n").length, 1);
+});

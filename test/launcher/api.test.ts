@@ -277,3 +277,43 @@ test("no Redis key was built from unchecked input", async () => {
     assert.ok(!keys.some((k) => k.includes(bad)), `a key contains '${bad}': ${keys.filter((k) => k.includes(bad))}`);
   }
 });
+
+test("a published build found changed shows on its rebuild and in the health problems; a weak worker is warned of", async () => {
+  const { recordChangedBuild } = await import("../../lib/rebuilds/build-integrity");
+  const { beat, newWorkerIdentity, retire } = await import("../../lib/workers/heartbeat");
+  const path = `${bed.definitions.rebuilds.get("tenanted")!.outputPath}/acme/builds/${"a".repeat(32)}`;
+  await recordChangedBuild(bed.main, bed.keys, {
+    path,
+    rebuild: "tenanted",
+    tenant: "acme",
+    expected: "a".repeat(32),
+    actual: "b".repeat(32),
+    foundAt: Date.now(),
+    foundBy: "worker-x",
+  });
+  const weak = newWorkerIdentity("test", "process-group");
+  await beat(bed.main, bed.keys, weak, null);
+  try {
+    const rebuilds = (await call("GET", "/api/rebuilds")).body.rebuilds as {
+      name: string;
+      tenant: string | null;
+      changedBuilds: { path: string }[];
+    }[];
+    const marked = rebuilds.filter((r) => r.changedBuilds.length > 0).map((r) => [r.name, r.tenant]);
+    assert.deepEqual(marked, [["tenanted", "acme"]]);
+    const health = (await call("GET", "/api/health")).body as { problems: string[] };
+    assert.ok(
+      health.problems.some((p) => p.includes("changed on disk") && p.includes(path)),
+      health.problems.join("\n"),
+    );
+    assert.ok(
+      health.problems.some((p) => p.includes(weak.id) && p.includes("process group")),
+      health.problems.join("\n"),
+    );
+    const workers = (await call("GET", "/api/workers")).body.workers as { id: string; containment: string }[];
+    assert.equal(workers.find((w) => w.id === weak.id)?.containment, "process-group");
+  } finally {
+    await bed.main.del(bed.keys.changedBuilds);
+    await retire(bed.main, bed.keys, weak.id);
+  }
+});

@@ -83,10 +83,20 @@ export const CGROUP_JOIN_FAILED = 125;
 
 let detected: Containment | null = null;
 
+/** A bad CLAIMWATCH_STEP_CONTAINMENT: the worker prints it as one line and exits 2. */
+export class ContainmentConfigError extends Error {
+  override name = "ContainmentConfigError";
+}
+
 /** The strongest containment this host offers, found once per process (a few ms of probes). */
 export function detectContainment(): Containment {
   if (detected) return detected;
-  const forced = process.env.CLAIMWATCH_STEP_CONTAINMENT;
+  const forced = process.env.CLAIMWATCH_STEP_CONTAINMENT || "auto";
+  if (forced !== "auto" && forced !== "process-group") {
+    throw new ContainmentConfigError(
+      `CLAIMWATCH_STEP_CONTAINMENT=${JSON.stringify(forced).slice(0, 80)}: must be auto (the strongest this host offers) or process-group`,
+    );
+  }
   const limits = detectLimitControllers();
   const setpriv = works(["setpriv", "--pdeathsig", "KILL", "--", "true"])
     ? ["setpriv", "--pdeathsig", "KILL", "--"]
@@ -109,9 +119,6 @@ export function detectContainment(): Containment {
       detected = { mode: "pid-namespace", prefix: candidate.prefix, detail: candidate.detail, limits };
       return detected;
     }
-  }
-  if (forced && forced !== "process-group" && forced !== "auto") {
-    throw new Error(`CLAIMWATCH_STEP_CONTAINMENT=${forced}: must be auto or process-group`);
   }
   const why =
     forced === "process-group"
