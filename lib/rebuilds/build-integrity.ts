@@ -69,6 +69,15 @@ export async function checkPublishedBuilds(
     const name = path.basename(known.path);
     let whole = false;
     if (exists && BUILD_HASH.test(name)) {
+      // Re-hashed under the output's check lease, like `current`: once per period across workers.
+      const lease = await client.set(
+        keys.buildCheckLease(known.rebuild, known.tenant ?? undefined),
+        workerId,
+        "PX",
+        CHECK_EVERY_MS,
+        "NX",
+      );
+      if (lease !== "OK") continue;
       whole = (await verifyBuilds(path.dirname(path.dirname(known.path)), name)).changed.length === 0;
     }
     if (!exists || whole) {

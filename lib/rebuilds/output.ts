@@ -24,22 +24,48 @@ export function buildDirOf(outputDir: string, hash: string): string {
   return path.join(outputDir, "builds", hash);
 }
 
-/** sha256 over every file's relative path, size and bytes, in sorted path order (32 hex chars). */
+/** A build holds something that is not a self-contained file tree (see `hashDirectory`). */
+export class BuildContentError extends Error {
+  override name = "BuildContentError";
+}
+
+/**
+ * sha256 over every file's relative path, size and bytes, in sorted path order (32 hex chars).
+ * A symlink inside the build counts as its path and target text (a build without symlinks hashes
+ * as it always did). What the hash cannot vouch for is refused with a BuildContentError: a
+ * symlink that leaves the build (absolute, or `..` past its root) would publish bytes that change
+ * behind the hash, and FIFOs, sockets and devices have no bytes to hash.
+ */
 export async function hashDirectory(dir: string): Promise<string> {
-  const files: string[] = [];
+  const entries: { rel: string; link: string | null }[] = [];
   async function walk(relative: string): Promise<void> {
-    const entries = await fs.readdir(path.join(dir, relative), { withFileTypes: true });
-    for (const entry of entries) {
+    const found = await fs.readdir(path.join(dir, relative), { withFileTypes: true });
+    for (const entry of found) {
       const rel = relative ? `${relative}/${entry.name}` : entry.name;
       if (entry.isDirectory()) await walk(rel);
-      else if (entry.isFile()) files.push(rel);
-      // Symlinks and other special files are not part of a build's content.
+      else if (entry.isFile()) entries.push({ rel, link: null });
+      else if (entry.isSymbolicLink()) {
+        const target = await fs.readlink(path.join(dir, rel));
+        const resolved = path.posix.normalize(path.posix.join(path.posix.dirname(rel), target));
+        if (path.posix.isAbsolute(target) || resolved === ".." || resolved.startsWith("../")) {
+          throw new BuildContentError(
+            `${rel} is a symlink out of the build (-> ${target}); a build must be self-contained`,
+          );
+        }
+        entries.push({ rel, link: target });
+      } else {
+        throw new BuildContentError(`${rel} is not a file, directory or symlink (a FIFO, socket or device)`);
+      }
     }
   }
   await walk("");
-  files.sort();
+  entries.sort((a, b) => (a.rel < b.rel ? -1 : a.rel > b.rel ? 1 : 0));
   const hash = crypto.createHash("sha256");
-  for (const rel of files) {
+  for (const { rel, link } of entries) {
+    if (link !== null) {
+      hash.update(`${rel}\0symlink\0${link}\0`);
+      continue;
+    }
     const file = path.join(dir, rel);
     // Streamed: a build may hold files larger than a Buffer can (2 GiB) or than memory should.
     hash.update(`${rel}\0${(await fs.stat(file)).size}\0`);
@@ -67,7 +93,7 @@ export async function promoteBuild(
 ): Promise<{ path: string; changedMovedTo: string | null }> {
   const target = buildDirOf(outputDir, hash);
   await fs.mkdir(path.dirname(target), { recursive: true });
-  await setWritable(workDir, false, { includeRoot: false });
+  await sealTree(workDir, { includeRoot: false });
   let changedMovedTo: string | null = null;
   for (let attempt = 0; ; attempt++) {
     try {
@@ -76,11 +102,17 @@ export async function promoteBuild(
     } catch (error) {
       const code = (error as NodeJS.ErrnoException).code;
       if ((code !== "ENOTEMPTY" && code !== "EEXIST") || attempt > 0) throw error;
-      if ((await hashDirectory(target).catch(() => null)) === hash) {
+      // Only a hash that succeeds and differs moves a published build aside: an I/O error or a
+      // concurrent prune is not evidence that someone changed it.
+      const existing = await hashDirectory(target).catch((e: unknown) => (e instanceof BuildContentError ? "" : null));
+      if (existing === null || existing === hash) {
         await removeTree(workDir);
         break;
       }
-      changedMovedTo = path.join(path.dirname(target), `.changed-${hash}-${Date.now()}`);
+      changedMovedTo = path.join(
+        path.dirname(target),
+        `.changed-${hash}-${Date.now()}-${crypto.randomBytes(3).toString("hex")}`,
+      );
       await fs.rename(target, changedMovedTo);
     }
   }
@@ -92,33 +124,50 @@ export async function promoteBuild(
 }
 
 /**
- * Adds or removes the write bits of everything under `dir` (files 0644/0444, directories
- * 0755/0555). Symlinks are left alone (chmod would follow them out of the build).
+ * Takes the write bits off everything under `dir` (execute bits stay: a published script still
+ * runs). A file with other hard links is copied first, so the seal does not reach, and the build
+ * does not share, an inode outside the build. Symlinks are left alone (chmod would follow them).
  */
-export async function setWritable(dir: string, writable: boolean, options = { includeRoot: true }): Promise<void> {
+export async function sealTree(dir: string, options = { includeRoot: true }): Promise<void> {
   const entries = await fs.readdir(dir, { withFileTypes: true });
   for (const entry of entries) {
     const full = path.join(dir, entry.name);
     if (entry.isDirectory()) {
-      if (writable) await fs.chmod(full, 0o755);
-      await setWritable(full, writable, { includeRoot: false });
-      if (!writable) await fs.chmod(full, 0o555);
+      await sealTree(full, { includeRoot: true });
     } else if (entry.isFile()) {
-      await fs.chmod(full, writable ? 0o644 : 0o444);
+      const stat = await fs.stat(full);
+      if (stat.nlink > 1) {
+        const copy = `${full}.cw-unlink-${crypto.randomBytes(3).toString("hex")}`;
+        await fs.copyFile(full, copy);
+        await fs.chmod(copy, stat.mode & 0o7777);
+        await fs.rename(copy, full);
+      }
+      await fs.chmod(full, stat.mode & 0o7777 & ~0o222);
     }
   }
-  if (options.includeRoot) await fs.chmod(dir, writable ? 0o755 : 0o555);
+  if (options.includeRoot) await fs.chmod(dir, (await fs.stat(dir)).mode & 0o7777 & ~0o222);
 }
 
-/** Removes a directory tree, read-only builds included (a non-root owner needs the write bits back). */
+/**
+ * Removes a directory tree, read-only builds included: a non-root owner needs the write bit back
+ * on directories (only directories: files are unlinked, never opened, and a hard-linked file's
+ * mode is shared with another name).
+ */
 export async function removeTree(dir: string): Promise<void> {
   try {
     await fs.rm(dir, { recursive: true, force: true });
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;
     if (code !== "EACCES" && code !== "EPERM") throw error;
-    await setWritable(dir, true).catch(() => {});
+    await unsealDirectories(dir).catch(() => {});
     await fs.rm(dir, { recursive: true, force: true });
+  }
+}
+
+async function unsealDirectories(dir: string): Promise<void> {
+  await fs.chmod(dir, 0o700 | ((await fs.stat(dir)).mode & 0o7777));
+  for (const entry of await fs.readdir(dir, { withFileTypes: true })) {
+    if (entry.isDirectory()) await unsealDirectories(path.join(dir, entry.name));
   }
 }
 
@@ -137,7 +186,10 @@ export async function verifyBuilds(
   const changed: { path: string; expected: string; actual: string }[] = [];
   for (const name of names.sort()) {
     const dir = path.join(buildsDir, name);
-    const actual = await hashDirectory(dir);
+    const actual = await hashDirectory(dir).catch((error: unknown) => {
+      if (error instanceof BuildContentError) return `(${error.message})`;
+      throw error;
+    });
     if (actual !== name) changed.push({ path: dir, expected: name, actual });
   }
   return { checked: names.length, changed };
@@ -178,11 +230,18 @@ export async function pruneBuilds(outputDir: string, keep: number): Promise<stri
     return [];
   }
   const withTimes = await Promise.all(
-    names.map(async (name) => ({ name, mtime: (await fs.stat(path.join(buildsDir, name))).mtimeMs })),
+    names.map(async (name) => ({
+      name,
+      // A build removed meanwhile (another worker's prune) sorts as newest: it is not removed again.
+      mtime: (await fs.stat(path.join(buildsDir, name)).catch(() => null))?.mtimeMs ?? Infinity,
+    })),
   );
   withTimes.sort((a, b) => b.mtime - a.mtime);
   const removed = withTimes.slice(keep).map((b) => b.name);
-  for (const name of removed) await removeTree(path.join(buildsDir, name));
+  for (const name of removed) {
+    // One build that cannot be removed must not stop pruning (or the heartbeat that runs it).
+    await removeTree(path.join(buildsDir, name)).catch(() => {});
+  }
   return removed;
 }
 
@@ -218,7 +277,8 @@ export async function pruneAbandonedWorkDirs(definitions: Definitions): Promise<
 export async function pruneOldBuilds(definitions: Definitions): Promise<void> {
   for (const rebuild of definitions.rebuilds.values()) {
     for (const tenant of tenantsOf(rebuild)) {
-      await pruneBuilds(outputDirOf(rebuild, tenant), definitions.retention.builds);
+      // One output that cannot be pruned (a permission, a vanished disk) must not stop the others.
+      await pruneBuilds(outputDirOf(rebuild, tenant), definitions.retention.builds).catch(() => []);
     }
   }
 }

@@ -278,6 +278,8 @@ class RebuildAttempt {
       const stepCount = definition.steps.length;
       for (const [index, step] of definition.steps.entries()) {
         signal.throwIfAborted();
+        // A holder that was paused may learn here that its claim is gone, before its timers run.
+        held.throwIfLost();
         const record: StepRecord = { name: step.name, status: "running", startedAt: Date.now(), finishedAt: null };
         this.steps.push(record);
         this.write(null, { steps: this.steps, progress: index / stepCount });
@@ -312,6 +314,7 @@ class RebuildAttempt {
       signal.throwIfAborted();
 
       const buildHash = await hashDirectory(workDir);
+      held.throwIfLost(); // before promoteBuild, which may move a changed published build aside
       const promoted = await promoteBuild(outputDir, workDir, buildHash);
       if (promoted.changedMovedTo) {
         const line = `PUBLISHED BUILD CHANGED: ${promoted.path} no longer hashed to its name; moved aside to ${promoted.changedMovedTo} and replaced by this run's bytes`;

@@ -181,3 +181,55 @@ test("a bad CLAIMWATCH_STEP_CONTAINMENT stops the worker with one line naming it
   assert.match(result.stderr.trim(), /^claimwatch-worker: CLAIMWATCH_STEP_CONTAINMENT="chroot": must be auto/);
   assert.equal(result.stderr.trim().split("\n").length, 1);
 });
+
+describe("a worker that dies while its step runs", () => {
+  async function hostAndKill(script: string, env: Record<string, string>) {
+    const { spawn } = await import("node:child_process");
+    const { waitForLine } = await import("../support/processes");
+    const marker = newMarker();
+    const host = spawn(process.execPath, ["--import", "tsx", "test/support/step-host.ts", script, "30000"], {
+      env: { ...process.env, ...env, [marker.name]: marker.value },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    await waitForLine(host, env.STEP_ABORT_AFTER_MS ? /^aborted/ : /^running/, 60_000);
+    await new Promise((r) => setTimeout(r, 300));
+    assert.ok(pidsWithMarker(marker).length >= 3, "the step and its children run");
+    host.kill("SIGKILL");
+    // killGrace is 30 s: only the pipe watcher ends them within a few seconds.
+    return waitUntilNoMarker(marker, 5_000);
+  }
+  const deaf = "(trap '' TERM; sleep 600) & trap '' TERM; while :; do sleep 0.2; done";
+
+  test("killed during an abort's grace period: the step still dies at once (the watcher ignores the SIGTERM)", async () => {
+    const { alive } = await hostAndKill(deaf, { STEP_ABORT_AFTER_MS: "300" });
+    assert.deepEqual(alive, []);
+  });
+
+  test("process-group mode: the step's children die with the worker too", async () => {
+    const { alive } = await hostAndKill(deaf, { CLAIMWATCH_STEP_CONTAINMENT: "process-group" });
+    assert.deepEqual(alive, []);
+  });
+
+  test("a program that kills its own group (kill 0) does not disarm the watcher", async () => {
+    const { alive } = await hostAndKill(`trap '' TERM; kill -TERM 0; ${deaf}`, {});
+    assert.deepEqual(alive, []);
+  });
+});
+
+test("the program gets one SIGTERM (not one from the group and one from the init), with SIGINT and SIGQUIT at their defaults", async () => {
+  const marker = newMarker();
+  const controller = new AbortController();
+  const script = [
+    "n=0; trap 'n=$((n+1)); echo \"term $n\"' TERM",
+    'grep -E "^SigIgn" /proc/self/status',
+    "i=0; while [ $i -lt 20 ]; do sleep 0.1; i=$((i+1)); done; exit 0",
+  ].join("\n");
+  setTimeout(() => controller.abort(new Error("abort")), 600);
+  const { error, ctx } = await runWith(script, marker, controller.signal, { killGrace: 10_000 });
+  assert.match(String(error?.message), /abort/);
+  assert.ok(
+    ctx.lines.some((l) => /SigIgn:\s+0+$/.test(l)),
+    ctx.lines.join("\n"),
+  );
+  assert.equal(ctx.lines.filter((l) => /term \d/.test(l)).length, 1, ctx.lines.join("\n"));
+});

@@ -3,28 +3,34 @@
  * grandchildren, double-forked and `setsid` daemons included — and dies at once with the worker,
  * even when the worker is SIGKILLed or OOM-killed.
  *
- * Mechanisms, strongest first (chosen once per worker by `detectContainment`):
+ * Every step runs under a small shell init (STEP_INIT, below) whose only child is the program.
+ * Its stdin is a pipe whose write end only the worker holds; a watcher subshell (deaf to TERM,
+ * INT, HUP and QUIT, so no signal the step sends its group reaches it) reads it, and at EOF —
+ * the worker died, however — SIGKILLs the step. Mechanisms, strongest first (chosen once per
+ * worker by `detectContainment`):
  *
- *  - `pid-namespace`: each step runs as
- *      unshare [--user --map-root-user] --pid --fork --kill-child -- sh -c NAMESPACE_INIT …
- *    `INIT` is pid 1 of a new PID namespace and the step's program its only child. Nothing can
- *    leave a PID namespace (setsid and double forks only change the session or the parent), and
- *    when its pid 1 exits the kernel SIGKILLs every process in it and reaps them before pid 1's
- *    parent sees the exit. So the step ends when its program ends, whatever it left behind.
- *    The worker's death reaches the namespace through a pipe only the worker can write: INIT
- *    reads EOF on it and exits (a parent-death signal would cost one more exec, setpriv, per
- *    step); `--kill-child` ends the namespace if `unshare` itself is killed.
- *    As root this needs util-linux's `unshare`; as non-root the kernel must allow unprivileged
- *    user namespaces (`--user --map-root-user`).
+ *  - `pid-namespace`: `unshare [--user --map-root-user] --pid --fork --kill-child -- sh -c INIT …`.
+ *    The init is pid 1 of a new PID namespace. Nothing can leave a PID namespace (setsid and
+ *    double forks only change the session or the parent), and when its pid 1 exits the kernel
+ *    SIGKILLs every process in it and reaps them before pid 1's parent sees the exit. So the step
+ *    ends when its program ends, whatever it left behind, and `unshare`'s exit means the
+ *    namespace is empty. `--kill-child` ends the namespace if `unshare` itself is killed. As root
+ *    this needs util-linux's `unshare`; as non-root the kernel must allow unprivileged user
+ *    namespaces (`--user --map-root-user`).
  *  - `process-group`: the fallback when no PID namespace can be made. The step's process group
- *    is signalled on abort and SIGKILLed when the program ends, and setpriv's parent-death signal
- *    (`setpriv --pdeathsig KILL`, util-linux) still stops the program with the worker. A `setsid` daemon escapes this: the worker says so
- *    (Workers page, health banner).
+ *    is SIGKILLed when the program ends and by the watcher when the worker dies; a `setsid`
+ *    daemon escapes it. The worker says so (Workers page, health banner).
+ *
+ * Signals go to the init, never to the group (a program must get one SIGTERM, not two): the init
+ * passes SIGTERM on (pid 1 of a namespace gets no signal it has no handler for) and remembers
+ * one that came before the program was forked. SIGKILL goes to the init in a namespace (the
+ * kernel then ends the rest) and to the whole group otherwise.
  *
  * cgroups are used for resource limits (`memory`, `pids` of a step), where a writable memory/pids
  * hierarchy exists (cgroup v1 controllers, or v2 with the controller delegated): each step gets
  * its own cgroup, joined by INIT before the program starts, and removed when the step ends. A step
- * over a limit is found by the cgroup's own counters (`oom_kill`, `pids.events max`).
+ * over a limit is found by the cgroup's own counters (`oom_kill`, `pids.events max`). The init
+ * and its watcher count against a `pids` limit (two processes).
  */
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
@@ -36,6 +42,8 @@ export interface Containment {
   mode: ContainmentMode;
   /** The argv prefix that runs INIT under this containment (before `sh -c INIT …`). */
   prefix: string[];
+  /** The init script for this host (`stepInit`). */
+  init: string;
   /** One line for operators: what is enforced, and what is not. */
   detail: string;
   /** Controllers that can limit a step here (`memory`, `pids`), by the directory steps' cgroups go in. */
@@ -44,42 +52,33 @@ export interface Containment {
 
 export type LimitController = "memory" | "pids";
 
-const JOIN_CGROUPS = 'cg=$1; shift; IFS=:; for d in $cg; do echo 0 > "$d/cgroup.procs" || exit 125; done; unset IFS';
+/** Printed by INIT (stderr) when it cannot join a step cgroup; it then exits 125. */
+export const CGROUP_JOIN_FAILED_LINE = "claimwatch-init: cannot join the step's cgroup";
 
 /**
- * pid 1 of a step's PID namespace:
- *   sh -c NAMESPACE_INIT init <cgroup dirs, ':'-separated, or ''> <program> [args…]
- * Joins the step's cgroups (`0` is "the writing process"), runs the program as its only child,
- * passes SIGTERM/SIGINT on to it (pid 1 of a namespace gets no signal it has no handler for), and
- * exits with the program's status (128 + signal when it was killed). 127: program not found.
- * Its stdin is a pipe whose write end only the worker holds: a watcher reads it, and when the
- * worker dies (however: SIGKILL, OOM) it reads EOF and tells pid 1 to end the namespace (USR1).
- * The program's stdin is /dev/null.
+ *   sh -c INIT init <cgroup dirs, ':'-separated, or ''> <program> [args…]
+ * Joins the step's cgroups (`0` is "the writing process"), starts the watcher and the program,
+ * passes SIGTERM on to the program (also one that came before it was forked), and exits with the
+ * program's status (128 + signal when it was killed; 127: program not found). The program's stdin
+ * is /dev/null; with `resetSignals` it starts with every signal at its default (a background job
+ * of a non-interactive shell would start with SIGINT and SIGQUIT ignored, and the init ignores
+ * INT, HUP and QUIT itself): `env --default-signal` (coreutils ≥ 8.31).
  */
-export const NAMESPACE_INIT = [
-  JOIN_CGROUPS,
-  "trap 'exit 137' USR1",
-  "trap 'kill -TERM \"$c\" 2>/dev/null' TERM",
-  "trap 'kill -INT \"$c\" 2>/dev/null' INT",
-  "exec 3<&0 </dev/null",
-  "(read _ ; kill -USR1 1) <&3 3<&- &",
-  '"$@" 3<&- & c=$!',
-  "exec 3<&-",
-  'while :; do wait "$c"; s=$?; kill -0 "$c" 2>/dev/null || exit "$s"; done',
-].join("\n");
-
-/**
- * The same for process-group mode: joins the cgroups, then becomes the program (`exec` keeps
- * setpriv's parent-death signal on it). 127: program not found.
- */
-export const GROUP_INIT = `${JOIN_CGROUPS}\nexec "$@"`;
-
-export function stepInit(mode: ContainmentMode): string {
-  return mode === "pid-namespace" ? NAMESPACE_INIT : GROUP_INIT;
+export function stepInit(resetSignals: boolean): string {
+  return [
+    `cg=$1; shift; IFS=:; for d in $cg; do echo 0 > "$d/cgroup.procs" || { echo "${CGROUP_JOIN_FAILED_LINE} $d" >&2; exit 125; }; done; unset IFS`,
+    "c=; t=",
+    "trap 'kill -KILL 0 2>/dev/null; exit 137' USR1",
+    'trap \'t=1; [ -n "$c" ] && kill -TERM "$c" 2>/dev/null\' TERM',
+    "trap '' INT HUP QUIT",
+    "exec 3<&0 </dev/null",
+    "(trap '' TERM INT HUP QUIT; read _; kill -USR1 $$) <&3 3<&- &",
+    `${resetSignals ? "env --default-signal " : ""}"$@" 3<&- & c=$!`,
+    "exec 3<&-",
+    '[ -n "$t" ] && kill -TERM "$c" 2>/dev/null',
+    'while :; do wait "$c"; s=$?; kill -0 "$c" 2>/dev/null || exit "$s"; done',
+  ].join("\n");
 }
-
-/** INIT's exit code when a step cgroup cannot be joined. */
-export const CGROUP_JOIN_FAILED = 125;
 
 let detected: Containment | null = null;
 
@@ -98,9 +97,8 @@ export function detectContainment(): Containment {
     );
   }
   const limits = detectLimitControllers();
-  const setpriv = works(["setpriv", "--pdeathsig", "KILL", "--", "true"])
-    ? ["setpriv", "--pdeathsig", "KILL", "--"]
-    : [];
+  const resetSignals = works(["env", "--default-signal", "true"]);
+  const init = stepInit(resetSignals);
   const candidates: { prefix: string[]; detail: string }[] =
     forced === "process-group"
       ? []
@@ -116,19 +114,18 @@ export function detectContainment(): Containment {
         ];
   for (const candidate of candidates) {
     if (works([...candidate.prefix, "true"])) {
-      detected = { mode: "pid-namespace", prefix: candidate.prefix, detail: candidate.detail, limits };
+      detected = { mode: "pid-namespace", prefix: candidate.prefix, init, detail: candidate.detail, limits };
       return detected;
     }
   }
   const why =
     forced === "process-group"
       ? "forced by CLAIMWATCH_STEP_CONTAINMENT"
-      : `no PID namespace can be made here (unshare failed; as non-root the kernel must allow user namespaces)${
-          setpriv.length === 0 ? "; setpriv is missing too, so a killed worker's step lives on" : ""
-        }`;
+      : "no PID namespace can be made here (unshare failed; as non-root the kernel must allow user namespaces)";
   detected = {
     mode: "process-group",
-    prefix: setpriv,
+    prefix: [],
+    init,
     detail: `process group only (${why}): a setsid daemon can outlive its step`,
     limits,
   };
@@ -136,7 +133,8 @@ export function detectContainment(): Containment {
 }
 
 function works(argv: string[]): boolean {
-  const result = spawnSync(argv[0]!, argv.slice(1), { stdio: "ignore", timeout: 5_000 });
+  // A generous timeout: on a loaded host a probe that times out would silently weaken containment.
+  const result = spawnSync(argv[0]!, argv.slice(1), { stdio: "ignore", timeout: 30_000 });
   return result.status === 0;
 }
 
@@ -184,19 +182,48 @@ function detectLimitControllers(): Partial<Record<LimitController, string>> {
         if (enabled.includes(controller)) base = dir;
       }
     }
-    if (base && canMakeChild(base)) found[controller] = path.join(base, "claimwatch-steps");
+    const steps = base ? path.join(base, "claimwatch-steps") : null;
+    if (steps && prepareStepsCgroup(steps, controller, v1 === undefined)) found[controller] = steps;
   }
   return found;
 }
 
-function canMakeChild(base: string): boolean {
-  const probe = path.join(base, "claimwatch-steps", `probe-${process.pid}`);
+/**
+ * Makes `<base>/claimwatch-steps` usable for steps' cgroups: on cgroup v2 the controller must be
+ * enabled for its children (it holds no process, so that is allowed). Removes the cgroups that
+ * steps of dead workers left behind (a SIGKILLed worker cannot remove its own; the PID suffix
+ * names the worker). Probed by making (and removing) a directory.
+ */
+function prepareStepsCgroup(steps: string, controller: LimitController, v2: boolean): boolean {
+  const probe = path.join(steps, `probe-${process.pid}`);
   try {
     fs.mkdirSync(probe, { recursive: true });
     fs.rmdirSync(probe);
-    return true;
+    if (v2) {
+      const enabled = readOr(path.join(steps, "cgroup.subtree_control"), "").split(/\s+/);
+      if (!enabled.includes(controller)) fs.writeFileSync(path.join(steps, "cgroup.subtree_control"), `+${controller}`);
+    }
   } catch {
     return false;
+  }
+  for (const name of fs.readdirSync(steps)) {
+    const owner = Number(/-(\d+)$/.exec(name)?.[1] ?? NaN);
+    if (!Number.isInteger(owner) || isAlive(owner)) continue;
+    try {
+      fs.rmdirSync(path.join(steps, name)); // only empty ones: a live process keeps its cgroup
+    } catch {
+      // still populated or already gone
+    }
+  }
+  return true;
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === "EPERM";
   }
 }
 
@@ -240,7 +267,7 @@ export class StepCgroups {
           );
         }
         const dir = path.join(base, stepId);
-        fs.mkdirSync(dir, { recursive: true });
+        if (!Object.values(dirs).includes(dir)) fs.mkdirSync(dir); // v2: one cgroup for both
         dirs[controller] = dir;
         if (controller === "pids") fs.writeFileSync(path.join(dir, "pids.max"), String(value));
         else if (fs.existsSync(path.join(dir, "memory.max"))) {
@@ -258,7 +285,7 @@ export class StepCgroups {
         }
       }
     } catch (error) {
-      made.remove();
+      void made.remove();
       throw error;
     }
     return made;
@@ -266,7 +293,7 @@ export class StepCgroups {
 
   /** `dir:dir` for INIT's first argument. */
   get joinArgument(): string {
-    return Object.values(this.dirs).join(":");
+    return [...new Set(Object.values(this.dirs))].join(":");
   }
 
   /** Why the step failed, when one of its cgroups says it hit its limit; else null. */
@@ -289,10 +316,15 @@ export class StepCgroups {
     return null;
   }
 
-  /** Kills anything still in the cgroups (none is left in a PID namespace) and removes them. */
-  remove(): void {
+  /**
+   * Kills anything still in the cgroups (none is left in a PID namespace) and removes them.
+   * Returns the directories it could not remove (processes stuck in uninterruptible I/O).
+   */
+  async remove(): Promise<string[]> {
+    const left: string[] = [];
     for (const dir of Object.values(this.dirs)) {
-      for (let attempt = 0; attempt < 50; attempt++) {
+      let removed = false;
+      for (let attempt = 0; attempt < 100 && !removed; attempt++) {
         const pids = readOr(path.join(dir, "cgroup.procs"), "").split("\n").filter(Boolean);
         for (const pid of pids) {
           try {
@@ -303,15 +335,16 @@ export class StepCgroups {
         }
         try {
           fs.rmdirSync(dir);
-          break;
+          removed = true;
         } catch (error) {
-          const code = (error as NodeJS.ErrnoException).code;
-          if (code === "ENOENT") break;
-          // EBUSY: killed processes not reaped yet; a short synchronous pause, bounded.
-          Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 10);
+          if ((error as NodeJS.ErrnoException).code === "ENOENT") removed = true;
+          // EBUSY: killed processes not reaped yet.
+          else await new Promise((resolve) => setTimeout(resolve, 20));
         }
       }
+      if (!removed) left.push(dir);
     }
+    return left;
   }
 }
 

@@ -6,10 +6,11 @@
  * `killGrace`. Exit codes listed in `transientExitCodes` are transient.
  */
 import { spawn, type ChildProcess } from "node:child_process";
+import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import type { RunStep } from "../definitions";
-import { CGROUP_JOIN_FAILED, detectContainment, StepCgroups, stepInit, type Containment } from "./containment";
+import { CGROUP_JOIN_FAILED_LINE, detectContainment, StepCgroups, type Containment } from "./containment";
 import { expandPlaceholders, StepFailedError, TransientStepError, type StepContext } from "./context";
 
 /** Longest log line kept; longer lines are cut (binary output must not flood the log). */
@@ -22,20 +23,62 @@ const NOT_STARTED = 127;
  */
 const DRAIN_MS = 1_000;
 
+/** A running step: its spawned process (`unshare`, or the init itself) and how to signal it. */
+interface LiveStep {
+  child: ChildProcess;
+  containment: Containment;
+}
+
 /** Steps running in this process, so a worker that must exit now can kill them all. */
-const liveSteps = new Set<ChildProcess>();
+const liveSteps = new Set<LiveStep>();
 
 /** SIGKILLs every step this process runs (the worker's last resort before it exits). */
 export function killAllSteps(): number {
-  for (const child of liveSteps) signalGroup(child, "SIGKILL");
+  for (const step of liveSteps) killStep(step);
   return liveSteps.size;
 }
 
-function signalGroup(child: ChildProcess, signal: NodeJS.Signals): void {
+/**
+ * The step's init: the spawned process itself in process-group mode; in a PID namespace the
+ * only child of `unshare` (null until `unshare` has forked it).
+ */
+function initPid(step: LiveStep): number | null {
+  const pid = step.child.pid!;
+  if (step.containment.mode === "process-group") return pid;
   try {
-    process.kill(-child.pid!, signal); // the whole group: `sh -c` children too
+    const children = fs.readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").trim().split(/\s+/);
+    return children[0] ? Number(children[0]) : null;
   } catch {
-    child.kill(signal);
+    return null;
+  }
+}
+
+/** SIGTERM to the init, which passes it on to the program; retried until the init exists. */
+function terminateStep(step: LiveStep, until: () => boolean): void {
+  const init = initPid(step);
+  if (init === null) {
+    if (!until()) setTimeout(() => terminateStep(step, until), 20);
+    return;
+  }
+  try {
+    process.kill(init, "SIGTERM");
+  } catch {
+    // ended meanwhile
+  }
+}
+
+/**
+ * SIGKILL: in a namespace to its init (the kernel ends everything in it, and `unshare` exits
+ * only after that), else to the whole process group.
+ */
+function killStep(step: LiveStep): void {
+  const pid = step.child.pid!;
+  const init = step.containment.mode === "pid-namespace" ? initPid(step) : null;
+  try {
+    if (init !== null) process.kill(init, "SIGKILL");
+    else process.kill(step.containment.mode === "pid-namespace" ? pid : -pid, "SIGKILL"); // --kill-child ends the namespace
+  } catch {
+    // ended meanwhile
   }
 }
 
@@ -65,23 +108,28 @@ export async function runCommandStep(
       throw new StepFailedError(`step ${step.name}: ${(error as Error).message}`);
     }
   }
-  const argv = [...containment.prefix, "sh", "-c", stepInit(containment.mode), "init", cgroups?.joinArgument ?? ""];
+  const argv = [...containment.prefix, "sh", "-c", containment.init, "init", cgroups?.joinArgument ?? ""];
   const child = spawn(argv[0]!, [...argv.slice(1), program!, ...args], {
     cwd,
     env,
     // stdin: the pipe whose end tells the step's init that this worker died (containment.ts).
     stdio: ["pipe", "pipe", "pipe"],
-    detached: true, // a process group of its own, which signals reach as a whole
+    detached: true, // a process group of its own
   });
   child.stdin!.on("error", () => {}); // EPIPE once the step has ended
-  liveSteps.add(child);
+  const live: LiveStep = { child, containment };
+  liveSteps.add(live);
+  let joinFailed = false;
   const pipeLines = (stream: NodeJS.ReadableStream, label: string) => {
     let rest = "";
     stream.setEncoding("utf8");
     stream.on("data", (chunk: string) => {
       const lines = (rest + chunk).split("\n");
       rest = lines.pop() ?? "";
-      for (const line of lines) context.log(`[${step.name}${label}] ${line.slice(0, MAX_LINE)}`);
+      for (const line of lines) {
+        if (label && cgroups && line.startsWith(CGROUP_JOIN_FAILED_LINE)) joinFailed = true;
+        context.log(`[${step.name}${label}] ${line.slice(0, MAX_LINE)}`);
+      }
       if (rest.length > MAX_LINE) {
         context.log(`[${step.name}${label}] ${rest.slice(0, MAX_LINE)}`);
         rest = "";
@@ -93,10 +141,11 @@ export async function runCommandStep(
   pipeLines(child.stderr!, " stderr");
 
   let killTimer: NodeJS.Timeout | undefined;
+  let exited = false;
   const onAbort = () => {
     context.log(`[${step.name}] aborting: SIGTERM, SIGKILL in ${step.killGrace} ms`);
-    signalGroup(child, "SIGTERM");
-    killTimer = setTimeout(() => signalGroup(child, "SIGKILL"), step.killGrace);
+    terminateStep(live, () => exited);
+    killTimer = setTimeout(() => killStep(live), step.killGrace);
   };
   context.signal.addEventListener("abort", onAbort, { once: true });
 
@@ -107,17 +156,20 @@ export async function runCommandStep(
       // The step ends with its program, not with its output pipes: see DRAIN_MS.
       child.once("exit", (code, signal) => resolve({ code, signal }));
     });
+    exited = true;
     // Process-group mode: whatever the program left in its group goes with it.
-    if (containment.mode === "process-group") signalGroup(child, "SIGKILL");
+    if (containment.mode === "process-group") killStep(live);
     await drained(child);
   } finally {
     context.signal.removeEventListener("abort", onAbort);
     if (killTimer) clearTimeout(killTimer);
-    liveSteps.delete(child);
+    liveSteps.delete(live);
     child.stdin!.destroy();
   }
   const limitHit = cgroups?.limitHit() ?? null;
-  cgroups?.remove();
+  const cgroupsLeft = (await cgroups?.remove()) ?? [];
+  if (cgroupsLeft.length > 0)
+    context.log(`[${step.name}] could not remove cgroup(s) ${cgroupsLeft.join(", ")}: processes still in them`);
 
   context.signal.throwIfAborted();
   if (outcome.error) {
@@ -131,8 +183,7 @@ export async function runCommandStep(
   if (outcome.code === 0) return;
   if (outcome.code === NOT_STARTED)
     throw new StepFailedError(`step ${step.name}: program not found or not executable: ${program}`);
-  if (outcome.code === CGROUP_JOIN_FAILED && cgroups)
-    throw new TransientStepError(`step ${step.name}: could not join its cgroup`);
+  if (outcome.code === 125 && joinFailed) throw new TransientStepError(`step ${step.name}: could not join its cgroup`);
   if (outcome.code !== null && step.transientExitCodes.includes(outcome.code)) {
     throw new TransientStepError(`step ${step.name} exited ${outcome.code} (declared transient)`);
   }
