@@ -4,7 +4,7 @@
  *
  * One redis-server this script starts (temp dir, no persistence, stopped by PID) and the real web
  * server (`scripts/web.ts` → `next start`, stopped by PID with its descendants), built first if
- * `.next/BUILD_ID` is missing. Records are seeded with the worker's own writer (`upsertRunInto`,
+ * `.next/BUILD_ID` is missing. Records are seeded with the worker's own writer (`importRunInto`,
  * so the key layout is exactly what the worker writes: HASH per run + global, rebuild,
  * rebuild+tenant and status ZSETs) in pipelined batches, and claims with `acquireClaim` into the
  * claims Redis (logical DB 1, as when CLAIMS_REDIS_URL is not set).
@@ -40,8 +40,10 @@ import { closeRedis, createRedis } from "../lib/redis/client";
 import { freePort, startRedisServer, type RedisServerHandle } from "../lib/redis/embedded";
 import { redisKeys, type RedisKeys } from "../lib/redis/keys";
 import { listRuns } from "../lib/runs/list";
-import { upsertRunInto } from "../lib/runs/records";
-import { runIdOf, type RunRecord, type RunStatus } from "../lib/runs/types";
+import { DEFAULT_RETENTION } from "../lib/runs/records";
+import { importRunInto } from "../lib/runs/writer";
+import type { FinalRunStatus } from "../lib/runs/transitions";
+import { runIdOf, type RunRecord } from "../lib/runs/types";
 import { descendantPids, isRunning, waitForLine, waitUntilGone } from "../test/support/processes";
 
 const REQUESTS = Number(process.env.BENCH_REQUESTS ?? 300);
@@ -77,9 +79,9 @@ const TARGETS: { rebuild: string; tenant: string | null }[] = Object.entries(REB
 );
 
 /** Mostly rebuilt/skipped, as in production; a few of every other status. */
-const STATUS_MIX: RunStatus[] = [
-  ...Array<RunStatus>(12).fill("rebuilt"),
-  ...Array<RunStatus>(5).fill("skipped"),
+const STATUS_MIX: FinalRunStatus[] = [
+  ...Array<FinalRunStatus>(12).fill("rebuilt"),
+  ...Array<FinalRunStatus>(5).fill("skipped"),
   "failed",
   "aborted",
   "superseded",
@@ -108,7 +110,7 @@ function percentile(values: number[], p: number): number {
 // --- seeding ------------------------------------------------------------------------------------
 
 /** A finished run as the worker leaves it: all fields set, two steps, realistic sizes. */
-function runRecord(i: number, now: number): RunRecord {
+function runRecord(i: number, now: number): RunRecord & { status: FinalRunStatus } {
   const target = TARGETS[i % TARGETS.length]!;
   const status = STATUS_MIX[(i * 7) % STATUS_MIX.length]!;
   // A deterministic spread over the history window, not in seeding order: later batches
@@ -164,7 +166,7 @@ async function seedRuns(client: Redis, keys: RedisKeys, from: number, to: number
       const end = Math.min(to, start + SEED_BATCH);
       next = end;
       const pipeline = client.pipeline();
-      for (let i = start; i < end; i++) upsertRunInto(pipeline, keys, runRecord(i, now));
+      for (let i = start; i < end; i++) importRunInto(pipeline, keys, runRecord(i, now), DEFAULT_RETENTION);
       const replies = (await pipeline.exec()) ?? [];
       const failed = replies.find(([error]) => error);
       if (failed) throw failed[0];

@@ -10,9 +10,9 @@ import { parse as parseYaml, YAMLParseError } from "yaml";
 import { z } from "zod";
 import { tryClaimName } from "../claims/name";
 import { parseDuration } from "./duration";
+import { NAME_PATTERN as NAME } from "../names";
 
 /** Rebuild and tenant names end up in claim names, job ids and URLs: keep them plain. */
-const NAME = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
 const nameSchema = (what: string) =>
   z.string().regex(NAME, `${what} must be 1-64 letters, digits, '_' or '-', starting with a letter or digit`);
 

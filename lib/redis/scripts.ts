@@ -26,7 +26,7 @@ export interface LuaScript<KeyNames extends readonly string[] = readonly string[
  * `nowMs`: the server's time in ms. A Lua number (a double) holds it exactly, and Redis passes a
  * number argument to a command as "%.17g", i.e. as the plain integer.
  */
-const SERVER_NOW = `
+export const SERVER_NOW = `
 local serverTime = redis.call('TIME')
 local nowMs = serverTime[1] * 1000 + math.floor(serverTime[2] / 1000)
 `;
@@ -221,43 +221,6 @@ return {1, nowMs}
 `,
 } as const satisfies LuaScript;
 
-export const SKIP_IF_REBUILT = {
-  command: "claimwatchSkipIfRebuilt",
-  keys: ["idempotency", "pendingTrigger", "run"],
-  variadicKeys: true,
-  lua: `
---[[ The repeat of a version already rebuilt, in one round trip: if the idempotency key exists,
-write the run's "skipped" record (hash + indexes) and say by which run; either way, drop the
-job's "waiting trigger" marker if it is still this job's (compare-and-delete).
-KEYS[1] idempotency STRING runId of the run that rebuilt the version
-KEYS[2] pendingTrigger STRING jobId of the waiting trigger
-KEYS[3] run HASH
-KEYS[4 ..] the run indexes, ARGV[4] of them (ZSET; ZADD NX: a record keeps its place),
-  then the status indexes of "skipped" (ZSET)
-ARGV[1] jobId   ARGV[2] runId   ARGV[3] createdAt (index score)   ARGV[4] number of run indexes
-ARGV[5] record TTL ms   ARGV[6] reason prefix (the rebuilding run id is appended)
-ARGV[7..] record field/value pairs
-Returns the run id that rebuilt the version (record written) | false (not rebuilt; nothing written)
-The run id is new (one per attempt, and this is the attempt's first write), so it is in no
-other status's index: nothing to remove there.
-]]
-if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
-local by = redis.call('GET', KEYS[1])
-if not by then return false end
-redis.call('HSET', KEYS[3], 'reason', ARGV[6] .. by, unpack(ARGV, 7))
-redis.call('PEXPIRE', KEYS[3], ARGV[5])
-local runIndexes = 3 + tonumber(ARGV[4])
-for i = 4, #KEYS do
-  if i <= runIndexes then
-    redis.call('ZADD', KEYS[i], 'NX', ARGV[3], ARGV[2])
-  else
-    redis.call('ZADD', KEYS[i], ARGV[3], ARGV[2])
-  end
-end
-return by
-`,
-} as const satisfies LuaScript;
-
 export const AUDIT_APPEND = {
   command: "claimwatchAuditAppend",
   keys: ["auditLog"],
@@ -279,7 +242,7 @@ return id
 `,
 } as const satisfies LuaScript;
 
-/** Every script, for registration (and for the test that loads each one). */
+/** The scripts defined in this file (domains keep their own, e.g. lib/runs/scripts.ts). */
 export const ALL_SCRIPTS: readonly LuaScript[] = [
   CLAIM_ACQUIRE,
   CLAIM_REFRESH,
@@ -287,7 +250,6 @@ export const ALL_SCRIPTS: readonly LuaScript[] = [
   CLAIM_FORCE_RELEASE,
   CLAIM_PRUNE,
   FENCED_PUBLISH,
-  SKIP_IF_REBUILT,
   AUDIT_APPEND,
 ];
 
@@ -319,6 +281,16 @@ export function registerScripts(client: ScriptingClient): void {
   registered.add(client);
 }
 
+/** Defines `script` on `client` if it is not yet (scripts of other domains register here). */
+function ensureScript(client: ScriptingClient, script: LuaScript): void {
+  registerScripts(client);
+  if (typeof (client as unknown as Record<string, unknown>)[script.command] === "function") return;
+  client.defineCommand(script.command, {
+    ...(script.variadicKeys ? {} : { numberOfKeys: script.keys.length }),
+    lua: script.lua,
+  });
+}
+
 /** Runs `script` with its KEYS (a tuple in the header's order) and ARGV. One round trip. */
 export function runScript<K extends readonly string[]>(
   client: ScriptingClient,
@@ -326,7 +298,7 @@ export function runScript<K extends readonly string[]>(
   keys: KeyTuple<K>,
   args: readonly Arg[],
 ): Promise<unknown> {
-  registerScripts(client);
+  ensureScript(client, script);
   const method = (client as unknown as Record<string, ScriptMethod<Promise<unknown>>>)[script.command];
   return method!.call(client, ...(keys as readonly string[]), ...args);
 }
@@ -339,15 +311,16 @@ export function runVariadicScript<K extends readonly string[]>(
   moreKeys: readonly string[],
   args: readonly Arg[],
 ): Promise<unknown> {
-  registerScripts(client);
+  ensureScript(client, script);
   const method = (client as unknown as Record<string, ScriptMethod<Promise<unknown>>>)[script.command];
   const allKeys = [...(keys as readonly string[]), ...moreKeys];
   return method!.call(client, allKeys.length, ...allKeys, ...args);
 }
 
-/** A pipeline that carries the script methods (opened after registration). */
-export function scriptPipeline(client: ScriptingPipelineClient): ChainableCommander {
+/** A pipeline that carries the script methods (opened after registration), `extra` included. */
+export function scriptPipeline(client: ScriptingPipelineClient, extra: readonly LuaScript[] = []): ChainableCommander {
   registerScripts(client);
+  for (const script of extra) ensureScript(client, script);
   return client.pipeline();
 }
 
@@ -361,4 +334,18 @@ export function queueScript<K extends readonly string[]>(
   const method = (pipeline as unknown as Record<string, ScriptMethod<ChainableCommander> | undefined>)[script.command];
   if (!method) throw new Error(`pipeline was opened before the scripts were registered: use scriptPipeline()`);
   return method.call(pipeline, ...(keys as readonly string[]), ...args);
+}
+
+/** Queues a `variadicKeys` script on a pipeline from `scriptPipeline(client, [script])`. */
+export function queueVariadicScript<K extends readonly string[]>(
+  pipeline: ChainableCommander,
+  script: LuaScript<K> & { variadicKeys: true },
+  keys: KeyTuple<K>,
+  moreKeys: readonly string[],
+  args: readonly Arg[],
+): ChainableCommander {
+  const method = (pipeline as unknown as Record<string, ScriptMethod<ChainableCommander> | undefined>)[script.command];
+  if (!method) throw new Error(`pipeline was opened before ${script.command} was registered: use scriptPipeline()`);
+  const allKeys = [...(keys as readonly string[]), ...moreKeys];
+  return method.call(pipeline, allKeys.length, ...allKeys, ...args);
 }
