@@ -8,7 +8,7 @@
  */
 import { Queue } from "bullmq";
 import { CONFIG_EXIT_CODE, loadConfigOrExit } from "../lib/config";
-import { describeError } from "../lib/health/redis-safety";
+import { describeError } from "../lib/describe-error";
 import { loadDefinitionsOrExit } from "../lib/rebuilds/definitions";
 import { queuePrefix, REBUILD_QUEUE } from "../lib/rebuilds/queue";
 import { repairCurrentLinks } from "../lib/rebuilds/repair";

@@ -1,7 +1,7 @@
-import { getWebContext } from "../web/context";
-import { checkHealth, HEALTH_DEADLINE_MS, unconfiguredHealth, type HealthReport } from "./health";
-import { missedTickProblems, staleClaimProblems } from "./operations";
-import { describeError } from "./redis-safety";
+import { describeError } from "../describe-error";
+import { checkHealth, HEALTH_DEADLINE_MS, unconfiguredHealth, type HealthReport } from "../health/health";
+import { missedTickProblems, staleClaimProblems } from "../health/operations";
+import { getWebContext } from "./context";
 
 /**
  * The web server's health report, with the operational checks (stale claims, missed ticks) unless
