@@ -26,6 +26,7 @@
  * BENCH_RUNS_LARGE (1000000), BENCH_CLAIMS (10000).
  * Goal: p50 of GET /api/runs at 1M ÷ at 1k ≤ 1.5.
  * Last line: RESULT runs_1m_vs_1k=<ratio> claims_p50_ms=<p50 at 1M records, 10k claims> …
+ * bytes_per_record=<Redis used_memory delta of the large seeding ÷ its records>
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
@@ -381,6 +382,11 @@ async function runPhase(
   return { label, records, samples, work, libListRuns };
 }
 
+async function usedMemoryBytes(admin: Redis): Promise<number> {
+  const info = await admin.info("memory");
+  return Number(/used_memory:(\d+)/.exec(info)?.[1] ?? NaN);
+}
+
 async function redisMemory(admin: Redis): Promise<string> {
   const info = await admin.info("memory");
   return /used_memory_human:(\S+)/.exec(info)?.[1] ?? "?";
@@ -449,8 +455,11 @@ async function main(): Promise<void> {
     const small = await runPhase(sizeLabel(RUNS_SMALL), RUNS_SMALL, web, main, admin, keys);
 
     say(`seeding up to ${RUNS_LARGE.toLocaleString("en")} run records …`);
+    const memoryBefore = await usedMemoryBytes(admin);
     const largeSeconds = await seedRuns(main, keys, RUNS_SMALL, RUNS_LARGE, "runs");
     const memory = await redisMemory(admin);
+    // Redis bytes per run record: the used_memory delta of the large seeding ÷ its records.
+    const bytesPerRecord = ((await usedMemoryBytes(admin)) - memoryBefore) / (RUNS_LARGE - RUNS_SMALL);
     const indexed = await main.zcard(keys.runIndex());
     const dbsize = await main.dbsize();
     say(
@@ -497,7 +506,7 @@ async function main(): Promise<void> {
         `runs_p50_1k_ms=${ms(p50(small, "runs"))} runs_p50_1m_ms=${ms(p50(large, "runs"))} ` +
         `runs_filtered_1m_vs_1k=${filteredRatio.toFixed(3)} claims_1m_vs_1k=${claimsRatio.toFixed(3)} ` +
         `claims_p50_1k_ms=${ms(p50(small, "claims"))} list_runs_lib_1m_vs_1k=${libRatio.toFixed(3)} ` +
-        `seed_1m_s=${largeSeconds.toFixed(1)} redis_memory_1m=${memory}`,
+        `seed_1m_s=${largeSeconds.toFixed(1)} redis_memory_1m=${memory} bytes_per_record=${bytesPerRecord.toFixed(0)}`,
     );
   } finally {
     process.off("SIGINT", onSignal);

@@ -16,7 +16,7 @@
  * whether another attempt can help.
  */
 import type { Redis } from "ioredis";
-import { claimName, recordSkip, resetSkips, withClaim, type ClaimHolder } from "../claims";
+import { claimName, recordSkip, withClaim, type ClaimHolder } from "../claims";
 import type { RedisKeys } from "../redis/keys";
 import { DEFAULT_RETENTION, runPlaceOf, type RunRetention } from "../runs/records";
 import type { FinalRunStatus } from "../runs/transitions";
@@ -246,19 +246,16 @@ class RebuildAttempt {
         newestFence: built.newestFence,
       };
     }
-    await Promise.all([
-      this.finish(
-        "rebuilt",
-        {
-          fence: result.fence,
-          buildHash: built.buildHash,
-          reason: result.tookOverFrom ? "took over from an earlier attempt" : null,
-        },
-        { change: "set", key: this.idemKey, ttlMs: definition.idempotency.ttl },
-      ),
-      // Bookkeeping: a claims-Redis hiccup here must not turn a published rebuild into a failure.
-      resetSkips(deps.claims, deps.keys, this.claim).catch((e: unknown) => this.log(`skip reset failed: ${String(e)}`)),
-    ]);
+    // The publish reset the consecutive skips (FENCED_PUBLISH).
+    await this.finish(
+      "rebuilt",
+      {
+        fence: result.fence,
+        buildHash: built.buildHash,
+        reason: result.tookOverFrom ? "took over from an earlier attempt" : null,
+      },
+      { change: "set", key: this.idemKey, ttlMs: definition.idempotency.ttl },
+    );
     return {
       status: "rebuilt",
       runId: this.runId,

@@ -7,6 +7,8 @@
 export const REPLY = {
   /** Done (written, released, refreshed, published). */
   done: 1,
+  /** Done in the second way a script documents: acquire took over; publish saw its own retried call. */
+  alsoDone: 2,
   /** An expected "no": held, kept, left alone. */
   no: 0,
   /** The key is gone (expired, trimmed, never written). */

@@ -3,14 +3,15 @@
  * (EVALSHA, with EVAL when the server answers NOSCRIPT, e.g. after a restart).
  *
  * Each script's header lists KEYS, ARGV and return codes; `keys` in the TS constant repeats the
- * KEYS order so callers pass an arity-checked tuple. Return codes follow one convention:
- * positive = done, 0 = an expected "no" that is not a failure (e.g. held), -2 = missing,
- * -6 = not the owner. Times inside scripts come from Redis `TIME`, so every timestamp a claim
+ * KEYS order so callers pass an arity-checked tuple. Return codes are `REPLY` (replies.ts),
+ * interpolated into the Lua: positive = done, 0 = an expected "no" that is not a failure (e.g.
+ * held), REPLY.missing (-2) = missing, REPLY.notOwner (-6) = not the owner. Times inside scripts come from Redis `TIME`, so every timestamp a claim
  * carries is on one clock (the claims server's), whatever the clocks of the hosts calling it.
  * Scripts never build key names: every key they touch is passed in KEYS (Cluster safe) and is
  * built in `keys.ts`.
  */
 import type { ChainableCommander, Redis } from "ioredis";
+import { REPLY } from "./replies";
 
 export interface LuaScript<KeyNames extends readonly string[] = readonly string[]> {
   /** The ioredis command name the script is registered under. */
@@ -111,11 +112,11 @@ export const CLAIM_REFRESH = {
 --[[ Extend a claim the caller still holds.
 KEYS[1] claim   KEYS[2] claimMeta
 ARGV[1] token   ARGV[2] ttlMs
-Returns 1 refreshed (both keys PEXPIRE ttl, refreshedAt = now) | -2 missing | -6 not the owner
+Returns ${REPLY.done} refreshed (both keys PEXPIRE ttl, refreshedAt = now) | ${REPLY.missing} missing | ${REPLY.notOwner} not the owner
 ]]
 local current = redis.call('GET', KEYS[1])
-if not current then return -2 end
-if current ~= ARGV[1] then return -6 end
+if not current then return ${REPLY.missing} end
+if current ~= ARGV[1] then return ${REPLY.notOwner} end
 ${SERVER_NOW}
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('HSET', KEYS[2], 'refreshedAt', nowMs)
@@ -132,15 +133,15 @@ export const CLAIM_RELEASE = {
 KEYS[1] claim   KEYS[2] claimMeta   KEYS[3] claimRegistry
 ARGV[1] token   ARGV[2] claim name
 Returns 1 released (claim, metadata and registry entry deleted)
-      | -2 missing (it had expired; its stale registry entry is dropped on the way)
-      | -6 not the owner (nothing changed)
+      | ${REPLY.missing} missing (it had expired; its stale registry entry is dropped on the way)
+      | ${REPLY.notOwner} not the owner (nothing changed)
 ]]
 local current = redis.call('GET', KEYS[1])
 if not current then
   redis.call('ZREM', KEYS[3], ARGV[2])
-  return -2
+  return ${REPLY.missing}
 end
-if current ~= ARGV[1] then return -6 end
+if current ~= ARGV[1] then return ${REPLY.notOwner} end
 redis.call('DEL', KEYS[1], KEYS[2])
 redis.call('ZREM', KEYS[3], ARGV[2])
 return 1
@@ -156,17 +157,17 @@ KEYS[1] claim   KEYS[2] claimMeta   KEYS[3] claimRegistry
 ARGV[1] token the operator saw   ARGV[2] claim name
 Returns
   {1, token, ${META_FIELDS.join(", ")}}   released
-  {-6, currentToken, ${META_FIELDS.join(", ")}}   not the shown token: a newer holder (nothing changed)
-  {-2}   missing (registry entry dropped)
+  {${REPLY.notOwner}, currentToken, ${META_FIELDS.join(", ")}}   not the shown token: a newer holder (nothing changed)
+  {${REPLY.missing}}   missing (registry entry dropped)
 ]]
 ${OR_EMPTY}
 local current = redis.call('GET', KEYS[1])
 if not current then
   redis.call('ZREM', KEYS[3], ARGV[2])
-  return {-2}
+  return {${REPLY.missing}}
 end
 local meta = redis.call('HMGET', KEYS[2], ${META_FIELDS_LUA})
-local code = -6
+local code = ${REPLY.notOwner}
 if current == ARGV[1] then
   code = 1
   redis.call('DEL', KEYS[1], KEYS[2])
@@ -195,17 +196,19 @@ return 1
 
 export const FENCED_PUBLISH = {
   command: "claimwatchFencedPublish",
-  keys: ["claimFence", "published"],
+  keys: ["claimFence", "published", "claimSkips"],
   lua: `
---[[ Fenced compare-and-set of the published pointer.
+--[[ Fenced compare-and-set of the published pointer; a publish also resets the claim's
+consecutive skips (a rebuild completed), in the same round trip.
 KEYS[1] claimFence (newest fence issued for the claim)   KEYS[2] published HASH
-ARGV[1] caller's fence   ARGV[2] value (build id / path)   ARGV[3] runId
+KEYS[3] claimSkips HASH claim name → consecutive skips
+ARGV[1] caller's fence   ARGV[2] value (build id / path)   ARGV[3] runId   ARGV[4] claim name
 Moves the pointer only if the caller's fence is the newest issued AND higher than the
 published fence.
 Returns
   {1, publishedAt}                     published
   {2, publishedAt}                     this fence already published this value (a retried call)
-  {-6, newestFence, publishedFence}    superseded (nothing changed)
+  {${REPLY.notOwner}, newestFence, publishedFence}    superseded (nothing changed)
 ]]
 local fence = tonumber(ARGV[1])
 local newest = tonumber(redis.call('GET', KEYS[1]) or '0')
@@ -213,10 +216,11 @@ local current = redis.call('HMGET', KEYS[2], 'fence', 'value', 'publishedAt')
 local publishedFence = tonumber(current[1] or '0')
 if fence == publishedFence and current[2] == ARGV[2] then return {2, current[3]} end
 if fence ~= newest or fence <= publishedFence then
-  return {-6, newest, publishedFence}
+  return {${REPLY.notOwner}, newest, publishedFence}
 end
 ${SERVER_NOW}
 redis.call('HSET', KEYS[2], 'fence', ARGV[1], 'value', ARGV[2], 'runId', ARGV[3], 'publishedAt', nowMs)
+redis.call('HDEL', KEYS[3], ARGV[4])
 return {1, nowMs}
 `,
 } as const satisfies LuaScript;

@@ -204,19 +204,30 @@ export class RunRecorder {
   private lines: string[] = [];
   private inFlight: Promise<void> | null = null;
   private timer: NodeJS.Timeout | undefined;
+  private timerDue = 0;
   private finishing = false;
 
   constructor(
     private readonly store: RunStore,
     private readonly run: RunRef,
-    private readonly options: { onError?: (error: unknown) => void; flushEveryMs?: number } = {},
+    private readonly options: {
+      onError?: (error: unknown) => void;
+      /** Longest delay of a field update (default 200 ms). */
+      updateEveryMs?: number;
+      /** Longest delay of a log line (default 500 ms). */
+      flushEveryMs?: number;
+    } = {},
   ) {}
 
-  /** Fields to write soon (steps are copied now: they change in place). */
+  /**
+   * Fields to write soon (steps are copied now: they change in place): within `updateEveryMs`,
+   * merged with every other change made meanwhile — a short run's progress costs no write of
+   * its own, it lands with the final record.
+   */
   update(fields: Partial<RunRecord>): void {
     const snapshot = fields.steps ? { steps: fields.steps.map((step) => ({ ...step })) } : {};
     this.fields = { ...this.fields, ...fields, ...snapshot };
-    this.sendSoon(0);
+    this.sendSoon(this.options.updateEveryMs ?? 200);
   }
 
   log(line: string): void {
@@ -250,18 +261,17 @@ export class RunRecorder {
     return writeRun(this.store, this.run, write);
   }
 
+  /** Sends within `delayMs`: an earlier timer stands, a later one is brought forward. */
   private sendSoon(delayMs: number): void {
     if (this.finishing || this.inFlight) return;
-    if (delayMs === 0) {
-      if (this.timer) clearTimeout(this.timer);
+    const due = performance.now() + delayMs;
+    if (this.timer && this.timerDue <= due) return;
+    if (this.timer) clearTimeout(this.timer);
+    this.timerDue = due;
+    this.timer = setTimeout(() => {
       this.timer = undefined;
-      this.send();
-    } else {
-      this.timer ??= setTimeout(() => {
-        this.timer = undefined;
-        if (!this.inFlight && !this.finishing) this.send();
-      }, delayMs);
-    }
+      if (!this.inFlight && !this.finishing) this.send();
+    }, delayMs);
   }
 
   private send(): void {
@@ -276,7 +286,7 @@ export class RunRecorder {
       .finally(() => {
         this.inFlight = null;
         if (this.finishing) return;
-        if (this.fields) this.sendSoon(0);
+        if (this.fields) this.sendSoon(this.options.updateEveryMs ?? 200);
         else if (this.lines.length) this.sendSoon(this.options.flushEveryMs ?? 500);
       });
   }
