@@ -12,16 +12,19 @@ import { indexLayout, runPlaceOf } from "./records";
 import { RUN_ABANDON } from "./scripts";
 import type { RunRef, RunStore } from "./writer";
 
+/** The statuses an abandoned run moves between. */
+const ABANDON_STATUSES = ["queued", "running", "aborted"] as const;
+
 /** Closes `run` as aborted if it is still queued or running (whoever ran it). */
 export async function abandonRun(store: RunStore, run: RunRef, reason: string): Promise<boolean> {
   const { keys } = store;
-  const layout = indexLayout(keys, run);
+  const layout = indexLayout(keys, run, ABANDON_STATUSES);
   const reply = await runVariadicScript(
     store.client,
     RUN_ABANDON,
     [keys.run(run.runId), keys.runOpenAttempt(run.jobId), keys.run(run.runId)],
     layout.keys,
-    [run.runId, layout.n, reason, ""],
+    [run.runId, layout.n, reason, "", layout.statuses],
   );
   return reply === RUN_REPLY.written;
 }
@@ -50,7 +53,7 @@ export async function closeAbandonedRuns(
   ids.forEach((runId, i) => {
     const [workerId, jobId, rebuild, tenant] = (replies[i]?.[1] as (string | null)[] | undefined) ?? [];
     if (!workerId || !jobId) return;
-    const layout = indexLayout(keys, runPlaceOf(rebuild, tenant));
+    const layout = indexLayout(keys, runPlaceOf(rebuild, tenant), ABANDON_STATUSES);
     queueVariadicScript(
       pipeline,
       RUN_ABANDON,
@@ -61,6 +64,7 @@ export async function closeAbandonedRuns(
         layout.n,
         `worker ${workerId} stopped beating (died or paused) and no later attempt took the job over`,
         workerId,
+        layout.statuses,
       ],
     );
     queued.push(runId);

@@ -88,16 +88,25 @@ export function runPlaceOf(rebuild: unknown, tenant: unknown): RunPlace {
   return { rebuild: indexed, tenant: indexed && isName(tenant) ? tenant : null };
 }
 
-/** The index keys a run's scripts take: its base indexes, then the same per status (RUN_STATUSES order). */
-export function indexLayout(keys: RedisKeys, place: RunPlace): { n: number; keys: string[] } {
+/**
+ * The index keys a run script takes: the run's `n` base indexes, then `n` for each status in
+ * `statuses` (the ones the script may move the run into or out of; all of them by default).
+ * `statuses` goes to the script too (ARGV), so it finds each status's keys.
+ */
+export function indexLayout(
+  keys: RedisKeys,
+  place: RunPlace,
+  statuses: readonly RunStatus[] = RUN_STATUSES,
+): { n: number; statuses: string; keys: string[] } {
   const filters: { rebuild?: string; tenant?: string }[] = [{}];
   if (place.rebuild) {
     filters.push({ rebuild: place.rebuild });
     if (place.tenant) filters.push({ rebuild: place.rebuild, tenant: place.tenant });
   }
+  const unique = [...new Set(statuses)];
   const list = filters.map((filter) => keys.runIndex(filter));
-  for (const status of RUN_STATUSES) for (const filter of filters) list.push(keys.runIndex({ ...filter, status }));
-  return { n: filters.length, keys: list };
+  for (const status of unique) for (const filter of filters) list.push(keys.runIndex({ ...filter, status }));
+  return { n: filters.length, statuses: unique.join(","), keys: list };
 }
 
 export async function readRun(client: RunClient, keys: RedisKeys, runId: string): Promise<RunRecord | null> {

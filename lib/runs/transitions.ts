@@ -31,18 +31,16 @@ export function canMove(from: RunStatus | null, to: RunStatus): boolean {
   return from === null || RUN_TRANSITIONS[from].includes(to);
 }
 
-/** `RUN_TRANSITIONS` and each status's position in `RUN_STATUSES` (0-based), as Lua tables. */
+/** `RUN_TRANSITIONS` and the final statuses, as Lua tables. */
 export function transitionsLua(): string {
   const allowed = RUN_STATUSES.map(
     (from) => `${from} = {${RUN_TRANSITIONS[from].map((to) => `${to} = true`).join(", ")}}`,
   ).join(",\n  ");
-  const position = RUN_STATUSES.map((status, i) => `${status} = ${i}`).join(", ");
   const final = FINAL_STATUSES.map((status) => `${status} = true`).join(", ");
   return `
 local ALLOWED = {
   ${allowed}
 }
-local STATUS_POSITION = {${position}}
 local FINAL = {${final}}
 `;
 }

@@ -23,7 +23,7 @@ import {
 } from "./records";
 import { RUN_BEGIN, RUN_WRITE } from "./scripts";
 import type { FinalRunStatus } from "./transitions";
-import { RUN_STATUSES, type RunRecord, type RunTrigger } from "./types";
+import { RUN_STATUSES, type RunRecord, type RunStatus, type RunTrigger } from "./types";
 
 export interface RunStore {
   /** The main Redis. */
@@ -82,8 +82,11 @@ export async function beginAttempt(
   options: BeginOptions,
 ): Promise<BeginResult> {
   const { keys, retention } = store;
-  const layout = indexLayout(keys, attempt);
   const { mode } = options;
+  const own: RunStatus[] =
+    mode.kind === "check" ? ["running", "skipped"] : mode.kind === "running" ? ["running"] : [mode.status];
+  // A later attempt may close the previous one (queued or running → aborted).
+  const layout = indexLayout(keys, attempt, attempt.previousRunId ? [...own, "queued", "running", "aborted"] : own);
   const fields = fieldPairs({
     jobId: attempt.jobId,
     attempt: attempt.attempt,
@@ -118,6 +121,7 @@ export async function beginAttempt(
       ALREADY_REBUILT_PREFIX,
       ABANDONED_REASON(attempt.attempt),
       options.pendingTrigger ? "1" : "",
+      layout.statuses,
       ...fields,
     ],
   )) as [number, string, string];
@@ -155,7 +159,10 @@ export interface RunWrite {
 /** One write of an attempt's record (status move, fields, log lines, idempotency key). */
 export async function writeRun(store: RunStore, run: RunRef, write: RunWrite): Promise<WriteResult> {
   const { keys, retention } = store;
-  const layout = indexLayout(keys, run);
+  // A status move touches the run's indexes; a write of fields and lines touches none.
+  const layout = write.status
+    ? indexLayout(keys, run, ["queued", "running", write.status])
+    : { n: 0, statuses: "", keys: [] };
   const lines = write.logLines ?? [];
   const reply = await runVariadicScript(
     store.client,
@@ -176,6 +183,7 @@ export async function writeRun(store: RunStore, run: RunRef, write: RunWrite): P
       write.idempotency?.ttlMs ?? 0,
       RUN_LOG_LINES,
       lines.length,
+      layout.statuses,
       ...lines,
       ...fieldPairs(write.fields ?? {}),
     ],
