@@ -3,7 +3,7 @@ import { CronExpressionParser } from "cron-parser";
 import { z } from "zod";
 import { appendAudit } from "../audit";
 import { claimName, readClaim, readClaimsByName, readSkipsMany } from "../claims";
-import { tenantsOf, type RebuildDefinition } from "../rebuilds/definitions";
+import { tenantProblem, tenantsOf, type RebuildDefinition } from "../rebuilds/definitions";
 import { triggerRebuild } from "../rebuilds/trigger";
 import { hashInputs, idempotencyKey, InputHashCache, VERSION_PATTERN } from "../rebuilds/version";
 import { decideRun } from "../rebuilds/decide";
@@ -98,13 +98,8 @@ function definitionOr404(context: WebContext, name: string, tenant: string | und
   if (!NAME.test(name)) throw notFound(`no rebuild named '${name.slice(0, 80)}'`);
   const definition = context.definitions.rebuilds.get(name);
   if (!definition) throw notFound(`no rebuild named '${name}'`);
-  if (definition.tenants ? !tenant || !definition.tenants.includes(tenant) : tenant !== undefined) {
-    throw notFound(
-      definition.tenants
-        ? `rebuild '${name}' needs a tenant, one of: ${definition.tenants.join(", ")}`
-        : `rebuild '${name}' has no tenants`,
-    );
-  }
+  const tenantError = tenantProblem(definition, tenant);
+  if (tenantError) throw notFound(tenantError);
   return definition;
 }
 

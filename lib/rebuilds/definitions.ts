@@ -327,6 +327,19 @@ export function outputDirOf(rebuild: Pick<RebuildDefinition, "outputPath">, tena
 }
 
 /** The claim-relevant tenants of a rebuild: its tenants, or one unnamed "tenant". */
+/**
+ * The one tenant check (trigger, API, worker): null when `tenant` fits the rebuild — one of its
+ * tenants, or none for a rebuild without tenants — else why not, in one line.
+ */
+export function tenantProblem(rebuild: RebuildDefinition, tenant: string | undefined): string | null {
+  if (rebuild.tenants) {
+    return tenant && rebuild.tenants.includes(tenant)
+      ? null
+      : `rebuild '${rebuild.name}' needs a tenant, one of: ${rebuild.tenants.join(", ")}`;
+  }
+  return tenant === undefined ? null : `rebuild '${rebuild.name}' has no tenants`;
+}
+
 export function tenantsOf(rebuild: RebuildDefinition): (string | undefined)[] {
   return rebuild.tenants ?? [undefined];
 }

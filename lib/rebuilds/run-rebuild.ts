@@ -26,7 +26,7 @@ import type { WorkerIdentity } from "../workers/heartbeat";
 import { buildAndPublish, type BuildResult } from "./build-and-publish";
 import { classifyFailure, isTransient } from "./classify-failure";
 import { decideRun } from "./decide";
-import type { Definitions, RebuildDefinition } from "./definitions";
+import { tenantProblem, type Definitions, type RebuildDefinition } from "./definitions";
 import { rebuildJobData, type RebuildJobData } from "./queue";
 import { recordScheduledTick } from "./schedule-ticks";
 import { hashInputs, idempotencyKey } from "./version";
@@ -108,9 +108,8 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
   const data = parsed.data;
   const definition = deps.definitions.rebuilds.get(data.rebuild);
   if (!definition) return failEarly(`unknown rebuild '${data.rebuild}' (not in the definitions file)`, false);
-  if (definition.tenants ? !data.tenant || !definition.tenants.includes(data.tenant) : data.tenant) {
-    return failEarly(`rebuild '${data.rebuild}' has no tenant '${data.tenant ?? ""}'`, false);
-  }
+  const tenantError = tenantProblem(definition, data.tenant);
+  if (tenantError) return failEarly(tenantError, false);
 
   const tick = recordScheduledTick(
     deps.main,

@@ -13,7 +13,7 @@
 import type { ChainableCommander, Redis } from "ioredis";
 import { REPLY } from "./replies";
 
-export interface LuaScript<KeyNames extends readonly string[] = readonly string[]> {
+export interface LuaScript<KeyNames extends readonly string[] = readonly string[], Reply = unknown> {
   /** The ioredis command name the script is registered under. */
   readonly command: string;
   /** Names of KEYS[1..n], in order (documentation and arity). */
@@ -21,6 +21,16 @@ export interface LuaScript<KeyNames extends readonly string[] = readonly string[
   /** More KEYS follow the named ones (their count is passed on each call): `runVariadicScript`. */
   readonly variadicKeys?: true;
   readonly lua: string;
+  /** The reply's type, as the header's Returns says (a type only: never set at run time). */
+  readonly reply?: Reply;
+}
+
+/**
+ * A script whose reply is typed: `typedScript<number>()({ command, keys, lua })`. `runScript`
+ * and `runVariadicScript` then resolve to `Reply` instead of `unknown`.
+ */
+export function typedScript<Reply>() {
+  return <const S extends Omit<LuaScript, "reply">>(script: S): S & { readonly reply?: Reply } => script;
 }
 
 /**
@@ -105,7 +115,7 @@ return {1, fence, nowMs}
 `,
 } as const satisfies LuaScript;
 
-export const CLAIM_REFRESH = {
+export const CLAIM_REFRESH = typedScript<number>()({
   command: "claimwatchClaimRefresh",
   keys: ["claim", "claimMeta"],
   lua: `
@@ -123,9 +133,9 @@ redis.call('HSET', KEYS[2], 'refreshedAt', nowMs)
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
 return 1
 `,
-} as const satisfies LuaScript;
+});
 
-export const CLAIM_RELEASE = {
+export const CLAIM_RELEASE = typedScript<number>()({
   command: "claimwatchClaimRelease",
   keys: ["claim", "claimMeta", "claimRegistry"],
   lua: `
@@ -146,7 +156,7 @@ redis.call('DEL', KEYS[1], KEYS[2])
 redis.call('ZREM', KEYS[3], ARGV[2])
 return 1
 `,
-} as const satisfies LuaScript;
+});
 
 export const CLAIM_FORCE_RELEASE = {
   command: "claimwatchClaimForceRelease",
@@ -179,7 +189,7 @@ return reply
 `,
 } as const satisfies LuaScript;
 
-export const CLAIM_PRUNE = {
+export const CLAIM_PRUNE = typedScript<number>()({
   command: "claimwatchClaimPrune",
   keys: ["claim", "claimRegistry"],
   lua: `
@@ -192,7 +202,7 @@ if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('ZREM', KEYS[2], ARGV[1])
 return 1
 `,
-} as const satisfies LuaScript;
+});
 
 export const FENCED_PUBLISH = {
   command: "claimwatchFencedPublish",
@@ -296,27 +306,27 @@ function ensureScript(client: ScriptingClient, script: LuaScript): void {
 }
 
 /** Runs `script` with its KEYS (a tuple in the header's order) and ARGV. One round trip. */
-export function runScript<K extends readonly string[]>(
+export function runScript<K extends readonly string[], R = unknown>(
   client: ScriptingClient,
-  script: LuaScript<K> & { variadicKeys?: never },
+  script: LuaScript<K, R> & { variadicKeys?: never },
   keys: KeyTuple<K>,
   args: readonly Arg[],
-): Promise<unknown> {
+): Promise<R> {
   ensureScript(client, script);
-  const method = (client as unknown as Record<string, ScriptMethod<Promise<unknown>>>)[script.command];
+  const method = (client as unknown as Record<string, ScriptMethod<Promise<R>>>)[script.command];
   return method!.call(client, ...(keys as readonly string[]), ...args);
 }
 
 /** Runs a `variadicKeys` script: its named KEYS, then `moreKeys`, then ARGV. One round trip. */
-export function runVariadicScript<K extends readonly string[]>(
+export function runVariadicScript<K extends readonly string[], R = unknown>(
   client: ScriptingClient,
-  script: LuaScript<K> & { variadicKeys: true },
+  script: LuaScript<K, R> & { variadicKeys: true },
   keys: KeyTuple<K>,
   moreKeys: readonly string[],
   args: readonly Arg[],
-): Promise<unknown> {
+): Promise<R> {
   ensureScript(client, script);
-  const method = (client as unknown as Record<string, ScriptMethod<Promise<unknown>>>)[script.command];
+  const method = (client as unknown as Record<string, ScriptMethod<Promise<R>>>)[script.command];
   const allKeys = [...(keys as readonly string[]), ...moreKeys];
   return method!.call(client, allKeys.length, ...allKeys, ...args);
 }

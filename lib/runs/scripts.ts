@@ -15,7 +15,7 @@
  * late write. Times (`startedAt`, `finishedAt`, `durationMs`, index scores) come from `TIME`.
  */
 import { RUN_REPLY } from "../redis/replies";
-import { SERVER_NOW, type LuaScript } from "../redis/scripts";
+import { SERVER_NOW, typedScript, type LuaScript } from "../redis/scripts";
 import { transitionsLua } from "./transitions";
 
 const COMMON = `
@@ -59,7 +59,7 @@ local function abandon(runKey, runId, reason, first, n)
 end
 `;
 
-export const RUN_BEGIN = {
+export const RUN_BEGIN = typedScript<[code: number, rebuiltBy: string, stray: string]>()({
   command: "claimwatchRunBegin",
   keys: ["run", "openAttempt", "previousRun", "idempotency", "pendingTrigger"],
   variadicKeys: true,
@@ -130,9 +130,9 @@ local code = ${RUN_REPLY.began}
 if by then code = ${RUN_REPLY.alreadyRebuilt} elseif FINAL[status] then code = ${RUN_REPLY.ended} end
 return {code, by or '', stray}
 `,
-} as const satisfies LuaScript;
+});
 
-export const RUN_WRITE = {
+export const RUN_WRITE = typedScript<number>()({
   command: "claimwatchRunWrite",
   keys: ["run", "runLog", "openAttempt", "idempotency"],
   variadicKeys: true,
@@ -183,9 +183,9 @@ if to ~= '' and to ~= current then
 end
 return ${RUN_REPLY.written}
 `,
-} as const satisfies LuaScript;
+});
 
-export const RUN_ABANDON = {
+export const RUN_ABANDON = typedScript<number>()({
   command: "claimwatchRunAbandon",
   keys: ["run", "openAttempt", "workerHeartbeat"],
   variadicKeys: true,
@@ -212,9 +212,9 @@ if closed == 1 and redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', 
 if closed == 1 then return ${RUN_REPLY.written} end
 return ${RUN_REPLY.no}
 `,
-} as const satisfies LuaScript;
+});
 
-export const RUN_TRIM = {
+export const RUN_TRIM = typedScript<number>()({
   command: "claimwatchRunTrim",
   keys: ["run", "runLog"],
   variadicKeys: true,
@@ -233,6 +233,6 @@ redis.call('DEL', KEYS[1], KEYS[2])
 for i = 3, #KEYS do redis.call('ZREM', KEYS[i], ARGV[1]) end
 return ${RUN_REPLY.written}
 `,
-} as const satisfies LuaScript;
+});
 
 export const RUN_SCRIPTS: readonly LuaScript[] = [RUN_BEGIN, RUN_WRITE, RUN_ABANDON, RUN_TRIM];

@@ -100,7 +100,7 @@ export async function beginAttempt(
     ...(mode.kind === "final" ? { reason: mode.reason } : {}),
     ...options.fields,
   });
-  const reply = (await runVariadicScript(
+  const reply = await runVariadicScript(
     store.client,
     RUN_BEGIN,
     [
@@ -124,7 +124,7 @@ export async function beginAttempt(
       layout.statuses,
       ...fields,
     ],
-  )) as [number, string, string];
+  );
   const [code, rebuiltBy, stray] = reply;
   if (stray) {
     // The job's attempt in flight was not the previous one (that one never began): close it too.

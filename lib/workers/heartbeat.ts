@@ -70,7 +70,7 @@ export async function beat(
     [keys.workerHeartbeat(worker.id), keys.workerRegistry],
     [worker.id, HEARTBEAT_TTL_MS, REGISTRY_KEEP_MS, ...Object.entries(fields).flat()],
   );
-  return Number(reply);
+  return reply;
 }
 
 /** Removes this worker at a clean shutdown, so it does not linger as "live" for a TTL. */

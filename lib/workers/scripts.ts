@@ -1,7 +1,7 @@
 /** The worker heartbeat script (lib/workers). */
-import { SERVER_NOW, type LuaScript } from "../redis/scripts";
+import { SERVER_NOW, typedScript } from "../redis/scripts";
 
-export const WORKER_BEAT = {
+export const WORKER_BEAT = typedScript<number>()({
   command: "claimwatchWorkerBeat",
   keys: ["workerHeartbeat", "workerRegistry"],
   lua: `
@@ -20,4 +20,4 @@ redis.call('ZADD', KEYS[2], nowMs, ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', nowMs - tonumber(ARGV[3]))
 return nowMs
 `,
-} as const satisfies LuaScript;
+});
