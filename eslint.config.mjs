@@ -2,6 +2,75 @@ import js from "@eslint/js";
 import reactHooks from "eslint-plugin-react-hooks";
 import tseslint from "typescript-eslint";
 
+/**
+ * Layering, checked here so a back-edge fails `npm test` (STYLE.md 8, 15). Each entry: the files
+ * of a layer and the import paths (gitignore-style, relative or `@/`) they must not use.
+ * Dependencies point one way: components/ → app/ → lib/api, lib/web → lib/<domain> → lib/redis;
+ * worker/ → lib/<domain>. Run records are written only by lib/runs (its scripts stay inside).
+ */
+const LIB_BASE = ["**/app/**", "**/components/**", "@/app/**", "@/components/**", "**/worker/**"];
+/** Only lib/runs writes run records: its scripts are not imported elsewhere (tests may, to test them). */
+const RUN_SCRIPTS = ["**/runs/scripts"];
+const DOMAINS = ["claims", "runs", "rebuilds", "api", "web", "auth", "health", "workers", "audit"];
+/** Directories with a layer rule of their own (flat config keeps only the last rule per file, so layers must not overlap). */
+const OWN_RULES = ["redis", "auth", "health", "runs", "claims"];
+const LAYERS = [
+  {
+    files: ["lib/**/*.ts"],
+    ignores: OWN_RULES.map((dir) => `lib/${dir}/**`),
+    forbid: [...LIB_BASE, ...RUN_SCRIPTS],
+    why: "lib/ never imports the UI or the worker; only lib/runs writes run records",
+  },
+  {
+    files: ["lib/redis/**/*.ts"],
+    forbid: [...LIB_BASE, ...DOMAINS.flatMap((d) => [`../${d}`, `../${d}/**`])],
+    why: "lib/redis is the bottom layer: domains use it, never the reverse",
+  },
+  {
+    files: ["lib/auth/**/*.ts"],
+    forbid: [...LIB_BASE, ...RUN_SCRIPTS, "../api", "../api/**"],
+    why: "lib/auth is below lib/api (a shared piece moves down, e.g. lib/http/errors)",
+  },
+  {
+    files: ["lib/health/**/*.ts"],
+    forbid: [...LIB_BASE, ...RUN_SCRIPTS, "../web", "../web/**", "../api", "../api/**"],
+    why: "lib/health is below lib/web and lib/api (the web's report is lib/web/health-report)",
+  },
+  {
+    files: ["lib/runs/**/*.ts"],
+    forbid: [...LIB_BASE, ...["rebuilds", "claims", "api", "web"].flatMap((d) => [`../${d}`, `../${d}/**`])],
+    why: "run records are below the rebuilds that write them",
+  },
+  {
+    files: ["lib/claims/**/*.ts"],
+    forbid: [
+      ...LIB_BASE,
+      ...RUN_SCRIPTS,
+      ...["rebuilds", "runs", "api", "web"].flatMap((d) => [`../${d}`, `../${d}/**`]),
+    ],
+    why: "claims are below the rebuilds that take them",
+  },
+  {
+    files: ["worker/**/*.ts"],
+    forbid: [
+      ...RUN_SCRIPTS,
+      "**/lib/health/**",
+      "**/lib/web/**",
+      "**/lib/api/**",
+      "**/lib/ui/**",
+      "next",
+      "next/**",
+      "react",
+    ],
+    why: "the worker uses domain modules only",
+  },
+  {
+    files: ["bench/**/*.ts", "scripts/**/*.ts"],
+    forbid: RUN_SCRIPTS,
+    why: "only lib/runs writes run records (use lib/runs/writer)",
+  },
+];
+
 export default tseslint.config(
   {
     ignores: [
@@ -32,6 +101,11 @@ export default tseslint.config(
       "no-restricted-imports": "off",
     },
   },
+  ...LAYERS.map(({ files, ignores, forbid, why }) => ({
+    files,
+    ...(ignores ? { ignores } : {}),
+    rules: { "no-restricted-imports": ["error", { patterns: [{ group: forbid, message: why }] }] },
+  })),
   {
     // One-way dependencies: the UI never talks to Redis or BullMQ directly.
     files: ["app/**/*.{ts,tsx}", "components/**/*.{ts,tsx}"],

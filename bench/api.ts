@@ -4,7 +4,7 @@
  *
  * One redis-server this script starts (temp dir, no persistence, stopped by PID) and the real web
  * server (`scripts/web.ts` → `next start`, stopped by PID with its descendants), built first if
- * `.next/BUILD_ID` is missing. Records are seeded with the worker's own writer (`upsertRunInto`,
+ * `.next/BUILD_ID` is missing. Records are seeded with the worker's own writer (`importRunInto`,
  * so the key layout is exactly what the worker writes: HASH per run + global, rebuild,
  * rebuild+tenant and status ZSETs) in pipelined batches, and claims with `acquireClaim` into the
  * claims Redis (logical DB 1, as when CLAIMS_REDIS_URL is not set).
@@ -26,6 +26,7 @@
  * BENCH_RUNS_LARGE (1000000), BENCH_CLAIMS (10000).
  * Goal: p50 of GET /api/runs at 1M ÷ at 1k ≤ 1.5.
  * Last line: RESULT runs_1m_vs_1k=<ratio> claims_p50_ms=<p50 at 1M records, 10k claims> …
+ * bytes_per_record=<Redis used_memory delta of the large seeding ÷ its records>
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
@@ -40,8 +41,10 @@ import { closeRedis, createRedis } from "../lib/redis/client";
 import { freePort, startRedisServer, type RedisServerHandle } from "../lib/redis/embedded";
 import { redisKeys, type RedisKeys } from "../lib/redis/keys";
 import { listRuns } from "../lib/runs/list";
-import { upsertRunInto } from "../lib/runs/records";
-import { runIdOf, type RunRecord, type RunStatus } from "../lib/runs/types";
+import { DEFAULT_RETENTION } from "../lib/runs/records";
+import { importRunInto } from "../lib/runs/writer";
+import type { FinalRunStatus } from "../lib/runs/transitions";
+import { runIdOf, type RunRecord } from "../lib/runs/types";
 import { descendantPids, isRunning, waitForLine, waitUntilGone } from "../test/support/processes";
 
 const REQUESTS = Number(process.env.BENCH_REQUESTS ?? 300);
@@ -77,9 +80,9 @@ const TARGETS: { rebuild: string; tenant: string | null }[] = Object.entries(REB
 );
 
 /** Mostly rebuilt/skipped, as in production; a few of every other status. */
-const STATUS_MIX: RunStatus[] = [
-  ...Array<RunStatus>(12).fill("rebuilt"),
-  ...Array<RunStatus>(5).fill("skipped"),
+const STATUS_MIX: FinalRunStatus[] = [
+  ...Array<FinalRunStatus>(12).fill("rebuilt"),
+  ...Array<FinalRunStatus>(5).fill("skipped"),
   "failed",
   "aborted",
   "superseded",
@@ -108,7 +111,7 @@ function percentile(values: number[], p: number): number {
 // --- seeding ------------------------------------------------------------------------------------
 
 /** A finished run as the worker leaves it: all fields set, two steps, realistic sizes. */
-function runRecord(i: number, now: number): RunRecord {
+function runRecord(i: number, now: number): RunRecord & { status: FinalRunStatus } {
   const target = TARGETS[i % TARGETS.length]!;
   const status = STATUS_MIX[(i * 7) % STATUS_MIX.length]!;
   // A deterministic spread over the history window, not in seeding order: later batches
@@ -164,7 +167,7 @@ async function seedRuns(client: Redis, keys: RedisKeys, from: number, to: number
       const end = Math.min(to, start + SEED_BATCH);
       next = end;
       const pipeline = client.pipeline();
-      for (let i = start; i < end; i++) upsertRunInto(pipeline, keys, runRecord(i, now));
+      for (let i = start; i < end; i++) importRunInto(pipeline, keys, runRecord(i, now), DEFAULT_RETENTION);
       const replies = (await pipeline.exec()) ?? [];
       const failed = replies.find(([error]) => error);
       if (failed) throw failed[0];
@@ -379,6 +382,11 @@ async function runPhase(
   return { label, records, samples, work, libListRuns };
 }
 
+async function usedMemoryBytes(admin: Redis): Promise<number> {
+  const info = await admin.info("memory");
+  return Number(/used_memory:(\d+)/.exec(info)?.[1] ?? NaN);
+}
+
 async function redisMemory(admin: Redis): Promise<string> {
   const info = await admin.info("memory");
   return /used_memory_human:(\S+)/.exec(info)?.[1] ?? "?";
@@ -447,8 +455,11 @@ async function main(): Promise<void> {
     const small = await runPhase(sizeLabel(RUNS_SMALL), RUNS_SMALL, web, main, admin, keys);
 
     say(`seeding up to ${RUNS_LARGE.toLocaleString("en")} run records …`);
+    const memoryBefore = await usedMemoryBytes(admin);
     const largeSeconds = await seedRuns(main, keys, RUNS_SMALL, RUNS_LARGE, "runs");
     const memory = await redisMemory(admin);
+    // Redis bytes per run record: the used_memory delta of the large seeding ÷ its records.
+    const bytesPerRecord = ((await usedMemoryBytes(admin)) - memoryBefore) / (RUNS_LARGE - RUNS_SMALL);
     const indexed = await main.zcard(keys.runIndex());
     const dbsize = await main.dbsize();
     say(
@@ -495,7 +506,7 @@ async function main(): Promise<void> {
         `runs_p50_1k_ms=${ms(p50(small, "runs"))} runs_p50_1m_ms=${ms(p50(large, "runs"))} ` +
         `runs_filtered_1m_vs_1k=${filteredRatio.toFixed(3)} claims_1m_vs_1k=${claimsRatio.toFixed(3)} ` +
         `claims_p50_1k_ms=${ms(p50(small, "claims"))} list_runs_lib_1m_vs_1k=${libRatio.toFixed(3)} ` +
-        `seed_1m_s=${largeSeconds.toFixed(1)} redis_memory_1m=${memory}`,
+        `seed_1m_s=${largeSeconds.toFixed(1)} redis_memory_1m=${memory} bytes_per_record=${bytesPerRecord.toFixed(0)}`,
     );
   } finally {
     process.off("SIGINT", onSignal);

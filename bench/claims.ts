@@ -17,7 +17,7 @@
  *
  * Env: BENCH_ROUNDS (default 12), BENCH_CYCLES per round and variant (default 1000), BENCH_AOF.
  * Last line: RESULT claim_vs_minimal=<ratio> claim_vs_semaphore=<ratio> floor_vs_minimal=<ratio>
- * floor_meta_vs_minimal=<ratio> … (ratios of total
+ * floor_meta_vs_minimal=<ratio> claim_vs_floor_meta=<ratio> … (ratios of total
  * cycles/s over all rounds; the median of per-round ratios is printed above it).
  */
 import crypto from "node:crypto";
@@ -193,6 +193,7 @@ async function main(): Promise<void> {
       `RESULT claim_vs_minimal=${vsMinimal.toFixed(3)} claim_vs_semaphore=${vsSemaphore.toFixed(3)} ` +
         `floor_vs_minimal=${(cps("floor") / cps("minimal")).toFixed(3)} ` +
         `floor_meta_vs_minimal=${(cps("floorMeta") / cps("minimal")).toFixed(3)} ` +
+        `claim_vs_floor_meta=${(cps("claim") / cps("floorMeta")).toFixed(3)} ` +
         `claim_cps=${cps("claim").toFixed(0)} minimal_cps=${cps("minimal").toFixed(0)} semaphore_cps=${cps("semaphore").toFixed(0)}`,
     );
   } finally {

@@ -37,7 +37,9 @@
  * Env: BENCH_ROUNDS (3), BENCH_SCALE (1: multiplies the job counts), BENCH_KILLS (3).
  * Last line: RESULT pipeline_vs_raw_c1=<ratio> pipeline_vs_raw_c16=<ratio> kill_to_resume_s=<max s>
  * repeat_vs_raw_c1=… repeat_vs_raw_c16=… naive_vs_raw_c1=… naive_vs_raw_c16=… floor_vs_raw_c1=… … (ratios of median
- * jobs/s; kill_to_resume_s is the slowest of the kills).
+ * jobs/s; kill_to_resume_s is the slowest of the kills) … rt_fresh= rt_repeat= (round trips per job
+ * on the pipeline's own clients, BullMQ's not counted) repeat_vs_floor_c1= repeat_vs_floor_c16=
+ * (repeat vs the one-GET floor) fresh_vs_floor_c1= (fresh vs one-GET floor time + disk floor).
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import crypto from "node:crypto";
@@ -94,6 +96,8 @@ interface PhaseResult {
   jobsPerSec: number;
   ms: number;
   outcomes: Record<string, number>;
+  /** Round trips of the measured jobs, when counted (`roundTripsPerJob`). */
+  roundTrips?: number;
 }
 
 const median = (values: number[]) => {
@@ -163,9 +167,18 @@ const REPEAT_VERSION = "repeat";
  * A `repeat` phase first rebuilds REPEAT_VERSION of every output (untimed), so each timed job is
  * the duplicate of a version already rebuilt.
  */
-async function runPhase(bench: Bench, side: Side, concurrency: number, count: number, label: string) {
+async function runPhase(
+  bench: Bench,
+  side: Side,
+  concurrency: number,
+  count: number,
+  label: string,
+  /** BullMQ's connection (the pipeline's own clients are `bench.main` and `bench.claims`). */
+  queueConnection: Redis = bench.main,
+  roundTrips?: () => { main: number; claims: number },
+) {
   const keys = redisKeys(`bench-${label}-${crypto.randomBytes(3).toString("hex")}`);
-  const queue = new Queue<RebuildJobData>(REBUILD_QUEUE, { connection: bench.main, prefix: queuePrefix(keys) });
+  const queue = new Queue<RebuildJobData>(REBUILD_QUEUE, { connection: queueConnection, prefix: queuePrefix(keys) });
   await queue.pause();
   const anyDefinition = bench.definitions.rebuilds.values().next().value!;
   const options = jobOptionsFor(anyDefinition, bench.definitions.retention);
@@ -194,7 +207,7 @@ async function runPhase(bench: Bench, side: Side, concurrency: number, count: nu
       side
     ];
     worker = new Worker(REBUILD_QUEUE, processor, {
-      connection: bench.main,
+      connection: queueConnection,
       prefix: queuePrefix(keys),
       concurrency,
       lockDuration: DEFAULT_WORKER_OPTIONS.lockDuration,
@@ -207,7 +220,7 @@ async function runPhase(bench: Bench, side: Side, concurrency: number, count: nu
   } else {
     worker = startRebuildWorker(
       {
-        connection: bench.main,
+        connection: queueConnection,
         main: bench.main,
         claims: bench.claims,
         keys,
@@ -243,6 +256,7 @@ async function runPhase(bench: Bench, side: Side, concurrency: number, count: nu
       allDone = new Promise<void>((resolve) => (finished = resolve));
     }
     await addJobs(count, side === "repeat" ? () => REPEAT_VERSION : (i) => `${label}-${i}`);
+    const countedBefore = roundTrips?.();
     const started = performance.now();
     await queue.resume();
     let timer: NodeJS.Timeout | undefined;
@@ -255,7 +269,12 @@ async function runPhase(bench: Bench, side: Side, concurrency: number, count: nu
     await Promise.race([allDone, timeout]).finally(() => clearTimeout(timer));
     const ms = performance.now() - started;
     for (const line of problems) console.log(`  ${label}: ${line}`);
-    return { jobsPerSec: (count * 1000) / ms, ms, outcomes } satisfies PhaseResult;
+    const countedAfter = roundTrips?.();
+    const counted =
+      countedBefore && countedAfter
+        ? { roundTrips: countedAfter.main - countedBefore.main + countedAfter.claims - countedBefore.claims }
+        : {};
+    return { jobsPerSec: (count * 1000) / ms, ms, outcomes, ...counted } satisfies PhaseResult;
   } finally {
     await worker.close();
     await queue.obliterate({ force: true }).catch(() => {});
@@ -282,6 +301,61 @@ async function diskFloorUs(bench: Bench, count: number): Promise<number> {
 }
 
 const SIDES: readonly Side[] = ["raw", "floor", "naive", "pipeline", "repeat"];
+
+/**
+ * Round trips a client makes: each command sent on its own, each pipeline or MULTI sent (one
+ * write, one wait). Counted on instance methods of clients only the rebuild pipeline uses — the
+ * BullMQ connection is another client — so BullMQ's own round trips are not in the count.
+ */
+function countRoundTrips(client: Redis): () => number {
+  let count = 0;
+  type Send = (command: unknown, stream?: unknown, node?: unknown) => unknown;
+  const target = client as unknown as { sendCommand: Send; pipeline: Redis["pipeline"]; multi: Redis["multi"] };
+  const send = target.sendCommand.bind(client) as Send;
+  target.sendCommand = (command, stream, node) => {
+    if (stream === undefined) count += 1; // a pipeline's commands come with its stream
+    return send(command, stream, node);
+  };
+  for (const method of ["pipeline", "multi"] as const) {
+    const open = (target[method] as (...args: unknown[]) => { exec: (...args: unknown[]) => unknown }).bind(client);
+    (target as unknown as Record<string, unknown>)[method] = (...args: unknown[]) => {
+      const batch = open(...args);
+      const exec = batch.exec.bind(batch);
+      batch.exec = (...execArgs: unknown[]) => {
+        count += 1;
+        return exec(...execArgs);
+      };
+      return batch;
+    };
+  }
+  return () => count;
+}
+
+/** Round trips per job of the pipeline (fresh) and repeat sides at c1, on counting clients. */
+async function roundTripsPerJob(bench: Bench): Promise<{ fresh: number; repeat: number }> {
+  const main = createRedis(bench.server.url, "worker", "bench-rt-main");
+  const claims = createRedis(`${bench.server.url}/1`, "claims", "bench-rt-claims");
+  try {
+    const counted = { ...bench, main, claims };
+    const result: Record<"pipeline" | "repeat", number> = { pipeline: 0, repeat: 0 };
+    for (const side of ["pipeline", "repeat"] as const) {
+      const jobs = 300;
+      await runPhase(counted, side, 1, jobs, `rt-warm-${side}`, bench.main);
+      const mainCount = countRoundTrips(main);
+      const claimsCount = countRoundTrips(claims);
+      // The repeat side primes its outputs (one rebuild each) before the measured jobs: counted
+      // separately below, so only the repeats are in the figure.
+      const phase = await runPhase(counted, side, 1, jobs, `rt-${side}`, bench.main, () => ({
+        main: mainCount(),
+        claims: claimsCount(),
+      }));
+      result[side] = (phase.roundTrips ?? NaN) / jobs;
+    }
+    return { fresh: result.pipeline, repeat: result.repeat };
+  } finally {
+    await Promise.all([closeRedis(main), closeRedis(claims)]);
+  }
+}
 type Medians = Record<Side, number>;
 
 async function throughput(bench: Bench) {
@@ -552,6 +626,10 @@ async function main(): Promise<void> {
     );
     const started = performance.now();
     const { medians, diskUs } = await throughput(bench);
+    const rt = await roundTripsPerJob(bench);
+    console.log(
+      `round trips per job beyond BullMQ's (the pipeline's own clients, c1): fresh ${rt.fresh.toFixed(2)}, repeat ${rt.repeat.toFixed(2)}`,
+    );
     const kills = KILLS > 0 ? await killToResume(bench) : [];
     const seconds = (values: number[], pick: (v: number[]) => number) =>
       values.length ? pick(values).toFixed(2) : "n/a";
@@ -562,13 +640,22 @@ async function main(): Promise<void> {
     );
     const ratio = (side: Side, concurrency: number) =>
       (medians[concurrency]![side] / medians[concurrency]!.raw).toFixed(3);
+    const vsFloor = (side: Side, concurrency: number) =>
+      (medians[concurrency]![side] / medians[concurrency]!.floor).toFixed(3);
+    // A fresh no-op rebuild against what the least of it costs: one GET's job time plus the
+    // measured disk part (work dir, hash, promote, current), at c1.
+    const floorPlusDiskUs = 1e6 / medians[1]!.floor + diskUs;
+    const freshVsFloor = medians[1]!.pipeline / (1e6 / floorPlusDiskUs);
     console.log(
       `RESULT pipeline_vs_raw_c1=${ratio("pipeline", 1)} pipeline_vs_raw_c16=${ratio("pipeline", 16)} ` +
         `kill_to_resume_s=${worst} kill_to_resume_median_s=${seconds(kills, median)} ` +
         `repeat_vs_raw_c1=${ratio("repeat", 1)} repeat_vs_raw_c16=${ratio("repeat", 16)} ` +
         `naive_vs_raw_c1=${ratio("naive", 1)} naive_vs_raw_c16=${ratio("naive", 16)} ` +
         `floor_vs_raw_c1=${ratio("floor", 1)} floor_vs_raw_c16=${ratio("floor", 16)} ` +
-        `raw_c1_jps=${medians[1]!.raw.toFixed(0)} raw_c16_jps=${medians[16]!.raw.toFixed(0)} disk_floor_us=${diskUs.toFixed(0)}`,
+        `raw_c1_jps=${medians[1]!.raw.toFixed(0)} raw_c16_jps=${medians[16]!.raw.toFixed(0)} disk_floor_us=${diskUs.toFixed(0)} ` +
+        `rt_fresh=${rt.fresh.toFixed(2)} rt_repeat=${rt.repeat.toFixed(2)} ` +
+        `repeat_vs_floor_c1=${vsFloor("repeat", 1)} repeat_vs_floor_c16=${vsFloor("repeat", 16)} ` +
+        `fresh_vs_floor_c1=${freshVsFloor.toFixed(3)}`,
     );
   } finally {
     await cleanUp();

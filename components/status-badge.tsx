@@ -9,6 +9,7 @@ const STYLES: Record<RunStatus, string> = {
   failed: "bg-red-100 text-red-800 ring-red-300",
   aborted: "bg-orange-100 text-orange-800 ring-orange-300",
   superseded: "bg-amber-100 text-amber-800 ring-amber-300",
+  deferred: "bg-slate-100 text-slate-600 ring-slate-300",
 };
 
 export const STATUS_COLOURS: Record<RunStatus, string> = {
@@ -19,6 +20,7 @@ export const STATUS_COLOURS: Record<RunStatus, string> = {
   failed: "#ef4444",
   aborted: "#f97316",
   superseded: "#f59e0b",
+  deferred: "#cbd5e1",
 };
 
 export function StatusBadge({ status }: { status: RunStatus }) {

@@ -6,7 +6,7 @@
  * journal every write to files outside Redis; an independent checker (scripts/soak/checker.ts)
  * reads the journals, the soak's event log and the outputs afterwards.
  *
- * Last line: RESULT overlaps=0 lost=0 corrupt=0 stale_left=0 pointer_wrong=0 max_resume_s=<s>
+ * Last line: RESULT overlaps=0 lost=0 corrupt=0 stale_left=0 pointer_wrong=0 stuck_running=0 max_resume_s=<s>
  * triggers=<n> kills=<n> pauses=<n>. Exit 0 when every must-be-zero figure is zero, 1 when one
  * is not, 2 when the soak itself could not run (the RESULT line then has -1 for what is unknown).
  *
@@ -233,8 +233,17 @@ async function main(): Promise<Figures> {
       const open = Object.values(counts).reduce((a, b) => a + b, 0);
       const held = (await withTimeout(listClaims(claims, keys), 3_000, "claims")).claims.length;
       const steps = stepPids(dirs).filter(isAlive).length;
-      last = `jobs ${JSON.stringify(counts)}, claims ${held}, step processes ${steps}`;
-      if (open === 0 && held === 0 && steps === 0) {
+      // Records in flight end too: closed by their attempt, the next attempt, or a live worker's
+      // sweep once their dead worker's heartbeat expired.
+      const inFlight = await withTimeout(
+        Promise.all((["queued", "running"] as const).map((status) => main.zcard(keys.runIndex({ status })))).then(
+          ([queued, running]) => queued! + running!,
+        ),
+        3_000,
+        "records in flight",
+      );
+      last = `jobs ${JSON.stringify(counts)}, claims ${held}, step processes ${steps}, records in flight ${inFlight}`;
+      if (open === 0 && held === 0 && steps === 0 && inFlight === 0) {
         drained = true;
         break;
       }
@@ -266,7 +275,7 @@ function resultLine(f: Figures | null): string {
   const n = (v: number | null | undefined) => (v === null || v === undefined ? "-1" : String(v));
   return (
     `RESULT overlaps=${n(f?.overlaps)} lost=${n(f?.lost)} corrupt=${n(f?.corrupt)} stale_left=${n(f?.staleLeft)} ` +
-    `pointer_wrong=${n(f?.pointerWrong)} max_resume_s=${f?.maxResumeS === null || !f ? "-1" : f.maxResumeS.toFixed(1)} ` +
+    `pointer_wrong=${n(f?.pointerWrong)} stuck_running=${n(f?.stuckRunning)} max_resume_s=${f?.maxResumeS === null || !f ? "-1" : f.maxResumeS.toFixed(1)} ` +
     `triggers=${n(f?.triggers)} kills=${n(f?.kills)} pauses=${n(f?.pauses)} escaped=${n(f?.escaped)}`
   );
 }
@@ -358,7 +367,13 @@ let exitCode = 2;
 try {
   figures = await main();
   const bad =
-    figures.overlaps + figures.lost + figures.corrupt + figures.staleLeft + figures.pointerWrong + figures.escaped;
+    figures.overlaps +
+    figures.lost +
+    figures.corrupt +
+    figures.staleLeft +
+    figures.pointerWrong +
+    figures.stuckRunning +
+    figures.escaped;
   exitCode = bad === 0 ? 0 : 1;
 } catch (error) {
   say(`soak: failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);

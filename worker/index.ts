@@ -8,14 +8,15 @@
  */
 import { Queue } from "bullmq";
 import { CONFIG_EXIT_CODE, loadConfigOrExit } from "../lib/config";
-import { describeError } from "../lib/health/redis-safety";
+import { describeError } from "../lib/describe-error";
 import { loadDefinitionsOrExit, shutdownWaitMs } from "../lib/rebuilds/definitions";
 import { ContainmentConfigError, detectContainment } from "../lib/rebuilds/steps/containment";
 import { killAllSteps } from "../lib/rebuilds/steps/run-step";
 import { queuePrefix, REBUILD_QUEUE } from "../lib/rebuilds/queue";
 import { checkPublishedBuilds } from "../lib/rebuilds/build-integrity";
 import { repairCurrentLinks } from "../lib/rebuilds/repair";
-import { trimAllRuns } from "../lib/runs/records";
+import { closeAbandonedRuns } from "../lib/runs/abandoned";
+import { trimAllRuns } from "../lib/runs/trim";
 import { pruneAbandonedWorkDirs, pruneOldBuilds } from "../lib/rebuilds/output";
 import { syncSchedules } from "../lib/rebuilds/schedules";
 import { closeRedis, createRedis } from "../lib/redis/client";
@@ -73,6 +74,8 @@ async function heartbeat(): Promise<void> {
     if (lastBeatFailed) log("heartbeat restored");
     lastBeatFailed = false;
     for (const line of await repairCurrentLinks(claims, keys, definitions)) log(line);
+    for (const runId of await closeAbandonedRuns({ client: main, keys, retention }))
+      log(`closed abandoned run ${runId}`);
     const sinceMaintenance = running.processed() - processedAtMaintenance;
     const busy = sinceMaintenance >= MAINTENANCE_AFTER_JOBS;
     const settled = sinceMaintenance > 0 && running.ids().length === 0;

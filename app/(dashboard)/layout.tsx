@@ -4,7 +4,7 @@ import { HealthBanner } from "@/components/health-banner";
 import { LogoutButton } from "@/components/logout-button";
 import { Nav } from "@/components/nav";
 import { RoleProvider } from "@/components/role";
-import { currentHealth } from "@/lib/health/report";
+import { currentHealth } from "@/lib/web/health-report";
 import { pageIdentity } from "@/lib/web/identity";
 
 // Every page shows live state: never prerender.

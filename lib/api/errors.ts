@@ -4,19 +4,9 @@
  */
 import type { ZodError } from "zod";
 
-export class ApiError extends Error {
-  constructor(
-    readonly status: number,
-    readonly code: string,
-    message: string,
-  ) {
-    super(message);
-    this.name = "ApiError";
-  }
-}
+import { ApiError } from "../http/errors";
 
-export const badRequest = (message: string) => new ApiError(400, "bad-request", message);
-export const notFound = (message: string) => new ApiError(404, "not-found", message);
+export { ApiError, badRequest, notFound } from "../http/errors";
 
 /** One line naming the field: `limit: must be at most 100`. */
 export function describeZodError(error: ZodError): string {

@@ -4,14 +4,17 @@ import { z } from "zod";
 import { appendAudit } from "../audit";
 import { claimName, readClaim, readClaimsByName, readSkipsMany } from "../claims";
 import { listChangedBuilds } from "../rebuilds/build-integrity";
-import { tenantsOf, type RebuildDefinition } from "../rebuilds/definitions";
+import { tenantProblem, tenantsOf, type RebuildDefinition } from "../rebuilds/definitions";
 import { triggerRebuild } from "../rebuilds/trigger";
 import { hashInputs, idempotencyKey, InputHashCache, VERSION_PATTERN } from "../rebuilds/version";
+import { decideRun } from "../rebuilds/decide";
 import { listRunSummaries } from "../runs/list";
+import { readRunFinishedAt } from "../runs/records";
 import type { RunRecord } from "../runs/types";
 import type { WebContext } from "../web/context";
 import { toApiClaim, type ApiClaim } from "./claims";
 import { badRequest, notFound } from "./errors";
+import { NAME_PATTERN as NAME } from "../names";
 
 export interface ApiRebuild {
   name: string;
@@ -91,8 +94,6 @@ export async function getRebuilds(context: WebContext): Promise<ApiRebuild[]> {
   );
 }
 
-const NAME = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
-
 export const triggerBody = z.strictObject({
   tenant: z.string().regex(NAME, "must be a tenant name").optional(),
   version: z.string().regex(VERSION_PATTERN, "must be 1-128 letters, digits or . _ : + -").optional(),
@@ -104,13 +105,8 @@ function definitionOr404(context: WebContext, name: string, tenant: string | und
   if (!NAME.test(name)) throw notFound(`no rebuild named '${name.slice(0, 80)}'`);
   const definition = context.definitions.rebuilds.get(name);
   if (!definition) throw notFound(`no rebuild named '${name}'`);
-  if (definition.tenants ? !tenant || !definition.tenants.includes(tenant) : tenant !== undefined) {
-    throw notFound(
-      definition.tenants
-        ? `rebuild '${name}' needs a tenant, one of: ${definition.tenants.join(", ")}`
-        : `rebuild '${name}' has no tenants`,
-    );
-  }
+  const tenantError = tenantProblem(definition, tenant);
+  if (tenantError) throw notFound(tenantError);
   return definition;
 }
 
@@ -186,43 +182,49 @@ export async function previewRun(
       throw badRequest("version: the inputs cannot be read here; give a version");
     }
   }
-  // In the worker's order: a version already rebuilt is skipped before the claim is looked at.
-  if (query.force !== "true") {
-    const runId = await connections.main.get(connections.keys.idempotency(idempotencyKey(name, query.tenant, version)));
-    if (runId) {
-      const finishedAt = await connections.main.hget(connections.keys.run(runId), "finishedAt");
-      const at = finishedAt ? Number(finishedAt) : null;
-      return {
-        outcome: "skip",
-        reason: "already-rebuilt",
-        version,
-        runId,
-        rebuiltAt: at,
-        message: `would be skipped: already rebuilt${at ? ` at ${new Date(at).toISOString()}` : ""} (use force to rebuild anyway)`,
-      };
-    }
-  }
-  const claim = await readClaim(connections.claims, connections.keys, claimName(definition.outputPath, query.tenant));
-  if (claim) {
-    const heldBy = claim.holder.workerId ?? claim.holder.host ?? "a worker";
-    const seconds = Math.max(0, Math.round(claim.pttlMs / 1000));
-    if (claim.holder.version === version) {
+  // The worker's decision on what it would see now (decideRun), read in one round trip each.
+  const force = query.force === "true";
+  const [rebuiltBy, claim] = await Promise.all([
+    force
+      ? Promise.resolve(null)
+      : connections.main.get(connections.keys.idempotency(idempotencyKey(name, query.tenant, version))),
+    readClaim(connections.claims, connections.keys, claimName(definition.outputPath, query.tenant)),
+  ]);
+  const decision = decideRun({ version, force, rebuiltBy, claim });
+  switch (decision.action) {
+    case "skip": {
+      if (decision.reason === "already-rebuilt") {
+        const at = await readRunFinishedAt(connections.main, connections.keys, decision.rebuiltBy);
+        return {
+          outcome: "skip",
+          reason: "already-rebuilt",
+          version,
+          runId: decision.rebuiltBy,
+          rebuiltAt: at,
+          message: `would be skipped: already rebuilt${at ? ` at ${new Date(at).toISOString()}` : ""} (use force to rebuild anyway)`,
+        };
+      }
       return {
         outcome: "skip",
         reason: "claim-held",
         version,
-        heldBy,
-        pttlMs: claim.pttlMs,
-        message: `would be skipped: held by ${heldBy}, ${seconds} s left`,
+        heldBy: decision.heldBy,
+        pttlMs: decision.pttlMs,
+        message: `would be skipped: held by ${decision.heldBy}, ${seconds(decision.pttlMs)} s left`,
       };
     }
-    return {
-      outcome: "defer",
-      version,
-      heldBy,
-      pttlMs: claim.pttlMs,
-      message: `would wait: ${heldBy} is building version ${claim.holder.version ?? "?"} (${seconds} s left)`,
-    };
+    case "defer":
+      return {
+        outcome: "defer",
+        version,
+        heldBy: decision.heldBy,
+        pttlMs: decision.pttlMs,
+        message: `would wait: ${decision.heldBy} is building version ${decision.heldVersion ?? "?"} (${seconds(decision.pttlMs)} s left)`,
+      };
+    case "take-over": // a new job never shares an id with the holder
+    case "build":
+      return { outcome: "runs", version };
   }
-  return { outcome: "runs", version };
 }
+
+const seconds = (ms: number) => Math.max(0, Math.round(ms / 1000));

@@ -6,9 +6,9 @@ import { readRun, readRunLog } from "../runs/records";
 import { RUN_ID_PATTERN, RUN_STATUSES, type RunRecord } from "../runs/types";
 import type { WebContext } from "../web/context";
 import { badRequest, notFound } from "./errors";
+import { NAME_PATTERN as NAME } from "../names";
 
 export const MAX_RUNS_PAGE = 200;
-const NAME = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
 
 export const runsQuery = z.strictObject({
   rebuild: z.string().regex(NAME, "must be a rebuild name").optional(),

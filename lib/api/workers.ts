@@ -1,7 +1,7 @@
-import { listLiveWorkers, type WorkerStatus } from "../workers/heartbeat";
+import { listLiveWorkersAt, type WorkerStatus } from "../workers/heartbeat";
 import type { WebContext } from "../web/context";
 
 export async function getWorkers(context: WebContext): Promise<{ workers: WorkerStatus[]; serverTime: number }> {
   const { connections } = context;
-  return { workers: await listLiveWorkers(connections.main, connections.keys), serverTime: Date.now() };
+  return listLiveWorkersAt(connections.main, connections.keys);
 }

@@ -3,7 +3,7 @@
  * cookie), may they do this (viewer reads, operator also mutates), and — for a mutation carried
  * by a cookie — does it come from this origin (CSRF).
  */
-import { ApiError } from "../api/errors";
+import { ApiError } from "../http/errors";
 import { credentialsFrom, findCredential, type Credential, type Role } from "./credentials";
 import { readCookie, SESSION_COOKIE, sessionSecret, verifySession, type SessionRevocations } from "./session";
 import type { Config } from "../config";

@@ -11,6 +11,7 @@ import { assertValidClaimName } from "./name";
 import { assertClaimTiming } from "./timing";
 import { newClaimToken } from "./token";
 import type { AcquireResult, ClaimMetadata, ClaimTiming } from "./types";
+import { REPLY } from "../redis/replies";
 
 const HOST = os.hostname();
 
@@ -45,16 +46,16 @@ export async function acquireClaim(
 function decodeAcquireReply(token: string, reply: unknown): AcquireResult {
   if (!Array.isArray(reply)) throw unexpectedReply("acquire", reply);
   const [code] = reply;
-  if (code === 1 || code === 2) {
+  if (code === REPLY.done || code === REPLY.alsoDone) {
     return {
       status: "acquired",
       token,
       fence: Number(reply[1]),
       acquiredAt: Number(reply[2]),
-      tookOverFrom: code === 2 ? { token: String(reply[3]), fence: toNumberOrNull(reply[4]) } : null,
+      tookOverFrom: code === REPLY.alsoDone ? { token: String(reply[3]), fence: toNumberOrNull(reply[4]) } : null,
     };
   }
-  if (code === 0 && reply.length === META_FIELDS.length + 2) {
+  if (code === REPLY.no && reply.length === META_FIELDS.length + 2) {
     const holder = holderFromFieldList(reply, 2);
     return { status: "held", holder, version: holder.version, pttlMs: Number(reply[1]), ttlMs: holder.ttlMs };
   }

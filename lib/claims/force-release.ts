@@ -14,6 +14,7 @@ import { InvalidClaimNameError } from "./errors";
 import { holderFromFieldList, unexpectedReply } from "./holder";
 import { checkClaimName } from "./name";
 import type { ClaimHolder } from "./types";
+import { REPLY } from "../redis/replies";
 
 export interface ForceReleaseRequest {
   name: string;
@@ -69,11 +70,11 @@ export async function forceReleaseClaim(
   }
   if (!Array.isArray(reply)) throw unexpectedReply("force-release", reply);
   const [code] = reply;
-  if (code === -2 && reply.length === 1) {
+  if (code === REPLY.missing && reply.length === 1) {
     const auditId = await audit("refused", { name, token, outcome: "missing" });
     return { status: "missing", auditId };
   }
-  if ((code === 1 || code === -6) && reply.length === META_FIELDS.length + 2) {
+  if ((code === REPLY.done || code === REPLY.notOwner) && reply.length === META_FIELDS.length + 2) {
     const currentToken = String(reply[1]);
     const holder = holderFromFieldList(reply, 2);
     const holderDetail = {
@@ -83,7 +84,7 @@ export async function forceReleaseClaim(
       jobId: holder.jobId,
       runId: holder.runId,
     };
-    if (code === 1) {
+    if (code === REPLY.done) {
       const auditId = await audit("done", {
         name,
         token,

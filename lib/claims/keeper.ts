@@ -35,6 +35,19 @@ export interface HeldClaim {
   msUntilDeadline(): number;
 }
 
+export interface ClaimKeeperOptions {
+  client: ScriptingClient;
+  keys: RedisKeys;
+  name: string;
+  /** The granted claim: its owner token and fence. */
+  token: string;
+  fence: number;
+  timing: ClaimTiming;
+  /** `performance.now()` just before the acquire was sent. */
+  grantSentAt: number;
+  onEvent?: (event: ClaimKeeperEvent) => void;
+}
+
 export class ClaimKeeper implements HeldClaim {
   private readonly controller = new AbortController();
   private deadline: number;
@@ -42,18 +55,23 @@ export class ClaimKeeper implements HeldClaim {
   private deadlineTimer: ReturnType<typeof setTimeout> | undefined;
   private stopped = false;
 
-  constructor(
-    private readonly client: ScriptingClient,
-    private readonly keys: RedisKeys,
-    readonly name: string,
-    readonly token: string,
-    readonly fence: number,
-    private readonly timing: ClaimTiming,
-    /** `performance.now()` just before the acquire was sent. */
-    grantSentAt: number,
-    private readonly onEvent: (event: ClaimKeeperEvent) => void = () => {},
-  ) {
-    this.deadline = grantSentAt + timing.ttlMs;
+  private readonly client: ScriptingClient;
+  private readonly keys: RedisKeys;
+  readonly name: string;
+  readonly token: string;
+  readonly fence: number;
+  private readonly timing: ClaimTiming;
+  private readonly onEvent: (event: ClaimKeeperEvent) => void;
+
+  constructor(options: ClaimKeeperOptions) {
+    this.client = options.client;
+    this.keys = options.keys;
+    this.name = options.name;
+    this.token = options.token;
+    this.fence = options.fence;
+    this.timing = options.timing;
+    this.onEvent = options.onEvent ?? (() => {});
+    this.deadline = options.grantSentAt + options.timing.ttlMs;
   }
 
   get signal(): AbortSignal {

@@ -7,6 +7,7 @@ import type { Redis } from "ioredis";
 import type { RedisKeys } from "../redis/keys";
 import { FENCED_PUBLISH, runScript, type ScriptingClient } from "../redis/scripts";
 import { toNumberOrNull, unexpectedReply } from "./holder";
+import { REPLY } from "../redis/replies";
 
 export interface PublishRequest {
   name: string;
@@ -50,15 +51,15 @@ export async function publishFenced(
   const reply = await runScript(
     client,
     FENCED_PUBLISH,
-    [keys.claimFence(request.name), keys.published(request.name)],
-    [request.fence, request.value, request.runId ?? ""],
+    [keys.claimFence(request.name), keys.published(request.name), keys.claimSkips],
+    [request.fence, request.value, request.runId ?? "", request.name],
   );
   if (!Array.isArray(reply)) throw unexpectedReply("publish", reply);
   const [code] = reply;
-  if (code === 1 || code === 2) {
-    return { status: "published", publishedAt: Number(reply[1]), repeated: code === 2 };
+  if (code === REPLY.done || code === REPLY.alsoDone) {
+    return { status: "published", publishedAt: Number(reply[1]), repeated: code === REPLY.alsoDone };
   }
-  if (code === -6) {
+  if (code === REPLY.notOwner) {
     return { status: "superseded", newestFence: Number(reply[1]), publishedFence: Number(reply[2]) };
   }
   throw unexpectedReply("publish", reply);

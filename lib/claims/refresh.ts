@@ -3,6 +3,7 @@ import type { RedisKeys } from "../redis/keys";
 import { CLAIM_REFRESH, runScript, type ScriptingClient } from "../redis/scripts";
 import { unexpectedReply } from "./holder";
 import type { RefreshResult } from "./types";
+import { REPLY } from "../redis/replies";
 
 export async function refreshClaim(
   client: ScriptingClient,
@@ -13,11 +14,11 @@ export async function refreshClaim(
 ): Promise<RefreshResult> {
   const reply = await runScript(client, CLAIM_REFRESH, [keys.claim(name), keys.claimMeta(name)], [token, ttlMs]);
   switch (reply) {
-    case 1:
+    case REPLY.done:
       return { status: "refreshed" };
-    case -2:
+    case REPLY.missing:
       return { status: "missing" };
-    case -6:
+    case REPLY.notOwner:
       return { status: "not-owner" };
     default:
       throw unexpectedReply("refresh", reply);

@@ -6,6 +6,7 @@ import type { RedisKeys } from "../redis/keys";
 import { CLAIM_RELEASE, runScript, type ScriptingClient } from "../redis/scripts";
 import { unexpectedReply } from "./holder";
 import type { ReleaseResult } from "./types";
+import { REPLY } from "../redis/replies";
 
 export async function releaseClaim(
   client: ScriptingClient,
@@ -20,11 +21,11 @@ export async function releaseClaim(
     [token, name],
   );
   switch (reply) {
-    case 1:
+    case REPLY.done:
       return { status: "released" };
-    case -2:
+    case REPLY.missing:
       return { status: "missing" };
-    case -6:
+    case REPLY.notOwner:
       return { status: "not-owner" };
     default:
       throw unexpectedReply("release", reply);

@@ -63,7 +63,16 @@ export async function withClaim<T>(
   const grant = await acquireClaim(client, keys, name, meta, timing);
   if (grant.status === "held") return grant;
 
-  const keeper = new ClaimKeeper(client, keys, name, grant.token, grant.fence, timing, sentAt, onEvent);
+  const keeper = new ClaimKeeper({
+    client,
+    keys,
+    name,
+    token: grant.token,
+    fence: grant.fence,
+    timing,
+    grantSentAt: sentAt,
+    onEvent,
+  });
   keeper.start();
   let outcome: { ok: true; value: T } | { ok: false; error: unknown };
   try {

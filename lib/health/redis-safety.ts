@@ -4,6 +4,7 @@
  * everything that INFO can answer is read from INFO; only the RDB `save` schedule needs CONFIG.
  */
 import type { Redis } from "ioredis";
+import { describeError } from "../describe-error";
 
 export type Persistence = "aof" | "rdb" | "none" | "unknown";
 
@@ -70,9 +71,4 @@ export function safetyProblems(label: string, safety: RedisSafety): string[] {
     problems.push(`${label} has no persistence (neither AOF nor RDB): claims and run records vanish on restart`);
   }
   return problems;
-}
-
-export function describeError(error: unknown): string {
-  if (error instanceof Error) return error.message.split("\n")[0] ?? error.name;
-  return String(error);
 }

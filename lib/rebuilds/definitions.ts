@@ -10,9 +10,9 @@ import { parse as parseYaml, YAMLParseError } from "yaml";
 import { z } from "zod";
 import { tryClaimName } from "../claims/name";
 import { parseDuration } from "./duration";
+import { NAME_PATTERN as NAME } from "../names";
 
 /** Rebuild and tenant names end up in claim names, job ids and URLs: keep them plain. */
-const NAME = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
 const nameSchema = (what: string) =>
   z.string().regex(NAME, `${what} must be 1-64 letters, digits, '_' or '-', starting with a letter or digit`);
 
@@ -373,6 +373,19 @@ export function outputDirOf(rebuild: Pick<RebuildDefinition, "outputPath">, tena
 }
 
 /** The claim-relevant tenants of a rebuild: its tenants, or one unnamed "tenant". */
+/**
+ * The one tenant check (trigger, API, worker): null when `tenant` fits the rebuild — one of its
+ * tenants, or none for a rebuild without tenants — else why not, in one line.
+ */
+export function tenantProblem(rebuild: RebuildDefinition, tenant: string | undefined): string | null {
+  if (rebuild.tenants) {
+    return tenant && rebuild.tenants.includes(tenant)
+      ? null
+      : `rebuild '${rebuild.name}' needs a tenant, one of: ${rebuild.tenants.join(", ")}`;
+  }
+  return tenant === undefined ? null : `rebuild '${rebuild.name}' has no tenants`;
+}
+
 export function tenantsOf(rebuild: RebuildDefinition): (string | undefined)[] {
   return rebuild.tenants ?? [undefined];
 }

@@ -8,6 +8,7 @@ import { claimName, readPublished } from "../claims";
 import type { RedisKeys } from "../redis/keys";
 import type { ScriptingClient } from "../redis/scripts";
 import type { Redis } from "ioredis";
+import { serverNow } from "../redis/time";
 import { outputDirOf, tenantsOf, type Definitions } from "./definitions";
 import { buildDirOf, pointCurrent, readCurrent, BUILD_HASH } from "./output";
 
@@ -15,11 +16,13 @@ import { buildDirOf, pointCurrent, readCurrent, BUILD_HASH } from "./output";
 export const REPAIR_AFTER_MS = 10_000;
 
 export async function repairCurrentLinks(
-  client: ScriptingClient & Pick<Redis, "hgetall">,
+  client: ScriptingClient & Pick<Redis, "hgetall" | "time">,
   keys: RedisKeys,
   definitions: Definitions,
 ): Promise<string[]> {
   const repaired: string[] = [];
+  // publishedAt is on the claims server's clock: judge its age by that clock, not this host's.
+  const now = await serverNow(client);
   const checks: Promise<void>[] = [];
   for (const definition of definitions.rebuilds.values()) {
     for (const tenant of tenantsOf(definition)) {
@@ -31,7 +34,7 @@ export async function repairCurrentLinks(
           if (!published || !BUILD_HASH.test(published.value)) return;
           // The publisher swaps `current` right after its publish; only a difference that has
           // lasted longer than that is repaired (else a repair could race a newer publish).
-          if (Date.now() - published.publishedAt < REPAIR_AFTER_MS) return;
+          if (now - published.publishedAt < REPAIR_AFTER_MS) return;
           // This machine may not hold that build (outputs on local disks): nothing to repair here.
           if (!fs.existsSync(buildDirOf(outputDir, published.value))) return;
           const current = await readCurrent(outputDir);

@@ -8,7 +8,7 @@ import crypto from "node:crypto";
 import type { Queue } from "bullmq";
 import type { Redis } from "ioredis";
 import type { RedisKeys } from "../redis/keys";
-import type { Definitions } from "./definitions";
+import { tenantProblem, type Definitions } from "./definitions";
 import { jobOptionsFor, type RebuildJobData } from "./queue";
 import { VERSION_PATTERN } from "./version";
 
@@ -41,16 +41,8 @@ export async function triggerRebuild(
   const definition = definitions.rebuilds.get(name);
   if (!definition) return { status: "unknown-rebuild", message: `no rebuild named '${name}'` };
   const { tenant, version } = request;
-  if (definition.tenants) {
-    if (!tenant || !definition.tenants.includes(tenant)) {
-      return {
-        status: "unknown-tenant",
-        message: `rebuild '${name}' needs a tenant, one of: ${definition.tenants.join(", ")}`,
-      };
-    }
-  } else if (tenant !== undefined) {
-    return { status: "unknown-tenant", message: `rebuild '${name}' has no tenants` };
-  }
+  const tenantError = tenantProblem(definition, tenant);
+  if (tenantError) return { status: "unknown-tenant", message: tenantError };
   if (version !== undefined && !VERSION_PATTERN.test(version)) {
     return { status: "invalid-version", message: "version must be 1-128 letters, digits or . _ : + -" };
   }

@@ -54,10 +54,15 @@ export function redisKeys(prefix: string) {
     // --- runs and rebuilds (main Redis; see lib/runs, lib/rebuilds) ----------------------
     /** HASH: one run record (an attempt of a rebuild job), upserted by run id. */
     run: (runId: string) => `${tag}:run:${runId}`,
+    /**
+     * STRING with the record TTL: run id of the job's attempt in flight (set when an attempt
+     * begins, deleted when it ends), so the next attempt closes exactly that one.
+     */
+    runOpenAttempt: (jobId: string) => `${tag}:run-open:${jobId}`,
     /** LIST: the newest log lines of a run (capped). */
     runLog: (runId: string) => `${tag}:run-log:${runId}`,
     /**
-     * ZSET runId → createdAt: newest-first indexes of run records, one per filter a listing can
+     * ZSET runId → the attempt's start (Redis clock, ms): newest-first indexes of run records, one per filter a listing can
      * ask for — all runs, a rebuild, a rebuild's tenant, and each of these by status (a run moves
      * between status indexes) — so every listing reads one index: O(page).
      */

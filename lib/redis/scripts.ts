@@ -3,16 +3,17 @@
  * (EVALSHA, with EVAL when the server answers NOSCRIPT, e.g. after a restart).
  *
  * Each script's header lists KEYS, ARGV and return codes; `keys` in the TS constant repeats the
- * KEYS order so callers pass an arity-checked tuple. Return codes follow one convention:
- * positive = done, 0 = an expected "no" that is not a failure (e.g. held), -2 = missing,
- * -6 = not the owner. Times inside scripts come from Redis `TIME`, so every timestamp a claim
+ * KEYS order so callers pass an arity-checked tuple. Return codes are `REPLY` (replies.ts),
+ * interpolated into the Lua: positive = done, 0 = an expected "no" that is not a failure (e.g.
+ * held), REPLY.missing (-2) = missing, REPLY.notOwner (-6) = not the owner. Times inside scripts come from Redis `TIME`, so every timestamp a claim
  * carries is on one clock (the claims server's), whatever the clocks of the hosts calling it.
  * Scripts never build key names: every key they touch is passed in KEYS (Cluster safe) and is
  * built in `keys.ts`.
  */
 import type { ChainableCommander, Redis } from "ioredis";
+import { REPLY } from "./replies";
 
-export interface LuaScript<KeyNames extends readonly string[] = readonly string[]> {
+export interface LuaScript<KeyNames extends readonly string[] = readonly string[], Reply = unknown> {
   /** The ioredis command name the script is registered under. */
   readonly command: string;
   /** Names of KEYS[1..n], in order (documentation and arity). */
@@ -20,13 +21,23 @@ export interface LuaScript<KeyNames extends readonly string[] = readonly string[
   /** More KEYS follow the named ones (their count is passed on each call): `runVariadicScript`. */
   readonly variadicKeys?: true;
   readonly lua: string;
+  /** The reply's type, as the header's Returns says (a type only: never set at run time). */
+  readonly reply?: Reply;
+}
+
+/**
+ * A script whose reply is typed: `typedScript<number>()({ command, keys, lua })`. `runScript`
+ * and `runVariadicScript` then resolve to `Reply` instead of `unknown`.
+ */
+export function typedScript<Reply>() {
+  return <const S extends Omit<LuaScript, "reply">>(script: S): S & { readonly reply?: Reply } => script;
 }
 
 /**
  * `nowMs`: the server's time in ms. A Lua number (a double) holds it exactly, and Redis passes a
  * number argument to a command as "%.17g", i.e. as the plain integer.
  */
-const SERVER_NOW = `
+export const SERVER_NOW = `
 local serverTime = redis.call('TIME')
 local nowMs = serverTime[1] * 1000 + math.floor(serverTime[2] / 1000)
 `;
@@ -104,27 +115,27 @@ return {1, fence, nowMs}
 `,
 } as const satisfies LuaScript;
 
-export const CLAIM_REFRESH = {
+export const CLAIM_REFRESH = typedScript<number>()({
   command: "claimwatchClaimRefresh",
   keys: ["claim", "claimMeta"],
   lua: `
 --[[ Extend a claim the caller still holds.
 KEYS[1] claim   KEYS[2] claimMeta
 ARGV[1] token   ARGV[2] ttlMs
-Returns 1 refreshed (both keys PEXPIRE ttl, refreshedAt = now) | -2 missing | -6 not the owner
+Returns ${REPLY.done} refreshed (both keys PEXPIRE ttl, refreshedAt = now) | ${REPLY.missing} missing | ${REPLY.notOwner} not the owner
 ]]
 local current = redis.call('GET', KEYS[1])
-if not current then return -2 end
-if current ~= ARGV[1] then return -6 end
+if not current then return ${REPLY.missing} end
+if current ~= ARGV[1] then return ${REPLY.notOwner} end
 ${SERVER_NOW}
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('HSET', KEYS[2], 'refreshedAt', nowMs)
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
 return 1
 `,
-} as const satisfies LuaScript;
+});
 
-export const CLAIM_RELEASE = {
+export const CLAIM_RELEASE = typedScript<number>()({
   command: "claimwatchClaimRelease",
   keys: ["claim", "claimMeta", "claimRegistry"],
   lua: `
@@ -132,20 +143,20 @@ export const CLAIM_RELEASE = {
 KEYS[1] claim   KEYS[2] claimMeta   KEYS[3] claimRegistry
 ARGV[1] token   ARGV[2] claim name
 Returns 1 released (claim, metadata and registry entry deleted)
-      | -2 missing (it had expired; its stale registry entry is dropped on the way)
-      | -6 not the owner (nothing changed)
+      | ${REPLY.missing} missing (it had expired; its stale registry entry is dropped on the way)
+      | ${REPLY.notOwner} not the owner (nothing changed)
 ]]
 local current = redis.call('GET', KEYS[1])
 if not current then
   redis.call('ZREM', KEYS[3], ARGV[2])
-  return -2
+  return ${REPLY.missing}
 end
-if current ~= ARGV[1] then return -6 end
+if current ~= ARGV[1] then return ${REPLY.notOwner} end
 redis.call('DEL', KEYS[1], KEYS[2])
 redis.call('ZREM', KEYS[3], ARGV[2])
 return 1
 `,
-} as const satisfies LuaScript;
+});
 
 export const CLAIM_FORCE_RELEASE = {
   command: "claimwatchClaimForceRelease",
@@ -156,17 +167,17 @@ KEYS[1] claim   KEYS[2] claimMeta   KEYS[3] claimRegistry
 ARGV[1] token the operator saw   ARGV[2] claim name
 Returns
   {1, token, ${META_FIELDS.join(", ")}}   released
-  {-6, currentToken, ${META_FIELDS.join(", ")}}   not the shown token: a newer holder (nothing changed)
-  {-2}   missing (registry entry dropped)
+  {${REPLY.notOwner}, currentToken, ${META_FIELDS.join(", ")}}   not the shown token: a newer holder (nothing changed)
+  {${REPLY.missing}}   missing (registry entry dropped)
 ]]
 ${OR_EMPTY}
 local current = redis.call('GET', KEYS[1])
 if not current then
   redis.call('ZREM', KEYS[3], ARGV[2])
-  return {-2}
+  return {${REPLY.missing}}
 end
 local meta = redis.call('HMGET', KEYS[2], ${META_FIELDS_LUA})
-local code = -6
+local code = ${REPLY.notOwner}
 if current == ARGV[1] then
   code = 1
   redis.call('DEL', KEYS[1], KEYS[2])
@@ -178,7 +189,7 @@ return reply
 `,
 } as const satisfies LuaScript;
 
-export const CLAIM_PRUNE = {
+export const CLAIM_PRUNE = typedScript<number>()({
   command: "claimwatchClaimPrune",
   keys: ["claim", "claimRegistry"],
   lua: `
@@ -191,21 +202,23 @@ if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('ZREM', KEYS[2], ARGV[1])
 return 1
 `,
-} as const satisfies LuaScript;
+});
 
 export const FENCED_PUBLISH = {
   command: "claimwatchFencedPublish",
-  keys: ["claimFence", "published"],
+  keys: ["claimFence", "published", "claimSkips"],
   lua: `
---[[ Fenced compare-and-set of the published pointer.
+--[[ Fenced compare-and-set of the published pointer; a publish also resets the claim's
+consecutive skips (a rebuild completed), in the same round trip.
 KEYS[1] claimFence (newest fence issued for the claim)   KEYS[2] published HASH
-ARGV[1] caller's fence   ARGV[2] value (build id / path)   ARGV[3] runId
+KEYS[3] claimSkips HASH claim name → consecutive skips
+ARGV[1] caller's fence   ARGV[2] value (build id / path)   ARGV[3] runId   ARGV[4] claim name
 Moves the pointer only if the caller's fence is the newest issued AND higher than the
 published fence.
 Returns
   {1, publishedAt}                     published
   {2, publishedAt}                     this fence already published this value (a retried call)
-  {-6, newestFence, publishedFence}    superseded (nothing changed)
+  {${REPLY.notOwner}, newestFence, publishedFence}    superseded (nothing changed)
 ]]
 local fence = tonumber(ARGV[1])
 local newest = tonumber(redis.call('GET', KEYS[1]) or '0')
@@ -213,48 +226,12 @@ local current = redis.call('HMGET', KEYS[2], 'fence', 'value', 'publishedAt')
 local publishedFence = tonumber(current[1] or '0')
 if fence == publishedFence and current[2] == ARGV[2] then return {2, current[3]} end
 if fence ~= newest or fence <= publishedFence then
-  return {-6, newest, publishedFence}
+  return {${REPLY.notOwner}, newest, publishedFence}
 end
 ${SERVER_NOW}
 redis.call('HSET', KEYS[2], 'fence', ARGV[1], 'value', ARGV[2], 'runId', ARGV[3], 'publishedAt', nowMs)
+redis.call('HDEL', KEYS[3], ARGV[4])
 return {1, nowMs}
-`,
-} as const satisfies LuaScript;
-
-export const SKIP_IF_REBUILT = {
-  command: "claimwatchSkipIfRebuilt",
-  keys: ["idempotency", "pendingTrigger", "run"],
-  variadicKeys: true,
-  lua: `
---[[ The repeat of a version already rebuilt, in one round trip: if the idempotency key exists,
-write the run's "skipped" record (hash + indexes) and say by which run; either way, drop the
-job's "waiting trigger" marker if it is still this job's (compare-and-delete).
-KEYS[1] idempotency STRING runId of the run that rebuilt the version
-KEYS[2] pendingTrigger STRING jobId of the waiting trigger
-KEYS[3] run HASH
-KEYS[4 ..] the run indexes, ARGV[4] of them (ZSET; ZADD NX: a record keeps its place),
-  then the status indexes of "skipped" (ZSET)
-ARGV[1] jobId   ARGV[2] runId   ARGV[3] createdAt (index score)   ARGV[4] number of run indexes
-ARGV[5] record TTL ms   ARGV[6] reason prefix (the rebuilding run id is appended)
-ARGV[7..] record field/value pairs
-Returns the run id that rebuilt the version (record written) | false (not rebuilt; nothing written)
-The run id is new (one per attempt, and this is the attempt's first write), so it is in no
-other status's index: nothing to remove there.
-]]
-if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
-local by = redis.call('GET', KEYS[1])
-if not by then return false end
-redis.call('HSET', KEYS[3], 'reason', ARGV[6] .. by, unpack(ARGV, 7))
-redis.call('PEXPIRE', KEYS[3], ARGV[5])
-local runIndexes = 3 + tonumber(ARGV[4])
-for i = 4, #KEYS do
-  if i <= runIndexes then
-    redis.call('ZADD', KEYS[i], 'NX', ARGV[3], ARGV[2])
-  else
-    redis.call('ZADD', KEYS[i], ARGV[3], ARGV[2])
-  end
-end
-return by
 `,
 } as const satisfies LuaScript;
 
@@ -279,7 +256,7 @@ return id
 `,
 } as const satisfies LuaScript;
 
-/** Every script, for registration (and for the test that loads each one). */
+/** The scripts defined in this file (domains keep their own, e.g. lib/runs/scripts.ts). */
 export const ALL_SCRIPTS: readonly LuaScript[] = [
   CLAIM_ACQUIRE,
   CLAIM_REFRESH,
@@ -287,7 +264,6 @@ export const ALL_SCRIPTS: readonly LuaScript[] = [
   CLAIM_FORCE_RELEASE,
   CLAIM_PRUNE,
   FENCED_PUBLISH,
-  SKIP_IF_REBUILT,
   AUDIT_APPEND,
 ];
 
@@ -319,35 +295,46 @@ export function registerScripts(client: ScriptingClient): void {
   registered.add(client);
 }
 
+/** Defines `script` on `client` if it is not yet (scripts of other domains register here). */
+function ensureScript(client: ScriptingClient, script: LuaScript): void {
+  registerScripts(client);
+  if (typeof (client as unknown as Record<string, unknown>)[script.command] === "function") return;
+  client.defineCommand(script.command, {
+    ...(script.variadicKeys ? {} : { numberOfKeys: script.keys.length }),
+    lua: script.lua,
+  });
+}
+
 /** Runs `script` with its KEYS (a tuple in the header's order) and ARGV. One round trip. */
-export function runScript<K extends readonly string[]>(
+export function runScript<K extends readonly string[], R = unknown>(
   client: ScriptingClient,
-  script: LuaScript<K> & { variadicKeys?: never },
+  script: LuaScript<K, R> & { variadicKeys?: never },
   keys: KeyTuple<K>,
   args: readonly Arg[],
-): Promise<unknown> {
-  registerScripts(client);
-  const method = (client as unknown as Record<string, ScriptMethod<Promise<unknown>>>)[script.command];
+): Promise<R> {
+  ensureScript(client, script);
+  const method = (client as unknown as Record<string, ScriptMethod<Promise<R>>>)[script.command];
   return method!.call(client, ...(keys as readonly string[]), ...args);
 }
 
 /** Runs a `variadicKeys` script: its named KEYS, then `moreKeys`, then ARGV. One round trip. */
-export function runVariadicScript<K extends readonly string[]>(
+export function runVariadicScript<K extends readonly string[], R = unknown>(
   client: ScriptingClient,
-  script: LuaScript<K> & { variadicKeys: true },
+  script: LuaScript<K, R> & { variadicKeys: true },
   keys: KeyTuple<K>,
   moreKeys: readonly string[],
   args: readonly Arg[],
-): Promise<unknown> {
-  registerScripts(client);
-  const method = (client as unknown as Record<string, ScriptMethod<Promise<unknown>>>)[script.command];
+): Promise<R> {
+  ensureScript(client, script);
+  const method = (client as unknown as Record<string, ScriptMethod<Promise<R>>>)[script.command];
   const allKeys = [...(keys as readonly string[]), ...moreKeys];
   return method!.call(client, allKeys.length, ...allKeys, ...args);
 }
 
-/** A pipeline that carries the script methods (opened after registration). */
-export function scriptPipeline(client: ScriptingPipelineClient): ChainableCommander {
+/** A pipeline that carries the script methods (opened after registration), `extra` included. */
+export function scriptPipeline(client: ScriptingPipelineClient, extra: readonly LuaScript[] = []): ChainableCommander {
   registerScripts(client);
+  for (const script of extra) ensureScript(client, script);
   return client.pipeline();
 }
 
@@ -361,4 +348,18 @@ export function queueScript<K extends readonly string[]>(
   const method = (pipeline as unknown as Record<string, ScriptMethod<ChainableCommander> | undefined>)[script.command];
   if (!method) throw new Error(`pipeline was opened before the scripts were registered: use scriptPipeline()`);
   return method.call(pipeline, ...(keys as readonly string[]), ...args);
+}
+
+/** Queues a `variadicKeys` script on a pipeline from `scriptPipeline(client, [script])`. */
+export function queueVariadicScript<K extends readonly string[]>(
+  pipeline: ChainableCommander,
+  script: LuaScript<K> & { variadicKeys: true },
+  keys: KeyTuple<K>,
+  moreKeys: readonly string[],
+  args: readonly Arg[],
+): ChainableCommander {
+  const method = (pipeline as unknown as Record<string, ScriptMethod<ChainableCommander> | undefined>)[script.command];
+  if (!method) throw new Error(`pipeline was opened before ${script.command} was registered: use scriptPipeline()`);
+  const allKeys = [...(keys as readonly string[]), ...moreKeys];
+  return method.call(pipeline, allKeys.length, ...allKeys, ...args);
 }

@@ -1,5 +1,15 @@
 /** Run records: one per attempt of a rebuild job, upserted by run id. */
-export const RUN_STATUSES = ["queued", "running", "rebuilt", "skipped", "failed", "aborted", "superseded"] as const;
+export const RUN_STATUSES = [
+  "queued",
+  "running",
+  "rebuilt",
+  "skipped",
+  "failed",
+  "aborted",
+  "superseded",
+  /** The attempt found another version building the output and gave the job back to wait. */
+  "deferred",
+] as const;
 export type RunStatus = (typeof RUN_STATUSES)[number];
 
 export type RunTrigger = "schedule" | "manual" | "api";

@@ -21,6 +21,14 @@ export const REDIS_SERVER: SystemProgram = {
   brewPackage: "redis",
 };
 
+/** libfaketime, for the tests that run a worker with a skewed clock (Debian package `faketime`). */
+export const FAKETIME: SystemProgram = {
+  binary: "faketime",
+  debianPackage: "faketime",
+  dnfPackage: "libfaketime",
+  brewPackage: "libfaketime",
+};
+
 export const CHROMIUM: SystemProgram = {
   binary: "chromium",
   debianPackage: "chromium",

@@ -1,12 +1,17 @@
 /**
  * Worker heartbeats. Each worker process keeps a HASH with a TTL (who it is, what it runs) and
  * its score in a ZSET registry (last beat, ms). Liveness is "beat within HEARTBEAT_TTL_MS";
- * counting and listing read the registry by score, never the keyspace.
+ * counting and listing read the registry by score, never the keyspace. Every beat time and
+ * every "now" it is judged against is the Redis server's (`TIME`): a worker whose clock is
+ * behind or ahead is judged by the same clock as the others.
  */
 import os from "node:os";
 import crypto from "node:crypto";
 import type { Redis } from "ioredis";
 import type { RedisKeys } from "../redis/keys";
+import { runScript, type ScriptingClient } from "../redis/scripts";
+import { timeReplyMs } from "../redis/time";
+import { WORKER_BEAT } from "./scripts";
 
 /** How often a worker beats. */
 export const HEARTBEAT_EVERY_MS = 5_000;
@@ -31,7 +36,10 @@ export interface WorkerStatus extends WorkerIdentity {
   heartbeatAt: number;
 }
 
-type HeartbeatClient = Pick<Redis, "multi" | "zcount" | "zrangebyscore" | "pipeline">;
+type HeartbeatClient = ScriptingClient & Pick<Redis, "multi" | "zcount" | "zrangebyscore" | "pipeline" | "time">;
+
+/** Registry entries of workers gone this long are dropped on the way; bounded by live workers. */
+const REGISTRY_KEEP_MS = 86_400_000;
 
 /** A worker id safe to put in a key: `host-pid-xxxx`. */
 export function newWorkerIdentity(version: string, containment: StepContainment = "unknown"): WorkerIdentity {
@@ -47,31 +55,29 @@ export function newWorkerIdentity(version: string, containment: StepContainment 
   };
 }
 
+/** One beat (one round trip); returns its time on the Redis clock. */
 export async function beat(
   client: HeartbeatClient,
   keys: RedisKeys,
   worker: WorkerIdentity,
   currentJob: string | null,
-  now = Date.now(),
-): Promise<void> {
-  const key = keys.workerHeartbeat(worker.id);
-  await client
-    .multi()
-    .hset(key, {
-      id: worker.id,
-      host: worker.host,
-      pid: String(worker.pid),
-      startedAt: String(worker.startedAt),
-      version: worker.version,
-      containment: worker.containment,
-      currentJob: currentJob ?? "",
-      heartbeatAt: String(now),
-    })
-    .pexpire(key, HEARTBEAT_TTL_MS)
-    .zadd(keys.workerRegistry, now, worker.id)
-    // Registry entries of workers gone for a day are dropped on the way; bounded by live workers.
-    .zremrangebyscore(keys.workerRegistry, "-inf", now - 86_400_000)
-    .exec();
+): Promise<number> {
+  const fields: Record<string, string> = {
+    id: worker.id,
+    host: worker.host,
+    pid: String(worker.pid),
+    startedAt: String(worker.startedAt),
+    version: worker.version,
+    containment: worker.containment,
+    currentJob: currentJob ?? "",
+  };
+  const reply = await runScript(
+    client,
+    WORKER_BEAT,
+    [keys.workerHeartbeat(worker.id), keys.workerRegistry],
+    [worker.id, HEARTBEAT_TTL_MS, REGISTRY_KEEP_MS, ...Object.entries(fields).flat()],
+  );
+  return reply;
 }
 
 /** Removes this worker at a clean shutdown, so it does not linger as "live" for a TTL. */
@@ -79,22 +85,38 @@ export async function retire(client: HeartbeatClient, keys: RedisKeys, workerId:
   await client.multi().del(keys.workerHeartbeat(workerId)).zrem(keys.workerRegistry, workerId).exec();
 }
 
-export async function countLiveWorkers(
-  client: Pick<Redis, "zcount">,
-  keys: RedisKeys,
-  now = Date.now(),
-): Promise<number> {
-  return client.zcount(keys.workerRegistry, now - HEARTBEAT_TTL_MS, "+inf");
+export async function countLiveWorkers(client: Pick<Redis, "pipeline">, keys: RedisKeys): Promise<number> {
+  const { ids } = await liveWorkerIds(client, keys);
+  return ids.length;
 }
 
-/** Live workers, newest beat first: one ZRANGEBYSCORE plus one pipeline of HGETALLs. */
-export async function listLiveWorkers(
-  client: HeartbeatClient,
+/** Ids of live workers and the Redis time they were judged at: one pipeline (TIME + registry). */
+async function liveWorkerIds(
+  client: Pick<Redis, "pipeline">,
   keys: RedisKeys,
-  now = Date.now(),
-): Promise<WorkerStatus[]> {
-  const ids = await client.zrangebyscore(keys.workerRegistry, now - HEARTBEAT_TTL_MS, "+inf");
-  if (ids.length === 0) return [];
+): Promise<{ ids: string[]; now: number }> {
+  const replies = (await client.pipeline().time().zrange(keys.workerRegistry, "0", "-1", "WITHSCORES").exec()) ?? [];
+  const failed = replies.find(([error]) => error);
+  if (failed) throw failed[0];
+  const now = timeReplyMs(replies[0]![1] as [string, string]);
+  const rows = replies[1]![1] as string[];
+  const ids: string[] = [];
+  for (let i = 0; i + 1 < rows.length; i += 2) if (Number(rows[i + 1]) >= now - HEARTBEAT_TTL_MS) ids.push(rows[i]!);
+  return { ids, now };
+}
+
+/** Live workers, newest beat first: one pipeline (TIME + registry) plus one of HGETALLs. */
+export async function listLiveWorkers(client: Pick<Redis, "pipeline">, keys: RedisKeys): Promise<WorkerStatus[]> {
+  return (await listLiveWorkersAt(client, keys)).workers;
+}
+
+/** Live workers and the Redis time (ms) their liveness was judged at. */
+export async function listLiveWorkersAt(
+  client: Pick<Redis, "pipeline">,
+  keys: RedisKeys,
+): Promise<{ workers: WorkerStatus[]; serverTime: number }> {
+  const { ids, now } = await liveWorkerIds(client, keys);
+  if (ids.length === 0) return { workers: [], serverTime: now };
   const pipeline = client.pipeline();
   for (const id of ids) pipeline.hgetall(keys.workerHeartbeat(id));
   const replies = (await pipeline.exec()) ?? [];
@@ -113,5 +135,5 @@ export async function listLiveWorkers(
       heartbeatAt: Number(h.heartbeatAt),
     });
   }
-  return workers.sort((a, b) => b.heartbeatAt - a.heartbeatAt);
+  return { workers: workers.sort((a, b) => b.heartbeatAt - a.heartbeatAt), serverTime: now };
 }

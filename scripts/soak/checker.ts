@@ -20,6 +20,7 @@
  * as "fenced" and checked not to have published. Two controlled writers, an orphan writing
  * beside anyone, or two writers that both published, count.
  */
+import { isFinalStatus } from "../../lib/runs/transitions";
 import fs from "node:fs";
 import path from "node:path";
 import type { Queue } from "bullmq";
@@ -64,6 +65,8 @@ export interface Figures {
   escaped: number;
   staleLeft: number;
   pointerWrong: number;
+  /** Run records not in a final status after the drain (issue 13: every attempt ends). */
+  stuckRunning: number;
   maxResumeS: number | null;
   triggers: number;
   kills: number;
@@ -256,7 +259,7 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   const bullmqFailures = [...jobStates.entries()].filter(
     ([, job]) => job.state === "failed" && BULLMQ_OWN_FAILURE.test(job.failedReason ?? ""),
   );
-  const leftRunning = records.filter((r) => r.status === "running");
+  const leftRunning = records.filter((r) => !isFinalStatus(r.status));
   const lost: string[] = [];
   const outcomes = new Map<string, number>();
   for (const trigger of triggers) {
@@ -297,7 +300,7 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
       (bullmqFailures.length
         ? ` (${formatCounts(countBy(bullmqFailures, ([, job]) => job.failedReason ?? "?"))})`
         : "") +
-      `; run records left "running" after the drain: ${leftRunning.length}`,
+      `; run records not in a final status after the drain: ${leftRunning.length}`,
   );
 
   // --- builds and current: content hash and content -------------------------------------------
@@ -439,6 +442,10 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
     );
   lines.push(`  current or pointer not at the newest fence's build: ${pointerWrong.length}`);
   for (const p of pointerWrong.slice(0, 8)) lines.push(`    ${p}`);
+  lines.push(`  run records not in a final status after the drain: ${leftRunning.length}`);
+  for (const r of leftRunning.slice(0, 8)) {
+    lines.push(`    ${r.id} ${r.status} (worker ${r.workerId ?? "?"}, started ${r.startedAt ? at(r.startedAt) : "?"})`);
+  }
   if (fenced.length) {
     lines.push("fenced overlaps (harmless by design, for the record):");
     for (const o of fenced.slice(0, 3)) lines.push(...describeOverlap(o, at, recordById, workers));
@@ -456,6 +463,7 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
       corrupt: corrupt.length,
       staleLeft: claimsLeft.length,
       pointerWrong: pointerWrong.length,
+      stuckRunning: leftRunning.length,
       maxResumeS,
       triggers: triggers.length,
       kills: kills.length,

@@ -70,3 +70,16 @@ test("a published fence above the counter (restored data) refuses every publish 
     publishedFence: 5,
   });
 });
+
+test("a publish resets the claim's consecutive skips; a superseded one leaves them", async () => {
+  const keys = redisKeys(uniquePrefix());
+  const name = claimName("p/skips");
+  const older = fenceOf(await acquireClaim(client, keys, name, { jobId: "j" }, timing));
+  const newer = fenceOf(await acquireClaim(client, keys, name, { jobId: "j" }, timing)); // takeover
+  await client.hset(keys.claimSkips, name, "3", "other", "2");
+  await publishFenced(client, keys, { name, fence: older, value: "v1" });
+  assert.equal(await client.hget(keys.claimSkips, name), "3", "superseded: skips kept");
+  await publishFenced(client, keys, { name, fence: newer, value: "v2" });
+  assert.equal(await client.hget(keys.claimSkips, name), null, "published: skips reset");
+  assert.equal(await client.hget(keys.claimSkips, "other"), "2", "another claim's count stays");
+});

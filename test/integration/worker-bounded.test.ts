@@ -59,9 +59,13 @@ test("1 000 rebuilds leave the key count where 300 left it", { timeout: 900_000 
     const runs = await bed.allRuns();
     // Retention counts per rebuild (all tenants together), so 100 records at most.
     assert.ok(runs.length <= 100, `run records trimmed to the retention count (${runs.length})`);
+    // A job whose tenant was busy with another version waited first: those attempts are
+    // recorded as deferred; every other attempt rebuilt.
+    const statuses = new Map<string, number>();
+    for (const run of runs) statuses.set(run.status, (statuses.get(run.status) ?? 0) + 1);
     assert.ok(
-      runs.every((r) => r.status === "rebuilt"),
-      "every run rebuilt",
+      runs.every((r) => r.status === "rebuilt" || r.status === "deferred"),
+      `every run rebuilt or deferred (${JSON.stringify([...statuses])})`,
     );
     assert.ok(((await bed.queue.getJobCounts("completed")).completed ?? 0) <= 50, "completed jobs removed by count");
     // A test may scan; the product never does.

@@ -114,9 +114,9 @@ test("a forced run of a rebuilt version takes the claim and rebuilds again", asy
   assert.equal(await fenceOf(), before + 1, "a new grant");
 });
 
-test("a version that is not rebuilt writes nothing in the check and goes on to the claim", async () => {
-  // Another version holds the output: the job is deferred right after the check, before any
-  // record of its own is written, so whatever the check wrote would still be there.
+test("a version that is not rebuilt is not recorded as a skip and goes on to the claim", async () => {
+  // Another version holds the output: the job is deferred right after the check; its record
+  // says so (a final "deferred"), never "skipped".
   const other = await acquireClaim(
     bed.claims,
     bed.keys,
@@ -130,7 +130,9 @@ test("a version that is not rebuilt writes nothing in the check and goes on to t
     const waiting = job("v4");
     const outcome = await runRebuild(deps, waiting);
     assert.equal(outcome.status, "deferred");
-    assert.equal(await readRun(bed.main, bed.keys, `${waiting.id}-a1`), null, "no record written by the check");
+    const record = await readRun(bed.main, bed.keys, `${waiting.id}-a1`);
+    assert.equal(record?.status, "deferred", "the attempt is recorded as deferred");
+    assert.match(record?.reason ?? "", /held by .* building v-other/);
     assert.equal(await bed.main.zcard(bed.keys.runIndex({ status: "skipped" })), skippedBefore);
   } finally {
     if (other.status === "acquired") await releaseClaim(bed.claims, bed.keys, claimOfTiles(), other.token);

@@ -7,7 +7,8 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { acquireClaim, claimName, releaseClaim } from "../../lib/claims";
 import { idempotencyKey } from "../../lib/rebuilds/version";
-import { upsertRun } from "../../lib/runs/records";
+import { DEFAULT_RETENTION } from "../../lib/runs/records";
+import { importRunInto } from "../../lib/runs/writer";
 import { createTestBed, startWebServer, type TestBed } from "../support/stack";
 
 const OPERATOR_TOKEN = "api-test-operator-token-0123456789";
@@ -183,18 +184,38 @@ test("GET /api/rebuilds lists each rebuild and tenant with schedule, last run, s
 
 test("GET /api/runs pages newest first with cursors, filters, and refuses bad filters", async () => {
   const now = Date.now();
+  const seed = bed.main.multi();
   for (let i = 0; i < 25; i++) {
-    await upsertRun(bed.main, bed.keys, {
-      id: `seed-${String(i).padStart(2, "0")}-a1`,
-      jobId: `seed-${String(i).padStart(2, "0")}`,
-      attempt: 1,
-      rebuild: i % 2 ? "slow" : "tenanted",
-      tenant: i % 2 ? null : "acme",
-      createdAt: now - (25 - i) * 1000,
-      status: i % 5 === 0 ? "skipped" : "rebuilt",
-      trigger: "api",
-    });
+    const at = now - (25 - i) * 1000;
+    importRunInto(
+      seed,
+      bed.keys,
+      {
+        id: `seed-${String(i).padStart(2, "0")}-a1`,
+        jobId: `seed-${String(i).padStart(2, "0")}`,
+        attempt: 1,
+        rebuild: i % 2 ? "slow" : "tenanted",
+        tenant: i % 2 ? null : "acme",
+        version: "v1",
+        status: i % 5 === 0 ? "skipped" : "rebuilt",
+        reason: null,
+        trigger: "api",
+        workerId: null,
+        host: null,
+        createdAt: at,
+        startedAt: at,
+        finishedAt: at + 10,
+        durationMs: 10,
+        fence: null,
+        buildHash: null,
+        idempotencyKey: null,
+        progress: 1,
+        steps: [],
+      },
+      DEFAULT_RETENTION,
+    );
   }
+  await seed.exec();
   const seen: string[] = [];
   let cursor: string | null = null;
   do {

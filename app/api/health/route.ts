@@ -1,6 +1,6 @@
 import { authenticateHeaders } from "@/lib/auth/guard";
 import { publicHealth } from "@/lib/health/health";
-import { currentHealth } from "@/lib/health/report";
+import { currentHealth } from "@/lib/web/health-report";
 import { getWebContext } from "@/lib/web/context";
 
 export const dynamic = "force-dynamic";

@@ -1,8 +1,8 @@
-import { getWebContext } from "../web/context";
-import { checkHealth, HEALTH_DEADLINE_MS, unconfiguredHealth, type HealthReport } from "./health";
+import { describeError } from "../describe-error";
+import { checkHealth, HEALTH_DEADLINE_MS, unconfiguredHealth, type HealthReport } from "../health/health";
+import { missedTickProblems, staleClaimProblems, weakContainmentProblems } from "../health/operations";
 import { changedBuildProblems } from "../rebuilds/build-integrity";
-import { missedTickProblems, staleClaimProblems, weakContainmentProblems } from "./operations";
-import { describeError } from "./redis-safety";
+import { getWebContext } from "./context";
 
 /**
  * The web server's health report, with the operational checks (stale claims, missed ticks) unless

@@ -1,0 +1,126 @@
+/**
+ * The work done under the claim: steps in `<output>/.work/<run>` under the job's signal, the
+ * claim's signal and the time limit; the work dir becomes `<output>/builds/<content hash>`; a
+ * fenced publish in Redis; then `<output>/current` follows. Progress and step states go to the
+ * run record through the attempt's `RunRecorder`.
+ */
+import fs from "node:fs/promises";
+import type { Redis } from "ioredis";
+import { publishFenced, type HeldClaim } from "../claims";
+import type { RedisKeys } from "../redis/keys";
+import type { RunRecorder } from "../runs/writer";
+import type { StepRecord } from "../runs/types";
+import { outputDirOf, type RebuildDefinition } from "./definitions";
+import { hashDirectory, pointCurrent, promoteBuild, workDirOf } from "./output";
+import type { StepContext } from "./steps/context";
+import { runCommandStep } from "./steps/run-step";
+import { runTilesStep } from "./steps/tiles-step";
+
+export interface BuildContext {
+  /** The claims Redis (fences, published pointers). */
+  claims: Redis;
+  keys: RedisKeys;
+  definition: RebuildDefinition;
+  tenant: string | undefined;
+  version: string;
+  runId: string;
+  held: HeldClaim;
+  /** The job's signal (shutdown, lost job lock). */
+  jobSignal: AbortSignal;
+  recorder: RunRecorder;
+  /** The attempt's step records, kept up to date here (the final record carries them). */
+  steps: StepRecord[];
+  progress?: (fraction: number) => void;
+  /** A published build of this hash was found changed on disk and moved aside (build-integrity.ts). */
+  onChangedBuild?: (found: { path: string; expected: string; actual: string }) => Promise<void>;
+}
+
+export type BuildResult =
+  { status: "published"; buildHash: string } | { status: "superseded"; buildHash: string; newestFence: number };
+
+export async function buildAndPublish(context: BuildContext): Promise<BuildResult> {
+  const { definition, held, recorder, steps } = context;
+  const signal = AbortSignal.any([context.jobSignal, held.signal, AbortSignal.timeout(definition.timeLimit)]);
+  const outputDir = outputDirOf(definition, context.tenant);
+  const workDir = workDirOf(outputDir, context.runId);
+  await freshDirectory(workDir);
+  try {
+    const stepCount = definition.steps.length;
+    for (const [index, step] of definition.steps.entries()) {
+      signal.throwIfAborted();
+      // A holder that was paused may learn here that its claim is gone, before its timers run.
+      held.throwIfLost();
+      const record: StepRecord = { name: step.name, status: "running", startedAt: Date.now(), finishedAt: null };
+      steps.push(record);
+      recorder.update({ steps, progress: index / stepCount });
+      const stepContext: StepContext = {
+        signal,
+        workDir,
+        outputDir,
+        baseDir: definition.baseDir,
+        version: context.version,
+        tenant: context.tenant,
+        rebuild: definition.name,
+        runId: context.runId,
+        log: (line) => recorder.log(line),
+        progress: (fraction) => {
+          const overall = (index + Math.max(0, Math.min(1, fraction))) / stepCount;
+          context.progress?.(overall);
+          recorder.update({ progress: Math.round(overall * 1000) / 1000 });
+        },
+      };
+      try {
+        if ("run" in step) await runCommandStep(step, stepContext);
+        else await runTilesStep(step, stepContext);
+        record.status = "done";
+      } catch (error) {
+        record.status = signal.aborted ? "aborted" : "failed";
+        throw error;
+      } finally {
+        record.finishedAt = Date.now();
+      }
+    }
+    recorder.update({ steps, progress: 1 });
+    signal.throwIfAborted();
+
+    const buildHash = await hashDirectory(workDir);
+    held.throwIfLost(); // before promoteBuild, which may move a changed published build aside
+    const promoted = await promoteBuild(outputDir, workDir, buildHash);
+    if (promoted.changedMovedTo) {
+      recorder.log(
+        `PUBLISHED BUILD CHANGED: ${promoted.path} no longer hashed to its name; moved aside to ${promoted.changedMovedTo} and replaced by this run's bytes`,
+      );
+      await context.onChangedBuild?.({ path: promoted.changedMovedTo, expected: buildHash, actual: "(moved aside)" });
+    }
+    held.throwIfLost(); // a paused holder notices here, before it asks to publish
+    const published = await publishFenced(context.claims, context.keys, {
+      name: held.name,
+      fence: held.fence,
+      value: buildHash,
+      runId: context.runId,
+    });
+    if (published.status === "superseded") {
+      recorder.log(`publish refused: fence ${held.fence} < newest ${published.newestFence}`);
+      return { status: "superseded", buildHash, newestFence: published.newestFence };
+    }
+    await pointCurrent(outputDir, buildHash);
+    recorder.log(`published build ${buildHash} (fence ${held.fence})`);
+    return { status: "published", buildHash };
+  } catch (error) {
+    await fs.rm(workDir, { recursive: true, force: true }).catch(() => {});
+    // Report the claim loss or the job's abort reason rather than the AbortError it caused.
+    if (signal.aborted) throw signal.reason ?? error;
+    throw error;
+  }
+}
+
+/**
+ * An empty directory at `dir`, whatever was there. A new run id usually finds nothing, so the
+ * (recursive) remove is only paid when `mkdir` reports that the directory already existed.
+ */
+async function freshDirectory(dir: string): Promise<void> {
+  const created = await fs.mkdir(dir, { recursive: true }).catch(() => undefined);
+  if (created !== undefined) return;
+  await fs.rm(dir, { recursive: true, force: true });
+  await fs.mkdir(dir, { recursive: true });
+}

@@ -1,0 +1,91 @@
+/**
+ * What a failure of an attempt means: the final status of its record, whether another attempt
+ * can help, whether the job goes back to the queue without a failed attempt (shutdown), and
+ * whether "already rebuilt" must be forgotten. Pure: the orchestration applies it.
+ */
+import { ClaimLostError } from "../claims";
+import type { FinalRunStatus } from "../runs/transitions";
+import { StepFailedError, TransientStepError } from "./steps/context";
+import { TRANSIENT_ERRNO } from "./steps/run-step";
+
+export type FailureClass =
+  | { kind: "hand-back"; status: "aborted"; reason: string }
+  | {
+      kind: "fail";
+      status: FinalRunStatus;
+      reason: string;
+      /** The error message for BullMQ. */
+      message: string;
+      /** Another attempt may succeed. */
+      retry: boolean;
+      /** The version may not stay marked as rebuilt. */
+      forgetRebuilt: boolean;
+    };
+
+export function classifyFailure(
+  error: unknown,
+  context: { jobSignal: AbortSignal; timeLimitMs: number },
+): FailureClass {
+  const jobReason = context.jobSignal.aborted ? String(context.jobSignal.reason ?? "") : "";
+  if (jobReason === "shutdown") {
+    return { kind: "hand-back", status: "aborted", reason: "worker shutdown: job handed back to the queue" };
+  }
+  if (error instanceof ClaimLostError) {
+    // superseded: another attempt owns the work now; expired/deadline: try again later.
+    return {
+      kind: "fail",
+      status: error.cause === "superseded" ? "superseded" : "aborted",
+      reason: `claim lost: ${error.message}`,
+      message: error.message,
+      retry: error.cause !== "superseded",
+      forgetRebuilt: true,
+    };
+  }
+  if (jobReason === "lock-lost") {
+    return {
+      kind: "fail",
+      status: "aborted",
+      reason: "BullMQ job lock lost (worker stalled); the job is redelivered",
+      message: "job lock lost",
+      retry: true,
+      forgetRebuilt: false,
+    };
+  }
+  if (isTimeout(error)) {
+    const reason = `time limit of ${context.timeLimitMs} ms exceeded`;
+    return { kind: "fail", status: "aborted", reason, message: reason, retry: false, forgetRebuilt: true };
+  }
+  const retry = isTransient(error);
+  const message = error instanceof Error ? error.message : String(error);
+  return {
+    kind: "fail",
+    status: "failed",
+    reason: `${retry ? "transient: " : ""}${message}`,
+    message,
+    retry,
+    forgetRebuilt: true,
+  };
+}
+
+function isTimeout(error: unknown): boolean {
+  return error instanceof DOMException && error.name === "TimeoutError";
+}
+
+/**
+ * Worth another attempt: declared transient exit codes, transient errno codes, and a Redis that
+ * is briefly away (ioredis reports a restart or a stall without an errno code).
+ */
+export function isTransient(error: unknown): boolean {
+  if (error instanceof TransientStepError) return true;
+  if (error instanceof StepFailedError) return false;
+  const code = (error as NodeJS.ErrnoException | undefined)?.code;
+  if (typeof code === "string" && TRANSIENT_ERRNO.has(code)) return true;
+  const name = error instanceof Error ? error.name : "";
+  const message = error instanceof Error ? error.message : "";
+  return (
+    name === "MaxRetriesPerRequestError" ||
+    /^(Command timed out|Connection is closed|Stream isn't writeable|LOADING |READONLY |TRYAGAIN |CLUSTERDOWN |MASTERDOWN )/.test(
+      message,
+    )
+  );
+}

@@ -1,0 +1,51 @@
+/**
+ * The one decision of what a run of (rebuild, tenant, version) does now: skip it (already
+ * rebuilt, or the same version is being built), wait for another version's holder, take the
+ * claim over from an earlier attempt of the same job, or build. The worker decides with it on
+ * what its scripts saw (the attempt's first record write, the claim acquire); the "Rebuild
+ * now" preview decides with it on what it reads. Neither words the rules again.
+ */
+import type { ClaimHolder } from "../claims";
+
+/** How long a deferred job waits before looking at the claim again: the holder's TTL, within these bounds. */
+export const DEFER_MIN_MS = 1_000;
+export const DEFER_MAX_MS = 30_000;
+
+export interface RunSituation {
+  version: string;
+  /** Skip the already-rebuilt rule (never the claim). */
+  force: boolean;
+  /** The run that rebuilt this version within the idempotency TTL, if any. */
+  rebuiltBy: string | null;
+  /** The claim on the output, if held. */
+  claim: { holder: Pick<ClaimHolder, "version" | "jobId" | "workerId" | "host">; pttlMs: number } | null;
+  /** The deciding job's id (the preview has none). */
+  jobId?: string;
+}
+
+export type RunDecision =
+  | { action: "skip"; reason: "already-rebuilt"; rebuiltBy: string }
+  | { action: "skip"; reason: "claim-held"; heldBy: string; pttlMs: number }
+  | { action: "defer"; heldBy: string; heldVersion: string | null; pttlMs: number; waitMs: number }
+  | { action: "take-over"; heldBy: string }
+  | { action: "build" };
+
+export function decideRun(situation: RunSituation): RunDecision {
+  if (!situation.force && situation.rebuiltBy) {
+    return { action: "skip", reason: "already-rebuilt", rebuiltBy: situation.rebuiltBy };
+  }
+  const { claim } = situation;
+  if (!claim) return { action: "build" };
+  const heldBy = claim.holder.workerId ?? claim.holder.host ?? "another worker";
+  if (situation.jobId && claim.holder.jobId === situation.jobId) return { action: "take-over", heldBy };
+  if (claim.holder.version === situation.version) {
+    return { action: "skip", reason: "claim-held", heldBy, pttlMs: claim.pttlMs };
+  }
+  return {
+    action: "defer",
+    heldBy,
+    heldVersion: claim.holder.version,
+    pttlMs: claim.pttlMs,
+    waitMs: Math.max(DEFER_MIN_MS, Math.min(DEFER_MAX_MS, claim.pttlMs + 100)),
+  };
+}

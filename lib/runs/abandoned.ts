@@ -1,0 +1,75 @@
+/**
+ * Attempts nobody will finish: their worker died (or was paused past its heartbeat) and no next
+ * attempt came to close them — BullMQ failed the job after its stall limit, the job was removed,
+ * the queue drained. Every worker sweeps on its heartbeat: a queued or running record whose
+ * worker has no live heartbeat (expired on the Redis clock) is closed as aborted, in one script
+ * that re-checks both at the moment of the write.
+ */
+import type { Redis } from "ioredis";
+import { RUN_REPLY } from "../redis/replies";
+import { queueVariadicScript, runVariadicScript, scriptPipeline } from "../redis/scripts";
+import { indexLayout, runPlaceOf } from "./records";
+import { RUN_ABANDON } from "./scripts";
+import type { RunRef, RunStore } from "./writer";
+
+/** The statuses an abandoned run moves between. */
+const ABANDON_STATUSES = ["queued", "running", "aborted"] as const;
+
+/** Closes `run` as aborted if it is still queued or running (whoever ran it). */
+export async function abandonRun(store: RunStore, run: RunRef, reason: string): Promise<boolean> {
+  const { keys } = store;
+  const layout = indexLayout(keys, run, ABANDON_STATUSES);
+  const reply = await runVariadicScript(
+    store.client,
+    RUN_ABANDON,
+    [keys.run(run.runId), keys.runOpenAttempt(run.jobId), keys.run(run.runId)],
+    layout.keys,
+    [run.runId, layout.n, reason, "", layout.statuses],
+  );
+  return reply === RUN_REPLY.written;
+}
+
+/** In-flight records looked at per sweep (the running index holds only runs in flight). */
+const SWEEP_BATCH = 200;
+
+/**
+ * One sweep: two round trips (the in-flight records' workers, then one script per record whose
+ * worker looks gone). Returns the run ids closed.
+ */
+export async function closeAbandonedRuns(
+  store: RunStore & { client: RunStore["client"] & Pick<Redis, "zrange" | "pipeline"> },
+): Promise<string[]> {
+  const { client, keys } = store;
+  const ids = [
+    ...(await client.zrange(keys.runIndex({ status: "running" }), "0", String(SWEEP_BATCH - 1))),
+    ...(await client.zrange(keys.runIndex({ status: "queued" }), "0", String(SWEEP_BATCH - 1))),
+  ];
+  if (ids.length === 0) return [];
+  const lookup = client.pipeline();
+  for (const id of ids) lookup.hmget(keys.run(id), "workerId", "jobId", "rebuild", "tenant");
+  const replies = (await lookup.exec()) ?? [];
+  const pipeline = scriptPipeline(client, [RUN_ABANDON]);
+  const queued: string[] = [];
+  ids.forEach((runId, i) => {
+    const [workerId, jobId, rebuild, tenant] = (replies[i]?.[1] as (string | null)[] | undefined) ?? [];
+    if (!workerId || !jobId) return;
+    const layout = indexLayout(keys, runPlaceOf(rebuild, tenant), ABANDON_STATUSES);
+    queueVariadicScript(
+      pipeline,
+      RUN_ABANDON,
+      [keys.run(runId), keys.runOpenAttempt(jobId), keys.workerHeartbeat(workerId)],
+      layout.keys,
+      [
+        runId,
+        layout.n,
+        `worker ${workerId} stopped beating (died or paused) and no later attempt took the job over`,
+        workerId,
+        layout.statuses,
+      ],
+    );
+    queued.push(runId);
+  });
+  if (queued.length === 0) return [];
+  const results = (await pipeline.exec()) ?? [];
+  return queued.filter((_, i) => results[i]?.[1] === RUN_REPLY.written);
+}

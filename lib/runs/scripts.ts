@@ -1,0 +1,238 @@
+/**
+ * The run-record scripts: every write to a run record, its indexes, its log, the job's
+ * "attempt in flight" pointer and (with the final record) the idempotency key. Only
+ * `lib/runs/` calls them (`writer.ts`, `trim.ts`, `abandoned.ts`).
+ *
+ * Index layout, shared by every script (KEYS after the named ones): the run's `n` base indexes
+ * (all runs, its rebuild, its rebuild and tenant — see `indexLayout` in records.ts), then the
+ * same `n` for each status named in an ARGV list (only the statuses the call may touch, so a
+ * call passes few keys). A run is in exactly one status's indexes:
+ * the one its hash says, since both are written in one script. Index scores are the attempt's
+ * own start on the Redis clock (ms), written once when the attempt begins.
+ *
+ * Status moves are checked against `RUN_TRANSITIONS` (transitions.ts) inside the script: a final
+ * status is never changed, and a record that is gone (trimmed, expired) is never recreated by a
+ * late write. Times (`startedAt`, `finishedAt`, `durationMs`, index scores) come from `TIME`.
+ */
+import { RUN_REPLY } from "../redis/replies";
+import { SERVER_NOW, typedScript, type LuaScript } from "../redis/scripts";
+import { transitionsLua } from "./transitions";
+
+const COMMON = `
+${SERVER_NOW}
+${transitionsLua()}
+-- The statuses whose index keys follow the base indexes, in order (a comma-separated ARGV).
+local POSITION = {}
+local function setStatuses(list)
+  local i = 0
+  for status in string.gmatch(list, '[^,]+') do
+    POSITION[status] = i
+    i = i + 1
+  end
+end
+-- KEYS position of status index j (1-based) of 'status'.
+local function statusIndex(first, n, status, j)
+  local position = POSITION[status]
+  if not position then error('no index keys passed for status ' .. status) end
+  return KEYS[first + n + position * n + j - 1]
+end
+local function moveStatus(first, n, runId, from, to, score)
+  for j = 1, n do
+    if from then redis.call('ZREM', statusIndex(first, n, from, j), runId) end
+    redis.call('ZADD', statusIndex(first, n, to, j), score, runId)
+  end
+end
+local function finishTimes(runKey)
+  local startedAt = tonumber(redis.call('HGET', runKey, 'startedAt'))
+  redis.call('HSET', runKey, 'finishedAt', nowMs)
+  if startedAt then redis.call('HSET', runKey, 'durationMs', nowMs - startedAt) end
+end
+-- A record still queued or running moves to aborted; any other is left alone. Returns 1 | 0.
+local function abandon(runKey, runId, reason, first, n)
+  local status = redis.call('HGET', runKey, 'status')
+  if not status or not ALLOWED[status]['aborted'] then return 0 end
+  local score = redis.call('ZSCORE', KEYS[first], runId) or nowMs
+  redis.call('HSET', runKey, 'status', 'aborted', 'reason', reason)
+  finishTimes(runKey)
+  moveStatus(first, n, runId, status, 'aborted', score)
+  return 1
+end
+`;
+
+export const RUN_BEGIN = typedScript<[code: number, rebuiltBy: string, stray: string]>()({
+  command: "claimwatchRunBegin",
+  keys: ["run", "openAttempt", "previousRun", "idempotency", "pendingTrigger"],
+  variadicKeys: true,
+  lua: `
+--[[ An attempt's first record write, in one round trip; every attempt that starts calls it.
+KEYS[1] run HASH (must not exist yet)
+KEYS[2] openAttempt STRING: run id of the job's attempt in flight
+KEYS[3] previousRun HASH of the job's previous attempt (may not exist)
+KEYS[4] idempotency STRING: run id that rebuilt this (rebuild, tenant, version)
+KEYS[5] pendingTrigger STRING: job id of a waiting trigger
+KEYS[6 ..] indexes: ARGV[5] base indexes, then as many per status in ARGV[10]
+ARGV[1] runId   ARGV[2] jobId   ARGV[3] previous attempt's run id   ARGV[4] record TTL ms
+ARGV[5] n (base indexes)   ARGV[6] mode: 'check' (already rebuilt → skipped, else running),
+  'running', or a final status (an attempt that ends where it begins)
+ARGV[7] reason prefix of an already-rebuilt skip (the rebuilding run id is appended)
+ARGV[8] reason written on the previous attempt if it is still in flight (→ aborted)
+ARGV[9] '1': drop the pending-trigger marker if it is still this job's
+ARGV[10] statuses with index keys (comma-separated)   ARGV[11..] record field/value pairs
+The job's attempt in flight (KEYS[2]) is closed as aborted when it is the previous attempt;
+another one ("stray") is returned for the caller to close with RUN_ABANDON.
+Returns {code, rebuiltBy, stray}
+  code ${RUN_REPLY.began} began running | ${RUN_REPLY.alreadyRebuilt} already rebuilt: recorded skipped (rebuiltBy) | ${RUN_REPLY.ended} began in a final status
+     | ${RUN_REPLY.exists} a record with this run id exists (nothing written)
+]]
+${COMMON}
+local runId, jobId, previousId = ARGV[1], ARGV[2], ARGV[3]
+local n, mode = tonumber(ARGV[5]), ARGV[6]
+local FIRST = 6
+setStatuses(ARGV[10])
+if ARGV[9] == '1' and redis.call('GET', KEYS[5]) == jobId then redis.call('DEL', KEYS[5]) end
+if redis.call('EXISTS', KEYS[1]) == 1 then return {${RUN_REPLY.exists}, '', ''} end
+local stray = ''
+local open = redis.call('GET', KEYS[2])
+if open and open ~= runId then
+  if open == previousId then abandon(KEYS[3], previousId, ARGV[8], FIRST, n) else stray = open end
+end
+local by = false
+local status = mode
+if mode == 'check' then
+  by = redis.call('GET', KEYS[4])
+  if by then status = 'skipped' else status = 'running' end
+end
+-- One HSET: the caller's fields, then what the script knows (status, times, reason).
+local fields = {}
+for i = 11, #ARGV do fields[#fields + 1] = ARGV[i] end
+local extra = {'id', runId, 'status', status, 'startedAt', nowMs}
+if FINAL[status] then
+  extra[#extra + 1] = 'finishedAt'
+  extra[#extra + 1] = nowMs
+  extra[#extra + 1] = 'durationMs'
+  extra[#extra + 1] = 0
+end
+if by then
+  extra[#extra + 1] = 'reason'
+  extra[#extra + 1] = ARGV[7] .. by
+end
+for i = 1, #extra do fields[#fields + 1] = extra[i] end
+redis.call('HSET', KEYS[1], unpack(fields))
+if FINAL[status] then
+  if stray == '' and open then redis.call('DEL', KEYS[2]) end
+else
+  redis.call('SET', KEYS[2], runId, 'PX', ARGV[4])
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+for j = 1, n do redis.call('ZADD', KEYS[FIRST + j - 1], nowMs, runId) end
+moveStatus(FIRST, n, runId, false, status, nowMs)
+local code = ${RUN_REPLY.began}
+if by then code = ${RUN_REPLY.alreadyRebuilt} elseif FINAL[status] then code = ${RUN_REPLY.ended} end
+return {code, by or '', stray}
+`,
+});
+
+export const RUN_WRITE = typedScript<number>()({
+  command: "claimwatchRunWrite",
+  keys: ["run", "runLog", "openAttempt", "idempotency"],
+  variadicKeys: true,
+  lua: `
+--[[ Every later write of an attempt's record: fields, log lines, a status move, and with the
+final record the idempotency key — checked against the record's current status.
+KEYS[1] run HASH   KEYS[2] runLog LIST   KEYS[3] openAttempt STRING   KEYS[4] idempotency STRING
+KEYS[5 ..] indexes (status moves only): ARGV[3] base indexes, then as many per status in ARGV[9]
+ARGV[1] runId   ARGV[2] record TTL ms   ARGV[3] n   ARGV[4] new status, '' for fields only
+ARGV[5] idempotency: 'set' (to runId, PX ARGV[6]) | 'del' | ''   ARGV[6] idempotency TTL ms
+ARGV[7] log lines kept   ARGV[8] L: log lines that follow   ARGV[9] statuses with index keys
+ARGV[10 .. 9+L] log lines   ARGV[10+L ..] record field/value pairs
+The idempotency change is made whatever the record says (it is about the output, not the
+record); log lines are appended to any record that exists.
+Returns ${RUN_REPLY.written} written | ${RUN_REPLY.missing} missing (trimmed or expired: nothing written)
+  | ${RUN_REPLY.final} the record is final already (fields and status unchanged)
+  | ${RUN_REPLY.refused} the move is not in RUN_TRANSITIONS (nothing written)
+]]
+${COMMON}
+local runId, n, to = ARGV[1], tonumber(ARGV[3]), ARGV[4]
+local FIRST = 5
+setStatuses(ARGV[9])
+if ARGV[5] == 'set' then
+  redis.call('SET', KEYS[4], runId, 'PX', ARGV[6])
+elseif ARGV[5] == 'del' then
+  redis.call('DEL', KEYS[4])
+end
+local current = redis.call('HGET', KEYS[1], 'status')
+if not current then return ${RUN_REPLY.missing} end
+local lines = tonumber(ARGV[8])
+if lines > 0 then
+  redis.call('RPUSH', KEYS[2], unpack(ARGV, 10, 9 + lines))
+  redis.call('LTRIM', KEYS[2], -tonumber(ARGV[7]), -1)
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+end
+if FINAL[current] then return ${RUN_REPLY.final} end
+if to ~= '' and not ALLOWED[current][to] then return ${RUN_REPLY.refused} end
+if #ARGV >= 10 + lines then redis.call('HSET', KEYS[1], unpack(ARGV, 10 + lines)) end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if to ~= '' and to ~= current then
+  redis.call('HSET', KEYS[1], 'status', to)
+  if FINAL[to] then
+    finishTimes(KEYS[1])
+    if redis.call('GET', KEYS[3]) == runId then redis.call('DEL', KEYS[3]) end
+  end
+  local score = redis.call('ZSCORE', KEYS[FIRST], runId) or nowMs
+  moveStatus(FIRST, n, runId, current, to, score)
+end
+return ${RUN_REPLY.written}
+`,
+});
+
+export const RUN_ABANDON = typedScript<number>()({
+  command: "claimwatchRunAbandon",
+  keys: ["run", "openAttempt", "workerHeartbeat"],
+  variadicKeys: true,
+  lua: `
+--[[ Close an attempt nobody will finish: queued or running → aborted, atomically.
+KEYS[1] run HASH   KEYS[2] openAttempt STRING of its job   KEYS[3] workerHeartbeat HASH of the
+worker the caller saw on the record
+KEYS[4 ..] indexes: ARGV[2] base indexes, then as many per status in ARGV[5]
+ARGV[1] runId   ARGV[2] n   ARGV[3] reason
+ARGV[4] workerId the caller saw: '' closes it whatever its worker; otherwise only if the record
+  still names that worker and the worker's heartbeat has expired (on the Redis clock)
+ARGV[5] statuses with index keys (comma-separated)
+Returns ${RUN_REPLY.written} aborted | ${RUN_REPLY.no} left alone (final, or its worker is live or changed) | ${RUN_REPLY.missing} missing
+]]
+${COMMON}
+setStatuses(ARGV[5])
+if redis.call('EXISTS', KEYS[1]) == 0 then return ${RUN_REPLY.missing} end
+if ARGV[4] ~= '' then
+  if redis.call('HGET', KEYS[1], 'workerId') ~= ARGV[4] then return ${RUN_REPLY.no} end
+  if redis.call('EXISTS', KEYS[3]) == 1 then return ${RUN_REPLY.no} end
+end
+local closed = abandon(KEYS[1], ARGV[1], ARGV[3], 4, tonumber(ARGV[2]))
+if closed == 1 and redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
+if closed == 1 then return ${RUN_REPLY.written} end
+return ${RUN_REPLY.no}
+`,
+});
+
+export const RUN_TRIM = typedScript<number>()({
+  command: "claimwatchRunTrim",
+  keys: ["run", "runLog"],
+  variadicKeys: true,
+  lua: `
+--[[ Delete one run record, its log and its index entries — unless it is still in flight.
+KEYS[1] run HASH   KEYS[2] runLog LIST
+KEYS[3 ..] indexes: ARGV[2] base indexes, then as many per status (every status)
+ARGV[1] runId   ARGV[2] n
+A record whose hash already expired is removed from every index (its status is unknown).
+Returns ${RUN_REPLY.written} deleted | ${RUN_REPLY.no} kept: queued or running
+]]
+${COMMON}
+local status = redis.call('HGET', KEYS[1], 'status')
+if status and not FINAL[status] then return ${RUN_REPLY.no} end
+redis.call('DEL', KEYS[1], KEYS[2])
+for i = 3, #KEYS do redis.call('ZREM', KEYS[i], ARGV[1]) end
+return ${RUN_REPLY.written}
+`,
+});
+
+export const RUN_SCRIPTS: readonly LuaScript[] = [RUN_BEGIN, RUN_WRITE, RUN_ABANDON, RUN_TRIM];

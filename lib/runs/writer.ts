@@ -1,0 +1,324 @@
+/**
+ * The one writer of run records. An attempt begins with `beginAttempt` (one round trip that may
+ * also end it: already rebuilt, failed early, deferred) and then writes through a `RunRecorder`,
+ * which coalesces progress, step and log writes (one in flight at a time) and sends the final
+ * record, its last log lines and the idempotency key in one script. The scripts refuse moves
+ * outside `RUN_TRANSITIONS`, so a late writer (a paused attempt waking up) cannot change a
+ * final record, and a record that was trimmed is never recreated half-empty.
+ */
+import type { ChainableCommander } from "ioredis";
+import type { RedisKeys } from "../redis/keys";
+import { RUN_REPLY } from "../redis/replies";
+import { runVariadicScript, type ScriptingClient } from "../redis/scripts";
+import { abandonRun } from "./abandoned";
+import {
+  fieldPairs,
+  indexLayout,
+  RUN_LOG_LINES,
+  recordTtlMs,
+  runPlaceOf,
+  toFields,
+  type RunPlace,
+  type RunRetention,
+} from "./records";
+import { RUN_BEGIN, RUN_WRITE } from "./scripts";
+import type { FinalRunStatus } from "./transitions";
+import { RUN_STATUSES, type RunRecord, type RunStatus, type RunTrigger } from "./types";
+
+export interface RunStore {
+  /** The main Redis. */
+  client: ScriptingClient;
+  keys: RedisKeys;
+  retention: RunRetention;
+}
+
+/** Who an attempt is: what every record of it says from its first write on. */
+export interface AttemptIdentity extends RunPlace {
+  runId: string;
+  jobId: string;
+  attempt: number;
+  /** The job's previous attempt's run id (null for the first). */
+  previousRunId: string | null;
+  /** The rebuild name as the job gave it (shown even when it names no known rebuild). */
+  rebuildName: string;
+  /** When the job was created (ms); shown, never used for ordering. */
+  createdAt: number;
+  trigger: RunTrigger;
+  workerId: string;
+  host: string;
+}
+
+export type BeginMode =
+  /** Skip as "already rebuilt" if the idempotency key exists, else begin running. */
+  | { kind: "check"; idempotencyKey: string }
+  | { kind: "running" }
+  /** The attempt ends where it begins (it failed before it could start, or waits for another version). */
+  | { kind: "final"; status: FinalRunStatus; reason: string };
+
+export interface BeginOptions {
+  mode: BeginMode;
+  /** Fields known at the start (version, idempotency key hash …). */
+  fields?: Partial<RunRecord>;
+  /** The job's pending-trigger marker, dropped if it is still this job's. */
+  pendingTrigger?: string;
+}
+
+export type BeginResult =
+  | { status: "began" }
+  | { status: "already-rebuilt"; rebuiltBy: string }
+  | { status: "ended" }
+  /** A record with this run id exists: nothing was written (and nothing later will be). */
+  | { status: "exists" };
+
+/** Why the previous attempt of a job is closed when the next one begins. */
+const ABANDONED_REASON = (attempt: number) =>
+  `worker died or stalled (BullMQ job lock lost); the job was redelivered as attempt ${attempt}`;
+/** The reason of an already-rebuilt skip; the script appends the run id that rebuilt it. */
+const ALREADY_REBUILT_PREFIX = "already-rebuilt: already rebuilt by run ";
+
+export async function beginAttempt(
+  store: RunStore,
+  attempt: AttemptIdentity,
+  options: BeginOptions,
+): Promise<BeginResult> {
+  const { keys, retention } = store;
+  const { mode } = options;
+  const own: RunStatus[] =
+    mode.kind === "check" ? ["running", "skipped"] : mode.kind === "running" ? ["running"] : [mode.status];
+  // A later attempt may close the previous one (queued or running → aborted).
+  const layout = indexLayout(keys, attempt, attempt.previousRunId ? [...own, "queued", "running", "aborted"] : own);
+  const fields = fieldPairs({
+    jobId: attempt.jobId,
+    attempt: attempt.attempt,
+    rebuild: attempt.rebuildName,
+    tenant: attempt.tenant,
+    createdAt: attempt.createdAt,
+    trigger: attempt.trigger,
+    workerId: attempt.workerId,
+    host: attempt.host,
+    progress: 0,
+    ...(mode.kind === "final" ? { reason: mode.reason } : {}),
+    ...options.fields,
+  });
+  const reply = await runVariadicScript(
+    store.client,
+    RUN_BEGIN,
+    [
+      keys.run(attempt.runId),
+      keys.runOpenAttempt(attempt.jobId),
+      keys.run(attempt.previousRunId ?? attempt.runId),
+      mode.kind === "check" ? keys.idempotency(mode.idempotencyKey) : keys.run(attempt.runId),
+      options.pendingTrigger ?? keys.run(attempt.runId),
+    ],
+    layout.keys,
+    [
+      attempt.runId,
+      attempt.jobId,
+      attempt.previousRunId ?? "",
+      recordTtlMs(retention),
+      layout.n,
+      mode.kind === "check" ? "check" : mode.kind === "running" ? "running" : mode.status,
+      ALREADY_REBUILT_PREFIX,
+      ABANDONED_REASON(attempt.attempt),
+      options.pendingTrigger ? "1" : "",
+      layout.statuses,
+      ...fields,
+    ],
+  );
+  const [code, rebuiltBy, stray] = reply;
+  if (stray) {
+    // The job's attempt in flight was not the previous one (that one never began): close it too.
+    await abandonRun(store, { ...attempt, runId: stray }, ABANDONED_REASON(attempt.attempt));
+  }
+  switch (code) {
+    case RUN_REPLY.began:
+      return { status: "began" };
+    case RUN_REPLY.alreadyRebuilt:
+      return { status: "already-rebuilt", rebuiltBy };
+    case RUN_REPLY.ended:
+      return { status: "ended" };
+    case RUN_REPLY.exists:
+      return { status: "exists" };
+    default:
+      throw new Error(`${RUN_BEGIN.command}: unexpected reply ${JSON.stringify(reply)}`);
+  }
+}
+
+/** A run as its writes name it. */
+export type RunRef = RunPlace & { runId: string; jobId: string };
+
+export type WriteResult = "written" | "missing" | "final" | "refused";
+
+export interface RunWrite {
+  status?: "running" | FinalRunStatus;
+  fields?: Partial<RunRecord>;
+  logLines?: readonly string[];
+  idempotency?: { change: "set" | "del"; key: string; ttlMs: number };
+}
+
+/** One write of an attempt's record (status move, fields, log lines, idempotency key). */
+export async function writeRun(store: RunStore, run: RunRef, write: RunWrite): Promise<WriteResult> {
+  const { keys, retention } = store;
+  // A status move touches the run's indexes; a write of fields and lines touches none.
+  const layout = write.status
+    ? indexLayout(keys, run, ["queued", "running", write.status])
+    : { n: 0, statuses: "", keys: [] };
+  const lines = write.logLines ?? [];
+  const reply = await runVariadicScript(
+    store.client,
+    RUN_WRITE,
+    [
+      keys.run(run.runId),
+      keys.runLog(run.runId),
+      keys.runOpenAttempt(run.jobId),
+      write.idempotency ? keys.idempotency(write.idempotency.key) : keys.run(run.runId),
+    ],
+    layout.keys,
+    [
+      run.runId,
+      recordTtlMs(retention),
+      layout.n,
+      write.status ?? "",
+      write.idempotency?.change ?? "",
+      write.idempotency?.ttlMs ?? 0,
+      RUN_LOG_LINES,
+      lines.length,
+      layout.statuses,
+      ...lines,
+      ...fieldPairs(write.fields ?? {}),
+    ],
+  );
+  switch (reply) {
+    case RUN_REPLY.written:
+      return "written";
+    case RUN_REPLY.missing:
+      return "missing";
+    case RUN_REPLY.final:
+      return "final";
+    case RUN_REPLY.refused:
+      return "refused";
+    default:
+      throw new Error(`${RUN_WRITE.command}: unexpected reply ${JSON.stringify(reply)}`);
+  }
+}
+
+/**
+ * An attempt's record after it began: `update` and `log` queue changes without waiting (one
+ * write in flight; changes made meanwhile are merged and sent when it lands, log lines at the
+ * latest after `flushEveryMs`), `finish` sends what is queued with the final status.
+ */
+export class RunRecorder {
+  private fields: Partial<RunRecord> | null = null;
+  private lines: string[] = [];
+  private inFlight: Promise<void> | null = null;
+  private timer: NodeJS.Timeout | undefined;
+  private timerDue = 0;
+  private finishing = false;
+
+  constructor(
+    private readonly store: RunStore,
+    private readonly run: RunRef,
+    private readonly options: {
+      onError?: (error: unknown) => void;
+      /** Longest delay of a field update (default 200 ms). */
+      updateEveryMs?: number;
+      /** Longest delay of a log line (default 500 ms). */
+      flushEveryMs?: number;
+    } = {},
+  ) {}
+
+  /**
+   * Fields to write soon (steps are copied now: they change in place): within `updateEveryMs`,
+   * merged with every other change made meanwhile — a short run's progress costs no write of
+   * its own, it lands with the final record.
+   */
+  update(fields: Partial<RunRecord>): void {
+    const snapshot = fields.steps ? { steps: fields.steps.map((step) => ({ ...step })) } : {};
+    this.fields = { ...this.fields, ...fields, ...snapshot };
+    this.sendSoon(this.options.updateEveryMs ?? 200);
+  }
+
+  log(line: string): void {
+    this.lines.push(`${new Date().toISOString()} ${line}`);
+    if (this.lines.length > RUN_LOG_LINES) this.lines.splice(0, this.lines.length - RUN_LOG_LINES);
+    this.sendSoon(this.options.flushEveryMs ?? 500);
+  }
+
+  /**
+   * The final record, with the last fields and log lines and the idempotency change, after the
+   * write in flight landed. Resolves with what the script said (`final` when another writer —
+   * the next attempt, the abandoned-run sweep — closed this record first).
+   */
+  async finish(
+    status: FinalRunStatus,
+    fields: Partial<RunRecord>,
+    idempotency?: RunWrite["idempotency"],
+  ): Promise<WriteResult> {
+    this.finishing = true;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = undefined;
+    while (this.inFlight) await this.inFlight;
+    const write: RunWrite = {
+      status,
+      fields: { ...this.fields, ...fields },
+      logLines: this.lines,
+      ...(idempotency ? { idempotency } : {}),
+    };
+    this.fields = null;
+    this.lines = [];
+    return writeRun(this.store, this.run, write);
+  }
+
+  /** Sends within `delayMs`: an earlier timer stands, a later one is brought forward. */
+  private sendSoon(delayMs: number): void {
+    if (this.finishing || this.inFlight) return;
+    const due = performance.now() + delayMs;
+    if (this.timer && this.timerDue <= due) return;
+    if (this.timer) clearTimeout(this.timer);
+    this.timerDue = due;
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      if (!this.inFlight && !this.finishing) this.send();
+    }, delayMs);
+  }
+
+  private send(): void {
+    const write: RunWrite = { fields: this.fields ?? {}, logLines: this.lines };
+    this.fields = null;
+    this.lines = [];
+    this.inFlight = writeRun(this.store, this.run, write)
+      .then(
+        () => {},
+        (error: unknown) => this.options.onError?.(error),
+      )
+      .finally(() => {
+        this.inFlight = null;
+        if (this.finishing) return;
+        if (this.fields) this.sendSoon(this.options.updateEveryMs ?? 200);
+        else if (this.lines.length) this.sendSoon(this.options.flushEveryMs ?? 500);
+      });
+  }
+}
+
+/**
+ * Queues a finished record as it is (hash, indexes at its `startedAt`, retention) into `tx`:
+ * for seeding history in benchmarks and tests, never for an attempt in flight (which writes
+ * through `beginAttempt` and `RunRecorder`, so its moves are checked).
+ */
+export function importRunInto(
+  tx: ChainableCommander,
+  keys: RedisKeys,
+  record: RunRecord & { status: FinalRunStatus },
+  retention: RunRetention,
+): ChainableCommander {
+  const layout = indexLayout(keys, runPlaceOf(record.rebuild, record.tenant));
+  const score = record.startedAt ?? record.createdAt;
+  tx.hset(keys.run(record.id), toFields(record));
+  tx.pexpire(keys.run(record.id), recordTtlMs(retention));
+  const statusAt = RUN_STATUSES.indexOf(record.status);
+  for (let j = 0; j < layout.n; j++) {
+    tx.zadd(layout.keys[j]!, score, record.id);
+    tx.zadd(layout.keys[layout.n + statusAt * layout.n + j]!, score, record.id);
+  }
+  return tx;
+}
