@@ -134,12 +134,13 @@ async function shutdown(signal: NodeJS.Signals): Promise<void> {
   stopping = true;
   const jobs = running.ids();
   log(`${signal}: stopping${jobs.length ? `; handing back ${jobs.join(", ")}` : ""}`);
-  clearInterval(beatTimer);
+  // The heartbeat goes on until the jobs are handed back: a worker that waits out a long killGrace
+  // is alive, and another worker must not close its runs as abandoned meanwhile.
   clearInterval(buildCheckTimer);
   // Abort running steps (SIGTERM, SIGKILL after their killGrace); each processor then releases
   // its claim and moves its job back to waiting. The wait follows the longest killGrace, so a
   // step is dead before its job can start elsewhere; whatever is left after it is SIGKILLed here
-  // (and would die with this process anyway: steps carry a parent-death signal).
+  // (and would die with this process anyway: their init watches a pipe only this process holds).
   worker.cancelAllJobs("shutdown");
   const wait = shutdownWaitMs(definitions);
   let waitTimer: NodeJS.Timeout | undefined;
@@ -152,6 +153,7 @@ async function shutdown(signal: NodeJS.Signals): Promise<void> {
     const killed = killAllSteps();
     log(`shutdown: jobs not handed back within ${wait} ms${killed ? `; killed ${killed} step(s)` : ""}`);
   }
+  clearInterval(beatTimer);
   await queue.close().catch(() => {});
   await Promise.race([retire(main, keys, identity.id).catch(() => {}), new Promise((r) => setTimeout(r, 2_000))]);
   await Promise.all([closeRedis(main), closeRedis(claims)]);

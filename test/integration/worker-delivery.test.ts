@@ -93,13 +93,14 @@ test("SIGSTOP past the claim TTL: a second worker takes over; after SIGCONT the 
   const output = bed.definitions.rebuilds.get("slow")!.outputPath;
   const frozen = await bed.startWorker();
   const jobId = await bed.trigger("slow", { version: "v-pause" });
-  const first = await bed.waitForRun((r) => r.jobId === jobId && r.status === "running", 15_000);
+  // An attempt's record says "running" before it holds the claim; its fence follows the grant.
+  const first = await bed.waitForRun((r) => r.jobId === jobId && r.status === "running" && r.fence !== null, 15_000);
   process.kill(frozen.pid, "SIGSTOP");
   const second = await bed.startWorker();
   try {
     // The job lock (5 s) lapses, the stalled check redelivers the job, the claim (2 s TTL) is free.
     const taken = await bed.waitForRun(
-      (r) => r.jobId === jobId && r.attempt > first.attempt && r.status === "running",
+      (r) => r.jobId === jobId && r.attempt > first.attempt && r.status === "running" && r.fence !== null,
       30_000,
     );
     assert.ok((taken.fence ?? 0) > (first.fence ?? 0), "the new grant has a higher fence");
