@@ -12,11 +12,11 @@
 import fs from "node:fs";
 import type { Redis } from "ioredis";
 import type { RedisKeys } from "../../lib/redis/keys";
+import { isFinalStatus } from "../../lib/runs/transitions";
 import { KILL_GRACE_MS, type EventLog, type WorkerPool } from "./bed";
 
 const SAMPLE_MS = 500;
 const GRACE_MS = 1_000;
-const FINAL = new Set(["rebuilt", "skipped", "failed", "aborted", "superseded", "cancelled"]);
 
 export class EscapeSampler {
   private timer: NodeJS.Timeout | null = null;
@@ -76,7 +76,7 @@ export class EscapeSampler {
         why = `its worker ${worker.pid} exited ${now - worker.exitedAt} ms ago`;
       } else if (
         run.status &&
-        FINAL.has(run.status) &&
+        isFinalStatus(run.status) &&
         now - run.finishedAt > KILL_GRACE_MS + GRACE_MS &&
         worker &&
         !worker.paused &&
