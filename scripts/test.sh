@@ -52,7 +52,7 @@ suite() {
   fi
 }
 
-NODE_TEST=(node --import tsx --test --test-reporter=spec --test-force-exit --test-concurrency=1 --test-timeout=180000)
+NODE_TEST=(node --import tsx --test --test-reporter=spec --test-force-exit --test-concurrency=1 --test-timeout=600000)
 
 check "system packages (redis-server, faketime, chromium)" 1200 node --import tsx scripts/ensure-system-packages.ts
 CHROMIUM_PATH=$(command -v chromium || echo /usr/bin/chromium)

@@ -41,7 +41,19 @@ before(async () => {
         output: "out/long",
         claim: { ttl: "2s", refreshEvery: "500ms" },
         timeLimit: "2m",
-        steps: [slowStep(12)],
+        // Runs until the test lets it finish (a file appears): "in flight" whatever the load.
+        steps: [
+          {
+            name: "work",
+            run: [
+              "sh",
+              "-c",
+              'while [ ! -f "$0/../release-long" ]; do sleep 0.1; done; echo "$CLAIMWATCH_RUN_ID" > "$CLAIMWATCH_WORK/run.txt"',
+              "{output}",
+            ],
+            killGrace: "1s",
+          },
+        ],
       },
       flaky: {
         output: "out/flaky",
@@ -184,6 +196,7 @@ test("trimming by count never deletes a run in flight, and its record stays whol
       "trimmed to the retention",
     );
     assert.equal((await readRun(bed.main, bed.keys, first.id))?.status, "running", "the run in flight is kept");
+    fs.writeFileSync(path.join(path.dirname(bed.definitions.rebuilds.get("long")!.outputPath), "release-long"), "");
     const done = await bed.waitForRun((r) => r.id === first.id && r.status === "rebuilt", 40_000);
     assert.equal(done.jobId, jobId);
     assert.equal(done.attempt, first.attempt);
