@@ -16,6 +16,7 @@
  * whether another attempt can help.
  */
 import fs from "node:fs/promises";
+import { countRunFinished } from "../metrics/counters";
 import type { Redis } from "ioredis";
 import {
   ClaimLostError,
@@ -243,6 +244,11 @@ class RebuildAttempt {
       return null;
     });
     if (by === null) return null;
+    this.pendingWrites.push(
+      countRunFinished(deps.main.multi(), deps.keys, { ...data, status: "skipped", durationMs: 0, finishedAt: now })
+        .exec()
+        .catch(() => null),
+    );
     await Promise.all(this.pendingWrites);
     this.pendingWrites = [];
     return { status: "skipped", reason: "already-rebuilt", runId: this.runId, version: this.version };
@@ -513,6 +519,12 @@ class RebuildAttempt {
       },
       this.retention,
     );
+    countRunFinished(tx, this.deps.keys, {
+      ...this.record,
+      status,
+      finishedAt,
+      durationMs: startedAt !== null ? finishedAt - startedAt : null,
+    });
     this.queuedFields = null;
     if (options.setIdempotency) {
       tx.set(this.deps.keys.idempotency(this.idemKey), this.runId, "PX", this.definition.idempotency.ttl);
