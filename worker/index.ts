@@ -8,6 +8,7 @@
  */
 import { Queue } from "bullmq";
 import { CONFIG_EXIT_CODE, loadConfigOrExit } from "../lib/config";
+import { startAlerting } from "../lib/alerts/start";
 import { describeError } from "../lib/health/redis-safety";
 import { loadDefinitionsOrExit } from "../lib/rebuilds/definitions";
 import { queuePrefix, REBUILD_QUEUE } from "../lib/rebuilds/queue";
@@ -89,6 +90,10 @@ try {
 log(
   `ready: ${definitions.rebuilds.size} rebuild(s) from ${definitions.file}, concurrency ${concurrency}, Redis ${new URL(urls.main).host}`,
 );
+
+// Alert evaluation (when claimwatch.yaml has `alerts:`): one process of all evaluates at a time.
+const alerting = startAlerting({ main, claims, keys, definitions, config, workerId: identity.id, role: "alerts", log });
+for (const signal of ["SIGTERM", "SIGINT"] as const) process.once(signal, () => void alerting?.stop());
 
 // A stray rejection must not take down a worker that holds claims: log it loudly instead.
 process.on("unhandledRejection", (reason) => {

@@ -279,6 +279,65 @@ return id
 `,
 } as const satisfies LuaScript;
 
+export const ALERTS_COMMIT = {
+  command: "claimwatchAlertsCommit",
+  keys: [
+    "alertsFence",
+    "alertsVersion",
+    "alertsFiring",
+    "alertsPending",
+    "alertsTransitions",
+    "alertsOutbox",
+    "alertsDeliveries",
+    "metricsCounters",
+  ],
+  lua: `
+--[[ Commit one alert evaluation: the state moves only for the newest evaluator (fence), and only
+from the state that evaluation read (version), so every transition is recorded exactly once.
+KEYS[1] alertsFence        STRING newest evaluator fence that committed
+KEYS[2] alertsVersion      STRING counter, +1 per commit
+KEYS[3] alertsFiring       HASH alert id -> firing alert JSON
+KEYS[4] alertsPending      HASH alert id -> since (ms)
+KEYS[5] alertsTransitions  STREAM, field 'transition' (JSON), MAXLEN ~ ARGV[4]
+KEYS[6] alertsOutbox       ZSET delivery id -> order
+KEYS[7] alertsDeliveries   HASH delivery id -> delivery JSON
+KEYS[8] metricsCounters    HASH (lib/metrics/counters)
+ARGV[1] the evaluator's fence   ARGV[2] the version its snapshot read
+ARGV[3] changes, JSON: {fire: [[id, alert json]], resolve: [id], transitions: [json],
+        deliveries: [[id, delivery json]], pendingSet: [[id, since]], pendingDel: [id],
+        incr: [[field, n]], set: [[field, value]]}
+ARGV[4] transitions kept
+Returns
+  {1, version}        committed; version is the new state version
+  {-6, newestFence}   refused: a newer evaluator has committed (this one lost its claim)
+  {-7, version}       refused: the state changed since this evaluation read it
+]]
+local fence = tonumber(ARGV[1])
+local newest = tonumber(redis.call('GET', KEYS[1]) or '0')
+if fence < newest then return {-6, newest} end
+local version = tonumber(redis.call('GET', KEYS[2]) or '0')
+if version ~= tonumber(ARGV[2]) then return {-7, version} end
+if fence > newest then redis.call('SET', KEYS[1], fence) end
+local changes = cjson.decode(ARGV[3])
+for _, item in ipairs(changes.fire) do redis.call('HSET', KEYS[3], item[1], item[2]) end
+for _, id in ipairs(changes.resolve) do redis.call('HDEL', KEYS[3], id) end
+for _, item in ipairs(changes.pendingSet) do redis.call('HSET', KEYS[4], item[1], item[2]) end
+for _, id in ipairs(changes.pendingDel) do redis.call('HDEL', KEYS[4], id) end
+for _, json in ipairs(changes.transitions) do
+  redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[4], '*', 'transition', json)
+end
+local committed = version + 1
+for i, item in ipairs(changes.deliveries) do
+  redis.call('HSET', KEYS[7], item[1], item[2])
+  redis.call('ZADD', KEYS[6], committed * 100000 + i, item[1])
+end
+for _, item in ipairs(changes.incr) do redis.call('HINCRBY', KEYS[8], item[1], item[2]) end
+for _, item in ipairs(changes.set) do redis.call('HSET', KEYS[8], item[1], item[2]) end
+redis.call('SET', KEYS[2], committed)
+return {1, committed}
+`,
+} as const satisfies LuaScript;
+
 /** Every script, for registration (and for the test that loads each one). */
 export const ALL_SCRIPTS: readonly LuaScript[] = [
   CLAIM_ACQUIRE,
@@ -289,6 +348,7 @@ export const ALL_SCRIPTS: readonly LuaScript[] = [
   FENCED_PUBLISH,
   SKIP_IF_REBUILT,
   AUDIT_APPEND,
+  ALERTS_COMMIT,
 ];
 
 /** The narrowest client that can run scripts. */
