@@ -303,9 +303,9 @@ KEYS[6] alertsOutbox       ZSET delivery id -> order
 KEYS[7] alertsDeliveries   HASH delivery id -> delivery JSON
 KEYS[8] metricsCounters    HASH (lib/metrics/counters)
 ARGV[1] the evaluator's fence   ARGV[2] the version its snapshot read
-ARGV[3] changes, JSON: {fire: [[id, alert json]], resolve: [id], transitions: [json],
-        deliveries: [[id, delivery json]], pendingSet: [[id, since]], pendingDel: [id],
-        incr: [[field, n]], set: [[field, value]]}
+ARGV[3] changes, JSON object of lists: fire (pairs id, alert json), resolve (ids), transitions
+        (json strings), deliveries (pairs id, delivery json), pendingSet (pairs id, since),
+        pendingDel (ids), incr (pairs counter field, n), set (pairs counter field, value)
 ARGV[4] transitions kept
 Returns
   {1, version}        committed; version is the new state version
