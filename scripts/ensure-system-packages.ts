@@ -1,9 +1,20 @@
-/** `npm test` needs redis-server and Chromium; installs them where possible, else says how. */
-import { CHROMIUM, ensureProgram, ProgramMissingError, REDIS_SERVER } from "../lib/system/packages";
+/**
+ * `npm test` needs redis-server, Chromium, Prometheus (with promtool) and Alertmanager; installs
+ * them where possible, else says how.
+ */
+import {
+  ALERTMANAGER,
+  CHROMIUM,
+  ensureProgram,
+  ProgramMissingError,
+  PROMETHEUS,
+  REDIS_SERVER,
+} from "../lib/system/packages";
 
 const say = (line: string) => process.stdout.write(`[test] ${line}\n`);
 try {
-  for (const program of [REDIS_SERVER, CHROMIUM]) say(`${program.binary}: ${ensureProgram(program, say)}`);
+  for (const program of [REDIS_SERVER, CHROMIUM, PROMETHEUS, ALERTMANAGER])
+    say(`${program.binary}: ${ensureProgram(program, say)}`);
 } catch (error) {
   if (!(error instanceof ProgramMissingError)) throw error;
   process.stderr.write(`[test] ${error.message}\n`);
