@@ -92,7 +92,16 @@ log(
 );
 
 // Alert evaluation (when claimwatch.yaml has `alerts:`): one process of all evaluates at a time.
-const alerting = startAlerting({ main, claims, keys, definitions, config, workerId: identity.id, role: "alerts", log });
+const alerting = startAlerting({
+  main,
+  claims,
+  keys,
+  definitions,
+  config,
+  workerId: identity.id,
+  role: "(alerts evaluator)",
+  log,
+});
 for (const signal of ["SIGTERM", "SIGINT"] as const) process.once(signal, () => void alerting?.stop());
 
 // A stray rejection must not take down a worker that holds claims: log it loudly instead.

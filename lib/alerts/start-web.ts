@@ -19,7 +19,7 @@ export function startWebAlerting(): void {
         keys: connections.keys,
         definitions,
         config,
-        role: "alerts",
+        role: "(alerts evaluator)",
         log,
       });
     } catch (error) {

@@ -10,6 +10,7 @@ import type { Queue } from "bullmq";
 import type { Redis } from "ioredis";
 import { Counter, Gauge, Registry, type MetricObjectWithValues, type MetricValue } from "prom-client";
 import { RULE_NAMES } from "../alerts/config";
+import { EVALUATOR_CLAIM } from "../alerts/rules";
 import type { FiringAlert } from "../alerts/types";
 import { readClaimCensus } from "../claims/census";
 import { claimName } from "../claims/name";
@@ -71,11 +72,12 @@ export async function collectMetrics(sources: MetricsSources): Promise<{ content
 
   // Which rebuild and tenant a claim belongs to: its holder says; else the definitions.
   const owners = new Map<string, { rebuild: string; tenant: string }>();
-  const series: { rebuild: string; tenant: string; scheduled: boolean }[] = [];
+  const series: { rebuild: string; tenant: string; claim: string; scheduled: boolean }[] = [];
   for (const definition of definitions.rebuilds.values()) {
     for (const tenant of tenantsOf(definition)) {
-      owners.set(claimName(definition.outputPath, tenant), { rebuild: definition.name, tenant: tenant ?? "" });
-      series.push({ rebuild: definition.name, tenant: tenant ?? "", scheduled: Boolean(definition.schedule) });
+      const claim = claimName(definition.outputPath, tenant);
+      owners.set(claim, { rebuild: definition.name, tenant: tenant ?? "" });
+      series.push({ rebuild: definition.name, tenant: tenant ?? "", claim, scheduled: Boolean(definition.schedule) });
     }
   }
   const ownerOf = (claim: string, holder?: { rebuild: string | null; tenant: string | null }) => {
@@ -103,10 +105,17 @@ export async function collectMetrics(sources: MetricsSources): Promise<{ content
     "tenant",
   ]);
   for (const s of series) {
-    active.set({ rebuild: s.rebuild, tenant: s.tenant }, 0);
+    active.set(pick(s), 0);
+    skips.set({ claim: s.claim, ...pick(s) }, 0);
     for (const reason of ["refresh-overdue", "holder-not-live"]) stale.set({ ...pick(s), reason }, 0);
   }
+  let evaluatorLive = 0;
   for (const claim of census.claims) {
+    // The alert evaluator's own claim is not a rebuild's: it has its own gauge below.
+    if (claim.name === EVALUATOR_CLAIM) {
+      evaluatorLive = 1;
+      continue;
+    }
     const owner = ownerOf(claim.name, claim.holder);
     active.inc(owner);
     ttl.set({ claim: claim.name, ...owner }, Math.max(0, claim.pttlMs) / 1000);
@@ -188,6 +197,10 @@ export async function collectMetrics(sources: MetricsSources): Promise<{ content
   }
 
   gauge("claimwatch_workers_live", "Workers with a live heartbeat.").set(live.size);
+  gauge(
+    "claimwatch_alerts_evaluator_up",
+    "1 while some process holds the alert evaluator's claim (0: nobody evaluates claimwatch's own alerts).",
+  ).set(evaluatorLive);
   const alerts = gauge("claimwatch_alerts_firing", "Alerts firing now (claimwatch's own evaluator).", [
     "alertname",
     "severity",
