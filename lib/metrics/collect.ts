@@ -183,7 +183,10 @@ export async function collectMetrics(sources: MetricsSources): Promise<{ content
     "Publishes refused because a newer holder had been granted the claim.",
     ["claim", "rebuild", "tenant"],
   );
-  for (const s of series) takeovers.inc(pick(s), 0);
+  for (const s of series) {
+    takeovers.inc(pick(s), 0);
+    fencing.inc({ claim: s.claim, ...pick(s) }, 0);
+  }
   for (const [field, raw] of Object.entries(census.counters)) {
     const bar = field.indexOf("|");
     const kind = field.slice(0, bar);

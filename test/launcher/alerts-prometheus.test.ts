@@ -5,6 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
+import { acquireClaim, claimName, releaseClaim } from "../../lib/claims";
 import { after, before, test } from "node:test";
 import {
   createTestBed,
@@ -128,7 +129,18 @@ test("/metrics: token or viewer only, promtool-clean, scraped by Prometheus and 
   );
   const asViewer = await fetch(`${web.url}/metrics`, { headers: { authorization: `Bearer ${VIEWER_TOKEN}` } });
   assert.equal(asViewer.status, 200);
+  // A claim held by a process that is no worker: listed with its TTL, and stale (holder not live).
+  const held = claimName(bed.definitions.rebuilds.get("held")!.outputPath);
+  const grant = await acquireClaim(
+    bed.claims,
+    bed.keys,
+    held,
+    { workerId: "not-a-worker", rebuild: "held" },
+    { ttlMs: 60_000, refreshEveryMs: 10_000 },
+  );
+  assert.equal(grant.status, "acquired");
   const response = await fetch(`${web.url}/metrics`, { headers: { authorization: `Bearer ${METRICS_TOKEN}` } });
+  if (grant.status === "acquired") await releaseClaim(bed.claims, bed.keys, held, grant.token);
   assert.equal(response.status, 200);
   assert.match(response.headers.get("content-type") ?? "", /text\/plain; version=0\.0\.4/);
   const text = await response.text();
@@ -150,6 +162,14 @@ test("/metrics: token or viewer only, promtool-clean, scraped by Prometheus and 
     assert.match(text, new RegExp(`^${name}[{ ]`, "m"), `${name} is exposed`);
   }
   assert.match(text, /^claimwatch_runs_total\{rebuild="held",tenant="",status="skipped"\} 2$/m);
+  assert.match(text, /^claimwatch_claims_active\{rebuild="held",tenant=""\} 1$/m);
+  assert.match(text, /^claimwatch_claim_stale\{rebuild="held",tenant="",reason="holder-not-live"\} 1$/m);
+  const ttl = Number(
+    /^claimwatch_claim_ttl_seconds\{claim="[^"]+",rebuild="held",tenant=""\} ([\d.]+)$/m.exec(text)?.[1],
+  );
+  assert.ok(ttl > 0 && ttl <= 60, `TTL in seconds (got ${ttl})`);
+  assert.match(text, /^claimwatch_run_duration_seconds_count\{rebuild="held",tenant=""\} [1-9]/m);
+  assert.match(text, /^claimwatch_alerts_evaluator_up 1$/m);
   const lint = spawnSync("promtool", ["check", "metrics"], { input: text, encoding: "utf8" });
   assert.equal(lint.status, 0, `promtool check metrics: ${lint.stdout}${lint.stderr}`);
 
