@@ -50,6 +50,8 @@ export class AlertEvaluator {
   private readonly pump: OutboxPump;
   private readonly log: (line: string) => void;
   private lastError: string | null = null;
+  /** Series → its next scheduled tick (ms): cron is parsed only when a tick comes due. */
+  private readonly nextTicks = new Map<string, number>();
 
   constructor(private readonly deps: EvaluatorDeps) {
     this.receivers = receiversOf(deps.config);
@@ -151,7 +153,7 @@ export class AlertEvaluator {
     if (!keeper || keeper.signal.aborted) return { status: "not-leading", fired: 0, resolved: 0, active: 0 };
     const { main, claims, keys, definitions, config } = this.deps;
     const now = await redisTime(main);
-    await recordExpectedTicks(main, keys, definitions, now);
+    await recordExpectedTicks(main, keys, definitions, now, this.nextTicks);
     const state = await readAlertState(main, keys);
     const takeoverWindowMs = config.rules.takeover ? config.rules.takeover.resolveAfter : 0;
     const graceMs = config.rules.scheduleMissed ? config.rules.scheduleMissed.grace : 0;

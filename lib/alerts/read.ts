@@ -95,7 +95,9 @@ export async function readAlertsView(
     transitions,
     receivers,
     evaluator: {
-      holder: identity ? `${identity.workerId || "dashboard"} on ${identity.host ?? "?"} (pid ${identity.pid ?? "?"})` : null,
+      holder: identity
+        ? `${identity.workerId || "dashboard"} on ${identity.host ?? "?"} (pid ${identity.pid ?? "?"})`
+        : null,
       fence: fence ? Number(fence) : null,
     },
     serverTime,

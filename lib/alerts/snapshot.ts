@@ -14,6 +14,7 @@ import { inspectRedis, type RedisSafety } from "../health/redis-safety";
 import { tenantsOf, type Definitions } from "../rebuilds/definitions";
 import { schedulerIdOf } from "../rebuilds/queue";
 import type { RedisKeys } from "../redis/keys";
+import type { ScriptingClient } from "../redis/scripts";
 import { HEARTBEAT_TTL_MS } from "../workers/heartbeat";
 
 type Client = Pick<Redis, "pipeline">;
@@ -81,18 +82,25 @@ export async function redisTime(client: Pick<Redis, "time">): Promise<number> {
 
 const seriesKey = (rebuild: string, tenant: string | null | undefined) => `${rebuild}|${tenant ?? ""}`;
 
-/** Records the scheduled ticks that came due since the last call; idempotent (ZADD, cursor). */
+/**
+ * Records the scheduled ticks that came due since the last call; idempotent (ZADD, cursor).
+ * `nextDue` (series → ms of its next tick) is the caller's memory between calls: series with no
+ * tick due are skipped without parsing their cron expression or asking Redis.
+ */
 export async function recordExpectedTicks(
   main: Client,
   keys: RedisKeys,
   definitions: Definitions,
   now: number,
+  nextDue: Map<string, number> = new Map(),
 ): Promise<number> {
   const series: { rebuild: string; tenant: string | undefined; cron: string; tz: string }[] = [];
   for (const definition of definitions.rebuilds.values()) {
     if (!definition.schedule) continue;
-    for (const tenant of tenantsOf(definition))
-      series.push({ rebuild: definition.name, tenant, ...definition.schedule });
+    for (const tenant of tenantsOf(definition)) {
+      const due = nextDue.get(seriesKey(definition.name, tenant));
+      if (due === undefined || due <= now) series.push({ rebuild: definition.name, tenant, ...definition.schedule });
+    }
   }
   if (series.length === 0) return 0;
   const read = main.pipeline();
@@ -106,8 +114,15 @@ export async function recordExpectedTicks(
   series.forEach((s, i) => {
     const cursor = Number(replies[i * 2]?.[1] ?? NaN);
     const since = Number(replies[i * 2 + 1]?.[1] ?? NaN);
+    const key = seriesKey(s.rebuild, s.tenant);
     // Ticks before the scheduler existed cannot have been missed; none are expected without one.
-    if (!Number.isFinite(since)) return;
+    if (!Number.isFinite(since)) return void nextDue.set(key, now + 60_000);
+    nextDue.set(
+      key,
+      CronExpressionParser.parse(s.cron, { tz: s.tz, currentDate: new Date(now) })
+        .next()
+        .getTime(),
+    );
     const from = Math.max(Number.isFinite(cursor) ? cursor : since, since, now - TICK_WINDOW_MS);
     const ticks: number[] = [];
     const expression = CronExpressionParser.parse(s.cron, {
@@ -117,9 +132,9 @@ export async function recordExpectedTicks(
     });
     while (ticks.length < TICKS_PER_CYCLE && expression.hasNext()) ticks.push(expression.next().getTime());
     if (ticks.length === 0) return;
-    const key = keys.expectedTicks(s.rebuild, s.tenant);
-    write.zadd(key, ...ticks.flatMap((tick) => [tick, String(tick)]));
-    write.zremrangebyscore(key, "-inf", now - 7 * TICK_WINDOW_MS);
+    const ticksKey = keys.expectedTicks(s.rebuild, s.tenant);
+    write.zadd(ticksKey, ...ticks.flatMap((tick) => [tick, String(tick)]));
+    write.zremrangebyscore(ticksKey, "-inf", now - 7 * TICK_WINDOW_MS);
     write.hset(keys.alertsTickCursor, seriesKey(s.rebuild, s.tenant), String(ticks[ticks.length - 1]));
     recorded += ticks.length;
   });
@@ -129,7 +144,7 @@ export async function recordExpectedTicks(
 
 export async function readAlertSnapshot(
   main: Client,
-  claims: Client,
+  claims: Client & ScriptingClient,
   keys: RedisKeys,
   definitions: Definitions,
   options: { takeoverWindowMs: number; graceMs: number },

@@ -16,12 +16,13 @@ import { readClaimCensus } from "../claims/census";
 import { claimName } from "../claims/name";
 import { tenantsOf, type Definitions } from "../rebuilds/definitions";
 import type { RedisKeys } from "../redis/keys";
+import type { ScriptingClient } from "../redis/scripts";
 import { HEARTBEAT_TTL_MS } from "../workers/heartbeat";
 import { DURATION_BUCKETS } from "./counters";
 
 export interface MetricsSources {
   main: Pick<Redis, "pipeline">;
-  claims: Pick<Redis, "pipeline">;
+  claims: Pick<Redis, "pipeline"> & ScriptingClient;
   keys: RedisKeys;
   definitions: Definitions;
   queue: Pick<Queue, "getJobCounts">;

@@ -338,6 +338,32 @@ return {1, committed}
 `,
 } as const satisfies LuaScript;
 
+export const CLAIM_CENSUS = {
+  command: "claimwatchClaimCensus",
+  keys: ["claimsTime"],
+  variadicKeys: true,
+  lua: `
+--[[ Read many claims in one call (alert evaluation and /metrics read every claim every cycle; one
+script instead of 2 commands per claim saves the client most of its work).
+KEYS[1] claimsTime  unused placeholder (any key of the hash tag), so the script has a slot
+KEYS[2k], KEYS[2k+1]  claim (STRING) and claimMeta (HASH) of the k-th claim
+ARGV[1..n] the claimMeta fields to return, in order
+Returns {serverTimeMs, pttl1, field values 1..., pttl2, ...}: per claim its PTTL (-2: gone) and
+the fields ('' where absent)
+]]
+local t = redis.call('TIME')
+local out = {t[1] * 1000 + math.floor(t[2] / 1000)}
+for i = 2, #KEYS, 2 do
+  out[#out + 1] = redis.call('PTTL', KEYS[i])
+  local values = redis.call('HMGET', KEYS[i + 1], unpack(ARGV))
+  for j = 1, #ARGV do
+    out[#out + 1] = values[j] or ''
+  end
+end
+return out
+`,
+} as const satisfies LuaScript;
+
 /** Every script, for registration (and for the test that loads each one). */
 export const ALL_SCRIPTS: readonly LuaScript[] = [
   CLAIM_ACQUIRE,
@@ -349,6 +375,7 @@ export const ALL_SCRIPTS: readonly LuaScript[] = [
   SKIP_IF_REBUILT,
   AUDIT_APPEND,
   ALERTS_COMMIT,
+  CLAIM_CENSUS,
 ];
 
 /** The narrowest client that can run scripts. */
