@@ -347,7 +347,7 @@ export const CLAIM_CENSUS = {
 script instead of 2 commands per claim saves the client most of its work).
 KEYS[1] claimsTime  unused placeholder (any key of the hash tag), so the script has a slot
 KEYS[2k], KEYS[2k+1]  claim (STRING) and claimMeta (HASH) of the k-th claim
-ARGV[1..n] the claimMeta fields to return, in order
+ARGV[1] .. ARGV[n] the claimMeta fields to return, in order
 Returns {serverTimeMs, pttl1, field values 1..., pttl2, ...}: per claim its PTTL (-2: gone) and
 the fields ('' where absent)
 ]]
