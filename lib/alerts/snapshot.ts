@@ -14,7 +14,7 @@ import { inspectRedis, type RedisSafety } from "../health/redis-safety";
 import { tenantsOf, type Definitions } from "../rebuilds/definitions";
 import { schedulerIdOf } from "../rebuilds/queue";
 import type { RedisKeys } from "../redis/keys";
-import type { ScriptingClient } from "../redis/scripts";
+import { NEWEST_IN_INDEXES, runVariadicScript, type ScriptingClient } from "../redis/scripts";
 import { HEARTBEAT_TTL_MS } from "../workers/heartbeat";
 
 type Client = Pick<Redis, "pipeline">;
@@ -143,7 +143,7 @@ export async function recordExpectedTicks(
 }
 
 export async function readAlertSnapshot(
-  main: Client,
+  main: Client & ScriptingClient,
   claims: Client & ScriptingClient,
   keys: RedisKeys,
   definitions: Definitions,
@@ -155,7 +155,17 @@ export async function readAlertSnapshot(
       seriesList.push({ rebuild: definition.name, tenant, scheduled: Boolean(definition.schedule) });
     }
   }
-  // Round trip 1 (main): time, workers, running runs, pending, per series: newest runs.
+  // Round trip 1 (main): time, workers, running runs, pending, counters; the newest runs of every
+  // series (newest of any status, rebuilt, failed) in one script call alongside.
+  const indexKeys: string[] = [];
+  for (const s of seriesList) {
+    const filter = s.tenant ? { rebuild: s.rebuild, tenant: s.tenant } : { rebuild: s.rebuild };
+    indexKeys.push(
+      keys.runIndex(filter),
+      keys.runIndex({ ...filter, status: "rebuilt" }),
+      keys.runIndex({ ...filter, status: "failed" }),
+    );
+  }
   const first = main
     .pipeline()
     .time()
@@ -163,14 +173,10 @@ export async function readAlertSnapshot(
     .zrange(keys.runIndex({ status: "running" }), "0", String(RUNNING_LIMIT - 1))
     .hgetall(keys.alertsPending)
     .hgetall(keys.metricsCounters);
-  for (const s of seriesList) {
-    const filter = s.tenant ? { rebuild: s.rebuild, tenant: s.tenant } : { rebuild: s.rebuild };
-    first
-      .zrevrange(keys.runIndex(filter), 0, 0, "WITHSCORES")
-      .zrevrange(keys.runIndex({ ...filter, status: "rebuilt" }), 0, 0, "WITHSCORES")
-      .zrevrange(keys.runIndex({ ...filter, status: "failed" }), 0, 0, "WITHSCORES");
-  }
-  const replies = await execOrThrow(first);
+  const [replies, newest] = await Promise.all([
+    execOrThrow(first),
+    runVariadicScript(main, NEWEST_IN_INDEXES, [keys.runIndex()], indexKeys, [0]) as Promise<string[]>,
+  ]);
   const [seconds, micros] = replies[0] as [string, string];
   const now = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
   const registry = replies[1] as string[];
@@ -188,17 +194,16 @@ export async function readAlertSnapshot(
   // Round trip 2 (main): running runs, newest failed runs, unserved ticks.
   const second = main.pipeline();
   for (const id of runningIds) second.hmget(keys.run(id), "rebuild", "tenant", "startedAt", "createdAt", "status");
+  const entry = (index: number) =>
+    newest[index * 2] ? { id: newest[index * 2]!, at: Number(newest[index * 2 + 1]) } : null;
   const series: SeriesRuns[] = seriesList.map((s, i) => {
-    const base = 5 + i * 3;
-    const newest = replies[base] as string[];
-    const rebuilt = replies[base + 1] as string[];
-    const failed = replies[base + 2] as string[];
+    const [any, rebuilt, failed] = [entry(i * 3), entry(i * 3 + 1), entry(i * 3 + 2)];
     return {
       rebuild: s.rebuild,
       tenant: s.tenant ?? null,
-      newestRunAt: newest.length ? Number(newest[1]) : null,
-      newestRebuiltAt: rebuilt.length ? Number(rebuilt[1]) : null,
-      newestFailed: failed.length ? { id: failed[0]!, createdAt: Number(failed[1]), attempt: 0, reason: "" } : null,
+      newestRunAt: any ? any.at : null,
+      newestRebuiltAt: rebuilt ? rebuilt.at : null,
+      newestFailed: failed ? { id: failed.id, createdAt: failed.at, attempt: 0, reason: "" } : null,
       unservedTicks: [],
       missedCountedUpTo: Number(counters[`missedcursor|${seriesKey(s.rebuild, s.tenant)}`] ?? 0),
     };

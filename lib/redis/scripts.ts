@@ -364,6 +364,27 @@ return out
 `,
 } as const satisfies LuaScript;
 
+export const NEWEST_IN_INDEXES = {
+  command: "claimwatchNewestInIndexes",
+  keys: ["anchor"],
+  variadicKeys: true,
+  lua: `
+--[[ The newest entry of many run indexes in one call (alert evaluation reads three per series).
+KEYS[1] anchor  any key of the hash tag (unused), so the call has a slot with no indexes too
+KEYS[2..n] run index ZSETs (runId -> createdAt)
+ARGV[1] ignored
+Returns {member, score, member, score, ...}: per index its newest entry, '' and '' when empty
+]]
+local out = {}
+for i = 2, #KEYS do
+  local newest = redis.call('ZREVRANGE', KEYS[i], 0, 0, 'WITHSCORES')
+  out[#out + 1] = newest[1] or ''
+  out[#out + 1] = newest[2] or ''
+end
+return out
+`,
+} as const satisfies LuaScript;
+
 /** Every script, for registration (and for the test that loads each one). */
 export const ALL_SCRIPTS: readonly LuaScript[] = [
   CLAIM_ACQUIRE,
@@ -376,6 +397,7 @@ export const ALL_SCRIPTS: readonly LuaScript[] = [
   AUDIT_APPEND,
   ALERTS_COMMIT,
   CLAIM_CENSUS,
+  NEWEST_IN_INDEXES,
 ];
 
 /** The narrowest client that can run scripts. */
