@@ -3,7 +3,6 @@
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import { useState } from "react";
 import type { AlertsView } from "@/lib/alerts/read";
-import type { TestNotificationResult } from "@/lib/alerts/test-notification";
 import { alertsQuery, apiFetch, queryKeys } from "@/lib/ui/queries";
 import { DataTable } from "./data-table";
 import { formatAgo, formatTime } from "./format";
@@ -151,17 +150,14 @@ function TestButton({ receiver, onDone }: { receiver: string; onDone: (message: 
   const queryClient = useQueryClient();
   const test = useMutation({
     mutationFn: () =>
-      apiFetch<TestNotificationResult>(
-        "/api/alerts/test",
-        { method: "POST", body: JSON.stringify({ receiver, reason: "test from the Alerts page" }) },
-        [404, 409],
-      ),
+      apiFetch<{ status: "queued"; deliveryId: string }>("/api/alerts/test", {
+        method: "POST",
+        body: JSON.stringify({ receiver, reason: "test from the Alerts page" }),
+      }),
     onSuccess: (result) => {
       void queryClient.invalidateQueries({ queryKey: queryKeys.alerts() });
       onDone(
-        result.status === "queued"
-          ? `Test notification to ${receiver} queued (delivery ${result.deliveryId}); its result shows under Last delivery.`
-          : `Not sent: ${result.status}.`,
+        `Test notification to ${receiver} queued (delivery ${result.deliveryId}); its result shows under Last delivery.`,
       );
     },
     onError: (error) => onDone(`Not sent: ${error.message}`),

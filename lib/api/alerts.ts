@@ -2,8 +2,9 @@ import { z } from "zod";
 import { appendAudit } from "../audit";
 import { readAlertsView, type AlertsView } from "../alerts/read";
 import { publicOriginOf } from "../alerts/start";
-import { queueTestNotification, type TestNotificationResult } from "../alerts/test-notification";
+import { queueTestNotification } from "../alerts/test-notification";
 import type { WebContext } from "../web/context";
+import { ApiError, notFound } from "./errors";
 
 export function getAlerts(context: WebContext): Promise<AlertsView> {
   const { connections, definitions } = context;
@@ -15,12 +16,15 @@ export const testNotificationBody = z.strictObject({
   reason: z.string().max(500, "must be at most 500 characters").default(""),
 });
 
-/** Queues a test notification and audits it (done or refused). */
+/**
+ * Queues a test notification and audits it. An unknown receiver (404) or no `alerts:` section
+ * (409) is thrown as an ApiError, which the route wrapper answers and audits as refused.
+ */
 export async function sendTestNotification(
   context: WebContext,
   body: z.output<typeof testNotificationBody>,
   actor: string,
-): Promise<TestNotificationResult> {
+): Promise<{ status: "queued"; deliveryId: string; receiver: string }> {
   const { connections, definitions, config } = context;
   const result = await queueTestNotification(
     connections.main,
@@ -30,12 +34,20 @@ export async function sendTestNotification(
     actor,
     publicOriginOf(config),
   );
+  if (result.status === "not-configured") {
+    throw new ApiError(409, "not-configured", "alerts are not configured: claimwatch.yaml has no alerts: section");
+  }
+  if (result.status === "unknown-receiver") {
+    throw notFound(
+      `receiver: no receiver named ${JSON.stringify(body.receiver)} (configured: ${result.receivers.join(", ") || "none"})`,
+    );
+  }
   await appendAudit(connections.main, connections.keys, {
     actor,
     action: "alert-test",
     reason: body.reason || "test notification",
-    result: result.status === "queued" ? "done" : "refused",
-    detail: { receiver: body.receiver, ...result },
+    result: "done",
+    detail: { receiver: result.receiver, deliveryId: result.deliveryId },
   });
   return result;
 }

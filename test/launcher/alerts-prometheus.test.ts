@@ -199,6 +199,16 @@ test("/metrics: token or viewer only, promtool-clean, scraped by Prometheus and 
       body: JSON.stringify({ receiver: "alertmanager", reason: "checking the pager" }),
     });
   assert.equal((await send(VIEWER_TOKEN)).status, 403);
+  const unknown = await fetch(`${web.url}/api/alerts/test`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${OPERATOR_TOKEN}`, "content-type": "application/json" },
+    body: JSON.stringify({ receiver: "pager" }),
+  });
+  assert.equal(unknown.status, 404);
+  assert.match(
+    ((await unknown.json()) as { error: { message: string } }).error.message,
+    /^receiver: no receiver named "pager" \(configured: alertmanager\)/,
+  );
   const queued = await send(OPERATOR_TOKEN);
   assert.equal(queued.status, 202);
   await until("test alert in Alertmanager", async () => find(await activeAlerts(alertmanager), "ClaimwatchTest"));

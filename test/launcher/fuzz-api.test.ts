@@ -110,6 +110,8 @@ const ROUTES: FuzzRoute[] = [
   { method: "GET", route: "/api/runs/[id]", param: "seed-01-a1" },
   { method: "GET", route: "/api/workers" },
   { method: "GET", route: "/api/audit", queryNames: ["limit", "cursor"] },
+  { method: "GET", route: "/api/alerts" },
+  { method: "POST", route: "/api/alerts/test", body: { receiver: "slack", reason: "fuzz" }, mutation: true },
 ];
 
 interface FuzzRequest {
