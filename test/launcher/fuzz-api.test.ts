@@ -288,7 +288,7 @@ async function runAll(requests: FuzzRequest[]): Promise<void> {
 function allowedKey(key: string): boolean {
   const keys = bed.keys;
   if (key === keys.auditLog || key === keys.loginFailures) return true;
-  for (const action of ["trigger", "force-release"]) {
+  for (const action of ["trigger", "force-release", "alert-test"]) {
     for (const identity of [...OPERATORS, CHECKER]) if (key === keys.rateLimit(action, identity.name)) return true;
   }
   const VERSION_SLOT = "\u0000version\u0000";

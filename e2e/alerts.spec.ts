@@ -1,0 +1,17 @@
+import { expect, test } from "@playwright/test";
+import { operatorHeaders, stack } from "./support/stack";
+
+test.use({ extraHTTPHeaders: operatorHeaders() });
+
+test("the Alerts page is in the nav and linked from the banner; it says when alerts are not configured", async ({
+  page,
+}) => {
+  const { url } = stack();
+  await page.goto(`${url}/claims`);
+  const banner = page.getByRole("status", { name: "System health" });
+  await expect(banner.getByRole("link", { name: "Alerts" })).toHaveAttribute("href", "/alerts");
+  await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "Alerts" }).click();
+  await expect(page.getByRole("heading", { level: 1, name: "Alerts" })).toBeVisible();
+  // The e2e stack's definitions have no `alerts:` section.
+  await expect(page.getByText("Alerts are not configured")).toBeVisible();
+});
