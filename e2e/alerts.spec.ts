@@ -3,7 +3,7 @@ import { operatorHeaders, stack } from "./support/stack";
 
 test.use({ extraHTTPHeaders: operatorHeaders() });
 
-test("the Alerts page is in the nav and linked from the banner; it says when alerts are not configured", async ({
+test("the Alerts page is in the nav and linked from the banner; it shows who evaluates and what fires", async ({
   page,
 }) => {
   const { url } = stack();
@@ -12,6 +12,8 @@ test("the Alerts page is in the nav and linked from the banner; it says when ale
   await expect(banner.getByRole("link", { name: "Alerts" })).toHaveAttribute("href", "/alerts");
   await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "Alerts" }).click();
   await expect(page.getByRole("heading", { level: 1, name: "Alerts" })).toBeVisible();
-  // The e2e stack's definitions have no `alerts:` section.
-  await expect(page.getByText("Alerts are not configured")).toBeVisible();
+  // The e2e definitions keep the shipped `alerts:` section (all rules, no receivers).
+  await expect(page.getByText(/^Evaluated by .+, fence \d+\.$/)).toBeVisible();
+  await expect(page.getByRole("heading", { level: 2, name: /^Firing \(\d+\)$/ })).toBeVisible();
+  await expect(page.getByRole("heading", { level: 2, name: "Recent transitions" })).toBeVisible();
 });

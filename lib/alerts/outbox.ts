@@ -41,9 +41,33 @@ export class OutboxPump {
     private readonly log: (line: string) => void,
   ) {}
 
-  /** Starts what is due; returns at once (sends run in the background). */
+  private pumping: Promise<void> | null = null;
+  private pumpAgain = false;
+
+  /**
+   * Starts what is due; returns once the sends are started (they run in the background). Calls
+   * never overlap: a pump that read the outbox before a send finished could send it again.
+   */
   async pump(stillLeading: () => boolean): Promise<void> {
+    if (this.pumping) {
+      this.pumpAgain = true;
+      return this.pumping;
+    }
+    this.pumping = (async () => {
+      do {
+        this.pumpAgain = false;
+        await this.pumpOnce(stillLeading);
+      } while (this.pumpAgain);
+    })().finally(() => (this.pumping = null));
+    return this.pumping;
+  }
+
+  /** Deliveries whose send ended since this pump read the outbox: its copy of them is stale. */
+  private readonly endedSinceRead = new Set<string>();
+
+  private async pumpOnce(stillLeading: () => boolean): Promise<void> {
     if (!stillLeading()) return;
+    this.endedSinceRead.clear();
     const now = await redisTime(this.main);
     const ids = await this.main.zrange(this.keys.alertsOutbox, "0", String(OUTBOX_WINDOW - 1));
     const heads = new Map<string, Delivery>();
@@ -71,7 +95,9 @@ export class OutboxPump {
         await this.finish(delivery, { ok: false, error: "receiver no longer configured" }, now, true);
         continue;
       }
-      if (this.busy.has(name) || delivery.nextAt > now || !stillLeading()) continue;
+      if (this.busy.has(name) || this.endedSinceRead.has(delivery.id) || delivery.nextAt > now || !stillLeading()) {
+        continue;
+      }
       this.run(name, () => this.deliver(receiver, delivery, now));
     }
     // Alertmanager forgets alerts that are not re-sent: re-post the firing ones on an idle lane.
@@ -105,7 +131,11 @@ export class OutboxPump {
       now,
       firingEndsAfterMs: 4 * this.config.repeatEvery,
     });
-    await this.finish(delivery, result, await redisTime(this.main).catch(() => now));
+    try {
+      await this.finish(delivery, result, await redisTime(this.main).catch(() => now));
+    } finally {
+      this.endedSinceRead.add(delivery.id);
+    }
   }
 
   private async repost(receiver: Receiver & { kind: "alertmanager" }, now: number): Promise<void> {
