@@ -102,6 +102,12 @@ test("skips ≥ N and a stale claim (worker paused) fire in Alertmanager, and re
   assert.equal(skips.labels.severity, "warning");
   assert.match(skips.labels.claim!, /^output:.*out\/held$/);
   assert.match(skips.annotations.link!, /\/rebuilds$/);
+  // Re-posted while firing: still active past the endsAt of the first post, with a later endsAt.
+  const firstEndsAt = Date.parse(skips.endsAt);
+  await new Promise((r) => setTimeout(r, Math.max(0, firstEndsAt - Date.now()) + 1_000));
+  const reposted = find(await activeAlerts(alertmanager), "skips", "held");
+  assert.ok(reposted, "still active after its first endsAt");
+  assert.ok(Date.parse(reposted.endsAt) > firstEndsAt, "endsAt moved on with each re-post");
 
   process.kill(worker.pid, "SIGSTOP");
   let stale: AlertmanagerAlert;
