@@ -8,7 +8,6 @@
  */
 import { Queue } from "bullmq";
 import { CONFIG_EXIT_CODE, loadConfigOrExit } from "../lib/config";
-import { startAlerting } from "../lib/alerts/start";
 import { describeError } from "../lib/health/redis-safety";
 import { loadDefinitionsOrExit } from "../lib/rebuilds/definitions";
 import { queuePrefix, REBUILD_QUEUE } from "../lib/rebuilds/queue";
@@ -92,16 +91,19 @@ log(
 );
 
 // Alert evaluation (when claimwatch.yaml has `alerts:`): one process of all evaluates at a time.
-const alerting = startAlerting({
-  main,
-  claims,
-  keys,
-  definitions,
-  config,
-  workerId: identity.id,
-  role: "(alerts evaluator)",
-  log,
-});
+// Loaded only then: a worker without alerts starts as fast as before.
+const alerting =
+  definitions.alerts &&
+  (await import("../lib/alerts/start")).startAlerting({
+    main,
+    claims,
+    keys,
+    definitions,
+    config,
+    workerId: identity.id,
+    role: "(alerts evaluator)",
+    log,
+  });
 for (const signal of ["SIGTERM", "SIGINT"] as const) process.once(signal, () => void alerting?.stop());
 
 // A stray rejection must not take down a worker that holds claims: log it loudly instead.

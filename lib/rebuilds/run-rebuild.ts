@@ -244,11 +244,10 @@ class RebuildAttempt {
       return null;
     });
     if (by === null) return null;
-    this.pendingWrites.push(
-      countRunFinished(deps.main.multi(), deps.keys, { ...data, status: "skipped", durationMs: 0, finishedAt: now })
-        .exec()
-        .catch(() => null),
-    );
+    // Not awaited: a metrics counter must not add a round trip to the cheapest path.
+    void countRunFinished(deps.main.multi(), deps.keys, { ...data, status: "skipped", durationMs: 0, finishedAt: now })
+      .exec()
+      .catch(() => null);
     await Promise.all(this.pendingWrites);
     this.pendingWrites = [];
     return { status: "skipped", reason: "already-rebuilt", runId: this.runId, version: this.version };
