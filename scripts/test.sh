@@ -64,7 +64,7 @@ check "example Prometheus rules (promtool check rules)" 60 promtool check rules 
 # Node 20's test runner takes no globs: bash expands them.
 suite "unit and integration tests" 900 "${NODE_TEST[@]}" test/unit/**/*.test.ts test/integration/**/*.test.ts
 check "next build" 600 npx next build
-suite "launcher tests (npm start)" 300 "${NODE_TEST[@]}" test/launcher/**/*.test.ts
+suite "launcher tests (npm start)" 900 "${NODE_TEST[@]}" test/launcher/**/*.test.ts
 suite "e2e (Playwright, Chromium)" 900 npx playwright test
 # The chaos soak, short: kills, pauses, deploys and a Redis restart; its checker must count zero
 # overlaps, lost triggers, corrupt publishes, stale claims and wrong pointers.
