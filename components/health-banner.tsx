@@ -27,6 +27,9 @@ export function HealthBanner({ initial }: { initial: HealthReport }) {
           : "border-b border-red-300 bg-red-50 px-6 py-2 text-sm text-red-900"
       }
     >
+      <a href="/alerts" className="float-right underline" data-field="alerts-link">
+        {report.alertsFiring ? `${report.alertsFiring} alert${report.alertsFiring === 1 ? "" : "s"} firing` : "Alerts"}
+      </a>
       {healthy ? (
         <span>
           Healthy: Redis {version} reachable, noeviction, persistence {report.redis.ok ? report.redis.persistence : "?"}

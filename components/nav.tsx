@@ -8,6 +8,7 @@ export const SECTIONS = [
   { href: "/rebuilds", label: "Rebuilds" },
   { href: "/runs", label: "Runs" },
   { href: "/workers", label: "Workers" },
+  { href: "/alerts", label: "Alerts" },
   { href: "/audit", label: "Audit" },
 ] as const;
 

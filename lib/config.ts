@@ -136,6 +136,11 @@ const envSchema = z.object({
   CLAIMWATCH_OPERATOR_TOKEN: tokenList("operator").optional(),
   CLAIMWATCH_VIEWER_TOKEN: tokenList("viewer").optional(),
   CLAIMWATCH_PUBLIC_URL: publicUrl.optional(),
+  CLAIMWATCH_METRICS_TOKEN: z
+    .string()
+    .trim()
+    .regex(/^[A-Za-z0-9_.~+/=-]{16,256}$/, "must be 16-256 characters of letters, digits or _ . ~ + / = -")
+    .optional(),
 });
 
 export interface Config {
@@ -158,6 +163,8 @@ export interface Config {
   viewerTokens: { name: string; token: string }[];
   /** Origin browsers use to reach the dashboard through a proxy (`https://host[:port]`), if set. */
   publicOrigin: string | undefined;
+  /** Bearer token that may read `GET /metrics` (and nothing else), if set. */
+  metricsToken: string | undefined;
 }
 
 const LOOPBACK = /^(127\.\d+\.\d+\.\d+|localhost|::1|\[::1\])$/;
@@ -223,6 +230,7 @@ export function parseConfig(env: Record<string, string | undefined>, cwd: string
       operatorTokens,
       viewerTokens,
       publicOrigin: e.CLAIMWATCH_PUBLIC_URL,
+      metricsToken: e.CLAIMWATCH_METRICS_TOKEN,
     },
   };
 }

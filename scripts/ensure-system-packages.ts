@@ -1,9 +1,21 @@
-/** `npm test` needs redis-server, faketime and Chromium; installs them where possible, else says how. */
-import { CHROMIUM, ensureProgram, FAKETIME, ProgramMissingError, REDIS_SERVER } from "../lib/system/packages";
+/**
+ * `npm test` needs redis-server, faketime, Chromium, Prometheus (with promtool) and Alertmanager;
+ * installs them where possible, else says how.
+ */
+import {
+  ALERTMANAGER,
+  CHROMIUM,
+  ensureProgram,
+  FAKETIME,
+  ProgramMissingError,
+  PROMETHEUS,
+  REDIS_SERVER,
+} from "../lib/system/packages";
 
 const say = (line: string) => process.stdout.write(`[test] ${line}\n`);
 try {
-  for (const program of [REDIS_SERVER, FAKETIME, CHROMIUM]) say(`${program.binary}: ${ensureProgram(program, say)}`);
+  for (const program of [REDIS_SERVER, FAKETIME, CHROMIUM, PROMETHEUS, ALERTMANAGER])
+    say(`${program.binary}: ${ensureProgram(program, say)}`);
 } catch (error) {
   if (!(error instanceof ProgramMissingError)) throw error;
   process.stderr.write(`[test] ${error.message}\n`);

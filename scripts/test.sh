@@ -54,16 +54,17 @@ suite() {
 
 NODE_TEST=(node --import tsx --test --test-reporter=spec --test-force-exit --test-concurrency=1 --test-timeout=600000)
 
-check "system packages (redis-server, faketime, chromium)" 1200 node --import tsx scripts/ensure-system-packages.ts
+check "system packages (redis-server, faketime, chromium, prometheus, alertmanager)" 1200 node --import tsx scripts/ensure-system-packages.ts
 CHROMIUM_PATH=$(command -v chromium || echo /usr/bin/chromium)
 export CHROMIUM_PATH
 check "type check (tsc)" 300 npx tsc --noEmit
 check "lint (eslint)" 300 npx eslint .
 check "format (prettier --check)" 120 npx prettier --check .
+check "example Prometheus rules (promtool check rules)" 60 promtool check rules docs/prometheus-rules.yml
 # Node 20's test runner takes no globs: bash expands them.
 suite "unit and integration tests" 1500 "${NODE_TEST[@]}" test/unit/**/*.test.ts test/integration/**/*.test.ts
 check "next build" 600 npx next build
-suite "launcher tests (npm start)" 300 "${NODE_TEST[@]}" test/launcher/**/*.test.ts
+suite "launcher tests (npm start)" 900 "${NODE_TEST[@]}" test/launcher/**/*.test.ts
 suite "e2e (Playwright, Chromium)" 900 npx playwright test
 # The chaos soak, short: kills, pauses, deploys and a Redis restart; its checker must count zero
 # overlaps, lost triggers, corrupt publishes, stale claims and wrong pointers.

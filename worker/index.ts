@@ -122,6 +122,22 @@ log(
   `ready: ${definitions.rebuilds.size} rebuild(s) from ${definitions.file}, concurrency ${concurrency}, Redis ${new URL(urls.main).host}`,
 );
 
+// Alert evaluation (when claimwatch.yaml has `alerts:`): one process of all evaluates at a time.
+// Loaded only then: a worker without alerts starts as fast as before.
+const alerting =
+  definitions.alerts &&
+  (await import("../lib/alerts/start")).startAlerting({
+    main,
+    claims,
+    keys,
+    definitions,
+    config,
+    workerId: identity.id,
+    role: "(alerts evaluator)",
+    log,
+  });
+for (const signal of ["SIGTERM", "SIGINT"] as const) process.once(signal, () => void alerting?.stop());
+
 // A stray rejection must not take down a worker that holds claims: log it loudly instead.
 process.on("unhandledRejection", (reason) => {
   log(

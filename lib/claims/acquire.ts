@@ -4,6 +4,8 @@
  * so no reader ever sees a claim without its fence or metadata.
  */
 import os from "node:os";
+import type { Redis } from "ioredis";
+import { recordTakeover } from "../metrics/counters";
 import type { RedisKeys } from "../redis/keys";
 import { CLAIM_ACQUIRE, META_FIELDS, runScript, type ScriptingClient } from "../redis/scripts";
 import { holderFromFieldList, toNumberOrNull, unexpectedReply, type HolderIdentity } from "./holder";
@@ -16,7 +18,8 @@ import { REPLY } from "../redis/replies";
 const HOST = os.hostname();
 
 export async function acquireClaim(
-  client: ScriptingClient,
+  /** With `multi`, a takeover is also counted and recorded for the `takeover` alert. */
+  client: ScriptingClient & Partial<Pick<Redis, "multi">>,
   keys: RedisKeys,
   name: string,
   meta: ClaimMetadata,
@@ -40,7 +43,19 @@ export async function acquireClaim(
     [keys.claim(name), keys.claimMeta(name), keys.claimFence(name), keys.claimRegistry],
     [token, timing.ttlMs, name, meta.jobId ?? "", timing.refreshEveryMs, JSON.stringify(identity)],
   );
-  return decodeAcquireReply(token, reply);
+  const result = decodeAcquireReply(token, reply);
+  if (result.status === "acquired" && result.tookOverFrom && client.multi) {
+    // Bookkeeping only: a failed write must not turn a granted claim into an error.
+    await recordTakeover(client as Pick<Redis, "multi">, keys, {
+      claim: name,
+      rebuild: meta.rebuild,
+      tenant: meta.tenant,
+      fence: result.fence,
+      previousFence: result.tookOverFrom.fence,
+      jobId: meta.jobId,
+    }).catch(() => {});
+  }
+  return result;
 }
 
 function decodeAcquireReply(token: string, reply: unknown): AcquireResult {

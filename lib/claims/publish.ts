@@ -4,6 +4,7 @@
  * even in the window before it notices its loss — the lock alone cannot give that guarantee.
  */
 import type { Redis } from "ioredis";
+import { recordFencingRejection } from "../metrics/counters";
 import type { RedisKeys } from "../redis/keys";
 import { FENCED_PUBLISH, runScript, type ScriptingClient } from "../redis/scripts";
 import { toNumberOrNull, unexpectedReply } from "./holder";
@@ -41,7 +42,8 @@ export interface PublishedPointer {
 }
 
 export async function publishFenced(
-  client: ScriptingClient,
+  /** With `hincrby`, a refused publish is also counted (claimwatch_fencing_rejections_total). */
+  client: ScriptingClient & Partial<Pick<Redis, "hincrby">>,
   keys: RedisKeys,
   request: PublishRequest,
 ): Promise<PublishResult> {
@@ -60,6 +62,8 @@ export async function publishFenced(
     return { status: "published", publishedAt: Number(reply[1]), repeated: code === REPLY.alsoDone };
   }
   if (code === REPLY.notOwner) {
+    if (client.hincrby)
+      await recordFencingRejection(client as Pick<Redis, "hincrby">, keys, request.name).catch(() => {});
     return { status: "superseded", newestFence: Number(reply[1]), publishedFence: Number(reply[2]) };
   }
   throw unexpectedReply("publish", reply);

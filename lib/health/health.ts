@@ -18,6 +18,8 @@ export interface HealthReport {
   workers: number | null;
   /** Human-readable reasons for a red banner, most severe first. */
   problems: string[];
+  /** Alerts firing now (lib/alerts); absent for anonymous callers or when not read. */
+  alertsFiring?: number;
 }
 
 export interface HealthProbes {

@@ -8,6 +8,7 @@ import path from "node:path";
 import { CronExpressionParser } from "cron-parser";
 import { parse as parseYaml, YAMLParseError } from "yaml";
 import { z } from "zod";
+import { alertsSchema, rebuildAlertsSchema, type AlertsConfig } from "../alerts/config";
 import { tryClaimName } from "../claims/name";
 import { parseDuration } from "./duration";
 import { NAME_PATTERN as NAME } from "../names";
@@ -141,6 +142,8 @@ const rebuildSchema = z
       .default({ attempts: 4, backoff: 30_000, maxBackoff: 600_000 }),
     idempotency: z.strictObject({ ttl: duration.default(86_400_000) }).default({ ttl: 86_400_000 }),
     steps: z.array(stepSchema).min(1, "must list at least one step"),
+    /** Per-rebuild alert settings (lib/alerts/config). */
+    alerts: rebuildAlertsSchema.optional(),
   })
   .superRefine((rebuild, ctx) => {
     if (rebuild.timeLimit <= rebuild.claim.ttl) {
@@ -183,6 +186,8 @@ export const DEFAULT_RETENTION_CONFIG: Retention = retentionSchema.parse({});
 export const definitionsFileSchema = z.strictObject({
   rebuilds: z.record(nameSchema("a rebuild name"), rebuildSchema),
   retention: retentionSchema.default(DEFAULT_RETENTION_CONFIG),
+  /** Alert receivers and rules (lib/alerts/config); absent: no alert evaluation. */
+  alerts: alertsSchema.optional(),
 });
 
 export type RunStep = z.output<typeof runStepSchema>;
@@ -202,6 +207,8 @@ export interface Definitions {
   file: string;
   rebuilds: Map<string, RebuildDefinition>;
   retention: Retention;
+  /** `undefined` when the file has no `alerts:` section. */
+  alerts?: AlertsConfig;
 }
 
 export class DefinitionsError extends Error {
@@ -338,7 +345,10 @@ export function parseDefinitions(raw: unknown, file: string): DefinitionsResult 
       baseDir,
     });
   }
-  return { ok: true, definitions: { file: path.resolve(file), rebuilds, retention: parsed.data.retention } };
+  return {
+    ok: true,
+    definitions: { file: path.resolve(file), rebuilds, retention: parsed.data.retention, alerts: parsed.data.alerts },
+  };
 }
 
 export function loadDefinitions(file: string): DefinitionsResult {

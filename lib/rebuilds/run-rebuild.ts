@@ -22,6 +22,7 @@ import { DEFAULT_RETENTION, runPlaceOf, type RunRetention } from "../runs/record
 import type { FinalRunStatus } from "../runs/transitions";
 import { runIdOf, type RunRecord, type StepRecord } from "../runs/types";
 import { beginAttempt, RunRecorder, type AttemptIdentity, type RunStore, type RunWrite } from "../runs/writer";
+import { countRunFinished } from "../metrics/counters";
 import type { WorkerIdentity } from "../workers/heartbeat";
 import { buildAndPublish, type BuildResult } from "./build-and-publish";
 import { recordChangedBuild } from "./build-integrity";
@@ -133,6 +134,8 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
 
 /** The attempt once its version is known: record begun, claim, build, final record. */
 class RebuildAttempt {
+  /** When this attempt began (local monotonic clock): the duration counted in the metrics. */
+  private readonly began = performance.now();
   private readonly claim: string;
   private readonly idemKey: string;
   private readonly recorder: RunRecorder;
@@ -172,6 +175,7 @@ class RebuildAttempt {
       throw new RebuildError(`recording the attempt failed: ${String(error)}`, true, this.runId, { cause: error });
     });
     if (begun.status === "already-rebuilt") {
+      this.countFinished("skipped"); // not awaited: bookkeeping must not slow the repeat path
       return { status: "skipped", reason: "already-rebuilt", runId: this.runId, version: this.version };
     }
     if (begun.status === "exists") this.log(`run record ${this.runId} exists already; this attempt is not recorded`);
@@ -336,5 +340,23 @@ class RebuildAttempt {
       idempotency,
     );
     if (written !== "written") this.log(`final record "${status}" not written: the record is ${written}`);
+    else await this.countFinished(status);
+  }
+
+  /** The run counters behind `/metrics` (lib/metrics/counters); a failed write is only logged. */
+  private countFinished(status: FinalRunStatus): Promise<void> {
+    const ran = status !== "skipped" && status !== "deferred";
+    return countRunFinished(this.deps.main.multi(), this.deps.keys, {
+      rebuild: this.data.rebuild,
+      tenant: this.data.tenant ?? null,
+      status,
+      durationMs: ran ? Math.round(performance.now() - this.began) : null,
+      finishedAt: Date.now(),
+    })
+      .exec()
+      .then(
+        () => {},
+        (error: unknown) => this.log(`counting the run failed: ${String(error)}`),
+      );
   }
 }

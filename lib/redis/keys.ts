@@ -90,5 +90,36 @@ export function redisKeys(prefix: string) {
     buildCheckLease: (rebuild: string, tenant: string | undefined) => `${tag}:build-check:${rebuild}:${tenant ?? ""}`,
     /** ZSET runId → the scheduled tick it ran for (ms); a tick without a run is a missed one. */
     scheduleTicks: (rebuild: string, tenant: string | undefined) => `${tag}:ticks:${rebuild}:${tenant ?? ""}`,
+
+    // --- alerts and metrics (see lib/alerts, lib/metrics) ----------------------------------
+    /** STRING: the newest evaluator fence that committed alert state; older evaluators are refused. */
+    alertsFence: `${tag}:alerts:fence`,
+    /** STRING counter: bumped by every commit; a commit computed on an older version is refused. */
+    alertsVersion: `${tag}:alerts:version`,
+    /** HASH alert id → firing alert (JSON: labels, annotations, startsAt). */
+    alertsFiring: `${tag}:alerts:firing`,
+    /** HASH alert id → since when (ms) its condition holds, for rules with a `for` and no own clock. */
+    alertsPending: `${tag}:alerts:pending`,
+    /** STREAM of transitions (firing / resolved), capped. */
+    alertsTransitions: `${tag}:alerts:transitions`,
+    /** ZSET delivery id → sequence: deliveries not yet accepted by their receiver, oldest first. */
+    alertsOutbox: `${tag}:alerts:outbox`,
+    /** HASH delivery id → delivery (JSON: receiver, transition, attempts, nextAt, lastError). */
+    alertsDeliveries: `${tag}:alerts:deliveries`,
+    /** HASH receiver name → its last delivery (JSON: status, at, error, deliveryId). */
+    alertsReceivers: `${tag}:alerts:receivers`,
+    /** HASH "<rebuild>|<tenant>" → newest scheduled tick (ms) recorded as expected. */
+    alertsTickCursor: `${tag}:alerts:tick-cursor`,
+    /** ZSET tick (ms) → tick: the scheduled ticks of a rebuild (+ tenant) that were due, capped. */
+    expectedTicks: (rebuild: string, tenant: string | undefined) => `${tag}:expected-ticks:${rebuild}:${tenant ?? ""}`,
+    /**
+     * HASH of counters and gauges that must survive restarts (main Redis): runs by status, the
+     * run-duration histogram, last success, missed ticks. Field layout: lib/metrics/counters.ts.
+     */
+    metricsCounters: `${tag}:metrics`,
+    /** HASH of claim counters (claims Redis): takeovers and fencing rejections per claim. */
+    claimCounters: `${tag}:claim-counters`,
+    /** STREAM of claim takeovers (claims Redis), capped: the `takeover` alert reads it. */
+    claimTakeovers: `${tag}:claim-takeovers`,
   };
 }

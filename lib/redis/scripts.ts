@@ -256,6 +256,112 @@ return id
 `,
 } as const satisfies LuaScript;
 
+export const ALERTS_COMMIT = {
+  command: "claimwatchAlertsCommit",
+  keys: [
+    "alertsFence",
+    "alertsVersion",
+    "alertsFiring",
+    "alertsPending",
+    "alertsTransitions",
+    "alertsOutbox",
+    "alertsDeliveries",
+    "metricsCounters",
+  ],
+  lua: `
+--[[ Commit one alert evaluation: the state moves only for the newest evaluator (fence), and only
+from the state that evaluation read (version), so every transition is recorded exactly once.
+KEYS[1] alertsFence        STRING newest evaluator fence that committed
+KEYS[2] alertsVersion      STRING counter, +1 per commit
+KEYS[3] alertsFiring       HASH alert id -> firing alert JSON
+KEYS[4] alertsPending      HASH alert id -> since (ms)
+KEYS[5] alertsTransitions  STREAM, field 'transition' (JSON), MAXLEN ~ ARGV[4]
+KEYS[6] alertsOutbox       ZSET delivery id -> order
+KEYS[7] alertsDeliveries   HASH delivery id -> delivery JSON
+KEYS[8] metricsCounters    HASH (lib/metrics/counters)
+ARGV[1] the evaluator's fence   ARGV[2] the version its snapshot read
+ARGV[3] changes, JSON object of lists: fire (pairs id, alert json), resolve (ids), transitions
+        (json strings), deliveries (pairs id, delivery json), pendingSet (pairs id, since),
+        pendingDel (ids), incr (pairs counter field, n), set (pairs counter field, value)
+ARGV[4] transitions kept
+Returns
+  {1, version}        committed; version is the new state version
+  {-6, newestFence}   refused: a newer evaluator has committed (this one lost its claim)
+  {-7, version}       refused: the state changed since this evaluation read it
+]]
+local fence = tonumber(ARGV[1])
+local newest = tonumber(redis.call('GET', KEYS[1]) or '0')
+if fence < newest then return {-6, newest} end
+local version = tonumber(redis.call('GET', KEYS[2]) or '0')
+if version ~= tonumber(ARGV[2]) then return {-7, version} end
+if fence > newest then redis.call('SET', KEYS[1], fence) end
+local changes = cjson.decode(ARGV[3])
+for _, item in ipairs(changes.fire) do redis.call('HSET', KEYS[3], item[1], item[2]) end
+for _, id in ipairs(changes.resolve) do redis.call('HDEL', KEYS[3], id) end
+for _, item in ipairs(changes.pendingSet) do redis.call('HSET', KEYS[4], item[1], item[2]) end
+for _, id in ipairs(changes.pendingDel) do redis.call('HDEL', KEYS[4], id) end
+for _, json in ipairs(changes.transitions) do
+  redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[4], '*', 'transition', json)
+end
+local committed = version + 1
+for i, item in ipairs(changes.deliveries) do
+  redis.call('HSET', KEYS[7], item[1], item[2])
+  redis.call('ZADD', KEYS[6], committed * 100000 + i, item[1])
+end
+for _, item in ipairs(changes.incr) do redis.call('HINCRBY', KEYS[8], item[1], item[2]) end
+for _, item in ipairs(changes.set) do redis.call('HSET', KEYS[8], item[1], item[2]) end
+redis.call('SET', KEYS[2], committed)
+return {1, committed}
+`,
+} as const satisfies LuaScript;
+
+export const CLAIM_CENSUS = {
+  command: "claimwatchClaimCensus",
+  keys: ["claimsTime"],
+  variadicKeys: true,
+  lua: `
+--[[ Read many claims in one call (alert evaluation and /metrics read every claim every cycle; one
+script instead of 2 commands per claim saves the client most of its work).
+KEYS[1] claimsTime  unused placeholder (any key of the hash tag), so the script has a slot
+KEYS[2k], KEYS[2k+1]  claim (STRING) and claimMeta (HASH) of the k-th claim
+ARGV[1] .. ARGV[n] the claimMeta fields to return, in order
+Returns {serverTimeMs, pttl1, field values 1..., pttl2, ...}: per claim its PTTL (-2: gone) and
+the fields ('' where absent)
+]]
+local t = redis.call('TIME')
+local out = {t[1] * 1000 + math.floor(t[2] / 1000)}
+for i = 2, #KEYS, 2 do
+  out[#out + 1] = redis.call('PTTL', KEYS[i])
+  local values = redis.call('HMGET', KEYS[i + 1], unpack(ARGV))
+  for j = 1, #ARGV do
+    out[#out + 1] = values[j] or ''
+  end
+end
+return out
+`,
+} as const satisfies LuaScript;
+
+export const NEWEST_IN_INDEXES = {
+  command: "claimwatchNewestInIndexes",
+  keys: ["anchor"],
+  variadicKeys: true,
+  lua: `
+--[[ The newest entry of many run indexes in one call (alert evaluation reads three per series).
+KEYS[1] anchor  any key of the hash tag (unused), so the call has a slot with no indexes too
+KEYS[2..n] run index ZSETs (runId -> createdAt)
+ARGV[1] ignored
+Returns {member, score, member, score, ...}: per index its newest entry, '' and '' when empty
+]]
+local out = {}
+for i = 2, #KEYS do
+  local newest = redis.call('ZREVRANGE', KEYS[i], 0, 0, 'WITHSCORES')
+  out[#out + 1] = newest[1] or ''
+  out[#out + 1] = newest[2] or ''
+end
+return out
+`,
+} as const satisfies LuaScript;
+
 /** The scripts defined in this file (domains keep their own, e.g. lib/runs/scripts.ts). */
 export const ALL_SCRIPTS: readonly LuaScript[] = [
   CLAIM_ACQUIRE,
@@ -265,6 +371,9 @@ export const ALL_SCRIPTS: readonly LuaScript[] = [
   CLAIM_PRUNE,
   FENCED_PUBLISH,
   AUDIT_APPEND,
+  ALERTS_COMMIT,
+  CLAIM_CENSUS,
+  NEWEST_IN_INDEXES,
 ];
 
 /** The narrowest client that can run scripts. */

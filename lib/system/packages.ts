@@ -36,6 +36,21 @@ export const CHROMIUM: SystemProgram = {
   brewPackage: "--cask chromium",
 };
 
+/** Test-only: the alert and metrics tests run the real Prometheus (and promtool) and Alertmanager. */
+export const PROMETHEUS: SystemProgram = {
+  binary: "prometheus",
+  debianPackage: "prometheus",
+  dnfPackage: "golang-github-prometheus",
+  brewPackage: "prometheus",
+};
+
+export const ALERTMANAGER: SystemProgram = {
+  binary: "prometheus-alertmanager",
+  debianPackage: "prometheus-alertmanager",
+  dnfPackage: "alertmanager",
+  brewPackage: "alertmanager",
+};
+
 export class ProgramMissingError extends Error {
   constructor(
     readonly program: SystemProgram,

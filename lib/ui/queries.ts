@@ -4,6 +4,7 @@
  */
 import { keepPreviousData, queryOptions } from "@tanstack/react-query";
 import type { AuditPage } from "../audit/list";
+import type { AlertsView } from "../alerts/read";
 import type { ApiClaimPage } from "../api/claims";
 import type { ApiRebuild, RunPreview } from "../api/rebuilds";
 import type { RunDetail } from "../api/runs";
@@ -38,6 +39,7 @@ export const queryKeys = {
   },
   workers: () => [...queryKeys.all, "workers"] as const,
   audit: () => [...queryKeys.all, "audit"] as const,
+  alerts: () => [...queryKeys.all, "alerts"] as const,
 };
 
 export const HEALTH_POLL_MS = 3_000;
@@ -150,5 +152,13 @@ export const auditQuery = () =>
     queryKey: queryKeys.audit(),
     queryFn: () => apiFetch<AuditPage>("/api/audit?limit=100"),
     refetchInterval: 5_000,
+    placeholderData: keepPreviousData,
+  });
+
+export const alertsQuery = () =>
+  queryOptions({
+    queryKey: queryKeys.alerts(),
+    queryFn: () => apiFetch<AlertsView>("/api/alerts"),
+    refetchInterval: LIVE_POLL_MS,
     placeholderData: keepPreviousData,
   });

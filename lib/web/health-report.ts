@@ -27,5 +27,9 @@ export async function currentHealth(options: { operational?: boolean } = {}): Pr
     ]).then((lists) => lists.flat()),
     new Promise<string[]>((resolve) => setTimeout(resolve, HEALTH_DEADLINE_MS, [])),
   ]).catch(() => []);
-  return { ...report, problems: [...report.problems, ...operational] };
+  const alertsFiring = await Promise.race([
+    connections.main.hlen(connections.keys.alertsFiring),
+    new Promise<undefined>((resolve) => setTimeout(resolve, HEALTH_DEADLINE_MS, undefined)),
+  ]).catch(() => undefined);
+  return { ...report, problems: [...report.problems, ...operational], ...(alertsFiring ? { alertsFiring } : {}) };
 }

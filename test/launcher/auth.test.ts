@@ -41,8 +41,11 @@ const ROUTES: Record<string, { role: Requirement; path: string; body?: unknown; 
   "GET /api/runs/[id]": { role: "viewer", path: "/api/runs/none-a1", allowed: [404] },
   "GET /api/workers": { role: "viewer", path: "/api/workers", allowed: [200] },
   "GET /api/audit": { role: "viewer", path: "/api/audit", allowed: [200] },
+  "GET /api/alerts": { role: "viewer", path: "/api/alerts", allowed: [200] },
+  // The bed has no `alerts:` section: an operator's test notification is refused (409), audited.
+  "POST /api/alerts/test": { role: "operator", path: "/api/alerts/test", body: { receiver: "pager" }, allowed: [409] },
 };
-const PAGES = ["/claims", "/rebuilds", "/runs", "/runs/none-a1", "/workers", "/audit"];
+const PAGES = ["/claims", "/rebuilds", "/runs", "/runs/none-a1", "/workers", "/alerts", "/audit"];
 
 let bed: TestBed;
 let base: string;

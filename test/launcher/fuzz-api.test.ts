@@ -110,6 +110,8 @@ const ROUTES: FuzzRoute[] = [
   { method: "GET", route: "/api/runs/[id]", param: "seed-01-a1" },
   { method: "GET", route: "/api/workers" },
   { method: "GET", route: "/api/audit", queryNames: ["limit", "cursor"] },
+  { method: "GET", route: "/api/alerts" },
+  { method: "POST", route: "/api/alerts/test", body: { receiver: "slack", reason: "fuzz" }, mutation: true },
 ];
 
 interface FuzzRequest {
@@ -286,7 +288,7 @@ async function runAll(requests: FuzzRequest[]): Promise<void> {
 function allowedKey(key: string): boolean {
   const keys = bed.keys;
   if (key === keys.auditLog || key === keys.loginFailures) return true;
-  for (const action of ["trigger", "force-release"]) {
+  for (const action of ["trigger", "force-release", "alert-test"]) {
     for (const identity of [...OPERATORS, CHECKER]) if (key === keys.rateLimit(action, identity.name)) return true;
   }
   const VERSION_SLOT = "\u0000version\u0000";

@@ -23,7 +23,17 @@ test("defaults: loopback, port 3000, embedded Redis, files relative to the worki
     operatorTokens: [],
     viewerTokens: [],
     publicOrigin: undefined,
+    metricsToken: undefined,
   });
+});
+
+test("CLAIMWATCH_METRICS_TOKEN: a 16+ character token, never echoed in the error", () => {
+  const good = parseConfig({ CLAIMWATCH_METRICS_TOKEN: "metrics-token-0123456789" }, "/srv");
+  assert.ok(good.ok && good.config.metricsToken === "metrics-token-0123456789");
+  const bad = parseConfig({ CLAIMWATCH_METRICS_TOKEN: "short secret" }, "/srv");
+  assert.ok(!bad.ok);
+  assert.match(bad.error.message, /^CLAIMWATCH_METRICS_TOKEN: must be 16-256 characters/);
+  assert.ok(!bad.error.message.includes("short secret"));
 });
 
 for (const bad of ["abc", "0", "65536", "-1", "3000.5", "80 80"]) {

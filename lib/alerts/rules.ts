@@ -1,0 +1,253 @@
+/**
+ * The alert rules, as one pure function of a snapshot: which alerts hold now. The evaluator
+ * compares the result with what is stored as firing; the difference is the transitions.
+ * One owner per rule: the Alerts page, Alertmanager, Slack and webhooks all see these.
+ */
+import { claimName } from "../claims/name";
+import { describeStale } from "../claims/stale";
+import { safetyProblems } from "../health/redis-safety";
+import { tenantsOf, type Definitions } from "../rebuilds/definitions";
+import { formatDuration } from "../rebuilds/duration";
+import { HEARTBEAT_TTL_MS as HEARTBEAT_TTL } from "../workers/heartbeat";
+import type { AlertsConfig, RuleName, Severity } from "./config";
+import type { AlertSnapshot } from "./snapshot";
+import type { ActiveAlert } from "./types";
+
+/** The claim the evaluating process holds (lib/alerts/evaluator); never alerted on itself. */
+export const EVALUATOR_CLAIM = claimName("claimwatch-alerts-evaluator");
+
+export interface RuleOutcome {
+  active: ActiveAlert[];
+  /** Pending times to store (condition began, its `for` not yet over) and to forget. */
+  pendingSet: Record<string, number>;
+  pendingDel: string[];
+  /** Ticks newly counted as missed, per series: `missed|r|t` += n, `missedcursor|r|t` = tick. */
+  missed: { series: string; count: number; upTo: number }[];
+}
+
+export interface RuleContext {
+  definitions: Definitions;
+  /** Origin of the dashboard for links (CLAIMWATCH_PUBLIC_URL, else http://HOST:PORT). */
+  publicOrigin: string;
+}
+
+export function evaluateRules(snapshot: AlertSnapshot, config: AlertsConfig, context: RuleContext): RuleOutcome {
+  const { rules } = config;
+  const { now } = snapshot;
+  const active: ActiveAlert[] = [];
+  const pendingSet: Record<string, number> = {};
+  const pendingDel: string[] = [];
+  const link = (page: string) => `${context.publicOrigin}${page}`;
+  const owners = claimOwners(context.definitions);
+  const push = (
+    rule: RuleName,
+    severity: Severity,
+    subject: string,
+    labels: {
+      rebuild?: string | null;
+      tenant?: string | null;
+      claim?: string;
+      [extra: string]: string | null | undefined;
+    },
+    summary: string,
+    description: string,
+    page: string,
+    since: number | null,
+  ) => {
+    const extra: Record<string, string> = {};
+    for (const [key, value] of Object.entries(labels)) extra[key] = value ?? "";
+    active.push({
+      id: subject ? `${rule}|${subject}` : rule,
+      labels: {
+        ...extra,
+        alertname: rule,
+        severity,
+        rebuild: labels.rebuild ?? "",
+        tenant: labels.tenant ?? "",
+        claim: labels.claim ?? "",
+        service: "claimwatch",
+      },
+      annotations: { summary, description, link: link(page) },
+      since,
+    });
+  };
+  const label = (rebuild: string | null | undefined, tenant: string | null | undefined, fallback = "") =>
+    rebuild ? `${rebuild}${tenant ? `/${tenant}` : ""}` : fallback;
+
+  if (rules.claimStale) {
+    for (const claim of snapshot.census.claims) {
+      if (claim.name === EVALUATOR_CLAIM || claim.staleSince === null) continue;
+      const staleFor = snapshot.census.serverTime - claim.staleSince;
+      if (staleFor < rules.claimStale.for) continue;
+      const owner = owners.get(claim.name);
+      const rebuild = claim.holder.rebuild ?? owner?.rebuild;
+      const tenant = claim.holder.tenant ?? owner?.tenant;
+      push(
+        "claimStale",
+        rules.claimStale.severity,
+        claim.name,
+        { rebuild, tenant, claim: claim.name },
+        `Claim ${label(rebuild, tenant, claim.name)} stale for ${Math.floor(staleFor / 60_000)} min`,
+        `${describeStale(claim.stale)}; holder ${claim.holder.workerId ?? "?"} on ${claim.holder.host ?? "?"} (pid ${claim.holder.pid ?? "?"}), fence ${claim.holder.fence ?? "?"}. Consider a force release.`,
+        "/claims",
+        claim.staleSince,
+      );
+    }
+  }
+
+  if (rules.skips) {
+    for (const [name, count] of snapshot.census.skips) {
+      if (name === EVALUATOR_CLAIM || count < rules.skips.atLeast) continue;
+      const owner = owners.get(name);
+      push(
+        "skips",
+        rules.skips.severity,
+        name,
+        { rebuild: owner?.rebuild, tenant: owner?.tenant, claim: name },
+        `${label(owner?.rebuild, owner?.tenant, name)} skipped ${count} times in a row`,
+        `Each run found the claim held for the same version. Either a run takes very long or the claim is stale.`,
+        "/rebuilds",
+        null,
+      );
+    }
+  }
+
+  if (rules.runFailed) {
+    for (const series of snapshot.series) {
+      const failed = series.newestFailed;
+      if (!failed || (series.newestRebuiltAt !== null && series.newestRebuiltAt > failed.createdAt)) continue;
+      const attempts = context.definitions.rebuilds.get(series.rebuild)?.retries.attempts ?? 1;
+      // A transient failure with attempts left is retried by the queue: not (yet) an alert.
+      if (failed.reason.startsWith("transient:") && failed.attempt < attempts) continue;
+      push(
+        "runFailed",
+        rules.runFailed.severity,
+        `${series.rebuild}|${series.tenant ?? ""}`,
+        { rebuild: series.rebuild, tenant: series.tenant, claim: claimOf(context.definitions, series) },
+        `Rebuild ${label(series.rebuild, series.tenant)} failed (attempt ${failed.attempt} of ${attempts})`,
+        failed.reason || "failed",
+        `/runs/${encodeURIComponent(failed.id)}`,
+        null,
+      );
+    }
+  }
+
+  if (rules.runLong) {
+    for (const run of snapshot.running) {
+      const override = context.definitions.rebuilds.get(run.rebuild)?.alerts?.runLong;
+      if (override === false) continue;
+      const over = override?.over ?? rules.runLong.over;
+      const startedAt = run.startedAt ?? run.createdAt;
+      if (now - startedAt <= over) continue;
+      push(
+        "runLong",
+        rules.runLong.severity,
+        run.id,
+        { rebuild: run.rebuild, tenant: run.tenant, claim: claimOf(context.definitions, run), run: run.id },
+        `Run of ${label(run.rebuild, run.tenant)} running for over ${formatDuration(over)}`,
+        `Run ${run.id} started ${new Date(startedAt).toISOString()}.`,
+        `/runs/${encodeURIComponent(run.id)}`,
+        startedAt + over,
+      );
+    }
+  }
+
+  const missed: RuleOutcome["missed"] = [];
+  if (rules.scheduleMissed) {
+    for (const series of snapshot.series) {
+      if (series.unservedTicks.length === 0) continue;
+      const newest = series.unservedTicks[series.unservedTicks.length - 1]!;
+      const fresh = series.unservedTicks.filter((tick) => tick > series.missedCountedUpTo);
+      if (fresh.length > 0) {
+        missed.push({ series: `${series.rebuild}|${series.tenant ?? ""}`, count: fresh.length, upTo: newest });
+      }
+      push(
+        "scheduleMissed",
+        rules.scheduleMissed.severity,
+        `${series.rebuild}|${series.tenant ?? ""}`,
+        { rebuild: series.rebuild, tenant: series.tenant, claim: claimOf(context.definitions, series) },
+        `Scheduled run of ${label(series.rebuild, series.tenant)} at ${new Date(newest).toISOString()} did not start`,
+        `${series.unservedTicks.length} scheduled tick(s) produced no run within ${formatDuration(rules.scheduleMissed.grace)}. Is a worker running and the queue moving?`,
+        "/rebuilds",
+        newest + rules.scheduleMissed.grace,
+      );
+    }
+  }
+
+  if (rules.takeover) {
+    for (const event of snapshot.takeovers) {
+      if (event.claim === EVALUATOR_CLAIM) continue;
+      push(
+        "takeover",
+        rules.takeover.severity,
+        event.id,
+        { rebuild: event.rebuild, tenant: event.tenant, claim: event.claim },
+        `Claim ${label(event.rebuild, event.tenant, event.claim)} taken over from a dead holder`,
+        `Fence ${event.previousFence || "?"} → ${event.fence}: an earlier attempt of the job died or stalled and its redelivery took the claim over.`,
+        "/claims",
+        event.at,
+      );
+    }
+  }
+
+  if (rules.workerMissing) {
+    const id = "workerMissing";
+    if (snapshot.workersLive === 0) {
+      // Since the newest heartbeat went stale; without any, since this condition was first seen.
+      const since = snapshot.newestBeat !== null ? snapshot.newestBeat + HEARTBEAT_TTL : (snapshot.pending[id] ?? now);
+      if (snapshot.newestBeat === null && snapshot.pending[id] === undefined) pendingSet[id] = now;
+      if (now - since >= rules.workerMissing.for) {
+        push(
+          "workerMissing",
+          rules.workerMissing.severity,
+          "",
+          {},
+          "No claimwatch worker is running",
+          "No worker heartbeat: rebuilds wait in the queue and schedules do not run.",
+          "/workers",
+          since,
+        );
+      }
+    } else if (snapshot.pending[id] !== undefined) {
+      pendingDel.push(id);
+    }
+  }
+
+  if (rules.redisUnsafe) {
+    for (const [server, safety, title] of [
+      ["main", snapshot.redis.main, "Redis"],
+      ["claims", snapshot.redis.claims, "Claims Redis"],
+    ] as const) {
+      // Unreachable is not this rule's: the evaluation itself fails then, and says so.
+      if (!safety.ok) continue;
+      const problems = safetyProblems(title, safety);
+      if (problems.length === 0) continue;
+      push(
+        "redisUnsafe",
+        rules.redisUnsafe.severity,
+        server,
+        { redis: server },
+        `${title} is unsafe for claims`,
+        problems.join("; "),
+        "/claims",
+        null,
+      );
+    }
+  }
+  return { active, pendingSet, pendingDel, missed };
+}
+
+function claimOwners(definitions: Definitions): Map<string, { rebuild: string; tenant: string | undefined }> {
+  const owners = new Map<string, { rebuild: string; tenant: string | undefined }>();
+  for (const definition of definitions.rebuilds.values()) {
+    for (const tenant of tenantsOf(definition)) {
+      owners.set(claimName(definition.outputPath, tenant), { rebuild: definition.name, tenant });
+    }
+  }
+  return owners;
+}
+
+function claimOf(definitions: Definitions, series: { rebuild: string; tenant: string | null }): string {
+  const definition = definitions.rebuilds.get(series.rebuild);
+  return definition ? claimName(definition.outputPath, series.tenant ?? undefined) : "";
+}

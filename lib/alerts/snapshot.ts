@@ -1,0 +1,296 @@
+/**
+ * What the rules look at, read from Redis in a few pipelines: claims (census), workers, running
+ * and finished runs, scheduled ticks, Redis safety, takeover events and the stored pending times.
+ * Times are Redis `TIME` (main server; claim staleness on the claims server's clock), never the
+ * evaluating host's clock.
+ *
+ * `recordExpectedTicks` writes each scheduled tick that came due (only the evaluating process
+ * calls it): a tick is then "expected", and `scheduleMissed` compares it with the runs.
+ */
+import { CronExpressionParser } from "cron-parser";
+import type { Redis } from "ioredis";
+import { readClaimCensus, type ClaimCensus } from "../claims/census";
+import { inspectRedis, type RedisSafety } from "../health/redis-safety";
+import { tenantsOf, type Definitions } from "../rebuilds/definitions";
+import { schedulerIdOf } from "../rebuilds/queue";
+import type { RedisKeys } from "../redis/keys";
+import { NEWEST_IN_INDEXES, runVariadicScript, type ScriptingClient } from "../redis/scripts";
+import { HEARTBEAT_TTL_MS } from "../workers/heartbeat";
+
+type Client = Pick<Redis, "pipeline">;
+
+export interface RunningRun {
+  id: string;
+  rebuild: string;
+  tenant: string | null;
+  startedAt: number | null;
+  createdAt: number;
+}
+
+export interface SeriesRuns {
+  rebuild: string;
+  tenant: string | null;
+  /** Newest run of any status (createdAt ms), or null. */
+  newestRunAt: number | null;
+  /** Newest rebuilt run's createdAt, or null. */
+  newestRebuiltAt: number | null;
+  /** Newest failed run, or null. */
+  newestFailed: { id: string; createdAt: number; attempt: number; reason: string } | null;
+  /** Due scheduled ticks (ms) in the window, oldest first, that no run answered. */
+  unservedTicks: number[];
+  /** The newest tick already counted as missed (metrics), or 0. */
+  missedCountedUpTo: number;
+}
+
+export interface TakeoverEvent {
+  id: string;
+  at: number;
+  claim: string;
+  rebuild: string;
+  tenant: string;
+  fence: string;
+  previousFence: string;
+}
+
+export interface AlertSnapshot {
+  /** Main Redis time, ms. */
+  now: number;
+  census: ClaimCensus;
+  workersLive: number;
+  /** Score of the newest worker heartbeat ever seen in the registry, or null. */
+  newestBeat: number | null;
+  running: RunningRun[];
+  series: SeriesRuns[];
+  redis: { main: RedisSafety; claims: RedisSafety };
+  takeovers: TakeoverEvent[];
+  /** alert id → since (ms): conditions held earlier without their own clock. */
+  pending: Record<string, number>;
+}
+
+/** How far back scheduled ticks are considered (an older missed tick is history, not an alert). */
+export const TICK_WINDOW_MS = 86_400_000;
+/** Running runs examined per cycle (records of crashed attempts are closed by the next attempt). */
+const RUNNING_LIMIT = 1_000;
+const TAKEOVERS_LIMIT = 200;
+/** Ticks recorded per series per cycle (a minute cron after a long outage stays bounded). */
+const TICKS_PER_CYCLE = 1_000;
+
+export async function redisTime(client: Pick<Redis, "time">): Promise<number> {
+  const [seconds, micros] = await client.time();
+  return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
+}
+
+const seriesKey = (rebuild: string, tenant: string | null | undefined) => `${rebuild}|${tenant ?? ""}`;
+
+/**
+ * Records the scheduled ticks that came due since the last call; idempotent (ZADD, cursor).
+ * `nextDue` (series → ms of its next tick) is the caller's memory between calls: series with no
+ * tick due are skipped without parsing their cron expression or asking Redis.
+ */
+export async function recordExpectedTicks(
+  main: Client,
+  keys: RedisKeys,
+  definitions: Definitions,
+  now: number,
+  nextDue: Map<string, number> = new Map(),
+): Promise<number> {
+  const series: { rebuild: string; tenant: string | undefined; cron: string; tz: string }[] = [];
+  for (const definition of definitions.rebuilds.values()) {
+    if (!definition.schedule) continue;
+    for (const tenant of tenantsOf(definition)) {
+      const due = nextDue.get(seriesKey(definition.name, tenant));
+      if (due === undefined || due <= now) series.push({ rebuild: definition.name, tenant, ...definition.schedule });
+    }
+  }
+  if (series.length === 0) return 0;
+  const read = main.pipeline();
+  for (const s of series) {
+    read.hget(keys.alertsTickCursor, seriesKey(s.rebuild, s.tenant));
+    read.get(keys.schedulerSince(schedulerIdOf(s.rebuild, s.tenant)));
+  }
+  const replies = (await read.exec()) ?? [];
+  const write = main.pipeline();
+  let recorded = 0;
+  series.forEach((s, i) => {
+    const cursor = Number(replies[i * 2]?.[1] ?? NaN);
+    const since = Number(replies[i * 2 + 1]?.[1] ?? NaN);
+    const key = seriesKey(s.rebuild, s.tenant);
+    // Ticks before the scheduler existed cannot have been missed; none are expected without one.
+    if (!Number.isFinite(since)) return void nextDue.set(key, now + 60_000);
+    nextDue.set(
+      key,
+      CronExpressionParser.parse(s.cron, { tz: s.tz, currentDate: new Date(now) })
+        .next()
+        .getTime(),
+    );
+    const from = Math.max(Number.isFinite(cursor) ? cursor : since, since, now - TICK_WINDOW_MS);
+    const ticks: number[] = [];
+    const expression = CronExpressionParser.parse(s.cron, {
+      tz: s.tz,
+      currentDate: new Date(from),
+      endDate: new Date(now),
+    });
+    while (ticks.length < TICKS_PER_CYCLE && expression.hasNext()) ticks.push(expression.next().getTime());
+    if (ticks.length === 0) return;
+    const ticksKey = keys.expectedTicks(s.rebuild, s.tenant);
+    write.zadd(ticksKey, ...ticks.flatMap((tick) => [tick, String(tick)]));
+    write.zremrangebyscore(ticksKey, "-inf", now - 7 * TICK_WINDOW_MS);
+    write.hset(keys.alertsTickCursor, seriesKey(s.rebuild, s.tenant), String(ticks[ticks.length - 1]));
+    recorded += ticks.length;
+  });
+  if (recorded > 0) await write.exec();
+  return recorded;
+}
+
+export async function readAlertSnapshot(
+  main: Client & ScriptingClient,
+  claims: Client & ScriptingClient,
+  keys: RedisKeys,
+  definitions: Definitions,
+  options: { takeoverWindowMs: number; graceMs: number },
+): Promise<AlertSnapshot> {
+  const seriesList: { rebuild: string; tenant: string | undefined; scheduled: boolean }[] = [];
+  for (const definition of definitions.rebuilds.values()) {
+    for (const tenant of tenantsOf(definition)) {
+      seriesList.push({ rebuild: definition.name, tenant, scheduled: Boolean(definition.schedule) });
+    }
+  }
+  // Round trip 1 (main): time, workers, running runs, pending, counters; the newest runs of every
+  // series (newest of any status, rebuilt, failed) in one script call alongside.
+  const indexKeys: string[] = [];
+  for (const s of seriesList) {
+    const filter = s.tenant ? { rebuild: s.rebuild, tenant: s.tenant } : { rebuild: s.rebuild };
+    indexKeys.push(
+      keys.runIndex(filter),
+      keys.runIndex({ ...filter, status: "rebuilt" }),
+      keys.runIndex({ ...filter, status: "failed" }),
+    );
+  }
+  const first = main
+    .pipeline()
+    .time()
+    .zrevrange(keys.workerRegistry, 0, -1, "WITHSCORES")
+    .zrange(keys.runIndex({ status: "running" }), "0", String(RUNNING_LIMIT - 1))
+    .hgetall(keys.alertsPending)
+    .hgetall(keys.metricsCounters);
+  const [replies, newest] = await Promise.all([
+    execOrThrow(first),
+    runVariadicScript(main, NEWEST_IN_INDEXES, [keys.runIndex()], indexKeys, [0]) as Promise<string[]>,
+  ]);
+  const [seconds, micros] = replies[0] as [string, string];
+  const now = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
+  const registry = replies[1] as string[];
+  const liveIds = new Set<string>();
+  let newestBeat: number | null = null;
+  for (let i = 0; i < registry.length; i += 2) {
+    const score = Number(registry[i + 1]);
+    if (newestBeat === null || score > newestBeat) newestBeat = score;
+    if (score >= now - HEARTBEAT_TTL_MS) liveIds.add(registry[i]!);
+  }
+  const runningIds = replies[2] as string[];
+  const pendingHash = replies[3] as Record<string, string>;
+  const counters = replies[4] as Record<string, string>;
+
+  // Round trip 2 (main): running runs, newest failed runs, unserved ticks.
+  const second = main.pipeline();
+  for (const id of runningIds) second.hmget(keys.run(id), "rebuild", "tenant", "startedAt", "createdAt", "status");
+  const entry = (index: number) =>
+    newest[index * 2] ? { id: newest[index * 2]!, at: Number(newest[index * 2 + 1]) } : null;
+  const series: SeriesRuns[] = seriesList.map((s, i) => {
+    const [any, rebuilt, failed] = [entry(i * 3), entry(i * 3 + 1), entry(i * 3 + 2)];
+    return {
+      rebuild: s.rebuild,
+      tenant: s.tenant ?? null,
+      newestRunAt: any ? any.at : null,
+      newestRebuiltAt: rebuilt ? rebuilt.at : null,
+      newestFailed: failed ? { id: failed.id, createdAt: failed.at, attempt: 0, reason: "" } : null,
+      unservedTicks: [],
+      missedCountedUpTo: Number(counters[`missedcursor|${seriesKey(s.rebuild, s.tenant)}`] ?? 0),
+    };
+  });
+  for (const s of series) {
+    if (s.newestFailed) second.hmget(keys.run(s.newestFailed.id), "attempt", "reason");
+  }
+  const scheduled = seriesList.map((s, i) => ({ ...s, runs: series[i]! })).filter((s) => s.scheduled);
+  for (const s of scheduled) {
+    // Ticks due at least `grace` ago, after the newest run (a run that started answers them all).
+    const after = Math.max(now - TICK_WINDOW_MS, s.runs.newestRunAt ?? 0);
+    second.zrangebyscore(keys.expectedTicks(s.rebuild, s.tenant), `(${after}`, now - options.graceMs);
+    second.zrangebyscore(keys.scheduleTicks(s.rebuild, s.tenant), `(${after}`, "+inf", "WITHSCORES");
+  }
+  const [secondReplies, census, mainSafety, claimsSafety, takeoverEntries] = await Promise.all([
+    execOrThrow(second),
+    readClaimCensus(claims, keys, liveIds),
+    inspectRedis(main),
+    inspectRedis(claims),
+    readTakeovers(claims, keys, options.takeoverWindowMs),
+  ]);
+  let at = 0;
+  const running: RunningRun[] = [];
+  for (const id of runningIds) {
+    const [rebuild, tenant, startedAt, createdAt, status] = secondReplies[at++] as (string | null)[];
+    if (status !== "running" || !rebuild) continue;
+    running.push({
+      id,
+      rebuild,
+      tenant: tenant || null,
+      startedAt: startedAt ? Number(startedAt) : null,
+      createdAt: Number(createdAt ?? 0),
+    });
+  }
+  for (const s of series) {
+    if (!s.newestFailed) continue;
+    const [attempt, reason] = secondReplies[at++] as (string | null)[];
+    s.newestFailed.attempt = Number(attempt ?? 0);
+    s.newestFailed.reason = reason ?? "";
+  }
+  for (const s of scheduled) {
+    const expected = (secondReplies[at++] as string[]).map(Number);
+    const servedRaw = secondReplies[at++] as string[];
+    const served = new Set<number>();
+    for (let i = 1; i < servedRaw.length; i += 2) served.add(Number(servedRaw[i]));
+    s.runs.unservedTicks = expected.filter((tick) => !served.has(tick));
+  }
+  const pending: Record<string, number> = {};
+  for (const [id, since] of Object.entries(pendingHash)) pending[id] = Number(since);
+  return {
+    now,
+    census,
+    workersLive: liveIds.size,
+    newestBeat,
+    running,
+    series,
+    redis: { main: mainSafety, claims: claimsSafety },
+    takeovers: takeoverEntries,
+    pending,
+  };
+}
+
+async function readTakeovers(claims: Client, keys: RedisKeys, windowMs: number): Promise<TakeoverEvent[]> {
+  const replies = await execOrThrow(claims.pipeline().time());
+  const [seconds, micros] = replies[0] as [string, string];
+  const claimsNow = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
+  const entries = await execOrThrow(
+    claims.pipeline().xrevrange(keys.claimTakeovers, "+", String(claimsNow - windowMs), "COUNT", TAKEOVERS_LIMIT),
+  );
+  return (entries[0] as [string, string[]][]).map(([id, flat]) => {
+    const fields: Record<string, string> = {};
+    for (let i = 0; i < flat.length; i += 2) fields[flat[i]!] = flat[i + 1]!;
+    return {
+      id,
+      at: Number(id.split("-")[0]),
+      claim: fields.claim ?? "",
+      rebuild: fields.rebuild ?? "",
+      tenant: fields.tenant ?? "",
+      fence: fields.fence ?? "",
+      previousFence: fields.previousFence ?? "",
+    };
+  });
+}
+
+async function execOrThrow(pipeline: ReturnType<Redis["pipeline"]>): Promise<unknown[]> {
+  const replies = (await pipeline.exec()) ?? [];
+  const failed = replies.find(([error]) => error);
+  if (failed) throw failed[0];
+  return replies.map(([, value]) => value);
+}
