@@ -199,7 +199,10 @@ test("a worker whose clock is 30 s behind is live and its claim not stale: both 
   const skewed = await bed.startWorker(skewedClockEnv("-30s"));
   try {
     const jobId = await bed.trigger("slow", { version: "v-skewed" });
-    const running = await bed.waitForRun((r) => r.jobId === jobId && r.status === "running", 15_000);
+    const running = await bed.waitForRun(
+      (r) => r.jobId === jobId && r.status === "running" && r.fence !== null,
+      15_000,
+    );
     const live = await listLiveWorkers(bed.main, bed.keys);
     const mine = live.find((w) => w.pid === skewed.pid);
     assert.ok(mine, `the skewed worker is live (live: ${JSON.stringify(live.map((w) => w.id))})`);

@@ -37,7 +37,7 @@ test("the same (rebuild, version) enqueued twice quickly: one rebuilt, one skipp
   const b = await bed.startWorker();
   try {
     const first = await bed.trigger("slow", { version: "v-dup" });
-    await bed.waitForRun((r) => r.jobId === first && r.status === "running", 15_000);
+    await bed.waitForRun((r) => r.jobId === first && r.status === "running" && r.fence !== null, 15_000);
     const second = await bed.trigger("slow", { version: "v-dup" });
     assert.notEqual(second, first, "a running job is not a waiting one: the second trigger is a new job");
 
@@ -89,13 +89,14 @@ test("SIGSTOP past the claim TTL: a second worker takes over; after SIGCONT the 
   const output = bed.definitions.rebuilds.get("slow")!.outputPath;
   const frozen = await bed.startWorker();
   const jobId = await bed.trigger("slow", { version: "v-pause" });
-  const first = await bed.waitForRun((r) => r.jobId === jobId && r.status === "running", 15_000);
+  // A record says "running" from the attempt's pickup; its fence once the claim is granted.
+  const first = await bed.waitForRun((r) => r.jobId === jobId && r.status === "running" && r.fence !== null, 15_000);
   process.kill(frozen.pid, "SIGSTOP");
   const second = await bed.startWorker();
   try {
     // The job lock (5 s) lapses, the stalled check redelivers the job, the claim (2 s TTL) is free.
     const taken = await bed.waitForRun(
-      (r) => r.jobId === jobId && r.attempt > first.attempt && r.status === "running",
+      (r) => r.jobId === jobId && r.attempt > first.attempt && r.status === "running" && r.fence !== null,
       30_000,
     );
     assert.ok((taken.fence ?? 0) > (first.fence ?? 0), "the new grant has a higher fence");
@@ -124,7 +125,7 @@ test("SIGTERM mid-run (a deploy): job back to waiting with no failed attempt, cl
   const output = bed.definitions.rebuilds.get("slow")!.outputPath;
   const leaving = await bed.startWorker();
   const jobId = await bed.trigger("slow", { version: "v-deploy" });
-  const first = await bed.waitForRun((r) => r.jobId === jobId && r.status === "running", 15_000);
+  const first = await bed.waitForRun((r) => r.jobId === jobId && r.status === "running" && r.fence !== null, 15_000);
   assert.equal(await leaving.stop("SIGTERM"), 0, "the worker exits 0");
 
   assert.equal(await bed.claims.exists(bed.keys.claim(claimName(output))), 0, "claim released");
