@@ -65,10 +65,14 @@ test("the same (rebuild, version) enqueued twice quickly: one rebuilt, one skipp
 });
 
 test("SIGKILL mid-run: another worker completes the rebuild and current is whole", async () => {
-  const victim = await bed.startWorker();
+  // Both workers are up before the job runs (a worker starting on a loaded machine can take longer
+  // than the step); the one whose pid the running record names is killed.
+  const workers = [await bed.startWorker(), await bed.startWorker()];
   const jobId = await bed.trigger("slow", { version: "v-kill" });
-  const running = await bed.waitForRun((r) => r.jobId === jobId && r.status === "running", 15_000);
-  const survivor = await bed.startWorker();
+  const running = await bed.waitForRun((r) => r.jobId === jobId && r.status === "running" && r.fence !== null, 15_000);
+  const victim = workers.find((w) => running.workerId?.includes(`-${w.pid}-`));
+  const survivor = workers.find((w) => w !== victim)!;
+  assert.ok(victim, `the running record names one of the workers (${running.workerId})`);
   try {
     assert.equal(await victim.stop("SIGKILL"), null);
     const done = await bed.waitForRun(
