@@ -221,16 +221,26 @@ export const RUN_TRIM = typedScript<number>()({
   lua: `
 --[[ Delete one run record, its log and its index entries — unless it is still in flight.
 KEYS[1] run HASH   KEYS[2] runLog LIST
-KEYS[3 ..] indexes: ARGV[2] base indexes, then as many per status (every status)
-ARGV[1] runId   ARGV[2] n
-A record whose hash already expired is removed from every index (its status is unknown).
+KEYS[3 ..] indexes: ARGV[2] base indexes, then as many per status in ARGV[3] (every status)
+ARGV[1] runId   ARGV[2] n   ARGV[3] statuses with index keys (comma-separated)
+A record is removed from its base indexes and its status's; one whose hash already expired
+from every index (its status is unknown).
 Returns ${RUN_REPLY.written} deleted | ${RUN_REPLY.no} kept: queued or running
 ]]
 ${COMMON}
 local status = redis.call('HGET', KEYS[1], 'status')
 if status and not FINAL[status] then return ${RUN_REPLY.no} end
 redis.call('DEL', KEYS[1], KEYS[2])
-for i = 3, #KEYS do redis.call('ZREM', KEYS[i], ARGV[1]) end
+local n = tonumber(ARGV[2])
+setStatuses(ARGV[3])
+if status and POSITION[status] then
+  for j = 1, n do
+    redis.call('ZREM', KEYS[2 + j], ARGV[1])
+    redis.call('ZREM', statusIndex(3, n, status, j), ARGV[1])
+  end
+else
+  for i = 3, #KEYS do redis.call('ZREM', KEYS[i], ARGV[1]) end
+end
 return ${RUN_REPLY.written}
 `,
 });

@@ -44,7 +44,11 @@ export async function trimRuns(client: TrimClient, keys: RedisKeys, options: Tri
     // A record whose hash already expired has no fields left: the index it was found in says its tenant.
     const tenant = (replies[i]?.[1] as string | null | undefined) || options.tenant;
     const layout = indexLayout(keys, runPlaceOf(options.rebuild, tenant));
-    queueVariadicScript(pipeline, RUN_TRIM, [keys.run(id), keys.runLog(id)], layout.keys, [id, layout.n]);
+    queueVariadicScript(pipeline, RUN_TRIM, [keys.run(id), keys.runLog(id)], layout.keys, [
+      id,
+      layout.n,
+      layout.statuses,
+    ]);
   });
   const results = (await pipeline.exec()) ?? [];
   return results.filter(([, reply]) => reply === RUN_REPLY.written).length;

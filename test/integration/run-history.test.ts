@@ -24,6 +24,7 @@ import { skewedClockEnv } from "../support/clock";
 import { createTestBed, slowStep, type TestBed } from "../support/stack";
 
 const counterFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-flaky-")), "count");
+const releaseFile = path.join(path.dirname(counterFile), "release-long");
 const RUN_AGE_MS = 2 * 3_600_000;
 
 let bed: TestBed;
@@ -41,15 +42,14 @@ before(async () => {
         output: "out/long",
         claim: { ttl: "2s", refreshEvery: "500ms" },
         timeLimit: "2m",
-        // Runs until the test lets it finish (a file appears): "in flight" whatever the load.
+        // Runs until the test lets it finish (a file appears): "in flight" for as long as needed.
         steps: [
           {
-            name: "work",
+            name: "hold",
             run: [
               "sh",
               "-c",
-              'while [ ! -f "$0/../release-long" ]; do sleep 0.1; done; echo "$CLAIMWATCH_RUN_ID" > "$CLAIMWATCH_WORK/run.txt"',
-              "{output}",
+              `while [ ! -f '${releaseFile}' ]; do sleep 0.2; done; echo "$CLAIMWATCH_RUN_ID" > "$CLAIMWATCH_WORK/run.txt"`,
             ],
             killGrace: "1s",
           },
@@ -178,7 +178,9 @@ test("attempts list newest first by their own start: attempt 11 (rebuilt) before
 });
 
 test("trimming by count never deletes a run in flight, and its record stays whole", async () => {
-  const runner = await bed.startWorker();
+  // One job at a time: the long run holds it, so the duplicates go to the other worker, which
+  // falls idle after them and trims at its next heartbeat.
+  const runner = await bed.startWorker({ CLAIMWATCH_WORKER_CONCURRENCY: "1" });
   const jobId = await bed.trigger("long", { version: "v-long" });
   const first = await bed.waitForRun((r) => r.jobId === jobId && r.status === "running", 15_000);
   const others = await bed.startWorker();
@@ -196,7 +198,7 @@ test("trimming by count never deletes a run in flight, and its record stays whol
       "trimmed to the retention",
     );
     assert.equal((await readRun(bed.main, bed.keys, first.id))?.status, "running", "the run in flight is kept");
-    fs.writeFileSync(path.join(path.dirname(bed.definitions.rebuilds.get("long")!.outputPath), "release-long"), "");
+    fs.writeFileSync(releaseFile, "go");
     const done = await bed.waitForRun((r) => r.id === first.id && r.status === "rebuilt", 40_000);
     assert.equal(done.jobId, jobId);
     assert.equal(done.attempt, first.attempt);
@@ -212,7 +214,10 @@ test("a worker whose clock is 30 s behind is live and its claim not stale: both 
   const skewed = await bed.startWorker(skewedClockEnv("-30s"));
   try {
     const jobId = await bed.trigger("slow", { version: "v-skewed" });
-    const running = await bed.waitForRun((r) => r.jobId === jobId && r.status === "running", 15_000);
+    const running = await bed.waitForRun(
+      (r) => r.jobId === jobId && r.status === "running" && r.fence !== null,
+      15_000,
+    );
     const live = await listLiveWorkers(bed.main, bed.keys);
     const mine = live.find((w) => w.pid === skewed.pid);
     assert.ok(mine, `the skewed worker is live (live: ${JSON.stringify(live.map((w) => w.id))})`);
