@@ -4,7 +4,7 @@ import { useQuery } from "@tanstack/react-query";
 import type { AuditPage } from "@/lib/audit/list";
 import { auditQuery } from "@/lib/ui/queries";
 import { DataTable } from "./data-table";
-import { formatTime } from "./format";
+import { Time } from "./time";
 
 export function AuditTable({ initial }: { initial: AuditPage | null }) {
   const { data, error } = useQuery({
@@ -22,7 +22,9 @@ export function AuditTable({ initial }: { initial: AuditPage | null }) {
           data-action={entry.action}
           data-result={entry.result}
         >
-          <td className="px-3 py-2 text-xs">{formatTime(entry.at)}</td>
+          <td className="px-3 py-2 text-xs whitespace-nowrap">
+            <Time at={entry.at} />
+          </td>
           <td className="px-3 py-2">{entry.actor}</td>
           <td className="px-3 py-2">{entry.action}</td>
           <td className="px-3 py-2">

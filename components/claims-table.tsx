@@ -6,9 +6,10 @@ import { useState } from "react";
 import type { ApiClaim, ApiClaimPage, ReleaseOutcome } from "@/lib/api/claims";
 import { apiFetch, claimsQuery, queryKeys } from "@/lib/ui/queries";
 import { DataTable } from "./data-table";
-import { formatAgo, formatDurationMs } from "./format";
+import { formatDurationMs } from "@/lib/ui/format";
 import { useCanOperate } from "./role";
-import { useNow } from "./use-now";
+import { Time } from "./time";
+import { useNow, useRenderTime } from "./use-now";
 
 /**
  * Active claims, live: TTLs count down between polls from the server's PTTL and the time the
@@ -17,9 +18,11 @@ import { useNow } from "./use-now";
 export function ClaimsTable({ initial }: { initial: ApiClaimPage | null }) {
   const [cursors, setCursors] = useState<(string | null)[]>([null]);
   const cursor = cursors[cursors.length - 1] ?? null;
+  const renderTime = useRenderTime();
   const { data, dataUpdatedAt, error } = useQuery({
     ...claimsQuery(cursor),
-    ...(initial && cursor === null ? { initialData: initial } : {}),
+    // The render time (not each side's Date.now()) keeps server HTML and hydration identical.
+    ...(initial && cursor === null ? { initialData: initial, initialDataUpdatedAt: renderTime || undefined } : {}),
   });
   const now = useNow();
   const canOperate = useCanOperate();
@@ -84,10 +87,14 @@ export function ClaimsTable({ initial }: { initial: ApiClaimPage | null }) {
                 </td>
                 <td className="px-3 py-2 font-mono">{claim.fence}</td>
                 <td className="px-3 py-2">{formatDurationMs(serverNow - (claim.acquiredAt ?? serverNow))}</td>
-                <td className="px-3 py-2" data-field="heartbeat">
-                  {formatAgo(claim.refreshedAt, serverNow)}
+                <td className="px-3 py-2 whitespace-nowrap" data-field="heartbeat">
+                  <Time at={claim.refreshedAt} now={serverNow} />
+                  {claim.refreshEveryMs ? (
+                    <div className="text-xs text-slate-500">every {formatDurationMs(claim.refreshEveryMs)}</div>
+                  ) : null}
                 </td>
                 <td className="px-3 py-2 font-mono" data-field="ttl" data-ttl-ms={Math.max(0, Math.round(ttlLeft))}>
+                  <TtlBar leftMs={Math.max(0, ttlLeft)} ttlMs={claim.ttlMs} stale={claim.stale} />
                   {formatDurationMs(Math.max(0, ttlLeft))}
                   <span className="text-xs text-slate-500"> / {formatDurationMs(claim.ttlMs)}</span>
                 </td>
@@ -151,6 +158,24 @@ export function ClaimsTable({ initial }: { initial: ApiClaimPage | null }) {
           }}
         />
       ) : null}
+    </div>
+  );
+}
+
+/** Remaining share of the claim's TTL: a refresh fills it again; a bar running empty means no refresh. */
+function TtlBar({ leftMs, ttlMs, stale }: { leftMs: number; ttlMs: number | null; stale: boolean }) {
+  const share = ttlMs ? Math.min(1, leftMs / ttlMs) : 0;
+  const colour = stale || share < 0.25 ? "bg-red-500" : share < 0.5 ? "bg-amber-500" : "bg-emerald-500";
+  return (
+    <div
+      role="meter"
+      aria-label="TTL left"
+      aria-valuemin={0}
+      aria-valuemax={100}
+      aria-valuenow={Math.round(share * 100)}
+      className="mb-1 h-1.5 w-24 overflow-hidden rounded bg-slate-200"
+    >
+      <div className={`h-full ${colour}`} data-mark="ttl-bar" style={{ width: `${(share * 100).toFixed(1)}%` }} />
     </div>
   );
 }

@@ -3,7 +3,9 @@
 import { useQuery } from "@tanstack/react-query";
 import type { RunDetail } from "@/lib/api/runs";
 import { runQuery } from "@/lib/ui/queries";
-import { formatDurationMs, formatTime } from "./format";
+import { formatDurationMs } from "@/lib/ui/format";
+import type { ReactNode } from "react";
+import { Time } from "./time";
 import { StatusBadge } from "./status-badge";
 
 export function RunDetailView({ initial, id }: { initial: RunDetail | null; id: string }) {
@@ -13,7 +15,7 @@ export function RunDetailView({ initial, id }: { initial: RunDetail | null; id: 
   });
   if (!run) return <p className="text-sm text-red-700">{error ? error.message : "Loading…"}</p>;
   const running = run.status === "running" || run.status === "queued";
-  const fields: [string, string | number | null][] = [
+  const fields: [string, ReactNode][] = [
     ["Rebuild", `${run.rebuild}${run.tenant ? ` / ${run.tenant}` : ""}`],
     ["Job", `${run.jobId} (attempt ${run.attempt})`],
     ["Trigger", run.trigger],
@@ -22,9 +24,9 @@ export function RunDetailView({ initial, id }: { initial: RunDetail | null; id: 
     ["Build hash", run.buildHash],
     ["Idempotency key", run.idempotencyKey],
     ["Worker", run.workerId ? `${run.workerId} on ${run.host}` : null],
-    ["Queued", formatTime(run.createdAt)],
-    ["Started", formatTime(run.startedAt)],
-    ["Finished", formatTime(run.finishedAt)],
+    ["Queued", <Time key="q" at={run.createdAt} absolute />],
+    ["Started", run.startedAt ? <Time key="s" at={run.startedAt} absolute /> : null],
+    ["Finished", run.finishedAt ? <Time key="f" at={run.finishedAt} absolute /> : null],
     ["Duration", formatDurationMs(run.durationMs)],
   ];
   return (
