@@ -4,7 +4,8 @@ import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import Link from "next/link";
 import { useState } from "react";
 import type { ApiRebuild } from "@/lib/api/rebuilds";
-import { apiFetch, previewQuery, queryKeys, rebuildsQuery } from "@/lib/ui/queries";
+import { apiFetch, LIVE_POLL_MS, previewQuery, queryKeys, rebuildsQuery } from "@/lib/ui/queries";
+import { usePollEvery } from "./live-events";
 import { DataTable } from "./data-table";
 import { formatDurationMs } from "@/lib/ui/format";
 import { RunStrip, RunStripLegend } from "./run-strip";
@@ -15,6 +16,7 @@ import { Time } from "./time";
 export function RebuildsTable({ initial }: { initial: ApiRebuild[] | null }) {
   const { data, error } = useQuery({
     ...rebuildsQuery(),
+    refetchInterval: usePollEvery(LIVE_POLL_MS),
     ...(initial ? { initialData: { rebuilds: initial } } : {}),
   });
   const [open, setOpen] = useState<string | null>(null);
@@ -136,7 +138,10 @@ function RebuildNowForm({ rebuild, onDone }: { rebuild: ApiRebuild; onDone: () =
   const [version, setVersion] = useState("");
   const [force, setForce] = useState(false);
   const [reason, setReason] = useState("");
-  const preview = useQuery(previewQuery(rebuild.name, rebuild.tenant, version.trim(), force));
+  const preview = useQuery({
+    ...previewQuery(rebuild.name, rebuild.tenant, version.trim(), force),
+    refetchInterval: usePollEvery(LIVE_POLL_MS),
+  });
   const trigger = useMutation({
     mutationFn: () =>
       apiFetch<{ jobId: string; status: string }>(`/api/rebuilds/${encodeURIComponent(rebuild.name)}/runs`, {

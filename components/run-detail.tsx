@@ -3,14 +3,18 @@
 import { useQuery } from "@tanstack/react-query";
 import type { RunDetail } from "@/lib/api/runs";
 import { runQuery } from "@/lib/ui/queries";
+import { usePollEvery } from "./live-events";
 import { formatDurationMs } from "@/lib/ui/format";
 import type { ReactNode } from "react";
 import { Time } from "./time";
 import { StatusBadge } from "./status-badge";
 
 export function RunDetailView({ initial, id }: { initial: RunDetail | null; id: string }) {
+  // Live: run and log events re-read it; otherwise poll (faster while it runs).
+  const poll = usePollEvery(1);
   const { data: run, error } = useQuery({
     ...runQuery(id),
+    ...(poll === false ? { refetchInterval: false } : {}),
     ...(initial ? { initialData: initial } : {}),
   });
   if (!run) return <p className="text-sm text-red-700">{error ? error.message : "Loading…"}</p>;

@@ -5,7 +5,8 @@ import Link from "next/link";
 import { useState } from "react";
 import type { RunPage } from "@/lib/runs/list";
 import { RUN_STATUSES, type RunStatus } from "@/lib/runs/types";
-import { runsQuery, type RunsFilter } from "@/lib/ui/queries";
+import { LIVE_POLL_MS, runsQuery, type RunsFilter } from "@/lib/ui/queries";
+import { usePollEvery } from "./live-events";
 import { DataTable } from "./data-table";
 import { formatDurationMs } from "@/lib/ui/format";
 import { Time } from "./time";
@@ -24,6 +25,7 @@ export function RunsTable({ initial, initialFilter, rebuilds }: RunsTableProps) 
   const isInitial = cursors.length === 0 && JSON.stringify(filter) === JSON.stringify(initialFilter);
   const { data, error } = useQuery({
     ...runsQuery(query),
+    refetchInterval: usePollEvery(LIVE_POLL_MS),
     ...(initial && isInitial ? { initialData: initial } : {}),
   });
   const tenants = rebuilds.find((r) => r.name === filter.rebuild)?.tenants ?? null;

@@ -2,7 +2,8 @@
 
 import { useQuery } from "@tanstack/react-query";
 import type { WorkerStatus } from "@/lib/workers/heartbeat";
-import { workersQuery } from "@/lib/ui/queries";
+import { LIVE_POLL_MS, workersQuery } from "@/lib/ui/queries";
+import { usePollEvery } from "./live-events";
 import { DataTable } from "./data-table";
 import { formatDurationMs } from "@/lib/ui/format";
 import { Time } from "./time";
@@ -12,6 +13,7 @@ export function WorkersTable({ initial }: { initial: { workers: WorkerStatus[]; 
   const renderTime = useRenderTime();
   const { data, error } = useQuery({
     ...workersQuery(),
+    refetchInterval: usePollEvery(LIVE_POLL_MS),
     ...(initial ? { initialData: initial, initialDataUpdatedAt: renderTime } : {}),
   });
   const now = useNow();

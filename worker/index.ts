@@ -8,6 +8,7 @@
  */
 import { Queue } from "bullmq";
 import { CONFIG_EXIT_CODE, loadConfigOrExit } from "../lib/config";
+import { publishEvent } from "../lib/events/publish";
 import { describeError } from "../lib/health/redis-safety";
 import { loadDefinitionsOrExit } from "../lib/rebuilds/definitions";
 import { queuePrefix, REBUILD_QUEUE } from "../lib/rebuilds/queue";
@@ -79,6 +80,7 @@ async function heartbeat(): Promise<void> {
 }
 
 await heartbeat();
+void publishEvent(main, keys, { type: "worker.up", id: identity.id, host: identity.host, pid: identity.pid });
 const timer = setInterval(() => void heartbeat(), HEARTBEAT_EVERY_MS);
 try {
   const { upserted, removed } = await syncSchedules(queue, definitions, main, keys);
@@ -109,6 +111,10 @@ async function shutdown(signal: NodeJS.Signals): Promise<void> {
   await Promise.race([worker.close(), new Promise((r) => setTimeout(r, 15_000))]);
   await queue.close().catch(() => {});
   await Promise.race([retire(main, keys, identity.id).catch(() => {}), new Promise((r) => setTimeout(r, 2_000))]);
+  await Promise.race([
+    publishEvent(main, keys, { type: "worker.down", id: identity.id }),
+    new Promise((r) => setTimeout(r, 1_000)),
+  ]);
   await Promise.all([closeRedis(main), closeRedis(claims)]);
   process.exit(0);
 }

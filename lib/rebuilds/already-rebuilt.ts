@@ -5,6 +5,7 @@
  * writes no output has nothing to guard. A version not rebuilt yet goes on to the claim.
  */
 import type { Redis } from "ioredis";
+import { publishEvent } from "../events/publish";
 import type { RedisKeys } from "../redis/keys";
 import { runVariadicScript, SKIP_IF_REBUILT } from "../redis/scripts";
 import { indexKeys, recordTtlMs, statusIndexKeys, toFields, type RunRetention } from "../runs/records";
@@ -40,5 +41,8 @@ export async function skipIfAlreadyRebuilt(
     [...runIndexes, ...statusIndexKeys(keys, record.rebuild, record.tenant, "skipped")],
     [job.id, record.id, record.createdAt, runIndexes.length, recordTtlMs(retention), REASON_PREFIX, ...fields],
   );
-  return typeof reply === "string" ? reply : null;
+  if (typeof reply !== "string") return null;
+  // The script wrote the skipped record; its live event follows (lib/events, fire-and-forget).
+  void publishEvent(client, keys, { type: "run", run: { ...record, status: "skipped" } });
+  return reply;
 }

@@ -4,6 +4,7 @@
  * tenant, per status — so every listing is O(page). Writes are folded into one MULTI each.
  */
 import type { ChainableCommander, Redis } from "ioredis";
+import { appendEventInto } from "../events/publish";
 import type { RedisKeys } from "../redis/keys";
 import { RUN_STATUSES, type RunRecord, type RunStatus, type StepRecord } from "./types";
 
@@ -107,6 +108,8 @@ export function upsertRunInto(
       }
     }
   }
+  // The dashboard's live event, in the same MULTI as the change it reports (lib/events).
+  appendEventInto(tx, keys, { type: "run", run: record });
   return tx;
 }
 
@@ -197,10 +200,10 @@ export class RunLogWriter {
 
   private queueLines(tx: ChainableCommander, lines: string[]): ChainableCommander {
     const key = this.keys.runLog(this.runId);
-    return tx
-      .rpush(key, ...lines)
+    tx.rpush(key, ...lines)
       .ltrim(key, -RUN_LOG_LINES, -1)
       .pexpire(key, recordTtlMs(this.retention));
+    return appendEventInto(tx, this.keys, { type: "run.log", id: this.runId });
   }
 }
 

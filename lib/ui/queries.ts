@@ -36,6 +36,10 @@ export const queryKeys = {
     list: (filter: RunsFilter) => [...queryKeys.runs.all(), "list", filter] as const,
     detail: (id: string) => [...queryKeys.runs.all(), "detail", id] as const,
   },
+  timeline: {
+    all: () => [...queryKeys.all, "timeline"] as const,
+    window: (range: string) => [...queryKeys.timeline.all(), range] as const,
+  },
   workers: () => [...queryKeys.all, "workers"] as const,
   audit: () => [...queryKeys.all, "audit"] as const,
 };
