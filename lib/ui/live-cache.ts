@@ -113,9 +113,11 @@ export class LiveCache {
     if (this.client.getQueryData<RunDetail>(detail)) {
       this.client.setQueryData<RunDetail>(detail, (old) => (old ? { ...old, ...run } : old));
     }
+    let shown = false;
     for (const [key, page] of this.client.getQueriesData<RunPage>({ queryKey: [...queryKeys.runs.all(), "list"] })) {
       if (!page) continue;
       if (page.runs.some((r) => r.id === run.id)) {
+        shown = true;
         this.client.setQueryData<RunPage>(key, {
           ...page,
           runs: page.runs.map((r) => (r.id === run.id ? { ...r, ...run } : r)),
@@ -124,6 +126,8 @@ export class LiveCache {
         this.invalidateSoon(key); // a new run for this list: re-read the page (order, cursor)
       }
     }
+    // A Runs page still mounting (rendered just before this run existed) re-reads too.
+    if (!shown && run.status) this.invalidateSoon([...queryKeys.runs.all(), "list"]);
     this.invalidateSoon(queryKeys.rebuilds.all());
     this.invalidateSoon(queryKeys.timeline.all());
     if (run.status === "skipped") this.invalidateSoon(queryKeys.claims.all()); // consecutive skips
