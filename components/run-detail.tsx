@@ -6,6 +6,7 @@ import { runQuery } from "@/lib/ui/queries";
 import { usePollEvery } from "./live-events";
 import { formatDurationMs } from "@/lib/ui/format";
 import type { ReactNode } from "react";
+import { StepsGantt } from "./steps-gantt";
 import { Time } from "./time";
 import { StatusBadge } from "./status-badge";
 
@@ -69,15 +70,9 @@ export function RunDetailView({ initial, id }: { initial: RunDetail | null; id: 
         <h2 id="steps-title" className="font-semibold">
           Steps
         </h2>
-        <ol className="mt-1 space-y-1 text-sm">
-          {run.steps.map((step) => (
-            <li key={step.name}>
-              <span className="font-mono">{step.name}</span>: {step.status}
-              {step.finishedAt ? ` in ${formatDurationMs(step.finishedAt - step.startedAt)}` : ""}
-            </li>
-          ))}
-          {run.steps.length === 0 ? <li className="text-slate-500">no steps ran</li> : null}
-        </ol>
+        <div className="mt-1">
+          <StepsGantt steps={run.steps} runStartedAt={run.startedAt} />
+        </div>
       </section>
       <section aria-labelledby="log-title">
         <h2 id="log-title" className="font-semibold">

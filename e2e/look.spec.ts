@@ -7,9 +7,12 @@
 import AxeBuilder from "@axe-core/playwright";
 import { expect, test, type Page } from "@playwright/test";
 import type { RunRecord } from "../lib/runs/types";
+import { upsertRun } from "../lib/runs/records";
+import { stackRedis } from "./support/live";
 import { operatorHeaders, stack } from "./support/stack";
 
-test.describe.configure({ mode: "serial" });
+// axe and six pages per test: generous on a loaded 2-core machine (a hang guard, not a timing goal).
+test.describe.configure({ mode: "serial", timeout: 240_000 });
 
 /** Every dashboard page, and a run's page when a run exists. */
 async function pages(page: Page): Promise<string[]> {
@@ -154,7 +157,20 @@ test.describe("as operator", () => {
   });
 
   test("times: 4-digit years everywhere; relative with the absolute on hover; schedules in UTC", async ({ page }) => {
-    const { url } = stack();
+    const { url, dataDir } = stack();
+    const redis = stackRedis(dataDir);
+    const startedAt = Date.now() - 90_000;
+    await upsertRun(redis.main, redis.keys, {
+      id: "e2e-times-a1",
+      jobId: "e2e-times",
+      attempt: 1,
+      rebuild: "parcels",
+      tenant: null,
+      createdAt: startedAt,
+      startedAt,
+      status: "running",
+    });
+    await redis.close();
     await page.goto(`${url}/runs`);
     const started = page.getByRole("table", { name: "Runs" }).locator("time").first();
     await expect(started).toHaveText(/ago$|^just now$/);

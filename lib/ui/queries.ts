@@ -7,6 +7,7 @@ import type { AuditPage } from "../audit/list";
 import type { ApiClaimPage } from "../api/claims";
 import type { ApiRebuild, RunPreview } from "../api/rebuilds";
 import type { RunDetail } from "../api/runs";
+import type { Timeline } from "../api/timeline";
 import type { HealthReport } from "../health/health";
 import type { RunPage } from "../runs/list";
 import type { RunStatus } from "../runs/types";
@@ -154,5 +155,13 @@ export const auditQuery = () =>
     queryKey: queryKeys.audit(),
     queryFn: () => apiFetch<AuditPage>("/api/audit?limit=100"),
     refetchInterval: 5_000,
+    placeholderData: keepPreviousData,
+  });
+
+export const timelineQuery = (range: "24h" | "7d") =>
+  queryOptions({
+    queryKey: queryKeys.timeline.window(range),
+    queryFn: () => apiFetch<Timeline>(`/api/runs/timeline?range=${range}`),
+    refetchInterval: 10_000,
     placeholderData: keepPreviousData,
   });
