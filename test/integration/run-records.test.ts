@@ -90,11 +90,12 @@ test("run summaries: the same runs, order and fields as the full listing, and a 
   const summaries = await listRunSummaries(client, keys, { rebuild: "tiles", tenant: "acme" }, 4);
   assert.deepEqual(
     summaries,
-    full.runs.map(({ id, status, reason, createdAt, finishedAt, durationMs }) => ({
+    full.runs.map(({ id, status, reason, createdAt, startedAt, finishedAt, durationMs }) => ({
       id,
       status,
       reason,
       createdAt,
+      startedAt,
       finishedAt,
       durationMs,
     })),
