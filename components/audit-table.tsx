@@ -3,12 +3,14 @@
 import { useQuery } from "@tanstack/react-query";
 import type { AuditPage } from "@/lib/audit/list";
 import { auditQuery } from "@/lib/ui/queries";
+import { usePollEvery } from "./live-events";
 import { DataTable } from "./data-table";
-import { formatTime } from "./format";
+import { Time } from "./time";
 
 export function AuditTable({ initial }: { initial: AuditPage | null }) {
   const { data, error } = useQuery({
     ...auditQuery(),
+    refetchInterval: usePollEvery(5_000),
     ...(initial ? { initialData: initial } : {}),
   });
   if (error) return <p className="text-sm text-red-700">Could not load the audit log: {error.message}</p>;
@@ -22,7 +24,9 @@ export function AuditTable({ initial }: { initial: AuditPage | null }) {
           data-action={entry.action}
           data-result={entry.result}
         >
-          <td className="px-3 py-2 text-xs">{formatTime(entry.at)}</td>
+          <td className="px-3 py-2 text-xs whitespace-nowrap">
+            <Time at={entry.at} />
+          </td>
           <td className="px-3 py-2">{entry.actor}</td>
           <td className="px-3 py-2">{entry.action}</td>
           <td className="px-3 py-2">

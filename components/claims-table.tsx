@@ -2,13 +2,16 @@
 
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import Link from "next/link";
-import { useState } from "react";
+import { useEffect, useState } from "react";
+import { describeStale, staleReasons } from "@/lib/claims/stale";
 import type { ApiClaim, ApiClaimPage, ReleaseOutcome } from "@/lib/api/claims";
-import { apiFetch, claimsQuery, queryKeys } from "@/lib/ui/queries";
+import { apiFetch, claimsQuery, LIVE_POLL_MS, queryKeys } from "@/lib/ui/queries";
 import { DataTable } from "./data-table";
-import { formatAgo, formatDurationMs } from "./format";
+import { formatDurationMs } from "@/lib/ui/format";
+import { usePollEvery } from "./live-events";
 import { useCanOperate } from "./role";
-import { useNow } from "./use-now";
+import { Time } from "./time";
+import { useNow, useRenderTime } from "./use-now";
 
 /**
  * Active claims, live: TTLs count down between polls from the server's PTTL and the time the
@@ -17,9 +20,12 @@ import { useNow } from "./use-now";
 export function ClaimsTable({ initial }: { initial: ApiClaimPage | null }) {
   const [cursors, setCursors] = useState<(string | null)[]>([null]);
   const cursor = cursors[cursors.length - 1] ?? null;
+  const renderTime = useRenderTime();
   const { data, dataUpdatedAt, error } = useQuery({
     ...claimsQuery(cursor),
-    ...(initial && cursor === null ? { initialData: initial } : {}),
+    refetchInterval: usePollEvery(LIVE_POLL_MS),
+    // The render time (not each side's Date.now()) keeps server HTML and hydration identical.
+    ...(initial && cursor === null ? { initialData: initial, initialDataUpdatedAt: renderTime || undefined } : {}),
   });
   const now = useNow();
   const canOperate = useCanOperate();
@@ -28,6 +34,16 @@ export function ClaimsTable({ initial }: { initial: ApiClaimPage | null }) {
 
   // Server clock → browser clock: the server time of the fetch maps to when it arrived.
   const skew = data ? dataUpdatedAt - data.serverTime : 0;
+  // A claim whose TTL ran out here while no event said so (it expired before this server
+  // started watching): ask the server once what is left.
+  const queryClient = useQueryClient();
+  const ranOut = (data?.claims ?? [])
+    .filter((c) => c.pttlMs - (now - dataUpdatedAt) < -1_000)
+    .map((c) => c.token)
+    .join(",");
+  useEffect(() => {
+    if (ranOut) void queryClient.invalidateQueries({ queryKey: queryKeys.claims.all() });
+  }, [ranOut, queryClient]);
 
   return (
     <div className="space-y-3">
@@ -58,6 +74,17 @@ export function ClaimsTable({ initial }: { initial: ApiClaimPage | null }) {
           {data.claims.map((claim) => {
             const ttlLeft = claim.pttlMs - (now - dataUpdatedAt);
             const serverNow = now - skew;
+            // Live updates carry refreshes, not their absence: "no refresh for …" is derived here
+            // with the server's own rule (lib/claims/stale) on the server's clock.
+            const overdue = claim.stale
+              ? []
+              : staleReasons(
+                  { refreshedAt: claim.refreshedAt, refreshEveryMs: claim.refreshEveryMs, workerId: null },
+                  serverNow,
+                  undefined,
+                );
+            const stale = claim.stale || overdue.length > 0;
+            const staleReason = claim.staleReason ?? describeStale(overdue);
             return (
               <tr key={claim.name} data-claim={claim.name} className="border-t border-slate-100 align-top">
                 <td className="px-3 py-2">
@@ -84,10 +111,14 @@ export function ClaimsTable({ initial }: { initial: ApiClaimPage | null }) {
                 </td>
                 <td className="px-3 py-2 font-mono">{claim.fence}</td>
                 <td className="px-3 py-2">{formatDurationMs(serverNow - (claim.acquiredAt ?? serverNow))}</td>
-                <td className="px-3 py-2" data-field="heartbeat">
-                  {formatAgo(claim.refreshedAt, serverNow)}
+                <td className="px-3 py-2 whitespace-nowrap" data-field="heartbeat">
+                  <Time at={claim.refreshedAt} now={serverNow} />
+                  {claim.refreshEveryMs ? (
+                    <div className="text-xs text-slate-500">every {formatDurationMs(claim.refreshEveryMs)}</div>
+                  ) : null}
                 </td>
                 <td className="px-3 py-2 font-mono" data-field="ttl" data-ttl-ms={Math.max(0, Math.round(ttlLeft))}>
+                  <TtlBar leftMs={Math.max(0, ttlLeft)} ttlMs={claim.ttlMs} stale={stale} />
                   {formatDurationMs(Math.max(0, ttlLeft))}
                   <span className="text-xs text-slate-500"> / {formatDurationMs(claim.ttlMs)}</span>
                 </td>
@@ -95,17 +126,17 @@ export function ClaimsTable({ initial }: { initial: ApiClaimPage | null }) {
                   {claim.consecutiveSkips}
                 </td>
                 <td className="px-3 py-2">
-                  {claim.stale ? (
+                  {stale ? (
                     <span
                       className="rounded bg-red-100 px-2 py-0.5 text-xs font-semibold text-red-800 ring-1 ring-red-300"
-                      title={claim.staleReason ?? ""}
+                      title={staleReason ?? ""}
                     >
                       Stale
                     </span>
                   ) : (
                     <span className="text-xs text-emerald-700">live</span>
                   )}
-                  {claim.staleReason ? <div className="mt-1 text-xs text-red-800">{claim.staleReason}</div> : null}
+                  {staleReason ? <div className="mt-1 text-xs text-red-800">{staleReason}</div> : null}
                 </td>
                 <td className="px-3 py-2">
                   {canOperate ? (
@@ -151,6 +182,24 @@ export function ClaimsTable({ initial }: { initial: ApiClaimPage | null }) {
           }}
         />
       ) : null}
+    </div>
+  );
+}
+
+/** Remaining share of the claim's TTL: a refresh fills it again; a bar running empty means no refresh. */
+function TtlBar({ leftMs, ttlMs, stale }: { leftMs: number; ttlMs: number | null; stale: boolean }) {
+  const share = ttlMs ? Math.min(1, leftMs / ttlMs) : 0;
+  const colour = stale || share < 0.25 ? "bg-red-500" : share < 0.5 ? "bg-amber-500" : "bg-emerald-500";
+  return (
+    <div
+      role="meter"
+      aria-label="TTL left"
+      aria-valuemin={0}
+      aria-valuemax={100}
+      aria-valuenow={Math.round(share * 100)}
+      className="mb-1 h-1.5 w-24 overflow-hidden rounded bg-slate-200"
+    >
+      <div className={`h-full ${colour}`} data-mark="ttl-bar" style={{ width: `${(share * 100).toFixed(1)}%` }} />
     </div>
   );
 }

@@ -18,8 +18,11 @@ export function DataTable({
   children: ReactNode;
   footer?: ReactNode;
 }) {
+  // A last column named "Actions" stays pinned on narrow screens (globals.css: .actions-pinned).
+  const last = columns[columns.length - 1];
+  const pinned = typeof last === "object" && last.hidden === "Actions";
   return (
-    <div className="overflow-x-auto rounded border border-slate-200 bg-white">
+    <div className={`overflow-x-auto rounded border border-slate-200 bg-white ${pinned ? "actions-pinned" : ""}`}>
       <table className="min-w-full text-left text-sm" aria-label={label}>
         <thead className="bg-slate-100 text-xs uppercase text-slate-600">
           <tr>

@@ -2,12 +2,14 @@
 
 import { keepPreviousData, useQuery } from "@tanstack/react-query";
 import type { HealthReport } from "@/lib/health/health";
-import { healthQuery } from "@/lib/ui/queries";
+import { HEALTH_POLL_MS, healthQuery } from "@/lib/ui/queries";
+import { usePollEvery } from "./live-events";
 
 /** Green when both Redis servers are reachable, non-evicting and persistent; red with reasons otherwise. */
 export function HealthBanner({ initial }: { initial: HealthReport }) {
   const { data, isError } = useQuery({
     ...healthQuery(),
+    refetchInterval: usePollEvery(HEALTH_POLL_MS),
     initialData: initial,
     placeholderData: keepPreviousData,
   });

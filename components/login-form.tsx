@@ -20,13 +20,22 @@ export function LoginForm() {
     else setError(response.status === 401 ? "Unknown token." : `Login failed (${response.status}).`);
   };
 
-  // The login link printed by `npm start` carries the token in the fragment (never sent to a server log).
+  // The login link printed by `npm start` carries the token in the fragment (never sent to a server
+  // log). Pasting the link into a tab already on /login changes only the fragment: no new page
+  // load, so `hashchange` is what tells us.
   useEffect(() => {
-    const fromLink = new URLSearchParams(window.location.hash.slice(1)).get("token");
-    if (!fromLink) return;
-    history.replaceState(null, "", window.location.pathname);
-    const timer = setTimeout(() => void submit(fromLink), 0);
-    return () => clearTimeout(timer);
+    const fromFragment = () => {
+      const fromLink = new URLSearchParams(window.location.hash.slice(1)).get("token");
+      if (!fromLink) return;
+      history.replaceState(null, "", window.location.pathname);
+      void submit(fromLink);
+    };
+    const timer = setTimeout(fromFragment, 0);
+    window.addEventListener("hashchange", fromFragment);
+    return () => {
+      clearTimeout(timer);
+      window.removeEventListener("hashchange", fromFragment);
+    };
   }, []);
 
   return (

@@ -15,7 +15,7 @@ export const SECTIONS = [
 export function Nav() {
   const pathname = usePathname();
   return (
-    <nav aria-label="Main" className="flex gap-1">
+    <nav aria-label="Main" className="flex flex-wrap gap-1">
       {SECTIONS.map(({ href, label }) => {
         const active = pathname === href || pathname.startsWith(`${href}/`);
         return (

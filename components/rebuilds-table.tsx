@@ -4,22 +4,26 @@ import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import Link from "next/link";
 import { useState } from "react";
 import type { ApiRebuild } from "@/lib/api/rebuilds";
-import { apiFetch, previewQuery, queryKeys, rebuildsQuery } from "@/lib/ui/queries";
+import { apiFetch, LIVE_POLL_MS, previewQuery, queryKeys, rebuildsQuery } from "@/lib/ui/queries";
+import { usePollEvery } from "./live-events";
 import { DataTable } from "./data-table";
-import { formatDurationMs, formatTime } from "./format";
-import { Sparkline } from "./sparkline";
+import { formatDurationMs } from "@/lib/ui/format";
+import { RunStrip, RunStripLegend } from "./run-strip";
 import { useCanOperate } from "./role";
 import { StatusBadge } from "./status-badge";
+import { Time } from "./time";
 
 export function RebuildsTable({ initial }: { initial: ApiRebuild[] | null }) {
   const { data, error } = useQuery({
     ...rebuildsQuery(),
+    refetchInterval: usePollEvery(LIVE_POLL_MS),
     ...(initial ? { initialData: { rebuilds: initial } } : {}),
   });
   const [open, setOpen] = useState<string | null>(null);
   return (
     <div className="space-y-3">
       {error ? <p className="text-sm text-red-700">Could not load rebuilds: {error.message}</p> : null}
+      <RunStripLegend />
       <DataTable
         label="Rebuilds"
         columns={["Rebuild", "Schedule", "Last run", "Skips", "Claim", "Last 30 runs", { hidden: "Actions" }]}
@@ -70,13 +74,15 @@ function RebuildRow({ rebuild, open, onToggle }: { rebuild: ApiRebuild; open: bo
               <div className="font-mono">
                 {rebuild.schedule.cron} ({rebuild.schedule.tz})
               </div>
-              <div>next: {formatTime(Date.parse(rebuild.schedule.nextRunAt))} local</div>
+              <div data-field="next-run">
+                next: <Time at={Date.parse(rebuild.schedule.nextRunAt)} zone="utc" absolute />
+              </div>
               <div className="text-slate-500">
-                {rebuild.schedule.nextRunAt.replace("T", " ").replace(".000Z", " UTC")}
+                <Time at={Date.parse(rebuild.schedule.nextRunAt)} />
               </div>
             </>
           ) : (
-            <span className="text-slate-400">on demand</span>
+            <span className="text-slate-500">on demand</span>
           )}
         </td>
         <td className="px-3 py-2 text-xs">
@@ -84,14 +90,14 @@ function RebuildRow({ rebuild, open, onToggle }: { rebuild: ApiRebuild; open: bo
             <>
               <StatusBadge status={rebuild.lastRun.status} />
               <div className="mt-1">
-                <Link className="text-sky-700 underline" href={`/runs/${rebuild.lastRun.id}`}>
-                  {formatTime(rebuild.lastRun.createdAt)}
+                <Link className="text-sky-700 underline" href={`/runs/${rebuild.lastRun.id}`} data-field="last-run">
+                  started <Time at={rebuild.lastRun.startedAt} />
                 </Link>
               </div>
               <div>{formatDurationMs(rebuild.lastRun.durationMs)}</div>
             </>
           ) : (
-            <span className="text-slate-400">never</span>
+            <span className="text-slate-500">none started</span>
           )}
         </td>
         <td className="px-3 py-2" data-field="skips">
@@ -106,11 +112,11 @@ function RebuildRow({ rebuild, open, onToggle }: { rebuild: ApiRebuild; open: bo
               </div>
             </>
           ) : (
-            <span className="text-slate-400">free</span>
+            <span className="text-slate-500">free</span>
           )}
         </td>
         <td className="px-3 py-2">
-          <Sparkline runs={rebuild.recentRuns} />
+          <RunStrip runs={rebuild.recentRuns} label={label} />
         </td>
         <td className="px-3 py-2">
           {canOperate ? (
@@ -142,7 +148,10 @@ function RebuildNowForm({ rebuild, onDone }: { rebuild: ApiRebuild; onDone: () =
   const [version, setVersion] = useState("");
   const [force, setForce] = useState(false);
   const [reason, setReason] = useState("");
-  const preview = useQuery(previewQuery(rebuild.name, rebuild.tenant, version.trim(), force));
+  const preview = useQuery({
+    ...previewQuery(rebuild.name, rebuild.tenant, version.trim(), force),
+    refetchInterval: usePollEvery(LIVE_POLL_MS),
+  });
   const trigger = useMutation({
     mutationFn: () =>
       apiFetch<{ jobId: string; status: string }>(`/api/rebuilds/${encodeURIComponent(rebuild.name)}/runs`, {

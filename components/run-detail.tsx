@@ -3,17 +3,24 @@
 import { useQuery } from "@tanstack/react-query";
 import type { RunDetail } from "@/lib/api/runs";
 import { runQuery } from "@/lib/ui/queries";
-import { formatDurationMs, formatTime } from "./format";
+import { usePollEvery } from "./live-events";
+import { formatDurationMs } from "@/lib/ui/format";
+import type { ReactNode } from "react";
+import { StepsGantt } from "./steps-gantt";
+import { Time } from "./time";
 import { StatusBadge } from "./status-badge";
 
 export function RunDetailView({ initial, id }: { initial: RunDetail | null; id: string }) {
+  // Live: run and log events re-read it; otherwise poll (faster while it runs).
+  const poll = usePollEvery(1);
   const { data: run, error } = useQuery({
     ...runQuery(id),
+    ...(poll === false ? { refetchInterval: false } : {}),
     ...(initial ? { initialData: initial } : {}),
   });
   if (!run) return <p className="text-sm text-red-700">{error ? error.message : "Loading…"}</p>;
   const running = run.status === "running" || run.status === "queued";
-  const fields: [string, string | number | null][] = [
+  const fields: [string, ReactNode][] = [
     ["Rebuild", `${run.rebuild}${run.tenant ? ` / ${run.tenant}` : ""}`],
     ["Job", `${run.jobId} (attempt ${run.attempt})`],
     ["Trigger", run.trigger],
@@ -22,9 +29,9 @@ export function RunDetailView({ initial, id }: { initial: RunDetail | null; id: 
     ["Build hash", run.buildHash],
     ["Idempotency key", run.idempotencyKey],
     ["Worker", run.workerId ? `${run.workerId} on ${run.host}` : null],
-    ["Queued", formatTime(run.createdAt)],
-    ["Started", formatTime(run.startedAt)],
-    ["Finished", formatTime(run.finishedAt)],
+    ["Queued", <Time key="q" at={run.createdAt} absolute />],
+    ["Started", run.startedAt ? <Time key="s" at={run.startedAt} absolute /> : null],
+    ["Finished", run.finishedAt ? <Time key="f" at={run.finishedAt} absolute /> : null],
     ["Duration", formatDurationMs(run.durationMs)],
   ];
   return (
@@ -63,15 +70,9 @@ export function RunDetailView({ initial, id }: { initial: RunDetail | null; id: 
         <h2 id="steps-title" className="font-semibold">
           Steps
         </h2>
-        <ol className="mt-1 space-y-1 text-sm">
-          {run.steps.map((step) => (
-            <li key={step.name}>
-              <span className="font-mono">{step.name}</span>: {step.status}
-              {step.finishedAt ? ` in ${formatDurationMs(step.finishedAt - step.startedAt)}` : ""}
-            </li>
-          ))}
-          {run.steps.length === 0 ? <li className="text-slate-500">no steps ran</li> : null}
-        </ol>
+        <div className="mt-1">
+          <StepsGantt steps={run.steps} runStartedAt={run.startedAt} />
+        </div>
       </section>
       <section aria-labelledby="log-title">
         <h2 id="log-title" className="font-semibold">

@@ -5,9 +5,11 @@ import Link from "next/link";
 import { useState } from "react";
 import type { RunPage } from "@/lib/runs/list";
 import { RUN_STATUSES, type RunStatus } from "@/lib/runs/types";
-import { runsQuery, type RunsFilter } from "@/lib/ui/queries";
+import { LIVE_POLL_MS, runsQuery, type RunsFilter } from "@/lib/ui/queries";
+import { usePollEvery } from "./live-events";
 import { DataTable } from "./data-table";
-import { formatDurationMs, formatTime } from "./format";
+import { formatDurationMs } from "@/lib/ui/format";
+import { Time } from "./time";
 import { StatusBadge } from "./status-badge";
 
 export interface RunsTableProps {
@@ -23,6 +25,7 @@ export function RunsTable({ initial, initialFilter, rebuilds }: RunsTableProps) 
   const isInitial = cursors.length === 0 && JSON.stringify(filter) === JSON.stringify(initialFilter);
   const { data, error } = useQuery({
     ...runsQuery(query),
+    refetchInterval: usePollEvery(LIVE_POLL_MS),
     ...(initial && isInitial ? { initialData: initial } : {}),
   });
   const tenants = rebuilds.find((r) => r.name === filter.rebuild)?.tenants ?? null;
@@ -105,7 +108,9 @@ export function RunsTable({ initial, initialFilter, rebuilds }: RunsTableProps) 
               <StatusBadge status={run.status} />
             </td>
             <td className="max-w-xs px-3 py-2 text-xs text-slate-600">{run.reason ?? ""}</td>
-            <td className="px-3 py-2 text-xs">{formatTime(run.startedAt ?? run.createdAt)}</td>
+            <td className="px-3 py-2 text-xs whitespace-nowrap">
+              {run.startedAt ? <Time at={run.startedAt} /> : <span className="text-slate-500">not started</span>}
+            </td>
             <td className="px-3 py-2 text-xs">{formatDurationMs(run.durationMs)}</td>
             <td className="px-3 py-2 text-xs">{run.workerId ?? "–"}</td>
           </tr>

@@ -1,13 +1,63 @@
 "use client";
 
-import { useEffect, useState } from "react";
+import { createContext, createElement, useContext, useSyncExternalStore, type ReactNode } from "react";
 
-/** The current time, re-rendered every `everyMs`: for countdowns between polls. */
-export function useNow(everyMs = 250): number {
-  const [now, setNow] = useState(() => Date.now());
-  useEffect(() => {
-    const timer = setInterval(() => setNow(Date.now()), everyMs);
-    return () => clearInterval(timer);
-  }, [everyMs]);
-  return now;
+/**
+ * The current time for countdowns and "3 s ago", from one shared 250 ms ticker.
+ *
+ * Server render and hydration both use the time the server rendered the page (RenderTime,
+ * set by the dashboard layout), so the HTML the browser hydrates says exactly what the server
+ * sent — a `Date.now()` read on each side differed by the page's load time and broke hydration
+ * (React error #418 on the Workers page). Right after hydration the live clock takes over.
+ */
+const RenderTime = createContext<number>(0);
+
+export function RenderTimeProvider({ now, children }: { now: number; children: ReactNode }) {
+  return createElement(RenderTime.Provider, { value: now }, children);
+}
+
+const TICK_MS = 250;
+let current = 0;
+const listeners = new Set<() => void>();
+let timer: ReturnType<typeof setInterval> | undefined;
+
+function subscribe(listener: () => void): () => void {
+  listeners.add(listener);
+  if (!timer) {
+    current = Date.now();
+    timer = setInterval(() => {
+      current = Date.now();
+      for (const l of listeners) l();
+    }, TICK_MS);
+  }
+  return () => {
+    listeners.delete(listener);
+    if (listeners.size === 0 && timer) {
+      clearInterval(timer);
+      timer = undefined;
+    }
+  };
+}
+
+const snapshot = () => current || Date.now();
+
+export function useNow(): number {
+  const renderTime = useContext(RenderTime);
+  return useSyncExternalStore(subscribe, snapshot, () => renderTime || snapshot());
+}
+
+/** The time the server rendered this page (0 outside the dashboard layout). */
+export function useRenderTime(): number {
+  return useContext(RenderTime);
+}
+
+const noSubscribe = () => () => {};
+
+/** False during server render and hydration, true after: for output that depends on the browser (its time zone). */
+export function useHydrated(): boolean {
+  return useSyncExternalStore(
+    noSubscribe,
+    () => true,
+    () => false,
+  );
 }

@@ -2,17 +2,21 @@
 
 import { useQuery } from "@tanstack/react-query";
 import type { WorkerStatus } from "@/lib/workers/heartbeat";
-import { workersQuery } from "@/lib/ui/queries";
+import { LIVE_POLL_MS, workersQuery } from "@/lib/ui/queries";
+import { usePollEvery } from "./live-events";
 import { DataTable } from "./data-table";
-import { formatAgo, formatDurationMs } from "./format";
-import { useNow } from "./use-now";
+import { formatDurationMs } from "@/lib/ui/format";
+import { Time } from "./time";
+import { useNow, useRenderTime } from "./use-now";
 
 export function WorkersTable({ initial }: { initial: { workers: WorkerStatus[]; serverTime: number } | null }) {
+  const renderTime = useRenderTime();
   const { data, error } = useQuery({
     ...workersQuery(),
-    ...(initial ? { initialData: initial } : {}),
+    refetchInterval: usePollEvery(LIVE_POLL_MS),
+    ...(initial ? { initialData: initial, initialDataUpdatedAt: renderTime } : {}),
   });
-  const now = useNow(1_000);
+  const now = useNow();
   if (error) return <p className="text-sm text-red-700">Could not load workers: {error.message}</p>;
   if (data && data.workers.length === 0) {
     return (
@@ -31,9 +35,13 @@ export function WorkersTable({ initial }: { initial: { workers: WorkerStatus[]; 
           <td className="px-3 py-2 font-mono text-xs">{w.id}</td>
           <td className="px-3 py-2">{w.host}</td>
           <td className="px-3 py-2">{w.pid}</td>
-          <td className="px-3 py-2">{formatDurationMs(now - w.startedAt)}</td>
+          <td className="px-3 py-2" title={`up since ${new Date(w.startedAt).toISOString()}`}>
+            {formatDurationMs(Math.max(0, now - w.startedAt))}
+          </td>
           <td className="px-3 py-2 font-mono text-xs">{w.currentJob ?? "idle"}</td>
-          <td className="px-3 py-2">{formatAgo(w.heartbeatAt, now)}</td>
+          <td className="px-3 py-2">
+            <Time at={w.heartbeatAt} />
+          </td>
           <td className="px-3 py-2">{w.version}</td>
           <td className="px-3 py-2" data-containment={w.containment}>
             <ContainmentBadge mode={w.containment} />

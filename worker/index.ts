@@ -9,6 +9,7 @@
 import { Queue } from "bullmq";
 import { CONFIG_EXIT_CODE, loadConfigOrExit } from "../lib/config";
 import { describeError } from "../lib/describe-error";
+import { publishEvent } from "../lib/events/publish";
 import { loadDefinitionsOrExit, shutdownWaitMs } from "../lib/rebuilds/definitions";
 import { ContainmentConfigError, detectContainment } from "../lib/rebuilds/steps/containment";
 import { killAllSteps } from "../lib/rebuilds/steps/run-step";
@@ -110,6 +111,7 @@ async function checkBuilds(): Promise<void> {
 const buildCheckTimer = setInterval(() => void checkBuilds(), 60_000);
 
 await heartbeat();
+void publishEvent(main, keys, { type: "worker.up", id: identity.id, host: identity.host, pid: identity.pid });
 const beatTimer = setInterval(() => void heartbeat(), HEARTBEAT_EVERY_MS);
 try {
   const { upserted, removed } = await syncSchedules(queue, definitions, main, keys);
@@ -172,6 +174,10 @@ async function shutdown(signal: NodeJS.Signals): Promise<void> {
   clearInterval(beatTimer);
   await queue.close().catch(() => {});
   await Promise.race([retire(main, keys, identity.id).catch(() => {}), new Promise((r) => setTimeout(r, 2_000))]);
+  await Promise.race([
+    publishEvent(main, keys, { type: "worker.down", id: identity.id }),
+    new Promise((r) => setTimeout(r, 1_000)),
+  ]);
   await Promise.all([closeRedis(main), closeRedis(claims)]);
   process.exit(0);
 }

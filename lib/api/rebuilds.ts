@@ -12,6 +12,7 @@ import { listRunSummaries } from "../runs/list";
 import { readRunFinishedAt } from "../runs/records";
 import type { RunRecord } from "../runs/types";
 import type { WebContext } from "../web/context";
+import { formatAbsolute } from "../ui/format";
 import { toApiClaim, type ApiClaim } from "./claims";
 import { badRequest, notFound } from "./errors";
 import { NAME_PATTERN as NAME } from "../names";
@@ -21,9 +22,13 @@ export interface ApiRebuild {
   tenant: string | null;
   output: string;
   schedule: { cron: string; tz: string; nextRunAt: string } | null;
-  lastRun: Pick<RunRecord, "id" | "status" | "reason" | "createdAt" | "finishedAt" | "durationMs"> | null;
-  /** The last runs, oldest first, for the sparkline. */
-  recentRuns: { id: string; status: RunRecord["status"]; durationMs: number | null }[];
+  /**
+   * The last run that *started* (running or finished; not a skip that came in meanwhile, not a
+   * queued job): the newest `startedAt` among the recent runs.
+   */
+  lastRun: Pick<RunRecord, "id" | "status" | "reason" | "createdAt" | "startedAt" | "finishedAt" | "durationMs"> | null;
+  /** The last runs, oldest first, for the runs strip. */
+  recentRuns: Pick<RunRecord, "id" | "status" | "createdAt" | "startedAt" | "durationMs">[];
   consecutiveSkips: number;
   claim: ApiClaim | null;
   tenants: string[] | null;
@@ -64,7 +69,7 @@ export async function getRebuilds(context: WebContext): Promise<ApiRebuild[]> {
         { rebuild: definition.name, ...(tenant ? { tenant } : {}) },
         30,
       );
-      const last = recent[0] ?? null;
+      const last = lastStarted(recent);
       return {
         name: definition.name,
         tenant: tenant ?? null,
@@ -78,11 +83,20 @@ export async function getRebuilds(context: WebContext): Promise<ApiRebuild[]> {
               status: last.status,
               reason: last.reason,
               createdAt: last.createdAt,
+              startedAt: last.startedAt,
               finishedAt: last.finishedAt,
               durationMs: last.durationMs,
             }
           : null,
-        recentRuns: recent.map((r) => ({ id: r.id, status: r.status, durationMs: r.durationMs })).reverse(),
+        recentRuns: recent
+          .map((r) => ({
+            id: r.id,
+            status: r.status,
+            createdAt: r.createdAt,
+            startedAt: r.startedAt,
+            durationMs: r.durationMs,
+          }))
+          .reverse(),
         consecutiveSkips: skips.get(name) ?? 0,
         claim: claim ? toApiClaim(claim) : null,
         tenants: definition.tenants ?? null,
@@ -92,6 +106,18 @@ export async function getRebuilds(context: WebContext): Promise<ApiRebuild[]> {
       };
     }),
   );
+}
+
+/** Statuses of a run that did not start work: a skip decided at once, or a job still waiting. */
+const NOT_STARTED = new Set<RunRecord["status"]>(["queued", "skipped"]);
+
+export function lastStarted<T extends Pick<RunRecord, "status" | "startedAt">>(runs: T[]): T | null {
+  let best: T | null = null;
+  for (const run of runs) {
+    if (NOT_STARTED.has(run.status) || !run.startedAt) continue;
+    if (!best || run.startedAt > best.startedAt!) best = run;
+  }
+  return best;
 }
 
 export const triggerBody = z.strictObject({
@@ -201,7 +227,7 @@ export async function previewRun(
           version,
           runId: decision.rebuiltBy,
           rebuiltAt: at,
-          message: `would be skipped: already rebuilt${at ? ` at ${new Date(at).toISOString()}` : ""} (use force to rebuild anyway)`,
+          message: `would be skipped: already rebuilt${at ? ` at ${formatAbsolute(at, "utc")}` : ""} (use force to rebuild anyway)`,
         };
       }
       return {

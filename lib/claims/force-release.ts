@@ -8,6 +8,7 @@
  * operator after the release took effect.
  */
 import { appendAudit } from "../audit/append";
+import { claimEvents } from "../events/claim-events";
 import type { RedisKeys } from "../redis/keys";
 import { CLAIM_FORCE_RELEASE, META_FIELDS, runScript, type ScriptingClient } from "../redis/scripts";
 import { InvalidClaimNameError } from "./errors";
@@ -85,6 +86,7 @@ export async function forceReleaseClaim(
       runId: holder.runId,
     };
     if (code === REPLY.done) {
+      claimEvents(clients.claims, keys, name, token).released(actor);
       const auditId = await audit("done", {
         name,
         token,

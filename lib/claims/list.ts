@@ -9,6 +9,8 @@ import type { RedisKeys } from "../redis/keys";
 import { CLAIM_PRUNE, queueScript, scriptPipeline, type ScriptingPipelineClient } from "../redis/scripts";
 import { holderFromHash } from "./holder";
 import type { ClaimHolder } from "./types";
+import { staleReasons } from "./stale";
+export { staleReasons };
 
 /** Largest page `listClaims` serves in one call. */
 export const MAX_CLAIMS_PAGE = 1_000;
@@ -151,23 +153,4 @@ async function readClaims(
     });
   });
   return { claims, missing, serverTime };
-}
-
-/**
- * A claim is stale when its last refresh is older than two refresh intervals (the holder is
- * stuck or gone; it will expire within its TTL), or when its holder worker has no live heartbeat.
- */
-export function staleReasons(
-  holder: ClaimHolder,
-  serverTime: number,
-  liveWorkerIds: ReadonlySet<string> | undefined,
-): StaleReason[] {
-  const reasons: StaleReason[] = [];
-  const { refreshedAt, refreshEveryMs, workerId } = holder;
-  if (refreshedAt !== null && refreshEveryMs !== null && refreshEveryMs > 0) {
-    const sinceRefreshMs = serverTime - refreshedAt;
-    if (sinceRefreshMs > 2 * refreshEveryMs) reasons.push({ kind: "refresh-overdue", sinceRefreshMs, refreshEveryMs });
-  }
-  if (liveWorkerIds && workerId && !liveWorkerIds.has(workerId)) reasons.push({ kind: "holder-not-live", workerId });
-  return reasons;
 }

@@ -1,5 +1,6 @@
 /** Staleness in words and in time, for the Claims page and the banner. */
 import type { ClaimInfo, StaleReason } from "./list";
+import type { ClaimHolder } from "./types";
 
 export function describeStale(reasons: readonly StaleReason[]): string | null {
   if (reasons.length === 0) return null;
@@ -23,4 +24,23 @@ export function staleSince(claim: Pick<ClaimInfo, "stale" | "holder">): number |
     return refreshedAt + 2 * refreshEveryMs;
   }
   return refreshedAt ?? acquiredAt;
+}
+
+/**
+ * A claim is stale when its last refresh is older than two refresh intervals (the holder is
+ * stuck or gone; it will expire within its TTL), or when its holder worker has no live heartbeat.
+ */
+export function staleReasons(
+  holder: Pick<ClaimHolder, "refreshedAt" | "refreshEveryMs" | "workerId">,
+  serverTime: number,
+  liveWorkerIds: ReadonlySet<string> | undefined,
+): StaleReason[] {
+  const reasons: StaleReason[] = [];
+  const { refreshedAt, refreshEveryMs, workerId } = holder;
+  if (refreshedAt !== null && refreshEveryMs !== null && refreshEveryMs > 0) {
+    const sinceRefreshMs = serverTime - refreshedAt;
+    if (sinceRefreshMs > 2 * refreshEveryMs) reasons.push({ kind: "refresh-overdue", sinceRefreshMs, refreshEveryMs });
+  }
+  if (liveWorkerIds && workerId && !liveWorkerIds.has(workerId)) reasons.push({ kind: "holder-not-live", workerId });
+  return reasons;
 }

@@ -3,6 +3,7 @@
  * `finally`. Not acquiring is an expected outcome (`held`: `fn` is not called; count it as a
  * skip), not an error.
  */
+import { claimEvents } from "../events/claim-events";
 import type { RedisKeys } from "../redis/keys";
 import type { ScriptingClient } from "../redis/scripts";
 import { acquireClaim } from "./acquire";
@@ -62,6 +63,9 @@ export async function withClaim<T>(
   const sentAt = performance.now();
   const grant = await acquireClaim(client, keys, name, meta, timing);
   if (grant.status === "held") return grant;
+  // Live events for the dashboard (lib/events): fire-and-forget, never in the claim's way.
+  const events = claimEvents(client, keys, name, grant.token);
+  events.acquired(grant, meta, timing);
 
   const keeper = new ClaimKeeper({
     client,
@@ -71,7 +75,11 @@ export async function withClaim<T>(
     fence: grant.fence,
     timing,
     grantSentAt: sentAt,
-    onEvent,
+    onEvent: (event) => {
+      if (event.type === "refreshed") events.refreshed(timing.ttlMs);
+      else if (event.type === "lost") events.lost(event.error.cause);
+      onEvent(event);
+    },
   });
   keeper.start();
   let outcome: { ok: true; value: T } | { ok: false; error: unknown };
@@ -90,6 +98,7 @@ export async function withClaim<T>(
     grant.token,
     options.releaseTimeoutMs ?? Math.min(timing.ttlMs, 5_000),
   );
+  if (release.status === "released") events.released();
   if (release.status !== "released") {
     try {
       onEvent({ type: "release-failed", outcome: release });

@@ -3,6 +3,7 @@
  * and a scheduled tick that produced no run (the missed 02:00). Bounded work: one claims page
  * and one pipeline over the scheduled rebuilds.
  */
+import { formatAbsolute } from "../ui/format";
 import { CronExpressionParser } from "cron-parser";
 import type { Redis } from "ioredis";
 import { listClaims } from "../claims";
@@ -73,7 +74,7 @@ export async function missedTickProblems(
     const ran = Number(replies[i * 2 + 1]?.[1] ?? 0);
     if (Number.isFinite(since) && since <= check.tick && ran === 0) {
       problems.push(
-        `Scheduled run of ${check.label} at ${new Date(check.tick).toISOString()} did not start (missed tick)`,
+        `Scheduled run of ${check.label} at ${formatAbsolute(check.tick, "utc")} did not start (missed tick)`,
       );
     }
   });

@@ -8,6 +8,7 @@ import crypto from "node:crypto";
 import type { Queue } from "bullmq";
 import type { Redis } from "ioredis";
 import type { RedisKeys } from "../redis/keys";
+import { publishEvent } from "../events/publish";
 import { tenantProblem, type Definitions } from "./definitions";
 import { jobOptionsFor, type RebuildJobData } from "./queue";
 import { VERSION_PATTERN } from "./version";
@@ -67,6 +68,7 @@ export async function triggerRebuild(
     ...(request.requestedBy ? { requestedBy: request.requestedBy } : {}),
   };
   await queue.add(name, data, { ...jobOptionsFor(definition, definitions.retention), jobId });
+  void publishEvent(client, keys, { type: "run.queued", jobId, rebuild: name, tenant: tenant ?? null });
   return { status: "queued", jobId };
 }
 

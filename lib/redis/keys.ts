@@ -48,6 +48,15 @@ export function redisKeys(prefix: string) {
     /** STRING, PX until the session would expire: a logged-out session id (lib/auth/session). */
     revokedSession: (sid: string) => `${tag}:session-revoked:${sid}`,
 
+    // --- live events (see lib/events) ------------------------------------------------------
+    /**
+     * STREAM of what changed, capped (`XADD MAXLEN ~`), read by each web server's one reader and
+     * pushed to browsers over SSE; entry ids are the resume points (`Last-Event-ID`). There is
+     * one in each Redis: claim events next to the claims (claims Redis), run and worker events
+     * next to the runs (main Redis), each written by the process that made the change.
+     */
+    events: `${tag}:events`,
+
     // --- audit -----------------------------------------------------------------------------
     /** STREAM of operator actions, trimmed by MINID to the retention period. */
     auditLog: `${tag}:audit`,

@@ -58,8 +58,11 @@ export async function listRuns(
 }
 
 /** What a sparkline or a "last run" cell shows of a run. */
-export type RunSummary = Pick<RunRecord, "id" | "status" | "reason" | "createdAt" | "finishedAt" | "durationMs">;
-const SUMMARY_FIELDS = ["id", "status", "reason", "createdAt", "finishedAt", "durationMs"] as const;
+export type RunSummary = Pick<
+  RunRecord,
+  "id" | "status" | "reason" | "createdAt" | "startedAt" | "finishedAt" | "durationMs"
+>;
+const SUMMARY_FIELDS = ["id", "status", "reason", "createdAt", "startedAt", "finishedAt", "durationMs"] as const;
 
 /**
  * The newest runs of a filter (no job id), as summaries: HMGET of six fields per run instead of
@@ -84,8 +87,8 @@ export async function listRunSummaries(
     });
     const run = fromFields(hash); // null when trimmed between the two reads
     if (run) {
-      const { id, status, reason, createdAt, finishedAt, durationMs } = run;
-      summaries.push({ id, status, reason, createdAt, finishedAt, durationMs });
+      const { id, status, reason, createdAt, startedAt, finishedAt, durationMs } = run;
+      summaries.push({ id, status, reason, createdAt, startedAt, finishedAt, durationMs });
     }
   }
   return summaries;

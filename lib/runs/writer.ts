@@ -7,6 +7,7 @@
  * final record, and a record that was trimmed is never recreated half-empty.
  */
 import type { ChainableCommander } from "ioredis";
+import { publishEvent } from "../events/publish";
 import type { RedisKeys } from "../redis/keys";
 import { RUN_REPLY } from "../redis/replies";
 import { runVariadicScript, type ScriptingClient } from "../redis/scripts";
@@ -130,12 +131,30 @@ export async function beginAttempt(
     // The job's attempt in flight was not the previous one (that one never began): close it too.
     await abandonRun(store, { ...attempt, runId: stray }, ABANDONED_REASON(attempt.attempt));
   }
+  const began = (status: RunStatus, extra: Partial<RunRecord> = {}) =>
+    void publishEvent(store.client, keys, {
+      type: "run",
+      run: {
+        id: attempt.runId,
+        rebuild: attempt.rebuildName,
+        tenant: attempt.tenant,
+        jobId: attempt.jobId,
+        attempt: attempt.attempt,
+        createdAt: attempt.createdAt,
+        status,
+        ...options.fields,
+        ...extra,
+      },
+    });
   switch (code) {
     case RUN_REPLY.began:
+      began("running");
       return { status: "began" };
     case RUN_REPLY.alreadyRebuilt:
+      began("skipped");
       return { status: "already-rebuilt", rebuiltBy };
     case RUN_REPLY.ended:
+      began(mode.kind === "final" ? mode.status : "running");
       return { status: "ended" };
     case RUN_REPLY.exists:
       return { status: "exists" };
@@ -190,6 +209,20 @@ export async function writeRun(store: RunStore, run: RunRef, write: RunWrite): P
   );
   switch (reply) {
     case RUN_REPLY.written:
+      // The live stream (lib/events): what changed, for dashboards to update without a re-read.
+      if (write.status || write.fields) {
+        void publishEvent(store.client, keys, {
+          type: "run",
+          run: {
+            id: run.runId,
+            rebuild: run.rebuild ?? "",
+            tenant: run.tenant,
+            ...write.fields,
+            ...(write.status ? { status: write.status } : {}),
+          },
+        });
+      }
+      if (lines.length > 0) void publishEvent(store.client, keys, { type: "run.log", id: run.runId });
       return "written";
     case RUN_REPLY.missing:
       return "missing";

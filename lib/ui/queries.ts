@@ -8,6 +8,7 @@ import type { AlertsView } from "../alerts/read";
 import type { ApiClaimPage } from "../api/claims";
 import type { ApiRebuild, RunPreview } from "../api/rebuilds";
 import type { RunDetail } from "../api/runs";
+import type { Timeline } from "../api/timeline";
 import type { HealthReport } from "../health/health";
 import type { RunPage } from "../runs/list";
 import type { RunStatus } from "../runs/types";
@@ -36,6 +37,10 @@ export const queryKeys = {
     all: () => [...queryKeys.all, "runs"] as const,
     list: (filter: RunsFilter) => [...queryKeys.runs.all(), "list", filter] as const,
     detail: (id: string) => [...queryKeys.runs.all(), "detail", id] as const,
+  },
+  timeline: {
+    all: () => [...queryKeys.all, "timeline"] as const,
+    window: (range: string) => [...queryKeys.timeline.all(), range] as const,
   },
   workers: () => [...queryKeys.all, "workers"] as const,
   audit: () => [...queryKeys.all, "audit"] as const,
@@ -160,5 +165,13 @@ export const alertsQuery = () =>
     queryKey: queryKeys.alerts(),
     queryFn: () => apiFetch<AlertsView>("/api/alerts"),
     refetchInterval: LIVE_POLL_MS,
+    placeholderData: keepPreviousData,
+  });
+
+export const timelineQuery = (range: "24h" | "7d") =>
+  queryOptions({
+    queryKey: queryKeys.timeline.window(range),
+    queryFn: () => apiFetch<Timeline>(`/api/runs/timeline?range=${range}`),
+    refetchInterval: 10_000,
     placeholderData: keepPreviousData,
   });

@@ -8,6 +8,7 @@ import { parseDefinitions } from "../../lib/rebuilds/definitions";
 import { createRedis, closeRedis } from "../../lib/redis/client";
 import { redisKeys } from "../../lib/redis/keys";
 import { startTestRedis, uniquePrefix, type TestRedis } from "../support/redis";
+import { formatAbsolute } from "../../lib/ui/format";
 
 let server: TestRedis;
 let main: ReturnType<typeof createRedis>;
@@ -68,7 +69,7 @@ test("a scheduled tick without a run is reported as missed, once the scheduler e
 
   await main.set(keys.schedulerSince("sched.nightly"), String(tick - 86_400_000));
   const missed = await missedTickProblems(main, keys, parsed.definitions, now);
-  assert.deepEqual(missed, [`Scheduled run of nightly at ${new Date(tick).toISOString()} did not start (missed tick)`]);
+  assert.deepEqual(missed, [`Scheduled run of nightly at ${formatAbsolute(tick, "utc")} did not start (missed tick)`]);
 
   await main.zadd(keys.scheduleTicks("nightly", undefined), tick, "repeat_sched.nightly_1-a1");
   assert.deepEqual(await missedTickProblems(main, keys, parsed.definitions, now), [], "the tick ran");

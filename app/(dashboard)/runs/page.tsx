@@ -1,3 +1,4 @@
+import { RunCharts } from "@/components/run-charts";
 import { RunsTable } from "@/components/runs-table";
 import { getRuns, runsQuery } from "@/lib/api/runs";
 import type { RunPage } from "@/lib/runs/list";
@@ -28,6 +29,7 @@ export default async function RunsPage({ searchParams }: { searchParams: Promise
       <h1 id="page-title" className="text-xl font-semibold">
         Runs
       </h1>
+      <RunCharts />
       <RunsTable initial={initial} initialFilter={initialFilter} rebuilds={rebuilds} />
     </section>
   );

@@ -1,0 +1,102 @@
+"use client";
+
+import { useQueryClient } from "@tanstack/react-query";
+import { createContext, useContext, useEffect, useRef, useState, type ReactNode } from "react";
+import type { DeliveredEvent } from "@/lib/events/types";
+import { LiveCache } from "@/lib/ui/live-cache";
+
+type LiveState = "connecting" | "live" | "offline";
+
+const LiveContext = createContext<LiveState>("connecting");
+
+/**
+ * One EventSource per page (`/api/events`): events update React Query's cache (lib/ui/live-cache).
+ * While the stream is down, queries poll (`usePollEvery`) and the header says "not live".
+ * EventSource reconnects by itself after a cut, sending the last event id; after a refused
+ * connection (503, 401) it gives up, so a new one is opened with `?lastEventId=`, backing off.
+ */
+export function LiveEvents({ children }: { children: ReactNode }) {
+  const queryClient = useQueryClient();
+  const [state, setState] = useState<LiveState>("connecting");
+  const cache = useRef<LiveCache | null>(null);
+
+  useEffect(() => {
+    cache.current ??= new LiveCache(queryClient);
+    const live = cache.current;
+    let source: EventSource | null = null;
+    let retry: ReturnType<typeof setTimeout> | undefined;
+    let lastId: string | null = null;
+    let failures = 0;
+    let stopped = false;
+    let wasLive = false;
+
+    const down = () => {
+      setState("offline");
+      if (wasLive) {
+        wasLive = false;
+        live.refreshAll(); // re-read now, then poll until the stream is back
+      }
+    };
+    const connect = () => {
+      if (stopped) return;
+      source = new EventSource(lastId ? `/api/events?lastEventId=${encodeURIComponent(lastId)}` : "/api/events");
+      source.addEventListener("ready", (message) => {
+        const info = JSON.parse((message as MessageEvent<string>).data) as { position: string; resumed: boolean };
+        lastId = info.position;
+        failures = 0;
+        wasLive = true;
+        setState("live");
+        if (!info.resumed) live.refreshAll();
+      });
+      source.onmessage = (message: MessageEvent<string>) => {
+        if (message.lastEventId) lastId = message.lastEventId;
+        try {
+          live.apply(JSON.parse(message.data) as DeliveredEvent);
+        } catch {
+          // an event this page does not understand: ignore it
+        }
+      };
+      source.onerror = () => {
+        down();
+        if (source?.readyState === EventSource.CLOSED) {
+          source.close();
+          failures += 1;
+          retry = setTimeout(connect, Math.min(10_000, 500 * 2 ** Math.min(failures, 5)));
+        }
+      };
+    };
+    connect();
+    return () => {
+      stopped = true;
+      clearTimeout(retry);
+      source?.close();
+    };
+  }, [queryClient]);
+
+  return <LiveContext.Provider value={state}>{children}</LiveContext.Provider>;
+}
+
+/** `refetchInterval` for a query: no polling while live updates arrive, `ms` otherwise. */
+export function usePollEvery(ms: number): number | false {
+  return useContext(LiveContext) === "live" ? false : ms;
+}
+
+/** The header's indicator: live, or not (and that the page polls meanwhile). */
+export function LiveStatus() {
+  const state = useContext(LiveContext);
+  const live = state === "live";
+  return (
+    <span
+      role="status"
+      aria-label="Live updates"
+      data-live={state}
+      className={`flex items-center gap-1 text-xs ${live ? "text-emerald-700" : "text-amber-800"}`}
+      title={
+        live ? "Changes are pushed to this page as they happen" : "Live updates are down: refreshing every few seconds"
+      }
+    >
+      <span aria-hidden className={`inline-block h-2 w-2 rounded-full ${live ? "bg-emerald-500" : "bg-amber-500"}`} />
+      {live ? "Live" : state === "connecting" ? "Connecting…" : "Not live: polling"}
+    </span>
+  );
+}

@@ -1,0 +1,181 @@
+/**
+ * Live push on the real stack: changes made the worker's way (withClaim, the run-record writer)
+ * reach an open page through /api/events without a reload and without any polling request; the
+ * stream resumes after a cut (Last-Event-ID) with what was missed.
+ */
+import { expect, test, type Request } from "@playwright/test";
+import { writeTestRun as upsertRun } from "../test/support/runs";
+import { holdClaim, stackRedis, type StackRedis } from "./support/live";
+import { operatorHeaders, stack } from "./support/stack";
+
+test.describe.configure({ mode: "serial" });
+test.use({ extraHTTPHeaders: operatorHeaders() });
+
+let redis: StackRedis;
+test.beforeAll(() => {
+  redis = stackRedis(stack().dataDir);
+});
+test.afterAll(async () => {
+  await redis.close();
+});
+
+/** API reads the page makes (the event stream itself excluded). */
+function watchApiReads(page: import("@playwright/test").Page): Request[] {
+  const reads: Request[] = [];
+  page.on("request", (request) => {
+    const url = new URL(request.url());
+    if (url.pathname.startsWith("/api/") && url.pathname !== "/api/events") reads.push(request);
+  });
+  return reads;
+}
+
+test("a claim acquired and released elsewhere appears and disappears on Claims without reload or polling", async ({
+  page,
+}) => {
+  const { url } = stack();
+  await page.goto(`${url}/claims`);
+  const status = page.getByRole("status", { name: "Live updates" });
+  await expect(status).toHaveAttribute("data-live", "live");
+  await page.waitForLoadState("networkidle"); // the one re-read after connecting
+  const reads = watchApiReads(page);
+  const navigations: string[] = [];
+  page.on("framenavigated", (frame) => navigations.push(frame.url()));
+
+  const name = "output:/tmp/e2e-live/one";
+  const hold = holdClaim(redis, name, "e2e-live");
+  await hold.held;
+  const row = page.locator(`tr[data-claim="${name}"]`);
+  await expect(row).toBeVisible();
+  await expect(row).toContainText("e2e-holder");
+  await expect(row).toContainText("live");
+
+  await hold.release();
+  await expect(row).toHaveCount(0);
+
+  // A run finishing shows on Runs the same way.
+  await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "Runs" }).click();
+  await expect(status).toHaveAttribute("data-live", "live");
+  await expect(page.getByRole("table", { name: "Runs" })).toBeVisible();
+  await page.waitForLoadState("networkidle");
+  const runId = "e2e-live-run-a1";
+  const createdAt = Date.now();
+  await upsertRun(redis.main, redis.keys, {
+    id: runId,
+    jobId: "e2e-live-run",
+    attempt: 1,
+    rebuild: "parcels",
+    tenant: null,
+    createdAt,
+    status: "running",
+    startedAt: createdAt,
+  });
+  const runRow = page.locator(`tr[data-run="${runId}"]`);
+  await expect(runRow).toHaveAttribute("data-status", "running");
+  const before = reads.length;
+  await upsertRun(redis.main, redis.keys, {
+    id: runId,
+    rebuild: "parcels",
+    tenant: null,
+    createdAt,
+    status: "rebuilt",
+    finishedAt: Date.now(),
+    durationMs: Date.now() - createdAt,
+  });
+  await expect(runRow).toHaveAttribute("data-status", "rebuilt");
+  // The new run was fetched once (a list gains a row); its status change came in the event.
+  expect(reads.slice(before).map((r) => r.url())).toEqual([]);
+
+  const claimReads = reads.filter((r) => /\/api\/(claims|health)\b/.test(r.url()));
+  expect(claimReads.map((r) => r.url())).toEqual([]);
+  expect(navigations.filter((u) => u.endsWith("/claims"))).toEqual([]);
+});
+
+/** Reads SSE frames from a fetch body until `until` says stop. */
+async function readFrames(
+  response: Response,
+  until: (frames: { event: string; id: string | null; data: string }[]) => boolean,
+) {
+  const frames: { event: string; id: string | null; data: string }[] = [];
+  const reader = response.body!.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  while (!until(frames)) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buffer += value;
+    let end;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const block = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      let event = "message";
+      let id: string | null = null;
+      const data: string[] = [];
+      for (const line of block.split("\n")) {
+        if (line.startsWith("event: ")) event = line.slice(7);
+        else if (line.startsWith("id: ")) id = line.slice(4);
+        else if (line.startsWith("data: ")) data.push(line.slice(6));
+      }
+      if (data.length) frames.push({ event, id, data: data.join("\n") });
+    }
+  }
+  await reader.cancel();
+  return frames;
+}
+
+test("the stream resumes after a cut: Last-Event-ID replays what was missed, nothing twice", async () => {
+  const { url } = stack();
+  const headers = operatorHeaders();
+  const first = await fetch(`${url}/api/events`, { headers });
+  expect(first.status).toBe(200);
+  expect(first.headers.get("content-type")).toMatch(/^text\/event-stream/);
+  expect(first.headers.get("x-accel-buffering")).toBe("no");
+  const opening = await readFrames(first, (f) => f.some((x) => x.event === "ready"));
+  const ready = opening.find((f) => f.event === "ready")!;
+  expect(JSON.parse(ready.data)).toMatchObject({ resumed: false });
+  const cutAt = ready.id!;
+
+  // While disconnected: a claim is acquired and released.
+  const name = "output:/tmp/e2e-live/missed";
+  const hold = holdClaim(redis, name, "e2e-missed");
+  await hold.held;
+  await hold.release();
+
+  const again = await fetch(`${url}/api/events`, { headers: { ...headers, "last-event-id": cutAt } });
+  const frames = await readFrames(again, (f) => f.filter((x) => x.data.includes(name)).length >= 2);
+  expect(JSON.parse(frames.find((f) => f.event === "ready")!.data)).toMatchObject({ resumed: true, gap: false });
+  const missed = frames.filter((f) => f.data.includes(name)).map((f) => JSON.parse(f.data) as { type: string });
+  expect(missed.map((e) => e.type)).toEqual(["claim.acquired", "claim.released"]);
+  for (const frame of frames.filter((f) => f.data.includes(name))) expect(frame.id).not.toBeNull();
+
+  // An id from before what the stream still holds (or garbage) is a gap: the client re-reads.
+  const stale = await fetch(`${url}/api/events`, { headers: { ...headers, "last-event-id": "1-0/1-0" } });
+  const staleFrames = await readFrames(stale, (f) => f.some((x) => x.event === "ready"));
+  expect(JSON.parse(staleFrames.find((f) => f.event === "ready")!.data)).toMatchObject({ resumed: false, gap: true });
+});
+
+test("while the stream is unavailable the page says it is not live and polls; it goes live by itself after", async ({
+  page,
+}) => {
+  const { url } = stack();
+  await page.route("**/api/events*", (route) => route.abort("connectionrefused"));
+  const reads = watchApiReads(page);
+  await page.goto(`${url}/claims`);
+  const status = page.getByRole("status", { name: "Live updates" });
+  await expect(status).toHaveAttribute("data-live", "offline");
+  await expect(status).toContainText("Not live");
+
+  // Polling fallback: a claim taken meanwhile shows up by itself, through GET /api/claims.
+  const name = "output:/tmp/e2e-live/offline";
+  const hold = holdClaim(redis, name, "e2e-offline");
+  await hold.held;
+  await expect(page.locator(`tr[data-claim="${name}"]`)).toBeVisible();
+  expect(reads.filter((r) => new URL(r.url()).pathname === "/api/claims").length).toBeGreaterThan(0);
+
+  // The stream comes back: the page reconnects by itself and is live again; the release is pushed.
+  await page.unroute("**/api/events*");
+  await expect(status).toHaveAttribute("data-live", "live", { timeout: 30_000 });
+  await page.waitForLoadState("networkidle");
+  const before = reads.length;
+  await hold.release();
+  await expect(page.locator(`tr[data-claim="${name}"]`)).toHaveCount(0);
+  expect(reads.slice(before).filter((r) => new URL(r.url()).pathname === "/api/claims")).toEqual([]);
+});

@@ -1,0 +1,57 @@
+/**
+ * Writing events: one `XADD … MAXLEN ~ N` to the stream in the Redis where the change was made,
+ * either queued into the caller's own MULTI (run records: the record and its event are one
+ * atomic write) or sent on its own right after the change (claims, whose scripts stay as they
+ * are). A lost event never fails the operation it reports: browsers fall back to re-reading
+ * (a gap in the stream is detected on resume, see hub.ts).
+ */
+import type { ChainableCommander, Redis } from "ioredis";
+import type { RedisKeys } from "../redis/keys";
+import type { StoredEvent } from "./types";
+
+/**
+ * Entries kept per stream (approximately: `~` lets Redis trim whole radix-tree nodes). A
+ * browser that was away for more than this many changes reloads its data instead of resuming.
+ */
+export const EVENTS_KEPT = 10_000;
+
+export type EventClient = Pick<Redis, "xadd">;
+
+/**
+ * Domain functions take narrow client types (`Pick<Redis, "defineCommand">`); a real client
+ * can also XADD. A client that cannot (a narrow test double) publishes nothing.
+ */
+function canPublish(client: unknown): client is EventClient {
+  return typeof (client as Partial<EventClient> | null)?.xadd === "function";
+}
+
+function fieldsOf(event: StoredEvent): string[] {
+  return ["e", JSON.stringify(event)];
+}
+
+/** Sends the event; resolves to its stream id, or null when it could not be written (never rejects). */
+export async function publishEvent(client: unknown, keys: RedisKeys, event: StoredEvent): Promise<string | null> {
+  if (!canPublish(client)) return null;
+  try {
+    return await client.xadd(keys.events, "MAXLEN", "~", EVENTS_KEPT, "*", ...fieldsOf(event));
+  } catch {
+    return null;
+  }
+}
+
+/** Queues the event into `tx` (a MULTI or pipeline the caller executes). */
+export function appendEventInto(tx: ChainableCommander, keys: RedisKeys, event: StoredEvent): ChainableCommander {
+  return tx.xadd(keys.events, "MAXLEN", "~", EVENTS_KEPT, "*", ...fieldsOf(event));
+}
+
+/** Decodes one stream entry's fields (`["e", json]`); null for anything else. */
+export function decodeEntry(fields: string[]): StoredEvent | null {
+  const at = fields.indexOf("e");
+  if (at < 0 || at % 2 !== 0) return null;
+  try {
+    const event = JSON.parse(fields[at + 1] ?? "") as StoredEvent;
+    return typeof event?.type === "string" ? event : null;
+  } catch {
+    return null;
+  }
+}

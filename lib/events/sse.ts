@@ -1,0 +1,126 @@
+/**
+ * `GET /api/events`: the live stream as server-sent events.
+ *
+ * Wire format: every message is `data: <DeliveredEvent JSON>`; stored events also carry
+ * `id: <main>/<claims>` (the resume position). First comes `event: ready` with
+ * `{ position, resumed, gap }`: `resumed` when the `Last-Event-ID` (header, or `lastEventId`
+ * query for a new EventSource) was honoured and what was missed follows; otherwise (first
+ * connection, or `gap`) the client re-reads its data once. A comment line every 15 s keeps
+ * proxies and load balancers from closing an idle connection; `retry: 1000` asks the browser
+ * to reconnect after 1 s. A client too slow to take its events is cut (it resumes).
+ */
+import type { EventHub, HubMessage, StreamPosition } from "./hub";
+import { formatPosition, parsePosition } from "./hub";
+
+export const HEARTBEAT_EVERY_MS = 15_000;
+/** Bytes queued for one slow client before it is cut off (it reconnects and resumes). */
+const MAX_BUFFERED = 1_000_000;
+const START_TIMEOUT_MS = 3_000;
+
+export const SSE_HEADERS: Record<string, string> = {
+  "content-type": "text/event-stream; charset=utf-8",
+  "cache-control": "no-cache, no-transform",
+  connection: "keep-alive",
+  // nginx: do not buffer this response (see the README's proxy settings).
+  "x-accel-buffering": "no",
+};
+
+export class EventsUnavailableError extends Error {
+  constructor() {
+    super("the event streams cannot be read now (Redis unreachable); the dashboard polls meanwhile");
+    this.name = "EventsUnavailableError";
+  }
+}
+
+function frame(message: HubMessage): string {
+  return `${message.id ? `id: ${message.id}\n` : ""}data: ${JSON.stringify(message.event)}\n\n`;
+}
+
+/** Throws `EventsUnavailableError` when the hub cannot start (the route answers 503). */
+export async function eventStreamResponse(hub: EventHub, request: Request): Promise<Response> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  try {
+    await Promise.race([
+      hub.start(),
+      new Promise((_, reject) => {
+        timer = setTimeout(() => reject(new EventsUnavailableError()), START_TIMEOUT_MS);
+      }),
+    ]);
+  } catch {
+    throw new EventsUnavailableError();
+  } finally {
+    clearTimeout(timer);
+  }
+  const url = new URL(request.url);
+  const resumeFrom = parsePosition(request.headers.get("last-event-id") ?? url.searchParams.get("lastEventId"));
+  const encoder = new TextEncoder();
+  let cleanup = () => {};
+
+  const body = new ReadableStream<Uint8Array>({
+    start: async (controller) => {
+      let closed = false;
+      const send = (text: string) => {
+        if (closed) return;
+        if ((controller.desiredSize ?? 0) < -MAX_BUFFERED) {
+          cleanup();
+          controller.close();
+          return;
+        }
+        try {
+          controller.enqueue(encoder.encode(text));
+        } catch {
+          cleanup();
+        }
+      };
+      // Live events are held back until the backlog is out, so the order is kept.
+      let pending: HubMessage[] | null = [];
+      const subscription = hub.subscribe((message) => {
+        if (pending) pending.push(message);
+        else send(frame(message));
+      });
+      const heartbeat = setInterval(() => send(`: ping ${Date.now()}\n\n`), HEARTBEAT_EVERY_MS);
+      cleanup = () => {
+        if (closed) return;
+        closed = true;
+        clearInterval(heartbeat);
+        subscription.unsubscribe();
+      };
+      request.signal.addEventListener("abort", () => {
+        cleanup();
+        try {
+          controller.close();
+        } catch {
+          // already closed
+        }
+      });
+
+      send("retry: 1000\n\n");
+      const position: StreamPosition = subscription.position;
+      let resumed = false;
+      let gap = false;
+      let backlog: HubMessage[] = [];
+      if (resumeFrom) {
+        try {
+          const result = await hub.backlog(resumeFrom, position);
+          gap = result.gap;
+          backlog = result.messages;
+          resumed = !gap;
+        } catch {
+          gap = true;
+        }
+      }
+      // The ready event's id is where this client stands: the backlog that follows moves it on
+      // (a cut in the middle of the backlog resumes from the last event the client got).
+      const standing = formatPosition(resumed && resumeFrom ? resumeFrom : position);
+      const ready = { position: standing, resumed, gap, live: hub.live };
+      send(`event: ready\nid: ${standing}\ndata: ${JSON.stringify(ready)}\n\n`);
+      for (const message of backlog) send(frame(message));
+      const health = hub.latestHealth;
+      if (health) send(frame({ id: null, event: { type: "health", report: health, at: Date.now() } }));
+      for (const message of pending ?? []) send(frame(message));
+      pending = null;
+    },
+    cancel: () => cleanup(),
+  });
+  return new Response(body, { status: 200, headers: SSE_HEADERS });
+}

@@ -1,0 +1,55 @@
+/**
+ * The one way claimwatch writes durations and times, on every page and in API messages:
+ * - absolute: `2026-12-01 21:15:03 UTC` or, in the browser's zone, `2026-12-01 22:15:03 UTC+01:00`
+ *   (4-digit year, 24-hour clock, the zone always written out: never `12/1/26, 9:15 PM`);
+ * - relative: `3 min 12 s ago`, `in 42 s` (with the absolute time on hover, see components/time);
+ * - durations: `850 ms`, `42 s`, `3 min 12 s`, `2 h 5 min`.
+ * Pure functions (no React, no Redis): used by components and by lib/api's preview texts.
+ */
+
+export function formatDurationMs(ms: number | null | undefined): string {
+  if (ms === null || ms === undefined || !Number.isFinite(ms)) return "–";
+  const negative = ms < 0;
+  const abs = Math.abs(ms);
+  if (abs > 0 && abs < 1_000) return `${negative ? "-" : ""}${Math.round(abs)} ms`;
+  let s = Math.round(abs / 1000);
+  const h = Math.floor(s / 3600);
+  s -= h * 3600;
+  const m = Math.floor(s / 60);
+  s -= m * 60;
+  const text = h > 0 ? `${h} h ${m} min` : m > 0 ? `${m} min ${s} s` : `${s} s`;
+  return negative ? `-${text}` : text;
+}
+
+const pad = (n: number, width = 2) => String(n).padStart(width, "0");
+
+/** Where an absolute time is written: UTC (schedules, server messages) or the viewer's zone. */
+export type TimeZoneChoice = "utc" | "local";
+
+export function formatAbsolute(ms: number | null | undefined, zone: TimeZoneChoice = "utc"): string {
+  if (ms === null || ms === undefined || !Number.isFinite(ms) || ms <= 0) return "–";
+  const d = new Date(ms);
+  if (zone === "utc") {
+    return `${d.getUTCFullYear()}-${pad(d.getUTCMonth() + 1)}-${pad(d.getUTCDate())} ${pad(d.getUTCHours())}:${pad(d.getUTCMinutes())}:${pad(d.getUTCSeconds())} UTC`;
+  }
+  const offset = -d.getTimezoneOffset();
+  const zoneText =
+    offset === 0
+      ? "UTC"
+      : `UTC${offset > 0 ? "+" : "-"}${pad(Math.floor(Math.abs(offset) / 60))}:${pad(Math.abs(offset) % 60)}`;
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())} ${zoneText}`;
+}
+
+/** `3 min ago` / `in 42 s` / `just now` (under a second either way). */
+export function formatRelative(ms: number | null | undefined, now: number): string {
+  if (ms === null || ms === undefined || !Number.isFinite(ms) || ms <= 0) return "–";
+  const delta = now - ms;
+  if (Math.abs(delta) < 1_000) return "just now";
+  const text = formatDurationMs(Math.abs(delta) < 1_000 ? 1_000 : Math.abs(delta));
+  return delta > 0 ? `${text} ago` : `in ${text}`;
+}
+
+/** ISO 8601 for `<time dateTime>` (machine-readable; never shown). */
+export function isoOf(ms: number): string {
+  return new Date(ms).toISOString();
+}

@@ -1,0 +1,176 @@
+/**
+ * Applies a live event (lib/events) to React Query's cache: claims and run records are updated
+ * in place from the event's data (no request); what an event only names (a run's new log
+ * lines, a rebuild's summary, the workers) is invalidated, so only queries on screen re-read,
+ * once per burst. Browser-side; never imports Redis.
+ */
+import type { QueryClient } from "@tanstack/react-query";
+import type { ApiClaim, ApiClaimPage } from "../api/claims";
+import type { RunDetail } from "../api/runs";
+import type { DeliveredEvent } from "../events/types";
+import type { HealthReport } from "../health/health";
+import type { RunPage } from "../runs/list";
+import type { RunRecord } from "../runs/types";
+import { queryKeys, type RunsFilter } from "./queries";
+
+/** Invalidations of the same key within this window become one re-read. */
+const COALESCE_MS = 200;
+
+export class LiveCache {
+  private readonly due = new Map<string, readonly unknown[]>();
+  private timer: ReturnType<typeof setTimeout> | undefined;
+
+  constructor(private readonly client: QueryClient) {}
+
+  apply(event: DeliveredEvent): void {
+    switch (event.type) {
+      case "claim.acquired":
+        this.updateClaimPages((claims, serverNow) => {
+          const previous = claims.find((c) => c.name === event.name);
+          const fresh: ApiClaim = {
+            name: event.name,
+            rebuild: event.rebuild,
+            tenant: event.tenant,
+            version: event.version,
+            token: event.token,
+            fence: event.fence,
+            holder: event.holder,
+            acquiredAt: event.acquiredAt,
+            refreshedAt: event.acquiredAt,
+            ttlMs: event.ttlMs,
+            pttlMs: Math.max(0, event.ttlMs - Math.max(0, serverNow - event.at)),
+            refreshEveryMs: event.refreshEveryMs,
+            stale: false,
+            staleReason: null,
+            staleSince: null,
+            consecutiveSkips: previous?.consecutiveSkips ?? 0,
+          };
+          return [...claims.filter((c) => c.name !== event.name), fresh].sort((a, b) =>
+            a.name < b.name ? -1 : a.name > b.name ? 1 : 0,
+          );
+        });
+        this.invalidateSoon(queryKeys.rebuilds.all());
+        break;
+      case "claim.refreshed":
+        this.updateClaimPages((claims, serverNow) =>
+          claims.map((c) =>
+            c.name === event.name && c.token === event.token
+              ? {
+                  ...c,
+                  refreshedAt: event.at,
+                  pttlMs: Math.max(0, event.ttlMs - Math.max(0, serverNow - event.at)),
+                  stale: false,
+                  staleReason: null,
+                  staleSince: null,
+                }
+              : c,
+          ),
+        );
+        break;
+      case "claim.released":
+      case "claim.lost":
+      case "claim.expired":
+        this.updateClaimPages((claims) => claims.filter((c) => !(c.name === event.name && c.token === event.token)));
+        this.invalidateSoon(queryKeys.rebuilds.all());
+        if (event.type === "claim.released" && event.forcedBy) this.invalidateSoon(queryKeys.audit());
+        break;
+      case "run":
+        this.applyRun(event.run);
+        break;
+      case "run.log":
+        if (this.client.getQueryData(queryKeys.runs.detail(event.id))) {
+          this.invalidateSoon(queryKeys.runs.detail(event.id));
+        }
+        break;
+      case "run.queued":
+        this.invalidateSoon(queryKeys.audit());
+        this.invalidateSoon(queryKeys.rebuilds.all());
+        break;
+      case "worker.up":
+      case "worker.down":
+        this.invalidateSoon(queryKeys.workers());
+        break;
+      case "health": {
+        const before = this.client.getQueryData<HealthReport>(queryKeys.health());
+        this.client.setQueryData(queryKeys.health(), event.report);
+        if (before && before.workers !== event.report.workers) {
+          // A worker came or went (also one that died without saying so): holders may be stale now.
+          this.invalidateSoon(queryKeys.workers());
+          this.invalidateSoon(queryKeys.claims.all());
+        }
+        break;
+      }
+    }
+  }
+
+  /** Everything on screen is re-read (first connection, or events were missed). */
+  refreshAll(): void {
+    void this.client.invalidateQueries({ queryKey: queryKeys.all });
+  }
+
+  private applyRun(run: Pick<RunRecord, "id" | "rebuild" | "tenant"> & Partial<RunRecord>): void {
+    const detail = queryKeys.runs.detail(run.id);
+    if (this.client.getQueryData<RunDetail>(detail)) {
+      this.client.setQueryData<RunDetail>(detail, (old) => (old ? { ...old, ...run } : old));
+    }
+    let shown = false;
+    for (const [key, page] of this.client.getQueriesData<RunPage>({ queryKey: [...queryKeys.runs.all(), "list"] })) {
+      if (!page) continue;
+      if (page.runs.some((r) => r.id === run.id)) {
+        shown = true;
+        this.client.setQueryData<RunPage>(key, {
+          ...page,
+          runs: page.runs.map((r) => (r.id === run.id ? { ...r, ...run } : r)),
+        });
+      } else if (matches(key[3] as RunsFilter & { jobId?: string }, run)) {
+        this.invalidateSoon(key); // a new run for this list: re-read the page (order, cursor)
+      }
+    }
+    // A Runs page still mounting (rendered just before this run existed) re-reads too.
+    if (!shown && run.status) this.invalidateSoon([...queryKeys.runs.all(), "list"]);
+    this.invalidateSoon(queryKeys.rebuilds.all());
+    this.invalidateSoon(queryKeys.timeline.all());
+    if (run.status === "skipped") this.invalidateSoon(queryKeys.claims.all()); // consecutive skips
+  }
+
+  /**
+   * Rewrites every cached claims page. The page's countdowns are relative to when it was
+   * fetched; a write makes "now" the new base, so every claim's remaining TTL is moved forward
+   * by the time since (and the server time with it) before the change is applied.
+   */
+  private updateClaimPages(change: (claims: ApiClaim[], serverNow: number) => ApiClaim[]): void {
+    const now = Date.now();
+    for (const query of this.client.getQueryCache().findAll({ queryKey: queryKeys.claims.all() })) {
+      const page = query.state.data as ApiClaimPage | undefined;
+      if (!page) continue;
+      const elapsed = Math.max(0, now - query.state.dataUpdatedAt);
+      const serverNow = page.serverTime + elapsed;
+      const rebased = page.claims.map((c) => ({ ...c, pttlMs: Math.max(0, c.pttlMs - elapsed) }));
+      const next: ApiClaimPage = { ...page, serverTime: serverNow, claims: change(rebased, serverNow) };
+      // Only the first page takes new claims; later pages only update or drop theirs.
+      const isFirst = (query.queryKey[2] as { cursor: string | null } | undefined)?.cursor === null;
+      if (!isFirst) next.claims = next.claims.filter((c) => page.claims.some((p) => p.name === c.name));
+      this.client.setQueryData(query.queryKey, next, { updatedAt: now });
+    }
+  }
+
+  private invalidateSoon(queryKey: readonly unknown[]): void {
+    this.due.set(JSON.stringify(queryKey), queryKey);
+    this.timer ??= setTimeout(() => {
+      this.timer = undefined;
+      const keys = [...this.due.values()];
+      this.due.clear();
+      for (const key of keys) void this.client.invalidateQueries({ queryKey: key });
+    }, COALESCE_MS);
+  }
+}
+
+function matches(filter: (RunsFilter & { jobId?: string }) | undefined, run: Partial<RunRecord>): boolean {
+  if (!filter) return true;
+  if (filter.cursor) return false; // older pages do not gain new runs
+  if (filter.rebuild && filter.rebuild !== run.rebuild) return false;
+  if (filter.tenant && filter.tenant !== run.tenant) return false;
+  if (filter.status && run.status && filter.status !== run.status) return false;
+  if (filter.jobId && filter.jobId !== run.jobId) return false;
+  return true;
+}

@@ -1,0 +1,74 @@
+/**
+ * Run records for tests and benches that show the dashboard a run without a worker: through the
+ * record writer (lib/runs/writer.ts) — so the status moves are the real ones and the live stream
+ * gets its events — or, for finished history, `importRunInto` (seeding, no events).
+ */
+import type { ChainableCommander, Redis } from "ioredis";
+import type { RedisKeys } from "../../lib/redis/keys";
+import { DEFAULT_RETENTION } from "../../lib/runs/records";
+import type { FinalRunStatus } from "../../lib/runs/transitions";
+import type { RunRecord } from "../../lib/runs/types";
+import { beginAttempt, importRunInto, writeRun } from "../../lib/runs/writer";
+
+type Partial_ = Pick<RunRecord, "id" | "rebuild" | "tenant" | "createdAt" | "status"> & Partial<RunRecord>;
+
+function fullRecord(record: Partial_): RunRecord {
+  return {
+    jobId: record.id.replace(/-a\d+$/, ""),
+    attempt: 1,
+    version: null,
+    reason: null,
+    trigger: "api",
+    workerId: null,
+    host: null,
+    startedAt: null,
+    finishedAt: null,
+    durationMs: null,
+    fence: null,
+    buildHash: null,
+    idempotencyKey: null,
+    progress: 1,
+    steps: [],
+    ...record,
+  };
+}
+
+/**
+ * Queues a record into `tx` as it is (history for charts and lists; a `running` one stands for a
+ * run in flight without an attempt behind it — seeding only, its moves are not checked).
+ */
+export function seedRunInto(tx: ChainableCommander, keys: RedisKeys, record: Partial_) {
+  const full = fullRecord(record) as RunRecord & { status: FinalRunStatus };
+  return importRunInto(tx, keys, full, DEFAULT_RETENTION);
+}
+
+/**
+ * Begins a run (`running`) or moves it to a final status, as a worker's writer would: the record
+ * and the live stream's event. A final status for a run that never began begins and ends it.
+ */
+export async function writeTestRun(client: Redis, keys: RedisKeys, record: Partial_): Promise<void> {
+  const full = fullRecord(record);
+  const store = { client, keys, retention: DEFAULT_RETENTION };
+  const place = { rebuild: full.rebuild, tenant: full.tenant };
+  const identity = {
+    ...place,
+    runId: full.id,
+    jobId: full.jobId,
+    attempt: full.attempt,
+    previousRunId: null,
+    rebuildName: full.rebuild,
+    createdAt: full.createdAt,
+    trigger: full.trigger,
+    workerId: full.workerId ?? "test",
+    host: full.host ?? "test",
+  };
+  const { id: _id, status, ...fields } = record;
+  if (status === "running" || status === "queued") {
+    await beginAttempt(store, identity, { mode: { kind: "running" }, fields });
+    return;
+  }
+  const written = await writeRun(store, { ...place, runId: full.id, jobId: full.jobId }, { status, fields });
+  if (written === "missing") {
+    await beginAttempt(store, identity, { mode: { kind: "final", status, reason: full.reason ?? "" }, fields });
+  }
+}
