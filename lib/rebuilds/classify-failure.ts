@@ -10,6 +10,12 @@ import { TRANSIENT_ERRNO } from "./steps/run-step";
 
 export type FailureClass =
   | { kind: "hand-back"; status: "aborted"; reason: string }
+  /**
+   * The claim was lost while the attempt ran (a force release, an expiry, a takeover). Whether
+   * the request may end depends on who holds the output now and whether the version was
+   * published meanwhile: the orchestration looks (`RebuildAttempt.afterLostClaim`).
+   */
+  | { kind: "claim-lost"; reason: string }
   | {
       kind: "fail";
       status: FinalRunStatus;
@@ -30,17 +36,7 @@ export function classifyFailure(
   if (jobReason === "shutdown") {
     return { kind: "hand-back", status: "aborted", reason: "worker shutdown: job handed back to the queue" };
   }
-  if (error instanceof ClaimLostError) {
-    // superseded: another attempt owns the work now; expired/deadline: try again later.
-    return {
-      kind: "fail",
-      status: error.cause === "superseded" ? "superseded" : "aborted",
-      reason: `claim lost: ${error.message}`,
-      message: error.message,
-      retry: error.cause !== "superseded",
-      forgetRebuilt: true,
-    };
-  }
+  if (error instanceof ClaimLostError) return { kind: "claim-lost", reason: `claim lost: ${error.message}` };
   if (jobReason === "lock-lost") {
     return {
       kind: "fail",
