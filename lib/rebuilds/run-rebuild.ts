@@ -198,7 +198,7 @@ class RebuildAttempt {
         lateRebuiltBy = await rebuiltBy;
         if (lateRebuiltBy) return null;
         this.recorder.update({ fence: held.fence });
-        return buildAndPublish({
+        const built = await buildAndPublish({
           claims: deps.claims,
           keys: deps.keys,
           definition,
@@ -219,6 +219,15 @@ class RebuildAttempt {
               foundBy: deps.worker.id,
             }).catch((e: unknown) => this.log(`recording the changed build failed: ${String(e)}`)),
         });
+        if (built.status === "published") {
+          // Marked rebuilt while the claim is still held (withClaim releases it after this
+          // returns): a duplicate that acquires the freed claim finds the key and skips. The
+          // final record writes the same key again.
+          await deps.main
+            .set(deps.keys.idempotency(this.idemKey), this.runId, "PX", definition.idempotency.ttl)
+            .catch((e: unknown) => this.log(`marking the version rebuilt failed: ${String(e)}`));
+        }
+        return built;
       },
       {
         ttlMs: definition.claim.ttl,
