@@ -15,12 +15,21 @@ import { REPLY } from "../redis/replies";
 
 const HOST = os.hostname();
 
+export interface AcquireOptions {
+  /**
+   * The highest fence known to be published for this claim outside Redis (the output's durable
+   * record): the grant's fence is above it even if Redis forgot its counter.
+   */
+  fenceFloor?: number;
+}
+
 export async function acquireClaim(
   client: ScriptingClient,
   keys: RedisKeys,
   name: string,
   meta: ClaimMetadata,
   timing: ClaimTiming,
+  options: AcquireOptions = {},
 ): Promise<AcquireResult> {
   assertValidClaimName(name);
   assertClaimTiming(timing);
@@ -38,7 +47,15 @@ export async function acquireClaim(
     client,
     CLAIM_ACQUIRE,
     [keys.claim(name), keys.claimMeta(name), keys.claimFence(name), keys.claimRegistry],
-    [token, timing.ttlMs, name, meta.jobId ?? "", timing.refreshEveryMs, JSON.stringify(identity)],
+    [
+      token,
+      timing.ttlMs,
+      name,
+      meta.jobId ?? "",
+      timing.refreshEveryMs,
+      JSON.stringify(identity),
+      options.fenceFloor ?? 0,
+    ],
   );
   return decodeAcquireReply(token, reply);
 }

@@ -12,6 +12,7 @@ import type { RunRecorder } from "../runs/writer";
 import type { StepRecord } from "../runs/types";
 import { outputDirOf, type RebuildDefinition } from "./definitions";
 import { hashDirectory, pointCurrent, promoteBuild, workDirOf } from "./output";
+import { recordPublishedFence } from "./published-fence";
 import { isTransient } from "./classify-failure";
 import { TransientStepError, type StepContext } from "./steps/context";
 import { runCommandStep } from "./steps/run-step";
@@ -99,6 +100,13 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
       recorder.log(`publish refused: fence ${held.fence} < newest ${published.newestFence}`);
       return { status: "superseded", buildHash, newestFence: published.newestFence };
     }
+    // Durable before `current` follows: a claims Redis that forgets this publish cannot lead to
+    // this fence being granted again or `current` being moved back (published-fence.ts).
+    await recordPublishedFence(outputDir, held.fence, buildHash).catch((error: unknown) =>
+      recorder.log(
+        `WARNING: the published fence ${held.fence} could not be recorded beside the output: ${String(error)}`,
+      ),
+    );
     await pointCurrent(outputDir, buildHash);
     recorder.log(`published build ${buildHash} (fence ${held.fence})`);
     return { status: "published", buildHash };

@@ -11,6 +11,7 @@ import type { RedisKeys } from "../redis/keys";
 import type { ScriptingClient } from "../redis/scripts";
 import { outputDirOf, tenantsOf, type Definitions } from "./definitions";
 import { pruneBuilds } from "./output";
+import { readPublishedFence } from "./published-fence";
 
 /** Long enough for the renames of one output's old builds; short, because a run that finds the claim held waits about this long. */
 const PRUNE_CLAIM = { ttlMs: 5_000, refreshEveryMs: 2_000 } as const;
@@ -32,6 +33,7 @@ export async function pruneOldBuilds(definitions: Definitions, claims: PruneClai
       const outputDir = outputDirOf(rebuild, tenant);
       const name = claimName(rebuild.outputPath, tenant);
       try {
+        const floor = await readPublishedFence(outputDir);
         const result = await withClaim(
           claims.client,
           claims.keys,
@@ -45,7 +47,7 @@ export async function pruneOldBuilds(definitions: Definitions, claims: PruneClai
               beforeRemove: () => held.throwIfLost(),
             });
           },
-          PRUNE_CLAIM,
+          { ...PRUNE_CLAIM, ...(floor ? { fenceFloor: floor.fence } : {}) },
         );
         if (result.status === "held") report.push(`${outputDir}: claim held, pruned later`);
         else if (result.value.length) report.push(`${outputDir}: pruned ${result.value.join(", ")}`);

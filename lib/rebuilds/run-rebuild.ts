@@ -27,7 +27,8 @@ import { buildAndPublish, type BuildResult } from "./build-and-publish";
 import { recordChangedBuild } from "./build-integrity";
 import { classifyFailure, isTransient } from "./classify-failure";
 import { decideRun, DEFER_MAX_MS, DEFER_MIN_MS } from "./decide";
-import { tenantProblem, type Definitions, type RebuildDefinition } from "./definitions";
+import { outputDirOf, tenantProblem, type Definitions, type RebuildDefinition } from "./definitions";
+import { readPublishedFence } from "./published-fence";
 import { rebuildJobData, type RebuildJobData } from "./queue";
 import { recordScheduledTick } from "./schedule-ticks";
 import { hashInputs, idempotencyKey } from "./version";
@@ -182,6 +183,9 @@ class RebuildAttempt {
       ? Promise.resolve(null)
       : deps.main.get(deps.keys.idempotency(this.idemKey)).catch(() => null);
     let lateRebuiltBy: string | null = null;
+    // The highest fence published for this output, from its durable file: the grant is above it
+    // even when the claims Redis forgot its counter (published-fence.ts).
+    const published = await readPublishedFence(outputDirOf(definition, data.tenant));
     const result = await withClaim(
       deps.claims,
       deps.keys,
@@ -232,6 +236,7 @@ class RebuildAttempt {
       {
         ttlMs: definition.claim.ttl,
         refreshEveryMs: definition.claim.refreshEvery,
+        ...(published ? { fenceFloor: published.fence } : {}),
         onEvent: (event) => {
           if (event.type === "refresh-error") this.log(`claim refresh failed (riding it out): ${String(event.error)}`);
           if (event.type === "release-failed") this.log(`claim release failed: ${event.outcome.status}`);

@@ -81,6 +81,9 @@ KEYS[4] claimRegistry  ZSET of claim names (score 0)
 ARGV[1] token   ARGV[2] ttlMs   ARGV[3] claim name
 ARGV[4] jobId: a holder with this same non-empty job id is an earlier attempt and is taken over
 ARGV[5] refreshEveryMs   ARGV[6] holder identity (JSON)
+ARGV[7] fence floor: the highest fence published for the output as recorded outside Redis (its
+  durable file beside the output; 0 or absent: none). A counter below it (Redis lost writes) is
+  raised to it before the INCR, so no fence used for a publish is granted again.
 Every metadata field is written on every grant, so nothing of an earlier holder survives.
 Returns
   {1, fence, acquiredAt}                                acquired: the name was free
@@ -105,6 +108,10 @@ if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 end
 ${SERVER_NOW}
+local floor = tonumber(ARGV[7] or '0') or 0
+if floor > 0 and tonumber(redis.call('GET', KEYS[3]) or '0') < floor then
+  redis.call('SET', KEYS[3], floor)
+end
 local fence = redis.call('INCR', KEYS[3])
 redis.call('HSET', KEYS[2], 'jobId', ARGV[4], 'fence', fence, 'ttlMs', ARGV[2],
   'refreshEveryMs', ARGV[5], 'acquiredAt', nowMs, 'refreshedAt', nowMs, 'holder', ARGV[6])
