@@ -53,7 +53,13 @@ test("GET /api/health reports both Redis servers and the workers", async () => {
   const { status, body } = await call("GET", "/api/health");
   assert.equal(status, 200);
   assert.equal(body.ok, true);
-  assert.deepEqual(Object.keys(body.redis as object).sort(), ["evictionPolicy", "ok", "persistence", "version"]);
+  assert.deepEqual(Object.keys(body.redis as object).sort(), [
+    "durability",
+    "evictionPolicy",
+    "ok",
+    "persistence",
+    "version",
+  ]);
   assert.equal(body.workers, 0);
 });
 
