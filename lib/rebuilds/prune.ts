@@ -31,7 +31,7 @@ export async function pruneOldBuilds(definitions: Definitions, claims: PruneClai
   for (const rebuild of definitions.rebuilds.values()) {
     for (const tenant of tenantsOf(rebuild)) {
       const outputDir = outputDirOf(rebuild, tenant);
-      const name = claimName(rebuild.outputPath, tenant);
+      const name = claimName(rebuild.claimPath, tenant);
       try {
         const floor = await readPublishedFence(outputDir);
         const result = await withClaim(

@@ -29,7 +29,7 @@ export async function repairCurrentLinks(
     for (const tenant of tenantsOf(definition)) {
       checks.push(
         (async () => {
-          const name = claimName(definition.outputPath, tenant);
+          const name = claimName(definition.claimPath, tenant);
           const outputDir = outputDirOf(definition, tenant);
           const published = await readPublished(client, keys, name);
           if (!published || !BUILD_HASH.test(published.value)) return;

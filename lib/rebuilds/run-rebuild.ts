@@ -149,7 +149,7 @@ class RebuildAttempt {
     private readonly version: string,
     private readonly log: (line: string) => void,
   ) {
-    this.claim = claimName(definition.outputPath, data.tenant);
+    this.claim = claimName(definition.claimPath, data.tenant);
     this.idemKey = idempotencyKey(data.rebuild, data.tenant, version);
     this.recorder = new RunRecorder(store, identity, {
       onError: (error) => this.log(`run record write failed: ${String(error)}`),

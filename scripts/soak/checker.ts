@@ -353,7 +353,7 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   for (const ref of claimRefs()) {
     const label = claimLabel(ref);
     const definition = input.definitions.rebuilds.get(ref.rebuild)!;
-    const published = await readPublished(input.claims, input.keys, claimName(definition.outputPath, ref.tenant));
+    const published = await readPublished(input.claims, input.keys, claimName(definition.claimPath, ref.tenant));
     const rebuilt = records.filter(
       (r) => r.status === "rebuilt" && r.rebuild === ref.rebuild && (r.tenant ?? undefined) === ref.tenant,
     );

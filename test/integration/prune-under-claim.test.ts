@@ -34,7 +34,7 @@ function setup(builds: number) {
   const output = definitions.rebuilds.get("tiles")!.outputPath;
   fs.mkdirSync(output, { recursive: true });
   const keys = redisKeys(uniquePrefix("prune"));
-  const name = claimName(output);
+  const name = claimName(definitions.rebuilds.get("tiles")!.claimPath);
   let n = 0;
   /** A finished work directory with `content`, as a run leaves it. */
   const work = (content: string) => {

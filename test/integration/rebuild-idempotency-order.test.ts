@@ -47,7 +47,7 @@ test("the idempotency key is set before the claim is released", async () => {
     });
     assert.equal(outcome.status, "rebuilt");
     const idem = bed.keys.idempotency(idempotencyKey("quick", undefined, "o1"));
-    const claim = bed.keys.claim(claimName(bed.definitions.rebuilds.get("quick")!.outputPath));
+    const claim = bed.keys.claim(claimName(bed.definitions.rebuilds.get("quick")!.claimPath));
     // MONITOR also lists what scripts run: the release script's DEL of the claim, the run
     // script's (or a plain) SET of the idempotency key.
     const released = () => seen.findIndex((args) => args[0]?.toLowerCase() === "del" && args[1] === claim);

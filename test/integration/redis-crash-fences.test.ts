@@ -40,7 +40,7 @@ test("after a claims Redis lost its recent writes: no fence used for a publish i
   if (!loaded.ok) throw loaded.error;
   const definitions = loaded.definitions;
   const output = definitions.rebuilds.get("tiles")!.outputPath;
-  const name = claimName(output);
+  const name = claimName(definitions.rebuilds.get("tiles")!.claimPath);
   const keys = redisKeys("crash");
   let jobs = 0;
   const rebuild = async (client: ReturnType<typeof createRedis>, version: string) => {

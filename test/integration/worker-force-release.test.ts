@@ -41,7 +41,7 @@ before(async () => {
 after(() => bed.close());
 
 const outputDir = () => bed.definitions.rebuilds.get("gated")!.outputPath;
-const claim = () => claimName(outputDir());
+const claim = () => claimName(bed.definitions.rebuilds.get("gated")!.claimPath);
 
 async function until<T>(what: string, probe: () => Promise<T | null | undefined>, timeoutMs = 60_000): Promise<T> {
   const deadline = Date.now() + timeoutMs;

@@ -146,7 +146,7 @@ test("GET /api/rebuilds/{name}/preview says what Rebuild now would do", async ()
 });
 
 test("the preview checks in the worker's order: already rebuilt first, then the claim", async () => {
-  const name = claimName(bed.definitions.rebuilds.get("slow")!.outputPath);
+  const name = claimName(bed.definitions.rebuilds.get("slow")!.claimPath);
   const grant = await acquireClaim(
     bed.claims,
     bed.keys,
