@@ -16,6 +16,9 @@ import { readPublishedFence } from "./published-fence";
 /** Long enough for the renames of one output's old builds; short, because a run that finds the claim held waits about this long. */
 const PRUNE_CLAIM = { ttlMs: 5_000, refreshEveryMs: 2_000 } as const;
 
+/** The `version` a pruner's claim carries: a run that finds it waits a moment instead of deferring. */
+export const PRUNING_VERSION = "(pruning builds)";
+
 export interface PruneClaims {
   client: ScriptingClient & Pick<Redis, "hgetall">;
   keys: RedisKeys;
@@ -38,7 +41,7 @@ export async function pruneOldBuilds(definitions: Definitions, claims: PruneClai
           claims.client,
           claims.keys,
           name,
-          { workerId: claims.workerId ?? "", rebuild: rebuild.name, tenant: tenant ?? "", version: "(pruning builds)" },
+          { workerId: claims.workerId ?? "", rebuild: rebuild.name, tenant: tenant ?? "", version: PRUNING_VERSION },
           async (held) => {
             // Without the pointer the published build is unknown: nothing is removed.
             const published = await readPublished(claims.client, claims.keys, name);

@@ -28,6 +28,7 @@ import { recordChangedBuild } from "./build-integrity";
 import { classifyFailure, isTransient } from "./classify-failure";
 import { decideRun, DEFER_MAX_MS, DEFER_MIN_MS } from "./decide";
 import { outputDirOf, tenantProblem, type Definitions, type RebuildDefinition } from "./definitions";
+import { PRUNING_VERSION } from "./prune";
 import { readPublishedFence } from "./published-fence";
 import { rebuildJobData, type RebuildJobData } from "./queue";
 import { recordScheduledTick } from "./schedule-ticks";
@@ -186,63 +187,74 @@ class RebuildAttempt {
     // The highest fence published for this output, from its durable file: the grant is above it
     // even when the claims Redis forgot its counter (published-fence.ts).
     const published = await readPublishedFence(outputDirOf(definition, data.tenant));
-    const result = await withClaim(
-      deps.claims,
-      deps.keys,
-      this.claim,
-      {
-        workerId: deps.worker.id,
-        jobId: this.job.id,
-        runId: this.runId,
-        rebuild: data.rebuild,
-        tenant: data.tenant,
-        version: this.version,
-      },
-      async (held) => {
-        lateRebuiltBy = await rebuiltBy;
-        if (lateRebuiltBy) return null;
-        this.recorder.update({ fence: held.fence });
-        const built = await buildAndPublish({
-          claims: deps.claims,
-          keys: deps.keys,
-          definition,
+    const underClaim = () =>
+      withClaim(
+        deps.claims,
+        deps.keys,
+        this.claim,
+        {
+          workerId: deps.worker.id,
+          jobId: this.job.id,
+          runId: this.runId,
+          rebuild: data.rebuild,
           tenant: data.tenant,
           version: this.version,
-          runId: this.runId,
-          held,
-          jobSignal: this.job.signal,
-          recorder: this.recorder,
-          steps: this.steps,
-          ...(this.job.progress ? { progress: this.job.progress } : {}),
-          onChangedBuild: (found) =>
-            recordChangedBuild(deps.main, deps.keys, {
-              ...found,
-              rebuild: data.rebuild,
-              tenant: data.tenant ?? null,
-              foundAt: Date.now(),
-              foundBy: deps.worker.id,
-            }).catch((e: unknown) => this.log(`recording the changed build failed: ${String(e)}`)),
-        });
-        if (built.status === "published") {
-          // Marked rebuilt while the claim is still held (withClaim releases it after this
-          // returns): a duplicate that acquires the freed claim finds the key and skips. The
-          // final record writes the same key again.
-          await deps.main
-            .set(deps.keys.idempotency(this.idemKey), this.runId, "PX", definition.idempotency.ttl)
-            .catch((e: unknown) => this.log(`marking the version rebuilt failed: ${String(e)}`));
-        }
-        return built;
-      },
-      {
-        ttlMs: definition.claim.ttl,
-        refreshEveryMs: definition.claim.refreshEvery,
-        ...(published ? { fenceFloor: published.fence } : {}),
-        onEvent: (event) => {
-          if (event.type === "refresh-error") this.log(`claim refresh failed (riding it out): ${String(event.error)}`);
-          if (event.type === "release-failed") this.log(`claim release failed: ${event.outcome.status}`);
         },
-      },
-    ).catch((error: unknown) => this.onFailure(error));
+        async (held) => {
+          lateRebuiltBy = await rebuiltBy;
+          if (lateRebuiltBy) return null;
+          this.recorder.update({ fence: held.fence });
+          const built = await buildAndPublish({
+            claims: deps.claims,
+            keys: deps.keys,
+            definition,
+            tenant: data.tenant,
+            version: this.version,
+            runId: this.runId,
+            held,
+            jobSignal: this.job.signal,
+            recorder: this.recorder,
+            steps: this.steps,
+            ...(this.job.progress ? { progress: this.job.progress } : {}),
+            onChangedBuild: (found) =>
+              recordChangedBuild(deps.main, deps.keys, {
+                ...found,
+                rebuild: data.rebuild,
+                tenant: data.tenant ?? null,
+                foundAt: Date.now(),
+                foundBy: deps.worker.id,
+              }).catch((e: unknown) => this.log(`recording the changed build failed: ${String(e)}`)),
+          });
+          if (built.status === "published") {
+            // Marked rebuilt while the claim is still held (withClaim releases it after this
+            // returns): a duplicate that acquires the freed claim finds the key and skips. The
+            // final record writes the same key again.
+            await deps.main
+              .set(deps.keys.idempotency(this.idemKey), this.runId, "PX", definition.idempotency.ttl)
+              .catch((e: unknown) => this.log(`marking the version rebuilt failed: ${String(e)}`));
+          }
+          return built;
+        },
+        {
+          ttlMs: definition.claim.ttl,
+          refreshEveryMs: definition.claim.refreshEvery,
+          ...(published ? { fenceFloor: published.fence } : {}),
+          onEvent: (event) => {
+            if (event.type === "refresh-error")
+              this.log(`claim refresh failed (riding it out): ${String(event.error)}`);
+            if (event.type === "release-failed") this.log(`claim release failed: ${event.outcome.status}`);
+          },
+        },
+      ).catch((error: unknown) => this.onFailure(error));
+    let result = await underClaim();
+    // A worker pruning old builds holds the claim for a moment (prune.ts): wait here rather
+    // than deferring the job through the queue.
+    for (let waits = 0; result.status === "held" && result.holder.version === PRUNING_VERSION && waits < 60; waits++) {
+      await new Promise((resolve) =>
+        setTimeout(resolve, Math.max(50, Math.min(result.status === "held" ? result.pttlMs : 0, 250))),
+      );
+      result = await underClaim();
+    }
 
     if (result.status !== "held" && result.status !== "done") return result;
     if (result.status === "held") {
