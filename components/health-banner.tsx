@@ -18,12 +18,12 @@ export function HealthBanner({ initial }: { initial: HealthReport }) {
   // What a crash of the claims Redis may lose (issue 14): said in either state, never hidden.
   const durability = report.claimsRedis.ok ? report.claimsRedis.durability : null;
   const durabilityLine = durability ? (
-    <p data-durability={durability.level}>
+    <span className="block" data-durability={durability.level}>
       Claims Redis durability: {durability.detail}
       {durability.level === "durable"
         ? "."
         : ". Published fences are also kept beside each output, so a lost write cannot reissue a fence or roll back current."}
-    </p>
+    </span>
   ) : null;
 
   return (
