@@ -99,7 +99,7 @@ test("SIGSTOP past the claim TTL: a second worker takes over; after SIGCONT the 
   try {
     // The job lock (5 s) lapses, the stalled check redelivers the job, the claim (2 s TTL) is free.
     const taken = await bed.waitForRun(
-      (r) => r.jobId === jobId && r.attempt > first.attempt && r.status === "running",
+      (r) => r.jobId === jobId && r.attempt > first.attempt && r.status === "running" && r.fence !== null,
       30_000,
     );
     assert.ok((taken.fence ?? 0) > (first.fence ?? 0), "the new grant has a higher fence");
