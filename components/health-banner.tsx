@@ -17,6 +17,16 @@ export function HealthBanner({ initial }: { initial: HealthReport }) {
   const problems = isError ? ["The dashboard server did not answer /api/health", ...report.problems] : report.problems;
   const healthy = !isError && report.ok && problems.length === 0;
   const version = report.redis.ok ? report.redis.version : null;
+  // What a crash of the claims Redis may lose (issue 14): said in either state, never hidden.
+  const durability = report.claimsRedis.ok ? report.claimsRedis.durability : null;
+  const durabilityLine = durability ? (
+    <span className="block" data-durability={durability.level}>
+      Claims Redis durability: {durability.detail}
+      {durability.level === "durable"
+        ? "."
+        : ". Published fences are also kept beside each output, so a lost write cannot reissue a fence or roll back current."}
+    </span>
+  ) : null;
 
   return (
     <div
@@ -37,13 +47,17 @@ export function HealthBanner({ initial }: { initial: HealthReport }) {
           Healthy: Redis {version} reachable, noeviction, persistence {report.redis.ok ? report.redis.persistence : "?"}
           ; {report.workers ?? 0} worker
           {report.workers === 1 ? "" : "s"} live.
+          {durabilityLine}
         </span>
       ) : (
-        <ul className="list-inside list-disc">
-          {problems.map((problem) => (
-            <li key={problem}>{problem}</li>
-          ))}
-        </ul>
+        <>
+          <ul className="list-inside list-disc">
+            {problems.map((problem) => (
+              <li key={problem}>{problem}</li>
+            ))}
+          </ul>
+          {durabilityLine}
+        </>
       )}
     </div>
   );

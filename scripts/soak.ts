@@ -7,7 +7,7 @@
  * reads the journals, the soak's event log and the outputs afterwards.
  *
  * Last line: RESULT overlaps=0 lost=0 corrupt=0 stale_left=0 pointer_wrong=0 stuck_running=0 max_resume_s=<s>
- * triggers=<n> kills=<n> pauses=<n>. Exit 0 when every must-be-zero figure is zero, 1 when one
+ * triggers=<n> kills=<n> pauses=<n> escaped=0 reissued=0 rolled_back=0 dropped=0. Exit 0 when every must-be-zero figure is zero, 1 when one
  * is not, 2 when the soak itself could not run (the RESULT line then has -1 for what is unknown).
  *
  * Options: --seconds N (300; 45 with --quick), --workers K (3), --quick (shorter drain),
@@ -187,7 +187,8 @@ async function main(): Promise<Figures> {
     const counts = (kind: string) => events.events.filter((e) => e.kind === kind).length;
     say(
       `soak: ${elapsed()} triggers ${counts("trigger")}, kills ${counts("kill")}, pauses ${counts("pause")}, ` +
-        `deploys ${counts("deploy")}, Redis restarts ${counts("redis-stop")}`,
+        `deploys ${counts("deploy")}, Redis restarts ${counts("redis-stop")}, Redis crashes ${counts("redis-crash")}, ` +
+        `force releases ${counts("force-release")}`,
     );
   }, 15_000);
   try {
@@ -199,6 +200,7 @@ async function main(): Promise<Figures> {
           redis,
           events,
           main,
+          claims,
           keys,
           queue,
           random,
@@ -276,7 +278,8 @@ function resultLine(f: Figures | null): string {
   return (
     `RESULT overlaps=${n(f?.overlaps)} lost=${n(f?.lost)} corrupt=${n(f?.corrupt)} stale_left=${n(f?.staleLeft)} ` +
     `pointer_wrong=${n(f?.pointerWrong)} stuck_running=${n(f?.stuckRunning)} max_resume_s=${f?.maxResumeS === null || !f ? "-1" : f.maxResumeS.toFixed(1)} ` +
-    `triggers=${n(f?.triggers)} kills=${n(f?.kills)} pauses=${n(f?.pauses)} escaped=${n(f?.escaped)}`
+    `triggers=${n(f?.triggers)} kills=${n(f?.kills)} pauses=${n(f?.pauses)} escaped=${n(f?.escaped)} ` +
+    `reissued=${n(f?.reissued)} rolled_back=${n(f?.rolledBack)} dropped=${n(f?.dropped)}`
   );
 }
 
@@ -373,7 +376,10 @@ try {
     figures.staleLeft +
     figures.pointerWrong +
     figures.stuckRunning +
-    figures.escaped;
+    figures.escaped +
+    figures.reissued +
+    figures.rolledBack +
+    figures.dropped;
   exitCode = bad === 0 ? 0 : 1;
 } catch (error) {
   say(`soak: failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);

@@ -18,7 +18,8 @@ import { checkPublishedBuilds } from "../lib/rebuilds/build-integrity";
 import { repairCurrentLinks } from "../lib/rebuilds/repair";
 import { closeAbandonedRuns } from "../lib/runs/abandoned";
 import { trimAllRuns } from "../lib/runs/trim";
-import { pruneAbandonedWorkDirs, pruneOldBuilds } from "../lib/rebuilds/output";
+import { pruneAbandonedWorkDirs } from "../lib/rebuilds/output";
+import { pruneOldBuilds } from "../lib/rebuilds/prune";
 import { syncSchedules } from "../lib/rebuilds/schedules";
 import { closeRedis, createRedis } from "../lib/redis/client";
 import { redisKeys } from "../lib/redis/keys";
@@ -85,7 +86,9 @@ async function heartbeat(): Promise<void> {
       processedAtMaintenance = running.processed();
       await trimAllRuns(main, keys, definitions, retention);
       await pruneAbandonedWorkDirs(definitions);
-      await pruneOldBuilds(definitions);
+      for (const line of await pruneOldBuilds(definitions, { client: claims, keys, workerId: identity.id })) {
+        if (!line.includes("pruned later")) log(line);
+      }
     }
   } catch (error) {
     if (!lastBeatFailed) log(`heartbeat failed (will keep trying): ${describeError(error)}`);

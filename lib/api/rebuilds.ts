@@ -50,7 +50,7 @@ export async function getRebuilds(context: WebContext): Promise<ApiRebuild[]> {
   const entries: { definition: RebuildDefinition; tenant: string | undefined; name: string }[] = [];
   for (const definition of definitions.rebuilds.values()) {
     for (const tenant of tenantsOf(definition)) {
-      entries.push({ definition, tenant, name: claimName(definition.outputPath, tenant) });
+      entries.push({ definition, tenant, name: claimName(definition.claimPath, tenant) });
     }
   }
   const names = entries.map((e) => e.name);
@@ -214,7 +214,7 @@ export async function previewRun(
     force
       ? Promise.resolve(null)
       : connections.main.get(connections.keys.idempotency(idempotencyKey(name, query.tenant, version))),
-    readClaim(connections.claims, connections.keys, claimName(definition.outputPath, query.tenant)),
+    readClaim(connections.claims, connections.keys, claimName(definition.claimPath, query.tenant)),
   ]);
   const decision = decideRun({ version, force, rebuiltBy, claim });
   switch (decision.action) {

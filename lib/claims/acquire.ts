@@ -17,6 +17,14 @@ import { REPLY } from "../redis/replies";
 
 const HOST = os.hostname();
 
+export interface AcquireOptions {
+  /**
+   * The highest fence known to be published for this claim outside Redis (the output's durable
+   * record): the grant's fence is above it even if Redis forgot its counter.
+   */
+  fenceFloor?: number;
+}
+
 export async function acquireClaim(
   /** With `multi`, a takeover is also counted and recorded for the `takeover` alert. */
   client: ScriptingClient & Partial<Pick<Redis, "multi">>,
@@ -24,6 +32,7 @@ export async function acquireClaim(
   name: string,
   meta: ClaimMetadata,
   timing: ClaimTiming,
+  options: AcquireOptions = {},
 ): Promise<AcquireResult> {
   assertValidClaimName(name);
   assertClaimTiming(timing);
@@ -41,7 +50,15 @@ export async function acquireClaim(
     client,
     CLAIM_ACQUIRE,
     [keys.claim(name), keys.claimMeta(name), keys.claimFence(name), keys.claimRegistry],
-    [token, timing.ttlMs, name, meta.jobId ?? "", timing.refreshEveryMs, JSON.stringify(identity)],
+    [
+      token,
+      timing.ttlMs,
+      name,
+      meta.jobId ?? "",
+      timing.refreshEveryMs,
+      JSON.stringify(identity),
+      options.fenceFloor ?? 0,
+    ],
   );
   const result = decodeAcquireReply(token, reply);
   if (result.status === "acquired" && result.tookOverFrom && client.multi) {

@@ -14,6 +14,8 @@ export interface PublishRequest {
   name: string;
   /** The fence of the caller's grant (`acquireClaim` / `withClaim`). */
   fence: number;
+  /** The owner token of that grant: a holder whose claim was force-released or expired is refused. */
+  token: string;
   /** What is published: a build id, content hash or output path. */
   value: string;
   runId?: string;
@@ -28,7 +30,10 @@ export type PublishResult =
     }
   | {
       status: "superseded";
-      /** Newest fence issued for the claim; a caller below it has been replaced. */
+      /**
+       * Newest fence issued for the claim; a caller below it has been replaced. A caller at it
+       * no longer holds the claim (force-released or expired).
+       */
       newestFence: number;
       /** Fence of what is published now (0: nothing yet). */
       publishedFence: number;
@@ -53,8 +58,8 @@ export async function publishFenced(
   const reply = await runScript(
     client,
     FENCED_PUBLISH,
-    [keys.claimFence(request.name), keys.published(request.name), keys.claimSkips],
-    [request.fence, request.value, request.runId ?? "", request.name],
+    [keys.claimFence(request.name), keys.published(request.name), keys.claimSkips, keys.claim(request.name)],
+    [request.fence, request.value, request.runId ?? "", request.name, request.token],
   );
   if (!Array.isArray(reply)) throw unexpectedReply("publish", reply);
   const [code] = reply;

@@ -19,6 +19,8 @@ export interface WithClaimOptions extends ClaimTiming {
    * queued after it is harmless: it is owner-checked, and the claim expires on its own.
    */
   releaseTimeoutMs?: number;
+  /** See `AcquireOptions.fenceFloor`. */
+  fenceFloor?: number;
   /** Events that do not change the outcome (transient refresh errors, release problems). */
   onEvent?: (event: WithClaimEvent) => void;
 }
@@ -61,7 +63,9 @@ export async function withClaim<T>(
   const onEvent = options.onEvent ?? (() => {});
 
   const sentAt = performance.now();
-  const grant = await acquireClaim(client, keys, name, meta, timing);
+  const grant = await acquireClaim(client, keys, name, meta, timing, {
+    ...(options.fenceFloor ? { fenceFloor: options.fenceFloor } : {}),
+  });
   if (grant.status === "held") return grant;
   // Live events for the dashboard (lib/events): fire-and-forget, never in the claim's way.
   const events = claimEvents(client, keys, name, grant.token);

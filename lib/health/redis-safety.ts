@@ -1,6 +1,6 @@
 /**
  * What an operator must know about a Redis before trusting it with claims: is it reachable, will
- * it evict keys under memory pressure, does it persist. Managed Redis often disables CONFIG, so
+ * it evict keys under memory pressure, does it persist, and what may a crash lose (durability). Managed Redis often disables CONFIG, so
  * everything that INFO can answer is read from INFO; only the RDB `save` schedule needs CONFIG.
  */
 import type { Redis } from "ioredis";
@@ -8,8 +8,21 @@ import { describeError } from "../describe-error";
 
 export type Persistence = "aof" | "rdb" | "none" | "unknown";
 
+/**
+ * What a crash of this Redis may lose (issue 14): `durable` = AOF with `appendfsync always`;
+ * `replicated` = `min-replicas-to-write` ≥ 1 (a write needs a live replica; replication is still
+ * asynchronous); `lossy` = the last second (AOF everysec), everything since the last snapshot
+ * (RDB only), or everything; `unknown` = CONFIG refused (managed Redis). `detail` says which, for
+ * the banner.
+ */
+export interface Durability {
+  level: "durable" | "replicated" | "lossy" | "unknown";
+  detail: string;
+}
+
 export type RedisSafety =
-  { ok: true; version: string; evictionPolicy: string; persistence: Persistence } | { ok: false; error: string };
+  | { ok: true; version: string; evictionPolicy: string; persistence: Persistence; durability: Durability }
+  | { ok: false; error: string };
 
 type InspectClient = Pick<Redis, "pipeline">;
 
@@ -22,29 +35,95 @@ export function parseInfo(text: string): Map<string, string> {
   return fields;
 }
 
-/** One round trip: INFO server/memory/persistence + CONFIG GET save (may be refused). */
+/**
+ * One round trip: INFO server/memory/persistence/replication + CONFIG GET save, appendfsync and
+ * min-replicas-to-write (CONFIG may be refused).
+ */
 export async function inspectRedis(client: InspectClient): Promise<RedisSafety> {
   let replies: Reply[] | null;
   try {
-    replies = await client.pipeline().info("server").info("memory").info("persistence").config("GET", "save").exec();
+    replies = await client
+      .pipeline()
+      .info("server")
+      .info("memory")
+      .info("persistence")
+      .info("replication")
+      .config("GET", "save")
+      .config("GET", "appendfsync")
+      .config("GET", "min-replicas-to-write")
+      .exec();
   } catch (error) {
     return { ok: false, error: describeError(error) };
   }
-  if (!replies || replies.length !== 4) return { ok: false, error: "no reply" };
-  const [server, memory, persistence, save] = replies as [Reply, Reply, Reply, Reply];
-  const infoError = [server, memory, persistence].find(([error]) => error)?.[0];
+  if (!replies || replies.length !== 7) return { ok: false, error: "no reply" };
+  const [server, memory, persistence, replication, save, appendfsync, minReplicas] = replies as Reply[] as [
+    Reply,
+    Reply,
+    Reply,
+    Reply,
+    Reply,
+    Reply,
+    Reply,
+  ];
+  const infoError = [server, memory, persistence, replication].find(([error]) => error)?.[0];
   if (infoError) return { ok: false, error: describeError(infoError) };
 
   const info = new Map([
     ...parseInfo(String(server[1])),
     ...parseInfo(String(memory[1])),
     ...parseInfo(String(persistence[1])),
+    ...parseInfo(String(replication[1])),
   ]);
+  const kind = persistenceOf(info, save);
   return {
     ok: true,
     version: info.get("redis_version") ?? "unknown",
     evictionPolicy: info.get("maxmemory_policy") ?? "unknown",
-    persistence: persistenceOf(info, save),
+    persistence: kind,
+    durability: durabilityOf(info, kind, configValue(appendfsync), configValue(minReplicas)),
+  };
+}
+
+/** The value of a `CONFIG GET name` reply, or `null` when CONFIG was refused. */
+function configValue([error, reply]: Reply): string | null {
+  if (error || !Array.isArray(reply) || reply.length < 2) return null;
+  return String(reply[1]);
+}
+
+function durabilityOf(
+  info: Map<string, string>,
+  persistence: Persistence,
+  appendfsync: string | null,
+  minReplicas: string | null,
+): Durability {
+  if (info.get("role") === "slave") {
+    return { level: "lossy", detail: "a replica (read-only): claims must go to the primary" };
+  }
+  const replicas = Number(info.get("connected_slaves") ?? "0");
+  const failoverNote =
+    replicas > 0 ? `; ${replicas} asynchronous replica(s): a failover may lose the writes they had not received` : "";
+  if (Number(minReplicas ?? "0") >= 1) {
+    return { level: "replicated", detail: `min-replicas-to-write ${minReplicas} (a write needs a live replica)` };
+  }
+  if (persistence === "aof" && appendfsync === "always") {
+    return { level: "durable", detail: `AOF with appendfsync always${failoverNote}` };
+  }
+  if (persistence === "aof" && appendfsync !== null) {
+    return {
+      level: "lossy",
+      detail: `AOF with appendfsync ${appendfsync}: a crash loses about the last second of writes${failoverNote}`,
+    };
+  }
+  if (persistence === "rdb") {
+    return {
+      level: "lossy",
+      detail: `RDB snapshots only: a crash loses every write since the last snapshot${failoverNote}`,
+    };
+  }
+  if (persistence === "none") return { level: "lossy", detail: "no persistence: a restart loses everything" };
+  return {
+    level: "unknown",
+    detail: `unknown (CONFIG refused: appendfsync and replicas cannot be read)${failoverNote}`,
   };
 }
 

@@ -6,13 +6,15 @@
  */
 import fs from "node:fs/promises";
 import type { Redis } from "ioredis";
-import { publishFenced, type HeldClaim } from "../claims";
+import { publishFenced, type HeldClaim, type PublishResult } from "../claims";
 import type { RedisKeys } from "../redis/keys";
 import type { RunRecorder } from "../runs/writer";
 import type { StepRecord } from "../runs/types";
 import { outputDirOf, type RebuildDefinition } from "./definitions";
 import { hashDirectory, pointCurrent, promoteBuild, workDirOf } from "./output";
-import type { StepContext } from "./steps/context";
+import { recordPublishedFence } from "./published-fence";
+import { isTransient } from "./classify-failure";
+import { TransientStepError, type StepContext } from "./steps/context";
 import { runCommandStep } from "./steps/run-step";
 import { runTilesStep } from "./steps/tiles-step";
 
@@ -93,16 +95,18 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
       await context.onChangedBuild?.({ path: promoted.changedMovedTo, expected: buildHash, actual: "(moved aside)" });
     }
     held.throwIfLost(); // a paused holder notices here, before it asks to publish
-    const published = await publishFenced(context.claims, context.keys, {
-      name: held.name,
-      fence: held.fence,
-      value: buildHash,
-      runId: context.runId,
-    });
+    const published = await publishRetried(context, buildHash);
     if (published.status === "superseded") {
       recorder.log(`publish refused: fence ${held.fence} < newest ${published.newestFence}`);
       return { status: "superseded", buildHash, newestFence: published.newestFence };
     }
+    // Durable before `current` follows: a claims Redis that forgets this publish cannot lead to
+    // this fence being granted again or `current` being moved back (published-fence.ts).
+    await recordPublishedFence(outputDir, held.fence, buildHash).catch((error: unknown) =>
+      recorder.log(
+        `WARNING: the published fence ${held.fence} could not be recorded beside the output: ${String(error)}`,
+      ),
+    );
     await pointCurrent(outputDir, buildHash);
     recorder.log(`published build ${buildHash} (fence ${held.fence})`);
     return { status: "published", buildHash };
@@ -113,6 +117,34 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
     throw error;
   }
 }
+
+/**
+ * The fenced publish, sent again while Redis is briefly away. A publish whose reply was lost may
+ * have moved the pointer: its repeat answers "this fence already published this value"
+ * (FENCED_PUBLISH's retried-call branch, checked before the holder), so the attempt is recorded
+ * as published, never as failed with the pointer moved. When Redis stays away the outcome is
+ * unknown: a transient error, so another attempt (a new fence) settles it.
+ */
+async function publishRetried(context: BuildContext, buildHash: string): Promise<PublishResult> {
+  const { held } = context;
+  const request = { name: held.name, fence: held.fence, token: held.token, value: buildHash, runId: context.runId };
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await publishFenced(context.claims, context.keys, request);
+    } catch (error) {
+      if (!isTransient(error)) throw error;
+      if (attempt >= PUBLISH_ATTEMPTS) {
+        throw new TransientStepError(
+          `publish of ${buildHash} (fence ${held.fence}): outcome unknown, Redis did not answer: ${String(error)}`,
+        );
+      }
+      context.recorder.log(`publish: no reply (${String(error)}); asking again`);
+      await new Promise((resolve) => setTimeout(resolve, 250 * attempt));
+    }
+  }
+}
+
+const PUBLISH_ATTEMPTS = 6;
 
 /**
  * An empty directory at `dir`, whatever was there. A new run id usually finds nothing, so the

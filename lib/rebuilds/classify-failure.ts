@@ -10,6 +10,12 @@ import { TRANSIENT_ERRNO } from "./steps/run-step";
 
 export type FailureClass =
   | { kind: "hand-back"; status: "aborted"; reason: string }
+  /**
+   * The claim was lost while the attempt ran (a force release, an expiry, a takeover). Whether
+   * the request may end depends on who holds the output now and whether the version was
+   * published meanwhile: the orchestration looks (`RebuildAttempt.afterLostClaim`).
+   */
+  | { kind: "claim-lost"; reason: string }
   | {
       kind: "fail";
       status: FinalRunStatus;
@@ -30,17 +36,7 @@ export function classifyFailure(
   if (jobReason === "shutdown") {
     return { kind: "hand-back", status: "aborted", reason: "worker shutdown: job handed back to the queue" };
   }
-  if (error instanceof ClaimLostError) {
-    // superseded: another attempt owns the work now; expired/deadline: try again later.
-    return {
-      kind: "fail",
-      status: error.cause === "superseded" ? "superseded" : "aborted",
-      reason: `claim lost: ${error.message}`,
-      message: error.message,
-      retry: error.cause !== "superseded",
-      forgetRebuilt: true,
-    };
-  }
+  if (error instanceof ClaimLostError) return { kind: "claim-lost", reason: `claim lost: ${error.message}` };
   if (jobReason === "lock-lost") {
     return {
       kind: "fail",
@@ -72,8 +68,11 @@ function isTimeout(error: unknown): boolean {
 }
 
 /**
- * Worth another attempt: declared transient exit codes, transient errno codes, and a Redis that
- * is briefly away (ioredis reports a restart or a stall without an errno code).
+ * Worth another attempt: declared transient exit codes, transient errno codes, a Redis that is
+ * briefly away (ioredis reports a restart or a stall without an errno code), and Redis error
+ * replies that mean "later": persistence failing (MISCONF), memory full (OOM), a busy script
+ * (BUSY), too few replicas (NOREPLICAS), loading or read-only after a failover, cluster moves —
+ * also when a script raised them (older Redis wraps them in "ERR Error running script …").
  */
 export function isTransient(error: unknown): boolean {
   if (error instanceof TransientStepError) return true;
@@ -82,10 +81,10 @@ export function isTransient(error: unknown): boolean {
   if (typeof code === "string" && TRANSIENT_ERRNO.has(code)) return true;
   const name = error instanceof Error ? error.name : "";
   const message = error instanceof Error ? error.message : "";
-  return (
-    name === "MaxRetriesPerRequestError" ||
-    /^(Command timed out|Connection is closed|Stream isn't writeable|LOADING |READONLY |TRYAGAIN |CLUSTERDOWN |MASTERDOWN )/.test(
-      message,
-    )
-  );
+  if (name === "MaxRetriesPerRequestError") return true;
+  if (/^(Command timed out|Connection is closed|Stream isn't writeable)/.test(message)) return true;
+  return name === "ReplyError" && REDIS_LATER.test(message);
 }
+
+/** A Redis error code meaning "later", at the start of the reply or after a script's wrapping. */
+const REDIS_LATER = /(^|[:\s]-?)(MISCONF|OOM|BUSY|NOREPLICAS|LOADING|READONLY|TRYAGAIN|CLUSTERDOWN|MASTERDOWN)\b/;

@@ -197,6 +197,12 @@ export type RebuildDefinition = z.output<typeof rebuildSchema> & {
   name: string;
   /** `output`, resolved to an absolute path. */
   outputPath: string;
+  /**
+   * The output's identity, which names its claim: the real path (`fs.realpath`) of the output,
+   * or of its nearest existing ancestor followed by the rest. Workers reaching one directory by
+   * different paths (a symlinked release directory) name one claim.
+   */
+  claimPath: string;
   /** `inputs`, resolved to absolute paths. */
   inputPaths: string[];
   /** The directory relative paths in steps are resolved against. */
@@ -298,10 +304,22 @@ export function parseDefinitions(raw: unknown, file: string): DefinitionsResult 
   const owners = new Map<string, string>();
   for (const [name, rebuild] of Object.entries(parsed.data.rebuilds)) {
     const outputPath = path.resolve(baseDir, rebuild.output);
+    const pinned = pinnedPath(outputPath);
+    if (!pinned.ok) {
+      return {
+        ok: false,
+        error: new DefinitionsError(
+          shown,
+          `rebuilds.${name}.output`,
+          oneLine(`identity cannot be pinned: ${pinned.reason}`),
+        ),
+      };
+    }
+    const claimPath = pinned.path;
     // The claim is named for the output (+ tenant): an output that makes no valid claim name
     // (the root directory, glob characters, …) is refused here, not when the first run starts.
     for (const tenant of rebuild.tenants ?? [undefined]) {
-      const check = tryClaimName(outputPath, tenant);
+      const check = tryClaimName(claimPath, tenant);
       if (!check.ok) {
         return {
           ok: false,
@@ -313,7 +331,7 @@ export function parseDefinitions(raw: unknown, file: string): DefinitionsResult 
         };
       }
     }
-    const owner = owners.get(outputPath);
+    const owner = owners.get(claimPath);
     if (owner) {
       return {
         ok: false,
@@ -325,7 +343,7 @@ export function parseDefinitions(raw: unknown, file: string): DefinitionsResult 
       };
     }
     for (const [other, otherOutput] of [...owners.entries()].map(([o, n]) => [n, o] as const)) {
-      if (outputPath.startsWith(otherOutput + path.sep) || otherOutput.startsWith(outputPath + path.sep)) {
+      if (claimPath.startsWith(otherOutput + path.sep) || otherOutput.startsWith(claimPath + path.sep)) {
         return {
           ok: false,
           error: new DefinitionsError(
@@ -336,11 +354,12 @@ export function parseDefinitions(raw: unknown, file: string): DefinitionsResult 
         };
       }
     }
-    owners.set(outputPath, name);
+    owners.set(claimPath, name);
     rebuilds.set(name, {
       ...rebuild,
       name,
       outputPath,
+      claimPath,
       inputPaths: rebuild.inputs.map((input) => path.resolve(baseDir, input)),
       baseDir,
     });
@@ -349,6 +368,28 @@ export function parseDefinitions(raw: unknown, file: string): DefinitionsResult 
     ok: true,
     definitions: { file: path.resolve(file), rebuilds, retention: parsed.data.retention, alerts: parsed.data.alerts },
   };
+}
+
+/**
+ * The real path of `target`, or of its nearest existing ancestor followed by the segments that
+ * do not exist yet (created later as plain directories, they resolve to that path). A symlink
+ * loop, a file in the way or an unreadable ancestor leaves no identity: refused.
+ */
+function pinnedPath(target: string): { ok: true; path: string } | { ok: false; reason: string } {
+  const missing: string[] = [];
+  let existing = target;
+  for (;;) {
+    try {
+      return { ok: true, path: path.join(fs.realpathSync.native(existing), ...missing.reverse()) };
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code ?? String(error);
+      if (code !== "ENOENT") return { ok: false, reason: `${existing}: ${code}` };
+      const parent = path.dirname(existing);
+      if (parent === existing) return { ok: false, reason: `${target}: no ancestor exists` };
+      missing.push(path.basename(existing));
+      existing = parent;
+    }
+  }
 }
 
 export function loadDefinitions(file: string): DefinitionsResult {

@@ -219,13 +219,25 @@ export async function pointCurrent(outputDir: string, hash: string): Promise<voi
   }
 }
 
-/** Keeps `current` and the `keep` newest other builds; removes older ones. */
-export async function pruneBuilds(outputDir: string, keep: number): Promise<string[]> {
+export interface PruneOptions {
+  /** Builds never removed, whatever their age (the Redis pointer's build). */
+  protect?: readonly string[];
+  /** Called before each removal; throws to stop (the pruner's claim was lost). */
+  beforeRemove?: () => void;
+}
+
+/**
+ * Keeps `current`, the protected builds and the `keep` newest other builds; removes older ones.
+ * A build leaves `builds/` by one rename (to `builds/.trash-*`, which no reader resolves), then
+ * its tree is removed: the name disappears at once, the slow part holds nothing up.
+ */
+export async function pruneBuilds(outputDir: string, keep: number, options: PruneOptions = {}): Promise<string[]> {
   const current = await readCurrent(outputDir);
+  const protectedNames = new Set([...(options.protect ?? []), ...(current ? [current] : [])]);
   const buildsDir = path.join(outputDir, "builds");
   let names: string[];
   try {
-    names = (await fs.readdir(buildsDir)).filter((name) => BUILD_HASH.test(name) && name !== current);
+    names = (await fs.readdir(buildsDir)).filter((name) => BUILD_HASH.test(name) && !protectedNames.has(name));
   } catch {
     return [];
   }
@@ -237,12 +249,31 @@ export async function pruneBuilds(outputDir: string, keep: number): Promise<stri
     })),
   );
   withTimes.sort((a, b) => b.mtime - a.mtime);
-  const removed = withTimes.slice(keep).map((b) => b.name);
-  for (const name of removed) {
+  const removed: string[] = [];
+  for (const { name } of withTimes.slice(keep)) {
+    options.beforeRemove?.();
+    // `current` may have been swapped since it was read (a late stale swap): look again.
+    if ((await readCurrent(outputDir)) === name) continue;
+    const trash = path.join(buildsDir, `.trash-${name}-${crypto.randomBytes(3).toString("hex")}`);
+    if (
+      await fs.rename(path.join(buildsDir, name), trash).then(
+        () => true,
+        () => false,
+      )
+    )
+      removed.push(name);
+  }
+  await removeTrash(buildsDir);
+  return removed;
+}
+
+/** Removes `builds/.trash-*` (this prune's, and any an interrupted prune left behind). */
+async function removeTrash(buildsDir: string): Promise<void> {
+  const entries = await fs.readdir(buildsDir).catch(() => [] as string[]);
+  for (const name of entries.filter((entry) => entry.startsWith(".trash-"))) {
     // One build that cannot be removed must not stop pruning (or the heartbeat that runs it).
     await removeTree(path.join(buildsDir, name)).catch(() => {});
   }
-  return removed;
 }
 
 /** Removes work directories of runs that ended without cleaning up (a killed worker), older than `ageMs`. */
@@ -269,16 +300,6 @@ export async function pruneAbandonedWorkDirs(definitions: Definitions): Promise<
   for (const rebuild of definitions.rebuilds.values()) {
     for (const tenant of tenantsOf(rebuild)) {
       await pruneWorkDirs(outputDirOf(rebuild, tenant), rebuild.timeLimit + rebuild.claim.ttl);
-    }
-  }
-}
-
-/** Removes old builds of every output, keeping `current` and `retention.builds` more. */
-export async function pruneOldBuilds(definitions: Definitions): Promise<void> {
-  for (const rebuild of definitions.rebuilds.values()) {
-    for (const tenant of tenantsOf(rebuild)) {
-      // One output that cannot be pruned (a permission, a vanished disk) must not stop the others.
-      await pruneBuilds(outputDirOf(rebuild, tenant), definitions.retention.builds).catch(() => []);
     }
   }
 }

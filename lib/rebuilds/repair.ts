@@ -11,6 +11,7 @@ import type { Redis } from "ioredis";
 import { serverNow } from "../redis/time";
 import { outputDirOf, tenantsOf, type Definitions } from "./definitions";
 import { buildDirOf, pointCurrent, readCurrent, BUILD_HASH } from "./output";
+import { readPublishedFence } from "./published-fence";
 
 /** How old a published pointer must be before `current` is made to follow it. */
 export const REPAIR_AFTER_MS = 10_000;
@@ -28,7 +29,7 @@ export async function repairCurrentLinks(
     for (const tenant of tenantsOf(definition)) {
       checks.push(
         (async () => {
-          const name = claimName(definition.outputPath, tenant);
+          const name = claimName(definition.claimPath, tenant);
           const outputDir = outputDirOf(definition, tenant);
           const published = await readPublished(client, keys, name);
           if (!published || !BUILD_HASH.test(published.value)) return;
@@ -39,6 +40,15 @@ export async function repairCurrentLinks(
           if (!fs.existsSync(buildDirOf(outputDir, published.value))) return;
           const current = await readCurrent(outputDir);
           if (current === published.value) return;
+          // A pointer older than the fence this output is known to have published means the
+          // claims Redis lost writes: `current` never moves back to it (published-fence.ts).
+          const durable = await readPublishedFence(outputDir);
+          if (durable && published.fence < durable.fence) {
+            repaired.push(
+              `NOT repairing ${outputDir}/current: the claims Redis says fence ${published.fence} (${published.value}), but fence ${durable.fence} (${durable.hash}) was published; Redis lost writes`,
+            );
+            return;
+          }
           await pointCurrent(outputDir, published.value);
           repaired.push(
             `repaired ${outputDir}/current: ${current ?? "(none)"} -> ${published.value} (fence ${published.fence})`,

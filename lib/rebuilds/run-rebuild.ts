@@ -16,7 +16,7 @@
  * whether another attempt can help.
  */
 import type { Redis } from "ioredis";
-import { claimName, recordSkip, withClaim, type ClaimHolder } from "../claims";
+import { claimName, readClaim, recordSkip, withClaim, type ClaimHolder } from "../claims";
 import type { RedisKeys } from "../redis/keys";
 import { DEFAULT_RETENTION, runPlaceOf, type RunRetention } from "../runs/records";
 import type { FinalRunStatus } from "../runs/transitions";
@@ -27,8 +27,10 @@ import type { WorkerIdentity } from "../workers/heartbeat";
 import { buildAndPublish, type BuildResult } from "./build-and-publish";
 import { recordChangedBuild } from "./build-integrity";
 import { classifyFailure, isTransient } from "./classify-failure";
-import { decideRun } from "./decide";
-import { tenantProblem, type Definitions, type RebuildDefinition } from "./definitions";
+import { decideRun, DEFER_MAX_MS, DEFER_MIN_MS } from "./decide";
+import { outputDirOf, tenantProblem, type Definitions, type RebuildDefinition } from "./definitions";
+import { PRUNING_VERSION } from "./prune";
+import { readPublishedFence } from "./published-fence";
 import { rebuildJobData, type RebuildJobData } from "./queue";
 import { recordScheduledTick } from "./schedule-ticks";
 import { hashInputs, idempotencyKey } from "./version";
@@ -151,7 +153,7 @@ class RebuildAttempt {
     private readonly version: string,
     private readonly log: (line: string) => void,
   ) {
-    this.claim = claimName(definition.outputPath, data.tenant);
+    this.claim = claimName(definition.claimPath, data.tenant);
     this.idemKey = idempotencyKey(data.rebuild, data.tenant, version);
     this.recorder = new RunRecorder(store, identity, {
       onError: (error) => this.log(`run record write failed: ${String(error)}`),
@@ -186,55 +188,79 @@ class RebuildAttempt {
       ? Promise.resolve(null)
       : deps.main.get(deps.keys.idempotency(this.idemKey)).catch(() => null);
     let lateRebuiltBy: string | null = null;
-    const result = await withClaim(
-      deps.claims,
-      deps.keys,
-      this.claim,
-      {
-        workerId: deps.worker.id,
-        jobId: this.job.id,
-        runId: this.runId,
-        rebuild: data.rebuild,
-        tenant: data.tenant,
-        version: this.version,
-      },
-      async (held) => {
-        lateRebuiltBy = await rebuiltBy;
-        if (lateRebuiltBy) return null;
-        this.recorder.update({ fence: held.fence });
-        return buildAndPublish({
-          claims: deps.claims,
-          keys: deps.keys,
-          definition,
+    // The highest fence published for this output, from its durable file: the grant is above it
+    // even when the claims Redis forgot its counter (published-fence.ts).
+    const published = await readPublishedFence(outputDirOf(definition, data.tenant));
+    const underClaim = () =>
+      withClaim(
+        deps.claims,
+        deps.keys,
+        this.claim,
+        {
+          workerId: deps.worker.id,
+          jobId: this.job.id,
+          runId: this.runId,
+          rebuild: data.rebuild,
           tenant: data.tenant,
           version: this.version,
-          runId: this.runId,
-          held,
-          jobSignal: this.job.signal,
-          recorder: this.recorder,
-          steps: this.steps,
-          ...(this.job.progress ? { progress: this.job.progress } : {}),
-          onChangedBuild: (found) =>
-            recordChangedBuild(deps.main, deps.keys, {
-              ...found,
-              rebuild: data.rebuild,
-              tenant: data.tenant ?? null,
-              foundAt: Date.now(),
-              foundBy: deps.worker.id,
-            }).catch((e: unknown) => this.log(`recording the changed build failed: ${String(e)}`)),
-        });
-      },
-      {
-        ttlMs: definition.claim.ttl,
-        refreshEveryMs: definition.claim.refreshEvery,
-        onEvent: (event) => {
-          if (event.type === "refresh-error") this.log(`claim refresh failed (riding it out): ${String(event.error)}`);
-          if (event.type === "release-failed") this.log(`claim release failed: ${event.outcome.status}`);
         },
-      },
-    ).catch((error: unknown) => this.onFailure(error));
+        async (held) => {
+          lateRebuiltBy = await rebuiltBy;
+          if (lateRebuiltBy) return null;
+          this.recorder.update({ fence: held.fence });
+          const built = await buildAndPublish({
+            claims: deps.claims,
+            keys: deps.keys,
+            definition,
+            tenant: data.tenant,
+            version: this.version,
+            runId: this.runId,
+            held,
+            jobSignal: this.job.signal,
+            recorder: this.recorder,
+            steps: this.steps,
+            ...(this.job.progress ? { progress: this.job.progress } : {}),
+            onChangedBuild: (found) =>
+              recordChangedBuild(deps.main, deps.keys, {
+                ...found,
+                rebuild: data.rebuild,
+                tenant: data.tenant ?? null,
+                foundAt: Date.now(),
+                foundBy: deps.worker.id,
+              }).catch((e: unknown) => this.log(`recording the changed build failed: ${String(e)}`)),
+          });
+          if (built.status === "published") {
+            // Marked rebuilt while the claim is still held (withClaim releases it after this
+            // returns): a duplicate that acquires the freed claim finds the key and skips. The
+            // final record writes the same key again.
+            await deps.main
+              .set(deps.keys.idempotency(this.idemKey), this.runId, "PX", definition.idempotency.ttl)
+              .catch((e: unknown) => this.log(`marking the version rebuilt failed: ${String(e)}`));
+          }
+          return built;
+        },
+        {
+          ttlMs: definition.claim.ttl,
+          refreshEveryMs: definition.claim.refreshEvery,
+          ...(published ? { fenceFloor: published.fence } : {}),
+          onEvent: (event) => {
+            if (event.type === "refresh-error")
+              this.log(`claim refresh failed (riding it out): ${String(event.error)}`);
+            if (event.type === "release-failed") this.log(`claim release failed: ${event.outcome.status}`);
+          },
+        },
+      ).catch((error: unknown) => this.onFailure(error));
+    let result = await underClaim();
+    // A worker pruning old builds holds the claim for a moment (prune.ts): wait here rather
+    // than deferring the job through the queue.
+    for (let waits = 0; result.status === "held" && result.holder.version === PRUNING_VERSION && waits < 60; waits++) {
+      await new Promise((resolve) =>
+        setTimeout(resolve, Math.max(50, Math.min(result.status === "held" ? result.pttlMs : 0, 250))),
+      );
+      result = await underClaim();
+    }
 
-    if (result.status === "handed-back") return result;
+    if (result.status !== "held" && result.status !== "done") return result;
     if (result.status === "held") {
       await rebuiltBy;
       return this.onHeld(result.holder, result.pttlMs);
@@ -245,18 +271,10 @@ class RebuildAttempt {
     }
     const built = result.value as BuildResult;
     if (built.status === "superseded") {
-      await this.finish("superseded", {
-        reason: `a newer holder (fence ${built.newestFence}) owns ${this.claim}; publish refused`,
+      return this.afterLostClaim(`publish refused: a newer holder (fence ${built.newestFence}) owns ${this.claim}`, {
         fence: result.fence,
         buildHash: built.buildHash,
       });
-      return {
-        status: "superseded",
-        runId: this.runId,
-        version: this.version,
-        fence: result.fence,
-        newestFence: built.newestFence,
-      };
     }
     // The publish reset the consecutive skips (FENCED_PUBLISH).
     await this.finish(
@@ -313,12 +331,65 @@ class RebuildAttempt {
     throw new Error(`claim ${this.claim} held, but the decision is ${decision.action}`);
   }
 
-  /** Maps an error thrown under the claim to a final record and a `RebuildError` (or hand-back). */
-  private async onFailure(error: unknown): Promise<{ status: "handed-back"; runId: string }> {
+  /**
+   * The claim was lost (force release, expiry, takeover, or a refused publish). The rule: only a
+   * later attempt of this same job, or a publish of this version, may end the request; any
+   * other loss defers the job (moveToDelayed: no retry is spent, so no number of force releases
+   * can exhaust its attempts) until the output is free.
+   */
+  private async afterLostClaim(what: string, fields: Partial<RunRecord> = {}): Promise<RebuildOutcome> {
+    const { deps } = this;
+    const [claim, rebuiltBy] = await Promise.all([
+      readClaim(deps.claims, deps.keys, this.claim).catch(() => null),
+      // A forced request asked for a build whatever was rebuilt before it: only its own job ends it.
+      this.data.force ? null : deps.main.get(deps.keys.idempotency(this.idemKey)).catch(() => null),
+    ]);
+    const decision = decideRun({
+      version: this.version,
+      force: this.data.force,
+      rebuiltBy: rebuiltBy && rebuiltBy !== this.runId ? rebuiltBy : null,
+      claim: claim ? { holder: claim.holder, pttlMs: claim.pttlMs } : null,
+      jobId: this.job.id,
+    });
+    if (decision.action === "take-over") {
+      // A later attempt of this job holds the output: it carries the request on.
+      const reason = `${what}: a later attempt of this job holds the claim now`;
+      await this.finish("superseded", { ...fields, reason });
+      throw new RebuildError(reason, false, this.runId);
+    }
+    if (decision.action === "skip" && decision.reason === "already-rebuilt") {
+      await this.finish("skipped", {
+        ...fields,
+        reason: `already-rebuilt: ${what}; meanwhile run ${decision.rebuiltBy} published this version`,
+      });
+      return { status: "skipped", reason: "already-rebuilt", runId: this.runId, version: this.version };
+    }
+    // Free, held by another version, or by another job building this version (which may lose
+    // its claim too): look again later. The next attempt applies the usual rules.
+    const waitMs = decision.action === "defer" || decision.action === "skip" ? decision.pttlMs + 100 : 0;
+    const until = Date.now() + Math.max(DEFER_MIN_MS, Math.min(DEFER_MAX_MS, waitMs));
+    const heldBy = claim ? (claim.holder.workerId ?? claim.holder.host ?? "another worker") : "nobody";
+    const reason = `${what}; deferred, the request is kept (output held by ${heldBy})`;
+    this.log(reason);
+    await this.finish("deferred", { ...fields, reason }).catch((error: unknown) => {
+      throw new RebuildError(`recording the deferral failed: ${String(error)}`, true, this.runId, { cause: error });
+    });
+    return { status: "deferred", until, heldBy, version: this.version };
+  }
+
+  /** Maps an error thrown under the claim to a final record and a `RebuildError` (or hand-back, or a deferral). */
+  private async onFailure(
+    error: unknown,
+  ): Promise<Extract<RebuildOutcome, { status: "handed-back" | "deferred" | "skipped" }>> {
     const failure = classifyFailure(error, { jobSignal: this.job.signal, timeLimitMs: this.definition.timeLimit });
     if (failure.kind === "hand-back") {
       await this.finish(failure.status, { reason: failure.reason });
       return { status: "handed-back", runId: this.runId };
+    }
+    if (failure.kind === "claim-lost") {
+      const outcome = await this.afterLostClaim(failure.reason);
+      if (outcome.status === "deferred" || outcome.status === "skipped") return outcome;
+      throw new Error(`unexpected outcome after a lost claim: ${outcome.status}`);
     }
     await this.finish(
       failure.status,

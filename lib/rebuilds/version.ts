@@ -6,7 +6,8 @@ import crypto from "node:crypto";
 import fs from "node:fs";
 import fsp from "node:fs/promises";
 import path from "node:path";
-import { StepFailedError } from "./steps/context";
+import { StepFailedError, TransientStepError } from "./steps/context";
+import { TRANSIENT_ERRNO } from "./steps/run-step";
 
 /**
  * Input hashes already computed, keyed by the input paths and trusted while every file's
@@ -69,13 +70,29 @@ async function readAndHash(inputPaths: readonly string[]): Promise<string> {
   for (const file of inputPaths) {
     hash.update(`${path.basename(file)}\0`);
     try {
+      const before = await fsp.stat(file);
       for await (const chunk of fs.createReadStream(file)) hash.update(chunk as Buffer);
+      const after = await fsp.stat(file);
+      if (identityOf(before) !== identityOf(after)) {
+        // Replaced or written while read: the hash mixes two versions. Read it again later.
+        throw new TransientStepError(`input ${file} changed while it was read`);
+      }
     } catch (error) {
-      throw new StepFailedError(`input ${file} cannot be read: ${(error as NodeJS.ErrnoException).code ?? error}`);
+      if (error instanceof TransientStepError) throw error;
+      const code = (error as NodeJS.ErrnoException).code;
+      const message = `input ${file} cannot be read: ${code ?? error}`;
+      // EIO, EMFILE, EAGAIN …: the disk or the process is briefly short; a missing or
+      // unreadable input (ENOENT, EACCES, EISDIR) stays failed with this message.
+      if (code && TRANSIENT_ERRNO.has(code)) throw new TransientStepError(message, { cause: error });
+      throw new StepFailedError(message, { cause: error });
     }
     hash.update("\0");
   }
   return `in-${hash.digest("hex").slice(0, 16)}`;
+}
+
+function identityOf(stat: fs.Stats): string {
+  return `${stat.dev}:${stat.ino}:${stat.size}:${stat.mtimeMs}:${stat.ctimeMs}`;
 }
 
 export function idempotencyKey(rebuild: string, tenant: string | undefined, version: string): string {

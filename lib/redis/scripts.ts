@@ -81,6 +81,9 @@ KEYS[4] claimRegistry  ZSET of claim names (score 0)
 ARGV[1] token   ARGV[2] ttlMs   ARGV[3] claim name
 ARGV[4] jobId: a holder with this same non-empty job id is an earlier attempt and is taken over
 ARGV[5] refreshEveryMs   ARGV[6] holder identity (JSON)
+ARGV[7] fence floor: the highest fence published for the output as recorded outside Redis (its
+  durable file beside the output; 0 or absent: none). A counter below it (Redis lost writes) is
+  raised to it before the INCR, so no fence used for a publish is granted again.
 Every metadata field is written on every grant, so nothing of an earlier holder survives.
 Returns
   {1, fence, acquiredAt}                                acquired: the name was free
@@ -105,6 +108,10 @@ if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 end
 ${SERVER_NOW}
+local floor = tonumber(ARGV[7] or '0') or 0
+if floor > 0 and tonumber(redis.call('GET', KEYS[3]) or '0') < floor then
+  redis.call('SET', KEYS[3], floor)
+end
 local fence = redis.call('INCR', KEYS[3])
 redis.call('HSET', KEYS[2], 'jobId', ARGV[4], 'fence', fence, 'ttlMs', ARGV[2],
   'refreshEveryMs', ARGV[5], 'acquiredAt', nowMs, 'refreshedAt', nowMs, 'holder', ARGV[6])
@@ -206,26 +213,28 @@ return 1
 
 export const FENCED_PUBLISH = {
   command: "claimwatchFencedPublish",
-  keys: ["claimFence", "published", "claimSkips"],
+  keys: ["claimFence", "published", "claimSkips", "claim"],
   lua: `
 --[[ Fenced compare-and-set of the published pointer; a publish also resets the claim's
 consecutive skips (a rebuild completed), in the same round trip.
 KEYS[1] claimFence (newest fence issued for the claim)   KEYS[2] published HASH
-KEYS[3] claimSkips HASH claim name → consecutive skips
+KEYS[3] claimSkips HASH claim name → consecutive skips   KEYS[4] claim STRING holder token
 ARGV[1] caller's fence   ARGV[2] value (build id / path)   ARGV[3] runId   ARGV[4] claim name
-Moves the pointer only if the caller's fence is the newest issued AND higher than the
-published fence.
+ARGV[5] caller's owner token
+Moves the pointer only if the caller still holds the claim (its token: a force-released or
+expired holder is refused even while its fence is still the newest), its fence is the newest
+issued AND higher than the published fence.
 Returns
   {1, publishedAt}                     published
   {2, publishedAt}                     this fence already published this value (a retried call)
-  {${REPLY.notOwner}, newestFence, publishedFence}    superseded (nothing changed)
+  {${REPLY.notOwner}, newestFence, publishedFence}    superseded or no longer the holder (nothing changed)
 ]]
 local fence = tonumber(ARGV[1])
 local newest = tonumber(redis.call('GET', KEYS[1]) or '0')
 local current = redis.call('HMGET', KEYS[2], 'fence', 'value', 'publishedAt')
 local publishedFence = tonumber(current[1] or '0')
 if fence == publishedFence and current[2] == ARGV[2] then return {2, current[3]} end
-if fence ~= newest or fence <= publishedFence then
+if fence ~= newest or fence <= publishedFence or redis.call('GET', KEYS[4]) ~= ARGV[5] then
   return {${REPLY.notOwner}, newest, publishedFence}
 end
 ${SERVER_NOW}

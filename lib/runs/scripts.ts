@@ -142,7 +142,8 @@ final record the idempotency key — checked against the record's current status
 KEYS[1] run HASH   KEYS[2] runLog LIST   KEYS[3] openAttempt STRING   KEYS[4] idempotency STRING
 KEYS[5 ..] indexes (status moves only): ARGV[3] base indexes, then as many per status in ARGV[9]
 ARGV[1] runId   ARGV[2] record TTL ms   ARGV[3] n   ARGV[4] new status, '' for fields only
-ARGV[5] idempotency: 'set' (to runId, PX ARGV[6]) | 'del' | ''   ARGV[6] idempotency TTL ms
+ARGV[5] idempotency: 'set' (to runId, PX ARGV[6]) | 'del' (only if it names this runId: another
+  run's key stays) | ''   ARGV[6] idempotency TTL ms
 ARGV[7] log lines kept   ARGV[8] L: log lines that follow   ARGV[9] statuses with index keys
 ARGV[10 .. 9+L] log lines   ARGV[10+L ..] record field/value pairs
 The idempotency change is made whatever the record says (it is about the output, not the
@@ -157,7 +158,7 @@ local FIRST = 5
 setStatuses(ARGV[9])
 if ARGV[5] == 'set' then
   redis.call('SET', KEYS[4], runId, 'PX', ARGV[6])
-elseif ARGV[5] == 'del' then
+elseif ARGV[5] == 'del' and redis.call('GET', KEYS[4]) == runId then
   redis.call('DEL', KEYS[4])
 end
 local current = redis.call('HGET', KEYS[1], 'status')

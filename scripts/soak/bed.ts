@@ -154,11 +154,23 @@ export class SoakRedis {
     return this.handle?.pid ?? null;
   }
 
-  /** SIGTERM (Redis fsyncs its AOF and exits), wait `downMs`, start again on the same port. */
-  async restart(downMs: number, events: EventLog): Promise<void> {
+  /**
+   * SIGTERM (Redis fsyncs its AOF and exits) or, with `crash`, SIGKILL (AOF everysec: the last
+   * second of writes may be lost), wait `downMs`, start again on the same port and data.
+   */
+  async restart(downMs: number, events: EventLog, options: { crash?: boolean } = {}): Promise<void> {
     const old = this.handle;
-    events.record("redis-stop", { pid: old?.pid ?? null });
+    events.record(options.crash ? "redis-crash" : "redis-stop", { pid: old?.pid ?? null });
     this.handle = null;
+    if (options.crash && old) {
+      const exited = new Promise<void>((resolve) =>
+        old.child.exitCode !== null || old.child.signalCode !== null
+          ? resolve()
+          : old.child.once("exit", () => resolve()),
+      );
+      process.kill(old.pid, "SIGKILL");
+      await exited;
+    }
     await old?.stop(10_000);
     events.record("redis-down", { pid: old?.pid ?? null });
     await sleep(downMs);

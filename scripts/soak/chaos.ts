@@ -9,12 +9,16 @@
  *   deploy    SIGTERM a worker (it hands its jobs back); a replacement starts at once
  *   redis     SIGTERM redis-server (AOF everysec, fsynced on shutdown), 0.3–2.5 s down, start
  *             it again on the same port with the same data
+ *   redis-crash  the same with SIGKILL: AOF everysec may lose its last second of writes (issue 14)
+ *   force-release  an operator force-releases a live claim (the token shown), while the trigger
+ *             stream keeps asking for other versions: the holder's request must not be lost
  *
  * Each action is an event with what the victim was running (from the running-runs index), so
  * the checker can time kill→resume and tell a paused holder from an orphaned one.
  */
 import type { Queue } from "bullmq";
 import type { Redis } from "ioredis";
+import { forceReleaseClaim, listClaims } from "../../lib/claims";
 import type { RedisKeys } from "../../lib/redis/keys";
 import { readRun } from "../../lib/runs/records";
 import type { RunRecord } from "../../lib/runs/types";
@@ -28,7 +32,7 @@ import {
   type WorkerPool,
 } from "./bed";
 
-export type ChaosKind = "kill" | "pause-short" | "pause-long" | "deploy" | "redis";
+export type ChaosKind = "kill" | "pause-short" | "pause-long" | "deploy" | "redis" | "redis-crash" | "force-release";
 
 export interface ChaosAction {
   at: number;
@@ -40,6 +44,8 @@ export interface ChaosOptions {
   redis: SoakRedis;
   events: EventLog;
   main: Redis;
+  /** The claims Redis (force releases). */
+  claims: Redis;
   keys: RedisKeys;
   queue: Queue;
   random: () => number;
@@ -59,15 +65,20 @@ export function chaosPlan(startedAt: number, durationMs: number, random: () => n
     [0.55, "deploy"],
     [0.68, "kill"],
     [0.8, "pause-short"],
+    [0.35, "force-release"],
+    [0.62, "redis-crash"],
+    [0.75, "force-release"],
   ];
   if (durationMs >= 120_000) guaranteed.push([0.9, "redis"]);
   const plan: ChaosAction[] = guaranteed.map(([fraction, kind]) => ({ at: startedAt + fraction * durationMs, kind }));
   const randomKinds: [ChaosKind, number][] = [
-    ["kill", 0.32],
+    ["kill", 0.2],
     ["pause-short", 0.18],
     ["pause-long", 0.22],
     ["deploy", 0.2],
-    ["redis", 0.08],
+    ["redis", 0.04],
+    ["redis-crash", 0.04],
+    ["force-release", 0.12],
   ];
   // Random actions start after the first guaranteed one and stop 10% before the end.
   for (let at = startedAt + 0.15 * durationMs; ;) {
@@ -116,8 +127,14 @@ export async function runChaos(options: ChaosOptions, plan: ChaosAction[]): Prom
     // Keep the pool at its size: a replacement that failed to start (Redis down) is retried here.
     for (let missing = options.workers - pool.live().length; missing > 0; missing--) replace();
 
-    if (action.kind === "redis") {
-      await options.redis.restart(300 + random() * 2_200, events);
+    if (action.kind === "redis" || action.kind === "redis-crash") {
+      await options.redis.restart(300 + random() * 2_200, events, { crash: action.kind === "redis-crash" });
+      continue;
+    }
+    if (action.kind === "force-release") {
+      await forceReleaseOne(options).catch((error: unknown) =>
+        events.record("chaos-error", { kind: action.kind, error: String(error) }),
+      );
       continue;
     }
     const victim = await chooseVictim(options);
@@ -162,6 +179,31 @@ export async function runChaos(options: ChaosOptions, plan: ChaosAction[]): Prom
     done();
   }
   await Promise.race([Promise.all([...background]), sleep(60_000)]);
+}
+
+/** An operator's force release of a live claim, as the Claims page does it (the token shown). */
+async function forceReleaseOne(options: ChaosOptions): Promise<void> {
+  const { claims } = await withTimeout(listClaims(options.claims, options.keys), 2_000, "claims");
+  if (claims.length === 0)
+    return void options.events.record("chaos-skip", { kind: "force-release", why: "no claim held" });
+  const claim = claims[Math.floor(options.random() * claims.length)]!;
+  const result = await withTimeout(
+    forceReleaseClaim({ claims: options.claims, audit: options.main }, options.keys, {
+      name: claim.name,
+      token: claim.token,
+      actor: "soak",
+      reason: "soak: operator force release of a live claim",
+    }),
+    2_000,
+    "force release",
+  );
+  options.events.record("force-release", {
+    claim: claim.name,
+    fence: claim.fence,
+    runId: claim.holder.runId,
+    version: claim.holder.version,
+    status: result.status,
+  });
 }
 
 function resume(pool: WorkerPool, events: EventLog, worker: SoakWorker): void {

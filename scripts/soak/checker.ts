@@ -67,6 +67,12 @@ export interface Figures {
   pointerWrong: number;
   /** Run records not in a final status after the drain (issue 13: every attempt ends). */
   stuckRunning: number;
+  /** Issue 14: a fence held by two grants (two attempts of different jobs recorded with one fence on one claim). */
+  reissued: number;
+  /** Issue 14: the Redis pointer or `current` moved to a build of a lower fence than one already published. */
+  rolledBack: number;
+  /** Issue 14: a requested version not published whose job ended because its claim was lost (not a real failure). */
+  dropped: number;
   maxResumeS: number | null;
   triggers: number;
   kills: number;
@@ -353,7 +359,7 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   for (const ref of claimRefs()) {
     const label = claimLabel(ref);
     const definition = input.definitions.rebuilds.get(ref.rebuild)!;
-    const published = await readPublished(input.claims, input.keys, claimName(definition.outputPath, ref.tenant));
+    const published = await readPublished(input.claims, input.keys, claimName(definition.claimPath, ref.tenant));
     const rebuilt = records.filter(
       (r) => r.status === "rebuilt" && r.rebuild === ref.rebuild && (r.tenant ?? undefined) === ref.tenant,
     );
@@ -407,6 +413,45 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
       endsOlder.push(`${claimLabel(ref)} ends at ${final.version} after ${newestVersion}`);
   }
 
+  // --- issue 14: reissued fences, rollbacks, dropped requests --------------------------------
+  // Two attempts of different jobs recorded with one fence on one claim: the fence was granted
+  // twice (a takeover by the same job gets a new fence, so it never counts).
+  const reissued: string[] = [];
+  for (const [key, runs] of groupBy(
+    records.filter((r) => typeof r.fence === "number" && r.fence > 0),
+    (r) => `${claimLabel(r)} fence ${r.fence}`,
+  )) {
+    const jobs = new Set(runs.map((r) => r.jobId));
+    if (jobs.size > 1) reissued.push(`${key}: runs ${runs.map((r) => r.id).join(", ")}`);
+  }
+  // The observed pointer going to a lower fence, or `current` going to a build published only
+  // with a fence lower than the highest published so far.
+  const rolledBack: string[] = [];
+  const highest = new Map<string, number>(); // claim → highest fence seen published
+  const fenceOfBuild = new Map<string, number>(); // "<claim> <hash>" → highest fence it was published with
+  for (const e of events.filter((x) => x.kind === "pointer" || x.kind === "current")) {
+    const claim = String(e.claim);
+    if (e.kind === "pointer") {
+      if (typeof e.fence !== "number") continue;
+      const top = highest.get(claim) ?? 0;
+      if (e.fence < top) rolledBack.push(`${claim}: pointer went from fence ${top} to ${e.fence} at ${at(e.t)}`);
+      highest.set(claim, Math.max(top, e.fence));
+      const buildKey = `${claim} ${String(e.value)}`;
+      fenceOfBuild.set(buildKey, Math.max(fenceOfBuild.get(buildKey) ?? 0, e.fence));
+    } else {
+      const hash = path.basename(String(e.target ?? ""));
+      const fence = fenceOfBuild.get(`${claim} ${hash}`);
+      const top = highest.get(claim) ?? 0;
+      if (fence !== undefined && fence < top)
+        rolledBack.push(`${claim}: current went to ${hash} (fence ${fence}) after fence ${top} at ${at(e.t)}`);
+    }
+  }
+  // A version recorded as ended only because its claim was lost (superseded, publish refused,
+  // claim lost): issue 14 says such a request is deferred, so it must have been published.
+  const dropped = [...failedVersions.entries()]
+    .filter(([key, reason]) => !publishedVersions.has(key) && /^superseded|claim lost|publish refused/.test(reason))
+    .map(([key, reason]) => `${key}: ${reason}`);
+
   // --- figures -------------------------------------------------------------------------------
   lines.push(`.work directories left behind: ${workDirsLeft}; cross-tenant flips of a shared current: ${flips}`);
   lines.push(
@@ -442,6 +487,12 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
     );
   lines.push(`  current or pointer not at the newest fence's build: ${pointerWrong.length}`);
   for (const p of pointerWrong.slice(0, 8)) lines.push(`    ${p}`);
+  lines.push(`  fences granted twice (reissued): ${reissued.length}`);
+  for (const r of reissued.slice(0, 8)) lines.push(`    ${r}`);
+  lines.push(`  pointer or current moved to a lower fence (rolled back): ${rolledBack.length}`);
+  for (const r of rolledBack.slice(0, 8)) lines.push(`    ${r}`);
+  lines.push(`  requested versions dropped after a lost claim: ${dropped.length}`);
+  for (const d of dropped.slice(0, 8)) lines.push(`    ${d}`);
   lines.push(`  run records not in a final status after the drain: ${leftRunning.length}`);
   for (const r of leftRunning.slice(0, 8)) {
     lines.push(`    ${r.id} ${r.status} (worker ${r.workerId ?? "?"}, started ${r.startedAt ? at(r.startedAt) : "?"})`);
@@ -464,6 +515,9 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
       staleLeft: claimsLeft.length,
       pointerWrong: pointerWrong.length,
       stuckRunning: leftRunning.length,
+      reissued: reissued.length,
+      rolledBack: rolledBack.length,
+      dropped: dropped.length,
       maxResumeS,
       triggers: triggers.length,
       kills: kills.length,

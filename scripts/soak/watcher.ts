@@ -45,7 +45,7 @@ export class PublishWatcher {
     await Promise.all(
       claimRefs().map(async (ref) => {
         const definition = this.definitions.rebuilds.get(ref.rebuild)!;
-        const name = claimName(definition.outputPath, ref.tenant);
+        const name = claimName(definition.claimPath, ref.tenant);
         const published = await withTimeout(readPublished(this.claims, this.keys, name), 1_000, "published").catch(
           () => undefined,
         );

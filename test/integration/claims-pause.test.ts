@@ -95,7 +95,7 @@ test("a holder paused past its TTL is aborted before it can publish, and its pub
     if (ours.status !== "acquired") return;
     assert.ok(ours.fence > Number(holderFence));
     assert.equal(
-      (await publishFenced(client, keys, { name, fence: ours.fence, value: "from-test" })).status,
+      (await publishFenced(client, keys, { name, fence: ours.fence, token: ours.token, value: "from-test" })).status,
       "published",
     );
 

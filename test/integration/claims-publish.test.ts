@@ -1,7 +1,15 @@
 /** The fenced publish script: every branch. */
 import assert from "node:assert/strict";
 import { after, test } from "node:test";
-import { acquireClaim, claimName, publishFenced, readPublished, type AcquireResult } from "../../lib/claims/index";
+import {
+  acquireClaim,
+  claimName,
+  forceReleaseClaim,
+  publishFenced,
+  readPublished,
+  releaseClaim,
+  type AcquireResult,
+} from "../../lib/claims/index";
 import { createRedis } from "../../lib/redis/client";
 import { redisKeys } from "../../lib/redis/keys";
 import { startTestRedis, uniquePrefix } from "../support/redis";
@@ -11,28 +19,31 @@ const client = createRedis(server.url, "worker");
 after(() => client.disconnect());
 
 const timing = { ttlMs: 10_000, refreshEveryMs: 1_000 };
-const fenceOf = (result: AcquireResult) => (result.status === "acquired" ? result.fence : assert.fail("not acquired"));
+const grantOf = (result: AcquireResult) =>
+  result.status === "acquired" ? { fence: result.fence, token: result.token } : assert.fail("not acquired");
 
 test("the newest grant publishes; older fences are superseded; nothing issued is refused", async () => {
   const keys = redisKeys(uniquePrefix());
   const name = claimName("p/tiles");
   assert.equal(await readPublished(client, keys, name), null);
-  assert.deepEqual(await publishFenced(client, keys, { name, fence: 1, value: "v0" }), {
+  assert.deepEqual(await publishFenced(client, keys, { name, fence: 1, token: "nobody", value: "v0" }), {
     status: "superseded",
     newestFence: 0,
     publishedFence: 0,
   });
 
-  const first = fenceOf(await acquireClaim(client, keys, name, { jobId: "j" }, timing));
-  const second = fenceOf(await acquireClaim(client, keys, name, { jobId: "j" }, timing)); // takeover
-  assert.deepEqual(await publishFenced(client, keys, { name, fence: first, value: "v1" }), {
+  const firstGrant = grantOf(await acquireClaim(client, keys, name, { jobId: "j" }, timing));
+  const secondGrant = grantOf(await acquireClaim(client, keys, name, { jobId: "j" }, timing)); // takeover
+  const [first, second] = [firstGrant.fence, secondGrant.fence];
+  const token = secondGrant.token;
+  assert.deepEqual(await publishFenced(client, keys, { name, fence: first, token: firstGrant.token, value: "v1" }), {
     status: "superseded",
     newestFence: second,
     publishedFence: 0,
   });
   assert.equal(await readPublished(client, keys, name), null, "a superseded publish changes nothing");
 
-  const ok = await publishFenced(client, keys, { name, fence: second, value: "v2", runId: "run-2" });
+  const ok = await publishFenced(client, keys, { name, fence: second, token, value: "v2", runId: "run-2" });
   assert.equal(ok.status, "published");
   assert.equal(ok.status === "published" && ok.repeated, false);
   const pointer = await readPublished(client, keys, name);
@@ -46,25 +57,25 @@ test("the newest grant publishes; older fences are superseded; nothing issued is
 
   // A retried call of the same publish is recognised; a second, different value is refused:
   // the pointer moves only to a fence higher than what is published.
-  const again = await publishFenced(client, keys, { name, fence: second, value: "v2" });
+  const again = await publishFenced(client, keys, { name, fence: second, token, value: "v2" });
   assert.deepEqual(again, { status: "published", publishedAt: pointer!.publishedAt, repeated: true });
-  assert.deepEqual(await publishFenced(client, keys, { name, fence: second, value: "v2-bis" }), {
+  assert.deepEqual(await publishFenced(client, keys, { name, fence: second, token, value: "v2-bis" }), {
     status: "superseded",
     newestFence: second,
     publishedFence: second,
   });
   assert.equal((await readPublished(client, keys, name))?.value, "v2");
 
-  await assert.rejects(publishFenced(client, keys, { name, fence: 0, value: "x" }), RangeError);
-  await assert.rejects(publishFenced(client, keys, { name, fence: 1.5, value: "x" }), RangeError);
+  await assert.rejects(publishFenced(client, keys, { name, fence: 0, token, value: "x" }), RangeError);
+  await assert.rejects(publishFenced(client, keys, { name, fence: 1.5, token, value: "x" }), RangeError);
 });
 
 test("a published fence above the counter (restored data) refuses every publish until a newer grant", async () => {
   const keys = redisKeys(uniquePrefix());
   const name = claimName("p/restored");
-  const fence = fenceOf(await acquireClaim(client, keys, name, {}, timing));
+  const { fence, token } = grantOf(await acquireClaim(client, keys, name, {}, timing));
   await client.hset(keys.published(name), { fence: 5, value: "old", publishedAt: 1 });
-  assert.deepEqual(await publishFenced(client, keys, { name, fence, value: "new" }), {
+  assert.deepEqual(await publishFenced(client, keys, { name, fence, token, value: "new" }), {
     status: "superseded",
     newestFence: 1,
     publishedFence: 5,
@@ -74,12 +85,41 @@ test("a published fence above the counter (restored data) refuses every publish 
 test("a publish resets the claim's consecutive skips; a superseded one leaves them", async () => {
   const keys = redisKeys(uniquePrefix());
   const name = claimName("p/skips");
-  const older = fenceOf(await acquireClaim(client, keys, name, { jobId: "j" }, timing));
-  const newer = fenceOf(await acquireClaim(client, keys, name, { jobId: "j" }, timing)); // takeover
+  const older = grantOf(await acquireClaim(client, keys, name, { jobId: "j" }, timing));
+  const newer = grantOf(await acquireClaim(client, keys, name, { jobId: "j" }, timing)); // takeover
   await client.hset(keys.claimSkips, name, "3", "other", "2");
-  await publishFenced(client, keys, { name, fence: older, value: "v1" });
+  await publishFenced(client, keys, { name, ...older, value: "v1" });
   assert.equal(await client.hget(keys.claimSkips, name), "3", "superseded: skips kept");
-  await publishFenced(client, keys, { name, fence: newer, value: "v2" });
+  await publishFenced(client, keys, { name, ...newer, value: "v2" });
   assert.equal(await client.hget(keys.claimSkips, name), null, "published: skips reset");
   assert.equal(await client.hget(keys.claimSkips, "other"), "2", "another claim's count stays");
+});
+
+test("a holder whose claim was force-released (or expired) cannot publish, though its fence is still the newest", async () => {
+  const keys = redisKeys(uniquePrefix());
+  const name = claimName("p/force-released");
+  const grant = grantOf(await acquireClaim(client, keys, name, { jobId: "j" }, timing));
+  const released = await forceReleaseClaim({ claims: client, audit: client }, keys, {
+    name,
+    token: grant.token,
+    actor: "op",
+    reason: "looked dead",
+  });
+  assert.equal(released.status, "released");
+  assert.deepEqual(await publishFenced(client, keys, { name, ...grant, value: "late" }), {
+    status: "superseded",
+    newestFence: grant.fence,
+    publishedFence: 0,
+  });
+  assert.equal(await readPublished(client, keys, name), null, "nothing published");
+
+  // The same with the claim gone by itself, and with another token in it.
+  const again = grantOf(await acquireClaim(client, keys, name, { jobId: "k" }, timing));
+  await releaseClaim(client, keys, name, again.token);
+  assert.equal((await publishFenced(client, keys, { name, ...again, value: "late" })).status, "superseded");
+  const third = grantOf(await acquireClaim(client, keys, name, { jobId: "m" }, timing));
+  await client.set(keys.claim(name), "another-owner"); // another owner
+  assert.equal((await publishFenced(client, keys, { name, ...third, value: "late" })).status, "superseded");
+  await client.set(keys.claim(name), third.token);
+  assert.equal((await publishFenced(client, keys, { name, ...third, value: "mine" })).status, "published");
 });

@@ -162,11 +162,13 @@ test("expired and re-taken: the old holder's refresh fails, its signal aborts, i
       let retaken;
       do retaken = await acquireClaim(client, keys, name, { jobId: "run-b" }, { ttlMs: 5_000, refreshEveryMs: 1_000 });
       while (retaken.status !== "acquired"); // …and another run takes it
-      await publishFenced(client, keys, { name, fence: retaken.fence, value: "build-b" });
+      await publishFenced(client, keys, { name, fence: retaken.fence, token: retaken.token, value: "build-b" });
       try {
         return await untilAborted(claim);
       } finally {
-        publishAfterLoss = (await publishFenced(client, keys, { name, fence: claim.fence, value: "build-a" })).status;
+        publishAfterLoss = (
+          await publishFenced(client, keys, { name, fence: claim.fence, token: claim.token, value: "build-a" })
+        ).status;
       }
     },
     { ttlMs: 1_000, refreshEveryMs: 150 },

@@ -19,6 +19,10 @@ test("a safe Redis: reachable, noeviction, AOF; live workers are counted", async
       version: before.redis.ok ? before.redis.version : "",
       evictionPolicy: "noeviction",
       persistence: "aof",
+      durability: {
+        level: "lossy",
+        detail: "AOF with appendfsync everysec: a crash loses about the last second of writes",
+      },
     });
     assert.match(before.redis.ok ? before.redis.version : "", /^\d+\.\d+/);
     assert.equal(before.workers, 0);
@@ -49,6 +53,7 @@ test("eviction and missing persistence are reported as problems, not as outages"
       version: report.redis.ok ? report.redis.version : "",
       evictionPolicy: "allkeys-lru",
       persistence: "none",
+      durability: { level: "lossy", detail: "no persistence: a restart loses everything" },
     });
     assert.ok(
       report.problems.some((p) => p.includes("locks can be evicted under memory pressure")),
@@ -69,8 +74,28 @@ test("RDB-only persistence is reported as rdb", async () => {
   try {
     const safety = await inspectRedis(client);
     assert.equal(safety.ok && safety.persistence, "rdb");
+    assert.equal(safety.ok && safety.durability.level, "lossy");
+    assert.match(safety.ok ? safety.durability.detail : "", /^RDB snapshots only/);
   } finally {
     await closeRedis(client);
+  }
+});
+
+test("claims durability: appendfsync always is durable; min-replicas-to-write counts as replicated; a replica is flagged", async () => {
+  const always = await startTestRedis(["--appendfsync", "always"]);
+  const replicated = await startTestRedis(["--min-replicas-to-write", "1"]);
+  const replica = await startTestRedis(["--replicaof", "127.0.0.1", String(replicated.port)]);
+  const clients = [always, replicated, replica].map((server) => createRedis(server.url, "probe"));
+  try {
+    const [a, r, s] = await Promise.all(clients.map((client) => inspectRedis(client)));
+    assert.deepEqual(a!.ok && a!.durability, { level: "durable", detail: "AOF with appendfsync always" });
+    assert.equal(r!.ok && r!.durability.level, "replicated");
+    assert.deepEqual(s!.ok && s!.durability, {
+      level: "lossy",
+      detail: "a replica (read-only): claims must go to the primary",
+    });
+  } finally {
+    for (const client of clients) await closeRedis(client);
   }
 });
 
@@ -84,6 +109,7 @@ test("managed Redis with CONFIG disabled: persistence unknown, eviction policy s
       version: safety.ok ? safety.version : "",
       evictionPolicy: "noeviction",
       persistence: "unknown",
+      durability: { level: "unknown", detail: "unknown (CONFIG refused: appendfsync and replicas cannot be read)" },
     });
   } finally {
     await closeRedis(client);

@@ -174,7 +174,7 @@ test("a daemon holding stdout does not hang the run: it ends, and its claim is r
     const jobId = await bed.trigger("daemon");
     const run = await bed.waitForRun((r) => r.jobId === jobId && r.status !== "running", 10_000 + 5_000 + 10_000);
     assert.equal(run.status, "rebuilt", run.reason ?? "");
-    const name = claimName(bed.definitions.rebuilds.get("daemon")!.outputPath, undefined);
+    const name = claimName(bed.definitions.rebuilds.get("daemon")!.claimPath, undefined);
     assert.equal(await bed.claims.exists(bed.keys.claim(name)), 0, "the claim is still held");
     assert.deepEqual(pidsWithMarker(daemonMarker), []);
   } finally {

@@ -55,7 +55,7 @@ test("the same (rebuild, version) enqueued twice quickly: one rebuilt, one skipp
     );
     const skips = await bed.claims.hget(
       bed.keys.claimSkips,
-      claimName(bed.definitions.rebuilds.get("slow")!.outputPath),
+      claimName(bed.definitions.rebuilds.get("slow")!.claimPath),
     );
     assert.equal(skips, null, "a completed rebuild resets the consecutive skips");
   } finally {

@@ -67,7 +67,7 @@ test("each tenant has its own builds and current, matching its own published poi
       assert.ok(current, `${tenant} has a current`);
       assert.equal(fs.readFileSync(path.join(dir, "current", "tenant.txt"), "utf8").trim(), tenant);
       assert.equal(await hashDirectory(path.join(dir, "current")), current);
-      const published = await readPublished(bed.claims, bed.keys, claimName(definition.outputPath, tenant));
+      const published = await readPublished(bed.claims, bed.keys, claimName(definition.claimPath, tenant));
       assert.equal(published?.value, current, `${tenant}'s pointer and symlink agree`);
       hashes.push(current);
     }

@@ -45,7 +45,7 @@ function job(version: string, force = false): RebuildJob {
 }
 
 /** The claim the worker takes: named for the definition's (resolved) output path. */
-const claimOfTiles = () => claimName(bed.definitions.rebuilds.get("tiles")!.outputPath);
+const claimOfTiles = () => claimName(bed.definitions.rebuilds.get("tiles")!.claimPath);
 const fenceOf = async () => Number((await bed.claims.get(bed.keys.claimFence(claimOfTiles()))) ?? 0);
 
 test("a repeat is skipped as already-rebuilt, recorded and indexed as a skip, without taking the claim", async () => {

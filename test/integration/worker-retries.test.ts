@@ -1,4 +1,4 @@
-/** Retries only for transient failures, with the configured (capped) backoff; failures clear the idempotency key. */
+/** Retries only for transient failures, with the configured (capped) backoff; a failure never clears another run's idempotency key. */
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { idempotencyKey } from "../../lib/rebuilds/version";
@@ -89,7 +89,7 @@ test("a permanent failure fails at once: no retry", async () => {
   }
 });
 
-test("a failure deletes the idempotency key, so the next run of that version really re-runs", async () => {
+test("a failure never deletes the idempotency key another run set: the version stays rebuilt", async () => {
   const fs = await import("node:fs");
   const path = await import("node:path");
   const output = bed.definitions.rebuilds.get("toggled")!.outputPath;
@@ -108,11 +108,13 @@ test("a failure deletes the idempotency key, so the next run of that version rea
     fs.writeFileSync(path.join(output, "fail"), "");
     const forced = await bed.trigger("toggled", { version: "k1", force: true });
     await bed.waitForRun((r) => r.jobId === forced && r.status === "failed", 20_000);
-    assert.equal(await bed.main.get(key), null, "the failure deleted the key");
+    // The forced run's failure changed nothing published: the earlier run's key stands.
+    assert.equal(await bed.main.get(key), rebuilt.id, "the failure left the other run's key");
 
     fs.rmSync(path.join(output, "fail"));
-    const retry = await bed.trigger("toggled", { version: "k1" });
-    await bed.waitForRun((r) => r.jobId === retry && r.status === "rebuilt", 20_000, "a real re-run, not a skip");
+    const after = await bed.trigger("toggled", { version: "k1" });
+    const skippedAgain = await bed.waitForRun((r) => r.jobId === after && r.status === "skipped", 20_000);
+    assert.match(skippedAgain.reason ?? "", /^already-rebuilt/);
   } finally {
     await worker.stop();
   }

@@ -53,7 +53,13 @@ test("GET /api/health reports both Redis servers and the workers", async () => {
   const { status, body } = await call("GET", "/api/health");
   assert.equal(status, 200);
   assert.equal(body.ok, true);
-  assert.deepEqual(Object.keys(body.redis as object).sort(), ["evictionPolicy", "ok", "persistence", "version"]);
+  assert.deepEqual(Object.keys(body.redis as object).sort(), [
+    "durability",
+    "evictionPolicy",
+    "ok",
+    "persistence",
+    "version",
+  ]);
   assert.equal(body.workers, 0);
 });
 
@@ -140,7 +146,7 @@ test("GET /api/rebuilds/{name}/preview says what Rebuild now would do", async ()
 });
 
 test("the preview checks in the worker's order: already rebuilt first, then the claim", async () => {
-  const name = claimName(bed.definitions.rebuilds.get("slow")!.outputPath);
+  const name = claimName(bed.definitions.rebuilds.get("slow")!.claimPath);
   const grant = await acquireClaim(
     bed.claims,
     bed.keys,

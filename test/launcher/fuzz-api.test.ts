@@ -315,7 +315,7 @@ function allowedClaimsKey(key: string): boolean {
   if (key === keys.claimRegistry || key === keys.claimSkips) return true;
   for (const definition of bed.definitions.rebuilds.values()) {
     for (const tenant of tenantsOf(definition)) {
-      const name = claimName(definition.outputPath, tenant);
+      const name = claimName(definition.claimPath, tenant);
       if ([keys.claim(name), keys.claimMeta(name), keys.claimFence(name), keys.published(name)].includes(key))
         return true;
     }

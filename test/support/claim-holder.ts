@@ -42,7 +42,12 @@ try {
           say("lost", lost.cause, `aborted=${claim.signal.aborted}`);
         }
         // Published even after a loss, to show that the fence refuses a stale holder.
-        const published = await publishFenced(client, keys, { name, fence: claim.fence, value: "from-holder" });
+        const published = await publishFenced(client, keys, {
+          name,
+          fence: claim.fence,
+          token: claim.token,
+          value: "from-holder",
+        });
         say("publish", published.status);
         if (lost) throw lost;
         return published.status;

@@ -474,7 +474,7 @@ test("valid documents are accepted (1000 rebuilds too); wrong types and unknown 
   }
 });
 
-// An accepted output must have a claim name: `claimName(outputPath, tenant)` throws otherwise, so
+// An accepted output must have a claim name: `claimName(claimPath, tenant)` throws otherwise, so
 // GET /api/rebuilds answers 500 and the worker cannot run the rebuild.
 test("what is accepted is usable: plain names, absolute outputs, and a valid claim name per rebuild and tenant", () => {
   const failures: { kind: string; kase: Case; detail: string }[] = [];
@@ -488,7 +488,7 @@ test("what is accepted is usable: plain names, absolute outputs, and a valid cla
       if (Object.getPrototypeOf(rebuild) !== Object.prototype)
         failures.push({ kind: "rebuild has a foreign prototype", kase, detail: name });
       for (const tenant of tenantsOf(rebuild)) {
-        const claim = tryClaimName(rebuild.outputPath, tenant);
+        const claim = tryClaimName(rebuild.claimPath, tenant);
         if (!claim.ok) {
           failures.push({
             kind: `accepted output has no claim name (${claim.reason

@@ -10,7 +10,8 @@ import { setImmediate as yieldToEventLoop } from "node:timers/promises";
 import geojsonvt from "geojson-vt";
 import vtpbf from "vt-pbf";
 import type { TilesStep } from "../definitions";
-import { StepFailedError, type StepContext } from "./context";
+import { StepFailedError, TransientStepError, type StepContext } from "./context";
+import { TRANSIENT_ERRNO } from "./run-step";
 
 /** Yield at least this often (ms) while tiling. */
 const SLICE_MS = 20;
@@ -19,8 +20,18 @@ export async function runTilesStep(step: TilesStep, context: StepContext): Promi
   const { input, layer, minZoom, maxZoom } = step.tiles;
   const inputPath = path.resolve(context.baseDir, input);
   let data: unknown;
+  let text: string;
   try {
-    data = JSON.parse(await fs.readFile(inputPath, "utf8"));
+    text = await fs.readFile(inputPath, "utf8");
+  } catch (error) {
+    const message = `step ${step.name}: cannot read GeoJSON ${input}: ${(error as Error).message}`;
+    const code = (error as NodeJS.ErrnoException).code;
+    // EIO, EMFILE, EAGAIN …: worth another attempt; a missing file is not.
+    if (code && TRANSIENT_ERRNO.has(code)) throw new TransientStepError(message, { cause: error });
+    throw new StepFailedError(message, { cause: error });
+  }
+  try {
+    data = JSON.parse(text);
   } catch (error) {
     throw new StepFailedError(`step ${step.name}: cannot read GeoJSON ${input}: ${(error as Error).message}`);
   }

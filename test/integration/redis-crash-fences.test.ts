@@ -1,0 +1,94 @@
+/**
+ * Issue 14, defect 3: a claims Redis that loses recent writes (RDB-only persistence, killed with
+ * -9 after a snapshot) must not make claimwatch grant a fence already used for a publish again,
+ * nor move `current` back to an older build. A real redis-server, really killed and restarted on
+ * the same data; real rebuilds through `runRebuild`.
+ */
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { after, test } from "node:test";
+import { claimName, readPublished } from "../../lib/claims";
+import { closeRedis, createRedis } from "../../lib/redis/client";
+import { startRedisServer, type RedisServerHandle } from "../../lib/redis/embedded";
+import { redisKeys } from "../../lib/redis/keys";
+import { loadDefinitions } from "../../lib/rebuilds/definitions";
+import { readCurrent } from "../../lib/rebuilds/output";
+import { repairCurrentLinks, REPAIR_AFTER_MS } from "../../lib/rebuilds/repair";
+import { runRebuild, type RebuildDeps } from "../../lib/rebuilds/run-rebuild";
+import { newWorkerIdentity } from "../../lib/workers/heartbeat";
+
+const RDB_ONLY = ["--appendonly", "no", "--save", ""];
+const servers: RedisServerHandle[] = [];
+const root = fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-crash-"));
+after(async () => {
+  for (const server of servers) await server.stop(2_000).catch(() => {});
+  fs.rmSync(root, { recursive: true, force: true });
+});
+
+test("after a claims Redis lost its recent writes: no fence used for a publish is granted again, current is not rolled back", async () => {
+  const dataDir = path.join(root, "redis");
+  const first = await startRedisServer({ dir: dataDir, extraArgs: RDB_ONLY });
+  servers.push(first);
+  const file = path.join(root, "claimwatch.yaml");
+  fs.writeFileSync(
+    file,
+    'rebuilds:\n  tiles:\n    output: out/tiles\n    claim: { ttl: 4s, refreshEvery: 1s }\n    steps: [{ name: s, run: ["sh", "-c", "echo $CLAIMWATCH_VERSION > $CLAIMWATCH_WORK/v"] }]\n',
+  );
+  const loaded = loadDefinitions(file);
+  if (!loaded.ok) throw loaded.error;
+  const definitions = loaded.definitions;
+  const output = definitions.rebuilds.get("tiles")!.outputPath;
+  const name = claimName(definitions.rebuilds.get("tiles")!.claimPath);
+  const keys = redisKeys("crash");
+  let jobs = 0;
+  const rebuild = async (client: ReturnType<typeof createRedis>, version: string) => {
+    const deps: RebuildDeps = { main: client, claims: client, keys, definitions, worker: newWorkerIdentity("t") };
+    const outcome = await runRebuild(deps, {
+      id: `crash-${++jobs}`,
+      attempt: 1,
+      createdAt: Date.now(),
+      data: { rebuild: "tiles", version, trigger: "api" },
+      signal: new AbortController().signal,
+    });
+    assert.equal(outcome.status, "rebuilt", JSON.stringify(outcome));
+    return outcome as Extract<typeof outcome, { status: "rebuilt" }>;
+  };
+
+  let client = createRedis(first.url, "worker", "crash-1");
+  const v1 = await rebuild(client, "v1");
+  await client.save(); // the snapshot the restart will come back to
+  await rebuild(client, "v2");
+  const v3 = await rebuild(client, "v3");
+  assert.equal(await readCurrent(output), v3.buildHash);
+  await closeRedis(client);
+
+  // Crash: no shutdown save. The fences and the pointer of v2 and v3 are gone.
+  process.kill(first.pid, "SIGKILL");
+  await new Promise<void>((resolve) =>
+    first.child.exitCode !== null || first.child.signalCode !== null
+      ? resolve()
+      : first.child.once("exit", () => resolve()),
+  );
+  const second = await startRedisServer({ dir: dataDir, port: first.port, extraArgs: RDB_ONLY });
+  servers.push(second);
+  client = createRedis(second.url, "worker", "crash-2");
+  try {
+    const pointer = await readPublished(client, keys, name);
+    assert.equal(pointer?.fence, v1.fence, "the restarted Redis really lost the later publishes");
+
+    // Repair looks only at pointers older than REPAIR_AFTER_MS (a publish may be swapping current).
+    while (Date.now() - (pointer?.publishedAt ?? 0) < REPAIR_AFTER_MS + 500)
+      await new Promise((r) => setTimeout(r, 200));
+    await repairCurrentLinks(client, keys, definitions);
+    assert.equal(await readCurrent(output), v3.buildHash, "current was not moved back to the older v1 build");
+
+    const v4 = await rebuild(client, "v4");
+    assert.ok(v4.fence > v3.fence, `fence ${v4.fence} granted after ${v3.fence} was used for a publish`);
+    assert.equal(await readCurrent(output), v4.buildHash);
+    assert.equal((await readPublished(client, keys, name))?.fence, v4.fence);
+  } finally {
+    await closeRedis(client);
+  }
+});

@@ -1,0 +1,131 @@
+/**
+ * Issue 14, defect 1: a force release must never cost a requested version. A real worker builds
+ * version b1; an operator force-releases its claim and another job (version a1, played by this
+ * test with one acquire) takes the output. Whether the worker learns of it from a refresh or from
+ * its refused publish, b1's job must not end: it is deferred and rebuilt once the output is free.
+ */
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import path from "node:path";
+import { after, before, test } from "node:test";
+import { acquireClaim, claimName, forceReleaseClaim, readClaim, releaseClaim, readPublished } from "../../lib/claims";
+import { isFinalStatus } from "../../lib/runs/transitions";
+import { createTestBed, type TestBed } from "../support/stack";
+
+let bed: TestBed;
+before(async () => {
+  bed = await createTestBed({
+    gated: {
+      output: "out/gated",
+      claim: { ttl: "4s", refreshEvery: "1s" },
+      timeLimit: "2m",
+      // One attempt: a retry would hide a dropped request behind BullMQ's attempts.
+      retries: { attempts: 1, backoff: "200ms", maxBackoff: "1s" },
+      steps: [
+        {
+          name: "gate",
+          // Says it started, then waits for {output}/go-<version>.
+          run: [
+            "sh",
+            "-c",
+            'touch "$0/started-$CLAIMWATCH_VERSION"; while [ ! -f "$0/go-$CLAIMWATCH_VERSION" ]; do sleep 0.05; done; echo "$CLAIMWATCH_VERSION" > "$CLAIMWATCH_WORK/v"',
+            "{output}",
+          ],
+          killGrace: "1s",
+        },
+      ],
+    },
+  });
+  fs.mkdirSync(outputDir(), { recursive: true });
+});
+after(() => bed.close());
+
+const outputDir = () => bed.definitions.rebuilds.get("gated")!.outputPath;
+const claim = () => claimName(bed.definitions.rebuilds.get("gated")!.claimPath);
+
+async function until<T>(what: string, probe: () => Promise<T | null | undefined>, timeoutMs = 60_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/** Force-releases b1's live claim (the token the operator was shown) and lets "job A" take the output. */
+async function forceReleaseAndTakeOutput(version: string, otherJob: string): Promise<string> {
+  const held = await until(`the claim held for ${version}`, async () => {
+    const info = await readClaim(bed.claims, bed.keys, claim());
+    return info?.holder.version === version ? info : null;
+  });
+  await until(`the step of ${version} running`, async () =>
+    fs.existsSync(path.join(outputDir(), `started-${version}`)),
+  );
+  const released = await forceReleaseClaim({ claims: bed.claims, audit: bed.main }, bed.keys, {
+    name: claim(),
+    token: held.token,
+    actor: "test-operator",
+    reason: "looked dead",
+  });
+  assert.equal(released.status, "released");
+  const other = await acquireClaim(
+    bed.claims,
+    bed.keys,
+    claim(),
+    { jobId: otherJob, version: "a1", rebuild: "gated", workerId: "other-worker" },
+    { ttlMs: 120_000, refreshEveryMs: 1_000 },
+  );
+  assert.equal(other.status, "acquired");
+  return (other as { token: string }).token;
+}
+
+async function assertRebuiltInTheEnd(jobId: string, version: string, otherToken: string): Promise<string> {
+  // The first attempt ends (however), then the other holder finishes and the output is free.
+  const first = await until("the first attempt's final record", async () => {
+    const runs = await bed.runsOfJob(jobId);
+    return runs[0] && isFinalStatus(runs[0].status) ? runs[0] : null;
+  });
+  assert.notEqual(first.status, "rebuilt", "the first attempt cannot have published under a lost claim");
+  await releaseClaim(bed.claims, bed.keys, claim(), otherToken);
+  fs.writeFileSync(path.join(outputDir(), `go-${version}`), "");
+  const rebuilt = await bed.waitForRun(
+    (r) => r.jobId === jobId && r.status === "rebuilt",
+    90_000,
+    `a rebuilt run of job ${jobId} (first attempt ended ${first.status}: ${first.reason})`,
+  );
+  assert.equal(rebuilt.version, version);
+  const published = await readPublished(bed.claims, bed.keys, claim());
+  assert.equal(published?.value, rebuilt.buildHash);
+  for (const run of await bed.runsOfJob(jobId)) {
+    assert.ok(
+      ["deferred", "rebuilt"].includes(run.status),
+      `attempt ${run.attempt} ended ${run.status}: ${run.reason}`,
+    );
+  }
+  return first.reason ?? "";
+}
+
+test("a force release noticed by a refresh defers the job; the version is rebuilt later", async (t) => {
+  const worker = await bed.startWorker();
+  try {
+    const jobId = await bed.trigger("gated", { version: "b1" });
+    const otherToken = await forceReleaseAndTakeOutput("b1", "job-a-1");
+    t.diagnostic(`first attempt: ${await assertRebuiltInTheEnd(jobId, "b1", otherToken)}`);
+  } finally {
+    await worker.stop();
+  }
+});
+
+test("a force release noticed only by the refused publish defers the job; the version is rebuilt later", async (t) => {
+  const worker = await bed.startWorker();
+  try {
+    const jobId = await bed.trigger("gated", { version: "b2" });
+    const otherToken = await forceReleaseAndTakeOutput("b2", "job-a-2");
+    // The step ends at once: the holder reaches its publish before its next refresh, usually.
+    fs.writeFileSync(path.join(outputDir(), "go-b2"), "");
+    t.diagnostic(`first attempt: ${await assertRebuiltInTheEnd(jobId, "b2", otherToken)}`);
+  } finally {
+    await worker.stop();
+  }
+});
