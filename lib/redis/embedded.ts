@@ -17,6 +17,12 @@ export interface RedisServerOptions {
   extraArgs?: string[];
   /** Binary to run; default: `redis-server` found on PATH. */
   binary?: string;
+  /**
+   * SIGKILL the server when the process that started it dies, however it dies (a test file
+   * killed at its time limit never runs its `after` hooks): `setpriv --pdeathsig KILL`, where
+   * util-linux has it. For tests and the soak; `npm start` stops its Redis itself, in order.
+   */
+  dieWithParent?: boolean;
 }
 
 export interface RedisServerHandle {
@@ -108,7 +114,14 @@ async function spawnAndWait(binary: string, port: number, options: RedisServerOp
     "--logfile", "",
     ...(options.extraArgs ?? []),
   ]; // prettier-ignore
-  const child = spawn(binary, args, { stdio: ["ignore", "pipe", "pipe"], detached: true });
+  const setpriv = options.dieWithParent ? findProgram("setpriv") : null;
+  // setpriv execs the server: the child's pid is the server's, as `servedByPid` checks.
+  const child = setpriv
+    ? spawn(setpriv, ["--pdeathsig", "KILL", "--", binary, ...args], {
+        stdio: ["ignore", "pipe", "pipe"],
+        detached: true,
+      })
+    : spawn(binary, args, { stdio: ["ignore", "pipe", "pipe"], detached: true });
   let output = "";
   const collect = (chunk: Buffer) => {
     output = (output + chunk.toString()).slice(-4_000);

@@ -142,7 +142,7 @@ export class SoakRedis {
   ) {}
 
   static async start(dir: string): Promise<SoakRedis> {
-    const handle = await startRedisServer({ dir });
+    const handle = await startRedisServer({ dir, dieWithParent: true });
     return new SoakRedis(handle, handle.port, dir);
   }
 
@@ -178,7 +178,7 @@ export class SoakRedis {
     const deadline = Date.now() + 10_000;
     for (;;) {
       try {
-        this.handle = await startRedisServer({ dir: this.dir, port: this.port });
+        this.handle = await startRedisServer({ dir: this.dir, port: this.port, dieWithParent: true });
         break;
       } catch (error) {
         if (Date.now() > deadline) throw error;

@@ -16,7 +16,7 @@ const started = new Set<TestRedis>();
 
 export async function startTestRedis(extraArgs: string[] = []): Promise<TestRedis> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-redis-"));
-  const server = await startRedisServer({ dir, extraArgs });
+  const server = await startRedisServer({ dir, extraArgs, dieWithParent: true });
   const handle: TestRedis = { ...server, dir };
   started.add(handle);
   return handle;
