@@ -17,34 +17,47 @@ type Caller = "anonymous" | "viewer" | "operator";
 type Requirement = "public" | "viewer" | "operator";
 
 /** Every API route: who may call it, a request to make, and the statuses that mean "allowed". */
-const ROUTES: Record<string, { role: Requirement; path: string; body?: unknown; allowed: number[] }> = {
-  "GET /api/health": { role: "public", path: "/api/health", allowed: [200] },
-  "POST /api/auth/login": { role: "public", path: "/api/auth/login", body: { token: TOKENS.viewer }, allowed: [200] },
-  "POST /api/auth/logout": { role: "public", path: "/api/auth/logout", body: {}, allowed: [200] },
-  "GET /api/auth/me": { role: "viewer", path: "/api/auth/me", allowed: [200] },
-  "GET /api/claims": { role: "viewer", path: "/api/claims", allowed: [200] },
-  "POST /api/claims/release": {
-    role: "operator",
-    path: "/api/claims/release",
-    body: { name: "output:/srv/none", token: "t", reason: "auth table" },
-    allowed: [409],
-  },
-  "GET /api/rebuilds": { role: "viewer", path: "/api/rebuilds", allowed: [200] },
-  "GET /api/rebuilds/[name]/preview": { role: "viewer", path: "/api/rebuilds/slow/preview?version=v1", allowed: [200] },
-  "POST /api/rebuilds/[name]/runs": {
-    role: "operator",
-    path: "/api/rebuilds/slow/runs",
-    body: { version: "auth" },
-    allowed: [202],
-  },
-  "GET /api/runs": { role: "viewer", path: "/api/runs", allowed: [200] },
-  "GET /api/runs/[id]": { role: "viewer", path: "/api/runs/none-a1", allowed: [404] },
-  "GET /api/workers": { role: "viewer", path: "/api/workers", allowed: [200] },
-  "GET /api/audit": { role: "viewer", path: "/api/audit", allowed: [200] },
-  "GET /api/alerts": { role: "viewer", path: "/api/alerts", allowed: [200] },
-  // The bed has no `alerts:` section: an operator's test notification is refused (409), audited.
-  "POST /api/alerts/test": { role: "operator", path: "/api/alerts/test", body: { receiver: "pager" }, allowed: [409] },
-};
+const ROUTES: Record<string, { role: Requirement; path: string; body?: unknown; allowed: number[]; stream?: boolean }> =
+  {
+    "GET /api/health": { role: "public", path: "/api/health", allowed: [200] },
+    "POST /api/auth/login": { role: "public", path: "/api/auth/login", body: { token: TOKENS.viewer }, allowed: [200] },
+    "POST /api/auth/logout": { role: "public", path: "/api/auth/logout", body: {}, allowed: [200] },
+    "GET /api/auth/me": { role: "viewer", path: "/api/auth/me", allowed: [200] },
+    "GET /api/claims": { role: "viewer", path: "/api/claims", allowed: [200] },
+    "POST /api/claims/release": {
+      role: "operator",
+      path: "/api/claims/release",
+      body: { name: "output:/srv/none", token: "t", reason: "auth table" },
+      allowed: [409],
+    },
+    "GET /api/rebuilds": { role: "viewer", path: "/api/rebuilds", allowed: [200] },
+    "GET /api/rebuilds/[name]/preview": {
+      role: "viewer",
+      path: "/api/rebuilds/slow/preview?version=v1",
+      allowed: [200],
+    },
+    "POST /api/rebuilds/[name]/runs": {
+      role: "operator",
+      path: "/api/rebuilds/slow/runs",
+      body: { version: "auth" },
+      allowed: [202],
+    },
+    "GET /api/runs": { role: "viewer", path: "/api/runs", allowed: [200] },
+    "GET /api/runs/[id]": { role: "viewer", path: "/api/runs/none-a1", allowed: [404] },
+    "GET /api/workers": { role: "viewer", path: "/api/workers", allowed: [200] },
+    "GET /api/audit": { role: "viewer", path: "/api/audit", allowed: [200] },
+    "GET /api/alerts": { role: "viewer", path: "/api/alerts", allowed: [200] },
+    "GET /api/runs/timeline": { role: "viewer", path: "/api/runs/timeline?range=24h", allowed: [200] },
+    // Server-sent events: the status and headers are checked, the endless body is not read.
+    "GET /api/events": { role: "viewer", path: "/api/events", allowed: [200], stream: true },
+    // The bed has no `alerts:` section: an operator's test notification is refused (409), audited.
+    "POST /api/alerts/test": {
+      role: "operator",
+      path: "/api/alerts/test",
+      body: { receiver: "pager" },
+      allowed: [409],
+    },
+  };
 const PAGES = ["/claims", "/rebuilds", "/runs", "/runs/none-a1", "/workers", "/alerts", "/audit"];
 
 let bed: TestBed;
@@ -69,7 +82,7 @@ after(async () => {
 async function send(
   method: string,
   url: string,
-  options: { token?: string; cookie?: string; origin?: string; body?: unknown } = {},
+  options: { token?: string; cookie?: string; origin?: string; body?: unknown; stream?: boolean } = {},
 ) {
   const headers: Record<string, string> = {};
   if (options.token) headers.authorization = `Bearer ${options.token}`;
@@ -83,7 +96,9 @@ async function send(
     body: options.body === undefined ? undefined : JSON.stringify(options.body),
     redirect: "manual",
   });
-  const text = await response.text();
+  let text = "";
+  if (options.stream && response.ok) await response.body?.cancel();
+  else text = await response.text();
   seenBodies.push(text);
   return { status: response.status, text, headers: response.headers, ms: performance.now() - started };
 }
@@ -122,7 +137,11 @@ for (const caller of ["anonymous", "viewer", "operator"] as const) {
   test(`every route as ${caller}`, async () => {
     for (const [name, entry] of Object.entries(ROUTES)) {
       const [method] = name.split(" ");
-      const result = await send(method!, entry.path, { token: tokenOf(caller), body: entry.body });
+      const result = await send(method!, entry.path, {
+        token: tokenOf(caller),
+        body: entry.body,
+        stream: entry.stream === true,
+      });
       assert.ok(
         expectedStatus(entry.role, caller, entry.allowed).includes(result.status),
         `${name} as ${caller}: ${result.status} ${result.text.slice(0, 200)}`,
