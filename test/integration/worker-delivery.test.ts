@@ -81,7 +81,13 @@ test("SIGKILL mid-run: another worker completes the rebuild and current is whole
       "rebuilt run after the kill",
     );
     assert.ok(done.attempt > running.attempt, "completed by a later attempt");
-    assert.equal((await bed.queue.getJob(jobId))?.finishedOn !== undefined, true);
+    // The final record is written before BullMQ moves the job to completed: wait for that too.
+    let finishedOn: number | undefined;
+    for (let i = 0; i < 100 && finishedOn === undefined; i++) {
+      finishedOn = (await bed.queue.getJob(jobId))?.finishedOn;
+      if (finishedOn === undefined) await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.notEqual(finishedOn, undefined, "the job completed");
     const current = await assertCurrentIsWhole(bed.definitions.rebuilds.get("slow")!.outputPath);
     assert.equal(current, done.buildHash);
   } finally {
