@@ -14,7 +14,8 @@ passed=0
 failed=0
 failures=()
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+details=$(mktemp)
+trap 'rm -f "$log" "$details"' EXIT
 
 # A check step (type check, lint, build) counts as one test.
 check() {
@@ -49,6 +50,16 @@ suite() {
   if [ "$status" -ne 0 ]; then
     failures+=("$name (exit $status)")
     if [ "${f:-0}" -eq 0 ]; then failed=$((failed + 1)); fi
+    # Repeated at the end, where a CI summary that shows only the tail still has them: node's
+    # "failing tests" section (name and assertion message), or Playwright's numbered failures.
+    {
+      echo "--- $name"
+      if grep -aq '^✖ failing tests:' "$log"; then
+        sed -n '/^✖ failing tests:/,$p' "$log" | grep -avE '^ +at |^ *(code|actual|expected|operator|generatedMessage):' | head -40
+      else
+        grep -aE -A8 '^ +[0-9]+\) ' "$log" | head -40
+      fi
+    } >>"$details"
   fi
 }
 
@@ -71,6 +82,10 @@ suite "e2e (Playwright, Chromium)" 900 npx playwright test
 check "soak (45 s chaos, independent checker)" 300 node --import tsx scripts/soak.ts --seconds 45 --quick
 
 echo
+if [ -s "$details" ]; then
+  echo "Failure details (repeated from above):"
+  cat "$details"
+fi
 if [ ${#failures[@]} -gt 0 ]; then
   echo "Failed steps:"
   printf '  - %s\n' "${failures[@]}"
