@@ -126,7 +126,26 @@ export function ClaimsTable({ initial }: { initial: ApiClaimPage | null }) {
                   {claim.consecutiveSkips}
                 </td>
                 <td className="px-3 py-2">
-                  {stale ? (
+                  {claim.revoked ? (
+                    <>
+                      <span
+                        className="rounded bg-amber-100 px-2 py-0.5 text-xs font-semibold text-amber-900 ring-1 ring-amber-300"
+                        data-state="releasing"
+                      >
+                        Releasing
+                      </span>
+                      <div className="mt-1 text-xs text-amber-900">
+                        Force-released by {claim.revoked.by ?? "an operator"}
+                        {claim.revoked.at ? (
+                          <>
+                            {" "}
+                            <Time at={claim.revoked.at} now={serverNow} />
+                          </>
+                        ) : null}
+                        ; waiting for the holder to stop (free in at most {formatDurationMs(Math.max(0, ttlLeft))})
+                      </div>
+                    </>
+                  ) : stale ? (
                     <span
                       className="rounded bg-red-100 px-2 py-0.5 text-xs font-semibold text-red-800 ring-1 ring-red-300"
                       title={staleReason ?? ""}
@@ -139,7 +158,7 @@ export function ClaimsTable({ initial }: { initial: ApiClaimPage | null }) {
                   {staleReason ? <div className="mt-1 text-xs text-red-800">{staleReason}</div> : null}
                 </td>
                 <td className="px-3 py-2">
-                  {canOperate ? (
+                  {canOperate && !claim.revoked ? (
                     <button
                       type="button"
                       onClick={() => {
@@ -216,8 +235,15 @@ function ForceReleaseDialog({ claim, onClose }: { claim: ApiClaim; onClose: (mes
       ),
     onSuccess: (result) => {
       void queryClient.invalidateQueries({ queryKey: queryKeys.all });
-      if (result.status === "released") onClose(`Released ${claim.name} (was held by ${claim.holder.workerId}).`);
-      else if (result.status === "not-owner") {
+      if (result.status === "released") {
+        onClose(
+          `Released ${claim.name}: ${claim.holder.workerId ?? "its holder"} is told to stop. The claim is free as soon as it has stopped, at the latest in ${formatDurationMs(result.releaseWindowMs)}.`,
+        );
+      } else if (result.status === "releasing") {
+        onClose(
+          `${claim.name} was already force-released; its holder has not stopped yet. It is free at the latest in ${formatDurationMs(result.releaseWindowMs)}.`,
+        );
+      } else if (result.status === "not-owner") {
         onClose(
           `Not released: the claim changed hands — it is now held by ${result.currentHolder ?? "another holder"}. Nothing was released.`,
         );
@@ -237,6 +263,12 @@ function ForceReleaseDialog({ claim, onClose }: { claim: ApiClaim; onClose: (mes
         </h2>
         <p className="mt-2 text-sm text-slate-700">
           Only the token shown here is released. If another holder has taken the claim since, nothing happens.
+        </p>
+        <p className="mt-2 text-sm text-slate-700" data-field="release-effect">
+          The holder is told to stop: its running attempt is aborted (its steps get SIGTERM, then SIGKILL after
+          their kill grace) and goes back to the queue, where it is retried. Nobody else can take the claim until the
+          holder has stopped — at the latest when its TTL ({formatDurationMs(Math.max(0, claim.pttlMs))} left) and
+          its steps&apos; kill grace have run out — so the holder and the next run never write at once.
         </p>
         <dl className="mt-3 grid grid-cols-[8rem_1fr] gap-x-3 gap-y-1 text-sm">
           <dt className="text-slate-500">Claim</dt>

@@ -100,7 +100,7 @@ test("Rebuild now again: recorded as a neutral skip, consecutive skips rise on C
   await expect(page.locator("tr", { hasText: "slow-archive" }).locator('[data-field="skips"]')).toHaveText("1");
 });
 
-test("a frozen worker's claim turns Stale; force release empties it and is audited; on SIGCONT the worker aborts", async ({
+test("a frozen worker's claim turns Stale; force release marks it releasing and is audited; on SIGCONT the worker aborts and the claim is free", async ({
   page,
   request,
 }, testInfo) => {
@@ -119,10 +119,15 @@ test("a frozen worker's claim turns Stale; force release empties it and is audit
     const dialog = page.getByRole("dialog", { name: "Force release this claim?" });
     const [claim] = await claimsOf(request, "slow-archive");
     await expect(dialog.locator('[data-field="token"]')).toHaveText(claim!.token);
+    await expect(dialog.locator('[data-field="release-effect"]')).toContainText("Nobody else can take the claim");
     await dialog.getByLabel("Reason (for the audit log)").fill("worker frozen at 02:00 (e2e)");
     await dialog.getByRole("button", { name: "Release claim" }).click();
     await expect(page.getByRole("alert").filter({ hasText: "Released" })).toBeVisible();
-    await expect(page.locator("tr", { hasText: "slow-archive" })).toHaveCount(0);
+    // The frozen holder cannot acknowledge: the claim stays taken (releasing) so that nobody
+    // else writes the output while the holder's step may still run, and cannot be released twice.
+    await expect(row.locator('[data-state="releasing"]')).toBeVisible();
+    await expect(row).toContainText("waiting for the holder to stop");
+    await expect(row.getByRole("button", { name: "Force release" })).toHaveCount(0);
 
     await page.goto(`${stack().url}/audit`);
     const entry = page.locator('tr[data-action="force-release"][data-result="done"]');
@@ -143,6 +148,11 @@ test("a frozen worker's claim turns Stale; force release empties it and is audit
     // A force release never costs the requested version: the woken attempt stops and its job
     // is deferred to run again (issue 14), or it was superseded by a later attempt of the job.
     .toMatch(/^(aborted|superseded|deferred)$/);
+  // Woken, the holder stopped and acknowledged (or the release window ran out): the claim is free.
+  await page.goto(`${stack().url}/claims`);
+  await expect(page.locator("tr", { hasText: "slow-archive" }).locator('[data-state="releasing"]')).toHaveCount(0, {
+    timeout: 30_000,
+  });
   await page.goto(`${stack().url}/runs/${running!.id}`);
   await expect(
     page.locator('[data-status="aborted"], [data-status="superseded"], [data-status="deferred"]').first(),

@@ -34,6 +34,11 @@ export interface ApiClaim {
   /** Since when the claim counts as stale (server time, ms), or null. */
   staleSince: number | null;
   consecutiveSkips: number;
+  /**
+   * Force-released by an operator and waiting for its holder to stop: nobody else can take it
+   * until the holder acknowledges or `pttlMs` runs out.
+   */
+  revoked: { by: string | null; at: number | null } | null;
 }
 
 export interface ApiClaimPage {
@@ -61,6 +66,7 @@ export function toApiClaim(claim: ClaimInfo): ApiClaim {
     staleReason: describeStale(claim.stale),
     staleSince: staleSince(claim),
     consecutiveSkips: claim.consecutiveSkips,
+    revoked: claim.revoked,
   };
 }
 
@@ -91,7 +97,10 @@ export const releaseBody = z.strictObject({
 });
 
 export type ReleaseOutcome =
-  | { status: "released"; auditId: string }
+  /** The holder is told to stop; the claim is free when it has, at the latest in `releaseWindowMs`. */
+  | { status: "released"; auditId: string; releaseWindowMs: number }
+  /** Already force-released; its holder has not stopped yet. */
+  | { status: "releasing"; auditId: string; releaseWindowMs: number }
   | { status: "not-owner"; auditId: string; currentHolder: string | null }
   | { status: "missing"; auditId: string };
 
@@ -116,7 +125,8 @@ export async function releaseClaimAsOperator(
       currentHolder: result.holder.workerId ?? result.holder.host,
     };
   }
-  return result.status === "released"
-    ? { status: "released", auditId: result.auditId }
-    : { status: "missing", auditId: result.auditId };
+  if (result.status === "released" || result.status === "releasing") {
+    return { status: result.status, auditId: result.auditId, releaseWindowMs: result.releaseWindowMs };
+  }
+  return { status: "missing", auditId: result.auditId };
 }

@@ -45,6 +45,7 @@ export async function acquireClaim(
     rebuild: meta.rebuild ?? "",
     tenant: meta.tenant ?? "",
     version: meta.version ?? "",
+    ...(meta.stopWithinMs ? { stopWithinMs: Math.ceil(meta.stopWithinMs) } : {}),
   };
   const reply = await runScript(
     client,

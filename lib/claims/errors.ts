@@ -8,11 +8,13 @@
  * Why a holder lost its claim while working:
  * - `superseded`: a refresh found another token in the claim (a takeover, or the claim expired
  *   and someone else acquired it);
- * - `expired`: a refresh found the claim gone (it expired, or an operator force-released it);
+ * - `force-released`: a refresh found that an operator force-released it (the holder must stop;
+ *   nobody else gets the claim before its release acknowledges, or the release window ends);
+ * - `expired`: a refresh found the claim gone (it expired);
  * - `deadline`: no refresh succeeded within the TTL on the local monotonic clock (Redis
  *   unreachable, or this process was paused), so another holder may already exist.
  */
-export type ClaimLossCause = "superseded" | "expired" | "deadline";
+export type ClaimLossCause = "superseded" | "force-released" | "expired" | "deadline";
 
 /** The abort reason of a claim's AbortSignal; `withClaim` rethrows it when `fn` fails after loss. */
 export class ClaimLostError extends Error {
@@ -32,8 +34,10 @@ function describeLoss(cause: ClaimLossCause): string {
   switch (cause) {
     case "superseded":
       return "another holder owns it now";
+    case "force-released":
+      return "an operator force-released it";
     case "expired":
-      return "it expired or was force-released";
+      return "it expired";
     case "deadline":
       return "no refresh succeeded within the TTL";
   }

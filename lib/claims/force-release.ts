@@ -1,7 +1,13 @@
 /**
- * Operator force release: compare-and-delete against the token the operator was shown, so a
- * click on a stale dashboard row can never free a claim that a newer holder took since. Every
- * attempt — released, refused or failed — is written to the audit log.
+ * Operator force release, checked against the token the operator was shown, so a click on a
+ * stale dashboard row can never free a claim that a newer holder took since. Every attempt —
+ * released, refused or failed — is written to the audit log.
+ *
+ * The holder may still be alive (a stuck step; a paused container; a wrong guess at 02:00), so
+ * the claim is not simply deleted: it is revoked. Its holder's next refresh says so, its work
+ * aborts, and its release acknowledges; until then — at the latest until the release window
+ * ends (the holder's remaining TTL, plus the stop time it declared, plus a margin) — nobody else
+ * can take the claim, so two runs never write one output because of a force release.
  *
  * The audit log may live on another Redis than the claims (the main one), so the two writes
  * are not atomic: the release happens first, and an audit write that fails is thrown to the
@@ -17,6 +23,9 @@ import { checkClaimName } from "./name";
 import type { ClaimHolder } from "./types";
 import { REPLY } from "../redis/replies";
 
+/** Added to the release window for scheduling and the holder's release round trip. */
+export const FORCE_RELEASE_MARGIN_MS = 1_000;
+
 export interface ForceReleaseRequest {
   name: string;
   /** The token the operator was shown (from `listClaims`). */
@@ -28,7 +37,13 @@ export interface ForceReleaseRequest {
 }
 
 export type ForceReleaseResult = { auditId: string } & (
-  | { status: "released"; holder: ClaimHolder }
+  /**
+   * Revoked: the holder is told to stop. The name is free once it acknowledges (its release),
+   * at the latest after `releaseWindowMs`.
+   */
+  | { status: "released"; holder: ClaimHolder; releaseWindowMs: number }
+  /** Released earlier and its holder has not stopped yet; free at the latest in `releaseWindowMs`. */
+  | { status: "releasing"; holder: ClaimHolder; releaseWindowMs: number }
   /** The claim now has another token (a newer holder); nothing was changed. */
   | { status: "not-owner"; currentToken: string; holder: ClaimHolder }
   /** Nobody holds the claim (it expired or was released). */
@@ -63,7 +78,7 @@ export async function forceReleaseClaim(
       clients.claims,
       CLAIM_FORCE_RELEASE,
       [keys.claim(name), keys.claimMeta(name), keys.claimRegistry],
-      [token, name],
+      [token, name, actor, FORCE_RELEASE_MARGIN_MS],
     );
   } catch (error) {
     await audit("failed", { name, token, error: String(error) }).catch(() => {});
@@ -75,9 +90,13 @@ export async function forceReleaseClaim(
     const auditId = await audit("refused", { name, token, outcome: "missing" });
     return { status: "missing", auditId };
   }
-  if ((code === REPLY.done || code === REPLY.notOwner) && reply.length === META_FIELDS.length + 2) {
+  if (
+    (code === REPLY.done || code === REPLY.alsoDone || code === REPLY.notOwner) &&
+    reply.length === META_FIELDS.length + 3
+  ) {
     const currentToken = String(reply[1]);
     const holder = holderFromFieldList(reply, 2);
+    const releaseWindowMs = Math.max(0, Number(reply[META_FIELDS.length + 2]));
     const holderDetail = {
       host: holder.host,
       pid: holder.pid,
@@ -86,15 +105,27 @@ export async function forceReleaseClaim(
       runId: holder.runId,
     };
     if (code === REPLY.done) {
-      claimEvents(clients.claims, keys, name, token).released(actor);
+      claimEvents(clients.claims, keys, name, token).revoked(actor, releaseWindowMs);
       const auditId = await audit("done", {
         name,
         token,
         fence: holder.fence,
         holder: holderDetail,
         outcome: "released",
+        releaseWindowMs,
       });
-      return { status: "released", holder, auditId };
+      return { status: "released", holder, releaseWindowMs, auditId };
+    }
+    if (code === REPLY.alsoDone) {
+      const auditId = await audit("refused", {
+        name,
+        token,
+        fence: holder.fence,
+        holder: holderDetail,
+        outcome: "releasing",
+        releaseWindowMs,
+      });
+      return { status: "releasing", holder, releaseWindowMs, auditId };
     }
     const auditId = await audit("refused", {
       name,

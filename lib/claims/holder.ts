@@ -28,6 +28,9 @@ export function holderFromHash(hash: Record<string, string>): ClaimHolder {
     refreshEveryMs: toNumberOrNull(hash.refreshEveryMs),
     acquiredAt: toNumberOrNull(hash.acquiredAt),
     refreshedAt: toNumberOrNull(hash.refreshedAt),
+    stopWithinMs: toNumberOrNull(identity.stopWithinMs),
+    revokedBy: stringOrNull(hash.revokedBy),
+    revokedAt: toNumberOrNull(hash.revokedAt),
   };
 }
 
@@ -40,6 +43,8 @@ export interface HolderIdentity {
   rebuild: string;
   tenant: string;
   version: string;
+  /** Absent: 0 (the holder stops as soon as it notices). */
+  stopWithinMs?: number;
 }
 
 function parseIdentity(json: string | undefined): Partial<Record<keyof HolderIdentity, unknown>> {

@@ -140,7 +140,9 @@ export class ClaimKeeper implements HeldClaim {
           this.armDeadline();
           this.emit({ type: "refreshed", deadlineInMs: this.msUntilDeadline() });
         } else {
-          this.lose(result.status === "not-owner" ? "superseded" : "expired");
+          this.lose(
+            result.status === "not-owner" ? "superseded" : result.status === "revoked" ? "force-released" : "expired",
+          );
         }
       },
       (error: unknown) => {

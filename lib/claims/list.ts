@@ -6,7 +6,7 @@
  */
 import type { Redis } from "ioredis";
 import type { RedisKeys } from "../redis/keys";
-import { CLAIM_PRUNE, queueScript, scriptPipeline, type ScriptingPipelineClient } from "../redis/scripts";
+import { CLAIM_PRUNE, queueScript, REVOKED_PREFIX, scriptPipeline, type ScriptingPipelineClient } from "../redis/scripts";
 import { holderFromHash } from "./holder";
 import type { ClaimHolder } from "./types";
 import { staleReasons } from "./stale";
@@ -28,6 +28,11 @@ export interface ClaimInfo {
   name: string;
   /** The holder's token; an operator's force release must send it back (compare-and-delete). */
   token: string;
+  /**
+   * Set while an operator's force release waits for the holder to stop (nobody else can take
+   * the claim meanwhile; `pttlMs` is what is left of the release window).
+   */
+  revoked: { by: string | null; at: number | null } | null;
   fence: number | null;
   /** Remaining lifetime, from PTTL at read time. */
   pttlMs: number;
@@ -132,19 +137,21 @@ async function readClaims(
   const missing: string[] = [];
   names.forEach((name, i) => {
     const base = 1 + i * 4;
-    const token = replies[base]![1] as string | null;
+    const value = replies[base]![1] as string | null;
     const pttlMs = replies[base + 1]![1] as number;
     const hash = replies[base + 2]![1] as Record<string, string>;
     const skips = replies[base + 3]![1] as string | null;
     // PTTL -2: expired between GET and PTTL.
-    if (token === null || pttlMs === -2) {
+    if (value === null || pttlMs === -2) {
       missing.push(name);
       return;
     }
     const holder = holderFromHash(hash);
+    const revoked = value.startsWith(REVOKED_PREFIX);
     claims.push({
       name,
-      token,
+      token: revoked ? value.slice(REVOKED_PREFIX.length) : value,
+      revoked: revoked ? { by: holder.revokedBy, at: holder.revokedAt } : null,
       fence: holder.fence,
       pttlMs,
       holder,

@@ -20,6 +20,8 @@ export async function refreshClaim(
       return { status: "missing" };
     case REPLY.notOwner:
       return { status: "not-owner" };
+    case REPLY.revoked:
+      return { status: "revoked" };
     default:
       throw unexpectedReply("refresh", reply);
   }

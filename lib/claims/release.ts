@@ -1,6 +1,8 @@
 /**
  * Release: owner-checked delete of the claim, its metadata and registry entry; one script.
  * Never deletes a claim held by another token. The fence counter is kept (it never goes back).
+ * A holder whose claim an operator force-released acknowledges by releasing it once its work
+ * has stopped: that frees the name before the force release's window runs out.
  */
 import type { RedisKeys } from "../redis/keys";
 import { CLAIM_RELEASE, runScript, type ScriptingClient } from "../redis/scripts";
@@ -23,6 +25,8 @@ export async function releaseClaim(
   switch (reply) {
     case REPLY.done:
       return { status: "released" };
+    case REPLY.alsoDone:
+      return { status: "acknowledged" };
     case REPLY.missing:
       return { status: "missing" };
     case REPLY.notOwner:

@@ -18,6 +18,12 @@ export interface ClaimMetadata {
   tenant?: string;
   /** claimwatch version of the holder. */
   version?: string;
+  /**
+   * How long after it notices the loss of the claim this holder's work is certainly stopped
+   * (its steps' `killGrace` and a margin). An operator's force release keeps everyone else out
+   * this much longer than the claim's remaining TTL, unless the holder acknowledges sooner.
+   */
+  stopWithinMs?: number;
 }
 
 /** The holder of a claim as stored in its metadata hash; `null` where a field is absent. */
@@ -37,6 +43,12 @@ export interface ClaimHolder {
   acquiredAt: number | null;
   /** Claims-server time of the last successful refresh (or the grant), ms since epoch. */
   refreshedAt: number | null;
+  /** What the holder declared as its stop time (`ClaimMetadata.stopWithinMs`). */
+  stopWithinMs: number | null;
+  /** Set while an operator's force release waits for this holder to stop: who released it. */
+  revokedBy: string | null;
+  /** Claims-server time of that force release. */
+  revokedAt: number | null;
 }
 
 export interface ClaimTiming {
@@ -67,6 +79,16 @@ export type AcquireResult =
       ttlMs: number | null;
     };
 
-export type RefreshResult = { status: "refreshed" } | { status: "missing" } | { status: "not-owner" };
+export type RefreshResult =
+  | { status: "refreshed" }
+  | { status: "missing" }
+  | { status: "not-owner" }
+  /** An operator force-released the claim: stop the work, then release (which acknowledges). */
+  | { status: "revoked" };
 
-export type ReleaseResult = { status: "released" } | { status: "missing" } | { status: "not-owner" };
+export type ReleaseResult =
+  | { status: "released" }
+  /** The claim had been force-released; this release acknowledged it: the holder has stopped. */
+  | { status: "acknowledged" }
+  | { status: "missing" }
+  | { status: "not-owner" };

@@ -102,8 +102,9 @@ export async function withClaim<T>(
     grant.token,
     options.releaseTimeoutMs ?? Math.min(timing.ttlMs, 5_000),
   );
-  if (release.status === "released") events.released();
-  if (release.status !== "released") {
+  // An acknowledged force release frees the name too: the holder has stopped.
+  if (release.status === "released" || release.status === "acknowledged") events.released();
+  else {
     try {
       onEvent({ type: "release-failed", outcome: release });
     } catch {

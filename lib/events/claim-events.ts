@@ -44,6 +44,10 @@ export function claimEvents(client: unknown, keys: RedisKeys, name: string, toke
     released(forcedBy: string | null = null): void {
       void publishEvent(client, keys, { type: "claim.released", name, token, forcedBy });
     },
+    /** An operator force-released the claim; the name is free when its holder acknowledges, at the latest in `windowMs`. */
+    revoked(by: string, windowMs: number): void {
+      void publishEvent(client, keys, { type: "claim.revoked", name, token, by, windowMs });
+    },
     lost(cause: string): void {
       void publishEvent(client, keys, { type: "claim.lost", name, token, cause });
     },

@@ -13,6 +13,7 @@ import type { Redis } from "ioredis";
 import type { HealthReport } from "../health/health";
 import { closeRedis, createRedis } from "../redis/client";
 import type { RedisKeys } from "../redis/keys";
+import { REVOKED_PREFIX } from "../redis/scripts";
 import { decodeEntry } from "./publish";
 import type { DeliveredEvent, StreamName } from "./types";
 
@@ -213,8 +214,18 @@ export class EventHub {
         if (claim?.token === event.token) claim.endsAt = Date.now() + event.ttlMs;
         break;
       }
-      case "claim.released":
+      case "claim.revoked": {
+        // Taken until its holder acknowledges (`claim.released`) or the window ends (expired).
+        const claim = this.tracked.get(event.name);
+        if (claim?.token === event.token) claim.endsAt = Date.now() + event.windowMs;
+        break;
+      }
       case "claim.lost":
+        // A force-released holder noticed; the name stays taken until its release acknowledges.
+        if (event.cause === "force-released") break;
+        if (this.tracked.get(event.name)?.token === event.token) this.tracked.delete(event.name);
+        break;
+      case "claim.released":
       case "claim.expired":
         if (this.tracked.get(event.name)?.token === event.token) this.tracked.delete(event.name);
         break;
@@ -265,7 +276,7 @@ export class EventHub {
       due.forEach(([name, claim], i) => {
         const [error, holder] = replies[i] ?? [new Error("no reply"), null];
         if (error) return;
-        if (holder === claim.token) {
+        if (holder === claim.token || holder === `${REVOKED_PREFIX}${claim.token}`) {
           claim.endsAt = Date.now() + 1_000; // refreshed, its event not seen yet: look again soon
           return;
         }

@@ -25,6 +25,11 @@ export type StoredEvent =
   | ({ type: "claim.acquired"; tookOverFrom: { token: string; fence: number | null } | null } & ClaimSnapshot)
   | { type: "claim.refreshed"; name: string; token: string; ttlMs: number }
   | { type: "claim.released"; name: string; token: string; forcedBy: string | null }
+  /**
+   * An operator force-released the claim: its holder is told to stop, and the name stays taken
+   * until the holder acknowledges (`claim.released`) or `windowMs` ends (`claim.expired`).
+   */
+  | { type: "claim.revoked"; name: string; token: string; by: string; windowMs: number }
   /** The holder found it lost its claim (paused past the TTL, taken over, cut off). */
   | { type: "claim.lost"; name: string; token: string; cause: string }
   | { type: "run"; run: Pick<RunRecord, "id" | "rebuild" | "tenant"> & Partial<RunRecord> }

@@ -454,6 +454,19 @@ export function loadDefinitionsOrExit(file: string, processName: string): Defini
   process.exit(2);
 }
 
+/** After a step's SIGKILL: the kernel ends its namespace, the worker drains its output and releases. */
+const STOP_SLACK_MS = 2_000;
+
+/**
+ * How long after it notices the loss of its claim a run of `rebuild` has certainly stopped
+ * writing: its steps' longest `killGrace` (SIGTERM, then SIGKILL), plus slack.
+ */
+export function stopWithinMs(rebuild: Pick<RebuildDefinition, "steps">): number {
+  let longestGrace = 0;
+  for (const step of rebuild.steps) if ("run" in step) longestGrace = Math.max(longestGrace, step.killGrace);
+  return longestGrace + STOP_SLACK_MS;
+}
+
 /** Slack for the release and hand-back after the last step has been killed. */
 const SHUTDOWN_SLACK_MS = 10_000;
 

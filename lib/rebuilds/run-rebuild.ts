@@ -28,7 +28,7 @@ import { buildAndPublish, type BuildResult } from "./build-and-publish";
 import { recordChangedBuild } from "./build-integrity";
 import { classifyFailure, isTransient } from "./classify-failure";
 import { decideRun, DEFER_MAX_MS, DEFER_MIN_MS } from "./decide";
-import { outputDirOf, tenantProblem, type Definitions, type RebuildDefinition } from "./definitions";
+import { outputDirOf, stopWithinMs, tenantProblem, type Definitions, type RebuildDefinition } from "./definitions";
 import { PRUNING_VERSION } from "./prune";
 import { readPublishedFence } from "./published-fence";
 import { rebuildJobData, type RebuildJobData } from "./queue";
@@ -203,6 +203,9 @@ class RebuildAttempt {
           rebuild: data.rebuild,
           tenant: data.tenant,
           version: this.version,
+          // An operator's force release keeps others out this long past our TTL (unless we
+          // acknowledge sooner): our steps are SIGKILLed when their grace ends.
+          stopWithinMs: stopWithinMs(definition),
         },
         async (held) => {
           lateRebuiltBy = await rebuiltBy;

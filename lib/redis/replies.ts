@@ -21,6 +21,11 @@ export const REPLY = {
   refused: -8,
   /** A record with this id exists already. */
   exists: -9,
+  /**
+   * An operator force-released the claim: the holder must stop its work and acknowledge by
+   * releasing; nobody else can take the claim until it has (or the release window ran out).
+   */
+  revoked: -10,
 } as const;
 
 /** The run scripts' codes (lib/runs/scripts.ts): the shared ones plus how an attempt began. */

@@ -54,9 +54,18 @@ end
  * The claim metadata hash, as returned to a contender or an operator (HMGET, in this order).
  * The token is not repeated here: the claim key holds it, and the two are written together.
  * Fields the scripts read or write are separate; the holder's identity (host, pid, workerId,
- * runId, rebuild, tenant, version), which is only displayed, is one JSON field written once per
- * grant: every extra ARGV and hash field costs the acquire script measurably (bench/claims.ts).
+ * runId, rebuild, tenant, version, stopWithinMs), which is only displayed (and read by a force
+ * release), is one JSON field written once per grant: every extra ARGV and hash field costs the
+ * acquire script measurably (bench/claims.ts). `revokedBy`/`revokedAt` exist only while an
+ * operator's force release waits for the holder to stop (CLAIM_FORCE_RELEASE).
  */
+
+/**
+ * A force-released claim's value: this prefix and the holder's token. It keeps everyone else out
+ * until the holder has stopped (Chubby's / Consul's "lock-delay"): the holder's next refresh
+ * answers `revoked`, its work aborts, and its release in `finally` deletes the marker.
+ */
+export const REVOKED_PREFIX = "revoked:";
 export const META_FIELDS = [
   "jobId",
   "fence",
@@ -65,6 +74,8 @@ export const META_FIELDS = [
   "acquiredAt",
   "refreshedAt",
   "holder",
+  "revokedBy",
+  "revokedAt",
 ] as const;
 const META_FIELDS_LUA = META_FIELDS.map((field) => `'${field}'`).join(", ");
 const META_INDEX = (field: (typeof META_FIELDS)[number]) => META_FIELDS.indexOf(field) + 1;
@@ -88,7 +99,8 @@ Every metadata field is written on every grant, so nothing of an earlier holder 
 Returns
   {1, fence, acquiredAt}                                acquired: the name was free
   {2, fence, acquiredAt, previousToken, previousFence}  took over from the same job id
-  {0, pttl, ${META_FIELDS.join(", ")}}   held by another job (nothing written)
+  {0, pttl, ${META_FIELDS.join(", ")}}   held by another job, or force-released and its holder
+                                         not yet stopped (revokedAt set): nothing written
 ]]
 ${OR_EMPTY}
 local code = 1
@@ -97,7 +109,9 @@ local previousFence = ''
 -- The common case in one call: SET NX PX is the grant.
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local meta = redis.call('HMGET', KEYS[2], ${META_FIELDS_LUA})
-  if ARGV[4] == '' or meta[${META_INDEX("jobId")}] ~= ARGV[4] then
+  -- A force-released holder may still be stopping: not even its own job's next attempt may
+  -- take over before it has acknowledged (or its release window ran out).
+  if ARGV[4] == '' or meta[${META_INDEX("jobId")}] ~= ARGV[4] or meta[${META_INDEX("revokedAt")}] then
     local reply = {0, redis.call('PTTL', KEYS[1])}
     for i = 1, ${META_FIELDS.length} do reply[i + 2] = orEmpty(meta[i]) end
     return reply
@@ -130,9 +144,11 @@ export const CLAIM_REFRESH = typedScript<number>()({
 KEYS[1] claim   KEYS[2] claimMeta
 ARGV[1] token   ARGV[2] ttlMs
 Returns ${REPLY.done} refreshed (both keys PEXPIRE ttl, refreshedAt = now) | ${REPLY.missing} missing | ${REPLY.notOwner} not the owner
+      | ${REPLY.revoked} an operator force-released it: stop, then release to acknowledge (nothing changed)
 ]]
 local current = redis.call('GET', KEYS[1])
 if not current then return ${REPLY.missing} end
+if current == '${REVOKED_PREFIX}' .. ARGV[1] then return ${REPLY.revoked} end
 if current ~= ARGV[1] then return ${REPLY.notOwner} end
 ${SERVER_NOW}
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -150,6 +166,8 @@ export const CLAIM_RELEASE = typedScript<number>()({
 KEYS[1] claim   KEYS[2] claimMeta   KEYS[3] claimRegistry
 ARGV[1] token   ARGV[2] claim name
 Returns 1 released (claim, metadata and registry entry deleted)
+      | ${REPLY.alsoDone} acknowledged: the caller's claim had been force-released and it has stopped;
+        the force release's marker is deleted, so the name is free now
       | ${REPLY.missing} missing (it had expired; its stale registry entry is dropped on the way)
       | ${REPLY.notOwner} not the owner (nothing changed)
 ]]
@@ -158,10 +176,12 @@ if not current then
   redis.call('ZREM', KEYS[3], ARGV[2])
   return ${REPLY.missing}
 end
-if current ~= ARGV[1] then return ${REPLY.notOwner} end
+local code = 1
+if current == '${REVOKED_PREFIX}' .. ARGV[1] then code = ${REPLY.alsoDone}
+elseif current ~= ARGV[1] then return ${REPLY.notOwner} end
 redis.call('DEL', KEYS[1], KEYS[2])
 redis.call('ZREM', KEYS[3], ARGV[2])
-return 1
+return code
 `,
 });
 
@@ -169,12 +189,18 @@ export const CLAIM_FORCE_RELEASE = {
   command: "claimwatchClaimForceRelease",
   keys: ["claim", "claimMeta", "claimRegistry"],
   lua: `
---[[ Operator release: compare-and-delete against the token the operator was shown.
+--[[ Operator release, against the token the operator was shown. The holder may be alive (a
+stuck step, a wrong guess), so the claim is not freed at once: it becomes '${REVOKED_PREFIX}<token>'
+for a release window — the holder's remaining TTL (by then it has noticed, at the latest at its
+own deadline) plus the holder's declared stop time (its steps' killGrace) plus a margin — and
+nobody, not even the same job's next attempt, can take it meanwhile. The holder's next refresh
+answers ${REPLY.revoked}; it stops its work and its release deletes the marker early.
 KEYS[1] claim   KEYS[2] claimMeta   KEYS[3] claimRegistry
-ARGV[1] token the operator saw   ARGV[2] claim name
+ARGV[1] token the operator saw   ARGV[2] claim name   ARGV[3] actor   ARGV[4] margin ms
 Returns
-  {1, token, ${META_FIELDS.join(", ")}}   released
-  {${REPLY.notOwner}, currentToken, ${META_FIELDS.join(", ")}}   not the shown token: a newer holder (nothing changed)
+  {1, token, ${META_FIELDS.join(", ")}, windowMs}   force-released: free when the holder acknowledges, at the latest in windowMs
+  {${REPLY.alsoDone}, token, ${META_FIELDS.join(", ")}, pttl}   already force-released, its holder not yet stopped (nothing changed)
+  {${REPLY.notOwner}, currentToken, ${META_FIELDS.join(", ")}, pttl}   not the shown token: a newer holder (nothing changed)
   {${REPLY.missing}}   missing (registry entry dropped)
 ]]
 ${OR_EMPTY}
@@ -185,13 +211,26 @@ if not current then
 end
 local meta = redis.call('HMGET', KEYS[2], ${META_FIELDS_LUA})
 local code = ${REPLY.notOwner}
-if current == ARGV[1] then
+local ms = redis.call('PTTL', KEYS[1])
+if current == '${REVOKED_PREFIX}' .. ARGV[1] then
+  code = ${REPLY.alsoDone}
+  current = ARGV[1]
+elseif current == ARGV[1] then
   code = 1
-  redis.call('DEL', KEYS[1], KEYS[2])
-  redis.call('ZREM', KEYS[3], ARGV[2])
+  local stopWithin = 0
+  local ok, identity = pcall(cjson.decode, meta[${META_INDEX("holder")}] or '')
+  if ok and type(identity) == 'table' then stopWithin = tonumber(identity['stopWithinMs']) or 0 end
+  ms = math.max(ms, 0) + stopWithin + tonumber(ARGV[4])
+  ${SERVER_NOW.trim().replace(/\n/g, "\n  ")}
+  redis.call('SET', KEYS[1], '${REVOKED_PREFIX}' .. ARGV[1], 'PX', ms)
+  redis.call('HSET', KEYS[2], 'revokedBy', ARGV[3], 'revokedAt', nowMs)
+  redis.call('PEXPIRE', KEYS[2], ms)
+  meta[${META_INDEX("revokedBy")}] = ARGV[3]
+  meta[${META_INDEX("revokedAt")}] = nowMs
 end
 local reply = {code, current}
 for i = 1, ${META_FIELDS.length} do reply[i + 2] = orEmpty(meta[i]) end
+reply[#reply + 1] = ms
 return reply
 `,
 } as const satisfies LuaScript;

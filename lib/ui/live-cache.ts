@@ -44,6 +44,7 @@ export class LiveCache {
             staleReason: null,
             staleSince: null,
             consecutiveSkips: previous?.consecutiveSkips ?? 0,
+            revoked: null,
           };
           return [...claims.filter((c) => c.name !== event.name), fresh].sort((a, b) =>
             a.name < b.name ? -1 : a.name > b.name ? 1 : 0,
@@ -67,9 +68,21 @@ export class LiveCache {
           ),
         );
         break;
+      case "claim.revoked":
+        this.updateClaimPages((claims) =>
+          claims.map((c) =>
+            c.name === event.name && c.token === event.token
+              ? { ...c, revoked: { by: event.by, at: event.at }, pttlMs: event.windowMs }
+              : c,
+          ),
+        );
+        this.invalidateSoon(queryKeys.audit());
+        break;
       case "claim.released":
       case "claim.lost":
       case "claim.expired":
+        // A force-released holder noticed: its row stays ("releasing") until its release acknowledges.
+        if (event.type === "claim.lost" && event.cause === "force-released") break;
         this.updateClaimPages((claims) => claims.filter((c) => !(c.name === event.name && c.token === event.token)));
         this.invalidateSoon(queryKeys.rebuilds.all());
         if (event.type === "claim.released" && event.forcedBy) this.invalidateSoon(queryKeys.audit());

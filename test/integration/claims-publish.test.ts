@@ -112,6 +112,8 @@ test("a holder whose claim was force-released (or expired) cannot publish, thoug
     publishedFence: 0,
   });
   assert.equal(await readPublished(client, keys, name), null, "nothing published");
+  // The revoked holder stops and acknowledges; only then is the name free.
+  assert.deepEqual(await releaseClaim(client, keys, name, grant.token), { status: "acknowledged" });
 
   // The same with the claim gone by itself, and with another token in it.
   const again = grantOf(await acquireClaim(client, keys, name, { jobId: "k" }, timing));

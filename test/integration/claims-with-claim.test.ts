@@ -181,7 +181,7 @@ test("expired and re-taken: the old holder's refresh fails, its signal aborts, i
   assert.ok(published!.fence > oldFence);
 });
 
-test("force release while running: the holder aborts (expired)", async () => {
+test("force release while running: the holder aborts (force-released), and its release frees the claim", async () => {
   const keys = redisKeys(uniquePrefix());
   const name = claimName("w/forced");
   const running = withClaim(
@@ -197,11 +197,17 @@ test("force release while running: the holder aborts (expired)", async () => {
         reason: "stuck",
       });
       assert.equal(result.status, "released");
+      // Until this holder has stopped, nobody else gets the claim.
+      assert.equal(
+        (await acquireClaim(client, keys, name, { jobId: "other" }, { ttlMs: 1_000, refreshEveryMs: 300 })).status,
+        "held",
+      );
       return untilAborted(claim);
     },
     { ttlMs: 1_000, refreshEveryMs: 150 },
   );
-  await assert.rejects(running, isLoss("expired"));
+  await assert.rejects(running, isLoss("force-released"));
+  assert.equal(await client.exists(keys.claim(name)), 0, "the holder's release acknowledged: the name is free");
 });
 
 test("fn that ignores its signal still finishes, and the loss is reported with the value", async () => {

@@ -3,6 +3,8 @@
  * version b1; an operator force-releases its claim and another job (version a1, played by this
  * test with one acquire) takes the output. Whether the worker learns of it from a refresh or from
  * its refused publish, b1's job must not end: it is deferred and rebuilt once the output is free.
+ * And the other job gets the output only once the worker has stopped b1's step and acknowledged
+ * the release: never while b1's step may still write.
  */
 import assert from "node:assert/strict";
 import fs from "node:fs";
@@ -10,6 +12,7 @@ import path from "node:path";
 import { after, before, test } from "node:test";
 import { acquireClaim, claimName, forceReleaseClaim, readClaim, releaseClaim, readPublished } from "../../lib/claims";
 import { isFinalStatus } from "../../lib/runs/transitions";
+import { pidsWithMarker } from "../support/markers";
 import { createTestBed, type TestBed } from "../support/stack";
 
 let bed: TestBed;
@@ -53,8 +56,15 @@ async function until<T>(what: string, probe: () => Promise<T | null | undefined>
   }
 }
 
-/** Force-releases b1's live claim (the token the operator was shown) and lets "job A" take the output. */
-async function forceReleaseAndTakeOutput(version: string, otherJob: string): Promise<string> {
+/**
+ * Force-releases b1's live claim (the token the operator was shown) and lets "job A" take the
+ * output — which it can only once the worker acknowledged. `meanwhile` runs between the two.
+ */
+async function forceReleaseAndTakeOutput(
+  version: string,
+  otherJob: string,
+  meanwhile: () => void = () => {},
+): Promise<string> {
   const held = await until(`the claim held for ${version}`, async () => {
     const info = await readClaim(bed.claims, bed.keys, claim());
     return info?.holder.version === version ? info : null;
@@ -69,15 +79,24 @@ async function forceReleaseAndTakeOutput(version: string, otherJob: string): Pro
     reason: "looked dead",
   });
   assert.equal(released.status, "released");
-  const other = await acquireClaim(
-    bed.claims,
-    bed.keys,
-    claim(),
-    { jobId: otherJob, version: "a1", rebuild: "gated", workerId: "other-worker" },
-    { ttlMs: 120_000, refreshEveryMs: 1_000 },
-  );
-  assert.equal(other.status, "acquired");
-  return (other as { token: string }).token;
+  const acquireOther = () =>
+    acquireClaim(
+      bed.claims,
+      bed.keys,
+      claim(),
+      { jobId: otherJob, version: "a1", rebuild: "gated", workerId: "other-worker" },
+      { ttlMs: 120_000, refreshEveryMs: 1_000 },
+    );
+  assert.equal((await acquireOther()).status, "held", "the output stays taken while b1's step may still run");
+  meanwhile();
+  const other = await until("the output free for the other job (the worker acknowledged)", async () => {
+    const grant = await acquireOther();
+    if (grant.status !== "acquired") return null;
+    // Acknowledged only after b1's step stopped: no process of it is left to write.
+    assert.deepEqual(pidsWithMarker({ name: "CLAIMWATCH_VERSION", value: version }), [], `${version}'s step processes`);
+    return grant;
+  });
+  return other.token;
 }
 
 async function assertRebuiltInTheEnd(jobId: string, version: string, otherToken: string): Promise<string> {
@@ -121,9 +140,10 @@ test("a force release noticed only by the refused publish defers the job; the ve
   const worker = await bed.startWorker();
   try {
     const jobId = await bed.trigger("gated", { version: "b2" });
-    const otherToken = await forceReleaseAndTakeOutput("b2", "job-a-2");
     // The step ends at once: the holder reaches its publish before its next refresh, usually.
-    fs.writeFileSync(path.join(outputDir(), "go-b2"), "");
+    const otherToken = await forceReleaseAndTakeOutput("b2", "job-a-2", () =>
+      fs.writeFileSync(path.join(outputDir(), "go-b2"), ""),
+    );
     t.diagnostic(`first attempt: ${await assertRebuiltInTheEnd(jobId, "b2", otherToken)}`);
   } finally {
     await worker.stop();

@@ -108,6 +108,9 @@ const holder = (over: Partial<ClaimHolder>): ClaimHolder => ({
   refreshEveryMs: 30_000,
   acquiredAt: 0,
   refreshedAt: 0,
+  stopWithinMs: null,
+  revokedBy: null,
+  revokedAt: null,
   ...over,
 });
 

@@ -49,6 +49,9 @@ const holder: ClaimHolder = {
   refreshEveryMs: 1_000,
   acquiredAt: 10_000,
   refreshedAt: 10_000,
+  stopWithinMs: null,
+  revokedBy: null,
+  revokedAt: null,
 };
 
 test("stale: last refresh older than two intervals, or holder without a live heartbeat", () => {
