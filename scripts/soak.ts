@@ -33,6 +33,7 @@ import {
   SoakRedis,
   withTimeout,
   WorkerPool,
+  type SoakClaimRef,
   type SoakDirs,
 } from "./soak/bed";
 import { chaosPlan, runChaos } from "./soak/chaos";
@@ -191,9 +192,20 @@ async function main(): Promise<Figures> {
         `force releases ${counts("force-release")}`,
     );
   }, 15_000);
+  let newVersion: ((ref: SoakClaimRef, why: string) => Promise<void>) | undefined;
   try {
     await Promise.all([
-      runTriggerStream({ queue, main, keys, definitions, events, random, until, gapMs: [250, 800] }),
+      runTriggerStream({
+        queue,
+        main,
+        keys,
+        definitions,
+        events,
+        random,
+        until,
+        gapMs: [250, 800],
+        expose: (fn) => (newVersion = fn),
+      }),
       runChaos(
         {
           pool,
@@ -208,6 +220,8 @@ async function main(): Promise<Figures> {
           startedAt: phaseStart,
           until,
           redeliveries,
+          journalDir: dirs.journal,
+          newVersion: (ref, why) => newVersion?.(ref, why) ?? Promise.resolve(),
         },
         plan,
       ),

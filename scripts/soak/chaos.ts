@@ -16,9 +16,12 @@
  * Each action is an event with what the victim was running (from the running-runs index), so
  * the checker can time kill→resume and tell a paused holder from an orphaned one.
  */
+import fs from "node:fs";
+import path from "node:path";
 import type { Queue } from "bullmq";
 import type { Redis } from "ioredis";
 import { forceReleaseClaim, listClaims } from "../../lib/claims";
+import { PRUNING_VERSION } from "../../lib/rebuilds/prune";
 import type { RedisKeys } from "../../lib/redis/keys";
 import { readRun } from "../../lib/runs/records";
 import type { RunRecord } from "../../lib/runs/types";
@@ -28,6 +31,7 @@ import {
   withTimeout,
   type EventLog,
   type SoakRedis,
+  type SoakClaimRef,
   type SoakWorker,
   type WorkerPool,
 } from "./bed";
@@ -54,6 +58,10 @@ export interface ChaosOptions {
   redeliveries: Promise<void>[];
   startedAt: number;
   until: number;
+  /** The step journals (`<rebuild>.journal`): which runs' steps are writing right now. */
+  journalDir?: string;
+  /** Triggers the next version of an output at once (the trigger stream's). */
+  newVersion?: (ref: SoakClaimRef, why: string) => Promise<void>;
 }
 
 /** Guaranteed actions (fraction of the soak → kind), then random ones about every 5 s. */
@@ -183,10 +191,20 @@ export async function runChaos(options: ChaosOptions, plan: ChaosAction[]): Prom
 
 /** An operator's force release of a live claim, as the Claims page does it (the token shown). */
 async function forceReleaseOne(options: ChaosOptions): Promise<void> {
-  const { claims } = await withTimeout(listClaims(options.claims, options.keys), 2_000, "claims");
+  const { claims: held } = await withTimeout(listClaims(options.claims, options.keys), 2_000, "claims");
+  // The wrong moment is the one to test: a claim whose step is writing now, the one that started
+  // last (it has the longest still to write). Else the newest run's claim; a pruner's claim, or
+  // one being released, only when nothing else is held.
+  const writing = options.journalDir ? writingRuns(options.journalDir) : new Map<string, number>();
+  const running = held
+    .filter((c) => c.holder.runId !== null && c.revoked === null)
+    .map((c) => ({ c, since: writing.get(c.holder.runId!) ?? -1 }))
+    .sort((a, b) => b.since - a.since || (b.c.holder.acquiredAt ?? 0) - (a.c.holder.acquiredAt ?? 0))
+    .map(({ c }) => c);
+  const claims = running.length > 0 ? running : held;
   if (claims.length === 0)
     return void options.events.record("chaos-skip", { kind: "force-release", why: "no claim held" });
-  const claim = claims[Math.floor(options.random() * claims.length)]!;
+  const claim = running[0] ?? claims[Math.floor(options.random() * claims.length)]!;
   const result = await withTimeout(
     forceReleaseClaim({ claims: options.claims, audit: options.main }, options.keys, {
       name: claim.name,
@@ -204,6 +222,29 @@ async function forceReleaseOne(options: ChaosOptions): Promise<void> {
     version: claim.holder.version,
     status: result.status,
   });
+  // The wrong moment made worse: the operator asks for the newest version right away, so a
+  // new run waits for this claim while its old holder may still be writing.
+  if (result.status === "released" && claim.holder.rebuild && claim.holder.version !== PRUNING_VERSION) {
+    await options.newVersion?.(
+      { rebuild: claim.holder.rebuild, tenant: claim.holder.tenant ?? undefined },
+      "force-release",
+    );
+  }
+}
+
+/** Runs whose step has started and not yet ended, per the journals: run id → its start (ms). */
+function writingRuns(journalDir: string): Map<string, number> {
+  const started = new Map<string, number>();
+  for (const file of fs.readdirSync(journalDir)) {
+    if (!file.endsWith(".journal")) continue;
+    for (const line of fs.readFileSync(path.join(journalDir, file), "utf8").split("\n")) {
+      const [time, kind, runId] = line.split(" ");
+      if (!runId) continue;
+      if (kind === "start") started.set(runId, Number(time));
+      else if (kind === "end" || kind === "term" || kind?.startsWith("stdout-")) started.delete(runId);
+    }
+  }
+  return started;
 }
 
 function resume(pool: WorkerPool, events: EventLog, worker: SoakWorker): void {

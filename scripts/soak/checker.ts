@@ -425,11 +425,18 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
     if (jobs.size > 1) reissued.push(`${key}: runs ${runs.map((r) => r.id).join(", ")}`);
   }
   // The observed pointer going to a lower fence, or `current` going to a build published only
-  // with a fence lower than the highest published so far.
+  // with a fence lower than the highest published so far. A run swaps `current` only after its
+  // fenced publish, but the watcher may see the swap first (it polls; Redis may be down between
+  // the publish and the next poll): a swap to a build that the claim's next observed pointer
+  // publishes with the newest fence is that publish, seen late (a forced rebuild reproduces the
+  // hash an older fence published, so the hash alone does not name the fence).
   const rolledBack: string[] = [];
   const highest = new Map<string, number>(); // claim → highest fence seen published
   const fenceOfBuild = new Map<string, number>(); // "<claim> <hash>" → highest fence it was published with
-  for (const e of events.filter((x) => x.kind === "pointer" || x.kind === "current")) {
+  const publishes = events.filter((x) => x.kind === "pointer" || x.kind === "current");
+  const nextPointer = (claim: string, from: number) =>
+    publishes.slice(from + 1).find((x) => x.kind === "pointer" && String(x.claim) === claim);
+  for (const [index, e] of publishes.entries()) {
     const claim = String(e.claim);
     if (e.kind === "pointer") {
       if (typeof e.fence !== "number") continue;
@@ -442,7 +449,9 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
       const hash = path.basename(String(e.target ?? ""));
       const fence = fenceOfBuild.get(`${claim} ${hash}`);
       const top = highest.get(claim) ?? 0;
-      if (fence !== undefined && fence < top)
+      const next = nextPointer(claim, index);
+      const seenLate = next !== undefined && String(next.value) === hash && Number(next.fence) >= top;
+      if (fence !== undefined && fence < top && !seenLate)
         rolledBack.push(`${claim}: current went to ${hash} (fence ${fence}) after fence ${top} at ${at(e.t)}`);
     }
   }

@@ -10,6 +10,8 @@
  *               the same bytes again, so the same content-addressed build
  *
  * Every accepted trigger is an event `trigger` with its job id; the checker accounts for each.
+ * `expose` hands the chaos a way to ask for the next version of one output at once (after a
+ * force release: the operator who frees a claim usually wants the newest version built now).
  */
 import crypto from "node:crypto";
 import type { Queue } from "bullmq";
@@ -33,6 +35,8 @@ export interface TriggerStreamOptions {
   until: number;
   /** Pause between triggers, ms. */
   gapMs: [number, number];
+  /** Called once at the start with a function that triggers the next version of one output now. */
+  expose?: (newVersion: (ref: SoakClaimRef, why: string) => Promise<void>) => void;
 }
 
 const MODES: [TriggerMode, number][] = [
@@ -50,8 +54,14 @@ export async function runTriggerStream(options: TriggerStreamOptions): Promise<v
   const pick = <T>(items: T[]): T => items[Math.floor(random() * items.length)]!;
   const versionOf = (n: number) => `v${String(n).padStart(4, "0")}`;
 
-  const send = async (ref: SoakClaimRef, version: string, mode: TriggerMode, force = false): Promise<void> => {
-    const fields = { rebuild: ref.rebuild, tenant: ref.tenant ?? null, version, mode, force };
+  const send = async (
+    ref: SoakClaimRef,
+    version: string,
+    mode: TriggerMode,
+    force = false,
+    why?: string,
+  ): Promise<void> => {
+    const fields = { rebuild: ref.rebuild, tenant: ref.tenant ?? null, version, mode, force, ...(why ? { why } : {}) };
     try {
       if (mode === "redeliver") {
         const definition = options.definitions.rebuilds.get(ref.rebuild)!;
@@ -94,6 +104,12 @@ export async function runTriggerStream(options: TriggerStreamOptions): Promise<v
       events.record("trigger-error", { ...fields, error: String(error) });
     }
   };
+
+  options.expose?.(async (ref, why) => {
+    const next = (newest.get(claimLabel(ref)) ?? 0) + 1;
+    newest.set(claimLabel(ref), next);
+    await send(ref, versionOf(next), "new", false, why);
+  });
 
   while (Date.now() < options.until) {
     const ref = pick(refs);
