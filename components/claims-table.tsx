@@ -265,10 +265,10 @@ function ForceReleaseDialog({ claim, onClose }: { claim: ApiClaim; onClose: (mes
           Only the token shown here is released. If another holder has taken the claim since, nothing happens.
         </p>
         <p className="mt-2 text-sm text-slate-700" data-field="release-effect">
-          The holder is told to stop: its running attempt is aborted (its steps get SIGTERM, then SIGKILL after
-          their kill grace) and goes back to the queue, where it is retried. Nobody else can take the claim until the
-          holder has stopped — at the latest when its TTL ({formatDurationMs(Math.max(0, claim.pttlMs))} left) and
-          its steps&apos; kill grace have run out — so the holder and the next run never write at once.
+          The holder is told to stop: its running attempt is aborted (its steps get SIGTERM, then SIGKILL after their
+          kill grace) and goes back to the queue, where it is retried. Nobody else can take the claim until the holder
+          has stopped — at the latest when its TTL ({formatDurationMs(Math.max(0, claim.pttlMs))} left) and its
+          steps&apos; kill grace have run out — so the holder and the next run never write at once.
         </p>
         <dl className="mt-3 grid grid-cols-[8rem_1fr] gap-x-3 gap-y-1 text-sm">
           <dt className="text-slate-500">Claim</dt>

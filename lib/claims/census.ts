@@ -31,7 +31,17 @@ export interface ClaimCensus {
   counters: Record<string, string>;
 }
 
-const FIELDS = ["refreshedAt", "refreshEveryMs", "acquiredAt", "ttlMs", "fence", "jobId", "holder", "revokedBy", "revokedAt"];
+const FIELDS = [
+  "refreshedAt",
+  "refreshEveryMs",
+  "acquiredAt",
+  "ttlMs",
+  "fence",
+  "jobId",
+  "holder",
+  "revokedBy",
+  "revokedAt",
+];
 /** Claims per script call: about 5 ms of Redis time each. */
 const CHUNK = 2_000;
 

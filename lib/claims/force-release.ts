@@ -36,19 +36,20 @@ export interface ForceReleaseRequest {
   reason: string;
 }
 
-export type ForceReleaseResult = { auditId: string } & (
+export type ForceReleaseResult = { auditId: string } &
   /**
    * Revoked: the holder is told to stop. The name is free once it acknowledges (its release),
    * at the latest after `releaseWindowMs`.
    */
-  | { status: "released"; holder: ClaimHolder; releaseWindowMs: number }
-  /** Released earlier and its holder has not stopped yet; free at the latest in `releaseWindowMs`. */
-  | { status: "releasing"; holder: ClaimHolder; releaseWindowMs: number }
-  /** The claim now has another token (a newer holder); nothing was changed. */
-  | { status: "not-owner"; currentToken: string; holder: ClaimHolder }
-  /** Nobody holds the claim (it expired or was released). */
-  | { status: "missing" }
-);
+  (
+    | { status: "released"; holder: ClaimHolder; releaseWindowMs: number }
+    /** Released earlier and its holder has not stopped yet; free at the latest in `releaseWindowMs`. */
+    | { status: "releasing"; holder: ClaimHolder; releaseWindowMs: number }
+    /** The claim now has another token (a newer holder); nothing was changed. */
+    | { status: "not-owner"; currentToken: string; holder: ClaimHolder }
+    /** Nobody holds the claim (it expired or was released). */
+    | { status: "missing" }
+  );
 
 export interface ForceReleaseClients {
   /** The claims Redis. */

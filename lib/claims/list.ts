@@ -6,7 +6,13 @@
  */
 import type { Redis } from "ioredis";
 import type { RedisKeys } from "../redis/keys";
-import { CLAIM_PRUNE, queueScript, REVOKED_PREFIX, scriptPipeline, type ScriptingPipelineClient } from "../redis/scripts";
+import {
+  CLAIM_PRUNE,
+  queueScript,
+  REVOKED_PREFIX,
+  scriptPipeline,
+  type ScriptingPipelineClient,
+} from "../redis/scripts";
 import { holderFromHash } from "./holder";
 import type { ClaimHolder } from "./types";
 import { staleReasons } from "./stale";
