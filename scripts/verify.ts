@@ -8,7 +8,7 @@ import { loadDefinitionsOrExit, outputDirOf, tenantsOf } from "../lib/rebuilds/d
 import { verifyBuilds } from "../lib/rebuilds/output";
 
 const config = loadConfigOrExit("claimwatch verify");
-const definitions = loadDefinitionsOrExit(config.definitionsPath, "claimwatch verify");
+const definitions = loadDefinitionsOrExit(config.definitionsPath, "claimwatch verify", config.definitionsSource);
 const [name, tenantArg, ...extra] = process.argv.slice(2);
 const usage = (problem: string): never => {
   process.stderr.write(`claimwatch verify: ${problem}\nusage: npm run verify -- <rebuild> [tenant]\n`);

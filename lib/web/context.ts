@@ -28,7 +28,7 @@ const holder = globalThis as typeof globalThis & { __claimwatchWeb?: WebContext 
 export function getWebContext(): WebContext {
   if (holder.__claimwatchWeb) return holder.__claimwatchWeb;
   const config = getConfig();
-  const loaded = loadDefinitions(config.definitionsPath);
+  const loaded = loadDefinitions(config.definitionsPath, config.definitionsSource);
   if (!loaded.ok) throw loaded.error;
   const connections = openConnections(config, "web", "claimwatch-web");
   const probeMain = createRedis(connections.urls.main, "probe", "claimwatch-web:probe");
