@@ -4,7 +4,13 @@
  * and exits 1 when any does; 0 when all are whole; 2 for a bad argument (the valid names listed).
  */
 import { loadConfigOrExit } from "../lib/config";
-import { loadDefinitionsOrExit, outputDirOf, tenantsOf } from "../lib/rebuilds/definitions";
+import {
+  loadDefinitionsOrExit,
+  outputDirOf,
+  tenantProblem,
+  tenantsOf,
+  unknownRebuildProblem,
+} from "../lib/rebuilds/definitions";
 import { verifyBuilds } from "../lib/rebuilds/output";
 
 const config = loadConfigOrExit("claimwatch verify");
@@ -16,15 +22,10 @@ const usage = (problem: string): never => {
 };
 if (!name || extra.length > 0) usage(name ? "too many arguments" : "name a rebuild");
 const rebuild = definitions.rebuilds.get(name!);
-if (!rebuild) usage(`unknown rebuild '${name}'; rebuilds: ${[...definitions.rebuilds.keys()].join(", ") || "(none)"}`);
+if (!rebuild) usage(unknownRebuildProblem(definitions, name!));
 const tenants = tenantsOf(rebuild!);
-if (tenantArg !== undefined && !tenants.includes(tenantArg)) {
-  usage(
-    rebuild!.tenants
-      ? `rebuild '${name}' has no tenant '${tenantArg}'; tenants: ${rebuild!.tenants.join(", ")}`
-      : `rebuild '${name}' has no tenants`,
-  );
-}
+const tenantError = tenantArg === undefined ? null : tenantProblem(rebuild!, tenantArg);
+if (tenantError) usage(tenantError);
 
 let checked = 0;
 let changed = 0;

@@ -608,20 +608,28 @@ export function outputDirOf(rebuild: Pick<RebuildDefinition, "outputPath">, tena
   return tenant ? path.join(rebuild.outputPath, tenant) : rebuild.outputPath;
 }
 
-/** The claim-relevant tenants of a rebuild: its tenants, or one unnamed "tenant". */
 /**
- * The one tenant check (trigger, API, worker): null when `tenant` fits the rebuild — one of its
- * tenants, or none for a rebuild without tenants — else why not, in one line.
+ * The one tenant check (trigger, API, worker, CLI): null when `tenant` fits the rebuild — one of
+ * its tenants, or none for a rebuild without tenants — else why not, in one line that lists the
+ * valid tenants.
  */
 export function tenantProblem(rebuild: RebuildDefinition, tenant: string | undefined): string | null {
   if (rebuild.tenants) {
-    return tenant && rebuild.tenants.includes(tenant)
+    if (tenant === undefined) return `rebuild '${rebuild.name}' needs a tenant, one of: ${rebuild.tenants.join(", ")}`;
+    return rebuild.tenants.includes(tenant)
       ? null
-      : `rebuild '${rebuild.name}' needs a tenant, one of: ${rebuild.tenants.join(", ")}`;
+      : `'${oneLine(tenant).slice(0, 80)}' is not a tenant of rebuild '${rebuild.name}'; its tenants: ${rebuild.tenants.join(", ")}`;
   }
-  return tenant === undefined ? null : `rebuild '${rebuild.name}' has no tenants`;
+  return tenant === undefined ? null : `rebuild '${rebuild.name}' has no tenants (leave out the tenant)`;
 }
 
+/** The one "unknown rebuild" message: names the valid rebuilds. */
+export function unknownRebuildProblem(definitions: Pick<Definitions, "rebuilds">, name: string): string {
+  const known = [...definitions.rebuilds.keys()];
+  return `no rebuild named '${oneLine(name).slice(0, 80)}'; rebuilds: ${known.join(", ") || "(none)"}`;
+}
+
+/** The claim-relevant tenants of a rebuild: its tenants, or one unnamed "tenant". */
 export function tenantsOf(rebuild: RebuildDefinition): (string | undefined)[] {
   return rebuild.tenants ?? [undefined];
 }
