@@ -170,16 +170,16 @@ test("the process edge prints each problem on its own prefixed line, then exits 
   try {
     const file = path.join(dir, "claimwatch.yaml");
     fs.writeFileSync(file, "rebuilds:\n  p: { output: o, steps: [] }\n  q: { output: o2, steps: [], extra: 1 }\n");
-    const result = spawnSync(process.execPath, ["--import", "tsx", "scripts/verify.ts", "p"], {
+    const result = spawnSync(process.execPath, ["bin/claimwatch.mjs", "verify", "p"], {
       env: { ...process.env, CLAIMWATCH_CONFIG: file, CLAIMWATCH_DATA_DIR: path.join(dir, ".data") },
       encoding: "utf8",
       timeout: 30_000,
     });
     assert.equal(result.status, 2, result.stderr);
     assert.deepEqual(result.stderr.trim().split("\n"), [
-      "claimwatch verify: definitions error: claimwatch.yaml:2: rebuilds.p.steps: must list at least one step",
-      "claimwatch verify: definitions error: claimwatch.yaml:3: rebuilds.q.steps: must list at least one step",
-      "claimwatch verify: definitions error: claimwatch.yaml:3: rebuilds.q: unknown key 'extra'",
+      "claimwatch: definitions error: claimwatch.yaml:2: rebuilds.p.steps: must list at least one step",
+      "claimwatch: definitions error: claimwatch.yaml:3: rebuilds.q.steps: must list at least one step",
+      "claimwatch: definitions error: claimwatch.yaml:3: rebuilds.q: unknown key 'extra'",
     ]);
   } finally {
     fs.rmSync(dir, { recursive: true, force: true });
