@@ -28,7 +28,9 @@ function write(stream: NodeJS.WriteStream, text: string): Promise<void> {
 async function finish(outcome: Outcome, json: boolean): Promise<never> {
   if (json) await write(process.stdout, `${JSON.stringify(outcome.json, null, 2)}\n`);
   else if (outcome.human.length) await write(process.stdout, `${outcome.human.join("\n")}\n`);
-  if (outcome.error) await write(process.stderr, `claimwatch: ${outcome.error}\n`);
+  // Each problem on its own prefixed line; an indented line (a file excerpt) belongs to the one above.
+  const lines = outcome.error?.split("\n").map((line) => (/^\s/.test(line) ? line : `claimwatch: ${line}`));
+  if (lines?.length) await write(process.stderr, `${lines.join("\n")}\n`);
   process.exit(outcome.exitCode);
 }
 
