@@ -6,6 +6,7 @@
  */
 import { auditRefused, actorOf } from "../lib/api/handler";
 import type { AuditAction } from "../lib/audit";
+import { takeToken } from "../lib/auth/rate-limit";
 import { identifyShellOperator } from "../lib/auth/shell-identity";
 import { parseConfig, type Config } from "../lib/config";
 import { describeError } from "../lib/describe-error";
@@ -97,10 +98,19 @@ export async function operatorActor(
   detail: Record<string, unknown>,
 ): Promise<string> {
   const found = identifyShellOperator(context.config, process.env);
-  if (found.ok) return `${actorOf(found.identity)} via cli`;
-  await auditRefused(context, action, `${actorOf(found.identity)} via cli`, found.problem, {
-    ...detail,
-    via: "cli",
-  }).catch(() => {});
-  throw new CliFailure(EXIT.usage, "no-identity", found.problem);
+  const actor = `${actorOf(found.identity)} via cli`;
+  const refuse = (reason: string) =>
+    auditRefused(context, action, actor, reason, { ...detail, via: "cli" }).catch(() => {});
+  if (!found.ok) {
+    await refuse(found.problem);
+    throw new CliFailure(EXIT.usage, "no-identity", found.problem);
+  }
+  // The API's limit per identity (30 mutations a minute) holds from a shell as well.
+  const limit = await takeToken(context.connections.main, context.connections.keys, action, found.identity.name);
+  if (!limit.allowed) {
+    const message = `too many ${action} requests; retry in ${Math.ceil(limit.retryAfterMs / 1000)} s`;
+    await refuse(`rate limited (${message})`);
+    throw new CliFailure(EXIT.refused, "rate-limited", message);
+  }
+  return actor;
 }
