@@ -65,6 +65,11 @@ const LAYERS = [
     why: "the worker uses domain modules only",
   },
   {
+    files: ["cli/**/*.ts"],
+    forbid: [...LIB_BASE, ...RUN_SCRIPTS, "next", "next/**", "react"],
+    why: "the CLI is an edge like a route handler: it calls lib/ functions only",
+  },
+  {
     files: ["bench/**/*.ts", "scripts/**/*.ts"],
     forbid: RUN_SCRIPTS,
     why: "only lib/runs writes run records (use lib/runs/writer)",

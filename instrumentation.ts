@@ -4,7 +4,7 @@ export async function register(): Promise<void> {
   const { loadConfigOrExit } = await import("./lib/config");
   const { loadDefinitionsOrExit } = await import("./lib/rebuilds/definitions");
   const config = loadConfigOrExit("claimwatch-web");
-  const definitions = loadDefinitionsOrExit(config.definitionsPath, "claimwatch-web");
+  const definitions = loadDefinitionsOrExit(config.definitionsPath, "claimwatch-web", config.definitionsSource);
   if (definitions.alerts) {
     const { startWebAlerting } = await import("./lib/alerts/start-web");
     startWebAlerting();

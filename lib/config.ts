@@ -152,6 +152,8 @@ export interface Config {
   port: number;
   /** Absolute path of the rebuild definitions file. */
   definitionsPath: string;
+  /** Why that file: named by CLAIMWATCH_CONFIG, or the default in the working directory (said when it is missing). */
+  definitionsSource: { from: "CLAIMWATCH_CONFIG"; value: string } | { from: "default"; cwd: string };
   /** Absolute path of the data directory (embedded Redis data, generated secrets). */
   dataDir: string;
   /** Every Redis key claimwatch writes starts with `{keyPrefix}:` (one hash slot). */
@@ -224,6 +226,10 @@ export function parseConfig(env: Record<string, string | undefined>, cwd: string
       host: e.HOST,
       port: e.PORT,
       definitionsPath: path.resolve(cwd, e.CLAIMWATCH_CONFIG),
+      definitionsSource:
+        present.CLAIMWATCH_CONFIG === undefined
+          ? { from: "default", cwd }
+          : { from: "CLAIMWATCH_CONFIG", value: e.CLAIMWATCH_CONFIG },
       dataDir: path.resolve(cwd, e.CLAIMWATCH_DATA_DIR),
       keyPrefix: e.CLAIMWATCH_KEY_PREFIX,
       workerConcurrency: e.CLAIMWATCH_WORKER_CONCURRENCY,

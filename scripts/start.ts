@@ -36,7 +36,7 @@ const fail = (line: string, code = 1): never => {
 };
 
 const config = loadConfigOrExit("claimwatch");
-const definitions = loadDefinitionsOrExit(config.definitionsPath, "claimwatch");
+const definitions = loadDefinitionsOrExit(config.definitionsPath, "claimwatch", config.definitionsSource);
 process.env.NEXT_TELEMETRY_DISABLED = "1";
 
 // A launcher that died without stopping its children (SIGKILL, OOM killer) left them running:

@@ -29,7 +29,7 @@ import { beat, HEARTBEAT_EVERY_MS, newWorkerIdentity, retire } from "../lib/work
 import { DEFAULT_WORKER_OPTIONS, startRebuildWorker } from "./rebuild-worker";
 
 const config = loadConfigOrExit("claimwatch-worker");
-const definitions = loadDefinitionsOrExit(config.definitionsPath, "claimwatch-worker");
+const definitions = loadDefinitionsOrExit(config.definitionsPath, "claimwatch-worker", config.definitionsSource);
 let urls;
 try {
   urls = resolveRedisUrls(config);

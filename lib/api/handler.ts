@@ -75,11 +75,25 @@ async function auditRefusal(
   request: Request,
   reason: string,
 ): Promise<void> {
+  await auditRefused(context, action, actorOf(identity), reason, {
+    path: new URL(request.url).pathname,
+    method: request.method,
+  });
+}
+
+/** A mutation refused before it ran (who, why), as the audit log keeps it: the API's and the CLI's. */
+export async function auditRefused(
+  context: Pick<WebContext, "connections">,
+  action: AuditAction,
+  actor: string,
+  reason: string,
+  detail: Record<string, unknown>,
+): Promise<void> {
   await appendAudit(context.connections.main, context.connections.keys, {
-    actor: actorOf(identity),
+    actor,
     action,
     reason,
     result: "refused",
-    detail: { path: new URL(request.url).pathname, method: request.method },
+    detail,
   });
 }

@@ -4,7 +4,7 @@ import { z } from "zod";
 import { appendAudit } from "../audit";
 import { claimName, readClaim, readClaimsByName, readSkipsMany } from "../claims";
 import { listChangedBuilds } from "../rebuilds/build-integrity";
-import { tenantProblem, tenantsOf, type RebuildDefinition } from "../rebuilds/definitions";
+import { tenantProblem, tenantsOf, unknownRebuildProblem, type RebuildDefinition } from "../rebuilds/definitions";
 import { triggerRebuild } from "../rebuilds/trigger";
 import { hashInputs, idempotencyKey, InputHashCache, VERSION_PATTERN } from "../rebuilds/version";
 import { decideRun } from "../rebuilds/decide";
@@ -128,9 +128,8 @@ export const triggerBody = z.strictObject({
 });
 
 function definitionOr404(context: WebContext, name: string, tenant: string | undefined): RebuildDefinition {
-  if (!NAME.test(name)) throw notFound(`no rebuild named '${name.slice(0, 80)}'`);
-  const definition = context.definitions.rebuilds.get(name);
-  if (!definition) throw notFound(`no rebuild named '${name}'`);
+  const definition = NAME.test(name) ? context.definitions.rebuilds.get(name) : undefined;
+  if (!definition) throw notFound(unknownRebuildProblem(context.definitions, name));
   const tenantError = tenantProblem(definition, tenant);
   if (tenantError) throw notFound(tenantError);
   return definition;

@@ -6,6 +6,7 @@ import { readRun, readRunLog } from "../runs/records";
 import { RUN_ID_PATTERN, RUN_STATUSES, type RunRecord } from "../runs/types";
 import type { WebContext } from "../web/context";
 import { badRequest, notFound } from "./errors";
+import { tenantProblem, unknownRebuildProblem } from "../rebuilds/definitions";
 import { NAME_PATTERN as NAME } from "../names";
 
 export const MAX_RUNS_PAGE = 200;
@@ -27,10 +28,10 @@ export async function getRuns(context: WebContext, query: RunsQuery): Promise<Ru
   if (query.tenant && !query.rebuild) throw badRequest("tenant: give the rebuild it belongs to as well");
   if (query.rebuild) {
     const definition = context.definitions.rebuilds.get(query.rebuild);
-    if (!definition) throw badRequest(`rebuild: no rebuild named '${query.rebuild}'`);
-    if (query.tenant && !definition.tenants?.includes(query.tenant)) {
-      throw badRequest(`tenant: rebuild '${query.rebuild}' has no tenant '${query.tenant}'`);
-    }
+    if (!definition) throw badRequest(`rebuild: ${unknownRebuildProblem(context.definitions, query.rebuild)}`);
+    // A filter may leave out the tenant of a rebuild that has tenants (all of them).
+    const problem = query.tenant === undefined ? null : tenantProblem(definition, query.tenant);
+    if (problem) throw badRequest(`tenant: ${problem}`);
   }
   const { connections } = context;
   return listRuns(

@@ -115,6 +115,6 @@ export async function checkPublishedBuilds(
 export async function changedBuildProblems(client: Pick<Redis, "hgetall">, keys: RedisKeys): Promise<string[]> {
   return (await listChangedBuilds(client, keys)).map(
     (build) =>
-      `Published build of ${build.rebuild}${build.tenant ? `/${build.tenant}` : ""} changed on disk: ${build.path} no longer matches its hash (found ${new Date(build.foundAt).toISOString()} by ${build.foundBy}); run npm run verify -- ${build.rebuild}${build.tenant ? ` ${build.tenant}` : ""}`,
+      `Published build of ${build.rebuild}${build.tenant ? `/${build.tenant}` : ""} changed on disk: ${build.path} no longer matches its hash (found ${new Date(build.foundAt).toISOString()} by ${build.foundBy}); run npx claimwatch verify ${build.rebuild}${build.tenant ? ` ${build.tenant}` : ""}`,
   );
 }

@@ -6,7 +6,7 @@
 import fs from "node:fs";
 import path from "node:path";
 import { CronExpressionParser } from "cron-parser";
-import { parse as parseYaml, YAMLParseError } from "yaml";
+import { isMap, isScalar, isSeq, LineCounter, parseDocument, type Document, type YAMLError } from "yaml";
 import { z } from "zod";
 import { alertsSchema, rebuildAlertsSchema, type AlertsConfig } from "../alerts/config";
 import { tryClaimName } from "../claims/name";
@@ -217,15 +217,39 @@ export interface Definitions {
   alerts?: AlertsConfig;
 }
 
+/** One thing wrong in a definitions file: where (path inside it, line) and what. */
+export interface DefinitionsProblem {
+  /** Path inside the document (`rebuilds.parcels.claim.ttl`); empty for the file as a whole. */
+  where: string;
+  problem: string;
+  /** 1-based line in the file, when known. */
+  line?: number;
+  /** The offending line of the file and a caret under the column, for YAML syntax errors. */
+  excerpt?: string[];
+}
+
+/**
+ * A definitions file that cannot be used, with every problem found in it (not only the first):
+ * one line per problem, `file[:line]: where: problem`, a YAML syntax error followed by the
+ * offending line. `where` and `problem` are the first problem's, for one-line reports.
+ */
 export class DefinitionsError extends Error {
+  readonly where: string;
+  readonly problem: string;
   constructor(
     readonly file: string,
-    readonly where: string,
-    readonly problem: string,
+    readonly problems: DefinitionsProblem[],
   ) {
-    super(`${file}: ${where ? `${where}: ` : ""}${problem}`);
+    super(problems.map((p) => formatProblem(file, p)).join("\n"));
     this.name = "DefinitionsError";
+    this.where = problems[0]?.where ?? "";
+    this.problem = problems[0]?.problem ?? "";
   }
+}
+
+function formatProblem(file: string, { where, problem, line, excerpt }: DefinitionsProblem): string {
+  const head = `${file}${line ? `:${line}` : ""}: ${where ? `${where}: ` : ""}${problem}`;
+  return excerpt?.length ? [head, ...excerpt].join("\n") : head;
 }
 
 export type DefinitionsResult = { ok: true; definitions: Definitions } | { ok: false; error: DefinitionsError };
@@ -274,19 +298,17 @@ function valueAt(root: unknown, trail: PropertyKey[]): unknown {
   return value;
 }
 
-/** Validates already-parsed YAML/JSON. `file` is used in messages and to resolve relative paths. */
-export function parseDefinitions(raw: unknown, file: string): DefinitionsResult {
-  const shown = oneLine(path.basename(file));
-  const protoKey = findProtoKey(raw);
-  if (protoKey) {
-    return {
-      ok: false,
-      error: new DefinitionsError(shown, issuePath(protoKey.slice(0, -1)), "'__proto__' is not allowed as a key"),
-    };
-  }
-  const parsed = definitionsFileSchema.safeParse(raw ?? {});
-  if (!parsed.success) {
-    let issue = parsed.error.issues[0]!;
+/** Where a path of the document starts in its file (1-based line), when the caller knows the text. */
+export type LineOf = (path: PropertyKey[]) => number | undefined;
+
+const EXAMPLE_REBUILD =
+  "e.g.  rebuilds: { nightly: { output: data/builds/nightly, steps: [{ name: build, run: [make] }] } }";
+
+/** The zod issues of a document, as problems: every one of them, each with its own path. */
+function schemaProblems(raw: unknown, issues: z.core.$ZodIssue[], lineOf: LineOf | undefined): DefinitionsProblem[] {
+  const problems: DefinitionsProblem[] = [];
+  const seen = new Set<string>();
+  for (let issue of issues) {
     // A step that says which kind it is (`run` or `tiles`) gets that kind's own error, not the union's.
     if (issue.code === "invalid_union") {
       const value = valueAt(raw, issue.path);
@@ -295,64 +317,101 @@ export function parseDefinitions(raw: unknown, file: string): DefinitionsResult 
       if (inner) issue = { ...inner, path: [...issue.path, ...inner.path] } as typeof issue;
     }
     let message = issue.message;
-    if (issue.code === "unrecognized_keys") message = `unknown key ${issue.keys.map((k) => `'${k}'`).join(", ")}`;
+    let linePath: PropertyKey[] = issue.path;
+    if (issue.code === "unrecognized_keys") {
+      message = `unknown key ${issue.keys.map((k) => `'${k}'`).join(", ")}`;
+      if (issue.keys[0] !== undefined) linePath = [...issue.path, issue.keys[0]];
+    }
     if (issue.code === "invalid_key") message = `invalid name: ${issue.issues[0]?.message ?? message}`;
-    return { ok: false, error: new DefinitionsError(shown, issuePath(issue.path), oneLine(message)) };
+    if (issue.path.length === 1 && issue.path[0] === "rebuilds" && valueAt(raw, issue.path) === undefined) {
+      message = `is missing: the file must have a 'rebuilds:' section with at least one rebuild (${EXAMPLE_REBUILD})`;
+    }
+    const problem = { where: issuePath(issue.path), problem: oneLine(message), line: lineOf?.(linePath) };
+    const key = `${problem.where}\u0000${problem.problem}`;
+    if (seen.has(key)) continue;
+    seen.add(key);
+    problems.push(problem);
   }
+  return problems;
+}
+
+/**
+ * Validates already-parsed YAML/JSON. `file` is used in messages and to resolve relative paths;
+ * `lineOf`, when given, puts the line of each problem in its message. Every problem is reported.
+ */
+export function parseDefinitions(raw: unknown, file: string, lineOf?: LineOf): DefinitionsResult {
+  const shown = oneLine(path.basename(file));
+  const refuse = (problems: DefinitionsProblem[]): DefinitionsResult => ({
+    ok: false,
+    // In file order, as an editor shows them (stable: one line's problems keep their order).
+    error: new DefinitionsError(
+      shown,
+      [...problems].sort((a, b) => (a.line ?? Infinity) - (b.line ?? Infinity)),
+    ),
+  });
+  const protoKey = findProtoKey(raw);
+  if (protoKey) {
+    return refuse([
+      {
+        where: issuePath(protoKey.slice(0, -1)),
+        problem: "'__proto__' is not allowed as a key",
+        line: lineOf?.(protoKey),
+      },
+    ]);
+  }
+  const problems: DefinitionsProblem[] = [];
+  const declared = valueAt(raw, ["rebuilds"]);
+  if (declared && typeof declared === "object" && !Array.isArray(declared) && Object.keys(declared).length === 0) {
+    problems.push({
+      where: "rebuilds",
+      problem: `is empty: add at least one rebuild under 'rebuilds:' (${EXAMPLE_REBUILD}; README, "Rebuild definitions")`,
+      line: lineOf?.(["rebuilds"]),
+    });
+  }
+  const parsed = definitionsFileSchema.safeParse(raw ?? {});
+  if (!parsed.success) return refuse([...problems, ...schemaProblems(raw, parsed.error.issues, lineOf)]);
+  if (problems.length > 0) return refuse(problems);
   const baseDir = path.dirname(path.resolve(file));
   const rebuilds = new Map<string, RebuildDefinition>();
   const owners = new Map<string, string>();
   for (const [name, rebuild] of Object.entries(parsed.data.rebuilds)) {
+    const where = `rebuilds.${name}.output`;
+    const line = lineOf?.(["rebuilds", name, "output"]);
     const outputPath = path.resolve(baseDir, rebuild.output);
     const pinned = pinnedPath(outputPath);
     if (!pinned.ok) {
-      return {
-        ok: false,
-        error: new DefinitionsError(
-          shown,
-          `rebuilds.${name}.output`,
-          oneLine(`identity cannot be pinned: ${pinned.reason}`),
-        ),
-      };
+      problems.push({ where, line, problem: oneLine(`identity cannot be pinned: ${pinned.reason}`) });
+      continue;
     }
     const claimPath = pinned.path;
     // The claim is named for the output (+ tenant): an output that makes no valid claim name
     // (the root directory, glob characters, …) is refused here, not when the first run starts.
-    for (const tenant of rebuild.tenants ?? [undefined]) {
-      const check = tryClaimName(claimPath, tenant);
-      if (!check.ok) {
-        return {
-          ok: false,
-          error: new DefinitionsError(
-            shown,
-            `rebuilds.${name}.output`,
-            oneLine(`cannot name a claim: ${check.reason}`),
-          ),
-        };
-      }
+    const unnamed = (rebuild.tenants ?? [undefined])
+      .map((tenant) => tryClaimName(claimPath, tenant))
+      .find((c) => !c.ok);
+    if (unnamed && !unnamed.ok) {
+      problems.push({ where, line, problem: oneLine(`cannot name a claim: ${unnamed.reason}`) });
+      continue;
     }
     const owner = owners.get(claimPath);
     if (owner) {
-      return {
-        ok: false,
-        error: new DefinitionsError(
-          shown,
-          `rebuilds.${name}.output`,
-          `is also the output of rebuild '${owner}'; two rebuilds must not share an output`,
-        ),
-      };
+      problems.push({
+        where,
+        line,
+        problem: `is also the output of rebuild '${owner}'; two rebuilds must not share an output`,
+      });
+      continue;
     }
-    for (const [other, otherOutput] of [...owners.entries()].map(([o, n]) => [n, o] as const)) {
-      if (claimPath.startsWith(otherOutput + path.sep) || otherOutput.startsWith(claimPath + path.sep)) {
-        return {
-          ok: false,
-          error: new DefinitionsError(
-            shown,
-            `rebuilds.${name}.output`,
-            `is nested with the output of rebuild '${other}'; outputs must not contain each other`,
-          ),
-        };
-      }
+    const nested = [...owners.entries()].find(
+      ([otherOutput]) => claimPath.startsWith(otherOutput + path.sep) || otherOutput.startsWith(claimPath + path.sep),
+    );
+    if (nested) {
+      problems.push({
+        where,
+        line,
+        problem: `is nested with the output of rebuild '${nested[1]}'; outputs must not contain each other`,
+      });
+      continue;
     }
     owners.set(claimPath, name);
     rebuilds.set(name, {
@@ -364,6 +423,7 @@ export function parseDefinitions(raw: unknown, file: string): DefinitionsResult 
       baseDir,
     });
   }
+  if (problems.length > 0) return refuse(problems);
   return {
     ok: true,
     definitions: { file: path.resolve(file), rebuilds, retention: parsed.data.retention, alerts: parsed.data.alerts },
@@ -392,26 +452,151 @@ function pinnedPath(target: string): { ok: true; path: string } | { ok: false; r
   }
 }
 
-export function loadDefinitions(file: string): DefinitionsResult {
-  const shown = path.basename(file);
+/** Why the process reads this file: said when it is missing. */
+export type DefinitionsSource = { from: "CLAIMWATCH_CONFIG"; value: string } | { from: "default"; cwd: string };
+
+/**
+ * Reads and validates a definitions file. Every YAML syntax error is reported (with its line
+ * shown), or else every schema problem; a missing file says where it looked and why.
+ */
+export function loadDefinitions(file: string, source?: DefinitionsSource): DefinitionsResult {
+  const shown = oneLine(path.basename(file));
   let text: string;
   try {
     text = fs.readFileSync(file, "utf8");
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;
-    const problem = code === "ENOENT" ? "file not found (set CLAIMWATCH_CONFIG)" : `cannot be read (${code})`;
-    return { ok: false, error: new DefinitionsError(oneLine(file), "", problem) };
+    const problem =
+      code === "ENOENT"
+        ? `file not found (${whyThisFile(source)})`
+        : code === "EISDIR"
+          ? "is a directory; CLAIMWATCH_CONFIG must name the definitions file itself"
+          : `cannot be read (${code})`;
+    return { ok: false, error: new DefinitionsError(oneLine(file), [{ where: "", problem: oneLine(problem) }]) };
+  }
+  const lines = new LineCounter();
+  // logLevel "error": YAML warnings would otherwise go to stderr through process.emitWarning.
+  const document = parseDocument(text, { uniqueKeys: true, logLevel: "error", lineCounter: lines });
+  if (document.errors.length > 0) {
+    const problems = yamlProblems(text, document.errors);
+    return { ok: false, error: new DefinitionsError(shown, problems) };
   }
   let raw: unknown;
   try {
-    // logLevel "error": YAML warnings would otherwise go to stderr through process.emitWarning.
-    raw = parseYaml(text, { uniqueKeys: true, maxAliasCount: 100, logLevel: "error" });
+    raw = document.toJS({ maxAliasCount: 100 });
   } catch (error) {
-    const where = error instanceof YAMLParseError && error.linePos ? `line ${error.linePos[0].line}` : "";
+    // Alias bombs and the like: yaml refuses them while building the value.
     const message = (error as Error).message.split("\n")[0] ?? "is not valid YAML";
-    return { ok: false, error: new DefinitionsError(shown, where, oneLine(`is not valid YAML: ${message}`)) };
+    return {
+      ok: false,
+      error: new DefinitionsError(shown, [{ where: "", problem: oneLine(`is not valid YAML: ${message}`) }]),
+    };
   }
-  return parseDefinitions(raw, file);
+  return parseDefinitions(raw, file, (trail) => lineOfPath(document, lines, trail));
+}
+
+function whyThisFile(source: DefinitionsSource | undefined): string {
+  if (!source) return "set CLAIMWATCH_CONFIG";
+  if (source.from === "CLAIMWATCH_CONFIG") {
+    return `CLAIMWATCH_CONFIG=${source.value} names it; fix the path, or unset CLAIMWATCH_CONFIG to use ./claimwatch.yaml`;
+  }
+  return `CLAIMWATCH_CONFIG is not set, so ./claimwatch.yaml in the working directory ${source.cwd} is used; run from the directory that has claimwatch.yaml or set CLAIMWATCH_CONFIG`;
+}
+
+const MAX_YAML_PROBLEMS = 20;
+
+/**
+ * YAML syntax errors as problems at the line a person would fix: an error reported at a blank
+ * line (the end of the file, for an unclosed bracket or quote) moves to the line that opened
+ * what is unclosed, and the message loses yaml's "at line L, column C:" tail.
+ */
+function yamlProblems(text: string, errors: YAMLError[]): DefinitionsProblem[] {
+  const fileLines = text.split(/\r?\n|\r/);
+  const problems: DefinitionsProblem[] = [];
+  const seenLines = new Set<number>();
+  for (const error of errors.slice(0, MAX_YAML_PROBLEMS)) {
+    const message = (error.message.split("\n")[0] ?? "").replace(/ at line \d+, column \d+:?\s*$/, "").trim();
+    let { line, column } = errorPosition(error, text);
+    if (/^Flow (sequence|map)/.test(message)) {
+      const opener = unclosedOpener(text, error.pos[0], message.startsWith("Flow map") ? "{" : "[");
+      if (opener) ({ line, column } = opener);
+    }
+    while (line > 1 && (fileLines[line - 1] ?? "").trim() === "") {
+      line -= 1;
+      column = (fileLines[line - 1] ?? "").length + 1;
+    }
+    if (seenLines.has(line)) continue;
+    seenLines.add(line);
+    const source = oneLine(fileLines[line - 1] ?? "").slice(0, 200);
+    const gutter = `${line} | `;
+    problems.push({
+      where: "",
+      line,
+      problem: oneLine(`is not valid YAML: ${message || "syntax error"}`),
+      excerpt: [
+        `    ${gutter}${source}`,
+        `    ${" ".repeat(gutter.length)}${" ".repeat(Math.max(0, Math.min(column - 1, source.length)))}^`,
+      ],
+    });
+  }
+  return problems;
+}
+
+function errorPosition(error: YAMLError, text: string): { line: number; column: number } {
+  if (error.linePos) return { line: error.linePos[0].line, column: error.linePos[0].col };
+  const before = text.slice(0, error.pos[0]).split(/\r?\n|\r/);
+  return { line: before.length, column: (before.at(-1)?.length ?? 0) + 1 };
+}
+
+/** The line and column of the last `open` bracket before `offset` that nothing closes (quotes skipped). */
+function unclosedOpener(text: string, offset: number, open: "[" | "{"): { line: number; column: number } | null {
+  const close = open === "[" ? "]" : "}";
+  const stack: number[] = [];
+  let quote: string | null = null;
+  for (let i = 0; i < Math.min(offset, text.length); i++) {
+    const c = text[i]!;
+    if (quote) {
+      if (c === quote) quote = null;
+      else if (c === "\n") quote = null;
+      continue;
+    }
+    if (c === "#" && (i === 0 || /\s/.test(text[i - 1]!))) {
+      while (i < text.length && text[i] !== "\n") i++;
+      continue;
+    }
+    if (c === '"' || c === "'") quote = c;
+    else if (c === open) stack.push(i);
+    else if (c === close) stack.pop();
+  }
+  const at = stack.at(-1);
+  if (at === undefined) return null;
+  const before = text.slice(0, at).split(/\r?\n|\r/);
+  return { line: before.length, column: (before.at(-1)?.length ?? 0) + 1 };
+}
+
+/**
+ * The line where `trail` (a path into the document) starts: the key of the deepest pair that
+ * exists along it, so a missing or misspelt key points at its parent.
+ */
+function lineOfPath(document: Document, lines: LineCounter, trail: PropertyKey[]): number | undefined {
+  let node: unknown = document.contents;
+  let offset: number | undefined = (node as { range?: [number, number, number] } | null)?.range?.[0];
+  for (const part of trail) {
+    if (isMap(node)) {
+      const pair = node.items.find((item) => isScalar(item.key) && String(item.key.value) === String(part));
+      if (!pair) break;
+      offset = (pair.key as { range?: [number, number, number] }).range?.[0] ?? offset;
+      node = pair.value;
+    } else if (isSeq(node) && typeof part === "number") {
+      const item = node.items[part] as { range?: [number, number, number] } | undefined;
+      if (!item) break;
+      offset = item.range?.[0] ?? offset;
+      node = item;
+    } else {
+      break;
+    }
+  }
+  return offset === undefined ? undefined : lines.linePos(offset).line;
 }
 
 /**
@@ -423,20 +608,28 @@ export function outputDirOf(rebuild: Pick<RebuildDefinition, "outputPath">, tena
   return tenant ? path.join(rebuild.outputPath, tenant) : rebuild.outputPath;
 }
 
-/** The claim-relevant tenants of a rebuild: its tenants, or one unnamed "tenant". */
 /**
- * The one tenant check (trigger, API, worker): null when `tenant` fits the rebuild — one of its
- * tenants, or none for a rebuild without tenants — else why not, in one line.
+ * The one tenant check (trigger, API, worker, CLI): null when `tenant` fits the rebuild — one of
+ * its tenants, or none for a rebuild without tenants — else why not, in one line that lists the
+ * valid tenants.
  */
 export function tenantProblem(rebuild: RebuildDefinition, tenant: string | undefined): string | null {
   if (rebuild.tenants) {
-    return tenant && rebuild.tenants.includes(tenant)
+    if (tenant === undefined) return `rebuild '${rebuild.name}' needs a tenant, one of: ${rebuild.tenants.join(", ")}`;
+    return rebuild.tenants.includes(tenant)
       ? null
-      : `rebuild '${rebuild.name}' needs a tenant, one of: ${rebuild.tenants.join(", ")}`;
+      : `'${oneLine(tenant).slice(0, 80)}' is not a tenant of rebuild '${rebuild.name}'; its tenants: ${rebuild.tenants.join(", ")}`;
   }
-  return tenant === undefined ? null : `rebuild '${rebuild.name}' has no tenants`;
+  return tenant === undefined ? null : `rebuild '${rebuild.name}' has no tenants (leave out the tenant)`;
 }
 
+/** The one "unknown rebuild" message: names the valid rebuilds. */
+export function unknownRebuildProblem(definitions: Pick<Definitions, "rebuilds">, name: string): string {
+  const known = [...definitions.rebuilds.keys()];
+  return `no rebuild named '${oneLine(name).slice(0, 80)}'; rebuilds: ${known.join(", ") || "(none)"}`;
+}
+
+/** The claim-relevant tenants of a rebuild: its tenants, or one unnamed "tenant". */
 export function tenantsOf(rebuild: RebuildDefinition): (string | undefined)[] {
   return rebuild.tenants ?? [undefined];
 }
@@ -446,11 +639,11 @@ export function definitionsJsonSchema(): object {
   return z.toJSONSchema(definitionsFileSchema, { io: "input", unrepresentable: "any" });
 }
 
-/** For process entry points: load, or print one line and exit 2. */
-export function loadDefinitionsOrExit(file: string, processName: string): Definitions {
-  const result = loadDefinitions(file);
+/** For process entry points: load, or print every problem (one line each) and exit 2. */
+export function loadDefinitionsOrExit(file: string, processName: string, source?: DefinitionsSource): Definitions {
+  const result = loadDefinitions(file, source);
   if (result.ok) return result.definitions;
-  process.stderr.write(`${processName}: definitions error: ${result.error.message}\n`);
+  process.stderr.write(`${describeDefinitionsError(result.error, `${processName}: definitions error: `)}\n`);
   process.exit(2);
 }
 
@@ -465,6 +658,13 @@ export function stopWithinMs(rebuild: Pick<RebuildDefinition, "steps">): number 
   let longestGrace = 0;
   for (const step of rebuild.steps) if ("run" in step) longestGrace = Math.max(longestGrace, step.killGrace);
   return longestGrace + STOP_SLACK_MS;
+}
+
+/** The error's lines, each problem prefixed (an excerpt of the file follows its problem unprefixed). */
+export function describeDefinitionsError(error: DefinitionsError, prefix: string): string {
+  return error.problems
+    .flatMap(({ excerpt, ...problem }) => [`${prefix}${formatProblem(error.file, problem)}`, ...(excerpt ?? [])])
+    .join("\n");
 }
 
 /** Slack for the release and hand-back after the last step has been killed. */

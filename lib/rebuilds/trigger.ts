@@ -9,7 +9,7 @@ import type { Queue } from "bullmq";
 import type { Redis } from "ioredis";
 import type { RedisKeys } from "../redis/keys";
 import { publishEvent } from "../events/publish";
-import { tenantProblem, type Definitions } from "./definitions";
+import { tenantProblem, unknownRebuildProblem, type Definitions } from "./definitions";
 import { jobOptionsFor, type RebuildJobData } from "./queue";
 import { VERSION_PATTERN } from "./version";
 
@@ -40,7 +40,7 @@ export async function triggerRebuild(
   request: TriggerRequest = {},
 ): Promise<TriggerResult> {
   const definition = definitions.rebuilds.get(name);
-  if (!definition) return { status: "unknown-rebuild", message: `no rebuild named '${name}'` };
+  if (!definition) return { status: "unknown-rebuild", message: unknownRebuildProblem(definitions, name) };
   const { tenant, version } = request;
   const tenantError = tenantProblem(definition, tenant);
   if (tenantError) return { status: "unknown-tenant", message: tenantError };

@@ -6,12 +6,19 @@
 import type { Redis } from "ioredis";
 import { deriveClaimsRedisUrl, type Config } from "../config";
 import { closeRedis, createRedis, type ClientRole } from "./client";
-import { readEmbeddedState } from "./embedded";
+import { lookForEmbeddedRedis } from "./embedded";
 import { redisKeys, type RedisKeys } from "./keys";
 
 export class RedisNotConfiguredError extends Error {
-  constructor() {
-    super("REDIS_URL is not set and no embedded Redis is running: start everything with `npm start`, or set REDIS_URL");
+  constructor(
+    readonly dataDir: string,
+    /** Why no embedded Redis was found there (which file was read, what it said). */
+    readonly why: string,
+  ) {
+    super(
+      `REDIS_URL is not set and no embedded Redis is running in the data dir ${dataDir}: ${why}. ` +
+        "Start everything with `npm start`, set CLAIMWATCH_DATA_DIR to the data dir of the claimwatch that runs, or set REDIS_URL",
+    );
     this.name = "RedisNotConfiguredError";
   }
 }
@@ -19,12 +26,25 @@ export class RedisNotConfiguredError extends Error {
 export interface RedisUrls {
   main: string;
   claims: string;
+  /** Where `main` came from: REDIS_URL, or the embedded Redis recorded in this file. */
+  source: { from: "REDIS_URL" } | { from: "embedded"; stateFile: string; pid: number };
 }
 
 export function resolveRedisUrls(config: Config): RedisUrls {
-  const main = config.redisUrl ?? readEmbeddedState(config.dataDir)?.url;
-  if (!main) throw new RedisNotConfiguredError();
-  return { main, claims: deriveClaimsRedisUrl(main, config.claimsRedisUrl) };
+  if (config.redisUrl) {
+    return {
+      main: config.redisUrl,
+      claims: deriveClaimsRedisUrl(config.redisUrl, config.claimsRedisUrl),
+      source: { from: "REDIS_URL" },
+    };
+  }
+  const embedded = lookForEmbeddedRedis(config.dataDir);
+  if (!embedded.found) throw new RedisNotConfiguredError(config.dataDir, embedded.why);
+  return {
+    main: embedded.url,
+    claims: deriveClaimsRedisUrl(embedded.url, config.claimsRedisUrl),
+    source: { from: "embedded", stateFile: embedded.stateFile, pid: embedded.pid },
+  };
 }
 
 export interface Connections {

@@ -191,13 +191,48 @@ export function clearEmbeddedState(dataDir: string): void {
   fs.rmSync(embeddedStatePath(dataDir), { force: true });
 }
 
+export type EmbeddedLookup =
+  | { found: true; pid: number; url: string; stateFile: string }
+  /** Why none was found, in words for an error message (names the file it read). */
+  | { found: false; stateFile: string; why: string };
+
+/**
+ * Looks for the embedded Redis that a running `npm start` recorded in `dataDir`: found when its
+ * process still exists. A process of another user (EPERM: e.g. claimwatch runs as a service user
+ * and an operator asks from a shell) counts as running.
+ */
+export function lookForEmbeddedRedis(dataDir: string): EmbeddedLookup {
+  const stateFile = embeddedStatePath(dataDir);
+  let state: { pid: number; url: string };
+  try {
+    state = JSON.parse(fs.readFileSync(stateFile, "utf8")) as { pid: number; url: string };
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    const why =
+      code === "ENOENT"
+        ? `${stateFile} does not exist${fs.existsSync(dataDir) ? "" : ` (nor does the data dir ${dataDir})`}`
+        : `${stateFile} cannot be read (${code ?? (error as Error).message})`;
+    return { found: false, stateFile, why };
+  }
+  if (!Number.isSafeInteger(state?.pid) || typeof state?.url !== "string") {
+    return { found: false, stateFile, why: `${stateFile} is not a record of an embedded Redis` };
+  }
+  try {
+    process.kill(state.pid, 0);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== "EPERM") {
+      return {
+        found: false,
+        stateFile,
+        why: `${stateFile} names pid ${state.pid}, which is not running (left by a claimwatch that stopped)`,
+      };
+    }
+  }
+  return { found: true, pid: state.pid, url: state.url, stateFile };
+}
+
 /** The embedded Redis that a running `npm start` recorded, if its process is still alive. */
 export function readEmbeddedState(dataDir: string): { pid: number; url: string } | undefined {
-  try {
-    const state = JSON.parse(fs.readFileSync(embeddedStatePath(dataDir), "utf8")) as { pid: number; url: string };
-    process.kill(state.pid, 0);
-    return state;
-  } catch {
-    return undefined;
-  }
+  const lookup = lookForEmbeddedRedis(dataDir);
+  return lookup.found ? { pid: lookup.pid, url: lookup.url } : undefined;
 }

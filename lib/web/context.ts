@@ -9,7 +9,7 @@ import { getConfig, type Config } from "../config";
 import type { HealthProbes } from "../health/health";
 import { loadDefinitions, type Definitions } from "../rebuilds/definitions";
 import { queuePrefix, REBUILD_QUEUE } from "../rebuilds/queue";
-import { createRedis } from "../redis/client";
+import { closeRedis, createRedis } from "../redis/client";
 import { openConnections, type Connections } from "../redis/connections";
 
 export interface WebContext {
@@ -28,18 +28,38 @@ const holder = globalThis as typeof globalThis & { __claimwatchWeb?: WebContext 
 export function getWebContext(): WebContext {
   if (holder.__claimwatchWeb) return holder.__claimwatchWeb;
   const config = getConfig();
-  const loaded = loadDefinitions(config.definitionsPath);
+  const loaded = loadDefinitions(config.definitionsPath, config.definitionsSource);
   if (!loaded.ok) throw loaded.error;
-  const connections = openConnections(config, "web", "claimwatch-web");
-  const probeMain = createRedis(connections.urls.main, "probe", "claimwatch-web:probe");
-  const probes: HealthProbes = {
-    main: probeMain,
-    claims: createRedis(connections.urls.claims, "probe", "claimwatch-web:probe-claims"),
-    keys: connections.keys,
-  };
+  holder.__claimwatchWeb = openContext(config, loaded.definitions, "claimwatch-web");
+  return holder.__claimwatchWeb;
+}
+
+/**
+ * The clients lib/api works on, for a process that is not the web server (the CLI): connections
+ * bounded like a request's. Throws `RedisNotConfiguredError`. `close()` ends every client.
+ */
+export function openContext(
+  config: Config,
+  definitions: Definitions,
+  name: string,
+): WebContext & { close(): Promise<void> } {
+  const connections = openConnections(config, "web", name);
+  const probeMain = createRedis(connections.urls.main, "probe", `${name}:probe`);
+  const probeClaims = createRedis(connections.urls.claims, "probe", `${name}:probe-claims`);
+  const probes: HealthProbes = { main: probeMain, claims: probeClaims, keys: connections.keys };
   const sessions = sessionRevocations(probeMain, connections.keys);
   const queue = new Queue(REBUILD_QUEUE, { connection: connections.main, prefix: queuePrefix(connections.keys) });
   queue.on("error", () => {}); // failures surface through the calls that hit them
-  holder.__claimwatchWeb = { config, definitions: loaded.definitions, connections, probes, sessions, queue };
-  return holder.__claimwatchWeb;
+  return {
+    config,
+    definitions,
+    connections,
+    probes,
+    sessions,
+    queue,
+    async close() {
+      await queue.close().catch(() => {});
+      await Promise.all([connections.close(), closeRedis(probeMain), closeRedis(probeClaims)]);
+    },
+  };
 }

@@ -2,7 +2,7 @@ import { describeError } from "../describe-error";
 import { checkHealth, HEALTH_DEADLINE_MS, unconfiguredHealth, type HealthReport } from "../health/health";
 import { missedTickProblems, staleClaimProblems, weakContainmentProblems } from "../health/operations";
 import { changedBuildProblems } from "../rebuilds/build-integrity";
-import { getWebContext } from "./context";
+import { getWebContext, type WebContext } from "./context";
 
 /**
  * The web server's health report, with the operational checks (stale claims, missed ticks) unless
@@ -15,6 +15,14 @@ export async function currentHealth(options: { operational?: boolean } = {}): Pr
   } catch (error) {
     return unconfiguredHealth(describeError(error));
   }
+  return healthReportOf(context, options);
+}
+
+/** The same report for a given context (the CLI's `status`); never throws. */
+export async function healthReportOf(
+  context: Pick<WebContext, "probes" | "connections" | "definitions">,
+  options: { operational?: boolean } = {},
+): Promise<HealthReport> {
   const report = await checkHealth(context.probes);
   if (!report.ok || options.operational === false) return report;
   const { connections, definitions } = context;

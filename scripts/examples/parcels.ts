@@ -1,11 +1,14 @@
 /**
  * Writes the example parcels GeoJSON (data/sources/parcels.geojson): a few MB of land parcels,
  * generated deterministically — the same bytes on every machine, so its hash (the rebuild's
- * default version) is stable. Runs before `npm start` (prestart) when the file is missing.
+ * default version) is stable. Runs before `npm start` (prestart) when the file is missing and the
+ * definitions in use (CLAIMWATCH_CONFIG) read it; other definitions leave data/ alone.
  */
 import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { parseConfig } from "../../lib/config";
+import { loadDefinitions, type Definitions } from "../../lib/rebuilds/definitions";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..");
 
@@ -64,9 +67,32 @@ export function writeParcels(file: string): boolean {
   return true;
 }
 
+/** Whether any rebuild reads `file`: as an input, or as the input of a tiles step. */
+export function definitionsRead(definitions: Pick<Definitions, "rebuilds">, file: string): boolean {
+  for (const rebuild of definitions.rebuilds.values()) {
+    if (rebuild.inputPaths.includes(file)) return true;
+    for (const step of rebuild.steps) {
+      if ("tiles" in step && path.resolve(rebuild.baseDir, step.tiles.input) === file) return true;
+    }
+  }
+  return false;
+}
+
+/** prestart's decision: write the example file only when it is missing and the definitions read it. */
+export function prepareExampleData(
+  definitions: Pick<Definitions, "rebuilds">,
+  file: string,
+): "written" | "present" | "not-needed" {
+  if (!definitionsRead(definitions, file)) return "not-needed";
+  return writeParcels(file) ? "written" : "present";
+}
+
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const file = path.join(root, "data", "sources", "parcels.geojson");
-  if (writeParcels(file)) {
+  // A bad environment or definitions file is `npm start`'s to report, right after this.
+  const config = parseConfig(process.env);
+  const loaded = config.ok ? loadDefinitions(config.config.definitionsPath) : undefined;
+  if (loaded?.ok && prepareExampleData(loaded.definitions, file) === "written") {
     process.stdout.write(
       `[claimwatch] wrote example data ${path.relative(root, file)} (${fs.statSync(file).size} bytes)\n`,
     );

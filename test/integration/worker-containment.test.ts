@@ -2,7 +2,7 @@
  * Contained steps through the real worker: a published build is the bytes its hash names even
  * when the step left writers behind; a daemon holding stdout does not hang the run; a SIGKILLed
  * worker's steps die at once; a deploy (SIGTERM) kills a SIGTERM-deaf step before the next attempt
- * starts; `npm run verify` and the worker's check find a changed build. Real processes, /proc and
+ * starts; `claimwatch verify` and the worker's check find a changed build. Real processes, /proc and
  * bytes — not logs.
  */
 import assert from "node:assert/strict";
@@ -120,7 +120,7 @@ test("a step's leftover writers never touch the published build; nothing of the 
 test("verify and the worker's check find a byte changed in a published build", async () => {
   const output = bed.definitions.rebuilds.get("escapees")!.outputPath;
   const verify = () =>
-    spawnSync(process.execPath, ["--import", "tsx", "scripts/verify.ts", "escapees"], {
+    spawnSync(process.execPath, ["bin/claimwatch.mjs", "verify", "escapees"], {
       env: bed.env,
       encoding: "utf8",
     });
@@ -132,12 +132,12 @@ test("verify and the worker's check find a byte changed in a published build", a
   const dirty = verify();
   assert.equal(dirty.status, 1, dirty.stdout);
   assert.ok(dirty.stdout.includes(path.join(output, "builds", current)), dirty.stdout);
-  const unknown = spawnSync(process.execPath, ["--import", "tsx", "scripts/verify.ts", "nope"], {
+  const unknown = spawnSync(process.execPath, ["bin/claimwatch.mjs", "verify", "nope"], {
     env: bed.env,
     encoding: "utf8",
   });
   assert.equal(unknown.status, 2);
-  assert.match(unknown.stderr, /unknown rebuild 'nope'; rebuilds: .*escapees/);
+  assert.match(unknown.stderr, /no rebuild named 'nope'; rebuilds: .*escapees/);
 
   const lines = await checkPublishedBuilds(bed.main, bed.keys, bed.definitions, "test-worker");
   assert.ok(

@@ -129,9 +129,17 @@ test("POST /api/rebuilds/{name}/runs: 202 queued, a duplicate while waiting is d
   const tenanted = await call("POST", "/api/rebuilds/tenanted/runs", { tenant: "acme" });
   assert.equal(tenanted.status, 202);
   assertError(await call("POST", "/api/rebuilds/tenanted/runs", {}), 404, /needs a tenant, one of: acme, globex/);
-  assertError(await call("POST", "/api/rebuilds/tenanted/runs", { tenant: "initech" }), 404, /needs a tenant/);
+  assertError(
+    await call("POST", "/api/rebuilds/tenanted/runs", { tenant: "initech" }),
+    404,
+    /'initech' is not a tenant of rebuild 'tenanted'; its tenants: acme, globex/,
+  );
   assertError(await call("POST", "/api/rebuilds/slow/runs", { tenant: "acme" }), 404, /has no tenants/);
-  assertError(await call("POST", "/api/rebuilds/nope/runs", {}), 404, /no rebuild named 'nope'/);
+  assertError(
+    await call("POST", "/api/rebuilds/nope/runs", {}),
+    404,
+    /no rebuild named 'nope'; rebuilds: slow, tenanted/,
+  );
   assertError(await call("POST", "/api/rebuilds/..%2F..%2Fetc/runs", {}), 404, /no rebuild named/);
   assertError(await call("POST", "/api/rebuilds/slow/runs", { version: "../x" }), 400, /^version: /);
   assertError(await call("POST", "/api/rebuilds/slow/runs", { force: "yes" }), 400, /^force: /);

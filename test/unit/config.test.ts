@@ -17,6 +17,7 @@ test("defaults: loopback, port 3000, embedded Redis, files relative to the worki
     host: "127.0.0.1",
     port: 3000,
     definitionsPath: "/srv/claimwatch/claimwatch.yaml",
+    definitionsSource: { from: "default", cwd: "/srv/claimwatch" },
     dataDir: "/srv/claimwatch/.data",
     keyPrefix: "claimwatch",
     workerConcurrency: 4,

@@ -1,10 +1,14 @@
 import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
 import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
 import { test } from "node:test";
 import { loadDefinitions, parseDefinitions } from "../../lib/rebuilds/definitions";
 import { formatDuration, parseDuration } from "../../lib/rebuilds/duration";
 import { cappedBackoff, scheduledTickOf } from "../../lib/rebuilds/queue";
 import { renderSchema, SCHEMA_FILE } from "../../scripts/generate-schema";
+import { prepareExampleData } from "../../scripts/examples/parcels";
 
 const step = { name: "noop", run: ["true"] };
 const base = { output: "out", steps: [step] };
@@ -63,14 +67,150 @@ test("each rejection names the path and the problem", () => {
   assert.match(rejection({ p: base }, { unknown: 1 }), /unknown key 'unknown'/);
 });
 
-test("a missing file and broken YAML are reported, not thrown", () => {
-  const missing = loadDefinitions("/nonexistent/claimwatch.yaml");
-  assert.ok(!missing.ok && /file not found/.test(missing.error.message));
-  const file = `/tmp/claimwatch-broken-${process.pid}.yaml`;
-  fs.writeFileSync(file, "rebuilds:\n  p: [unclosed\n");
-  const broken = loadDefinitions(file);
-  fs.rmSync(file);
-  assert.ok(!broken.ok && /is not valid YAML/.test(broken.error.message), broken.ok ? "" : broken.error.message);
+/** Writes `text` as a definitions file in a fresh temp dir and loads it. */
+function loadText(text: string, name = "claimwatch.yaml") {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-defs-"));
+  try {
+    fs.writeFileSync(path.join(dir, name), text);
+    return loadDefinitions(path.join(dir, name));
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+function refusal(result: ReturnType<typeof loadDefinitions>): string {
+  assert.equal(result.ok, false, "expected a refusal");
+  return result.ok ? "" : result.error.message;
+}
+
+test("a missing file names where it looked and why", () => {
+  const byDefault = refusal(loadDefinitions("/nonexistent/claimwatch.yaml", { from: "default", cwd: "/nonexistent" }));
+  assert.match(byDefault, /^\/nonexistent\/claimwatch\.yaml: file not found/);
+  assert.match(
+    byDefault,
+    /CLAIMWATCH_CONFIG is not set, so \.\/claimwatch\.yaml in the working directory \/nonexistent is used/,
+  );
+  const named = refusal(
+    loadDefinitions("/etc/cw/defs.yaml", { from: "CLAIMWATCH_CONFIG", value: "/etc/cw/defs.yaml" }),
+  );
+  assert.match(named, /^\/etc\/cw\/defs\.yaml: file not found \(CLAIMWATCH_CONFIG=\/etc\/cw\/defs\.yaml names it/);
+  assert.match(refusal(loadDefinitions(os.tmpdir())), /is a directory/);
+});
+
+test("a YAML syntax error points at the line to fix, shows it, and has no dangling colon", () => {
+  const cases: [string, number, string][] = [
+    // yaml reports an unclosed bracket at the end of the file: the line that opened it is meant.
+    ["rebuilds:\n  p: [unclosed\n\n", 2, "  p: [unclosed"],
+    ["rebuilds:\n  p: {output: out\n  q: 1\n", 2, "  p: {output: out"],
+    ["rebuilds:\n  p:\n    output: out\n    claim: ttl: 5s\n", 4, "    claim: ttl: 5s"],
+    ['rebuilds:\n  p:\n    output: "out\n', 3, '    output: "out'],
+    ["rebuilds:\n\tp: {}\n", 2, "\\u0009p: {}"],
+  ];
+  for (const [text, line, shown] of cases) {
+    const message = refusal(loadText(text));
+    const [head, excerpt, caret] = message.split("\n");
+    assert.match(head!, new RegExp(`^claimwatch\\.yaml:${line}: is not valid YAML: \\S`), message);
+    assert.doesNotMatch(head!, /:\s*$/, "no dangling colon");
+    assert.doesNotMatch(head!, /at line \d+/, "the line is said once, up front");
+    assert.equal(excerpt, `    ${line} | ${shown}`, message);
+    assert.match(caret!, /^ +\^$/, message);
+  }
+});
+
+test("every problem of a file is reported in one run, each with its line", () => {
+  const text = [
+    "rebuilds:", //                                   1
+    "  p:", //                                        2
+    "    output: out/p", //                           3
+    "    claim: { ttl: soon }", //                    4
+    "    steps: []", //                               5
+    "  q:", //                                        6
+    "    output: out/q", //                           7
+    "    colour: red", //                             8
+    "    steps: [{ name: s, run: [x] }]", //          9
+    "retention: { runs: 1 }", //                      10
+  ].join("\n");
+  const result = loadText(text);
+  assert.ok(!result.ok);
+  assert.deepEqual(
+    result.error.problems.map((p) => [p.line, p.where]),
+    [
+      [4, "rebuilds.p.claim.ttl"],
+      [5, "rebuilds.p.steps"],
+      [8, "rebuilds.q"],
+      [10, "retention.runs"],
+    ],
+  );
+  assert.deepEqual(
+    result.error.message.split("\n").map((line) => line.slice(0, line.indexOf(": "))),
+    ["claimwatch.yaml:4", "claimwatch.yaml:5", "claimwatch.yaml:8", "claimwatch.yaml:10"],
+  );
+  // Problems found after the schema (shared outputs) are all reported too.
+  const shared = loadText(
+    "rebuilds:\n  a: { output: o, steps: [{ name: s, run: [x] }] }\n  b: { output: o, steps: [{ name: s, run: [x] }] }\n  c: { output: o, steps: [{ name: s, run: [x] }] }\n",
+  );
+  assert.ok(!shared.ok);
+  assert.deepEqual(
+    shared.error.problems.map((p) => `${p.line} ${p.where}`),
+    ["3 rebuilds.b.output", "4 rebuilds.c.output"],
+  );
+});
+
+test("no rebuilds is refused, saying how to add one", () => {
+  assert.match(
+    refusal(loadText("rebuilds: {}\n")),
+    /^claimwatch\.yaml:1: rebuilds: is empty: add at least one rebuild under 'rebuilds:' \(e\.g\. .*output: .*steps: /,
+  );
+  assert.match(refusal(loadText("# nothing yet\n")), /^claimwatch\.yaml: rebuilds: is missing: .*at least one rebuild/);
+  assert.match(rejection({}), /rebuilds: is empty/);
+});
+
+test("the process edge prints each problem on its own prefixed line, then exits 2", () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-defs-"));
+  try {
+    const file = path.join(dir, "claimwatch.yaml");
+    fs.writeFileSync(file, "rebuilds:\n  p: { output: o, steps: [] }\n  q: { output: o2, steps: [], extra: 1 }\n");
+    const result = spawnSync(process.execPath, ["bin/claimwatch.mjs", "verify", "p"], {
+      env: { ...process.env, CLAIMWATCH_CONFIG: file, CLAIMWATCH_DATA_DIR: path.join(dir, ".data") },
+      encoding: "utf8",
+      timeout: 30_000,
+    });
+    assert.equal(result.status, 2, result.stderr);
+    assert.deepEqual(result.stderr.trim().split("\n"), [
+      "claimwatch: definitions error: claimwatch.yaml:2: rebuilds.p.steps: must list at least one step",
+      "claimwatch: definitions error: claimwatch.yaml:3: rebuilds.q.steps: must list at least one step",
+      "claimwatch: definitions error: claimwatch.yaml:3: rebuilds.q: unknown key 'extra'",
+    ]);
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("prestart writes the example parcels only for definitions that read them", () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-prestart-"));
+  try {
+    const file = path.join(dir, "data", "sources", "parcels.geojson");
+    const load = (rebuilds: Record<string, unknown>) => {
+      const parsed = parseDefinitions({ rebuilds }, path.join(dir, "claimwatch.yaml"));
+      assert.ok(parsed.ok, parsed.ok ? "" : parsed.error.message);
+      return parsed.definitions;
+    };
+    const other = load({ other: { output: "out", inputs: ["data/sources/other.csv"], steps: [step] } });
+    assert.equal(prepareExampleData(other, file), "not-needed");
+    assert.equal(fs.existsSync(path.join(dir, "data")), false, "nothing written for definitions that do not read it");
+    const tiles = load({
+      parcels: { output: "out", steps: [{ name: "t", tiles: { input: "data/sources/parcels.geojson", layer: "p" } }] },
+    });
+    assert.equal(prepareExampleData(tiles, file), "written");
+    const written = fs.statSync(file);
+    assert.ok(written.size > 1_000_000);
+    assert.equal(prepareExampleData(tiles, file), "present");
+    assert.equal(fs.statSync(file).mtimeMs, written.mtimeMs, "an existing file is not rewritten");
+    const asInput = load({ p: { output: "out", inputs: ["data/sources/parcels.geojson"], steps: [step] } });
+    assert.equal(prepareExampleData(asInput, file), "present");
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 test("retry backoff doubles from the configured delay and stops at the cap", () => {

@@ -430,7 +430,7 @@ function report(failures: { kind: string; kase: Case; detail: string }[]): strin
     .join("\n  ");
 }
 
-test("never throws; every refusal is one line that starts with the file name", () => {
+test("never throws; every refusal is one line per problem that starts with the file name", () => {
   const failures: { kind: string; kase: Case; detail: string }[] = [];
   for (const { kase, result, thrown } of outcomes) {
     if (thrown !== undefined) {
@@ -442,19 +442,31 @@ test("never throws; every refusal is one line that starts with the file name", (
       continue;
     }
     if (result!.ok) continue;
-    const message = result!.error.message;
+    const { message, problems } = result!.error;
     const names = [path.basename(kase.file), kase.file];
-    if (!names.some((name) => message.startsWith(`${name}: `))) {
+    // A problem's line is `file[:line]: …`; a YAML syntax error is followed by the offending
+    // line of the file and a caret, both indented: nothing else may start a line.
+    const lines = message.split("\n");
+    if (problems.length === 0) failures.push({ kind: "a refusal without a problem", kase, detail: message });
+    for (const line of lines) {
+      const excerpt = line.startsWith("    ");
+      if (!excerpt && !names.some((name) => new RegExp(`^${escapeRegExp(name)}(:\\d+)?: `).test(line))) {
+        failures.push({ kind: "a line does not start with the file name", kase, detail: line.slice(0, 300) });
+      }
+    }
+    if (!names.some((name) => lines[0]!.startsWith(name))) {
       failures.push({ kind: "message does not start with the file name", kase, detail: message.slice(0, 300) });
     }
-    const lineBreak = /[\n\r\u0085\u2028\u2029]/.exec(message);
+    const lineBreak = /[\r\u0085\u2028\u2029]/.exec(message);
     if (lineBreak) {
-      const kind = `message is not one line (it contains ${visible(lineBreak[0])})`;
+      const kind = `message has a line break other than \\n (${visible(lineBreak[0])})`;
       failures.push({ kind, kase, detail: visible(message.slice(0, 300)) });
     }
   }
   assert.equal(failures.length, 0, report(failures));
 });
+
+const escapeRegExp = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
 
 test("valid documents are accepted (1000 rebuilds too); wrong types and unknown keys are refused", () => {
   const failures: { kind: string; kase: Case; detail: string }[] = [];

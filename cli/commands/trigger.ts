@@ -1,0 +1,88 @@
+/**
+ * `claimwatch trigger <rebuild>`: the dashboard's "Rebuild now" from a shell. Prints what the
+ * worker would do now (the same preview), then queues the job as the operator — audited like the
+ * dashboard's. A preview that says the job would be skipped queues nothing unless --queue-anyway.
+ */
+import { describeZodError } from "../../lib/api/errors";
+import { auditRefused } from "../../lib/api/handler";
+import { previewRun, triggerAsOperator, triggerBody, type RunPreview } from "../../lib/api/rebuilds";
+import { ApiError } from "../../lib/http/errors";
+import { tenantProblem, unknownRebuildProblem } from "../../lib/rebuilds/definitions";
+import { EXIT, refused, usageError } from "../outcome";
+import { connect, loadSetup, operatorActor } from "../session";
+import type { CommandSpec } from "./spec";
+
+function describePreview(preview: RunPreview | { error: string }): string {
+  if ("error" in preview) return `Preview: cannot tell what would happen: ${preview.error}`;
+  if (preview.outcome === "runs") return `Preview: would build version ${preview.version}`;
+  return `Preview: ${preview.message} (version ${preview.version})`;
+}
+
+export const trigger: CommandSpec = {
+  usage: "trigger <rebuild>",
+  summary: "queue a rebuild now (prints the preview first); audited",
+  options(command) {
+    command
+      .option("--tenant <tenant>", "the tenant, for a rebuild with tenants")
+      .option("--version <version>", "the version to build (default: the hash of its inputs)")
+      .option("--force", "rebuild even if this version was already built (never skips the claim)")
+      .option("--reason <text>", "why, for the audit log", "claimwatch trigger")
+      .option("--queue-anyway", "queue even when the preview says the job would be skipped");
+  },
+  async run([name], options) {
+    const setup = loadSetup();
+    const context = await connect(setup);
+    try {
+      const request = {
+        tenant: options.tenant as string | undefined,
+        version: options.version as string | undefined,
+        force: options.force === true,
+        reason: options.reason as string,
+      };
+      const actor = await operatorActor(context, "trigger", { rebuild: name, via: "cli" });
+      const refuse = async (problem: string): Promise<never> => {
+        await auditRefused(context, "trigger", actor, problem, {
+          rebuild: name,
+          tenant: request.tenant ?? null,
+          via: "cli",
+        });
+        throw usageError(problem);
+      };
+      const definition = setup.definitions.rebuilds.get(name!);
+      if (!definition) return await refuse(unknownRebuildProblem(setup.definitions, name!));
+      const tenantError = tenantProblem(definition, request.tenant);
+      if (tenantError) return await refuse(tenantError);
+      const body = triggerBody.safeParse(request);
+      if (!body.success) return await refuse(describeZodError(body.error));
+
+      let preview: RunPreview | { error: string };
+      try {
+        preview = await previewRun(context, name!, {
+          tenant: body.data.tenant,
+          version: body.data.version,
+          force: body.data.force ? "true" : "false",
+        });
+      } catch (error) {
+        if (!(error instanceof ApiError)) throw error;
+        preview = { error: error.message };
+      }
+      const shown = describePreview(preview);
+      if ("outcome" in preview && preview.outcome === "skip" && options.queueAnyway !== true) {
+        const how = preview.reason === "already-rebuilt" ? "--force to rebuild anyway, or " : "";
+        return refused("would-skip", `not queued: ${preview.message}; use ${how}--queue-anyway to queue it`, {
+          preview,
+          queued: false,
+        });
+      }
+      const result = await triggerAsOperator(context, name!, body.data, actor);
+      const what = result.status === "queued" ? "Queued job" : "Already waiting: job";
+      return {
+        exitCode: EXIT.ok,
+        json: { preview, queued: true, ...result },
+        human: [shown, `${what} ${result.jobId} (${actor}; audited).`],
+      };
+    } finally {
+      await context.close();
+    }
+  },
+};

@@ -1,0 +1,424 @@
+/**
+ * The `claimwatch` CLI as an operator runs it: real child processes (bin/claimwatch.mjs) against
+ * a real Redis and a real worker. Every command's `--json` is parsed; mutations leave audit
+ * entries naming the operator; errors list the valid names; the embedded Redis is found through
+ * CLAIMWATCH_DATA_DIR, and when it is not, the message says where it looked.
+ */
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { after, before, test } from "node:test";
+import { listAudit, type AuditEntry } from "../../lib/audit";
+import { freePort } from "../../lib/redis/embedded";
+import { createTestBed, slowStep, type TestBed, type TestWorker } from "../support/stack";
+
+const OPERATOR_TOKEN = "cli-test-operator-token-0123456789";
+const VIEWER_TOKEN = "cli-test-viewer-token-0123456789ab";
+const ACTOR = "tester (operator) via cli";
+
+let bed: TestBed;
+let worker: TestWorker;
+let operatorEnv: NodeJS.ProcessEnv;
+const scratch = fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-cli-"));
+
+before(async () => {
+  bed = await createTestBed({
+    // Holds its claim for two minutes unless released; no retry after the release aborts it.
+    slow: { output: "out/slow", steps: [slowStep(120)], retries: { attempts: 1 } },
+    tenanted: { output: "out/tenanted", tenants: ["acme", "globex"], steps: [{ name: "s", run: ["true"] }] },
+  });
+  operatorEnv = {
+    ...bed.env,
+    CLAIMWATCH_OPERATOR_TOKEN: `tester:${OPERATOR_TOKEN}`,
+    CLAIMWATCH_VIEWER_TOKEN: `watcher:${VIEWER_TOKEN}`,
+    CLAIMWATCH_TOKEN: OPERATOR_TOKEN,
+  };
+  worker = await bed.startWorker();
+});
+after(async () => {
+  // SIGTERM first: the worker stops its steps (killGrace) before the bed SIGKILLs what is left.
+  await worker?.stop("SIGTERM");
+  await bed?.close();
+  fs.rmSync(scratch, { recursive: true, force: true });
+});
+
+interface CliResult {
+  status: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+function run(command: string, args: string[], env: NodeJS.ProcessEnv): Promise<CliResult> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(command, args, { env, stdio: ["ignore", "pipe", "pipe"] });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (chunk: Buffer) => (stdout += chunk.toString()));
+    child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
+    const timer = setTimeout(() => child.kill("SIGKILL"), 60_000);
+    child.once("error", reject);
+    child.once("close", (status) => {
+      clearTimeout(timer);
+      resolve({ status, stdout, stderr });
+    });
+  });
+}
+
+const cli = (args: string[], env: NodeJS.ProcessEnv = operatorEnv) =>
+  run(process.execPath, ["bin/claimwatch.mjs", ...args], env);
+
+/** Runs with `--json` and parses stdout, which must be exactly one JSON document. */
+async function cliJson<T = Record<string, unknown>>(
+  args: string[],
+  expectedStatus: number,
+  env?: NodeJS.ProcessEnv,
+): Promise<{ body: T; stderr: string }> {
+  const result = await cli([...args, "--json"], env);
+  assert.equal(
+    result.status,
+    expectedStatus,
+    `exit ${result.status}\nstdout: ${result.stdout}\nstderr: ${result.stderr}`,
+  );
+  let body: T;
+  try {
+    body = JSON.parse(result.stdout) as T;
+  } catch {
+    assert.fail(`stdout is not one JSON document: ${JSON.stringify(result.stdout)}\nstderr: ${result.stderr}`);
+  }
+  return { body, stderr: result.stderr };
+}
+
+async function auditEntries(): Promise<AuditEntry[]> {
+  return (await listAudit(bed.main, bed.keys, { limit: 500 })).entries;
+}
+
+async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 30_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) assert.fail(`${what}: not within ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+interface JsonClaim {
+  name: string;
+  rebuild: string | null;
+  token: string;
+  fence: number | null;
+  pttlMs: number;
+  stale: boolean;
+  holder: { workerId: string | null };
+}
+
+let slowJobId = "";
+let slowClaim: JsonClaim;
+
+test("status --json is the health report: both Redis servers answer, a worker runs; exit 0", async () => {
+  const { body } = await cliJson<{ ok: boolean; workers: number; redis: { ok: boolean }; problems: string[] }>(
+    ["status"],
+    0,
+  );
+  assert.equal(body.ok, true);
+  assert.equal(body.redis.ok, true);
+  assert.equal(body.workers, 1);
+  const human = await cli(["status"]);
+  assert.equal(human.status, 0, human.stderr);
+  assert.match(human.stdout, /^claimwatch is up: Redis from REDIS_URL$/m);
+  assert.match(human.stdout, /^Workers: 1$/m);
+});
+
+test("trigger prints the preview, queues as the operator and is audited", async () => {
+  const { body } = await cliJson<{
+    preview: { outcome: string; version: string };
+    queued: boolean;
+    status: string;
+    jobId: string;
+  }>(["trigger", "slow", "--reason", "cli test"], 0);
+  assert.equal(body.preview.outcome, "runs");
+  assert.equal(body.queued, true);
+  assert.equal(body.status, "queued");
+  assert.match(body.jobId, /^run-/);
+  slowJobId = body.jobId;
+  const entry = (await auditEntries()).find((e) => e.action === "trigger" && e.detail.jobId === slowJobId);
+  assert.ok(entry, "an audit entry for the trigger");
+  assert.equal(entry.actor, ACTOR);
+  assert.equal(entry.result, "done");
+  assert.equal(entry.reason, "cli test");
+  assert.equal(entry.detail.rebuild, "slow");
+
+  const human = await cli(["trigger", "tenanted", "--tenant", "acme"]);
+  assert.equal(human.status, 0, human.stderr);
+  const [preview, queued] = human.stdout.trim().split("\n");
+  assert.match(preview!, /^Preview: would build version \S+/);
+  assert.match(
+    queued!,
+    new RegExp(`^(Queued job|Already waiting: job) run-\\S+ \\(${ACTOR.replace(/[()]/g, "\\$&")}; audited\\)\\.$`),
+  );
+});
+
+test("an unknown rebuild lists the rebuilds; a tenant that is not the rebuild's lists its tenants; both exit 2, audited as refused", async () => {
+  const unknown = await cliJson<{ error: { code: string; message: string } }>(["trigger", "nope"], 2);
+  assert.equal(unknown.body.error.message, "no rebuild named 'nope'; rebuilds: slow, tenanted");
+  assert.match(unknown.stderr, /^claimwatch: no rebuild named 'nope'; rebuilds: slow, tenanted$/m);
+
+  const tenant = await cli(["trigger", "tenanted", "--tenant", "initech"]);
+  assert.equal(tenant.status, 2);
+  assert.equal(tenant.stdout, "");
+  assert.match(tenant.stderr, /'initech' is not a tenant of rebuild 'tenanted'; its tenants: acme, globex/);
+  assert.doesNotMatch(tenant.stderr, /needs a tenant/);
+
+  const missing = await cli(["trigger", "tenanted"]);
+  assert.equal(missing.status, 2);
+  assert.match(missing.stderr, /rebuild 'tenanted' needs a tenant, one of: acme, globex/);
+
+  const refusals = (await auditEntries()).filter((e) => e.action === "trigger" && e.result === "refused");
+  assert.ok(refusals.some((e) => e.actor === ACTOR && /no rebuild named 'nope'/.test(e.reason)));
+  assert.ok(refusals.some((e) => /'initech' is not a tenant/.test(e.reason)));
+
+  const runs = await cli(["runs", "--rebuild", "tenanted", "--tenant", "initech"]);
+  assert.equal(runs.status, 2);
+  assert.match(runs.stderr, /'initech' is not a tenant of rebuild 'tenanted'; its tenants: acme, globex/);
+  const queue = await cli(["queue", "--rebuild", "nope"]);
+  assert.equal(queue.status, 2);
+  assert.match(queue.stderr, /no rebuild named 'nope'; rebuilds: slow, tenanted/);
+  const verify = await cli(["verify", "nope"]);
+  assert.equal(verify.status, 2);
+  assert.match(verify.stderr, /no rebuild named 'nope'; rebuilds: slow, tenanted/);
+});
+
+test("claims --json lists the running rebuild's claim with holder, fence, TTL left and stale", async () => {
+  slowClaim = await until("the slow rebuild's claim", async () => {
+    const { body } = await cliJson<{ claims: JsonClaim[]; serverTime: number }>(["claims"], 0);
+    return body.claims.find((c) => c.rebuild === "slow");
+  });
+  assert.equal(typeof slowClaim.token, "string");
+  assert.ok(typeof slowClaim.fence === "number" && slowClaim.fence >= 1);
+  assert.ok(slowClaim.pttlMs > 0);
+  assert.equal(slowClaim.stale, false);
+  assert.ok(slowClaim.holder.workerId);
+
+  const human = await cli(["claims"]);
+  assert.equal(human.status, 0, human.stderr);
+  const [header, ...rows] = human.stdout.trim().split("\n");
+  assert.match(header!, /^CLAIM\s+REBUILD\s+HOLDER\s+FENCE\s+TTL LEFT\s+STATE\s+TOKEN$/);
+  const row = rows.find((r) => r.startsWith(slowClaim.name));
+  assert.ok(row, human.stdout);
+  assert.ok(row.includes(slowClaim.token) && /\sno\s/.test(row), row);
+});
+
+test("a trigger the preview says would be skipped queues nothing and exits 1", async () => {
+  const { body, stderr } = await cliJson<{ preview: { outcome: string; reason: string }; queued: boolean }>(
+    ["trigger", "slow"],
+    1,
+  );
+  assert.equal(body.queued, false);
+  assert.equal(body.preview.outcome, "skip");
+  assert.equal(body.preview.reason, "claim-held");
+  assert.match(stderr, /not queued: would be skipped: held by .*--queue-anyway/);
+});
+
+test("queue --json shows the active job and a delayed one with its next attempt and why; filters by rebuild and tenant", async () => {
+  const delayedId = "cli-test-delayed";
+  await bed.queue.add(
+    "tenanted",
+    { rebuild: "tenanted", tenant: "globex", force: false, trigger: "api" },
+    { jobId: delayedId, delay: 3_600_000 },
+  );
+  interface JsonJob {
+    id: string;
+    state: string;
+    rebuild: string;
+    tenant: string | null;
+    nextAttemptAt: number | null;
+    why: string | null;
+    queuedAt: number;
+  }
+  const { body } = await cliJson<{ jobs: JsonJob[]; counts: Record<string, number> }>(["queue"], 0);
+  const active = body.jobs.find((j) => j.id === slowJobId);
+  assert.equal(active?.state, "active", JSON.stringify(body.jobs));
+  const delayed = body.jobs.find((j) => j.id === delayedId);
+  assert.equal(delayed?.state, "delayed");
+  assert.equal(delayed.why, "delayed when queued");
+  assert.ok(delayed.nextAttemptAt !== null && delayed.nextAttemptAt >= delayed.queuedAt + 3_600_000 - 1);
+  assert.ok(body.counts.delayed! >= 1 && body.counts.active! >= 1);
+
+  const filtered = await cliJson<{ jobs: JsonJob[] }>(["queue", "--rebuild", "tenanted", "--tenant", "globex"], 0);
+  assert.deepEqual(
+    filtered.body.jobs.map((j) => j.id),
+    [delayedId],
+  );
+  const human = await cli(["queue", "--rebuild", "tenanted"]);
+  assert.equal(human.status, 0, human.stderr);
+  assert.match(human.stdout, /^Queue \(all rebuilds\): \d+ active, \d+ waiting, \d+ delayed, \d+ failed$/m);
+  assert.match(human.stdout, new RegExp(`^delayed\\s+${delayedId}\\s+tenanted/globex\\s.*delayed when queued$`, "m"));
+  await bed.queue.remove(delayedId);
+});
+
+test("runs --json lists run records with filters; a bad status is refused naming the choices", async () => {
+  const { body } = await cliJson<{ runs: { id: string; jobId: string; rebuild: string; status: string }[] }>(
+    ["runs", "--rebuild", "slow", "--limit", "5"],
+    0,
+  );
+  assert.ok(body.runs.length >= 1);
+  assert.ok(body.runs.every((r) => r.rebuild === "slow"));
+  assert.ok(
+    body.runs.some((r) => r.jobId === slowJobId && r.status === "running"),
+    JSON.stringify(body.runs),
+  );
+  const bad = await cli(["runs", "--status", "bogus"]);
+  assert.equal(bad.status, 2);
+  assert.match(bad.stderr, /status: must be one of queued, running/);
+  const human = await cli(["runs", "--rebuild", "slow"]);
+  assert.equal(human.status, 0, human.stderr);
+  assert.match(human.stdout, /^RUN\s+REBUILD\s+STATUS\s+TRIGGER\s+STARTED\s+DURATION\s+REASON$/m);
+  assert.match(human.stdout, new RegExp(`^${slowJobId}-a1\\s+slow\\s+running\\s+manual\\s`, "m"));
+});
+
+test("mutations need an operator identity: none, an unknown token or a viewer's is exit 2 and changes nothing", async () => {
+  const noToken = { ...operatorEnv };
+  delete noToken.CLAIMWATCH_TOKEN;
+  const args = ["release", slowClaim.name, "--token", slowClaim.token, "--reason", "no identity"];
+  const none = await cli(args, noToken);
+  assert.equal(none.status, 2);
+  assert.match(none.stderr, /needs an operator identity: .*set CLAIMWATCH_TOKEN/);
+  const wrong = await cli(args, { ...operatorEnv, CLAIMWATCH_TOKEN: "not-a-token-of-this-claimwatch" });
+  assert.equal(wrong.status, 2);
+  assert.match(wrong.stderr, /is not one this claimwatch accepts/);
+  const viewer = await cli(args, { ...operatorEnv, CLAIMWATCH_TOKEN: VIEWER_TOKEN });
+  assert.equal(viewer.status, 2);
+  assert.match(viewer.stderr, /needs the operator role/);
+  const refused = (await auditEntries()).filter((e) => e.action === "force-release" && e.result === "refused");
+  assert.ok(refused.some((e) => e.actor === "watcher (viewer) via cli"));
+  const { body } = await cliJson<{ claims: JsonClaim[] }>(["claims"], 0);
+  assert.ok(
+    body.claims.some((c) => c.token === slowClaim.token),
+    "the claim is still held",
+  );
+});
+
+test("release with a stale token is refused (exit 1); with the shown token it releases (exit 0); both audited", async () => {
+  const stale = await cliJson<{ status: string; auditId: string }>(
+    ["release", slowClaim.name, "--token", `${slowClaim.token}x`, "--reason", "wrong token"],
+    1,
+  );
+  assert.equal(stale.body.status, "not-owner");
+  assert.match(stale.stderr, /not released: .* is held with another token now/);
+
+  const short = await cli(["release", slowClaim.name, "--token", slowClaim.token, "--reason", "x"]);
+  assert.equal(short.status, 2);
+  assert.match(short.stderr, /reason: must say why/);
+
+  const released = await cliJson<{ status: string; auditId: string }>(
+    ["release", slowClaim.name, "--token", slowClaim.token, "--reason", "stuck at 02:00"],
+    0,
+  );
+  assert.equal(released.body.status, "released");
+  const entries = await auditEntries();
+  const done = entries.find((e) => e.id === released.body.auditId);
+  assert.equal(done?.action, "force-release");
+  assert.equal(done.actor, ACTOR);
+  assert.equal(done.result, "done");
+  assert.equal(done.reason, "stuck at 02:00");
+  assert.equal(done.detail.name, slowClaim.name);
+  const refusedEntry = entries.find((e) => e.id === stale.body.auditId);
+  assert.equal(refusedEntry?.result, "refused");
+  assert.equal(refusedEntry.actor, ACTOR);
+
+  const again = await cliJson<{ status: string }>(
+    ["release", slowClaim.name, "--token", slowClaim.token, "--reason", "once more"],
+    1,
+  );
+  // The worker acknowledges (its step stopped) within moments: then nobody holds it. Until then
+  // it is still being released, and a second release changes nothing either.
+  assert.match(again.body.status, /^(missing|releasing)$/);
+});
+
+test("verify --json re-hashes the published builds; npm run trigger is the CLI's trigger", async () => {
+  const { body } = await cliJson<{ rebuild: string; tenant: string | null; checked: number; changed: unknown[] }>(
+    ["verify", "tenanted", "acme"],
+    0,
+  );
+  assert.deepEqual([body.rebuild, body.tenant, body.changed], ["tenanted", "acme", []]);
+  assert.equal(typeof body.checked, "number");
+
+  const alias = await run("npm", ["run", "-s", "trigger", "--", "nope"], operatorEnv);
+  assert.equal(alias.status, 2, alias.stderr);
+  assert.match(alias.stderr, /no rebuild named 'nope'; rebuilds: slow, tenanted/);
+});
+
+test("without REDIS_URL the embedded Redis is found through CLAIMWATCH_DATA_DIR; when none runs, the message says where it looked", async () => {
+  const embeddedEnv = (dataDir: string) => {
+    const env: NodeJS.ProcessEnv = { ...operatorEnv, CLAIMWATCH_DATA_DIR: dataDir };
+    delete env.REDIS_URL;
+    delete env.CLAIMS_REDIS_URL;
+    return env;
+  };
+  // What a running `npm start` records in its data dir: the embedded Redis's pid and URL.
+  const running = path.join(scratch, "running");
+  fs.mkdirSync(running);
+  fs.writeFileSync(
+    path.join(running, "embedded-redis.json"),
+    JSON.stringify({ pid: bed.redis.pid, url: bed.redis.url }),
+  );
+  const found = await cli(["status"], embeddedEnv(running));
+  assert.equal(found.status, 0, found.stderr);
+  assert.ok(
+    found.stdout.includes(
+      `the embedded Redis (pid ${bed.redis.pid}) recorded in ${path.join(running, "embedded-redis.json")}`,
+    ),
+    found.stdout,
+  );
+  const listed = await cliJson<{ runs: { jobId: string }[] }>(["runs", "--rebuild", "slow"], 0, embeddedEnv(running));
+  assert.ok(listed.body.runs.some((r) => r.jobId === slowJobId));
+
+  const empty = path.join(scratch, "empty");
+  fs.mkdirSync(empty);
+  const none = await cliJson<{ error: { code: string; message: string } }>(["claims"], 3, embeddedEnv(empty));
+  assert.equal(none.body.error.code, "redis-not-found");
+  assert.ok(
+    none.body.error.message.includes(
+      `no embedded Redis is running in the data dir ${empty}: ${path.join(empty, "embedded-redis.json")} does not exist`,
+    ),
+    none.body.error.message,
+  );
+  assert.match(none.stderr, /set CLAIMWATCH_DATA_DIR to the data dir of the claimwatch that runs, or set REDIS_URL/);
+
+  // A record left by a claimwatch that stopped: its pid is gone.
+  const stale = path.join(scratch, "stale");
+  fs.mkdirSync(stale);
+  const gone = 2 ** 22 + 1; // above the largest pid_max Linux allows: never a running process
+  fs.writeFileSync(path.join(stale, "embedded-redis.json"), JSON.stringify({ pid: gone, url: bed.redis.url }));
+  const staleResult = await cli(["claims"], embeddedEnv(stale));
+  assert.equal(staleResult.status, 3);
+  assert.match(staleResult.stderr, new RegExp(`names pid ${gone}, which is not running`));
+});
+
+test("a Redis that does not answer is exit 3, for status (with the report) and for the other commands", async () => {
+  const port = await freePort();
+  const env = { ...operatorEnv, REDIS_URL: `redis://127.0.0.1:${port}` };
+  const status = await cliJson<{ ok: boolean; redis: { ok: boolean; error: string } }>(["status"], 3, env);
+  assert.equal(status.body.ok, false);
+  assert.equal(status.body.redis.ok, false);
+  const claims = await cli(["claims"], env);
+  assert.equal(claims.status, 3);
+  assert.match(
+    claims.stderr,
+    new RegExp(`Redis at redis://127\\.0\\.0\\.1:${port} \\(from REDIS_URL\\) does not answer`),
+  );
+});
+
+test("bad usage is exit 2 with the usage on stderr, and one JSON document on stdout with --json", async () => {
+  const missing = await cliJson<{ error: { code: string; message: string } }>(["release", "x"], 2);
+  assert.equal(missing.body.error.code, "bad-usage");
+  assert.match(missing.stderr, /required option '--token <token>' not specified/);
+  const unknown = await cli(["frobnicate"]);
+  assert.equal(unknown.status, 2);
+  assert.match(unknown.stderr, /unknown command 'frobnicate'/);
+  const help = await cli(["--help"]);
+  assert.equal(help.status, 0);
+  assert.match(help.stdout, /Exit codes:\n {2}0 {2}done/);
+});
