@@ -5,7 +5,7 @@ import { appendAudit } from "../audit";
 import { claimName, readClaim, readClaimsByName, readSkipsMany } from "../claims";
 import { listChangedBuilds } from "../rebuilds/build-integrity";
 import { tenantProblem, tenantsOf, type RebuildDefinition } from "../rebuilds/definitions";
-import { triggerRebuild } from "../rebuilds/trigger";
+import { REQUEST_ID_PATTERN, triggerRebuild } from "../rebuilds/trigger";
 import { hashInputs, idempotencyKey, InputHashCache, VERSION_PATTERN } from "../rebuilds/version";
 import { decideRun } from "../rebuilds/decide";
 import { listRunSummaries } from "../runs/list";
@@ -125,6 +125,8 @@ export const triggerBody = z.strictObject({
   version: z.string().regex(VERSION_PATTERN, "must be 1-128 letters, digits or . _ : + -").optional(),
   force: z.boolean().optional(),
   reason: z.string().trim().max(500).optional(),
+  /** One id per "Rebuild now" preview: the same id submitted twice queues one job. */
+  requestId: z.string().regex(REQUEST_ID_PATTERN, "must be 8-64 letters, digits, _ or -").optional(),
 });
 
 function definitionOr404(context: WebContext, name: string, tenant: string | undefined): RebuildDefinition {
@@ -150,8 +152,10 @@ export async function triggerAsOperator(
     force: body.force ?? false,
     trigger: "manual",
     requestedBy: actor,
+    ...(body.requestId ? { requestId: body.requestId } : {}),
   });
   if (result.status === "invalid-version") throw badRequest(`version: ${result.message}`);
+  if (result.status === "invalid-request-id") throw badRequest(`requestId: ${result.message}`);
   if (result.status === "unknown-rebuild" || result.status === "unknown-tenant") throw notFound(result.message);
   await appendAudit(connections.main, connections.keys, {
     actor,
