@@ -41,17 +41,18 @@ export interface CancelRequestInput {
   reason: string;
 }
 
-export type CancelResult = { jobId: string; auditId: string } & (
+export type CancelResult = { jobId: string; auditId: string } &
   /** It was waiting or delayed: removed from the queue, its run recorded cancelled. */
-  | { status: "removed"; runId: string }
-  /** It is running: the worker running it stops it (its run record says when). */
-  | { status: "cancelling"; runId: string | null }
-  /** It has finished already (completed or failed): nothing to cancel. */
-  | { status: "finished"; state: string }
-  /** The next tick of a schedule (not a run yet): pause the schedule instead. */
-  | { status: "scheduled-tick" }
-  | { status: "not-found" }
-);
+  (
+    | { status: "removed"; runId: string }
+    /** It is running: the worker running it stops it (its run record says when). */
+    | { status: "cancelling"; runId: string | null }
+    /** It has finished already (completed or failed): nothing to cancel. */
+    | { status: "finished"; state: string }
+    /** The next tick of a schedule (not a run yet): pause the schedule instead. */
+    | { status: "scheduled-tick" }
+    | { status: "not-found" }
+  );
 
 const WAITING = new Set(["waiting", "delayed", "prioritized", "waiting-children"]);
 
@@ -69,7 +70,11 @@ export async function cancelJob(deps: CancelDeps, input: CancelRequestInput): Pr
     return { status: "finished", jobId, state, auditId: await audit("refused", { ...place, outcome: state }) };
   }
   if (state === "delayed" && isNextScheduledTick(job)) {
-    return { status: "scheduled-tick", jobId, auditId: await audit("refused", { ...place, outcome: "scheduled-tick" }) };
+    return {
+      status: "scheduled-tick",
+      jobId,
+      auditId: await audit("refused", { ...place, outcome: "scheduled-tick" }),
+    };
   }
 
   const request = { actor, reason, at: Date.now() };
@@ -98,7 +103,9 @@ export async function cancelJob(deps: CancelDeps, input: CancelRequestInput): Pr
 
 function placeOf(job: Job): { rebuild: string | null; tenant: string | null } {
   const data = rebuildJobData.safeParse(job.data);
-  return data.success ? { rebuild: data.data.rebuild, tenant: data.data.tenant ?? null } : { rebuild: null, tenant: null };
+  return data.success
+    ? { rebuild: data.data.rebuild, tenant: data.data.tenant ?? null }
+    : { rebuild: null, tenant: null };
 }
 
 /**

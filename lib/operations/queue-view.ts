@@ -169,6 +169,7 @@ function waitReasonOf(job: Job, state: QueueViewState, lastRun: QueueEntry["last
       detail: `attempt ${job.attemptsMade} of ${attempts} failed${job.failedReason ? `: ${job.failedReason}` : ""}; retrying after the backoff`,
     };
   }
-  if (lastRun?.status === "aborted") return { kind: "queued", detail: `waits for a worker (${lastRun.reason ?? "handed back"})` };
+  if (lastRun?.status === "aborted")
+    return { kind: "queued", detail: `waits for a worker (${lastRun.reason ?? "handed back"})` };
   return { kind: "queued", detail: state === "delayed" ? "delayed when queued" : "waits for a free worker" };
 }

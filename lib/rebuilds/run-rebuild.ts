@@ -421,7 +421,8 @@ class RebuildAttempt {
     }
     if (failure.kind === "claim-lost") {
       const outcome = await this.afterLostClaim(failure.reason);
-      if (outcome.status === "deferred" || outcome.status === "skipped" || outcome.status === "cancelled") return outcome;
+      if (outcome.status === "deferred" || outcome.status === "skipped" || outcome.status === "cancelled")
+        return outcome;
       throw new Error(`unexpected outcome after a lost claim: ${outcome.status}`);
     }
     await this.finish(

@@ -178,7 +178,9 @@ export async function pauseSchedule(
 }
 
 export type ResumeResult =
-  { status: "resumed"; schedulerId: string } | { status: "not-paused"; schedulerId: string } | { status: "not-scheduled" };
+  | { status: "resumed"; schedulerId: string }
+  | { status: "not-paused"; schedulerId: string }
+  | { status: "not-scheduled" };
 
 /** Resumes one schedule: the pause is dropped and the scheduler upserted (the next tick is queued). */
 export async function resumeSchedule(
