@@ -13,10 +13,8 @@ import { triggerRebuild } from "../rebuilds/trigger";
 import type { RedisKeys } from "../redis/keys";
 import type { ScriptingClient } from "../redis/scripts";
 import { readRun } from "../runs/records";
+import { RETRYABLE_STATUSES } from "../runs/transitions";
 import type { RunStatus } from "../runs/types";
-
-/** The statuses a run may be retried from: it ended, and not with its result or a decision to skip. */
-export const RETRYABLE_STATUSES: readonly RunStatus[] = ["failed", "aborted", "cancelled"];
 
 export interface RetryDeps {
   queue: Pick<Queue, "add" | "getJobState">;
@@ -49,7 +47,7 @@ export async function retryRun(
       result,
       detail: { runId, rebuild: run.rebuild, tenant: run.tenant, version: run.version, ...detail },
     });
-  if (!RETRYABLE_STATUSES.includes(run.status)) {
+  if (!(RETRYABLE_STATUSES as readonly RunStatus[]).includes(run.status)) {
     const auditId = await audit("refused", { outcome: "not-retryable", runStatus: run.status });
     return { status: "not-retryable", runId, runStatus: run.status, auditId };
   }

@@ -32,6 +32,12 @@ export const RUN_TRANSITIONS: { readonly [S in RunStatus]: readonly RunStatus[] 
   cancelled: [],
 };
 
+/**
+ * Final statuses an operator may retry from (lib/operations/retry): the run ended without its
+ * result, and not by a decision that stands (rebuilt, skipped, deferred, superseded).
+ */
+export const RETRYABLE_STATUSES: readonly FinalRunStatus[] = ["failed", "aborted", "cancelled"];
+
 export function isFinalStatus(status: string): status is FinalRunStatus {
   return (FINAL_STATUSES as readonly string[]).includes(status);
 }
