@@ -112,7 +112,7 @@ export function CancelJobButton({ jobId, what }: { jobId: string; what: string }
         apiFetch<CancelResult>(
           `/api/jobs/${encodeURIComponent(jobId)}/cancel`,
           { method: "POST", body: JSON.stringify({ reason }) },
-          [404, 409],
+          [409],
         )
       }
       describe={(result) => {

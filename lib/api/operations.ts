@@ -35,17 +35,21 @@ export async function cancelAsOperator(
   );
 }
 
-/** 202: the worker stops it; 200: removed; 409: nothing to cancel (finished, a scheduled tick); 404. */
-export function cancelStatus(result: CancelResult): number {
+/**
+ * 200 removed; 202 cancelling (the worker stops it); 409 nothing to cancel (finished, a scheduled
+ * tick) as data; 404 in the error shape (the refusal is audited by cancelJob already, so it is
+ * answered here rather than thrown to the route wrapper, which would audit it twice).
+ */
+export function cancelReply(result: CancelResult): { status: number; body: unknown } {
   switch (result.status) {
     case "removed":
-      return 200;
+      return { status: 200, body: result };
     case "cancelling":
-      return 202;
+      return { status: 202, body: result };
     case "not-found":
-      return 404;
+      return { status: 404, body: { error: { code: "not-found", message: `no job ${result.jobId}` } } };
     default:
-      return 409;
+      return { status: 409, body: result };
   }
 }
 

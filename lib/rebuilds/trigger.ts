@@ -69,7 +69,11 @@ export async function triggerRebuild(
     if (!REQUEST_ID_PATTERN.test(request.requestId)) {
       return { status: "invalid-request-id", message: "requestId must be 8-64 letters, digits, _ or -" };
     }
-    requestKey = keys.triggerRequest(request.requestId);
+    const hash = crypto
+      .createHash("sha256")
+      .update(`${request.requestedBy ?? ""}\u0000${request.requestId}`)
+      .digest("hex");
+    requestKey = keys.triggerRequest(hash);
     if (!(await client.set(requestKey, jobId, "PX", REQUEST_ID_TTL_MS, "NX"))) {
       const earlier = await client.get(requestKey);
       if (earlier) return { status: "deduplicated", jobId: earlier };

@@ -88,10 +88,11 @@ export function redisKeys(prefix: string) {
     pendingTrigger: (rebuild: string, tenant: string | undefined, version: string | undefined, force: boolean) =>
       `${tag}:pending:${rebuild}:${tenant ?? ""}:${version ?? ""}:${force ? "force" : "plain"}`,
     /**
-     * STRING with a TTL: job id queued for one "Rebuild now" request id (a form submitted twice
-     * with the same id queues one job; lib/rebuilds/trigger).
+     * STRING with a TTL: job id queued for one "Rebuild now" request (a form submitted twice with
+     * the same request id queues one job; lib/rebuilds/trigger). Key: sha256 of the caller and the
+     * id, so a caller-chosen id never becomes a key name and one caller cannot answer another's.
      */
-    triggerRequest: (requestId: string) => `${tag}:trigger-request:${requestId}`,
+    triggerRequest: (hash: string) => `${tag}:trigger-request:${hash}`,
     /**
      * STRING (JSON: actor, reason, at, auditId) with a TTL: an operator asked to cancel this job.
      * Written by the API, read by the worker that runs the job (lib/operations/cancel); it outlives

@@ -1,6 +1,6 @@
 import { actorOf, json, route } from "@/lib/api/handler";
 import { readJsonBody } from "@/lib/api/input";
-import { cancelAsOperator, cancelBody, cancelStatus } from "@/lib/api/operations";
+import { cancelAsOperator, cancelBody, cancelReply } from "@/lib/api/operations";
 
 export const dynamic = "force-dynamic";
 
@@ -13,6 +13,7 @@ export const POST = route(
   async (context, request, identity, { params }: { params: Promise<{ id: string }> }) => {
     const { id } = await params;
     const result = await cancelAsOperator(context, id, await readJsonBody(request, cancelBody), actorOf(identity));
-    return json(result, cancelStatus(result));
+    const reply = cancelReply(result);
+    return json(reply.body, reply.status);
   },
 );
