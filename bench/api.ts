@@ -86,6 +86,7 @@ const STATUS_MIX: FinalRunStatus[] = [
   "failed",
   "aborted",
   "superseded",
+  "cancelled",
 ];
 
 const ENDPOINTS = {

@@ -5,7 +5,7 @@ import Link from "next/link";
 import { useEffect, useState } from "react";
 import { describeStale, staleReasons } from "@/lib/claims/stale";
 import type { ApiClaim, ApiClaimPage, ReleaseOutcome } from "@/lib/api/claims";
-import { apiFetch, claimsQuery, LIVE_POLL_MS, queryKeys } from "@/lib/ui/queries";
+import { apiFetch, claimsQuery, LIVE_POLL_MS, queryKeys, rebuildHref } from "@/lib/ui/queries";
 import { DataTable } from "./data-table";
 import { formatDurationMs } from "@/lib/ui/format";
 import { usePollEvery } from "./live-events";
@@ -89,8 +89,14 @@ export function ClaimsTable({ initial }: { initial: ApiClaimPage | null }) {
               <tr key={claim.name} data-claim={claim.name} className="border-t border-slate-100 align-top">
                 <td className="px-3 py-2">
                   <div className="font-medium">
-                    {claim.rebuild ?? "?"}
-                    {claim.tenant ? <span className="text-slate-500"> / {claim.tenant}</span> : null}
+                    {claim.rebuild ? (
+                      <Link className="text-sky-700 underline" href={rebuildHref(claim.rebuild, claim.tenant)}>
+                        {claim.rebuild}
+                        {claim.tenant ? ` / ${claim.tenant}` : ""}
+                      </Link>
+                    ) : (
+                      "?"
+                    )}
                   </div>
                   <div className="font-mono text-xs text-slate-500" title={claim.name}>
                     {claim.name}

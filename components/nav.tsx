@@ -7,6 +7,7 @@ export const SECTIONS = [
   { href: "/claims", label: "Claims" },
   { href: "/rebuilds", label: "Rebuilds" },
   { href: "/runs", label: "Runs" },
+  { href: "/queue", label: "Queue" },
   { href: "/workers", label: "Workers" },
   { href: "/alerts", label: "Alerts" },
   { href: "/audit", label: "Audit" },

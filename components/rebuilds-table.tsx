@@ -4,7 +4,7 @@ import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import Link from "next/link";
 import { useState } from "react";
 import type { ApiRebuild } from "@/lib/api/rebuilds";
-import { apiFetch, LIVE_POLL_MS, previewQuery, queryKeys, rebuildsQuery } from "@/lib/ui/queries";
+import { apiFetch, LIVE_POLL_MS, previewQuery, queryKeys, rebuildHref, rebuildsQuery } from "@/lib/ui/queries";
 import { usePollEvery } from "./live-events";
 import { DataTable } from "./data-table";
 import { formatDurationMs } from "@/lib/ui/format";
@@ -55,7 +55,11 @@ function RebuildRow({ rebuild, open, onToggle }: { rebuild: ApiRebuild; open: bo
         data-tenant={rebuild.tenant ?? ""}
       >
         <td className="px-3 py-2">
-          <div className="font-medium">{label}</div>
+          <div className="font-medium">
+            <Link className="text-sky-700 underline" href={rebuildHref(rebuild.name, rebuild.tenant)}>
+              {label}
+            </Link>
+          </div>
           <div className="font-mono text-xs text-slate-500">{rebuild.output}</div>
           {rebuild.changedBuilds.map((build) => (
             <div
@@ -74,12 +78,24 @@ function RebuildRow({ rebuild, open, onToggle }: { rebuild: ApiRebuild; open: bo
               <div className="font-mono">
                 {rebuild.schedule.cron} ({rebuild.schedule.tz})
               </div>
-              <div data-field="next-run">
-                next: <Time at={Date.parse(rebuild.schedule.nextRunAt)} zone="utc" absolute />
-              </div>
-              <div className="text-slate-500">
-                <Time at={Date.parse(rebuild.schedule.nextRunAt)} />
-              </div>
+              {rebuild.schedule.paused ? (
+                <div
+                  data-field="paused"
+                  className="mt-1 inline-block rounded bg-amber-100 px-1.5 py-0.5 font-medium text-amber-900"
+                  title={`paused by ${rebuild.schedule.paused.actor}: ${rebuild.schedule.paused.reason}`}
+                >
+                  paused by {rebuild.schedule.paused.actor}
+                </div>
+              ) : (
+                <>
+                  <div data-field="next-run">
+                    next: <Time at={Date.parse(rebuild.schedule.nextRunAt)} zone="utc" absolute />
+                  </div>
+                  <div className="text-slate-500">
+                    <Time at={Date.parse(rebuild.schedule.nextRunAt)} />
+                  </div>
+                </>
+              )}
             </>
           ) : (
             <span className="text-slate-500">on demand</span>
@@ -143,11 +159,20 @@ function RebuildRow({ rebuild, open, onToggle }: { rebuild: ApiRebuild; open: bo
   );
 }
 
-function RebuildNowForm({ rebuild, onDone }: { rebuild: ApiRebuild; onDone: () => void }) {
+/** A fresh id for one "Rebuild now" request (the server queues one job per id). */
+const newRequestId = () => `ui-${crypto.randomUUID()}`;
+
+/**
+ * Rebuild now: the preview says what would happen; a run the preview says will be skipped is
+ * queued only through an explicit "Queue anyway". One request id per preview (version, force):
+ * a second submit of the same preview — a double click, a resend — answers with the first job.
+ */
+export function RebuildNowForm({ rebuild, onDone }: { rebuild: ApiRebuild; onDone: () => void }) {
   const queryClient = useQueryClient();
   const [version, setVersion] = useState("");
   const [force, setForce] = useState(false);
   const [reason, setReason] = useState("");
+  const [requestId, setRequestId] = useState(newRequestId);
   const preview = useQuery({
     ...previewQuery(rebuild.name, rebuild.tenant, version.trim(), force),
     refetchInterval: usePollEvery(LIVE_POLL_MS),
@@ -161,11 +186,19 @@ function RebuildNowForm({ rebuild, onDone }: { rebuild: ApiRebuild; onDone: () =
           ...(version.trim() ? { version: version.trim() } : {}),
           force,
           ...(reason.trim() ? { reason: reason.trim() } : {}),
+          requestId,
         }),
       }),
     onSuccess: () => void queryClient.invalidateQueries({ queryKey: queryKeys.all }),
   });
+  // Another preview (version, force): another request.
+  const changePreview = (apply: () => void) => {
+    apply();
+    setRequestId(newRequestId());
+    trigger.reset();
+  };
   const p = preview.data;
+  const skipped = p?.outcome === "skip";
   return (
     <form
       className="flex flex-wrap items-end gap-3 text-sm"
@@ -181,11 +214,15 @@ function RebuildNowForm({ rebuild, onDone }: { rebuild: ApiRebuild; onDone: () =
           className="rounded border border-slate-300 px-2 py-1 font-mono"
           value={version}
           placeholder={p?.version ?? "hash of the inputs"}
-          onChange={(event) => setVersion(event.target.value)}
+          onChange={(event) => changePreview(() => setVersion(event.target.value))}
         />
       </label>
       <label className="flex items-center gap-1">
-        <input type="checkbox" checked={force} onChange={(event) => setForce(event.target.checked)} />
+        <input
+          type="checkbox"
+          checked={force}
+          onChange={(event) => changePreview(() => setForce(event.target.checked))}
+        />
         <span>Force (ignore "already rebuilt"; never the claim)</span>
       </label>
       <label className="flex flex-col">
@@ -196,13 +233,23 @@ function RebuildNowForm({ rebuild, onDone }: { rebuild: ApiRebuild; onDone: () =
           onChange={(e) => setReason(e.target.value)}
         />
       </label>
-      <button
-        type="submit"
-        disabled={trigger.isPending}
-        className="rounded bg-sky-700 px-3 py-1.5 font-medium text-white"
-      >
-        Queue rebuild
-      </button>
+      {skipped ? (
+        <button
+          type="submit"
+          disabled={trigger.isPending || Boolean(trigger.data)}
+          className="rounded border border-amber-600 bg-amber-50 px-3 py-1.5 font-medium text-amber-900 disabled:opacity-50"
+        >
+          Queue anyway
+        </button>
+      ) : (
+        <button
+          type="submit"
+          disabled={trigger.isPending || Boolean(trigger.data) || (!p && !preview.error)}
+          className="rounded bg-sky-700 px-3 py-1.5 font-medium text-white disabled:opacity-50"
+        >
+          Queue rebuild
+        </button>
+      )}
       <button type="button" className="rounded border px-3 py-1.5" onClick={onDone}>
         Close
       </button>
@@ -213,7 +260,9 @@ function RebuildNowForm({ rebuild, onDone }: { rebuild: ApiRebuild; onDone: () =
             ? "Checking…"
             : p.outcome === "runs"
               ? `Would run now (version ${p.version}).`
-              : p.message}
+              : p.outcome === "skip"
+                ? `${p.message}. Queueing it anyway records a skip.`
+                : p.message}
       </p>
       {trigger.data ? (
         <p className="basis-full text-sm text-emerald-800" role="alert">

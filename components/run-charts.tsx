@@ -30,7 +30,17 @@ const LANE_HEIGHT = 22;
 const AXIS_HEIGHT = 26;
 const BUCKET_PX = 3;
 /** Which status a bucket of several runs shows: the one an operator must see first. */
-const SEVERITY: RunStatus[] = ["failed", "aborted", "superseded", "running", "queued", "rebuilt", "skipped"];
+const SEVERITY: RunStatus[] = [
+  "failed",
+  "aborted",
+  "superseded",
+  "cancelled",
+  "running",
+  "queued",
+  "rebuilt",
+  "skipped",
+  "deferred",
+];
 
 const laneOf = (run: Pick<WindowRun, "rebuild" | "tenant">) =>
   run.tenant ? `${run.rebuild} / ${run.tenant}` : run.rebuild;

@@ -2,7 +2,10 @@
 
 import { useQuery } from "@tanstack/react-query";
 import type { RunDetail } from "@/lib/api/runs";
-import { runQuery } from "@/lib/ui/queries";
+import Link from "next/link";
+import { RETRYABLE_STATUSES } from "@/lib/runs/transitions";
+import { rebuildHref, runQuery } from "@/lib/ui/queries";
+import { CancelJobButton, RetryRunButton } from "./operations";
 import { usePollEvery } from "./live-events";
 import { formatDurationMs } from "@/lib/ui/format";
 import type { ReactNode } from "react";
@@ -21,7 +24,13 @@ export function RunDetailView({ initial, id }: { initial: RunDetail | null; id: 
   if (!run) return <p className="text-sm text-red-700">{error ? error.message : "Loading…"}</p>;
   const running = run.status === "running" || run.status === "queued";
   const fields: [string, ReactNode][] = [
-    ["Rebuild", `${run.rebuild}${run.tenant ? ` / ${run.tenant}` : ""}`],
+    [
+      "Rebuild",
+      <Link key="r" className="text-sky-700 underline" href={rebuildHref(run.rebuild, run.tenant)}>
+        {run.rebuild}
+        {run.tenant ? ` / ${run.tenant}` : ""}
+      </Link>,
+    ],
     ["Job", `${run.jobId} (attempt ${run.attempt})`],
     ["Trigger", run.trigger],
     ["Version", run.version],
@@ -33,16 +42,27 @@ export function RunDetailView({ initial, id }: { initial: RunDetail | null; id: 
     ["Started", run.startedAt ? <Time key="s" at={run.startedAt} absolute /> : null],
     ["Finished", run.finishedAt ? <Time key="f" at={run.finishedAt} absolute /> : null],
     ["Duration", formatDurationMs(run.durationMs)],
+    [
+      "Retry of",
+      run.retryOf ? (
+        <Link key="rt" className="text-sky-700 underline" href={`/runs/${encodeURIComponent(run.retryOf)}`}>
+          {run.retryOf}
+        </Link>
+      ) : null,
+    ],
   ];
+  const retryable = (RETRYABLE_STATUSES as readonly string[]).includes(run.status);
   return (
     <div className="space-y-4">
-      <div className="flex items-center gap-3">
+      <div className="flex flex-wrap items-start gap-3">
         <StatusBadge status={run.status} />
         {run.reason ? (
           <span className="text-sm text-slate-700" data-field="reason">
             {run.reason}
           </span>
         ) : null}
+        {running ? <CancelJobButton jobId={run.jobId} what={`run ${run.id}`} /> : null}
+        {retryable ? <RetryRunButton runId={run.id} /> : null}
       </div>
       {running ? (
         <div

@@ -5,7 +5,7 @@ import Link from "next/link";
 import { useState } from "react";
 import type { RunPage } from "@/lib/runs/list";
 import { RUN_STATUSES, type RunStatus } from "@/lib/runs/types";
-import { LIVE_POLL_MS, runsQuery, type RunsFilter } from "@/lib/ui/queries";
+import { LIVE_POLL_MS, rebuildHref, runsQuery, type RunsFilter } from "@/lib/ui/queries";
 import { usePollEvery } from "./live-events";
 import { DataTable } from "./data-table";
 import { formatDurationMs } from "@/lib/ui/format";
@@ -101,8 +101,10 @@ export function RunsTable({ initial, initialFilter, rebuilds }: RunsTableProps) 
               </Link>
             </td>
             <td className="px-3 py-2">
-              {run.rebuild}
-              {run.tenant ? <span className="text-slate-500"> / {run.tenant}</span> : null}
+              <Link className="text-sky-700 underline" href={rebuildHref(run.rebuild, run.tenant)}>
+                {run.rebuild}
+                {run.tenant ? ` / ${run.tenant}` : ""}
+              </Link>
             </td>
             <td className="px-3 py-2">
               <StatusBadge status={run.status} />

@@ -1,6 +1,6 @@
 import type { RunStatus } from "@/lib/runs/types";
 
-/** Skips look neutral, failures red, superseded amber. */
+/** Skips look neutral, failures red, superseded amber, an operator's cancel violet. */
 const STYLES: Record<RunStatus, string> = {
   queued: "bg-slate-100 text-slate-700 ring-slate-300",
   running: "bg-sky-100 text-sky-800 ring-sky-300",
@@ -10,6 +10,7 @@ const STYLES: Record<RunStatus, string> = {
   aborted: "bg-orange-100 text-orange-800 ring-orange-300",
   superseded: "bg-amber-100 text-amber-800 ring-amber-300",
   deferred: "bg-slate-100 text-slate-600 ring-slate-300",
+  cancelled: "bg-violet-100 text-violet-800 ring-violet-300",
 };
 
 export const STATUS_COLOURS: Record<RunStatus, string> = {
@@ -21,6 +22,7 @@ export const STATUS_COLOURS: Record<RunStatus, string> = {
   aborted: "#f97316",
   superseded: "#f59e0b",
   deferred: "#cbd5e1",
+  cancelled: "#8b5cf6",
 };
 
 export function StatusBadge({ status }: { status: RunStatus }) {

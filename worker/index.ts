@@ -117,8 +117,10 @@ await heartbeat();
 void publishEvent(main, keys, { type: "worker.up", id: identity.id, host: identity.host, pid: identity.pid });
 const beatTimer = setInterval(() => void heartbeat(), HEARTBEAT_EVERY_MS);
 try {
-  const { upserted, removed } = await syncSchedules(queue, definitions, main, keys);
-  log(`schedules: ${upserted.length} upserted${removed.length ? `, removed ${removed.join(", ")}` : ""}`);
+  const { upserted, removed, paused } = await syncSchedules(queue, definitions, main, keys);
+  log(
+    `schedules: ${upserted.length} upserted${removed.length ? `, removed ${removed.join(", ")}` : ""}${paused.length ? `; paused by an operator: ${paused.join(", ")}` : ""}`,
+  );
 } catch (error) {
   log(`could not sync schedules (will run jobs anyway): ${describeError(error)}`);
 }

@@ -13,6 +13,8 @@ import {
   rebuildJobData,
   type RebuildJobData,
 } from "../lib/rebuilds/queue";
+import { CANCEL_ABORT_REASON, CancelWatch, readCancelRequest } from "../lib/rebuilds/cancel-request";
+import { isSchedulePaused } from "../lib/rebuilds/schedules";
 import { clearPendingTrigger } from "../lib/rebuilds/trigger";
 import { RebuildError, runRebuild, type RebuildDeps, type RebuildOutcome } from "../lib/rebuilds/run-rebuild";
 
@@ -35,6 +37,9 @@ export const DEFAULT_WORKER_OPTIONS: RebuildWorkerOptions = {
   stalledInterval: 3_000,
 };
 
+/** What a job returns: the attempt's outcome, or nothing done for a tick of a paused schedule. */
+export type RebuildJobResult = RebuildOutcome | { status: "schedule-paused" };
+
 export interface RunningJobs {
   ids(): string[];
   /** Jobs this worker has finished processing (any outcome), since it started. */
@@ -44,12 +49,26 @@ export interface RunningJobs {
 export function startRebuildWorker(
   deps: RebuildDeps & { connection: Redis },
   options: RebuildWorkerOptions = DEFAULT_WORKER_OPTIONS,
-): { worker: Worker<RebuildJobData, RebuildOutcome>; running: RunningJobs } {
+): { worker: Worker<RebuildJobData, RebuildJobResult>; running: RunningJobs } {
   const active = new Set<string>();
   let processed = 0;
   const log = deps.log ?? (() => {});
+  // Operators' cancels reach whichever worker holds the job: each polls its own active jobs.
+  const cancels = new CancelWatch(
+    deps.main,
+    deps.keys,
+    () => [...active],
+    (jobId, request) => {
+      log(`job ${jobId}: cancel requested by ${request.actor}; aborting it`);
+      worker.cancelJob(jobId, CANCEL_ABORT_REASON);
+    },
+  );
 
-  const processor = async (job: Job<RebuildJobData, RebuildOutcome>, token?: string, signal?: AbortSignal) => {
+  const processor = async (
+    job: Job<RebuildJobData, RebuildJobResult>,
+    token?: string,
+    signal?: AbortSignal,
+  ): Promise<RebuildJobResult> => {
     const jobId = job.id!;
     active.add(jobId);
     // A started job drops its "waiting trigger" marker, so later triggers queue a new job. A
@@ -61,12 +80,21 @@ export function startRebuildWorker(
     };
     try {
       if (data.success && data.data.force) clearMarker();
+      // A cancel that came while the job waited, or while another worker had it: stop at once.
+      const pending = await readCancelRequest(deps.main, deps.keys, jobId).catch(() => null);
+      if (pending) cancels.note(jobId, pending);
+      if (!pending && data.success && data.data.trigger === "schedule" && (await scheduleIsPaused(data.data))) {
+        // A tick that was already waiting when its schedule was paused (lib/rebuilds/schedules).
+        log(`job ${jobId}: its schedule is paused; not run`);
+        return { status: "schedule-paused" as const };
+      }
       const outcome = await runRebuild(deps, {
         id: jobId,
         attempt: Math.max(1, job.attemptsStarted),
         createdAt: job.timestamp,
         data: job.data,
         signal: signal ?? new AbortController().signal,
+        cancelRequest: () => cancels.requestFor(jobId),
         progress: (fraction) => void job.updateProgress(Math.round(fraction * 100)).catch(() => {}),
       });
       switch (outcome.status) {
@@ -76,6 +104,10 @@ export function startRebuildWorker(
         case "handed-back":
           await job.moveToWait(token);
           throw new WaitingError();
+        case "cancelled":
+          log(`job ${jobId}: ${outcome.reason}`);
+          // Failed without a retry: the run record says cancelled, by whom and why.
+          throw new UnrecoverableError(outcome.reason);
         default:
           log(`job ${jobId} (${job.data.rebuild}${job.data.tenant ? `/${job.data.tenant}` : ""}): ${outcome.status}`);
           return outcome;
@@ -90,11 +122,14 @@ export function startRebuildWorker(
       throw error;
     } finally {
       active.delete(jobId);
+      cancels.forget(jobId);
       processed += 1;
     }
   };
+  const scheduleIsPaused = (data: RebuildJobData) =>
+    isSchedulePaused(deps.main, deps.keys, data.rebuild, data.tenant).catch(() => false);
 
-  const worker = new Worker<RebuildJobData, RebuildOutcome>(REBUILD_QUEUE, processor, {
+  const worker = new Worker<RebuildJobData, RebuildJobResult>(REBUILD_QUEUE, processor, {
     connection: deps.connection,
     prefix: queuePrefix(deps.keys),
     concurrency: options.concurrency,
@@ -118,5 +153,7 @@ export function startRebuildWorker(
     }
   });
   worker.on("error", (error) => log(`worker error: ${error.message}`));
+  cancels.start();
+  worker.on("closed", () => cancels.stop());
   return { worker, running: { ids: () => [...active], processed: () => processed } };
 }

@@ -107,14 +107,19 @@ export async function recordExpectedTicks(
   for (const s of series) {
     read.hget(keys.alertsTickCursor, seriesKey(s.rebuild, s.tenant));
     read.get(keys.schedulerSince(schedulerIdOf(s.rebuild, s.tenant)));
+    read.hexists(keys.pausedSchedules, schedulerIdOf(s.rebuild, s.tenant));
   }
   const replies = (await read.exec()) ?? [];
   const write = main.pipeline();
   let recorded = 0;
   series.forEach((s, i) => {
-    const cursor = Number(replies[i * 2]?.[1] ?? NaN);
-    const since = Number(replies[i * 2 + 1]?.[1] ?? NaN);
+    const cursor = Number(replies[i * 3]?.[1] ?? NaN);
+    const since = Number(replies[i * 3 + 1]?.[1] ?? NaN);
+    const paused = Number(replies[i * 3 + 2]?.[1] ?? 0) === 1;
     const key = seriesKey(s.rebuild, s.tenant);
+    // A paused schedule expects no ticks (scheduleMissed stays quiet); resuming moves
+    // `schedulerSince` to the resume, so the ticks while paused are never expected later either.
+    if (paused) return void nextDue.set(key, now + 15_000);
     // Ticks before the scheduler existed cannot have been missed; none are expected without one.
     if (!Number.isFinite(since)) return void nextDue.set(key, now + 60_000);
     nextDue.set(

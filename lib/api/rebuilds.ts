@@ -5,7 +5,9 @@ import { appendAudit } from "../audit";
 import { claimName, readClaim, readClaimsByName, readSkipsMany } from "../claims";
 import { listChangedBuilds } from "../rebuilds/build-integrity";
 import { tenantProblem, tenantsOf, unknownRebuildProblem, type RebuildDefinition } from "../rebuilds/definitions";
-import { triggerRebuild } from "../rebuilds/trigger";
+import { readSchedulePauses, type SchedulePause } from "../rebuilds/schedules";
+import { schedulerIdOf } from "../rebuilds/queue";
+import { REQUEST_ID_PATTERN, triggerRebuild } from "../rebuilds/trigger";
 import { hashInputs, idempotencyKey, InputHashCache, VERSION_PATTERN } from "../rebuilds/version";
 import { decideRun } from "../rebuilds/decide";
 import { listRunSummaries } from "../runs/list";
@@ -21,7 +23,11 @@ export interface ApiRebuild {
   name: string;
   tenant: string | null;
   output: string;
-  schedule: { cron: string; tz: string; nextRunAt: string } | null;
+  /**
+   * The schedule; `paused` when an operator paused it (nothing is enqueued; `nextRunAt` is when
+   * it would run), with who, why and when.
+   */
+  schedule: { cron: string; tz: string; nextRunAt: string; paused: SchedulePause | null } | null;
   /**
    * The last run that *started* (running or finished; not a skip that came in meanwhile, not a
    * queued job): the newest `startedAt` among the recent runs.
@@ -44,21 +50,30 @@ export function nextRunAt(definition: RebuildDefinition, from = new Date()): str
     .toISOString();
 }
 
-/** One entry per rebuild and tenant. O(rebuilds × recent runs); independent of history size. */
-export async function getRebuilds(context: WebContext): Promise<ApiRebuild[]> {
+/**
+ * One entry per rebuild and tenant (of one rebuild, or one tenant, when `only` says so).
+ * O(rebuilds × recent runs); independent of history size.
+ */
+export async function getRebuilds(
+  context: WebContext,
+  only: { rebuild?: string; tenant?: string } = {},
+): Promise<ApiRebuild[]> {
   const { connections, definitions } = context;
   const entries: { definition: RebuildDefinition; tenant: string | undefined; name: string }[] = [];
   for (const definition of definitions.rebuilds.values()) {
+    if (only.rebuild && definition.name !== only.rebuild) continue;
     for (const tenant of tenantsOf(definition)) {
+      if (only.tenant && tenant !== only.tenant) continue;
       entries.push({ definition, tenant, name: claimName(definition.claimPath, tenant) });
     }
   }
   const names = entries.map((e) => e.name);
   // Skips outlive claims, so they are read for every name; claims in one pipeline for all.
-  const [skips, claims, changed] = await Promise.all([
+  const [skips, claims, changed, pauses] = await Promise.all([
     readSkipsMany(connections.claims, connections.keys, names),
     readClaimsByName(connections.claims, connections.keys, names),
     listChangedBuilds(connections.main, connections.keys),
+    readSchedulePauses(connections.main, connections.keys),
   ]);
   return Promise.all(
     entries.map(async ({ definition, tenant, name }): Promise<ApiRebuild> => {
@@ -75,7 +90,12 @@ export async function getRebuilds(context: WebContext): Promise<ApiRebuild[]> {
         tenant: tenant ?? null,
         output: definition.output,
         schedule: definition.schedule
-          ? { cron: definition.schedule.cron, tz: definition.schedule.tz, nextRunAt: nextRunAt(definition)! }
+          ? {
+              cron: definition.schedule.cron,
+              tz: definition.schedule.tz,
+              nextRunAt: nextRunAt(definition)!,
+              paused: pauses.get(schedulerIdOf(definition.name, tenant)) ?? null,
+            }
           : null,
         lastRun: last
           ? {
@@ -125,6 +145,8 @@ export const triggerBody = z.strictObject({
   version: z.string().regex(VERSION_PATTERN, "must be 1-128 letters, digits or . _ : + -").optional(),
   force: z.boolean().optional(),
   reason: z.string().trim().max(500).optional(),
+  /** One id per "Rebuild now" preview: the same id submitted twice queues one job. */
+  requestId: z.string().regex(REQUEST_ID_PATTERN, "must be 8-64 letters, digits, _ or -").optional(),
 });
 
 function definitionOr404(context: WebContext, name: string, tenant: string | undefined): RebuildDefinition {
@@ -149,8 +171,10 @@ export async function triggerAsOperator(
     force: body.force ?? false,
     trigger: "manual",
     requestedBy: actor,
+    ...(body.requestId ? { requestId: body.requestId } : {}),
   });
   if (result.status === "invalid-version") throw badRequest(`version: ${result.message}`);
+  if (result.status === "invalid-request-id") throw badRequest(`requestId: ${result.message}`);
   if (result.status === "unknown-rebuild" || result.status === "unknown-tenant") throw notFound(result.message);
   await appendAudit(connections.main, connections.keys, {
     actor,
@@ -253,3 +277,90 @@ export async function previewRun(
 }
 
 const seconds = (ms: number) => Math.max(0, Math.round(ms / 1000));
+
+/** What a rebuild is, as its page summarises it (durations in ms). */
+export interface ApiRebuildDefinition {
+  name: string;
+  output: string;
+  outputPath: string;
+  inputs: string[];
+  tenants: string[] | null;
+  schedule: { cron: string; tz: string } | null;
+  claim: { ttlMs: number; refreshEveryMs: number };
+  timeLimitMs: number;
+  retries: { attempts: number; backoffMs: number; maxBackoffMs: number };
+  idempotencyTtlMs: number;
+  steps: {
+    name: string;
+    kind: "run" | "tiles";
+    /** The argv (run) or the tiles input, layer and zooms. */
+    detail: string;
+    killGraceMs: number | null;
+    limits: { memory?: number; pids?: number };
+  }[];
+}
+
+export interface ApiRebuildDetail {
+  definition: ApiRebuildDefinition;
+  /** One per tenant (one for a rebuild without tenants), or the one tenant asked for. */
+  entries: ApiRebuild[];
+}
+
+export const rebuildDetailQuery = z.strictObject({
+  tenant: z.string().regex(NAME, "must be a tenant name").optional(),
+});
+
+/** The rebuild page: the definition and, per tenant, the schedule state, claim and recent runs. */
+export async function getRebuildDetail(
+  context: WebContext,
+  name: string,
+  tenant: string | undefined,
+): Promise<ApiRebuildDetail> {
+  if (!NAME.test(name)) throw notFound(`no rebuild named '${name.slice(0, 80)}'`);
+  const definition = context.definitions.rebuilds.get(name);
+  if (!definition) throw notFound(`no rebuild named '${name}'`);
+  if (tenant !== undefined) {
+    const problem = tenantProblem(definition, tenant);
+    if (problem) throw notFound(problem);
+  }
+  return {
+    definition: describeDefinition(definition),
+    entries: await getRebuilds(context, { rebuild: name, ...(tenant ? { tenant } : {}) }),
+  };
+}
+
+function describeDefinition(definition: RebuildDefinition): ApiRebuildDefinition {
+  return {
+    name: definition.name,
+    output: definition.output,
+    outputPath: definition.outputPath,
+    inputs: definition.inputs,
+    tenants: definition.tenants ?? null,
+    schedule: definition.schedule ? { cron: definition.schedule.cron, tz: definition.schedule.tz } : null,
+    claim: { ttlMs: definition.claim.ttl, refreshEveryMs: definition.claim.refreshEvery },
+    timeLimitMs: definition.timeLimit,
+    retries: {
+      attempts: definition.retries.attempts,
+      backoffMs: definition.retries.backoff,
+      maxBackoffMs: definition.retries.maxBackoff,
+    },
+    idempotencyTtlMs: definition.idempotency.ttl,
+    steps: definition.steps.map((step) =>
+      "run" in step
+        ? {
+            name: step.name,
+            kind: "run" as const,
+            detail: step.run.join(" "),
+            killGraceMs: step.killGrace,
+            limits: step.limits,
+          }
+        : {
+            name: step.name,
+            kind: "tiles" as const,
+            detail: `${step.tiles.input} → layer ${step.tiles.layer}, zoom ${step.tiles.minZoom}-${step.tiles.maxZoom}`,
+            killGraceMs: null,
+            limits: {},
+          },
+    ),
+  };
+}

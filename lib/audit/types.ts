@@ -1,7 +1,16 @@
 /** Audit log entries: who did what to which resource, why, and how it ended. */
 
 /** Operator actions that are audited. */
-export type AuditAction = "force-release" | "trigger" | "login" | "logout" | "alert-test";
+export type AuditAction =
+  | "force-release"
+  | "trigger"
+  | "login"
+  | "logout"
+  | "alert-test"
+  | "cancel"
+  | "retry"
+  | "pause-schedule"
+  | "resume-schedule";
 
 /** `refused`: the action was declined as asked (e.g. a stale token); `failed`: an error. */
 export type AuditResult = "done" | "refused" | "failed";

@@ -46,7 +46,7 @@ export async function missedTickProblems(
   definitions: Definitions,
   now = Date.now(),
 ): Promise<string[]> {
-  const checks: { label: string; tick: number; scheduler: string; ticksKey: string }[] = [];
+  const checks: { label: string; tick: number; scheduler: string; schedulerId: string; ticksKey: string }[] = [];
   for (const definition of definitions.rebuilds.values()) {
     if (!definition.schedule) continue;
     const tick = CronExpressionParser.parse(definition.schedule.cron, {
@@ -60,19 +60,28 @@ export async function missedTickProblems(
         label: `${definition.name}${tenant ? `/${tenant}` : ""}`,
         tick,
         scheduler: keys.schedulerSince(schedulerIdOf(definition.name, tenant)),
+        schedulerId: schedulerIdOf(definition.name, tenant),
         ticksKey: keys.scheduleTicks(definition.name, tenant),
       });
     }
   }
   if (checks.length === 0) return [];
   const pipeline = main.pipeline();
-  for (const check of checks) pipeline.get(check.scheduler).zcount(check.ticksKey, check.tick, check.tick);
+  // A paused schedule enqueues nothing by design: none of its ticks is missed (resuming moves
+  // `schedulerSince` past the pause, so the ticks while paused stay unmissed afterwards too).
+  for (const check of checks) {
+    pipeline
+      .get(check.scheduler)
+      .zcount(check.ticksKey, check.tick, check.tick)
+      .hexists(keys.pausedSchedules, check.schedulerId);
+  }
   const replies = (await pipeline.exec()) ?? [];
   const problems: string[] = [];
   checks.forEach((check, i) => {
-    const since = Number(replies[i * 2]?.[1] ?? NaN);
-    const ran = Number(replies[i * 2 + 1]?.[1] ?? 0);
-    if (Number.isFinite(since) && since <= check.tick && ran === 0) {
+    const since = Number(replies[i * 3]?.[1] ?? NaN);
+    const ran = Number(replies[i * 3 + 1]?.[1] ?? 0);
+    const paused = Number(replies[i * 3 + 2]?.[1] ?? 0) === 1;
+    if (!paused && Number.isFinite(since) && since <= check.tick && ran === 0) {
       problems.push(
         `Scheduled run of ${check.label} at ${formatAbsolute(check.tick, "utc")} did not start (missed tick)`,
       );

@@ -5,11 +5,14 @@
  */
 import { ClaimLostError } from "../claims";
 import type { FinalRunStatus } from "../runs/transitions";
+import { CANCEL_ABORT_REASON } from "./cancel-request";
 import { StepFailedError, TransientStepError } from "./steps/context";
 import { TRANSIENT_ERRNO } from "./steps/run-step";
 
 export type FailureClass =
   | { kind: "hand-back"; status: "aborted"; reason: string }
+  /** An operator cancelled the job: whatever else went wrong meanwhile (a lost claim), it ends here. */
+  | { kind: "cancelled"; reason: string }
   /**
    * The claim was lost while the attempt ran (a force release, an expiry, a takeover). Whether
    * the request may end depends on who holds the output now and whether the version was
@@ -36,6 +39,7 @@ export function classifyFailure(
   if (jobReason === "shutdown") {
     return { kind: "hand-back", status: "aborted", reason: "worker shutdown: job handed back to the queue" };
   }
+  if (jobReason === CANCEL_ABORT_REASON) return { kind: "cancelled", reason: "cancelled by an operator" };
   if (error instanceof ClaimLostError) return { kind: "claim-lost", reason: `claim lost: ${error.message}` };
   if (jobReason === "lock-lost") {
     return {

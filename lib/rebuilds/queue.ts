@@ -24,6 +24,8 @@ export const rebuildJobData = z.strictObject({
   force: z.boolean().default(false),
   trigger: z.enum(["schedule", "manual", "api"]).default("api"),
   requestedBy: z.string().max(200).optional(),
+  /** The run an operator retried with this job (lib/operations/retry). */
+  retryOf: z.string().max(200).optional(),
 });
 export type RebuildJobData = z.output<typeof rebuildJobData>;
 

@@ -25,6 +25,7 @@ import { beginAttempt, RunRecorder, type AttemptIdentity, type RunStore, type Ru
 import { countRunFinished } from "../metrics/counters";
 import type { WorkerIdentity } from "../workers/heartbeat";
 import { buildAndPublish, type BuildResult } from "./build-and-publish";
+import { CANCEL_ABORT_REASON, describeCancel, type CancelRequest } from "./cancel-request";
 import { recordChangedBuild } from "./build-integrity";
 import { classifyFailure, isTransient } from "./classify-failure";
 import { decideRun, DEFER_MAX_MS, DEFER_MIN_MS } from "./decide";
@@ -55,8 +56,13 @@ export interface RebuildJob {
   /** When the job was created (ms). */
   createdAt: number;
   data: unknown;
-  /** BullMQ's job signal: aborted on shutdown ("shutdown") or a lost job lock ("lock-lost"). */
+  /**
+   * BullMQ's job signal: aborted on shutdown ("shutdown"), a lost job lock ("lock-lost") or an
+   * operator's cancel ("cancelled", see cancel-request.ts).
+   */
   signal: AbortSignal;
+  /** The cancel request behind a "cancelled" abort (who and why), when the worker has it. */
+  cancelRequest?: () => CancelRequest | null;
   progress?: (fraction: number) => void;
 }
 
@@ -67,7 +73,16 @@ export type RebuildOutcome =
   /** Another version holds the output: run again at `until` (worker: moveToDelayed). */
   | { status: "deferred"; until: number; heldBy: string; version: string }
   /** The worker is shutting down: give the job back (worker: moveToWait). */
-  | { status: "handed-back"; runId: string };
+  | { status: "handed-back"; runId: string }
+  /** An operator cancelled the job: recorded `cancelled`; never retried (worker: UnrecoverableError). */
+  | { status: "cancelled"; runId: string; reason: string };
+
+/** Why the attempt must stop for an operator's cancel, or null when nobody cancelled it. */
+function cancellationOf(job: RebuildJob): string | null {
+  if (!job.signal.aborted || job.signal.reason !== CANCEL_ABORT_REASON) return null;
+  const request = job.cancelRequest?.();
+  return request ? describeCancel(request) : "cancelled by an operator";
+}
 
 export class RebuildError extends Error {
   constructor(
@@ -86,7 +101,7 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
   const store: RunStore = { client: deps.main, keys: deps.keys, retention: deps.retention ?? DEFAULT_RETENTION };
   const runId = runIdOf(job.id, job.attempt);
   const log = (line: string) => deps.log?.(`[${runId}] ${line}`);
-  const raw = (job.data ?? {}) as { rebuild?: unknown; tenant?: unknown; trigger?: unknown };
+  const raw = (job.data ?? {}) as { rebuild?: unknown; tenant?: unknown; trigger?: unknown; retryOf?: unknown };
   const identity: AttemptIdentity = {
     ...runPlaceOf(raw.rebuild, raw.tenant),
     runId,
@@ -98,6 +113,7 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
     trigger: raw.trigger === "schedule" || raw.trigger === "manual" ? raw.trigger : "api",
     workerId: deps.worker.id,
     host: deps.worker.host,
+    ...(typeof raw.retryOf === "string" ? { retryOf: raw.retryOf.slice(0, 200) } : {}),
   };
   /** A job that ends before it could start still leaves its record (then throws). */
   const failEarly = async (message: string, retry: boolean, cause?: unknown): Promise<never> => {
@@ -114,6 +130,15 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
   if (!definition) return failEarly(`unknown rebuild '${data.rebuild}' (not in the definitions file)`, false);
   const tenantError = tenantProblem(definition, data.tenant);
   if (tenantError) return failEarly(tenantError, false);
+  const cancelledBefore = cancellationOf(job);
+  if (cancelledBefore) {
+    // Cancelled before it started (found when the job was picked up): one record, no work.
+    await beginAttempt(store, identity, {
+      mode: { kind: "final", status: "cancelled", reason: cancelledBefore },
+      ...(data.version ? { fields: { version: data.version } } : {}),
+    });
+    return { status: "cancelled", runId, reason: cancelledBefore };
+  }
 
   const tick = recordScheduledTick(
     deps.main,
@@ -181,6 +206,8 @@ class RebuildAttempt {
       return { status: "skipped", reason: "already-rebuilt", runId: this.runId, version: this.version };
     }
     if (begun.status === "exists") this.log(`run record ${this.runId} exists already; this attempt is not recorded`);
+    const cancelledEarly = cancellationOf(this.job);
+    if (cancelledEarly) return this.endCancelled(cancelledEarly);
 
     // Checked again with the claim, in the same round trip: another run may have finished this
     // version since. A failed lookup counts as "not rebuilt": the claim keeps the repeat harmless.
@@ -319,6 +346,8 @@ class RebuildAttempt {
       return { status: "skipped", reason: "claim-held", runId: this.runId, version: this.version, heldBy };
     }
     if (decision.action === "defer") {
+      const cancelled = cancellationOf(this.job);
+      if (cancelled) return this.endCancelled(cancelled);
       const reason = `waits ${Math.round(decision.waitMs / 1000)} s: ${this.claim} is held by ${decision.heldBy} building ${decision.heldVersion ?? "?"}`;
       this.log(`deferred: ${reason}`);
       await this.finish("deferred", { reason });
@@ -367,6 +396,9 @@ class RebuildAttempt {
       });
       return { status: "skipped", reason: "already-rebuilt", runId: this.runId, version: this.version };
     }
+    // An operator's cancel ends the request here (this job's version only; other jobs keep theirs).
+    const cancelled = cancellationOf(this.job);
+    if (cancelled) return this.endCancelled(cancelled, fields);
     // Free, held by another version, or by another job building this version (which may lose
     // its claim too): look again later. The next attempt applies the usual rules.
     const waitMs = decision.action === "defer" || decision.action === "skip" ? decision.pttlMs + 100 : 0;
@@ -383,15 +415,17 @@ class RebuildAttempt {
   /** Maps an error thrown under the claim to a final record and a `RebuildError` (or hand-back, or a deferral). */
   private async onFailure(
     error: unknown,
-  ): Promise<Extract<RebuildOutcome, { status: "handed-back" | "deferred" | "skipped" }>> {
+  ): Promise<Extract<RebuildOutcome, { status: "handed-back" | "deferred" | "skipped" | "cancelled" }>> {
     const failure = classifyFailure(error, { jobSignal: this.job.signal, timeLimitMs: this.definition.timeLimit });
+    if (failure.kind === "cancelled") return this.endCancelled(cancellationOf(this.job) ?? failure.reason);
     if (failure.kind === "hand-back") {
       await this.finish(failure.status, { reason: failure.reason });
       return { status: "handed-back", runId: this.runId };
     }
     if (failure.kind === "claim-lost") {
       const outcome = await this.afterLostClaim(failure.reason);
-      if (outcome.status === "deferred" || outcome.status === "skipped") return outcome;
+      if (outcome.status === "deferred" || outcome.status === "skipped" || outcome.status === "cancelled")
+        return outcome;
       throw new Error(`unexpected outcome after a lost claim: ${outcome.status}`);
     }
     await this.finish(
@@ -400,6 +434,20 @@ class RebuildAttempt {
       failure.forgetRebuilt ? { change: "del", key: this.idemKey, ttlMs: 0 } : undefined,
     );
     throw new RebuildError(failure.message, failure.retry, this.runId, { cause: error });
+  }
+
+  /**
+   * An operator's cancel: the steps were stopped (SIGTERM, SIGKILL after killGrace) and the claim
+   * is released by withClaim before this record is written. Nothing was published, so the
+   * idempotency key is not touched.
+   */
+  private async endCancelled(
+    reason: string,
+    fields: Partial<RunRecord> = {},
+  ): Promise<Extract<RebuildOutcome, { status: "cancelled" }>> {
+    this.log(reason);
+    await this.finish("cancelled", { ...fields, reason });
+    return { status: "cancelled", runId: this.runId, reason };
   }
 
   /** The final record; a record another writer closed first stays as it is (logged). */

@@ -3,40 +3,61 @@
  * rebuild and tenant at start, and removes claimwatch schedulers no longer in the definitions.
  * Upserts of one id are idempotent, so N processes give one job per tick, and no single "beat"
  * process is needed.
+ *
+ * Paused schedules (an operator's "pause"): the pause is a field in `pausedSchedules` (Redis, so
+ * it survives restarts), and the scheduler is removed from BullMQ with its next delayed tick, so
+ * a paused schedule enqueues nothing. Every upsert checks the pause *after* upserting and removes
+ * the scheduler again if paused: a worker starting while an operator pauses cannot bring the
+ * schedule back (the pause writes first and removes second; one of the two removals sees it).
+ * A tick that was already waiting when the pause came is removed by the pause, and a worker that
+ * still picks one up does not run it (worker/rebuild-worker.ts). Resuming upserts the scheduler
+ * and moves `schedulerSince` to now: ticks while paused are not missed ticks.
  */
 import type { Queue } from "bullmq";
 import type { Redis } from "ioredis";
+import { z } from "zod";
 import type { RedisKeys } from "../redis/keys";
-import { tenantsOf, type Definitions } from "./definitions";
-import { jobOptionsFor, schedulerIdOf, type RebuildJobData } from "./queue";
+import { tenantsOf, type Definitions, type RebuildDefinition } from "./definitions";
+import { jobOptionsFor, schedulerIdOf, scheduledTickOf, type RebuildJobData } from "./queue";
+
+type SchedulerQueue = Pick<Queue, "upsertJobScheduler" | "removeJobScheduler">;
+type PauseClient = Pick<Redis, "hget" | "hset" | "hdel" | "set">;
+
+export interface SchedulePause {
+  actor: string;
+  reason: string;
+  /** When it was paused (ms). */
+  at: number;
+}
+
+const schedulePause = z.object({ actor: z.string(), reason: z.string(), at: z.number() });
+
+function parsePause(raw: string | null | undefined): SchedulePause | null {
+  if (!raw) return null;
+  try {
+    const parsed = schedulePause.safeParse(JSON.parse(raw));
+    return parsed.success ? parsed.data : null;
+  } catch {
+    return null;
+  }
+}
 
 export async function syncSchedules(
-  queue: Pick<Queue, "upsertJobScheduler" | "getJobSchedulers" | "removeJobScheduler">,
+  queue: SchedulerQueue & Pick<Queue, "getJobSchedulers">,
   definitions: Definitions,
-  client: Pick<Redis, "set" | "del">,
+  client: PauseClient & Pick<Redis, "del">,
   keys: RedisKeys,
-): Promise<{ upserted: string[]; removed: string[] }> {
+): Promise<{ upserted: string[]; removed: string[]; paused: string[] }> {
   const wanted = new Set<string>();
   const upserted: string[] = [];
+  const paused: string[] = [];
   for (const definition of definitions.rebuilds.values()) {
     if (!definition.schedule) continue;
     for (const tenant of tenantsOf(definition)) {
       const id = schedulerIdOf(definition.name, tenant);
       wanted.add(id);
-      const data: RebuildJobData = {
-        rebuild: definition.name,
-        ...(tenant ? { tenant } : {}),
-        force: false,
-        trigger: "schedule",
-      };
-      const { attempts, backoff, removeOnComplete, removeOnFail } = jobOptionsFor(definition, definitions.retention);
-      await queue.upsertJobScheduler(
-        id,
-        { pattern: definition.schedule.cron, tz: definition.schedule.tz },
-        { name: definition.name, data, opts: { attempts, backoff, removeOnComplete, removeOnFail } },
-      );
-      await client.set(keys.schedulerSince(id), String(Date.now()), "NX");
-      upserted.push(id);
+      if (await upsertSchedule(queue, client, keys, definitions, definition, tenant)) upserted.push(id);
+      else paused.push(id);
     }
   }
   const removed: string[] = [];
@@ -48,5 +69,132 @@ export async function syncSchedules(
       removed.push(id);
     }
   }
-  return { upserted, removed };
+  return { upserted, removed, paused };
+}
+
+/**
+ * Upserts one scheduler unless its schedule is paused; returns whether it is scheduled. The
+ * pause is read after the upsert (see the file header): a pause seen then removes it again.
+ */
+export async function upsertSchedule(
+  queue: SchedulerQueue,
+  client: PauseClient,
+  keys: RedisKeys,
+  definitions: Definitions,
+  definition: RebuildDefinition,
+  tenant: string | undefined,
+  options: { resumed?: boolean } = {},
+): Promise<boolean> {
+  if (!definition.schedule) return false;
+  const id = schedulerIdOf(definition.name, tenant);
+  if (await readSchedulePause(client, keys, definition.name, tenant)) return false;
+  const data: RebuildJobData = {
+    rebuild: definition.name,
+    ...(tenant ? { tenant } : {}),
+    force: false,
+    trigger: "schedule",
+  };
+  const { attempts, backoff, removeOnComplete, removeOnFail } = jobOptionsFor(definition, definitions.retention);
+  await queue.upsertJobScheduler(
+    id,
+    { pattern: definition.schedule.cron, tz: definition.schedule.tz },
+    { name: definition.name, data, opts: { attempts, backoff, removeOnComplete, removeOnFail } },
+  );
+  if (await readSchedulePause(client, keys, definition.name, tenant)) {
+    await queue.removeJobScheduler(id);
+    return false;
+  }
+  // Ticks before this cannot have been missed: the first upsert, or the end of a pause.
+  if (options.resumed) await client.set(keys.schedulerSince(id), String(Date.now()));
+  else await client.set(keys.schedulerSince(id), String(Date.now()), "NX");
+  return true;
+}
+
+export async function readSchedulePause(
+  client: Pick<Redis, "hget">,
+  keys: RedisKeys,
+  rebuild: string,
+  tenant: string | undefined,
+): Promise<SchedulePause | null> {
+  return parsePause(await client.hget(keys.pausedSchedules, schedulerIdOf(rebuild, tenant)));
+}
+
+export async function isSchedulePaused(
+  client: Pick<Redis, "hget">,
+  keys: RedisKeys,
+  rebuild: string,
+  tenant: string | undefined,
+): Promise<boolean> {
+  return (await readSchedulePause(client, keys, rebuild, tenant)) !== null;
+}
+
+/** Every paused schedule: scheduler id → pause (one HGETALL; the list is as long as the schedules). */
+export async function readSchedulePauses(
+  client: Pick<Redis, "hgetall">,
+  keys: RedisKeys,
+): Promise<Map<string, SchedulePause>> {
+  const pauses = new Map<string, SchedulePause>();
+  for (const [id, raw] of Object.entries(await client.hgetall(keys.pausedSchedules))) {
+    const pause = parsePause(raw);
+    if (pause) pauses.set(id, pause);
+  }
+  return pauses;
+}
+
+export type PauseResult =
+  | { status: "paused"; schedulerId: string; removedTicks: string[] }
+  | { status: "already-paused"; schedulerId: string; pause: SchedulePause }
+  | { status: "not-scheduled" };
+
+/**
+ * Pauses one schedule: the pause first (so no upsert brings it back), then the scheduler with
+ * its next delayed tick, then any of its ticks already waiting (not started: removable).
+ */
+export async function pauseSchedule(
+  queue: SchedulerQueue & Pick<Queue, "getJobs">,
+  client: PauseClient,
+  keys: RedisKeys,
+  definition: RebuildDefinition,
+  tenant: string | undefined,
+  pause: SchedulePause,
+): Promise<PauseResult> {
+  if (!definition.schedule) return { status: "not-scheduled" };
+  const id = schedulerIdOf(definition.name, tenant);
+  const existing = await readSchedulePause(client, keys, definition.name, tenant);
+  if (existing) return { status: "already-paused", schedulerId: id, pause: existing };
+  await client.hset(keys.pausedSchedules, id, JSON.stringify(pause));
+  await queue.removeJobScheduler(id);
+  const removedTicks: string[] = [];
+  for (const job of await queue.getJobs(["waiting", "prioritized", "delayed"], 0, 999)) {
+    if (!job?.id || scheduledTickOf(job.id)?.schedulerId !== id || job.attemptsStarted > 0) continue;
+    try {
+      await job.remove();
+      removedTicks.push(job.id);
+    } catch {
+      // Started meanwhile: the worker runs it (it began before the pause took effect).
+    }
+  }
+  return { status: "paused", schedulerId: id, removedTicks };
+}
+
+export type ResumeResult =
+  | { status: "resumed"; schedulerId: string }
+  | { status: "not-paused"; schedulerId: string }
+  | { status: "not-scheduled" };
+
+/** Resumes one schedule: the pause is dropped and the scheduler upserted (the next tick is queued). */
+export async function resumeSchedule(
+  queue: SchedulerQueue,
+  client: PauseClient,
+  keys: RedisKeys,
+  definitions: Definitions,
+  definition: RebuildDefinition,
+  tenant: string | undefined,
+): Promise<ResumeResult> {
+  if (!definition.schedule) return { status: "not-scheduled" };
+  const id = schedulerIdOf(definition.name, tenant);
+  const removed = await client.hdel(keys.pausedSchedules, id);
+  // Upserted even when it was not paused: a harmless repeat of what every worker does at start.
+  await upsertSchedule(queue, client, keys, definitions, definition, tenant, { resumed: removed > 0 });
+  return removed > 0 ? { status: "resumed", schedulerId: id } : { status: "not-paused", schedulerId: id };
 }

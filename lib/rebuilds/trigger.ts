@@ -19,13 +19,25 @@ export interface TriggerRequest {
   force?: boolean;
   trigger?: RebuildJobData["trigger"];
   requestedBy?: string;
+  /**
+   * The caller's id for this request (a form's submit): the same id again within
+   * `REQUEST_ID_TTL_MS` answers with the job it queued, whatever the queue holds by then.
+   */
+  requestId?: string;
+  /** The run this job retries (lib/operations/retry). */
+  retryOf?: string;
 }
 
 export type TriggerResult =
   | { status: "queued" | "deduplicated"; jobId: string }
   | { status: "unknown-rebuild"; message: string }
   | { status: "unknown-tenant"; message: string }
-  | { status: "invalid-version"; message: string };
+  | { status: "invalid-version"; message: string }
+  | { status: "invalid-request-id"; message: string };
+
+/** How long a request id is remembered: a form resubmitted later than this queues again. */
+export const REQUEST_ID_TTL_MS = 10 * 60_000;
+export const REQUEST_ID_PATTERN = /^[A-Za-z0-9_-]{8,64}$/;
 
 /** How long a "waiting trigger" marker lives at most (a job that waits longer is re-checked). */
 const PENDING_TTL_MS = 86_400_000;
@@ -51,10 +63,28 @@ export async function triggerRebuild(
   const pendingKey = keys.pendingTrigger(name, tenant, version, force);
   const jobId = `run-${crypto.randomUUID()}`;
 
+  // One job per request id: a double submit (two clicks, a retried POST) gets the first job back.
+  let requestKey: string | null = null;
+  if (request.requestId !== undefined) {
+    if (!REQUEST_ID_PATTERN.test(request.requestId)) {
+      return { status: "invalid-request-id", message: "requestId must be 8-64 letters, digits, _ or -" };
+    }
+    const hash = crypto
+      .createHash("sha256")
+      .update(`${request.requestedBy ?? ""}\u0000${request.requestId}`)
+      .digest("hex");
+    requestKey = keys.triggerRequest(hash);
+    if (!(await client.set(requestKey, jobId, "PX", REQUEST_ID_TTL_MS, "NX"))) {
+      const earlier = await client.get(requestKey);
+      if (earlier) return { status: "deduplicated", jobId: earlier };
+    }
+  }
+
   // Claim the "waiting trigger" marker; if another trigger holds it and its job still waits, reuse it.
   if (!(await client.set(pendingKey, jobId, "PX", PENDING_TTL_MS, "NX"))) {
     const existing = await client.get(pendingKey);
     if (existing && WAITING_STATES.has(await queue.getJobState(existing))) {
+      if (requestKey) await client.set(requestKey, existing, "PX", REQUEST_ID_TTL_MS);
       return { status: "deduplicated", jobId: existing };
     }
     await client.set(pendingKey, jobId, "PX", PENDING_TTL_MS);
@@ -66,6 +96,7 @@ export async function triggerRebuild(
     force,
     trigger: request.trigger ?? "api",
     ...(request.requestedBy ? { requestedBy: request.requestedBy } : {}),
+    ...(request.retryOf ? { retryOf: request.retryOf } : {}),
   };
   await queue.add(name, data, { ...jobOptionsFor(definition, definitions.retention), jobId });
   void publishEvent(client, keys, { type: "run.queued", jobId, rebuild: name, tenant: tenant ?? null });

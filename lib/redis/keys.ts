@@ -87,6 +87,23 @@ export function redisKeys(prefix: string) {
     /** STRING: job id of a waiting trigger of (rebuild, tenant, version, force); collapses duplicates. */
     pendingTrigger: (rebuild: string, tenant: string | undefined, version: string | undefined, force: boolean) =>
       `${tag}:pending:${rebuild}:${tenant ?? ""}:${version ?? ""}:${force ? "force" : "plain"}`,
+    /**
+     * STRING with a TTL: job id queued for one "Rebuild now" request (a form submitted twice with
+     * the same request id queues one job; lib/rebuilds/trigger). Key: sha256 of the caller and the
+     * id, so a caller-chosen id never becomes a key name and one caller cannot answer another's.
+     */
+    triggerRequest: (hash: string) => `${tag}:trigger-request:${hash}`,
+    /**
+     * STRING (JSON: actor, reason, at, auditId) with a TTL: an operator asked to cancel this job.
+     * Written by the API, read by the worker that runs the job (lib/operations/cancel); it outlives
+     * the job's stay in a worker, so a job redelivered elsewhere is cancelled there.
+     */
+    cancelRequest: (jobId: string) => `${tag}:cancel:${jobId}`,
+    /**
+     * HASH scheduler id → JSON (actor, reason, at): paused schedules. A paused scheduler is
+     * removed from BullMQ and not upserted again until resumed (lib/rebuilds/schedules).
+     */
+    pausedSchedules: `${tag}:sched-paused`,
     /** STRING: when a scheduler was first upserted (ms); ticks before it cannot have been missed. */
     schedulerSince: (schedulerId: string) => `${tag}:sched-since:${schedulerId}`,
     /**

@@ -73,6 +73,7 @@ export function fromFields(hash: Record<string, string>): RunRecord | null {
     idempotencyKey: str(hash.idempotencyKey),
     progress: Number(hash.progress ?? 0),
     steps,
+    retryOf: str(hash.retryOf),
   };
 }
 

@@ -3,12 +3,20 @@
  * (`scripts.ts`) embed `RUN_TRANSITIONS` as a Lua table and refuse any other move, so a caller
  * cannot move a record backwards or out of a final status, however late it writes.
  *
- *   queued ──> running ──> rebuilt | skipped | failed | aborted | superseded | deferred
+ *   queued ──> running ──> rebuilt | skipped | failed | aborted | superseded | deferred | cancelled
  *      └──────────────────────^ (an attempt may also begin and end in one write)
  */
 import { RUN_STATUSES, type RunStatus } from "./types";
 
-export const FINAL_STATUSES = ["rebuilt", "skipped", "failed", "aborted", "superseded", "deferred"] as const;
+export const FINAL_STATUSES = [
+  "rebuilt",
+  "skipped",
+  "failed",
+  "aborted",
+  "superseded",
+  "deferred",
+  "cancelled",
+] as const;
 export type FinalRunStatus = (typeof FINAL_STATUSES)[number];
 
 /** Where each status may go next. A final status goes nowhere. */
@@ -21,7 +29,14 @@ export const RUN_TRANSITIONS: { readonly [S in RunStatus]: readonly RunStatus[] 
   aborted: [],
   superseded: [],
   deferred: [],
+  cancelled: [],
 };
+
+/**
+ * Final statuses an operator may retry from (lib/operations/retry): the run ended without its
+ * result, and not by a decision that stands (rebuilt, skipped, deferred, superseded).
+ */
+export const RETRYABLE_STATUSES: readonly FinalRunStatus[] = ["failed", "aborted", "cancelled"];
 
 export function isFinalStatus(status: string): status is FinalRunStatus {
   return (FINAL_STATUSES as readonly string[]).includes(status);

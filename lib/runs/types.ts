@@ -9,6 +9,8 @@ export const RUN_STATUSES = [
   "superseded",
   /** The attempt found another version building the output and gave the job back to wait. */
   "deferred",
+  /** An operator cancelled the job (running or waiting); it is not retried. */
+  "cancelled",
 ] as const;
 export type RunStatus = (typeof RUN_STATUSES)[number];
 
@@ -42,6 +44,8 @@ export interface RunRecord {
   idempotencyKey: string | null;
   progress: number;
   steps: StepRecord[];
+  /** The run an operator retried with this job (Retry: same rebuild, tenant and version, forced). */
+  retryOf?: string | null;
 }
 
 /** Run id: job id + attempt, made safe for keys and URLs (scheduler job ids contain ':'). */

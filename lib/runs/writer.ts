@@ -47,6 +47,8 @@ export interface AttemptIdentity extends RunPlace {
   trigger: RunTrigger;
   workerId: string;
   host: string;
+  /** The run this job retries (an operator's Retry), written with the first record. */
+  retryOf?: string | null;
 }
 
 export type BeginMode =
@@ -97,6 +99,7 @@ export async function beginAttempt(
     trigger: attempt.trigger,
     workerId: attempt.workerId,
     host: attempt.host,
+    ...(attempt.retryOf ? { retryOf: attempt.retryOf } : {}),
     progress: 0,
     ...(mode.kind === "final" ? { reason: mode.reason } : {}),
     ...options.fields,

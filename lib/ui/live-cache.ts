@@ -143,6 +143,7 @@ export class LiveCache {
     if (!shown && run.status) this.invalidateSoon([...queryKeys.runs.all(), "list"]);
     this.invalidateSoon(queryKeys.rebuilds.all());
     this.invalidateSoon(queryKeys.timeline.all());
+    this.invalidateSoon(queryKeys.queue.all()); // a run began, deferred or ended: its job moved
     if (run.status === "skipped") this.invalidateSoon(queryKeys.claims.all()); // consecutive skips
   }
 

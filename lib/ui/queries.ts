@@ -6,7 +6,8 @@ import { keepPreviousData, queryOptions } from "@tanstack/react-query";
 import type { AuditPage } from "../audit/list";
 import type { AlertsView } from "../alerts/read";
 import type { ApiClaimPage } from "../api/claims";
-import type { ApiRebuild, RunPreview } from "../api/rebuilds";
+import type { ApiRebuild, ApiRebuildDetail, RunPreview } from "../api/rebuilds";
+import type { QueueView } from "../operations/queue-view";
 import type { RunDetail } from "../api/runs";
 import type { Timeline } from "../api/timeline";
 import type { HealthReport } from "../health/health";
@@ -32,6 +33,11 @@ export const queryKeys = {
     all: () => [...queryKeys.all, "rebuilds"] as const,
     preview: (name: string, tenant: string | null, version: string, force: boolean) =>
       [...queryKeys.rebuilds.all(), "preview", { name, tenant, version, force }] as const,
+    detail: (name: string, tenant: string | null) => [...queryKeys.rebuilds.all(), "detail", { name, tenant }] as const,
+  },
+  queue: {
+    all: () => [...queryKeys.all, "queue"] as const,
+    list: (filter: QueueFilter) => [...queryKeys.queue.all(), filter] as const,
   },
   runs: {
     all: () => [...queryKeys.all, "runs"] as const,
@@ -46,6 +52,11 @@ export const queryKeys = {
   audit: () => [...queryKeys.all, "audit"] as const,
   alerts: () => [...queryKeys.all, "alerts"] as const,
 };
+
+export interface QueueFilter {
+  rebuild?: string;
+  tenant?: string;
+}
 
 export const HEALTH_POLL_MS = 3_000;
 export const LIVE_POLL_MS = 2_000;
@@ -175,3 +186,27 @@ export const timelineQuery = (range: "24h" | "7d") =>
     refetchInterval: 10_000,
     placeholderData: keepPreviousData,
   });
+
+export const rebuildDetailQuery = (name: string, tenant: string | null) =>
+  queryOptions({
+    queryKey: queryKeys.rebuilds.detail(name, tenant),
+    queryFn: () =>
+      apiFetch<ApiRebuildDetail>(
+        withQuery(`/api/rebuilds/${encodeURIComponent(name)}`, { tenant: tenant ?? undefined }),
+      ),
+    refetchInterval: LIVE_POLL_MS,
+    placeholderData: keepPreviousData,
+  });
+
+export const queueQuery = (filter: QueueFilter) =>
+  queryOptions({
+    queryKey: queryKeys.queue.list(filter),
+    queryFn: () => apiFetch<QueueView>(withQuery("/api/queue", { rebuild: filter.rebuild, tenant: filter.tenant })),
+    refetchInterval: LIVE_POLL_MS,
+    placeholderData: keepPreviousData,
+  });
+
+/** The page of a rebuild (and tenant). */
+export function rebuildHref(rebuild: string, tenant?: string | null): string {
+  return `/rebuilds/${encodeURIComponent(rebuild)}${tenant ? `/${encodeURIComponent(tenant)}` : ""}`;
+}

@@ -57,8 +57,39 @@ const ROUTES: Record<string, { role: Requirement; path: string; body?: unknown; 
       body: { receiver: "pager" },
       allowed: [409],
     },
+    "GET /api/queue": { role: "viewer", path: "/api/queue", allowed: [200] },
+    "GET /api/rebuilds/[name]": { role: "viewer", path: "/api/rebuilds/slow", allowed: [200] },
+    // The bed's rebuild has no schedule: refused (400), audited.
+    "POST /api/rebuilds/[name]/schedule": {
+      role: "operator",
+      path: "/api/rebuilds/slow/schedule",
+      body: { action: "pause", reason: "auth table" },
+      allowed: [400],
+    },
+    "POST /api/jobs/[id]/cancel": {
+      role: "operator",
+      path: "/api/jobs/run-none/cancel",
+      body: { reason: "auth table" },
+      allowed: [404],
+    },
+    "POST /api/runs/[id]/retry": {
+      role: "operator",
+      path: "/api/runs/none-a1/retry",
+      body: { reason: "auth table" },
+      allowed: [404],
+    },
   };
-const PAGES = ["/claims", "/rebuilds", "/runs", "/runs/none-a1", "/workers", "/alerts", "/audit"];
+const PAGES = [
+  "/claims",
+  "/rebuilds",
+  "/rebuilds/slow",
+  "/runs",
+  "/runs/none-a1",
+  "/queue",
+  "/workers",
+  "/alerts",
+  "/audit",
+];
 
 let bed: TestBed;
 let base: string;

@@ -113,6 +113,31 @@ const ROUTES: FuzzRoute[] = [
   { method: "GET", route: "/api/alerts" },
   { method: "POST", route: "/api/alerts/test", body: { receiver: "slack", reason: "fuzz" }, mutation: true },
   { method: "GET", route: "/api/runs/timeline", queryNames: ["range"] },
+  { method: "GET", route: "/api/queue", queryNames: ["rebuild", "tenant"] },
+  { method: "GET", route: "/api/rebuilds/[name]", param: "slow", queryNames: ["tenant"] },
+  {
+    method: "POST",
+    route: "/api/rebuilds/[name]/schedule",
+    param: "slow",
+    body: { action: "pause", reason: "fuzzing the API" },
+    mutation: true,
+  },
+  {
+    method: "POST",
+    route: "/api/jobs/[id]/cancel",
+    param: "run-1",
+    body: { reason: "fuzzing the API" },
+    conflictIsData: true,
+    mutation: true,
+  },
+  {
+    method: "POST",
+    route: "/api/runs/[id]/retry",
+    param: "seed-01-a1",
+    body: { reason: "fuzzing the API" },
+    conflictIsData: true,
+    mutation: true,
+  },
 ];
 
 /**
@@ -296,7 +321,7 @@ async function runAll(requests: FuzzRequest[]): Promise<void> {
 function allowedKey(key: string): boolean {
   const keys = bed.keys;
   if (key === keys.auditLog || key === keys.loginFailures || key === keys.events) return true;
-  for (const action of ["trigger", "force-release", "alert-test"]) {
+  for (const action of ["trigger", "force-release", "alert-test", "cancel", "retry", "pause-schedule"]) {
     for (const identity of [...OPERATORS, CHECKER]) if (key === keys.rateLimit(action, identity.name)) return true;
   }
   const VERSION_SLOT = "\u0000version\u0000";
@@ -312,6 +337,9 @@ function allowedKey(key: string): boolean {
       }
     }
   }
+  // A request id's job (hashed: never the id itself), and cancel requests of the jobs queued here.
+  if (/^trigger-request:[0-9a-f]{64}$/.test(key.slice(keys.tag.length + 1))) return true;
+  if (/^cancel:run-[0-9a-f-]{36}$/.test(key.slice(keys.tag.length + 1))) return true;
   // BullMQ's own keys under the queue prefix: `{prefix}:rebuilds:<job id or list name>`.
   const queue = `${keys.tag}:rebuilds:`;
   return key.startsWith(queue) && /^[A-Za-z0-9_:-]{1,80}$/.test(key.slice(queue.length));

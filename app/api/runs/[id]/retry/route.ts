@@ -1,0 +1,15 @@
+import { actorOf, json, route } from "@/lib/api/handler";
+import { readJsonBody } from "@/lib/api/input";
+import { retryAsOperator, retryBody } from "@/lib/api/operations";
+
+export const dynamic = "force-dynamic";
+
+/** Retry a failed, aborted or cancelled run (forced, same version): 202 {jobId}; 409 not retryable. Audited. */
+export const POST = route(
+  { role: "operator", mutation: "retry" },
+  async (context, request, identity, { params }: { params: Promise<{ id: string }> }) => {
+    const { id } = await params;
+    const result = await retryAsOperator(context, id, await readJsonBody(request, retryBody), actorOf(identity));
+    return json(result, "jobId" in result ? 202 : 409);
+  },
+);

@@ -1,0 +1,201 @@
+"use client";
+
+import { useMutation, useQueryClient } from "@tanstack/react-query";
+import Link from "next/link";
+import { useId, useState } from "react";
+import type { CancelResult } from "@/lib/operations/cancel";
+import type { RetryResult } from "@/lib/operations/retry";
+import type { ScheduleChangeResult } from "@/lib/operations/schedule";
+import { apiFetch, queryKeys } from "@/lib/ui/queries";
+import { useCanOperate } from "./role";
+
+/**
+ * An operator action that needs a reason: a button opens a small inline form (reason, confirm);
+ * the result or the error is announced in place. Hidden for viewers (the server checks again).
+ */
+function ReasonAction<T>({
+  label,
+  confirmLabel,
+  explain,
+  run,
+  describe,
+  danger = false,
+}: {
+  /** The opening button's accessible name (e.g. "Cancel job run-…"). */
+  label: string;
+  confirmLabel: string;
+  explain: string;
+  run: (reason: string) => Promise<T>;
+  describe: (result: T) => React.ReactNode;
+  danger?: boolean;
+}) {
+  const canOperate = useCanOperate();
+  const queryClient = useQueryClient();
+  const [open, setOpen] = useState(false);
+  const [reason, setReason] = useState("");
+  const id = useId();
+  const action = useMutation({
+    mutationFn: () => run(reason.trim()),
+    onSuccess: () => {
+      setOpen(false);
+      void queryClient.invalidateQueries({ queryKey: queryKeys.all });
+    },
+  });
+  if (!canOperate) return null;
+  const visible = label.split(":")[0];
+  return (
+    <div className="inline-flex flex-col gap-1 text-xs">
+      {open ? (
+        <form
+          aria-label={label}
+          className="flex flex-col gap-1 rounded border border-slate-300 bg-white p-2"
+          onSubmit={(event) => {
+            event.preventDefault();
+            action.mutate();
+          }}
+        >
+          <p className="max-w-xs text-slate-700">{explain}</p>
+          <label htmlFor={id} className="font-medium">
+            Reason (for the audit log)
+          </label>
+          <input
+            id={id}
+            className="rounded border border-slate-300 px-2 py-1"
+            value={reason}
+            onChange={(event) => setReason(event.target.value)}
+          />
+          <div className="flex gap-2">
+            <button
+              type="submit"
+              disabled={reason.trim().length < 3 || action.isPending}
+              className={`rounded px-2 py-1 font-medium text-white disabled:opacity-50 ${danger ? "bg-red-700" : "bg-slate-900"}`}
+            >
+              {confirmLabel}
+            </button>
+            <button type="button" className="rounded border px-2 py-1" onClick={() => setOpen(false)}>
+              Close
+            </button>
+          </div>
+          {action.error ? <p className="text-red-700">{action.error.message}</p> : null}
+        </form>
+      ) : (
+        <button
+          type="button"
+          aria-label={label}
+          onClick={() => {
+            action.reset();
+            setOpen(true);
+          }}
+          className={`rounded border px-2 py-1 font-medium ${danger ? "border-red-300 text-red-800" : "border-slate-300"}`}
+        >
+          {visible}
+        </button>
+      )}
+      {action.data !== undefined && !open ? (
+        <p role="status" className="max-w-xs text-slate-700">
+          {describe(action.data)}
+        </p>
+      ) : null}
+    </div>
+  );
+}
+
+/** Cancel a job (running: its worker stops it; waiting: removed), with a reason. */
+export function CancelJobButton({ jobId, what }: { jobId: string; what: string }) {
+  return (
+    <ReasonAction<CancelResult>
+      label={`Cancel: ${what}`}
+      confirmLabel="Cancel job"
+      danger
+      explain="A running job's steps are stopped (SIGTERM, then SIGKILL after their killGrace), its claim is released and it is not retried. A waiting job is removed from the queue."
+      run={(reason) =>
+        apiFetch<CancelResult>(
+          `/api/jobs/${encodeURIComponent(jobId)}/cancel`,
+          { method: "POST", body: JSON.stringify({ reason }) },
+          [409],
+        )
+      }
+      describe={(result) => {
+        switch (result.status) {
+          case "removed":
+            return "Cancelled: removed from the queue.";
+          case "cancelling":
+            return "Cancelling: the worker running it is stopping it.";
+          case "finished":
+            return `Nothing to cancel: the job has ${result.state === "completed" ? "completed" : "failed"} already.`;
+          case "scheduled-tick":
+            return "This is the schedule's next tick: pause the schedule instead.";
+          case "not-found":
+            return "Nothing to cancel: the job is gone.";
+        }
+      }}
+    />
+  );
+}
+
+/** Retry a failed, aborted or cancelled run: same rebuild, tenant and version, forced. */
+export function RetryRunButton({ runId }: { runId: string }) {
+  return (
+    <ReasonAction<RetryResult>
+      label={`Retry: run ${runId}`}
+      confirmLabel="Retry run"
+      explain="Queues the same rebuild, tenant and version again, forced (the claim still applies). The new run links back to this one."
+      run={(reason) =>
+        apiFetch<RetryResult>(
+          `/api/runs/${encodeURIComponent(runId)}/retry`,
+          { method: "POST", body: JSON.stringify({ reason }) },
+          [409],
+        )
+      }
+      describe={(result) =>
+        "jobId" in result ? (
+          <>
+            {result.status === "deduplicated" ? "Already queued as" : "Queued as"} job {result.jobId}.{" "}
+            <Link className="underline" href={`/runs?jobId=${encodeURIComponent(result.jobId)}`}>
+              Follow it
+            </Link>
+          </>
+        ) : result.status === "not-retryable" ? (
+          `Not retried: the run is ${result.runStatus}.`
+        ) : result.status === "unknown-rebuild" ? (
+          `Not retried: ${result.message}`
+        ) : (
+          "Not retried."
+        )
+      }
+    />
+  );
+}
+
+/** Pause or resume a schedule (one tenant, or every tenant of the rebuild). */
+export function ScheduleToggle({
+  rebuild,
+  tenant,
+  paused,
+}: {
+  rebuild: string;
+  tenant: string | null;
+  paused: boolean;
+}) {
+  const what = `${rebuild}${tenant ? ` / ${tenant}` : ""}`;
+  const action = paused ? "resume" : "pause";
+  return (
+    <ReasonAction<Extract<ScheduleChangeResult, { status: "done" }>>
+      key={action}
+      label={`${paused ? "Resume schedule" : "Pause schedule"}: ${what}`}
+      confirmLabel={paused ? "Resume" : "Pause"}
+      explain={
+        paused
+          ? "The schedule queues its next tick again. Ticks while it was paused are not counted as missed."
+          : "Nothing is queued by this schedule until it is resumed (also across restarts); its ticks do not count as missed. Runs already started go on."
+      }
+      run={(reason) =>
+        apiFetch(`/api/rebuilds/${encodeURIComponent(rebuild)}/schedule`, {
+          method: "POST",
+          body: JSON.stringify({ action, reason, ...(tenant ? { tenant } : {}) }),
+        })
+      }
+      describe={(result) => result.schedules.map((s) => `${s.schedulerId}: ${s.outcome}`).join("; ")}
+    />
+  );
+}

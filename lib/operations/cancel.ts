@@ -1,0 +1,161 @@
+/**
+ * An operator cancels a rebuild job, running or waiting. The request is written first (a key by
+ * job id, lib/rebuilds/cancel-request.ts), whatever state the job is in, so every way the job can
+ * go next ends in `cancelled`:
+ *
+ * - waiting / delayed (backoff, deferred behind another version's claim): removed from the queue
+ *   here and recorded `cancelled` (a record of the attempt it would have been);
+ * - active: the worker holding it — whichever it is — finds the request within a poll (0.5 s),
+ *   aborts its steps (SIGTERM, SIGKILL after killGrace), releases the claim, records `cancelled`
+ *   and fails the job without a retry;
+ * - picked up meanwhile, redelivered after a stall, or moved back to delayed between our read
+ *   and our remove: the worker checks the request when it picks the job up.
+ *
+ * Only this job's request ends: other jobs of the output (another version) are untouched, and
+ * the claim and fencing rules are the same as ever. The next tick of a schedule is not a job to
+ * cancel (pause the schedule instead). Every call is audited.
+ */
+import os from "node:os";
+import type { Job, Queue } from "bullmq";
+import type { Redis } from "ioredis";
+import { appendAudit } from "../audit/append";
+import { describeCancel, writeCancelRequest } from "../rebuilds/cancel-request";
+import { rebuildJobData, scheduledTickOf } from "../rebuilds/queue";
+import type { RedisKeys } from "../redis/keys";
+import type { ScriptingClient } from "../redis/scripts";
+import { DEFAULT_RETENTION, runPlaceOf, type RunRetention } from "../runs/records";
+import { runIdOf } from "../runs/types";
+import { beginAttempt } from "../runs/writer";
+
+export interface CancelDeps {
+  queue: Pick<Queue, "getJob">;
+  /** Main Redis: cancel requests, run records, audit. */
+  main: ScriptingClient & Pick<Redis, "set" | "get" | "del">;
+  keys: RedisKeys;
+  retention?: RunRetention;
+}
+
+export interface CancelRequestInput {
+  jobId: string;
+  actor: string;
+  reason: string;
+}
+
+export type CancelResult = { jobId: string; auditId: string } &
+  /** It was waiting or delayed: removed from the queue, its run recorded cancelled. */
+  (
+    | { status: "removed"; runId: string }
+    /** It is running: the worker running it stops it (its run record says when). */
+    | { status: "cancelling"; runId: string | null }
+    /** It has finished already (completed or failed): nothing to cancel. */
+    | { status: "finished"; state: string }
+    /** The next tick of a schedule (not a run yet): pause the schedule instead. */
+    | { status: "scheduled-tick" }
+    | { status: "not-found" }
+  );
+
+const WAITING = new Set(["waiting", "delayed", "prioritized", "waiting-children"]);
+
+export async function cancelJob(deps: CancelDeps, input: CancelRequestInput): Promise<CancelResult> {
+  const { queue, main, keys } = deps;
+  const { jobId, actor, reason } = input;
+  const audit = (result: "done" | "refused", detail: Record<string, unknown>) =>
+    appendAudit(main, keys, { actor, action: "cancel", reason, result, detail: { jobId, ...detail } });
+
+  const job = (await queue.getJob(jobId)) as Job | undefined;
+  if (!job) return { status: "not-found", jobId, auditId: await audit("refused", { outcome: "not-found" }) };
+  const place = placeOf(job);
+  let state = await job.getState();
+  if (state === "completed" || state === "failed") {
+    return { status: "finished", jobId, state, auditId: await audit("refused", { ...place, outcome: state }) };
+  }
+  if (state === "delayed" && isNextScheduledTick(job)) {
+    return {
+      status: "scheduled-tick",
+      jobId,
+      auditId: await audit("refused", { ...place, outcome: "scheduled-tick" }),
+    };
+  }
+
+  const request = { actor, reason, at: Date.now() };
+  await writeCancelRequest(main, keys, jobId, request);
+  if (WAITING.has(state)) {
+    try {
+      await job.remove();
+      const runId = await recordCancelledWaiting(deps, job, describeCancel(request));
+      return { status: "removed", jobId, runId, auditId: await audit("done", { ...place, outcome: "removed", runId }) };
+    } catch {
+      // Locked: a worker picked it up meanwhile; it finds the request when it starts.
+      state = await job.getState().catch(() => "active");
+    }
+  }
+  if (state === "completed" || state === "failed") {
+    return { status: "finished", jobId, state, auditId: await audit("refused", { ...place, outcome: state }) };
+  }
+  const runId = await main.get(keys.runOpenAttempt(jobId));
+  return {
+    status: "cancelling",
+    jobId,
+    runId,
+    auditId: await audit("done", { ...place, outcome: "cancelling", runId }),
+  };
+}
+
+function placeOf(job: Job): { rebuild: string | null; tenant: string | null } {
+  const data = rebuildJobData.safeParse(job.data);
+  return data.success
+    ? { rebuild: data.data.rebuild, tenant: data.data.tenant ?? null }
+    : { rebuild: null, tenant: null };
+}
+
+/**
+ * A scheduler's next tick: BullMQ refuses to remove it (it belongs to the scheduler). Once a
+ * tick started (a deferral or a backoff brought it back to delayed) it is an ordinary job.
+ */
+function isNextScheduledTick(job: Job): boolean {
+  return scheduledTickOf(job.id) !== null && job.attemptsStarted === 0;
+}
+
+/**
+ * The record of a removed job: the attempt it would have been, begun and ended `cancelled` in one
+ * write (which also closes a previous attempt still recorded in flight, and drops the job's
+ * "waiting trigger" marker so the next Rebuild now queues a new job).
+ */
+async function recordCancelledWaiting(deps: CancelDeps, job: Job, reason: string): Promise<string> {
+  const jobId = job.id!;
+  const attempt = job.attemptsStarted + 1;
+  const runId = runIdOf(jobId, attempt);
+  const raw = (job.data ?? {}) as { rebuild?: unknown; tenant?: unknown; trigger?: unknown };
+  const data = rebuildJobData.safeParse(job.data);
+  await beginAttempt(
+    { client: deps.main, keys: deps.keys, retention: deps.retention ?? DEFAULT_RETENTION },
+    {
+      ...runPlaceOf(raw.rebuild, raw.tenant),
+      runId,
+      jobId,
+      attempt,
+      previousRunId: attempt > 1 ? runIdOf(jobId, attempt - 1) : null,
+      rebuildName: typeof raw.rebuild === "string" ? raw.rebuild.slice(0, 200) : "",
+      createdAt: job.timestamp,
+      trigger: raw.trigger === "schedule" || raw.trigger === "manual" ? raw.trigger : "api",
+      workerId: "",
+      host: os.hostname(),
+      ...(data.success && data.data.retryOf ? { retryOf: data.data.retryOf } : {}),
+    },
+    {
+      mode: { kind: "final", status: "cancelled", reason },
+      ...(data.success && data.data.version ? { fields: { version: data.data.version } } : {}),
+      ...(data.success
+        ? {
+            pendingTrigger: deps.keys.pendingTrigger(
+              data.data.rebuild,
+              data.data.tenant,
+              data.data.version,
+              data.data.force,
+            ),
+          }
+        : {}),
+    },
+  );
+  return runId;
+}

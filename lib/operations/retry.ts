@@ -1,0 +1,69 @@
+/**
+ * An operator retries a run that ended without its result: failed, aborted (time limit) or
+ * cancelled. The retry is a new job of the same rebuild, tenant and version, forced (the
+ * idempotency key must not skip it; the claim still applies), whose runs link back to the run
+ * retried (`retryOf`). A run without a recorded version (it failed before its inputs were read)
+ * is retried with the version of the inputs now. Audited.
+ */
+import type { Queue } from "bullmq";
+import type { Redis } from "ioredis";
+import { appendAudit } from "../audit/append";
+import type { Definitions } from "../rebuilds/definitions";
+import { triggerRebuild } from "../rebuilds/trigger";
+import type { RedisKeys } from "../redis/keys";
+import type { ScriptingClient } from "../redis/scripts";
+import { readRun } from "../runs/records";
+import { RETRYABLE_STATUSES } from "../runs/transitions";
+import type { RunStatus } from "../runs/types";
+
+export interface RetryDeps {
+  queue: Pick<Queue, "add" | "getJobState">;
+  main: ScriptingClient & Pick<Redis, "hgetall" | "lrange" | "set" | "get">;
+  keys: RedisKeys;
+  definitions: Definitions;
+}
+
+export type RetryResult =
+  | { status: "queued" | "deduplicated"; runId: string; jobId: string; auditId: string }
+  | { status: "not-found"; runId: string }
+  /** The run is not failed, aborted or cancelled (still running, or it did its work). */
+  | { status: "not-retryable"; runId: string; runStatus: RunStatus; auditId: string }
+  /** Its rebuild or tenant is no longer in the definitions. */
+  | { status: "unknown-rebuild"; runId: string; message: string; auditId: string };
+
+export async function retryRun(
+  deps: RetryDeps,
+  input: { runId: string; actor: string; reason: string; requestId?: string },
+): Promise<RetryResult> {
+  const { main, keys } = deps;
+  const { runId, actor, reason } = input;
+  const run = await readRun(main, keys, runId);
+  if (!run) return { status: "not-found", runId };
+  const audit = (result: "done" | "refused", detail: Record<string, unknown>) =>
+    appendAudit(main, keys, {
+      actor,
+      action: "retry",
+      reason,
+      result,
+      detail: { runId, rebuild: run.rebuild, tenant: run.tenant, version: run.version, ...detail },
+    });
+  if (!(RETRYABLE_STATUSES as readonly RunStatus[]).includes(run.status)) {
+    const auditId = await audit("refused", { outcome: "not-retryable", runStatus: run.status });
+    return { status: "not-retryable", runId, runStatus: run.status, auditId };
+  }
+  const result = await triggerRebuild(deps.queue, main, keys, deps.definitions, run.rebuild, {
+    ...(run.tenant ? { tenant: run.tenant } : {}),
+    ...(run.version ? { version: run.version } : {}),
+    force: true,
+    trigger: "manual",
+    requestedBy: actor,
+    retryOf: runId,
+    ...(input.requestId ? { requestId: input.requestId } : {}),
+  });
+  if ("jobId" in result) {
+    const auditId = await audit("done", { outcome: result.status, jobId: result.jobId });
+    return { status: result.status, runId, jobId: result.jobId, auditId };
+  }
+  const auditId = await audit("refused", { outcome: result.status, message: result.message });
+  return { status: "unknown-rebuild", runId, message: result.message, auditId };
+}

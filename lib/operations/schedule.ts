@@ -1,0 +1,77 @@
+/**
+ * An operator pauses or resumes the schedule of a rebuild: one tenant, or — without a tenant, for
+ * a rebuild with tenants — every tenant's. The mechanics (Redis state, BullMQ schedulers, missed
+ * ticks) are lib/rebuilds/schedules.ts; this adds the audit and the naming of what was changed.
+ */
+import type { Queue } from "bullmq";
+import type { Redis } from "ioredis";
+import { appendAudit } from "../audit/append";
+import { tenantProblem, tenantsOf, type Definitions } from "../rebuilds/definitions";
+import { pauseSchedule, resumeSchedule } from "../rebuilds/schedules";
+import type { RedisKeys } from "../redis/keys";
+import type { ScriptingClient } from "../redis/scripts";
+
+export interface ScheduleDeps {
+  queue: Pick<Queue, "upsertJobScheduler" | "removeJobScheduler" | "getJobs">;
+  main: ScriptingClient & Pick<Redis, "hget" | "hset" | "hdel" | "set">;
+  keys: RedisKeys;
+  definitions: Definitions;
+}
+
+export interface ScheduleChange {
+  rebuild: string;
+  tenant?: string;
+  actor: string;
+  reason: string;
+}
+
+export type ScheduleChangeResult =
+  | {
+      status: "done";
+      /** Per scheduler: what happened (paused, already-paused, resumed, not-paused). */
+      schedules: { schedulerId: string; tenant: string | null; outcome: string }[];
+      auditId: string;
+    }
+  | { status: "unknown-rebuild" | "unknown-tenant" | "not-scheduled"; message: string };
+
+export async function changeSchedule(
+  deps: ScheduleDeps,
+  action: "pause" | "resume",
+  change: ScheduleChange,
+): Promise<ScheduleChangeResult> {
+  const definition = deps.definitions.rebuilds.get(change.rebuild);
+  if (!definition) return { status: "unknown-rebuild", message: `no rebuild named '${change.rebuild}'` };
+  if (!definition.schedule) {
+    return { status: "not-scheduled", message: `${change.rebuild} has no schedule (it runs on demand only)` };
+  }
+  // Without a tenant, a rebuild with tenants means all of them.
+  if (change.tenant !== undefined || !definition.tenants) {
+    const problem = tenantProblem(definition, change.tenant);
+    if (problem) return { status: "unknown-tenant", message: problem };
+  }
+  const tenants = change.tenant !== undefined ? [change.tenant] : tenantsOf(definition);
+  const schedules: { schedulerId: string; tenant: string | null; outcome: string }[] = [];
+  for (const tenant of tenants) {
+    if (action === "pause") {
+      const result = await pauseSchedule(deps.queue, deps.main, deps.keys, definition, tenant, {
+        actor: change.actor,
+        reason: change.reason,
+        at: Date.now(),
+      });
+      if (result.status !== "not-scheduled")
+        schedules.push({ schedulerId: result.schedulerId, tenant: tenant ?? null, outcome: result.status });
+    } else {
+      const result = await resumeSchedule(deps.queue, deps.main, deps.keys, deps.definitions, definition, tenant);
+      if (result.status !== "not-scheduled")
+        schedules.push({ schedulerId: result.schedulerId, tenant: tenant ?? null, outcome: result.status });
+    }
+  }
+  const auditId = await appendAudit(deps.main, deps.keys, {
+    actor: change.actor,
+    action: action === "pause" ? "pause-schedule" : "resume-schedule",
+    reason: change.reason,
+    result: "done",
+    detail: { rebuild: change.rebuild, tenant: change.tenant ?? null, schedules },
+  });
+  return { status: "done", schedules, auditId };
+}

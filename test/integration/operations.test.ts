@@ -1,0 +1,292 @@
+/**
+ * Issue 15, operator actions on the real stack (a real Redis, real worker processes): cancel a
+ * running rebuild (its steps stop, its claim goes, no retry, no step process left), cancel a
+ * waiting job and a job deferred behind another version's claim (which the queue view explains),
+ * retry a failed run, pause and resume a schedule (nothing enqueued while paused, also across a
+ * worker restart; no missed tick), and one job per "Rebuild now" request id.
+ */
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { acquireClaim, claimName, readClaim, releaseClaim } from "../../lib/claims";
+import { listAudit } from "../../lib/audit";
+import { missedTickProblems } from "../../lib/health/operations";
+import { cancelJob } from "../../lib/operations/cancel";
+import { readQueueView } from "../../lib/operations/queue-view";
+import { retryRun } from "../../lib/operations/retry";
+import { changeSchedule } from "../../lib/operations/schedule";
+import { CANCEL_POLL_MS } from "../../lib/rebuilds/cancel-request";
+import { scheduledTickOf } from "../../lib/rebuilds/queue";
+import { readSchedulePause } from "../../lib/rebuilds/schedules";
+import { triggerRebuild } from "../../lib/rebuilds/trigger";
+import { isFinalStatus } from "../../lib/runs/transitions";
+import { killMarkedProcesses, newMarker, pidsWithMarker, waitUntilNoMarker } from "../support/markers";
+import { createTestBed, type TestBed } from "../support/stack";
+
+const KILL_GRACE_MS = 1_000;
+let bed: TestBed;
+const marker = newMarker();
+
+before(async () => {
+  bed = await createTestBed({
+    slow: {
+      output: "out/slow",
+      claim: { ttl: "4s", refreshEvery: "1s" },
+      timeLimit: "5m",
+      // Retries would hide a cancel that does not stick: a cancelled job must fail, not retry.
+      retries: { attempts: 3, backoff: "200ms", maxBackoff: "1s" },
+      steps: [
+        {
+          name: "work",
+          // Ignores SIGTERM: only the SIGKILL after killGrace ends it.
+          run: ["sh", "-c", 'trap "" TERM; i=0; while [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done'],
+          killGrace: `${KILL_GRACE_MS}ms`,
+          env: { [marker.name]: marker.value },
+        },
+      ],
+    },
+    flaky: {
+      output: "out/flaky",
+      claim: { ttl: "4s", refreshEvery: "1s" },
+      timeLimit: "1m",
+      retries: { attempts: 1, backoff: "200ms", maxBackoff: "1s" },
+      steps: [{ name: "fail", run: ["sh", "-c", "echo broken >&2; exit 3"] }],
+    },
+    ticking: {
+      output: "out/ticking",
+      schedule: { cron: "*/2 * * * * *", tz: "UTC" }, // every 2 s
+      claim: { ttl: "4s", refreshEvery: "1s" },
+      timeLimit: "1m",
+      idempotency: { ttl: "1s" },
+      steps: [{ name: "noop", run: ["true"] }],
+    },
+  });
+});
+after(async () => {
+  killMarkedProcesses();
+  await bed.close();
+});
+
+const operator = "test-operator (operator)";
+const deps = () => ({ queue: bed.queue, main: bed.main, keys: bed.keys, definitions: bed.definitions });
+
+async function until<T>(what: string, probe: () => Promise<T | null | undefined>, timeoutMs = 60_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+const slowClaim = () => claimName(bed.definitions.rebuilds.get("slow")!.claimPath);
+
+test("cancel a running rebuild: steps killed, claim released within killGrace + 1 s, run cancelled, no retry", async () => {
+  const worker = await bed.startWorker();
+  try {
+    const jobId = await bed.trigger("slow", { version: "c1" });
+    const running = await bed.waitForRun((r) => r.jobId === jobId && r.status === "running", 30_000);
+    await until("the step's process", async () => pidsWithMarker(marker).length > 0);
+    await until("the claim", () => readClaim(bed.claims, bed.keys, slowClaim()));
+
+    const result = await cancelJob(deps(), { jobId, actor: operator, reason: "wrong input file" });
+    assert.equal(result.status, "cancelling");
+    assert.equal((result as { runId: string | null }).runId, running.id);
+    const requested = performance.now();
+
+    // The step ignores SIGTERM: the claim can only go after the SIGKILL at killGrace.
+    await until("the claim released", async () => !(await readClaim(bed.claims, bed.keys, slowClaim())), 10_000);
+    const releasedAfter = performance.now() - requested;
+    assert.ok(
+      releasedAfter <= KILL_GRACE_MS + 1_000 + CANCEL_POLL_MS,
+      `claim released ${Math.round(releasedAfter)} ms after the cancel (killGrace ${KILL_GRACE_MS} ms + 1 s + one poll)`,
+    );
+    const cancelled = await bed.waitForRun((r) => r.id === running.id && isFinalStatus(r.status), 10_000);
+    assert.equal(cancelled.status, "cancelled");
+    assert.equal(cancelled.reason, `cancelled by ${operator}: wrong input file`);
+
+    // Not retried: BullMQ failed the job (a final state), and it had one attempt only.
+    await until("the job failed in BullMQ", async () => (await bed.queue.getJobState(jobId)) === "failed");
+    const job = await bed.queue.getJob(jobId);
+    assert.equal(job?.attemptsStarted, 1);
+    assert.deepEqual(
+      (await bed.runsOfJob(jobId)).map((r) => r.status),
+      ["cancelled"],
+    );
+    const { alive } = await waitUntilNoMarker(marker, 2_000);
+    assert.deepEqual(alive, [], "no process of the step is left");
+
+    const audit = (await listAudit(bed.main, bed.keys, { limit: 20 })).entries.find(
+      (e) => e.action === "cancel" && e.detail.jobId === jobId,
+    );
+    assert.equal(audit?.actor, operator);
+    assert.equal(audit?.reason, "wrong input file");
+    assert.equal(audit?.result, "done");
+  } finally {
+    await worker.stop();
+  }
+});
+
+test("cancel a waiting job: removed from the queue and recorded cancelled; a finished job is refused", async () => {
+  // No worker runs: the job waits.
+  const jobId = await bed.trigger("slow", { version: "w1" });
+  assert.equal(await bed.queue.getJobState(jobId), "waiting");
+  const result = await cancelJob(deps(), { jobId, actor: operator, reason: "not needed" });
+  assert.equal(result.status, "removed");
+  assert.equal(await bed.queue.getJob(jobId), undefined);
+  const [run] = await bed.runsOfJob(jobId);
+  assert.equal(run?.status, "cancelled");
+  assert.equal(run?.version, "w1");
+  assert.match(run?.reason ?? "", /^cancelled by test-operator \(operator\): not needed$/);
+
+  // The same request again: nothing left to cancel (refused, audited).
+  const again = await cancelJob(deps(), { jobId, actor: operator, reason: "twice" });
+  assert.equal(again.status, "not-found");
+  // A "Rebuild now" of the same version queues a new job (the waiting-trigger marker was dropped).
+  const next = await bed.trigger("slow", { version: "w1" });
+  assert.notEqual(next, jobId);
+  assert.equal((await cancelJob(deps(), { jobId: next, actor: operator, reason: "tidy up" })).status, "removed");
+});
+
+test("a job deferred behind another version's claim: the queue view says why and when; cancel removes it", async () => {
+  const name = slowClaim();
+  const other = await acquireClaim(
+    bed.claims,
+    bed.keys,
+    name,
+    { jobId: "job-other", version: "other-version", rebuild: "slow", workerId: "other-worker" },
+    { ttlMs: 120_000, refreshEveryMs: 1_000 },
+  );
+  assert.equal(other.status, "acquired");
+  const worker = await bed.startWorker();
+  try {
+    const jobId = await bed.trigger("slow", { version: "d1" });
+    await bed.waitForRun((r) => r.jobId === jobId && r.status === "deferred", 30_000);
+    const entry = await until("the job delayed in the queue view", async () => {
+      const view = await readQueueView(bed.queue, bed.main, bed.keys, { rebuild: "slow" });
+      return view.jobs.find((j) => j.jobId === jobId && j.state === "delayed");
+    });
+    assert.equal(entry.waitReason?.kind, "deferred");
+    assert.match(
+      entry.waitReason!.detail,
+      new RegExp(`${name.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")} is held by other-worker building other-version`),
+    );
+    assert.ok(entry.nextAttemptAt && entry.nextAttemptAt > entry.createdAt, "a next attempt time");
+    assert.equal(entry.version, "d1");
+
+    const result = await cancelJob(deps(), { jobId, actor: operator, reason: "superseded by other-version" });
+    // Delayed (removed here), or picked up again meanwhile (the worker cancels it at pickup).
+    assert.ok(result.status === "removed" || result.status === "cancelling", result.status);
+    const runs = await until("the job's cancelled record", async () => {
+      const all = await bed.runsOfJob(jobId);
+      return all.some((r) => r.status === "cancelled") ? all : null;
+    });
+    assert.deepEqual(
+      runs.map((r) => r.status),
+      ["deferred", "cancelled"],
+    );
+    // The other version's claim is untouched.
+    assert.equal((await readClaim(bed.claims, bed.keys, name))?.token, (other as { token: string }).token);
+  } finally {
+    await worker.stop();
+    await releaseClaim(bed.claims, bed.keys, name, (other as { token: string }).token);
+  }
+});
+
+test("retry a failed run: same rebuild and version, forced, linked back, audited", async () => {
+  const worker = await bed.startWorker();
+  try {
+    const jobId = await bed.trigger("flaky", { version: "f1" });
+    const failed = await bed.waitForRun((r) => r.jobId === jobId && r.status === "failed", 30_000);
+    const refused = await retryRun(deps(), { runId: "nope-a1", actor: operator, reason: "x" });
+    assert.equal(refused.status, "not-found");
+
+    const result = await retryRun(deps(), { runId: failed.id, actor: operator, reason: "fixed the input" });
+    assert.equal(result.status, "queued");
+    const { jobId: retryJob } = result as { jobId: string };
+    const retried = await bed.waitForRun((r) => r.jobId === retryJob && isFinalStatus(r.status), 30_000);
+    assert.equal(retried.retryOf, failed.id);
+    assert.equal(retried.version, "f1");
+    assert.equal(retried.rebuild, "flaky");
+    assert.equal((await bed.queue.getJob(retryJob))?.data.force, true);
+
+    const audit = (await listAudit(bed.main, bed.keys, { limit: 20 })).entries.find(
+      (e) => e.action === "retry" && e.detail.runId === failed.id,
+    );
+    assert.equal(audit?.detail.jobId, retryJob);
+    // A run that did its work is not retried.
+    const rebuilt = await retryRun(deps(), { runId: retried.id, actor: operator, reason: "again" });
+    assert.equal(rebuilt.status, retried.status === "failed" ? "queued" : "not-retryable");
+  } finally {
+    await worker.stop();
+  }
+});
+
+test("pause a schedule: nothing enqueued for two ticks, also after a worker restart, no missed tick; resume: the next tick runs", async () => {
+  const tickRunsAfter = async (at: number) =>
+    (await bed.allRuns()).filter((r) => (scheduledTickOf(r.jobId)?.tickAt ?? 0) > at && r.rebuild === "ticking");
+  const queuedTicks = async () =>
+    (await bed.queue.getJobs(["waiting", "delayed", "prioritized", "active"])).filter(
+      (job) => scheduledTickOf(job?.id)?.schedulerId === "sched.ticking",
+    );
+  let worker = await bed.startWorker();
+  try {
+    await until("a scheduled run", async () => (await tickRunsAfter(0)).length > 0, 30_000);
+    // Seen as missed unless paused: the scheduler "existed" long before the tick 2 min ago.
+    await bed.main.set(bed.keys.schedulerSince("sched.ticking"), String(Date.now() - 600_000));
+    const missedBefore = await missedTickProblems(bed.main, bed.keys, bed.definitions);
+    assert.ok(
+      missedBefore.some((p) => p.includes("ticking")),
+      JSON.stringify(missedBefore),
+    );
+
+    const paused = await changeSchedule(deps(), "pause", {
+      rebuild: "ticking",
+      actor: operator,
+      reason: "maintenance",
+    });
+    assert.equal(paused.status, "done");
+    const pausedAt = Date.now();
+    assert.equal((await readSchedulePause(bed.main, bed.keys, "ticking", undefined))?.actor, operator);
+    assert.deepEqual(await missedTickProblems(bed.main, bed.keys, bed.definitions), []);
+
+    // Two ticks (4 s) and more: no job of the schedule is queued, no run of a later tick appears.
+    await new Promise((r) => setTimeout(r, 2_500));
+    await worker.stop();
+    worker = await bed.startWorker(); // a restart upserts schedules: a paused one stays paused
+    assert.match(worker.output(), /paused by an operator: sched\.ticking/);
+    await new Promise((r) => setTimeout(r, 2_500));
+    assert.deepEqual(await tickRunsAfter(pausedAt), []);
+    assert.deepEqual(
+      (await queuedTicks()).map((j) => j.id),
+      [],
+    );
+    assert.deepEqual(
+      (await bed.queue.getJobSchedulers(0, -1)).map((s) => s.key ?? s.id),
+      [],
+    );
+
+    const resumed = await changeSchedule(deps(), "resume", { rebuild: "ticking", actor: operator, reason: "done" });
+    assert.equal(resumed.status, "done");
+    const resumedAt = Date.now();
+    await until("a run of a tick after the resume", async () => (await tickRunsAfter(resumedAt)).length > 0, 20_000);
+    assert.deepEqual(await missedTickProblems(bed.main, bed.keys, bed.definitions), []);
+    const actions = (await listAudit(bed.main, bed.keys, { limit: 50 })).entries.map((e) => e.action);
+    assert.ok(actions.includes("pause-schedule") && actions.includes("resume-schedule"));
+  } finally {
+    await worker.stop();
+  }
+});
+
+test("one job per request id: a double submit of Rebuild now queues once", async () => {
+  const request = { version: "r1", requestId: "form-0123456789" };
+  const first = await triggerRebuild(bed.queue, bed.main, bed.keys, bed.definitions, "flaky", request);
+  const second = await triggerRebuild(bed.queue, bed.main, bed.keys, bed.definitions, "flaky", {
+    ...request,
+    force: true, // even a changed request with the same id answers with the first job
+  });
+  assert.equal(first.status, "queued");
+  assert.deepEqual(second, { status: "deduplicated", jobId: (first as { jobId: string }).jobId });
+  const bad = await triggerRebuild(bed.queue, bed.main, bed.keys, bed.definitions, "flaky", { requestId: "a b" });
+  assert.equal(bad.status, "invalid-request-id");
+});
