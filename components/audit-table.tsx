@@ -2,7 +2,8 @@
 
 import { useQuery } from "@tanstack/react-query";
 import type { AuditPage } from "@/lib/audit/list";
-import { auditQuery } from "@/lib/ui/queries";
+import Link from "next/link";
+import { auditQuery, rebuildHref } from "@/lib/ui/queries";
 import { usePollEvery } from "./live-events";
 import { DataTable } from "./data-table";
 import { Time } from "./time";
@@ -42,7 +43,10 @@ export function AuditTable({ initial }: { initial: AuditPage | null }) {
               {entry.result}
             </span>
           </td>
-          <td className="px-3 py-2 font-mono text-xs break-all">{describeDetail(entry.detail)}</td>
+          <td className="px-3 py-2 font-mono text-xs break-all">
+            {describeDetail(entry.detail)}
+            <TrailLink detail={entry.detail} />
+          </td>
           <td className="px-3 py-2">{entry.reason}</td>
         </tr>
       ))}
@@ -55,4 +59,19 @@ function describeDetail(detail: Record<string, unknown>): string {
     .filter(([, v]) => v !== null && v !== undefined && v !== "")
     .map(([k, v]) => `${k}=${typeof v === "object" ? JSON.stringify(v) : String(v)}`)
     .join(" ");
+}
+
+/** A force release links to the claim trail of its rebuild (who held it, what happened next). */
+function TrailLink({ detail }: { detail: Record<string, unknown> }) {
+  const holder = detail.holder as { rebuild?: unknown; tenant?: unknown } | undefined;
+  if (!holder || typeof holder.rebuild !== "string") return null;
+  const tenant = typeof holder.tenant === "string" ? holder.tenant : null;
+  return (
+    <>
+      {" "}
+      <Link className="font-sans text-sky-700 underline" href={`${rebuildHref(holder.rebuild, tenant)}#claim-trail`}>
+        claim trail
+      </Link>
+    </>
+  );
 }

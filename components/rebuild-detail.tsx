@@ -6,6 +6,7 @@ import { useState } from "react";
 import type { ApiRebuild, ApiRebuildDetail } from "@/lib/api/rebuilds";
 import { formatDurationMs } from "@/lib/ui/format";
 import { LIVE_POLL_MS, rebuildDetailQuery, rebuildHref } from "@/lib/ui/queries";
+import { ClaimTrail } from "./claim-trail";
 import { usePollEvery } from "./live-events";
 import { ScheduleToggle } from "./operations";
 import { QueueTable } from "./queue-table";
@@ -124,11 +125,21 @@ export function RebuildDetailView({
         ))}
       </section>
 
-      {/*
-        TODO(issue 15, claim trail): the claim trail of this rebuild's claim(s) goes here — acquired,
-        refreshed late, released, expired (with the last holder), taken over, force released — between
-        the current claim above and the queue below. Left for the claim-trail work; nothing renders yet.
-      */}
+      <section id="claim-trail" aria-labelledby="trail-title" className="space-y-2">
+        <h2 id="trail-title" className="font-semibold">
+          Claim trail
+        </h2>
+        <p className="text-xs text-slate-600">
+          What happened to the output&apos;s claim: who held it, late refreshes, releases, force releases, takeovers and
+          claims that expired without release (with their last holder). Newest first.
+        </p>
+        {entries.map((entry) => (
+          <div key={entry.tenant ?? ""} className="space-y-1">
+            {entries.length > 1 ? <h3 className="text-sm font-medium">{entry.tenant}</h3> : null}
+            <ClaimTrail name={entry.claimName} label={`${entry.name}${entry.tenant ? ` / ${entry.tenant}` : ""}`} />
+          </div>
+        ))}
+      </section>
 
       <section aria-labelledby="queue-title" className="space-y-2">
         <h2 id="queue-title" className="font-semibold">

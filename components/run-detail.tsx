@@ -34,7 +34,17 @@ export function RunDetailView({ initial, id }: { initial: RunDetail | null; id: 
     ["Job", `${run.jobId} (attempt ${run.attempt})`],
     ["Trigger", run.trigger],
     ["Version", run.version],
-    ["Fence", run.fence],
+    [
+      "Fence",
+      run.fence === null ? null : (
+        <span key="fence">
+          {run.fence}{" "}
+          <Link className="text-xs text-sky-700 underline" href={`${rebuildHref(run.rebuild, run.tenant)}#claim-trail`}>
+            claim trail
+          </Link>
+        </span>
+      ),
+    ],
     ["Build hash", run.buildHash],
     ["Idempotency key", run.idempotencyKey],
     ["Worker", run.workerId ? `${run.workerId} on ${run.host}` : null],

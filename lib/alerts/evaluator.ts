@@ -126,7 +126,7 @@ export class AlertEvaluator {
       this.deps.claims,
       this.deps.keys,
       EVALUATOR_CLAIM,
-      { workerId: this.deps.workerId ?? "", rebuild: this.deps.role, jobId: "" },
+      { workerId: this.deps.workerId ?? "", rebuild: this.deps.role, jobId: "", trail: false },
       timing,
     );
     if (grant.status !== "acquired") return;

@@ -1,12 +1,22 @@
 /** Claims as the API and the Claims page show them. */
 import { z } from "zod";
 import { limitParam } from "./input";
-import { forceReleaseClaim, listClaims, MAX_CLAIMS_PAGE, type ClaimInfo } from "../claims";
+import {
+  forceReleaseClaim,
+  listClaims,
+  MAX_CLAIMS_PAGE,
+  readClaimTrail,
+  readEndedClaims,
+  type ClaimInfo,
+  type TrailEntry,
+} from "../claims";
 import { describeStale, staleSince } from "../claims/stale";
 import { checkClaimName } from "../claims/name";
 import { listLiveWorkers } from "../workers/heartbeat";
 import type { WebContext } from "../web/context";
 import { badRequest } from "./errors";
+
+export type { TrailEntry };
 
 export interface ApiClaim {
   name: string;
@@ -129,4 +139,34 @@ export async function releaseClaimAsOperator(
     return { status: result.status, auditId: result.auditId, releaseWindowMs: result.releaseWindowMs };
   }
   return { status: "missing", auditId: result.auditId };
+}
+
+export const trailQuery = z.strictObject({
+  name: z.string().min(1, "must not be empty").max(1_100),
+  limit: limitParam(50, 50),
+});
+
+/** One claim name's trail, newest first (a name never claimed has an empty one). */
+export async function getClaimTrail(
+  context: WebContext,
+  query: { name: string; limit: number },
+): Promise<{ name: string; entries: TrailEntry[] }> {
+  const check = checkClaimName(query.name);
+  if (!check.ok) throw badRequest(`name: ${check.reason}`);
+  const { connections } = context;
+  return {
+    name: query.name,
+    entries: await readClaimTrail(connections.claims, connections.keys, query.name, query.limit),
+  };
+}
+
+export const endedQuery = z.strictObject({ limit: limitParam(200, 20) });
+
+/** Claims that ended recently (released, stopped after a force release, expired, taken over), newest first. */
+export async function getEndedClaims(
+  context: WebContext,
+  query: { limit: number },
+): Promise<{ entries: TrailEntry[] }> {
+  const { connections } = context;
+  return { entries: await readEndedClaims(connections.claims, connections.keys, query.limit) };
 }

@@ -23,6 +23,8 @@ export interface ApiRebuild {
   name: string;
   tenant: string | null;
   output: string;
+  /** The output's claim name (held or not): its trail is `/api/claims/trail?name=`. */
+  claimName: string;
   /**
    * The schedule; `paused` when an operator paused it (nothing is enqueued; `nextRunAt` is when
    * it would run), with who, why and when.
@@ -89,6 +91,7 @@ export async function getRebuilds(
         name: definition.name,
         tenant: tenant ?? null,
         output: definition.output,
+        claimName: name,
         schedule: definition.schedule
           ? {
               cron: definition.schedule.cron,

@@ -50,7 +50,14 @@ export async function acquireClaim(
   const reply = await runScript(
     client,
     CLAIM_ACQUIRE,
-    [keys.claim(name), keys.claimMeta(name), keys.claimFence(name), keys.claimRegistry],
+    [
+      keys.claim(name),
+      keys.claimMeta(name),
+      keys.claimFence(name),
+      keys.claimRegistry,
+      keys.claimTrail(name),
+      keys.claimsEnded,
+    ],
     [
       token,
       timing.ttlMs,
@@ -59,6 +66,7 @@ export async function acquireClaim(
       timing.refreshEveryMs,
       JSON.stringify(identity),
       options.fenceFloor ?? 0,
+      meta.trail === false ? "" : "1",
     ],
   );
   const result = decodeAcquireReply(token, reply);

@@ -78,8 +78,8 @@ export async function forceReleaseClaim(
     reply = await runScript(
       clients.claims,
       CLAIM_FORCE_RELEASE,
-      [keys.claim(name), keys.claimMeta(name), keys.claimRegistry],
-      [token, name, actor, FORCE_RELEASE_MARGIN_MS],
+      [keys.claim(name), keys.claimMeta(name), keys.claimRegistry, keys.claimTrail(name), keys.claimsEnded],
+      [token, name, actor, FORCE_RELEASE_MARGIN_MS, reason],
     );
   } catch (error) {
     await audit("failed", { name, token, error: String(error) }).catch(() => {});
@@ -104,6 +104,8 @@ export async function forceReleaseClaim(
       workerId: holder.workerId,
       jobId: holder.jobId,
       runId: holder.runId,
+      rebuild: holder.rebuild,
+      tenant: holder.tenant,
     };
     if (code === REPLY.done) {
       claimEvents(clients.claims, keys, name, token).revoked(actor, releaseWindowMs);

@@ -46,3 +46,11 @@ export {
   type WithClaimOptions,
   type WithClaimResult,
 } from "./with-claim";
+export {
+  readClaimTrail,
+  readEndedClaims,
+  TRAIL_KINDS,
+  type TrailEntry,
+  type TrailHolder,
+  type TrailKind,
+} from "./trail";

@@ -92,7 +92,14 @@ export async function listClaims(
   let pruned = 0;
   if (missing.length > 0) {
     const pipeline = scriptPipeline(client);
-    for (const name of missing) queueScript(pipeline, CLAIM_PRUNE, [keys.claim(name), keys.claimRegistry], [name]);
+    for (const name of missing) {
+      queueScript(
+        pipeline,
+        CLAIM_PRUNE,
+        [keys.claim(name), keys.claimRegistry, keys.claimTrail(name), keys.claimsEnded],
+        [name],
+      );
+    }
     for (const [error, reply] of (await pipeline.exec()) ?? []) if (!error && reply === 1) pruned += 1;
   }
   return { claims, nextCursor, pruned, serverTime };

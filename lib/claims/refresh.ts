@@ -12,7 +12,12 @@ export async function refreshClaim(
   token: string,
   ttlMs: number,
 ): Promise<RefreshResult> {
-  const reply = await runScript(client, CLAIM_REFRESH, [keys.claim(name), keys.claimMeta(name)], [token, ttlMs]);
+  const reply = await runScript(
+    client,
+    CLAIM_REFRESH,
+    [keys.claim(name), keys.claimMeta(name), keys.claimTrail(name), keys.claimsEnded],
+    [token, ttlMs, name],
+  );
   switch (reply) {
     case REPLY.done:
       return { status: "refreshed" };

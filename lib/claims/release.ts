@@ -19,7 +19,7 @@ export async function releaseClaim(
   const reply = await runScript(
     client,
     CLAIM_RELEASE,
-    [keys.claim(name), keys.claimMeta(name), keys.claimRegistry],
+    [keys.claim(name), keys.claimMeta(name), keys.claimRegistry, keys.claimTrail(name), keys.claimsEnded],
     [token, name],
   );
   switch (reply) {

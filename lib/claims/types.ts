@@ -24,6 +24,11 @@ export interface ClaimMetadata {
    * this much longer than the claim's remaining TTL, unless the holder acknowledges sooner.
    */
   stopWithinMs?: number;
+  /**
+   * Keep this claim's trail (lib/claims/trail.ts): acquired, refreshed late, released, expired…
+   * Default true; housekeeping claims (pruning builds, alert evaluation) say false.
+   */
+  trail?: boolean;
 }
 
 /** The holder of a claim as stored in its metadata hash; `null` where a field is absent. */

@@ -41,7 +41,14 @@ export async function pruneOldBuilds(definitions: Definitions, claims: PruneClai
           claims.client,
           claims.keys,
           name,
-          { workerId: claims.workerId ?? "", rebuild: rebuild.name, tenant: tenant ?? "", version: PRUNING_VERSION },
+          {
+            workerId: claims.workerId ?? "",
+            rebuild: rebuild.name,
+            tenant: tenant ?? "",
+            version: PRUNING_VERSION,
+            // Housekeeping every minute: the output's trail is for its runs.
+            trail: false,
+          },
           async (held) => {
             // Without the pointer the published build is unknown: nothing is removed.
             const published = await readPublished(claims.client, claims.keys, name);

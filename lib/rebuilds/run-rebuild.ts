@@ -16,7 +16,15 @@
  * whether another attempt can help.
  */
 import type { Redis } from "ioredis";
-import { claimName, readClaim, recordSkip, withClaim, type ClaimHolder } from "../claims";
+import {
+  ClaimLostError,
+  claimName,
+  readClaim,
+  readClaimTrail,
+  recordSkip,
+  withClaim,
+  type ClaimHolder,
+} from "../claims";
 import type { RedisKeys } from "../redis/keys";
 import { DEFAULT_RETENTION, runPlaceOf, type RunRetention } from "../runs/records";
 import type { FinalRunStatus } from "../runs/transitions";
@@ -376,11 +384,15 @@ class RebuildAttempt {
       // A forced request asked for a build whatever was rebuilt before it: only its own job ends it.
       this.data.force ? null : deps.main.get(deps.keys.idempotency(this.idemKey)).catch(() => null),
     ]);
+    // A force-released claim still waiting for its holder to stop (this very attempt, when its
+    // release did not get through, or an earlier one) carries no request on: it is not a later
+    // attempt holding the output, only a name not free yet. Look again once it is.
+    const live = claim && !claim.revoked ? claim : null;
     const decision = decideRun({
       version: this.version,
       force: this.data.force,
       rebuiltBy: rebuiltBy && rebuiltBy !== this.runId ? rebuiltBy : null,
-      claim: claim ? { holder: claim.holder, pttlMs: claim.pttlMs } : null,
+      claim: live ? { holder: live.holder, pttlMs: live.pttlMs } : null,
       jobId: this.job.id,
     });
     if (decision.action === "take-over") {
@@ -401,7 +413,12 @@ class RebuildAttempt {
     if (cancelled) return this.endCancelled(cancelled, fields);
     // Free, held by another version, or by another job building this version (which may lose
     // its claim too): look again later. The next attempt applies the usual rules.
-    const waitMs = decision.action === "defer" || decision.action === "skip" ? decision.pttlMs + 100 : 0;
+    const waitMs =
+      decision.action === "defer" || decision.action === "skip"
+        ? decision.pttlMs + 100
+        : claim?.revoked
+          ? claim.pttlMs + 100
+          : 0;
     const until = Date.now() + Math.max(DEFER_MIN_MS, Math.min(DEFER_MAX_MS, waitMs));
     const heldBy = claim ? (claim.holder.workerId ?? claim.holder.host ?? "another worker") : "nobody";
     const reason = `${what}; deferred, the request is kept (output held by ${heldBy})`;
@@ -410,6 +427,15 @@ class RebuildAttempt {
       throw new RebuildError(`recording the deferral failed: ${String(error)}`, true, this.runId, { cause: error });
     });
     return { status: "deferred", until, heldBy, version: this.version };
+  }
+
+  /** Who force-released this attempt's claim and why, from the claim trail (" by …"), or "". */
+  private async forceReleasedBy(error: unknown): Promise<string> {
+    if (!(error instanceof ClaimLostError) || error.cause !== "force-released") return "";
+    const trail = await readClaimTrail(this.deps.claims, this.deps.keys, this.claim, 10).catch(() => []);
+    const entry = trail.find((e) => e.kind === "force-released" && e.fence === error.fence);
+    if (!entry) return "";
+    return ` (by ${entry.by ?? "an operator"}${entry.reason ? `: “${entry.reason}”` : ""}; see the audit log and the claim trail)`;
   }
 
   /** Maps an error thrown under the claim to a final record and a `RebuildError` (or hand-back, or a deferral). */
@@ -423,7 +449,7 @@ class RebuildAttempt {
       return { status: "handed-back", runId: this.runId };
     }
     if (failure.kind === "claim-lost") {
-      const outcome = await this.afterLostClaim(failure.reason);
+      const outcome = await this.afterLostClaim(failure.reason + (await this.forceReleasedBy(error)));
       if (outcome.status === "deferred" || outcome.status === "skipped" || outcome.status === "cancelled")
         return outcome;
       throw new Error(`unexpected outcome after a lost claim: ${outcome.status}`);

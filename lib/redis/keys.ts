@@ -37,6 +37,14 @@ export function redisKeys(prefix: string) {
     claimRegistry: `${tag}:claims`,
     /** HASH claim name → consecutive skips; outlives the claim (read with or without one). */
     claimSkips: `${tag}:claim-skips`,
+    /**
+     * STREAM, capped (`MAXLEN ~`): what happened to one claim name — acquired, refreshed late,
+     * released, expired without release, taken over, force-released, stopped after a force
+     * release — written by the claim scripts themselves (lib/claims/trail.ts). Outlives the claim.
+     */
+    claimTrail: (name: string) => `${tag}:claim-trail:${name}`,
+    /** STREAM, capped: claims that ended (released, expired, stopped, taken over), newest last. */
+    claimsEnded: `${tag}:claims-ended`,
     /** HASH: what is published for a claim name now (fence, value, runId, publishedAt). */
     published: (name: string) => `${tag}:published:${name}`,
 

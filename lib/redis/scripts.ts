@@ -66,6 +66,45 @@ end
  * answers `revoked`, its work aborts, and its release in `finally` deletes the marker.
  */
 export const REVOKED_PREFIX = "revoked:";
+
+/** Entries kept per claim name's trail, and in the recently-ended stream (both `MAXLEN ~`). */
+export const TRAIL_MAX = 50;
+export const ENDED_MAX = 200;
+
+/**
+ * The claim trail in Lua (lib/claims/trail.ts reads it). `trail(kind, fields)` appends to the
+ * name's trail and, for a kind that ends a claim, to the recently-ended stream; `noteExpiry()`
+ * appends "expired" (with the last holder) when the trail's newest entry is a claim still
+ * running but the claim is gone: called where a script finds the name free. Entry fields:
+ * e kind, n name, f fence, h holder identity JSON, by actor, why reason, ms a duration.
+ * Claims acquired without a trail (a pruner's, the alert evaluator's) write none.
+ */
+const TRAIL_LUA = (trailKey: string, endedKey: string, nameArg: string) => `
+local ENDING = {released = true, stopped = true, expired = true, ['taken-over'] = true}
+local RUNNING = {acquired = true, ['taken-over'] = true, ['refreshed-late'] = true, ['force-released'] = true}
+local function trail(kind, fields)
+  local args = {'MAXLEN', '~', ${TRAIL_MAX}, '*', 'e', kind, 'n', ${nameArg}}
+  for _, v in ipairs(fields) do args[#args + 1] = v end
+  redis.call('XADD', ${trailKey}, unpack(args))
+  if ENDING[kind] then
+    args[3] = ${ENDED_MAX}
+    redis.call('XADD', ${endedKey}, unpack(args))
+  end
+end
+local function noteExpiry()
+  local last = redis.call('XREVRANGE', ${trailKey}, '+', '-', 'COUNT', 1)[1]
+  if not last then return end
+  local entry = {}
+  for i = 1, #last[2], 2 do entry[last[2][i]] = last[2][i + 1] end
+  if not RUNNING[entry.e] then return end
+  local fields = {'f', entry.f or '', 'h', entry.h or ''}
+  if entry.e == 'force-released' then
+    fields[#fields + 1] = 'why'
+    fields[#fields + 1] = 'force-released, and its holder never acknowledged: the release window ran out'
+  end
+  trail('expired', fields)
+end
+`;
 export const META_FIELDS = [
   "jobId",
   "fence",
@@ -82,19 +121,23 @@ const META_INDEX = (field: (typeof META_FIELDS)[number]) => META_FIELDS.indexOf(
 
 export const CLAIM_ACQUIRE = {
   command: "claimwatchClaimAcquire",
-  keys: ["claim", "claimMeta", "claimFence", "claimRegistry"],
+  keys: ["claim", "claimMeta", "claimFence", "claimRegistry", "claimTrail", "claimsEnded"],
   lua: `
 --[[ Acquire a claim, or take it over from an earlier attempt of the same job.
 KEYS[1] claim          STRING holder token, PX ttl
 KEYS[2] claimMeta      HASH ${META_FIELDS.join(", ")}; PX ttl
 KEYS[3] claimFence     STRING fence counter (INCR on every grant; never expires)
 KEYS[4] claimRegistry  ZSET of claim names (score 0)
+KEYS[5] claimTrail     STREAM (capped)   KEYS[6] claimsEnded STREAM (capped)
 ARGV[1] token   ARGV[2] ttlMs   ARGV[3] claim name
 ARGV[4] jobId: a holder with this same non-empty job id is an earlier attempt and is taken over
 ARGV[5] refreshEveryMs   ARGV[6] holder identity (JSON)
 ARGV[7] fence floor: the highest fence published for the output as recorded outside Redis (its
   durable file beside the output; 0 or absent: none). A counter below it (Redis lost writes) is
   raised to it before the INCR, so no fence used for a publish is granted again.
+ARGV[8] '1': keep this claim's trail (acquired, refreshed late, released…); '' for housekeeping
+  claims (pruning, alert evaluation). Either way a free name whose trail says its last claim
+  was still running gets its "expired" entry first.
 Every metadata field is written on every grant, so nothing of an earlier holder survives.
 Returns
   {1, fence, acquiredAt}                                acquired: the name was free
@@ -103,9 +146,11 @@ Returns
                                          not yet stopped (revokedAt set): nothing written
 ]]
 ${OR_EMPTY}
+${TRAIL_LUA("KEYS[5]", "KEYS[6]", "ARGV[3]")}
 local code = 1
 local previousToken = ''
 local previousFence = ''
+local previousHolder = ''
 -- The common case in one call: SET NX PX is the grant.
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local meta = redis.call('HMGET', KEYS[2], ${META_FIELDS_LUA})
@@ -119,7 +164,10 @@ if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   code = 2
   previousToken = redis.call('GET', KEYS[1])
   previousFence = orEmpty(meta[${META_INDEX("fence")}])
+  previousHolder = orEmpty(meta[${META_INDEX("holder")}])
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+else
+  noteExpiry()
 end
 ${SERVER_NOW}
 local floor = tonumber(ARGV[7] or '0') or 0
@@ -131,6 +179,13 @@ redis.call('HSET', KEYS[2], 'jobId', ARGV[4], 'fence', fence, 'ttlMs', ARGV[2],
   'refreshEveryMs', ARGV[5], 'acquiredAt', nowMs, 'refreshedAt', nowMs, 'holder', ARGV[6])
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
 redis.call('ZADD', KEYS[4], 0, ARGV[3])
+if ARGV[8] == '1' then
+  redis.call('HSET', KEYS[2], 'trail', '1')
+  if code == 2 then trail('taken-over', {'f', previousFence, 'h', previousHolder, 'by', ARGV[6]}) end
+  trail('acquired', {'f', fence, 'h', ARGV[6], 'ms', ARGV[2]})
+else
+  redis.call('HDEL', KEYS[2], 'trail')
+end
 if code == 2 then return {2, fence, nowMs, previousToken, previousFence} end
 return {1, fence, nowMs}
 `,
@@ -138,11 +193,12 @@ return {1, fence, nowMs}
 
 export const CLAIM_REFRESH = typedScript<number>()({
   command: "claimwatchClaimRefresh",
-  keys: ["claim", "claimMeta"],
+  keys: ["claim", "claimMeta", "claimTrail", "claimsEnded"],
   lua: `
---[[ Extend a claim the caller still holds.
-KEYS[1] claim   KEYS[2] claimMeta
-ARGV[1] token   ARGV[2] ttlMs
+--[[ Extend a claim the caller still holds. A refresh later than two intervals after the last one
+is written to the claim's trail ("refreshed-late", with the gap).
+KEYS[1] claim   KEYS[2] claimMeta   KEYS[3] claimTrail   KEYS[4] claimsEnded
+ARGV[1] token   ARGV[2] ttlMs   ARGV[3] claim name
 Returns ${REPLY.done} refreshed (both keys PEXPIRE ttl, refreshedAt = now) | ${REPLY.missing} missing | ${REPLY.notOwner} not the owner
       | ${REPLY.revoked} an operator force-released it: stop, then release to acknowledge (nothing changed)
 ]]
@@ -151,6 +207,14 @@ if not current then return ${REPLY.missing} end
 if current == '${REVOKED_PREFIX}' .. ARGV[1] then return ${REPLY.revoked} end
 if current ~= ARGV[1] then return ${REPLY.notOwner} end
 ${SERVER_NOW}
+local meta = redis.call('HMGET', KEYS[2], 'refreshedAt', 'refreshEveryMs', 'trail', 'fence', 'holder')
+if meta[3] == '1' then
+  local gap = nowMs - (tonumber(meta[1]) or nowMs)
+  if gap > 2 * (tonumber(meta[2]) or gap) then
+    ${TRAIL_LUA("KEYS[3]", "KEYS[4]", "ARGV[3]")}
+    trail('refreshed-late', {'f', meta[4] or '', 'h', meta[5] or '', 'ms', gap})
+  end
+end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('HSET', KEYS[2], 'refreshedAt', nowMs)
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
@@ -160,10 +224,11 @@ return 1
 
 export const CLAIM_RELEASE = typedScript<number>()({
   command: "claimwatchClaimRelease",
-  keys: ["claim", "claimMeta", "claimRegistry"],
+  keys: ["claim", "claimMeta", "claimRegistry", "claimTrail", "claimsEnded"],
   lua: `
---[[ Release a claim the caller holds. Never touches a claim held by another token.
-KEYS[1] claim   KEYS[2] claimMeta   KEYS[3] claimRegistry
+--[[ Release a claim the caller holds. Never touches a claim held by another token. Its trail
+gets "released", or "stopped" when it had been force-released (or "expired" when it was gone).
+KEYS[1] claim   KEYS[2] claimMeta   KEYS[3] claimRegistry   KEYS[4] claimTrail   KEYS[5] claimsEnded
 ARGV[1] token   ARGV[2] claim name
 Returns 1 released (claim, metadata and registry entry deleted)
       | ${REPLY.alsoDone} acknowledged: the caller's claim had been force-released and it has stopped;
@@ -171,14 +236,22 @@ Returns 1 released (claim, metadata and registry entry deleted)
       | ${REPLY.missing} missing (it had expired; its stale registry entry is dropped on the way)
       | ${REPLY.notOwner} not the owner (nothing changed)
 ]]
+${TRAIL_LUA("KEYS[4]", "KEYS[5]", "ARGV[2]")}
 local current = redis.call('GET', KEYS[1])
 if not current then
   redis.call('ZREM', KEYS[3], ARGV[2])
+  noteExpiry()
   return ${REPLY.missing}
 end
 local code = 1
 if current == '${REVOKED_PREFIX}' .. ARGV[1] then code = ${REPLY.alsoDone}
 elseif current ~= ARGV[1] then return ${REPLY.notOwner} end
+local meta = redis.call('HMGET', KEYS[2], 'trail', 'fence', 'holder', 'acquiredAt')
+if meta[1] == '1' then
+  ${SERVER_NOW}
+  local held = nowMs - (tonumber(meta[4]) or nowMs)
+  trail(code == 1 and 'released' or 'stopped', {'f', meta[2] or '', 'h', meta[3] or '', 'ms', held})
+end
 redis.call('DEL', KEYS[1], KEYS[2])
 redis.call('ZREM', KEYS[3], ARGV[2])
 return code
@@ -187,7 +260,7 @@ return code
 
 export const CLAIM_FORCE_RELEASE = {
   command: "claimwatchClaimForceRelease",
-  keys: ["claim", "claimMeta", "claimRegistry"],
+  keys: ["claim", "claimMeta", "claimRegistry", "claimTrail", "claimsEnded"],
   lua: `
 --[[ Operator release, against the token the operator was shown. The holder may be alive (a
 stuck step, a wrong guess), so the claim is not freed at once: it becomes '${REVOKED_PREFIX}<token>'
@@ -195,8 +268,9 @@ for a release window — the holder's remaining TTL (by then it has noticed, at 
 own deadline) plus the holder's declared stop time (its steps' killGrace) plus a margin — and
 nobody, not even the same job's next attempt, can take it meanwhile. The holder's next refresh
 answers ${REPLY.revoked}; it stops its work and its release deletes the marker early.
-KEYS[1] claim   KEYS[2] claimMeta   KEYS[3] claimRegistry
-ARGV[1] token the operator saw   ARGV[2] claim name   ARGV[3] actor   ARGV[4] margin ms
+KEYS[1] claim   KEYS[2] claimMeta   KEYS[3] claimRegistry   KEYS[4] claimTrail   KEYS[5] claimsEnded
+ARGV[1] token the operator saw   ARGV[2] claim name   ARGV[3] actor   ARGV[4] margin ms   ARGV[5] reason
+The trail gets "force-released" (by, why, the window), whether or not the claim keeps one.
 Returns
   {1, token, ${META_FIELDS.join(", ")}, windowMs}   force-released: free when the holder acknowledges, at the latest in windowMs
   {${REPLY.alsoDone}, token, ${META_FIELDS.join(", ")}, pttl}   already force-released, its holder not yet stopped (nothing changed)
@@ -204,9 +278,11 @@ Returns
   {${REPLY.missing}}   missing (registry entry dropped)
 ]]
 ${OR_EMPTY}
+${TRAIL_LUA("KEYS[4]", "KEYS[5]", "ARGV[2]")}
 local current = redis.call('GET', KEYS[1])
 if not current then
   redis.call('ZREM', KEYS[3], ARGV[2])
+  noteExpiry()
   return {${REPLY.missing}}
 end
 local meta = redis.call('HMGET', KEYS[2], ${META_FIELDS_LUA})
@@ -227,6 +303,8 @@ elseif current == ARGV[1] then
   redis.call('PEXPIRE', KEYS[2], ms)
   meta[${META_INDEX("revokedBy")}] = ARGV[3]
   meta[${META_INDEX("revokedAt")}] = nowMs
+  trail('force-released', {'f', orEmpty(meta[${META_INDEX("fence")}]), 'h', orEmpty(meta[${META_INDEX("holder")}]),
+    'by', ARGV[3], 'why', ARGV[5], 'ms', ms})
 end
 local reply = {code, current}
 for i = 1, ${META_FIELDS.length} do reply[i + 2] = orEmpty(meta[i]) end
@@ -237,15 +315,18 @@ return reply
 
 export const CLAIM_PRUNE = typedScript<number>()({
   command: "claimwatchClaimPrune",
-  keys: ["claim", "claimRegistry"],
+  keys: ["claim", "claimRegistry", "claimTrail", "claimsEnded"],
   lua: `
---[[ Drop a registry entry whose claim expired, unless the name was claimed again meanwhile.
-KEYS[1] claim   KEYS[2] claimRegistry
+--[[ Drop a registry entry whose claim expired, unless the name was claimed again meanwhile; the
+claim's trail gets its "expired" entry (with the last holder) if it has none yet.
+KEYS[1] claim   KEYS[2] claimRegistry   KEYS[3] claimTrail   KEYS[4] claimsEnded
 ARGV[1] claim name
 Returns 1 pruned | 0 kept (the claim exists)
 ]]
+${TRAIL_LUA("KEYS[3]", "KEYS[4]", "ARGV[1]")}
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('ZREM', KEYS[2], ARGV[1])
+noteExpiry()
 return 1
 `,
 });

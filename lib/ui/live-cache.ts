@@ -23,6 +23,10 @@ export class LiveCache {
   constructor(private readonly client: QueryClient) {}
 
   apply(event: DeliveredEvent): void {
+    // A claim's trail (on its rebuild's page) and the recently ended list follow its events.
+    if (event.type.startsWith("claim.") && "name" in event && event.type !== "claim.refreshed") {
+      this.invalidateTrail(event.name);
+    }
     switch (event.type) {
       case "claim.acquired":
         this.updateClaimPages((claims, serverNow) => {
@@ -166,6 +170,11 @@ export class LiveCache {
       if (!isFirst) next.claims = next.claims.filter((c) => page.claims.some((p) => p.name === c.name));
       this.client.setQueryData(query.queryKey, next, { updatedAt: now });
     }
+  }
+
+  private invalidateTrail(name: string): void {
+    if (this.client.getQueryData(queryKeys.claims.trail(name))) this.invalidateSoon(queryKeys.claims.trail(name));
+    if (this.client.getQueryData(queryKeys.claims.ended())) this.invalidateSoon(queryKeys.claims.ended());
   }
 
   private invalidateSoon(queryKey: readonly unknown[]): void {

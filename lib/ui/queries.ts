@@ -5,7 +5,7 @@
 import { keepPreviousData, queryOptions } from "@tanstack/react-query";
 import type { AuditPage } from "../audit/list";
 import type { AlertsView } from "../alerts/read";
-import type { ApiClaimPage } from "../api/claims";
+import type { ApiClaimPage, TrailEntry } from "../api/claims";
 import type { ApiRebuild, ApiRebuildDetail, RunPreview } from "../api/rebuilds";
 import type { QueueView } from "../operations/queue-view";
 import type { RunDetail } from "../api/runs";
@@ -28,6 +28,8 @@ export const queryKeys = {
   claims: {
     all: () => [...queryKeys.all, "claims"] as const,
     page: (cursor: string | null) => [...queryKeys.claims.all(), { cursor }] as const,
+    trail: (name: string) => [...queryKeys.claims.all(), "trail", name] as const,
+    ended: () => [...queryKeys.claims.all(), "ended"] as const,
   },
   rebuilds: {
     all: () => [...queryKeys.all, "rebuilds"] as const,
@@ -113,6 +115,22 @@ export const claimsQuery = (cursor: string | null) =>
   queryOptions({
     queryKey: queryKeys.claims.page(cursor),
     queryFn: () => apiFetch<ApiClaimPage>(withQuery("/api/claims", { limit: "100", cursor: cursor ?? undefined })),
+    refetchInterval: LIVE_POLL_MS,
+    placeholderData: keepPreviousData,
+  });
+
+export const claimTrailQuery = (name: string) =>
+  queryOptions({
+    queryKey: queryKeys.claims.trail(name),
+    queryFn: () => apiFetch<{ name: string; entries: TrailEntry[] }>(withQuery("/api/claims/trail", { name })),
+    refetchInterval: LIVE_POLL_MS,
+    placeholderData: keepPreviousData,
+  });
+
+export const endedClaimsQuery = () =>
+  queryOptions({
+    queryKey: queryKeys.claims.ended(),
+    queryFn: () => apiFetch<{ entries: TrailEntry[] }>(withQuery("/api/claims/ended", { limit: "20" })),
     refetchInterval: LIVE_POLL_MS,
     placeholderData: keepPreviousData,
   });

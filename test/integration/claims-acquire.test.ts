@@ -76,6 +76,7 @@ test("acquire writes token, fence, metadata and registry entry in one script", a
     "jobId",
     "refreshEveryMs",
     "refreshedAt",
+    "trail",
     "ttlMs",
   ]);
   assert.equal(stored.fence, "1");

@@ -106,7 +106,15 @@ test("a stale token is refused and audited as refused; the shown token releases 
     token: shown,
     currentToken: current,
     fence: 2,
-    holder: { host: os.hostname(), pid: process.pid, workerId: "w-2", jobId: "j", runId: "r-2" },
+    holder: {
+      host: os.hostname(),
+      pid: process.pid,
+      workerId: "w-2",
+      jobId: "j",
+      runId: "r-2",
+      rebuild: null,
+      tenant: null,
+    },
     outcome: "not-owner",
   });
   assert.equal(done!.detail.token, current);

@@ -99,10 +99,26 @@ test("entries whose claim expired are pruned; a name claimed again meanwhile is 
   // The prune script's other branch: the claim exists again, so its entry stays.
   await client.zadd(keys.claimRegistry, 0, shortLived);
   await client.set(keys.claim(shortLived), "new-holder");
-  assert.equal(await runScript(client, CLAIM_PRUNE, [keys.claim(shortLived), keys.claimRegistry], [shortLived]), 0);
+  assert.equal(
+    await runScript(
+      client,
+      CLAIM_PRUNE,
+      [keys.claim(shortLived), keys.claimRegistry, keys.claimTrail(shortLived), keys.claimsEnded],
+      [shortLived],
+    ),
+    0,
+  );
   assert.equal(await client.zscore(keys.claimRegistry, shortLived), "0");
   await client.del(keys.claim(shortLived));
-  assert.equal(await runScript(client, CLAIM_PRUNE, [keys.claim(shortLived), keys.claimRegistry], [shortLived]), 1);
+  assert.equal(
+    await runScript(
+      client,
+      CLAIM_PRUNE,
+      [keys.claim(shortLived), keys.claimRegistry, keys.claimTrail(shortLived), keys.claimsEnded],
+      [shortLived],
+    ),
+    1,
+  );
   assert.equal(await client.zscore(keys.claimRegistry, shortLived), null);
 });
 

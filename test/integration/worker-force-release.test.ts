@@ -130,7 +130,10 @@ test("a force release noticed by a refresh defers the job; the version is rebuil
   try {
     const jobId = await bed.trigger("gated", { version: "b1" });
     const otherToken = await forceReleaseAndTakeOutput("b1", "job-a-1");
-    t.diagnostic(`first attempt: ${await assertRebuiltInTheEnd(jobId, "b1", otherToken)}`);
+    const reason = await assertRebuiltInTheEnd(jobId, "b1", otherToken);
+    t.diagnostic(`first attempt: ${reason}`);
+    // The aborted attempt names the release: who and why (from the claim trail).
+    assert.match(reason, /force-released it \(by test-operator: “looked dead”/);
   } finally {
     await worker.stop();
   }

@@ -1,3 +1,4 @@
+import { EndedClaims } from "@/components/claim-trail";
 import { ClaimsTable } from "@/components/claims-table";
 import { getClaims, type ApiClaimPage } from "@/lib/api/claims";
 import { getWebContext } from "@/lib/web/context";
@@ -20,6 +21,7 @@ export default async function ClaimsPage() {
         Claims
       </h1>
       <ClaimsTable initial={initial} />
+      <EndedClaims />
     </section>
   );
 }

@@ -1,0 +1,9 @@
+import { endedQuery, getEndedClaims } from "@/lib/api/claims";
+import { json, route } from "@/lib/api/handler";
+import { readQuery } from "@/lib/api/input";
+
+export const dynamic = "force-dynamic";
+
+export const GET = route({ role: "viewer" }, async (context, request) =>
+  json(await getEndedClaims(context, readQuery(request.url, endedQuery))),
+);

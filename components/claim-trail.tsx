@@ -1,0 +1,128 @@
+"use client";
+
+import { useQuery } from "@tanstack/react-query";
+import Link from "next/link";
+import type { ReactNode } from "react";
+import type { TrailEntry } from "@/lib/api/claims";
+import { formatDurationMs } from "@/lib/ui/format";
+import { claimTrailQuery, endedClaimsQuery, LIVE_POLL_MS, rebuildHref } from "@/lib/ui/queries";
+import { DataTable } from "./data-table";
+import { usePollEvery } from "./live-events";
+import { Time } from "./time";
+
+/**
+ * What happened to one claim name, newest first (lib/claims/trail.ts): acquired, refreshed late,
+ * released, force-released (by whom, why), stopped after it, taken over, expired without release
+ * (with the last holder). On a rebuild's page; runs and audit entries link here (`#claim-trail`).
+ */
+export function ClaimTrail({ name, label }: { name: string; label: string }) {
+  const { data, error } = useQuery({ ...claimTrailQuery(name), refetchInterval: usePollEvery(LIVE_POLL_MS) });
+  if (error) return <p className="text-sm text-red-700">Could not load the claim trail: {error.message}</p>;
+  if (!data) return <p className="text-sm text-slate-600">Loading…</p>;
+  if (data.entries.length === 0) {
+    return <p className="text-sm text-slate-600">Nothing has held the claim of {label} yet.</p>;
+  }
+  return (
+    <DataTable label={`Claim trail of ${label}`} columns={["When", "What", "Holder", "Fence"]}>
+      {data.entries.map((entry) => (
+        <tr key={entry.id} className="border-t border-slate-100 align-top" data-trail={entry.kind}>
+          <td className="px-3 py-2 text-xs whitespace-nowrap">
+            <Time at={entry.at} />
+          </td>
+          <td className="px-3 py-2 text-sm">{describeTrailEntry(entry)}</td>
+          <td className="px-3 py-2 text-xs">
+            <HolderOf entry={entry} />
+          </td>
+          <td className="px-3 py-2 font-mono">{entry.fence ?? "–"}</td>
+        </tr>
+      ))}
+    </DataTable>
+  );
+}
+
+/** Claims that ended recently, below the active ones on the Claims page. */
+export function EndedClaims() {
+  const { data, error } = useQuery({ ...endedClaimsQuery(), refetchInterval: usePollEvery(LIVE_POLL_MS) });
+  return (
+    <section aria-labelledby="ended-title" className="space-y-2">
+      <h2 id="ended-title" className="font-semibold">
+        Recently ended
+      </h2>
+      {error ? <p className="text-sm text-red-700">Could not load ended claims: {error.message}</p> : null}
+      {data && data.entries.length === 0 ? <p className="text-sm text-slate-600">No claim has ended yet.</p> : null}
+      {data && data.entries.length > 0 ? (
+        <DataTable label="Recently ended claims" columns={["Ended", "Claim", "How", "Holder", "Fence"]}>
+          {data.entries.map((entry) => (
+            <tr key={entry.id} className="border-t border-slate-100 align-top" data-ended={entry.kind}>
+              <td className="px-3 py-2 text-xs whitespace-nowrap">
+                <Time at={entry.at} />
+              </td>
+              <td className="px-3 py-2">
+                {entry.holder.rebuild ? (
+                  <Link
+                    className="font-medium text-sky-700 underline"
+                    href={`${rebuildHref(entry.holder.rebuild, entry.holder.tenant)}#claim-trail`}
+                  >
+                    {entry.holder.rebuild}
+                    {entry.holder.tenant ? ` / ${entry.holder.tenant}` : ""}
+                  </Link>
+                ) : null}
+                <div className="font-mono text-xs break-all text-slate-500">{entry.name}</div>
+              </td>
+              <td className="px-3 py-2 text-sm">{describeTrailEntry(entry)}</td>
+              <td className="px-3 py-2 text-xs">
+                <HolderOf entry={entry} />
+              </td>
+              <td className="px-3 py-2 font-mono">{entry.fence ?? "–"}</td>
+            </tr>
+          ))}
+        </DataTable>
+      ) : null}
+    </section>
+  );
+}
+
+function HolderOf({ entry }: { entry: TrailEntry }) {
+  const { holder } = entry;
+  return (
+    <>
+      <div className="font-medium">{holder.workerId ?? "?"}</div>
+      {holder.version ? <div>version {holder.version}</div> : null}
+      {holder.runId ? (
+        <Link className="text-sky-700 underline" href={`/runs/${holder.runId}`}>
+          run {holder.runId}
+        </Link>
+      ) : null}
+    </>
+  );
+}
+
+/** One trail entry in words. */
+export function describeTrailEntry(entry: TrailEntry): ReactNode {
+  const ms = entry.ms === null ? null : formatDurationMs(entry.ms);
+  switch (entry.kind) {
+    case "acquired":
+      return `Acquired${ms ? ` (TTL ${ms})` : ""}`;
+    case "refreshed-late":
+      return `Refreshed late: ${ms ?? "?"} after the refresh before (the holder was slow or paused)`;
+    case "released":
+      return `Released by its holder${ms ? ` after ${ms}` : ""}`;
+    case "force-released":
+      return (
+        <>
+          Force-released by <span className="font-medium">{entry.by ?? "an operator"}</span>
+          {entry.reason ? <>: “{entry.reason}”</> : null}; the holder was told to stop (free at the latest after{" "}
+          {ms ?? "?"}) ·{" "}
+          <Link className="text-sky-700 underline" href="/audit">
+            audit log
+          </Link>
+        </>
+      );
+    case "stopped":
+      return `The holder stopped after the force release and let go${ms ? ` (held ${ms})` : ""}`;
+    case "taken-over":
+      return `Taken over by the same job's next attempt${entry.by ? ` on ${entry.by}` : ""} (the earlier attempt's worker died or stalled)`;
+    case "expired":
+      return `Expired without release${entry.reason ? `: ${entry.reason}` : " (the holder stopped refreshing: it died, froze or lost Redis)"}${entry.derived ? " — noticed just now" : ""}`;
+  }
+}
