@@ -83,8 +83,15 @@ export function startRebuildWorker(
       // A cancel that came while the job waited, or while another worker had it: stop at once.
       const pending = await readCancelRequest(deps.main, deps.keys, jobId).catch(() => null);
       if (pending) cancels.note(jobId, pending);
-      if (!pending && data.success && data.data.trigger === "schedule" && (await scheduleIsPaused(data.data))) {
+      if (
+        !pending &&
+        data.success &&
+        data.data.trigger === "schedule" &&
+        job.attemptsStarted <= 1 &&
+        (await scheduleIsPaused(data.data))
+      ) {
         // A tick that was already waiting when its schedule was paused (lib/rebuilds/schedules).
+        // One that had started (deferred, retrying) runs on: its record must reach a final status.
         log(`job ${jobId}: its schedule is paused; not run`);
         return { status: "schedule-paused" as const };
       }
@@ -95,6 +102,10 @@ export function startRebuildWorker(
         data: job.data,
         signal: signal ?? new AbortController().signal,
         cancelRequest: () => cancels.requestFor(jobId),
+        checkCancel: async () => {
+          const request = await readCancelRequest(deps.main, deps.keys, jobId).catch(() => null);
+          if (request) cancels.note(jobId, request);
+        },
         progress: (fraction) => void job.updateProgress(Math.round(fraction * 100)).catch(() => {}),
       });
       switch (outcome.status) {

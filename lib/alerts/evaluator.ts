@@ -139,7 +139,13 @@ export class AlertEvaluator {
       timing,
       grantSentAt: sentAt,
       onEvent: (event) => {
-        if (event.type === "lost") this.log(`alerts: lost the evaluator claim (${event.error.message})`);
+        if (event.type !== "lost") return;
+        this.log(`alerts: lost the evaluator claim (${event.error.message})`);
+        // Force-released: evaluation stops at once, and the release acknowledges it so another
+        // process can take over without waiting out the release window.
+        if (event.error.cause === "force-released") {
+          void releaseClaim(this.deps.claims, this.deps.keys, EVALUATOR_CLAIM, grant.token).catch(() => {});
+        }
       },
     });
     keeper.start();

@@ -16,7 +16,7 @@
 import { appendAudit } from "../audit/append";
 import { claimEvents } from "../events/claim-events";
 import type { RedisKeys } from "../redis/keys";
-import { CLAIM_FORCE_RELEASE, META_FIELDS, runScript, type ScriptingClient } from "../redis/scripts";
+import { CLAIM_FORCE_RELEASE, META_FIELDS, REVOKED_PREFIX, runScript, type ScriptingClient } from "../redis/scripts";
 import { InvalidClaimNameError } from "./errors";
 import { holderFromFieldList, unexpectedReply } from "./holder";
 import { checkClaimName } from "./name";
@@ -67,6 +67,9 @@ export async function forceReleaseClaim(
   const nameCheck = checkClaimName(name);
   if (!nameCheck.ok) throw new InvalidClaimNameError(name, nameCheck.reason);
   if (!token) throw new RangeError("force release needs the token the operator was shown");
+  if (token.startsWith(REVOKED_PREFIX)) {
+    throw new RangeError("that is a force release's marker, not a holder's token: the claim is already being released");
+  }
   if (!actor.trim()) throw new RangeError("force release needs the acting operator");
   if (!reason.trim()) throw new RangeError("force release needs a reason");
 
@@ -95,7 +98,8 @@ export async function forceReleaseClaim(
     (code === REPLY.done || code === REPLY.alsoDone || code === REPLY.notOwner) &&
     reply.length === META_FIELDS.length + 3
   ) {
-    const currentToken = String(reply[1]);
+    // Another holder's token; a marker of another force release shows as its holder's token.
+    const currentToken = String(reply[1]).replace(REVOKED_PREFIX, "");
     const holder = holderFromFieldList(reply, 2);
     const releaseWindowMs = Math.max(0, Number(reply[META_FIELDS.length + 2]));
     const holderDetail = {

@@ -33,6 +33,8 @@ export interface BuildContext {
   /** The attempt's step records, kept up to date here (the final record carries them). */
   steps: StepRecord[];
   progress?: (fraction: number) => void;
+  /** Called just before the fenced publish (an operator's cancel is looked for then; it aborts `jobSignal`). */
+  beforePublish?: () => Promise<void>;
   /** A published build of this hash was found changed on disk and moved aside (build-integrity.ts). */
   onChangedBuild?: (found: { path: string; expected: string; actual: string }) => Promise<void>;
 }
@@ -95,6 +97,8 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
       await context.onChangedBuild?.({ path: promoted.changedMovedTo, expected: buildHash, actual: "(moved aside)" });
     }
     held.throwIfLost(); // a paused holder notices here, before it asks to publish
+    await context.beforePublish?.();
+    signal.throwIfAborted();
     const published = await publishRetried(context, buildHash);
     if (published.status === "superseded") {
       recorder.log(`publish refused: fence ${held.fence} < newest ${published.newestFence}`);
@@ -102,11 +106,18 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
     }
     // Durable before `current` follows: a claims Redis that forgets this publish cannot lead to
     // this fence being granted again or `current` being moved back (published-fence.ts).
-    await recordPublishedFence(outputDir, held.fence, buildHash).catch((error: unknown) =>
+    const newest = await recordPublishedFence(outputDir, held.fence, buildHash).catch((error: unknown) => {
       recorder.log(
         `WARNING: the published fence ${held.fence} could not be recorded beside the output: ${String(error)}`,
-      ),
-    );
+      );
+      return true;
+    });
+    // A holder paused between its publish and this point (then force-released, or past its TTL)
+    // must not move `current` back over a newer fence's build.
+    if (!newest) {
+      recorder.log(`published build ${buildHash} (fence ${held.fence}); a newer fence published since: current stays`);
+      return { status: "published", buildHash };
+    }
     await pointCurrent(outputDir, buildHash);
     recorder.log(`published build ${buildHash} (fence ${held.fence})`);
     return { status: "published", buildHash };

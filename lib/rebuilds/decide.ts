@@ -18,7 +18,10 @@ export interface RunSituation {
   /** The run that rebuilt this version within the idempotency TTL, if any. */
   rebuiltBy: string | null;
   /** The claim on the output, if held. */
-  claim: { holder: Pick<ClaimHolder, "version" | "jobId" | "workerId" | "host">; pttlMs: number } | null;
+  claim: {
+    holder: Pick<ClaimHolder, "version" | "jobId" | "workerId" | "host"> & Partial<Pick<ClaimHolder, "revokedAt">>;
+    pttlMs: number;
+  } | null;
   /** The deciding job's id (the preview has none). */
   jobId?: string;
 }
@@ -26,7 +29,15 @@ export interface RunSituation {
 export type RunDecision =
   | { action: "skip"; reason: "already-rebuilt"; rebuiltBy: string }
   | { action: "skip"; reason: "claim-held"; heldBy: string; pttlMs: number }
-  | { action: "defer"; heldBy: string; heldVersion: string | null; pttlMs: number; waitMs: number }
+  | {
+      action: "defer";
+      heldBy: string;
+      heldVersion: string | null;
+      pttlMs: number;
+      waitMs: number;
+      /** The holder was force-released and is stopping: the name is free when it has. */
+      releasing?: true;
+    }
   | { action: "take-over"; heldBy: string }
   | { action: "build" };
 
@@ -37,6 +48,19 @@ export function decideRun(situation: RunSituation): RunDecision {
   const { claim } = situation;
   if (!claim) return { action: "build" };
   const heldBy = claim.holder.workerId ?? claim.holder.host ?? "another worker";
+  const waitMs = Math.max(DEFER_MIN_MS, Math.min(DEFER_MAX_MS, claim.pttlMs + 100));
+  // Force-released and still stopping: it will publish nothing and carries no request on (not
+  // even for its own job's next attempt, which the acquire script refuses a takeover), so wait.
+  if (claim.holder.revokedAt) {
+    return {
+      action: "defer",
+      heldBy,
+      heldVersion: claim.holder.version,
+      pttlMs: claim.pttlMs,
+      waitMs,
+      releasing: true,
+    };
+  }
   if (situation.jobId && claim.holder.jobId === situation.jobId) return { action: "take-over", heldBy };
   if (claim.holder.version === situation.version) {
     return { action: "skip", reason: "claim-held", heldBy, pttlMs: claim.pttlMs };
@@ -46,6 +70,6 @@ export function decideRun(situation: RunSituation): RunDecision {
     heldBy,
     heldVersion: claim.holder.version,
     pttlMs: claim.pttlMs,
-    waitMs: Math.max(DEFER_MIN_MS, Math.min(DEFER_MAX_MS, claim.pttlMs + 100)),
+    waitMs,
   };
 }

@@ -36,9 +36,14 @@ export async function readPublishedFence(outputDir: string): Promise<PublishedFe
  * Records `fence` as published (only ever upwards): called after the fenced publish succeeded
  * and before `current` follows it. Resolves once the data is on disk.
  */
-export async function recordPublishedFence(outputDir: string, fence: number, hash: string): Promise<void> {
+/**
+ * Records `fence` as published for `outputDir` unless a higher one is recorded. Returns false
+ * when a higher fence was recorded meanwhile: `current` must then stay with that newer build.
+ */
+export async function recordPublishedFence(outputDir: string, fence: number, hash: string): Promise<boolean> {
   const known = await readPublishedFence(outputDir);
-  if (known && known.fence >= fence) return;
+  if (known && known.fence > fence) return false;
+  if (known && known.fence === fence) return true;
   const target = path.join(outputDir, FILE);
   const temp = path.join(outputDir, `${FILE}.${crypto.randomBytes(4).toString("hex")}`);
   const handle = await fs.open(temp, "w", 0o644);
@@ -60,4 +65,5 @@ export async function recordPublishedFence(outputDir: string, fence: number, has
   } finally {
     await dir.close();
   }
+  return true;
 }

@@ -71,6 +71,12 @@ export interface RebuildJob {
   signal: AbortSignal;
   /** The cancel request behind a "cancelled" abort (who and why), when the worker has it. */
   cancelRequest?: () => CancelRequest | null;
+  /**
+   * Looks for a cancel request now (not at the next poll) and, if there is one, aborts `signal`
+   * with "cancelled": called just before the fenced publish, so a holder that was paused past an
+   * operator's cancel does not publish on waking.
+   */
+  checkCancel?: () => Promise<void>;
   progress?: (fraction: number) => void;
 }
 
@@ -258,6 +264,7 @@ class RebuildAttempt {
             recorder: this.recorder,
             steps: this.steps,
             ...(this.job.progress ? { progress: this.job.progress } : {}),
+            ...(this.job.checkCancel ? { beforePublish: this.job.checkCancel } : {}),
             onChangedBuild: (found) =>
               recordChangedBuild(deps.main, deps.keys, {
                 ...found,
@@ -356,7 +363,9 @@ class RebuildAttempt {
     if (decision.action === "defer") {
       const cancelled = cancellationOf(this.job);
       if (cancelled) return this.endCancelled(cancelled);
-      const reason = `waits ${Math.round(decision.waitMs / 1000)} s: ${this.claim} is held by ${decision.heldBy} building ${decision.heldVersion ?? "?"}`;
+      const reason = decision.releasing
+        ? `waits ${Math.round(decision.waitMs / 1000)} s: ${this.claim} was force-released and its holder ${decision.heldBy} is stopping`
+        : `waits ${Math.round(decision.waitMs / 1000)} s: ${this.claim} is held by ${decision.heldBy} building ${decision.heldVersion ?? "?"}`;
       this.log(`deferred: ${reason}`);
       await this.finish("deferred", { reason });
       return {
@@ -367,8 +376,17 @@ class RebuildAttempt {
       };
     }
     // The acquire script takes a claim over from the same job and grants a free one: a "held"
-    // reply can only mean skip or defer.
-    throw new Error(`claim ${this.claim} held, but the decision is ${decision.action}`);
+    // reply should mean skip or defer. Should the two ever disagree, the request is kept: look
+    // again shortly, with a record that says why.
+    const reason = `claim ${this.claim} held by ${holder.workerId ?? "?"} (job ${holder.jobId ?? "?"}), but the decision was ${decision.action}; looking again`;
+    this.log(`deferred: ${reason}`);
+    await this.finish("deferred", { reason });
+    return {
+      status: "deferred",
+      until: Date.now() + DEFER_MIN_MS,
+      heldBy: holder.workerId ?? "?",
+      version: this.version,
+    };
   }
 
   /**
@@ -387,7 +405,8 @@ class RebuildAttempt {
     // A force-released claim still waiting for its holder to stop (this very attempt, when its
     // release did not get through, or an earlier one) carries no request on: it is not a later
     // attempt holding the output, only a name not free yet. Look again once it is.
-    const live = claim && !claim.revoked ? claim : null;
+    // Nor is this attempt's own claim, back after its release was lost (a Redis crash, a failover).
+    const live = claim && !claim.revoked && claim.holder.runId !== this.runId ? claim : null;
     const decision = decideRun({
       version: this.version,
       force: this.data.force,
@@ -416,7 +435,7 @@ class RebuildAttempt {
     const waitMs =
       decision.action === "defer" || decision.action === "skip"
         ? decision.pttlMs + 100
-        : claim?.revoked
+        : claim && !live
           ? claim.pttlMs + 100
           : 0;
     const until = Date.now() + Math.max(DEFER_MIN_MS, Math.min(DEFER_MAX_MS, waitMs));

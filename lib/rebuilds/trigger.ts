@@ -45,7 +45,7 @@ const WAITING_STATES = new Set(["waiting", "delayed", "prioritized", "waiting-ch
 
 export async function triggerRebuild(
   queue: Pick<Queue, "add" | "getJobState">,
-  client: Pick<Redis, "set" | "get">,
+  client: Pick<Redis, "set" | "get" | "exists">,
   keys: RedisKeys,
   definitions: Definitions,
   name: string,
@@ -83,7 +83,9 @@ export async function triggerRebuild(
   // Claim the "waiting trigger" marker; if another trigger holds it and its job still waits, reuse it.
   if (!(await client.set(pendingKey, jobId, "PX", PENDING_TTL_MS, "NX"))) {
     const existing = await client.get(pendingKey);
-    if (existing && WAITING_STATES.has(await queue.getJobState(existing))) {
+    // Never fold a request into a job an operator is cancelling: it would be lost with it.
+    const cancelling = existing ? await client.exists(keys.cancelRequest(existing)) : 0;
+    if (existing && !cancelling && WAITING_STATES.has(await queue.getJobState(existing))) {
       if (requestKey) await client.set(requestKey, existing, "PX", REQUEST_ID_TTL_MS);
       return { status: "deduplicated", jobId: existing };
     }

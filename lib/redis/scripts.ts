@@ -65,7 +65,7 @@ end
  * until the holder has stopped (Chubby's / Consul's "lock-delay"): the holder's next refresh
  * answers `revoked`, its work aborts, and its release in `finally` deletes the marker.
  */
-export const REVOKED_PREFIX = "revoked:";
+export const REVOKED_PREFIX = "revoked!"; // "!" never occurs in a token (host:pid:hex)
 
 /** Entries kept per claim name's trail, and in the recently-ended stream (both `MAXLEN ~`). */
 export const TRAIL_MAX = 50;

@@ -82,7 +82,8 @@ for (const [label, mutate, expected] of [
     assert.equal(result.status, 2, result.stderr);
     const lines = result.stderr.trim().split("\n");
     assert.equal(lines.length, 1, result.stderr);
-    assert.match(lines[0]!, new RegExp(`definitions error: ${path.basename(file).replace(/\./g, "\\.")}: `));
+    // `file:line: path: problem` (the line where the offending value is).
+    assert.match(lines[0]!, new RegExp(`definitions error: ${path.basename(file).replace(/\./g, "\\.")}:\\d+: `));
     assert.match(lines[0]!, expected);
   });
 }
