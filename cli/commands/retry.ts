@@ -14,9 +14,13 @@ import { CliFailure, EXIT, refused, usageError } from "../outcome";
 import { auditingRefusals, connect, loadSetup, operatorActor } from "../session";
 import type { CommandSpec } from "./spec";
 
+/** "failed, aborted or cancelled". */
+const listed = (words: readonly string[]) =>
+  words.length > 1 ? `${words.slice(0, -1).join(", ")} or ${words.at(-1)}` : (words[0] ?? "");
+
 export const retry: CommandSpec = {
   usage: "retry <run>",
-  summary: `retry a ${RETRYABLE_STATUSES.join(", ")} run as a new job (same rebuild, tenant and version, forced); audited`,
+  summary: `retry a ${listed(RETRYABLE_STATUSES)} run as a new job (same rebuild, tenant and version, forced); audited`,
   options(command) {
     command.requiredOption("--reason <text>", "why, for the audit log (at least 3 characters)");
   },
@@ -58,7 +62,7 @@ export const retry: CommandSpec = {
         case "not-retryable":
           return refused(
             "not-retryable",
-            `not retried: run ${runId} is ${result.runStatus}; only ${RETRYABLE_STATUSES.join(", ")} runs are retried (audit entry ${result.auditId})`,
+            `not retried: run ${runId} is ${result.runStatus}; only ${listed(RETRYABLE_STATUSES)} runs are retried (audit entry ${result.auditId})`,
             result,
           );
         case "unknown-rebuild":
