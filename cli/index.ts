@@ -13,13 +13,16 @@ import { isRedisUnavailable } from "./session";
 const EXIT_CODES_HELP = `
 Exit codes:
   0  done (status: both Redis servers answer)
-  1  refused or failed: not the claim's owner, nothing to release, the preview says skip, changed builds
-  2  bad usage or configuration: unknown command, option, rebuild or tenant; bad value; no operator identity
+  1  refused or failed: not the claim's owner, nothing to release, a finished job or a schedule's
+     tick to cancel, a run that is not retryable, the preview says skip, changed builds, rate limited
+  2  bad usage or configuration: unknown command, option, rebuild, tenant, job or run; a rebuild
+     without a schedule; bad value; no operator identity
   3  no Redis: none configured or recorded in the data dir (CLAIMWATCH_DATA_DIR), or it does not answer
 
 Redis: REDIS_URL (and CLAIMS_REDIS_URL) when set, else the embedded Redis a running \`npm start\`
-recorded in CLAIMWATCH_DATA_DIR (default ./.data). Mutations (release, trigger) need an operator:
-CLAIMWATCH_TOKEN, else the data dir's operator-token when no tokens are configured.`;
+recorded in CLAIMWATCH_DATA_DIR (default ./.data). Mutations (release, trigger, cancel, retry,
+pause, resume) need an operator: CLAIMWATCH_TOKEN, else the data dir's operator-token when no
+tokens are configured.`;
 
 function write(stream: NodeJS.WriteStream, text: string): Promise<void> {
   return new Promise((resolve) => (text ? stream.write(text, () => resolve()) : resolve()));

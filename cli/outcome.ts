@@ -7,9 +7,9 @@
 export const EXIT = {
   /** Done; for `status`, both Redis servers answer. */
   ok: 0,
-  /** The operation was refused or failed: not the owner, nothing to release, would be skipped, changed builds. */
+  /** Refused or failed: not the owner, nothing to release or cancel, not retryable, would be skipped, changed builds. */
   refused: 1,
-  /** Bad usage or configuration: unknown command, option, rebuild or tenant; bad value; no operator identity. */
+  /** Bad usage or configuration: unknown command, option, rebuild, tenant, job or run; bad value; no operator identity. */
   usage: 2,
   /** No Redis to talk to: none configured or found in the data dir, or it does not answer. */
   redis: 3,

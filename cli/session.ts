@@ -13,6 +13,7 @@ import { describeError } from "../lib/describe-error";
 import { describeDefinitionsError, loadDefinitions, type Definitions } from "../lib/rebuilds/definitions";
 import { RedisNotConfiguredError, type RedisUrls } from "../lib/redis/connections";
 import { openContext, type WebContext } from "../lib/web/context";
+import { ApiError } from "../lib/http/errors";
 import { CliFailure, EXIT } from "./outcome";
 
 export interface Setup {
@@ -113,4 +114,30 @@ export async function operatorActor(
     throw new CliFailure(EXIT.refused, "rate-limited", message);
   }
   return actor;
+}
+
+/**
+ * Runs an operator action's lib/api call as the route wrapper does: a refusal it throws (an
+ * ApiError below 500: unknown job or run, a bad value) is audited as refused, once, then passed
+ * on. Refusals the lib records itself come back as data, not as errors, so they are not audited
+ * twice.
+ */
+export async function auditingRefusals<T>(
+  context: CliContext,
+  action: AuditAction,
+  actor: string,
+  detail: Record<string, unknown>,
+  call: () => Promise<T>,
+): Promise<T> {
+  try {
+    return await call();
+  } catch (error) {
+    if (error instanceof ApiError && error.status < 500) {
+      await auditRefused(context, action, actor, `${error.status} ${error.code}: ${error.message}`, {
+        ...detail,
+        via: "cli",
+      }).catch(() => {});
+    }
+    throw error;
+  }
 }

@@ -1,27 +1,60 @@
-/** `claimwatch queue`: jobs waiting, delayed (when and why), active and recently failed; read-only. */
-import { rebuildLabel, table, time, orDash } from "../../lib/cli/format";
+/**
+ * `claimwatch queue`: jobs active, waiting, delayed (next attempt and why) and recently failed,
+ * per rebuild/tenant — the Queue page's view (lib/operations/queue-view, as `GET /api/queue`).
+ * Read-only; `--json` prints the QueueView, with at most --limit jobs of each state.
+ */
+import { duration, orDash, rebuildLabel, table, time } from "../../lib/cli/format";
+import { QUEUE_VIEW_STATES, readQueueView, type QueueEntry, type QueueView } from "../../lib/operations/queue-view";
 import { tenantProblem, unknownRebuildProblem } from "../../lib/rebuilds/definitions";
-import { listQueueJobs, QUEUE_STATES } from "../../lib/rebuilds/queue-jobs";
 import { EXIT, usageError } from "../outcome";
 import { connect, loadSetup } from "../session";
 import type { CommandSpec } from "./spec";
 
+/** The dashboard's words for why a job waits (components/queue-table.tsx). */
+const WAIT_KIND = { backoff: "backoff", deferred: "deferred", "scheduled-tick": "scheduled", queued: "queued" };
+
+function why(job: QueueEntry): string {
+  if (job.state === "failed") return orDash(job.failedReason);
+  if (job.state === "active") {
+    const running = job.lastRun ? `running as ${job.lastRun.id}` : "running";
+    return job.cancelRequested ? `${running}; cancel requested by ${job.cancelRequested.actor}` : running;
+  }
+  return job.waitReason ? `${WAIT_KIND[job.waitReason.kind]}: ${job.waitReason.detail}` : "–";
+}
+
+function nextAttempt(job: QueueEntry, serverTime: number): string {
+  if (job.nextAttemptAt === null) return "–";
+  return `${time(job.nextAttemptAt)} (in ${duration(Math.max(0, job.nextAttemptAt - serverTime))})`;
+}
+
+/** At most `limit` jobs of each state, in the view's order (next to run first; newest failed first). */
+export function limitPerState(view: QueueView, limit: number): QueueView {
+  const seen = new Map<string, number>();
+  const jobs = view.jobs.filter((job) => {
+    const n = (seen.get(job.state) ?? 0) + 1;
+    seen.set(job.state, n);
+    return n <= limit;
+  });
+  return { ...view, jobs };
+}
+
 export const queue: CommandSpec = {
   usage: "queue",
-  summary: "jobs waiting, delayed (next attempt and why), active and recently failed, per rebuild/tenant",
+  summary:
+    "jobs active, waiting, delayed (next attempt and why: backoff, deferred behind a claim, scheduled tick) and recently failed",
   options(command) {
     command
       .option("--rebuild <rebuild>", "only this rebuild's jobs")
       .option("--tenant <tenant>", "only this tenant's (with --rebuild)")
-      .option("--limit <n>", "at most this many jobs per state (1-1000)", "50");
+      .option("--limit <n>", "at most this many jobs of each state (1-200)", "50");
   },
   async run(_args, options) {
     const setup = loadSetup();
     const rebuild = options.rebuild as string | undefined;
     const tenant = options.tenant as string | undefined;
     const limit = Number(options.limit);
-    if (!/^\d+$/.test(String(options.limit)) || limit < 1 || limit > 1000) {
-      throw usageError("--limit: must be a whole number from 1 to 1000");
+    if (!/^\d+$/.test(String(options.limit)) || limit < 1 || limit > 200) {
+      throw usageError("--limit: must be a whole number from 1 to 200");
     }
     if (tenant !== undefined && rebuild === undefined)
       throw usageError("--tenant: give the rebuild it belongs to as well");
@@ -33,30 +66,32 @@ export const queue: CommandSpec = {
     }
     const context = await connect(setup);
     try {
-      const listing = await listQueueJobs(context.queue, context.connections.main, context.connections.keys, {
-        rebuild,
-        tenant,
+      const view = limitPerState(
+        await readQueueView(context.queue, context.connections.main, context.connections.keys, {
+          ...(rebuild ? { rebuild } : {}),
+          ...(tenant ? { tenant } : {}),
+        }),
         limit,
-      });
-      const counts = QUEUE_STATES.map((state) => `${listing.counts[state]} ${state}`).join(", ");
+      );
+      const counts = QUEUE_VIEW_STATES.map((state) => `${view.counts[state]} ${state}`).join(", ");
       const human = [
         `Queue (all rebuilds): ${counts}`,
-        ...(listing.jobs.length
+        ...(view.jobs.length
           ? table(
               ["STATE", "JOB", "REBUILD", "ATTEMPTS", "QUEUED", "NEXT ATTEMPT", "WHY"],
-              listing.jobs.map((job) => [
+              view.jobs.map((job) => [
                 job.state,
-                job.id,
+                job.jobId,
                 rebuildLabel(job.rebuild, job.tenant),
                 `${job.attemptsMade}/${job.attempts}`,
-                time(job.queuedAt),
-                job.nextAttemptAt ? time(job.nextAttemptAt) : "–",
-                orDash(job.why),
+                time(job.createdAt),
+                nextAttempt(job, view.serverTime),
+                why(job),
               ]),
             )
           : ["No jobs match."]),
       ];
-      return { exitCode: EXIT.ok, json: listing, human };
+      return { exitCode: EXIT.ok, json: view, human };
     } finally {
       await context.close();
     }
