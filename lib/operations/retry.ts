@@ -18,7 +18,7 @@ import type { RunStatus } from "../runs/types";
 
 export interface RetryDeps {
   queue: Pick<Queue, "add" | "getJobState">;
-  main: ScriptingClient & Pick<Redis, "hgetall" | "lrange" | "set" | "get">;
+  main: ScriptingClient & Pick<Redis, "hgetall" | "lrange" | "set" | "get" | "exists">;
   keys: RedisKeys;
   definitions: Definitions;
 }
