@@ -160,7 +160,11 @@ export class LiveCache {
     const now = Date.now();
     for (const query of this.client.getQueryCache().findAll({ queryKey: queryKeys.claims.all() })) {
       const page = query.state.data as ApiClaimPage | undefined;
-      if (!page) continue;
+      // Only the pages (the trail and the ended list share the prefix).
+      if (!page || !Array.isArray(page.claims)) continue;
+      // A read in flight was answered before this event: it would put back what the event
+      // changed (a released claim reappears, and nothing polls while live). Read again after it.
+      if (query.state.fetchStatus === "fetching") this.invalidateSoon(query.queryKey);
       const elapsed = Math.max(0, now - query.state.dataUpdatedAt);
       const serverNow = page.serverTime + elapsed;
       const rebased = page.claims.map((c) => ({ ...c, pttlMs: Math.max(0, c.pttlMs - elapsed) }));
