@@ -129,6 +129,7 @@ export class LiveCache {
     const detail = queryKeys.runs.detail(run.id);
     if (this.client.getQueryData<RunDetail>(detail)) {
       this.client.setQueryData<RunDetail>(detail, (old) => (old ? { ...old, ...run } : old));
+      this.rereadIfInFlight(detail);
     }
     let shown = false;
     for (const [key, page] of this.client.getQueriesData<RunPage>({ queryKey: [...queryKeys.runs.all(), "list"] })) {
@@ -139,6 +140,7 @@ export class LiveCache {
           ...page,
           runs: page.runs.map((r) => (r.id === run.id ? { ...r, ...run } : r)),
         });
+        this.rereadIfInFlight(key);
       } else if (matches(key[3] as RunsFilter & { jobId?: string }, run)) {
         this.invalidateSoon(key); // a new run for this list: re-read the page (order, cursor)
       }
@@ -162,9 +164,7 @@ export class LiveCache {
       const page = query.state.data as ApiClaimPage | undefined;
       // Only the pages (the trail and the ended list share the prefix).
       if (!page || !Array.isArray(page.claims)) continue;
-      // A read in flight was answered before this event: it would put back what the event
-      // changed (a released claim reappears, and nothing polls while live). Read again after it.
-      if (query.state.fetchStatus === "fetching") this.invalidateSoon(query.queryKey);
+      this.rereadIfInFlight(query.queryKey);
       const elapsed = Math.max(0, now - query.state.dataUpdatedAt);
       const serverNow = page.serverTime + elapsed;
       const rebased = page.claims.map((c) => ({ ...c, pttlMs: Math.max(0, c.pttlMs - elapsed) }));
@@ -174,6 +174,15 @@ export class LiveCache {
       if (!isFirst) next.claims = next.claims.filter((c) => page.claims.some((p) => p.name === c.name));
       this.client.setQueryData(query.queryKey, next, { updatedAt: now });
     }
+  }
+
+  /**
+   * A read of `queryKey` in flight was answered before the event just applied: its answer would
+   * put back what the event changed (a released claim reappears, a finished run shows running),
+   * and nothing polls while live. Read it again after that one.
+   */
+  private rereadIfInFlight(queryKey: readonly unknown[]): void {
+    if (this.client.getQueryState(queryKey)?.fetchStatus === "fetching") this.invalidateSoon(queryKey);
   }
 
   private invalidateTrail(name: string): void {
