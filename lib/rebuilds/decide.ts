@@ -48,28 +48,19 @@ export function decideRun(situation: RunSituation): RunDecision {
   const { claim } = situation;
   if (!claim) return { action: "build" };
   const heldBy = claim.holder.workerId ?? claim.holder.host ?? "another worker";
-  const waitMs = Math.max(DEFER_MIN_MS, Math.min(DEFER_MAX_MS, claim.pttlMs + 100));
+  const defer = {
+    action: "defer" as const,
+    heldBy,
+    heldVersion: claim.holder.version,
+    pttlMs: claim.pttlMs,
+    waitMs: Math.max(DEFER_MIN_MS, Math.min(DEFER_MAX_MS, claim.pttlMs + 100)),
+  };
   // Force-released and still stopping: it will publish nothing and carries no request on (not
   // even for its own job's next attempt, which the acquire script refuses a takeover), so wait.
-  if (claim.holder.revokedAt) {
-    return {
-      action: "defer",
-      heldBy,
-      heldVersion: claim.holder.version,
-      pttlMs: claim.pttlMs,
-      waitMs,
-      releasing: true,
-    };
-  }
+  if (claim.holder.revokedAt) return { ...defer, releasing: true };
   if (situation.jobId && claim.holder.jobId === situation.jobId) return { action: "take-over", heldBy };
   if (claim.holder.version === situation.version) {
     return { action: "skip", reason: "claim-held", heldBy, pttlMs: claim.pttlMs };
   }
-  return {
-    action: "defer",
-    heldBy,
-    heldVersion: claim.holder.version,
-    pttlMs: claim.pttlMs,
-    waitMs,
-  };
+  return defer;
 }
