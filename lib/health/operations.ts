@@ -29,6 +29,7 @@ export async function staleClaimProblems(
   const page = await listClaims(claims, keys, { limit: CLAIMS_CHECKED, liveWorkerIds: new Set(live.map((w) => w.id)) });
   const problems: string[] = [];
   for (const claim of page.claims) {
+    if (claim.revoked) continue; // already force-released: the Claims page says it is releasing
     const since = staleSince(claim);
     if (since === null || page.serverTime - since < STALE_ALERT_MS) continue;
     const label = `${claim.holder.rebuild ?? claim.name}${claim.holder.tenant ? `/${claim.holder.tenant}` : ""}`;
