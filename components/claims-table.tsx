@@ -7,6 +7,7 @@ import { describeStale, staleReasons } from "@/lib/claims/stale";
 import type { ApiClaim, ApiClaimPage, ReleaseOutcome } from "@/lib/api/claims";
 import { apiFetch, claimsQuery, LIVE_POLL_MS, queryKeys, rebuildHref } from "@/lib/ui/queries";
 import { DataTable } from "./data-table";
+import { CancelJobButton } from "./operations";
 import { formatDurationMs } from "@/lib/ui/format";
 import { usePollEvery } from "./live-events";
 import { useCanOperate } from "./role";
@@ -276,6 +277,12 @@ function ForceReleaseDialog({ claim, onClose }: { claim: ApiClaim; onClose: (mes
           has stopped — at the latest when its TTL ({formatDurationMs(Math.max(0, claim.pttlMs))} left) and its
           steps&apos; kill grace have run out — so the holder and the next run never write at once.
         </p>
+        {claim.holder.jobId ? (
+          <div className="mt-2 text-sm text-slate-700" data-field="cancel-instead">
+            <p>To stop this rebuild for good instead (no retry), cancel its job:</p>
+            <CancelJobButton jobId={claim.holder.jobId} what={`job ${claim.holder.jobId}`} />
+          </div>
+        ) : null}
         <dl className="mt-3 grid grid-cols-[8rem_1fr] gap-x-3 gap-y-1 text-sm">
           <dt className="text-slate-500">Claim</dt>
           <dd className="font-mono text-xs break-all">{claim.name}</dd>
@@ -309,7 +316,7 @@ function ForceReleaseDialog({ claim, onClose }: { claim: ApiClaim; onClose: (mes
         {release.error ? <p className="mt-2 text-sm text-red-700">{release.error.message}</p> : null}
         <div className="mt-4 flex justify-end gap-2">
           <button type="button" className="rounded border px-3 py-1.5 text-sm" onClick={() => onClose(null)}>
-            Cancel
+            Close
           </button>
           <button
             type="button"

@@ -122,6 +122,10 @@ test("a frozen worker's claim turns Stale; force release marks it releasing and 
     const [claim] = await claimsOf(request, "slow-archive");
     await expect(dialog.locator('[data-field="token"]')).toHaveText(claim!.token);
     await expect(dialog.locator('[data-field="release-effect"]')).toContainText("Nobody else can take the claim");
+    // It offers the lever that does stop the rebuild: cancel its job.
+    await expect(
+      dialog.locator('[data-field="cancel-instead"]').getByRole("button", { name: /^Cancel: job / }),
+    ).toBeVisible();
     await dialog.getByLabel("Reason (for the audit log)").fill("worker frozen at 02:00 (e2e)");
     await dialog.getByRole("button", { name: "Release claim" }).click();
     await expect(page.getByRole("alert").filter({ hasText: "Released" })).toBeVisible();
