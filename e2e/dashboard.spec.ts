@@ -53,7 +53,7 @@ test("Rebuild now on slow-archive: the run is running, its claim's TTL counts do
     .toBe(1);
 
   await page.goto(`${stack().url}/claims`);
-  const row = page.locator("tr", { hasText: "slow-archive" });
+  const row = page.locator("tr[data-claim]", { hasText: "slow-archive" });
   await expect(row).toBeVisible();
   const ttl = row.locator('[data-field="ttl"]');
   const first = Number(await ttl.getAttribute("data-ttl-ms"));
@@ -99,7 +99,9 @@ test("Rebuild now again: recorded as a neutral skip, consecutive skips rise on C
   await expect(badge).toHaveClass(/bg-slate-100/); // neutral, not red
 
   await page.goto(`${stack().url}/claims`);
-  await expect(page.locator("tr", { hasText: "slow-archive" }).locator('[data-field="skips"]')).toHaveText("1");
+  await expect(page.locator("tr[data-claim]", { hasText: "slow-archive" }).locator('[data-field="skips"]')).toHaveText(
+    "1",
+  );
 });
 
 test("a frozen worker's claim turns Stale; force release marks it releasing and is audited; on SIGCONT the worker aborts and the claim is free", async ({
@@ -112,7 +114,7 @@ test("a frozen worker's claim turns Stale; force release marks it releasing and 
   process.kill(pid, "SIGSTOP");
   try {
     await page.goto(`${stack().url}/claims`);
-    const row = page.locator("tr", { hasText: "slow-archive" });
+    const row = page.locator("tr[data-claim]", { hasText: "slow-archive" });
     await expect(row.getByText("Stale", { exact: true })).toBeVisible({ timeout: 30_000 });
     await expect(row).toContainText(/no refresh for \d+ s|has no live heartbeat/);
     await shot(page, "claims-stale", testInfo);
@@ -156,7 +158,9 @@ test("a frozen worker's claim turns Stale; force release marks it releasing and 
     .toMatch(/^(aborted|superseded|deferred)$/);
   // Woken, the holder stopped and acknowledged (or the release window ran out): the claim is free.
   await page.goto(`${stack().url}/claims`);
-  await expect(page.locator("tr", { hasText: "slow-archive" }).locator('[data-state="releasing"]')).toHaveCount(0, {
+  await expect(
+    page.locator("tr[data-claim]", { hasText: "slow-archive" }).locator('[data-state="releasing"]'),
+  ).toHaveCount(0, {
     timeout: 30_000,
   });
   await page.goto(`${stack().url}/runs/${running!.id}`);
@@ -174,7 +178,7 @@ test("force release with a token that changed hands says so and releases nothing
   await expect.poll(async () => (await claimsOf(request, "slow-archive")).length, { timeout: 30_000 }).toBe(1);
 
   await page.goto(`${url}/claims`);
-  const row = page.locator("tr", { hasText: "slow-archive" });
+  const row = page.locator("tr[data-claim]", { hasText: "slow-archive" });
   await row.getByRole("button", { name: "Force release" }).click();
   const dialog = page.getByRole("dialog", { name: "Force release this claim?" });
   const shownToken = await dialog.locator('[data-field="token"]').textContent();
