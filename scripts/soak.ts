@@ -11,7 +11,10 @@
  * is not, 2 when the soak itself could not run (the RESULT line then has -1 for what is unknown).
  *
  * Options: --seconds N (300; 45 with --quick), --workers K (3), --quick (shorter drain),
- * --seed S (random), --keep (keep the temp dir; it is always kept when a figure is non-zero).
+ * --seed S (random), --keep (keep the temp dir; it is always kept when a figure is non-zero),
+ * --claims separate (the claims on their own redis-server, which is the one `redis-crash` kills),
+ * --claims-persistence rdb (that server keeps RDB snapshots only: a crash loses seconds of fences
+ * and pointers), --retention-builds N (workers prune old builds while runs reproduce them).
  * Every process is started and stopped by PID here; port 6379 is never used.
  */
 import fs from "node:fs";
@@ -49,8 +52,14 @@ const { values: args } = parseArgs({
     quick: { type: "boolean", default: false },
     seed: { type: "string" },
     keep: { type: "boolean", default: false },
+    claims: { type: "string", default: "shared" },
+    "claims-persistence": { type: "string", default: "aof" },
+    "retention-builds": { type: "string" },
   },
 });
+const separateClaims = args.claims === "separate";
+const claimsPersistence = args["claims-persistence"];
+const retentionBuilds = args["retention-builds"] === undefined ? undefined : Number(args["retention-builds"]);
 const seconds = Number(args.seconds ?? (args.quick ? 45 : 300));
 const workerCount = Number(args.workers);
 const seed = args.seed !== undefined ? Number(args.seed) : Math.floor(Math.random() * 2 ** 31);
@@ -59,9 +68,16 @@ if (
   seconds < 10 ||
   !Number.isInteger(workerCount) ||
   workerCount < 2 ||
-  !Number.isFinite(seed)
+  !Number.isFinite(seed) ||
+  !["shared", "separate"].includes(args.claims ?? "") ||
+  !["aof", "rdb"].includes(claimsPersistence ?? "") ||
+  (claimsPersistence === "rdb" && !separateClaims) ||
+  (retentionBuilds !== undefined && (!Number.isInteger(retentionBuilds) || retentionBuilds < 0))
 ) {
-  process.stderr.write("usage: soak [--seconds N≥10] [--workers K≥2] [--quick] [--seed S] [--keep]\n");
+  process.stderr.write(
+    "usage: soak [--seconds N≥10] [--workers K≥2] [--quick] [--seed S] [--keep]\n" +
+      "            [--claims shared|separate] [--claims-persistence aof|rdb (separate only)] [--retention-builds N≥0]\n",
+  );
   process.exit(2);
 }
 /** Longest wait for the queue to empty and the claims to go after the chaos phase. */
@@ -75,6 +91,8 @@ interface Soak {
   dirs: SoakDirs;
   events: EventLog;
   redis: SoakRedis | null;
+  /** A separate claims Redis (`--claims separate`), or null when claims share the main one. */
+  claimsRedis: SoakRedis | null;
   pool: WorkerPool | null;
   clients: Redis[];
   queue: Queue | null;
@@ -85,9 +103,12 @@ interface Soak {
 }
 
 const soak: Soak = {
-  dirs: prepareDirs(fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-soak-"))),
+  dirs: prepareDirs(fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-soak-")), {
+    ...(retentionBuilds !== undefined ? { retentionBuilds } : {}),
+  }),
   events: null as unknown as EventLog,
   redis: null,
+  claimsRedis: null,
   pool: null,
   clients: [],
   queue: null,
@@ -110,13 +131,19 @@ function cleanUp(): Promise<string[]> {
     await soak.queue?.close().catch(() => {});
     await Promise.all(soak.clients.map((c) => closeRedis(c)));
     const redisPid = soak.redis?.pid ?? null;
+    const claimsRedisPid = soak.claimsRedis?.pid ?? null;
     await soak.redis?.stop();
+    await soak.claimsRedis?.stop();
     await sleep(200);
     // Every PID this soak started (workers, each redis-server, each step), checked by /proc.
     const started = soak.events.events;
     const left: string[] = [];
     for (const w of soak.pool?.all ?? []) if (isAlive(w.pid)) left.push(`worker ${w.pid}`);
-    const redisPids = new Set([...started.filter((e) => e.kind === "redis-up").map((e) => Number(e.pid)), redisPid]);
+    const redisPids = new Set([
+      ...started.filter((e) => e.kind === "redis-up").map((e) => Number(e.pid)),
+      redisPid,
+      claimsRedisPid,
+    ]);
     for (const pid of redisPids) if (pid !== null && isAlive(pid)) left.push(`redis-server ${pid}`);
     for (const pid of stepPids(soak.dirs)) if (isAlive(pid)) left.push(`step ${pid}`);
     for (const pid of soakProcessPids(soak.prefix)) left.push(`escaped step process ${pid}`);
@@ -139,18 +166,31 @@ for (const signal of ["SIGINT", "SIGTERM"] as const) {
 
 async function main(): Promise<Figures> {
   const { dirs, events } = soak;
-  say(`soak: ${seconds} s, ${workerCount} workers, seed ${seed}${args.quick ? ", quick" : ""}, dir ${dirs.root}`);
+  const mode = separateClaims
+    ? `claims on a separate Redis (${claimsPersistence === "rdb" ? "RDB snapshots only" : "AOF everysec"})`
+    : "claims on the main Redis (AOF everysec)";
+  say(
+    `soak: ${seconds} s, ${workerCount} workers, seed ${seed}${args.quick ? ", quick" : ""}, ${mode}` +
+      `${retentionBuilds !== undefined ? `, retention.builds ${retentionBuilds}` : ""}, dir ${dirs.root}`,
+  );
   soak.redis = await SoakRedis.start(dirs.redis);
   const redis = soak.redis;
-  events.record("redis-up", { pid: redis.pid, port: redis.port, first: true });
+  events.record("redis-up", { pid: redis.pid, port: redis.port, first: true, role: "main" });
+  if (separateClaims) {
+    // RDB-only: a crash loses every write since the last snapshot (at most ~3 s here).
+    const persistence = claimsPersistence === "rdb" ? ["--appendonly", "no", "--save", "3 1"] : [];
+    soak.claimsRedis = await SoakRedis.start(`${dirs.redis}-claims`, "claims", persistence);
+    events.record("redis-up", { pid: soak.claimsRedis.pid, port: soak.claimsRedis.port, first: true, role: "claims" });
+  }
+  const claimsUrl = soak.claimsRedis ? soak.claimsRedis.url : `${redis.url}/1`;
   const loaded = loadDefinitions(dirs.config);
   if (!loaded.ok) throw loaded.error;
   const definitions = loaded.definitions;
   const prefix = soak.prefix;
   const keys = redisKeys(prefix);
   const main = createRedis(redis.url, "worker", "soak-main");
-  const claims = createRedis(`${redis.url}/1`, "worker", "soak-claims");
-  const watchClaims = createRedis(`${redis.url}/1`, "probe", "soak-watch");
+  const claims = createRedis(claimsUrl, "worker", "soak-claims");
+  const watchClaims = createRedis(claimsUrl, "probe", "soak-watch");
   soak.clients.push(main, claims, watchClaims);
   const queue = new Queue(REBUILD_QUEUE, { connection: main, prefix: queuePrefix(keys) });
   queue.on("error", () => {}); // Redis restarts: callers see failures through their commands
@@ -163,7 +203,8 @@ async function main(): Promise<Figures> {
     CLAIMWATCH_KEY_PREFIX: prefix,
     CLAIMWATCH_WORKER_CONCURRENCY: "4",
   };
-  delete env.CLAIMS_REDIS_URL;
+  if (soak.claimsRedis) env.CLAIMS_REDIS_URL = soak.claimsRedis.url;
+  else delete env.CLAIMS_REDIS_URL;
   const pool = new WorkerPool(env, dirs.logs, events);
   soak.pool = pool;
   await Promise.all(Array.from({ length: workerCount }, () => pool.start()));
@@ -221,6 +262,7 @@ async function main(): Promise<Figures> {
           until,
           redeliveries,
           journalDir: dirs.journal,
+          ...(soak.claimsRedis ? { claimsRedis: soak.claimsRedis } : {}),
           newVersion: (ref, why) => newVersion?.(ref, why) ?? Promise.resolve(),
         },
         plan,

@@ -6,7 +6,7 @@
 import fs from "node:fs";
 import { claimName, readPublished } from "../claims";
 import type { RedisKeys } from "../redis/keys";
-import type { ScriptingClient } from "../redis/scripts";
+import { PUBLISHED_RESTORE, runScript, type ScriptingClient } from "../redis/scripts";
 import type { Redis } from "ioredis";
 import { serverNow } from "../redis/time";
 import { outputDirOf, tenantsOf, type Definitions } from "./definitions";
@@ -31,7 +31,23 @@ export async function repairCurrentLinks(
         (async () => {
           const name = claimName(definition.claimPath, tenant);
           const outputDir = outputDirOf(definition, tenant);
-          const published = await readPublished(client, keys, name);
+          let published = await readPublished(client, keys, name);
+          // The claims Redis forgot a publish this output recorded durably: put the pointer back.
+          const durable = await readPublishedFence(outputDir);
+          if (durable && BUILD_HASH.test(durable.hash) && (!published || published.fence < durable.fence)) {
+            const restored = await runScript(
+              client,
+              PUBLISHED_RESTORE,
+              [keys.published(name), keys.claimFence(name)],
+              [durable.fence, durable.hash],
+            );
+            if (restored === 1) {
+              repaired.push(
+                `restored the claims Redis pointer of ${outputDir} to fence ${durable.fence} (${durable.hash}): Redis had lost ${published ? `it (it said fence ${published.fence})` : "it"}`,
+              );
+            }
+            published = await readPublished(client, keys, name);
+          }
           if (!published || !BUILD_HASH.test(published.value)) return;
           // The publisher swaps `current` right after its publish; only a difference that has
           // lasted longer than that is repaired (else a repair could race a newer publish).
@@ -42,7 +58,6 @@ export async function repairCurrentLinks(
           if (current === published.value) return;
           // A pointer older than the fence this output is known to have published means the
           // claims Redis lost writes: `current` never moves back to it (published-fence.ts).
-          const durable = await readPublishedFence(outputDir);
           if (durable && published.fence < durable.fence) {
             repaired.push(
               `NOT repairing ${outputDir}/current: the claims Redis says fence ${published.fence} (${published.value}), but fence ${durable.fence} (${durable.hash}) was published; Redis lost writes`,

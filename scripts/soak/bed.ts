@@ -64,7 +64,8 @@ export interface SoakDirs {
   stepScript: string;
 }
 
-export function prepareDirs(root: string): SoakDirs {
+/** Builds kept per output besides `current` and the published one (`retention.builds`). */
+export function prepareDirs(root: string, options: { retentionBuilds?: number } = {}): SoakDirs {
   const dirs: SoakDirs = {
     root,
     journal: path.join(root, "journal"),
@@ -104,8 +105,14 @@ export function prepareDirs(root: string): SoakDirs {
       },
     ]),
   );
-  // Keep every build: the checker re-hashes each published one.
-  const retention = { runs: 100_000, completedJobs: 100_000, failedJobs: 100_000, builds: 100_000 };
+  // By default every build is kept (the checker re-hashes each one on disk); with a small
+  // `retentionBuilds` workers prune old builds while runs reproduce their hashes (issue 14).
+  const retention = {
+    runs: 100_000,
+    completedJobs: 100_000,
+    failedJobs: 100_000,
+    builds: options.retentionBuilds ?? 100_000,
+  };
   fs.writeFileSync(dirs.config, stringify({ rebuilds, retention }));
   return dirs;
 }
@@ -139,11 +146,15 @@ export class SoakRedis {
     private handle: RedisServerHandle | null,
     readonly port: number,
     private readonly dir: string,
+    /** Server options beyond the defaults (e.g. RDB-only persistence), kept across restarts. */
+    private readonly extraArgs: string[],
+    /** Which Redis this is in the event log ("main", or "claims" when the claims Redis is separate). */
+    readonly role: "main" | "claims",
   ) {}
 
-  static async start(dir: string): Promise<SoakRedis> {
-    const handle = await startRedisServer({ dir, dieWithParent: true });
-    return new SoakRedis(handle, handle.port, dir);
+  static async start(dir: string, role: "main" | "claims" = "main", extraArgs: string[] = []): Promise<SoakRedis> {
+    const handle = await startRedisServer({ dir, dieWithParent: true, extraArgs });
+    return new SoakRedis(handle, handle.port, dir, extraArgs, role);
   }
 
   get url(): string {
@@ -160,7 +171,7 @@ export class SoakRedis {
    */
   async restart(downMs: number, events: EventLog, options: { crash?: boolean } = {}): Promise<void> {
     const old = this.handle;
-    events.record(options.crash ? "redis-crash" : "redis-stop", { pid: old?.pid ?? null });
+    events.record(options.crash ? "redis-crash" : "redis-stop", { pid: old?.pid ?? null, role: this.role });
     this.handle = null;
     if (options.crash && old) {
       const exited = new Promise<void>((resolve) =>
@@ -172,20 +183,25 @@ export class SoakRedis {
       await exited;
     }
     await old?.stop(10_000);
-    events.record("redis-down", { pid: old?.pid ?? null });
+    events.record("redis-down", { pid: old?.pid ?? null, role: this.role });
     await sleep(downMs);
     // The port was ours a moment ago; another process could take it meanwhile: retry briefly.
     const deadline = Date.now() + 10_000;
     for (;;) {
       try {
-        this.handle = await startRedisServer({ dir: this.dir, port: this.port, dieWithParent: true });
+        this.handle = await startRedisServer({
+          dir: this.dir,
+          port: this.port,
+          dieWithParent: true,
+          extraArgs: this.extraArgs,
+        });
         break;
       } catch (error) {
         if (Date.now() > deadline) throw error;
         await sleep(250);
       }
     }
-    events.record("redis-up", { pid: this.handle.pid });
+    events.record("redis-up", { pid: this.handle.pid, role: this.role });
   }
 
   async stop(): Promise<void> {

@@ -9,7 +9,9 @@
  *   deploy    SIGTERM a worker (it hands its jobs back); a replacement starts at once
  *   redis     SIGTERM redis-server (AOF everysec, fsynced on shutdown), 0.3–2.5 s down, start
  *             it again on the same port with the same data
- *   redis-crash  the same with SIGKILL: AOF everysec may lose its last second of writes (issue 14)
+ *   redis-crash  the same with SIGKILL: AOF everysec may lose its last second of writes (issue 14);
+ *             with a separate claims Redis (`--claims separate`) it is the claims Redis that
+ *             crashes — with `--claims-persistence rdb`, losing everything since its last snapshot
  *   force-release  an operator force-releases a live claim (the token shown), while the trigger
  *             stream keeps asking for other versions: the holder's request must not be lost
  *
@@ -50,6 +52,8 @@ export interface ChaosOptions {
   main: Redis;
   /** The claims Redis (force releases). */
   claims: Redis;
+  /** The claims Redis's server when it is separate from `redis` (its crashes: `redis-crash`). */
+  claimsRedis?: SoakRedis;
   keys: RedisKeys;
   queue: Queue;
   random: () => number;
@@ -136,7 +140,9 @@ export async function runChaos(options: ChaosOptions, plan: ChaosAction[]): Prom
     for (let missing = options.workers - pool.live().length; missing > 0; missing--) replace();
 
     if (action.kind === "redis" || action.kind === "redis-crash") {
-      await options.redis.restart(300 + random() * 2_200, events, { crash: action.kind === "redis-crash" });
+      // A separate claims Redis is the one that crashes (it holds the fences and pointers).
+      const target = action.kind === "redis-crash" && options.claimsRedis ? options.claimsRedis : options.redis;
+      await target.restart(300 + random() * 2_200, events, { crash: action.kind === "redis-crash" });
       continue;
     }
     if (action.kind === "force-release") {

@@ -341,9 +341,25 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
       }
     }
   }
+  // With a small `retention.builds` (--retention-builds) a build published long ago may have
+  // been pruned: that is allowed for any build that is neither `current` nor the Redis pointer
+  // (both are checked, above and below); a build that exists must still be whole.
+  const retentionBuilds = input.definitions.retention.builds;
+  const pruning = retentionBuilds < 1_000;
+  let prunedPublished = 0;
   for (const run of records.filter((r) => r.status === "rebuilt")) {
     const meta = run.buildHash ? buildMeta.get(`${run.rebuild} ${run.buildHash}`) : undefined;
-    if (!meta) corrupt.push(`run ${run.id} published ${run.buildHash ?? "nothing"}, which is not a whole build`);
+    const onDisk =
+      run.buildHash !== null &&
+      fs.existsSync(
+        path.join(
+          outputDirOf(input.definitions.rebuilds.get(run.rebuild)!, run.tenant ?? undefined),
+          "builds",
+          run.buildHash,
+        ),
+      );
+    if (!meta && pruning && run.buildHash && !onDisk) prunedPublished += 1;
+    else if (!meta) corrupt.push(`run ${run.id} published ${run.buildHash ?? "nothing"}, which is not a whole build`);
     else if (meta.version !== run.version || meta.tenant !== (run.tenant ?? NO_TENANT)) {
       corrupt.push(
         `run ${run.id} (${claimLabel(run)} ${run.version}) published a build of ${meta.tenant} ${meta.version}`,
@@ -355,6 +371,15 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   const claimsLeft = (await withTimeout(listClaims(input.claims, input.keys), 5_000, "listClaims")).claims;
 
   // --- pointers ------------------------------------------------------------------------------
+  // A Redis crash may forget the newest publish (AOF everysec, RDB-only): the pointer then reads
+  // older until a worker puts it back from the output's durable record (repair.ts). Such a dip —
+  // a crash between the two observations, and a later observation at the old fence or higher —
+  // is Redis data loss that claimwatch repaired, reported apart; any other dip counts.
+  const crashes = events.filter((e) => e.kind === "redis-crash").map((e) => e.t);
+  const pointerDips: string[] = [];
+  const forgottenAndRestored = (claim: string, fromT: number, toT: number, top: number): boolean =>
+    crashes.some((t) => t > fromT && t < toT) &&
+    pointerEvents.some((e) => e.claim === claim && e.t > toT && Number(e.fence) >= top);
   const pointerWrong: string[] = [];
   for (const ref of claimRefs()) {
     const label = claimLabel(ref);
@@ -368,6 +393,13 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
     const newest = fences.length ? Math.max(...fences) : null;
     for (let i = 1; i < observed.length; i++) {
       if (Number(observed[i]!.fence) < Number(observed[i - 1]!.fence)) {
+        const top = Number(observed[i - 1]!.fence);
+        if (forgottenAndRestored(label, observed[i - 1]!.t, observed[i]!.t, top)) {
+          pointerDips.push(
+            `${label}: a Redis crash forgot fence ${top} (read ${observed[i]!.fence} at ${at(observed[i]!.t)}); restored`,
+          );
+          continue;
+        }
         pointerWrong.push(
           `${label}: the published fence went back from ${observed[i - 1]!.fence} to ${observed[i]!.fence} at ${at(observed[i]!.t)}`,
         );
@@ -380,6 +412,8 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
     }
     if (published.fence !== newest)
       pointerWrong.push(`${label}: Redis pointer at fence ${published.fence}, newest published fence is ${newest}`);
+    if (!fs.existsSync(path.join(outputDirOf(definition, ref.tenant), "builds", published.value)))
+      pointerWrong.push(`${label}: Redis pointer ${published.value} names a build that is not on disk (pruned?)`);
     const newestRun = rebuilt.find((r) => r.fence === newest);
     if (newestRun && newestRun.buildHash !== published.value) {
       pointerWrong.push(
@@ -441,7 +475,11 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
     if (e.kind === "pointer") {
       if (typeof e.fence !== "number") continue;
       const top = highest.get(claim) ?? 0;
-      if (e.fence < top) rolledBack.push(`${claim}: pointer went from fence ${top} to ${e.fence} at ${at(e.t)}`);
+      const topAt =
+        publishes.slice(0, index).findLast((x) => x.kind === "pointer" && String(x.claim) === claim && x.fence === top)
+          ?.t ?? 0;
+      if (e.fence < top && !forgottenAndRestored(claim, topAt, e.t, top))
+        rolledBack.push(`${claim}: pointer went from fence ${top} to ${e.fence} at ${at(e.t)}`);
       highest.set(claim, Math.max(top, e.fence));
       const buildKey = `${claim} ${String(e.value)}`;
       fenceOfBuild.set(buildKey, Math.max(fenceOfBuild.get(buildKey) ?? 0, e.fence));
@@ -467,6 +505,10 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
     `publishes of an older version after a newer one (last fence wins): ${olderAfterNewer}` +
       (endsOlder.length ? `; ${endsOlder.join(", ")}` : ""),
   );
+  lines.push(
+    `publishes a Redis crash forgot, put back from the outputs' durable records (current never moved back): ${pointerDips.length}`,
+  );
+  for (const dip of pointerDips.slice(0, 4)) lines.push(`    ${dip}`);
   lines.push("must be zero:");
   lines.push(
     `  overlapping writers on one output: ${counted.length} (live ${counted.filter((o) => o.kind === "live").length}, orphan ${counted.filter((o) => o.kind === "orphan").length}, both published ${overlaps.filter((o) => o.bothPublished).length})`,
@@ -475,7 +517,8 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   lines.push(`  lost triggers: ${lost.length}`);
   for (const l of lost.slice(0, 8)) lines.push(`    ${l}`);
   lines.push(
-    `  partial or corrupt publishes: ${corrupt.length} (${buildsChecked} builds and every current re-hashed and compared with their version's content)`,
+    `  partial or corrupt publishes: ${corrupt.length} (${buildsChecked} builds and every current re-hashed and compared with their version's content` +
+      `${pruning ? `; ${prunedPublished} older published builds pruned by retention.builds ${retentionBuilds}` : ""})`,
   );
   for (const c of corrupt.slice(0, 8)) lines.push(`    ${c}`);
   // Escaped step processes: sampled from /proc during the soak (soak/escapees.ts); their late

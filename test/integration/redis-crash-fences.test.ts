@@ -81,8 +81,14 @@ test("after a claims Redis lost its recent writes: no fence used for a publish i
     // Repair looks only at pointers older than REPAIR_AFTER_MS (a publish may be swapping current).
     while (Date.now() - (pointer?.publishedAt ?? 0) < REPAIR_AFTER_MS + 500)
       await new Promise((r) => setTimeout(r, 200));
-    await repairCurrentLinks(client, keys, definitions);
+    const repairs = await repairCurrentLinks(client, keys, definitions);
     assert.equal(await readCurrent(output), v3.buildHash, "current was not moved back to the older v1 build");
+    // The pointer Redis forgot is put back from the output's durable record, and the counter
+    // raised past it, before any new holder comes.
+    const restored = await readPublished(client, keys, name);
+    assert.deepEqual([restored?.fence, restored?.value], [v3.fence, v3.buildHash], JSON.stringify(repairs));
+    assert.ok(Number(await client.get(keys.claimFence(name))) >= v3.fence, "the fence counter is raised too");
+    assert.ok(repairs.some((line) => line.startsWith("restored the claims Redis pointer")), JSON.stringify(repairs));
 
     const v4 = await rebuild(client, "v4");
     assert.ok(v4.fence > v3.fence, `fence ${v4.fence} granted after ${v3.fence} was used for a publish`);
