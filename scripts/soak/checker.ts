@@ -449,14 +449,25 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
 
   // --- issue 14: reissued fences, rollbacks, dropped requests --------------------------------
   // Two attempts of different jobs recorded with one fence on one claim: the fence was granted
-  // twice (a takeover by the same job gets a new fence, so it never counts).
+  // twice (a takeover by the same job gets a new fence, so it never counts). The rule (issue 14)
+  // is about fences used for a publish: one granted again after a run published with it counts.
+  // A fence granted, never published, then forgotten by a Redis crash and granted again (the
+  // first holder lost its claim with it, and its publish is refused) is reported apart.
   const reissued: string[] = [];
+  const regrantedUnpublished: string[] = [];
   for (const [key, runs] of groupBy(
     records.filter((r) => typeof r.fence === "number" && r.fence > 0),
     (r) => `${claimLabel(r)} fence ${r.fence}`,
   )) {
     const jobs = new Set(runs.map((r) => r.jobId));
-    if (jobs.size > 1) reissued.push(`${key}: runs ${runs.map((r) => r.id).join(", ")}`);
+    if (jobs.size <= 1) continue;
+    const publisher = runs.find((r) => r.status === "rebuilt");
+    const after = publisher
+      ? runs.filter((r) => r.jobId !== publisher.jobId && (r.startedAt ?? 0) >= (publisher.finishedAt ?? Infinity))
+      : [];
+    const line = `${key}: runs ${runs.map((r) => `${r.id} (${r.status})`).join(", ")}`;
+    if (after.length > 0) reissued.push(line);
+    else regrantedUnpublished.push(line);
   }
   // The observed pointer going to a lower fence, or `current` going to a build published only
   // with a fence lower than the highest published so far. A run swaps `current` only after its
@@ -509,6 +520,10 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
     `publishes a Redis crash forgot, put back from the outputs' durable records (current never moved back): ${pointerDips.length}`,
   );
   for (const dip of pointerDips.slice(0, 4)) lines.push(`    ${dip}`);
+  lines.push(
+    `fences a Redis crash forgot before any publish, granted again (never used for two publishes): ${regrantedUnpublished.length}`,
+  );
+  for (const line of regrantedUnpublished.slice(0, 4)) lines.push(`    ${line}`);
   lines.push("must be zero:");
   lines.push(
     `  overlapping writers on one output: ${counted.length} (live ${counted.filter((o) => o.kind === "live").length}, orphan ${counted.filter((o) => o.kind === "orphan").length}, both published ${overlaps.filter((o) => o.bothPublished).length})`,
