@@ -56,6 +56,9 @@ const identity = newWorkerIdentity(APP_VERSION, containment.mode);
 const log = (line: string) => process.stdout.write(`[worker ${identity.id}] ${line}\n`);
 
 const queue = new Queue(REBUILD_QUEUE, { connection: main, prefix: queuePrefix(keys) });
+// Without a listener BullMQ prints a stack for every failed reconnect (a failover prints dozens);
+// the heartbeat already reports an unreachable Redis once.
+queue.on("error", () => {});
 const retention = { maxPerRebuild: definitions.retention.runs, maxAgeMs: definitions.retention.runAge };
 const { worker, running } = startRebuildWorker(
   { connection: main, main, claims, keys, definitions, worker: identity, log, retention },
