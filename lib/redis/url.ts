@@ -10,8 +10,8 @@
  *   of the Sentinel group `mastername`, asked of these sentinels (port 26379 when omitted).
  *   `user`/`password` are for the data nodes (primary and replicas); sentinels that need their
  *   own credentials take `?sentinelUsername=…&sentinelPassword=…`. Clients always talk to the
- *   primary (no `?role=`), follow a failover (they re-ask the sentinels on a lost connection,
- *   on a `+switch-master` announcement, and on a READONLY reply from a demoted primary).
+ *   primary (no `?role=`) and follow a failover: they re-ask the sentinels on a lost connection
+ *   and on a READONLY reply from a demoted primary.
  *   TLS to Sentinel groups is not supported (`rediss+sentinel://` is refused).
  */
 import type { RedisOptions } from "ioredis";
@@ -152,11 +152,12 @@ export function connectionOptionsOf(target: RedisTarget): { url?: string; option
       password: target.password,
       sentinelUsername: target.sentinelUsername,
       sentinelPassword: target.sentinelPassword,
-      // Follow a failover at once, not at the next broken connection: a primary that is alive
-      // but demoted (a partition) would otherwise keep this client, and answer READONLY.
-      failoverDetector: true,
-      // A demoted primary answers writes with READONLY: reconnect (through the sentinels, to
-      // the new primary) and resend the command, which the read-only server did not run.
+      // No `failoverDetector`: in ioredis 6 a detector left subscribed after the primary died
+      // calls `disconnect()` on the connector while the client is reconnecting, and the
+      // client ends for good ("Connection is closed."; seen in test/integration/redis-failover).
+      // A lost connection re-asks the sentinels anyway, and a demoted primary answers READONLY:
+      // reconnect (through the sentinels, to the new primary) and resend the command, which the
+      // read-only server did not run.
       reconnectOnError: (error) => (error.message.startsWith("READONLY") ? 2 : false),
     },
   };

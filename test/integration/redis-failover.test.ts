@@ -1,9 +1,9 @@
 /**
  * Issue 14, "Also": a real Sentinel failover under real workers. A primary, an asynchronous
  * replica and three sentinels (test/support/sentinel.ts); two worker processes reach both the
- * main and the claims Redis only through `redis+sentinel://` URLs. Mid-run the replica is
- * cut off (SIGSTOP, and its link closed) so that it misses a publish, the primary is killed with -9, the replica is
- * resumed and promoted: the new primary has really forgotten the last fences and the published
+ * main and the claims Redis only through `redis+sentinel://` URLs. Mid-run the replica is cut
+ * off (SIGSTOP, and its link closed) so that it misses a publish, the primary is killed with -9,
+ * the replica is resumed and promoted: the new primary has really forgotten the last fences and the published
  * pointer, which is what asynchronous replication does. The rules must hold anyway:
  *
  * - a fence used for a publish is never granted to another run, and no fence publishes two
@@ -16,11 +16,13 @@
  * appends "fence run-id version" (CLAIMWATCH_FENCE) to a ledger file and puts it in its build,
  * and a sampler in this process reads `current` and `.published-fence` every 25 ms.
  *
- * Can it fail? Without the floor (drop `fenceFloor` in run-rebuild.ts) the promoted replica's
- * counter restarts below the fence published during the pause, so the next grants repeat the
- * fences of the lost window, that publish's fence among them: the ledger then shows that fence
- * for two runs, and its publish records a second build for the same fence (both asserted). This
- * was tried once by hand with the floor removed, and the test failed on exactly that.
+ * Can it fail? It did, with the floor switched off (`fenceFloor` ignored in acquire.ts): the
+ * promoted replica's counter restarted below the fence published during the cut-off, the next
+ * grants went out with fences already used before the failover (that run: v7 got fence 5
+ * again), and the assertion that every grant after the failover is above the lost
+ * publish failed. Granted again up to the published fence itself, that fence would also show in
+ * the ledger for two runs (the check on published fences) — the fence file alone still kept
+ * `current` from moving back, which the sampler checks separately.
  */
 import assert from "node:assert/strict";
 import fs from "node:fs";
@@ -241,7 +243,7 @@ test("a Sentinel failover that loses the last writes: no fence reused for a publ
   const afterFailover = lines.filter((l) => VERSIONS_AFTER.includes(l.version));
   assert.ok(
     afterFailover.length > 0 && afterFailover.every((l) => l.fence > lostPublish.fence),
-    JSON.stringify(afterFailover),
+    `fences granted after the failover must be above ${lostPublish.fence}, published before it (else reissued): ${JSON.stringify(afterFailover)}`,
   );
   // Redis caught up with the disk: the pointer names what `current` names.
   const finalCurrent = currentFences.at(-1)!;
