@@ -3,7 +3,7 @@
  * password (`redis://user:pass@…`), and TLS (`rediss://…`, certificate verified against
  * NODE_EXTRA_CA_CERTS). A real redis-server with a TLS port and an ACL user, a real worker
  * process that rebuilds through each form; `CLIENT LIST` shows which user and which port its
- * connections use. (Sentinel: test/integration/redis-failover.test.ts.)
+ * connections use. The user may touch only keys under claimwatch's prefix (`~{prefix}:*`). (Sentinel: test/integration/redis-failover.test.ts.)
  */
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
@@ -58,6 +58,13 @@ before(async () => {
     {},
     { redis: server, url: `redis://${USER}:${PASSWORD}@127.0.0.1:${server.port}` },
   );
+  // The narrowest key pattern RELIABILITY.md promises is enough: every key under the prefix.
+  const narrow = adminClient(server);
+  try {
+    await narrow.call("ACL", "SETUSER", USER, "resetkeys", `~${bed.keys.tag}:*`);
+  } finally {
+    narrow.disconnect();
+  }
 });
 after(async () => {
   await bed?.close();
@@ -94,6 +101,7 @@ test("an ACL user in the URL: the worker's main, claims and BullMQ connections l
       "the blocking connection is among them",
     );
     for (const connection of connections) assert.equal(connection.get("user"), USER, connection.get("name"));
+    assert.doesNotMatch(worker.output(), /NOPERM|permission|heartbeat failed|could not sync/i, worker.output());
   } finally {
     await worker.stop();
   }
