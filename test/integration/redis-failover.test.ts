@@ -38,10 +38,12 @@ const VERSIONS_BEFORE = ["v1", "v2", "v3", "v4", "v5", "v6"];
 const VERSIONS_AFTER = ["v7", "v8", "v9", "v10"];
 
 let bed: TestBed | undefined;
+let root: string | undefined;
 const paused: number[] = [];
 after(async () => {
   for (const pid of paused) process.kill(pid, "SIGCONT");
   await bed?.close();
+  if (root) fs.rmSync(root, { recursive: true, force: true });
 });
 
 interface LedgerLine {
@@ -88,7 +90,7 @@ function readFenceFile(output: string): { fence: number; hash: string } | null {
 
 test("a Sentinel failover that loses the last writes: no fence reused for a publish, no rollback, no lost request", async () => {
   const group = await startSentinelGroup({ downAfterMs: 1_000, failoverTimeoutMs: 3_000 });
-  const root = fs.mkdtempSync(path.join(path.dirname(group.primary.dir), "claimwatch-failover-"));
+  root = fs.mkdtempSync(path.join(path.dirname(group.primary.dir), "claimwatch-failover-"));
   const ledger = path.join(root, "ledger.txt");
   const line = `"$CLAIMWATCH_FENCE $CLAIMWATCH_RUN_ID $CLAIMWATCH_VERSION"`;
   bed = await createTestBed(
@@ -281,5 +283,4 @@ test("a Sentinel failover that loses the last writes: no fence reused for a publ
       1,
     ),
   );
-  fs.rmSync(root, { recursive: true, force: true });
 });
