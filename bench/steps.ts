@@ -28,6 +28,7 @@ const context = {
   tenant: undefined,
   rebuild: "bench",
   runId: "bench-a1",
+  fence: 1,
   log: () => {},
   progress: () => {},
 };

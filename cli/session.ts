@@ -12,6 +12,7 @@ import { parseConfig, type Config } from "../lib/config";
 import { describeError } from "../lib/describe-error";
 import { describeDefinitionsError, loadDefinitions, type Definitions } from "../lib/rebuilds/definitions";
 import { RedisNotConfiguredError, type RedisUrls } from "../lib/redis/connections";
+import { redactRedisUrl } from "../lib/redis/url";
 import { openContext, type WebContext } from "../lib/web/context";
 import { ApiError } from "../lib/http/errors";
 import { CliFailure, EXIT } from "./outcome";
@@ -70,7 +71,7 @@ export async function connect(setup: Setup): Promise<CliContext> {
       ]);
     } catch (error) {
       await context.close();
-      const shown = url.replace(/\/\/[^@/]*@/, "//***@");
+      const shown = redactRedisUrl(url);
       throw new CliFailure(
         EXIT.redis,
         "redis-unreachable",

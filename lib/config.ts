@@ -5,29 +5,19 @@
  */
 import path from "node:path";
 import { z } from "zod";
+import { parseRedisUrl, redactRedisUrl, withDatabase } from "./redis/url";
 
 export const CONFIG_EXIT_CODE = 2;
 
+/** `redis://`, `rediss://` or `redis+sentinel://` (lib/redis/url.ts says what each form means). */
 const redisUrl = z
   .string()
   .trim()
   .min(1, "must not be empty")
-  .refine((value) => {
-    try {
-      const url = new URL(value);
-      return (url.protocol === "redis:" || url.protocol === "rediss:") && url.hostname !== "";
-    } catch {
-      return false;
-    }
-  }, "must be a URL like redis://host:6379/0 (redis:// or rediss://)")
-  .refine((value) => {
-    try {
-      const db = new URL(value).pathname.replace(/^\//, "");
-      return db === "" || /^(?:[0-9]|1[0-5])$/.test(db);
-    } catch {
-      return true;
-    }
-  }, "database in the path must be a number from 0 to 15");
+  .superRefine((value, ctx) => {
+    const parsed = parseRedisUrl(value);
+    if (!parsed.ok) ctx.addIssue({ code: "custom", message: parsed.problem });
+  });
 
 const port = z
   .string()
@@ -201,8 +191,8 @@ export function parseConfig(env: Record<string, string | undefined>, cwd: string
     // Never echo a token back: it would end up in logs.
     const secret = variable.endsWith("_TOKEN");
     const raw = present[variable];
-    // Never echo a password either: a Redis URL is shown without its credentials.
-    const safe = raw === undefined ? undefined : raw.replace(/\/\/[^@/]*@/, "//***@");
+    // Never echo a password either: a Redis URL is shown without it.
+    const safe = raw === undefined ? undefined : redactRedisUrl(raw);
     const shown = safe === undefined || secret ? "" : ` (got ${JSON.stringify(safe)})`;
     return { ok: false, error: new ConfigError(variable, `${issue.message}${shown}`) };
   }
@@ -267,10 +257,8 @@ export function exitOnConfigError(processName: string, error: ConfigError): neve
   process.exit(CONFIG_EXIT_CODE);
 }
 
-/** The claims Redis: `CLAIMS_REDIS_URL`, else logical DB 1 of the main server. */
+/** The claims Redis: `CLAIMS_REDIS_URL`, else logical DB 1 of the main server (or Sentinel group). */
 export function deriveClaimsRedisUrl(mainUrl: string, claimsUrl: string | undefined): string {
   if (claimsUrl) return claimsUrl;
-  const url = new URL(mainUrl);
-  url.pathname = "/1";
-  return url.toString();
+  return withDatabase(mainUrl, 1);
 }

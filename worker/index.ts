@@ -23,6 +23,7 @@ import { pruneOldBuilds } from "../lib/rebuilds/prune";
 import { syncSchedules } from "../lib/rebuilds/schedules";
 import { closeRedis, createRedis } from "../lib/redis/client";
 import { redisKeys } from "../lib/redis/keys";
+import { describeRedisTarget } from "../lib/redis/url";
 import { RedisNotConfiguredError, resolveRedisUrls } from "../lib/redis/connections";
 import { APP_VERSION } from "../lib/version";
 import { beat, HEARTBEAT_EVERY_MS, newWorkerIdentity, retire } from "../lib/workers/heartbeat";
@@ -55,6 +56,9 @@ const identity = newWorkerIdentity(APP_VERSION, containment.mode);
 const log = (line: string) => process.stdout.write(`[worker ${identity.id}] ${line}\n`);
 
 const queue = new Queue(REBUILD_QUEUE, { connection: main, prefix: queuePrefix(keys) });
+// Without a listener BullMQ prints a stack for every failed reconnect (a failover prints dozens);
+// the heartbeat already reports an unreachable Redis once.
+queue.on("error", () => {});
 const retention = { maxPerRebuild: definitions.retention.runs, maxAgeMs: definitions.retention.runAge };
 const { worker, running } = startRebuildWorker(
   { connection: main, main, claims, keys, definitions, worker: identity, log, retention },
@@ -126,7 +130,7 @@ try {
 }
 log(`step containment: ${containment.mode}: ${containment.detail}`);
 log(
-  `ready: ${definitions.rebuilds.size} rebuild(s) from ${definitions.file}, concurrency ${concurrency}, Redis ${new URL(urls.main).host}`,
+  `ready: ${definitions.rebuilds.size} rebuild(s) from ${definitions.file}, concurrency ${concurrency}, Redis ${describeRedisTarget(urls.main)}`,
 );
 
 // Alert evaluation (when claimwatch.yaml has `alerts:`): one process of all evaluates at a time.

@@ -10,14 +10,17 @@ export type Persistence = "aof" | "rdb" | "none" | "unknown";
 
 /**
  * What a crash of this Redis may lose (issue 14): `durable` = AOF with `appendfsync always`;
- * `replicated` = `min-replicas-to-write` ≥ 1 (a write needs a live replica; replication is still
- * asynchronous); `lossy` = the last second (AOF everysec), everything since the last snapshot
- * (RDB only), or everything; `unknown` = CONFIG refused (managed Redis). `detail` says which, for
- * the banner.
+ * `replicated` = `min-replicas-to-write` ≥ 1 (a write needs a replica that acknowledged the
+ * stream within `min-replicas-max-lag`; replication is still asynchronous, so a failover, e.g.
+ * by Sentinel, may lose up to that lag); `lossy` = the last second (AOF everysec), everything
+ * since the last snapshot (RDB only), or everything; `unknown` = CONFIG refused (managed Redis).
+ * `detail` says which, for the banner. `problem`: the settings make this Redis refuse writes now
+ * (fewer good replicas than `min-replicas-to-write`: every write answers NOREPLICAS).
  */
 export interface Durability {
   level: "durable" | "replicated" | "lossy" | "unknown";
   detail: string;
+  problem?: string;
 }
 
 export type RedisSafety =
@@ -36,8 +39,8 @@ export function parseInfo(text: string): Map<string, string> {
 }
 
 /**
- * One round trip: INFO server/memory/persistence/replication + CONFIG GET save, appendfsync and
- * min-replicas-to-write (CONFIG may be refused).
+ * One round trip: INFO server/memory/persistence/replication + CONFIG GET save, appendfsync,
+ * min-replicas-to-write and min-replicas-max-lag (CONFIG may be refused).
  */
 export async function inspectRedis(client: InspectClient): Promise<RedisSafety> {
   let replies: Reply[] | null;
@@ -51,12 +54,14 @@ export async function inspectRedis(client: InspectClient): Promise<RedisSafety> 
       .config("GET", "save")
       .config("GET", "appendfsync")
       .config("GET", "min-replicas-to-write")
+      .config("GET", "min-replicas-max-lag")
       .exec();
   } catch (error) {
     return { ok: false, error: describeError(error) };
   }
-  if (!replies || replies.length !== 7) return { ok: false, error: "no reply" };
-  const [server, memory, persistence, replication, save, appendfsync, minReplicas] = replies as Reply[] as [
+  if (!replies || replies.length !== 8) return { ok: false, error: "no reply" };
+  const [server, memory, persistence, replication, save, appendfsync, minReplicas, maxLag] = replies as Reply[] as [
+    Reply,
     Reply,
     Reply,
     Reply,
@@ -80,7 +85,10 @@ export async function inspectRedis(client: InspectClient): Promise<RedisSafety> 
     version: info.get("redis_version") ?? "unknown",
     evictionPolicy: info.get("maxmemory_policy") ?? "unknown",
     persistence: kind,
-    durability: durabilityOf(info, kind, configValue(appendfsync), configValue(minReplicas)),
+    durability: durabilityOf(info, kind, configValue(appendfsync), {
+      toWrite: configValue(minReplicas),
+      maxLag: configValue(maxLag),
+    }),
   };
 }
 
@@ -94,16 +102,32 @@ function durabilityOf(
   info: Map<string, string>,
   persistence: Persistence,
   appendfsync: string | null,
-  minReplicas: string | null,
+  minReplicas: { toWrite: string | null; maxLag: string | null },
 ): Durability {
   if (info.get("role") === "slave") {
     return { level: "lossy", detail: "a replica (read-only): claims must go to the primary" };
   }
   const replicas = Number(info.get("connected_slaves") ?? "0");
+  // A Sentinel-managed primary has replicas and no min-replicas by default: say what that costs.
   const failoverNote =
-    replicas > 0 ? `; ${replicas} asynchronous replica(s): a failover may lose the writes they had not received` : "";
-  if (Number(minReplicas ?? "0") >= 1) {
-    return { level: "replicated", detail: `min-replicas-to-write ${minReplicas} (a write needs a live replica)` };
+    replicas > 0
+      ? `; ${replicas} asynchronous replica(s): a failover may lose the writes they had not received (min-replicas-to-write bounds that)`
+      : "";
+  const toWrite = Number(minReplicas.toWrite ?? "0");
+  if (toWrite >= 1) {
+    // INFO counts the replicas that acknowledged within the max lag when min-replicas is on.
+    const good = Number(info.get("min_slaves_good_slaves") ?? replicas);
+    const lag = minReplicas.maxLag ?? "?";
+    const durability: Durability = {
+      level: "replicated",
+      detail:
+        `min-replicas-to-write ${toWrite}, max lag ${lag} s (${good} of ${replicas} replica(s) good now): ` +
+        `a write needs a replica that acknowledged within ${lag} s; replication is asynchronous, so a failover may lose up to that much`,
+    };
+    if (good < toWrite) {
+      durability.problem = `only ${good} of the ${toWrite} replica(s) min-replicas-to-write asks for are in sync: every write is refused (NOREPLICAS)`;
+    }
+    return durability;
   }
   if (persistence === "aof" && appendfsync === "always") {
     return { level: "durable", detail: `AOF with appendfsync always${failoverNote}` };
@@ -149,5 +173,6 @@ export function safetyProblems(label: string, safety: RedisSafety): string[] {
   if (safety.persistence === "none") {
     problems.push(`${label} has no persistence (neither AOF nor RDB): claims and run records vanish on restart`);
   }
+  if (safety.durability.problem) problems.push(`${label}: ${safety.durability.problem}`);
   return problems;
 }

@@ -66,6 +66,7 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
         tenant: context.tenant,
         rebuild: definition.name,
         runId: context.runId,
+        fence: held.fence,
         log: (line) => recorder.log(line),
         progress: (fraction) => {
           const overall = (index + Math.max(0, Math.min(1, fraction))) / stepCount;

@@ -7,6 +7,7 @@
  * - `probe`: health checks; every command is bounded by `commandTimeout`.
  */
 import { Redis, type RedisOptions } from "ioredis";
+import { connectionOptionsOf, redisTargetOf } from "./url";
 
 export type ClientRole = "worker" | "claims" | "web" | "probe";
 
@@ -26,8 +27,15 @@ const roleOptions: Record<ClientRole, RedisOptions> = {
   },
 };
 
+/**
+ * A client for `url` in any form lib/redis/url.ts accepts (one server, TLS, ACL user, Sentinel
+ * group). BullMQ's blocking connections are `duplicate()`s of the client handed to it, so they
+ * inherit the same target (sentinels included), credentials and TLS.
+ */
 export function createRedis(url: string, role: ClientRole, name = "claimwatch"): Redis {
-  const client = new Redis(url, { ...roleOptions[role], connectionName: name, lazyConnect: false });
+  const { url: direct, options } = connectionOptionsOf(redisTargetOf(url));
+  const all: RedisOptions = { ...options, ...roleOptions[role], connectionName: name, lazyConnect: false };
+  const client = direct === undefined ? new Redis(all) : new Redis(direct, all);
   // ioredis emits "error" on every failed reconnect; without a listener Node prints each one as
   // an unhandled error event. Callers see failures through their commands instead.
   client.on("error", () => {});

@@ -23,6 +23,12 @@ export interface RedisServerOptions {
    * util-linux has it. For tests and the soak; `npm start` stops its Redis itself, in order.
    */
   dieWithParent?: boolean;
+  /**
+   * Run a Redis Sentinel instead of a data server (`redis-server <conf> --sentinel`, which is what
+   * Debian's `redis-sentinel` runs): these lines (`sentinel monitor …`) become its config file in
+   * `dir`, which Sentinel rewrites as it learns. No persistence or memory options apply. Tests.
+   */
+  sentinelConfig?: string[];
 }
 
 export interface RedisServerHandle {
@@ -99,7 +105,20 @@ export async function startRedisServer(options: RedisServerOptions): Promise<Red
 }
 
 async function spawnAndWait(binary: string, port: number, options: RedisServerOptions): Promise<RedisServerHandle> {
-  const args = [
+  const sentinelArgs = () => {
+    const conf = path.resolve(options.dir, "sentinel.conf");
+    fs.writeFileSync(conf, options.sentinelConfig!.join("\n") + "\n");
+    return [
+      conf, "--sentinel",
+      "--bind", "127.0.0.1",
+      "--port", String(port),
+      "--dir", path.resolve(options.dir),
+      "--daemonize", "no",
+      "--logfile", "",
+      ...(options.extraArgs ?? []),
+    ]; // prettier-ignore
+  };
+  const args = options.sentinelConfig ? sentinelArgs() : [
     "--bind", "127.0.0.1",
     "--port", String(port),
     "--dir", path.resolve(options.dir),

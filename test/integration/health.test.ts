@@ -3,7 +3,7 @@ import { test } from "node:test";
 import { createRedis, closeRedis } from "../../lib/redis/client";
 import { redisKeys } from "../../lib/redis/keys";
 import { checkHealth } from "../../lib/health/health";
-import { inspectRedis } from "../../lib/health/redis-safety";
+import { inspectRedis, safetyProblems } from "../../lib/health/redis-safety";
 import { beat, newWorkerIdentity, retire } from "../../lib/workers/heartbeat";
 import { startTestRedis, stopTestRedis, uniquePrefix } from "../support/redis";
 
@@ -96,6 +96,55 @@ test("claims durability: appendfsync always is durable; min-replicas-to-write co
     });
   } finally {
     for (const client of clients) await closeRedis(client);
+  }
+});
+
+test("a primary with replicas (as Sentinel manages): asynchronous replicas said; min-replicas counts good replicas and flags NOREPLICAS", async () => {
+  const plain = await startTestRedis();
+  const plainReplica = await startTestRedis(["--replicaof", "127.0.0.1", String(plain.port)]);
+  const bounded = await startTestRedis(["--min-replicas-to-write", "1", "--min-replicas-max-lag", "1"]);
+  const boundedReplica = await startTestRedis(["--replicaof", "127.0.0.1", String(bounded.port)]);
+  const [plainClient, boundedClient] = [plain, bounded].map((server) => createRedis(server.url, "probe"));
+  const until = async <T>(probe: () => Promise<T | null>): Promise<T> => {
+    for (let i = 0; i < 100; i++) {
+      const value = await probe();
+      if (value !== null) return value;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    throw new Error("not within 20 s");
+  };
+  try {
+    const asyncOnly = await until(async () => {
+      const safety = await inspectRedis(plainClient!);
+      return safety.ok && safety.durability.detail.includes("1 asynchronous replica(s)") ? safety : null;
+    });
+    assert.equal(asyncOnly.ok && asyncOnly.durability.level, "lossy");
+    assert.match(
+      asyncOnly.ok ? asyncOnly.durability.detail : "",
+      /a failover may lose the writes they had not received/,
+    );
+
+    const inSync = await until(async () => {
+      const safety = await inspectRedis(boundedClient!);
+      return safety.ok && safety.durability.detail.includes("(1 of 1 replica(s) good now)") ? safety : null;
+    });
+    assert.equal(inSync.ok && inSync.durability.level, "replicated");
+    assert.match(inSync.ok ? inSync.durability.detail : "", /^min-replicas-to-write 1, max lag 1 s/);
+    assert.deepEqual(safetyProblems("Claims Redis", inSync), []);
+
+    await stopTestRedis(boundedReplica);
+    const refusing = await until(async () => {
+      const safety = await inspectRedis(boundedClient!);
+      return safety.ok && safety.durability.problem ? safety : null;
+    });
+    assert.deepEqual(safetyProblems("Claims Redis", refusing), [
+      "Claims Redis: only 0 of the 1 replica(s) min-replicas-to-write asks for are in sync: every write is refused (NOREPLICAS)",
+    ]);
+    await assert.rejects(boundedClient!.set("k", "v"), /NOREPLICAS/);
+  } finally {
+    await closeRedis(plainClient);
+    await closeRedis(boundedClient);
+    await stopTestRedis(plainReplica);
   }
 });
 

@@ -38,6 +38,7 @@ function context(signal: AbortSignal): StepContext & { lines: string[] } {
     tenant: undefined,
     rebuild: "r",
     runId: "job-a1",
+    fence: 1,
     log: (line) => lines.push(line),
     progress: () => {},
     lines,

@@ -14,9 +14,13 @@ export interface TestRedis extends RedisServerHandle {
 
 const started = new Set<TestRedis>();
 
-export async function startTestRedis(extraArgs: string[] = []): Promise<TestRedis> {
+/** `sentinelConfig`: start a Redis Sentinel with these config lines instead (test/support/sentinel.ts). */
+export async function startTestRedis(
+  extraArgs: string[] = [],
+  options: { sentinelConfig?: string[] } = {},
+): Promise<TestRedis> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-redis-"));
-  const server = await startRedisServer({ dir, extraArgs, dieWithParent: true });
+  const server = await startRedisServer({ dir, extraArgs, dieWithParent: true, ...options });
   const handle: TestRedis = { ...server, dir };
   started.add(handle);
   return handle;

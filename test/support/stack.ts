@@ -11,6 +11,7 @@ import { after } from "node:test";
 import { Queue } from "bullmq";
 import type { Redis } from "ioredis";
 import { stringify } from "yaml";
+import { deriveClaimsRedisUrl } from "../../lib/config";
 import { createRedis, closeRedis } from "../../lib/redis/client";
 import { redisKeys, type RedisKeys } from "../../lib/redis/keys";
 import { loadDefinitions, type Definitions } from "../../lib/rebuilds/definitions";
@@ -54,11 +55,23 @@ after(async () => {
   for (const worker of workers) if (worker.child.exitCode === null) worker.child.kill("SIGKILL");
 });
 
+export interface TestBedOptions {
+  /** A server started by the test (e.g. the primary of a Sentinel group) instead of a fresh one. */
+  redis?: TestRedis;
+  /**
+   * The URL the bed's clients and its workers use (REDIS_URL; CLAIMS_REDIS_URL is DB 1 of it),
+   * in any form claimwatch accepts (ACL user, TLS, Sentinel). Default: the server's plain URL.
+   */
+  url?: string;
+}
+
 export async function createTestBed(
   rebuilds: Record<string, unknown>,
   extra: Record<string, unknown> = {},
+  options: TestBedOptions = {},
 ): Promise<TestBed> {
-  const redis = await startTestRedis();
+  const redis = options.redis ?? (await startTestRedis());
+  const url = options.url ?? redis.url;
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-bed-"));
   const configFile = path.join(dir, "claimwatch.yaml");
   fs.writeFileSync(configFile, stringify({ rebuilds, ...extra }));
@@ -66,12 +79,13 @@ export async function createTestBed(
   if (!loaded.ok) throw loaded.error;
   const prefix = uniquePrefix("bed");
   const keys = redisKeys(prefix);
-  const main = createRedis(redis.url, "worker", "test-main");
-  const claims = createRedis(`${redis.url}/1`, "worker", "test-claims");
+  const main = createRedis(url, "worker", "test-main");
+  const claims = createRedis(deriveClaimsRedisUrl(url, undefined), "worker", "test-claims");
   const queue = new Queue(REBUILD_QUEUE, { connection: main, prefix: queuePrefix(keys) });
+  queue.on("error", () => {}); // without a listener BullMQ prints every reconnect failure
   const env: NodeJS.ProcessEnv = {
     ...process.env,
-    REDIS_URL: redis.url,
+    REDIS_URL: url,
     CLAIMWATCH_CONFIG: configFile,
     CLAIMWATCH_DATA_DIR: path.join(dir, ".data"),
     CLAIMWATCH_KEY_PREFIX: prefix,

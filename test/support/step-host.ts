@@ -32,6 +32,7 @@ await runCommandStep(
     tenant: undefined,
     rebuild: "r",
     runId: "host-a1",
+    fence: 1,
     log: () => {},
     progress: () => {},
   },

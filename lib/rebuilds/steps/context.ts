@@ -11,6 +11,11 @@ export interface StepContext {
   tenant: string | undefined;
   rebuild: string;
   runId: string;
+  /**
+   * The fencing token of the claim this run holds (`CLAIMWATCH_FENCE`): a step that writes to a
+   * store of its own can pass it on, so the store refuses a write from an older holder.
+   */
+  fence: number;
   /** Appends one line to the run log (the log caps its length). */
   log(line: string): void;
   /** Reports progress of this step, 0..1. */

@@ -98,6 +98,7 @@ export async function runCommandStep(
     CLAIMWATCH_REBUILD: context.rebuild,
     CLAIMWATCH_TENANT: context.tenant ?? "",
     CLAIMWATCH_RUN_ID: context.runId,
+    CLAIMWATCH_FENCE: String(context.fence),
   };
 
   let cgroups: StepCgroups | null = null;
