@@ -1,5 +1,5 @@
 /**
- * `npm test` needs redis-server, faketime, Chromium, Prometheus (with promtool) and Alertmanager;
+ * `npm test` needs redis-server, faketime, openssl, Chromium, Prometheus (with promtool) and Alertmanager;
  * installs them where possible, else says how.
  */
 import {
@@ -7,6 +7,7 @@ import {
   CHROMIUM,
   ensureProgram,
   FAKETIME,
+  OPENSSL,
   ProgramMissingError,
   PROMETHEUS,
   REDIS_SERVER,
@@ -14,7 +15,7 @@ import {
 
 const say = (line: string) => process.stdout.write(`[test] ${line}\n`);
 try {
-  for (const program of [REDIS_SERVER, FAKETIME, CHROMIUM, PROMETHEUS, ALERTMANAGER])
+  for (const program of [REDIS_SERVER, FAKETIME, OPENSSL, CHROMIUM, PROMETHEUS, ALERTMANAGER])
     say(`${program.binary}: ${ensureProgram(program, say)}`);
 } catch (error) {
   if (!(error instanceof ProgramMissingError)) throw error;

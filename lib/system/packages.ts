@@ -29,6 +29,14 @@ export const FAKETIME: SystemProgram = {
   brewPackage: "libfaketime",
 };
 
+/** Test-only: the TLS test makes a self-signed certificate with it (Debian package `openssl`). */
+export const OPENSSL: SystemProgram = {
+  binary: "openssl",
+  debianPackage: "openssl",
+  dnfPackage: "openssl",
+  brewPackage: "openssl",
+};
+
 export const CHROMIUM: SystemProgram = {
   binary: "chromium",
   debianPackage: "chromium",

@@ -88,7 +88,10 @@ test("after a claims Redis lost its recent writes: no fence used for a publish i
     const restored = await readPublished(client, keys, name);
     assert.deepEqual([restored?.fence, restored?.value], [v3.fence, v3.buildHash], JSON.stringify(repairs));
     assert.ok(Number(await client.get(keys.claimFence(name))) >= v3.fence, "the fence counter is raised too");
-    assert.ok(repairs.some((line) => line.startsWith("restored the claims Redis pointer")), JSON.stringify(repairs));
+    assert.ok(
+      repairs.some((line) => line.startsWith("restored the claims Redis pointer")),
+      JSON.stringify(repairs),
+    );
 
     const v4 = await rebuild(client, "v4");
     assert.ok(v4.fence > v3.fence, `fence ${v4.fence} granted after ${v3.fence} was used for a publish`);
