@@ -90,6 +90,8 @@ const ROUTES: FuzzRoute[] = [
   { method: "POST", route: "/api/auth/logout", body: {} },
   { method: "GET", route: "/api/auth/me" },
   { method: "GET", route: "/api/claims", queryNames: ["limit", "cursor", "q"] },
+  { method: "GET", route: "/api/claims/trail", queryNames: ["name", "limit"] },
+  { method: "GET", route: "/api/claims/ended", queryNames: ["limit"] },
   {
     method: "POST",
     route: "/api/claims/release",
