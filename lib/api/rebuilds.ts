@@ -101,15 +101,17 @@ export async function getRebuildsPage(
   };
 }
 
-/** Every row of one rebuild (or its one tenant), for the rebuild's page. */
+/** The rows of one rebuild (or its one tenant), the first `limit`, for the rebuild's page. */
 export async function getRebuilds(
   context: WebContext,
   only: { rebuild: string; tenant?: string },
+  limit = Infinity,
 ): Promise<ApiRebuild[]> {
   const definition = context.definitions.rebuilds.get(only.rebuild);
   if (!definition) return [];
   const rows = tenantsOf(definition)
     .filter((tenant) => !only.tenant || tenant === only.tenant)
+    .slice(0, limit)
     .map((tenant) => ({ definition, tenant }));
   return describeRows(context, rows);
 }
@@ -361,10 +363,17 @@ export interface ApiRebuildDefinition {
   }[];
 }
 
+/** Tenants whose state a rebuild's page shows at once (each also polls its claim trail). */
+export const MAX_DETAIL_TENANTS = 20;
+
 export interface ApiRebuildDetail {
   definition: ApiRebuildDefinition;
-  /** One per tenant (one for a rebuild without tenants), or the one tenant asked for. */
+  /**
+   * One per tenant (one for a rebuild without tenants), or the one tenant asked for; at most
+   * `MAX_DETAIL_TENANTS`, the first in the definition's order (`entriesTotal` says how many exist).
+   */
   entries: ApiRebuild[];
+  entriesTotal: number;
 }
 
 export const rebuildDetailQuery = z.strictObject({
@@ -386,7 +395,8 @@ export async function getRebuildDetail(
   }
   return {
     definition: describeDefinition(definition),
-    entries: await getRebuilds(context, { rebuild: name, ...(tenant ? { tenant } : {}) }),
+    entries: await getRebuilds(context, { rebuild: name, ...(tenant ? { tenant } : {}) }, MAX_DETAIL_TENANTS),
+    entriesTotal: tenant ? 1 : tenantsOf(definition).length,
   };
 }
 

@@ -9,7 +9,7 @@ import { acquireClaim, claimName } from "../../lib/claims/index";
 import { claimsQuery, getClaims } from "../../lib/api/claims";
 import { errorResponse } from "../../lib/api/errors";
 import { readQuery } from "../../lib/api/input";
-import { getRebuildsPage, rebuildsQuery } from "../../lib/api/rebuilds";
+import { getRebuildDetail, getRebuildsPage, MAX_DETAIL_TENANTS, rebuildsQuery } from "../../lib/api/rebuilds";
 import { getRuns, runsQuery } from "../../lib/api/runs";
 import { parseDefinitions } from "../../lib/rebuilds/definitions";
 import { createRedis } from "../../lib/redis/client";
@@ -29,11 +29,19 @@ after(async () => {
 });
 
 const step = [{ name: "s", run: ["true"] }];
-/** 60 `fleet-NN` rebuilds (more than one search reads), `tiles`, and `archive` with tenants. */
+/**
+ * 60 `fleet-NN` rebuilds (more than one search reads), `tiles`, `archive` with tenants and `crowd`
+ * with 30 (more than a rebuild's page shows at once).
+ */
 function definitions() {
   const rebuilds: Record<string, unknown> = {
     tiles: { output: "/srv/out/tiles", steps: step },
     archive: { output: "/srv/out/archive", tenants: ["acme", "globex", "initech"], steps: step },
+  };
+  rebuilds.crowd = {
+    output: "/srv/out/crowd",
+    tenants: Array.from({ length: 30 }, (_, i) => `c${String(i).padStart(2, "0")}`),
+    steps: step,
   };
   for (let i = 0; i < 60; i++) {
     rebuilds[`fleet-${String(i).padStart(2, "0")}`] = { output: `/srv/out/fleet-${i}`, steps: step };
@@ -141,7 +149,7 @@ test("claims: q is a name prefix served from the registry, paged within the pref
 test("rebuilds: paged rows, q a case-insensitive substring of rebuild/tenant", async () => {
   const context = contextFor(uniquePrefix("search-rebuilds"));
   const all = await getRebuildsPage(context, { limit: 200 });
-  assert.equal(all.total, 64); // tiles, 3 archive tenants, 60 fleet rebuilds
+  assert.equal(all.total, 94); // tiles, 3 archive tenants, 30 crowd tenants, 60 fleet rebuilds
   assert.equal(all.nextCursor, null);
 
   // Pages cover every row once, in definitions order.
@@ -154,8 +162,8 @@ test("rebuilds: paged rows, q a case-insensitive substring of rebuild/tenant", a
     if (!page.nextCursor) break;
     cursor = Number(page.nextCursor);
   }
-  assert.equal(seen.length, 64);
-  assert.equal(new Set(seen).size, 64);
+  assert.equal(seen.length, 94);
+  assert.equal(new Set(seen).size, 94);
   assert.deepEqual(seen.slice(0, 4), ["tiles/", "archive/acme", "archive/globex", "archive/initech"]);
 
   const acme = await getRebuildsPage(context, { limit: 50, q: "ACME" });
@@ -182,6 +190,23 @@ test("rebuilds: paged rows, q a case-insensitive substring of rebuild/tenant", a
   assert.deepEqual(none, { rebuilds: [], nextCursor: null, total: 0 });
   // A cursor past the end is an empty last page, not an error.
   assert.deepEqual((await getRebuildsPage(context, { limit: 50, cursor: 500 })).rebuilds, []);
+});
+
+test("a rebuild's page shows at most MAX_DETAIL_TENANTS tenants and says how many exist", async () => {
+  const context = contextFor(uniquePrefix("search-detail"));
+  const crowd = await getRebuildDetail(context, "crowd", undefined);
+  assert.equal(crowd.entries.length, MAX_DETAIL_TENANTS);
+  assert.equal(crowd.entriesTotal, 30);
+  assert.equal(crowd.entries[0]!.tenant, "c00");
+  const one = await getRebuildDetail(context, "crowd", "c29");
+  assert.deepEqual(
+    one.entries.map((e) => e.tenant),
+    ["c29"],
+  );
+  assert.equal(one.entriesTotal, 1);
+  const archive = await getRebuildDetail(context, "archive", undefined);
+  assert.equal(archive.entries.length, 3);
+  assert.equal(archive.entriesTotal, 3);
 });
 
 test("rebuilds: a row's live state comes with the page (recent runs, claim, skips)", async () => {
