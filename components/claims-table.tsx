@@ -8,6 +8,7 @@ import type { ApiClaim, ApiClaimPage, ReleaseOutcome } from "@/lib/api/claims";
 import { apiFetch, claimsQuery, LIVE_POLL_MS, queryKeys, rebuildHref } from "@/lib/ui/queries";
 import { DataTable } from "./data-table";
 import { CancelJobButton } from "./operations";
+import { SearchBox } from "./search-box";
 import { formatDurationMs } from "@/lib/ui/format";
 import { usePollEvery } from "./live-events";
 import { useCanOperate } from "./role";
@@ -18,15 +19,18 @@ import { useNow, useRenderTime } from "./use-now";
  * Active claims, live: TTLs count down between polls from the server's PTTL and the time the
  * page received it. Force release sends back the token the operator was shown.
  */
-export function ClaimsTable({ initial }: { initial: ApiClaimPage | null }) {
+export function ClaimsTable({ initial, initialQ = "" }: { initial: ApiClaimPage | null; initialQ?: string }) {
   const [cursors, setCursors] = useState<(string | null)[]>([null]);
+  const [q, setQ] = useState(initialQ);
   const cursor = cursors[cursors.length - 1] ?? null;
   const renderTime = useRenderTime();
   const { data, dataUpdatedAt, error } = useQuery({
-    ...claimsQuery(cursor),
+    ...claimsQuery(cursor, q),
     refetchInterval: usePollEvery(LIVE_POLL_MS),
     // The render time (not each side's Date.now()) keeps server HTML and hydration identical.
-    ...(initial && cursor === null ? { initialData: initial, initialDataUpdatedAt: renderTime || undefined } : {}),
+    ...(initial && cursor === null && q === initialQ
+      ? { initialData: initial, initialDataUpdatedAt: renderTime || undefined }
+      : {}),
   });
   const now = useNow();
   const canOperate = useCanOperate();
@@ -48,6 +52,17 @@ export function ClaimsTable({ initial }: { initial: ApiClaimPage | null }) {
 
   return (
     <div className="space-y-3">
+      <form role="search" aria-label="Search claims" onSubmit={(event) => event.preventDefault()}>
+        <SearchBox
+          label="Claim name starts with"
+          placeholder="tenant:acme: or output:builds/"
+          initial={initialQ}
+          onSearch={(next) => {
+            setCursors([null]);
+            setQ(next);
+          }}
+        />
+      </form>
       {error ? <p className="text-sm text-red-700">Could not load claims: {error.message}</p> : null}
       {notice ? (
         <p role="alert" className="rounded border border-slate-300 bg-white px-3 py-2 text-sm">
@@ -55,7 +70,9 @@ export function ClaimsTable({ initial }: { initial: ApiClaimPage | null }) {
         </p>
       ) : null}
       {data && data.claims.length === 0 ? (
-        <p className="text-sm text-slate-600">No active claims: nothing is being rebuilt right now.</p>
+        <p className="text-sm text-slate-600">
+          {q ? `No active claim's name starts with “${q}”.` : "No active claims: nothing is being rebuilt right now."}
+        </p>
       ) : null}
       {data && data.claims.length > 0 ? (
         <DataTable

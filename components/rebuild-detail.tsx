@@ -123,6 +123,14 @@ export function RebuildDetailView({
         {entries.map((entry) => (
           <EntryCard key={entry.tenant ?? ""} entry={entry} linkTenant={!tenant && entry.tenant !== null} />
         ))}
+        {data.entriesTotal > entries.length ? (
+          <p className="text-sm text-slate-600" data-field="tenants-shown">
+            The first {entries.length} of {data.entriesTotal} tenants.{" "}
+            <Link className="text-sky-700 underline" href={`/rebuilds?q=${encodeURIComponent(`${name}/`)}`}>
+              Find a tenant on Rebuilds
+            </Link>
+          </p>
+        ) : null}
       </section>
 
       <section id="claim-trail" aria-labelledby="trail-title" className="space-y-2">

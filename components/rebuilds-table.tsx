@@ -3,8 +3,17 @@
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import Link from "next/link";
 import { useState } from "react";
-import type { ApiRebuild } from "@/lib/api/rebuilds";
-import { apiFetch, LIVE_POLL_MS, previewQuery, queryKeys, rebuildHref, rebuildsQuery } from "@/lib/ui/queries";
+import type { ApiRebuild, ApiRebuildPage } from "@/lib/api/rebuilds";
+import {
+  apiFetch,
+  LIVE_POLL_MS,
+  previewQuery,
+  queryKeys,
+  REBUILDS_PAGE,
+  rebuildHref,
+  rebuildsQuery,
+} from "@/lib/ui/queries";
+import { SearchBox } from "./search-box";
 import { usePollEvery } from "./live-events";
 import { DataTable } from "./data-table";
 import { formatDurationMs } from "@/lib/ui/format";
@@ -13,16 +22,44 @@ import { useCanOperate } from "./role";
 import { StatusBadge } from "./status-badge";
 import { Time } from "./time";
 
-export function RebuildsTable({ initial }: { initial: ApiRebuild[] | null }) {
+/**
+ * The rebuild×tenant rows, a page at a time (the API reads the live state of one page only), with
+ * a name search kept in the URL.
+ */
+export function RebuildsTable({ initial, initialQ = "" }: { initial: ApiRebuildPage | null; initialQ?: string }) {
+  const [cursors, setCursors] = useState<(string | null)[]>([null]);
+  const [q, setQ] = useState(initialQ);
+  const cursor = cursors[cursors.length - 1] ?? null;
   const { data, error } = useQuery({
-    ...rebuildsQuery(),
+    ...rebuildsQuery(cursor, q),
     refetchInterval: usePollEvery(LIVE_POLL_MS),
-    ...(initial ? { initialData: { rebuilds: initial } } : {}),
+    ...(initial && cursor === null && q === initialQ ? { initialData: initial } : {}),
   });
   const [open, setOpen] = useState<string | null>(null);
+  const first = (cursors.length - 1) * REBUILDS_PAGE;
   return (
     <div className="space-y-3">
+      <form role="search" aria-label="Search rebuilds" onSubmit={(event) => event.preventDefault()}>
+        <SearchBox
+          label="Rebuild or tenant name contains"
+          placeholder="e.g. tiles or acme"
+          initial={initialQ}
+          onSearch={(next) => {
+            setCursors([null]);
+            setQ(next);
+          }}
+        />
+      </form>
       {error ? <p className="text-sm text-red-700">Could not load rebuilds: {error.message}</p> : null}
+      {data ? (
+        <p className="text-sm text-slate-600" data-field="rebuilds-count" role="status">
+          {data.total === 0
+            ? q
+              ? `No rebuild or tenant name contains “${q}”.`
+              : "No rebuilds are defined."
+            : `${first + 1}–${first + data.rebuilds.length} of ${data.total}${q ? ` matching “${q}”` : ""}`}
+        </p>
+      ) : null}
       <RunStripLegend />
       <DataTable
         label="Rebuilds"
@@ -40,6 +77,22 @@ export function RebuildsTable({ initial }: { initial: ApiRebuild[] | null }) {
           );
         })}
       </DataTable>
+      <div className="flex gap-2 text-sm">
+        {cursors.length > 1 ? (
+          <button type="button" className="rounded border px-2 py-1" onClick={() => setCursors(cursors.slice(0, -1))}>
+            Previous page
+          </button>
+        ) : null}
+        {data?.nextCursor ? (
+          <button
+            type="button"
+            className="rounded border px-2 py-1"
+            onClick={() => setCursors([...cursors, data.nextCursor])}
+          >
+            Next page
+          </button>
+        ) : null}
+      </div>
     </div>
   );
 }

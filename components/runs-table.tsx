@@ -11,6 +11,7 @@ import { DataTable } from "./data-table";
 import { formatDurationMs } from "@/lib/ui/format";
 import { Time } from "./time";
 import { StatusBadge } from "./status-badge";
+import { replaceUrlParam, SearchBox } from "./search-box";
 
 export interface RunsTableProps {
   initial: RunPage | null;
@@ -31,17 +32,32 @@ export function RunsTable({ initial, initialFilter, rebuilds }: RunsTableProps) 
   const tenants = rebuilds.find((r) => r.name === filter.rebuild)?.tenants ?? null;
   const change = (next: RunsFilter & { jobId?: string }) => {
     setCursors([]);
-    setFilter(Object.fromEntries(Object.entries(next).filter(([, v]) => v)) as RunsFilter);
+    const kept = Object.fromEntries(Object.entries(next).filter(([, v]) => v)) as RunsFilter;
+    setFilter(kept);
+    // The URL keeps the filter (replaced in place), so a link shares it.
+    for (const name of ["q", "rebuild", "tenant", "status", "jobId"] as const) {
+      replaceUrlParam(name, (kept as Record<string, string | undefined>)[name]);
+    }
   };
+  const search = data && "search" in data ? data.search : undefined;
 
   return (
     <div className="space-y-3">
       <form className="flex flex-wrap gap-3 text-sm" aria-label="Filter runs" onSubmit={(e) => e.preventDefault()}>
+        <SearchBox
+          label="Rebuild name contains"
+          placeholder="e.g. tiles"
+          initial={initialFilter.q ?? ""}
+          // A search replaces the rebuild and tenant filters (the API takes one or the other).
+          onSearch={(q) => change({ ...filter, q: q || undefined, rebuild: undefined, tenant: undefined })}
+        />
         <label className="flex flex-col">
           <span className="text-xs text-slate-600">Rebuild</span>
           <select
             className="rounded border border-slate-300 px-2 py-1"
             value={filter.rebuild ?? ""}
+            disabled={Boolean(filter.q)}
+            title={filter.q ? "clear the search to pick one rebuild" : undefined}
             onChange={(e) => change({ ...filter, rebuild: e.target.value || undefined, tenant: undefined })}
           >
             <option value="">all</option>
@@ -88,6 +104,15 @@ export function RunsTable({ initial, initialFilter, rebuilds }: RunsTableProps) 
         ) : null}
       </form>
       {error ? <p className="text-sm text-red-700">Could not load runs: {error.message}</p> : null}
+      {search && filter.q ? (
+        <p className="text-sm text-slate-600" role="status" data-field="runs-search">
+          {search.matched === 0
+            ? `No rebuild name contains “${filter.q}”.`
+            : search.searched < search.matched
+              ? `Runs of the first ${search.searched} of ${search.matched} rebuilds matching “${filter.q}” (by name); type more to narrow it.`
+              : `Runs of ${search.matched} rebuild${search.matched === 1 ? "" : "s"} matching “${filter.q}”.`}
+        </p>
+      ) : null}
       <DataTable
         label="Runs"
         columns={["Run", "Rebuild", "Status", "Reason", "Started", "Duration", "Worker"]}

@@ -1,6 +1,6 @@
 /** Claims as the API and the Claims page show them. */
 import { z } from "zod";
-import { limitParam } from "./input";
+import { limitParam, searchParam } from "./input";
 import {
   forceReleaseClaim,
   listClaims,
@@ -83,18 +83,24 @@ export function toApiClaim(claim: ClaimInfo): ApiClaim {
 export const claimsQuery = z.strictObject({
   limit: limitParam(MAX_CLAIMS_PAGE, 100),
   cursor: z.string().min(1).max(1_100).optional(),
+  /** Claim names starting with this (`tenant:acme:`, `output:builds/`): a range of the registry. */
+  q: searchParam(),
 });
 
 export async function getClaims(
   context: WebContext,
-  query: { limit: number; cursor?: string | undefined },
+  query: { limit: number; cursor?: string | undefined; q?: string | undefined },
 ): Promise<ApiClaimPage> {
   const { connections } = context;
   if (query.cursor !== undefined && !checkClaimName(query.cursor).ok) throw badRequest("cursor: not a claim name");
+  if (query.q && query.cursor !== undefined && !query.cursor.startsWith(query.q)) {
+    throw badRequest("cursor: not from a page of this search");
+  }
   const live = await listLiveWorkers(connections.main, connections.keys);
   const page = await listClaims(connections.claims, connections.keys, {
     limit: query.limit,
     cursor: query.cursor ?? null,
+    prefix: query.q ?? null,
     liveWorkerIds: new Set(live.map((w) => w.id)),
   });
   return { claims: page.claims.map(toApiClaim), nextCursor: page.nextCursor, serverTime: page.serverTime };

@@ -63,3 +63,19 @@ export const limitParam = (max: number, fallback: number) =>
     .transform(Number)
     .refine((n) => n >= 1 && n <= max, `must be a whole number from 1 to ${max}`)
     .default(fallback);
+
+/** Longest search text (`q`) a list accepts. */
+export const MAX_SEARCH_LENGTH = 100;
+
+/**
+ * `q` in a query string: a name search, 1-100 characters, no control characters (it becomes a
+ * Redis range bound or an in-memory match; an empty box sends no `q`).
+ */
+export const searchParam = () =>
+  z
+    .string()
+    .min(1, "must not be empty (leave it out to list everything)")
+    .max(MAX_SEARCH_LENGTH, `must be at most ${MAX_SEARCH_LENGTH} characters`)
+    // eslint-disable-next-line no-control-regex
+    .regex(/^[^\x00-\x1f\x7f]*$/, "must not contain control characters")
+    .optional();

@@ -10,7 +10,9 @@ import { schedulerIdOf } from "../rebuilds/queue";
 import { REQUEST_ID_PATTERN, triggerRebuild } from "../rebuilds/trigger";
 import { hashInputs, idempotencyKey, InputHashCache, VERSION_PATTERN } from "../rebuilds/version";
 import { decideRun } from "../rebuilds/decide";
-import { listRunSummaries } from "../runs/list";
+import { listRunSummariesMany } from "../runs/list";
+import { searchRebuildRows, type RebuildRow } from "../rebuilds/search";
+import { limitParam, searchParam } from "./input";
 import { readRunFinishedAt } from "../runs/records";
 import type { RunRecord } from "../runs/types";
 import type { WebContext } from "../web/context";
@@ -39,7 +41,11 @@ export interface ApiRebuild {
   recentRuns: Pick<RunRecord, "id" | "status" | "createdAt" | "startedAt" | "durationMs">[];
   consecutiveSkips: number;
   claim: ApiClaim | null;
-  tenants: string[] | null;
+  /**
+   * How many tenants the rebuild has (null: none). Not the list: a page of 50 rows of a rebuild
+   * with 10k tenants would carry it 50 times; the rebuild's page has it once (`definition.tenants`).
+   */
+  tenantCount: number | null;
   /** Published builds of this output found changed on disk (build-integrity.ts); usually empty. */
   changedBuilds: { path: string; foundAt: number; foundBy: string }[];
 }
@@ -52,83 +58,137 @@ export function nextRunAt(definition: RebuildDefinition, from = new Date()): str
     .toISOString();
 }
 
+/** Largest page of `GET /api/rebuilds`. */
+export const MAX_REBUILDS_PAGE = 200;
+
+export const rebuildsQuery = z.strictObject({
+  /** Rows whose `rebuild/tenant` contains this, case-insensitive (lib/rebuilds/search.ts). */
+  q: searchParam(),
+  limit: limitParam(MAX_REBUILDS_PAGE, 50),
+  /** Where the previous page ended: the number of matching rows before this page. */
+  cursor: z
+    .string()
+    .regex(/^\d{1,9}$/, "must be a cursor from a previous page")
+    .transform(Number)
+    .optional(),
+});
+
+export interface ApiRebuildPage {
+  rebuilds: ApiRebuild[];
+  /** Cursor of the next page, or `null` at the end. */
+  nextCursor: string | null;
+  /** Rows matching the search (all rows without one). */
+  total: number;
+}
+
 /**
- * One entry per rebuild and tenant (of one rebuild, or one tenant, when `only` says so).
- * O(rebuilds × recent runs); independent of history size.
+ * One page of the rebuild×tenant rows, searched by name in memory (the definitions), then the
+ * page's live state read in a fixed number of pipelines: O(page) Redis work however many rows
+ * the definitions have. The cursor is an offset: the rows are fixed while the process runs.
  */
+export async function getRebuildsPage(
+  context: WebContext,
+  query: z.output<typeof rebuildsQuery>,
+): Promise<ApiRebuildPage> {
+  const rows = searchRebuildRows(context.definitions, query.q);
+  const offset = query.cursor ?? 0;
+  const page = rows.slice(offset, offset + query.limit);
+  const end = offset + page.length;
+  return {
+    rebuilds: await describeRows(context, page),
+    nextCursor: end < rows.length ? String(end) : null,
+    total: rows.length,
+  };
+}
+
+/** The rows of one rebuild (or its one tenant), the first `limit`, for the rebuild's page. */
 export async function getRebuilds(
   context: WebContext,
-  only: { rebuild?: string; tenant?: string } = {},
+  only: { rebuild: string; tenant?: string },
+  limit = Infinity,
 ): Promise<ApiRebuild[]> {
-  const { connections, definitions } = context;
-  const entries: { definition: RebuildDefinition; tenant: string | undefined; name: string }[] = [];
-  for (const definition of definitions.rebuilds.values()) {
-    if (only.rebuild && definition.name !== only.rebuild) continue;
-    for (const tenant of tenantsOf(definition)) {
-      if (only.tenant && tenant !== only.tenant) continue;
-      entries.push({ definition, tenant, name: claimName(definition.claimPath, tenant) });
-    }
-  }
+  const definition = context.definitions.rebuilds.get(only.rebuild);
+  if (!definition) return [];
+  const rows = tenantsOf(definition)
+    .filter((tenant) => !only.tenant || tenant === only.tenant)
+    .slice(0, limit)
+    .map((tenant) => ({ definition, tenant }));
+  return describeRows(context, rows);
+}
+
+/**
+ * The live state of some rows: skips, claims and recent runs each in one pipeline for all rows
+ * (not round trips per row), plus the two small hashes of pauses and changed builds.
+ */
+async function describeRows(
+  context: WebContext,
+  rows: readonly Pick<RebuildRow, "definition" | "tenant">[],
+): Promise<ApiRebuild[]> {
+  const { connections } = context;
+  const entries = rows.map(({ definition, tenant }) => ({
+    definition,
+    tenant,
+    name: claimName(definition.claimPath, tenant),
+  }));
   const names = entries.map((e) => e.name);
   // Skips outlive claims, so they are read for every name; claims in one pipeline for all.
-  const [skips, claims, changed, pauses] = await Promise.all([
+  const [skips, claims, changed, pauses, recentRuns] = await Promise.all([
     readSkipsMany(connections.claims, connections.keys, names),
     readClaimsByName(connections.claims, connections.keys, names),
     listChangedBuilds(connections.main, connections.keys),
     readSchedulePauses(connections.main, connections.keys),
+    listRunSummariesMany(
+      connections.main,
+      connections.keys,
+      entries.map(({ definition, tenant }) => ({ rebuild: definition.name, ...(tenant ? { tenant } : {}) })),
+      30,
+    ),
   ]);
-  return Promise.all(
-    entries.map(async ({ definition, tenant, name }): Promise<ApiRebuild> => {
-      const claim = claims.get(name);
-      const recent = await listRunSummaries(
-        connections.main,
-        connections.keys,
-        { rebuild: definition.name, ...(tenant ? { tenant } : {}) },
-        30,
-      );
-      const last = lastStarted(recent);
-      return {
-        name: definition.name,
-        tenant: tenant ?? null,
-        output: definition.output,
-        claimName: name,
-        schedule: definition.schedule
-          ? {
-              cron: definition.schedule.cron,
-              tz: definition.schedule.tz,
-              nextRunAt: nextRunAt(definition)!,
-              paused: pauses.get(schedulerIdOf(definition.name, tenant)) ?? null,
-            }
-          : null,
-        lastRun: last
-          ? {
-              id: last.id,
-              status: last.status,
-              reason: last.reason,
-              createdAt: last.createdAt,
-              startedAt: last.startedAt,
-              finishedAt: last.finishedAt,
-              durationMs: last.durationMs,
-            }
-          : null,
-        recentRuns: recent
-          .map((r) => ({
-            id: r.id,
-            status: r.status,
-            createdAt: r.createdAt,
-            startedAt: r.startedAt,
-            durationMs: r.durationMs,
-          }))
-          .reverse(),
-        consecutiveSkips: skips.get(name) ?? 0,
-        claim: claim ? toApiClaim(claim) : null,
-        tenants: definition.tenants ?? null,
-        changedBuilds: changed
-          .filter((b) => b.rebuild === definition.name && b.tenant === (tenant ?? null))
-          .map(({ path, foundAt, foundBy }) => ({ path, foundAt, foundBy })),
-      };
-    }),
-  );
+  return entries.map(({ definition, tenant, name }, i): ApiRebuild => {
+    const claim = claims.get(name);
+    const recent = recentRuns[i]!;
+    const last = lastStarted(recent);
+    return {
+      name: definition.name,
+      tenant: tenant ?? null,
+      output: definition.output,
+      claimName: name,
+      schedule: definition.schedule
+        ? {
+            cron: definition.schedule.cron,
+            tz: definition.schedule.tz,
+            nextRunAt: nextRunAt(definition)!,
+            paused: pauses.get(schedulerIdOf(definition.name, tenant)) ?? null,
+          }
+        : null,
+      lastRun: last
+        ? {
+            id: last.id,
+            status: last.status,
+            reason: last.reason,
+            createdAt: last.createdAt,
+            startedAt: last.startedAt,
+            finishedAt: last.finishedAt,
+            durationMs: last.durationMs,
+          }
+        : null,
+      recentRuns: recent
+        .map((r) => ({
+          id: r.id,
+          status: r.status,
+          createdAt: r.createdAt,
+          startedAt: r.startedAt,
+          durationMs: r.durationMs,
+        }))
+        .reverse(),
+      consecutiveSkips: skips.get(name) ?? 0,
+      claim: claim ? toApiClaim(claim) : null,
+      tenantCount: definition.tenants?.length ?? null,
+      changedBuilds: changed
+        .filter((b) => b.rebuild === definition.name && b.tenant === (tenant ?? null))
+        .map(({ path, foundAt, foundBy }) => ({ path, foundAt, foundBy })),
+    };
+  });
 }
 
 /** Statuses of a run that did not start work: a skip decided at once, or a job still waiting. */
@@ -303,10 +363,17 @@ export interface ApiRebuildDefinition {
   }[];
 }
 
+/** Tenants whose state a rebuild's page shows at once (each also polls its claim trail). */
+export const MAX_DETAIL_TENANTS = 20;
+
 export interface ApiRebuildDetail {
   definition: ApiRebuildDefinition;
-  /** One per tenant (one for a rebuild without tenants), or the one tenant asked for. */
+  /**
+   * One per tenant (one for a rebuild without tenants), or the one tenant asked for; at most
+   * `MAX_DETAIL_TENANTS`, the first in the definition's order (`entriesTotal` says how many exist).
+   */
   entries: ApiRebuild[];
+  entriesTotal: number;
 }
 
 export const rebuildDetailQuery = z.strictObject({
@@ -328,7 +395,8 @@ export async function getRebuildDetail(
   }
   return {
     definition: describeDefinition(definition),
-    entries: await getRebuilds(context, { rebuild: name, ...(tenant ? { tenant } : {}) }),
+    entries: await getRebuilds(context, { rebuild: name, ...(tenant ? { tenant } : {}) }, MAX_DETAIL_TENANTS),
+    entriesTotal: tenant ? 1 : tenantsOf(definition).length,
   };
 }
 

@@ -1,7 +1,8 @@
 /** Runs as the API and the Runs pages show them. */
 import { z } from "zod";
-import { limitParam } from "./input";
-import { isValidRunCursor, listRuns, type RunPage } from "../runs/list";
+import { limitParam, searchParam } from "./input";
+import { isValidRunCursor, listRuns, MAX_SEARCHED_REBUILDS, type RunPage } from "../runs/list";
+import { searchRebuildNames } from "../rebuilds/search";
 import { readRun, readRunLog } from "../runs/records";
 import { RUN_ID_PATTERN, RUN_STATUSES, type RunRecord } from "../runs/types";
 import type { WebContext } from "../web/context";
@@ -21,10 +22,21 @@ export const runsQuery = z.strictObject({
     .optional(),
   limit: limitParam(MAX_RUNS_PAGE, 50),
   cursor: z.string().max(300).refine(isValidRunCursor, "must be a cursor from a previous page").optional(),
+  /** Runs of the rebuilds whose name contains this (case-insensitive; lib/rebuilds/search.ts). */
+  q: searchParam(),
 });
 export type RunsQuery = z.output<typeof runsQuery>;
 
-export async function getRuns(context: WebContext, query: RunsQuery): Promise<RunPage> {
+export interface ApiRunPage extends RunPage {
+  /**
+   * With `q`: how many rebuilds the search matched and how many of them (the first by name,
+   * at most `MAX_SEARCHED_REBUILDS`) the runs come from.
+   */
+  search?: { matched: number; searched: number };
+}
+
+export async function getRuns(context: WebContext, query: RunsQuery): Promise<ApiRunPage> {
+  if (query.q !== undefined) return searchRuns(context, query as RunsQuery & { q: string });
   if (query.tenant && !query.rebuild) throw badRequest("tenant: give the rebuild it belongs to as well");
   if (query.rebuild) {
     const definition = context.definitions.rebuilds.get(query.rebuild);
@@ -41,6 +53,26 @@ export async function getRuns(context: WebContext, query: RunsQuery): Promise<Ru
     query.limit,
     query.cursor,
   );
+}
+
+/** `q`: the runs of every rebuild whose name matches, newest first (one index per rebuild, merged). */
+async function searchRuns(context: WebContext, query: RunsQuery & { q: string }): Promise<ApiRunPage> {
+  if (query.rebuild) throw badRequest("q: give either q or rebuild, not both");
+  if (query.tenant) throw badRequest("tenant: give the rebuild it belongs to instead of q");
+  if (query.jobId) throw badRequest("q: give either q or jobId, not both");
+  const matched = searchRebuildNames(context.definitions, query.q);
+  const rebuilds = matched.slice(0, MAX_SEARCHED_REBUILDS);
+  const search = { matched: matched.length, searched: rebuilds.length };
+  if (rebuilds.length === 0) return { runs: [], nextCursor: null, search };
+  const { connections } = context;
+  const page = await listRuns(
+    connections.main,
+    connections.keys,
+    { rebuilds, status: query.status },
+    query.limit,
+    query.cursor,
+  );
+  return { ...page, search };
 }
 
 export interface RunDetail extends RunRecord {

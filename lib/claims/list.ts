@@ -54,6 +54,11 @@ export interface ListClaimsOptions {
   /** `nextCursor` of the previous page; names after it are returned. */
   cursor?: string | null;
   /**
+   * Only names starting with this (a ZRANGEBYLEX range on the registry: O(log n + page), however
+   * many claims exist). A cursor must then start with it too.
+   */
+  prefix?: string | null;
+  /**
    * Ids of workers with a live heartbeat (`listLiveWorkers` on the main Redis). Omitted:
    * the holder-not-live check is skipped, since the claims Redis may be another server.
    */
@@ -81,11 +86,14 @@ export async function listClaims(
   if (limit !== undefined && (!Number.isSafeInteger(limit) || limit < 1 || limit > MAX_CLAIMS_PAGE)) {
     throw new RangeError(`limit must be a whole number from 1 to ${MAX_CLAIMS_PAGE} (got ${limit})`);
   }
-  const from = cursor ? `(${cursor}` : "-";
+  const prefix = options.prefix || null;
+  if (prefix && cursor && !cursor.startsWith(prefix)) throw new RangeError("the cursor is not within the prefix");
+  const from = cursor ? `(${cursor}` : prefix ? `[${prefix}` : "-";
+  const to = prefix ? prefixEnd(prefix) : "+";
   const names =
     limit === undefined
-      ? await client.zrangebylex(keys.claimRegistry, from, "+")
-      : await client.zrangebylex(keys.claimRegistry, from, "+", "LIMIT", 0, limit);
+      ? await client.zrangebylex(keys.claimRegistry, from, to)
+      : await client.zrangebylex(keys.claimRegistry, from, to, "LIMIT", 0, limit);
   const nextCursor = limit !== undefined && names.length === limit ? names[names.length - 1]! : null;
 
   const { claims, missing, serverTime } = await readClaims(client, keys, names, options.liveWorkerIds);
@@ -103,6 +111,14 @@ export async function listClaims(
     for (const [error, reply] of (await pipeline.exec()) ?? []) if (!error && reply === 1) pruned += 1;
   }
   return { claims, nextCursor, pruned, serverTime };
+}
+
+/**
+ * The exclusive upper bound of the names starting with `prefix`: the prefix followed by byte
+ * 0xff, which no UTF-8 text contains, so every longer name with the prefix sorts below it.
+ */
+function prefixEnd(prefix: string): Buffer {
+  return Buffer.concat([Buffer.from(`(${prefix}`, "utf8"), Buffer.from([0xff])]);
 }
 
 /** One claim with its holder, PTTL, skips and staleness, or `null` when nobody holds it. */

@@ -169,9 +169,10 @@ export class LiveCache {
       const serverNow = page.serverTime + elapsed;
       const rebased = page.claims.map((c) => ({ ...c, pttlMs: Math.max(0, c.pttlMs - elapsed) }));
       const next: ApiClaimPage = { ...page, serverTime: serverNow, claims: change(rebased, serverNow) };
-      // Only the first page takes new claims; later pages only update or drop theirs.
-      const isFirst = (query.queryKey[2] as { cursor: string | null } | undefined)?.cursor === null;
-      if (!isFirst) next.claims = next.claims.filter((c) => page.claims.some((p) => p.name === c.name));
+      // Only the first page takes new claims (of its search, if any); later pages only update or drop theirs.
+      const { cursor, q } = (query.queryKey[2] as { cursor: string | null; q?: string } | undefined) ?? {};
+      if (cursor !== null) next.claims = next.claims.filter((c) => page.claims.some((p) => p.name === c.name));
+      else if (q) next.claims = next.claims.filter((c) => c.name.startsWith(q));
       this.client.setQueryData(query.queryKey, next, { updatedAt: now });
     }
   }
@@ -205,6 +206,7 @@ function matches(filter: (RunsFilter & { jobId?: string }) | undefined, run: Par
   if (!filter) return true;
   if (filter.cursor) return false; // older pages do not gain new runs
   if (filter.rebuild && filter.rebuild !== run.rebuild) return false;
+  if (filter.q && !run.rebuild?.toLowerCase().includes(filter.q.toLowerCase())) return false;
   if (filter.tenant && filter.tenant !== run.tenant) return false;
   if (filter.status && run.status && filter.status !== run.status) return false;
   if (filter.jobId && filter.jobId !== run.jobId) return false;

@@ -6,16 +6,17 @@ import { keepPreviousData, queryOptions } from "@tanstack/react-query";
 import type { AuditPage } from "../audit/list";
 import type { AlertsView } from "../alerts/read";
 import type { ApiClaimPage, TrailEntry } from "../api/claims";
-import type { ApiRebuild, ApiRebuildDetail, RunPreview } from "../api/rebuilds";
+import type { ApiRebuildDetail, ApiRebuildPage, RunPreview } from "../api/rebuilds";
 import type { QueueView } from "../operations/queue-view";
-import type { RunDetail } from "../api/runs";
+import type { ApiRunPage, RunDetail } from "../api/runs";
 import type { Timeline } from "../api/timeline";
 import type { HealthReport } from "../health/health";
-import type { RunPage } from "../runs/list";
 import type { RunStatus } from "../runs/types";
 import type { WorkerStatus } from "../workers/heartbeat";
 
 export interface RunsFilter {
+  /** Rebuild name search (`q` of /api/runs). */
+  q?: string;
   rebuild?: string;
   tenant?: string;
   status?: RunStatus;
@@ -27,12 +28,13 @@ export const queryKeys = {
   health: () => [...queryKeys.all, "health"] as const,
   claims: {
     all: () => [...queryKeys.all, "claims"] as const,
-    page: (cursor: string | null) => [...queryKeys.claims.all(), { cursor }] as const,
+    page: (cursor: string | null, q = "") => [...queryKeys.claims.all(), { cursor, q }] as const,
     trail: (name: string) => [...queryKeys.claims.all(), "trail", name] as const,
     ended: () => [...queryKeys.claims.all(), "ended"] as const,
   },
   rebuilds: {
     all: () => [...queryKeys.all, "rebuilds"] as const,
+    page: (cursor: string | null, q: string) => [...queryKeys.rebuilds.all(), "page", { cursor, q }] as const,
     preview: (name: string, tenant: string | null, version: string, force: boolean) =>
       [...queryKeys.rebuilds.all(), "preview", { name, tenant, version, force }] as const,
     detail: (name: string, tenant: string | null) => [...queryKeys.rebuilds.all(), "detail", { name, tenant }] as const,
@@ -111,10 +113,13 @@ export const healthQuery = () =>
     refetchInterval: HEALTH_POLL_MS,
   });
 
-export const claimsQuery = (cursor: string | null) =>
+export const claimsQuery = (cursor: string | null, q = "") =>
   queryOptions({
-    queryKey: queryKeys.claims.page(cursor),
-    queryFn: () => apiFetch<ApiClaimPage>(withQuery("/api/claims", { limit: "100", cursor: cursor ?? undefined })),
+    queryKey: queryKeys.claims.page(cursor, q),
+    queryFn: () =>
+      apiFetch<ApiClaimPage>(
+        withQuery("/api/claims", { limit: "100", cursor: cursor ?? undefined, q: q || undefined }),
+      ),
     refetchInterval: LIVE_POLL_MS,
     placeholderData: keepPreviousData,
   });
@@ -135,10 +140,16 @@ export const endedClaimsQuery = () =>
     placeholderData: keepPreviousData,
   });
 
-export const rebuildsQuery = () =>
+/** Rows per page of the Rebuilds list: the API's default, which the server-rendered first page uses. */
+export const REBUILDS_PAGE = 50;
+
+export const rebuildsQuery = (cursor: string | null, q: string) =>
   queryOptions({
-    queryKey: queryKeys.rebuilds.all(),
-    queryFn: () => apiFetch<{ rebuilds: ApiRebuild[] }>("/api/rebuilds"),
+    queryKey: queryKeys.rebuilds.page(cursor, q),
+    queryFn: () =>
+      apiFetch<ApiRebuildPage>(
+        withQuery("/api/rebuilds", { limit: String(REBUILDS_PAGE), cursor: cursor ?? undefined, q: q || undefined }),
+      ),
     refetchInterval: LIVE_POLL_MS,
     placeholderData: keepPreviousData,
   });
@@ -160,7 +171,7 @@ export const previewQuery = (name: string, tenant: string | null, version: strin
 export const runsQuery = (filter: RunsFilter) =>
   queryOptions({
     queryKey: queryKeys.runs.list(filter),
-    queryFn: () => apiFetch<RunPage>(withQuery("/api/runs", { ...filter, limit: "25" })),
+    queryFn: () => apiFetch<ApiRunPage>(withQuery("/api/runs", { ...filter, limit: "25" })),
     refetchInterval: LIVE_POLL_MS,
     placeholderData: keepPreviousData,
   });

@@ -89,7 +89,9 @@ const ROUTES: FuzzRoute[] = [
   { method: "POST", route: "/api/auth/login", body: { token: "not-a-configured-token-0123" }, concurrency: 32 },
   { method: "POST", route: "/api/auth/logout", body: {} },
   { method: "GET", route: "/api/auth/me" },
-  { method: "GET", route: "/api/claims", queryNames: ["limit", "cursor"] },
+  { method: "GET", route: "/api/claims", queryNames: ["limit", "cursor", "q"] },
+  { method: "GET", route: "/api/claims/trail", queryNames: ["name", "limit"] },
+  { method: "GET", route: "/api/claims/ended", queryNames: ["limit"] },
   {
     method: "POST",
     route: "/api/claims/release",
@@ -97,7 +99,7 @@ const ROUTES: FuzzRoute[] = [
     conflictIsData: true,
     mutation: true,
   },
-  { method: "GET", route: "/api/rebuilds" },
+  { method: "GET", route: "/api/rebuilds", queryNames: ["q", "limit", "cursor"] },
   { method: "GET", route: "/api/rebuilds/[name]/preview", param: "slow", queryNames: ["tenant", "version", "force"] },
   {
     method: "POST",
@@ -106,7 +108,7 @@ const ROUTES: FuzzRoute[] = [
     body: { version: "v1", force: false, reason: "fuzz" },
     mutation: true,
   },
-  { method: "GET", route: "/api/runs", queryNames: ["rebuild", "tenant", "status", "jobId", "limit", "cursor"] },
+  { method: "GET", route: "/api/runs", queryNames: ["rebuild", "tenant", "status", "jobId", "limit", "cursor", "q"] },
   { method: "GET", route: "/api/runs/[id]", param: "seed-01-a1" },
   { method: "GET", route: "/api/workers" },
   { method: "GET", route: "/api/audit", queryNames: ["limit", "cursor"] },

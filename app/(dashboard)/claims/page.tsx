@@ -1,17 +1,24 @@
 import { EndedClaims } from "@/components/claim-trail";
 import { ClaimsTable } from "@/components/claims-table";
-import { getClaims, type ApiClaimPage } from "@/lib/api/claims";
+import { claimsQuery, getClaims, type ApiClaimPage } from "@/lib/api/claims";
 import { getWebContext } from "@/lib/web/context";
 import { requireViewer } from "@/lib/web/identity";
 
 export const metadata = { title: "Claims · claimwatch" };
 export const dynamic = "force-dynamic";
 
-export default async function ClaimsPage() {
+export default async function ClaimsPage({
+  searchParams,
+}: {
+  searchParams: Promise<Record<string, string | string[]>>;
+}) {
   await requireViewer();
+  const raw = (await searchParams).q;
+  const parsed = claimsQuery.shape.q.safeParse(typeof raw === "string" ? raw : undefined);
+  const q = parsed.success ? (parsed.data ?? "") : "";
   let initial: ApiClaimPage | null = null;
   try {
-    initial = await getClaims(getWebContext(), { limit: 100 });
+    initial = await getClaims(getWebContext(), { limit: 100, ...(q ? { q } : {}) });
   } catch {
     // Redis down: the banner says so; the table retries from the browser.
   }
@@ -20,7 +27,7 @@ export default async function ClaimsPage() {
       <h1 id="page-title" className="text-xl font-semibold">
         Claims
       </h1>
-      <ClaimsTable initial={initial} />
+      <ClaimsTable initial={initial} initialQ={q} />
       <EndedClaims />
     </section>
   );

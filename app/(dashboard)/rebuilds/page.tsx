@@ -1,16 +1,24 @@
 import { RebuildsTable } from "@/components/rebuilds-table";
-import { getRebuilds, type ApiRebuild } from "@/lib/api/rebuilds";
+import { getRebuildsPage, rebuildsQuery, type ApiRebuildPage } from "@/lib/api/rebuilds";
 import { getWebContext } from "@/lib/web/context";
 import { requireViewer } from "@/lib/web/identity";
 
 export const metadata = { title: "Rebuilds · claimwatch" };
 export const dynamic = "force-dynamic";
 
-export default async function RebuildsPage() {
+export default async function RebuildsPage({
+  searchParams,
+}: {
+  searchParams: Promise<Record<string, string | string[]>>;
+}) {
   await requireViewer();
-  let initial: ApiRebuild[] | null = null;
+  const raw = (await searchParams).q;
+  const parsed = rebuildsQuery.shape.q.safeParse(typeof raw === "string" ? raw : undefined);
+  const q = parsed.success ? (parsed.data ?? "") : "";
+  let initial: ApiRebuildPage | null = null;
   try {
-    initial = await getRebuilds(getWebContext());
+    // The API's default page size: the one the table asks for (REBUILDS_PAGE).
+    initial = await getRebuildsPage(getWebContext(), rebuildsQuery.parse(q ? { q } : {}));
   } catch {
     // Redis down: the banner says so; the table retries from the browser.
   }
@@ -19,7 +27,7 @@ export default async function RebuildsPage() {
       <h1 id="page-title" className="text-xl font-semibold">
         Rebuilds
       </h1>
-      <RebuildsTable initial={initial} />
+      <RebuildsTable initial={initial} initialQ={q} />
     </section>
   );
 }

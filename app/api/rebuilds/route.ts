@@ -1,6 +1,9 @@
 import { json, route } from "@/lib/api/handler";
-import { getRebuilds } from "@/lib/api/rebuilds";
+import { readQuery } from "@/lib/api/input";
+import { getRebuildsPage, rebuildsQuery } from "@/lib/api/rebuilds";
 
 export const dynamic = "force-dynamic";
 
-export const GET = route({ role: "viewer" }, async (context) => json({ rebuilds: await getRebuilds(context) }));
+export const GET = route({ role: "viewer" }, async (context, request) =>
+  json(await getRebuildsPage(context, readQuery(request.url, rebuildsQuery))),
+);
