@@ -24,6 +24,11 @@ const ROUTES: Record<string, { role: Requirement; path: string; body?: unknown; 
     "POST /api/auth/logout": { role: "public", path: "/api/auth/logout", body: {}, allowed: [200] },
     "GET /api/auth/me": { role: "viewer", path: "/api/auth/me", allowed: [200] },
     "GET /api/claims": { role: "viewer", path: "/api/claims", allowed: [200] },
+    "GET /api/claims/trail": { role: "viewer", path: "/api/claims/trail?name=output:/srv/none", allowed: [200] },
+    "GET /api/claims/ended": { role: "viewer", path: "/api/claims/ended", allowed: [200] },
+    // Paths no route serves: 404 in the API's error shape for anyone.
+    "GET /api/[...path]": { role: "public", path: "/api/no-such-route", allowed: [404] },
+    "POST /api/[...path]": { role: "public", path: "/api/no/such/route", body: {}, allowed: [404] },
     "POST /api/claims/release": {
       role: "operator",
       path: "/api/claims/release",

@@ -92,6 +92,9 @@ const ROUTES: FuzzRoute[] = [
   { method: "GET", route: "/api/claims", queryNames: ["limit", "cursor", "q"] },
   { method: "GET", route: "/api/claims/trail", queryNames: ["name", "limit"] },
   { method: "GET", route: "/api/claims/ended", queryNames: ["limit"] },
+  // Paths no route serves: 404 in the API's error shape (app/api/[...path]).
+  { method: "GET", route: "/api/[...path]", param: "no-such-route" },
+  { method: "POST", route: "/api/[...path]", param: "no-such-route", body: {} },
   {
     method: "POST",
     route: "/api/claims/release",
@@ -161,7 +164,7 @@ interface FuzzRequest {
   streamed?: boolean;
   /**
    * The path parameter is a dot segment (`..`, `%2e%2e`): URL normalisation resolves it before
-   * routing, so the request addresses another path (Next answers 308, 404 or 405 for it).
+   * routing, so the request addresses another path (Next answers 307, 308, 404 or 405 for it).
    */
   dotSegment?: boolean;
   /** The path parameter is not valid percent-encoding (`%zz`, `%E0%A4%A`, an encoded surrogate). */
@@ -239,7 +242,7 @@ function send(request: Omit<FuzzRequest, "route" | "index" | "label">, timeoutMs
 }
 
 function routePath(route: FuzzRoute, segment: string | undefined): string {
-  return route.route.replace(/\[\w+\]/, segment ?? route.param ?? "");
+  return route.route.replace(/\[(?:\.\.\.)?\w+\]/, segment ?? route.param ?? "");
 }
 
 function decodes(segment: string): boolean {
@@ -524,7 +527,9 @@ function judge(request: FuzzRequest, response: FuzzResponse): Failure | undefine
   if (request.path.length > 15_000 && (response.status === 431 || response.failure)) return undefined;
   if (response.failure) return { kind: `${where}: no answer`, request, detail: response.failure };
   const { status, text } = response;
-  if (request.dotSegment && [308, 404, 405].includes(status)) return undefined;
+  // A dot segment resolves to another path; `/api/..` is the home page, which sends a caller
+  // without a session cookie to the login page (307).
+  if (request.dotSegment && [307, 308, 404, 405].includes(status)) return undefined;
   if (status >= 500 || status < 200 || (status >= 300 && status < 400)) {
     return { kind: `${where}: ${status}`, request, detail: `${response.contentType}: ${text.slice(0, 300)}` };
   }
