@@ -14,7 +14,9 @@
  * --seed S (random), --keep (keep the temp dir; it is always kept when a figure is non-zero),
  * --claims separate (the claims on their own redis-server, which is the one `redis-crash` kills),
  * --claims-persistence rdb (that server keeps RDB snapshots only: a crash loses seconds of fences
- * and pointers), --retention-builds N (workers prune old builds while runs reproduce them).
+ * and pointers), --retention-builds N (workers prune old builds while runs reproduce them),
+ * --input-faults P (each step reads an input first; each read fails with EIO — exit 75, declared
+ * transient — with probability P: retried, never a lost request).
  * Every process is started and stopped by PID here; port 6379 is never used.
  */
 import fs from "node:fs";
@@ -55,8 +57,10 @@ const { values: args } = parseArgs({
     claims: { type: "string", default: "shared" },
     "claims-persistence": { type: "string", default: "aof" },
     "retention-builds": { type: "string" },
+    "input-faults": { type: "string" },
   },
 });
+const inputFaults = args["input-faults"] === undefined ? 0 : Number(args["input-faults"]);
 const separateClaims = args.claims === "separate";
 const claimsPersistence = args["claims-persistence"];
 const retentionBuilds = args["retention-builds"] === undefined ? undefined : Number(args["retention-builds"]);
@@ -72,11 +76,13 @@ if (
   !["shared", "separate"].includes(args.claims ?? "") ||
   !["aof", "rdb"].includes(claimsPersistence ?? "") ||
   (claimsPersistence === "rdb" && !separateClaims) ||
-  (retentionBuilds !== undefined && (!Number.isInteger(retentionBuilds) || retentionBuilds < 0))
+  (retentionBuilds !== undefined && (!Number.isInteger(retentionBuilds) || retentionBuilds < 0)) ||
+  !(inputFaults >= 0 && inputFaults < 1)
 ) {
   process.stderr.write(
     "usage: soak [--seconds N≥10] [--workers K≥2] [--quick] [--seed S] [--keep]\n" +
-      "            [--claims shared|separate] [--claims-persistence aof|rdb (separate only)] [--retention-builds N≥0]\n",
+      "            [--claims shared|separate] [--claims-persistence aof|rdb (separate only)] [--retention-builds N≥0]\n" +
+      "            [--input-faults P (0≤P<1: a step's input read fails with EIO with probability P)]\n",
   );
   process.exit(2);
 }
@@ -105,6 +111,7 @@ interface Soak {
 const soak: Soak = {
   dirs: prepareDirs(fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-soak-")), {
     ...(retentionBuilds !== undefined ? { retentionBuilds } : {}),
+    inputFaults,
   }),
   events: null as unknown as EventLog,
   redis: null,
@@ -171,7 +178,8 @@ async function main(): Promise<Figures> {
     : "claims on the main Redis (AOF everysec)";
   say(
     `soak: ${seconds} s, ${workerCount} workers, seed ${seed}${args.quick ? ", quick" : ""}, ${mode}` +
-      `${retentionBuilds !== undefined ? `, retention.builds ${retentionBuilds}` : ""}, dir ${dirs.root}`,
+      `${retentionBuilds !== undefined ? `, retention.builds ${retentionBuilds}` : ""}` +
+      `${inputFaults > 0 ? `, input reads fail with EIO at p=${inputFaults}` : ""}, dir ${dirs.root}`,
   );
   soak.redis = await SoakRedis.start(dirs.redis);
   const redis = soak.redis;

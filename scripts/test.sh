@@ -81,9 +81,10 @@ suite "e2e (Playwright, Chromium)" 900 npx playwright test
 # The chaos soak, short: kills, pauses, deploys and a Redis restart; its checker must count zero
 # overlaps, lost triggers, corrupt publishes, stale claims and wrong pointers.
 check "soak (45 s chaos, independent checker)" 300 node --import tsx scripts/soak.ts --seconds 45 --quick
-# Issue 14's harder Redis: the claims on their own server with RDB snapshots only (a crash loses
-# seconds of fences and pointers), and one old build kept, so reproduced hashes meet the pruner.
-check "soak (30 s, separate claims Redis with RDB snapshots only, retention.builds 1)" 300 node --import tsx scripts/soak.ts --seconds 30 --quick --claims separate --claims-persistence rdb --retention-builds 1
+# Issue 14's harder faults: the claims on their own server with RDB snapshots only (a crash loses
+# seconds of fences and pointers), one old build kept (reproduced hashes meet the pruner), and
+# steps whose input reads fail with EIO one time in five (retried, never a lost request).
+check "soak (30 s, separate RDB-only claims Redis, retention.builds 1, input EIO p=0.2)" 300 node --import tsx scripts/soak.ts --seconds 30 --quick --claims separate --claims-persistence rdb --retention-builds 1 --input-faults 0.2
 
 echo
 if [ -s "$details" ]; then

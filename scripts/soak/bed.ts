@@ -65,7 +65,7 @@ export interface SoakDirs {
 }
 
 /** Builds kept per output besides `current` and the published one (`retention.builds`). */
-export function prepareDirs(root: string, options: { retentionBuilds?: number } = {}): SoakDirs {
+export function prepareDirs(root: string, options: { retentionBuilds?: number; inputFaults?: number } = {}): SoakDirs {
   const dirs: SoakDirs = {
     root,
     journal: path.join(root, "journal"),
@@ -77,6 +77,14 @@ export function prepareDirs(root: string, options: { retentionBuilds?: number } 
   };
   for (const dir of [dirs.journal, dirs.logs, dirs.redis, dirs.outputs]) fs.mkdirSync(dir, { recursive: true });
   fs.writeFileSync(dirs.stepScript, STEP_SCRIPT);
+  // With `inputFaults` each rebuild's step reads one input file first, and fails that read (EIO,
+  // exit 75, declared transient) with that probability (--input-faults).
+  const inputOf = (name: string) => path.join(root, "inputs", `${name}.txt`);
+  const inputFaults = options.inputFaults ?? 0;
+  if (inputFaults > 0) {
+    fs.mkdirSync(path.join(root, "inputs"), { recursive: true });
+    for (const r of SOAK_REBUILDS) fs.writeFileSync(inputOf(r.name), `input of ${r.name}\n`);
+  }
   const rebuilds = Object.fromEntries(
     SOAK_REBUILDS.map((r) => [
       r.name,
@@ -98,8 +106,10 @@ export function prepareDirs(root: string, options: { retentionBuilds?: number } 
               String(r.chunkMs),
               String(r.minParts),
               String(r.spanParts),
+              ...(inputFaults > 0 ? [inputOf(r.name), String(inputFaults)] : []),
             ],
             killGrace: `${KILL_GRACE_MS}ms`,
+            ...(inputFaults > 0 ? { transientExitCodes: [75] } : {}),
           },
         ],
       },

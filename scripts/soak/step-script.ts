@@ -1,6 +1,10 @@
 /**
  * The soak's rebuild step, written into the soak's temp dir and run by claimwatch as a `run`
- * step (`node step.mjs <journal dir> <chatty|quiet> <chunk ms> <min parts> <extra parts>`).
+ * step (`node step.mjs <journal dir> <chatty|quiet> <chunk ms> <min parts> <extra parts> [<input> <p>]`).
+ *
+ * With an input and p > 0 it first reads its input file and, with probability p, fails that read
+ * as a disk would (EIO): it says so on stderr and exits 75 (EX_TEMPFAIL), which the soak's
+ * definitions declare transient — the attempt is retried, and the request must still end rebuilt.
  *
  * It writes the build of content.ts slowly (one part file per chunk, with a sleep between) and
  * appends every write to `<journal dir>/<rebuild>.journal`, a file outside Redis and outside
@@ -30,7 +34,14 @@ import crypto from "node:crypto";
 import fs from "node:fs";
 import path from "node:path";
 
-const [journalDir, mode, chunkMs, minParts, spanParts] = process.argv.slice(2);
+const [journalDir, mode, chunkMs, minParts, spanParts, inputFile, inputEio] = process.argv.slice(2);
+if (inputFile) {
+  if (Math.random() < Number(inputEio ?? 0)) {
+    process.stderr.write("reading " + inputFile + ": EIO (injected by the soak)\n");
+    process.exit(75);
+  }
+  fs.readFileSync(inputFile);
+}
 const env = process.env;
 const runId = env.CLAIMWATCH_RUN_ID;
 const rebuild = env.CLAIMWATCH_REBUILD;
