@@ -25,16 +25,7 @@ export function ClaimTrail({ name, label }: { name: string; label: string }) {
   return (
     <DataTable label={`Claim trail of ${label}`} columns={["When", "What", "Holder", "Fence"]}>
       {data.entries.map((entry) => (
-        <tr key={entry.id} className="border-t border-slate-100 align-top" data-trail={entry.kind}>
-          <td className="px-3 py-2 text-xs whitespace-nowrap">
-            <Time at={entry.at} />
-          </td>
-          <td className="px-3 py-2 text-sm">{describeTrailEntry(entry)}</td>
-          <td className="px-3 py-2 text-xs">
-            <HolderOf entry={entry} />
-          </td>
-          <td className="px-3 py-2 font-mono">{entry.fence ?? "–"}</td>
-        </tr>
+        <TrailRow key={entry.id} entry={entry} />
       ))}
     </DataTable>
   );
@@ -53,32 +44,44 @@ export function EndedClaims() {
       {data && data.entries.length > 0 ? (
         <DataTable label="Recently ended claims" columns={["Ended", "Claim", "How", "Holder", "Fence"]}>
           {data.entries.map((entry) => (
-            <tr key={entry.id} className="border-t border-slate-100 align-top" data-ended={entry.kind}>
-              <td className="px-3 py-2 text-xs whitespace-nowrap">
-                <Time at={entry.at} />
-              </td>
-              <td className="px-3 py-2">
-                {entry.holder.rebuild ? (
-                  <Link
-                    className="font-medium text-sky-700 underline"
-                    href={`${rebuildHref(entry.holder.rebuild, entry.holder.tenant)}#claim-trail`}
-                  >
-                    {entry.holder.rebuild}
-                    {entry.holder.tenant ? ` / ${entry.holder.tenant}` : ""}
-                  </Link>
-                ) : null}
-                <div className="font-mono text-xs break-all text-slate-500">{entry.name}</div>
-              </td>
-              <td className="px-3 py-2 text-sm">{describeTrailEntry(entry)}</td>
-              <td className="px-3 py-2 text-xs">
-                <HolderOf entry={entry} />
-              </td>
-              <td className="px-3 py-2 font-mono">{entry.fence ?? "–"}</td>
-            </tr>
+            <TrailRow key={entry.id} entry={entry} ended />
           ))}
         </DataTable>
       ) : null}
     </section>
+  );
+}
+
+/**
+ * One entry as a table row: when, what, holder, fence; in the `ended` list also which claim.
+ * The row carries its kind as `data-trail` (or `data-ended`).
+ */
+function TrailRow({ entry, ended = false }: { entry: TrailEntry; ended?: boolean }) {
+  return (
+    <tr className="border-t border-slate-100 align-top" {...{ [ended ? "data-ended" : "data-trail"]: entry.kind }}>
+      <td className="px-3 py-2 text-xs whitespace-nowrap">
+        <Time at={entry.at} />
+      </td>
+      {ended ? (
+        <td className="px-3 py-2">
+          {entry.holder.rebuild ? (
+            <Link
+              className="font-medium text-sky-700 underline"
+              href={`${rebuildHref(entry.holder.rebuild, entry.holder.tenant)}#claim-trail`}
+            >
+              {entry.holder.rebuild}
+              {entry.holder.tenant ? ` / ${entry.holder.tenant}` : ""}
+            </Link>
+          ) : null}
+          <div className="font-mono text-xs break-all text-slate-500">{entry.name}</div>
+        </td>
+      ) : null}
+      <td className="px-3 py-2 text-sm">{describeTrailEntry(entry)}</td>
+      <td className="px-3 py-2 text-xs">
+        <HolderOf entry={entry} />
+      </td>
+      <td className="px-3 py-2 font-mono">{entry.fence ?? "–"}</td>
+    </tr>
   );
 }
 

@@ -6,6 +6,7 @@ import { useEffect, useState } from "react";
 import { describeStale, staleReasons } from "@/lib/claims/stale";
 import type { ApiClaim, ApiClaimPage, ReleaseOutcome } from "@/lib/api/claims";
 import { apiFetch, claimsQuery, LIVE_POLL_MS, queryKeys, rebuildHref } from "@/lib/ui/queries";
+import { CursorPager } from "./cursor-pager";
 import { DataTable } from "./data-table";
 import { CancelJobButton } from "./operations";
 import { SearchBox } from "./search-box";
@@ -200,22 +201,7 @@ export function ClaimsTable({ initial, initialQ = "" }: { initial: ApiClaimPage 
           })}
         </DataTable>
       ) : null}
-      <div className="flex gap-2 text-sm">
-        {cursors.length > 1 ? (
-          <button type="button" className="rounded border px-2 py-1" onClick={() => setCursors(cursors.slice(0, -1))}>
-            Previous page
-          </button>
-        ) : null}
-        {data?.nextCursor ? (
-          <button
-            type="button"
-            className="rounded border px-2 py-1"
-            onClick={() => setCursors([...cursors, data.nextCursor])}
-          >
-            Next page
-          </button>
-        ) : null}
-      </div>
+      <CursorPager cursors={cursors} nextCursor={data?.nextCursor} onChange={setCursors} />
       {releasing ? (
         <ForceReleaseDialog
           claim={releasing}

@@ -15,6 +15,7 @@ import {
 } from "@/lib/ui/queries";
 import { SearchBox } from "./search-box";
 import { usePollEvery } from "./live-events";
+import { CursorPager } from "./cursor-pager";
 import { DataTable } from "./data-table";
 import { formatDurationMs } from "@/lib/ui/format";
 import { RunStrip, RunStripLegend } from "./run-strip";
@@ -77,22 +78,7 @@ export function RebuildsTable({ initial, initialQ = "" }: { initial: ApiRebuildP
           );
         })}
       </DataTable>
-      <div className="flex gap-2 text-sm">
-        {cursors.length > 1 ? (
-          <button type="button" className="rounded border px-2 py-1" onClick={() => setCursors(cursors.slice(0, -1))}>
-            Previous page
-          </button>
-        ) : null}
-        {data?.nextCursor ? (
-          <button
-            type="button"
-            className="rounded border px-2 py-1"
-            onClick={() => setCursors([...cursors, data.nextCursor])}
-          >
-            Next page
-          </button>
-        ) : null}
-      </div>
+      <CursorPager cursors={cursors} nextCursor={data?.nextCursor} onChange={setCursors} />
     </div>
   );
 }
