@@ -4,6 +4,7 @@
  * stream resumes after a cut (Last-Event-ID) with what was missed.
  */
 import { expect, test, type Request } from "@playwright/test";
+import { listLiveWorkers } from "../lib/workers/heartbeat";
 import { writeTestRun as upsertRun } from "../test/support/runs";
 import { holdClaim, stackRedis, type StackRedis } from "./support/live";
 import { operatorHeaders, stack } from "./support/stack";
@@ -59,6 +60,10 @@ test("a claim acquired and released elsewhere appears and disappears on Claims w
   await page.waitForLoadState("networkidle");
   const runId = "e2e-live-run-a1";
   const createdAt = Date.now();
+  // Held by the stack's live worker: a running record of a worker without a heartbeat is closed
+  // as aborted by the workers' sweep (lib/runs/abandoned.ts) — which raced this test once in CI.
+  const [worker] = await listLiveWorkers(redis.main, redis.keys);
+  expect(worker, "the stack's worker is live").toBeTruthy();
   await upsertRun(redis.main, redis.keys, {
     id: runId,
     jobId: "e2e-live-run",
@@ -68,6 +73,7 @@ test("a claim acquired and released elsewhere appears and disappears on Claims w
     createdAt,
     status: "running",
     startedAt: createdAt,
+    workerId: worker!.id,
   });
   const runRow = page.locator(`tr[data-run="${runId}"]`);
   await expect(runRow).toHaveAttribute("data-status", "running");
