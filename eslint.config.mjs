@@ -92,7 +92,16 @@ export default tseslint.config(
   js.configs.recommended,
   {
     files: ["**/*.mjs"],
-    languageOptions: { globals: { process: "readonly", console: "readonly", setTimeout: "readonly" } },
+    languageOptions: {
+      globals: {
+        process: "readonly",
+        console: "readonly",
+        setTimeout: "readonly",
+        setInterval: "readonly",
+        performance: "readonly",
+        Buffer: "readonly",
+      },
+    },
   },
   ...tseslint.configs.recommended,
   {

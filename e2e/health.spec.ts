@@ -49,5 +49,16 @@ test("stopping the Redis turns the banner red and /api/health 503; it recovers a
   } finally {
     process.kill(redisPid, "SIGCONT");
   }
-  await expect(banner).toHaveAttribute("data-health", "ok");
+  // Polled as "state: text" so a failure says which problem the banner still shows, and what the
+  // server says now (a stuck page and a stuck server are different bugs).
+  await expect
+    .poll(
+      async () => {
+        const now = await request.get(`${url}/api/health`, { timeout: 10_000 }).catch((e: Error) => e);
+        const server = now instanceof Error ? now.message : `${now.status()} ${await now.text()}`;
+        return `${await banner.getAttribute("data-health")}: ${await banner.innerText()} | server: ${server}`;
+      },
+      { timeout: 15_000 },
+    )
+    .toMatch(/^ok: /);
 });

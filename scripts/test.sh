@@ -60,6 +60,11 @@ suite() {
       else
         grep -aE -A8 '^ +[0-9]+\) ' "$log" | head -40
       fi
+      # What the e2e stack (launcher, web server, worker, Redis) logged last.
+      if [ "$name" = "e2e (Playwright, Chromium)" ] && [ -f test-results/e2e/launcher.log ]; then
+        echo "    last lines of the e2e stack's log (test-results/e2e/launcher.log):"
+        tail -n 30 test-results/e2e/launcher.log | sed 's/^/    | /'
+      fi
     } >>"$details"
   fi
 }

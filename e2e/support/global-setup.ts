@@ -58,6 +58,10 @@ export default async function globalSetup(): Promise<() => Promise<void>> {
     launcher.kill("SIGTERM");
     const code = await exited;
     const leftovers = await waitUntilGone(children, 5_000);
+    // Kept beside the test results, so a failed run shows what the stack logged (scripts/test.sh
+    // prints its tail when e2e fails).
+    fs.mkdirSync("test-results/e2e", { recursive: true });
+    fs.copyFileSync(path.join(dataDir, "launcher.log"), "test-results/e2e/launcher.log");
     fs.rmSync(dataDir, { recursive: true, force: true });
     if (code !== 0) throw new Error(`npm start exited ${code} on SIGTERM (expected 0)`);
     if (leftovers.length > 0) throw new Error(`processes left after npm start stopped: ${leftovers.join(", ")}`);

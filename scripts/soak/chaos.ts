@@ -4,8 +4,10 @@
  * longer than the claim TTL, a deploy and a Redis restart), plus random ones in between.
  *
  *   kill      SIGKILL a worker (preferably one running a job); a replacement starts at once
- *   pause     SIGSTOP a worker, SIGCONT after 0.3–1.5 s or 3–7 s (longer than the 2.5 s
- *             claim TTL; beyond 5 s also longer than BullMQ's job lock)
+ *   pause     SIGSTOP a worker, SIGCONT after 0.3–1.5 s or 3–9 s (longer than the 2.5 s
+ *             claim TTL; beyond 5 s also longer than BullMQ's job lock, when the worker's step
+ *             warden must end its steps: the sampler counts one alive after 6 s as escaped);
+ *             one guaranteed pause lasts 7.5–9 s (past the lock, so the warden is always tried)
  *   deploy    SIGTERM a worker (it hands its jobs back); a replacement starts at once
  *   redis     SIGTERM redis-server (AOF everysec, fsynced on shutdown), 0.3–2.5 s down, start
  *             it again on the same port with the same data
@@ -38,7 +40,8 @@ import {
   type WorkerPool,
 } from "./bed";
 
-export type ChaosKind = "kill" | "pause-short" | "pause-long" | "deploy" | "redis" | "redis-crash" | "force-release";
+export type ChaosKind =
+  "kill" | "pause-short" | "pause-long" | "pause-past-lock" | "deploy" | "redis" | "redis-crash" | "force-release";
 
 export interface ChaosAction {
   at: number;
@@ -73,6 +76,7 @@ export function chaosPlan(startedAt: number, durationMs: number, random: () => n
   const guaranteed: [number, ChaosKind][] = [
     [0.15, "kill"],
     [0.28, "pause-long"],
+    [0.48, "pause-past-lock"],
     [0.42, "redis"],
     [0.55, "deploy"],
     [0.68, "kill"],
@@ -169,7 +173,12 @@ export async function runChaos(options: ChaosOptions, plan: ChaosAction[]): Prom
       track(pool.stop(worker));
       replace();
     } else {
-      const ms = action.kind === "pause-long" ? CLAIM_TTL_MS + 500 + random() * 4_000 : 300 + random() * 1_200;
+      const ms =
+        action.kind === "pause-past-lock"
+          ? 7_500 + random() * 1_500
+          : action.kind === "pause-long"
+            ? CLAIM_TTL_MS + 500 + random() * 6_000
+            : 300 + random() * 1_200;
       worker.paused = true;
       pool.signal(worker, "SIGSTOP");
       events.record("pause", { pid: worker.pid, workerId: worker.id, ms: Math.round(ms), jobs });

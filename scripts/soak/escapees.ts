@@ -6,13 +6,16 @@
  * `escaped` event (the checker counts them). A run has ended when
  *   - the worker that ran it exited more than GRACE_MS ago (its steps must die with it), or
  *   - its record is final, written more than killGrace + GRACE_MS ago, by a worker that was never
- *     paused since the run started (a SIGSTOPped holder's step lives on until SIGCONT, by design,
- *     and another attempt may have written its record meanwhile).
+ *     paused since the run started (a briefly SIGSTOPped holder's step lives on until SIGCONT,
+ *     and another attempt may have written its record meanwhile), or
+ *   - its worker has been SIGSTOPped for longer than its job lock (+ GRACE_MS): by then the job is
+ *     another attempt's, and the worker's step warden must have ended the stopped worker's steps.
  */
 import fs from "node:fs";
 import type { Redis } from "ioredis";
 import type { RedisKeys } from "../../lib/redis/keys";
 import { isFinalStatus } from "../../lib/runs/transitions";
+import { DEFAULT_WORKER_OPTIONS } from "../../worker/rebuild-worker";
 import { KILL_GRACE_MS, type EventLog, type WorkerPool } from "./bed";
 
 const SAMPLE_MS = 500;
@@ -83,6 +86,12 @@ export class EscapeSampler {
         !pauses.some((p) => p.pid === worker.pid && p.t >= (Number.isFinite(run.startedAt) ? run.startedAt : 0))
       ) {
         why = `its run is ${run.status} since ${now - run.finishedAt} ms`;
+      } else if (worker?.paused) {
+        const since = Math.max(...pauses.filter((p) => p.pid === worker.pid).map((p) => p.t));
+        const lock = DEFAULT_WORKER_OPTIONS.lockDuration;
+        if (now - since > lock + GRACE_MS) {
+          why = `its worker ${worker.pid} has been SIGSTOPped for ${now - since} ms, past its ${lock} ms job lock (the step warden must have ended it)`;
+        }
       }
       if (why) {
         this.reported.add(pid);

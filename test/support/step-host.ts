@@ -1,16 +1,35 @@
 /**
  * A stand-in worker for containment tests: runs one `run` step with runCommandStep (the worker's
  * own code), prints "running" once the step is up and "aborted" after it aborted it (when
- * STEP_ABORT_AFTER_MS is set), and otherwise waits. Tests SIGKILL this process to see what its
- * step does when its worker dies.
+ * STEP_ABORT_AFTER_MS is set), and otherwise waits; at the end "step ended: ok" or the error.
+ * Tests SIGKILL, SIGSTOP or block this process to see what its step does when its worker dies
+ * or stops running.
  *   node --import tsx test/support/step-host.ts <script> <killGraceMs>
  */
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { runCommandStep } from "../../lib/rebuilds/steps/run-step";
+import { stepWarden } from "../../lib/rebuilds/steps/warden";
 
 const [script, grace] = process.argv.slice(2);
+// The warden's silence limit (the worker sets its job lock duration), and a blocked event loop:
+// STEP_HOST_BLOCK_MS of busy waiting, STEP_HOST_BLOCK_AFTER_MS after start.
+if (process.env.STEP_HOST_SILENCE_MS) stepWarden.setSilenceLimit(Number(process.env.STEP_HOST_SILENCE_MS));
+const blockMs = Number(process.env.STEP_HOST_BLOCK_MS ?? 0);
+if (blockMs > 0) {
+  setTimeout(
+    () => {
+      process.stdout.write("blocking\n");
+      const until = performance.now() + blockMs;
+      while (performance.now() < until) {
+        // a blocked event loop: no timer, no I/O, no beat to the warden
+      }
+      process.stdout.write("unblocked\n");
+    },
+    Number(process.env.STEP_HOST_BLOCK_AFTER_MS ?? 500),
+  );
+}
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), "cw-step-host-"));
 const controller = new AbortController();
 const abortAfter = Number(process.env.STEP_ABORT_AFTER_MS ?? NaN);
@@ -36,5 +55,7 @@ await runCommandStep(
     log: () => {},
     progress: () => {},
   },
-).catch(() => {});
-process.stdout.write("step ended\n");
+).then(
+  () => process.stdout.write("step ended: ok\n"),
+  (error: Error) => process.stdout.write(`step ended: ${error.name}: ${error.message}\n`),
+);

@@ -4,21 +4,21 @@
  * even when the worker is SIGKILLed or OOM-killed.
  *
  * Every step runs under a small shell init (STEP_INIT, below) whose only child is the program.
- * Its stdin is a pipe whose write end only the worker holds; a watcher subshell (deaf to TERM,
- * INT, HUP and QUIT, so no signal the step sends its group reaches it) reads it, and at EOF —
- * the worker died, however — SIGKILLs the step. Mechanisms, strongest first (chosen once per
- * worker by `detectContainment`):
+ * When the worker dies — however — or stops running for longer than its job lock (blocked,
+ * SIGSTOPped), the worker's step warden (warden.ts, one process per worker) SIGKILLs its steps.
+ * Mechanisms, strongest first (chosen once per worker by `detectContainment`):
  *
  *  - `pid-namespace`: `unshare [--user --map-root-user] --pid --fork --kill-child -- sh -c INIT …`.
  *    The init is pid 1 of a new PID namespace. Nothing can leave a PID namespace (setsid and
  *    double forks only change the session or the parent), and when its pid 1 exits the kernel
  *    SIGKILLs every process in it and reaps them before pid 1's parent sees the exit. So the step
  *    ends when its program ends, whatever it left behind, and `unshare`'s exit means the
- *    namespace is empty. `--kill-child` ends the namespace if `unshare` itself is killed. As root
+ *    namespace is empty. `--kill-child` ends the namespace if `unshare` itself is killed (the
+ *    warden kills the init first anyway). As root
  *    this needs util-linux's `unshare`; as non-root the kernel must allow unprivileged user
  *    namespaces (`--user --map-root-user`).
  *  - `process-group`: the fallback when no PID namespace can be made. The step's process group
- *    is SIGKILLed when the program ends and by the watcher when the worker dies; a `setsid`
+ *    is SIGKILLed when the program ends and by the warden when the worker dies; a `setsid`
  *    daemon escapes it. The worker says so (Workers page, health banner).
  *
  * Signals go to the init, never to the group (a program must get one SIGTERM, not two): the init
@@ -30,7 +30,10 @@
  * hierarchy exists (cgroup v1 controllers, or v2 with the controller delegated): each step gets
  * its own cgroup, joined by INIT before the program starts, and removed when the step ends. A step
  * over a limit is found by the cgroup's own counters (`oom_kill`, `pids.events max`). The init
- * and its watcher count against a `pids` limit (two processes).
+ * counts against a `pids` limit (one process).
+ *
+ * Cost: a process creation is the price of a step here (~6 ms on these machines). A step costs
+ * `unshare`, its forked init and the program: the init has no other child.
  */
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
@@ -57,10 +60,10 @@ export const CGROUP_JOIN_FAILED_LINE = "claimwatch-init: cannot join the step's 
 
 /**
  *   sh -c INIT init <cgroup dirs, ':'-separated, or ''> <program> [args…]
- * Joins the step's cgroups (`0` is "the writing process"), starts the watcher and the program,
- * passes SIGTERM on to the program (also one that came before it was forked), and exits with the
- * program's status (128 + signal when it was killed; 127: program not found). The program's stdin
- * is /dev/null; with `resetSignals` it starts with every signal at its default (a background job
+ * Joins the step's cgroups (`0` is "the writing process"), starts the program, passes SIGTERM on
+ * to it (also one that came before it was forked), and exits with the program's status (128 +
+ * signal when it was killed; 127: program not found). The program's stdin is /dev/null (so is
+ * the init's); with `resetSignals` it starts with every signal at its default (a background job
  * of a non-interactive shell would start with SIGINT and SIGQUIT ignored, and the init ignores
  * INT, HUP and QUIT itself): `env --default-signal` (coreutils ≥ 8.31).
  */
@@ -68,13 +71,9 @@ export function stepInit(resetSignals: boolean): string {
   return [
     `cg=$1; shift; IFS=:; for d in $cg; do echo 0 > "$d/cgroup.procs" || { echo "${CGROUP_JOIN_FAILED_LINE} $d" >&2; exit 125; }; done; unset IFS`,
     "c=; t=",
-    "trap 'kill -KILL 0 2>/dev/null; exit 137' USR1",
     'trap \'t=1; [ -n "$c" ] && kill -TERM "$c" 2>/dev/null\' TERM',
     "trap '' INT HUP QUIT",
-    "exec 3<&0 </dev/null",
-    "(trap '' TERM INT HUP QUIT; read _; kill -USR1 $$) <&3 3<&- &",
-    `${resetSignals ? "env --default-signal " : ""}"$@" 3<&- & c=$!`,
-    "exec 3<&-",
+    `${resetSignals ? "env --default-signal " : ""}"$@" & c=$!`,
     '[ -n "$t" ] && kill -TERM "$c" 2>/dev/null',
     'while :; do wait "$c"; s=$?; kill -0 "$c" 2>/dev/null || exit "$s"; done',
   ].join("\n");

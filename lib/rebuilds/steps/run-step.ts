@@ -12,6 +12,7 @@ import path from "node:path";
 import type { RunStep } from "../definitions";
 import { CGROUP_JOIN_FAILED_LINE, detectContainment, StepCgroups, type Containment } from "./containment";
 import { expandPlaceholders, StepFailedError, TransientStepError, type StepContext } from "./context";
+import { STEP_OF_VARIABLE, stepWarden } from "./warden";
 
 /** Longest log line kept; longer lines are cut (binary output must not flood the log). */
 const MAX_LINE = 2_000;
@@ -99,6 +100,7 @@ export async function runCommandStep(
     CLAIMWATCH_TENANT: context.tenant ?? "",
     CLAIMWATCH_RUN_ID: context.runId,
     CLAIMWATCH_FENCE: String(context.fence),
+    [STEP_OF_VARIABLE]: String(process.pid),
   };
 
   let cgroups: StepCgroups | null = null;
@@ -113,13 +115,13 @@ export async function runCommandStep(
   const child = spawn(argv[0]!, [...argv.slice(1), program!, ...args], {
     cwd,
     env,
-    // stdin: the pipe whose end tells the step's init that this worker died (containment.ts).
-    stdio: ["pipe", "pipe", "pipe"],
+    stdio: ["ignore", "pipe", "pipe"],
     detached: true, // a process group of its own
   });
-  child.stdin!.on("error", () => {}); // EPIPE once the step has ended
   const live: LiveStep = { child, containment };
   liveSteps.add(live);
+  // The warden ends the step if this worker dies or stops running (warden.ts).
+  const wardenId = child.pid === undefined ? null : stepWarden.watch(child.pid, containment.mode === "process-group");
   let joinFailed = false;
   const pipeLines = (stream: NodeJS.ReadableStream, label: string) => {
     let rest = "";
@@ -165,14 +167,21 @@ export async function runCommandStep(
     context.signal.removeEventListener("abort", onAbort);
     if (killTimer) clearTimeout(killTimer);
     liveSteps.delete(live);
-    child.stdin!.destroy();
   }
+  // Killed by the warden: this worker stopped running past its job lock (the attempt is
+  // handed to another worker; another attempt may do it) — never the program's own failure.
+  const wardenKill =
+    wardenId !== null && (outcome.signal === "SIGKILL" || outcome.code === 137)
+      ? await stepWarden.killedBecause(wardenId)
+      : null;
+  if (wardenId !== null) stepWarden.forget(wardenId);
   const limitHit = cgroups?.limitHit() ?? null;
   const cgroupsLeft = (await cgroups?.remove()) ?? [];
   if (cgroupsLeft.length > 0)
     context.log(`[${step.name}] could not remove cgroup(s) ${cgroupsLeft.join(", ")}: processes still in them`);
 
   context.signal.throwIfAborted();
+  if (wardenKill) throw new TransientStepError(`step ${step.name} was killed by the step warden: ${wardenKill}`);
   if (outcome.error) {
     const code = (outcome.error as NodeJS.ErrnoException).code;
     if (code === "ENOENT")

@@ -1,0 +1,111 @@
+/**
+ * The step warden: one small process per worker that ends the worker's steps when the worker
+ * can no longer do it itself. Plain JavaScript, no imports beyond Node: it starts in one Node
+ * start-up, once per worker, and costs a step nothing but a line on a pipe.
+ *
+ *   node warden-main.mjs <worker pid>
+ *
+ * It reads lines from the worker on stdin (protocol in warden.ts):
+ *   silence <ms>          the longest the worker may go without a line (0: no limit)
+ *   watch <id> <pid> <g>  a step: SIGKILL `pid` and what it started (`g` 1: its process group;
+ *                         0: `pid` is `unshare --kill-child`, so its child, the PID namespace's
+ *                         init, goes first and the kernel ends the rest of the namespace)
+ *   forget <id>           the step ended
+ *   beat                  the worker's event loop ran
+ * and writes `killed <id> <reason>` for each step it ends.
+ *
+ * Two rules:
+ *  - EOF: the worker died (SIGKILL, OOM, a crash): every step it ran dies now — the watched
+ *    ones, and any process whose environment says it is a step of this worker
+ *    (`CLAIMWATCH_STEP_OF=<worker pid>`), which covers a step spawned a moment before the
+ *    worker died and not yet announced. Then the warden exits.
+ *  - Silence: the worker has not run for `silence` ms (its event loop is blocked, or it is
+ *    SIGSTOPped without this process, which has a process group of its own). Its job lock has
+ *    run out by then, so BullMQ hands the job to another attempt, which may take the claim over
+ *    at once: the old attempt's steps must not write beside it. Every watched step dies.
+ *
+ * SIGTERM, SIGINT and SIGHUP are ignored: the warden ends when the worker does (EOF), never
+ * before it, whatever a terminal or a deploy sends.
+ */
+import fs from "node:fs";
+
+const workerPid = Number(process.argv[2]);
+/** @type {Map<string, { pid: number; group: boolean }>} */
+const watched = new Map();
+let silenceMs = 0;
+let lastLine = performance.now();
+
+for (const signal of ["SIGTERM", "SIGINT", "SIGHUP"]) process.on(signal, () => {});
+
+function send(signal, pid) {
+  try {
+    process.kill(pid, signal);
+  } catch {
+    // gone already
+  }
+}
+
+function childrenOf(pid) {
+  try {
+    return fs.readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").trim().split(/\s+/).filter(Boolean).map(Number);
+  } catch {
+    return [];
+  }
+}
+
+function killStep(id, reason) {
+  const step = watched.get(id);
+  if (!step) return;
+  watched.delete(id);
+  if (step.group) send("SIGKILL", -step.pid);
+  else {
+    for (const init of childrenOf(step.pid)) send("SIGKILL", init);
+    send("SIGKILL", step.pid);
+  }
+  process.stdout.write(`killed ${id} ${reason}\n`);
+}
+
+/** Processes that say they are steps of this worker (their environment), for the EOF sweep. */
+function markedSteps() {
+  const needle = Buffer.from(`\0CLAIMWATCH_STEP_OF=${workerPid}\0`);
+  const found = [];
+  for (const entry of fs.readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry) || Number(entry) === process.pid) continue;
+    try {
+      const environ = Buffer.concat([Buffer.from("\0"), fs.readFileSync(`/proc/${entry}/environ`), Buffer.from("\0")]);
+      if (environ.includes(needle)) found.push(Number(entry));
+    } catch {
+      // exited meanwhile, or not ours
+    }
+  }
+  return found;
+}
+
+let rest = "";
+process.stdin.setEncoding("utf8");
+process.stdin.on("data", (chunk) => {
+  lastLine = performance.now();
+  const lines = (rest + chunk).split("\n");
+  rest = lines.pop() ?? "";
+  for (const line of lines) {
+    const [command, id, pid, group] = line.split(" ");
+    if (command === "watch" && id) watched.set(id, { pid: Number(pid), group: group === "1" });
+    else if (command === "forget" && id) watched.delete(id);
+    else if (command === "silence") silenceMs = Number(id) || 0;
+  }
+});
+process.stdin.on("end", () => {
+  for (const id of [...watched.keys()]) killStep(id, "the worker exited");
+  // Twice: a marked process may fork while the first sweep runs.
+  for (let round = 0; round < 2; round++) for (const pid of markedSteps()) send("SIGKILL", pid);
+  process.exit(0);
+});
+
+setInterval(() => {
+  if (silenceMs <= 0 || watched.size === 0) return;
+  const silent = performance.now() - lastLine;
+  if (silent < silenceMs) return;
+  for (const id of [...watched.keys()]) {
+    killStep(id, `the worker did not run for ${Math.round(silent)} ms (limit ${silenceMs} ms: its job lock ran out)`);
+  }
+}, 100);

@@ -1,0 +1,161 @@
+/**
+ * The step warden, the worker's dead-man switch (lib/rebuilds/steps/warden.ts): a worker that
+ * stops running for longer than its job lock — event loop blocked, or SIGSTOPped alone — has
+ * its jobs handed to other attempts, so its steps are SIGKILLed while it is still stuck, and the
+ * step then reports why. A worker that keeps running keeps its steps. Real processes: a stand-in
+ * worker (test/support/step-host.ts) and, at the end, real workers on a real Redis, where the
+ * same job's next attempt takes the claim over at once and must never write beside the old step.
+ */
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import fs from "node:fs";
+import path from "node:path";
+import { after, before, describe, test } from "node:test";
+import { killMarkedProcesses, newMarker, pidsWithMarker } from "../support/markers";
+import { waitForLine } from "../support/processes";
+import { createTestBed, type TestBed } from "../support/stack";
+
+after(() => killMarkedProcesses());
+
+/** A TERM-deaf step with a TERM-deaf background child and a setsid daemon. */
+const STUBBORN = "(trap '' TERM; sleep 600) & setsid sleep 600 & trap '' TERM; while :; do sleep 0.2; done";
+
+function host(script: string, env: Record<string, string>) {
+  const marker = newMarker();
+  const child = spawn(process.execPath, ["--import", "tsx", "test/support/step-host.ts", script, "30000"], {
+    env: { ...process.env, ...env, [marker.name]: marker.value },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let output = "";
+  child.stdout!.on("data", (chunk: Buffer) => (output += chunk.toString()));
+  /** The step's processes: everything with the marker but the host itself. */
+  const stepPids = () => pidsWithMarker(marker).filter((pid) => pid !== child.pid);
+  return { child, stepPids, output: () => output };
+}
+
+async function until(check: () => boolean, timeoutMs: number, what: string): Promise<void> {
+  const deadline = performance.now() + timeoutMs;
+  while (!check()) {
+    if (performance.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+describe("a stand-in worker and its warden", () => {
+  test("its event loop blocked past the limit: the step and all it started die while it is still blocked; the step says why", async () => {
+    const h = host(STUBBORN, {
+      STEP_HOST_SILENCE_MS: "1000",
+      STEP_HOST_BLOCK_MS: "12000",
+      STEP_HOST_BLOCK_AFTER_MS: "800",
+    });
+    try {
+      await waitForLine(h.child, /^blocking/, 60_000);
+      assert.ok(h.stepPids().length >= 3, "the step and its children run");
+      await until(() => h.stepPids().length === 0, 10_000, "the step's processes to end");
+      assert.doesNotMatch(h.output(), /unblocked/, "they ended while the worker was still blocked");
+      await waitForLine(h.child, /^step ended/, 60_000);
+      assert.match(
+        h.output(),
+        /step ended: TransientStepError: step hosted was killed by the step warden: the worker did not run for \d+ ms/,
+      );
+    } finally {
+      h.child.kill("SIGKILL");
+    }
+  });
+
+  test("SIGSTOPped alone past the limit: the step dies; after SIGCONT the step says the warden ended it", async () => {
+    const h = host(STUBBORN, { STEP_HOST_SILENCE_MS: "1000" });
+    try {
+      await waitForLine(h.child, /^running/, 60_000);
+      await until(() => h.stepPids().length >= 3, 10_000, "the step and its children");
+      process.kill(h.child.pid!, "SIGSTOP");
+      await until(() => h.stepPids().length === 0, 10_000, "the step's processes to end");
+      process.kill(h.child.pid!, "SIGCONT");
+      await waitForLine(h.child, /^step ended/, 60_000);
+      assert.match(h.output(), /step ended: TransientStepError: .*killed by the step warden/);
+    } finally {
+      h.child.kill("SIGCONT");
+      h.child.kill("SIGKILL");
+    }
+  });
+
+  test("a worker that keeps running keeps its step, however long the step takes", async () => {
+    const h = host("sleep 3; echo fine", { STEP_HOST_SILENCE_MS: "1000" });
+    await waitForLine(h.child, /^step ended/, 60_000);
+    assert.match(h.output(), /step ended: ok/);
+  });
+});
+
+describe("real workers: the same job's next attempt takes the claim over at once", () => {
+  let bed: TestBed;
+  const journal = () => path.join(bed.dir, "journal.txt");
+  before(async () => {
+    bed = await createTestBed({
+      steady: {
+        output: "out/steady",
+        // A long TTL: only the same job's takeover lets the next attempt in while the first is stuck.
+        claim: { ttl: "60s", refreshEvery: "2s" },
+        timeLimit: "2m",
+        retries: { attempts: 3, backoff: "200ms", maxBackoff: "1s" },
+        steps: [
+          {
+            name: "write",
+            // TERM-deaf, writing a timestamped line every 0.1 s to a file outside its work dir.
+            run: [
+              "sh",
+              "-c",
+              'trap "" TERM; i=0; while [ $i -lt 60 ]; do echo "$CLAIMWATCH_RUN_ID $(date +%s%N)" >> "$JOURNAL"; sleep 0.1; i=$((i+1)); done',
+            ],
+            env: { JOURNAL: "{output}/../../journal.txt" },
+            killGrace: "1s",
+          },
+        ],
+      },
+    });
+  });
+  after(() => bed.close());
+
+  test("a worker SIGSTOPped mid-step: the old step's last write comes before the next attempt's first", async () => {
+    const stuck = await bed.startWorker();
+    const jobId = await bed.trigger("steady", { version: "v-stuck" });
+    const first = await bed.waitForRun((r) => r.jobId === jobId && r.status === "running" && r.fence !== null, 30_000);
+    await until(
+      () => fs.existsSync(journal()) && fs.readFileSync(journal(), "utf8").includes(first.id),
+      30_000,
+      "the first write",
+    );
+    process.kill(stuck.pid, "SIGSTOP");
+    const next = await bed.startWorker();
+    try {
+      const taken = await bed.waitForRun(
+        (r) => r.jobId === jobId && r.attempt > first.attempt && r.status === "running" && r.fence !== null,
+        60_000,
+        "the next attempt running",
+      );
+      await bed.waitForRun((r) => r.id === taken.id && r.status === "rebuilt", 60_000, "the next attempt rebuilt");
+      process.kill(stuck.pid, "SIGCONT");
+      await bed.waitForRun(
+        (r) => r.id === first.id && r.status !== "running",
+        60_000,
+        "the stuck attempt's final record",
+      );
+      const lines = fs
+        .readFileSync(journal(), "utf8")
+        .trim()
+        .split("\n")
+        .map((line) => line.split(" "))
+        .map(([run, ns]) => ({ run: run!, ms: Number(BigInt(ns!) / 1_000_000n) }));
+      const old = lines.filter((l) => l.run === first.id).map((l) => l.ms);
+      const fresh = lines.filter((l) => l.run === taken.id).map((l) => l.ms);
+      assert.ok(old.length > 0 && fresh.length > 0, "both attempts wrote");
+      assert.ok(
+        Math.max(...old) < Math.min(...fresh),
+        `the stuck attempt wrote until ${Math.max(...old)}, the next one from ${Math.min(...fresh)}: ` +
+          `${old.filter((ms) => ms >= Math.min(...fresh)).length} writes overlapped`,
+      );
+    } finally {
+      await stuck.stop("SIGKILL");
+      await next.stop();
+    }
+  });
+});
