@@ -7,7 +7,9 @@
  *   and gets what it missed (`backlog`) — or `gap: true` when that part was trimmed away.
  * - Derived events, sent to this process's clients only: a claim whose TTL ran out without a
  *   release (`claim.expired`, checked only for claims past their expected end, one pipelined
- *   `GET` per check), and a changed health report (one probe every 2 s while anyone listens).
+ *   `GET` per check), and a changed health report (one probe every 2 s while anyone listens; the
+ *   newest report also goes out with every SSE heartbeat, so a page that missed a change, or
+ *   holds an older fetch, is set right within one heartbeat).
  */
 import type { Redis } from "ioredis";
 import type { HealthReport } from "../health/health";
@@ -251,10 +253,10 @@ export class EventHub {
     try {
       const report = await this.sources.health();
       const key = JSON.stringify([report.ok, report.workers, report.problems, this.live]);
-      if (key !== this.lastHealth?.key) {
-        this.lastHealth = { key, report };
-        this.dispatch({ id: null, event: { type: "health", report, at: Date.now() } });
-      }
+      const changed = key !== this.lastHealth?.key;
+      // Always the newest report (each SSE heartbeat carries it); an event only on a change.
+      this.lastHealth = { key, report };
+      if (changed) this.dispatch({ id: null, event: { type: "health", report, at: Date.now() } });
     } catch {
       // currentHealth never throws; a failure here only delays the next report
     } finally {

@@ -5,8 +5,8 @@
  * `id: <main>/<claims>` (the resume position). First comes `event: ready` with
  * `{ position, resumed, gap }`: `resumed` when the `Last-Event-ID` (header, or `lastEventId`
  * query for a new EventSource) was honoured and what was missed follows; otherwise (first
- * connection, or `gap`) the client re-reads its data once. A comment line every 15 s keeps
- * proxies and load balancers from closing an idle connection; `retry: 1000` asks the browser
+ * connection, or `gap`) the client re-reads its data once. A comment line and the newest health
+ * report every 15 s keep proxies and load balancers from closing an idle connection; `retry: 1000` asks the browser
  * to reconnect after 1 s. A client too slow to take its events is cut (it resumes).
  */
 import type { EventHub, HubMessage, StreamPosition } from "./hub";
@@ -78,7 +78,12 @@ export async function eventStreamResponse(hub: EventHub, request: Request): Prom
         if (pending) pending.push(message);
         else send(frame(message));
       });
-      const heartbeat = setInterval(() => send(`: ping ${Date.now()}\n\n`), HEARTBEAT_EVERY_MS);
+      // The heartbeat: a comment, and the newest health report (the page keeps the newer one).
+      const heartbeat = setInterval(() => {
+        const health = hub.latestHealth;
+        send(`: ping ${Date.now()}\n\n`);
+        if (health) send(frame({ id: null, event: { type: "health", report: health, at: Date.now() } }));
+      }, HEARTBEAT_EVERY_MS);
       cleanup = () => {
         if (closed) return;
         closed = true;

@@ -20,6 +20,11 @@ export interface HealthReport {
   problems: string[];
   /** Alerts firing now (lib/alerts); absent for anonymous callers or when not read. */
   alertsFiring?: number;
+  /**
+   * When the probes behind this report were sent (this server's clock, ms): of two reports the
+   * page holds the later one, so a probe sent while Redis hung cannot overwrite a newer verdict.
+   */
+  checkedAt?: number;
 }
 
 export interface HealthProbes {
@@ -37,6 +42,7 @@ async function bounded<T>(work: Promise<T>, fallback: T, ms: number): Promise<T>
 }
 
 export async function checkHealth(probes: HealthProbes, deadlineMs = HEALTH_DEADLINE_MS): Promise<HealthReport> {
+  const checkedAt = Date.now();
   const late: RedisSafety = { ok: false, error: `no answer within ${deadlineMs} ms` };
   const [redis, claimsRedis, workers] = await Promise.all([
     bounded(inspectRedis(probes.main), late, deadlineMs),
@@ -46,13 +52,13 @@ export async function checkHealth(probes: HealthProbes, deadlineMs = HEALTH_DEAD
   const problems = [...safetyProblems("Redis", redis), ...safetyProblems("Claims Redis", claimsRedis)];
   const ok = redis.ok && claimsRedis.ok;
   if (ok && workers === 0) problems.push("No worker is running: rebuilds will wait in the queue");
-  return { ok, redis, claimsRedis, workers, problems };
+  return { ok, redis, claimsRedis, workers, problems, checkedAt };
 }
 
 /** An unconfigured process reports like an unreachable Redis, with the reason. */
 export function unconfiguredHealth(reason: string): HealthReport {
   const down: RedisSafety = { ok: false, error: reason };
-  return { ok: false, redis: down, claimsRedis: down, workers: null, problems: [reason] };
+  return { ok: false, redis: down, claimsRedis: down, workers: null, problems: [reason], checkedAt: Date.now() };
 }
 
 /** The report for anonymous callers: the verdict and settings, without messages that name hosts or paths. */
@@ -64,5 +70,6 @@ export function publicHealth(report: HealthReport): HealthReport {
     claimsRedis: redact(report.claimsRedis),
     workers: report.workers,
     problems: report.problems.length ? [`${report.problems.length} problem(s); log in to see them`] : [],
+    ...(report.checkedAt === undefined ? {} : { checkedAt: report.checkedAt }),
   };
 }

@@ -11,7 +11,7 @@ import type { DeliveredEvent } from "../events/types";
 import type { HealthReport } from "../health/health";
 import type { RunPage } from "../runs/list";
 import type { RunRecord } from "../runs/types";
-import { queryKeys, type RunsFilter } from "./queries";
+import { newerHealth, queryKeys, type RunsFilter } from "./queries";
 
 /** Invalidations of the same key within this window become one re-read. */
 const COALESCE_MS = 200;
@@ -109,7 +109,7 @@ export class LiveCache {
         break;
       case "health": {
         const before = this.client.getQueryData<HealthReport>(queryKeys.health());
-        this.client.setQueryData(queryKeys.health(), event.report);
+        this.client.setQueryData(queryKeys.health(), newerHealth(before, event.report));
         if (before && before.workers !== event.report.workers) {
           // A worker came or went (also one that died without saying so): holders may be stale now.
           this.invalidateSoon(queryKeys.workers());

@@ -2,7 +2,7 @@
  * The UI's query-key factory and query builders (general → specific keys, so a mutation can
  * invalidate by prefix) and the fetch helpers of the HTTP API. Browser-side; never imports Redis.
  */
-import { keepPreviousData, queryOptions } from "@tanstack/react-query";
+import { keepPreviousData, queryOptions, replaceEqualDeep } from "@tanstack/react-query";
 import type { AuditPage } from "../audit/list";
 import type { AlertsView } from "../alerts/read";
 import type { ApiClaimPage, TrailEntry } from "../api/claims";
@@ -105,12 +105,25 @@ const withQuery = (path: string, params: Record<string, string | undefined>) => 
   return text ? `${path}?${text}` : path;
 };
 
+/**
+ * Of the report held and one arriving (a fetch, a live event), the one whose probes were sent
+ * later: a fetch sent while Redis hung may answer after the event that said it is back.
+ */
+export function newerHealth(held: HealthReport | undefined, arriving: HealthReport): HealthReport {
+  if (held?.checkedAt !== undefined && arriving.checkedAt !== undefined && held.checkedAt > arriving.checkedAt) {
+    return held;
+  }
+  return arriving;
+}
+
 export const healthQuery = () =>
   queryOptions({
     queryKey: queryKeys.health(),
     // 503 carries a full report (Redis down): show it rather than treating it as a fetch error.
     queryFn: () => apiFetch<HealthReport>("/api/health", {}, [503]),
     refetchInterval: HEALTH_POLL_MS,
+    structuralSharing: (held, arriving) =>
+      replaceEqualDeep(held, newerHealth(held as HealthReport | undefined, arriving as HealthReport)),
   });
 
 export const claimsQuery = (cursor: string | null, q = "") =>
