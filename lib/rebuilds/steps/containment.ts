@@ -3,7 +3,8 @@
  * grandchildren, double-forked and `setsid` daemons included — and dies at once with the worker,
  * even when the worker is SIGKILLed or OOM-killed.
  *
- * Every step runs under a small shell init (STEP_INIT, below) whose only child is the program.
+ * Every step runs under a small shell init (`namespaceInit` or `groupInit`, below) whose only
+ * child is the program.
  * When the worker dies — however — or stops running for longer than its job lock (blocked,
  * SIGSTOPped), the worker's step warden (warden.ts, one process per worker) SIGKILLs its steps.
  * Mechanisms, strongest first (chosen once per worker by `detectContainment`):
@@ -21,10 +22,12 @@
  *    is SIGKILLed when the program ends and by the warden when the worker dies; a `setsid`
  *    daemon escapes it. The worker says so (Workers page, health banner).
  *
- * Signals go to the init, never to the group (a program must get one SIGTERM, not two): the init
- * passes SIGTERM on (pid 1 of a namespace gets no signal it has no handler for) and remembers
- * one that came before the program was forked. SIGKILL goes to the init in a namespace (the
- * kernel then ends the rest) and to the whole group otherwise.
+ * SIGTERM goes to the program alone, never to the group (a program must get one SIGTERM, not
+ * two): in a namespace the worker sends it to the init's child, the program (the init, pid 1 of
+ * the namespace, has no handler, so the kernel keeps every signal but SIGKILL from it); in
+ * process-group mode to the init, which passes it on and remembers one that came before the
+ * program was forked. SIGKILL goes to the init in a namespace (the kernel then ends the rest)
+ * and to the whole group otherwise.
  *
  * cgroups are used for resource limits (`memory`, `pids` of a step), where a writable memory/pids
  * hierarchy exists (cgroup v1 controllers, or v2 with the controller delegated): each step gets
@@ -32,8 +35,10 @@
  * over a limit is found by the cgroup's own counters (`oom_kill`, `pids.events max`). The init
  * counts against a `pids` limit (one process).
  *
- * Cost: a process creation is the price of a step here (~6 ms on these machines). A step costs
- * `unshare`, its forked init and the program: the init has no other child.
+ * Cost (`npm run bench:steps`): in a namespace a step is `unshare`, its forked init and the
+ * program in the init's foreground — no watcher, no `env` exec (the init sets no trap, so the
+ * program starts with every signal at its default, and its foreground child is not a background
+ * job, whose SIGINT and SIGQUIT a shell would ignore).
  */
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
@@ -45,7 +50,7 @@ export interface Containment {
   mode: ContainmentMode;
   /** The argv prefix that runs INIT under this containment (before `sh -c INIT …`). */
   prefix: string[];
-  /** The init script for this host (`stepInit`). */
+  /** The init script for this mode (`namespaceInit` or `groupInit`). */
   init: string;
   /** One line for operators: what is enforced, and what is not. */
   detail: string;
@@ -58,8 +63,21 @@ export type LimitController = "memory" | "pids";
 /** Printed by INIT (stderr) when it cannot join a step cgroup; it then exits 125. */
 export const CGROUP_JOIN_FAILED_LINE = "claimwatch-init: cannot join the step's cgroup";
 
+const JOIN_CGROUPS = `cg=$1; shift; IFS=:; for d in $cg; do echo 0 > "$d/cgroup.procs" || { echo "${CGROUP_JOIN_FAILED_LINE} $d" >&2; exit 125; }; done; unset IFS`;
+
 /**
  *   sh -c INIT init <cgroup dirs, ':'-separated, or ''> <program> [args…]
+ * The init of a PID namespace: joins the step's cgroups, runs the program in its foreground and
+ * exits with its status (128 + signal when it was killed; 127: not found). It sets no trap: as
+ * pid 1 of the namespace it gets no signal but SIGKILL anyway (SIGTERM goes to the program), and
+ * the program inherits every signal at its default. `exit` after it keeps `sh` from exec'ing the
+ * program in its own place (the program must not be pid 1: pid 1 ignores unhandled signals).
+ */
+export const namespaceInit = [JOIN_CGROUPS, '"$@"', "exit $?"].join("\n");
+
+/**
+ *   sh -c INIT init <cgroup dirs, ':'-separated, or ''> <program> [args…]
+ * The init of process-group mode (a normal process, not pid 1).
  * Joins the step's cgroups (`0` is "the writing process"), starts the program, passes SIGTERM on
  * to it (also one that came before it was forked), and exits with the program's status (128 +
  * signal when it was killed; 127: program not found). The program's stdin is /dev/null (so is
@@ -67,9 +85,9 @@ export const CGROUP_JOIN_FAILED_LINE = "claimwatch-init: cannot join the step's 
  * of a non-interactive shell would start with SIGINT and SIGQUIT ignored, and the init ignores
  * INT, HUP and QUIT itself): `env --default-signal` (coreutils ≥ 8.31).
  */
-export function stepInit(resetSignals: boolean): string {
+export function groupInit(resetSignals: boolean): string {
   return [
-    `cg=$1; shift; IFS=:; for d in $cg; do echo 0 > "$d/cgroup.procs" || { echo "${CGROUP_JOIN_FAILED_LINE} $d" >&2; exit 125; }; done; unset IFS`,
+    JOIN_CGROUPS,
     "c=; t=",
     'trap \'t=1; [ -n "$c" ] && kill -TERM "$c" 2>/dev/null\' TERM',
     "trap '' INT HUP QUIT",
@@ -96,8 +114,7 @@ export function detectContainment(): Containment {
     );
   }
   const limits = detectLimitControllers();
-  const resetSignals = works(["env", "--default-signal", "true"]);
-  const init = stepInit(resetSignals);
+
   const candidates: { prefix: string[]; detail: string }[] =
     forced === "process-group"
       ? []
@@ -113,7 +130,13 @@ export function detectContainment(): Containment {
         ];
   for (const candidate of candidates) {
     if (works([...candidate.prefix, "true"])) {
-      detected = { mode: "pid-namespace", prefix: candidate.prefix, init, detail: candidate.detail, limits };
+      detected = {
+        mode: "pid-namespace",
+        prefix: candidate.prefix,
+        init: namespaceInit,
+        detail: candidate.detail,
+        limits,
+      };
       return detected;
     }
   }
@@ -124,7 +147,7 @@ export function detectContainment(): Containment {
   detected = {
     mode: "process-group",
     prefix: [],
-    init,
+    init: groupInit(works(["env", "--default-signal", "true"])),
     detail: `process group only (${why}): a setsid daemon can outlive its step`,
     limits,
   };

@@ -2,8 +2,7 @@
  * `run` steps: an argv array, executed without a shell (a user who wants one writes `sh -c`).
  * Output goes to the run log line by line. The program runs under the worker's containment
  * (containment.ts): the step ends when the program ends, and nothing it started outlives the step.
- * On abort: SIGTERM to the program (and its process group), SIGKILL to everything after
- * `killGrace`. Exit codes listed in `transientExitCodes` are transient.
+ * On abort: SIGTERM to the program, SIGKILL to everything after `killGrace`. Exit codes listed in `transientExitCodes` are transient.
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
@@ -46,6 +45,10 @@ export function killAllSteps(): number {
 function initPid(step: LiveStep): number | null {
   const pid = step.child.pid!;
   if (step.containment.mode === "process-group") return pid;
+  return firstChild(pid);
+}
+
+function firstChild(pid: number): number | null {
   try {
     const children = fs.readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").trim().split(/\s+/);
     return children[0] ? Number(children[0]) : null;
@@ -54,15 +57,19 @@ function initPid(step: LiveStep): number | null {
   }
 }
 
-/** SIGTERM to the init, which passes it on to the program; retried until the init exists. */
+/**
+ * SIGTERM to the program alone: in a namespace the init's only child (its init, pid 1, would not
+ * get it); in process-group mode the init, which passes it on. Retried until the program exists.
+ */
 function terminateStep(step: LiveStep, until: () => boolean): void {
   const init = initPid(step);
-  if (init === null) {
+  const target = init === null || step.containment.mode === "process-group" ? init : firstChild(init);
+  if (target === null) {
     if (!until()) setTimeout(() => terminateStep(step, until), 20);
     return;
   }
   try {
-    process.kill(init, "SIGTERM");
+    process.kill(target, "SIGTERM");
   } catch {
     // ended meanwhile
   }
