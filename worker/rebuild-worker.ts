@@ -17,7 +17,7 @@ import { CANCEL_ABORT_REASON, CancelWatch, readCancelRequest } from "../lib/rebu
 import { isSchedulePaused } from "../lib/rebuilds/schedules";
 import { clearPendingTrigger } from "../lib/rebuilds/trigger";
 import { RebuildError, runRebuild, type RebuildDeps, type RebuildOutcome } from "../lib/rebuilds/run-rebuild";
-import { stepWarden } from "../lib/rebuilds/steps/warden";
+import { stepWarden, wardenSilenceFor } from "../lib/rebuilds/steps/warden";
 
 export interface RebuildWorkerOptions {
   concurrency: number;
@@ -54,9 +54,9 @@ export function startRebuildWorker(
   const active = new Set<string>();
   let processed = 0;
   const log = deps.log ?? (() => {});
-  // A worker that does not run for as long as its job lock lasts has lost its jobs to other
-  // attempts: its steps must not write beside them (the warden SIGKILLs them then).
-  stepWarden.setSilenceLimit(options.lockDuration);
+  // A worker that stops running long enough to lose its job lock loses its jobs to other
+  // attempts: its steps must not write beside them (the warden SIGKILLs them before that).
+  stepWarden.start(wardenSilenceFor(options.lockDuration));
   // Operators' cancels reach whichever worker holds the job: each polls its own active jobs.
   const cancels = new CancelWatch(
     deps.main,

@@ -29,6 +29,8 @@ export interface BuildContext {
   held: HeldClaim;
   /** The job's signal (shutdown, lost job lock). */
   jobSignal: AbortSignal;
+  /** When the attempt began (performance.now()): no step starts after a stall since then. */
+  attemptBegan?: number;
   recorder: RunRecorder;
   /** The attempt's step records, kept up to date here (the final record carries them). */
   steps: StepRecord[];
@@ -67,6 +69,7 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
         rebuild: definition.name,
         runId: context.runId,
         fence: held.fence,
+        ...(context.attemptBegan === undefined ? {} : { attemptBegan: context.attemptBegan }),
         log: (line) => recorder.log(line),
         progress: (fraction) => {
           const overall = (index + Math.max(0, Math.min(1, fraction))) / stepCount;

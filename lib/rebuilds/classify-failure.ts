@@ -6,7 +6,7 @@
 import { ClaimLostError } from "../claims";
 import type { FinalRunStatus } from "../runs/transitions";
 import { CANCEL_ABORT_REASON } from "./cancel-request";
-import { StepFailedError, TransientStepError } from "./steps/context";
+import { StepFailedError, TransientStepError, WorkerStalledError } from "./steps/context";
 import { TRANSIENT_ERRNO } from "./steps/run-step";
 
 export type FailureClass =
@@ -41,6 +41,11 @@ export function classifyFailure(
   }
   if (jobReason === CANCEL_ABORT_REASON) return { kind: "cancelled", reason: "cancelled by an operator" };
   if (error instanceof ClaimLostError) return { kind: "claim-lost", reason: `claim lost: ${error.message}` };
+  // The worker stalled (not the job's fault): back to the queue without a failed attempt; if
+  // the lock has run out meanwhile, the attempt BullMQ already handed it to goes on.
+  if (error instanceof WorkerStalledError) {
+    return { kind: "hand-back", status: "aborted", reason: `${error.message}; the job is handed back to the queue` };
+  }
   if (jobReason === "lock-lost") {
     return {
       kind: "fail",

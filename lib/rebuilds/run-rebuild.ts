@@ -43,6 +43,7 @@ import { readPublishedFence } from "./published-fence";
 import { rebuildJobData, type RebuildJobData } from "./queue";
 import { recordScheduledTick } from "./schedule-ticks";
 import { hashInputs, idempotencyKey } from "./version";
+import { stepWarden } from "./steps/warden";
 
 export interface RebuildDeps {
   /** Main Redis: run records, idempotency keys. */
@@ -232,8 +233,15 @@ class RebuildAttempt {
     // The highest fence published for this output, from its durable file: the grant is above it
     // even when the claims Redis forgot its counter (published-fence.ts).
     const published = await readPublishedFence(outputDirOf(definition, data.tenant));
-    const underClaim = () =>
-      withClaim(
+    const underClaim = async () => {
+      // A worker that stalled since the attempt began may have lost its job lock: it takes no
+      // claim (the same job's next attempt may hold it), it hands the job back.
+      try {
+        stepWarden.throwIfStalled(this.began, "claim not taken");
+      } catch (error) {
+        return this.onFailure(error);
+      }
+      return withClaim(
         deps.claims,
         deps.keys,
         this.claim,
@@ -261,6 +269,7 @@ class RebuildAttempt {
             runId: this.runId,
             held,
             jobSignal: this.job.signal,
+            attemptBegan: this.began,
             recorder: this.recorder,
             steps: this.steps,
             ...(this.job.progress ? { progress: this.job.progress } : {}),
@@ -295,6 +304,7 @@ class RebuildAttempt {
           },
         },
       ).catch((error: unknown) => this.onFailure(error));
+    };
     let result = await underClaim();
     // A worker pruning old builds holds the claim for a moment (prune.ts): wait here rather
     // than deferring the job through the queue.

@@ -155,7 +155,7 @@ export async function runChaos(options: ChaosOptions, plan: ChaosAction[]): Prom
       );
       continue;
     }
-    const victim = await chooseVictim(options);
+    const victim = await chooseVictim(options, action.kind);
     if (!victim) {
       events.record("chaos-skip", { kind: action.kind, why: "no worker to act on" });
       continue;
@@ -278,12 +278,21 @@ async function startReplacement(pool: WorkerPool, events: EventLog): Promise<voi
 }
 
 /** A ready, running, unpaused worker; one that runs a job (per the run records) if there is one. */
-async function chooseVictim(options: ChaosOptions): Promise<{ worker: SoakWorker; running: RunRecord[] } | null> {
+async function chooseVictim(
+  options: ChaosOptions,
+  kind: ChaosKind,
+): Promise<{ worker: SoakWorker; running: RunRecord[] } | null> {
   const candidates = options.pool.live().filter((w) => w.readyAt !== null && !w.paused);
   if (candidates.length === 0) return null;
   const running = await runningRuns(options.main, options.keys).catch(() => [] as RunRecord[]);
   const busy = candidates.filter((w) => running.some((r) => r.workerId === w.id));
-  const pool = busy.length > 0 ? busy : candidates;
+  // The pause past the job lock tries the warden: a worker running archive (the longest steps,
+  // up to 3.2 s) may still have a step writing past the warden's 3 s limit.
+  const long =
+    kind === "pause-past-lock"
+      ? busy.filter((w) => running.some((r) => r.workerId === w.id && r.rebuild === "archive"))
+      : [];
+  const pool = long.length > 0 ? long : busy.length > 0 ? busy : candidates;
   const worker = pool[Math.floor(options.random() * pool.length)]!;
   return { worker, running: running.filter((r) => r.workerId === worker.id) };
 }

@@ -21,6 +21,7 @@
  * beside anyone, or two writers that both published, count.
  */
 import { isFinalStatus } from "../../lib/runs/transitions";
+import { wardenSilenceFor } from "../../lib/rebuilds/steps/warden";
 import fs from "node:fs";
 import path from "node:path";
 import type { Queue } from "bullmq";
@@ -47,6 +48,9 @@ import { contentKey, META_FILE, metaContent, NO_TENANT, partContent, partCount, 
 export const RESUME_GRACE_MS = KILL_GRACE_MS + 1_000;
 /** BullMQ job lock of the workers (worker/rebuild-worker.ts DEFAULT_WORKER_OPTIONS). */
 const JOB_LOCK_MS = 5_000;
+/** The step warden's silence limit for that lock, and how long after it a kill may take. */
+const WARDEN_SILENCE_MS = wardenSilenceFor(JOB_LOCK_MS);
+const WARDEN_MARGIN_MS = 1_000;
 
 export interface CheckerInput {
   dirs: SoakDirs;
@@ -542,11 +546,27 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   const escapedWrites = fs.existsSync(path.join(input.dirs.journal, "escaped-writes.txt"))
     ? fs.readFileSync(path.join(input.dirs.journal, "escaped-writes.txt"), "utf8").trim().split("\n").filter(Boolean)
     : [];
+  // Writes by a step while its worker had been SIGSTOPped past its job lock: by then the job is
+  // another attempt's, and the worker's step warden must have ended the step (counted as escaped).
+  const stuck = [...journal.values()]
+    .map((run) => {
+      const pausesOf = workers.get(run.workerPid)?.pauses ?? [];
+      const late = run.writeTimes.filter((w) =>
+        pausesOf.some((p) => w.t >= p.from + WARDEN_SILENCE_MS + WARDEN_MARGIN_MS && w.t < p.to),
+      );
+      return { run, late };
+    })
+    .filter((s) => s.late.length > 0);
   lines.push(
-    `  escaped step processes (alive after their run ended): ${escaped.length}; late writes by escapees: ${escapedWrites.length}`,
+    `  escaped step processes (alive after their run ended): ${escaped.length}; late writes by escapees: ${escapedWrites.length}; ` +
+      `steps writing while their worker was stopped past the step warden's ${WARDEN_SILENCE_MS / 1000} s (+${WARDEN_MARGIN_MS / 1000} s): ${stuck.length}`,
   );
   for (const e of escaped.slice(0, 8))
     lines.push(`    pid ${String(e.pid)} of ${String(e.runId)}: ${String(e.why)} (${String(e.cmd)})`);
+  for (const s of stuck.slice(0, 8))
+    lines.push(
+      `    ${s.run.runId} (pid ${s.run.pid}, worker pid ${s.run.workerPid}): ${s.late.length} write(s), the last at ${at(s.late[s.late.length - 1]!.t)}`,
+    );
   lines.push(`  stale claims left: ${claimsLeft.length}`);
   for (const c of claimsLeft.slice(0, 8))
     lines.push(
@@ -589,7 +609,7 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
       triggers: triggers.length,
       kills: kills.length,
       pauses: pauses.length,
-      escaped: escaped.length,
+      escaped: escaped.length + stuck.length,
     },
   };
 }

@@ -8,13 +8,14 @@
  *   - its record is final, written more than killGrace + GRACE_MS ago, by a worker that was never
  *     paused since the run started (a briefly SIGSTOPped holder's step lives on until SIGCONT,
  *     and another attempt may have written its record meanwhile), or
- *   - its worker has been SIGSTOPped for longer than its job lock (+ GRACE_MS): by then the job is
- *     another attempt's, and the worker's step warden must have ended the stopped worker's steps.
+ *   - its worker has been SIGSTOPped for longer than the step warden's limit (+ GRACE_MS): the
+ *     job lock may run out after it, so the warden must have ended the stopped worker's steps.
  */
 import fs from "node:fs";
 import type { Redis } from "ioredis";
 import type { RedisKeys } from "../../lib/redis/keys";
 import { isFinalStatus } from "../../lib/runs/transitions";
+import { wardenSilenceFor } from "../../lib/rebuilds/steps/warden";
 import { DEFAULT_WORKER_OPTIONS } from "../../worker/rebuild-worker";
 import { KILL_GRACE_MS, type EventLog, type WorkerPool } from "./bed";
 
@@ -88,9 +89,9 @@ export class EscapeSampler {
         why = `its run is ${run.status} since ${now - run.finishedAt} ms`;
       } else if (worker?.paused) {
         const since = Math.max(...pauses.filter((p) => p.pid === worker.pid).map((p) => p.t));
-        const lock = DEFAULT_WORKER_OPTIONS.lockDuration;
-        if (now - since > lock + GRACE_MS) {
-          why = `its worker ${worker.pid} has been SIGSTOPped for ${now - since} ms, past its ${lock} ms job lock (the step warden must have ended it)`;
+        const silence = wardenSilenceFor(DEFAULT_WORKER_OPTIONS.lockDuration);
+        if (now - since > silence + GRACE_MS) {
+          why = `its worker ${worker.pid} has been SIGSTOPped for ${now - since} ms, past the step warden's ${silence} ms limit`;
         }
       }
       if (why) {

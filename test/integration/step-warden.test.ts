@@ -56,7 +56,7 @@ describe("a stand-in worker and its warden", () => {
       await waitForLine(h.child, /^step ended/, 60_000);
       assert.match(
         h.output(),
-        /step ended: TransientStepError: step hosted was killed by the step warden: the worker did not run for \d+ ms/,
+        /step ended: WorkerStalledError: step hosted was killed by the step warden: the worker did not run for \d+ ms/,
       );
     } finally {
       h.child.kill("SIGKILL");
@@ -72,11 +72,20 @@ describe("a stand-in worker and its warden", () => {
       await until(() => h.stepPids().length === 0, 10_000, "the step's processes to end");
       process.kill(h.child.pid!, "SIGCONT");
       await waitForLine(h.child, /^step ended/, 60_000);
-      assert.match(h.output(), /step ended: TransientStepError: .*killed by the step warden/);
+      assert.match(h.output(), /step ended: WorkerStalledError: .*killed by the step warden/);
     } finally {
       h.child.kill("SIGCONT");
       h.child.kill("SIGKILL");
     }
+  });
+
+  test("a worker that stalled since its attempt began starts no step (its job lock may be another attempt's)", async () => {
+    const h = host("echo started > /dev/null", { STEP_HOST_SILENCE_MS: "1000", STEP_HOST_BLOCK_BEFORE_MS: "1500" });
+    await waitForLine(h.child, /^step ended/, 60_000);
+    assert.match(
+      h.output(),
+      /step ended: WorkerStalledError: step hosted not started: this worker did not run for \d+ ms/,
+    );
   });
 
   test("a worker that keeps running keeps its step, however long the step takes", async () => {

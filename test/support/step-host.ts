@@ -15,7 +15,7 @@ import { stepWarden } from "../../lib/rebuilds/steps/warden";
 const [script, grace] = process.argv.slice(2);
 // The warden's silence limit (the worker sets its job lock duration), and a blocked event loop:
 // STEP_HOST_BLOCK_MS of busy waiting, STEP_HOST_BLOCK_AFTER_MS after start.
-if (process.env.STEP_HOST_SILENCE_MS) stepWarden.setSilenceLimit(Number(process.env.STEP_HOST_SILENCE_MS));
+if (process.env.STEP_HOST_SILENCE_MS) stepWarden.start(Number(process.env.STEP_HOST_SILENCE_MS));
 const blockMs = Number(process.env.STEP_HOST_BLOCK_MS ?? 0);
 if (blockMs > 0) {
   setTimeout(
@@ -40,6 +40,18 @@ if (Number.isFinite(abortAfter)) {
   }, abortAfter);
 }
 setTimeout(() => process.stdout.write("running\n"), 200);
+const attemptBegan = performance.now();
+// A stall after the attempt began and before its step (STEP_HOST_BLOCK_BEFORE_MS): the beat
+// timer must see it, so the loop gets one turn after it.
+const blockBefore = Number(process.env.STEP_HOST_BLOCK_BEFORE_MS ?? 0);
+if (blockBefore > 0) {
+  await new Promise((r) => setTimeout(r, 100));
+  const until = performance.now() + blockBefore;
+  while (performance.now() < until) {
+    // blocked
+  }
+  await new Promise((r) => setTimeout(r, 0));
+}
 await runCommandStep(
   { name: "hosted", run: ["sh", "-c", script!], transientExitCodes: [], killGrace: Number(grace), limits: {} },
   {
@@ -52,6 +64,7 @@ await runCommandStep(
     rebuild: "r",
     runId: "host-a1",
     fence: 1,
+    attemptBegan,
     log: () => {},
     progress: () => {},
   },

@@ -20,6 +20,11 @@ export interface StepContext {
   log(line: string): void;
   /** Reports progress of this step, 0..1. */
   progress(fraction: number): void;
+  /**
+   * When the attempt began (performance.now()): a step is not started if the worker stalled for
+   * its warden's silence limit since then (`WorkerStalledError`). Absent: not checked.
+   */
+  attemptBegan?: number;
 }
 
 /** A failure worth retrying: a declared exit code, or an I/O error the OS calls transient. */
@@ -27,6 +32,18 @@ export class TransientStepError extends Error {
   constructor(message: string, options?: { cause?: unknown }) {
     super(message, options);
     this.name = "TransientStepError";
+  }
+}
+
+/**
+ * This worker stopped running long enough during the attempt (event loop blocked, process
+ * SIGSTOPped) that its job lock may have run out: its steps were ended by the step warden, or
+ * none is started. Not the job's failure: the job is handed back without spending an attempt.
+ */
+export class WorkerStalledError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "WorkerStalledError";
   }
 }
 

@@ -10,7 +10,13 @@ import os from "node:os";
 import path from "node:path";
 import type { RunStep } from "../definitions";
 import { CGROUP_JOIN_FAILED_LINE, detectContainment, StepCgroups, type Containment } from "./containment";
-import { expandPlaceholders, StepFailedError, TransientStepError, type StepContext } from "./context";
+import {
+  expandPlaceholders,
+  StepFailedError,
+  TransientStepError,
+  WorkerStalledError,
+  type StepContext,
+} from "./context";
 import { STEP_OF_VARIABLE, stepWarden } from "./warden";
 
 /** Longest log line kept; longer lines are cut (binary output must not flood the log). */
@@ -118,6 +124,21 @@ export async function runCommandStep(
       throw new StepFailedError(`step ${step.name}: ${(error as Error).message}`);
     }
   }
+  // Nothing starts under a claim this worker may have lost while it stalled, nor unwatched.
+  if (context.attemptBegan !== undefined) {
+    try {
+      stepWarden.throwIfStalled(context.attemptBegan, `step ${step.name} not started`);
+    } catch (error) {
+      void cgroups?.remove();
+      throw error;
+    }
+  }
+  if (!stepWarden.ready()) {
+    void cgroups?.remove();
+    throw new TransientStepError(
+      `step ${step.name}: not started, the step warden is not running (see the worker's log)`,
+    );
+  }
   const argv = [...containment.prefix, "sh", "-c", containment.init, "init", cgroups?.joinArgument ?? ""];
   const child = spawn(argv[0]!, [...argv.slice(1), program!, ...args], {
     cwd,
@@ -164,7 +185,10 @@ export async function runCommandStep(
     outcome = await new Promise((resolve) => {
       child.once("error", (error) => resolve({ code: null, signal: null, error }));
       // The step ends with its program, not with its output pipes: see DRAIN_MS.
-      child.once("exit", (code, signal) => resolve({ code, signal }));
+      child.once("exit", (code, signal) => {
+        if (wardenId !== null) stepWarden.forget(wardenId); // its PID may be reused from now on
+        resolve({ code, signal });
+      });
     });
     exited = true;
     // Process-group mode: whatever the program left in its group goes with it.
@@ -175,20 +199,19 @@ export async function runCommandStep(
     if (killTimer) clearTimeout(killTimer);
     liveSteps.delete(live);
   }
-  // Killed by the warden: this worker stopped running past its job lock (the attempt is
-  // handed to another worker; another attempt may do it) — never the program's own failure.
+  // Killed by the warden: this worker stopped running past its limit (the job goes back; its
+  // lock may be another attempt's already) — never the program's own failure.
   const wardenKill =
     wardenId !== null && (outcome.signal === "SIGKILL" || outcome.code === 137)
       ? await stepWarden.killedBecause(wardenId)
       : null;
-  if (wardenId !== null) stepWarden.forget(wardenId);
   const limitHit = cgroups?.limitHit() ?? null;
   const cgroupsLeft = (await cgroups?.remove()) ?? [];
   if (cgroupsLeft.length > 0)
     context.log(`[${step.name}] could not remove cgroup(s) ${cgroupsLeft.join(", ")}: processes still in them`);
 
   context.signal.throwIfAborted();
-  if (wardenKill) throw new TransientStepError(`step ${step.name} was killed by the step warden: ${wardenKill}`);
+  if (wardenKill) throw new WorkerStalledError(`step ${step.name} was killed by the step warden: ${wardenKill}`);
   if (outcome.error) {
     const code = (outcome.error as NodeJS.ErrnoException).code;
     if (code === "ENOENT")

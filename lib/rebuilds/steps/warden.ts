@@ -1,24 +1,44 @@
 /**
  * The worker's side of the step warden (warden-main.mjs): one process per worker that SIGKILLs
  * the worker's steps when the worker dies (its pipe closes) or stops running for longer than
- * its job lock lasts (event loop blocked, process SIGSTOPped) — the dead-man switch that keeps a
- * stuck attempt's steps from writing beside the attempt BullMQ hands the job to next.
+ * `silence` (event loop blocked, process SIGSTOPped) — the dead-man switch that keeps a stuck
+ * attempt's steps from writing beside the attempt BullMQ hands the job to next.
  *
- * Started on the first step, restarted if it dies (the steps it watched are announced again).
- * The worker beats every BEAT_EVERY_MS while steps run; a step announces itself right after its
- * spawn (`watch`) and leaves when it ended (`forget`). Each step's environment carries
- * `CLAIMWATCH_STEP_OF=<worker pid>`, so a step spawned a moment before the worker died is found
- * too.
+ * The worker starts it once (`start`), beats every BEAT_EVERY_MS from then on, announces each
+ * step right after its spawn (`watch`) and forgets it when it exits. A step is never spawned
+ * while the warden is down (`ready`), and a restarted warden is told every step again. Each
+ * step's environment carries `CLAIMWATCH_STEP_OF=<worker pid>`, so a step spawned a moment before
+ * the worker died is found too.
+ *
+ * The same beat tells the worker that it stalled itself: an attempt during which the worker did
+ * not run for `silence` ms may have lost its job lock, so it starts nothing more under the claim
+ * (`throwIfStalled`) and hands the job back instead.
+ *
+ * The silence limit (`wardenSilenceFor`) must end a stuck worker's steps before its job lock can
+ * run out: BullMQ renews the lock every quarter of its duration, so at any moment at least
+ * three quarters of it are left; the warden acts within `silence` + one tick of the last beat.
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
+import { WorkerStalledError } from "./context";
 
-/** How often the worker says it runs, while it has steps. */
-const BEAT_EVERY_MS = 500;
+/** How often the worker says it runs. */
+export const BEAT_EVERY_MS = 500;
+/** The warden's own check interval (warden-main.mjs). */
+const WARDEN_TICK_MS = 100;
 /** How long a step's exit waits for the warden's report of a kill (its pipe may lag the exit). */
 const REPORT_WAIT_MS = 300;
 
 export const STEP_OF_VARIABLE = "CLAIMWATCH_STEP_OF";
+
+/**
+ * The silence after which a worker's steps are killed, for a BullMQ lock of `lockDurationMs`:
+ * before the earliest moment the lock can expire (¾ of it after the stall began, the renewal
+ * running every ¼), less one warden tick and a margin for the kill and the next attempt's start.
+ */
+export function wardenSilenceFor(lockDurationMs: number): number {
+  return Math.max(1_000, Math.floor(lockDurationMs * 0.75) - WARDEN_TICK_MS - 650);
+}
 
 interface Watched {
   pid: number;
@@ -31,15 +51,45 @@ class StepWarden {
   private readonly reports = new Map<string, string>();
   private readonly waiting = new Map<string, (reason: string) => void>();
   private beat: NodeJS.Timeout | undefined;
+  private lastBeat = performance.now();
+  /** The end of the last stall of at least `silence` ms, and how long it was. */
+  private lastStall: { endedAt: number; ms: number } | null = null;
   private nextId = 0;
   private silenceMs = 0;
   private startedAt = 0;
   private warned = false;
 
-  /** The longest this worker may stop running while it has steps (its BullMQ lock duration). */
-  setSilenceLimit(ms: number): void {
-    this.silenceMs = Math.max(0, Math.round(ms));
+  /** Starts the warden and the beat (idempotent); the worker calls it at start-up. */
+  start(silenceMs: number): void {
+    this.silenceMs = Math.max(0, Math.round(silenceMs));
+    this.ensureRunning();
     this.send(`silence ${this.silenceMs}`);
+  }
+
+  /** The warden runs (started now if need be): a step may be spawned. */
+  ready(): boolean {
+    this.ensureRunning();
+    return this.child !== null;
+  }
+
+  /**
+   * Throws `WorkerStalledError` when this worker did not run for `silence` ms at some point
+   * since `since` (performance.now()), or is just coming out of such a stall.
+   */
+  throwIfStalled(since: number, what: string): void {
+    if (this.silenceMs <= 0) return;
+    const now = performance.now();
+    const current = now - this.lastBeat;
+    const stall =
+      current >= this.silenceMs
+        ? current
+        : this.lastStall && this.lastStall.endedAt >= since
+          ? this.lastStall.ms
+          : null;
+    if (stall === null) return;
+    throw new WorkerStalledError(
+      `${what}: this worker did not run for ${Math.round(stall)} ms during the attempt (limit ${this.silenceMs} ms), so its job lock may have run out and another attempt may hold the claim`,
+    );
   }
 
   /** Announces a step just spawned: `pid` is `unshare --kill-child` (group false) or a process group leader. */
@@ -48,25 +98,19 @@ class StepWarden {
     this.watched.set(id, { pid, group });
     this.ensureRunning();
     this.send(`watch ${id} ${pid} ${group ? 1 : 0}`);
-    this.beat ??= setInterval(() => this.send("beat"), BEAT_EVERY_MS).unref();
     return id;
   }
 
-  /** The step ended. */
+  /** The step exited: its PID is no longer the warden's to kill. */
   forget(id: string): void {
     this.watched.delete(id);
-    this.reports.delete(id);
-    this.waiting.delete(id);
     this.send(`forget ${id}`);
-    if (this.watched.size === 0 && this.beat) {
-      clearInterval(this.beat);
-      this.beat = undefined;
-    }
   }
 
   /** Why the warden killed this step, if it did (waits briefly for its report); else null. */
   async killedBecause(id: string): Promise<string | null> {
     const known = this.reports.get(id);
+    this.reports.delete(id);
     if (known !== undefined || !this.child) return known ?? null;
     return new Promise((resolve) => {
       const timer = setTimeout(() => {
@@ -75,12 +119,22 @@ class StepWarden {
       }, REPORT_WAIT_MS);
       this.waiting.set(id, (reason) => {
         clearTimeout(timer);
+        this.reports.delete(id);
         resolve(reason);
       });
     });
   }
 
+  private tick(): void {
+    const now = performance.now();
+    const gap = now - this.lastBeat;
+    if (this.silenceMs > 0 && gap >= this.silenceMs) this.lastStall = { endedAt: now, ms: gap };
+    this.lastBeat = now;
+    this.send("beat");
+  }
+
   private ensureRunning(): void {
+    this.beat ??= setInterval(() => this.tick(), BEAT_EVERY_MS).unref();
     if (this.child) return;
     const main = fileURLToPath(new URL("./warden-main.mjs", import.meta.url));
     // Its own process group (a SIGSTOP or ^C sent to the worker's group does not reach it) and
@@ -90,46 +144,48 @@ class StepWarden {
       detached: true,
       env: {} as NodeJS.ProcessEnv,
     });
+    child.once("error", (error) => {
+      // Cannot start (EMFILE, EAGAIN, no node at execPath): no step is spawned until it can.
+      if (this.child === child) this.child = null;
+      if (!this.warned) console.error(`claimwatch-worker: the step warden did not start: ${error.message}`);
+      this.warned = true;
+    });
+    if (child.pid === undefined || !child.stdin || !child.stdout) return;
     this.child = child;
     this.startedAt = performance.now();
     child.unref();
     (child.stdout as unknown as { unref?: () => void }).unref?.();
     (child.stdin as unknown as { unref?: () => void }).unref?.();
-    child.stdin!.on("error", () => {});
+    child.stdin.on("error", () => {});
     let rest = "";
-    child.stdout!.setEncoding("utf8");
-    child.stdout!.on("data", (chunk: string) => {
+    child.stdout.setEncoding("utf8");
+    child.stdout.on("data", (chunk: string) => {
       const lines = (rest + chunk).split("\n");
       rest = lines.pop() ?? "";
       for (const line of lines) {
         const match = /^killed (\S+) (.*)$/.exec(line);
         if (!match) continue;
         const [, id, reason] = match as unknown as [string, string, string];
-        this.reports.set(id, reason);
-        this.waiting.get(id)?.(reason);
+        const waiter = this.waiting.get(id);
         this.waiting.delete(id);
+        if (waiter) waiter(reason);
+        else if (this.watched.has(id)) this.reports.set(id, reason);
       }
-    });
-    child.once("error", (error) => {
-      // Cannot start (no `node` at process.execPath?): the steps run without it, said once.
-      if (this.child === child) this.child = null;
-      if (!this.warned) console.error(`claimwatch-worker: the step warden did not start: ${error.message}`);
-      this.warned = true;
     });
     child.once("exit", () => {
       if (this.child !== child) return;
       this.child = null;
-      // Restarted while steps run, with what it watched (at most once a second).
-      if (this.watched.size === 0) return;
+      console.error("claimwatch-worker: the step warden exited; restarting it");
+      // Restarted (at most once a second) with what it watched; until then no step starts.
       const restart = () => {
-        if (this.child || this.watched.size === 0) return;
+        if (this.child) return;
         this.ensureRunning();
-        for (const [id, step] of this.watched) this.send(`watch ${id} ${step.pid} ${step.group ? 1 : 0}`);
       };
       if (performance.now() - this.startedAt >= 1_000) restart();
       else setTimeout(restart, 1_000).unref();
     });
-    if (this.silenceMs > 0) this.send(`silence ${this.silenceMs}`);
+    this.send(`silence ${this.silenceMs}`);
+    for (const [id, step] of this.watched) this.send(`watch ${id} ${step.pid} ${step.group ? 1 : 0}`);
   }
 
   private send(line: string): void {
