@@ -1,0 +1,30 @@
+/**
+ * What an attempt's failure means for its record and its job (lib/rebuilds/classify-failure.ts):
+ * a worker that stalled is not the job's failure, a shutdown hands the job back, a declared
+ * transient failure is retried, a bad exit code is not.
+ */
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { classifyFailure } from "../../lib/rebuilds/classify-failure";
+import { StepFailedError, TransientStepError, WorkerStalledError } from "../../lib/rebuilds/steps/context";
+
+const live = { jobSignal: new AbortController().signal, timeLimitMs: 60_000 };
+
+test("a worker stall (the step warden's kill) hands the job back without spending an attempt", () => {
+  const failure = classifyFailure(new WorkerStalledError("step s was killed by the step warden: …"), live);
+  assert.equal(failure.kind, "hand-back");
+  assert.match(failure.kind === "hand-back" ? failure.reason : "", /step warden.*handed back/);
+});
+
+test("a shutdown hands the job back", () => {
+  const controller = new AbortController();
+  controller.abort("shutdown");
+  assert.equal(classifyFailure(new Error("aborted"), { ...live, jobSignal: controller.signal }).kind, "hand-back");
+});
+
+test("a declared transient step failure is retried; a bad exit code is not", () => {
+  const transient = classifyFailure(new TransientStepError("step s exited 75 (declared transient)"), live);
+  assert.ok(transient.kind === "fail" && transient.retry && transient.status === "failed");
+  const permanent = classifyFailure(new StepFailedError("step s exited 2"), live);
+  assert.ok(permanent.kind === "fail" && !permanent.retry);
+});
