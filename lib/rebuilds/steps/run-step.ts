@@ -2,7 +2,8 @@
  * `run` steps: an argv array, executed without a shell (a user who wants one writes `sh -c`).
  * Output goes to the run log line by line. The program runs under the worker's containment
  * (containment.ts): the step ends when the program ends, and nothing it started outlives the step.
- * On abort: SIGTERM to the program, SIGKILL to everything after `killGrace`. Exit codes listed in `transientExitCodes` are transient.
+ * On abort: SIGTERM to the program, SIGKILL to everything after `killGrace`. Exit codes listed
+ * in `transientExitCodes` are transient.
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
@@ -198,6 +199,7 @@ export async function runCommandStep(
     context.signal.removeEventListener("abort", onAbort);
     if (killTimer) clearTimeout(killTimer);
     liveSteps.delete(live);
+    if (wardenId !== null && !exited) stepWarden.forget(wardenId); // a spawn error: no exit event
   }
   // Killed by the warden: this worker stopped running past its limit (the job goes back; its
   // lock may be another attempt's already) — never the program's own failure.
