@@ -174,6 +174,7 @@ export async function runCommandStep(
 
   let killTimer: NodeJS.Timeout | undefined;
   let exited = false;
+  let forgotten = false;
   const onAbort = () => {
     context.log(`[${step.name}] aborting: SIGTERM, SIGKILL in ${step.killGrace} ms`);
     terminateStep(live, () => exited);
@@ -188,6 +189,7 @@ export async function runCommandStep(
       // The step ends with its program, not with its output pipes: see DRAIN_MS.
       child.once("exit", (code, signal) => {
         if (wardenId !== null) stepWarden.forget(wardenId); // its PID may be reused from now on
+        forgotten = true;
         resolve({ code, signal });
       });
     });
@@ -199,7 +201,7 @@ export async function runCommandStep(
     context.signal.removeEventListener("abort", onAbort);
     if (killTimer) clearTimeout(killTimer);
     liveSteps.delete(live);
-    if (wardenId !== null && !exited) stepWarden.forget(wardenId); // a spawn error: no exit event
+    if (wardenId !== null && !forgotten) stepWarden.forget(wardenId); // a spawn error: no exit event
   }
   // Killed by the warden: this worker stopped running past its limit (the job goes back; its
   // lock may be another attempt's already) — never the program's own failure.
