@@ -130,7 +130,10 @@ test("every way into a final status counts the run once, per rebuild and per ten
   // Each bucket hash expires the record TTL after its hour ends.
   const hour = bucketStartOf(records[0]!.startedAt!);
   for (const key of [keys.timelineBucket(hour), keys.timelineBucket(hour, "tiles")]) {
-    assert.equal(Number(await client.call("PEXPIRETIME", key)), hour + TIMELINE_BUCKET_MS + recordTtlMs(DEFAULT_RETENTION));
+    assert.equal(
+      Number(await client.call("PEXPIRETIME", key)),
+      hour + TIMELINE_BUCKET_MS + recordTtlMs(DEFAULT_RETENTION),
+    );
   }
 });
 
@@ -166,7 +169,13 @@ test("trimmed records stay counted (history); a write to a trimmed record counts
 test("seeded history counts in the hour of each run's start; the reader merges hours into wider buckets", async () => {
   const keys = redisKeys(uniquePrefix());
   const hour = bucketStartOf(Date.now()) - 5 * TIMELINE_BUCKET_MS;
-  const seed = (id: string, rebuild: string, tenant: string | null, startedAt: number, status: "rebuilt" | "failed") => ({
+  const seed = (
+    id: string,
+    rebuild: string,
+    tenant: string | null,
+    startedAt: number,
+    status: "rebuilt" | "failed",
+  ) => ({
     id,
     jobId: id,
     attempt: 1,
