@@ -6,7 +6,7 @@
  */
 import type { Redis } from "ioredis";
 import type { RedisKeys } from "../redis/keys";
-import { bucketStartOf, TIMELINE_BUCKET_MS } from "./timeline-counters";
+import { bucketStartOf, parseLaneCounts, TIMELINE_BUCKET_MS } from "./timeline-counters";
 import { FINAL_STATUSES, type FinalRunStatus } from "./transitions";
 
 export interface TimelineBucket {
@@ -51,9 +51,7 @@ export async function readTimelineBuckets(
     const [error, reply] = replies[i] ?? [];
     if (error) throw error;
     const start = hour - (hour % window.bucketMs);
-    for (const [field, value] of Object.entries((reply ?? {}) as Record<string, string>)) {
-      const [lane = "", status = "", ms] = field.split("|");
-      if (!FINAL.has(status)) continue;
+    for (const [lane, packed] of Object.entries((reply ?? {}) as Record<string, string>)) {
       const id = `${lane}|${start}`;
       let bucket = buckets.get(id);
       if (!bucket) {
@@ -62,9 +60,12 @@ export async function readTimelineBuckets(
           : { rebuild: lane, tenant: null, start, counts: {}, durationMs: {} };
         buckets.set(id, bucket);
       }
-      const into = ms === "ms" ? bucket.durationMs : bucket.counts;
-      const s = status as FinalRunStatus;
-      into[s] = (into[s] ?? 0) + Number(value);
+      for (const { status, runs, durationMs } of parseLaneCounts(packed)) {
+        if (!FINAL.has(status)) continue;
+        const s = status as FinalRunStatus;
+        bucket.counts[s] = (bucket.counts[s] ?? 0) + runs;
+        bucket.durationMs[s] = (bucket.durationMs[s] ?? 0) + durationMs;
+      }
     }
   });
   return [...buckets.values()].sort((a, b) => a.start - b.start);

@@ -21,7 +21,7 @@
  */
 import { RUN_REPLY } from "../redis/replies";
 import { SERVER_NOW, typedScript, type LuaScript } from "../redis/scripts";
-import { TIMELINE_COUNT_LUA } from "./timeline-counters";
+import { TIMELINE_COUNT_LUA, TIMELINE_IMPORT } from "./timeline-counters";
 import { transitionsLua } from "./transitions";
 
 const COMMON = `
@@ -269,4 +269,4 @@ return ${RUN_REPLY.written}
 `,
 });
 
-export const RUN_SCRIPTS: readonly LuaScript[] = [RUN_BEGIN, RUN_WRITE, RUN_ABANDON, RUN_TRIM];
+export const RUN_SCRIPTS: readonly LuaScript[] = [RUN_BEGIN, RUN_WRITE, RUN_ABANDON, RUN_TRIM, TIMELINE_IMPORT];

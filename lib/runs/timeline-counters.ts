@@ -11,7 +11,8 @@
  *   rebuild level  keys.timelineBucket(hour)           lane = the rebuild ('' when the job named
  *                                                       no valid rebuild), tenants summed
  *   tenant level   keys.timelineBucket(hour, rebuild)  lane = the tenant ('' for none)
- *   fields         `<lane>|<status>` = runs, `<lane>|<status>|ms` = their summed durationMs
+ *   field          the lane → its runs and their summed durationMs per final status, packed
+ *                  (`rebuilt=12/480000,failed=1/3000`: `parseLaneCounts`)
  *
  * A run is counted in the hour of its attempt's start (its index score), where the per-run
  * timeline draws it. Retention: each hash expires (PEXPIREAT) the record TTL after its hour ends,
@@ -21,6 +22,7 @@
  */
 import type { ChainableCommander } from "ioredis";
 import type { RedisKeys } from "../redis/keys";
+import { typedScript } from "../redis/scripts";
 import { recordTtlMs, type RunPlace, type RunRetention } from "./records";
 import type { FinalRunStatus } from "./transitions";
 
@@ -29,9 +31,43 @@ export const TIMELINE_BUCKET_MS = 3_600_000;
 
 export const bucketStartOf = (ms: number) => ms - (ms % TIMELINE_BUCKET_MS);
 
-/** The field names of one lane and status (names never contain '|': lib/names.ts). */
-export const countField = (lane: string, status: string) => `${lane}|${status}`;
-export const durationField = (lane: string, status: string) => `${lane}|${status}|ms`;
+/**
+ * A lane's counts in one hour, packed in one field (`<status>=<runs>/<summed durationMs>`, comma
+ * separated): a week's answer parses one field per lane and hour instead of two per outcome.
+ */
+export function parseLaneCounts(packed: string): { status: string; runs: number; durationMs: number }[] {
+  const out: { status: string; runs: number; durationMs: number }[] = [];
+  for (const part of packed.split(",")) {
+    const match = /^([a-z]+)=(\d+)\/(\d+)$/.exec(part);
+    if (match) out.push({ status: match[1]!, runs: Number(match[2]), durationMs: Number(match[3]) });
+  }
+  return out;
+}
+
+/**
+ * `addCount(key, lane, status, durationMs, expireAt)`: one run into a lane's packed field
+ * (read, add, write back: atomic inside the script).
+ */
+const ADD_COUNT_LUA = `
+local function addCount(key, lane, status, durationMs, expireAt)
+  local packed = redis.call('HGET', key, lane)
+  local parts, found = {}, false
+  local ms = tonumber(durationMs) or 0
+  if packed then
+    for name, runs, summed in string.gmatch(packed, '([a-z]+)=(%d+)/(%d+)') do
+      if name == status then
+        runs = tonumber(runs) + 1
+        summed = tonumber(summed) + ms
+        found = true
+      end
+      parts[#parts + 1] = name .. '=' .. string.format('%.0f', runs) .. '/' .. string.format('%.0f', summed)
+    end
+  end
+  if not found then parts[#parts + 1] = status .. '=1/' .. string.format('%.0f', ms) end
+  redis.call('HSET', key, lane, table.concat(parts, ','))
+  redis.call('PEXPIREAT', key, expireAt)
+end
+`;
 
 /**
  * What a record script needs to count a run of `place` (one ARGV, JSON; see `TIMELINE_COUNT_LUA`):
@@ -55,6 +91,7 @@ export function timelineSpec(keys: RedisKeys, place: RunPlace, retention: RunRet
  * carries the same hash tag, so every key stays in the script's slot.
  */
 export const TIMELINE_COUNT_LUA = `
+${ADD_COUNT_LUA}
 local TIMELINE = false
 local function setTimeline(spec)
   if spec and spec ~= '' then TIMELINE = cjson.decode(spec) end
@@ -65,17 +102,33 @@ local function countFinal(status, startMs, durationMs)
   local bucket = start - (start % TIMELINE.ms)
   local expireAt = string.format('%.0f', bucket + TIMELINE.ms + TIMELINE.ttl)
   local hour = string.format('%.0f', bucket)
-  local function add(key, lane)
-    redis.call('HINCRBY', key, lane .. '|' .. status, 1)
-    if durationMs then
-      redis.call('HINCRBY', key, lane .. '|' .. status .. '|ms', string.format('%.0f', durationMs))
-    end
-    redis.call('PEXPIREAT', key, expireAt)
-  end
-  add(TIMELINE.r .. hour, TIMELINE.rebuild)
-  if TIMELINE.t then add(TIMELINE.t .. hour, TIMELINE.tenant) end
+  addCount(TIMELINE.r .. hour, TIMELINE.rebuild, status, durationMs, expireAt)
+  if TIMELINE.t then addCount(TIMELINE.t .. hour, TIMELINE.tenant, status, durationMs, expireAt) end
 end
 `;
+
+/**
+ * Counts one seeded finished record (importRunInto only; the record scripts count the rest).
+ * Sent with EVAL: `tx` may come from a client the scripts were never defined on (a test's or a
+ * bench's MULTI); Redis caches the script after the first call.
+ */
+export const TIMELINE_IMPORT = typedScript<number>()({
+  command: "claimwatchTimelineImport",
+  keys: ["rebuildBucket"],
+  variadicKeys: true,
+  lua: `
+--[[ Count one finished run in the timeline counters of its start's hour.
+KEYS[1] rebuild-level bucket HASH   KEYS[2] (if the run has a valid rebuild) tenant-level bucket HASH
+ARGV[1] status   ARGV[2] durationMs ('' unknown)   ARGV[3] PEXPIREAT of both (ms)
+ARGV[4] rebuild lane   ARGV[5] tenant lane
+Returns 1
+]]
+${ADD_COUNT_LUA}
+addCount(KEYS[1], ARGV[4], ARGV[1], ARGV[2], ARGV[3])
+if KEYS[2] then addCount(KEYS[2], ARGV[5], ARGV[1], ARGV[2], ARGV[3]) end
+return 1
+`,
+});
 
 /** `countFinal` for a seeded finished record, queued into `tx` (importRunInto only). */
 export function queueTimelineCount(
@@ -87,11 +140,16 @@ export function queueTimelineCount(
 ): void {
   const bucket = bucketStartOf(run.startMs);
   const expireAt = bucket + TIMELINE_BUCKET_MS + recordTtlMs(retention);
-  const add = (key: string, lane: string) => {
-    tx.hincrby(key, countField(lane, run.status), 1);
-    if (run.durationMs !== null) tx.hincrby(key, durationField(lane, run.status), Math.round(run.durationMs));
-    tx.pexpireat(key, expireAt);
-  };
-  add(keys.timelineBucket(bucket), place.rebuild ?? "");
-  if (place.rebuild) add(keys.timelineBucket(bucket, place.rebuild), place.tenant ?? "");
+  const bucketKeys = [keys.timelineBucket(bucket)];
+  if (place.rebuild) bucketKeys.push(keys.timelineBucket(bucket, place.rebuild));
+  tx.eval(
+    TIMELINE_IMPORT.lua,
+    bucketKeys.length,
+    ...bucketKeys,
+    run.status,
+    run.durationMs === null ? "" : Math.round(run.durationMs),
+    expireAt,
+    place.rebuild ?? "",
+    place.tenant ?? "",
+  );
 }
