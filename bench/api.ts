@@ -26,7 +26,9 @@
  *   rebuilds_search GET /api/rebuilds?q=t042           (100 rows match; first page of 50)
  *   claims_search   GET /api/claims?limit=100&q=tenant:acme: (registry prefix range)
  *   runs_search     GET /api/runs?q=fleet-0&limit=50   (10 rebuilds match; their indexes merged)
- *   timeline        GET /api/runs/timeline?range=24h   (every third round; at most 10 000 runs)
+ *   timeline        GET /api/runs/timeline?range=24h   (every third round; a day of more than 2 000
+ *                   runs answers with the timeline counters' hourly buckets, fewer with the runs)
+ *   timeline_7d     GET /api/runs/timeline?range=7d    (every third round; always buckets)
  *   http_floor      GET /api/auth/me                   (no Redis: the HTTP + Next.js floor)
  * (each with a viewer's Bearer token, as a script calling the API would send) plus, to tell Redis
  * work from HTTP overhead, the Redis commands and server µs per request
@@ -38,6 +40,8 @@
  * the floor of the same run (http_floor + that page's raw Redis reads, timed in-process).
  * Last line: RESULT runs_1m_vs_1k=<ratio> claims_p50_ms=<p50 at 1M records, 10k claims> …
  * <page>_page_p95_ms=… search_p95_ms=<worst search p95> timeline_p95_ms=… runs_seeded=…
+ * (http_floor_p50_ms is followed by timeline_p95_ms, timeline_view=runs|buckets at the large size
+ * and timeline_7d_p95_ms: the timeline against the floor)
  * bytes_per_record=<Redis used_memory delta of the large seeding ÷ its records>
  */
 import { spawn, type ChildProcess } from "node:child_process";
@@ -128,10 +132,11 @@ const ENDPOINTS = {
   claims_search: "/api/claims?limit=100&q=tenant:acme:",
   runs_search: "/api/runs?q=fleet-0&limit=50",
   timeline: "/api/runs/timeline?range=24h",
+  timeline_7d: "/api/runs/timeline?range=7d",
   http_floor: "/api/auth/me",
 } as const;
 /** Timed every third round only (a large answer, or informational). */
-const EVERY_THIRD = new Set<string>(["runs_walk", "timeline"]);
+const EVERY_THIRD = new Set<string>(["runs_walk", "timeline", "timeline_7d"]);
 type Endpoint = keyof typeof ENDPOINTS;
 const ENDPOINT_NAMES = Object.keys(ENDPOINTS) as Endpoint[];
 
@@ -318,14 +323,22 @@ interface Check {
   (endpoint: Endpoint, body: Record<string, unknown>): void;
 }
 
+/** What the newest 24 h timeline answer was (runs or buckets), for the RESULT line. */
+let lastTimelineView = "";
+
 const checkBody: Check = (endpoint, body) => {
   const fail = (what: string) => {
     throw new Error(`${endpoint}: expected ${what}, got ${JSON.stringify(body).slice(0, 300)}`);
   };
   if (endpoint === "http_floor") {
     if (!body.identity && !body.name && !body.role) fail("the caller");
-  } else if (endpoint === "timeline") {
-    if (!Array.isArray(body.runs) || body.runs.length === 0) fail("runs in the last 24 h");
+  } else if (endpoint === "timeline" || endpoint === "timeline_7d") {
+    // Runs one by one, or counted buckets; either way the window's runs are there.
+    const drawn =
+      body.view === "buckets" ? (body.buckets as unknown[] | undefined) : (body.runs as unknown[] | undefined);
+    if (!Array.isArray(drawn) || drawn.length === 0) fail(`runs or buckets in the window`);
+    if (endpoint === "timeline_7d" && body.view !== "buckets") fail("buckets for 7 d");
+    if (endpoint === "timeline") lastTimelineView = String(body.view);
   } else if (endpoint === "rebuilds" || endpoint === "rebuilds_search") {
     const rows = body.rebuilds as { name: string; tenant: string | null }[] | undefined;
     const total = endpoint === "rebuilds" ? ROWS : FLEET_REBUILDS;
@@ -623,6 +636,7 @@ async function main(): Promise<void> {
     }
     if (indexed !== runsSeeded) throw new Error(`expected ${runsSeeded} indexed runs, found ${indexed}`);
     const large = await runPhase(sizeLabel(runsSeeded), runsSeeded, web, main, claims, admin, keys);
+    const timelineViewLarge = lastTimelineView;
 
     // --- report ---
     const p50 = (phase: PhaseReport, endpoint: Endpoint) => percentile(phase.samples[endpoint], 0.5);
@@ -683,10 +697,11 @@ async function main(): Promise<void> {
         `rebuild_rows=${ROWS} claims_seeded=${CLAIMS} ` +
         `claims_page_vs_floor=${vsFloor.claims.toFixed(2)} rebuilds_page_vs_floor=${vsFloor.rebuilds.toFixed(2)} ` +
         `runs_page_vs_floor=${vsFloor.runs.toFixed(2)} search_vs_floor=${Math.max(vsFloor.claims_search, vsFloor.rebuilds_search, vsFloor.runs_search).toFixed(2)} ` +
-        `http_floor_p50_ms=${ms(p50(large, "http_floor"))} ` +
+        `http_floor_p50_ms=${ms(p50(large, "http_floor"))} timeline_p95_ms=${ms(p95(large, "timeline"))} ` +
+        `timeline_view=${timelineViewLarge} timeline_7d_p95_ms=${ms(p95(large, "timeline_7d"))} ` +
         `claims_page_p95_ms=${ms(p95(large, "claims"))} rebuilds_page_p95_ms=${ms(p95(large, "rebuilds"))} ` +
         `runs_page_p95_ms=${ms(p95(large, "runs"))} runs_filtered_p95_ms=${ms(p95(large, "runs_rebuild"))} ` +
-        `search_p95_ms=${ms(searchP95)} timeline_p95_ms=${ms(p95(large, "timeline"))} runs_seeded=${runsSeeded}`,
+        `search_p95_ms=${ms(searchP95)} runs_seeded=${runsSeeded}`,
     );
   } finally {
     process.off("SIGINT", onSignal);

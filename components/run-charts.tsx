@@ -4,8 +4,11 @@
  * The Runs page's pictures, drawn with visx (scales, axes and shapes as React SVG): every mark is
  * an element with its run's id and status, so it can be hovered, clicked, read by a screen reader
  * and checked by a test. Past a few runs per pixel a lane draws buckets instead of runs (the
- * count in each), so 10 000 runs stay a few thousand elements at most. Marks link to their run
- * for the mouse; they are out of the tab order (the runs table below is the keyboard way).
+ * count in each). Zoomed out (7 d, or a day of many runs) the API sends the timeline counters'
+ * buckets instead of runs (lib/api/timeline.ts): each is a bar stacked by outcome, as tall as its
+ * count against the lane's busiest bucket, linking to its lane's runs; runs in flight are drawn
+ * over them. Marks link for the mouse; they are out of the tab order (the runs table below is
+ * the keyboard way).
  */
 import { useQuery } from "@tanstack/react-query";
 import { AxisBottom, AxisLeft } from "@visx/axis";
@@ -15,6 +18,8 @@ import { LinePath } from "@visx/shape";
 import Link from "next/link";
 import { useState } from "react";
 import type { Timeline } from "@/lib/api/timeline";
+import type { TimelineBucket } from "@/lib/runs/buckets";
+import type { FinalRunStatus } from "@/lib/runs/transitions";
 import type { WindowRun } from "@/lib/runs/window";
 import type { RunStatus } from "@/lib/runs/types";
 import { formatAbsolute, formatDurationMs } from "@/lib/ui/format";
@@ -44,6 +49,11 @@ const SEVERITY: RunStatus[] = [
 
 const laneOf = (run: Pick<WindowRun, "rebuild" | "tenant">) =>
   run.tenant ? `${run.rebuild} / ${run.tenant}` : run.rebuild;
+/** The runs list filtered to a lane (a bucket's way into its runs). */
+const laneRunsHref = (lane: Pick<WindowRun, "rebuild" | "tenant">) =>
+  `/runs?rebuild=${encodeURIComponent(lane.rebuild)}${lane.tenant ? `&tenant=${encodeURIComponent(lane.tenant)}` : ""}`;
+const hoursText = (ms: number | null) => `${(ms ?? 0) / 3_600_000} h`;
+const bucketTotal = (bucket: TimelineBucket) => Object.values(bucket.counts).reduce((a, b) => a + (b ?? 0), 0);
 const tickText = (range: string) => (d: Date | { valueOf(): number }) => {
   const text = formatAbsolute(d.valueOf(), "local");
   return range === "24h" ? text.slice(11, 16) : text.slice(5, 10);
@@ -51,7 +61,12 @@ const tickText = (range: string) => (d: Date | { valueOf(): number }) => {
 
 export function RunCharts() {
   const [range, setRange] = useState<"24h" | "7d">("24h");
-  const { data, error } = useQuery({ ...timelineQuery(range), refetchInterval: usePollEvery(LIVE_POLL_MS * 5) });
+  const [rebuild, setRebuild] = useState<string | null>(null);
+  const { data, error } = useQuery({
+    ...timelineQuery(range, rebuild),
+    refetchInterval: usePollEvery(LIVE_POLL_MS * 5),
+  });
+  const rebuildNames = data ? Object.keys(data.timeLimits).sort() : [];
   return (
     <section aria-labelledby="charts-title" className="space-y-4 rounded border border-slate-200 bg-white p-3">
       <div className="flex flex-wrap items-center gap-3">
@@ -71,36 +86,69 @@ export function RunCharts() {
             </button>
           ))}
         </div>
+        <label className="flex items-center gap-1 text-sm">
+          <span className="text-xs text-slate-600">Lanes</span>
+          <select
+            className="rounded border border-slate-300 bg-white px-2 py-0.5"
+            value={rebuild ?? ""}
+            onChange={(e) => setRebuild(e.target.value || null)}
+          >
+            <option value="">every rebuild</option>
+            {rebuildNames.map((name) => (
+              <option key={name} value={name}>
+                {name}
+              </option>
+            ))}
+          </select>
+        </label>
         {data ? (
-          <span className="text-xs text-slate-600">
-            {data.runs.length} runs{data.truncated ? " (the newest 10 000)" : ""}
+          <span className="text-xs text-slate-600" data-field="timeline-summary" data-view={data.view}>
+            {data.total.toLocaleString("en")} runs
+            {data.view === "buckets"
+              ? ` · counted per ${hoursText(data.bucketMs)} per ${data.rebuild ? "tenant" : "rebuild"}`
+              : ""}
           </span>
         ) : null}
       </div>
       {error ? <p className="text-sm text-red-700">Could not load the timeline: {error.message}</p> : null}
       <RunStripLegend />
       {data ? <RunsTimeline timeline={data} /> : <p className="text-sm text-slate-600">Loading…</p>}
-      {data ? <DurationTrend timeline={data} /> : null}
+      {data ? (
+        data.view === "buckets" ? (
+          <BucketDurationTrend timeline={data} />
+        ) : (
+          <DurationTrend timeline={data} />
+        )
+      ) : null}
     </section>
   );
 }
 
 export function RunsTimeline({ timeline }: { timeline: Timeline }) {
   const now = useNow();
-  const lanes = [...new Set(timeline.runs.map(laneOf))].sort();
+  const buckets = timeline.buckets;
+  const lanes = [...new Set([...timeline.runs.map(laneOf), ...buckets.map(laneOf)])].sort();
   if (lanes.length === 0) return <p className="text-sm text-slate-600">No runs in this window.</p>;
   const plotWidth = WIDTH - LABEL_WIDTH - 10;
   const height = lanes.length * LANE_HEIGHT + AXIS_HEIGHT;
   const x = scaleTime<number>({ domain: [timeline.since, timeline.until], range: [0, plotWidth], clamp: true });
   const byLane = new Map<string, WindowRun[]>(lanes.map((lane) => [lane, []]));
   for (const run of timeline.runs) byLane.get(laneOf(run))!.push(run);
+  const bucketsByLane = new Map<string, TimelineBucket[]>(lanes.map((lane) => [lane, []]));
+  for (const bucket of buckets) bucketsByLane.get(laneOf(bucket))!.push(bucket);
+  const counted = buckets.reduce((sum, b) => sum + bucketTotal(b), 0);
   return (
     <svg
       viewBox={`0 0 ${WIDTH} ${height}`}
       className="block h-auto w-full"
       role="figure"
-      aria-label={`Runs timeline, last ${timeline.range}: ${timeline.runs.length} runs in ${lanes.length} lanes`}
+      aria-label={
+        timeline.view === "buckets"
+          ? `Runs timeline, last ${timeline.range}: ${counted} finished runs counted per ${hoursText(timeline.bucketMs)}, ${timeline.runs.length} in flight, in ${lanes.length} lanes`
+          : `Runs timeline, last ${timeline.range}: ${timeline.runs.length} runs in ${lanes.length} lanes`
+      }
       data-chart="timeline"
+      data-view={timeline.view}
     >
       <Group left={LABEL_WIDTH}>
         {lanes.map((lane, i) => {
@@ -112,6 +160,8 @@ export function RunsTimeline({ timeline }: { timeline: Timeline }) {
             return [x(start), Math.max(x(start) + 2, x(end))] as const;
           };
           const aggregate = runs.length > plotWidth / BUCKET_PX / 2;
+          const laneBuckets = bucketsByLane.get(lane)!;
+          const busiest = Math.max(1, ...laneBuckets.map(bucketTotal));
           return (
             <g key={lane} data-lane={lane}>
               <rect
@@ -124,6 +174,18 @@ export function RunsTimeline({ timeline }: { timeline: Timeline }) {
               <text x={-8} y={y + LANE_HEIGHT / 2} dy="0.32em" textAnchor="end" className="fill-slate-700 text-[12px]">
                 {lane}
               </text>
+              {laneBuckets.map((bucket) => (
+                <CountedBucket
+                  key={bucket.start}
+                  bucket={bucket}
+                  x1={x(bucket.start)}
+                  x2={x(bucket.start + timeline.bucketMs!)}
+                  y={y + 4}
+                  height={LANE_HEIGHT - 8}
+                  busiest={busiest}
+                  bucketMs={timeline.bucketMs!}
+                />
+              ))}
               {aggregate
                 ? bucketsOf(runs, (run) => span(run)[0]).map((bucket) => (
                     <rect
@@ -174,6 +236,64 @@ export function RunsTimeline({ timeline }: { timeline: Timeline }) {
         />
       </Group>
     </svg>
+  );
+}
+
+/** Outcomes bottom-up in a stacked bucket: failures at the base, where they are seen first. */
+const STACK_ORDER = SEVERITY.filter((s): s is FinalRunStatus => s !== "running" && s !== "queued");
+
+/** One counted bucket: a bar stacked by outcome, its height the count against the lane's busiest. */
+function CountedBucket(props: {
+  bucket: TimelineBucket;
+  x1: number;
+  x2: number;
+  y: number;
+  height: number;
+  busiest: number;
+  bucketMs: number;
+}) {
+  const { bucket, x1, x2, y, height, busiest, bucketMs } = props;
+  const total = bucketTotal(bucket);
+  const tall = Math.max(2, (height * total) / busiest);
+  const width = Math.max(1, x2 - x1 - 1);
+  const present = STACK_ORDER.filter((status) => bucket.counts[status]);
+  const heights = present.map((status) => (tall * bucket.counts[status]!) / total);
+  const segments = present.map((status, i) => ({
+    status,
+    h: heights[i]!,
+    y: y + height - heights.slice(0, i + 1).reduce((a, b) => a + b, 0),
+  }));
+  const detail = STACK_ORDER.filter((status) => bucket.counts[status])
+    .map((status) => {
+      const n = bucket.counts[status]!;
+      const summed = bucket.durationMs[status];
+      return `${n} ${status}${summed && status !== "skipped" ? ` (mean ${formatDurationMs(summed / n)})` : ""}`;
+    })
+    .join(", ");
+  return (
+    <Link href={laneRunsHref(bucket)} tabIndex={-1}>
+      <g
+        data-mark="bucket"
+        data-count={total}
+        data-start={bucket.start}
+        data-status={SEVERITY.find((s) => bucket.counts[s as FinalRunStatus]) ?? "rebuilt"}
+      >
+        <title>{`${laneOf(bucket)}, ${formatAbsolute(bucket.start, "utc")} + ${hoursText(bucketMs)}: ${total} runs — ${detail}`}</title>
+        <rect x={x1} y={y} width={width} height={height} fill="transparent" />
+        {segments.map((segment) => (
+          <rect
+            key={segment.status}
+            data-segment={segment.status}
+            data-count={bucket.counts[segment.status]}
+            x={x1}
+            y={segment.y}
+            width={width}
+            height={segment.h}
+            fill={STATUS_COLOURS[segment.status]}
+          />
+        ))}
+      </g>
+    </Link>
   );
 }
 
@@ -314,6 +434,132 @@ export function DurationTrend({ timeline }: { timeline: Timeline }) {
                 <title>{`${run.id}: ${run.status}, ${formatDurationMs(run.durationMs)}, started ${formatAbsolute(run.startedAt, "utc")}`}</title>
               </circle>
             </Link>
+          ))}
+          <AxisLeft
+            scale={y}
+            numTicks={5}
+            tickFormat={(v) => formatDurationMs(Number(v))}
+            stroke="currentColor"
+            tickStroke="currentColor"
+            tickLabelProps={{ fill: "currentColor", fontSize: 11, textAnchor: "end", dx: -4, dy: "0.32em" }}
+          />
+          <AxisBottom
+            top={plotHeight}
+            scale={x}
+            numTicks={8}
+            tickFormat={tickText(timeline.range)}
+            stroke="currentColor"
+            tickStroke="currentColor"
+            tickLabelProps={{ fill: "currentColor", fontSize: 11, textAnchor: "middle" }}
+          />
+        </Group>
+      </svg>
+    </div>
+  );
+}
+
+/**
+ * Zoomed out (view "buckets"): each bucket's mean duration of one rebuild's finished runs (skips
+ * left out, as in the per-run trend), from the counters' summed durations — no run is read.
+ */
+export function BucketDurationTrend({ timeline }: { timeline: Timeline }) {
+  const [chosen, setChosen] = useState<string | null>(null);
+  const means = new Map<string, Map<number, { runs: number; summed: number }>>();
+  for (const bucket of timeline.buckets) {
+    let runs = 0;
+    let summed = 0;
+    for (const status of STACK_ORDER) {
+      if (status === "skipped") continue;
+      runs += bucket.counts[status] ?? 0;
+      summed += bucket.durationMs[status] ?? 0;
+    }
+    if (runs === 0) continue;
+    const perStart = means.get(bucket.rebuild) ?? new Map<number, { runs: number; summed: number }>();
+    const at = perStart.get(bucket.start) ?? { runs: 0, summed: 0 };
+    perStart.set(bucket.start, { runs: at.runs + runs, summed: at.summed + summed });
+    means.set(bucket.rebuild, perStart);
+  }
+  const rebuilds = [...means.keys()].sort();
+  const rebuild = chosen && rebuilds.includes(chosen) ? chosen : (rebuilds[0] ?? null);
+  if (!rebuild) return <p className="text-sm text-slate-600">No finished runs in this window for a duration trend.</p>;
+  const points = [...means.get(rebuild)!]
+    .map(([start, { runs, summed }]) => ({ start, runs, mean: summed / runs }))
+    .sort((a, b) => a.start - b.start);
+  const bucketMs = timeline.bucketMs ?? 3_600_000;
+  const longest = Math.max(...points.map((p) => p.mean));
+  const limit = timeline.timeLimits[rebuild] ?? null;
+  const showLimit = limit !== null && limit <= longest * 3;
+  const plotWidth = WIDTH - TREND_MARGIN.left - TREND_MARGIN.right;
+  const plotHeight = TREND_HEIGHT - TREND_MARGIN.top - TREND_MARGIN.bottom;
+  const x = scaleTime<number>({ domain: [timeline.since, timeline.until], range: [0, plotWidth] });
+  const y = scaleLinear<number>({
+    domain: [0, Math.max(longest, showLimit ? limit : 0) * 1.1 || 1],
+    range: [plotHeight, 0],
+    nice: true,
+  });
+  const runs = points.reduce((sum, p) => sum + p.runs, 0);
+  return (
+    <div className="space-y-2">
+      <div className="flex flex-wrap items-center gap-3 text-sm">
+        <h3 className="font-semibold">Duration trend</h3>
+        <label className="flex items-center gap-1">
+          <span className="text-xs text-slate-600">Rebuild</span>
+          <select
+            className="rounded border border-slate-300 bg-white px-2 py-0.5"
+            value={rebuild}
+            onChange={(e) => setChosen(e.target.value)}
+          >
+            {rebuilds.map((r) => (
+              <option key={r}>{r}</option>
+            ))}
+          </select>
+        </label>
+        <span className="text-xs text-slate-600" data-field="trend-summary">
+          {runs} runs · mean per {hoursText(bucketMs)}
+          {limit !== null ? ` · time limit ${formatDurationMs(limit)}` : ""}
+        </span>
+      </div>
+      <svg
+        viewBox={`0 0 ${WIDTH} ${TREND_HEIGHT}`}
+        className="block h-auto w-full"
+        role="figure"
+        aria-label={`Mean durations of ${rebuild} per ${hoursText(bucketMs)}: ${runs} runs`}
+        data-chart="duration-trend"
+        data-rebuild={rebuild}
+        data-view="buckets"
+      >
+        <Group left={TREND_MARGIN.left} top={TREND_MARGIN.top}>
+          {showLimit ? (
+            <line
+              data-mark="time-limit"
+              x1={0}
+              x2={plotWidth}
+              y1={y(limit)}
+              y2={y(limit)}
+              stroke={STATUS_COLOURS.failed}
+              strokeDasharray="6 4"
+            />
+          ) : null}
+          <LinePath
+            data={points}
+            x={(d) => x(d.start + bucketMs / 2)}
+            y={(d) => y(d.mean)}
+            stroke="#0284c7"
+            strokeWidth={2}
+            data-mark="mean"
+          />
+          {points.map((p) => (
+            <circle
+              key={p.start}
+              data-mark="bucket-mean"
+              data-count={p.runs}
+              cx={x(p.start + bucketMs / 2)}
+              cy={y(p.mean)}
+              r={3}
+              fill="#0284c7"
+            >
+              <title>{`${rebuild}, ${formatAbsolute(p.start, "utc")} + ${hoursText(bucketMs)}: ${p.runs} runs, mean ${formatDurationMs(p.mean)}`}</title>
+            </circle>
           ))}
           <AxisLeft
             scale={y}

@@ -1,7 +1,8 @@
 /**
  * The pictures draw the runs that exist: timeline marks, duration-trend points and percentile
- * lines, buckets when a lane has more runs than pixels, a run's steps as a Gantt, and the
- * Rebuilds page's last-30-runs strip. Asserted on the drawn SVG elements, against the API.
+ * lines, buckets when a lane has more runs than pixels, the server's counted buckets zoomed out
+ * (7 d), a run's steps as a Gantt, and the Rebuilds page's last-30-runs strip. Asserted on the
+ * drawn SVG elements, against the API.
  */
 import { expect, test } from "@playwright/test";
 import type { Timeline } from "../lib/api/timeline";
@@ -128,6 +129,46 @@ test("a lane with more runs than pixels draws buckets whose counts add up to its
     .evaluateAll((els) => els.reduce((sum, el) => sum + Number(el.getAttribute("data-count")), 0));
   expect(counts).toBe(inLane);
   expect(await lane.locator('[data-mark="bucket"]').count()).toBeLessThan(inLane);
+});
+
+test("zoomed out (7 d) the timeline draws counted buckets that add up to the API's, link to the lane's runs, and show a rebuild's tenants", async ({
+  page,
+  request,
+}) => {
+  const { url } = stack();
+  await page.goto(`${url}/runs`);
+  await page.getByRole("button", { name: "last 7d" }).click();
+  const timeline = page.locator('[data-chart="timeline"][data-view="buckets"]');
+  await expect(timeline).toBeVisible();
+  const lane = timeline.locator('[data-lane="slow-archive"]');
+  await expect(lane.locator('[data-mark="bucket"]').first()).toBeVisible();
+  const week = (await (await request.get(`${url}/api/runs/timeline?range=7d`)).json()) as Timeline;
+  expect(week.view).toBe("buckets");
+  const counted = week.buckets
+    .filter((b) => b.rebuild === "slow-archive")
+    .reduce((sum, b) => sum + Object.values(b.counts).reduce((a, n) => a + (n ?? 0), 0), 0);
+  // The counters hold every finished run the records hold (the 600 seeded above among them).
+  const day = (await (await request.get(`${url}/api/runs/timeline?range=24h`)).json()) as Timeline;
+  const finishedToday = day.runs.filter((r) => r.rebuild === "slow-archive" && r.finishedAt !== null).length;
+  expect(counted).toBeGreaterThanOrEqual(Math.max(600, finishedToday));
+  const drawn = await lane
+    .locator('[data-mark="bucket"]')
+    .evaluateAll((els) => els.reduce((sum, el) => sum + Number(el.getAttribute("data-count")), 0));
+  expect(drawn).toBe(counted);
+  // Hover details name the outcomes; the trend plots bucket means.
+  await expect(lane.locator('[data-mark="bucket"] title').first()).toContainText("rebuilt");
+  const trend = page.locator('[data-chart="duration-trend"][data-view="buckets"]');
+  await page.getByRole("combobox", { name: "Rebuild" }).last().selectOption("slow-archive");
+  await expect(trend.locator('[data-mark="bucket-mean"]').first()).toBeVisible();
+
+  // One rebuild's tenants as lanes.
+  await page.getByRole("combobox", { name: "Lanes" }).selectOption("incidents");
+  await expect(timeline.locator('[data-lane="incidents / acme"] [data-mark="bucket"]').first()).toBeVisible();
+  await expect(timeline.locator('[data-lane="slow-archive"]')).toHaveCount(0);
+
+  // A bucket leads to its lane's runs.
+  await timeline.locator('[data-lane="incidents / acme"] [data-mark="bucket"]').first().click();
+  await expect(page).toHaveURL(/\/runs\?rebuild=incidents&tenant=acme$/);
 });
 
 test("Rebuilds: the last-30-runs strip draws one mark per recent run, with a legend", async ({ page, request }) => {

@@ -1,39 +1,93 @@
-/** `GET /api/runs/timeline?range=24h|7d`: the runs of a window, for the Runs page's charts. */
+/**
+ * `GET /api/runs/timeline?range=24h|7d[&rebuild=][&view=auto|buckets]`: the runs of a window, for
+ * the Runs page's charts — one by one when they are few, as counted buckets when they are many.
+ *
+ *   view "runs"    every run started in the window (a day holding at most TIMELINE_RUN_LIMIT)
+ *   view "buckets" the timeline counters (lib/runs/timeline-counters.ts) of the window, one
+ *                  bucket per lane and TIMELINE_BUCKET_MS[range]; `runs` then holds only the runs
+ *                  in flight (queued, running), which no counter has yet. Used for 7 d always, for
+ *                  24 h when the window holds more runs, and when asked (`view=buckets`).
+ * Lanes: one per rebuild (tenants summed) in buckets; with `rebuild`, that rebuild's tenants.
+ * A bucket counts the runs that finished, including runs whose records were trimmed since (the
+ * counters are history; the runs list shows what is kept).
+ */
 import { z } from "zod";
+import { NAME_PATTERN as NAME } from "../names";
+import { unknownRebuildProblem } from "../rebuilds/definitions";
+import { readTimelineBuckets, type TimelineBucket } from "../runs/buckets";
+import { TIMELINE_BUCKET_MS as COUNTER_HOUR } from "../runs/timeline-counters";
 import { listRunsInWindow, type WindowRun } from "../runs/window";
 import type { WebContext } from "../web/context";
+import { badRequest } from "./errors";
 
 export const TIMELINE_RANGES = { "24h": 86_400_000, "7d": 7 * 86_400_000 } as const;
 export type TimelineRange = keyof typeof TIMELINE_RANGES;
-/** Most runs one window returns (newest first); the chart aggregates what shares a pixel. */
-export const TIMELINE_MAX_RUNS = 10_000;
+/**
+ * Most runs a window returns one by one: beyond, it returns buckets. Reading a run costs one HMGET
+ * (10 000 of them took ~0.9 s at 1M runs, BENCHMARKS.md); 2 000 still draw one mark each.
+ */
+export const TIMELINE_RUN_LIMIT = 2_000;
+/** Bucket width per range: an hour (24 per day), three hours (56 per week). */
+export const TIMELINE_BUCKET_MS: Record<TimelineRange, number> = { "24h": COUNTER_HOUR, "7d": 3 * COUNTER_HOUR };
+/** Runs in flight drawn over the buckets, per status (the sweep keeps these few). */
+const IN_FLIGHT_MAX = 500;
 
 export const timelineQuery = z.strictObject({
   range: z.enum(["24h", "7d"], { error: "must be 24h or 7d" }).default("24h"),
+  rebuild: z.string().regex(NAME, "must be a rebuild name").optional(),
+  view: z.enum(["auto", "buckets"], { error: "must be auto or buckets" }).default("auto"),
 });
 
 export interface Timeline {
   range: TimelineRange;
   since: number;
   until: number;
+  /** The rebuild whose tenant lanes these are, or null (every rebuild). */
+  rebuild: string | null;
+  view: "runs" | "buckets";
+  /** view "runs": the runs of the window; view "buckets": only those in flight. */
   runs: WindowRun[];
-  /** More runs were created in the window than returned (the oldest are left out). */
+  /** More runs than returned (view "runs": never, it is chosen only when they fit; in flight: capped). */
   truncated: boolean;
+  /** view "buckets": finished runs counted per lane and bucket; [] in view "runs". */
+  buckets: TimelineBucket[];
+  /** Width of a bucket (ms), or null in view "runs". */
+  bucketMs: number | null;
+  /** Runs started in the window (all statuses, as indexed now). */
+  total: number;
   /** Each rebuild's time limit (ms), drawn on the duration trend. */
   timeLimits: Record<string, number>;
   serverTime: number;
 }
 
 export async function getTimeline(context: WebContext, query: z.output<typeof timelineQuery>): Promise<Timeline> {
+  const { main, keys } = context.connections;
+  if (query.rebuild && !context.definitions.rebuilds.has(query.rebuild)) {
+    throw badRequest(`rebuild: ${unknownRebuildProblem(context.definitions, query.rebuild)}`);
+  }
   const until = Date.now();
   const since = until - TIMELINE_RANGES[query.range];
-  const { runs, truncated } = await listRunsInWindow(
-    context.connections.main,
-    context.connections.keys,
-    since,
-    until,
-    TIMELINE_MAX_RUNS,
-  );
+  const filter = query.rebuild ? { rebuild: query.rebuild } : {};
   const timeLimits = Object.fromEntries([...context.definitions.rebuilds.values()].map((d) => [d.name, d.timeLimit]));
-  return { range: query.range, since, until, runs, truncated, timeLimits, serverTime: until };
+  const base = { range: query.range, since, until, rebuild: query.rebuild ?? null, timeLimits, serverTime: until };
+  const total = await main.zcount(keys.runIndex(filter), since, until);
+  if (query.view === "auto" && query.range === "24h" && total <= TIMELINE_RUN_LIMIT) {
+    const { runs, truncated } = await listRunsInWindow(main, keys, since, until, TIMELINE_RUN_LIMIT, filter);
+    return { ...base, view: "runs", runs, truncated, buckets: [], bucketMs: null, total };
+  }
+  const bucketMs = TIMELINE_BUCKET_MS[query.range];
+  const [buckets, running, queued] = await Promise.all([
+    readTimelineBuckets(main, keys, { since, until, bucketMs, ...filter }),
+    listRunsInWindow(main, keys, since, until, IN_FLIGHT_MAX, { ...filter, status: "running" }),
+    listRunsInWindow(main, keys, since, until, IN_FLIGHT_MAX, { ...filter, status: "queued" }),
+  ]);
+  return {
+    ...base,
+    view: "buckets",
+    runs: [...running.runs, ...queued.runs],
+    truncated: running.truncated || queued.truncated,
+    buckets,
+    bucketMs,
+    total,
+  };
 }

@@ -10,6 +10,7 @@ export type RedisKeys = ReturnType<typeof redisKeys>;
 
 export function redisKeys(prefix: string) {
   const tag = `{${prefix}}`;
+  const timelinePrefix = (rebuild?: string) => (rebuild ? `${tag}:tl:t:${rebuild}:` : `${tag}:tl:r:`);
   return {
     /** The hash tag itself; BullMQ queues use it as their prefix so they share the slot. */
     tag,
@@ -90,6 +91,15 @@ export function redisKeys(prefix: string) {
       if (rebuild) return status ? `${tag}:runs:rs:${rebuild}:${status}` : `${tag}:runs:r:${rebuild}`;
       return status ? `${tag}:runs:s:${status}` : `${tag}:runs`;
     },
+    /**
+     * HASH per hour of run starts (the bucket's start, ms on the Redis clock): runs that reached a
+     * final status, counted once by the record scripts when they do (lib/runs/timeline-counters.ts
+     * has the field layout). Without `rebuild`: one lane per rebuild (tenants summed); with it: one
+     * lane per tenant of that rebuild. PEXPIREAT the bucket's end + the record TTL.
+     * The scripts append the bucket start to `timelineBucketPrefix` (only they know a run's start).
+     */
+    timelineBucketPrefix: timelinePrefix,
+    timelineBucket: (bucketStart: number, rebuild?: string) => `${timelinePrefix(rebuild)}${bucketStart}`,
     /** STRING with a TTL: "this (rebuild, tenant, version) was rebuilt by run X". Key: sha256. */
     idempotency: (hash: string) => `${tag}:idem:${hash}`,
     /** STRING: job id of a waiting trigger of (rebuild, tenant, version, force); collapses duplicates. */

@@ -10,6 +10,7 @@ import { RUN_REPLY } from "../redis/replies";
 import { queueVariadicScript, runVariadicScript, scriptPipeline } from "../redis/scripts";
 import { indexLayout, runPlaceOf } from "./records";
 import { RUN_ABANDON } from "./scripts";
+import { timelineSpec } from "./timeline-counters";
 import type { RunRef, RunStore } from "./writer";
 
 /** The statuses an abandoned run moves between. */
@@ -24,7 +25,7 @@ export async function abandonRun(store: RunStore, run: RunRef, reason: string): 
     RUN_ABANDON,
     [keys.run(run.runId), keys.runOpenAttempt(run.jobId), keys.run(run.runId)],
     layout.keys,
-    [run.runId, layout.n, reason, "", layout.statuses],
+    [run.runId, layout.n, reason, "", layout.statuses, timelineSpec(keys, run, store.retention)],
   );
   return reply === RUN_REPLY.written;
 }
@@ -65,6 +66,7 @@ export async function closeAbandonedRuns(
         `worker ${workerId} stopped beating (died or paused) and no later attempt took the job over`,
         workerId,
         layout.statuses,
+        timelineSpec(keys, runPlaceOf(rebuild, tenant), store.retention),
       ],
     );
     queued.push(runId);

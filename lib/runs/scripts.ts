@@ -13,14 +13,21 @@
  * Status moves are checked against `RUN_TRANSITIONS` (transitions.ts) inside the script: a final
  * status is never changed, and a record that is gone (trimmed, expired) is never recreated by a
  * late write. Times (`startedAt`, `finishedAt`, `durationMs`, index scores) come from `TIME`.
+ *
+ * Timeline counters (timeline-counters.ts): every branch that moves a record into a final status
+ * counts it (`countFinal`) in the same script, so a run is counted exactly when its record becomes
+ * final, once. The scripts get the counters' key prefixes in one ARGV (`timeline`, JSON) and
+ * append the hour of the run's start — the one place they name a key not passed in KEYS.
  */
 import { RUN_REPLY } from "../redis/replies";
 import { SERVER_NOW, typedScript, type LuaScript } from "../redis/scripts";
+import { TIMELINE_COUNT_LUA, TIMELINE_IMPORT } from "./timeline-counters";
 import { transitionsLua } from "./transitions";
 
 const COMMON = `
 ${SERVER_NOW}
 ${transitionsLua()}
+${TIMELINE_COUNT_LUA}
 -- The statuses whose index keys follow the base indexes, in order (a comma-separated ARGV).
 local POSITION = {}
 local function setStatuses(list)
@@ -42,10 +49,15 @@ local function moveStatus(first, n, runId, from, to, score)
     redis.call('ZADD', statusIndex(first, n, to, j), score, runId)
   end
 end
+-- Writes the finish time and the duration (returned; nil without a start).
 local function finishTimes(runKey)
   local startedAt = tonumber(redis.call('HGET', runKey, 'startedAt'))
   redis.call('HSET', runKey, 'finishedAt', nowMs)
-  if startedAt then redis.call('HSET', runKey, 'durationMs', nowMs - startedAt) end
+  if startedAt then
+    redis.call('HSET', runKey, 'durationMs', nowMs - startedAt)
+    return nowMs - startedAt
+  end
+  return nil
 end
 -- A record still queued or running moves to aborted; any other is left alone. Returns 1 | 0.
 local function abandon(runKey, runId, reason, first, n)
@@ -53,7 +65,7 @@ local function abandon(runKey, runId, reason, first, n)
   if not status or not ALLOWED[status]['aborted'] then return 0 end
   local score = redis.call('ZSCORE', KEYS[first], runId) or nowMs
   redis.call('HSET', runKey, 'status', 'aborted', 'reason', reason)
-  finishTimes(runKey)
+  countFinal('aborted', score, finishTimes(runKey))
   moveStatus(first, n, runId, status, 'aborted', score)
   return 1
 end
@@ -77,7 +89,10 @@ ARGV[5] n (base indexes)   ARGV[6] mode: 'check' (already rebuilt → skipped, e
 ARGV[7] reason prefix of an already-rebuilt skip (the rebuilding run id is appended)
 ARGV[8] reason written on the previous attempt if it is still in flight (→ aborted)
 ARGV[9] '1': drop the pending-trigger marker if it is still this job's
-ARGV[10] statuses with index keys (comma-separated)   ARGV[11..] record field/value pairs
+ARGV[10] statuses with index keys (comma-separated)
+ARGV[11] timeline counters of the run's place (JSON, timeline-counters.ts); the previous attempt
+  has the same place   ARGV[12..] record field/value pairs
+A final status (begun so, or the previous attempt closed) is counted in the timeline counters.
 The job's attempt in flight (KEYS[2]) is closed as aborted when it is the previous attempt;
 another one ("stray") is returned for the caller to close with RUN_ABANDON.
 Returns {code, rebuiltBy, stray}
@@ -89,6 +104,7 @@ local runId, jobId, previousId = ARGV[1], ARGV[2], ARGV[3]
 local n, mode = tonumber(ARGV[5]), ARGV[6]
 local FIRST = 6
 setStatuses(ARGV[10])
+setTimeline(ARGV[11])
 if ARGV[9] == '1' and redis.call('GET', KEYS[5]) == jobId then redis.call('DEL', KEYS[5]) end
 if redis.call('EXISTS', KEYS[1]) == 1 then return {${RUN_REPLY.exists}, '', ''} end
 local stray = ''
@@ -104,7 +120,7 @@ if mode == 'check' then
 end
 -- One HSET: the caller's fields, then what the script knows (status, times, reason).
 local fields = {}
-for i = 11, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 12, #ARGV do fields[#fields + 1] = ARGV[i] end
 local extra = {'id', runId, 'status', status, 'startedAt', nowMs}
 if FINAL[status] then
   extra[#extra + 1] = 'finishedAt'
@@ -126,6 +142,7 @@ end
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 for j = 1, n do redis.call('ZADD', KEYS[FIRST + j - 1], nowMs, runId) end
 moveStatus(FIRST, n, runId, false, status, nowMs)
+if FINAL[status] then countFinal(status, nowMs, 0) end
 local code = ${RUN_REPLY.began}
 if by then code = ${RUN_REPLY.alreadyRebuilt} elseif FINAL[status] then code = ${RUN_REPLY.ended} end
 return {code, by or '', stray}
@@ -145,7 +162,9 @@ ARGV[1] runId   ARGV[2] record TTL ms   ARGV[3] n   ARGV[4] new status, '' for f
 ARGV[5] idempotency: 'set' (to runId, PX ARGV[6]) | 'del' (only if it names this runId: another
   run's key stays) | ''   ARGV[6] idempotency TTL ms
 ARGV[7] log lines kept   ARGV[8] L: log lines that follow   ARGV[9] statuses with index keys
-ARGV[10 .. 9+L] log lines   ARGV[10+L ..] record field/value pairs
+ARGV[10] timeline counters of the run's place (JSON, timeline-counters.ts; '' without a status move)
+ARGV[11 .. 10+L] log lines   ARGV[11+L ..] record field/value pairs
+A move into a final status is counted in the timeline counters (at the run's index score).
 The idempotency change is made whatever the record says (it is about the output, not the
 record); log lines are appended to any record that exists.
 Returns ${RUN_REPLY.written} written | ${RUN_REPLY.missing} missing (trimmed or expired: nothing written)
@@ -156,6 +175,7 @@ ${COMMON}
 local runId, n, to = ARGV[1], tonumber(ARGV[3]), ARGV[4]
 local FIRST = 5
 setStatuses(ARGV[9])
+setTimeline(ARGV[10])
 if ARGV[5] == 'set' then
   redis.call('SET', KEYS[4], runId, 'PX', ARGV[6])
 elseif ARGV[5] == 'del' and redis.call('GET', KEYS[4]) == runId then
@@ -165,21 +185,21 @@ local current = redis.call('HGET', KEYS[1], 'status')
 if not current then return ${RUN_REPLY.missing} end
 local lines = tonumber(ARGV[8])
 if lines > 0 then
-  redis.call('RPUSH', KEYS[2], unpack(ARGV, 10, 9 + lines))
+  redis.call('RPUSH', KEYS[2], unpack(ARGV, 11, 10 + lines))
   redis.call('LTRIM', KEYS[2], -tonumber(ARGV[7]), -1)
   redis.call('PEXPIRE', KEYS[2], ARGV[2])
 end
 if FINAL[current] then return ${RUN_REPLY.final} end
 if to ~= '' and not ALLOWED[current][to] then return ${RUN_REPLY.refused} end
-if #ARGV >= 10 + lines then redis.call('HSET', KEYS[1], unpack(ARGV, 10 + lines)) end
+if #ARGV >= 11 + lines then redis.call('HSET', KEYS[1], unpack(ARGV, 11 + lines)) end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 if to ~= '' and to ~= current then
   redis.call('HSET', KEYS[1], 'status', to)
+  local score = redis.call('ZSCORE', KEYS[FIRST], runId) or nowMs
   if FINAL[to] then
-    finishTimes(KEYS[1])
+    countFinal(to, score, finishTimes(KEYS[1]))
     if redis.call('GET', KEYS[3]) == runId then redis.call('DEL', KEYS[3]) end
   end
-  local score = redis.call('ZSCORE', KEYS[FIRST], runId) or nowMs
   moveStatus(FIRST, n, runId, current, to, score)
 end
 return ${RUN_REPLY.written}
@@ -199,10 +219,12 @@ ARGV[1] runId   ARGV[2] n   ARGV[3] reason
 ARGV[4] workerId the caller saw: '' closes it whatever its worker; otherwise only if the record
   still names that worker and the worker's heartbeat has expired (on the Redis clock)
 ARGV[5] statuses with index keys (comma-separated)
+ARGV[6] timeline counters of the run's place (JSON, timeline-counters.ts): an abort is counted
 Returns ${RUN_REPLY.written} aborted | ${RUN_REPLY.no} left alone (final, or its worker is live or changed) | ${RUN_REPLY.missing} missing
 ]]
 ${COMMON}
 setStatuses(ARGV[5])
+setTimeline(ARGV[6])
 if redis.call('EXISTS', KEYS[1]) == 0 then return ${RUN_REPLY.missing} end
 if ARGV[4] ~= '' then
   if redis.call('HGET', KEYS[1], 'workerId') ~= ARGV[4] then return ${RUN_REPLY.no} end
@@ -225,7 +247,8 @@ KEYS[1] run HASH   KEYS[2] runLog LIST
 KEYS[3 ..] indexes: ARGV[2] base indexes, then as many per status in ARGV[3] (every status)
 ARGV[1] runId   ARGV[2] n   ARGV[3] statuses with index keys (comma-separated)
 A record is removed from its base indexes and its status's; one whose hash already expired
-from every index (its status is unknown).
+from every index (its status is unknown). The timeline counters are left as they are: they count
+what finished, not what is kept (timeline-counters.ts).
 Returns ${RUN_REPLY.written} deleted | ${RUN_REPLY.no} kept: queued or running
 ]]
 ${COMMON}
@@ -246,4 +269,4 @@ return ${RUN_REPLY.written}
 `,
 });
 
-export const RUN_SCRIPTS: readonly LuaScript[] = [RUN_BEGIN, RUN_WRITE, RUN_ABANDON, RUN_TRIM];
+export const RUN_SCRIPTS: readonly LuaScript[] = [RUN_BEGIN, RUN_WRITE, RUN_ABANDON, RUN_TRIM, TIMELINE_IMPORT];

@@ -1,7 +1,8 @@
 /**
- * Runs created in a time window, newest first, for the timeline and the duration trend: one
- * `ZREVRANGEBYSCORE` of the global index (scored by createdAt) with a cap, then one pipelined
- * `HMGET` of the few fields a chart needs. O(cap), independent of how many runs exist.
+ * Runs started in a time window, newest first, for the timeline and the duration trend: one
+ * `ZREVRANGEBYSCORE` of one run index (global by default; a rebuild's, a status's — scored by the
+ * attempt's start) with a cap, then one pipelined `HMGET` of the few fields a chart needs.
+ * O(cap), independent of how many runs exist.
  */
 import type { Redis } from "ioredis";
 import type { RedisKeys } from "../redis/keys";
@@ -21,8 +22,9 @@ export async function listRunsInWindow(
   since: number,
   until: number,
   limit: number,
+  filter: Parameters<RedisKeys["runIndex"]>[0] = {},
 ): Promise<{ runs: WindowRun[]; truncated: boolean }> {
-  const ids = await client.zrevrangebyscore(keys.runIndex(), until, since, "LIMIT", 0, limit + 1);
+  const ids = await client.zrevrangebyscore(keys.runIndex(filter), until, since, "LIMIT", 0, limit + 1);
   const truncated = ids.length > limit;
   const page = ids.slice(0, limit);
   if (page.length === 0) return { runs: [], truncated };

@@ -23,6 +23,7 @@ import {
   type RunRetention,
 } from "./records";
 import { RUN_BEGIN, RUN_WRITE } from "./scripts";
+import { queueTimelineCount, timelineSpec } from "./timeline-counters";
 import type { FinalRunStatus } from "./transitions";
 import { RUN_STATUSES, type RunRecord, type RunStatus, type RunTrigger } from "./types";
 
@@ -126,6 +127,7 @@ export async function beginAttempt(
       ABANDONED_REASON(attempt.attempt),
       options.pendingTrigger ? "1" : "",
       layout.statuses,
+      timelineSpec(keys, attempt, retention),
       ...fields,
     ],
   );
@@ -206,6 +208,7 @@ export async function writeRun(store: RunStore, run: RunRef, write: RunWrite): P
       RUN_LOG_LINES,
       lines.length,
       layout.statuses,
+      write.status ? timelineSpec(keys, run, retention) : "",
       ...lines,
       ...fieldPairs(write.fields ?? {}),
     ],
@@ -337,7 +340,8 @@ export class RunRecorder {
 }
 
 /**
- * Queues a finished record as it is (hash, indexes at its `startedAt`, retention) into `tx`:
+ * Queues a finished record as it is (hash, indexes at its `startedAt`, retention, timeline
+ * counters) into `tx`:
  * for seeding history in benchmarks and tests, never for an attempt in flight (which writes
  * through `beginAttempt` and `RunRecorder`, so its moves are checked).
  */
@@ -347,7 +351,8 @@ export function importRunInto(
   record: RunRecord & { status: FinalRunStatus },
   retention: RunRetention,
 ): ChainableCommander {
-  const layout = indexLayout(keys, runPlaceOf(record.rebuild, record.tenant));
+  const place = runPlaceOf(record.rebuild, record.tenant);
+  const layout = indexLayout(keys, place);
   const score = record.startedAt ?? record.createdAt;
   tx.hset(keys.run(record.id), toFields(record));
   tx.pexpire(keys.run(record.id), recordTtlMs(retention));
@@ -356,5 +361,10 @@ export function importRunInto(
     tx.zadd(layout.keys[j]!, score, record.id);
     tx.zadd(layout.keys[layout.n + statusAt * layout.n + j]!, score, record.id);
   }
+  queueTimelineCount(tx, keys, place, retention, {
+    status: record.status,
+    startMs: score,
+    durationMs: record.durationMs,
+  });
   return tx;
 }

@@ -50,7 +50,7 @@ export const queryKeys = {
   },
   timeline: {
     all: () => [...queryKeys.all, "timeline"] as const,
-    window: (range: string) => [...queryKeys.timeline.all(), range] as const,
+    window: (range: string, rebuild: string | null) => [...queryKeys.timeline.all(), range, rebuild] as const,
   },
   workers: () => [...queryKeys.all, "workers"] as const,
   audit: () => [...queryKeys.all, "audit"] as const,
@@ -221,10 +221,13 @@ export const alertsQuery = () =>
     placeholderData: keepPreviousData,
   });
 
-export const timelineQuery = (range: "24h" | "7d") =>
+export const timelineQuery = (range: "24h" | "7d", rebuild: string | null = null) =>
   queryOptions({
-    queryKey: queryKeys.timeline.window(range),
-    queryFn: () => apiFetch<Timeline>(`/api/runs/timeline?range=${range}`),
+    queryKey: queryKeys.timeline.window(range, rebuild),
+    queryFn: () =>
+      apiFetch<Timeline>(
+        `/api/runs/timeline?range=${range}${rebuild ? `&rebuild=${encodeURIComponent(rebuild)}` : ""}`,
+      ),
     refetchInterval: 10_000,
     placeholderData: keepPreviousData,
   });

@@ -117,7 +117,7 @@ const ROUTES: FuzzRoute[] = [
   { method: "GET", route: "/api/audit", queryNames: ["limit", "cursor"] },
   { method: "GET", route: "/api/alerts" },
   { method: "POST", route: "/api/alerts/test", body: { receiver: "slack", reason: "fuzz" }, mutation: true },
-  { method: "GET", route: "/api/runs/timeline", queryNames: ["range"] },
+  { method: "GET", route: "/api/runs/timeline", queryNames: ["range", "rebuild", "view"] },
   { method: "GET", route: "/api/queue", queryNames: ["rebuild", "tenant"] },
   { method: "GET", route: "/api/rebuilds/[name]", param: "slow", queryNames: ["tenant"] },
   {
