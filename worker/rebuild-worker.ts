@@ -17,14 +17,14 @@ import { CANCEL_ABORT_REASON, CancelWatch, readCancelRequest } from "../lib/rebu
 import { isSchedulePaused } from "../lib/rebuilds/schedules";
 import { clearPendingTrigger } from "../lib/rebuilds/trigger";
 import { RebuildError, runRebuild, type RebuildDeps, type RebuildOutcome } from "../lib/rebuilds/run-rebuild";
-import { stepWarden, wardenSilenceFor } from "../lib/rebuilds/steps/warden";
+import { lockRenewTimeFor, stepWarden, wardenSilenceFor } from "../lib/rebuilds/steps/warden";
 
 export interface RebuildWorkerOptions {
   concurrency: number;
   /**
    * BullMQ job lock. A SIGKILLed worker's job is redelivered after the lock expires and the
    * next stalled check runs: lockDuration + stalledInterval ≤ 8 s with the defaults, inside
-   * the 10 s goal with room for a loaded machine (measured up to 9.6 s with a 4 s interval). The lock is renewed every lockDuration/2; tile steps yield often enough.
+   * the 10 s goal with room for a loaded machine (measured up to 9.6 s with a 4 s interval). The lock is renewed at most lockDuration/4 apart (lockRenewTime, for the step warden); tile steps yield often enough.
    */
   lockDuration: number;
   stalledInterval: number;
@@ -117,7 +117,9 @@ export function startRebuildWorker(
           await job.moveToDelayed(outcome.until, token);
           throw new DelayedError(`deferred: output held by ${outcome.heldBy}`);
         case "handed-back":
-          await job.moveToWait(token);
+          // A stale token (the lock ran out while this worker stalled: the job is another
+          // attempt's, or the stalled check moves it back) is refused: nothing to hand back.
+          await job.moveToWait(token).catch((error: unknown) => log(`job ${jobId}: not handed back: ${String(error)}`));
           throw new WaitingError();
         case "cancelled":
           log(`job ${jobId}: ${outcome.reason}`);
@@ -149,6 +151,8 @@ export function startRebuildWorker(
     prefix: queuePrefix(deps.keys),
     concurrency: options.concurrency,
     lockDuration: options.lockDuration,
+    // Renewals at most a quarter of the lock apart: the step warden's limit depends on it.
+    lockRenewTime: lockRenewTimeFor(options.lockDuration),
     stalledInterval: options.stalledInterval,
     // A job whose worker died is redelivered; dying twice (a deploy, then a crash) is no reason
     // to give up on it — the claim and the fence keep redeliveries harmless.

@@ -16,6 +16,7 @@ import { recordPublishedFence } from "./published-fence";
 import { isTransient } from "./classify-failure";
 import { TransientStepError, type StepContext } from "./steps/context";
 import { runCommandStep } from "./steps/run-step";
+import { stepWarden } from "./steps/warden";
 import { runTilesStep } from "./steps/tiles-step";
 
 export interface BuildContext {
@@ -79,7 +80,19 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
       };
       try {
         if ("run" in step) await runCommandStep(step, stepContext);
-        else await runTilesStep(step, stepContext);
+        else {
+          const began = performance.now();
+          await runTilesStep(step, stepContext);
+          // The tiles step runs in this process: a stall during it is its own doing and would
+          // repeat on every pickup, so it fails (retried as transient, then for good with this
+          // reason) rather than being handed back like a stall from outside.
+          const stall = stepWarden.stalledSince(began);
+          if (stall !== null) {
+            throw new TransientStepError(
+              `step ${step.name} blocked this worker for ${Math.round(stall)} ms (the tiles step runs in the worker's process): its job lock and the other jobs' steps on this worker were at risk; use a smaller input or a run step`,
+            );
+          }
+        }
         record.status = "done";
       } catch (error) {
         record.status = signal.aborted ? "aborted" : "failed";

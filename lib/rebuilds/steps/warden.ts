@@ -15,8 +15,10 @@
  * (`throwIfStalled`) and hands the job back instead.
  *
  * The silence limit (`wardenSilenceFor`) must end a stuck worker's steps before its job lock can
- * run out: BullMQ renews the lock every quarter of its duration, so at any moment at least
- * three quarters of it are left; the warden acts within `silence` + one tick of the last beat.
+ * run out. The worker sets BullMQ's `lockRenewTime` to a quarter of the lock (`lockRenewTimeFor`):
+ * BullMQ checks every half of that and renews a lock older than it, so two renewals are at most a
+ * quarter of the lock apart and at any moment at least three quarters of it are left; the warden
+ * acts within `silence` + one tick of the last beat.
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
@@ -28,6 +30,8 @@ export const BEAT_EVERY_MS = 500;
 const WARDEN_TICK_MS = 100;
 /** How long a step's exit waits for the warden's report of a kill (its pipe may lag the exit). */
 const REPORT_WAIT_MS = 300;
+/** Kill reports kept for steps whose exit has not asked yet. */
+const MAX_REPORTS = 1_000;
 
 export const STEP_OF_VARIABLE = "CLAIMWATCH_STEP_OF";
 
@@ -37,7 +41,12 @@ export const STEP_OF_VARIABLE = "CLAIMWATCH_STEP_OF";
  * running every ¼), less one warden tick and a margin for the kill and the next attempt's start.
  */
 export function wardenSilenceFor(lockDurationMs: number): number {
-  return Math.max(1_000, Math.floor(lockDurationMs * 0.75) - WARDEN_TICK_MS - 650);
+  return Math.max(1_000, lockDurationMs - lockRenewTimeFor(lockDurationMs) - WARDEN_TICK_MS - 650);
+}
+
+/** BullMQ's `lockRenewTime` for a lock of `lockDurationMs` (see above; BullMQ's default is half). */
+export function lockRenewTimeFor(lockDurationMs: number): number {
+  return Math.floor(lockDurationMs / 4);
 }
 
 interface Watched {
@@ -61,6 +70,9 @@ class StepWarden {
 
   /** Starts the warden and the beat (idempotent); the worker calls it at start-up. */
   start(silenceMs: number): void {
+    // Start-up itself (imports, connections) is not a stall of any attempt.
+    this.lastBeat = performance.now();
+    this.lastStall = null;
     this.silenceMs = Math.max(0, Math.round(silenceMs));
     this.ensureRunning();
     this.send(`silence ${this.silenceMs}`);
@@ -77,19 +89,19 @@ class StepWarden {
    * since `since` (performance.now()), or is just coming out of such a stall.
    */
   throwIfStalled(since: number, what: string): void {
-    if (this.silenceMs <= 0) return;
-    const now = performance.now();
-    const current = now - this.lastBeat;
-    const stall =
-      current >= this.silenceMs
-        ? current
-        : this.lastStall && this.lastStall.endedAt >= since
-          ? this.lastStall.ms
-          : null;
+    const stall = this.stalledSince(since);
     if (stall === null) return;
     throw new WorkerStalledError(
       `${what}: this worker did not run for ${Math.round(stall)} ms during the attempt (limit ${this.silenceMs} ms), so its job lock may have run out and another attempt may hold the claim`,
     );
+  }
+
+  /** A stall of at least `silence` ms that ended after `since` (or goes on now): its length, else null. */
+  stalledSince(since: number): number | null {
+    if (this.silenceMs <= 0) return null;
+    const current = performance.now() - this.lastBeat;
+    if (current >= this.silenceMs) return current;
+    return this.lastStall && this.lastStall.endedAt >= since ? this.lastStall.ms : null;
   }
 
   /** Announces a step just spawned: `pid` is `unshare --kill-child` (group false) or a process group leader. */
@@ -169,7 +181,11 @@ class StepWarden {
         const waiter = this.waiting.get(id);
         this.waiting.delete(id);
         if (waiter) waiter(reason);
-        else if (this.watched.has(id)) this.reports.set(id, reason);
+        else {
+          // Kept until the step's exit asks (it may have been forgotten already): bounded.
+          this.reports.set(id, reason);
+          if (this.reports.size > MAX_REPORTS) this.reports.delete(this.reports.keys().next().value!);
+        }
       }
     });
     child.once("exit", () => {
