@@ -17,7 +17,10 @@ export function describeStale(reasons: readonly StaleReason[]): string | null {
  * Since when a claim counts as stale (claims-server ms), or null: two refresh intervals after
  * its last refresh; for a holder without heartbeat, its last refresh.
  */
-export function staleSince(claim: Pick<ClaimInfo, "stale" | "holder">): number | null {
+export function staleSince(claim: {
+  stale: ClaimInfo["stale"];
+  holder: Pick<ClaimHolder, "refreshedAt" | "refreshEveryMs" | "acquiredAt">;
+}): number | null {
   if (claim.stale.length === 0) return null;
   const { refreshedAt, refreshEveryMs, acquiredAt } = claim.holder;
   if (claim.stale.some((r) => r.kind === "refresh-overdue") && refreshedAt !== null && refreshEveryMs !== null) {
