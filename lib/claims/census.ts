@@ -1,17 +1,19 @@
 /**
- * Every active claim in two round trips, for the alert evaluator and the `/metrics` scrape:
- * the registry (plus the skips hash and the counters), then one script call (CLAIM_CENSUS, per
- * 2 000 claims) returning, per claim, one string with its PTTL and the fields staleness, the
- * alerts and the metrics read, with the server's TIME. Lighter than `listClaims` (no token, no
- * pruning, no jobId or revocation fields), since both callers read all claims every cycle.
- * O(claims).
+ * Every active claim, or only the stale ones, in two round trips, for the `/metrics` scrape and
+ * the alert evaluator: the registry (plus the skips hash and the counters), then one script call
+ * per 2 000 claims returning, per claim, one string with its PTTL and the fields staleness, the
+ * alerts and the metrics read, with the server's TIME: CLAIM_CENSUS for every claim, or
+ * CLAIM_STALE_CENSUS for those that may be stale (`onlyStale`: the evaluator alerts on no other;
+ * `staleReasons` decides on what it returns). Lighter than `listClaims` (no token, no pruning, no
+ * jobId or revocation fields), since both callers read all claims every cycle. O(claims) Redis
+ * work; O(stale claims) decoding with `onlyStale`.
  */
 import type { Redis } from "ioredis";
 import type { RedisKeys } from "../redis/keys";
-import { CLAIM_CENSUS, runVariadicScript, type ScriptingClient } from "../redis/scripts";
+import { CLAIM_CENSUS, CLAIM_STALE_CENSUS, runVariadicScript, type ScriptingClient } from "../redis/scripts";
 import { holderFromCensusRecord, unexpectedReply, type CensusHolder } from "./holder";
 import { staleReasons, type StaleReason } from "./list";
-import { staleSince } from "./stale";
+import { STALE_AFTER_REFRESHES, staleSince } from "./stale";
 
 export interface CensusClaim {
   name: string;
@@ -25,6 +27,7 @@ export interface CensusClaim {
 export interface ClaimCensus {
   /** The claims server's time (ms). */
   serverTime: number;
+  /** Every held claim; with `onlyStale`, the stale ones. */
   claims: CensusClaim[];
   /** Claim name → consecutive skips (claims with none are absent). */
   skips: Map<string, number>;
@@ -39,7 +42,9 @@ export async function readClaimCensus(
   client: Pick<Redis, "pipeline"> & ScriptingClient,
   keys: RedisKeys,
   liveWorkerIds: ReadonlySet<string> | undefined,
+  options: { onlyStale?: boolean } = {},
 ): Promise<ClaimCensus> {
+  if (options.onlyStale && !liveWorkerIds) throw new Error("claims census: onlyStale needs the live worker ids");
   const first = await client
     .pipeline()
     .zrange(keys.claimRegistry, "0", "-1")
@@ -59,26 +64,48 @@ export async function readClaimCensus(
     const to = Math.min(from + CHUNK, names.length);
     const claimKeys: string[] = [];
     for (let i = from; i < to; i++) claimKeys.push(keys.claim(names[i]!), keys.claimMeta(names[i]!));
-    const reply = (await runVariadicScript(client, CLAIM_CENSUS, [keys.claimRegistry], claimKeys, [])) as unknown[];
-    if (!Array.isArray(reply) || reply.length !== 1 + to - from) throw unexpectedReply("census", reply);
-    serverTime = Number(reply[0]);
-    for (let i = from; i < to; i++) {
-      const record = reply[1 + i - from] as string;
-      if (record === "") continue; // expired since the registry was read, or no metadata
-      const comma = record.indexOf(",");
-      const holder = holderFromCensusRecord(record, comma + 1);
-      const stale = staleReasons(holder, serverTime, liveWorkerIds);
-      claims.push({
-        name: names[i]!,
-        pttlMs: Number(record.slice(0, comma)),
-        holder,
-        stale,
-        staleSince: staleSince({ stale, holder }),
-      });
+    if (options.onlyStale) {
+      const reply = (await runVariadicScript(client, CLAIM_STALE_CENSUS, [keys.claimRegistry], claimKeys, [
+        STALE_AFTER_REFRESHES,
+        ...liveWorkerIds!,
+      ])) as unknown[];
+      if (!Array.isArray(reply) || reply.length % 2 !== 1) throw unexpectedReply("stale census", reply);
+      serverTime = Number(reply[0]);
+      for (let r = 1; r < reply.length; r += 2) {
+        const claim = censusClaim(
+          names[from + Number(reply[r]) - 1]!,
+          reply[r + 1] as string,
+          serverTime,
+          liveWorkerIds,
+        );
+        if (claim.stale.length > 0) claims.push(claim);
+      }
+    } else {
+      const reply = (await runVariadicScript(client, CLAIM_CENSUS, [keys.claimRegistry], claimKeys, [])) as unknown[];
+      if (!Array.isArray(reply) || reply.length !== 1 + to - from) throw unexpectedReply("census", reply);
+      serverTime = Number(reply[0]);
+      for (let i = from; i < to; i++) {
+        const record = reply[1 + i - from] as string;
+        // '': expired since the registry was read, or no metadata
+        if (record !== "") claims.push(censusClaim(names[i]!, record, serverTime, liveWorkerIds));
+      }
     }
     if (names.length === 0) break;
   }
   const skips = new Map<string, number>();
   for (const [name, count] of Object.entries(skipsHash)) if (Number(count) > 0) skips.set(name, Number(count));
   return { serverTime, claims, skips, counters };
+}
+
+/** One claim from its census record (`pttl,` then the fields `holderFromCensusRecord` reads). */
+function censusClaim(
+  name: string,
+  record: string,
+  serverTime: number,
+  liveWorkerIds: ReadonlySet<string> | undefined,
+): CensusClaim {
+  const comma = record.indexOf(",");
+  const holder = holderFromCensusRecord(record, comma + 1);
+  const stale = staleReasons(holder, serverTime, liveWorkerIds);
+  return { name, pttlMs: Number(record.slice(0, comma)), holder, stale, staleSince: staleSince({ stale, holder }) };
 }

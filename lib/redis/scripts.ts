@@ -468,12 +468,22 @@ return {1, committed}
 /** The claimMeta fields a census record carries, in its order (after the PTTL). */
 export const CENSUS_FIELDS = ["refreshedAt", "refreshEveryMs", "acquiredAt", "fence", "holder"] as const;
 
+/** One census record of the claim at KEYS[i], KEYS[i + 1]: PTTL and `CENSUS_FIELDS`, or nil. */
+const CENSUS_RECORD = `
+local function censusRecord(i)
+  local pttl = redis.call('PTTL', KEYS[i])
+  local m = redis.call('HMGET', KEYS[i + 1], ${CENSUS_FIELDS.map((field) => `'${field}'`).join(", ")})
+  if pttl < 0 or not m[1] or m[1] == '' then return nil, m end
+  return pttl .. ',' .. m[1] .. ',' .. (m[2] or '') .. ',' .. (m[3] or '') .. ',' .. (m[4] or '') .. ',' .. (m[5] or ''), m
+end
+`;
+
 export const CLAIM_CENSUS = {
   command: "claimwatchClaimCensus",
   keys: ["claimsTime"],
   variadicKeys: true,
   lua: `
---[[ Read many claims in one call (alert evaluation and /metrics read every claim every cycle).
+--[[ Read many claims in one call (the /metrics scrape reads every claim every scrape).
 Each claim comes back as one string holding only what staleness, the alerts and the metrics read:
 one reply value per claim, not one per field (decoding ten values per claim was most of the
 census' time at 10 000 claims).
@@ -486,15 +496,67 @@ Returns {serverTimeMs, record1, record2, ...}, one record per claim, in KEYS ord
   'pttl,${CENSUS_FIELDS.join(",")}'  otherwise; absent fields are ''. The holder JSON comes
       last and may contain commas; the fields before it are numbers written by the claim scripts.
 ]]
+${CENSUS_RECORD}
 local t = redis.call('TIME')
 local out = {t[1] * 1000 + math.floor(t[2] / 1000)}
 for i = 2, #KEYS, 2 do
-  local pttl = redis.call('PTTL', KEYS[i])
-  local m = redis.call('HMGET', KEYS[i + 1], ${CENSUS_FIELDS.map((field) => `'${field}'`).join(", ")})
-  if pttl < 0 or not m[1] or m[1] == '' then
-    out[#out + 1] = ''
-  else
-    out[#out + 1] = pttl .. ',' .. m[1] .. ',' .. (m[2] or '') .. ',' .. (m[3] or '') .. ',' .. (m[4] or '') .. ',' .. (m[5] or '')
+  out[#out + 1] = censusRecord(i) or ''
+end
+return out
+`,
+} as const satisfies LuaScript;
+
+export const CLAIM_STALE_CENSUS = {
+  command: "claimwatchClaimStaleCensus",
+  keys: ["claimsTime"],
+  variadicKeys: true,
+  lua: `
+--[[ The claims that may be stale, out of many (the alert evaluator reads them every cycle; most
+claims are healthy, and returning only these keeps the reply and its decoding small).
+"May be stale" is a superset of staleReasons (lib/claims/stale.ts), which decides on the records
+returned: a claim is left out only when it is surely healthy, i.e.
+  its refresh is not overdue: refreshedAt and refreshEveryMs are numbers, refreshEveryMs <= 0 or
+    now - refreshedAt <= ARGV[1] * refreshEveryMs (or a field is absent: staleReasons skips the
+    check then too), and
+  its holder is live or has none: the holder JSON has no holder, or a plain "workerId":"<id>"
+    entry with id '' or one of ARGV[2..n].
+Anything else (an unparsable number, a workerId with escapes or without that entry) is returned.
+KEYS[1] claimsTime  unused placeholder (any key of the hash tag), so the script has a slot
+KEYS[2k], KEYS[2k+1]  claim (STRING) and claimMeta (HASH) of the k-th claim
+ARGV[1] refresh intervals without a refresh after which a claim is stale (STALE_AFTER_REFRESHES)
+ARGV[2..n] ids of the workers with a live heartbeat
+Returns {serverTimeMs, k1, record1, k2, record2, ...}: the claims that may be stale, k their
+  position (1-based) among the claims in KEYS, the record as CLAIM_CENSUS returns it; gone claims
+  and claims without metadata are left out
+]]
+${CENSUS_RECORD}
+local t = redis.call('TIME')
+local nowMs = t[1] * 1000 + math.floor(t[2] / 1000)
+local intervals = tonumber(ARGV[1])
+local live = {}
+for i = 2, #ARGV do live[ARGV[i]] = true end
+local function numberOrAbsent(value)
+  if not value or value == '' then return true, nil end
+  local n = tonumber(value)
+  return n ~= nil, n
+end
+local function mayBeStale(m)
+  local okAt, refreshedAt = numberOrAbsent(m[1])
+  local okEvery, every = numberOrAbsent(m[2])
+  if not okAt or not okEvery then return true end
+  if refreshedAt and every and every > 0 and nowMs - refreshedAt > intervals * every then return true end
+  local holder = m[5]
+  if not holder or holder == '' then return false end
+  local id = string.match(holder, '"workerId":"([^"\\\\]*)"')
+  if id == nil then return true end
+  return id ~= '' and not live[id]
+end
+local out = {nowMs}
+for i = 2, #KEYS, 2 do
+  local record, m = censusRecord(i)
+  if record and mayBeStale(m) then
+    out[#out + 1] = i / 2
+    out[#out + 1] = record
   end
 end
 return out
@@ -534,6 +596,7 @@ export const ALL_SCRIPTS: readonly LuaScript[] = [
   AUDIT_APPEND,
   ALERTS_COMMIT,
   CLAIM_CENSUS,
+  CLAIM_STALE_CENSUS,
   NEWEST_IN_INDEXES,
 ];
 
