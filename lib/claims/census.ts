@@ -1,16 +1,16 @@
 /**
- * Every active claim, or only the stale ones, in two round trips, for the `/metrics` scrape and
- * the alert evaluator: the registry (plus the skips hash and the counters), then one script call
- * per 2 000 claims returning, per claim, one string with its PTTL and the fields staleness, the
- * alerts and the metrics read, with the server's TIME: CLAIM_CENSUS for every claim, or
- * CLAIM_STALE_CENSUS for those that may be stale (`onlyStale`: the evaluator alerts on no other;
- * `staleReasons` decides on what it returns). Lighter than `listClaims` (no token, no pruning, no
- * jobId or revocation fields), since both callers read all claims every cycle. O(claims) Redis
- * work; O(stale claims) decoding with `onlyStale`.
+ * Every active claim, or only the stale ones, for the `/metrics` scrape and the alert evaluator:
+ * the registry (plus the skips hash and the counters), then one script call per 2 000 claims
+ * (CLAIM_CENSUS) returning, per claim, one string with its PTTL and the fields staleness, the
+ * alerts and the metrics read, with the server's TIME. With `onlyStale` (the evaluator alerts on
+ * no other claims) a first script per chunk (CLAIM_STALE_CANDIDATES) picks the claims that may be
+ * stale within `NEAR_STALE_MS`, only those are read, and `staleReasons` decides on them. Lighter
+ * than `listClaims` (no token, no pruning, no jobId or revocation fields), since both callers read
+ * all claims every cycle. O(claims) Redis work; O(stale claims) decoding with `onlyStale`.
  */
 import type { Redis } from "ioredis";
 import type { RedisKeys } from "../redis/keys";
-import { CLAIM_CENSUS, CLAIM_STALE_CENSUS, runVariadicScript, type ScriptingClient } from "../redis/scripts";
+import { CLAIM_CENSUS, CLAIM_STALE_CANDIDATES, runVariadicScript, type ScriptingClient } from "../redis/scripts";
 import { holderFromCensusRecord, unexpectedReply, type CensusHolder } from "./holder";
 import { staleReasons, type StaleReason } from "./list";
 import { STALE_AFTER_REFRESHES, staleSince } from "./stale";
@@ -37,6 +37,11 @@ export interface ClaimCensus {
 
 /** Claims per script call: a few ms of Redis time each. */
 const CHUNK = 2_000;
+/**
+ * How far ahead the candidates' pick looks: a claim that turns stale between the pick and the
+ * read (a few ms apart) is still read, so `onlyStale` returns what the full census would.
+ */
+const NEAR_STALE_MS = 5_000;
 
 export async function readClaimCensus(
   client: Pick<Redis, "pipeline"> & ScriptingClient,
@@ -61,35 +66,29 @@ export async function readClaimCensus(
   const claims: CensusClaim[] = [];
   let serverTime = 0;
   for (let from = 0; from < names.length || from === 0; from += CHUNK) {
-    const to = Math.min(from + CHUNK, names.length);
-    const claimKeys: string[] = [];
-    for (let i = from; i < to; i++) claimKeys.push(keys.claim(names[i]!), keys.claimMeta(names[i]!));
-    if (options.onlyStale) {
-      const reply = (await runVariadicScript(client, CLAIM_STALE_CENSUS, [keys.claimRegistry], claimKeys, [
+    let chunk = names.slice(from, from + CHUNK);
+    if (options.onlyStale && chunk.length > 0) {
+      const metaKeys = chunk.map((name) => keys.claimMeta(name));
+      const picked = (await runVariadicScript(client, CLAIM_STALE_CANDIDATES, [keys.claimRegistry], metaKeys, [
         STALE_AFTER_REFRESHES,
+        NEAR_STALE_MS,
         ...liveWorkerIds!,
       ])) as unknown[];
-      if (!Array.isArray(reply) || reply.length % 2 !== 1) throw unexpectedReply("stale census", reply);
-      serverTime = Number(reply[0]);
-      for (let r = 1; r < reply.length; r += 2) {
-        const claim = censusClaim(
-          names[from + Number(reply[r]) - 1]!,
-          reply[r + 1] as string,
-          serverTime,
-          liveWorkerIds,
-        );
-        if (claim.stale.length > 0) claims.push(claim);
-      }
-    } else {
-      const reply = (await runVariadicScript(client, CLAIM_CENSUS, [keys.claimRegistry], claimKeys, [])) as unknown[];
-      if (!Array.isArray(reply) || reply.length !== 1 + to - from) throw unexpectedReply("census", reply);
-      serverTime = Number(reply[0]);
-      for (let i = from; i < to; i++) {
-        const record = reply[1 + i - from] as string;
-        // '': expired since the registry was read, or no metadata
-        if (record !== "") claims.push(censusClaim(names[i]!, record, serverTime, liveWorkerIds));
-      }
+      if (!Array.isArray(picked)) throw unexpectedReply("stale candidates", picked);
+      chunk = picked.map((k) => chunk[Number(k) - 1]!);
+      if (chunk.length === 0 && from + CHUNK < names.length) continue;
     }
+    const claimKeys: string[] = [];
+    for (const name of chunk) claimKeys.push(keys.claim(name), keys.claimMeta(name));
+    const reply = (await runVariadicScript(client, CLAIM_CENSUS, [keys.claimRegistry], claimKeys, [])) as unknown[];
+    if (!Array.isArray(reply) || reply.length !== 1 + chunk.length) throw unexpectedReply("census", reply);
+    serverTime = Number(reply[0]);
+    chunk.forEach((name, i) => {
+      const record = reply[1 + i] as string;
+      if (record === "") return; // expired since the registry was read, or no metadata
+      const claim = censusClaim(name, record, serverTime, liveWorkerIds);
+      if (!options.onlyStale || claim.stale.length > 0) claims.push(claim);
+    });
     if (names.length === 0) break;
   }
   const skips = new Map<string, number>();
