@@ -80,7 +80,7 @@ export async function readClaimCensus(
     }
     const claimKeys: string[] = [];
     for (const name of chunk) claimKeys.push(keys.claim(name), keys.claimMeta(name));
-    const reply = (await runVariadicScript(client, CLAIM_CENSUS, [keys.claimRegistry], claimKeys, [])) as unknown[];
+    const reply = (await runVariadicScript(client, CLAIM_CENSUS, [keys.claimRegistry], claimKeys, [0])) as unknown[];
     if (!Array.isArray(reply) || reply.length !== 1 + chunk.length) throw unexpectedReply("census", reply);
     serverTime = Number(reply[0]);
     chunk.forEach((name, i) => {

@@ -479,7 +479,7 @@ only what staleness, the alerts and the metrics read: one reply value per claim,
 (decoding ten values per claim was most of the census' time at 10 000 claims).
 KEYS[1] claimsTime  unused placeholder (any key of the hash tag), so the script has a slot
 KEYS[2k], KEYS[2k+1]  claim (STRING) and claimMeta (HASH) of the k-th claim
-ARGV none
+ARGV[1] ignored
 Returns {serverTimeMs, record1, record2, ...}, one record per claim, in KEYS order:
   ''  the claim is gone (PTTL < 0: expired since the registry was read) or its metadata has no
       refreshedAt (no metadata hash)
