@@ -55,6 +55,7 @@ export interface TakeoverEvent {
 export interface AlertSnapshot {
   /** Main Redis time, ms. */
   now: number;
+  /** Claims census with `onlyStale`: `census.claims` holds the stale claims only. */
   census: ClaimCensus;
   workersLive: number;
   /** Score of the newest worker heartbeat ever seen in the registry, or null. */
@@ -160,8 +161,9 @@ export async function readAlertSnapshot(
       seriesList.push({ rebuild: definition.name, tenant, scheduled: Boolean(definition.schedule) });
     }
   }
-  // Round trip 1 (main): time, workers, running runs, pending, counters; the newest runs of every
-  // series (newest of any status, rebuilt, failed) in one script call alongside.
+  // Round trip 1 (main): time, workers, running runs, pending, each series' missed-tick cursor (only
+  // those fields: the counters hash holds ~12 per series); the newest runs of every series (newest
+  // of any status, rebuilt, failed) in one script call alongside.
   const indexKeys: string[] = [];
   for (const s of seriesList) {
     const filter = s.tenant ? { rebuild: s.rebuild, tenant: s.tenant } : { rebuild: s.rebuild };
@@ -176,8 +178,10 @@ export async function readAlertSnapshot(
     .time()
     .zrevrange(keys.workerRegistry, 0, -1, "WITHSCORES")
     .zrange(keys.runIndex({ status: "running" }), "0", String(RUNNING_LIMIT - 1))
-    .hgetall(keys.alertsPending)
-    .hgetall(keys.metricsCounters);
+    .hgetall(keys.alertsPending);
+  if (seriesList.length > 0) {
+    first.hmget(keys.metricsCounters, ...seriesList.map((s) => `missedcursor|${seriesKey(s.rebuild, s.tenant)}`));
+  }
   const [replies, newest] = await Promise.all([
     execOrThrow(first),
     runVariadicScript(main, NEWEST_IN_INDEXES, [keys.runIndex()], indexKeys, [0]) as Promise<string[]>,
@@ -194,7 +198,7 @@ export async function readAlertSnapshot(
   }
   const runningIds = replies[2] as string[];
   const pendingHash = replies[3] as Record<string, string>;
-  const counters = replies[4] as Record<string, string>;
+  const missedCursors = (replies[4] ?? []) as (string | null)[];
 
   // Round trip 2 (main): running runs, newest failed runs, unserved ticks.
   const second = main.pipeline();
@@ -210,7 +214,7 @@ export async function readAlertSnapshot(
       newestRebuiltAt: rebuilt ? rebuilt.at : null,
       newestFailed: failed ? { id: failed.id, createdAt: failed.at, attempt: 0, reason: "" } : null,
       unservedTicks: [],
-      missedCountedUpTo: Number(counters[`missedcursor|${seriesKey(s.rebuild, s.tenant)}`] ?? 0),
+      missedCountedUpTo: Number(missedCursors[i] ?? 0),
     };
   });
   for (const s of series) {
@@ -225,7 +229,8 @@ export async function readAlertSnapshot(
   }
   const [secondReplies, census, mainSafety, claimsSafety, takeoverEntries] = await Promise.all([
     execOrThrow(second),
-    readClaimCensus(claims, keys, liveIds),
+    // Only the stale claims: the rules alert on no other (the scrape reads them all).
+    readClaimCensus(claims, keys, liveIds, { onlyStale: true }),
     inspectRedis(main),
     inspectRedis(claims),
     readTakeovers(claims, keys, options.takeoverWindowMs),

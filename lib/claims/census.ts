@@ -1,21 +1,24 @@
 /**
- * Every active claim in two round trips, for the alert evaluator and the `/metrics` scrape:
- * the registry (plus the skips hash and the counters), then one script call (CLAIM_CENSUS, per
- * 2 000 claims) returning PTTL and the fields staleness needs per claim, with the server's TIME. Lighter than `listClaims` (no token, no pruning), since
- * both callers read all claims every cycle. O(claims).
+ * Every active claim, or only the stale ones, for the `/metrics` scrape and the alert evaluator:
+ * the registry (plus the skips hash and the counters), then one script call per 2 000 claims
+ * (CLAIM_CENSUS) returning, per claim, one string with its PTTL and the fields staleness, the
+ * alerts and the metrics read, with the server's TIME. With `onlyStale` (the evaluator alerts on
+ * no other claims) a first script per chunk (CLAIM_STALE_CANDIDATES) picks the claims that may be
+ * stale within `NEAR_STALE_MS`, only those are read, and `staleReasons` decides on them. Lighter
+ * than `listClaims` (no token, no pruning, no jobId or revocation fields), since both callers read
+ * all claims every cycle. O(claims) Redis work; O(stale claims) decoding with `onlyStale`.
  */
 import type { Redis } from "ioredis";
 import type { RedisKeys } from "../redis/keys";
-import { CLAIM_CENSUS, runVariadicScript, type ScriptingClient } from "../redis/scripts";
-import { holderFromHash } from "./holder";
+import { CLAIM_CENSUS, CLAIM_STALE_CANDIDATES, runVariadicScript, type ScriptingClient } from "../redis/scripts";
+import { holderFromCensusRecord, unexpectedReply, type CensusHolder } from "./holder";
 import { staleReasons, type StaleReason } from "./list";
-import { staleSince } from "./stale";
-import type { ClaimHolder } from "./types";
+import { STALE_AFTER_REFRESHES, staleSince } from "./stale";
 
 export interface CensusClaim {
   name: string;
   pttlMs: number;
-  holder: ClaimHolder;
+  holder: CensusHolder;
   stale: StaleReason[];
   /** Claims-server ms since when the claim counts as stale, or null. */
   staleSince: number | null;
@@ -24,6 +27,7 @@ export interface CensusClaim {
 export interface ClaimCensus {
   /** The claims server's time (ms). */
   serverTime: number;
+  /** Every held claim; with `onlyStale`, the stale ones. */
   claims: CensusClaim[];
   /** Claim name → consecutive skips (claims with none are absent). */
   skips: Map<string, number>;
@@ -31,25 +35,21 @@ export interface ClaimCensus {
   counters: Record<string, string>;
 }
 
-const FIELDS = [
-  "refreshedAt",
-  "refreshEveryMs",
-  "acquiredAt",
-  "ttlMs",
-  "fence",
-  "jobId",
-  "holder",
-  "revokedBy",
-  "revokedAt",
-];
-/** Claims per script call: about 5 ms of Redis time each. */
+/** Claims per script call: a few ms of Redis time each. */
 const CHUNK = 2_000;
+/**
+ * How far ahead the candidates' pick looks: a claim that turns stale between the pick and the
+ * read (a few ms apart) is still read, so `onlyStale` returns what the full census would.
+ */
+const NEAR_STALE_MS = 5_000;
 
 export async function readClaimCensus(
   client: Pick<Redis, "pipeline"> & ScriptingClient,
   keys: RedisKeys,
   liveWorkerIds: ReadonlySet<string> | undefined,
+  options: { onlyStale?: boolean } = {},
 ): Promise<ClaimCensus> {
+  if (options.onlyStale && !liveWorkerIds) throw new Error("claims census: onlyStale needs the live worker ids");
   const first = await client
     .pipeline()
     .zrange(keys.claimRegistry, "0", "-1")
@@ -62,35 +62,49 @@ export async function readClaimCensus(
   const skipsHash = first[1]![1] as Record<string, string>;
   const counters = first[2]![1] as Record<string, string>;
 
-  const claimKeys: string[] = [];
-  for (const name of names) claimKeys.push(keys.claim(name), keys.claimMeta(name));
   // Chunks keep one script call (and the Redis pause it makes) bounded.
   const claims: CensusClaim[] = [];
   let serverTime = 0;
   for (let from = 0; from < names.length || from === 0; from += CHUNK) {
-    const chunk = names.slice(from, from + CHUNK);
-    const reply = (await runVariadicScript(
-      client,
-      CLAIM_CENSUS,
-      [keys.claimRegistry],
-      claimKeys.slice(from * 2, (from + chunk.length) * 2),
-      FIELDS,
-    )) as (string | number)[];
+    let chunk = names.slice(from, from + CHUNK);
+    if (options.onlyStale && chunk.length > 0) {
+      const metaKeys = chunk.map((name) => keys.claimMeta(name));
+      const picked = (await runVariadicScript(client, CLAIM_STALE_CANDIDATES, [keys.claimRegistry], metaKeys, [
+        STALE_AFTER_REFRESHES,
+        NEAR_STALE_MS,
+        ...liveWorkerIds!,
+      ])) as unknown[];
+      if (!Array.isArray(picked)) throw unexpectedReply("stale candidates", picked);
+      chunk = picked.map((k) => chunk[Number(k) - 1]!);
+      if (chunk.length === 0 && from + CHUNK < names.length) continue;
+    }
+    const claimKeys: string[] = [];
+    for (const name of chunk) claimKeys.push(keys.claim(name), keys.claimMeta(name));
+    const reply = (await runVariadicScript(client, CLAIM_CENSUS, [keys.claimRegistry], claimKeys, [0])) as unknown[];
+    if (!Array.isArray(reply) || reply.length !== 1 + chunk.length) throw unexpectedReply("census", reply);
     serverTime = Number(reply[0]);
-    const width = 1 + FIELDS.length;
     chunk.forEach((name, i) => {
-      const base = 1 + i * width;
-      const pttlMs = Number(reply[base]);
-      if (pttlMs < 0 || reply[base + 1] === "") return; // expired since the registry was read
-      const hash: Record<string, string> = {};
-      FIELDS.forEach((field, j) => (hash[field] = String(reply[base + 1 + j] ?? "")));
-      const holder = holderFromHash(hash);
-      const stale = staleReasons(holder, serverTime, liveWorkerIds);
-      claims.push({ name, pttlMs, holder, stale, staleSince: staleSince({ stale, holder }) });
+      const record = reply[1 + i] as string;
+      if (record === "") return; // expired since the registry was read, or no metadata
+      const claim = censusClaim(name, record, serverTime, liveWorkerIds);
+      if (!options.onlyStale || claim.stale.length > 0) claims.push(claim);
     });
     if (names.length === 0) break;
   }
   const skips = new Map<string, number>();
   for (const [name, count] of Object.entries(skipsHash)) if (Number(count) > 0) skips.set(name, Number(count));
   return { serverTime, claims, skips, counters };
+}
+
+/** One claim from its census record (`pttl,` then the fields `holderFromCensusRecord` reads). */
+function censusClaim(
+  name: string,
+  record: string,
+  serverTime: number,
+  liveWorkerIds: ReadonlySet<string> | undefined,
+): CensusClaim {
+  const comma = record.indexOf(",");
+  const holder = holderFromCensusRecord(record, comma + 1);
+  const stale = staleReasons(holder, serverTime, liveWorkerIds);
+  return { name, pttlMs: Number(record.slice(0, comma)), holder, stale, staleSince: staleSince({ stale, holder }) };
 }

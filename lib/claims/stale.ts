@@ -14,14 +14,23 @@ export function describeStale(reasons: readonly StaleReason[]): string | null {
 }
 
 /**
+ * Refresh intervals without a refresh after which a claim is stale. CLAIM_STALE_CENSUS gets it
+ * as an argument, so its pre-filter stays a superset of `staleReasons`.
+ */
+export const STALE_AFTER_REFRESHES = 2;
+
+/**
  * Since when a claim counts as stale (claims-server ms), or null: two refresh intervals after
  * its last refresh; for a holder without heartbeat, its last refresh.
  */
-export function staleSince(claim: Pick<ClaimInfo, "stale" | "holder">): number | null {
+export function staleSince(claim: {
+  stale: ClaimInfo["stale"];
+  holder: Pick<ClaimHolder, "refreshedAt" | "refreshEveryMs" | "acquiredAt">;
+}): number | null {
   if (claim.stale.length === 0) return null;
   const { refreshedAt, refreshEveryMs, acquiredAt } = claim.holder;
   if (claim.stale.some((r) => r.kind === "refresh-overdue") && refreshedAt !== null && refreshEveryMs !== null) {
-    return refreshedAt + 2 * refreshEveryMs;
+    return refreshedAt + STALE_AFTER_REFRESHES * refreshEveryMs;
   }
   return refreshedAt ?? acquiredAt;
 }
@@ -39,7 +48,8 @@ export function staleReasons(
   const { refreshedAt, refreshEveryMs, workerId } = holder;
   if (refreshedAt !== null && refreshEveryMs !== null && refreshEveryMs > 0) {
     const sinceRefreshMs = serverTime - refreshedAt;
-    if (sinceRefreshMs > 2 * refreshEveryMs) reasons.push({ kind: "refresh-overdue", sinceRefreshMs, refreshEveryMs });
+    if (sinceRefreshMs > STALE_AFTER_REFRESHES * refreshEveryMs)
+      reasons.push({ kind: "refresh-overdue", sinceRefreshMs, refreshEveryMs });
   }
   if (liveWorkerIds && workerId && !liveWorkerIds.has(workerId)) reasons.push({ kind: "holder-not-live", workerId });
   return reasons;

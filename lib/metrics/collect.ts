@@ -1,5 +1,5 @@
 /**
- * `GET /metrics`: Prometheus text format (prom-client), every value read from Redis at scrape
+ * `GET /metrics`: Prometheus text format (lib/metrics/exposition), every value read from Redis at scrape
  * time — so every dashboard process serves the same numbers, and counters (kept in Redis by
  * lib/metrics/counters) survive restarts. Names and types follow Prometheus' conventions:
  * base units (`_seconds`), `_total` for counters, labels `rebuild` and `tenant` where they apply.
@@ -8,7 +8,6 @@
  */
 import type { Queue } from "bullmq";
 import type { Redis } from "ioredis";
-import { Counter, Gauge, Registry, type MetricObjectWithValues, type MetricValue } from "prom-client";
 import { RULE_NAMES } from "../alerts/config";
 import { EVALUATOR_CLAIM } from "../alerts/rules";
 import type { FiringAlert } from "../alerts/types";
@@ -19,6 +18,7 @@ import type { RedisKeys } from "../redis/keys";
 import type { ScriptingClient } from "../redis/scripts";
 import { HEARTBEAT_TTL_MS } from "../workers/heartbeat";
 import { DURATION_BUCKETS } from "./counters";
+import { EXPOSITION_CONTENT_TYPE, Exposition, labelPair } from "./exposition";
 
 export interface MetricsSources {
   main: Pick<Redis, "pipeline">;
@@ -37,8 +37,6 @@ export const QUEUE_STATES = [
   "completed",
   "failed",
 ] as const;
-
-type Labels = Record<string, string>;
 
 export async function collectMetrics(sources: MetricsSources): Promise<{ contentType: string; body: string }> {
   const { main, claims, keys, definitions } = sources;
@@ -65,50 +63,52 @@ export async function collectMetrics(sources: MetricsSources): Promise<{ content
     sources.queue.getJobCounts(...QUEUE_STATES),
   ]);
 
-  const reg = new Registry();
-  const gauge = (name: string, help: string, labelNames: string[] = []) =>
-    new Gauge({ name, help, labelNames, registers: [reg] });
-  const counter = (name: string, help: string, labelNames: string[]) =>
-    new Counter({ name, help, labelNames, registers: [reg] });
+  const exposition = new Exposition();
+  const gauge = (name: string, help: string) => exposition.family(name, help, "gauge");
+  const counter = (name: string, help: string) => exposition.family(name, help, "counter");
 
-  // Which rebuild and tenant a claim belongs to: its holder says; else the definitions.
-  const owners = new Map<string, { rebuild: string; tenant: string }>();
-  const series: { rebuild: string; tenant: string; claim: string; scheduled: boolean }[] = [];
+  // Which rebuild and tenant a claim belongs to: the definitions say; else its holder. Label
+  // sets are formatted once per owner (10 000 claims share a few hundred owners).
+  const ownerLabels = new Map<string, string>();
+  const labelsOf = (rebuild: string, tenant: string) => {
+    const key = `${rebuild}|${tenant}`;
+    let labels = ownerLabels.get(key);
+    if (labels === undefined) {
+      labels = `${labelPair("rebuild", rebuild)},${labelPair("tenant", tenant)}`;
+      ownerLabels.set(key, labels);
+    }
+    return labels;
+  };
+  const owners = new Map<string, string>();
+  const series: { labels: string; claim: string; scheduled: boolean }[] = [];
   for (const definition of definitions.rebuilds.values()) {
     for (const tenant of tenantsOf(definition)) {
       const claim = claimName(definition.outputPath, tenant);
-      owners.set(claim, { rebuild: definition.name, tenant: tenant ?? "" });
-      series.push({ rebuild: definition.name, tenant: tenant ?? "", claim, scheduled: Boolean(definition.schedule) });
+      const labels = labelsOf(definition.name, tenant ?? "");
+      owners.set(claim, labels);
+      series.push({ labels, claim, scheduled: Boolean(definition.schedule) });
     }
   }
-  const ownerOf = (claim: string, holder?: { rebuild: string | null; tenant: string | null }) => {
-    const known = owners.get(claim);
-    return {
-      rebuild: known?.rebuild ?? holder?.rebuild ?? "",
-      tenant: known?.tenant ?? holder?.tenant ?? "",
-    };
-  };
+  const ownerOf = (claim: string, holder?: { rebuild: string | null; tenant: string | null }) =>
+    owners.get(claim) ?? labelsOf(holder?.rebuild ?? "", holder?.tenant ?? "");
 
-  const active = gauge("claimwatch_claims_active", "Claims held now.", ["rebuild", "tenant"]);
-  const ttl = gauge("claimwatch_claim_ttl_seconds", "Remaining lifetime of each held claim.", [
-    "claim",
-    "rebuild",
-    "tenant",
-  ]);
+  const active = gauge("claimwatch_claims_active", "Claims held now.");
+  const ttl = gauge("claimwatch_claim_ttl_seconds", "Remaining lifetime of each held claim.");
   const stale = gauge(
     "claimwatch_claim_stale",
     "Held claims that look stale, by reason (refresh-overdue: no refresh for two intervals; holder-not-live: holder worker has no heartbeat).",
-    ["rebuild", "tenant", "reason"],
   );
-  const skips = gauge("claimwatch_consecutive_skips", "Consecutive skips of a claim (reset by a completed rebuild).", [
-    "claim",
-    "rebuild",
-    "tenant",
-  ]);
+  const skips = gauge("claimwatch_consecutive_skips", "Consecutive skips of a claim (reset by a completed rebuild).");
+  const reasonLabels = {
+    "refresh-overdue": labelPair("reason", "refresh-overdue"),
+    "holder-not-live": labelPair("reason", "holder-not-live"),
+  } as const;
   for (const s of series) {
-    active.set(pick(s), 0);
-    skips.set({ claim: s.claim, ...pick(s) }, 0);
-    for (const reason of ["refresh-overdue", "holder-not-live"]) stale.set({ ...pick(s), reason }, 0);
+    active.set(s.labels, 0);
+    skips.set(`${labelPair("claim", s.claim)},${s.labels}`, 0);
+    for (const reason of ["refresh-overdue", "holder-not-live"] as const) {
+      stale.set(`${s.labels},${reasonLabels[reason]}`, 0);
+    }
   }
   let evaluatorLive = 0;
   for (const claim of census.claims) {
@@ -119,31 +119,30 @@ export async function collectMetrics(sources: MetricsSources): Promise<{ content
     }
     const owner = ownerOf(claim.name, claim.holder);
     active.inc(owner);
-    ttl.set({ claim: claim.name, ...owner }, Math.max(0, claim.pttlMs) / 1000);
-    for (const reason of claim.stale) stale.inc({ ...owner, reason: reason.kind });
+    ttl.set(`${labelPair("claim", claim.name)},${owner}`, Math.max(0, claim.pttlMs) / 1000);
+    for (const reason of claim.stale) stale.inc(`${owner},${reasonLabels[reason.kind]}`);
   }
-  for (const [claim, count] of census.skips) skips.set({ claim, ...ownerOf(claim) }, count);
+  for (const [claim, count] of census.skips) skips.set(`${labelPair("claim", claim)},${ownerOf(claim)}`, count);
 
-  const runs = counter("claimwatch_runs_total", "Finished runs (attempts), by status.", [
-    "rebuild",
-    "tenant",
-    "status",
-  ]);
+  const runs = counter("claimwatch_runs_total", "Finished runs (attempts), by status.");
   const lastSuccess = gauge(
     "claimwatch_last_success_timestamp_seconds",
     "Unix time at which the newest rebuilt run finished.",
-    ["rebuild", "tenant"],
   );
   const missed = counter(
     "claimwatch_schedule_missed_total",
     "Scheduled ticks that produced no run within the scheduleMissed grace (counted by the alert evaluator).",
-    ["rebuild", "tenant"],
   );
-  for (const s of series) if (s.scheduled) missed.inc(pick(s), 0);
+  for (const s of series) if (s.scheduled) missed.inc(s.labels, 0);
+  const duration = exposition.family(
+    "claimwatch_run_duration_seconds",
+    "Duration of finished runs (started to finished).",
+    "histogram",
+  );
   const histograms = new Map<string, { buckets: Map<string, number>; sum: number; count: number }>();
-  const histogramOf = (key: string) => {
-    let h = histograms.get(key);
-    if (!h) histograms.set(key, (h = { buckets: new Map(), sum: 0, count: 0 }));
+  const histogramOf = (labels: string) => {
+    let h = histograms.get(labels);
+    if (!h) histograms.set(labels, (h = { buckets: new Map(), sum: 0, count: 0 }));
     return h;
   };
   for (const [field, raw] of Object.entries(counters)) {
@@ -153,40 +152,48 @@ export async function collectMetrics(sources: MetricsSources): Promise<{ content
     const [kind, rebuild = "", tenant = ""] = parts;
     switch (kind) {
       case "runs":
-        runs.inc({ rebuild, tenant, status: parts[3] ?? "" }, value);
+        runs.inc(`${labelsOf(rebuild, tenant)},${labelPair("status", parts[3] ?? "")}`, value);
         break;
       case "lastsuccess":
-        lastSuccess.set({ rebuild, tenant }, value / 1000);
+        lastSuccess.set(labelsOf(rebuild, tenant), value / 1000);
         break;
       case "missed":
-        missed.inc({ rebuild, tenant }, value);
+        missed.inc(labelsOf(rebuild, tenant), value);
         break;
       case "dur":
-        histogramOf(`${rebuild}|${tenant}`).buckets.set(parts[3] ?? "+Inf", value);
+        histogramOf(labelsOf(rebuild, tenant)).buckets.set(parts[3] ?? "+Inf", value);
         break;
       case "dursum":
-        histogramOf(`${rebuild}|${tenant}`).sum = value;
+        histogramOf(labelsOf(rebuild, tenant)).sum = value;
         break;
       case "durcount":
-        histogramOf(`${rebuild}|${tenant}`).count = value;
+        histogramOf(labelsOf(rebuild, tenant)).count = value;
         break;
     }
   }
-  reg.registerMetric(storedHistogram(histograms) as never);
+  // Stored buckets are per bucket; the format wants them cumulative.
+  const bounds = [...DURATION_BUCKETS.map(String), "+Inf"].map((bound) => [bound, labelPair("le", bound)] as const);
+  for (const [labels, h] of histograms) {
+    let cumulative = 0;
+    for (const [bound, le] of bounds) {
+      cumulative += h.buckets.get(bound) ?? 0;
+      duration.set(`${labels},${le}`, cumulative, "_bucket");
+    }
+    duration.set(labels, h.sum, "_sum");
+    duration.set(labels, h.count, "_count");
+  }
 
   const takeovers = counter(
     "claimwatch_takeovers_total",
     "Claims taken over from an earlier attempt whose worker died or stalled.",
-    ["rebuild", "tenant"],
   );
   const fencing = counter(
     "claimwatch_fencing_rejections_total",
     "Publishes refused because a newer holder had been granted the claim.",
-    ["claim", "rebuild", "tenant"],
   );
   for (const s of series) {
-    takeovers.inc(pick(s), 0);
-    fencing.inc({ claim: s.claim, ...pick(s) }, 0);
+    takeovers.inc(s.labels, 0);
+    fencing.inc(`${labelPair("claim", s.claim)},${s.labels}`, 0);
   }
   for (const [field, raw] of Object.entries(census.counters)) {
     const bar = field.indexOf("|");
@@ -194,76 +201,35 @@ export async function collectMetrics(sources: MetricsSources): Promise<{ content
     const rest = field.slice(bar + 1);
     if (kind === "takeovers") {
       const [rebuild = "", tenant = ""] = rest.split("|");
-      takeovers.inc({ rebuild, tenant }, Number(raw));
+      takeovers.inc(labelsOf(rebuild, tenant), Number(raw));
     } else if (kind === "fencing") {
-      fencing.inc({ claim: rest, ...ownerOf(rest) }, Number(raw));
+      fencing.inc(`${labelPair("claim", rest)},${ownerOf(rest)}`, Number(raw));
     }
   }
 
-  gauge("claimwatch_workers_live", "Workers with a live heartbeat.").set(live.size);
+  gauge("claimwatch_workers_live", "Workers with a live heartbeat.").set("", live.size);
   gauge(
     "claimwatch_alerts_evaluator_up",
     "1 while some process holds the alert evaluator's claim (0: nobody evaluates claimwatch's own alerts).",
-  ).set(evaluatorLive);
-  const alerts = gauge("claimwatch_alerts_firing", "Alerts firing now (claimwatch's own evaluator).", [
-    "alertname",
-    "severity",
-  ]);
+  ).set("", evaluatorLive);
+  const alerts = gauge("claimwatch_alerts_firing", "Alerts firing now (claimwatch's own evaluator).");
+  const alertLabels = (alertname: string, severity: string) =>
+    `${labelPair("alertname", alertname)},${labelPair("severity", severity)}`;
   const configured = definitions.alerts?.rules;
   for (const name of RULE_NAMES) {
     const rule = configured?.[name];
-    if (rule) alerts.set({ alertname: name, severity: rule.severity }, 0);
+    if (rule) alerts.set(alertLabels(name, rule.severity), 0);
   }
   for (const json of Object.values(firing)) {
     try {
       const alert = JSON.parse(json) as FiringAlert;
-      alerts.inc({ alertname: alert.labels.alertname, severity: alert.labels.severity });
+      alerts.inc(alertLabels(alert.labels.alertname, alert.labels.severity));
     } catch {
       // a damaged entry: the evaluator resolves it
     }
   }
-  const queue = gauge("claimwatch_queue_jobs", "Jobs in the BullMQ rebuild queue, by state.", ["state"]);
-  for (const state of QUEUE_STATES) queue.set({ state }, Number(jobCounts[state] ?? 0));
+  const queue = gauge("claimwatch_queue_jobs", "Jobs in the BullMQ rebuild queue, by state.");
+  for (const state of QUEUE_STATES) queue.set(labelPair("state", state), Number(jobCounts[state] ?? 0));
 
-  return { contentType: reg.contentType, body: await reg.metrics() };
-}
-
-function pick(s: { rebuild: string; tenant: string }): Labels {
-  return { rebuild: s.rebuild, tenant: s.tenant };
-}
-
-/**
- * A histogram whose buckets are stored in Redis: prom-client's Histogram can only observe, so this
- * hands the registry the same shape (`get()`) with the stored counts made cumulative.
- */
-function storedHistogram(histograms: Map<string, { buckets: Map<string, number>; sum: number; count: number }>) {
-  const name = "claimwatch_run_duration_seconds";
-  return {
-    name,
-    help: "Duration of finished runs (started to finished).",
-    type: "histogram",
-    aggregator: "sum",
-    async get(): Promise<Omit<MetricObjectWithValues<MetricValue<string>>, "collect">> {
-      const values: MetricValue<string>[] = [];
-      for (const [key, h] of histograms) {
-        const [rebuild = "", tenant = ""] = key.split("|");
-        let cumulative = 0;
-        for (const bound of [...DURATION_BUCKETS.map(String), "+Inf"]) {
-          cumulative += h.buckets.get(bound) ?? 0;
-          values.push({
-            metricName: `${name}_bucket`,
-            labels: { rebuild, tenant, le: bound },
-            value: cumulative,
-          } as MetricValue<string>);
-        }
-        values.push({ metricName: `${name}_sum`, labels: { rebuild, tenant }, value: h.sum } as MetricValue<string>);
-        values.push({
-          metricName: `${name}_count`,
-          labels: { rebuild, tenant },
-          value: h.count,
-        } as MetricValue<string>);
-      }
-      return { name, help: this.help, type: "histogram" as never, values, aggregator: "sum" };
-    },
-  };
+  return { contentType: EXPOSITION_CONTENT_TYPE, body: exposition.format() };
 }

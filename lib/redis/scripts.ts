@@ -465,26 +465,89 @@ return {1, committed}
 `,
 } as const satisfies LuaScript;
 
+/** The claimMeta fields a census record carries, in its order (after the PTTL). */
+export const CENSUS_FIELDS = ["refreshedAt", "refreshEveryMs", "acquiredAt", "fence", "holder"] as const;
+
 export const CLAIM_CENSUS = {
   command: "claimwatchClaimCensus",
   keys: ["claimsTime"],
   variadicKeys: true,
   lua: `
---[[ Read many claims in one call (alert evaluation and /metrics read every claim every cycle; one
-script instead of 2 commands per claim saves the client most of its work).
+--[[ Read many claims in one call (the /metrics scrape reads every claim every scrape; the alert
+evaluator the ones CLAIM_STALE_CANDIDATES picked). Each claim comes back as one string holding
+only what staleness, the alerts and the metrics read: one reply value per claim, not one per field
+(decoding ten values per claim was most of the census' time at 10 000 claims).
 KEYS[1] claimsTime  unused placeholder (any key of the hash tag), so the script has a slot
 KEYS[2k], KEYS[2k+1]  claim (STRING) and claimMeta (HASH) of the k-th claim
-ARGV[1] .. ARGV[n] the claimMeta fields to return, in order
-Returns {serverTimeMs, pttl1, field values 1..., pttl2, ...}: per claim its PTTL (-2: gone) and
-the fields ('' where absent)
+ARGV[1] ignored
+Returns {serverTimeMs, record1, record2, ...}, one record per claim, in KEYS order:
+  ''  the claim is gone (PTTL < 0: expired since the registry was read) or its metadata has no
+      refreshedAt (no metadata hash)
+  'pttl,${CENSUS_FIELDS.join(",")}'  otherwise; absent fields are ''. The holder JSON comes
+      last and may contain commas; the fields before it are numbers written by the claim scripts.
 ]]
 local t = redis.call('TIME')
 local out = {t[1] * 1000 + math.floor(t[2] / 1000)}
 for i = 2, #KEYS, 2 do
-  out[#out + 1] = redis.call('PTTL', KEYS[i])
-  local values = redis.call('HMGET', KEYS[i + 1], unpack(ARGV))
-  for j = 1, #ARGV do
-    out[#out + 1] = values[j] or ''
+  local pttl = redis.call('PTTL', KEYS[i])
+  local m = redis.call('HMGET', KEYS[i + 1], ${CENSUS_FIELDS.map((field) => `'${field}'`).join(", ")})
+  if pttl < 0 or not m[1] or m[1] == '' then
+    out[#out + 1] = ''
+  else
+    out[#out + 1] = pttl .. ',' .. m[1] .. ',' .. (m[2] or '') .. ',' .. (m[3] or '') .. ',' .. (m[4] or '') .. ',' .. (m[5] or '')
+  end
+end
+return out
+`,
+} as const satisfies LuaScript;
+
+export const CLAIM_STALE_CANDIDATES = {
+  command: "claimwatchClaimStaleCandidates",
+  keys: ["claimsTime"],
+  variadicKeys: true,
+  lua: `
+--[[ Which of many claims may be stale now or within a margin (the alert evaluator reads these
+with CLAIM_CENSUS and lets staleReasons, lib/claims/stale.ts, decide; most claims are healthy, and
+reading one metadata hash per claim here is about half the Redis work of the census' PTTL + HMGET).
+"May be stale" is a superset of staleReasons: a claim is left out only when it is surely healthy
+until now + ARGV[2], i.e.
+  its refresh is not overdue by then: refreshedAt and refreshEveryMs are numbers, refreshEveryMs
+    <= 0 or now + ARGV[2] - refreshedAt <= ARGV[1] * refreshEveryMs (or refreshEveryMs is absent:
+    staleReasons skips the check then too), and
+  its holder is live or has none: no holder JSON, or a plain "workerId":"<id>" entry with id ''
+    or one of ARGV[3..n];
+or when it has no refreshedAt (no metadata: the census leaves it out). Anything else (an
+unparsable number, a workerId with escapes or without that entry) is a candidate.
+KEYS[1] claimsTime  unused placeholder (any key of the hash tag), so the script has a slot
+KEYS[2..n]  claimMeta (HASH) of each claim
+ARGV[1] refresh intervals without a refresh after which a claim is stale (STALE_AFTER_REFRESHES)
+ARGV[2] margin, ms (covers the time until the candidates are read)
+ARGV[3..n] ids of the workers with a live heartbeat
+Returns {k1, k2, ...}: the candidates' positions (1-based) among KEYS[2..n]
+]]
+local t = redis.call('TIME')
+local soonMs = t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[2])
+local intervals = tonumber(ARGV[1])
+local live = {}
+for i = 3, #ARGV do live[ARGV[i]] = true end
+local function mayBeStale(m)
+  if not m[1] or m[1] == '' then return false end
+  local refreshedAt = tonumber(m[1])
+  if not refreshedAt then return true end
+  if m[2] and m[2] ~= '' then
+    local every = tonumber(m[2])
+    if not every then return true end
+    if every > 0 and soonMs - refreshedAt > intervals * every then return true end
+  end
+  if not m[3] or m[3] == '' then return false end
+  local id = string.match(m[3], '"workerId":"([^"\\\\]*)"')
+  if id == nil then return true end
+  return id ~= '' and not live[id]
+end
+local out = {}
+for i = 2, #KEYS do
+  if mayBeStale(redis.call('HMGET', KEYS[i], 'refreshedAt', 'refreshEveryMs', 'holder')) then
+    out[#out + 1] = i - 1
   end
 end
 return out
@@ -524,6 +587,7 @@ export const ALL_SCRIPTS: readonly LuaScript[] = [
   AUDIT_APPEND,
   ALERTS_COMMIT,
   CLAIM_CENSUS,
+  CLAIM_STALE_CANDIDATES,
   NEWEST_IN_INDEXES,
 ];
 

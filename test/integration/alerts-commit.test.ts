@@ -168,3 +168,58 @@ test("claims census: held claims with PTTL and holder in one script call; expire
   assert.deepEqual(a!.stale, [{ kind: "holder-not-live", workerId: "w1" }]);
   assert.equal(census.skips.get("output:a"), 4);
 });
+
+test("stale claims census: exactly the full census' stale claims (overdue, near-stale, dead or escaped holder, revoked, no metadata)", async () => {
+  const redis = client();
+  const keys = redisKeys(uniquePrefix("stale-census"));
+  const timing = { ttlMs: 600_000, refreshEveryMs: 10_000 };
+  const grant = async (name: string, workerId: string) => {
+    const granted = await acquireClaim(redis, keys, name, { workerId, rebuild: "r" }, timing);
+    assert.equal(granted.status, "acquired");
+    return granted.status === "acquired" ? granted.token : "";
+  };
+  const [seconds] = await redis.time();
+  const now = Number(seconds) * 1000;
+  const refreshedAgo = (name: string, ms: number) => redis.hset(keys.claimMeta(name), "refreshedAt", String(now - ms));
+  await grant("output:healthy", "w1");
+  await grant("output:overdue", "w1");
+  await refreshedAgo("output:overdue", 25_000); // more than two intervals
+  await grant("output:near", "w1");
+  await refreshedAgo("output:near", 15_000); // stale in 5 s, not yet
+  await grant("output:dead", "gone");
+  await grant("output:nobody", "");
+  const revokedToken = await grant("output:revoked", "gone");
+  await redis.set(keys.claim("output:revoked"), `revoked!${revokedToken}`, "PX", 60_000); // another owner: an operator
+  await redis.hset(keys.claimMeta("output:revoked"), "revokedBy", "op", "revokedAt", String(now));
+  await grant("output:revoked-live", "w1");
+  await redis.set(keys.claim("output:revoked-live"), "revoked!x", "PX", 60_000);
+  await grant("output:no-meta", "gone");
+  await redis.del(keys.claimMeta("output:no-meta"));
+  await grant("output:escaped", "w1");
+  await redis.hset(keys.claimMeta("output:escaped"), "holder", JSON.stringify({ workerId: 'w1"x', host: "h" }));
+  await grant("output:no-worker-entry", "w1");
+  await redis.hset(keys.claimMeta("output:no-worker-entry"), "holder", JSON.stringify({ host: "h" }));
+  await grant("output:bad-number", "w1");
+  await redis.hset(keys.claimMeta("output:bad-number"), "refreshEveryMs", "0b1", "refreshedAt", String(now - 60_000));
+  await grant("output:garbage", "w1");
+  await redis.hset(keys.claimMeta("output:garbage"), "refreshEveryMs", "soon", "refreshedAt", String(now - 60_000));
+
+  const live = new Set(["w1"]);
+  const full = await readClaimCensus(redis, keys, live);
+  const stale = await readClaimCensus(redis, keys, live, { onlyStale: true });
+  // PTTL and the time since the last refresh move between the two calls; the rest must not.
+  const strip = ({ pttlMs: _pttl, stale, ...claim }: (typeof full.claims)[number]) => ({
+    ...claim,
+    stale: stale.map((reason) => (reason.kind === "refresh-overdue" ? { ...reason, sinceRefreshMs: 0 } : reason)),
+  });
+  assert.deepEqual(stale.claims.map(strip), full.claims.filter((claim) => claim.stale.length > 0).map(strip));
+  assert.deepEqual(stale.claims.map((claim) => claim.name).sort(), [
+    "output:bad-number", // "0b1": a number to JS, not to Lua, so the script returns it
+    "output:dead",
+    "output:escaped",
+    "output:overdue",
+    "output:revoked",
+  ]);
+  assert.ok(!full.claims.some((claim) => claim.name === "output:no-meta"));
+  await assert.rejects(readClaimCensus(redis, keys, undefined, { onlyStale: true }));
+});
