@@ -450,7 +450,9 @@ test("never throws; every refusal is one line per problem that starts with the f
     if (problems.length === 0) failures.push({ kind: "a refusal without a problem", kase, detail: message });
     for (const line of lines) {
       const excerpt = line.startsWith("    ");
-      if (!excerpt && !names.some((name) => new RegExp(`^${escapeRegExp(name)}(:\\d+)?: `).test(line))) {
+      // A string prefix, not a RegExp built from the name: a hostile file name of many kilobytes
+      // made V8's regexp compiler run out of memory (a crash of the test, not of the product).
+      if (!excerpt && !names.some((name) => line.startsWith(name) && /^(:\d+)?: /.test(line.slice(name.length)))) {
         failures.push({ kind: "a line does not start with the file name", kase, detail: line.slice(0, 300) });
       }
     }
@@ -465,8 +467,6 @@ test("never throws; every refusal is one line per problem that starts with the f
   }
   assert.equal(failures.length, 0, report(failures));
 });
-
-const escapeRegExp = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
 
 test("valid documents are accepted (1000 rebuilds too); wrong types and unknown keys are refused", () => {
   const failures: { kind: string; kase: Case; detail: string }[] = [];
