@@ -16,7 +16,7 @@ import { Group } from "@visx/group";
 import { scaleLinear, scaleTime } from "@visx/scale";
 import { LinePath } from "@visx/shape";
 import Link from "next/link";
-import { useState } from "react";
+import { useState, type ReactNode } from "react";
 import type { Timeline } from "@/lib/api/timeline";
 import type { TimelineBucket } from "@/lib/runs/buckets";
 import type { FinalRunStatus } from "@/lib/runs/transitions";
@@ -323,6 +323,104 @@ const percentileOf = (values: number[], p: number) => {
   return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(p * sorted.length) - 1))]!;
 };
 
+type Scale = (value: number | Date) => number;
+
+/**
+ * What both duration trends share: the rebuild picker and summary above, and an SVG with the
+ * rebuild's time limit (dashed, when it is within 3× the longest duration), both axes and the
+ * trend's own marks (`children`, given the scales).
+ */
+function TrendFrame(props: {
+  timeline: Timeline;
+  rebuilds: string[];
+  rebuild: string;
+  onChoose: (rebuild: string) => void;
+  /** The longest duration drawn (ms): the y axis reaches it, and the limit when it is near. */
+  longest: number;
+  summary: ReactNode;
+  legend?: (showLimit: boolean) => ReactNode;
+  ariaLabel: string;
+  view?: string;
+  children: (scales: { x: Scale; y: Scale }) => ReactNode;
+}) {
+  const { timeline, rebuild, longest } = props;
+  const limit = timeline.timeLimits[rebuild] ?? null;
+  const showLimit = limit !== null && limit <= longest * 3;
+  const plotWidth = WIDTH - TREND_MARGIN.left - TREND_MARGIN.right;
+  const plotHeight = TREND_HEIGHT - TREND_MARGIN.top - TREND_MARGIN.bottom;
+  const x = scaleTime<number>({ domain: [timeline.since, timeline.until], range: [0, plotWidth] });
+  const y = scaleLinear<number>({
+    domain: [0, Math.max(longest, showLimit ? limit : 0) * 1.1 || 1],
+    range: [plotHeight, 0],
+    nice: true,
+  });
+  return (
+    <div className="space-y-2">
+      <div className="flex flex-wrap items-center gap-3 text-sm">
+        <h3 className="font-semibold">Duration trend</h3>
+        <label className="flex items-center gap-1">
+          <span className="text-xs text-slate-600">Rebuild</span>
+          <select
+            className="rounded border border-slate-300 bg-white px-2 py-0.5"
+            value={rebuild}
+            onChange={(e) => props.onChoose(e.target.value)}
+          >
+            {props.rebuilds.map((r) => (
+              <option key={r}>{r}</option>
+            ))}
+          </select>
+        </label>
+        <span className="text-xs text-slate-600" data-field="trend-summary">
+          {props.summary}
+          {limit !== null ? ` · time limit ${formatDurationMs(limit)}` : ""}
+        </span>
+        {props.legend?.(showLimit)}
+      </div>
+      <svg
+        viewBox={`0 0 ${WIDTH} ${TREND_HEIGHT}`}
+        className="block h-auto w-full"
+        role="figure"
+        aria-label={props.ariaLabel}
+        data-chart="duration-trend"
+        data-rebuild={rebuild}
+        data-view={props.view}
+      >
+        <Group left={TREND_MARGIN.left} top={TREND_MARGIN.top}>
+          {showLimit ? (
+            <line
+              data-mark="time-limit"
+              x1={0}
+              x2={plotWidth}
+              y1={y(limit)}
+              y2={y(limit)}
+              stroke={STATUS_COLOURS.failed}
+              strokeDasharray="6 4"
+            />
+          ) : null}
+          {props.children({ x, y })}
+          <AxisLeft
+            scale={y}
+            numTicks={5}
+            tickFormat={(v) => formatDurationMs(Number(v))}
+            stroke="currentColor"
+            tickStroke="currentColor"
+            tickLabelProps={{ fill: "currentColor", fontSize: 11, textAnchor: "end", dx: -4, dy: "0.32em" }}
+          />
+          <AxisBottom
+            top={plotHeight}
+            scale={x}
+            numTicks={8}
+            tickFormat={tickText(timeline.range)}
+            stroke="currentColor"
+            tickStroke="currentColor"
+            tickLabelProps={{ fill: "currentColor", fontSize: 11, textAnchor: "middle" }}
+          />
+        </Group>
+      </svg>
+    </div>
+  );
+}
+
 /** Durations of finished runs of one rebuild over time, with rolling p50 and p95 and its time limit. */
 export function DurationTrend({ timeline }: { timeline: Timeline }) {
   const finished = timeline.runs.filter(
@@ -337,39 +435,18 @@ export function DurationTrend({ timeline }: { timeline: Timeline }) {
     const window = runs.slice(Math.max(0, i - ROLLING + 1), i + 1).map((r) => r.durationMs!);
     return { at: run.startedAt!, p50: percentileOf(window, 0.5), p95: percentileOf(window, 0.95) };
   });
-  const longest = Math.max(...runs.map((r) => r.durationMs!));
-  const limit = timeline.timeLimits[rebuild] ?? null;
-  const showLimit = limit !== null && limit <= longest * 3;
-  const plotWidth = WIDTH - TREND_MARGIN.left - TREND_MARGIN.right;
-  const plotHeight = TREND_HEIGHT - TREND_MARGIN.top - TREND_MARGIN.bottom;
-  const x = scaleTime<number>({ domain: [timeline.since, timeline.until], range: [0, plotWidth] });
-  const y = scaleLinear<number>({
-    domain: [0, Math.max(longest, showLimit ? limit : 0) * 1.1 || 1],
-    range: [plotHeight, 0],
-    nice: true,
-  });
   const overall = runs.map((r) => r.durationMs!);
+  const p50 = formatDurationMs(percentileOf(overall, 0.5));
+  const p95 = formatDurationMs(percentileOf(overall, 0.95));
   return (
-    <div className="space-y-2">
-      <div className="flex flex-wrap items-center gap-3 text-sm">
-        <h3 className="font-semibold">Duration trend</h3>
-        <label className="flex items-center gap-1">
-          <span className="text-xs text-slate-600">Rebuild</span>
-          <select
-            className="rounded border border-slate-300 bg-white px-2 py-0.5"
-            value={rebuild}
-            onChange={(e) => setChosen(e.target.value)}
-          >
-            {rebuilds.map((r) => (
-              <option key={r}>{r}</option>
-            ))}
-          </select>
-        </label>
-        <span className="text-xs text-slate-600" data-field="trend-summary">
-          {runs.length} runs · p50 {formatDurationMs(percentileOf(overall, 0.5))} · p95{" "}
-          {formatDurationMs(percentileOf(overall, 0.95))}
-          {limit !== null ? ` · time limit ${formatDurationMs(limit)}` : ""}
-        </span>
+    <TrendFrame
+      timeline={timeline}
+      rebuilds={rebuilds}
+      rebuild={rebuild}
+      onChoose={setChosen}
+      longest={Math.max(...overall)}
+      summary={`${runs.length} runs · p50 ${p50} · p95 ${p95}`}
+      legend={(showLimit) => (
         <ul className="flex gap-3 text-xs text-slate-600" aria-label="Trend lines">
           <li className="flex items-center gap-1">
             <span aria-hidden className="inline-block h-0.5 w-4 bg-sky-600" /> rolling p50 ({ROLLING} runs)
@@ -383,27 +460,11 @@ export function DurationTrend({ timeline }: { timeline: Timeline }) {
             </li>
           ) : null}
         </ul>
-      </div>
-      <svg
-        viewBox={`0 0 ${WIDTH} ${TREND_HEIGHT}`}
-        className="block h-auto w-full"
-        role="figure"
-        aria-label={`Durations of ${rebuild}: ${runs.length} runs, p50 ${formatDurationMs(percentileOf(overall, 0.5))}, p95 ${formatDurationMs(percentileOf(overall, 0.95))}`}
-        data-chart="duration-trend"
-        data-rebuild={rebuild}
-      >
-        <Group left={TREND_MARGIN.left} top={TREND_MARGIN.top}>
-          {showLimit ? (
-            <line
-              data-mark="time-limit"
-              x1={0}
-              x2={plotWidth}
-              y1={y(limit)}
-              y2={y(limit)}
-              stroke={STATUS_COLOURS.failed}
-              strokeDasharray="6 4"
-            />
-          ) : null}
+      )}
+      ariaLabel={`Durations of ${rebuild}: ${runs.length} runs, p50 ${p50}, p95 ${p95}`}
+    >
+      {({ x, y }) => (
+        <>
           <LinePath
             data={rolling}
             x={(d) => x(d.at)}
@@ -435,26 +496,9 @@ export function DurationTrend({ timeline }: { timeline: Timeline }) {
               </circle>
             </Link>
           ))}
-          <AxisLeft
-            scale={y}
-            numTicks={5}
-            tickFormat={(v) => formatDurationMs(Number(v))}
-            stroke="currentColor"
-            tickStroke="currentColor"
-            tickLabelProps={{ fill: "currentColor", fontSize: 11, textAnchor: "end", dx: -4, dy: "0.32em" }}
-          />
-          <AxisBottom
-            top={plotHeight}
-            scale={x}
-            numTicks={8}
-            tickFormat={tickText(timeline.range)}
-            stroke="currentColor"
-            tickStroke="currentColor"
-            tickLabelProps={{ fill: "currentColor", fontSize: 11, textAnchor: "middle" }}
-          />
-        </Group>
-      </svg>
-    </div>
+        </>
+      )}
+    </TrendFrame>
   );
 }
 
@@ -486,60 +530,20 @@ export function BucketDurationTrend({ timeline }: { timeline: Timeline }) {
     .map(([start, { runs, summed }]) => ({ start, runs, mean: summed / runs }))
     .sort((a, b) => a.start - b.start);
   const bucketMs = timeline.bucketMs ?? 3_600_000;
-  const longest = Math.max(...points.map((p) => p.mean));
-  const limit = timeline.timeLimits[rebuild] ?? null;
-  const showLimit = limit !== null && limit <= longest * 3;
-  const plotWidth = WIDTH - TREND_MARGIN.left - TREND_MARGIN.right;
-  const plotHeight = TREND_HEIGHT - TREND_MARGIN.top - TREND_MARGIN.bottom;
-  const x = scaleTime<number>({ domain: [timeline.since, timeline.until], range: [0, plotWidth] });
-  const y = scaleLinear<number>({
-    domain: [0, Math.max(longest, showLimit ? limit : 0) * 1.1 || 1],
-    range: [plotHeight, 0],
-    nice: true,
-  });
   const runs = points.reduce((sum, p) => sum + p.runs, 0);
   return (
-    <div className="space-y-2">
-      <div className="flex flex-wrap items-center gap-3 text-sm">
-        <h3 className="font-semibold">Duration trend</h3>
-        <label className="flex items-center gap-1">
-          <span className="text-xs text-slate-600">Rebuild</span>
-          <select
-            className="rounded border border-slate-300 bg-white px-2 py-0.5"
-            value={rebuild}
-            onChange={(e) => setChosen(e.target.value)}
-          >
-            {rebuilds.map((r) => (
-              <option key={r}>{r}</option>
-            ))}
-          </select>
-        </label>
-        <span className="text-xs text-slate-600" data-field="trend-summary">
-          {runs} runs · mean per {hoursText(bucketMs)}
-          {limit !== null ? ` · time limit ${formatDurationMs(limit)}` : ""}
-        </span>
-      </div>
-      <svg
-        viewBox={`0 0 ${WIDTH} ${TREND_HEIGHT}`}
-        className="block h-auto w-full"
-        role="figure"
-        aria-label={`Mean durations of ${rebuild} per ${hoursText(bucketMs)}: ${runs} runs`}
-        data-chart="duration-trend"
-        data-rebuild={rebuild}
-        data-view="buckets"
-      >
-        <Group left={TREND_MARGIN.left} top={TREND_MARGIN.top}>
-          {showLimit ? (
-            <line
-              data-mark="time-limit"
-              x1={0}
-              x2={plotWidth}
-              y1={y(limit)}
-              y2={y(limit)}
-              stroke={STATUS_COLOURS.failed}
-              strokeDasharray="6 4"
-            />
-          ) : null}
+    <TrendFrame
+      timeline={timeline}
+      rebuilds={rebuilds}
+      rebuild={rebuild}
+      onChoose={setChosen}
+      longest={Math.max(...points.map((p) => p.mean))}
+      summary={`${runs} runs · mean per ${hoursText(bucketMs)}`}
+      ariaLabel={`Mean durations of ${rebuild} per ${hoursText(bucketMs)}: ${runs} runs`}
+      view="buckets"
+    >
+      {({ x, y }) => (
+        <>
           <LinePath
             data={points}
             x={(d) => x(d.start + bucketMs / 2)}
@@ -561,25 +565,8 @@ export function BucketDurationTrend({ timeline }: { timeline: Timeline }) {
               <title>{`${rebuild}, ${formatAbsolute(p.start, "utc")} + ${hoursText(bucketMs)}: ${p.runs} runs, mean ${formatDurationMs(p.mean)}`}</title>
             </circle>
           ))}
-          <AxisLeft
-            scale={y}
-            numTicks={5}
-            tickFormat={(v) => formatDurationMs(Number(v))}
-            stroke="currentColor"
-            tickStroke="currentColor"
-            tickLabelProps={{ fill: "currentColor", fontSize: 11, textAnchor: "end", dx: -4, dy: "0.32em" }}
-          />
-          <AxisBottom
-            top={plotHeight}
-            scale={x}
-            numTicks={8}
-            tickFormat={tickText(timeline.range)}
-            stroke="currentColor"
-            tickStroke="currentColor"
-            tickLabelProps={{ fill: "currentColor", fontSize: 11, textAnchor: "middle" }}
-          />
-        </Group>
-      </svg>
-    </div>
+        </>
+      )}
+    </TrendFrame>
   );
 }

@@ -8,20 +8,14 @@ import { expect, test } from "@playwright/test";
 import type { Timeline } from "../lib/api/timeline";
 import { seedRunInto as upsertRunInto } from "../test/support/runs";
 import type { RunRecord } from "../lib/runs/types";
-import { stackRedis, type StackRedis } from "./support/live";
+import { stackRedisForSpec } from "./support/live";
 import { operatorHeaders, stack } from "./support/stack";
 
 // axe and six pages per test: generous on a loaded 2-core machine (a hang guard, not a timing goal).
 test.describe.configure({ mode: "serial", timeout: 240_000 });
 test.use({ extraHTTPHeaders: operatorHeaders() });
 
-let redis: StackRedis;
-test.beforeAll(() => {
-  redis = stackRedis(stack().dataDir);
-});
-test.afterAll(async () => {
-  await redis.close();
-});
+const redis = stackRedisForSpec();
 
 function run(id: string, rebuild: string, startedAt: number, durationMs: number, extra: Partial<RunRecord> = {}) {
   return {

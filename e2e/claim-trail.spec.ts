@@ -8,19 +8,13 @@
 import { expect, test } from "@playwright/test";
 import type { ApiRebuild } from "../lib/api/rebuilds";
 import { acquireClaim } from "../lib/claims";
-import { holdClaim, stackRedis, type StackRedis } from "./support/live";
+import { holdClaim, stackRedisForSpec } from "./support/live";
 import { operatorHeaders, stack } from "./support/stack";
 
 test.describe.configure({ mode: "serial" });
 test.use({ extraHTTPHeaders: operatorHeaders() });
 
-let redis: StackRedis;
-test.beforeAll(() => {
-  redis = stackRedis(stack().dataDir);
-});
-test.afterAll(async () => {
-  await redis.close();
-});
+const redis = stackRedisForSpec();
 
 test("the rebuild page's claim trail shows a release and an expiry with its last holder; Claims lists the ended claim", async ({
   page,

@@ -6,19 +6,13 @@
 import { expect, test, type Request } from "@playwright/test";
 import { listLiveWorkers } from "../lib/workers/heartbeat";
 import { writeTestRun as upsertRun } from "../test/support/runs";
-import { holdClaim, stackRedis, type StackRedis } from "./support/live";
+import { holdClaim, stackRedisForSpec } from "./support/live";
 import { operatorHeaders, stack } from "./support/stack";
 
 test.describe.configure({ mode: "serial" });
 test.use({ extraHTTPHeaders: operatorHeaders() });
 
-let redis: StackRedis;
-test.beforeAll(() => {
-  redis = stackRedis(stack().dataDir);
-});
-test.afterAll(async () => {
-  await redis.close();
-});
+const redis = stackRedisForSpec();
 
 /** API reads the page makes (the event stream itself excluded). */
 function watchApiReads(page: import("@playwright/test").Page): Request[] {

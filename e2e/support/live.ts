@@ -1,11 +1,13 @@
 /** Direct access to the e2e stack's Redis, to make changes the way the worker does (for live tests). */
 import fs from "node:fs";
 import path from "node:path";
+import { test } from "@playwright/test";
 import type { Redis } from "ioredis";
 import { withClaim } from "../../lib/claims";
 import { deriveClaimsRedisUrl } from "../../lib/config";
 import { closeRedis, createRedis } from "../../lib/redis/client";
 import { redisKeys } from "../../lib/redis/keys";
+import { stack } from "./stack";
 
 export interface StackRedis {
   main: Redis;
@@ -26,6 +28,18 @@ export function stackRedis(dataDir: string): StackRedis {
       await Promise.all([closeRedis(main), closeRedis(claims)]);
     },
   };
+}
+
+/** The stack's Redis for one spec file: connected before its tests, closed after them. */
+export function stackRedisForSpec(): StackRedis {
+  const redis = {} as StackRedis;
+  test.beforeAll(() => {
+    Object.assign(redis, stackRedis(stack().dataDir));
+  });
+  test.afterAll(async () => {
+    await redis.close();
+  });
+  return redis;
 }
 
 /**

@@ -22,6 +22,7 @@
  */
 import { isFinalStatus } from "../../lib/runs/transitions";
 import { wardenSilenceFor } from "../../lib/rebuilds/steps/warden";
+import { DEFAULT_WORKER_OPTIONS } from "../../worker/rebuild-worker";
 import fs from "node:fs";
 import path from "node:path";
 import type { Queue } from "bullmq";
@@ -46,8 +47,8 @@ import { contentKey, META_FILE, metaContent, NO_TENANT, partContent, partCount, 
 
 /** After SIGCONT, a worker gets this long to abort a step whose claim it lost. */
 export const RESUME_GRACE_MS = KILL_GRACE_MS + 1_000;
-/** BullMQ job lock of the workers (worker/rebuild-worker.ts DEFAULT_WORKER_OPTIONS). */
-const JOB_LOCK_MS = 5_000;
+/** BullMQ job lock of the workers. */
+const JOB_LOCK_MS = DEFAULT_WORKER_OPTIONS.lockDuration;
 /** The step warden's silence limit for that lock, and how long after it a kill may take. */
 const WARDEN_SILENCE_MS = wardenSilenceFor(JOB_LOCK_MS);
 const WARDEN_MARGIN_MS = 1_000;
