@@ -334,6 +334,7 @@ export async function previewRun(
         message: `would wait: ${decision.heldBy} is building version ${decision.heldVersion ?? "?"} (${seconds(decision.pttlMs)} s left)`,
       };
     case "take-over": // a new job never shares an id with the holder
+    case "superseded":
     case "build":
       return { outcome: "runs", version };
   }

@@ -42,6 +42,7 @@ export async function acquireClaim(
     pid: process.pid,
     workerId: meta.workerId ?? "",
     runId: meta.runId ?? "",
+    ...(meta.attempt !== undefined ? { attempt: meta.attempt } : {}),
     rebuild: meta.rebuild ?? "",
     tenant: meta.tenant ?? "",
     version: meta.version ?? "",

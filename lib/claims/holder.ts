@@ -19,6 +19,7 @@ export function holderFromHash(hash: Record<string, string>): ClaimHolder {
     pid: toNumberOrNull(identity.pid),
     workerId: stringOrNull(identity.workerId),
     jobId: stringOrNull(hash.jobId),
+    attempt: toNumberOrNull(identity.attempt),
     runId: stringOrNull(identity.runId),
     rebuild: stringOrNull(identity.rebuild),
     tenant: stringOrNull(identity.tenant),
@@ -71,6 +72,8 @@ export interface HolderIdentity {
   pid: number;
   workerId: string;
   runId: string;
+  /** The attempt of the job (`ClaimMetadata.attempt`); absent when unknown. The acquire script reads it. */
+  attempt?: number;
   rebuild: string;
   tenant: string;
   version: string;

@@ -12,6 +12,12 @@ export interface ClaimMetadata {
    * Empty: never take over.
    */
   jobId?: string;
+  /**
+   * Which attempt of `jobId` this is (BullMQ's attemptsStarted, 1 for the first). A takeover
+   * goes one way only: an attempt never takes the claim from a later attempt of its own job
+   * (the later one carries the request on). Absent: no order is known, any attempt may take over.
+   */
+  attempt?: number;
   runId?: string;
   /** Rebuild definition id. */
   rebuild?: string;
@@ -37,6 +43,8 @@ export interface ClaimHolder {
   pid: number | null;
   workerId: string | null;
   jobId: string | null;
+  /** Which attempt of `jobId` holds it (`ClaimMetadata.attempt`); null when it did not say. */
+  attempt: number | null;
   runId: string | null;
   rebuild: string | null;
   tenant: string | null;

@@ -1,7 +1,7 @@
 /**
  * The one decision of what a run of (rebuild, tenant, version) does now: skip it (already
  * rebuilt, or the same version is being built), wait for another version's holder, take the
- * claim over from an earlier attempt of the same job, or build. The worker decides with it on
+ * claim over from an earlier attempt of the same job (or end, when a later one holds it), or build. The worker decides with it on
  * what its scripts saw (the attempt's first record write, the claim acquire); the "Rebuild
  * now" preview decides with it on what it reads. Neither words the rules again.
  */
@@ -19,11 +19,14 @@ export interface RunSituation {
   rebuiltBy: string | null;
   /** The claim on the output, if held. */
   claim: {
-    holder: Pick<ClaimHolder, "version" | "jobId" | "workerId" | "host"> & Partial<Pick<ClaimHolder, "revokedAt">>;
+    holder: Pick<ClaimHolder, "version" | "jobId" | "workerId" | "host"> &
+      Partial<Pick<ClaimHolder, "revokedAt" | "attempt">>;
     pttlMs: number;
   } | null;
   /** The deciding job's id (the preview has none). */
   jobId?: string;
+  /** Which attempt of that job decides (BullMQ's attemptsStarted). */
+  attempt?: number;
 }
 
 export type RunDecision =
@@ -39,6 +42,8 @@ export type RunDecision =
       releasing?: true;
     }
   | { action: "take-over"; heldBy: string }
+  /** A later attempt of the deciding job holds the claim: it carries the request on, this one ends. */
+  | { action: "superseded"; heldBy: string }
   | { action: "build" };
 
 export function decideRun(situation: RunSituation): RunDecision {
@@ -58,7 +63,11 @@ export function decideRun(situation: RunSituation): RunDecision {
   // Force-released and still stopping: it will publish nothing and carries no request on (not
   // even for its own job's next attempt, which the acquire script refuses a takeover), so wait.
   if (claim.holder.revokedAt) return { ...defer, releasing: true };
-  if (situation.jobId && claim.holder.jobId === situation.jobId) return { action: "take-over", heldBy };
+  if (situation.jobId && claim.holder.jobId === situation.jobId) {
+    // Takeovers go one way (the acquire script refuses the other): never from a later attempt.
+    const later = claim.holder.attempt && situation.attempt && claim.holder.attempt > situation.attempt;
+    return { action: later ? "superseded" : "take-over", heldBy };
+  }
   if (claim.holder.version === situation.version) {
     return { action: "skip", reason: "claim-held", heldBy, pttlMs: claim.pttlMs };
   }

@@ -248,6 +248,7 @@ class RebuildAttempt {
         {
           workerId: deps.worker.id,
           jobId: this.job.id,
+          attempt: this.job.attempt,
           runId: this.runId,
           rebuild: data.rebuild,
           tenant: data.tenant,
@@ -357,6 +358,7 @@ class RebuildAttempt {
       rebuiltBy: null,
       claim: { holder, pttlMs },
       jobId: this.job.id,
+      attempt: this.job.attempt,
     });
     if (decision.action === "skip" && decision.reason === "claim-held") {
       const { heldBy } = decision;
@@ -385,8 +387,15 @@ class RebuildAttempt {
         version: this.version,
       };
     }
-    // The acquire script takes a claim over from the same job and grants a free one: a "held"
-    // reply should mean skip or defer. Should the two ever disagree, the request is kept: look
+    if (decision.action === "superseded") {
+      // A later attempt of this job took the claim (this one lost its job lock before it
+      // acquired): it carries the request on; this attempt never takes the claim back.
+      const reason = `a later attempt of this job holds ${this.claim} (${decision.heldBy}); this attempt ends`;
+      await this.finish("superseded", { reason });
+      throw new RebuildError(reason, false, this.runId);
+    }
+    // The acquire script takes a claim over from an earlier attempt of the same job and grants a
+    // free one: a "held" reply should mean skip, defer or superseded. Should the two ever disagree, the request is kept: look
     // again shortly, with a record that says why.
     const reason = `claim ${this.claim} held by ${holder.workerId ?? "?"} (job ${holder.jobId ?? "?"}), but the decision was ${decision.action}; looking again`;
     this.log(`deferred: ${reason}`);
@@ -423,9 +432,11 @@ class RebuildAttempt {
       rebuiltBy: rebuiltBy && rebuiltBy !== this.runId ? rebuiltBy : null,
       claim: live ? { holder: live.holder, pttlMs: live.pttlMs } : null,
       jobId: this.job.id,
+      attempt: this.job.attempt,
     });
-    if (decision.action === "take-over") {
-      // A later attempt of this job holds the output: it carries the request on.
+    if (decision.action === "take-over" || decision.action === "superseded") {
+      // Another attempt of this job holds the output (not this one: its own claim is filtered
+      // out above): a later one, as takeovers go one way. It carries the request on.
       const reason = `${what}: a later attempt of this job holds the claim now`;
       await this.finish("superseded", { ...fields, reason });
       throw new RebuildError(reason, false, this.runId);

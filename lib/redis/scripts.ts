@@ -130,8 +130,9 @@ KEYS[3] claimFence     STRING fence counter (INCR on every grant; never expires)
 KEYS[4] claimRegistry  ZSET of claim names (score 0)
 KEYS[5] claimTrail     STREAM (capped)   KEYS[6] claimsEnded STREAM (capped)
 ARGV[1] token   ARGV[2] ttlMs   ARGV[3] claim name
-ARGV[4] jobId: a holder with this same non-empty job id is an earlier attempt and is taken over
-ARGV[5] refreshEveryMs   ARGV[6] holder identity (JSON)
+ARGV[4] jobId: a holder with this same non-empty job id is an earlier attempt and is taken over,
+  unless both say their attempt (the identity's "attempt") and the holder's is the later one
+ARGV[5] refreshEveryMs   ARGV[6] holder identity (JSON; "attempt" read here)
 ARGV[7] fence floor: the highest fence published for the output as recorded outside Redis (its
   durable file beside the output; 0 or absent: none). A counter below it (Redis lost writes) is
   raised to it before the INCR, so no fence used for a publish is granted again.
@@ -147,6 +148,17 @@ Returns
 ]]
 ${OR_EMPTY}
 ${TRAIL_LUA("KEYS[5]", "KEYS[6]", "ARGV[3]")}
+-- The attempt an identity names; 0 when it names none.
+local function attemptOf(json)
+  local ok, identity = pcall(cjson.decode, json or '')
+  if not ok or type(identity) ~= 'table' then return 0 end
+  return tonumber(identity.attempt) or 0
+end
+-- Both name their attempt and the holder's is the later one (unknown order: not later).
+local function laterHolder(mine, theirs)
+  local a, b = attemptOf(mine), attemptOf(theirs)
+  return a > 0 and b > 0 and a < b
+end
 local code = 1
 local previousToken = ''
 local previousFence = ''
@@ -156,7 +168,10 @@ if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local meta = redis.call('HMGET', KEYS[2], ${META_FIELDS_LUA})
   -- A force-released holder may still be stopping: not even its own job's next attempt may
   -- take over before it has acknowledged (or its release window ran out).
-  if ARGV[4] == '' or meta[${META_INDEX("jobId")}] ~= ARGV[4] or meta[${META_INDEX("revokedAt")}] then
+  -- Takeovers go one way: an attempt never takes the claim back from a later attempt of its job
+  -- (its lock was lost, the job redelivered; the later attempt carries the request on).
+  if ARGV[4] == '' or meta[${META_INDEX("jobId")}] ~= ARGV[4] or meta[${META_INDEX("revokedAt")}]
+      or laterHolder(ARGV[6], meta[${META_INDEX("holder")}]) then
     local reply = {0, redis.call('PTTL', KEYS[1])}
     for i = 1, ${META_FIELDS.length} do reply[i + 2] = orEmpty(meta[i]) end
     return reply

@@ -140,6 +140,33 @@ test("takeover by the same job id: new token, higher fence; the old holder is su
   assert.equal(await client.get(keys.claimFence(name)), String(retry.fence));
 });
 
+test("takeovers go one way: an earlier attempt of the job never takes the claim from a later one", async () => {
+  const keys = redisKeys(uniquePrefix());
+  const name = claimName("builds/attempts");
+  const second = acquired(
+    await acquireClaim(client, keys, name, { jobId: "job-9", attempt: 2, runId: "job-9-a2" }, timing),
+  );
+  // Attempt 1 lost its job lock before it acquired; attempt 2 holds the claim: 1 is refused.
+  const first = await acquireClaim(client, keys, name, { jobId: "job-9", attempt: 1, runId: "job-9-a1" }, timing);
+  assert.equal(first.status, "held");
+  assert.equal(first.status === "held" && first.holder.attempt, 2);
+  assert.equal(await client.get(keys.claim(name)), second.token);
+  assert.equal(await client.get(keys.claimFence(name)), String(second.fence), "nothing written");
+  // The same attempt again (its first reply lost) and a later one take over.
+  const again = acquired(
+    await acquireClaim(client, keys, name, { jobId: "job-9", attempt: 2, runId: "job-9-a2" }, timing),
+  );
+  assert.deepEqual(again.tookOverFrom, { token: second.token, fence: second.fence });
+  const third = acquired(
+    await acquireClaim(client, keys, name, { jobId: "job-9", attempt: 3, runId: "job-9-a3" }, timing),
+  );
+  assert.equal(third.fence, again.fence + 1);
+  // A holder or a newcomer that names no attempt: no order is known, the takeover is allowed.
+  const unordered = acquired(await acquireClaim(client, keys, name, { jobId: "job-9" }, timing));
+  assert.equal(unordered.fence, third.fence + 1);
+  acquired(await acquireClaim(client, keys, name, { jobId: "job-9", attempt: 1 }, timing));
+});
+
 test("refresh: extends an owned claim; foreign token and missing claim change nothing", async () => {
   const keys = redisKeys(uniquePrefix());
   const name = claimName("builds/refresh");

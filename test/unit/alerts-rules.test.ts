@@ -99,6 +99,7 @@ const holder = (over: Partial<ClaimHolder>): ClaimHolder => ({
   pid: 1,
   workerId: "w1",
   jobId: "j",
+  attempt: null,
   runId: "r",
   rebuild: "parcels",
   tenant: null,

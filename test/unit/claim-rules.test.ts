@@ -40,6 +40,7 @@ const holder: ClaimHolder = {
   pid: 1,
   workerId: "w1",
   jobId: "j",
+  attempt: null,
   runId: null,
   rebuild: null,
   tenant: null,

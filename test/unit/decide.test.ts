@@ -53,3 +53,20 @@ test("a force-released holder still stopping is waited for by everyone: never a 
     assert.equal(decision.action === "defer" && decision.waitMs, 6_100);
   }
 });
+
+test("takeovers go one way: an earlier attempt never takes the claim from a later one of its job", () => {
+  const at = (attempt: number | null) => ({ holder: holder({ attempt }), pttlMs: 4_000 });
+  const decide = (claim: ReturnType<typeof at>, attempt?: number) =>
+    decideRun({ version: "v1", force: false, rebuiltBy: null, claim, jobId: "job-b", ...(attempt ? { attempt } : {}) });
+  assert.equal(decide(at(2), 3).action, "take-over");
+  assert.equal(decide(at(3), 3).action, "take-over"); // the same attempt again (its first reply lost)
+  assert.deepEqual(decide(at(3), 2), { action: "superseded", heldBy: "w-1" });
+  // No order known on either side: as before, the deciding attempt takes over.
+  assert.equal(decide(at(null), 2).action, "take-over");
+  assert.equal(decide(at(3)).action, "take-over");
+  // Another job's later attempt number means nothing.
+  assert.equal(
+    decideRun({ version: "v1", force: false, rebuiltBy: null, claim: at(9), jobId: "job-c", attempt: 1 }).action,
+    "defer",
+  );
+});
