@@ -10,8 +10,7 @@ import { acquireClaim, claimName, readClaim } from "../../lib/claims";
 import { RebuildError, runRebuild, type RebuildDeps } from "../../lib/rebuilds/run-rebuild";
 import { readRun } from "../../lib/runs/records";
 import { runIdOf } from "../../lib/runs/types";
-import { newWorkerIdentity } from "../../lib/workers/heartbeat";
-import { createTestBed, type TestBed } from "../support/stack";
+import { createTestBed, rebuildDepsOf, type TestBed } from "../support/stack";
 
 let bed: TestBed;
 let deps: RebuildDeps;
@@ -23,13 +22,7 @@ before(async () => {
       steps: [{ name: "write", run: ["sh", "-c", 'echo "$CLAIMWATCH_VERSION" > "$CLAIMWATCH_WORK/v"'] }],
     },
   });
-  deps = {
-    main: bed.main,
-    claims: bed.claims,
-    keys: bed.keys,
-    definitions: bed.definitions,
-    worker: newWorkerIdentity("test"),
-  };
+  deps = rebuildDepsOf(bed);
 });
 after(() => bed.close());
 

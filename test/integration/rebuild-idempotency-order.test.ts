@@ -9,8 +9,7 @@ import { after, before, test } from "node:test";
 import { claimName } from "../../lib/claims";
 import { runRebuild, type RebuildDeps } from "../../lib/rebuilds/run-rebuild";
 import { idempotencyKey } from "../../lib/rebuilds/version";
-import { newWorkerIdentity } from "../../lib/workers/heartbeat";
-import { createTestBed, type TestBed } from "../support/stack";
+import { createTestBed, rebuildDepsOf, type TestBed } from "../support/stack";
 
 let bed: TestBed;
 let deps: RebuildDeps;
@@ -22,13 +21,7 @@ before(async () => {
       steps: [{ name: "write", run: ["sh", "-c", 'echo "$CLAIMWATCH_VERSION" > "$CLAIMWATCH_WORK/v"'] }],
     },
   });
-  deps = {
-    main: bed.main,
-    claims: bed.claims,
-    keys: bed.keys,
-    definitions: bed.definitions,
-    worker: newWorkerIdentity("test"),
-  };
+  deps = rebuildDepsOf(bed);
 });
 after(() => bed.close());
 

@@ -10,8 +10,7 @@ import { runRebuild, type RebuildDeps, type RebuildJob } from "../../lib/rebuild
 import { idempotencyKey } from "../../lib/rebuilds/version";
 import { listRuns } from "../../lib/runs/list";
 import { readRun } from "../../lib/runs/records";
-import { newWorkerIdentity } from "../../lib/workers/heartbeat";
-import { createTestBed, type TestBed } from "../support/stack";
+import { createTestBed, rebuildDepsOf, type TestBed } from "../support/stack";
 
 let bed: TestBed;
 let deps: RebuildDeps;
@@ -23,13 +22,7 @@ before(async () => {
       steps: [{ name: "write", run: ["sh", "-c", 'echo "$CLAIMWATCH_VERSION" > "$CLAIMWATCH_WORK/v"'] }],
     },
   });
-  deps = {
-    main: bed.main,
-    claims: bed.claims,
-    keys: bed.keys,
-    definitions: bed.definitions,
-    worker: newWorkerIdentity("test"),
-  };
+  deps = rebuildDepsOf(bed);
 });
 after(() => bed.close());
 

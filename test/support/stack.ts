@@ -17,10 +17,12 @@ import { redisKeys, type RedisKeys } from "../../lib/redis/keys";
 import { loadDefinitions, type Definitions } from "../../lib/rebuilds/definitions";
 import { queuePrefix, REBUILD_QUEUE } from "../../lib/rebuilds/queue";
 import { triggerRebuild, type TriggerRequest } from "../../lib/rebuilds/trigger";
+import type { RebuildDeps } from "../../lib/rebuilds/run-rebuild";
 import { readRun } from "../../lib/runs/records";
 import type { RunRecord } from "../../lib/runs/types";
 import { startTestRedis, uniquePrefix, type TestRedis } from "./redis";
 import { freePort } from "../../lib/redis/embedded";
+import { newWorkerIdentity } from "../../lib/workers/heartbeat";
 import { descendantPids, waitForLine, waitUntilGone } from "./processes";
 
 export interface TestWorker {
@@ -163,6 +165,17 @@ export async function createTestBed(
 }
 
 /** A `run` step that takes `seconds`, then writes a file unique to its run (distinct build hashes). */
+/** What `runRebuild` needs to run attempts in this process against the bed (a worker identity of its own). */
+export function rebuildDepsOf(bed: TestBed): RebuildDeps {
+  return {
+    main: bed.main,
+    claims: bed.claims,
+    keys: bed.keys,
+    definitions: bed.definitions,
+    worker: newWorkerIdentity("test"),
+  };
+}
+
 export function slowStep(seconds: number, name = "work") {
   return {
     name,
