@@ -111,6 +111,9 @@ export function startRebuildWorker(
           if (request) cancels.note(jobId, request);
         },
         progress: (fraction) => void job.updateProgress(Math.round(fraction * 100)).catch(() => {}),
+        // BullMQ's own owner check (extendLock answers 1 only to the lock's token); extending it
+        // is what the lock renewal does anyway.
+        ...(token ? { ownsLock: async () => (await job.extendLock(token, options.lockDuration)) === 1 } : {}),
       });
       switch (outcome.status) {
         case "deferred":

@@ -78,6 +78,11 @@ export interface RebuildJob {
    * operator's cancel does not publish on waking.
    */
   checkCancel?: () => Promise<void>;
+  /**
+   * Whether this attempt still holds BullMQ's job lock (asked, not remembered: the lock is in
+   * Redis). Absent: unknown, and the attempt acts as if it does (it keeps the request).
+   */
+  ownsLock?: () => Promise<boolean>;
   progress?: (fraction: number) => void;
 }
 
@@ -387,16 +392,10 @@ class RebuildAttempt {
         version: this.version,
       };
     }
-    if (decision.action === "superseded") {
-      // A later attempt of this job took the claim (this one lost its job lock before it
-      // acquired): it carries the request on; this attempt never takes the claim back.
-      const reason = `a later attempt of this job holds ${this.claim} (${decision.heldBy}); this attempt ends`;
-      await this.finish("superseded", { reason });
-      throw new RebuildError(reason, false, this.runId);
-    }
+    if (decision.action === "superseded") return this.onLaterAttempt(holder, pttlMs);
     // The acquire script takes a claim over from an earlier attempt of the same job and grants a
-    // free one: a "held" reply should mean skip, defer or superseded. Should the two ever disagree, the request is kept: look
-    // again shortly, with a record that says why.
+    // free one: a "held" reply should mean skip, defer or superseded. Should the two ever
+    // disagree, the request is kept: look again shortly, with a record that says why.
     const reason = `claim ${this.claim} held by ${holder.workerId ?? "?"} (job ${holder.jobId ?? "?"}), but the decision was ${decision.action}; looking again`;
     this.log(`deferred: ${reason}`);
     await this.finish("deferred", { reason });
@@ -434,13 +433,10 @@ class RebuildAttempt {
       jobId: this.job.id,
       attempt: this.job.attempt,
     });
-    if (decision.action === "take-over" || decision.action === "superseded") {
-      // Another attempt of this job holds the output (not this one: its own claim is filtered
-      // out above): a later one, as takeovers go one way. It carries the request on.
-      const reason = `${what}: a later attempt of this job holds the claim now`;
-      await this.finish("superseded", { ...fields, reason });
-      throw new RebuildError(reason, false, this.runId);
-    }
+    // A later attempt of this job holds the output. (An earlier one — it took the name while it
+    // was free: an expiry, a claims Redis that lost the takeover — carries nothing on: this
+    // attempt defers below, and the next pickup takes the claim over.)
+    if (decision.action === "superseded" && live) return this.onLaterAttempt(live.holder, live.pttlMs, what, fields);
     if (decision.action === "skip" && decision.reason === "already-rebuilt") {
       await this.finish("skipped", {
         ...fields,
@@ -467,6 +463,34 @@ class RebuildAttempt {
       throw new RebuildError(`recording the deferral failed: ${String(error)}`, true, this.runId, { cause: error });
     });
     return { status: "deferred", until, heldBy, version: this.version };
+  }
+
+  /**
+   * A later attempt of this job holds the claim. If this attempt lost its BullMQ job lock (the
+   * job was picked up again), the later one carries the request on: this one ends `superseded`,
+   * without a retry (BullMQ refuses a stale attempt's moves anyway). If it still holds the lock,
+   * the attempt numbers went backwards (the queue's Redis lost pickups: a restart from an older
+   * snapshot, a failover) and the holder is the stale one: defer, never fail the request — the
+   * next pickup is numbered higher, or the stale holder's claim ends.
+   */
+  private async onLaterAttempt(
+    holder: ClaimHolder,
+    pttlMs: number,
+    what = "claim held",
+    fields: Partial<RunRecord> = {},
+  ): Promise<RebuildOutcome> {
+    const heldBy = `attempt ${holder.attempt ?? "?"} on ${holder.workerId ?? holder.host ?? "another worker"}`;
+    const owns = this.job.ownsLock ? await this.job.ownsLock().catch(() => null) : null;
+    if (owns === false) {
+      const reason = `${what}: a later attempt of this job (${heldBy}) holds ${this.claim}; this attempt lost its job lock and ends`;
+      await this.finish("superseded", { ...fields, reason });
+      throw new RebuildError(reason, false, this.runId);
+    }
+    const waitMs = Math.max(DEFER_MIN_MS, Math.min(DEFER_MAX_MS, pttlMs + 100));
+    const reason = `${what}; deferred, the request is kept: ${this.claim} is held by ${heldBy} of this same job, numbered after this one although this attempt holds the job (the queue's Redis may have lost pickups)`;
+    this.log(reason);
+    await this.finish("deferred", { ...fields, reason });
+    return { status: "deferred", until: Date.now() + waitMs, heldBy, version: this.version };
   }
 
   /** Who force-released this attempt's claim and why, from the claim trail (" by …"), or "". */

@@ -94,7 +94,10 @@ ARGV[11] timeline counters of the run's place (JSON, timeline-counters.ts); the 
   has the same place   ARGV[12..] record field/value pairs
 A final status (begun so, or the previous attempt closed) is counted in the timeline counters.
 The job's attempt in flight (KEYS[2]) is closed as aborted when it is the previous attempt;
-another one ("stray") is returned for the caller to close with RUN_ABANDON.
+another earlier one ("stray") is returned for the caller to close with RUN_ABANDON. A later one
+(this attempt lost its job lock before its first write, and the job was picked up again) is left
+alone and stays the attempt in flight: records go one way, like takeovers.
+Attempt numbers are read from run ids (\`<job>-a<attempt>\`, runIdOf).
 Returns {code, rebuiltBy, stray}
   code ${RUN_REPLY.began} began running | ${RUN_REPLY.alreadyRebuilt} already rebuilt: recorded skipped (rebuiltBy) | ${RUN_REPLY.ended} began in a final status
      | ${RUN_REPLY.exists} a record with this run id exists (nothing written)
@@ -109,7 +112,11 @@ if ARGV[9] == '1' and redis.call('GET', KEYS[5]) == jobId then redis.call('DEL',
 if redis.call('EXISTS', KEYS[1]) == 1 then return {${RUN_REPLY.exists}, '', ''} end
 local stray = ''
 local open = redis.call('GET', KEYS[2])
-if open and open ~= runId then
+local function attemptOf(id) return tonumber(string.match(id, '%-a(%d+)$')) or 0 end
+-- A later attempt is in flight: this one neither closes it nor takes its place as the job's
+-- attempt in flight.
+local laterOpen = open and attemptOf(runId) > 0 and attemptOf(open) > attemptOf(runId)
+if open and open ~= runId and not laterOpen then
   if open == previousId then abandon(KEYS[3], previousId, ARGV[8], FIRST, n) else stray = open end
 end
 local by = false
@@ -134,7 +141,9 @@ if by then
 end
 for i = 1, #extra do fields[#fields + 1] = extra[i] end
 redis.call('HSET', KEYS[1], unpack(fields))
-if FINAL[status] then
+if laterOpen then
+  -- KEYS[2] keeps naming the later attempt.
+elseif FINAL[status] then
   if stray == '' and open then redis.call('DEL', KEYS[2]) end
 else
   redis.call('SET', KEYS[2], runId, 'PX', ARGV[4])

@@ -1,16 +1,19 @@
 /**
- * Takeovers go one way: an attempt whose job lock was lost before it acquired (the job was
- * redelivered, and the later attempt took the claim) never takes the claim back from that later
- * attempt. It ends `superseded`, without a retry; a later attempt still takes over. Real
- * rebuilds through `runRebuild` against a real redis-server.
+ * Takeovers and records go one way: an attempt whose job lock was lost before it acquired (the
+ * job was redelivered, and the later attempt took the claim) never takes the claim back from
+ * that later attempt, nor closes its record. It ends `superseded`, without a retry; a later
+ * attempt still takes over. An attempt that still holds its job lock is never failed for a
+ * holder numbered after it (the queue's Redis lost pickups) nor for an earlier attempt that took
+ * the name while it was free: it defers, and the request is kept. Real rebuilds through
+ * `runRebuild` against a real redis-server.
  */
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { acquireClaim, claimName, readClaim } from "../../lib/claims";
-import { RebuildError, runRebuild, type RebuildDeps } from "../../lib/rebuilds/run-rebuild";
+import { RebuildError, runRebuild, type RebuildDeps, type RebuildJob } from "../../lib/rebuilds/run-rebuild";
 import { readRun } from "../../lib/runs/records";
 import { runIdOf } from "../../lib/runs/types";
-import { createTestBed, rebuildDepsOf, type TestBed } from "../support/stack";
+import { createTestBed, rebuildDepsOf, slowStep, type TestBed } from "../support/stack";
 
 let bed: TestBed;
 let deps: RebuildDeps;
@@ -21,47 +24,129 @@ before(async () => {
       claim: { ttl: "30s", refreshEvery: "5s" },
       steps: [{ name: "write", run: ["sh", "-c", 'echo "$CLAIMWATCH_VERSION" > "$CLAIMWATCH_WORK/v"'] }],
     },
+    slow: {
+      output: "out/slow",
+      claim: { ttl: "4s", refreshEvery: "1s" },
+      steps: [slowStep(4)],
+    },
   });
   deps = rebuildDepsOf(bed);
 });
 after(() => bed.close());
 
-const job = (attempt: number) => ({
-  id: "order-job",
+const job = (id: string, rebuild: string, attempt: number, over: Partial<RebuildJob> = {}): RebuildJob => ({
+  id,
   attempt,
   createdAt: Date.now(),
-  data: { rebuild: "ordered", version: "v1", trigger: "api" as const },
+  data: { rebuild, version: "v1", trigger: "api" as const },
   signal: new AbortController().signal,
+  ...over,
 });
+const claimOf = (rebuild: string) => claimName(bed.definitions.rebuilds.get(rebuild)!.claimPath);
+const lockLost = { ownsLock: async () => false };
+const lockHeld = { ownsLock: async () => true };
 
-test("an earlier attempt finds a later one holding the claim: it ends superseded, not retried; a later attempt takes over", async () => {
-  const name = claimName(bed.definitions.rebuilds.get("ordered")!.claimPath);
-  // Attempt 2 (another worker, still building) holds the claim.
-  const held = await acquireClaim(
-    bed.claims,
-    bed.keys,
-    name,
-    { jobId: "order-job", attempt: 2, runId: runIdOf("order-job", 2), workerId: "w-later", version: "v1" },
-    { ttlMs: 30_000, refreshEveryMs: 5_000 },
+async function waitFor<T>(what: string, read: () => Promise<T | null | undefined | false>): Promise<T> {
+  for (let i = 0; i < 400; i++) {
+    const value = await read();
+    if (value) return value;
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+test("an earlier attempt that lost its job lock finds a later one building: superseded, not retried, the later one untouched", async () => {
+  // Attempt 2 (another worker) is building.
+  const later = runRebuild(deps, job("order-a", "slow", 2));
+  await waitFor(
+    "attempt 2 to hold the claim",
+    async () => (await readClaim(bed.claims, bed.keys, claimOf("slow")))?.holder.attempt === 2,
   );
-  assert.equal(held.status, "acquired");
-  const token = held.status === "acquired" ? held.token : "";
+  const token = (await readClaim(bed.claims, bed.keys, claimOf("slow")))!.token;
 
   // Attempt 1 comes back after losing its job lock.
-  const error = await runRebuild(deps, job(1)).then(
+  const error = await runRebuild(deps, job("order-a", "slow", 1, lockLost)).then(
     () => null,
     (e: unknown) => e,
   );
   assert.ok(error instanceof RebuildError, `attempt 1 threw ${String(error)}`);
   assert.equal(error.retry, false, "no retry: the later attempt carries the request on");
-  const record = await readRun(bed.main, bed.keys, runIdOf("order-job", 1));
-  assert.equal(record?.status, "superseded");
-  assert.match(record?.reason ?? "", /later attempt/);
-  const still = await readClaim(bed.claims, bed.keys, name);
-  assert.equal(still?.token, token, "the later attempt keeps its claim");
+  const first = await readRun(bed.main, bed.keys, runIdOf("order-a", 1));
+  assert.equal(first?.status, "superseded");
+  assert.match(first?.reason ?? "", /later attempt of this job \(attempt 2/);
+  assert.equal((await readClaim(bed.claims, bed.keys, claimOf("slow")))?.token, token, "attempt 2 keeps its claim");
+  assert.equal(
+    (await readRun(bed.main, bed.keys, runIdOf("order-a", 2)))?.status,
+    "running",
+    "its record is not closed",
+  );
 
-  // Attempt 3 (the later attempt died; BullMQ delivered again) takes over and builds.
-  const third = await runRebuild(deps, job(3));
+  assert.equal((await later).status, "rebuilt");
+  assert.equal((await readRun(bed.main, bed.keys, runIdOf("order-a", 2)))?.status, "rebuilt");
+});
+
+test("a later attempt still takes over from an earlier one", async () => {
+  const held = await acquireClaim(
+    bed.claims,
+    bed.keys,
+    claimOf("ordered"),
+    { jobId: "order-b", attempt: 2, runId: runIdOf("order-b", 2), workerId: "w-dead", version: "v1" },
+    { ttlMs: 30_000, refreshEveryMs: 5_000 },
+  );
+  assert.equal(held.status, "acquired");
+  const third = await runRebuild(deps, job("order-b", "ordered", 3));
   assert.equal(third.status, "rebuilt");
-  assert.match((await readRun(bed.main, bed.keys, runIdOf("order-job", 3)))?.reason ?? "", /took over/);
+  assert.match((await readRun(bed.main, bed.keys, runIdOf("order-b", 3)))?.reason ?? "", /took over/);
+});
+
+test("an attempt holding its job lock is never failed for a holder numbered after it (the queue's Redis lost pickups): it defers", async () => {
+  const name = claimOf("ordered");
+  await bed.claims.del(bed.keys.claim(name), bed.keys.claimMeta(name));
+  const held = await acquireClaim(
+    bed.claims,
+    bed.keys,
+    name,
+    { jobId: "order-c", attempt: 5, runId: runIdOf("order-c", 5), workerId: "w-stale", version: "v2" },
+    { ttlMs: 30_000, refreshEveryMs: 5_000 },
+  );
+  assert.equal(held.status, "acquired");
+  for (const [attempt, over] of [
+    [2, lockHeld],
+    [3, {}], // no lock check available: keep the request
+  ] as const) {
+    const outcome = await runRebuild(deps, {
+      ...job("order-c", "ordered", attempt, over),
+      data: { rebuild: "ordered", version: "v2", trigger: "api" },
+    });
+    assert.equal(outcome.status, "deferred", `attempt ${attempt}: ${JSON.stringify(outcome)}`);
+    const record = await readRun(bed.main, bed.keys, runIdOf("order-c", attempt));
+    assert.equal(record?.status, "deferred");
+    assert.match(record?.reason ?? "", /request is kept/);
+  }
+});
+
+test("an earlier attempt that took the name while it was free does not end the later one: it defers", async () => {
+  const name = claimOf("slow");
+  const later = runRebuild(deps, {
+    ...job("order-d", "slow", 2, lockHeld),
+    data: { rebuild: "slow", version: "v3", trigger: "api" },
+  });
+  await waitFor(
+    "attempt 2 to hold the claim",
+    async () => (await readClaim(bed.claims, bed.keys, name))?.holder.jobId === "order-d",
+  );
+  // The claims Redis forgets attempt 2's grant (restart from an older snapshot), and attempt 1,
+  // still running somewhere, acquires the free name.
+  await bed.claims.del(bed.keys.claim(name), bed.keys.claimMeta(name));
+  const stale = await acquireClaim(
+    bed.claims,
+    bed.keys,
+    name,
+    { jobId: "order-d", attempt: 1, runId: runIdOf("order-d", 1), workerId: "w-stale", version: "v3" },
+    { ttlMs: 30_000, refreshEveryMs: 5_000 },
+  );
+  assert.equal(stale.status, "acquired");
+  const outcome = await later;
+  assert.equal(outcome.status, "deferred", JSON.stringify(outcome));
+  assert.equal((await readRun(bed.main, bed.keys, runIdOf("order-d", 2)))?.status, "deferred");
 });
