@@ -43,19 +43,32 @@
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
+import { prepareStepCgroups, type StepCgroupPlace } from "./step-cgroup";
 
-export type ContainmentMode = "pid-namespace" | "process-group";
+export type ContainmentMode = "cgroup" | "pid-namespace" | "process-group";
+
+const MODES: readonly ContainmentMode[] = ["cgroup", "pid-namespace", "process-group"];
 
 export interface Containment {
   mode: ContainmentMode;
-  /** The argv prefix that runs INIT under this containment (before `sh -c INIT …`). */
+  /** The argv prefix that runs INIT under this containment (before `sh -c INIT …`); none in `cgroup` mode. */
   prefix: string[];
-  /** The init script for this mode (`namespaceInit` or `groupInit`). */
+  /** The init script for this mode (`namespaceInit` or `groupInit`); none in `cgroup` mode. */
   init: string;
   /** One line for operators: what is enforced, and what is not. */
   detail: string;
   /** Controllers that can limit a step here (`memory`, `pids`), by the directory steps' cgroups go in. */
   limits: Partial<Record<LimitController, string>>;
+  /** `cgroup` mode: where this worker's step cgroups go (step-cgroup.ts). */
+  stepCgroups?: StepCgroupPlace;
+  /**
+   * `cgroup` mode: the containment of steps with `memory`/`pids` limits (the next strongest
+   * mode, with INIT joining the limit cgroups). The worker cannot enter a cgroup with a `pids`
+   * limit to spawn (its own threads count against it) nor one with a `memory` limit (its threads
+   * allocate meanwhile, and the OOM killer would pick the worker), and a limit set after the
+   * spawn would not hold from the program's first instruction.
+   */
+  forLimitedSteps?: Containment;
 }
 
 export type LimitController = "memory" | "pids";
@@ -97,61 +110,106 @@ export function groupInit(resetSignals: boolean): string {
   ].join("\n");
 }
 
-let detected: Containment | null = null;
+const detected = new Map<string, Containment>();
 
 /** A bad CLAIMWATCH_STEP_CONTAINMENT: the worker prints it as one line and exits 2. */
 export class ContainmentConfigError extends Error {
   override name = "ContainmentConfigError";
 }
 
-/** The strongest containment this host offers, found once per process (a few ms of probes). */
-export function detectContainment(): Containment {
-  if (detected) return detected;
-  const forced = process.env.CLAIMWATCH_STEP_CONTAINMENT || "auto";
-  if (forced !== "auto" && forced !== "process-group") {
+/**
+ * The strongest containment this host offers, or the one `requested` (CLAIMWATCH_STEP_CONTAINMENT),
+ * found once per process and request (a few ms of probes). A requested mode the host cannot
+ * offer is a `ContainmentConfigError`, not a silent fallback.
+ */
+export function detectContainment(requested: string = process.env.CLAIMWATCH_STEP_CONTAINMENT || "auto"): Containment {
+  let found = detected.get(requested);
+  if (!found) {
+    found = detectUncached(requested);
+    detected.set(requested, found);
+  }
+  return found;
+}
+
+function detectUncached(forced: string): Containment {
+  if (forced !== "auto" && !(MODES as readonly string[]).includes(forced)) {
     throw new ContainmentConfigError(
-      `CLAIMWATCH_STEP_CONTAINMENT=${JSON.stringify(forced).slice(0, 80)}: must be auto (the strongest this host offers) or process-group`,
+      `CLAIMWATCH_STEP_CONTAINMENT=${JSON.stringify(forced).slice(0, 80)}: must be auto (the strongest this host offers) or one of ${MODES.join(", ")}`,
     );
   }
   const limits = detectLimitControllers();
-
-  const candidates: { prefix: string[]; detail: string }[] =
-    forced === "process-group"
-      ? []
-      : [
-          {
-            prefix: ["unshare", "--pid", "--fork", "--kill-child", "--"],
-            detail: "a PID namespace per step (unshare, root)",
-          },
-          {
-            prefix: ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--kill-child", "--"],
-            detail: "a PID namespace per step (unshare in a user namespace)",
-          },
-        ];
-  for (const candidate of candidates) {
-    if (works([...candidate.prefix, "true"])) {
-      detected = {
-        mode: "pid-namespace",
-        prefix: candidate.prefix,
-        init: namespaceInit,
-        detail: candidate.detail,
+  const weaker = forced === "process-group" ? processGroup(limits, "forced by CLAIMWATCH_STEP_CONTAINMENT") : null;
+  if (weaker) return weaker;
+  let cgroupUnavailable: string | null = null;
+  if (forced === "auto" || forced === "cgroup") {
+    const place = prepareStepCgroups();
+    if ("unavailable" in place) cgroupUnavailable = place.unavailable;
+    else {
+      const forLimitedSteps = pidNamespace(limits) ?? processGroup(limits, "no PID namespace can be made here");
+      return {
+        mode: "cgroup",
+        prefix: [],
+        init: "",
+        detail: `a cgroup v2 per step, killed with cgroup.kill (${place.parent}); steps with memory/pids limits: ${forLimitedSteps.detail}`,
         limits,
+        stepCgroups: place,
+        forLimitedSteps,
       };
-      return detected;
+    }
+    if (forced === "cgroup") {
+      throw new ContainmentConfigError(`CLAIMWATCH_STEP_CONTAINMENT=cgroup: not available here: ${cgroupUnavailable}`);
     }
   }
-  const why =
-    forced === "process-group"
-      ? "forced by CLAIMWATCH_STEP_CONTAINMENT"
-      : "no PID namespace can be made here (unshare failed; as non-root the kernel must allow user namespaces)";
-  detected = {
+  const namespace = pidNamespace(limits);
+  if (namespace) return withCgroupReason(namespace, cgroupUnavailable);
+  if (forced === "pid-namespace") {
+    throw new ContainmentConfigError(
+      "CLAIMWATCH_STEP_CONTAINMENT=pid-namespace: not available here (unshare failed; as non-root the kernel must allow user namespaces)",
+    );
+  }
+  return withCgroupReason(
+    processGroup(
+      limits,
+      "no PID namespace can be made here (unshare failed; as non-root the kernel must allow user namespaces)",
+    ),
+    cgroupUnavailable,
+  );
+}
+
+/** Says why the stronger `cgroup` mode is not used, when auto-detection tried it. */
+function withCgroupReason(containment: Containment, cgroupUnavailable: string | null): Containment {
+  return cgroupUnavailable === null
+    ? containment
+    : { ...containment, detail: `${containment.detail}; no cgroup per step: ${cgroupUnavailable}` };
+}
+
+function pidNamespace(limits: Partial<Record<LimitController, string>>): Containment | null {
+  const candidates: { prefix: string[]; detail: string }[] = [
+    {
+      prefix: ["unshare", "--pid", "--fork", "--kill-child", "--"],
+      detail: "a PID namespace per step (unshare, root)",
+    },
+    {
+      prefix: ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--kill-child", "--"],
+      detail: "a PID namespace per step (unshare in a user namespace)",
+    },
+  ];
+  for (const candidate of candidates) {
+    if (works([...candidate.prefix, "true"])) {
+      return { mode: "pid-namespace", prefix: candidate.prefix, init: namespaceInit, detail: candidate.detail, limits };
+    }
+  }
+  return null;
+}
+
+function processGroup(limits: Partial<Record<LimitController, string>>, why: string): Containment {
+  return {
     mode: "process-group",
     prefix: [],
     init: groupInit(works(["env", "--default-signal", "true"])),
     detail: `process group only (${why}): a setsid daemon can outlive its step`,
     limits,
   };
-  return detected;
 }
 
 function works(argv: string[]): boolean {

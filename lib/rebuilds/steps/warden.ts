@@ -49,9 +49,11 @@ export function lockRenewTimeFor(lockDurationMs: number): number {
   return Math.floor(lockDurationMs / 4);
 }
 
-interface Watched {
-  pid: number;
-  group: boolean;
+/** A step as the warden kills it: a process (`unshare --kill-child` or a group leader), or a step cgroup. */
+type Watched = { pid: number; group: boolean } | { cgroup: string };
+
+function watchLine(id: string, step: Watched): string {
+  return "cgroup" in step ? `watch-cgroup ${id} ${step.cgroup}` : `watch ${id} ${step.pid} ${step.group ? 1 : 0}`;
 }
 
 class StepWarden {
@@ -106,14 +108,27 @@ class StepWarden {
 
   /** Announces a step just spawned: `pid` is `unshare --kill-child` (group false) or a process group leader. */
   watch(pid: number, group: boolean): string {
+    return this.announce({ pid, group });
+  }
+
+  /**
+   * Announces a step's cgroup (step-cgroup.ts) before the worker enters it to spawn: the warden
+   * then knows every cgroup the worker can be inside when it has to kill. Forgotten only once
+   * the cgroup is removed.
+   */
+  watchCgroup(dir: string): string {
+    return this.announce({ cgroup: dir });
+  }
+
+  private announce(step: Watched): string {
     const id = String(++this.nextId);
-    this.watched.set(id, { pid, group });
+    this.watched.set(id, step);
     this.ensureRunning();
-    this.send(`watch ${id} ${pid} ${group ? 1 : 0}`);
+    this.send(watchLine(id, step));
     return id;
   }
 
-  /** The step exited: its PID is no longer the warden's to kill. */
+  /** The step exited (cgroup: was removed): its PID or cgroup is no longer the warden's to kill. */
   forget(id: string): void {
     this.watched.delete(id);
     this.send(`forget ${id}`);
@@ -201,7 +216,7 @@ class StepWarden {
       else setTimeout(restart, 1_000).unref();
     });
     this.send(`silence ${this.silenceMs}`);
-    for (const [id, step] of this.watched) this.send(`watch ${id} ${step.pid} ${step.group ? 1 : 0}`);
+    for (const [id, step] of this.watched) this.send(watchLine(id, step));
   }
 
   private send(line: string): void {
