@@ -3,12 +3,20 @@
  * grandchildren, double-forked and `setsid` daemons included — and dies at once with the worker,
  * even when the worker is SIGKILLed or OOM-killed.
  *
- * Every step runs under a small shell init (`namespaceInit` or `groupInit`, below) whose only
- * child is the program.
  * When the worker dies — however — or stops running for longer than its job lock (blocked,
- * SIGSTOPped), the worker's step warden (warden.ts, one process per worker) SIGKILLs its steps.
- * Mechanisms, strongest first (chosen once per worker by `detectContainment`):
+ * SIGSTOPped), the worker's step warden (warden.ts, one process per worker) kills its steps.
+ * Mechanisms, strongest first (chosen once per worker by `detectContainment`;
+ * CLAIMWATCH_STEP_CONTAINMENT names one, and a named one the host lacks is a config error):
  *
+ *  - `cgroup`: a cgroup v2 per step (step-cgroup.ts), where the worker's own v2 cgroup is
+ *    writable and the kernel has `cgroup.kill` (Linux ≥ 5.14; as root, or with the cgroup
+ *    delegated). No init and no shim: the worker enters the step's new cgroup, spawns the program
+ *    and returns home in one synchronous turn, so the program is born in the cgroup and nothing it
+ *    starts can leave it (setsid and double forks change the session or the parent, not the
+ *    cgroup). The program is the worker's own child and not pid 1, so signals mean what they
+ *    always do. When it exits, `cgroup.kill` ends the rest (closing the output pipes a daemon
+ *    held) and the cgroup is removed once empty. Steps with `memory`/`pids` limits run in the
+ *    next mode instead (`forLimitedSteps`: the worker cannot pass through a limited cgroup).
  *  - `pid-namespace`: `unshare [--user --map-root-user] --pid --fork --kill-child -- sh -c INIT …`.
  *    The init is pid 1 of a new PID namespace. Nothing can leave a PID namespace (setsid and
  *    double forks only change the session or the parent), and when its pid 1 exits the kernel
@@ -18,16 +26,18 @@
  *    warden kills the init first anyway). As root
  *    this needs util-linux's `unshare`; as non-root the kernel must allow unprivileged user
  *    namespaces (`--user --map-root-user`).
- *  - `process-group`: the fallback when no PID namespace can be made. The step's process group
- *    is SIGKILLed when the program ends and by the warden when the worker dies; a `setsid`
- *    daemon escapes it. The worker says so (Workers page, health banner).
+ *  - `process-group`: the fallback when neither can be made. The step's process group
+ *    is SIGKILLed when the program ends and by the warden when the worker dies; a `setsid` daemon
+ *    escapes it. The worker says so (Workers page, health banner).
  *
  * SIGTERM goes to the program alone, never to the group (a program must get one SIGTERM, not
- * two): in a namespace the worker sends it to the init's child, the program (the init, pid 1 of
- * the namespace, has no handler, so the kernel keeps every signal but SIGKILL from it); in
- * process-group mode to the init, which passes it on and remembers one that came before the
- * program was forked. SIGKILL goes to the init in a namespace (the kernel then ends the rest)
- * and to the whole group otherwise.
+ * two): in `cgroup` mode to the program, the spawned process itself; in a namespace the worker
+ * sends it to the init's child, the program (the init, pid 1 of the namespace, has no handler, so
+ * the kernel keeps every signal but SIGKILL from it); in process-group mode to the init, which
+ * passes it on and remembers one that came before the program was forked. SIGKILL is
+ * `cgroup.kill` in `cgroup` mode, goes to the init in a namespace (the kernel then ends the rest)
+ * and to the whole group otherwise. Exit statuses are a shell's in every mode: 128 + signal for a
+ * killed program; a program that cannot be started fails as "not found or not executable".
  *
  * cgroups are used for resource limits (`memory`, `pids` of a step), where a writable memory/pids
  * hierarchy exists (cgroup v1 controllers, or v2 with the controller delegated): each step gets
@@ -35,10 +45,13 @@
  * over a limit is found by the cgroup's own counters (`oom_kill`, `pids.events max`). The init
  * counts against a `pids` limit (one process).
  *
- * Cost (`npm run bench:steps`): in a namespace a step is `unshare`, its forked init and the
- * program in the init's foreground — no watcher, no `env` exec (the init sets no trap, so the
- * program starts with every signal at its default, and its foreground child is not a background
- * job, whose SIGINT and SIGQUIT a shell would ignore).
+ * Cost (`npm run bench:steps`, BENCHMARKS.md): in `cgroup` mode a step is one process creation,
+ * as a plain spawn is, plus five small cgroupfs operations (mkdir, two moves of the worker,
+ * cgroup.kill, rmdir; the moves take the kernel's cgroup threadgroup lock, the dearest part). In a
+ * namespace it is `unshare`, its forked init and the program in the init's foreground — no
+ * watcher, no `env` exec (the init sets no trap, so the program starts with every signal at its
+ * default, and its foreground child is not a background job, whose SIGINT and SIGQUIT a shell
+ * would ignore).
  */
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";

@@ -2,7 +2,8 @@
  * `run` steps: an argv array, executed without a shell (a user who wants one writes `sh -c`).
  * Output goes to the run log line by line. The program runs under the worker's containment
  * (containment.ts): the step ends when the program ends, and nothing it started outlives the step.
- * On abort: SIGTERM to the program, SIGKILL to everything after `killGrace`. Exit codes listed
+ * On abort: SIGTERM to the program, SIGKILL to everything (`cgroup.kill` in `cgroup` mode) after
+ * `killGrace`. Exit codes listed
  * in `transientExitCodes` are transient.
  */
 import { spawn, type ChildProcess } from "node:child_process";

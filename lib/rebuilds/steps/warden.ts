@@ -1,11 +1,12 @@
 /**
  * The worker's side of the step warden (warden-main.mjs): one process per worker that SIGKILLs
- * the worker's steps when the worker dies (its pipe closes) or stops running for longer than
- * `silence` (event loop blocked, process SIGSTOPped) — the dead-man switch that keeps a stuck
+ * the worker's steps (`cgroup.kill` in `cgroup` mode) when the worker dies (its pipe closes) or
+ * stops running for longer than `silence` (event loop blocked, process SIGSTOPped) — the dead-man switch that keeps a stuck
  * attempt's steps from writing beside the attempt BullMQ hands the job to next.
  *
  * The worker starts it once (`start`), beats every BEAT_EVERY_MS from then on, announces each
- * step right after its spawn (`watch`) and forgets it when it exits. A step is never spawned
+ * step right after its spawn (`watch`) — a step's cgroup before it (`watchCgroup`) — and forgets
+ * it when it exits (its cgroup: when removed). A step is never spawned
  * while the warden is down (`ready`), and a restarted warden is told every step again. Each
  * step's environment carries `CLAIMWATCH_STEP_OF=<worker pid>`, so a step spawned a moment before
  * the worker died is found too.
