@@ -15,6 +15,7 @@ import { after, test } from "node:test";
 import type { RunStep } from "../../lib/rebuilds/definitions";
 import { detectContainment } from "../../lib/rebuilds/steps/containment";
 import { runCommandStep } from "../../lib/rebuilds/steps/run-step";
+import { stepCgroupParentName } from "../../lib/rebuilds/steps/step-cgroup";
 import { killMarkedProcesses, newMarker, pidsWithMarker, waitUntilNoMarker } from "../support/markers";
 import { isRunning, waitForLine } from "../support/processes";
 
@@ -60,7 +61,7 @@ test("the program runs in a cgroup of its own, as itself (not under an init), an
   ].join("\n");
   await runCommandStep(step(script, { [marker.name]: marker.value }), context(lines), containment);
   const cgroupLine = lines.find((l) => l.includes("0::"));
-  assert.match(String(cgroupLine), new RegExp(`0::${path.join(home, `claimwatch-steps-${process.pid}`)}/step-\\d+$`));
+  assert.match(String(cgroupLine), new RegExp(`0::${path.join(home, stepCgroupParentName(process.pid))}/step-\\d+$`));
   const ppid = Number(/ppid (\d+)/.exec(lines.join("\n"))?.[1]);
   assert.equal(ppid, process.pid, "the program is the worker's own child: no shim");
   assert.deepEqual((await waitUntilNoMarker(marker, 1_000)).alive, []);
@@ -140,7 +141,7 @@ test("a worker stopped inside a step's cgroup mid-spawn past its warden's limit:
   assert.equal(result.home, home);
   assert.equal(
     result.childCgroup,
-    path.join(home, `claimwatch-steps-${host.pid}`, "worker-held"),
+    path.join(home, stepCgroupParentName(host.pid!), "worker-held"),
     JSON.stringify(result),
   );
   assert.equal(result.ownAfter, home, "the worker went home after the spawn");
@@ -149,7 +150,7 @@ test("a worker stopped inside a step's cgroup mid-spawn past its warden's limit:
   assert.match(String(result.report), /the worker did not run for \d+ ms/);
   await new Promise((resolve) => host.once("exit", resolve));
   assert.deepEqual((await waitUntilNoMarker(marker, 2_000)).alive, [], "the child or its setsid daemon survived");
-  assert.equal(fs.existsSync(path.join(home, `claimwatch-steps-${host.pid}`)), false, "its cgroups were left behind");
+  assert.equal(fs.existsSync(path.join(home, stepCgroupParentName(host.pid!))), false, "its cgroups were left behind");
 });
 
 test("the warden never kills the worker: it moves a worker it finds in a step's cgroup to worker-held, then kills the rest", async () => {
@@ -186,7 +187,7 @@ test("the warden never kills the worker: it moves a worker it finds in a step's 
 
 test("a dead worker's step cgroups are killed and removed when a worker starts on the host", async () => {
   const deadPid = spawnSync("true").pid;
-  const parent = path.join(place.home, `claimwatch-steps-${deadPid}`);
+  const parent = path.join(place.home, stepCgroupParentName(deadPid));
   fs.mkdirSync(path.join(parent, "step-3"), { recursive: true });
   const marker = newMarker();
   const leftover = spawn("sleep", ["600"], { env: { ...process.env, [marker.name]: marker.value }, stdio: "ignore" });

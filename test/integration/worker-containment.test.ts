@@ -16,6 +16,7 @@ import { hashDirectory, readCurrent } from "../../lib/rebuilds/output";
 import { killMarkedProcesses, newMarker, pidsWithMarker, waitUntilNoMarker } from "../support/markers";
 import { createTestBed, type TestBed } from "../support/stack";
 import { detectContainment } from "../../lib/rebuilds/steps/containment";
+import { stepCgroupParentName } from "../../lib/rebuilds/steps/step-cgroup";
 
 /** Where workers' step cgroups go on this host (the same cgroup as this test's). */
 const STEP_CGROUP_HOME = detectContainment("cgroup").stepCgroups!.home;
@@ -202,7 +203,7 @@ for (const mode of ["cgroup", "pid-namespace"] as const) {
     if (mode === "cgroup") {
       // The warden removed the dead worker's step cgroups and their parent.
       const parents = () =>
-        fs.readdirSync(STEP_CGROUP_HOME).filter((name) => name === `claimwatch-steps-${worker.pid}`);
+        fs.readdirSync(STEP_CGROUP_HOME).filter((name) => name === stepCgroupParentName(worker.pid));
       for (let i = 0; i < 50 && parents().length > 0; i++) await new Promise((r) => setTimeout(r, 100));
       assert.deepEqual(parents(), [], "the killed worker's step cgroups were left behind");
     }

@@ -5,9 +5,11 @@
  * that cgroup and everything it ever starts stays in it — setsid and double forks change the
  * session or the parent, never the cgroup), and moves itself back home (`spawnInside`).
  *
- * Layout: `<home>/claimwatch-steps-<worker pid>/step-<n>`, where `<home>` is the worker's own v2
- * cgroup. One parent per worker, so workers never touch each other's steps; the parents of dead
- * workers (and one left under this worker's own PID by a predecessor) are removed at start.
+ * Layout: `<home>/claimwatch-steps-<pid namespace>-<worker pid>/step-<n>`, where `<home>` is the
+ * worker's own v2 cgroup. One parent per worker, so workers never touch each other's steps; the
+ * parents of dead workers (and one left under this worker's own PID by a predecessor) are removed
+ * at start — only those of this PID namespace, whose PIDs this process can check (two containers
+ * may share a cgroup).
  *
  * Contract with the step warden (warden-main.mjs, which repeats the names below): a step's
  * cgroup is announced to the warden before the worker enters it, so the warden knows every
@@ -23,14 +25,14 @@ import path from "node:path";
 
 /** Where the warden puts a worker it found inside a step's cgroup (warden-main.mjs). */
 export const WORKER_HELD = "worker-held";
-const PARENT_PREFIX = "claimwatch-steps-";
+const PARENT_PREFIX = `claimwatch-steps-${pidNamespaceId()}-`;
 /** How long a killed cgroup may take to empty before it is left for the next clean-up. */
 const EMPTY_WAIT_MS = 5_000;
 
 export interface StepCgroupPlace {
   /** The worker's own cgroup v2 directory; it returns here after each spawn. */
   home: string;
-  /** This worker's parent of step cgroups: `<home>/claimwatch-steps-<pid>`. */
+  /** This worker's parent of step cgroups: `<home>/${stepCgroupParentName(pid)}`. */
   parent: string;
 }
 
@@ -51,7 +53,7 @@ function prepareOnce(): StepCgroupPlace | { unavailable: string } {
   const home = ownCgroupV2Directory();
   if (typeof home !== "string") return home;
   removeLeftovers(home);
-  const place = { home, parent: path.join(home, `${PARENT_PREFIX}${process.pid}`) };
+  const place = { home, parent: path.join(home, stepCgroupParentName(process.pid)) };
   const probe = path.join(place.parent, "probe");
   let why: string | null = null;
   try {
@@ -78,6 +80,20 @@ function prepareOnce(): StepCgroupPlace | { unavailable: string } {
   }
   rmdirQuietly(place.parent);
   return { unavailable: why };
+}
+
+/** The name of the parent of worker `pid`'s step cgroups (a worker of this PID namespace). */
+export function stepCgroupParentName(pid: number): string {
+  return `${PARENT_PREFIX}${pid}`;
+}
+
+/** The inode of this process's PID namespace (`pid:[4026531836]`), or 0 where it cannot be read. */
+function pidNamespaceId(): string {
+  try {
+    return /\[(\d+)\]/.exec(fs.readlinkSync("/proc/self/ns/pid"))?.[1] ?? "0";
+  } catch {
+    return "0";
+  }
 }
 
 /** `<mount>/<path of the 0:: line>`, or why there is none (no cgroup v2, or outside the mount). */
@@ -111,7 +127,7 @@ function unescapeMountField(field: string): string {
 }
 
 /**
- * Removes `claimwatch-steps-<pid>` parents whose worker is gone (a SIGKILLed worker whose warden
+ * Removes this PID namespace's `claimwatch-steps-…-<pid>` parents whose worker is gone (a SIGKILLed worker whose warden
  * died too) and one under this process's own PID (a predecessor's: this process has started no
  * step yet). Their step cgroups are killed first.
  */
