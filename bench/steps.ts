@@ -4,7 +4,8 @@
  * the same run, interleaved: rounds alternate the two sides so drift hits both alike. Each sample
  * is spawn → exit → pipes closed, as the worker waits for them.
  *
- * Env: BENCH_STEPS (samples per side, default 200).
+ * Env: BENCH_STEPS (samples per side, default 200); CLAIMWATCH_STEP_CONTAINMENT picks the mode
+ * (`cgroup`, `pid-namespace`, `process-group`; default: the strongest, as the worker does).
  * Last line: RESULT step_overhead_ms=<median containment − median plain> containment=<mode>
  */
 import { spawn } from "node:child_process";

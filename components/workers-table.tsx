@@ -54,6 +54,7 @@ export function WorkersTable({ initial }: { initial: { workers: WorkerStatus[]; 
 
 /** What the worker enforces on its steps' processes (lib/rebuilds/steps/containment.ts). */
 function ContainmentBadge({ mode }: { mode: WorkerStatus["containment"] }) {
+  if (mode === "cgroup") return <span title="Nothing a step starts outlives it">cgroup per step</span>;
   if (mode === "pid-namespace") return <span title="Nothing a step starts outlives it">PID namespace</span>;
   const text = mode === "process-group" ? "process group only" : "unknown (older worker)";
   return (

@@ -228,9 +228,9 @@ test("a run page shows step output and a final status; parcels shows its build h
 
   await page.goto(`${url}/workers`);
   await expect(page.getByRole("table", { name: "Workers" })).toContainText(String(await workerPid(request)));
-  // What the worker enforces on its steps: a PID namespace here (CI runs as root).
+  // What the worker enforces on its steps: a cgroup per step here (CI runs as root, cgroup v2 writable).
   const workers = (await (await request.get(`${url}/api/workers`)).json()) as { workers: { containment: string }[] };
-  expect(workers.workers[0]!.containment).toBe("pid-namespace");
-  await expect(page.locator('[data-containment="pid-namespace"]')).toHaveText("PID namespace");
+  expect(workers.workers[0]!.containment).toBe("cgroup");
+  await expect(page.locator('[data-containment="cgroup"]')).toHaveText("cgroup per step");
   await shot(page, "workers", testInfo);
 });

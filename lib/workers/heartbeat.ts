@@ -29,7 +29,7 @@ export interface WorkerIdentity {
 }
 
 /** `unknown`: a worker of a version that did not report it. */
-export type StepContainment = "pid-namespace" | "process-group" | "unknown";
+export type StepContainment = "cgroup" | "pid-namespace" | "process-group" | "unknown";
 
 export interface WorkerStatus extends WorkerIdentity {
   currentJob: string | null;
@@ -130,7 +130,10 @@ export async function listLiveWorkersAt(
       pid: Number(h.pid),
       startedAt: Number(h.startedAt),
       version: h.version ?? "",
-      containment: h.containment === "pid-namespace" || h.containment === "process-group" ? h.containment : "unknown",
+      containment:
+        h.containment === "cgroup" || h.containment === "pid-namespace" || h.containment === "process-group"
+          ? h.containment
+          : "unknown",
       currentJob: h.currentJob || null,
       heartbeatAt: Number(h.heartbeatAt),
     });

@@ -10,7 +10,7 @@ import os from "node:os";
 import path from "node:path";
 import { after, describe, test } from "node:test";
 import type { RunStep } from "../../lib/rebuilds/definitions";
-import { detectContainment } from "../../lib/rebuilds/steps/containment";
+import { detectContainment, type Containment } from "../../lib/rebuilds/steps/containment";
 import type { StepContext } from "../../lib/rebuilds/steps/context";
 import { runCommandStep } from "../../lib/rebuilds/steps/run-step";
 import { killMarkedProcesses, newMarker, pidsWithMarker, waitUntilNoMarker } from "../support/markers";
@@ -20,7 +20,8 @@ after(() => {
   killMarkedProcesses();
   fs.rmSync(dir, { recursive: true, force: true });
 });
-const containment = detectContainment();
+/** Every test below runs under both strong modes; the worker picks `cgroup` on this host. */
+const MODES = ["cgroup", "pid-namespace"] as const;
 
 function step(script: string, extra: Partial<RunStep> = {}): RunStep {
   return { name: "s", run: ["sh", "-c", script], transientExitCodes: [], killGrace: 3_000, limits: {}, ...extra };
@@ -53,123 +54,156 @@ const ESCAPEES = [
   "setsid sleep 600 &",
 ].join("\n");
 
-async function runWith(
+async function runWithIn(
   script: string,
   marker: { name: string; value: string },
   signal: AbortSignal,
   extra: Partial<RunStep> = {},
+  containment: Containment = detectContainment(),
 ) {
   const s = step(script, { env: { [marker.name]: marker.value }, ...extra });
   const ctx = context(signal);
-  const error = await runCommandStep(s, ctx).then(
+  const error = await runCommandStep(s, ctx, containment).then(
     () => null,
     (e: unknown) => e as Error,
   );
   return { error, ctx };
 }
 
-describe(`step containment (${containment.mode})`, () => {
-  test("the host offers a PID namespace per step (CI runs as root)", () => {
-    assert.equal(containment.mode, "pid-namespace", containment.detail);
-  });
-
-  for (const [outcome, tail] of [
-    ["succeeded", "echo main-done"],
-    ["failed", "exit 3"],
-  ] as const) {
-    test(`nothing the step started outlives it when it ${outcome}, and nothing writes after`, async () => {
-      const marker = newMarker();
-      const { error, ctx } = await runWith(`${ESCAPEES}\n${tail}`, marker, new AbortController().signal);
-      if (outcome === "succeeded") assert.equal(error, null);
-      else assert.match(String(error?.message), /exited 3/);
-      // The step's grace is 3 s; the namespace ends with its program, so nothing is left at all.
-      const { alive } = await waitUntilNoMarker(marker, 3_000 + 1_000);
-      assert.deepEqual(alive, [], "processes of the step still alive");
-      await new Promise((r) => setTimeout(r, 3_000)); // past the writers' 2 s sleep
-      assert.deepEqual(fs.readdirSync(ctx.workDir), [], "a process of the step wrote after it ended");
-    });
-  }
-
-  test("an abort ends a TERM-deaf step and its escapees within killGrace + 1 s", async () => {
-    const marker = newMarker();
-    const controller = new AbortController();
-    setTimeout(() => controller.abort(new Error("claim lost")), 500);
-    const started = performance.now();
-    const { error } = await runWith(
-      `${ESCAPEES}\ntrap '' TERM\nwhile :; do sleep 0.2; done`,
-      marker,
-      controller.signal,
-      {
-        killGrace: 2_000,
-      },
-    );
-    assert.match(String(error?.message), /claim lost/);
-    const { alive } = await waitUntilNoMarker(marker, 2_000 + 1_000);
-    assert.deepEqual(alive, []);
-    // The step did not return before its grace had run out (it ignores SIGTERM).
-    assert.ok(performance.now() - started >= 2_400, "the step returned before SIGKILL");
-  });
-
-  test("a TERM-obeying program ends on SIGTERM without waiting for the grace", async () => {
-    const marker = newMarker();
-    const controller = new AbortController();
-    setTimeout(() => controller.abort(new Error("cancelled")), 300);
-    const started = performance.now();
-    const { error } = await runWith("sleep 600", marker, controller.signal, { killGrace: 60_000 });
-    assert.match(String(error?.message), /cancelled/);
-    assert.ok(performance.now() - started < 30_000, "SIGTERM did not reach the program (pid 1 of the namespace?)");
-    assert.deepEqual(pidsWithMarker(marker), []);
-  });
-
-  test("a daemon holding stdout does not hang the step (setsid sleep 600 & echo started)", async () => {
-    const marker = newMarker();
-    const { error, ctx } = await runWith("setsid sleep 600 & echo started", marker, new AbortController().signal, {
-      killGrace: 60_000,
-    });
-    assert.equal(error, null);
-    assert.ok(ctx.lines.some((l) => l.endsWith("started")));
-    assert.deepEqual(pidsWithMarker(marker), []);
-  });
-
-  test("exit codes and signals of the program come through", async () => {
-    const marker = newMarker();
-    const transient = await runWith("exit 75", marker, new AbortController().signal, { transientExitCodes: [75] });
-    assert.equal(transient.error?.name, "TransientStepError");
-    const killed = await runWith("kill -9 $$", marker, new AbortController().signal);
-    assert.match(String(killed.error?.message), /killed by SIGKILL/);
-    const missing = await runWith("", marker, new AbortController().signal, { run: ["/no/such/program"] });
-    assert.match(String(missing.error?.message), /not found/);
-  });
-
-  test("a step over its pids limit fails with the reason, and its cgroup is removed", async (t) => {
-    if (!containment.limits.pids) return t.skip("no pids controller on this host");
-    const marker = newMarker();
-    const { error } = await runWith(
-      "for i in $(seq 40); do sleep 5 & done; wait",
-      marker,
-      new AbortController().signal,
-      {
-        limits: { pids: 8 },
-      },
-    );
-    assert.match(String(error?.message), /hit its limit of 8 processes/);
-    assert.deepEqual(pidsWithMarker(marker), []);
-    assert.deepEqual(
-      fs.readdirSync(containment.limits.pids).filter((d) => d.includes(`-${process.pid}`)),
-      [],
-      "the step's cgroup was left behind",
-    );
-  });
-
-  test("a step over its memory limit fails with the reason", async (t) => {
-    if (!containment.limits.memory) return t.skip("no memory controller on this host");
-    const marker = newMarker();
-    const hog = `${JSON.stringify(process.execPath)} -e "const a = []; for (;;) a.push(Buffer.alloc(1 << 20, 1))"`;
-    const { error } = await runWith(hog, marker, new AbortController().signal, { limits: { memory: 96 * 1024 ** 2 } });
-    assert.match(String(error?.message), /exceeded its memory limit of 96 MiB/);
-    assert.deepEqual(pidsWithMarker(marker), []);
-  });
+test("the host offers a cgroup per step (CI runs as root with a writable cgroup v2), and a PID namespace", () => {
+  const auto = detectContainment("auto");
+  assert.equal(auto.mode, "cgroup", auto.detail);
+  assert.equal(auto.forLimitedSteps?.mode, "pid-namespace", auto.detail);
+  assert.equal(detectContainment("pid-namespace").mode, "pid-namespace");
 });
+
+for (const mode of MODES)
+  describe(`step containment (${mode})`, () => {
+    const containment = detectContainment(mode);
+    const runWith = (
+      script: string,
+      marker: { name: string; value: string },
+      signal: AbortSignal,
+      extra: Partial<RunStep> = {},
+    ) => runWithIn(script, marker, signal, extra, containment);
+
+    for (const [outcome, tail] of [
+      ["succeeded", "echo main-done"],
+      ["failed", "exit 3"],
+    ] as const) {
+      test(`nothing the step started outlives it when it ${outcome}, and nothing writes after`, async () => {
+        const marker = newMarker();
+        const { error, ctx } = await runWith(`${ESCAPEES}\n${tail}`, marker, new AbortController().signal);
+        if (outcome === "succeeded") assert.equal(error, null);
+        else assert.match(String(error?.message), /exited 3/);
+        // The step's grace is 3 s; the namespace ends with its program, so nothing is left at all.
+        const { alive } = await waitUntilNoMarker(marker, 3_000 + 1_000);
+        assert.deepEqual(alive, [], "processes of the step still alive");
+        await new Promise((r) => setTimeout(r, 3_000)); // past the writers' 2 s sleep
+        assert.deepEqual(fs.readdirSync(ctx.workDir), [], "a process of the step wrote after it ended");
+      });
+    }
+
+    test("an abort ends a TERM-deaf step and its escapees within killGrace + 1 s", async () => {
+      const marker = newMarker();
+      const controller = new AbortController();
+      setTimeout(() => controller.abort(new Error("claim lost")), 500);
+      const started = performance.now();
+      const { error } = await runWith(
+        `${ESCAPEES}\ntrap '' TERM\nwhile :; do sleep 0.2; done`,
+        marker,
+        controller.signal,
+        {
+          killGrace: 2_000,
+        },
+      );
+      assert.match(String(error?.message), /claim lost/);
+      const { alive } = await waitUntilNoMarker(marker, 2_000 + 1_000);
+      assert.deepEqual(alive, []);
+      // The step did not return before its grace had run out (it ignores SIGTERM).
+      assert.ok(performance.now() - started >= 2_400, "the step returned before SIGKILL");
+    });
+
+    test("a TERM-obeying program ends on SIGTERM without waiting for the grace", async () => {
+      const marker = newMarker();
+      const controller = new AbortController();
+      setTimeout(() => controller.abort(new Error("cancelled")), 300);
+      const started = performance.now();
+      const { error } = await runWith("sleep 600", marker, controller.signal, { killGrace: 60_000 });
+      assert.match(String(error?.message), /cancelled/);
+      assert.ok(performance.now() - started < 30_000, "SIGTERM did not reach the program (pid 1 of the namespace?)");
+      assert.deepEqual(pidsWithMarker(marker), []);
+    });
+
+    test("a daemon holding stdout does not hang the step (setsid sleep 600 & echo started)", async () => {
+      const marker = newMarker();
+      const { error, ctx } = await runWith("setsid sleep 600 & echo started", marker, new AbortController().signal, {
+        killGrace: 60_000,
+      });
+      assert.equal(error, null);
+      assert.ok(ctx.lines.some((l) => l.endsWith("started")));
+      assert.deepEqual(pidsWithMarker(marker), []);
+    });
+
+    test("exit codes and signals of the program come through", async () => {
+      const marker = newMarker();
+      const transient = await runWith("exit 75", marker, new AbortController().signal, { transientExitCodes: [75] });
+      assert.equal(transient.error?.name, "TransientStepError");
+      const killed = await runWith("kill -9 $$", marker, new AbortController().signal);
+      assert.match(String(killed.error?.message), /killed by SIGKILL/);
+      const missing = await runWith("", marker, new AbortController().signal, { run: ["/no/such/program"] });
+      assert.match(String(missing.error?.message), /not found/);
+    });
+
+    test("a step over its pids limit fails with the reason, and its cgroup is removed", async (t) => {
+      if (!containment.limits.pids) return t.skip("no pids controller on this host");
+      const marker = newMarker();
+      const { error } = await runWith(
+        "for i in $(seq 40); do sleep 5 & done; wait",
+        marker,
+        new AbortController().signal,
+        {
+          limits: { pids: 8 },
+        },
+      );
+      assert.match(String(error?.message), /hit its limit of 8 processes/);
+      assert.deepEqual(pidsWithMarker(marker), []);
+      assert.deepEqual(
+        fs.readdirSync(containment.limits.pids).filter((d) => d.includes(`-${process.pid}`)),
+        [],
+        "the step's cgroup was left behind",
+      );
+    });
+
+    test("a step over its memory limit fails with the reason", async (t) => {
+      if (!containment.limits.memory) return t.skip("no memory controller on this host");
+      const marker = newMarker();
+      const hog = `${JSON.stringify(process.execPath)} -e "const a = []; for (;;) a.push(Buffer.alloc(1 << 20, 1))"`;
+      const { error } = await runWith(hog, marker, new AbortController().signal, {
+        limits: { memory: 96 * 1024 ** 2 },
+      });
+      assert.match(String(error?.message), /exceeded its memory limit of 96 MiB/);
+      assert.deepEqual(pidsWithMarker(marker), []);
+    });
+
+    test("the program gets one SIGTERM (not one from the group and one from the init), with SIGINT and SIGQUIT at their defaults", async () => {
+      const marker = newMarker();
+      const controller = new AbortController();
+      const script = [
+        "n=0; trap 'n=$((n+1)); echo \"term $n\"' TERM",
+        'grep -E "^SigIgn" /proc/self/status',
+        "i=0; while [ $i -lt 20 ]; do sleep 0.1; i=$((i+1)); done; exit 0",
+      ].join("\n");
+      setTimeout(() => controller.abort(new Error("abort")), 600);
+      const { error, ctx } = await runWith(script, marker, controller.signal, { killGrace: 10_000 });
+      assert.match(String(error?.message), /abort/);
+      assert.ok(
+        ctx.lines.some((l) => /SigIgn:\s+0+$/.test(l)),
+        ctx.lines.join("\n"),
+      );
+      assert.equal(ctx.lines.filter((l) => /term \d/.test(l)).length, 1, ctx.lines.join("\n"));
+    });
+  });
 
 test("a bad CLAIMWATCH_STEP_CONTAINMENT stops the worker with one line naming it", async () => {
   const { spawnSync } = await import("node:child_process");
@@ -201,36 +235,20 @@ describe("a worker that dies while its step runs", () => {
   }
   const deaf = "(trap '' TERM; sleep 600) & trap '' TERM; while :; do sleep 0.2; done";
 
-  test("killed during an abort's grace period: the step still dies at once (the watcher ignores the SIGTERM)", async () => {
-    const { alive } = await hostAndKill(deaf, { STEP_ABORT_AFTER_MS: "300" });
-    assert.deepEqual(alive, []);
-  });
+  for (const mode of MODES) {
+    test(`${mode}: killed during an abort's grace period: the step still dies at once (the warden ignores the SIGTERM)`, async () => {
+      const { alive } = await hostAndKill(deaf, { STEP_ABORT_AFTER_MS: "300", CLAIMWATCH_STEP_CONTAINMENT: mode });
+      assert.deepEqual(alive, []);
+    });
+
+    test(`${mode}: a program that kills its own group (kill 0) does not disarm the warden`, async () => {
+      const { alive } = await hostAndKill(`trap '' TERM; kill -TERM 0; ${deaf}`, { CLAIMWATCH_STEP_CONTAINMENT: mode });
+      assert.deepEqual(alive, []);
+    });
+  }
 
   test("process-group mode: the step's children die with the worker too", async () => {
     const { alive } = await hostAndKill(deaf, { CLAIMWATCH_STEP_CONTAINMENT: "process-group" });
     assert.deepEqual(alive, []);
   });
-
-  test("a program that kills its own group (kill 0) does not disarm the watcher", async () => {
-    const { alive } = await hostAndKill(`trap '' TERM; kill -TERM 0; ${deaf}`, {});
-    assert.deepEqual(alive, []);
-  });
-});
-
-test("the program gets one SIGTERM (not one from the group and one from the init), with SIGINT and SIGQUIT at their defaults", async () => {
-  const marker = newMarker();
-  const controller = new AbortController();
-  const script = [
-    "n=0; trap 'n=$((n+1)); echo \"term $n\"' TERM",
-    'grep -E "^SigIgn" /proc/self/status',
-    "i=0; while [ $i -lt 20 ]; do sleep 0.1; i=$((i+1)); done; exit 0",
-  ].join("\n");
-  setTimeout(() => controller.abort(new Error("abort")), 600);
-  const { error, ctx } = await runWith(script, marker, controller.signal, { killGrace: 10_000 });
-  assert.match(String(error?.message), /abort/);
-  assert.ok(
-    ctx.lines.some((l) => /SigIgn:\s+0+$/.test(l)),
-    ctx.lines.join("\n"),
-  );
-  assert.equal(ctx.lines.filter((l) => /term \d/.test(l)).length, 1, ctx.lines.join("\n"));
 });

@@ -20,7 +20,7 @@ after(() => killMarkedProcesses());
 /** A TERM-deaf step with a TERM-deaf background child and a setsid daemon. */
 const STUBBORN = "(trap '' TERM; sleep 600) & setsid sleep 600 & trap '' TERM; while :; do sleep 0.2; done";
 
-function host(script: string, env: Record<string, string>) {
+function hostIn(script: string, env: Record<string, string>) {
   const marker = newMarker();
   const child = spawn(process.execPath, ["--import", "tsx", "test/support/step-host.ts", script, "30000"], {
     env: { ...process.env, ...env, [marker.name]: marker.value },
@@ -41,59 +41,62 @@ async function until(check: () => boolean, timeoutMs: number, what: string): Pro
   }
 }
 
-describe("a stand-in worker and its warden", () => {
-  test("its event loop blocked past the limit: the step and all it started die while it is still blocked; the step says why", async () => {
-    const h = host(STUBBORN, {
-      STEP_HOST_SILENCE_MS: "1000",
-      STEP_HOST_BLOCK_MS: "12000",
-      STEP_HOST_BLOCK_AFTER_MS: "800",
+for (const mode of ["cgroup", "pid-namespace"] as const)
+  describe(`a stand-in worker and its warden (${mode})`, () => {
+    const host = (script: string, env: Record<string, string>) =>
+      hostIn(script, { ...env, CLAIMWATCH_STEP_CONTAINMENT: mode });
+    test("its event loop blocked past the limit: the step and all it started die while it is still blocked; the step says why", async () => {
+      const h = host(STUBBORN, {
+        STEP_HOST_SILENCE_MS: "1000",
+        STEP_HOST_BLOCK_MS: "12000",
+        STEP_HOST_BLOCK_AFTER_MS: "800",
+      });
+      try {
+        await waitForLine(h.child, /^blocking/, 60_000);
+        assert.ok(h.stepPids().length >= 3, "the step and its children run");
+        await until(() => h.stepPids().length === 0, 10_000, "the step's processes to end");
+        assert.doesNotMatch(h.output(), /unblocked/, "they ended while the worker was still blocked");
+        await waitForLine(h.child, /^step ended/, 60_000);
+        assert.match(
+          h.output(),
+          /step ended: WorkerStalledError: step hosted was killed by the step warden: the worker did not run for \d+ ms/,
+        );
+      } finally {
+        h.child.kill("SIGKILL");
+      }
     });
-    try {
-      await waitForLine(h.child, /^blocking/, 60_000);
-      assert.ok(h.stepPids().length >= 3, "the step and its children run");
-      await until(() => h.stepPids().length === 0, 10_000, "the step's processes to end");
-      assert.doesNotMatch(h.output(), /unblocked/, "they ended while the worker was still blocked");
+
+    test("SIGSTOPped alone past the limit: the step dies; after SIGCONT the step says the warden ended it", async () => {
+      const h = host(STUBBORN, { STEP_HOST_SILENCE_MS: "1000" });
+      try {
+        await waitForLine(h.child, /^running/, 60_000);
+        await until(() => h.stepPids().length >= 3, 10_000, "the step and its children");
+        process.kill(h.child.pid!, "SIGSTOP");
+        await until(() => h.stepPids().length === 0, 10_000, "the step's processes to end");
+        process.kill(h.child.pid!, "SIGCONT");
+        await waitForLine(h.child, /^step ended/, 60_000);
+        assert.match(h.output(), /step ended: WorkerStalledError: .*killed by the step warden/);
+      } finally {
+        h.child.kill("SIGCONT");
+        h.child.kill("SIGKILL");
+      }
+    });
+
+    test("a worker that stalled since its attempt began starts no step (its job lock may be another attempt's)", async () => {
+      const h = host("echo started > /dev/null", { STEP_HOST_SILENCE_MS: "1000", STEP_HOST_BLOCK_BEFORE_MS: "1500" });
       await waitForLine(h.child, /^step ended/, 60_000);
       assert.match(
         h.output(),
-        /step ended: WorkerStalledError: step hosted was killed by the step warden: the worker did not run for \d+ ms/,
+        /step ended: WorkerStalledError: step hosted not started: this worker did not run for \d+ ms/,
       );
-    } finally {
-      h.child.kill("SIGKILL");
-    }
-  });
+    });
 
-  test("SIGSTOPped alone past the limit: the step dies; after SIGCONT the step says the warden ended it", async () => {
-    const h = host(STUBBORN, { STEP_HOST_SILENCE_MS: "1000" });
-    try {
-      await waitForLine(h.child, /^running/, 60_000);
-      await until(() => h.stepPids().length >= 3, 10_000, "the step and its children");
-      process.kill(h.child.pid!, "SIGSTOP");
-      await until(() => h.stepPids().length === 0, 10_000, "the step's processes to end");
-      process.kill(h.child.pid!, "SIGCONT");
+    test("a worker that keeps running keeps its step, however long the step takes", async () => {
+      const h = host("sleep 3; echo fine", { STEP_HOST_SILENCE_MS: "1000" });
       await waitForLine(h.child, /^step ended/, 60_000);
-      assert.match(h.output(), /step ended: WorkerStalledError: .*killed by the step warden/);
-    } finally {
-      h.child.kill("SIGCONT");
-      h.child.kill("SIGKILL");
-    }
+      assert.match(h.output(), /step ended: ok/);
+    });
   });
-
-  test("a worker that stalled since its attempt began starts no step (its job lock may be another attempt's)", async () => {
-    const h = host("echo started > /dev/null", { STEP_HOST_SILENCE_MS: "1000", STEP_HOST_BLOCK_BEFORE_MS: "1500" });
-    await waitForLine(h.child, /^step ended/, 60_000);
-    assert.match(
-      h.output(),
-      /step ended: WorkerStalledError: step hosted not started: this worker did not run for \d+ ms/,
-    );
-  });
-
-  test("a worker that keeps running keeps its step, however long the step takes", async () => {
-    const h = host("sleep 3; echo fine", { STEP_HOST_SILENCE_MS: "1000" });
-    await waitForLine(h.child, /^step ended/, 60_000);
-    assert.match(h.output(), /step ended: ok/);
-  });
-});
 
 describe("real workers: the same job's next attempt takes the claim over at once", () => {
   let bed: TestBed;

@@ -15,6 +15,11 @@ import { checkPublishedBuilds, listChangedBuilds } from "../../lib/rebuilds/buil
 import { hashDirectory, readCurrent } from "../../lib/rebuilds/output";
 import { killMarkedProcesses, newMarker, pidsWithMarker, waitUntilNoMarker } from "../support/markers";
 import { createTestBed, type TestBed } from "../support/stack";
+import { detectContainment } from "../../lib/rebuilds/steps/containment";
+import { stepCgroupParentName } from "../../lib/rebuilds/steps/step-cgroup";
+
+/** Where workers' step cgroups go on this host (the same cgroup as this test's). */
+const STEP_CGROUP_HOME = detectContainment("cgroup").stepCgroups!.home;
 
 const escapeMarker = newMarker();
 const daemonMarker = newMarker();
@@ -168,32 +173,42 @@ test("verify and the worker's check find a byte changed in a published build", a
   );
 });
 
-test("a daemon holding stdout does not hang the run: it ends, and its claim is released", async () => {
-  const worker = await bed.startWorker();
-  try {
-    const jobId = await bed.trigger("daemon");
-    const run = await bed.waitForRun((r) => r.jobId === jobId && r.status !== "running", 10_000 + 5_000 + 10_000);
-    assert.equal(run.status, "rebuilt", run.reason ?? "");
-    const name = claimName(bed.definitions.rebuilds.get("daemon")!.claimPath, undefined);
-    assert.equal(await bed.claims.exists(bed.keys.claim(name)), 0, "the claim is still held");
-    assert.deepEqual(pidsWithMarker(daemonMarker), []);
-  } finally {
-    await worker.stop();
-  }
-});
+for (const mode of ["cgroup", "pid-namespace"] as const) {
+  test(`${mode}: a daemon holding stdout does not hang the run: it ends, and its claim is released`, async () => {
+    const worker = await bed.startWorker({ CLAIMWATCH_STEP_CONTAINMENT: mode });
+    try {
+      const jobId = await bed.trigger("daemon", { force: true }); // the same inputs once per mode
+      const run = await bed.waitForRun((r) => r.jobId === jobId && r.status !== "running", 10_000 + 5_000 + 10_000);
+      assert.equal(run.status, "rebuilt", run.reason ?? "");
+      const name = claimName(bed.definitions.rebuilds.get("daemon")!.claimPath, undefined);
+      assert.equal(await bed.claims.exists(bed.keys.claim(name)), 0, "the claim is still held");
+      assert.deepEqual(pidsWithMarker(daemonMarker), []);
+    } finally {
+      await worker.stop();
+    }
+  });
 
-test("SIGKILL of the worker: its step and everything the step started die at once, not after killGrace", async () => {
-  const worker = await bed.startWorker();
-  const jobId = await bed.trigger("endless");
-  await bed.waitForRun((r) => r.jobId === jobId && r.status === "running", 15_000);
-  for (let i = 0; i < 100 && pidsWithMarker(endlessMarker).length < 4; i++) await new Promise((r) => setTimeout(r, 50));
-  assert.ok(pidsWithMarker(endlessMarker).length >= 4, "the step and its escapees started");
-  assert.equal(await worker.stop("SIGKILL"), null);
-  // killGrace is 30 s: only a parent-death kill ends them within a few seconds.
-  const { alive, ms } = await waitUntilNoMarker(endlessMarker, 5_000);
-  assert.deepEqual(alive, [], "processes of the killed worker's step are alive");
-  process.stdout.write(`# step processes gone ${ms} ms after the worker's SIGKILL\n`);
-});
+  test(`${mode}: SIGKILL of the worker: its step and everything the step started die at once, not after killGrace`, async () => {
+    const worker = await bed.startWorker({ CLAIMWATCH_STEP_CONTAINMENT: mode });
+    const jobId = await bed.trigger("endless");
+    await bed.waitForRun((r) => r.jobId === jobId && r.status === "running", 15_000);
+    for (let i = 0; i < 100 && pidsWithMarker(endlessMarker).length < 4; i++)
+      await new Promise((r) => setTimeout(r, 50));
+    assert.ok(pidsWithMarker(endlessMarker).length >= 4, "the step and its escapees started");
+    assert.equal(await worker.stop("SIGKILL"), null);
+    // killGrace is 30 s: only a parent-death kill ends them within a few seconds.
+    const { alive, ms } = await waitUntilNoMarker(endlessMarker, 5_000);
+    assert.deepEqual(alive, [], "processes of the killed worker's step are alive");
+    process.stdout.write(`# ${mode}: step processes gone ${ms} ms after the worker's SIGKILL\n`);
+    if (mode === "cgroup") {
+      // The warden removed the dead worker's step cgroups and their parent.
+      const parents = () =>
+        fs.readdirSync(STEP_CGROUP_HOME).filter((name) => name === stepCgroupParentName(worker.pid));
+      for (let i = 0; i < 50 && parents().length > 0; i++) await new Promise((r) => setTimeout(r, 100));
+      assert.deepEqual(parents(), [], "the killed worker's step cgroups were left behind");
+    }
+  });
+}
 
 test("a deploy (SIGTERM) kills a SIGTERM-deaf step before the next attempt's first write", async () => {
   const writes = path.join(path.dirname(bed.definitions.rebuilds.get("deaf")!.outputPath), "writes.log");

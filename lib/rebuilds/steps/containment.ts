@@ -3,12 +3,20 @@
  * grandchildren, double-forked and `setsid` daemons included — and dies at once with the worker,
  * even when the worker is SIGKILLed or OOM-killed.
  *
- * Every step runs under a small shell init (`namespaceInit` or `groupInit`, below) whose only
- * child is the program.
  * When the worker dies — however — or stops running for longer than its job lock (blocked,
- * SIGSTOPped), the worker's step warden (warden.ts, one process per worker) SIGKILLs its steps.
- * Mechanisms, strongest first (chosen once per worker by `detectContainment`):
+ * SIGSTOPped), the worker's step warden (warden.ts, one process per worker) kills its steps.
+ * Mechanisms, strongest first (chosen once per worker by `detectContainment`;
+ * CLAIMWATCH_STEP_CONTAINMENT names one, and a named one the host lacks is a config error):
  *
+ *  - `cgroup`: a cgroup v2 per step (step-cgroup.ts), where the worker's own v2 cgroup is
+ *    writable and the kernel has `cgroup.kill` (Linux ≥ 5.14; as root, or with the cgroup
+ *    delegated). No init and no shim: the worker enters the step's new cgroup, spawns the program
+ *    and returns home in one synchronous turn, so the program is born in the cgroup and nothing it
+ *    starts can leave it (setsid and double forks change the session or the parent, not the
+ *    cgroup). The program is the worker's own child and not pid 1, so signals mean what they
+ *    always do. When it exits, `cgroup.kill` ends the rest (closing the output pipes a daemon
+ *    held) and the cgroup is removed once empty. Steps with `memory`/`pids` limits run in the
+ *    next mode instead (`forLimitedSteps`: the worker cannot pass through a limited cgroup).
  *  - `pid-namespace`: `unshare [--user --map-root-user] --pid --fork --kill-child -- sh -c INIT …`.
  *    The init is pid 1 of a new PID namespace. Nothing can leave a PID namespace (setsid and
  *    double forks only change the session or the parent), and when its pid 1 exits the kernel
@@ -18,16 +26,18 @@
  *    warden kills the init first anyway). As root
  *    this needs util-linux's `unshare`; as non-root the kernel must allow unprivileged user
  *    namespaces (`--user --map-root-user`).
- *  - `process-group`: the fallback when no PID namespace can be made. The step's process group
- *    is SIGKILLed when the program ends and by the warden when the worker dies; a `setsid`
- *    daemon escapes it. The worker says so (Workers page, health banner).
+ *  - `process-group`: the fallback when neither can be made. The step's process group
+ *    is SIGKILLed when the program ends and by the warden when the worker dies; a `setsid` daemon
+ *    escapes it. The worker says so (Workers page, health banner).
  *
  * SIGTERM goes to the program alone, never to the group (a program must get one SIGTERM, not
- * two): in a namespace the worker sends it to the init's child, the program (the init, pid 1 of
- * the namespace, has no handler, so the kernel keeps every signal but SIGKILL from it); in
- * process-group mode to the init, which passes it on and remembers one that came before the
- * program was forked. SIGKILL goes to the init in a namespace (the kernel then ends the rest)
- * and to the whole group otherwise.
+ * two): in `cgroup` mode to the program, the spawned process itself; in a namespace the worker
+ * sends it to the init's child, the program (the init, pid 1 of the namespace, has no handler, so
+ * the kernel keeps every signal but SIGKILL from it); in process-group mode to the init, which
+ * passes it on and remembers one that came before the program was forked. SIGKILL is
+ * `cgroup.kill` in `cgroup` mode, goes to the init in a namespace (the kernel then ends the rest)
+ * and to the whole group otherwise. Exit statuses are a shell's in every mode: 128 + signal for a
+ * killed program; a program that cannot be started fails as "not found or not executable".
  *
  * cgroups are used for resource limits (`memory`, `pids` of a step), where a writable memory/pids
  * hierarchy exists (cgroup v1 controllers, or v2 with the controller delegated): each step gets
@@ -35,27 +45,43 @@
  * over a limit is found by the cgroup's own counters (`oom_kill`, `pids.events max`). The init
  * counts against a `pids` limit (one process).
  *
- * Cost (`npm run bench:steps`): in a namespace a step is `unshare`, its forked init and the
- * program in the init's foreground — no watcher, no `env` exec (the init sets no trap, so the
- * program starts with every signal at its default, and its foreground child is not a background
- * job, whose SIGINT and SIGQUIT a shell would ignore).
+ * Cost (`npm run bench:steps`, BENCHMARKS.md): in `cgroup` mode a step is one process creation,
+ * as a plain spawn is, plus five small cgroupfs operations (mkdir, two moves of the worker,
+ * cgroup.kill, rmdir; the moves take the kernel's cgroup threadgroup lock, the dearest part). In a
+ * namespace it is `unshare`, its forked init and the program in the init's foreground — no
+ * watcher, no `env` exec (the init sets no trap, so the program starts with every signal at its
+ * default, and its foreground child is not a background job, whose SIGINT and SIGQUIT a shell
+ * would ignore).
  */
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
+import { prepareStepCgroups, type StepCgroupPlace } from "./step-cgroup";
 
-export type ContainmentMode = "pid-namespace" | "process-group";
+export type ContainmentMode = "cgroup" | "pid-namespace" | "process-group";
+
+const MODES: readonly ContainmentMode[] = ["cgroup", "pid-namespace", "process-group"];
 
 export interface Containment {
   mode: ContainmentMode;
-  /** The argv prefix that runs INIT under this containment (before `sh -c INIT …`). */
+  /** The argv prefix that runs INIT under this containment (before `sh -c INIT …`); none in `cgroup` mode. */
   prefix: string[];
-  /** The init script for this mode (`namespaceInit` or `groupInit`). */
+  /** The init script for this mode (`namespaceInit` or `groupInit`); none in `cgroup` mode. */
   init: string;
   /** One line for operators: what is enforced, and what is not. */
   detail: string;
   /** Controllers that can limit a step here (`memory`, `pids`), by the directory steps' cgroups go in. */
   limits: Partial<Record<LimitController, string>>;
+  /** `cgroup` mode: where this worker's step cgroups go (step-cgroup.ts). */
+  stepCgroups?: StepCgroupPlace;
+  /**
+   * `cgroup` mode: the containment of steps with `memory`/`pids` limits (the next strongest
+   * mode, with INIT joining the limit cgroups). The worker cannot enter a cgroup with a `pids`
+   * limit to spawn (its own threads count against it) nor one with a `memory` limit (its threads
+   * allocate meanwhile, and the OOM killer would pick the worker), and a limit set after the
+   * spawn would not hold from the program's first instruction.
+   */
+  forLimitedSteps?: Containment;
 }
 
 export type LimitController = "memory" | "pids";
@@ -97,61 +123,106 @@ export function groupInit(resetSignals: boolean): string {
   ].join("\n");
 }
 
-let detected: Containment | null = null;
+const detected = new Map<string, Containment>();
 
 /** A bad CLAIMWATCH_STEP_CONTAINMENT: the worker prints it as one line and exits 2. */
 export class ContainmentConfigError extends Error {
   override name = "ContainmentConfigError";
 }
 
-/** The strongest containment this host offers, found once per process (a few ms of probes). */
-export function detectContainment(): Containment {
-  if (detected) return detected;
-  const forced = process.env.CLAIMWATCH_STEP_CONTAINMENT || "auto";
-  if (forced !== "auto" && forced !== "process-group") {
+/**
+ * The strongest containment this host offers, or the one `requested` (CLAIMWATCH_STEP_CONTAINMENT),
+ * found once per process and request (a few ms of probes). A requested mode the host cannot
+ * offer is a `ContainmentConfigError`, not a silent fallback.
+ */
+export function detectContainment(requested: string = process.env.CLAIMWATCH_STEP_CONTAINMENT || "auto"): Containment {
+  let found = detected.get(requested);
+  if (!found) {
+    found = detectUncached(requested);
+    detected.set(requested, found);
+  }
+  return found;
+}
+
+function detectUncached(forced: string): Containment {
+  if (forced !== "auto" && !(MODES as readonly string[]).includes(forced)) {
     throw new ContainmentConfigError(
-      `CLAIMWATCH_STEP_CONTAINMENT=${JSON.stringify(forced).slice(0, 80)}: must be auto (the strongest this host offers) or process-group`,
+      `CLAIMWATCH_STEP_CONTAINMENT=${JSON.stringify(forced).slice(0, 80)}: must be auto (the strongest this host offers) or one of ${MODES.join(", ")}`,
     );
   }
   const limits = detectLimitControllers();
-
-  const candidates: { prefix: string[]; detail: string }[] =
-    forced === "process-group"
-      ? []
-      : [
-          {
-            prefix: ["unshare", "--pid", "--fork", "--kill-child", "--"],
-            detail: "a PID namespace per step (unshare, root)",
-          },
-          {
-            prefix: ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--kill-child", "--"],
-            detail: "a PID namespace per step (unshare in a user namespace)",
-          },
-        ];
-  for (const candidate of candidates) {
-    if (works([...candidate.prefix, "true"])) {
-      detected = {
-        mode: "pid-namespace",
-        prefix: candidate.prefix,
-        init: namespaceInit,
-        detail: candidate.detail,
+  const weaker = forced === "process-group" ? processGroup(limits, "forced by CLAIMWATCH_STEP_CONTAINMENT") : null;
+  if (weaker) return weaker;
+  let cgroupUnavailable: string | null = null;
+  if (forced === "auto" || forced === "cgroup") {
+    const place = prepareStepCgroups();
+    if ("unavailable" in place) cgroupUnavailable = place.unavailable;
+    else {
+      const forLimitedSteps = pidNamespace(limits) ?? processGroup(limits, "no PID namespace can be made here");
+      return {
+        mode: "cgroup",
+        prefix: [],
+        init: "",
+        detail: `a cgroup v2 per step, killed with cgroup.kill (${place.parent}); steps with memory/pids limits: ${forLimitedSteps.detail}`,
         limits,
+        stepCgroups: place,
+        forLimitedSteps,
       };
-      return detected;
+    }
+    if (forced === "cgroup") {
+      throw new ContainmentConfigError(`CLAIMWATCH_STEP_CONTAINMENT=cgroup: not available here: ${cgroupUnavailable}`);
     }
   }
-  const why =
-    forced === "process-group"
-      ? "forced by CLAIMWATCH_STEP_CONTAINMENT"
-      : "no PID namespace can be made here (unshare failed; as non-root the kernel must allow user namespaces)";
-  detected = {
+  const namespace = pidNamespace(limits);
+  if (namespace) return withCgroupReason(namespace, cgroupUnavailable);
+  if (forced === "pid-namespace") {
+    throw new ContainmentConfigError(
+      "CLAIMWATCH_STEP_CONTAINMENT=pid-namespace: not available here (unshare failed; as non-root the kernel must allow user namespaces)",
+    );
+  }
+  return withCgroupReason(
+    processGroup(
+      limits,
+      "no PID namespace can be made here (unshare failed; as non-root the kernel must allow user namespaces)",
+    ),
+    cgroupUnavailable,
+  );
+}
+
+/** Says why the stronger `cgroup` mode is not used, when auto-detection tried it. */
+function withCgroupReason(containment: Containment, cgroupUnavailable: string | null): Containment {
+  return cgroupUnavailable === null
+    ? containment
+    : { ...containment, detail: `${containment.detail}; no cgroup per step: ${cgroupUnavailable}` };
+}
+
+function pidNamespace(limits: Partial<Record<LimitController, string>>): Containment | null {
+  const candidates: { prefix: string[]; detail: string }[] = [
+    {
+      prefix: ["unshare", "--pid", "--fork", "--kill-child", "--"],
+      detail: "a PID namespace per step (unshare, root)",
+    },
+    {
+      prefix: ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--kill-child", "--"],
+      detail: "a PID namespace per step (unshare in a user namespace)",
+    },
+  ];
+  for (const candidate of candidates) {
+    if (works([...candidate.prefix, "true"])) {
+      return { mode: "pid-namespace", prefix: candidate.prefix, init: namespaceInit, detail: candidate.detail, limits };
+    }
+  }
+  return null;
+}
+
+function processGroup(limits: Partial<Record<LimitController, string>>, why: string): Containment {
+  return {
     mode: "process-group",
     prefix: [],
     init: groupInit(works(["env", "--default-signal", "true"])),
     detail: `process group only (${why}): a setsid daemon can outlive its step`,
     limits,
   };
-  return detected;
 }
 
 function works(argv: string[]): boolean {

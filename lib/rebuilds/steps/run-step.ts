@@ -2,7 +2,8 @@
  * `run` steps: an argv array, executed without a shell (a user who wants one writes `sh -c`).
  * Output goes to the run log line by line. The program runs under the worker's containment
  * (containment.ts): the step ends when the program ends, and nothing it started outlives the step.
- * On abort: SIGTERM to the program, SIGKILL to everything after `killGrace`. Exit codes listed
+ * On abort: SIGTERM to the program, SIGKILL to everything (`cgroup.kill` in `cgroup` mode) after
+ * `killGrace`. Exit codes listed
  * in `transientExitCodes` are transient.
  */
 import { spawn, type ChildProcess } from "node:child_process";
@@ -18,6 +19,7 @@ import {
   WorkerStalledError,
   type StepContext,
 } from "./context";
+import { StepCgroup } from "./step-cgroup";
 import { STEP_OF_VARIABLE, stepWarden } from "./warden";
 
 /** Longest log line kept; longer lines are cut (binary output must not flood the log). */
@@ -30,10 +32,15 @@ const NOT_STARTED = 127;
  */
 const DRAIN_MS = 1_000;
 
-/** A running step: its spawned process (`unshare`, or the init itself) and how to signal it. */
+/**
+ * A running step: its spawned process (`unshare`, the init itself, or in `cgroup` mode the
+ * program) and how to signal it.
+ */
 interface LiveStep {
   child: ChildProcess;
   containment: Containment;
+  /** `cgroup` mode: the step's cgroup. */
+  cgroup: StepCgroup | null;
 }
 
 /** Steps running in this process, so a worker that must exit now can kill them all. */
@@ -51,7 +58,7 @@ export function killAllSteps(): number {
  */
 function initPid(step: LiveStep): number | null {
   const pid = step.child.pid!;
-  if (step.containment.mode === "process-group") return pid;
+  if (step.containment.mode !== "pid-namespace") return pid;
   return firstChild(pid);
 }
 
@@ -66,11 +73,12 @@ function firstChild(pid: number): number | null {
 
 /**
  * SIGTERM to the program alone: in a namespace the init's only child (its init, pid 1, would not
- * get it); in process-group mode the init, which passes it on. Retried until the program exists.
+ * get it); in process-group mode the init, which passes it on; in `cgroup` mode the program
+ * itself (the spawned process). Retried until the program exists.
  */
 function terminateStep(step: LiveStep, until: () => boolean): void {
   const init = initPid(step);
-  const target = init === null || step.containment.mode === "process-group" ? init : firstChild(init);
+  const target = init === null || step.containment.mode !== "pid-namespace" ? init : firstChild(init);
   if (target === null) {
     if (!until()) setTimeout(() => terminateStep(step, until), 20);
     return;
@@ -83,10 +91,11 @@ function terminateStep(step: LiveStep, until: () => boolean): void {
 }
 
 /**
- * SIGKILL: in a namespace to its init (the kernel ends everything in it, and `unshare` exits
- * only after that), else to the whole process group.
+ * SIGKILL: `cgroup.kill` of the step's cgroup; in a namespace to its init (the kernel ends
+ * everything in it, and `unshare` exits only after that); else to the whole process group.
  */
 function killStep(step: LiveStep): void {
+  if (step.cgroup) return step.cgroup.kill();
   const pid = step.child.pid!;
   const init = step.containment.mode === "pid-namespace" ? initPid(step) : null;
   try {
@@ -103,6 +112,10 @@ export async function runCommandStep(
   containment: Containment = detectContainment(),
 ): Promise<void> {
   context.signal.throwIfAborted();
+  // A limit must hold from the program's first instruction: see Containment.forLimitedSteps.
+  if (containment.forLimitedSteps && (step.limits.memory !== undefined || step.limits.pids !== undefined)) {
+    containment = containment.forLimitedSteps;
+  }
   const [program, ...args] = step.run.map((arg) => expandPlaceholders(arg, context));
   const cwd = step.cwd ? path.resolve(context.baseDir, expandPlaceholders(step.cwd, context)) : context.workDir;
   const env = {
@@ -140,17 +153,47 @@ export async function runCommandStep(
       `step ${step.name}: not started, the step warden is not running (see the worker's log)`,
     );
   }
-  const argv = [...containment.prefix, "sh", "-c", containment.init, "init", cgroups?.joinArgument ?? ""];
-  const child = spawn(argv[0]!, [...argv.slice(1), program!, ...args], {
+  const options = {
     cwd,
     env,
-    stdio: ["ignore", "pipe", "pipe"],
+    stdio: ["ignore", "pipe", "pipe"] as ["ignore", "pipe", "pipe"],
     detached: true, // a process group of its own
-  });
-  const live: LiveStep = { child, containment };
-  liveSteps.add(live);
+  };
+  const argv = containment.stepCgroups
+    ? [program!]
+    : [...containment.prefix, "sh", "-c", containment.init, "init", cgroups?.joinArgument ?? ""];
+  let child: ChildProcess;
+  let stepCgroup: StepCgroup | null = null;
   // The warden ends the step if this worker dies or stops running (warden.ts).
-  const wardenId = child.pid === undefined ? null : stepWarden.watch(child.pid, containment.mode === "process-group");
+  let wardenId: string | null = null;
+  if (containment.stepCgroups) {
+    // `cgroup` mode: the program itself, born in the step's cgroup (step-cgroup.ts).
+    try {
+      stepCgroup = StepCgroup.create(containment.stepCgroups);
+    } catch (error) {
+      throw new TransientStepError(`step ${step.name}: cannot make its cgroup: ${(error as Error).message}`);
+    }
+    wardenId = stepWarden.watchCgroup(stepCgroup.dir); // before this worker enters it
+    try {
+      child = stepCgroup.spawnInside(() => spawn(program!, args, options));
+    } catch (error) {
+      // Entering the cgroup failed, or spawn threw (bad arguments): nothing runs.
+      stepWarden.forget(wardenId);
+      void stepCgroup.remove();
+      const message = `step ${step.name}: not started: ${(error as Error).message}`;
+      throw (error as NodeJS.ErrnoException).code && !(error as NodeJS.ErrnoException).code!.startsWith("ERR_")
+        ? new TransientStepError(message)
+        : new StepFailedError(message);
+    }
+    // The warden found this worker inside a step's cgroup (stopped mid-spawn): the child may have
+    // been born in `worker-held`. It dies now; the warden killed the step's cgroup already.
+    if (stepCgroup.heldByWarden()) stepCgroup.killHeld();
+  } else {
+    child = spawn(argv[0]!, [...argv.slice(1), program!, ...args], options);
+    if (child.pid !== undefined) wardenId = stepWarden.watch(child.pid, containment.mode === "process-group");
+  }
+  const live: LiveStep = { child, containment, cgroup: stepCgroup };
+  liveSteps.add(live);
   let joinFailed = false;
   const pipeLines = (stream: NodeJS.ReadableStream, label: string) => {
     let rest = "";
@@ -188,19 +231,25 @@ export async function runCommandStep(
       child.once("error", (error) => resolve({ code: null, signal: null, error }));
       // The step ends with its program, not with its output pipes: see DRAIN_MS.
       child.once("exit", (code, signal) => {
-        if (wardenId !== null) stepWarden.forget(wardenId); // its PID may be reused from now on
-        forgotten = true;
-        resolve({ code, signal });
+        // Its PID may be reused from now on (a step cgroup stays the warden's until removed).
+        if (wardenId !== null && !stepCgroup) stepWarden.forget(wardenId);
+        forgotten = !stepCgroup;
+        // As a shell would report it (today's init did): 128 + signal.
+        const signalNumber = signal ? os.constants.signals[signal] : undefined;
+        resolve(signalNumber === undefined ? { code, signal } : { code: 128 + signalNumber, signal });
       });
     });
     exited = true;
-    // Process-group mode: whatever the program left in its group goes with it.
-    if (containment.mode === "process-group") killStep(live);
+    // Process-group and cgroup mode: whatever the program left goes with it (and a daemon's
+    // hold on the output pipes with it).
+    if (containment.mode !== "pid-namespace") killStep(live);
     await drained(child);
   } finally {
     context.signal.removeEventListener("abort", onAbort);
     if (killTimer) clearTimeout(killTimer);
     liveSteps.delete(live);
+    if (stepCgroup && !(await stepCgroup.remove()))
+      context.log(`[${step.name}] could not remove its cgroup ${stepCgroup.dir}: processes still in it`);
     if (wardenId !== null && !forgotten) stepWarden.forget(wardenId); // a spawn error: no exit event
   }
   // Killed by the warden: this worker stopped running past its limit (the job goes back; its
@@ -218,6 +267,11 @@ export async function runCommandStep(
   if (wardenKill) throw new WorkerStalledError(`step ${step.name} was killed by the step warden: ${wardenKill}`);
   if (outcome.error) {
     const code = (outcome.error as NodeJS.ErrnoException).code;
+    if (stepCgroup && (code === "ENOENT" || code === "EACCES" || code === "ENOTDIR" || code === "ELOOP")) {
+      if (!fs.existsSync(cwd))
+        throw new StepFailedError(`step ${step.name}: its working directory ${cwd} does not exist`);
+      throw new StepFailedError(`step ${step.name}: program not found or not executable: ${program}`);
+    }
     if (code === "ENOENT")
       throw new StepFailedError(`step ${step.name}: cannot start ${argv[0]} (is util-linux installed?)`);
     if (code && TRANSIENT_ERRNO.has(code)) throw new TransientStepError(`step ${step.name}: ${outcome.error.message}`);

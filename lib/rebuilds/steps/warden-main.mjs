@@ -10,6 +10,10 @@
  *   watch <id> <pid> <g>  a step: SIGKILL `pid` and what it started (`g` 1: its process group;
  *                         0: `pid` is `unshare --kill-child`, so its child, the PID namespace's
  *                         init, goes first and the kernel ends the rest of the namespace)
+ *   watch-cgroup <id> <dir>  a step's cgroup v2 (step-cgroup.ts), announced before the worker
+ *                         enters it to spawn: killed with `cgroup.kill`. If the worker itself is
+ *                         in it (stopped mid-spawn), the worker is first moved into
+ *                         `<parent>/worker-held` (WORKER_HELD in step-cgroup.ts), never killed.
  *   forget <id>           the step ended
  *   beat                  the worker's event loop ran
  * and writes `killed <id> <reason>` for each step it ends.
@@ -28,10 +32,14 @@
  * before it, whatever a terminal or a deploy sends.
  */
 import fs from "node:fs";
+import path from "node:path";
 
 const workerPid = Number(process.argv[2]);
-/** @type {Map<string, { pid: number; group: boolean }>} */
+/** @type {Map<string, { pid: number; group: boolean } | { cgroup: string }>} */
 const watched = new Map();
+/** Parents of the step cgroups announced (`claimwatch-steps-<worker pid>`), removed at EOF. */
+const cgroupParents = new Set();
+const WORKER_HELD = "worker-held";
 let silenceMs = 0;
 let lastLine = performance.now();
 
@@ -53,11 +61,84 @@ function childrenOf(pid) {
   }
 }
 
+function readOr(file, fallback) {
+  try {
+    return fs.readFileSync(file, "utf8");
+  } catch {
+    return fallback;
+  }
+}
+
+/**
+ * `cgroup.kill` for a step's cgroup — never with the worker inside: a worker stopped between
+ * entering the cgroup and leaving it (step-cgroup.ts, spawnInside) is moved to `worker-held`
+ * first. If that move fails, the cgroup's other processes are SIGKILLed one by one instead.
+ */
+function killCgroup(dir) {
+  const procs = () => readOr(path.join(dir, "cgroup.procs"), "").split("\n").filter(Boolean).map(Number);
+  if (procs().includes(workerPid)) {
+    try {
+      const held = path.join(path.dirname(dir), WORKER_HELD);
+      fs.mkdirSync(held, { recursive: true });
+      fs.writeFileSync(path.join(held, "cgroup.procs"), String(workerPid));
+    } catch {
+      for (const pid of procs()) if (pid !== workerPid) send("SIGKILL", pid);
+      return;
+    }
+  }
+  try {
+    fs.writeFileSync(path.join(dir, "cgroup.kill"), "1");
+  } catch {
+    // removed already
+  }
+}
+
+function sleepSync(ms) {
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+}
+
+/** The worker is dead: kill and remove every cgroup under its parents (2 s at most), then the parents. */
+function removeCgroupParents() {
+  const deadline = performance.now() + 2_000;
+  for (const parent of cgroupParents) {
+    let children;
+    try {
+      children = fs.readdirSync(parent, { withFileTypes: true }).filter((e) => e.isDirectory());
+    } catch {
+      continue;
+    }
+    for (const child of children) {
+      try {
+        fs.writeFileSync(path.join(parent, child.name, "cgroup.kill"), "1");
+      } catch {
+        // gone
+      }
+    }
+    for (const child of children) {
+      const dir = path.join(parent, child.name);
+      while (readOr(path.join(dir, "cgroup.events"), "").includes("populated 1") && performance.now() < deadline) {
+        sleepSync(5);
+      }
+      try {
+        fs.rmdirSync(dir);
+      } catch {
+        // still populated: the worker's successor removes it at its start
+      }
+    }
+    try {
+      fs.rmdirSync(parent);
+    } catch {
+      // not empty
+    }
+  }
+}
+
 function killStep(id, reason) {
   const step = watched.get(id);
   if (!step) return;
   watched.delete(id);
-  if (step.group) send("SIGKILL", -step.pid);
+  if ("cgroup" in step) killCgroup(step.cgroup);
+  else if (step.group) send("SIGKILL", -step.pid);
   else {
     for (const init of childrenOf(step.pid)) send("SIGKILL", init);
     send("SIGKILL", step.pid);
@@ -90,7 +171,11 @@ process.stdin.on("data", (chunk) => {
   for (const line of lines) {
     const [command, id, pid, group] = line.split(" ");
     if (command === "watch" && id) watched.set(id, { pid: Number(pid), group: group === "1" });
-    else if (command === "forget" && id) watched.delete(id);
+    else if (command === "watch-cgroup" && id) {
+      const dir = line.slice(command.length + id.length + 2); // may hold spaces
+      watched.set(id, { cgroup: dir });
+      cgroupParents.add(path.dirname(dir));
+    } else if (command === "forget" && id) watched.delete(id);
     else if (command === "silence") silenceMs = Number(id) || 0;
   }
 });
@@ -98,6 +183,7 @@ process.stdin.on("end", () => {
   for (const id of [...watched.keys()]) killStep(id, "the worker exited");
   // Twice: a marked process may fork while the first sweep runs.
   for (let round = 0; round < 2; round++) for (const pid of markedSteps()) send("SIGKILL", pid);
+  removeCgroupParents();
   process.exit(0);
 });
 

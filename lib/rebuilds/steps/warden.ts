@@ -1,11 +1,12 @@
 /**
  * The worker's side of the step warden (warden-main.mjs): one process per worker that SIGKILLs
- * the worker's steps when the worker dies (its pipe closes) or stops running for longer than
- * `silence` (event loop blocked, process SIGSTOPped) — the dead-man switch that keeps a stuck
+ * the worker's steps (`cgroup.kill` in `cgroup` mode) when the worker dies (its pipe closes) or
+ * stops running for longer than `silence` (event loop blocked, process SIGSTOPped) — the dead-man switch that keeps a stuck
  * attempt's steps from writing beside the attempt BullMQ hands the job to next.
  *
  * The worker starts it once (`start`), beats every BEAT_EVERY_MS from then on, announces each
- * step right after its spawn (`watch`) and forgets it when it exits. A step is never spawned
+ * step right after its spawn (`watch`) — a step's cgroup before it (`watchCgroup`) — and forgets
+ * it when it exits (its cgroup: when removed). A step is never spawned
  * while the warden is down (`ready`), and a restarted warden is told every step again. Each
  * step's environment carries `CLAIMWATCH_STEP_OF=<worker pid>`, so a step spawned a moment before
  * the worker died is found too.
@@ -49,9 +50,11 @@ export function lockRenewTimeFor(lockDurationMs: number): number {
   return Math.floor(lockDurationMs / 4);
 }
 
-interface Watched {
-  pid: number;
-  group: boolean;
+/** A step as the warden kills it: a process (`unshare --kill-child` or a group leader), or a step cgroup. */
+type Watched = { pid: number; group: boolean } | { cgroup: string };
+
+function watchLine(id: string, step: Watched): string {
+  return "cgroup" in step ? `watch-cgroup ${id} ${step.cgroup}` : `watch ${id} ${step.pid} ${step.group ? 1 : 0}`;
 }
 
 class StepWarden {
@@ -106,14 +109,27 @@ class StepWarden {
 
   /** Announces a step just spawned: `pid` is `unshare --kill-child` (group false) or a process group leader. */
   watch(pid: number, group: boolean): string {
+    return this.announce({ pid, group });
+  }
+
+  /**
+   * Announces a step's cgroup (step-cgroup.ts) before the worker enters it to spawn: the warden
+   * then knows every cgroup the worker can be inside when it has to kill. Forgotten only once
+   * the cgroup is removed.
+   */
+  watchCgroup(dir: string): string {
+    return this.announce({ cgroup: dir });
+  }
+
+  private announce(step: Watched): string {
     const id = String(++this.nextId);
-    this.watched.set(id, { pid, group });
+    this.watched.set(id, step);
     this.ensureRunning();
-    this.send(`watch ${id} ${pid} ${group ? 1 : 0}`);
+    this.send(watchLine(id, step));
     return id;
   }
 
-  /** The step exited: its PID is no longer the warden's to kill. */
+  /** The step exited (cgroup: was removed): its PID or cgroup is no longer the warden's to kill. */
   forget(id: string): void {
     this.watched.delete(id);
     this.send(`forget ${id}`);
@@ -201,7 +217,7 @@ class StepWarden {
       else setTimeout(restart, 1_000).unref();
     });
     this.send(`silence ${this.silenceMs}`);
-    for (const [id, step] of this.watched) this.send(`watch ${id} ${step.pid} ${step.group ? 1 : 0}`);
+    for (const [id, step] of this.watched) this.send(watchLine(id, step));
   }
 
   private send(line: string): void {

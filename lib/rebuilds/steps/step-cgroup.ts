@@ -1,0 +1,301 @@
+/**
+ * `cgroup` containment (containment.ts): a cgroup v2 per step, born with the program and ended
+ * with `cgroup.kill`. No shim process: the worker, in one synchronous JS turn, moves itself into
+ * the step's new cgroup, spawns the program (libuv forks synchronously, so the child is born in
+ * that cgroup and everything it ever starts stays in it — setsid and double forks change the
+ * session or the parent, never the cgroup), and moves itself back home (`spawnInside`).
+ *
+ * Layout: `<home>/claimwatch-steps-<pid namespace>-<worker pid>/step-<n>`, where `<home>` is the
+ * worker's own v2 cgroup. One parent per worker, so workers never touch each other's steps; the
+ * parents of dead workers (and one left under this worker's own PID by a predecessor) are removed
+ * at start — only those of this PID namespace, whose PIDs this process can check (two containers
+ * may share a cgroup).
+ *
+ * Contract with the step warden (warden-main.mjs, which repeats the names below): a step's
+ * cgroup is announced to the warden before the worker enters it, so the warden knows every
+ * cgroup the worker can be inside. The warden never kills a cgroup the worker is in: if the
+ * worker is in it (SIGSTOPped mid-spawn), the warden first moves the worker into
+ * `<parent>/worker-held`. A fork the worker makes after it resumes then lands in `worker-held`,
+ * never in its home cgroup, where nothing would find it; the worker sees `worker-held` right
+ * after the spawn (`heldByWarden`), leaves it and kills it.
+ */
+import type { ChildProcess } from "node:child_process";
+import fs from "node:fs";
+import path from "node:path";
+
+/** Where the warden puts a worker it found inside a step's cgroup (warden-main.mjs). */
+export const WORKER_HELD = "worker-held";
+const PARENT_PREFIX = `claimwatch-steps-${pidNamespaceId()}-`;
+/** How long a killed cgroup may take to empty before it is left for the next clean-up. */
+const EMPTY_WAIT_MS = 5_000;
+
+export interface StepCgroupPlace {
+  /** The worker's own cgroup v2 directory; it returns here after each spawn. */
+  home: string;
+  /** This worker's parent of step cgroups: `<home>/${stepCgroupParentName(pid)}`. */
+  parent: string;
+}
+
+/**
+ * Makes this worker's parent of step cgroups and proves the mechanism works here: a step cgroup
+ * with `cgroup.kill` can be made and this process can enter it and return home. Removes parents
+ * left by dead workers first. Returns why not when it cannot (the caller falls back).
+ */
+export function prepareStepCgroups(): StepCgroupPlace | { unavailable: string } {
+  // Once per process: a second clean-up would take this process's own live steps for leftovers.
+  prepared ??= prepareOnce();
+  return prepared;
+}
+
+let prepared: StepCgroupPlace | { unavailable: string } | undefined;
+
+function prepareOnce(): StepCgroupPlace | { unavailable: string } {
+  const home = ownCgroupV2Directory();
+  if (typeof home !== "string") return home;
+  removeLeftovers(home);
+  const place = { home, parent: path.join(home, stepCgroupParentName(process.pid)) };
+  const probe = path.join(place.parent, "probe");
+  let why: string | null = null;
+  try {
+    fs.mkdirSync(place.parent);
+    fs.mkdirSync(probe);
+  } catch (error) {
+    rmdirQuietly(place.parent);
+    return { unavailable: `cannot make a cgroup in ${home} (${(error as NodeJS.ErrnoException).code})` };
+  }
+  if (!fs.existsSync(path.join(probe, "cgroup.kill"))) why = "the kernel has no cgroup.kill (Linux < 5.14)";
+  else {
+    try {
+      fs.writeFileSync(path.join(probe, "cgroup.procs"), String(process.pid));
+      returnHome(place);
+    } catch (error) {
+      why = `cannot move the worker between cgroups (${(error as NodeJS.ErrnoException).code})`;
+    }
+  }
+  rmdirQuietly(probe);
+  if (why === null) {
+    // A worker that ran no step has no warden to remove its (empty) parent.
+    process.once("exit", () => rmdirQuietly(place.parent));
+    return place;
+  }
+  rmdirQuietly(place.parent);
+  return { unavailable: why };
+}
+
+/** The name of the parent of worker `pid`'s step cgroups (a worker of this PID namespace). */
+export function stepCgroupParentName(pid: number): string {
+  return `${PARENT_PREFIX}${pid}`;
+}
+
+/** The inode of this process's PID namespace (`pid:[4026531836]`), or 0 where it cannot be read. */
+function pidNamespaceId(): string {
+  try {
+    return /\[(\d+)\]/.exec(fs.readlinkSync("/proc/self/ns/pid"))?.[1] ?? "0";
+  } catch {
+    return "0";
+  }
+}
+
+/** `<mount>/<path of the 0:: line>`, or why there is none (no cgroup v2, or outside the mount). */
+function ownCgroupV2Directory(): string | { unavailable: string } {
+  let mountinfo: string;
+  let own: string;
+  try {
+    mountinfo = fs.readFileSync("/proc/self/mountinfo", "utf8");
+    own = fs.readFileSync("/proc/self/cgroup", "utf8");
+  } catch {
+    return { unavailable: "no /proc/self/mountinfo or /proc/self/cgroup" };
+  }
+  const ownPath = /^0::(.*)$/m.exec(own)?.[1];
+  if (ownPath === undefined) return { unavailable: "the worker is in no cgroup v2 hierarchy" };
+  for (const line of mountinfo.split("\n")) {
+    const [left, right] = line.split(" - ");
+    if (!left || !right || right.split(" ")[0] !== "cgroup2") continue;
+    const fields = left.split(" ");
+    const mountRoot = unescapeMountField(fields[3] ?? "");
+    const mountPoint = unescapeMountField(fields[4] ?? "");
+    if (!fields[5]?.split(",").includes("rw")) continue;
+    // A mount of a sub-tree (a container's view) holds only the cgroups below its root.
+    if (mountRoot !== "/" && ownPath !== mountRoot && !ownPath.startsWith(`${mountRoot}/`)) continue;
+    return path.join(mountPoint, mountRoot === "/" ? ownPath : ownPath.slice(mountRoot.length));
+  }
+  return { unavailable: "no writable cgroup v2 mount holds the worker's cgroup" };
+}
+
+function unescapeMountField(field: string): string {
+  return field.replace(/\\([0-7]{3})/g, (_, octal: string) => String.fromCharCode(parseInt(octal, 8)));
+}
+
+/**
+ * Removes this PID namespace's `claimwatch-steps-…-<pid>` parents whose worker is gone (a SIGKILLed worker whose warden
+ * died too) and one under this process's own PID (a predecessor's: this process has started no
+ * step yet). Their step cgroups are killed first.
+ */
+function removeLeftovers(home: string): void {
+  let names: string[];
+  try {
+    names = fs.readdirSync(home);
+  } catch {
+    return;
+  }
+  for (const name of names) {
+    if (!name.startsWith(PARENT_PREFIX)) continue;
+    const owner = Number(name.slice(PARENT_PREFIX.length));
+    if (!Number.isInteger(owner) || (owner !== process.pid && isAlive(owner))) continue;
+    removeParentNow(path.join(home, name));
+  }
+}
+
+/** Kills every step cgroup of `parent` and removes them and it (waits at most EMPTY_WAIT_MS in all). */
+function removeParentNow(parent: string): void {
+  const deadline = performance.now() + EMPTY_WAIT_MS;
+  let children: string[];
+  try {
+    children = fs.readdirSync(parent).filter((name) => isDirectory(path.join(parent, name)));
+  } catch {
+    return;
+  }
+  for (const child of children) writeQuietly(path.join(parent, child, "cgroup.kill"), "1");
+  for (const child of children) {
+    const dir = path.join(parent, child);
+    while (isPopulated(dir) && performance.now() < deadline) sleepSync(5);
+    rmdirQuietly(dir);
+  }
+  rmdirQuietly(parent);
+}
+
+/** Moves this process back to its home cgroup. Throws only if the kernel refuses (see spawnInside). */
+function returnHome(place: StepCgroupPlace): void {
+  fs.writeFileSync(path.join(place.home, "cgroup.procs"), String(process.pid));
+}
+
+/** One step's cgroup: made by `create`, entered by the program only (`spawnInside`), killed and removed at the step's end. */
+export class StepCgroup {
+  private constructor(
+    readonly place: StepCgroupPlace,
+    readonly dir: string,
+  ) {}
+
+  private static made = 0;
+
+  /** Makes the step's cgroup (empty; nothing runs in it yet). */
+  static create(place: StepCgroupPlace): StepCgroup {
+    const dir = path.join(place.parent, `step-${++StepCgroup.made}`);
+    fs.mkdirSync(dir);
+    return new StepCgroup(place, dir);
+  }
+
+  /**
+   * Runs `spawn` with this process inside the step's cgroup, so the child is born there, and
+   * returns home before anything else can run: all three in this one synchronous call. If the
+   * kernel refused the way back, this process would die with the step's `cgroup.kill`: it exits
+   * instead (its warden then ends the step), which is the one safe way out of an invariant the
+   * kernel broke.
+   */
+  spawnInside(spawn: () => ChildProcess): ChildProcess {
+    fs.writeFileSync(path.join(this.dir, "cgroup.procs"), String(process.pid));
+    try {
+      return spawn();
+    } finally {
+      try {
+        returnHome(this.place);
+      } catch (error) {
+        process.stderr.write(
+          `claimwatch: cannot leave the step cgroup ${this.dir} (${(error as Error).message}); exiting so that ending the step cannot kill this process\n`,
+        );
+        process.exit(70);
+      }
+    }
+  }
+
+  /**
+   * True when the warden moved this process out of a step's cgroup while it was stopped mid-spawn
+   * (module comment): the child may be in `worker-held`. Call after `spawnInside` returned.
+   */
+  heldByWarden(): boolean {
+    return fs.existsSync(path.join(this.place.parent, WORKER_HELD));
+  }
+
+  /**
+   * Leaves `worker-held` (the warden may have moved this process there just after its own move
+   * home), then kills it; `remove` removes it.
+   */
+  killHeld(): void {
+    returnHome(this.place);
+    writeQuietly(path.join(this.place.parent, WORKER_HELD, "cgroup.kill"), "1");
+  }
+
+  /** SIGKILLs every process in the step's cgroup (never this one: it is home outside `spawnInside`). */
+  kill(): void {
+    writeQuietly(path.join(this.dir, "cgroup.kill"), "1");
+  }
+
+  /** Kills what is left, waits until the cgroup is empty (bounded) and removes it; false if it could not. */
+  async remove(): Promise<boolean> {
+    this.kill();
+    await waitUntilEmpty(this.dir);
+    const held = path.join(this.place.parent, WORKER_HELD);
+    if (fs.existsSync(held)) {
+      this.killHeld();
+      await waitUntilEmpty(held);
+      rmdirQuietly(held);
+    }
+    return rmdirQuietly(this.dir);
+  }
+}
+
+/** Polls `cgroup.events` until `populated 0` (SIGKILLed processes take a moment to exit), at most EMPTY_WAIT_MS. */
+async function waitUntilEmpty(dir: string): Promise<void> {
+  const deadline = performance.now() + EMPTY_WAIT_MS;
+  let pause = 1;
+  while (isPopulated(dir) && performance.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, pause));
+    pause = Math.min(pause * 2, 50);
+  }
+}
+
+function isPopulated(dir: string): boolean {
+  try {
+    return fs.readFileSync(path.join(dir, "cgroup.events"), "utf8").includes("populated 1");
+  } catch {
+    return false; // removed
+  }
+}
+
+function isDirectory(file: string): boolean {
+  try {
+    return fs.statSync(file).isDirectory();
+  } catch {
+    return false;
+  }
+}
+
+function writeQuietly(file: string, text: string): void {
+  try {
+    fs.writeFileSync(file, text);
+  } catch {
+    // removed already
+  }
+}
+
+function rmdirQuietly(dir: string): boolean {
+  try {
+    fs.rmdirSync(dir);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === "ENOENT";
+  }
+}
+
+function sleepSync(ms: number): void {
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === "EPERM";
+  }
+}
