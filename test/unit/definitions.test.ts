@@ -104,6 +104,9 @@ test("a YAML syntax error points at the line to fix, shows it, and has no dangli
     ["rebuilds:\n  p: {output: out\n  q: 1\n", 2, "  p: {output: out"],
     ["rebuilds:\n  p:\n    output: out\n    claim: ttl: 5s\n", 4, "    claim: ttl: 5s"],
     ['rebuilds:\n  p:\n    output: "out\n', 3, '    output: "out'],
+    // An unclosed quote swallows the lines below it: yaml reports where the file ends, the quote is meant.
+    ['rebuilds:\n  p:\n    output: "out\n    steps: []\n  q:\n    output: x\n', 3, '    output: "out'],
+    ["rebuilds:\n  p:\n    steps:\n      - name: 'a\n        run: [x]\n", 4, "      - name: 'a"],
     ["rebuilds:\n\tp: {}\n", 2, "\\u0009p: {}"],
   ];
   for (const [text, line, shown] of cases) {
