@@ -53,6 +53,31 @@ export function RunDetailView({ initial, id }: { initial: RunDetail | null; id: 
     ["Finished", run.finishedAt ? <Time key="f" at={run.finishedAt} absolute /> : null],
     ["Duration", formatDurationMs(run.durationMs)],
     [
+      "Force released",
+      run.forceRelease ? (
+        <span key="fr">
+          by {run.forceRelease.actor}: “{run.forceRelease.reason}”{" "}
+          <Link
+            className="text-sky-700 underline"
+            href={`/audit?entry=${encodeURIComponent(run.forceRelease.auditId)}`}
+          >
+            audit entry {run.forceRelease.auditId}
+          </Link>
+        </span>
+      ) : null,
+    ],
+    [
+      "Next attempt",
+      run.nextAttempt ? (
+        <span key="na">
+          <Link className="text-sky-700 underline" href={`/runs/${encodeURIComponent(run.nextAttempt.id)}`}>
+            {run.nextAttempt.id}
+          </Link>{" "}
+          ({run.nextAttempt.status})
+        </span>
+      ) : null,
+    ],
+    [
       "Retry of",
       run.retryOf ? (
         <Link key="rt" className="text-sky-700 underline" href={`/runs/${encodeURIComponent(run.retryOf)}`}>
