@@ -323,6 +323,11 @@ function schemaProblems(raw: unknown, issues: z.core.$ZodIssue[], lineOf: LineOf
       if (issue.keys[0] !== undefined) linePath = [...issue.path, issue.keys[0]];
     }
     if (issue.code === "invalid_key") message = `invalid name: ${issue.issues[0]?.message ?? message}`;
+    // zod says "expected string, received undefined" for a key that is not there at all.
+    if (issue.code === "invalid_type" && valueAt(raw, issue.path) === undefined) {
+      const what = issue.expected === "array" ? "list" : issue.expected;
+      message = `is required (${/^[aeiou]/.test(what) ? "an" : "a"} ${what})`;
+    }
     if (issue.path.length === 1 && issue.path[0] === "rebuilds" && valueAt(raw, issue.path) === undefined) {
       message = `is missing: the file must have a 'rebuilds:' section with at least one rebuild (${EXAMPLE_REBUILD})`;
     }

@@ -58,6 +58,7 @@ test("each rejection names the path and the problem", () => {
     ],
     [{ p: { ...base, steps: [{ name: "x", run: [] }] } }, /rebuilds\.p\.steps\[0\]/],
     [{ p: { ...base, steps: [] } }, /rebuilds\.p\.steps: must list at least one step/],
+    [{ p: { steps: base.steps } }, /rebuilds\.p\.output: is required \(a string\)/],
     [{ p: { ...base, tenants: ["a", "a"] } }, /rebuilds\.p\.tenants: lists a tenant twice/],
     [{ p: { ...base, tenants: ["../etc"] } }, /rebuilds\.p\.tenants\[0\]: a tenant name must be/],
     [{ "bad name": base }, /rebuilds\.bad name: invalid name/],
