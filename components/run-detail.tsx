@@ -135,6 +135,8 @@ export function RunDetailView({ initial, id }: { initial: RunDetail | null; id: 
         </h2>
         <pre
           aria-label="Run log"
+          // Scrollable: reachable by keyboard (axe: scrollable-region-focusable).
+          tabIndex={0}
           className="mt-1 max-h-96 overflow-auto rounded bg-slate-900 p-3 text-xs text-slate-100"
         >
           {run.log.length ? run.log.join("\n") : "(no output)"}
