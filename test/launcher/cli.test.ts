@@ -542,6 +542,20 @@ test("pause then resume a schedule: paused in Redis with who and why, its tick g
   assert.equal(pause.reason, "upstream is down");
   const whilePaused = await cliJson<QueueView>(["queue", "--rebuild", "nightly"], 0);
   assert.deepEqual(whilePaused.body.jobs, [], "the paused schedule's tick is removed");
+  // `status` shows it too, for the operator wondering why nothing ran.
+  const status = await cliJson<{ pausedSchedules: { rebuild: string; tenant: string | null; actor: string }[] }>(
+    ["status"],
+    0,
+  );
+  assert.deepEqual(
+    status.body.pausedSchedules.map((p) => [p.rebuild, p.tenant, p.actor]),
+    [["nightly", null, ACTOR]],
+  );
+  const humanStatus = await cli(["status"]);
+  assert.match(
+    humanStatus.stdout,
+    /^Paused schedules \(nothing enqueued until resumed\):\n {2}- nightly: by tester \(operator\) via cli at .+: upstream is down$/m,
+  );
   const pauseEntry = (await auditEntries()).find((e) => e.id === paused.body.auditId);
   assert.equal(pauseEntry?.action, "pause-schedule");
   assert.equal(pauseEntry.actor, ACTOR);
@@ -561,6 +575,8 @@ test("pause then resume a schedule: paused in Redis with who and why, its tick g
     ["resumed"],
   );
   assert.equal(await readSchedulePause(bed.main, bed.keys, "nightly", undefined), null);
+  const afterResume = await cliJson<{ pausedSchedules: unknown[] }>(["status"], 0);
+  assert.deepEqual(afterResume.body.pausedSchedules, []);
   const resumeEntry = (await auditEntries()).find((e) => e.id === resumed.body.auditId);
   assert.equal(resumeEntry?.action, "resume-schedule");
   assert.equal(resumeEntry.actor, ACTOR);
