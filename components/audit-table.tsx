@@ -8,9 +8,10 @@ import { usePollEvery } from "./live-events";
 import { DataTable } from "./data-table";
 import { Time } from "./time";
 
-export function AuditTable({ initial }: { initial: AuditPage | null }) {
+/** `entry`: the page starts with that entry (a link from a run or the CLI), marked as current. */
+export function AuditTable({ initial, entry: linked = null }: { initial: AuditPage | null; entry?: string | null }) {
   const { data, error } = useQuery({
-    ...auditQuery(),
+    ...auditQuery(linked),
     refetchInterval: usePollEvery(5_000),
     ...(initial ? { initialData: initial } : {}),
   });
@@ -21,7 +22,9 @@ export function AuditTable({ initial }: { initial: AuditPage | null }) {
       {(data?.entries ?? []).map((entry) => (
         <tr
           key={entry.id}
-          className="border-t border-slate-100 align-top"
+          id={`audit-${entry.id}`}
+          aria-current={entry.id === linked ? "true" : undefined}
+          className={`border-t border-slate-100 align-top ${entry.id === linked ? "bg-amber-50" : ""}`}
           data-action={entry.action}
           data-result={entry.result}
         >

@@ -275,10 +275,20 @@ function ForceReleaseDialog({ claim, onClose }: { claim: ApiClaim; onClose: (mes
           Only the token shown here is released. If another holder has taken the claim since, nothing happens.
         </p>
         <p className="mt-2 text-sm text-slate-700" data-field="release-effect">
-          The holder is told to stop: its running attempt is aborted (its steps get SIGTERM, then SIGKILL after their
-          kill grace) and goes back to the queue, where it is retried. Nobody else can take the claim until the holder
-          has stopped — at the latest when its TTL ({formatDurationMs(Math.max(0, claim.pttlMs))} left) and its
-          steps&apos; kill grace have run out — so the holder and the next run never write at once.
+          {claim.holder.jobId ? (
+            <>
+              The running attempt will be aborted and retried in{" "}
+              {claim.retryAfterReleaseMs === null
+                ? "a few seconds once its holder has stopped"
+                : `${formatDurationMs(Math.ceil((Math.max(0, claim.pttlMs) + claim.retryAfterReleaseMs) / 1000) * 1000)} at the latest`}
+              {"; to stop it, cancel instead. "}
+            </>
+          ) : null}
+          The holder is told to stop: its steps get SIGTERM, then SIGKILL after their kill grace
+          {claim.holder.jobId ? ", and the attempt goes back to the queue without spending a retry" : ""}. Nobody else
+          can take the claim until the holder has stopped — at the latest when its TTL (
+          {formatDurationMs(Math.max(0, claim.pttlMs))} left) and its steps&apos; kill grace have run out — so the
+          holder and the next run never write at once.
         </p>
         {claim.holder.jobId ? (
           <div className="mt-2 text-sm text-slate-700" data-field="cancel-instead">

@@ -122,7 +122,9 @@ export function CancelJobButton({ jobId, what }: { jobId: string; what: string }
           case "cancelling":
             return "Cancelling: the worker running it is stopping it.";
           case "finished":
-            return `Nothing to cancel: the job has ${result.state === "completed" ? "completed" : "failed"} already.`;
+            return result.lastRun
+              ? `Nothing to cancel: the job has ended already (its last run ${result.lastRun.id} is ${result.lastRun.status}).`
+              : `Nothing to cancel: the job has ${result.state === "completed" ? "completed" : "failed"} already.`;
           case "scheduled-tick":
             return "This is the schedule's next tick: pause the schedule instead.";
           case "not-found":

@@ -53,6 +53,31 @@ export function RunDetailView({ initial, id }: { initial: RunDetail | null; id: 
     ["Finished", run.finishedAt ? <Time key="f" at={run.finishedAt} absolute /> : null],
     ["Duration", formatDurationMs(run.durationMs)],
     [
+      "Force released",
+      run.forceRelease ? (
+        <span key="fr">
+          by {run.forceRelease.actor}: “{run.forceRelease.reason}”{" "}
+          <Link
+            className="text-sky-700 underline"
+            href={`/audit?entry=${encodeURIComponent(run.forceRelease.auditId)}`}
+          >
+            audit entry {run.forceRelease.auditId}
+          </Link>
+        </span>
+      ) : null,
+    ],
+    [
+      "Next attempt",
+      run.nextAttempt ? (
+        <span key="na">
+          <Link className="text-sky-700 underline" href={`/runs/${encodeURIComponent(run.nextAttempt.id)}`}>
+            {run.nextAttempt.id}
+          </Link>{" "}
+          ({run.nextAttempt.status})
+        </span>
+      ) : null,
+    ],
+    [
       "Retry of",
       run.retryOf ? (
         <Link key="rt" className="text-sky-700 underline" href={`/runs/${encodeURIComponent(run.retryOf)}`}>
@@ -110,6 +135,8 @@ export function RunDetailView({ initial, id }: { initial: RunDetail | null; id: 
         </h2>
         <pre
           aria-label="Run log"
+          // Scrollable: reachable by keyboard (axe: scrollable-region-focusable).
+          tabIndex={0}
           className="mt-1 max-h-96 overflow-auto rounded bg-slate-900 p-3 text-xs text-slate-100"
         >
           {run.log.length ? run.log.join("\n") : "(no output)"}

@@ -166,3 +166,68 @@ test("pause and resume a tenant's schedule: shown as paused on its page, on Rebu
   await state.getByRole("button", { name: "Resume", exact: true }).click();
   await expect(state.locator('[data-field="paused"]')).toHaveCount(0);
 });
+
+test("force release says when the attempt is retried and offers cancel; the aborted run links to the audit entry and the next attempt", async ({
+  page,
+  request,
+}) => {
+  test.setTimeout(150_000);
+  await clearSlowArchive(request);
+  const jobId = await trigger(request, "e2e-release");
+  await expect.poll(async () => (await runsOfJob(request, jobId))[0]?.status, { timeout: 30_000 }).toBe("running");
+  const [aborted] = await runsOfJob(request, jobId);
+
+  await page.goto(api("/claims"));
+  const row = page.locator("tr[data-claim]", { hasText: "slow-archive" });
+  await row.getByRole("button", { name: "Force release" }).click();
+  const dialog = page.getByRole("dialog", { name: "Force release this claim?" });
+  await expect(dialog.locator('[data-field="release-effect"]')).toContainText(
+    /The running attempt will be aborted and retried in \d+ s at the latest; to stop it, cancel instead\./,
+  );
+  await expect(
+    dialog.locator('[data-field="cancel-instead"]').getByRole("button", { name: `Cancel: job ${jobId}` }),
+  ).toBeVisible();
+  await dialog.getByLabel("Reason (for the audit log)").fill("stuck at 02:00 (e2e)");
+  await dialog.getByRole("button", { name: "Release claim" }).click();
+  await expect(page.getByRole("alert").filter({ hasText: "Released" })).toBeVisible();
+
+  // The holder stops at its next refresh (5 s) plus killGrace; the next attempt follows.
+  const next = `${jobId}-a2`;
+  await expect
+    .poll(async () => (await runsOfJob(request, jobId)).some((r) => r.id === next), { timeout: 60_000 })
+    .toBe(true);
+
+  await page.goto(api(`/runs/${aborted!.id}`));
+  await expect(page.locator('[data-field="reason"]')).toContainText("force-released it (by alice (operator)");
+  const release = page.locator('[data-field="force-released"]');
+  await expect(release).toContainText("by alice (operator): “stuck at 02:00 (e2e)”");
+  await expect(page.locator('[data-field="next-attempt"]').getByRole("link", { name: next })).toHaveAttribute(
+    "href",
+    `/runs/${next}`,
+  );
+  await release.getByRole("link", { name: /^audit entry / }).click();
+  await expect(page).toHaveURL(/\/audit\?entry=\d+-\d+$/);
+  const marked = page.locator('tr[aria-current="true"]');
+  await expect(marked).toHaveAttribute("data-action", "force-release");
+  await expect(marked).toContainText("stuck at 02:00 (e2e)");
+
+  await request.post(api(`/api/jobs/${encodeURIComponent(jobId)}/cancel`), { data: { reason: "e2e clean-up" } });
+});
+
+test("an unknown rebuild or tenant page is a 404 that names the valid ones", async ({ page }) => {
+  const unknown = await page.goto(api("/rebuilds/nope"));
+  expect(unknown?.status()).toBe(404);
+  await expect(page.getByRole("heading", { name: "Rebuild not found" })).toBeVisible();
+  await expect(page.getByRole("status").filter({ hasText: "No rebuild named 'nope'." })).toBeVisible();
+  await expect(
+    page.getByRole("list", { name: "Rebuilds" }).getByRole("link", { name: "slow-archive" }),
+  ).toHaveAttribute("href", "/rebuilds/slow-archive");
+
+  const tenant = await page.goto(api("/rebuilds/incidents/initech"));
+  expect(tenant?.status()).toBe(404);
+  await expect(
+    page.getByRole("status").filter({ hasText: "'initech' is not a tenant of rebuild 'incidents'." }),
+  ).toBeVisible();
+  await page.getByRole("list", { name: "Its pages" }).getByRole("link", { name: "incidents / acme" }).click();
+  await expect(page.getByRole("heading", { name: "Rebuild incidents / acme" })).toBeVisible();
+});

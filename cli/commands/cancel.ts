@@ -79,7 +79,11 @@ export const cancel: CommandSpec = {
         case "finished":
           return refused(
             "finished",
-            `nothing to cancel: ${named} has ${result.state === "completed" ? "completed" : "failed"} already (audit entry ${result.auditId})`,
+            `nothing to cancel: ${named} has ${
+              result.lastRun
+                ? `ended already (its last run ${result.lastRun.id} is ${result.lastRun.status})`
+                : `${result.state === "completed" ? "completed" : "failed"} already`
+            } (audit entry ${result.auditId})`,
             result,
           );
         case "scheduled-tick":

@@ -75,7 +75,10 @@ export const queue: CommandSpec = {
       );
       const counts = QUEUE_VIEW_STATES.map((state) => `${view.counts[state]} ${state}`).join(", ");
       const human = [
-        `Queue (all rebuilds): ${counts}`,
+        // The counts are the whole queue's (lib/operations/queue-view); the rows follow the filter.
+        rebuild
+          ? `Whole queue: ${counts}; below, ${rebuildLabel(rebuild, tenant ?? null)}'s jobs`
+          : `Queue (all rebuilds): ${counts}`,
         ...(view.jobs.length
           ? table(
               ["STATE", "JOB", "REBUILD", "ATTEMPTS", "QUEUED", "NEXT ATTEMPT", "WHY"],

@@ -5,6 +5,7 @@
 import { auditRefused } from "../../lib/api/handler";
 import { describeZodError } from "../../lib/api/errors";
 import { releaseBody, releaseClaimAsOperator } from "../../lib/api/claims";
+import { DEFER_MIN_MS } from "../../lib/rebuilds/decide";
 import { EXIT, refused, usageError } from "../outcome";
 import { connect, loadSetup, operatorActor } from "../session";
 import type { CommandSpec } from "./spec";
@@ -12,7 +13,7 @@ import type { CommandSpec } from "./spec";
 export const release: CommandSpec = {
   usage: "release <claim>",
   summary:
-    "force-release a claim held with --token (see `claims`); audited. Its running attempt is aborted and retried after its backoff; nobody else takes the claim before the holder has stopped",
+    "force-release a claim held with --token (see `claims`); audited. Its running attempt is aborted and retried once its holder has stopped (to stop it for good, `cancel` instead); nobody else takes the claim before then",
   options(command) {
     command
       .requiredOption(
@@ -39,7 +40,7 @@ export const release: CommandSpec = {
             json: result,
             human: [
               `Released ${name} (audit entry ${result.auditId}).`,
-              "Its holder is told to stop: the running attempt is aborted and retried after the rebuild's backoff.",
+              `Its holder is told to stop: the running attempt is aborted and retried (deferred, no attempt spent) once it has stopped, at the latest in ${Math.ceil((result.releaseWindowMs + DEFER_MIN_MS) / 1000)} s; to stop the rebuild for good, \`claimwatch cancel\` its job instead.`,
               `Nobody else can take the claim until the holder has stopped, at the latest in ${Math.ceil(result.releaseWindowMs / 1000)} s.`,
             ],
           };

@@ -69,10 +69,21 @@ export const trigger: CommandSpec = {
       const shown = describePreview(preview);
       if ("outcome" in preview && preview.outcome === "skip" && options.queueAnyway !== true) {
         const how = preview.reason === "already-rebuilt" ? "--force to rebuild anyway, or " : "";
-        return refused("would-skip", `not queued: ${preview.message}; use ${how}--queue-anyway to queue it`, {
-          preview,
-          queued: false,
+        // Asked for and not done: audited as refused, like every other refusal of a mutation.
+        await auditRefused(context, "trigger", actor, `not queued: ${preview.message}`, {
+          rebuild: name,
+          tenant: request.tenant ?? null,
+          version: preview.version,
+          via: "cli",
         });
+        // The preview first, on stdout as for a queued job; the refusal follows on stderr.
+        return {
+          ...refused("would-skip", `not queued: ${preview.message}; use ${how}--queue-anyway to queue it`, {
+            preview,
+            queued: false,
+          }),
+          human: [shown],
+        };
       }
       const result = await triggerAsOperator(context, name!, body.data, actor);
       const what = result.status === "queued" ? "Queued job" : "Already waiting: job";

@@ -10,7 +10,9 @@ import {
   type ClaimInfo,
   type TrailEntry,
 } from "../claims";
+import { FORCE_RELEASE_MARGIN_MS } from "../claims/force-release";
 import { describeStale, staleSince } from "../claims/stale";
+import { DEFER_MIN_MS } from "../rebuilds/decide";
 import { checkClaimName } from "../claims/name";
 import { listLiveWorkers } from "../workers/heartbeat";
 import type { WebContext } from "../web/context";
@@ -49,6 +51,13 @@ export interface ApiClaim {
    * until the holder acknowledges or `pttlMs` runs out.
    */
   revoked: { by: string | null; at: number | null } | null;
+  /**
+   * What the release dialog promises: a force release's running attempt is retried (deferred,
+   * no attempt spent) at the latest this long after `pttlMs` runs out — the holder's declared
+   * stop time (its steps' killGrace), the release margin and the shortest deferral. Null when
+   * not known yet (a claim added from a live event).
+   */
+  retryAfterReleaseMs: number | null;
 }
 
 export interface ApiClaimPage {
@@ -77,6 +86,7 @@ export function toApiClaim(claim: ClaimInfo): ApiClaim {
     staleSince: staleSince(claim),
     consecutiveSkips: claim.consecutiveSkips,
     revoked: claim.revoked,
+    retryAfterReleaseMs: (holder.stopWithinMs ?? 0) + FORCE_RELEASE_MARGIN_MS + DEFER_MIN_MS,
   };
 }
 

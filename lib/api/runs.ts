@@ -4,7 +4,8 @@ import { limitParam, searchParam } from "./input";
 import { isValidRunCursor, listRuns, MAX_SEARCHED_REBUILDS, type RunPage } from "../runs/list";
 import { searchRebuildNames } from "../rebuilds/search";
 import { readRun, readRunLog } from "../runs/records";
-import { RUN_ID_PATTERN, RUN_STATUSES, type RunRecord } from "../runs/types";
+import { RUN_ID_PATTERN, RUN_STATUSES, runIdOf, type RunRecord, type RunStatus } from "../runs/types";
+import { findForceReleaseOfRun } from "../audit";
 import type { WebContext } from "../web/context";
 import { badRequest, notFound } from "./errors";
 import { tenantProblem, unknownRebuildProblem } from "../rebuilds/definitions";
@@ -77,7 +78,14 @@ async function searchRuns(context: WebContext, query: RunsQuery & { q: string })
 
 export interface RunDetail extends RunRecord {
   log: string[];
+  /** The operator's force release that aborted this attempt: its audit entry, who and why. */
+  forceRelease: { auditId: string; actor: string; reason: string; at: number } | null;
+  /** The same job's next attempt, once it has started (a force release's retry, a backoff's). */
+  nextAttempt: { id: string; status: RunStatus } | null;
 }
+
+/** Final statuses an operator's force release can leave an attempt in (lib/rebuilds/run-rebuild). */
+const ENDED_BY_RELEASE: ReadonlySet<RunStatus> = new Set(["deferred", "aborted", "superseded", "cancelled", "skipped"]);
 
 export async function getRunDetail(context: WebContext, runId: string): Promise<RunDetail> {
   if (!RUN_ID_PATTERN.test(runId)) throw badRequest("id: not a run id");
@@ -87,5 +95,21 @@ export async function getRunDetail(context: WebContext, runId: string): Promise<
     readRunLog(connections.main, connections.keys, runId, 200),
   ]);
   if (!run) throw notFound(`no run ${runId}`);
-  return { ...run, log };
+  const [forceRelease, next] = await Promise.all([
+    run.startedAt !== null && run.finishedAt !== null && ENDED_BY_RELEASE.has(run.status)
+      ? findForceReleaseOfRun(connections.main, connections.keys, run.id, run.startedAt - 1_000, run.finishedAt)
+      : null,
+    readRun(connections.main, connections.keys, runIdOf(run.jobId, run.attempt + 1)),
+  ]);
+  return {
+    ...run,
+    log,
+    forceRelease: forceRelease && {
+      auditId: forceRelease.id,
+      actor: forceRelease.actor,
+      reason: forceRelease.reason,
+      at: forceRelease.at,
+    },
+    nextAttempt: next && { id: next.id, status: next.status },
+  };
 }

@@ -24,13 +24,14 @@ import { rebuildJobData, scheduledTickOf } from "../rebuilds/queue";
 import type { RedisKeys } from "../redis/keys";
 import type { ScriptingClient } from "../redis/scripts";
 import { DEFAULT_RETENTION, runPlaceOf, type RunRetention } from "../runs/records";
-import { runIdOf } from "../runs/types";
+import { listRuns } from "../runs/list";
+import { runIdOf, type RunStatus } from "../runs/types";
 import { beginAttempt } from "../runs/writer";
 
 export interface CancelDeps {
   queue: Pick<Queue, "getJob">;
   /** Main Redis: cancel requests, run records, audit. */
-  main: ScriptingClient & Pick<Redis, "set" | "get" | "del">;
+  main: ScriptingClient & Pick<Redis, "set" | "get" | "del" | "zrevrangebyscore" | "pipeline">;
   keys: RedisKeys;
   retention?: RunRetention;
 }
@@ -47,8 +48,11 @@ export type CancelResult = { jobId: string; auditId: string } &
     | { status: "removed"; runId: string }
     /** It is running: the worker running it stops it (its run record says when). */
     | { status: "cancelling"; runId: string | null }
-    /** It has finished already (completed or failed): nothing to cancel. */
-    | { status: "finished"; state: string }
+    /**
+     * It has finished already: nothing to cancel. `state` is BullMQ's (completed, failed), or
+     * `removed` for a job gone from the queue whose run records remain (`lastRun`: how it ended).
+     */
+    | { status: "finished"; state: string; lastRun?: { id: string; status: RunStatus } }
     /** The next tick of a schedule (not a run yet): pause the schedule instead. */
     | { status: "scheduled-tick" }
     | { status: "not-found" }
@@ -63,7 +67,17 @@ export async function cancelJob(deps: CancelDeps, input: CancelRequestInput): Pr
     appendAudit(main, keys, { actor, action: "cancel", reason, result, detail: { jobId, ...detail } });
 
   const job = (await queue.getJob(jobId)) as Job | undefined;
-  if (!job) return { status: "not-found", jobId, auditId: await audit("refused", { outcome: "not-found" }) };
+  if (!job) {
+    // Gone from the queue (removed by an earlier cancel, or pruned after it ended): its run
+    // records still say how it ended, so a second cancel is "finished", not "unknown".
+    const [last] = (await listRuns(main, keys, { jobId }, 1)).runs;
+    if (last) {
+      const lastRun = { id: last.id, status: last.status };
+      const auditId = await audit("refused", { outcome: "removed", lastRun });
+      return { status: "finished", jobId, state: "removed", lastRun, auditId };
+    }
+    return { status: "not-found", jobId, auditId: await audit("refused", { outcome: "not-found" }) };
+  }
   const place = placeOf(job);
   let state = await job.getState();
   if (state === "completed" || state === "failed") {

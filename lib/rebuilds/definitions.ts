@@ -6,7 +6,7 @@
 import fs from "node:fs";
 import path from "node:path";
 import { CronExpressionParser } from "cron-parser";
-import { isMap, isScalar, isSeq, LineCounter, parseDocument, type Document, type YAMLError } from "yaml";
+import { CST, isMap, isScalar, isSeq, LineCounter, parseDocument, Parser, type Document, type YAMLError } from "yaml";
 import { z } from "zod";
 import { alertsSchema, rebuildAlertsSchema, type AlertsConfig } from "../alerts/config";
 import { tryClaimName } from "../claims/name";
@@ -323,6 +323,11 @@ function schemaProblems(raw: unknown, issues: z.core.$ZodIssue[], lineOf: LineOf
       if (issue.keys[0] !== undefined) linePath = [...issue.path, issue.keys[0]];
     }
     if (issue.code === "invalid_key") message = `invalid name: ${issue.issues[0]?.message ?? message}`;
+    // zod says "expected string, received undefined" for a key that is not there at all.
+    if (issue.code === "invalid_type" && valueAt(raw, issue.path) === undefined) {
+      const what = issue.expected === "array" ? "list" : issue.expected;
+      message = `is required (${/^[aeiou]/.test(what) ? "an" : "a"} ${what})`;
+    }
     if (issue.path.length === 1 && issue.path[0] === "rebuilds" && valueAt(raw, issue.path) === undefined) {
       message = `is missing: the file must have a 'rebuilds:' section with at least one rebuild (${EXAMPLE_REBUILD})`;
     }
@@ -520,6 +525,9 @@ function yamlProblems(text: string, errors: YAMLError[]): DefinitionsProblem[] {
     if (/^Flow (sequence|map)/.test(message)) {
       const opener = unclosedOpener(text, error.pos[0], message.startsWith("Flow map") ? "{" : "[");
       if (opener) ({ line, column } = opener);
+    } else if (/^Missing closing .?quote/.test(message)) {
+      const opener = unclosedQuote(text, error.pos[0]);
+      if (opener) ({ line, column } = opener);
     }
     while (line > 1 && (fileLines[line - 1] ?? "").trim() === "") {
       line -= 1;
@@ -571,6 +579,30 @@ function unclosedOpener(text: string, offset: number, open: "[" | "{"): { line: 
   const at = stack.at(-1);
   if (at === undefined) return null;
   const before = text.slice(0, at).split(/\r?\n|\r/);
+  return { line: before.length, column: (before.at(-1)?.length ?? 0) + 1 };
+}
+
+/**
+ * The line and column of the quote that opens the quoted scalar running to `offset`: yaml reports
+ * an unclosed quote where the text it swallowed ends, often many lines below the quote.
+ */
+function unclosedQuote(text: string, offset: number): { line: number; column: number } | null {
+  let start: number | undefined;
+  const consider = (token: CST.Token | undefined) => {
+    if (token && (token.type === "double-quoted-scalar" || token.type === "single-quoted-scalar")) {
+      if (token.offset <= offset && token.offset + token.source.length >= offset) start = token.offset;
+    }
+  };
+  for (const token of new Parser().parse(text)) {
+    if (token.type !== "document") continue;
+    consider(token.value);
+    CST.visit(token, (item) => {
+      consider(item.key ?? undefined);
+      consider(item.value);
+    });
+  }
+  if (start === undefined) return null;
+  const before = text.slice(0, start).split(/\r?\n|\r/);
   return { line: before.length, column: (before.at(-1)?.length ?? 0) + 1 };
 }
 

@@ -49,6 +49,7 @@ export class LiveCache {
             staleSince: null,
             consecutiveSkips: previous?.consecutiveSkips ?? 0,
             revoked: null,
+            retryAfterReleaseMs: previous?.retryAfterReleaseMs ?? null,
           };
           return [...claims.filter((c) => c.name !== event.name), fresh].sort((a, b) =>
             a.name < b.name ? -1 : a.name > b.name ? 1 : 0,

@@ -53,7 +53,7 @@ export const queryKeys = {
     window: (range: string, rebuild: string | null) => [...queryKeys.timeline.all(), range, rebuild] as const,
   },
   workers: () => [...queryKeys.all, "workers"] as const,
-  audit: () => [...queryKeys.all, "audit"] as const,
+  audit: (entry: string | null = null) => [...queryKeys.all, "audit", { entry }] as const,
   alerts: () => [...queryKeys.all, "alerts"] as const,
 };
 
@@ -205,10 +205,11 @@ export const workersQuery = () =>
     placeholderData: keepPreviousData,
   });
 
-export const auditQuery = () =>
+/** The newest entries, or (`entry`: a link to one entry) the page that starts with that entry. */
+export const auditQuery = (entry: string | null = null) =>
   queryOptions({
-    queryKey: queryKeys.audit(),
-    queryFn: () => apiFetch<AuditPage>("/api/audit?limit=100"),
+    queryKey: queryKeys.audit(entry),
+    queryFn: () => apiFetch<AuditPage>(withQuery("/api/audit", { limit: "100", ...(entry ? { entry } : {}) })),
     refetchInterval: 5_000,
     placeholderData: keepPreviousData,
   });

@@ -139,9 +139,17 @@ test("cancel a waiting job: removed from the queue and recorded cancelled; a fin
   assert.equal(run?.version, "w1");
   assert.match(run?.reason ?? "", /^cancelled by test-operator \(operator\): not needed$/);
 
-  // The same request again: nothing left to cancel (refused, audited).
+  // The same request again: nothing left to cancel (refused, audited), and it says how the job
+  // ended rather than calling it unknown.
   const again = await cancelJob(deps(), { jobId, actor: operator, reason: "twice" });
-  assert.equal(again.status, "not-found");
+  assert.equal(again.status, "finished");
+  assert.ok(again.status === "finished");
+  assert.equal(again.state, "removed");
+  assert.deepEqual(again.lastRun, { id: run!.id, status: "cancelled" });
+  assert.equal(
+    (await cancelJob(deps(), { jobId: "never-queued", actor: operator, reason: "typo" })).status,
+    "not-found",
+  );
   // A "Rebuild now" of the same version queues a new job (the waiting-trigger marker was dropped).
   const next = await bed.trigger("slow", { version: "w1" });
   assert.notEqual(next, jobId);

@@ -30,8 +30,9 @@ const scratch = fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-cli-"));
 
 before(async () => {
   bed = await createTestBed({
-    // Holds its claim for two minutes unless released; no retry after the release aborts it.
-    slow: { output: "out/slow", steps: [slowStep(120)], retries: { attempts: 1 } },
+    // Holds its claim until the release test aborts it (no retry after that): long enough for the
+    // tests before it on a busy machine, where each CLI start can take seconds.
+    slow: { output: "out/slow", steps: [slowStep(1800)], retries: { attempts: 1 } },
     tenanted: { output: "out/tenanted", tenants: ["acme", "globex"], steps: [{ name: "s", run: ["true"] }] },
     // Retried quickly if it fails: a cancelled run must not be (its job fails for good instead).
     cancellable: { output: "out/cancellable", steps: [slowStep(120)], retries: { attempts: 3, backoff: "1s" } },
@@ -232,6 +233,17 @@ test("a trigger the preview says would be skipped queues nothing and exits 1", a
   assert.equal(body.preview.outcome, "skip");
   assert.equal(body.preview.reason, "claim-held");
   assert.match(stderr, /not queued: would be skipped: held by .*--queue-anyway/);
+  // For a person too, the preview comes first (stdout), the refusal after it (stderr).
+  const human = await cli(["trigger", "slow"]);
+  assert.equal(human.status, 1, human.stderr);
+  assert.match(human.stdout, /^Preview: would be skipped: held by .+ \(version .+\)\n$/);
+  assert.match(human.stderr, /^claimwatch: not queued: would be skipped/);
+  // Asked for and not done: audited as refused, once per command.
+  const refusals = (await auditEntries()).filter(
+    (e) => e.action === "trigger" && e.result === "refused" && e.detail.rebuild === "slow",
+  );
+  assert.equal(refusals.length, 2, JSON.stringify(refusals));
+  assert.ok(refusals.every((e) => e.actor === ACTOR && /^not queued: would be skipped/.test(e.reason)));
 });
 
 test("queue --json is the queue view: the active job, a delayed one and the schedule's tick with next attempt and why; filters by rebuild and tenant", async () => {
@@ -283,6 +295,10 @@ test("queue --json is the queue view: the active job, a delayed one and the sche
   );
   assert.match(human.stdout, /^delayed\s+\S+\s+nightly\s.*\s+scheduled: the schedule's next tick$/m);
   assert.match(human.stdout, new RegExp(`^active\\s+${slowJobId}\\s+slow\\s.*running as ${slowJobId}-a1$`, "m"));
+  // Filtered, the header says the counts are the whole queue's and whose rows follow.
+  const humanFiltered = await cli(["queue", "--rebuild", "tenanted", "--tenant", "globex"]);
+  assert.equal(humanFiltered.status, 0, humanFiltered.stderr);
+  assert.match(humanFiltered.stdout, /^Whole queue: \d+ active, .*\d+ failed; below, tenanted\/globex's jobs$/m);
   await bed.queue.remove(delayedId);
 });
 
@@ -445,6 +461,35 @@ test("cancel of an unknown job or run is exit 2 naming where to look, audited as
   assert.match(short.stderr, /reason: must say why/);
 });
 
+test("cancel of a waiting job removes it; cancelling it again is exit 1 saying how it ended, not an unknown job", async () => {
+  const jobId = "cli-test-waiting";
+  await bed.queue.add(
+    "tenanted",
+    { rebuild: "tenanted", tenant: "acme", force: false, trigger: "api" },
+    { jobId, delay: 3_600_000 },
+  );
+  const { body } = await cliJson<JsonCancel>(["cancel", jobId, "--reason", "not tonight"], 0);
+  assert.equal(body.status, "removed");
+  assert.equal(await bed.queue.getJob(jobId), undefined);
+  assert.deepEqual(
+    (await bed.runsOfJob(jobId)).map((r) => r.status),
+    ["cancelled"],
+  );
+
+  const again = await cliJson<JsonCancel & { state: string; lastRun: { id: string; status: string } }>(
+    ["cancel", jobId, "--reason", "once more"],
+    1,
+  );
+  assert.equal(again.body.status, "finished");
+  assert.deepEqual(again.body.lastRun, { id: `${jobId}-a1`, status: "cancelled" });
+  assert.match(
+    again.stderr,
+    new RegExp(`nothing to cancel: job ${jobId} has ended already \\(its last run ${jobId}-a1 is cancelled\\)`),
+  );
+  const refused = (await auditEntries()).find((e) => e.id === again.body.auditId);
+  assert.equal(refused?.result, "refused");
+});
+
 test("retry <run> of a cancelled run queues a new forced job of the same rebuild that links back; audited; an unknown run is exit 2", async () => {
   assert.ok(cancelledRunId, "the cancel test ran");
   const { body } = await cliJson<{ status: string; runId: string; jobId: string; auditId: string }>(
@@ -497,6 +542,20 @@ test("pause then resume a schedule: paused in Redis with who and why, its tick g
   assert.equal(pause.reason, "upstream is down");
   const whilePaused = await cliJson<QueueView>(["queue", "--rebuild", "nightly"], 0);
   assert.deepEqual(whilePaused.body.jobs, [], "the paused schedule's tick is removed");
+  // `status` shows it too, for the operator wondering why nothing ran.
+  const status = await cliJson<{ pausedSchedules: { rebuild: string; tenant: string | null; actor: string }[] }>(
+    ["status"],
+    0,
+  );
+  assert.deepEqual(
+    status.body.pausedSchedules.map((p) => [p.rebuild, p.tenant, p.actor]),
+    [["nightly", null, ACTOR]],
+  );
+  const humanStatus = await cli(["status"]);
+  assert.match(
+    humanStatus.stdout,
+    /^Paused schedules \(nothing enqueued until resumed\):\n {2}- nightly: by tester \(operator\) via cli at .+: upstream is down$/m,
+  );
   const pauseEntry = (await auditEntries()).find((e) => e.id === paused.body.auditId);
   assert.equal(pauseEntry?.action, "pause-schedule");
   assert.equal(pauseEntry.actor, ACTOR);
@@ -516,6 +575,8 @@ test("pause then resume a schedule: paused in Redis with who and why, its tick g
     ["resumed"],
   );
   assert.equal(await readSchedulePause(bed.main, bed.keys, "nightly", undefined), null);
+  const afterResume = await cliJson<{ pausedSchedules: unknown[] }>(["status"], 0);
+  assert.deepEqual(afterResume.body.pausedSchedules, []);
   const resumeEntry = (await auditEntries()).find((e) => e.id === resumed.body.auditId);
   assert.equal(resumeEntry?.action, "resume-schedule");
   assert.equal(resumeEntry.actor, ACTOR);

@@ -58,6 +58,7 @@ test("each rejection names the path and the problem", () => {
     ],
     [{ p: { ...base, steps: [{ name: "x", run: [] }] } }, /rebuilds\.p\.steps\[0\]/],
     [{ p: { ...base, steps: [] } }, /rebuilds\.p\.steps: must list at least one step/],
+    [{ p: { steps: base.steps } }, /rebuilds\.p\.output: is required \(a string\)/],
     [{ p: { ...base, tenants: ["a", "a"] } }, /rebuilds\.p\.tenants: lists a tenant twice/],
     [{ p: { ...base, tenants: ["../etc"] } }, /rebuilds\.p\.tenants\[0\]: a tenant name must be/],
     [{ "bad name": base }, /rebuilds\.bad name: invalid name/],
@@ -104,6 +105,9 @@ test("a YAML syntax error points at the line to fix, shows it, and has no dangli
     ["rebuilds:\n  p: {output: out\n  q: 1\n", 2, "  p: {output: out"],
     ["rebuilds:\n  p:\n    output: out\n    claim: ttl: 5s\n", 4, "    claim: ttl: 5s"],
     ['rebuilds:\n  p:\n    output: "out\n', 3, '    output: "out'],
+    // An unclosed quote swallows the lines below it: yaml reports where the file ends, the quote is meant.
+    ['rebuilds:\n  p:\n    output: "out\n    steps: []\n  q:\n    output: x\n', 3, '    output: "out'],
+    ["rebuilds:\n  p:\n    steps:\n      - name: 'a\n        run: [x]\n", 4, "      - name: 'a"],
     ["rebuilds:\n\tp: {}\n", 2, "\\u0009p: {}"],
   ];
   for (const [text, line, shown] of cases) {
