@@ -325,6 +325,8 @@ interface Check {
 
 /** What the newest 24 h timeline answer was (runs or buckets), for the RESULT line. */
 let lastTimelineView = "";
+/** Size of the newest 7 d timeline answer (bytes of its JSON), for the RESULT line. */
+let lastTimeline7dBytes = 0;
 
 const checkBody: Check = (endpoint, body) => {
   const fail = (what: string) => {
@@ -382,6 +384,7 @@ async function timeRequest(base: string, endpoint: Endpoint): Promise<number> {
   if (response.status !== 200)
     throw new Error(`${ENDPOINTS[endpoint]}: HTTP ${response.status}: ${text.slice(0, 300)}`);
   checkBody(endpoint, JSON.parse(text) as Record<string, unknown>);
+  if (endpoint === "timeline_7d") lastTimeline7dBytes = Buffer.byteLength(text);
   return elapsed;
 }
 
@@ -698,10 +701,10 @@ async function main(): Promise<void> {
         `claims_page_vs_floor=${vsFloor.claims.toFixed(2)} rebuilds_page_vs_floor=${vsFloor.rebuilds.toFixed(2)} ` +
         `runs_page_vs_floor=${vsFloor.runs.toFixed(2)} search_vs_floor=${Math.max(vsFloor.claims_search, vsFloor.rebuilds_search, vsFloor.runs_search).toFixed(2)} ` +
         `http_floor_p50_ms=${ms(p50(large, "http_floor"))} timeline_p95_ms=${ms(p95(large, "timeline"))} ` +
-        `timeline_view=${timelineViewLarge} timeline_7d_p95_ms=${ms(p95(large, "timeline_7d"))} ` +
+        `timeline_view=${timelineViewLarge} timeline_7d_p95_ms=${ms(p95(large, "timeline_7d"))} timeline_7d_bytes=${lastTimeline7dBytes} ` +
         `claims_page_p95_ms=${ms(p95(large, "claims"))} rebuilds_page_p95_ms=${ms(p95(large, "rebuilds"))} ` +
         `runs_page_p95_ms=${ms(p95(large, "runs"))} runs_filtered_p95_ms=${ms(p95(large, "runs_rebuild"))} ` +
-        `search_p95_ms=${ms(searchP95)} runs_seeded=${runsSeeded}`,
+        `search_p95_ms=${ms(searchP95)} claims_search_p95_ms=${ms(p95(large, "claims_search"))} runs_seeded=${runsSeeded}`,
     );
   } finally {
     process.off("SIGINT", onSignal);
