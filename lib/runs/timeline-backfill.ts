@@ -181,3 +181,40 @@ async function raiseCursor(client: BackfillClient, keys: RedisKeys, score: numbe
   const stored = await runScript(client, TIMELINE_BACKFILL_CURSOR, [keys.timelineBackfill], [score]);
   return Number(stored);
 }
+
+/**
+ * One pass in the background, as a web server or worker starts: retried (with backoff, up to
+ * `attempts` times) while Redis is unreachable, logged in one line when it counted something,
+ * stopped by `signal` (the cursor keeps what was done). Resolves to the pass's result, or null.
+ */
+export async function startTimelineBackfill(
+  client: BackfillClient,
+  keys: RedisKeys,
+  options: BackfillOptions & { log: (line: string) => void; attempts?: number },
+): Promise<BackfillResult | null> {
+  const { log, attempts = 8, ...pass } = options;
+  let delayMs = 2_000;
+  for (let attempt = 1; attempt <= attempts; attempt++) {
+    if (pass.signal?.aborted) return null;
+    try {
+      const started = performance.now();
+      const result = await backfillTimeline(client, keys, { pauseMs: 5, ...pass });
+      if (result.counted > 0 || !result.complete) {
+        log(
+          `timeline backfill: counted ${result.counted} finished run(s) from before the timeline counters ` +
+            `(${result.scanned} read, ${result.alreadyCounted} counted already, ${result.inFlight} in flight) ` +
+            `in ${((performance.now() - started) / 1000).toFixed(1)} s${result.complete ? "" : "; stopped, resumes at the next start"}`,
+        );
+      }
+      return result;
+    } catch (error) {
+      if (attempt === attempts) {
+        log(`timeline backfill failed (tries again at the next start): ${(error as Error).message}`);
+        return null;
+      }
+      await new Promise((resolve) => setTimeout(resolve, delayMs).unref());
+      delayMs = Math.min(delayMs * 2, 60_000);
+    }
+  }
+  return null;
+}
