@@ -13,7 +13,7 @@ import { RUN_REPLY } from "../../lib/redis/replies";
 import { runScript, runVariadicScript } from "../../lib/redis/scripts";
 import { readTimelineBuckets, type TimelineBucket } from "../../lib/runs/buckets";
 import { DEFAULT_RETENTION, runPlaceOf } from "../../lib/runs/records";
-import { backfillTimeline, type BackfillResult } from "../../lib/runs/timeline-backfill";
+import { backfillTimeline, startTimelineBackfill, type BackfillResult } from "../../lib/runs/timeline-backfill";
 import {
   TIMELINE_BACKFILL_CURSOR,
   TIMELINE_BUCKET_MS,
@@ -319,4 +319,23 @@ test("TIMELINE_COUNT_RECORD: counted, counted already, not final, missing; the c
   assert.equal(await runScript(client, TIMELINE_BACKFILL_CURSOR, [keys.timelineBackfill], [400]), "500");
   assert.equal(await runScript(client, TIMELINE_BACKFILL_CURSOR, [keys.timelineBackfill], [600]), "600");
   assert.equal(await client.get(keys.timelineBackfill), "600");
+});
+
+test("as a process starts: one pass, one log line when it counted something, none when nothing was left", async () => {
+  const keys = redisKeys(uniquePrefix("tlb"));
+  const records = history(30).filter((r) => isFinalStatus(r.status));
+  await writeOldHistory(keys, records);
+  const lines: string[] = [];
+  const log = (line: string) => lines.push(line);
+  const result = await startTimelineBackfill(client, keys, { retention, log });
+  assert.equal(result?.counted, records.length);
+  assert.equal(lines.length, 1);
+  assert.match(lines[0]!, new RegExp(`^timeline backfill: counted ${records.length} finished run\\(s\\) `));
+  assert.equal((await startTimelineBackfill(client, keys, { retention, log }))?.counted, 0);
+  assert.equal(lines.length, 1);
+  // Stopped before it began (a worker shutting down): nothing read, nothing logged.
+  const stopped = new AbortController();
+  stopped.abort();
+  assert.equal(await startTimelineBackfill(client, keys, { retention, log, signal: stopped.signal }), null);
+  assert.equal(lines.length, 1);
 });
