@@ -91,6 +91,7 @@ export async function backfillTimeline(
   let count = batch;
   for (;;) {
     if (options.signal?.aborted) return result;
+    const asked = count;
     const reply = await client.zrangebyscore(
       index,
       Number.isFinite(score) ? score : "-inf",
@@ -98,7 +99,7 @@ export async function backfillTimeline(
       "WITHSCORES",
       "LIMIT",
       0,
-      count,
+      asked,
     );
     const entries: { id: string; score: number }[] = [];
     for (let i = 0; i < reply.length; i += 2) {
@@ -108,7 +109,7 @@ export async function backfillTimeline(
     }
     if (entries.length === 0) {
       // Every entry returned was read before: more than `count` runs share one start.
-      if (reply.length / 2 < count) break;
+      if (reply.length / 2 < asked) break;
       count *= 2;
       continue;
     }
@@ -126,7 +127,7 @@ export async function backfillTimeline(
     for (const entry of entries) if (entry.score === last) seenAtScore.add(entry.id);
     score = last;
     result.to = await raiseCursor(client, keys, Math.min(lowestInFlight, score));
-    if (reply.length / 2 < count) break;
+    if (reply.length / 2 < asked) break;
     if (options.pauseMs) await new Promise((resolve) => setTimeout(resolve, options.pauseMs));
   }
   result.complete = true;

@@ -339,3 +339,15 @@ test("as a process starts: one pass, one log line when it counted something, non
   assert.equal(await startTimelineBackfill(client, keys, { retention, log, signal: stopped.signal }), null);
   assert.equal(lines.length, 1);
 });
+
+test("more runs sharing one start than a batch holds are all read, once", async () => {
+  const keys = redisKeys(uniquePrefix("tlb"));
+  const records = history(25)
+    .filter((r) => isFinalStatus(r.status))
+    .map((r) => ({ ...r, startedAt: firstHour + 5, createdAt: firstHour }));
+  await writeOldHistory(keys, records);
+  const result = await backfillTimeline(client, keys, { retention, batch: 4 });
+  assert.equal(result.scanned, records.length);
+  assert.equal(result.counted, records.length);
+  await assertCountersMatchRecords(keys);
+});
