@@ -24,7 +24,10 @@
  *                   combination has one)
  *   rebuilds        GET /api/rebuilds                  (first page, 50 of 10 007 rows)
  *   rebuilds_search GET /api/rebuilds?q=t042           (100 rows match; first page of 50)
- *   claims_search   GET /api/claims?limit=100&q=tenant:acme: (registry prefix range)
+ *   claims_search   GET /api/claims?limit=100&q=tenant:acme: (substring; 100 of ~1 430 match, found
+ *                   after ~3 000 names)
+ *   claims_search_all GET /api/claims?limit=100&q=Archive/99 (substring, any case; ~50 match, so
+ *                   every one of the 10 000 registry names is read)
  *   runs_search     GET /api/runs?q=fleet-0&limit=50   (10 rebuilds match; their indexes merged)
  *   timeline        GET /api/runs/timeline?range=24h   (every third round; a day of more than 2 000
  *                   runs answers with the timeline counters' hourly buckets, fewer with the runs)
@@ -130,6 +133,7 @@ const ENDPOINTS = {
   rebuilds: "/api/rebuilds",
   rebuilds_search: "/api/rebuilds?q=t042",
   claims_search: "/api/claims?limit=100&q=tenant:acme:",
+  claims_search_all: "/api/claims?limit=100&q=Archive/99",
   runs_search: "/api/runs?q=fleet-0&limit=50",
   timeline: "/api/runs/timeline?range=24h",
   timeline_7d: "/api/runs/timeline?range=7d",
@@ -325,6 +329,8 @@ interface Check {
 
 /** What the newest 24 h timeline answer was (runs or buckets), for the RESULT line. */
 let lastTimelineView = "";
+/** Size of the newest 7 d timeline answer (bytes of its JSON), for the RESULT line. */
+let lastTimeline7dBytes = 0;
 
 const checkBody: Check = (endpoint, body) => {
   const fail = (what: string) => {
@@ -335,7 +341,9 @@ const checkBody: Check = (endpoint, body) => {
   } else if (endpoint === "timeline" || endpoint === "timeline_7d") {
     // Runs one by one, or counted buckets; either way the window's runs are there.
     const drawn =
-      body.view === "buckets" ? (body.buckets as unknown[] | undefined) : (body.runs as unknown[] | undefined);
+      body.view === "buckets"
+        ? ((body.counted as { lanes?: unknown[] } | null)?.lanes ?? undefined)
+        : (body.runs as unknown[] | undefined);
     if (!Array.isArray(drawn) || drawn.length === 0) fail(`runs or buckets in the window`);
     if (endpoint === "timeline_7d" && body.view !== "buckets") fail("buckets for 7 d");
     if (endpoint === "timeline") lastTimelineView = String(body.view);
@@ -351,6 +359,13 @@ const checkBody: Check = (endpoint, body) => {
     if (!Array.isArray(claims) || claims.length !== 100 || !claims.every((c) => c.name.startsWith("tenant:acme:"))) {
       fail("100 claims named tenant:acme:…");
     }
+  } else if (endpoint === "claims_search_all") {
+    const claims = body.claims as { name: string }[] | undefined;
+    const some = Math.min(1, CLAIMS);
+    if (!Array.isArray(claims) || claims.length < some || claims.length >= 100 || body.nextCursor !== null) {
+      fail("a last page of fewer than 100 claims");
+    }
+    if (!claims!.every((c) => c.name.toLowerCase().includes("archive/99"))) fail("claims named …archive/99…");
   } else if (endpoint === "runs_search") {
     const runs = body.runs as { rebuild: string }[] | undefined;
     if (!Array.isArray(runs) || runs.length !== 50 || !runs.every((r) => r.rebuild.startsWith("fleet-0"))) {
@@ -382,6 +397,7 @@ async function timeRequest(base: string, endpoint: Endpoint): Promise<number> {
   if (response.status !== 200)
     throw new Error(`${ENDPOINTS[endpoint]}: HTTP ${response.status}: ${text.slice(0, 300)}`);
   checkBody(endpoint, JSON.parse(text) as Record<string, unknown>);
+  if (endpoint === "timeline_7d") lastTimeline7dBytes = Buffer.byteLength(text);
   return elapsed;
 }
 
@@ -686,7 +702,12 @@ async function main(): Promise<void> {
           .map(([name, ratio]) => `${name} ${ratio.toFixed(2)}`)
           .join(", "),
     );
-    const searchP95 = Math.max(p95(large, "claims_search"), p95(large, "rebuilds_search"), p95(large, "runs_search"));
+    const searchP95 = Math.max(
+      p95(large, "claims_search"),
+      p95(large, "claims_search_all"),
+      p95(large, "rebuilds_search"),
+      p95(large, "runs_search"),
+    );
     say(
       `RESULT runs_1m_vs_1k=${runsRatio.toFixed(3)} claims_p50_ms=${ms(p50(large, "claims"))} ` +
         `runs_p50_1k_ms=${ms(p50(small, "runs"))} runs_p50_1m_ms=${ms(p50(large, "runs"))} ` +
@@ -698,10 +719,10 @@ async function main(): Promise<void> {
         `claims_page_vs_floor=${vsFloor.claims.toFixed(2)} rebuilds_page_vs_floor=${vsFloor.rebuilds.toFixed(2)} ` +
         `runs_page_vs_floor=${vsFloor.runs.toFixed(2)} search_vs_floor=${Math.max(vsFloor.claims_search, vsFloor.rebuilds_search, vsFloor.runs_search).toFixed(2)} ` +
         `http_floor_p50_ms=${ms(p50(large, "http_floor"))} timeline_p95_ms=${ms(p95(large, "timeline"))} ` +
-        `timeline_view=${timelineViewLarge} timeline_7d_p95_ms=${ms(p95(large, "timeline_7d"))} ` +
+        `timeline_view=${timelineViewLarge} timeline_7d_p95_ms=${ms(p95(large, "timeline_7d"))} timeline_7d_bytes=${lastTimeline7dBytes} ` +
         `claims_page_p95_ms=${ms(p95(large, "claims"))} rebuilds_page_p95_ms=${ms(p95(large, "rebuilds"))} ` +
         `runs_page_p95_ms=${ms(p95(large, "runs"))} runs_filtered_p95_ms=${ms(p95(large, "runs_rebuild"))} ` +
-        `search_p95_ms=${ms(searchP95)} runs_seeded=${runsSeeded}`,
+        `search_p95_ms=${ms(searchP95)} claims_search_p95_ms=${ms(p95(large, "claims_search"))} claims_search_all_p95_ms=${ms(p95(large, "claims_search_all"))} runs_seeded=${runsSeeded}`,
     );
   } finally {
     process.off("SIGINT", onSignal);

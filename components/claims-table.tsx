@@ -55,8 +55,8 @@ export function ClaimsTable({ initial, initialQ = "" }: { initial: ApiClaimPage 
     <div className="space-y-3">
       <form role="search" aria-label="Search claims" onSubmit={(event) => event.preventDefault()}>
         <SearchBox
-          label="Claim name starts with"
-          placeholder="tenant:acme: or output:builds/"
+          label="Claim name contains"
+          placeholder="acme or out/tiles"
           initial={initialQ}
           onSearch={(next) => {
             setCursors([null]);
@@ -72,7 +72,11 @@ export function ClaimsTable({ initial, initialQ = "" }: { initial: ApiClaimPage 
       ) : null}
       {data && data.claims.length === 0 ? (
         <p className="text-sm text-slate-600">
-          {q ? `No active claim's name starts with “${q}”.` : "No active claims: nothing is being rebuilt right now."}
+          {!q
+            ? "No active claims: nothing is being rebuilt right now."
+            : data.nextCursor
+              ? `No claim on this page of the registry contains “${q}”; Next reads on.`
+              : `No active claim's name contains “${q}”.`}
         </p>
       ) : null}
       {data && data.claims.length > 0 ? (

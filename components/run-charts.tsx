@@ -19,6 +19,7 @@ import Link from "next/link";
 import { useState, type ReactNode } from "react";
 import type { Timeline } from "@/lib/api/timeline";
 import type { TimelineBucket } from "@/lib/runs/buckets";
+import { countedBuckets } from "@/lib/runs/counted-lanes";
 import type { FinalRunStatus } from "@/lib/runs/transitions";
 import type { WindowRun } from "@/lib/runs/window";
 import type { RunStatus } from "@/lib/runs/types";
@@ -53,6 +54,9 @@ const laneOf = (run: Pick<WindowRun, "rebuild" | "tenant">) =>
 const laneRunsHref = (lane: Pick<WindowRun, "rebuild" | "tenant">) =>
   `/runs?rebuild=${encodeURIComponent(lane.rebuild)}${lane.tenant ? `&tenant=${encodeURIComponent(lane.tenant)}` : ""}`;
 const hoursText = (ms: number | null) => `${(ms ?? 0) / 3_600_000} h`;
+/** The counted buckets of view "buckets" (the API sends them columnar), [] in view "runs". */
+const bucketsOfTimeline = (timeline: Timeline) =>
+  timeline.counted && timeline.bucketMs ? countedBuckets(timeline.counted, timeline.bucketMs) : [];
 const bucketTotal = (bucket: TimelineBucket) => Object.values(bucket.counts).reduce((a, b) => a + (b ?? 0), 0);
 const tickText = (range: string) => (d: Date | { valueOf(): number }) => {
   const text = formatAbsolute(d.valueOf(), "local");
@@ -126,7 +130,7 @@ export function RunCharts() {
 
 export function RunsTimeline({ timeline }: { timeline: Timeline }) {
   const now = useNow();
-  const buckets = timeline.buckets;
+  const buckets = bucketsOfTimeline(timeline);
   const lanes = [...new Set([...timeline.runs.map(laneOf), ...buckets.map(laneOf)])].sort();
   if (lanes.length === 0) return <p className="text-sm text-slate-600">No runs in this window.</p>;
   const plotWidth = WIDTH - LABEL_WIDTH - 10;
@@ -509,7 +513,7 @@ export function DurationTrend({ timeline }: { timeline: Timeline }) {
 export function BucketDurationTrend({ timeline }: { timeline: Timeline }) {
   const [chosen, setChosen] = useState<string | null>(null);
   const means = new Map<string, Map<number, { runs: number; summed: number }>>();
-  for (const bucket of timeline.buckets) {
+  for (const bucket of bucketsOfTimeline(timeline)) {
     let runs = 0;
     let summed = 0;
     for (const status of STACK_ORDER) {

@@ -17,6 +17,7 @@ import { queuePrefix, REBUILD_QUEUE } from "../lib/rebuilds/queue";
 import { checkPublishedBuilds } from "../lib/rebuilds/build-integrity";
 import { repairCurrentLinks } from "../lib/rebuilds/repair";
 import { closeAbandonedRuns } from "../lib/runs/abandoned";
+import { startTimelineBackfill } from "../lib/runs/timeline-backfill";
 import { trimAllRuns } from "../lib/runs/trim";
 import { pruneAbandonedWorkDirs } from "../lib/rebuilds/output";
 import { pruneOldBuilds } from "../lib/rebuilds/prune";
@@ -133,6 +134,10 @@ log(
   `ready: ${definitions.rebuilds.size} rebuild(s) from ${definitions.file}, concurrency ${concurrency}, Redis ${describeRedisTarget(urls.main)}`,
 );
 
+// Finished runs from before the timeline counters (an upgrade) counted once, in the background.
+const backfill = new AbortController();
+void startTimelineBackfill(main, keys, { retention, log, signal: backfill.signal });
+
 // Alert evaluation (when claimwatch.yaml has `alerts:`): one process of all evaluates at a time.
 // Loaded only then: a worker without alerts starts as fast as before.
 const alerting =
@@ -158,6 +163,7 @@ process.on("unhandledRejection", (reason) => {
 
 async function shutdown(signal: NodeJS.Signals): Promise<void> {
   if (stopping) return;
+  backfill.abort();
   stopping = true;
   const jobs = running.ids();
   log(`${signal}: stopping${jobs.length ? `; handing back ${jobs.join(", ")}` : ""}`);

@@ -93,7 +93,7 @@ export function toApiClaim(claim: ClaimInfo): ApiClaim {
 export const claimsQuery = z.strictObject({
   limit: limitParam(MAX_CLAIMS_PAGE, 100),
   cursor: z.string().min(1).max(1_100).optional(),
-  /** Claim names starting with this (`tenant:acme:`, `output:builds/`): a range of the registry. */
+  /** Claim names containing this, case-insensitive (`acme`, `tiles/`): lib/claims/list.ts. */
   q: searchParam(),
 });
 
@@ -103,14 +103,11 @@ export async function getClaims(
 ): Promise<ApiClaimPage> {
   const { connections } = context;
   if (query.cursor !== undefined && !checkClaimName(query.cursor).ok) throw badRequest("cursor: not a claim name");
-  if (query.q && query.cursor !== undefined && !query.cursor.startsWith(query.q)) {
-    throw badRequest("cursor: not from a page of this search");
-  }
   const live = await listLiveWorkers(connections.main, connections.keys);
   const page = await listClaims(connections.claims, connections.keys, {
     limit: query.limit,
     cursor: query.cursor ?? null,
-    prefix: query.q ?? null,
+    search: query.q ?? null,
     liveWorkerIds: new Set(live.map((w) => w.id)),
   });
   return { claims: page.claims.map(toApiClaim), nextCursor: page.nextCursor, serverTime: page.serverTime };

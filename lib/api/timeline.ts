@@ -3,10 +3,12 @@
  * the Runs page's charts — one by one when they are few, as counted buckets when they are many.
  *
  *   view "runs"    every run started in the window (a day holding at most TIMELINE_RUN_LIMIT)
- *   view "buckets" the timeline counters (lib/runs/timeline-counters.ts) of the window, one
- *                  bucket per lane and TIMELINE_BUCKET_MS[range]; `runs` then holds only the runs
- *                  in flight (queued, running), which no counter has yet. Used for 7 d always, for
- *                  24 h when the window holds more runs, and when asked (`view=buckets`).
+ *   view "buckets" the timeline counters (lib/runs/timeline-counters.ts) of the window, per lane
+ *                  and TIMELINE_BUCKET_MS[range], columnar in `counted` (lib/runs/counted-lanes.ts:
+ *                  bucket starts implied by index, counts and mean durations as arrays, empty
+ *                  buckets and lanes left out); `runs` then holds only the runs in flight (queued,
+ *                  running), which no counter has yet. Used for 7 d always, for 24 h when the
+ *                  window holds more runs, and when asked (`view=buckets`).
  * Lanes: one per rebuild (tenants summed) in buckets; with `rebuild`, that rebuild's tenants.
  * A bucket counts the runs that finished, including runs whose records were trimmed since (the
  * counters are history; the runs list shows what is kept).
@@ -14,7 +16,8 @@
 import { z } from "zod";
 import { NAME_PATTERN as NAME } from "../names";
 import { unknownRebuildProblem } from "../rebuilds/definitions";
-import { readTimelineBuckets, type TimelineBucket } from "../runs/buckets";
+import { readTimelineBuckets } from "../runs/buckets";
+import { toCountedLanes, type CountedLanes } from "../runs/counted-lanes";
 import { TIMELINE_BUCKET_MS as COUNTER_HOUR } from "../runs/timeline-counters";
 import { listRunsInWindow, type WindowRun } from "../runs/window";
 import type { WebContext } from "../web/context";
@@ -49,8 +52,8 @@ export interface Timeline {
   runs: WindowRun[];
   /** More runs than returned (view "runs": never, it is chosen only when they fit; in flight: capped). */
   truncated: boolean;
-  /** view "buckets": finished runs counted per lane and bucket; [] in view "runs". */
-  buckets: TimelineBucket[];
+  /** view "buckets": finished runs counted per lane and bucket (`countedBuckets` reads it); null in view "runs". */
+  counted: CountedLanes | null;
   /** Width of a bucket (ms), or null in view "runs". */
   bucketMs: number | null;
   /** Runs started in the window (all statuses, as indexed now). */
@@ -73,7 +76,7 @@ export async function getTimeline(context: WebContext, query: z.output<typeof ti
   const total = await main.zcount(keys.runIndex(filter), since, until);
   if (query.view === "auto" && query.range === "24h" && total <= TIMELINE_RUN_LIMIT) {
     const { runs, truncated } = await listRunsInWindow(main, keys, since, until, TIMELINE_RUN_LIMIT, filter);
-    return { ...base, view: "runs", runs, truncated, buckets: [], bucketMs: null, total };
+    return { ...base, view: "runs", runs, truncated, counted: null, bucketMs: null, total };
   }
   const bucketMs = TIMELINE_BUCKET_MS[query.range];
   const [buckets, running, queued] = await Promise.all([
@@ -86,7 +89,7 @@ export async function getTimeline(context: WebContext, query: z.output<typeof ti
     view: "buckets",
     runs: [...running.runs, ...queued.runs],
     truncated: running.truncated || queued.truncated,
-    buckets,
+    counted: toCountedLanes(buckets, since, bucketMs),
     bucketMs,
     total,
   };

@@ -1,6 +1,7 @@
 /**
  * Listing claims for the dashboard: the registry (ZSET of names, ordered by name) plus one
- * pipeline per page — O(page) Redis work, never KEYS or a keyspace scan. Registry entries whose
+ * pipeline per page — O(page) Redis work, never KEYS or a keyspace scan; a search reads the
+ * registry's names in ranges of SEARCH_CHUNK until the page is full. Registry entries whose
  * claim expired are pruned on the way (owner of the name re-checked in a script, so a name
  * claimed again meanwhile is kept).
  */
@@ -20,6 +21,14 @@ export { staleReasons };
 
 /** Largest page `listClaims` serves in one call. */
 export const MAX_CLAIMS_PAGE = 1_000;
+/** Registry names read per ZRANGEBYLEX while searching (~40 bytes each). */
+const SEARCH_CHUNK = 2_000;
+/**
+ * Most registry names one search call reads: past it the page ends early (fewer rows, with a
+ * `nextCursor` to read on), so a search that matches little costs bounded work per call however
+ * many claims exist. 10 000 claims fit in one call.
+ */
+export const SEARCH_SCAN_MAX = 20_000;
 
 export type StaleReason =
   | {
@@ -54,10 +63,11 @@ export interface ListClaimsOptions {
   /** `nextCursor` of the previous page; names after it are returned. */
   cursor?: string | null;
   /**
-   * Only names starting with this (a ZRANGEBYLEX range on the registry: O(log n + page), however
-   * many claims exist). A cursor must then start with it too.
+   * Only names containing this, case-insensitive (as the Rebuilds and Runs searches): the
+   * registry's names are read in ranges from the cursor and matched here, up to SEARCH_SCAN_MAX
+   * names per call; only the matches' claims are read.
    */
-  prefix?: string | null;
+  search?: string | null;
   /**
    * Ids of workers with a live heartbeat (`listLiveWorkers` on the main Redis). Omitted:
    * the holder-not-live check is skipped, since the claims Redis may be another server.
@@ -77,6 +87,53 @@ export interface ClaimPage {
 
 type ListClient = ScriptingPipelineClient & Pick<Redis, "zrangebylex">;
 
+/** Names in the registry after `cursor` (all: limit undefined), and the cursor of the next page. */
+async function pageOfNames(
+  client: ListClient,
+  keys: RedisKeys,
+  cursor: string | null | undefined,
+  limit: number | undefined,
+): Promise<{ names: string[]; nextCursor: string | null }> {
+  const from = cursor ? `(${cursor}` : "-";
+  const names =
+    limit === undefined
+      ? await client.zrangebylex(keys.claimRegistry, from, "+")
+      : await client.zrangebylex(keys.claimRegistry, from, "+", "LIMIT", 0, limit);
+  const nextCursor = limit !== undefined && names.length === limit ? names[names.length - 1]! : null;
+  return { names, nextCursor };
+}
+
+/**
+ * Names after `cursor` containing `search` (case-insensitive), up to `limit` of them, reading at
+ * most SEARCH_SCAN_MAX names; the next page starts after the last name read or returned.
+ */
+async function searchNames(
+  client: ListClient,
+  keys: RedisKeys,
+  search: string,
+  cursor: string | null | undefined,
+  limit: number | undefined,
+): Promise<{ names: string[]; nextCursor: string | null }> {
+  const needle = search.toLowerCase();
+  const want = limit ?? Infinity;
+  const names: string[] = [];
+  let after = cursor ?? null;
+  let read = 0;
+  while (read < SEARCH_SCAN_MAX) {
+    const asked = Math.min(SEARCH_CHUNK, SEARCH_SCAN_MAX - read);
+    const chunk = await client.zrangebylex(keys.claimRegistry, after ? `(${after}` : "-", "+", "LIMIT", 0, asked);
+    for (const name of chunk) {
+      read += 1;
+      after = name;
+      if (!name.toLowerCase().includes(needle)) continue;
+      names.push(name);
+      if (names.length === want) return { names, nextCursor: name };
+    }
+    if (chunk.length < asked) return { names, nextCursor: null };
+  }
+  return { names, nextCursor: after };
+}
+
 export async function listClaims(
   client: ListClient,
   keys: RedisKeys,
@@ -86,15 +143,9 @@ export async function listClaims(
   if (limit !== undefined && (!Number.isSafeInteger(limit) || limit < 1 || limit > MAX_CLAIMS_PAGE)) {
     throw new RangeError(`limit must be a whole number from 1 to ${MAX_CLAIMS_PAGE} (got ${limit})`);
   }
-  const prefix = options.prefix || null;
-  if (prefix && cursor && !cursor.startsWith(prefix)) throw new RangeError("the cursor is not within the prefix");
-  const from = cursor ? `(${cursor}` : prefix ? `[${prefix}` : "-";
-  const to = prefix ? prefixEnd(prefix) : "+";
-  const names =
-    limit === undefined
-      ? await client.zrangebylex(keys.claimRegistry, from, to)
-      : await client.zrangebylex(keys.claimRegistry, from, to, "LIMIT", 0, limit);
-  const nextCursor = limit !== undefined && names.length === limit ? names[names.length - 1]! : null;
+  const { names, nextCursor } = options.search
+    ? await searchNames(client, keys, options.search, cursor, limit)
+    : await pageOfNames(client, keys, cursor, limit);
 
   const { claims, missing, serverTime } = await readClaims(client, keys, names, options.liveWorkerIds);
   let pruned = 0;
@@ -111,14 +162,6 @@ export async function listClaims(
     for (const [error, reply] of (await pipeline.exec()) ?? []) if (!error && reply === 1) pruned += 1;
   }
   return { claims, nextCursor, pruned, serverTime };
-}
-
-/**
- * The exclusive upper bound of the names starting with `prefix`: the prefix followed by byte
- * 0xff, which no UTF-8 text contains, so every longer name with the prefix sorts below it.
- */
-function prefixEnd(prefix: string): Buffer {
-  return Buffer.concat([Buffer.from(`(${prefix}`, "utf8"), Buffer.from([0xff])]);
 }
 
 /** One claim with its holder, PTTL, skips and staleness, or `null` when nobody holds it. */

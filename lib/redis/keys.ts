@@ -100,6 +100,12 @@ export function redisKeys(prefix: string) {
      */
     timelineBucketPrefix: timelinePrefix,
     timelineBucket: (bucketStart: number, rebuild?: string) => `${timelinePrefix(rebuild)}${bucketStart}`,
+    /**
+     * STRING, no TTL: the timeline backfill's cursor, an index score (ms) below which every run
+     * record is final and counted in the timeline buckets; only ever raised
+     * (lib/runs/timeline-backfill.ts).
+     */
+    timelineBackfill: `${tag}:tl:backfill`,
     /** STRING with a TTL: "this (rebuild, tenant, version) was rebuilt by run X". Key: sha256. */
     idempotency: (hash: string) => `${tag}:idem:${hash}`,
     /** STRING: job id of a waiting trigger of (rebuild, tenant, version, force); collapses duplicates. */

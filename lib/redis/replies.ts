@@ -39,6 +39,8 @@ export const RUN_REPLY = {
   began: 1,
   alreadyRebuilt: 2,
   ended: 3,
+  /** TIMELINE_COUNT_RECORD: the record is still queued or running (its final write counts it). */
+  notFinal: 4,
 } as const;
 
 export type ReplyName = keyof typeof REPLY;

@@ -6,7 +6,7 @@
  */
 import type { Redis } from "ioredis";
 import type { RedisKeys } from "../redis/keys";
-import { bucketStartOf, parseLaneCounts, TIMELINE_BUCKET_MS } from "./timeline-counters";
+import { bucketStartOf, forEachLaneCount, TIMELINE_BUCKET_MS } from "./timeline-counters";
 import { FINAL_STATUSES, type FinalRunStatus } from "./transitions";
 
 export interface TimelineBucket {
@@ -46,27 +46,34 @@ export async function readTimelineBuckets(
   const pipeline = client.pipeline();
   for (const hour of hours) pipeline.hgetall(keys.timelineBucket(hour, window.rebuild));
   const replies = (await pipeline.exec()) ?? [];
-  const buckets = new Map<string, TimelineBucket>();
+  // lane → bucket start → bucket: no key strings built per lane and hour.
+  const byLane = new Map<string, Map<number, TimelineBucket>>();
+  const out: TimelineBucket[] = [];
   hours.forEach((hour, i) => {
     const [error, reply] = replies[i] ?? [];
     if (error) throw error;
     const start = hour - (hour % window.bucketMs);
-    for (const [lane, packed] of Object.entries((reply ?? {}) as Record<string, string>)) {
-      const id = `${lane}|${start}`;
-      let bucket = buckets.get(id);
+    const fields = (reply ?? {}) as Record<string, string>;
+    for (const lane in fields) {
+      let starts = byLane.get(lane);
+      if (!starts) byLane.set(lane, (starts = new Map()));
+      let bucket = starts.get(start);
       if (!bucket) {
         bucket = window.rebuild
           ? { rebuild: window.rebuild, tenant: lane || null, start, counts: {}, durationMs: {} }
           : { rebuild: lane, tenant: null, start, counts: {}, durationMs: {} };
-        buckets.set(id, bucket);
+        starts.set(start, bucket);
+        out.push(bucket);
       }
-      for (const { status, runs, durationMs } of parseLaneCounts(packed)) {
-        if (!FINAL.has(status)) continue;
+      const { counts, durationMs: summed } = bucket;
+      forEachLaneCount(fields[lane]!, (status, runs, durationMs) => {
+        if (!FINAL.has(status)) return;
         const s = status as FinalRunStatus;
-        bucket.counts[s] = (bucket.counts[s] ?? 0) + runs;
-        bucket.durationMs[s] = (bucket.durationMs[s] ?? 0) + durationMs;
-      }
+        counts[s] = (counts[s] ?? 0) + runs;
+        summed[s] = (summed[s] ?? 0) + durationMs;
+      });
     }
   });
-  return [...buckets.values()].sort((a, b) => a.start - b.start);
+  // Hours are read in order, so buckets are created in order of their start.
+  return out;
 }

@@ -15,13 +15,13 @@
  * late write. Times (`startedAt`, `finishedAt`, `durationMs`, index scores) come from `TIME`.
  *
  * Timeline counters (timeline-counters.ts): every branch that moves a record into a final status
- * counts it (`countFinal`) in the same script, so a run is counted exactly when its record becomes
- * final, once. The scripts get the counters' key prefixes in one ARGV (`timeline`, JSON) and
+ * counts it (`countFinal`) in the same script and marks the record counted, so a run is counted
+ * exactly when its record becomes final, once (the backfill counts only unmarked records). The scripts get the counters' key prefixes in one ARGV (`timeline`, JSON) and
  * append the hour of the run's start — the one place they name a key not passed in KEYS.
  */
 import { RUN_REPLY } from "../redis/replies";
 import { SERVER_NOW, typedScript, type LuaScript } from "../redis/scripts";
-import { TIMELINE_COUNT_LUA, TIMELINE_IMPORT } from "./timeline-counters";
+import { TIMELINE_BACKFILL_CURSOR, TIMELINE_COUNT_LUA, TIMELINE_COUNT_RECORD } from "./timeline-counters";
 import { transitionsLua } from "./transitions";
 
 const COMMON = `
@@ -65,7 +65,7 @@ local function abandon(runKey, runId, reason, first, n)
   if not status or not ALLOWED[status]['aborted'] then return 0 end
   local score = redis.call('ZSCORE', KEYS[first], runId) or nowMs
   redis.call('HSET', runKey, 'status', 'aborted', 'reason', reason)
-  countFinal('aborted', score, finishTimes(runKey))
+  countFinal(runKey, 'aborted', score, finishTimes(runKey))
   moveStatus(first, n, runId, status, 'aborted', score)
   return 1
 end
@@ -151,7 +151,7 @@ end
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 for j = 1, n do redis.call('ZADD', KEYS[FIRST + j - 1], nowMs, runId) end
 moveStatus(FIRST, n, runId, false, status, nowMs)
-if FINAL[status] then countFinal(status, nowMs, 0) end
+if FINAL[status] then countFinal(KEYS[1], status, nowMs, 0) end
 local code = ${RUN_REPLY.began}
 if by then code = ${RUN_REPLY.alreadyRebuilt} elseif FINAL[status] then code = ${RUN_REPLY.ended} end
 return {code, by or '', stray}
@@ -206,7 +206,7 @@ if to ~= '' and to ~= current then
   redis.call('HSET', KEYS[1], 'status', to)
   local score = redis.call('ZSCORE', KEYS[FIRST], runId) or nowMs
   if FINAL[to] then
-    countFinal(to, score, finishTimes(KEYS[1]))
+    countFinal(KEYS[1], to, score, finishTimes(KEYS[1]))
     if redis.call('GET', KEYS[3]) == runId then redis.call('DEL', KEYS[3]) end
   end
   moveStatus(FIRST, n, runId, current, to, score)
@@ -278,4 +278,11 @@ return ${RUN_REPLY.written}
 `,
 });
 
-export const RUN_SCRIPTS: readonly LuaScript[] = [RUN_BEGIN, RUN_WRITE, RUN_ABANDON, RUN_TRIM, TIMELINE_IMPORT];
+export const RUN_SCRIPTS: readonly LuaScript[] = [
+  RUN_BEGIN,
+  RUN_WRITE,
+  RUN_ABANDON,
+  RUN_TRIM,
+  TIMELINE_COUNT_RECORD,
+  TIMELINE_BACKFILL_CURSOR,
+];

@@ -350,6 +350,13 @@ export function importRunInto(
   keys: RedisKeys,
   record: RunRecord & { status: FinalRunStatus },
   retention: RunRetention,
+  options: {
+    /**
+     * Leave it out of the timeline counters, as a record written before they existed was (tests
+     * and benchmarks of the backfill, lib/runs/timeline-backfill.ts).
+     */
+    uncounted?: boolean;
+  } = {},
 ): ChainableCommander {
   const place = runPlaceOf(record.rebuild, record.tenant);
   const layout = indexLayout(keys, place);
@@ -361,10 +368,6 @@ export function importRunInto(
     tx.zadd(layout.keys[j]!, score, record.id);
     tx.zadd(layout.keys[layout.n + statusAt * layout.n + j]!, score, record.id);
   }
-  queueTimelineCount(tx, keys, place, retention, {
-    status: record.status,
-    startMs: score,
-    durationMs: record.durationMs,
-  });
+  if (!options.uncounted) queueTimelineCount(tx, keys, place, retention, record.id, score);
   return tx;
 }

@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import { after, test } from "node:test";
 import { acquireClaim, claimName } from "../../lib/claims/index";
 import { claimsQuery, getClaims } from "../../lib/api/claims";
+import { SEARCH_SCAN_MAX } from "../../lib/claims/list";
 import { errorResponse } from "../../lib/api/errors";
 import { readQuery } from "../../lib/api/input";
 import { getRebuildDetail, getRebuildsPage, MAX_DETAIL_TENANTS, rebuildsQuery } from "../../lib/api/rebuilds";
@@ -86,7 +87,7 @@ test("q is validated on every list: empty, too long, control characters → 400 
   assert.equal(readQuery("http://x/api/claims?q=tenant%3Aacme%3A", claimsQuery).q, "tenant:acme:");
 });
 
-test("claims: q is a name prefix served from the registry, paged within the prefix", async () => {
+test("claims: q is a case-insensitive substring of the name, paged within the search", async () => {
   const context = contextFor(uniquePrefix("search-claims"));
   const { keys } = context.connections;
   const names = [
@@ -96,6 +97,7 @@ test("claims: q is a name prefix served from the registry, paged within the pref
     claimName("/srv/out/archive", "acmeish"),
     claimName("/srv/out/archive", "globex"),
     claimName("/srv/out/other/acme"),
+    claimName("/srv/out/Reports", "ACME-EU"),
   ];
   for (const name of names) {
     const grant = await acquireClaim(claims, keys, name, { workerId: "w" }, { ttlMs: 60_000, refreshEveryMs: 10_000 });
@@ -103,47 +105,64 @@ test("claims: q is a name prefix served from the registry, paged within the pref
   }
   const search = async (q: string, limit = 100, cursor?: string) =>
     getClaims(context, { limit, q, ...(cursor ? { cursor } : {}) });
+  const found = async (q: string) => (await search(q)).claims.map((c) => c.name);
 
-  assert.deepEqual((await search("tenant:acme")).claims.map((c) => c.name).sort(), [
+  // Anywhere in the name, whatever the case, in name order.
+  assert.deepEqual(await found("acme"), [
+    "output:/srv/out/other/acme",
+    "tenant:ACME-EU:output:/srv/out/Reports",
     "tenant:acme:output:/srv/out/archive",
     "tenant:acmeish:output:/srv/out/archive",
   ]);
-  assert.deepEqual(
-    (await search("tenant:acme:")).claims.map((c) => c.name),
-    ["tenant:acme:output:/srv/out/archive"],
-  );
-  assert.deepEqual(
-    (await search("output:/srv/out/tiles")).claims.map((c) => c.name),
-    ["output:/srv/out/tiles", "output:/srv/out/tiles-extra"],
-  );
-  assert.deepEqual((await search("nothing-starts-like-this")).claims, []);
-  // Non-ASCII text is a valid bound (the range end is the prefix + byte 0xff).
-  assert.deepEqual((await search("tenant:é")).claims, []);
+  assert.deepEqual(await found("ACME:"), ["tenant:acme:output:/srv/out/archive"]);
+  assert.deepEqual(await found("out/tiles"), ["output:/srv/out/tiles", "output:/srv/out/tiles-extra"]);
+  assert.deepEqual(await found("reports"), ["tenant:ACME-EU:output:/srv/out/Reports"]);
+  // A prefix still finds what it found before.
+  assert.deepEqual(await found("tenant:acme:"), ["tenant:acme:output:/srv/out/archive"]);
+  assert.deepEqual(await found("nothing-is-named-like-this"), []);
+  assert.deepEqual(await found("tenant:é"), []);
 
-  // Pages of one search stay within it.
-  const first = await search("output:", 1);
+  // Pages of one search stay within it and cover its matches once.
+  const first = await search("archive", 1);
   assert.deepEqual(
     first.claims.map((c) => c.name),
-    ["output:/srv/out/other/acme"],
+    ["tenant:acme:output:/srv/out/archive"],
   );
-  const second = await search("output:", 1, first.nextCursor!);
+  const second = await search("archive", 1, first.nextCursor!);
   assert.deepEqual(
     second.claims.map((c) => c.name),
-    ["output:/srv/out/tiles"],
+    ["tenant:acmeish:output:/srv/out/archive"],
   );
-  const third = await search("output:", 5, second.nextCursor!);
+  const third = await search("archive", 5, second.nextCursor!);
   assert.deepEqual(
     third.claims.map((c) => c.name),
-    ["output:/srv/out/tiles-extra"],
+    ["tenant:globex:output:/srv/out/archive"],
   );
   assert.equal(third.nextCursor, null);
+});
 
-  // A cursor from outside the search is refused, naming the cursor.
-  await assert.rejects(search("tenant:", 10, "output:/srv/out/tiles"), (error: Error & { status?: number }) => {
-    assert.equal(error.status, 400);
-    assert.match(error.message, /^cursor: not from a page of this search/);
-    return true;
-  });
+test("claims: a search reads at most SEARCH_SCAN_MAX names per call, and the next page reads on", async () => {
+  const context = contextFor(uniquePrefix("search-claims-many"));
+  const { keys } = context.connections;
+  // Registry names nobody matches (never read as claims, so never pruned), then one that matches.
+  const filler = Array.from({ length: SEARCH_SCAN_MAX + 5 }, (_, i) =>
+    claimName(`/srv/out/filler-${String(i).padStart(6, "0")}`),
+  );
+  await claims.zadd(keys.claimRegistry, ...filler.flatMap((name) => [0, name]));
+  const name = claimName("/srv/out/needle");
+  assert.equal(
+    (await acquireClaim(claims, keys, name, { workerId: "w" }, { ttlMs: 60_000, refreshEveryMs: 10_000 })).status,
+    "acquired",
+  );
+  const first = await getClaims(context, { limit: 10, q: "NEEDLE" });
+  assert.deepEqual(first.claims, []);
+  assert.equal(first.nextCursor, filler[SEARCH_SCAN_MAX - 1]);
+  const second = await getClaims(context, { limit: 10, q: "NEEDLE", cursor: first.nextCursor! });
+  assert.deepEqual(
+    second.claims.map((c) => c.name),
+    [name],
+  );
+  assert.equal(second.nextCursor, null);
 });
 
 test("rebuilds: paged rows, q a case-insensitive substring of rebuild/tenant", async () => {
