@@ -673,6 +673,22 @@ return out
 `,
 } as const satisfies LuaScript;
 
+export const HASH_AS_LINES = {
+  command: "claimwatchHashAsLines",
+  keys: ["hash"],
+  lua: `
+--[[ A whole hash as one string, field and value on alternate lines: the /metrics scrape reads the
+metrics counters hash (~17 000 fields with 1 000 series), and one reply value decodes far faster
+than 34 000 (ioredis then also builds an object of 17 000 keys). Only for hashes whose fields and
+values hold no newline (lib/metrics/counters: names match NAME_PATTERN, values are numbers).
+KEYS[1] hash
+ARGV[1] unused (none is passed)
+Returns 'field1\\nvalue1\\nfield2\\nvalue2...' ('' for a missing or empty hash)
+]]
+return table.concat(redis.call('HGETALL', KEYS[1]), '\\n')
+`,
+} as const satisfies LuaScript;
+
 /** The scripts defined in this file (domains keep their own, e.g. lib/runs/scripts.ts). */
 export const ALL_SCRIPTS: readonly LuaScript[] = [
   CLAIM_ACQUIRE,
@@ -690,6 +706,7 @@ export const ALL_SCRIPTS: readonly LuaScript[] = [
   CLAIM_REFRESHES_PRUNE,
   NEWEST_IN_INDEXES,
   UNSERVED_TICKS,
+  HASH_AS_LINES,
 ];
 
 /** The narrowest client that can run scripts. */
