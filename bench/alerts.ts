@@ -8,6 +8,8 @@
  * Goals (issue 16): evaluation p50 ≤ 50 ms, scrape p50 ≤ 200 ms at 10k claims, growth 1k → 10k at
  * most linear (≤ 10×).
  *
+ * Each figure also prints its CPU per sample (this process, and redis-server from INFO cpu): steadier
+ * than wall time when other work loads the machine.
  * Env: BENCH_SAMPLES (default 25) per figure. BENCH_PROFILE=<dir>: also write one V8 CPU profile
  * per figure (`<dir>/{eval,scrape}-{1k,10k}.cpuprofile`, the samples' loop only) and print the
  * Redis commands each figure's loop ran (`INFO commandstats`, both databases share the server).
@@ -131,14 +133,23 @@ try {
     session.connect();
     await session.post("Profiler.enable");
   }
+  /** The redis-server's CPU time so far (ms, user + system). */
+  const redisCpu = async () => {
+    const info = String(await main.info("cpu"));
+    const field = (name: string) => Number(new RegExp(`${name}:([\\d.]+)`).exec(info)?.[1] ?? 0);
+    return (field("used_cpu_user") + field("used_cpu_sys")) * 1000;
+  };
+  /** CPU per sample of `loop` (this process, and Redis): steadier than wall time on a loaded machine. */
+  async function cpuOf(loop: () => Promise<void>): Promise<{ node: number; redis: number }> {
+    const redisBefore = await redisCpu();
+    const nodeBefore = process.cpuUsage();
+    await loop();
+    const node = process.cpuUsage(nodeBefore);
+    return { node: (node.user + node.system) / 1000 / SAMPLES, redis: ((await redisCpu()) - redisBefore) / SAMPLES };
+  }
   /** Runs `loop` under the profiler (BENCH_PROFILE) and prints its Redis commands per sample. */
   async function profiled(name: string, loop: () => Promise<void>): Promise<void> {
     if (!session) return loop();
-    const redisCpu = async () => {
-      const info = String(await main.info("cpu"));
-      const field = (name: string) => Number(new RegExp(`${name}:([\\d.]+)`).exec(info)?.[1] ?? 0);
-      return (field("used_cpu_user") + field("used_cpu_sys")) * 1000;
-    };
     await main.config("RESETSTAT");
     const cpuBefore = await redisCpu();
     await session.post("Profiler.start");
@@ -167,27 +178,33 @@ try {
     const first = await evaluator.tick(); // takes the claim, commits the first firing set
     if (!evaluator.leading) throw new Error("the bench evaluator did not get the claim");
     const evals: number[] = [];
-    await profiled(`eval-${tag}`, async () => {
-      for (let i = 0; i < SAMPLES; i++) {
-        const start = performance.now();
-        await evaluator.evaluate();
-        evals.push(performance.now() - start);
-      }
-    });
+    const evalCpu = await cpuOf(() =>
+      profiled(`eval-${tag}`, async () => {
+        for (let i = 0; i < SAMPLES; i++) {
+          const start = performance.now();
+          await evaluator.evaluate();
+          evals.push(performance.now() - start);
+        }
+      }),
+    );
     const scrapes: number[] = [];
     let bytes = 0;
-    await profiled(`scrape-${tag}`, async () => {
-      for (let i = 0; i < SAMPLES; i++) {
-        const start = performance.now();
-        const { body } = await collectMetrics({ main, claims, keys, definitions, queue });
-        scrapes.push(performance.now() - start);
-        bytes = body.length;
-      }
-    });
+    const scrapeCpu = await cpuOf(() =>
+      profiled(`scrape-${tag}`, async () => {
+        for (let i = 0; i < SAMPLES; i++) {
+          const start = performance.now();
+          const { body } = await collectMetrics({ main, claims, keys, definitions, queue });
+          scrapes.push(performance.now() - start);
+          bytes = body.length;
+        }
+      }),
+    );
     const result = { evalMs: p50(evals), scrapeMs: p50(scrapes), bytes };
     say(
       `${label}: first cycle ${first.status} (${first.active} active); eval p50 ${result.evalMs.toFixed(1)} ms, scrape p50 ${result.scrapeMs.toFixed(1)} ms (${(bytes / 1024).toFixed(0)} KiB)`,
     );
+    const cpu = (c: { node: number; redis: number }) => `node ${c.node.toFixed(1)} + redis ${c.redis.toFixed(1)} ms`;
+    say(`  CPU per sample: eval ${cpu(evalCpu)}; scrape ${cpu(scrapeCpu)}`);
     return result;
   }
 
