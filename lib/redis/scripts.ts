@@ -584,8 +584,9 @@ export const CLAIM_NOT_REFRESHED = {
 --[[ The claims the alert evaluator must look at, without visiting every claim: those whose last
 refresh (claimRefreshes, kept by the claim scripts) is at least ARGV[1] ms old at now + ARGV[2],
 and every registered claim that has no claimRefreshes entry (acquired by a claimwatch that did not
-keep it yet: ZDIFF, O(registry) in C). Entries of expired claims come back too: callers read the
-claims themselves (CLAIM_CENSUS) and drop such entries with CLAIM_REFRESHES_PRUNE.
+keep it yet: ZDIFF, O(registry) in C; on a Redis before 6.2, which has no ZDIFF, one ZSCORE per
+registered claim instead). Entries of expired claims come back too: callers read the claims
+themselves (CLAIM_CENSUS) and drop such entries with CLAIM_REFRESHES_PRUNE.
 KEYS[1] claimRefreshes  ZSET claim name -> refreshedAt
 KEYS[2] claimRegistry   ZSET of claim names
 ARGV[1] age, ms   ARGV[2] margin, ms (covers the time until the claims are read)
@@ -595,7 +596,14 @@ Returns {serverTimeMs, {name, ...}, {name, ...}}: names last refreshed at or bef
 local t = redis.call('TIME')
 local nowMs = t[1] * 1000 + math.floor(t[2] / 1000)
 local upTo = string.format('%.0f', nowMs + tonumber(ARGV[2]) - tonumber(ARGV[1]))
-return {nowMs, redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', upTo), redis.call('ZDIFF', 2, KEYS[2], KEYS[1])}
+local unindexed = redis.pcall('ZDIFF', 2, KEYS[2], KEYS[1])
+if type(unindexed) == 'table' and unindexed.err then
+  unindexed = {}
+  for _, name in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+    if not redis.call('ZSCORE', KEYS[1], name) then unindexed[#unindexed + 1] = name end
+  end
+end
+return {nowMs, redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', upTo), unindexed}
 `,
 } as const satisfies LuaScript;
 
