@@ -128,13 +128,14 @@ export async function readClaimCensus(
     });
     if (names.length === 0) break;
   }
-  if (gone.length > 0) {
+  for (let from = 0; from < gone.length; from += CHUNK) {
+    const names = gone.slice(from, from + CHUNK);
     await runVariadicScript(
       client,
       CLAIM_REFRESHES_PRUNE,
       [keys.claimRefreshes],
-      gone.map((name) => keys.claim(name)),
-      gone,
+      names.map((name) => keys.claim(name)),
+      names,
     );
   }
   const skips = new Map<string, number>();
