@@ -8,10 +8,15 @@
  * Goals (issue 16): evaluation p50 ≤ 50 ms, scrape p50 ≤ 200 ms at 10k claims, growth 1k → 10k at
  * most linear (≤ 10×).
  *
- * Env: BENCH_SAMPLES (default 25) per figure.
+ * Each figure also prints its CPU per sample (this process, and redis-server from INFO cpu): steadier
+ * than wall time when other work loads the machine.
+ * Env: BENCH_SAMPLES (default 25) per figure. BENCH_PROFILE=<dir>: also write one V8 CPU profile
+ * per figure (`<dir>/{eval,scrape}-{1k,10k}.cpuprofile`, the samples' loop only) and print the
+ * Redis commands each figure's loop ran (`INFO commandstats`, both databases share the server).
  * Last line: RESULT eval_p50_ms=… scrape_p50_ms=… scrape_10k_vs_1k=… eval_10k_vs_1k=… (p50s at 10k claims)
  */
 import fs from "node:fs";
+import { Session } from "node:inspector/promises";
 import os from "node:os";
 import path from "node:path";
 import { Queue } from "bullmq";
@@ -35,6 +40,8 @@ const main = new Redis(server.url, { maxRetriesPerRequest: null });
 const claims = new Redis(`${server.url}/1`, { maxRetriesPerRequest: null });
 const keys = redisKeys("bench");
 const say = (line: string) => process.stdout.write(`${line}\n`);
+const profileDir = process.env.BENCH_PROFILE;
+const session = profileDir ? new Session() : null;
 
 try {
   const tenants = Array.from({ length: TENANTS }, (_, i) => `t${i}`);
@@ -121,41 +128,97 @@ try {
     role: "(bench)",
   });
 
+  if (session) {
+    fs.mkdirSync(profileDir!, { recursive: true });
+    session.connect();
+    await session.post("Profiler.enable");
+  }
+  /** The redis-server's CPU time so far (ms, user + system). */
+  const redisCpu = async () => {
+    const info = String(await main.info("cpu"));
+    const field = (name: string) => Number(new RegExp(`${name}:([\\d.]+)`).exec(info)?.[1] ?? 0);
+    return (field("used_cpu_user") + field("used_cpu_sys")) * 1000;
+  };
+  /** CPU per sample of `loop` (this process, and Redis): steadier than wall time on a loaded machine. */
+  async function cpuOf(loop: () => Promise<void>): Promise<{ node: number; redis: number }> {
+    const redisBefore = await redisCpu();
+    const nodeBefore = process.cpuUsage();
+    await loop();
+    const node = process.cpuUsage(nodeBefore);
+    return { node: (node.user + node.system) / 1000 / SAMPLES, redis: ((await redisCpu()) - redisBefore) / SAMPLES };
+  }
+  /** Runs `loop` under the profiler (BENCH_PROFILE) and prints its Redis commands per sample. */
+  async function profiled(name: string, loop: () => Promise<void>): Promise<void> {
+    if (!session) return loop();
+    await main.config("RESETSTAT");
+    const cpuBefore = await redisCpu();
+    await session.post("Profiler.start");
+    await loop();
+    const { profile } = await session.post("Profiler.stop");
+    const cpuMs = ((await redisCpu()) - cpuBefore) / SAMPLES;
+    fs.writeFileSync(path.join(profileDir!, `${name}.cpuprofile`), JSON.stringify(profile));
+    const stats = String(await main.info("commandstats"))
+      .split(/\r?\n/)
+      .map((line) => /^cmdstat_([^:]+):calls=(\d+),usec=(\d+)/.exec(line))
+      .filter((m): m is RegExpExecArray => m !== null)
+      .map((m) => ({ command: m[1]!, calls: Number(m[2]) / SAMPLES, ms: Number(m[3]) / 1000 / SAMPLES }))
+      .filter((c) => c.command !== "config" && c.command !== "info")
+      .sort((a, b) => b.ms - a.ms);
+    // A script's time includes the commands it ran, which are also counted on their own.
+    say(
+      `  ${name} redis per sample: CPU ${cpuMs.toFixed(1)} ms; ${stats
+        .slice(0, 8)
+        .map((c) => `${c.command} ${c.calls.toFixed(0)}× ${c.ms.toFixed(1)} ms`)
+        .join(", ")}`,
+    );
+  }
+
   const p50 = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
-  async function measure(label: string): Promise<{ evalMs: number; scrapeMs: number; bytes: number }> {
+  async function measure(label: string, tag: string): Promise<{ evalMs: number; scrapeMs: number; bytes: number }> {
     const first = await evaluator.tick(); // takes the claim, commits the first firing set
     if (!evaluator.leading) throw new Error("the bench evaluator did not get the claim");
     const evals: number[] = [];
-    for (let i = 0; i < SAMPLES; i++) {
-      const start = performance.now();
-      await evaluator.evaluate();
-      evals.push(performance.now() - start);
-    }
+    const evalCpu = await cpuOf(() =>
+      profiled(`eval-${tag}`, async () => {
+        for (let i = 0; i < SAMPLES; i++) {
+          const start = performance.now();
+          await evaluator.evaluate();
+          evals.push(performance.now() - start);
+        }
+      }),
+    );
     const scrapes: number[] = [];
     let bytes = 0;
-    for (let i = 0; i < SAMPLES; i++) {
-      const start = performance.now();
-      const { body } = await collectMetrics({ main, claims, keys, definitions, queue });
-      scrapes.push(performance.now() - start);
-      bytes = body.length;
-    }
+    const scrapeCpu = await cpuOf(() =>
+      profiled(`scrape-${tag}`, async () => {
+        for (let i = 0; i < SAMPLES; i++) {
+          const start = performance.now();
+          const { body } = await collectMetrics({ main, claims, keys, definitions, queue });
+          scrapes.push(performance.now() - start);
+          bytes = body.length;
+        }
+      }),
+    );
     const result = { evalMs: p50(evals), scrapeMs: p50(scrapes), bytes };
     say(
       `${label}: first cycle ${first.status} (${first.active} active); eval p50 ${result.evalMs.toFixed(1)} ms, scrape p50 ${result.scrapeMs.toFixed(1)} ms (${(bytes / 1024).toFixed(0)} KiB)`,
     );
+    const cpu = (c: { node: number; redis: number }) => `node ${c.node.toFixed(1)} + redis ${c.redis.toFixed(1)} ms`;
+    say(`  CPU per sample: eval ${cpu(evalCpu)}; scrape ${cpu(scrapeCpu)}`);
     return result;
   }
 
   await holdClaims(1_000);
-  const small = await measure("1k claims, 1k series");
+  const small = await measure("1k claims, 1k series", "1k");
   await holdClaims(10_000);
-  const large = await measure("10k claims, 1k series");
+  const large = await measure("10k claims, 1k series", "10k");
   await evaluator.stop();
   await queue.close();
   say(
     `RESULT eval_p50_ms=${large.evalMs.toFixed(1)} scrape_p50_ms=${large.scrapeMs.toFixed(1)} scrape_10k_vs_1k=${(large.scrapeMs / small.scrapeMs).toFixed(2)} eval_10k_vs_1k=${(large.evalMs / small.evalMs).toFixed(2)}`,
   );
 } finally {
+  session?.disconnect();
   main.disconnect();
   claims.disconnect();
   await server.stop(5_000);

@@ -12,7 +12,7 @@ import type { Definitions } from "../rebuilds/definitions";
 import type { RedisKeys } from "../redis/keys";
 import { describeError } from "../describe-error";
 import { receiversOf, type AlertsConfig, type Receiver } from "./config";
-import { commitChanges, isEmpty, planChanges, readAlertState } from "./commit";
+import { commitChanges, isEmpty, planChanges, readAlertStateSince, type AlertState } from "./commit";
 import { OutboxPump } from "./outbox";
 import { EVALUATOR_CLAIM, evaluateRules } from "./rules";
 import { readAlertSnapshot, recordExpectedTicks, redisTime } from "./snapshot";
@@ -52,6 +52,8 @@ export class AlertEvaluator {
   private lastError: string | null = null;
   /** Series → its next scheduled tick (ms): cron is parsed only when a tick comes due. */
   private readonly nextTicks = new Map<string, number>();
+  /** The alert state read last; read again only when its stored version moved. */
+  private state: AlertState | null = null;
 
   constructor(private readonly deps: EvaluatorDeps) {
     this.receivers = receiversOf(deps.config);
@@ -160,10 +162,16 @@ export class AlertEvaluator {
     const { main, claims, keys, definitions, config } = this.deps;
     const now = await redisTime(main);
     await recordExpectedTicks(main, keys, definitions, now, this.nextTicks);
-    const state = await readAlertState(main, keys);
+    const state = (this.state = await readAlertStateSince(main, keys, this.state));
     const takeoverWindowMs = config.rules.takeover ? config.rules.takeover.resolveAfter : 0;
     const graceMs = config.rules.scheduleMissed ? config.rules.scheduleMissed.grace : 0;
-    const snapshot = await readAlertSnapshot(main, claims, keys, definitions, { takeoverWindowMs, graceMs });
+    // A claim alerts once stale for `for`, and staleness starts no earlier than its last refresh.
+    const claimStaleForMs = config.rules.claimStale ? config.rules.claimStale.for : Number.MAX_SAFE_INTEGER;
+    const snapshot = await readAlertSnapshot(main, claims, keys, definitions, {
+      takeoverWindowMs,
+      graceMs,
+      claimStaleForMs,
+    });
     const outcome = evaluateRules(snapshot, config, { definitions, publicOrigin: this.deps.publicOrigin });
     const changes = planChanges(state, outcome, snapshot.pending, this.receivers, snapshot.now);
     const counts = { fired: changes.fire.length, resolved: changes.resolve.length, active: outcome.active.length };

@@ -237,8 +237,14 @@ export function evaluateRules(snapshot: AlertSnapshot, config: AlertsConfig, con
   return { active, pendingSet, pendingDel, missed };
 }
 
+/** Claim name → owner, per definitions object (they do not change once parsed). */
+const ownersByDefinitions = new WeakMap<Definitions, Map<string, { rebuild: string; tenant: string | undefined }>>();
+
 function claimOwners(definitions: Definitions): Map<string, { rebuild: string; tenant: string | undefined }> {
+  const known = ownersByDefinitions.get(definitions);
+  if (known) return known;
   const owners = new Map<string, { rebuild: string; tenant: string | undefined }>();
+  ownersByDefinitions.set(definitions, owners);
   for (const definition of definitions.rebuilds.values()) {
     for (const tenant of tenantsOf(definition)) {
       owners.set(claimName(definition.outputPath, tenant), { rebuild: definition.name, tenant });
@@ -247,7 +253,18 @@ function claimOwners(definitions: Definitions): Map<string, { rebuild: string; t
   return owners;
 }
 
+/** "rebuild|tenant" → claim name, per definitions object. */
+const claimsByDefinitions = new WeakMap<Definitions, Map<string, string>>();
+
 function claimOf(definitions: Definitions, series: { rebuild: string; tenant: string | null }): string {
-  const definition = definitions.rebuilds.get(series.rebuild);
-  return definition ? claimName(definition.outputPath, series.tenant ?? undefined) : "";
+  let claims = claimsByDefinitions.get(definitions);
+  if (!claims) claimsByDefinitions.set(definitions, (claims = new Map()));
+  const key = `${series.rebuild}|${series.tenant ?? ""}`;
+  let claim = claims.get(key);
+  if (claim === undefined) {
+    const definition = definitions.rebuilds.get(series.rebuild);
+    claim = definition ? claimName(definition.outputPath, series.tenant ?? undefined) : "";
+    claims.set(key, claim);
+  }
+  return claim;
 }

@@ -14,7 +14,7 @@ import { inspectRedis, type RedisSafety } from "../health/redis-safety";
 import { tenantsOf, type Definitions } from "../rebuilds/definitions";
 import { schedulerIdOf } from "../rebuilds/queue";
 import type { RedisKeys } from "../redis/keys";
-import { NEWEST_IN_INDEXES, runVariadicScript, type ScriptingClient } from "../redis/scripts";
+import { NEWEST_IN_INDEXES, runVariadicScript, UNSERVED_TICKS, type ScriptingClient } from "../redis/scripts";
 import { HEARTBEAT_TTL_MS } from "../workers/heartbeat";
 
 type Client = Pick<Redis, "pipeline">;
@@ -55,7 +55,10 @@ export interface TakeoverEvent {
 export interface AlertSnapshot {
   /** Main Redis time, ms. */
   now: number;
-  /** Claims census with `onlyStale`: `census.claims` holds the stale claims only. */
+  /**
+   * Claims census with `onlyStale`: `census.claims` holds the stale claims not refreshed for
+   * `claimStaleForMs` (others cannot have been stale that long), read through the claimRefreshes index.
+   */
   census: ClaimCensus;
   workersLive: number;
   /** Score of the newest worker heartbeat ever seen in the registry, or null. */
@@ -153,7 +156,12 @@ export async function readAlertSnapshot(
   claims: Client & ScriptingClient,
   keys: RedisKeys,
   definitions: Definitions,
-  options: { takeoverWindowMs: number; graceMs: number },
+  options: {
+    takeoverWindowMs: number;
+    graceMs: number;
+    /** The claimStale rule's `for`; omitted: every stale claim (none without the rule: MAX_SAFE_INTEGER). */
+    claimStaleForMs?: number;
+  },
 ): Promise<AlertSnapshot> {
   const seriesList: { rebuild: string; tenant: string | undefined; scheduled: boolean }[] = [];
   for (const definition of definitions.rebuilds.values()) {
@@ -200,7 +208,7 @@ export async function readAlertSnapshot(
   const pendingHash = replies[3] as Record<string, string>;
   const missedCursors = (replies[4] ?? []) as (string | null)[];
 
-  // Round trip 2 (main): running runs, newest failed runs, unserved ticks.
+  // Round trip 2 (main): running runs and newest failed runs (a pipeline), unserved ticks (a script).
   const second = main.pipeline();
   for (const id of runningIds) second.hmget(keys.run(id), "rebuild", "tenant", "startedAt", "createdAt", "status");
   const entry = (index: number) =>
@@ -221,16 +229,18 @@ export async function readAlertSnapshot(
     if (s.newestFailed) second.hmget(keys.run(s.newestFailed.id), "attempt", "reason");
   }
   const scheduled = seriesList.map((s, i) => ({ ...s, runs: series[i]! })).filter((s) => s.scheduled);
+  const tickKeys: string[] = [];
+  const tickArgs: number[] = [now - options.graceMs];
   for (const s of scheduled) {
     // Ticks due at least `grace` ago, after the newest run (a run that started answers them all).
-    const after = Math.max(now - TICK_WINDOW_MS, s.runs.newestRunAt ?? 0);
-    second.zrangebyscore(keys.expectedTicks(s.rebuild, s.tenant), `(${after}`, now - options.graceMs);
-    second.zrangebyscore(keys.scheduleTicks(s.rebuild, s.tenant), `(${after}`, "+inf", "WITHSCORES");
+    tickKeys.push(keys.expectedTicks(s.rebuild, s.tenant), keys.scheduleTicks(s.rebuild, s.tenant));
+    tickArgs.push(Math.max(now - TICK_WINDOW_MS, s.runs.newestRunAt ?? 0));
   }
-  const [secondReplies, census, mainSafety, claimsSafety, takeoverEntries] = await Promise.all([
+  const [secondReplies, unserved, census, mainSafety, claimsSafety, takeoverEntries] = await Promise.all([
     execOrThrow(second),
-    // Only the stale claims: the rules alert on no other (the scrape reads them all).
-    readClaimCensus(claims, keys, liveIds, { onlyStale: true }),
+    runVariadicScript(main, UNSERVED_TICKS, [keys.runIndex()], tickKeys, tickArgs) as Promise<string[]>,
+    // Only the claims stale for the rule's `for`: the rules alert on no other (the scrape reads them all).
+    readClaimCensus(claims, keys, liveIds, { onlyStale: true, notRefreshedForMs: options.claimStaleForMs }),
     inspectRedis(main),
     inspectRedis(claims),
     readTakeovers(claims, keys, options.takeoverWindowMs),
@@ -254,13 +264,10 @@ export async function readAlertSnapshot(
     s.newestFailed.attempt = Number(attempt ?? 0);
     s.newestFailed.reason = reason ?? "";
   }
-  for (const s of scheduled) {
-    const expected = (secondReplies[at++] as string[]).map(Number);
-    const servedRaw = secondReplies[at++] as string[];
-    const served = new Set<number>();
-    for (let i = 1; i < servedRaw.length; i += 2) served.add(Number(servedRaw[i]));
-    s.runs.unservedTicks = expected.filter((tick) => !served.has(tick));
-  }
+  scheduled.forEach((s, i) => {
+    const ticks = unserved[i] ?? "";
+    s.runs.unservedTicks = ticks === "" ? [] : ticks.split(",").map(Number);
+  });
   const pending: Record<string, number> = {};
   for (const [id, since] of Object.entries(pendingHash)) pending[id] = Number(since);
   return {

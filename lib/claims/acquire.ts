@@ -58,6 +58,7 @@ export async function acquireClaim(
       keys.claimRegistry,
       keys.claimTrail(name),
       keys.claimsEnded,
+      keys.claimRefreshes,
     ],
     [
       token,

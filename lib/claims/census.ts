@@ -7,10 +7,26 @@
  * stale within `NEAR_STALE_MS`, only those are read, and `staleReasons` decides on them. Lighter
  * than `listClaims` (no token, no pruning, no jobId or revocation fields), since both callers read
  * all claims every cycle. O(claims) Redis work; O(stale claims) decoding with `onlyStale`.
+ *
+ * With `onlyStale` and `notRefreshedForMs` (the evaluator: a claim alerts only once stale for the
+ * rule's `for`, and staleness never starts before the last refresh), the claims come from the
+ * `claimRefreshes` index instead of the registry (CLAIM_NOT_REFRESHED): only those not refreshed
+ * for that long, plus any registered claim the index lacks. O(those claims), not O(claims).
+ * They are read whole (no CLAIM_STALE_CANDIDATES pick: few, and mostly stale), so index entries
+ * whose claim expired are seen and dropped on the way (CLAIM_REFRESHES_PRUNE).
  */
 import type { Redis } from "ioredis";
 import type { RedisKeys } from "../redis/keys";
-import { CLAIM_CENSUS, CLAIM_STALE_CANDIDATES, runVariadicScript, type ScriptingClient } from "../redis/scripts";
+import {
+  CLAIM_CENSUS,
+  CLAIM_NOT_REFRESHED,
+  CLAIM_REFRESHES_PRUNE,
+  CLAIM_STALE_CANDIDATES,
+  queueScript,
+  runVariadicScript,
+  scriptPipeline,
+  type ScriptingClient,
+} from "../redis/scripts";
 import { holderFromCensusRecord, unexpectedReply, type CensusHolder } from "./holder";
 import { staleReasons, type StaleReason } from "./list";
 import { STALE_AFTER_REFRESHES, staleSince } from "./stale";
@@ -47,27 +63,44 @@ export async function readClaimCensus(
   client: Pick<Redis, "pipeline"> & ScriptingClient,
   keys: RedisKeys,
   liveWorkerIds: ReadonlySet<string> | undefined,
-  options: { onlyStale?: boolean } = {},
+  options: { onlyStale?: boolean; notRefreshedForMs?: number } = {},
 ): Promise<ClaimCensus> {
   if (options.onlyStale && !liveWorkerIds) throw new Error("claims census: onlyStale needs the live worker ids");
-  const first = await client
-    .pipeline()
-    .zrange(keys.claimRegistry, "0", "-1")
-    .hgetall(keys.claimSkips)
-    .hgetall(keys.claimCounters)
-    .exec();
+  const fromIndex = options.onlyStale === true && options.notRefreshedForMs !== undefined;
+  const pipeline = scriptPipeline(client, fromIndex ? [CLAIM_NOT_REFRESHED] : []);
+  if (fromIndex) {
+    queueScript(
+      pipeline,
+      CLAIM_NOT_REFRESHED,
+      [keys.claimRefreshes, keys.claimRegistry],
+      [Math.max(0, Math.floor(options.notRefreshedForMs!)), NEAR_STALE_MS],
+    );
+  } else {
+    pipeline.zrange(keys.claimRegistry, "0", "-1");
+  }
+  const first = await pipeline.hgetall(keys.claimSkips).hgetall(keys.claimCounters).exec();
   const failed = first?.find(([error]) => error);
   if (!first || failed) throw failed?.[0] ?? new Error("claims census: no reply");
-  const names = first[0]![1] as string[];
+  let names: string[];
+  /** Names read from the index: their entry is dropped if the claim turns out gone. */
+  let indexed = new Set<string>();
+  if (fromIndex) {
+    const [, notRefreshed, unindexed] = first[0]![1] as [number, string[], string[]];
+    indexed = new Set(notRefreshed);
+    names = unindexed.length === 0 ? notRefreshed : [...notRefreshed, ...unindexed.filter((n) => !indexed.has(n))];
+  } else {
+    names = first[0]![1] as string[];
+  }
   const skipsHash = first[1]![1] as Record<string, string>;
   const counters = first[2]![1] as Record<string, string>;
 
   // Chunks keep one script call (and the Redis pause it makes) bounded.
   const claims: CensusClaim[] = [];
-  let serverTime = 0;
-  for (let from = 0; from < names.length || from === 0; from += CHUNK) {
+  const gone: string[] = [];
+  let serverTime = fromIndex ? Number((first[0]![1] as unknown[])[0]) : 0;
+  for (let from = 0; from < names.length || (from === 0 && !fromIndex); from += CHUNK) {
     let chunk = names.slice(from, from + CHUNK);
-    if (options.onlyStale && chunk.length > 0) {
+    if (options.onlyStale && !fromIndex && chunk.length > 0) {
       const metaKeys = chunk.map((name) => keys.claimMeta(name));
       const picked = (await runVariadicScript(client, CLAIM_STALE_CANDIDATES, [keys.claimRegistry], metaKeys, [
         STALE_AFTER_REFRESHES,
@@ -85,11 +118,25 @@ export async function readClaimCensus(
     serverTime = Number(reply[0]);
     chunk.forEach((name, i) => {
       const record = reply[1 + i] as string;
-      if (record === "") return; // expired since the registry was read, or no metadata
+      if (record === "") {
+        // expired since the registry was read, or no metadata
+        if (indexed.has(name)) gone.push(name);
+        return;
+      }
       const claim = censusClaim(name, record, serverTime, liveWorkerIds);
       if (!options.onlyStale || claim.stale.length > 0) claims.push(claim);
     });
     if (names.length === 0) break;
+  }
+  for (let from = 0; from < gone.length; from += CHUNK) {
+    const names = gone.slice(from, from + CHUNK);
+    await runVariadicScript(
+      client,
+      CLAIM_REFRESHES_PRUNE,
+      [keys.claimRefreshes],
+      names.map((name) => keys.claim(name)),
+      names,
+    );
   }
   const skips = new Map<string, number>();
   for (const [name, count] of Object.entries(skipsHash)) if (Number(count) > 0) skips.set(name, Number(count));

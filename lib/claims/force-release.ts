@@ -81,7 +81,14 @@ export async function forceReleaseClaim(
     reply = await runScript(
       clients.claims,
       CLAIM_FORCE_RELEASE,
-      [keys.claim(name), keys.claimMeta(name), keys.claimRegistry, keys.claimTrail(name), keys.claimsEnded],
+      [
+        keys.claim(name),
+        keys.claimMeta(name),
+        keys.claimRegistry,
+        keys.claimTrail(name),
+        keys.claimsEnded,
+        keys.claimRefreshes,
+      ],
       [token, name, actor, FORCE_RELEASE_MARGIN_MS, reason],
     );
   } catch (error) {

@@ -15,7 +15,7 @@ export async function refreshClaim(
   const reply = await runScript(
     client,
     CLAIM_REFRESH,
-    [keys.claim(name), keys.claimMeta(name), keys.claimTrail(name), keys.claimsEnded],
+    [keys.claim(name), keys.claimMeta(name), keys.claimTrail(name), keys.claimsEnded, keys.claimRefreshes],
     [token, ttlMs, name],
   );
   switch (reply) {

@@ -19,7 +19,14 @@ export async function releaseClaim(
   const reply = await runScript(
     client,
     CLAIM_RELEASE,
-    [keys.claim(name), keys.claimMeta(name), keys.claimRegistry, keys.claimTrail(name), keys.claimsEnded],
+    [
+      keys.claim(name),
+      keys.claimMeta(name),
+      keys.claimRegistry,
+      keys.claimTrail(name),
+      keys.claimsEnded,
+      keys.claimRefreshes,
+    ],
     [token, name],
   );
   switch (reply) {

@@ -15,13 +15,13 @@ import { readClaimCensus } from "../claims/census";
 import { claimName } from "../claims/name";
 import { tenantsOf, type Definitions } from "../rebuilds/definitions";
 import type { RedisKeys } from "../redis/keys";
-import type { ScriptingClient } from "../redis/scripts";
+import { HASH_AS_LINES, queueScript, scriptPipeline, type ScriptingClient } from "../redis/scripts";
 import { HEARTBEAT_TTL_MS } from "../workers/heartbeat";
 import { DURATION_BUCKETS } from "./counters";
 import { EXPOSITION_CONTENT_TYPE, Exposition, labelPair } from "./exposition";
 
 export interface MetricsSources {
-  main: Pick<Redis, "pipeline">;
+  main: Pick<Redis, "pipeline"> & ScriptingClient;
   claims: Pick<Redis, "pipeline"> & ScriptingClient;
   keys: RedisKeys;
   definitions: Definitions;
@@ -40,14 +40,10 @@ export const QUEUE_STATES = [
 
 export async function collectMetrics(sources: MetricsSources): Promise<{ contentType: string; body: string }> {
   const { main, claims, keys, definitions } = sources;
+  const mainPipeline = scriptPipeline(main, [HASH_AS_LINES]).time().zrevrange(keys.workerRegistry, 0, -1, "WITHSCORES");
   const mainReplies =
-    (await main
-      .pipeline()
-      .time()
-      .zrevrange(keys.workerRegistry, 0, -1, "WITHSCORES")
-      .hgetall(keys.metricsCounters)
-      .hgetall(keys.alertsFiring)
-      .exec()) ?? [];
+    (await queueScript(mainPipeline, HASH_AS_LINES, [keys.metricsCounters], []).hgetall(keys.alertsFiring).exec()) ??
+    [];
   const failed = mainReplies.find(([error]) => error);
   if (failed || mainReplies.length !== 4) throw failed?.[0] ?? new Error("metrics: no reply from Redis");
   const [seconds, micros] = mainReplies[0]![1] as [string, string];
@@ -56,7 +52,8 @@ export async function collectMetrics(sources: MetricsSources): Promise<{ content
   const live = new Set<string>();
   for (let i = 0; i < registry.length; i += 2)
     if (Number(registry[i + 1]) >= now - HEARTBEAT_TTL_MS) live.add(registry[i]!);
-  const counters = mainReplies[2]![1] as Record<string, string>;
+  const counterLines = String(mainReplies[2]![1] ?? "");
+  const counters = counterLines === "" ? [] : counterLines.split("\n");
   const firing = mainReplies[3]![1] as Record<string, string>;
   const [census, jobCounts] = await Promise.all([
     readClaimCensus(claims, keys, live),
@@ -119,7 +116,7 @@ export async function collectMetrics(sources: MetricsSources): Promise<{ content
     }
     const owner = ownerOf(claim.name, claim.holder);
     active.inc(owner);
-    ttl.set(`${labelPair("claim", claim.name)},${owner}`, Math.max(0, claim.pttlMs) / 1000);
+    ttl.append(`${labelPair("claim", claim.name)},${owner}`, Math.max(0, claim.pttlMs) / 1000);
     for (const reason of claim.stale) stale.inc(`${owner},${reasonLabels[reason.kind]}`);
   }
   for (const [claim, count] of census.skips) skips.set(`${labelPair("claim", claim)},${ownerOf(claim)}`, count);
@@ -145,9 +142,9 @@ export async function collectMetrics(sources: MetricsSources): Promise<{ content
     if (!h) histograms.set(labels, (h = { buckets: new Map(), sum: 0, count: 0 }));
     return h;
   };
-  for (const [field, raw] of Object.entries(counters)) {
-    const parts = field.split("|");
-    const value = Number(raw);
+  for (let i = 0; i + 1 < counters.length; i += 2) {
+    const parts = counters[i]!.split("|");
+    const value = Number(counters[i + 1]);
     if (!Number.isFinite(value)) continue;
     const [kind, rebuild = "", tenant = ""] = parts;
     switch (kind) {
@@ -177,10 +174,10 @@ export async function collectMetrics(sources: MetricsSources): Promise<{ content
     let cumulative = 0;
     for (const [bound, le] of bounds) {
       cumulative += h.buckets.get(bound) ?? 0;
-      duration.set(`${labels},${le}`, cumulative, "_bucket");
+      duration.append(`${labels},${le}`, cumulative, "_bucket");
     }
-    duration.set(labels, h.sum, "_sum");
-    duration.set(labels, h.count, "_count");
+    duration.append(labels, h.sum, "_sum");
+    duration.append(labels, h.count, "_count");
   }
 
   const takeovers = counter(

@@ -35,6 +35,8 @@ function formatValue(value: number): string {
 export class MetricFamily {
   /** `sample{labels}` → value, in the order first written. */
   private readonly samples = new Map<string, number>();
+  /** Lines of `append`ed samples, written after the others. */
+  private readonly appended: string[] = [];
 
   constructor(
     readonly name: string,
@@ -57,6 +59,15 @@ export class MetricFamily {
     this.samples.set(key, (this.samples.get(key) ?? 0) + by);
   }
 
+  /**
+   * Adds a sample the caller knows is new in this family (a claim's TTL, a histogram's lines):
+   * written as is, without the lookup `set` and `inc` need (tens of thousands per scrape). Appended
+   * samples come after the `set`/`inc` ones; a family that only appends keeps its order.
+   */
+  append(labels: string, value: number, suffix = ""): void {
+    this.appended.push(`${this.sampleKey(labels, suffix)} ${formatValue(value)}`);
+  }
+
   private sampleKey(labels: string, suffix: string): string {
     return labels === "" ? `${this.name}${suffix}` : `${this.name}${suffix}{${labels}}`;
   }
@@ -66,6 +77,7 @@ export class MetricFamily {
     const name = escapeText(this.name);
     let text = `# HELP ${name} ${escapeText(this.help)}\n# TYPE ${name} ${this.type}`;
     for (const [sample, value] of this.samples) text += `\n${sample} ${formatValue(value)}`;
+    for (const line of this.appended) text += `\n${line}`;
     return text;
   }
 }

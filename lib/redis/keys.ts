@@ -36,6 +36,14 @@ export function redisKeys(prefix: string) {
     claimFence: (name: string) => `${tag}:claim-fence:${name}`,
     /** ZSET of claim names, all at score 0 (ordered by name; paged with ZRANGEBYLEX). */
     claimRegistry: `${tag}:claims`,
+    /**
+     * ZSET claim name → its `refreshedAt` (claims-server ms): written by the acquire and refresh
+     * scripts, removed by release (and a force release that finds the claim gone), so the alert
+     * evaluator reads only the claims not refreshed for a while, not every claim. An expired claim
+     * leaves its entry behind (nothing runs when a key expires): readers check the claim itself and
+     * drop such entries (CLAIM_REFRESHES_PRUNE). A score is never newer than the claim's refreshedAt.
+     */
+    claimRefreshes: `${tag}:claim-refreshes`,
     /** HASH claim name → consecutive skips; outlives the claim (read with or without one). */
     claimSkips: `${tag}:claim-skips`,
     /**

@@ -121,7 +121,7 @@ const META_INDEX = (field: (typeof META_FIELDS)[number]) => META_FIELDS.indexOf(
 
 export const CLAIM_ACQUIRE = {
   command: "claimwatchClaimAcquire",
-  keys: ["claim", "claimMeta", "claimFence", "claimRegistry", "claimTrail", "claimsEnded"],
+  keys: ["claim", "claimMeta", "claimFence", "claimRegistry", "claimTrail", "claimsEnded", "claimRefreshes"],
   lua: `
 --[[ Acquire a claim, or take it over from an earlier attempt of the same job.
 KEYS[1] claim          STRING holder token, PX ttl
@@ -129,6 +129,7 @@ KEYS[2] claimMeta      HASH ${META_FIELDS.join(", ")}; PX ttl
 KEYS[3] claimFence     STRING fence counter (INCR on every grant; never expires)
 KEYS[4] claimRegistry  ZSET of claim names (score 0)
 KEYS[5] claimTrail     STREAM (capped)   KEYS[6] claimsEnded STREAM (capped)
+KEYS[7] claimRefreshes ZSET claim name -> refreshedAt
 ARGV[1] token   ARGV[2] ttlMs   ARGV[3] claim name
 ARGV[4] jobId: a holder with this same non-empty job id is an earlier attempt and is taken over,
   unless both say their attempt (the identity's "attempt") and the holder's is the later one
@@ -194,6 +195,7 @@ redis.call('HSET', KEYS[2], 'jobId', ARGV[4], 'fence', fence, 'ttlMs', ARGV[2],
   'refreshEveryMs', ARGV[5], 'acquiredAt', nowMs, 'refreshedAt', nowMs, 'holder', ARGV[6])
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
 redis.call('ZADD', KEYS[4], 0, ARGV[3])
+redis.call('ZADD', KEYS[7], nowMs, ARGV[3])
 if ARGV[8] == '1' then
   redis.call('HSET', KEYS[2], 'trail', '1')
   if code == 2 then trail('taken-over', {'f', previousFence, 'h', previousHolder, 'by', ARGV[6]}) end
@@ -208,13 +210,13 @@ return {1, fence, nowMs}
 
 export const CLAIM_REFRESH = typedScript<number>()({
   command: "claimwatchClaimRefresh",
-  keys: ["claim", "claimMeta", "claimTrail", "claimsEnded"],
+  keys: ["claim", "claimMeta", "claimTrail", "claimsEnded", "claimRefreshes"],
   lua: `
 --[[ Extend a claim the caller still holds. A refresh later than two intervals after the last one
 is written to the claim's trail ("refreshed-late", with the gap).
-KEYS[1] claim   KEYS[2] claimMeta   KEYS[3] claimTrail   KEYS[4] claimsEnded
+KEYS[1] claim   KEYS[2] claimMeta   KEYS[3] claimTrail   KEYS[4] claimsEnded   KEYS[5] claimRefreshes
 ARGV[1] token   ARGV[2] ttlMs   ARGV[3] claim name
-Returns ${REPLY.done} refreshed (both keys PEXPIRE ttl, refreshedAt = now) | ${REPLY.missing} missing | ${REPLY.notOwner} not the owner
+Returns ${REPLY.done} refreshed (both keys PEXPIRE ttl, refreshedAt = now, in the metadata and in claimRefreshes) | ${REPLY.missing} missing | ${REPLY.notOwner} not the owner
       | ${REPLY.revoked} an operator force-released it: stop, then release to acknowledge (nothing changed)
 ]]
 local current = redis.call('GET', KEYS[1])
@@ -233,28 +235,31 @@ end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('HSET', KEYS[2], 'refreshedAt', nowMs)
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
+redis.call('ZADD', KEYS[5], nowMs, ARGV[3])
 return 1
 `,
 });
 
 export const CLAIM_RELEASE = typedScript<number>()({
   command: "claimwatchClaimRelease",
-  keys: ["claim", "claimMeta", "claimRegistry", "claimTrail", "claimsEnded"],
+  keys: ["claim", "claimMeta", "claimRegistry", "claimTrail", "claimsEnded", "claimRefreshes"],
   lua: `
 --[[ Release a claim the caller holds. Never touches a claim held by another token. Its trail
 gets "released", or "stopped" when it had been force-released (or "expired" when it was gone).
 KEYS[1] claim   KEYS[2] claimMeta   KEYS[3] claimRegistry   KEYS[4] claimTrail   KEYS[5] claimsEnded
+KEYS[6] claimRefreshes
 ARGV[1] token   ARGV[2] claim name
-Returns 1 released (claim, metadata and registry entry deleted)
+Returns 1 released (claim, metadata, registry and claimRefreshes entries deleted)
       | ${REPLY.alsoDone} acknowledged: the caller's claim had been force-released and it has stopped;
         the force release's marker is deleted, so the name is free now
-      | ${REPLY.missing} missing (it had expired; its stale registry entry is dropped on the way)
+      | ${REPLY.missing} missing (it had expired; its stale registry and claimRefreshes entries are dropped on the way)
       | ${REPLY.notOwner} not the owner (nothing changed)
 ]]
 ${TRAIL_LUA("KEYS[4]", "KEYS[5]", "ARGV[2]")}
 local current = redis.call('GET', KEYS[1])
 if not current then
   redis.call('ZREM', KEYS[3], ARGV[2])
+  redis.call('ZREM', KEYS[6], ARGV[2])
   noteExpiry()
   return ${REPLY.missing}
 end
@@ -269,13 +274,14 @@ if meta[1] == '1' then
 end
 redis.call('DEL', KEYS[1], KEYS[2])
 redis.call('ZREM', KEYS[3], ARGV[2])
+redis.call('ZREM', KEYS[6], ARGV[2])
 return code
 `,
 });
 
 export const CLAIM_FORCE_RELEASE = {
   command: "claimwatchClaimForceRelease",
-  keys: ["claim", "claimMeta", "claimRegistry", "claimTrail", "claimsEnded"],
+  keys: ["claim", "claimMeta", "claimRegistry", "claimTrail", "claimsEnded", "claimRefreshes"],
   lua: `
 --[[ Operator release, against the token the operator was shown. The holder may be alive (a
 stuck step, a wrong guess), so the claim is not freed at once: it becomes '${REVOKED_PREFIX}<token>'
@@ -284,19 +290,21 @@ own deadline) plus the holder's declared stop time (its steps' killGrace) plus a
 nobody, not even the same job's next attempt, can take it meanwhile. The holder's next refresh
 answers ${REPLY.revoked}; it stops its work and its release deletes the marker early.
 KEYS[1] claim   KEYS[2] claimMeta   KEYS[3] claimRegistry   KEYS[4] claimTrail   KEYS[5] claimsEnded
+KEYS[6] claimRefreshes (only the missing branch touches it: a revoked claim keeps its refreshedAt)
 ARGV[1] token the operator saw   ARGV[2] claim name   ARGV[3] actor   ARGV[4] margin ms   ARGV[5] reason
 The trail gets "force-released" (by, why, the window), whether or not the claim keeps one.
 Returns
   {1, token, ${META_FIELDS.join(", ")}, windowMs}   force-released: free when the holder acknowledges, at the latest in windowMs
   {${REPLY.alsoDone}, token, ${META_FIELDS.join(", ")}, pttl}   already force-released, its holder not yet stopped (nothing changed)
   {${REPLY.notOwner}, currentToken, ${META_FIELDS.join(", ")}, pttl}   not the shown token: a newer holder (nothing changed)
-  {${REPLY.missing}}   missing (registry entry dropped)
+  {${REPLY.missing}}   missing (registry and claimRefreshes entries dropped)
 ]]
 ${OR_EMPTY}
 ${TRAIL_LUA("KEYS[4]", "KEYS[5]", "ARGV[2]")}
 local current = redis.call('GET', KEYS[1])
 if not current then
   redis.call('ZREM', KEYS[3], ARGV[2])
+  redis.call('ZREM', KEYS[6], ARGV[2])
   noteExpiry()
   return {${REPLY.missing}}
 end
@@ -569,6 +577,56 @@ return out
 `,
 } as const satisfies LuaScript;
 
+export const CLAIM_NOT_REFRESHED = {
+  command: "claimwatchClaimNotRefreshed",
+  keys: ["claimRefreshes", "claimRegistry"],
+  lua: `
+--[[ The claims the alert evaluator must look at, without visiting every claim: those whose last
+refresh (claimRefreshes, kept by the claim scripts) is at least ARGV[1] ms old at now + ARGV[2],
+and every registered claim that has no claimRefreshes entry (acquired by a claimwatch that did not
+keep it yet: ZDIFF, O(registry) in C; on a Redis before 6.2, which has no ZDIFF, one ZSCORE per
+registered claim instead). Entries of expired claims come back too: callers read the claims
+themselves (CLAIM_CENSUS) and drop such entries with CLAIM_REFRESHES_PRUNE.
+KEYS[1] claimRefreshes  ZSET claim name -> refreshedAt
+KEYS[2] claimRegistry   ZSET of claim names
+ARGV[1] age, ms   ARGV[2] margin, ms (covers the time until the claims are read)
+Returns {serverTimeMs, {name, ...}, {name, ...}}: names last refreshed at or before
+  now + ARGV[2] - ARGV[1], oldest first; then registered names without an entry
+]]
+local t = redis.call('TIME')
+local nowMs = t[1] * 1000 + math.floor(t[2] / 1000)
+local upTo = string.format('%.0f', nowMs + tonumber(ARGV[2]) - tonumber(ARGV[1]))
+local unindexed = redis.pcall('ZDIFF', 2, KEYS[2], KEYS[1])
+if type(unindexed) == 'table' and unindexed.err then
+  unindexed = {}
+  for _, name in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+    if not redis.call('ZSCORE', KEYS[1], name) then unindexed[#unindexed + 1] = name end
+  end
+end
+return {nowMs, redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', upTo), unindexed}
+`,
+} as const satisfies LuaScript;
+
+export const CLAIM_REFRESHES_PRUNE = typedScript<number>()({
+  command: "claimwatchClaimRefreshesPrune",
+  keys: ["claimRefreshes"],
+  variadicKeys: true,
+  lua: `
+--[[ Drop the claimRefreshes entries of expired claims (an expiry runs no script, so it leaves its
+entry behind). Checked here, atomically: a name claimed again since the caller saw it gone keeps
+its (new) entry.
+KEYS[1] claimRefreshes   KEYS[2..n] claim (STRING) of each name, in ARGV order
+ARGV[1] the first claim name, ARGV[2..n-1] the others (ARGV[k] goes with KEYS[k + 1])
+Returns the number of entries dropped
+]]
+local dropped = 0
+for i = 2, #KEYS do
+  if redis.call('EXISTS', KEYS[i]) == 0 then dropped = dropped + redis.call('ZREM', KEYS[1], ARGV[i - 1]) end
+end
+return dropped
+`,
+});
+
 export const NEWEST_IN_INDEXES = {
   command: "claimwatchNewestInIndexes",
   keys: ["anchor"],
@@ -590,6 +648,55 @@ return out
 `,
 } as const satisfies LuaScript;
 
+export const UNSERVED_TICKS = {
+  command: "claimwatchUnservedTicks",
+  keys: ["anchor"],
+  variadicKeys: true,
+  lua: `
+--[[ The scheduled ticks no run answered, for many series in one call (alert evaluation: one
+command instead of two per scheduled series): per series, the expected ticks with
+after < tick <= ARGV[1] that are not the tick (score) of a run in scheduleTicks above after.
+KEYS[1] anchor  any key of the hash tag (unused), so the call has a slot with no series too
+KEYS[2k], KEYS[2k+1]  expectedTicks (ZSET tick -> tick) and scheduleTicks (ZSET runId -> tick) of
+  the k-th series
+ARGV[1] due until (ms: now - grace)   ARGV[1 + k] the k-th series' after (ms, exclusive)
+Returns {ticks1, ticks2, ...}: per series its unserved ticks, oldest first, joined by ',' ('' if none)
+]]
+local out = {}
+for i = 2, #KEYS, 2 do
+  local after = '(' .. ARGV[i / 2 + 1]
+  local expected = redis.call('ZRANGEBYSCORE', KEYS[i], after, ARGV[1])
+  local unserved = {}
+  if #expected > 0 then
+    local served = {}
+    local runs = redis.call('ZRANGEBYSCORE', KEYS[i + 1], after, '+inf', 'WITHSCORES')
+    for j = 2, #runs, 2 do served[tonumber(runs[j])] = true end
+    for _, tick in ipairs(expected) do
+      if not served[tonumber(tick)] then unserved[#unserved + 1] = tick end
+    end
+  end
+  out[#out + 1] = table.concat(unserved, ',')
+end
+return out
+`,
+} as const satisfies LuaScript;
+
+export const HASH_AS_LINES = {
+  command: "claimwatchHashAsLines",
+  keys: ["hash"],
+  lua: `
+--[[ A whole hash as one string, field and value on alternate lines: the /metrics scrape reads the
+metrics counters hash (~17 000 fields with 1 000 series), and one reply value decodes far faster
+than 34 000 (ioredis then also builds an object of 17 000 keys). Only for hashes whose fields and
+values hold no newline (lib/metrics/counters: names match NAME_PATTERN, values are numbers).
+KEYS[1] hash
+ARGV[1] unused (none is passed)
+Returns 'field1\\nvalue1\\nfield2\\nvalue2...' ('' for a missing or empty hash)
+]]
+return table.concat(redis.call('HGETALL', KEYS[1]), '\\n')
+`,
+} as const satisfies LuaScript;
+
 /** The scripts defined in this file (domains keep their own, e.g. lib/runs/scripts.ts). */
 export const ALL_SCRIPTS: readonly LuaScript[] = [
   CLAIM_ACQUIRE,
@@ -603,7 +710,11 @@ export const ALL_SCRIPTS: readonly LuaScript[] = [
   ALERTS_COMMIT,
   CLAIM_CENSUS,
   CLAIM_STALE_CANDIDATES,
+  CLAIM_NOT_REFRESHED,
+  CLAIM_REFRESHES_PRUNE,
   NEWEST_IN_INDEXES,
+  UNSERVED_TICKS,
+  HASH_AS_LINES,
 ];
 
 /** The narrowest client that can run scripts. */
