@@ -135,16 +135,35 @@ export class ContainmentConfigError extends Error {
  * found once per process and request (a few ms of probes). A requested mode the host cannot
  * offer is a `ContainmentConfigError`, not a silent fallback.
  */
-export function detectContainment(requested: string = process.env.CLAIMWATCH_STEP_CONTAINMENT || "auto"): Containment {
-  let found = detected.get(requested);
+export function detectContainment(
+  requested: string = process.env.CLAIMWATCH_STEP_CONTAINMENT || "auto",
+  options: { pid?: number } = {},
+): Containment {
+  const pid = options.pid ?? process.pid;
+  const key = `${requested} ${pid}`;
+  let found = detected.get(key);
   if (!found) {
-    found = detectUncached(requested);
-    detected.set(requested, found);
+    found = detectUncached(requested, pid);
+    detected.set(key, found);
   }
   return found;
 }
 
-function detectUncached(forced: string): Containment {
+/**
+ * Why `cgroup` mode cannot be used by a worker with this PID, or null. A worker that is PID 1 (of
+ * a container, or of `unshare --pid`) gets every orphan of its namespace: a step's daemon, killed
+ * by `cgroup.kill`, would stay a zombie (Node reaps only the children it spawned). A PID
+ * namespace's init reaps its own. The same holds for a worker made a child subreaper
+ * (PR_SET_CHILD_SUBREAPER), which Node cannot detect: do not run a worker as one, or set
+ * CLAIMWATCH_STEP_CONTAINMENT=pid-namespace.
+ */
+export function cgroupModeRefusedFor(pid: number): string | null {
+  return pid === 1
+    ? "the worker is PID 1 and would inherit the step's orphans, which Node never reaps (zombies); a PID namespace's init reaps them"
+    : null;
+}
+
+function detectUncached(forced: string, pid: number): Containment {
   if (forced !== "auto" && !(MODES as readonly string[]).includes(forced)) {
     throw new ContainmentConfigError(
       `CLAIMWATCH_STEP_CONTAINMENT=${JSON.stringify(forced).slice(0, 80)}: must be auto (the strongest this host offers) or one of ${MODES.join(", ")}`,
@@ -154,7 +173,12 @@ function detectUncached(forced: string): Containment {
   const weaker = forced === "process-group" ? processGroup(limits, "forced by CLAIMWATCH_STEP_CONTAINMENT") : null;
   if (weaker) return weaker;
   let cgroupUnavailable: string | null = null;
-  if (forced === "auto" || forced === "cgroup") {
+  const refused = cgroupModeRefusedFor(pid);
+  if (refused !== null && forced === "cgroup") {
+    throw new ContainmentConfigError(`CLAIMWATCH_STEP_CONTAINMENT=cgroup: not usable here: ${refused}`);
+  }
+  if (refused !== null && forced === "auto") cgroupUnavailable = refused;
+  else if (forced === "auto" || forced === "cgroup") {
     const place = prepareStepCgroups();
     if ("unavailable" in place) cgroupUnavailable = place.unavailable;
     else {
