@@ -187,7 +187,10 @@ function detectUncached(forced: string, pid: number): Containment {
         mode: "cgroup",
         prefix: [],
         init: "",
-        detail: `a cgroup v2 per step, killed with cgroup.kill (${place.parent}); steps with memory/pids limits: ${forLimitedSteps.detail}`,
+        detail:
+          forLimitedSteps.mode === "process-group"
+            ? `a cgroup v2 per step, killed with cgroup.kill (${place.parent}); but steps with memory/pids limits get ${forLimitedSteps.detail}`
+            : `a cgroup v2 per step, killed with cgroup.kill (${place.parent}); steps with memory/pids limits: ${forLimitedSteps.detail}`,
         limits,
         stepCgroups: place,
         forLimitedSteps,
