@@ -17,6 +17,17 @@
  *    always do. When it exits, `cgroup.kill` ends the rest (closing the output pipes a daemon
  *    held) and the cgroup is removed once empty. Steps with `memory`/`pids` limits run in the
  *    next mode instead (`forLimitedSteps`: the worker cannot pass through a limited cgroup).
+ *    Limits of this mode: a step that deliberately moves its processes to another cgroup (as
+ *    root: writing `cgroup.procs`, `systemd-run --scope`, podman/runc/crun) escapes it — a PID
+ *    namespace cannot be left that way, so CLAIMWATCH_STEP_CONTAINMENT=pid-namespace is the
+ *    choice where steps may do that; the warden's check for a worker stopped mid-spawn,
+ *    its move to `worker-held` (step-cgroup.ts) and `cgroup.kill` are separate writes, so a
+ *    worker resuming in exactly that instant can die with the step (a dead worker, as far as
+ *    the job goes) or stay in `worker-held` until its next spawn; and a worker that is PID 1 (or a child subreaper)
+ *    would inherit the step's orphans and never reap them (Node reaps only its own children), so
+ *    PID 1 falls back to a PID namespace (`cgroupModeRefusedFor`; a subreaper cannot be detected
+ *    from Node and must be configured with CLAIMWATCH_STEP_CONTAINMENT=pid-namespace). A step is
+ *    not published while its cgroup cannot be emptied (run-step.ts).
  *  - `pid-namespace`: `unshare [--user --map-root-user] --pid --fork --kill-child -- sh -c INIT …`.
  *    The init is pid 1 of a new PID namespace. Nothing can leave a PID namespace (setsid and
  *    double forks only change the session or the parent), and when its pid 1 exits the kernel
