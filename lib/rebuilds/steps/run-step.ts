@@ -198,8 +198,9 @@ export async function runCommandStep(
     }
     if (child.pid !== undefined) wardenId = stepWarden.watch(child.pid, containment.mode === "process-group");
   }
-  // No process, or no pipes to read it by (EMFILE, ENFILE: libuv gave up before the fork).
-  if (child.pid === undefined || !child.stdout || !child.stderr) {
+  // No pipes to read it by (EMFILE, ENFILE: Node gave up before the fork; no pid either). A
+  // failed spawn with its pipes (ENOENT, EACCES: no pid) takes the path below, via `error`.
+  if (!child.stdout || !child.stderr) {
     const failed = child;
     const error = await new Promise<Error | null>((resolve) => {
       failed.once("error", resolve); // emitted on the next tick
