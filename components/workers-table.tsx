@@ -45,6 +45,12 @@ export function WorkersTable({ initial }: { initial: { workers: WorkerStatus[]; 
           <td className="px-3 py-2">{w.version}</td>
           <td className="px-3 py-2" data-containment={w.containment}>
             <ContainmentBadge mode={w.containment} />
+            {w.limitedStepsContainment === "process-group" && w.containment !== "process-group" ? (
+              <>
+                {"; limited steps: "}
+                <ContainmentBadge mode="process-group" />
+              </>
+            ) : null}
           </td>
         </tr>
       ))}

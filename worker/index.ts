@@ -53,7 +53,7 @@ try {
   process.stderr.write(`claimwatch-worker: ${error.message}\n`);
   process.exit(CONFIG_EXIT_CODE);
 }
-const identity = newWorkerIdentity(APP_VERSION, containment.mode);
+const identity = newWorkerIdentity(APP_VERSION, containment.mode, containment.forLimitedSteps?.mode);
 const log = (line: string) => process.stdout.write(`[worker ${identity.id}] ${line}\n`);
 
 const queue = new Queue(REBUILD_QUEUE, { connection: main, prefix: queuePrefix(keys) });

@@ -91,14 +91,24 @@ export async function missedTickProblems(
   return problems;
 }
 
-/** Live workers that can only contain steps by process group (a setsid daemon escapes it). */
+/** Live workers that can only contain steps — or their steps with limits — by process group (a setsid daemon escapes it). */
 export async function weakContainmentProblems(
   main: Pick<Redis, "zrangebyscore" | "pipeline" | "multi" | "zcount">,
   keys: RedisKeys,
 ): Promise<string[]> {
-  const weak = (await listLiveWorkers(main, keys)).filter((w) => w.containment === "process-group");
-  if (weak.length === 0) return [];
-  return [
-    `Worker${weak.length === 1 ? "" : "s"} ${weak.map((w) => w.id).join(", ")} can contain steps only by process group: a step's setsid daemon can outlive it (see README, step containment)`,
-  ];
+  const live = await listLiveWorkers(main, keys);
+  const weak = live.filter((w) => w.containment === "process-group");
+  const weakLimited = live.filter(
+    (w) => w.containment !== "process-group" && w.limitedStepsContainment === "process-group",
+  );
+  const problems: string[] = [];
+  if (weak.length > 0)
+    problems.push(
+      `Worker${weak.length === 1 ? "" : "s"} ${weak.map((w) => w.id).join(", ")} can contain steps only by process group: a step's setsid daemon can outlive it (see README, step containment)`,
+    );
+  if (weakLimited.length > 0)
+    problems.push(
+      `Worker${weakLimited.length === 1 ? "" : "s"} ${weakLimited.map((w) => w.id).join(", ")} can contain steps with memory/pids limits only by process group (no PID namespace there): such a step's setsid daemon can outlive it (see README, step containment)`,
+    );
+  return problems;
 }

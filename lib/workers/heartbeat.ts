@@ -26,6 +26,11 @@ export interface WorkerIdentity {
   version: string;
   /** How this worker contains its steps' processes (lib/rebuilds/steps/containment.ts). */
   containment: StepContainment;
+  /**
+   * How it contains steps with `memory`/`pids` limits, where that differs (`cgroup` mode runs
+   * them in the next mode; process-group where no PID namespace can be made).
+   */
+  limitedStepsContainment?: StepContainment;
 }
 
 /** `unknown`: a worker of a version that did not report it. */
@@ -42,7 +47,11 @@ type HeartbeatClient = ScriptingClient & Pick<Redis, "multi" | "zcount" | "zrang
 const REGISTRY_KEEP_MS = 86_400_000;
 
 /** A worker id safe to put in a key: `host-pid-xxxx`. */
-export function newWorkerIdentity(version: string, containment: StepContainment = "unknown"): WorkerIdentity {
+export function newWorkerIdentity(
+  version: string,
+  containment: StepContainment = "unknown",
+  limitedStepsContainment?: StepContainment,
+): WorkerIdentity {
   const host = os.hostname();
   const safeHost = host.replace(/[^A-Za-z0-9_.-]/g, "_").slice(0, 64) || "host";
   return {
@@ -52,6 +61,7 @@ export function newWorkerIdentity(version: string, containment: StepContainment 
     startedAt: Date.now(),
     version,
     containment,
+    ...(limitedStepsContainment && limitedStepsContainment !== containment ? { limitedStepsContainment } : {}),
   };
 }
 
@@ -69,6 +79,7 @@ export async function beat(
     startedAt: String(worker.startedAt),
     version: worker.version,
     containment: worker.containment,
+    limitedStepsContainment: worker.limitedStepsContainment ?? "",
     currentJob: currentJob ?? "",
   };
   const reply = await runScript(
@@ -130,13 +141,15 @@ export async function listLiveWorkersAt(
       pid: Number(h.pid),
       startedAt: Number(h.startedAt),
       version: h.version ?? "",
-      containment:
-        h.containment === "cgroup" || h.containment === "pid-namespace" || h.containment === "process-group"
-          ? h.containment
-          : "unknown",
+      containment: asContainment(h.containment),
+      ...(h.limitedStepsContainment ? { limitedStepsContainment: asContainment(h.limitedStepsContainment) } : {}),
       currentJob: h.currentJob || null,
       heartbeatAt: Number(h.heartbeatAt),
     });
   }
   return { workers: workers.sort((a, b) => b.heartbeatAt - a.heartbeatAt), serverTime: now };
+}
+
+function asContainment(value: string | undefined): StepContainment {
+  return value === "cgroup" || value === "pid-namespace" || value === "process-group" ? value : "unknown";
 }

@@ -3,12 +3,18 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { CronExpressionParser } from "cron-parser";
 import { acquireClaim, claimName } from "../../lib/claims";
-import { missedTickProblems, staleClaimProblems, MISSED_TICK_GRACE_MS } from "../../lib/health/operations";
+import {
+  missedTickProblems,
+  staleClaimProblems,
+  weakContainmentProblems,
+  MISSED_TICK_GRACE_MS,
+} from "../../lib/health/operations";
 import { parseDefinitions } from "../../lib/rebuilds/definitions";
 import { createRedis, closeRedis } from "../../lib/redis/client";
 import { redisKeys } from "../../lib/redis/keys";
 import { startTestRedis, uniquePrefix, type TestRedis } from "../support/redis";
 import { formatAbsolute } from "../../lib/ui/format";
+import { beat, listLiveWorkers, newWorkerIdentity } from "../../lib/workers/heartbeat";
 
 let server: TestRedis;
 let main: ReturnType<typeof createRedis>;
@@ -73,4 +79,20 @@ test("a scheduled tick without a run is reported as missed, once the scheduler e
 
   await main.zadd(keys.scheduleTicks("nightly", undefined), tick, "repeat_sched.nightly_1-a1");
   assert.deepEqual(await missedTickProblems(main, keys, parsed.definitions, now), [], "the tick ran");
+});
+
+test("a worker whose limited steps would run in a process group (cgroup mode, no PID namespace) is reported, as is a process-group worker; a fully contained one is not", async () => {
+  const keys = redisKeys(uniquePrefix());
+  const strong = newWorkerIdentity("test", "cgroup", "pid-namespace");
+  const weakLimited = newWorkerIdentity("test", "cgroup", "process-group");
+  const weak = newWorkerIdentity("test", "process-group", undefined);
+  for (const worker of [strong, weakLimited, weak]) await beat(main, keys, worker, null);
+  const listed = await listLiveWorkers(main, keys);
+  assert.equal(listed.find((w) => w.id === weakLimited.id)?.limitedStepsContainment, "process-group");
+  assert.equal(listed.find((w) => w.id === strong.id)?.limitedStepsContainment, "pid-namespace");
+  const problems = await weakContainmentProblems(main, keys);
+  assert.equal(problems.length, 2, problems.join("\n"));
+  assert.ok(problems.some((p) => p.includes(weak.id) && p.includes("only by process group")));
+  assert.ok(problems.some((p) => p.includes(weakLimited.id) && p.includes("memory/pids limits only by process group")));
+  assert.ok(!problems.join("\n").includes(strong.id));
 });

@@ -17,6 +17,17 @@
  *    always do. When it exits, `cgroup.kill` ends the rest (closing the output pipes a daemon
  *    held) and the cgroup is removed once empty. Steps with `memory`/`pids` limits run in the
  *    next mode instead (`forLimitedSteps`: the worker cannot pass through a limited cgroup).
+ *    Limits of this mode: a step that deliberately moves its processes to another cgroup (as
+ *    root: writing `cgroup.procs`, `systemd-run --scope`, podman/runc/crun) escapes it — a PID
+ *    namespace cannot be left that way, so CLAIMWATCH_STEP_CONTAINMENT=pid-namespace is the
+ *    choice where steps may do that; the warden's check for a worker stopped mid-spawn,
+ *    its move to `worker-held` (step-cgroup.ts) and `cgroup.kill` are separate writes, so a
+ *    worker resuming in exactly that instant can die with the step (a dead worker, as far as
+ *    the job goes) or stay in `worker-held` until its next spawn; and a worker that is PID 1 (or a child subreaper)
+ *    would inherit the step's orphans and never reap them (Node reaps only its own children), so
+ *    PID 1 falls back to a PID namespace (`cgroupModeRefusedFor`; a subreaper cannot be detected
+ *    from Node and must be configured with CLAIMWATCH_STEP_CONTAINMENT=pid-namespace). A step is
+ *    not published while its cgroup cannot be emptied (run-step.ts).
  *  - `pid-namespace`: `unshare [--user --map-root-user] --pid --fork --kill-child -- sh -c INIT …`.
  *    The init is pid 1 of a new PID namespace. Nothing can leave a PID namespace (setsid and
  *    double forks only change the session or the parent), and when its pid 1 exits the kernel
@@ -135,16 +146,35 @@ export class ContainmentConfigError extends Error {
  * found once per process and request (a few ms of probes). A requested mode the host cannot
  * offer is a `ContainmentConfigError`, not a silent fallback.
  */
-export function detectContainment(requested: string = process.env.CLAIMWATCH_STEP_CONTAINMENT || "auto"): Containment {
-  let found = detected.get(requested);
+export function detectContainment(
+  requested: string = process.env.CLAIMWATCH_STEP_CONTAINMENT || "auto",
+  options: { pid?: number } = {},
+): Containment {
+  const pid = options.pid ?? process.pid;
+  const key = `${requested} ${pid}`;
+  let found = detected.get(key);
   if (!found) {
-    found = detectUncached(requested);
-    detected.set(requested, found);
+    found = detectUncached(requested, pid);
+    detected.set(key, found);
   }
   return found;
 }
 
-function detectUncached(forced: string): Containment {
+/**
+ * Why `cgroup` mode cannot be used by a worker with this PID, or null. A worker that is PID 1 (of
+ * a container, or of `unshare --pid`) gets every orphan of its namespace: a step's daemon, killed
+ * by `cgroup.kill`, would stay a zombie (Node reaps only the children it spawned). A PID
+ * namespace's init reaps its own. The same holds for a worker made a child subreaper
+ * (PR_SET_CHILD_SUBREAPER), which Node cannot detect: do not run a worker as one, or set
+ * CLAIMWATCH_STEP_CONTAINMENT=pid-namespace.
+ */
+export function cgroupModeRefusedFor(pid: number): string | null {
+  return pid === 1
+    ? "the worker is PID 1 and would inherit the step's orphans, which Node never reaps (zombies); a PID namespace's init reaps them"
+    : null;
+}
+
+function detectUncached(forced: string, pid: number): Containment {
   if (forced !== "auto" && !(MODES as readonly string[]).includes(forced)) {
     throw new ContainmentConfigError(
       `CLAIMWATCH_STEP_CONTAINMENT=${JSON.stringify(forced).slice(0, 80)}: must be auto (the strongest this host offers) or one of ${MODES.join(", ")}`,
@@ -154,7 +184,12 @@ function detectUncached(forced: string): Containment {
   const weaker = forced === "process-group" ? processGroup(limits, "forced by CLAIMWATCH_STEP_CONTAINMENT") : null;
   if (weaker) return weaker;
   let cgroupUnavailable: string | null = null;
-  if (forced === "auto" || forced === "cgroup") {
+  const refused = cgroupModeRefusedFor(pid);
+  if (refused !== null && forced === "cgroup") {
+    throw new ContainmentConfigError(`CLAIMWATCH_STEP_CONTAINMENT=cgroup: not usable here: ${refused}`);
+  }
+  if (refused !== null && forced === "auto") cgroupUnavailable = refused;
+  else if (forced === "auto" || forced === "cgroup") {
     const place = prepareStepCgroups();
     if ("unavailable" in place) cgroupUnavailable = place.unavailable;
     else {
@@ -163,7 +198,10 @@ function detectUncached(forced: string): Containment {
         mode: "cgroup",
         prefix: [],
         init: "",
-        detail: `a cgroup v2 per step, killed with cgroup.kill (${place.parent}); steps with memory/pids limits: ${forLimitedSteps.detail}`,
+        detail:
+          forLimitedSteps.mode === "process-group"
+            ? `a cgroup v2 per step, killed with cgroup.kill (${place.parent}); but steps with memory/pids limits get ${forLimitedSteps.detail}`
+            : `a cgroup v2 per step, killed with cgroup.kill (${place.parent}); steps with memory/pids limits: ${forLimitedSteps.detail}`,
         limits,
         stepCgroups: place,
         forLimitedSteps,

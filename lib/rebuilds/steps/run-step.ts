@@ -138,7 +138,9 @@ export async function runCommandStep(
       throw new StepFailedError(`step ${step.name}: ${(error as Error).message}`);
     }
   }
-  // Nothing starts under a claim this worker may have lost while it stalled, nor unwatched.
+  // Nothing starts under a claim this worker may have lost while it stalled, nor unwatched. A
+  // stall from here to the spawn is caught right after it (`stalledAtSpawn`).
+  const checkedAt = performance.now();
   if (context.attemptBegan !== undefined) {
     try {
       stepWarden.throwIfStalled(context.attemptBegan, `step ${step.name} not started`);
@@ -174,26 +176,57 @@ export async function runCommandStep(
       throw new TransientStepError(`step ${step.name}: cannot make its cgroup: ${(error as Error).message}`);
     }
     wardenId = stepWarden.watchCgroup(stepCgroup.dir); // before this worker enters it
+    stepTestHooks.beforeSpawn?.();
     try {
       child = stepCgroup.spawnInside(() => spawn(program!, args, options));
     } catch (error) {
       // Entering the cgroup failed, or spawn threw (bad arguments): nothing runs.
       stepWarden.forget(wardenId);
       void stepCgroup.remove();
-      const message = `step ${step.name}: not started: ${(error as Error).message}`;
-      throw (error as NodeJS.ErrnoException).code && !(error as NodeJS.ErrnoException).code!.startsWith("ERR_")
-        ? new TransientStepError(message)
-        : new StepFailedError(message);
+      throw spawnThrew(step.name, error);
     }
     // The warden found this worker inside a step's cgroup (stopped mid-spawn): the child may have
     // been born in `worker-held`. It dies now; the warden killed the step's cgroup already.
     if (stepCgroup.heldByWarden()) stepCgroup.killHeld();
   } else {
-    child = spawn(argv[0]!, [...argv.slice(1), program!, ...args], options);
+    stepTestHooks.beforeSpawn?.();
+    try {
+      child = spawn(argv[0]!, [...argv.slice(1), program!, ...args], options);
+    } catch (error) {
+      void cgroups?.remove();
+      throw spawnThrew(step.name, error);
+    }
     if (child.pid !== undefined) wardenId = stepWarden.watch(child.pid, containment.mode === "process-group");
   }
+  // No pipes to read it by (EMFILE, ENFILE: Node gave up before the fork; no pid either). A
+  // failed spawn with its pipes (ENOENT, EACCES: no pid) takes the path below, via `error`.
+  if (!child.stdout || !child.stderr) {
+    const failed = child;
+    const error = await new Promise<Error | null>((resolve) => {
+      failed.once("error", resolve); // emitted on the next tick
+      setImmediate(() => resolve(null));
+    });
+    if (failed.pid !== undefined) killStep({ child: failed, containment, cgroup: stepCgroup });
+    if (stepCgroup && !(await stepCgroup.remove()))
+      context.log(`[${step.name}] could not remove its cgroup ${stepCgroup.dir}: processes still in it`);
+    if (wardenId !== null) stepWarden.forget(wardenId);
+    await cgroups?.remove();
+    const code = (error as NodeJS.ErrnoException | null)?.code ?? "no process or no output pipes";
+    throw new TransientStepError(`step ${step.name}: not started (${code}): ${error?.message ?? "spawn failed"}`);
+  }
+  // This worker stopped running between the check above and the spawn: the warden may have
+  // killed the (empty) cgroup and forgotten it, or the claim may be lost. The step dies now and
+  // the job goes back (below), whether or not the warden acted.
+  const stall = stepWarden.stalledSince(checkedAt);
+  const wardenActed = wardenId !== null ? stepWarden.reportedKill(wardenId) : null;
+  const stalledAtSpawn =
+    wardenActed ??
+    (stall !== null
+      ? `this worker did not run for ${Math.round(stall)} ms as it started the step: the step warden may have ended the step's watch, and the job lock may have run out`
+      : null);
   const live: LiveStep = { child, containment, cgroup: stepCgroup };
   liveSteps.add(live);
+  if (stalledAtSpawn !== null) killStep(live);
   let joinFailed = false;
   const pipeLines = (stream: NodeJS.ReadableStream, label: string) => {
     let rest = "";
@@ -226,6 +259,8 @@ export async function runCommandStep(
   context.signal.addEventListener("abort", onAbort, { once: true });
 
   let outcome: { code: number | null; signal: NodeJS.Signals | null; error?: Error };
+  /** A cgroup of the step that still held processes after it was killed (uninterruptible I/O). */
+  let cgroupLeft: string | null = null;
   try {
     outcome = await new Promise((resolve) => {
       child.once("error", (error) => resolve({ code: null, signal: null, error }));
@@ -248,8 +283,10 @@ export async function runCommandStep(
     context.signal.removeEventListener("abort", onAbort);
     if (killTimer) clearTimeout(killTimer);
     liveSteps.delete(live);
-    if (stepCgroup && !(await stepCgroup.remove()))
+    if (stepCgroup && !(await stepCgroup.remove())) {
+      cgroupLeft = stepCgroup.dir;
       context.log(`[${step.name}] could not remove its cgroup ${stepCgroup.dir}: processes still in it`);
+    }
     if (wardenId !== null && !forgotten) stepWarden.forget(wardenId); // a spawn error: no exit event
   }
   // Killed by the warden: this worker stopped running past its limit (the job goes back; its
@@ -264,7 +301,15 @@ export async function runCommandStep(
     context.log(`[${step.name}] could not remove cgroup(s) ${cgroupsLeft.join(", ")}: processes still in them`);
 
   context.signal.throwIfAborted();
+  if (stalledAtSpawn !== null)
+    throw new WorkerStalledError(`step ${step.name} was killed as it started: ${stalledAtSpawn}`);
   if (wardenKill) throw new WorkerStalledError(`step ${step.name} was killed by the step warden: ${wardenKill}`);
+  // A process of the step may still write: nothing of this attempt may be hashed or published.
+  const left = cgroupLeft ?? cgroupsLeft[0];
+  if (left !== undefined)
+    throw new TransientStepError(
+      `step ${step.name}: its cgroup ${left} could not be emptied and removed after the step was killed (a process in uninterruptible I/O?): nothing of this attempt is published while one of its processes may run`,
+    );
   if (outcome.error) {
     const code = (outcome.error as NodeJS.ErrnoException).code;
     if (stepCgroup && (code === "ENOENT" || code === "EACCES" || code === "ENOTDIR" || code === "ELOOP")) {
@@ -295,6 +340,24 @@ export async function runCommandStep(
           : `exited ${outcome.code}`
     }`,
   );
+}
+
+/** Test-only hooks (never set in production). */
+export const stepTestHooks: { beforeSpawn?: () => void } = {};
+
+/** errno codes of a spawn that no retry can fix: the arguments or the program's path. */
+const PERMANENT_SPAWN_ERRNO: Record<string, string> = {
+  E2BIG: "its arguments and environment are larger than the kernel accepts (E2BIG)",
+  ENAMETOOLONG: "its program's path is longer than the kernel accepts (ENAMETOOLONG)",
+};
+
+/** The step's error for a spawn (or the move into its cgroup) that threw: nothing runs. */
+function spawnThrew(stepName: string, error: unknown): Error {
+  const code = (error as NodeJS.ErrnoException).code;
+  const message = `step ${stepName}: not started: ${(error as Error).message}`;
+  if (code && PERMANENT_SPAWN_ERRNO[code])
+    return new StepFailedError(`step ${stepName}: not started: ${PERMANENT_SPAWN_ERRNO[code]}`);
+  return code && !code.startsWith("ERR_") ? new TransientStepError(message) : new StepFailedError(message);
 }
 
 /** Waits for the step's output pipes to close, at most DRAIN_MS; then stops reading them. */

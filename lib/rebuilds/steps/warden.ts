@@ -135,6 +135,11 @@ class StepWarden {
     this.send(`forget ${id}`);
   }
 
+  /** Why the warden killed this step, if its report has arrived already (kept for `killedBecause`); else null. */
+  reportedKill(id: string): string | null {
+    return this.reports.get(id) ?? null;
+  }
+
   /** Why the warden killed this step, if it did (waits briefly for its report); else null. */
   async killedBecause(id: string): Promise<string | null> {
     const known = this.reports.get(id);

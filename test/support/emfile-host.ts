@@ -1,0 +1,52 @@
+/**
+ * A stand-in worker that runs a step with every file descriptor but one in use, so that the
+ * spawn itself fails with EMFILE (its pipes need two). Prints one JSON line:
+ *   { error, message, live, stepCgroups }  (live: steps still listed; stepCgroups: left behind)
+ *   sh -c 'ulimit -n 256; exec node --import tsx test/support/emfile-host.ts <cgroup|pid-namespace>'
+ */
+import fs from "node:fs";
+import os from "node:os";
+import { detectContainment } from "../../lib/rebuilds/steps/containment";
+import { killAllSteps, runCommandStep } from "../../lib/rebuilds/steps/run-step";
+import { stepWarden } from "../../lib/rebuilds/steps/warden";
+
+const containment = detectContainment(process.argv[2]);
+stepWarden.start(0);
+await new Promise((r) => setTimeout(r, 300)); // the warden runs
+const hoard: number[] = [];
+for (;;) {
+  try {
+    hoard.push(fs.openSync("/dev/null", "r"));
+  } catch {
+    break;
+  }
+}
+fs.closeSync(hoard.pop()!);
+const running = runCommandStep(
+  { name: "s", run: ["true"], transientExitCodes: [], killGrace: 3_000, limits: {} },
+  {
+    signal: new AbortController().signal,
+    workDir: os.tmpdir(),
+    outputDir: os.tmpdir(),
+    baseDir: os.tmpdir(),
+    version: "v1",
+    tenant: undefined,
+    rebuild: "r",
+    runId: "job-a1",
+    fence: 1,
+    log: () => {},
+    progress: () => {},
+  },
+  containment,
+); // the spawn ran synchronously
+for (const fd of hoard) fs.closeSync(fd);
+const error = await running.then(
+  () => null,
+  (e: Error) => e,
+);
+const parent = containment.stepCgroups?.parent;
+const stepCgroups = parent && fs.existsSync(parent) ? fs.readdirSync(parent).filter((n) => n.startsWith("step-")) : [];
+process.stdout.write(
+  `${JSON.stringify({ error: error?.name ?? null, message: error?.message ?? null, live: killAllSteps(), stepCgroups })}\n`,
+);
+process.exit(0);

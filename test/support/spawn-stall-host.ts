@@ -1,0 +1,55 @@
+/**
+ * A stand-in worker stopped after it announced a step to its warden (and passed the stall check)
+ * but before the spawn, for longer than the warden's silence limit (1 s): the test hook SIGSTOPs
+ * it and a helper sends SIGCONT 2.5 s later. The step would touch a file after 1 s. Prints one
+ * JSON line: { error, message, touched }.
+ *   node --import tsx test/support/spawn-stall-host.ts <cgroup|pid-namespace> <file>
+ */
+import { spawn } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import { detectContainment } from "../../lib/rebuilds/steps/containment";
+import { runCommandStep, stepTestHooks } from "../../lib/rebuilds/steps/run-step";
+import { stepWarden } from "../../lib/rebuilds/steps/warden";
+
+const [mode, file] = process.argv.slice(2) as [string, string];
+const containment = detectContainment(mode);
+stepWarden.start(1_000);
+await new Promise((r) => setTimeout(r, 300)); // the warden has read its first lines
+stepTestHooks.beforeSpawn = () => {
+  stepTestHooks.beforeSpawn = undefined;
+  spawn("sh", ["-c", `sleep 2.5; kill -CONT ${process.pid}`], { detached: true, stdio: "ignore" }).unref();
+  process.kill(process.pid, "SIGSTOP");
+};
+const error = await runCommandStep(
+  {
+    name: "s",
+    run: ["sh", "-c", `sleep 1; touch '${file}'`],
+    transientExitCodes: [],
+    killGrace: 3_000,
+    limits: {},
+  },
+  {
+    signal: new AbortController().signal,
+    workDir: os.tmpdir(),
+    outputDir: os.tmpdir(),
+    baseDir: os.tmpdir(),
+    version: "v1",
+    tenant: undefined,
+    rebuild: "r",
+    runId: "job-a1",
+    fence: 1,
+    attemptBegan: performance.now(),
+    log: () => {},
+    progress: () => {},
+  },
+  containment,
+).then(
+  () => null,
+  (e: Error) => e,
+);
+await new Promise((r) => setTimeout(r, 1_500)); // the program would have touched the file by now
+process.stdout.write(
+  `${JSON.stringify({ error: error?.name ?? null, message: error?.message ?? null, touched: fs.existsSync(file) })}\n`,
+);
+process.exit(0);
