@@ -99,8 +99,10 @@ function killStep(step: LiveStep): void {
   const pid = step.child.pid!;
   const init = step.containment.mode === "pid-namespace" ? initPid(step) : null;
   try {
+    // No init yet in a namespace: `unshare` and a child it may be forking this instant share its
+    // process group (the spawn is detached), so the group goes; --kill-child ends the namespace.
     if (init !== null) process.kill(init, "SIGKILL");
-    else process.kill(step.containment.mode === "pid-namespace" ? pid : -pid, "SIGKILL"); // --kill-child ends the namespace
+    else process.kill(-pid, "SIGKILL");
   } catch {
     // ended meanwhile
   }
@@ -135,6 +137,13 @@ export async function runCommandStep(
     try {
       cgroups = StepCgroups.create(containment, cgroupName(context.runId, step.name), step.limits);
     } catch (error) {
+      // A kernel refusal (EAGAIN, ENOSPC from cgroup.max.descendants, EBUSY, ENOMEM) may clear;
+      // a limit this host cannot enforce at all will not.
+      const code = (error as NodeJS.ErrnoException).code;
+      if (code)
+        throw new TransientStepError(
+          `step ${step.name}: cannot make its limit cgroup (${code}): ${(error as Error).message}`,
+        );
       throw new StepFailedError(`step ${step.name}: ${(error as Error).message}`);
     }
   }
@@ -252,6 +261,7 @@ export async function runCommandStep(
   let exited = false;
   let forgotten = false;
   const onAbort = () => {
+    if (exited) return; // ended already: its PIDs may be reused; the exit path killed the rest
     context.log(`[${step.name}] aborting: SIGTERM, SIGKILL in ${step.killGrace} ms`);
     terminateStep(live, () => exited);
     killTimer = setTimeout(() => killStep(live), step.killGrace);
@@ -266,7 +276,12 @@ export async function runCommandStep(
       child.once("error", (error) => resolve({ code: null, signal: null, error }));
       // The step ends with its program, not with its output pipes: see DRAIN_MS.
       child.once("exit", (code, signal) => {
-        // Its PID may be reused from now on (a step cgroup stays the warden's until removed).
+        // Its PID may be reused from now on (a step cgroup stays the warden's until removed): no
+        // PID-based kill after this (the abort's timer, killAllSteps); the exit path below kills
+        // what is left.
+        exited = true;
+        if (killTimer) clearTimeout(killTimer);
+        liveSteps.delete(live);
         if (wardenId !== null && !stepCgroup) stepWarden.forget(wardenId);
         forgotten = !stepCgroup;
         // As a shell would report it (today's init did): 128 + signal.
