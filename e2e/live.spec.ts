@@ -15,13 +15,28 @@ test.use({ extraHTTPHeaders: operatorHeaders() });
 const redis = stackRedisForSpec();
 
 /** API reads the page makes (the event stream itself excluded). */
-function watchApiReads(page: import("@playwright/test").Page): Request[] {
+function watchApiReads(page: import("@playwright/test").Page): Request[] & { settled: () => Promise<void> } {
   const reads: Request[] = [];
+  const inFlight = new Set<Request>();
+  let lastAt = Date.now();
   page.on("request", (request) => {
     const url = new URL(request.url());
-    if (url.pathname.startsWith("/api/") && url.pathname !== "/api/events") reads.push(request);
+    if (url.pathname.startsWith("/api/") && url.pathname !== "/api/events") {
+      reads.push(request);
+      inFlight.add(request);
+      lastAt = Date.now();
+    }
   });
-  return reads;
+  const done = (request: Request) => inFlight.delete(request);
+  page.on("requestfinished", done);
+  page.on("requestfailed", done);
+  /**
+   * No read in flight, none started for 750 ms: an event that applies while a read of the same
+   * page is in flight makes the page read it again (its answer may be older than the event).
+   */
+  const settled = () =>
+    expect.poll(() => inFlight.size === 0 && Date.now() - lastAt > 750, { intervals: [100] }).toBe(true);
+  return Object.assign(reads, { settled });
 }
 
 test("a claim acquired and released elsewhere appears and disappears on Claims without reload or polling", async ({
@@ -52,7 +67,8 @@ test("a claim acquired and released elsewhere appears and disappears on Claims w
   await expect(status).toHaveAttribute("data-live", "live");
   await expect(page.getByRole("table", { name: "Runs" })).toBeVisible();
   await page.waitForLoadState("networkidle");
-  const runId = "e2e-live-run-a1";
+  const jobId = `e2e-live-run-${Date.now()}`; // a fresh one per run of the test: a final record never moves back
+  const runId = `${jobId}-a1`;
   const createdAt = Date.now();
   // Held by the stack's live worker: a running record of a worker without a heartbeat is closed
   // as aborted by the workers' sweep (lib/runs/abandoned.ts) — which raced this test once in CI.
@@ -60,7 +76,7 @@ test("a claim acquired and released elsewhere appears and disappears on Claims w
   expect(worker, "the stack's worker is live").toBeTruthy();
   await upsertRun(redis.main, redis.keys, {
     id: runId,
-    jobId: "e2e-live-run",
+    jobId,
     attempt: 1,
     rebuild: "parcels",
     tenant: null,
@@ -71,6 +87,7 @@ test("a claim acquired and released elsewhere appears and disappears on Claims w
   });
   const runRow = page.locator(`tr[data-run="${runId}"]`);
   await expect(runRow).toHaveAttribute("data-status", "running");
+  await reads.settled(); // the list's one read for the new row, done before the status changes
   const before = reads.length;
   await upsertRun(redis.main, redis.keys, {
     id: runId,

@@ -12,6 +12,7 @@ import path from "node:path";
 import { after, before, test } from "node:test";
 import { claimName } from "../../lib/claims";
 import { checkPublishedBuilds, listChangedBuilds } from "../../lib/rebuilds/build-integrity";
+import { writeCancelRequest } from "../../lib/rebuilds/cancel-request";
 import { hashDirectory, readCurrent } from "../../lib/rebuilds/output";
 import { killMarkedProcesses, newMarker, pidsWithMarker, waitUntilNoMarker } from "../support/markers";
 import { createTestBed, type TestBed } from "../support/stack";
@@ -188,9 +189,15 @@ for (const mode of ["cgroup", "pid-namespace"] as const) {
     }
   });
 
-  test(`${mode}: SIGKILL of the worker: its step and everything the step started die at once, not after killGrace`, async () => {
+  test(`${mode}: SIGKILL of the worker: its step and everything the step started die at once, not after killGrace`, async (t) => {
     const worker = await bed.startWorker({ CLAIMWATCH_STEP_CONTAINMENT: mode });
-    const jobId = await bed.trigger("endless");
+    // A job of its own per mode (not folded into the previous mode's, which waits for its
+    // redelivery), cancelled once its worker is dead: redelivered, it would loop for its 5 min
+    // time limit in a later test's worker and starve that test's jobs (seen in CI).
+    const jobId = await bed.trigger("endless", { force: true });
+    t.after(() =>
+      writeCancelRequest(bed.main, bed.keys, jobId, { actor: "test", reason: "its worker was killed", at: Date.now() }),
+    );
     await bed.waitForRun((r) => r.jobId === jobId && r.status === "running", 15_000);
     for (let i = 0; i < 100 && pidsWithMarker(endlessMarker).length < 4; i++)
       await new Promise((r) => setTimeout(r, 50));
