@@ -8,11 +8,12 @@ import assert from "node:assert/strict";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { test } from "node:test";
+import { after, test } from "node:test";
 import { claimName } from "../../lib/claims";
 import { loadDefinitions } from "../../lib/rebuilds/definitions";
 
 const root = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-realpath-")));
+after(() => fs.rmSync(root, { recursive: true, force: true }));
 
 function load(dir: string, output: string) {
   fs.mkdirSync(dir, { recursive: true });

@@ -19,10 +19,15 @@ import { startTestRedis, uniquePrefix } from "../support/redis";
 
 const server = await startTestRedis();
 const client = createRedis(server.url, "worker", "test-prune");
-after(() => client.disconnect());
+const roots: string[] = [];
+after(() => {
+  client.disconnect();
+  for (const root of roots) fs.rmSync(root, { recursive: true, force: true });
+});
 
 function setup(builds: number) {
   const root = fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-prune-"));
+  roots.push(root);
   const file = path.join(root, "claimwatch.yaml");
   fs.writeFileSync(
     file,
