@@ -191,13 +191,22 @@ for (const mode of ["cgroup", "pid-namespace"] as const) {
 
   test(`${mode}: SIGKILL of the worker: its step and everything the step started die at once, not after killGrace`, async (t) => {
     const worker = await bed.startWorker({ CLAIMWATCH_STEP_CONTAINMENT: mode });
-    // A job of its own per mode (not folded into the previous mode's, which waits for its
-    // redelivery), cancelled once its worker is dead: redelivered, it would loop for its 5 min
-    // time limit in a later test's worker and starve that test's jobs (seen in CI).
+    // Each mode's test leaves nothing for the next test (seen in CI): its worker stopped even when
+    // it fails; its job cancelled (redelivered, it would loop for its 5 min time limit in a later
+    // test's worker); and the dead worker's claim gone (it expires in 3 s: a job of the same
+    // version meanwhile is a claim-held skip, never "running").
     const jobId = await bed.trigger("endless", { force: true });
-    t.after(() =>
-      writeCancelRequest(bed.main, bed.keys, jobId, { actor: "test", reason: "its worker was killed", at: Date.now() }),
-    );
+    const claim = bed.keys.claim(claimName(bed.definitions.rebuilds.get("endless")!.claimPath, undefined));
+    t.after(async () => {
+      await worker.stop("SIGKILL");
+      await writeCancelRequest(bed.main, bed.keys, jobId, {
+        actor: "test",
+        reason: "its worker was killed",
+        at: Date.now(),
+      });
+      for (let i = 0; i < 300 && (await bed.claims.exists(claim)) === 1; i++)
+        await new Promise((r) => setTimeout(r, 50));
+    });
     await bed.waitForRun((r) => r.jobId === jobId && r.status === "running", 15_000);
     for (let i = 0; i < 100 && pidsWithMarker(endlessMarker).length < 4; i++)
       await new Promise((r) => setTimeout(r, 50));
