@@ -18,11 +18,14 @@
 import type { Redis } from "ioredis";
 import type { RedisKeys } from "../redis/keys";
 import {
+  CENSUS_PAGE_SIZE,
   CLAIM_CENSUS,
+  CLAIM_CENSUS_PAGE,
   CLAIM_NOT_REFRESHED,
   CLAIM_REFRESHES_PRUNE,
   CLAIM_STALE_CANDIDATES,
   queueScript,
+  runScript,
   runVariadicScript,
   scriptPipeline,
   type ScriptingClient,
@@ -66,6 +69,7 @@ export async function readClaimCensus(
   options: { onlyStale?: boolean; notRefreshedForMs?: number } = {},
 ): Promise<ClaimCensus> {
   if (options.onlyStale && !liveWorkerIds) throw new Error("claims census: onlyStale needs the live worker ids");
+  if (!options.onlyStale) return readWholeCensus(client, keys, liveWorkerIds);
   const fromIndex = options.onlyStale === true && options.notRefreshedForMs !== undefined;
   const pipeline = scriptPipeline(client, fromIndex ? [CLAIM_NOT_REFRESHED] : []);
   if (fromIndex) {
@@ -138,9 +142,72 @@ export async function readClaimCensus(
       names,
     );
   }
+  return { serverTime, claims, skips: skipsOf(skipsHash), counters };
+}
+
+/**
+ * Every held claim, a registry page per CLAIM_CENSUS_PAGE call (the script walks the registry and
+ * builds the keys itself). The next page is asked for before this one is decoded, so Redis reads
+ * it while this process decodes. Pages follow the registry in name order from the last name read,
+ * so a claim registered or released meanwhile never shifts another out of the census.
+ *
+ * With `visit`, each claim goes to it as its page is decoded and `claims` comes back empty: the
+ * scrape keeps no claim objects (at 10 000 claims, keeping them was most of its garbage
+ * collection).
+ */
+export async function readWholeCensus(
+  client: Pick<Redis, "pipeline"> & ScriptingClient,
+  keys: RedisKeys,
+  /** May be a promise: the pages are asked for before it settles (the scrape reads both at once). */
+  liveWorkerIds: ReadonlySet<string> | undefined | Promise<ReadonlySet<string>>,
+  visit?: (claim: CensusClaim) => void,
+): Promise<ClaimCensus> {
+  const hashes = client.pipeline().hgetall(keys.claimSkips).hgetall(keys.claimCounters).exec();
+  hashes.catch(() => {}); // awaited below; a page's failure must not leave it unhandled
+  const page = (from: string): Promise<unknown> => {
+    const reply = runScript(
+      client,
+      CLAIM_CENSUS_PAGE,
+      [keys.claimRegistry],
+      [keys.claimKeyPrefixes.claim, keys.claimKeyPrefixes.claimMeta, from, CENSUS_PAGE_SIZE],
+    );
+    reply.catch(() => {}); // awaited by the loop unless a decode error ends it first
+    return reply;
+  };
+  const claims: CensusClaim[] = [];
+  let serverTime = 0;
+  let pending: Promise<unknown> | null = page("-");
+  const live = await liveWorkerIds;
+  while (pending) {
+    const reply: unknown = await pending;
+    if (!Array.isArray(reply) || reply.length < 2) throw unexpectedReply("census page", reply);
+    const last = String(reply[1]);
+    pending = last === "" ? null : page(`(${last}`);
+    serverTime = Number(reply[0]);
+    for (let i = 2; i < reply.length; i++) {
+      const record = String(reply[i]);
+      const newline = record.indexOf("\n");
+      if (newline <= 0) throw unexpectedReply("census page", record);
+      const claim = censusClaim(record.slice(0, newline), record, serverTime, live, newline + 1);
+      if (visit) visit(claim);
+      else claims.push(claim);
+    }
+  }
+  const first = await hashes;
+  const failed = first?.find(([error]) => error);
+  if (!first || failed) throw failed?.[0] ?? new Error("claims census: no reply");
+  return {
+    serverTime,
+    claims,
+    skips: skipsOf(first[0]![1] as Record<string, string>),
+    counters: first[1]![1] as Record<string, string>,
+  };
+}
+
+function skipsOf(hash: Record<string, string>): Map<string, number> {
   const skips = new Map<string, number>();
-  for (const [name, count] of Object.entries(skipsHash)) if (Number(count) > 0) skips.set(name, Number(count));
-  return { serverTime, claims, skips, counters };
+  for (const [name, count] of Object.entries(hash)) if (Number(count) > 0) skips.set(name, Number(count));
+  return skips;
 }
 
 /** One claim from its census record (`pttl,` then the fields `holderFromCensusRecord` reads). */
@@ -149,9 +216,11 @@ function censusClaim(
   record: string,
   serverTime: number,
   liveWorkerIds: ReadonlySet<string> | undefined,
+  /** Where the record's `pttl,` starts (after the name, in a CLAIM_CENSUS_PAGE record). */
+  from = 0,
 ): CensusClaim {
-  const comma = record.indexOf(",");
+  const comma = record.indexOf(",", from);
   const holder = holderFromCensusRecord(record, comma + 1);
   const stale = staleReasons(holder, serverTime, liveWorkerIds);
-  return { name, pttlMs: Number(record.slice(0, comma)), holder, stale, staleSince: staleSince({ stale, holder }) };
+  return { name, pttlMs: Number(record.slice(from, comma)), holder, stale, staleSince: staleSince({ stale, holder }) };
 }

@@ -4,14 +4,15 @@
  * lib/metrics/counters) survive restarts. Names and types follow Prometheus' conventions:
  * base units (`_seconds`), `_total` for counters, labels `rebuild` and `tenant` where they apply.
  *
- * Work per scrape: three pipelines and BullMQ's job counts; O(claims + series).
+ * Work per scrape: the main Redis' pipeline, the claims' census pages (CLAIM_CENSUS_PAGE, each
+ * claim counted as its page is decoded) and BullMQ's job counts, all at once; O(claims + series).
  */
 import type { Queue } from "bullmq";
 import type { Redis } from "ioredis";
 import { RULE_NAMES } from "../alerts/config";
 import { EVALUATOR_CLAIM } from "../alerts/rules";
 import type { FiringAlert } from "../alerts/types";
-import { readClaimCensus } from "../claims/census";
+import { readWholeCensus, type CensusClaim } from "../claims/census";
 import { claimName } from "../claims/name";
 import { tenantsOf, type Definitions } from "../rebuilds/definitions";
 import type { RedisKeys } from "../redis/keys";
@@ -38,56 +39,58 @@ export const QUEUE_STATES = [
   "failed",
 ] as const;
 
+/** A rebuild × tenant pair the definitions name: its labels and its claim. */
+interface Series {
+  labels: string;
+  claim: string;
+  scheduled: boolean;
+}
+
+/** The definitions' series, worked out once per definitions object (not per scrape). */
+const seriesCache = new WeakMap<Definitions, Series[]>();
+
+function seriesOf(definitions: Definitions): Series[] {
+  let series = seriesCache.get(definitions);
+  if (series) return series;
+  series = [];
+  for (const definition of definitions.rebuilds.values()) {
+    for (const tenant of tenantsOf(definition)) {
+      series.push({
+        labels: `${labelPair("rebuild", definition.name)},${labelPair("tenant", tenant ?? "")}`,
+        claim: claimName(definition.outputPath, tenant),
+        scheduled: Boolean(definition.schedule),
+      });
+    }
+  }
+  seriesCache.set(definitions, series);
+  return series;
+}
+
 export async function collectMetrics(sources: MetricsSources): Promise<{ contentType: string; body: string }> {
   const { main, claims, keys, definitions } = sources;
-  const mainPipeline = scriptPipeline(main, [HASH_AS_LINES]).time().zrevrange(keys.workerRegistry, 0, -1, "WITHSCORES");
-  const mainReplies =
-    (await queueScript(mainPipeline, HASH_AS_LINES, [keys.metricsCounters], []).hgetall(keys.alertsFiring).exec()) ??
-    [];
-  const failed = mainReplies.find(([error]) => error);
-  if (failed || mainReplies.length !== 4) throw failed?.[0] ?? new Error("metrics: no reply from Redis");
-  const [seconds, micros] = mainReplies[0]![1] as [string, string];
-  const now = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
-  const registry = mainReplies[1]![1] as string[];
-  const live = new Set<string>();
-  for (let i = 0; i < registry.length; i += 2)
-    if (Number(registry[i + 1]) >= now - HEARTBEAT_TTL_MS) live.add(registry[i]!);
-  const counterLines = String(mainReplies[2]![1] ?? "");
-  const counters = counterLines === "" ? [] : counterLines.split("\n");
-  const firing = mainReplies[3]![1] as Record<string, string>;
-  const [census, jobCounts] = await Promise.all([
-    readClaimCensus(claims, keys, live),
-    sources.queue.getJobCounts(...QUEUE_STATES),
-  ]);
-
   const exposition = new Exposition();
   const gauge = (name: string, help: string) => exposition.family(name, help, "gauge");
   const counter = (name: string, help: string) => exposition.family(name, help, "counter");
 
   // Which rebuild and tenant a claim belongs to: the definitions say; else its holder. Label
-  // sets are formatted once per owner (10 000 claims share a few hundred owners).
+  // sets are formatted once per owner (10 000 claims share a few hundred owners), keyed by
+  // "rebuild|tenant" as the counters' fields spell it.
   const ownerLabels = new Map<string, string>();
-  const labelsOf = (rebuild: string, tenant: string) => {
-    const key = `${rebuild}|${tenant}`;
+  const labelsOfSeries = (key: string) => {
     let labels = ownerLabels.get(key);
     if (labels === undefined) {
+      const bar = key.indexOf("|");
+      const [rebuild, tenant] = bar < 0 ? [key, ""] : [key.slice(0, bar), key.slice(bar + 1)];
       labels = `${labelPair("rebuild", rebuild)},${labelPair("tenant", tenant)}`;
       ownerLabels.set(key, labels);
     }
     return labels;
   };
+  const series = seriesOf(definitions);
   const owners = new Map<string, string>();
-  const series: { labels: string; claim: string; scheduled: boolean }[] = [];
-  for (const definition of definitions.rebuilds.values()) {
-    for (const tenant of tenantsOf(definition)) {
-      const claim = claimName(definition.outputPath, tenant);
-      const labels = labelsOf(definition.name, tenant ?? "");
-      owners.set(claim, labels);
-      series.push({ labels, claim, scheduled: Boolean(definition.schedule) });
-    }
-  }
+  for (const s of series) owners.set(s.claim, s.labels);
   const ownerOf = (claim: string, holder?: { rebuild: string | null; tenant: string | null }) =>
-    owners.get(claim) ?? labelsOf(holder?.rebuild ?? "", holder?.tenant ?? "");
+    owners.get(claim) ?? labelsOfSeries(`${holder?.rebuild ?? ""}|${holder?.tenant ?? ""}`);
 
   const active = gauge("claimwatch_claims_active", "Claims held now.");
   const ttl = gauge("claimwatch_claim_ttl_seconds", "Remaining lifetime of each held claim.");
@@ -108,17 +111,50 @@ export async function collectMetrics(sources: MetricsSources): Promise<{ content
     }
   }
   let evaluatorLive = 0;
-  for (const claim of census.claims) {
+  const countClaim = (claim: CensusClaim) => {
     // The alert evaluator's own claim is not a rebuild's: it has its own gauge below.
     if (claim.name === EVALUATOR_CLAIM) {
       evaluatorLive = 1;
-      continue;
+      return;
     }
     const owner = ownerOf(claim.name, claim.holder);
     active.inc(owner);
     ttl.append(`${labelPair("claim", claim.name)},${owner}`, Math.max(0, claim.pttlMs) / 1000);
     for (const reason of claim.stale) stale.inc(`${owner},${reasonLabels[reason.kind]}`);
-  }
+  };
+
+  // The claims pages, the job counts and the main Redis' reads all at once: the pages only need
+  // the live workers when they are decoded, and each claim is counted as its page arrives.
+  const mainPipeline = scriptPipeline(main, [HASH_AS_LINES]).time().zrevrange(keys.workerRegistry, 0, -1, "WITHSCORES");
+  const mainRead = queueScript(mainPipeline, HASH_AS_LINES, [keys.metricsCounters], [])
+    .hgetall(keys.alertsFiring)
+    .exec()
+    .then((replies) => {
+      const failed = replies?.find(([error]) => error);
+      if (!replies || failed || replies.length !== 4) throw failed?.[0] ?? new Error("metrics: no reply from Redis");
+      const [seconds, micros] = replies[0]![1] as [string, string];
+      const now = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
+      const registry = replies[1]![1] as string[];
+      const live = new Set<string>();
+      for (let i = 0; i < registry.length; i += 2)
+        if (Number(registry[i + 1]) >= now - HEARTBEAT_TTL_MS) live.add(registry[i]!);
+      const counterLines = String(replies[2]![1] ?? "");
+      return {
+        live,
+        counters: counterLines === "" ? [] : counterLines.split("\n"),
+        firing: replies[3]![1] as Record<string, string>,
+      };
+    });
+  const [{ live, counters, firing }, census, jobCounts] = await Promise.all([
+    mainRead,
+    readWholeCensus(
+      claims,
+      keys,
+      mainRead.then((read) => read.live),
+      countClaim,
+    ),
+    sources.queue.getJobCounts(...QUEUE_STATES),
+  ]);
   for (const [claim, count] of census.skips) skips.set(`${labelPair("claim", claim)},${ownerOf(claim)}`, count);
 
   const runs = counter("claimwatch_runs_total", "Finished runs (attempts), by status.");
@@ -142,29 +178,38 @@ export async function collectMetrics(sources: MetricsSources): Promise<{ content
     if (!h) histograms.set(labels, (h = { buckets: new Map(), sum: 0, count: 0 }));
     return h;
   };
+  // Fields are `kind|rebuild|tenant` or `kind|rebuild|tenant|detail` (lib/metrics/counters), read
+  // by position: 12 000 fields at 1 000 series, so no split arrays.
   for (let i = 0; i + 1 < counters.length; i += 2) {
-    const parts = counters[i]!.split("|");
+    const field = counters[i]!;
     const value = Number(counters[i + 1]);
     if (!Number.isFinite(value)) continue;
-    const [kind, rebuild = "", tenant = ""] = parts;
+    const kindEnd = field.indexOf("|");
+    if (kindEnd < 0) continue;
+    const kind = field.slice(0, kindEnd);
+    const rebuildEnd = field.indexOf("|", kindEnd + 1);
+    const tenantEnd = rebuildEnd < 0 ? -1 : field.indexOf("|", rebuildEnd + 1);
+    const labels = labelsOfSeries(field.slice(kindEnd + 1, tenantEnd < 0 ? field.length : tenantEnd));
+    const detailEnd = tenantEnd < 0 ? -1 : field.indexOf("|", tenantEnd + 1);
+    const detail = tenantEnd < 0 ? undefined : field.slice(tenantEnd + 1, detailEnd < 0 ? field.length : detailEnd);
     switch (kind) {
       case "runs":
-        runs.inc(`${labelsOf(rebuild, tenant)},${labelPair("status", parts[3] ?? "")}`, value);
+        runs.inc(`${labels},${labelPair("status", detail ?? "")}`, value);
         break;
       case "lastsuccess":
-        lastSuccess.set(labelsOf(rebuild, tenant), value / 1000);
+        lastSuccess.set(labels, value / 1000);
         break;
       case "missed":
-        missed.inc(labelsOf(rebuild, tenant), value);
+        missed.inc(labels, value);
         break;
       case "dur":
-        histogramOf(labelsOf(rebuild, tenant)).buckets.set(parts[3] ?? "+Inf", value);
+        histogramOf(labels).buckets.set(detail ?? "+Inf", value);
         break;
       case "dursum":
-        histogramOf(labelsOf(rebuild, tenant)).sum = value;
+        histogramOf(labels).sum = value;
         break;
       case "durcount":
-        histogramOf(labelsOf(rebuild, tenant)).count = value;
+        histogramOf(labels).count = value;
         break;
     }
   }
@@ -198,7 +243,7 @@ export async function collectMetrics(sources: MetricsSources): Promise<{ content
     const rest = field.slice(bar + 1);
     if (kind === "takeovers") {
       const [rebuild = "", tenant = ""] = rest.split("|");
-      takeovers.inc(labelsOf(rebuild, tenant), Number(raw));
+      takeovers.inc(labelsOfSeries(`${rebuild}|${tenant}`), Number(raw));
     } else if (kind === "fencing") {
       fencing.inc(`${labelPair("claim", rest)},${ownerOf(rest)}`, Number(raw));
     }

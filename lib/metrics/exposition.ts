@@ -32,11 +32,18 @@ function formatValue(value: number): string {
   return `${value}`;
 }
 
+/** Appended lines per joined chunk. */
+const APPEND_CHUNK = 512;
+
 export class MetricFamily {
   /** `sample{labels}` → value, in the order first written. */
   private readonly samples = new Map<string, number>();
-  /** Lines of `append`ed samples, written after the others. */
+  /**
+   * `append`ed samples, written after the others: lines joined by "\n" a chunk at a time, so the
+   * lines (tens of thousands of short-lived strings) die young instead of surviving to the end.
+   */
   private readonly appended: string[] = [];
+  private pending: string[] = [];
 
   constructor(
     readonly name: string,
@@ -65,20 +72,27 @@ export class MetricFamily {
    * samples come after the `set`/`inc` ones; a family that only appends keeps its order.
    */
   append(labels: string, value: number, suffix = ""): void {
-    this.appended.push(`${this.sampleKey(labels, suffix)} ${formatValue(value)}`);
+    this.pending.push(`${this.sampleKey(labels, suffix)} ${formatValue(value)}`);
+    if (this.pending.length === APPEND_CHUNK) this.flushAppended();
+  }
+
+  private flushAppended(): void {
+    if (this.pending.length === 0) return;
+    this.appended.push(this.pending.join("\n"));
+    this.pending = [];
   }
 
   private sampleKey(labels: string, suffix: string): string {
     return labels === "" ? `${this.name}${suffix}` : `${this.name}${suffix}{${labels}}`;
   }
 
-  /** The family's text, without a trailing newline. */
-  format(): string {
+  /** Adds the family's lines to `lines` (joined by "\n", they are its text). */
+  formatInto(lines: string[]): void {
     const name = escapeText(this.name);
-    let text = `# HELP ${name} ${escapeText(this.help)}\n# TYPE ${name} ${this.type}`;
-    for (const [sample, value] of this.samples) text += `\n${sample} ${formatValue(value)}`;
-    for (const line of this.appended) text += `\n${line}`;
-    return text;
+    lines.push(`# HELP ${name} ${escapeText(this.help)}`, `# TYPE ${name} ${this.type}`);
+    for (const [sample, value] of this.samples) lines.push(`${sample} ${formatValue(value)}`);
+    this.flushAppended();
+    for (const chunk of this.appended) lines.push(chunk);
   }
 }
 
@@ -92,7 +106,14 @@ export class Exposition {
     return family;
   }
 
+  /** One join of every line: no intermediate string per family (a scrape has tens of thousands of lines). */
   format(): string {
-    return `${this.families.map((family) => family.format()).join("\n\n")}\n`;
+    const lines: string[] = [];
+    this.families.forEach((family, i) => {
+      if (i > 0) lines.push("");
+      family.formatInto(lines);
+    });
+    lines.push("");
+    return lines.join("\n");
   }
 }

@@ -10,6 +10,8 @@ export type RedisKeys = ReturnType<typeof redisKeys>;
 
 export function redisKeys(prefix: string) {
   const tag = `{${prefix}}`;
+  const claimPrefix = `${tag}:claim:`;
+  const claimMetaPrefix = `${tag}:claim-meta:`;
   const timelinePrefix = (rebuild?: string) => (rebuild ? `${tag}:tl:t:${rebuild}:` : `${tag}:tl:r:`);
   return {
     /** The hash tag itself; BullMQ queues use it as their prefix so they share the slot. */
@@ -23,12 +25,17 @@ export function redisKeys(prefix: string) {
 
     // --- claims (in the claims Redis; see lib/claims) --------------------------------------
     /** STRING: the holder's token, `SET NX PX`. Its TTL is the claim's lifetime. */
-    claim: (name: string) => `${tag}:claim:${name}`,
+    claim: (name: string) => `${claimPrefix}${name}`,
     /**
      * HASH: the holder's metadata (jobId, fence, ttlMs, refreshEveryMs, acquiredAt, refreshedAt,
      * holder identity as JSON); same TTL as `claim`, written and deleted with it.
      */
-    claimMeta: (name: string) => `${tag}:claim-meta:${name}`,
+    claimMeta: (name: string) => `${claimMetaPrefix}${name}`,
+    /**
+     * What `claim` and `claimMeta` put before the name: for CLAIM_CENSUS_PAGE alone, which walks
+     * the registry and builds those two keys itself (so a scrape does not send 20 000 key names).
+     */
+    claimKeyPrefixes: { claim: claimPrefix, claimMeta: claimMetaPrefix },
     /**
      * STRING counter: the newest fencing token issued for a claim name. Never expires and is
      * never deleted — a counter that restarted at 1 would let a stale holder publish again.

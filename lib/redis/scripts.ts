@@ -8,7 +8,8 @@
  * held), REPLY.missing (-2) = missing, REPLY.notOwner (-6) = not the owner. Times inside scripts come from Redis `TIME`, so every timestamp a claim
  * carries is on one clock (the claims server's), whatever the clocks of the hosts calling it.
  * Scripts never build key names: every key they touch is passed in KEYS (Cluster safe) and is
- * built in `keys.ts`.
+ * built in `keys.ts` — except two readers that walk many keys of one hash tag, with prefixes
+ * keys.ts gives them (CLAIM_CENSUS_PAGE; the timeline counters, lib/runs/timeline-counters.ts).
  */
 import type { ChainableCommander, Redis } from "ioredis";
 import { REPLY } from "./replies";
@@ -524,6 +525,46 @@ return out
 `,
 } as const satisfies LuaScript;
 
+/** Claims per CLAIM_CENSUS_PAGE call: a few ms of Redis time each. */
+export const CENSUS_PAGE_SIZE = 2_000;
+
+export const CLAIM_CENSUS_PAGE = typedScript<(string | number)[]>()({
+  command: "claimwatchClaimCensusPage",
+  keys: ["claimRegistry"],
+  lua: `
+--[[ CLAIM_CENSUS for a page of the registry, walked here: the /metrics scrape reads every claim
+every scrape, and sending each claim's two key names (20 000 at 10 000 claims) was a third of the
+scrape's Redis time and much of its client time. The one exception to "scripts never build key
+names": the claim and metadata keys are ARGV's prefixes (keys.claimKeyPrefixes) and the name,
+all under the registry's hash tag, so in the registry's slot (as the timeline counters' keys).
+KEYS[1] claimRegistry  ZSET of claim names (score 0, so in name order)
+ARGV[1] claim key prefix   ARGV[2] claimMeta key prefix
+ARGV[3] where to start: '-' (the first name) or '(' .. the last name of the previous page
+ARGV[4] names per page
+Returns {serverTimeMs, lastName, record1, record2, ...}: lastName is the page's last registry name
+  ('' when the page was the registry's last); a record per held claim, in name order:
+  'name\\npttl,${CENSUS_FIELDS.join(",")}' as CLAIM_CENSUS's records (names have no control
+  characters). A name whose claim is gone (expired since it was registered) or has no metadata
+  is left out.
+]]
+local names = redis.call('ZRANGEBYLEX', KEYS[1], ARGV[3], '+', 'LIMIT', 0, tonumber(ARGV[4]))
+local t = redis.call('TIME')
+local last = ''
+if #names == tonumber(ARGV[4]) then last = names[#names] end
+local out = {t[1] * 1000 + math.floor(t[2] / 1000), last}
+for _, name in ipairs(names) do
+  local pttl = redis.call('PTTL', ARGV[1] .. name)
+  if pttl >= 0 then
+    local m = redis.call('HMGET', ARGV[2] .. name, ${CENSUS_FIELDS.map((field) => `'${field}'`).join(", ")})
+    if m[1] and m[1] ~= '' then
+      out[#out + 1] = name .. '\\n' .. pttl .. ',' .. m[1] .. ',' .. (m[2] or '') .. ',' .. (m[3] or '') .. ',' .. (m[4] or '') .. ',' .. (m[5] or '')
+    end
+  end
+end
+return out
+`,
+});
+
 export const CLAIM_STALE_CANDIDATES = {
   command: "claimwatchClaimStaleCandidates",
   keys: ["claimsTime"],
@@ -709,6 +750,7 @@ export const ALL_SCRIPTS: readonly LuaScript[] = [
   AUDIT_APPEND,
   ALERTS_COMMIT,
   CLAIM_CENSUS,
+  CLAIM_CENSUS_PAGE,
   CLAIM_STALE_CANDIDATES,
   CLAIM_NOT_REFRESHED,
   CLAIM_REFRESHES_PRUNE,
