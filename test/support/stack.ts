@@ -186,8 +186,12 @@ export function slowStep(seconds: number, name = "work") {
 
 export interface TestWebServer {
   url: string;
+  /** Everything the launcher and its next-server printed so far. */
+  output(): string;
   /** SIGTERM, then waits until the launcher and its next-server are gone. */
   stop(): Promise<void>;
+  /** SIGKILL to the launcher and every process under it at once (a crash), then waits until they are gone. */
+  kill(): Promise<void>;
 }
 
 /** `npm run web` against the bed's Redis and definitions, on a free port (needs a build). */
@@ -197,13 +201,28 @@ export async function startWebServer(bed: TestBed, env: Record<string, string> =
     env: { ...bed.env, PORT: String(port), ...env },
     stdio: ["ignore", "pipe", "pipe"],
   });
+  let output = "";
+  web.stdout!.on("data", (chunk: Buffer) => (output += chunk.toString()));
+  web.stderr!.on("data", (chunk: Buffer) => (output += chunk.toString()));
   await waitForLine(web, /dashboard at/, 90_000);
   return {
     url: `http://127.0.0.1:${port}`,
+    output: () => output,
     async stop() {
       const children = descendantPids(web.pid!);
       web.kill("SIGTERM");
       await waitUntilGone([web.pid!, ...children], 15_000);
+    },
+    async kill() {
+      const all = [web.pid!, ...descendantPids(web.pid!)];
+      for (const pid of all) {
+        try {
+          process.kill(pid, "SIGKILL");
+        } catch {
+          // already gone
+        }
+      }
+      await waitUntilGone(all, 15_000);
     },
   };
 }

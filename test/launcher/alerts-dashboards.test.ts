@@ -1,0 +1,111 @@
+/**
+ * Alert delivery with two real dashboards (`npm run web`, each runs an evaluator) and two real
+ * workers (each runs one too) against a local HTTP receiver for Slack and the webhook: one process
+ * of the four evaluates at a time, each transition arrives once, and SIGKILL of the evaluating
+ * dashboard (launcher and next-server at once, a crash) hands over without a duplicate or a gap.
+ * The worker-only case, and receivers that hang or fail, are in test/integration/alerts-delivery.
+ */
+import assert from "node:assert/strict";
+import { after, test } from "node:test";
+import { claimName } from "../../lib/claims/name";
+import { startHttpReceiver, type ReceivedRequest } from "../support/http-receiver";
+import { createTestBed, slowStep, startWebServer, type TestBed, type TestWebServer } from "../support/stack";
+
+const SECRET = "a-webhook-secret-for-tests";
+const EVALUATING = /alerts: evaluating here/;
+const beds: TestBed[] = [];
+const webs: TestWebServer[] = [];
+after(async () => {
+  for (const web of webs) await web.kill();
+  for (const bed of beds) await bed.close();
+});
+
+const hookStatuses = (requests: ReceivedRequest[]) =>
+  requests
+    .filter((r) => r.path === "/hook")
+    .map(
+      (r) => JSON.parse(r.body) as { deliveryId: string; status: string; alert: { labels: Record<string, string> } },
+    );
+const slackTexts = (requests: ReceivedRequest[]) =>
+  requests.filter((r) => r.path === "/slack").map((r) => (JSON.parse(r.body) as { text: string }).text);
+
+async function until(label: string, probe: () => boolean | Promise<boolean>, timeoutMs = 60_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await probe())) {
+    if (Date.now() > deadline) throw new Error(`not within ${timeoutMs} ms: ${label}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+test("two dashboards and two workers: each transition reaches Slack and the webhook once; killing the evaluating dashboard loses none and repeats none", async () => {
+  const receiver = await startHttpReceiver();
+  const bed = await createTestBed(
+    { a: { output: "out/a", steps: [slowStep(0)] } },
+    {
+      alerts: {
+        evaluateEvery: "1s",
+        repeatEvery: "2s",
+        receivers: [
+          { slack: { webhookUrlEnv: "TEST_SLACK_URL" } },
+          { webhook: { url: `${receiver.url}/hook`, secretEnv: "TEST_HOOK_SECRET" } },
+        ],
+        rules: { skips: { atLeast: 2 }, workerMissing: false, redisUnsafe: false },
+      },
+    },
+  );
+  beds.push(bed);
+  const env = { TEST_SLACK_URL: `${receiver.url}/slack`, TEST_HOOK_SECRET: SECRET };
+  // The dashboards first, so one of them takes the evaluation; the workers then stand by.
+  for (let i = 0; i < 2; i++) webs.push(await startWebServer(bed, env));
+  await until("a dashboard evaluates", () => webs.some((web) => EVALUATING.test(web.output())));
+  const workers = [await bed.startWorker(env), await bed.startWorker(env)];
+  const outputs = () => [...webs.map((web) => web.output()), ...workers.map((worker) => worker.output())];
+  await new Promise((r) => setTimeout(r, 3_000)); // three evaluation cycles
+  assert.equal(outputs().filter((output) => EVALUATING.test(output)).length, 1, "one process of four evaluates");
+  const leader = webs.find((web) => EVALUATING.test(web.output()))!;
+
+  const claim = claimName(bed.definitions.rebuilds.get("a")!.outputPath);
+  const outboxEmpty = async () => (await bed.main.zcard(bed.keys.alertsOutbox)) === 0;
+  await bed.claims.hset(bed.keys.claimSkips, claim, "3");
+  await until(
+    "firing skips alert on both receivers",
+    () => hookStatuses(receiver.requests).length >= 1 && slackTexts(receiver.requests).length >= 1,
+  );
+  await until("nothing in flight", outboxEmpty);
+
+  await leader.kill();
+  // The condition ends while nobody evaluates: the next evaluator must still deliver the resolve.
+  await bed.claims.hdel(bed.keys.claimSkips, claim);
+  await until("another process evaluates", () => {
+    const others = outputs().filter((_, i) => webs[i] !== leader);
+    return others.some((output) => EVALUATING.test(output));
+  });
+  await until(
+    "resolved skips alert after the takeover",
+    () => hookStatuses(receiver.requests).length >= 2 && slackTexts(receiver.requests).length >= 2,
+  );
+  await bed.claims.hset(bed.keys.claimSkips, claim, "4");
+  await until(
+    "a second firing",
+    () => hookStatuses(receiver.requests).length >= 3 && slackTexts(receiver.requests).length >= 3,
+  );
+  await until("nothing in flight", outboxEmpty);
+  await new Promise((r) => setTimeout(r, 3_000)); // three more cycles: nothing further may arrive
+
+  const bodies = hookStatuses(receiver.requests);
+  assert.deepEqual(
+    bodies.map((b) => b.status),
+    ["firing", "resolved", "firing"],
+  );
+  assert.ok(bodies.every((b) => b.alert.labels.alertname === "skips" && b.alert.labels.claim === claim));
+  assert.equal(new Set(bodies.map((b) => b.deliveryId)).size, 3, "three distinct deliveries");
+  const texts = slackTexts(receiver.requests);
+  assert.equal(texts.length, 3);
+  assert.match(texts[0]!, /FIRING.*skips/);
+  assert.match(texts[1]!, /RESOLVED.*skips/);
+  assert.match(texts[2]!, /FIRING.*skips/);
+  assert.equal(await bed.main.xlen(bed.keys.alertsTransitions), 3, "three transitions recorded");
+  const evaluatorsNow = outputs().filter((output, i) => webs[i] !== leader && EVALUATING.test(output));
+  assert.equal(evaluatorsNow.length, 1, "after the kill, again one process evaluates");
+  for (const worker of workers) await worker.stop();
+});
