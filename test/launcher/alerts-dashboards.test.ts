@@ -109,3 +109,60 @@ test("two dashboards and two workers: each transition reaches Slack and the webh
   assert.equal(evaluatorsNow.length, 1, "after the kill, again one process evaluates");
   for (const worker of workers) await worker.stop();
 });
+
+test("a dashboard that evaluates answers its API while a receiver hangs and another answers 500; the fine one gets every transition", async () => {
+  const OPERATOR_TOKEN = "operator-token-for-tests-0123456789";
+  const receiver = await startHttpReceiver();
+  receiver.setMode("/hang", "hang");
+  receiver.setMode("/fail", "fail");
+  const bed = await createTestBed(
+    { b: { output: "out/b", steps: [slowStep(0)] } },
+    {
+      alerts: {
+        evaluateEvery: "1s",
+        receivers: [
+          { webhook: { name: "hung", url: `${receiver.url}/hang`, secretEnv: "TEST_HOOK_SECRET" } },
+          { webhook: { name: "failing", url: `${receiver.url}/fail`, secretEnv: "TEST_HOOK_SECRET" } },
+          { webhook: { name: "fine", url: `${receiver.url}/fine`, secretEnv: "TEST_HOOK_SECRET" } },
+        ],
+        rules: { skips: { atLeast: 1 }, workerMissing: false, redisUnsafe: false },
+      },
+    },
+  );
+  beds.push(bed);
+  const web = await startWebServer(bed, {
+    TEST_HOOK_SECRET: SECRET,
+    CLAIMWATCH_OPERATOR_TOKEN: `tester:${OPERATOR_TOKEN}`,
+  });
+  webs.push(web);
+  await until("the dashboard evaluates", () => EVALUATING.test(web.output()));
+  const claim = claimName(bed.definitions.rebuilds.get("b")!.outputPath);
+  await bed.claims.hset(bed.keys.claimSkips, claim, "1");
+  await until("the firing at the fine receiver", () => receiver.requests.some((r) => r.path === "/fine"));
+
+  const get = async (path: string) => {
+    const response = await fetch(`${web.url}${path}`, { headers: { authorization: `Bearer ${OPERATOR_TOKEN}` } });
+    return { status: response.status, body: (await response.json()) as Record<string, unknown> };
+  };
+  // Answered while a delivery of this very process hangs (each hung request lasts the send
+  // timeout; a retry hangs again, so a response that came after one gave up is asked again).
+  let answeredDuringHang = false;
+  for (let attempt = 0; attempt < 5 && !answeredDuringHang; attempt++) {
+    await until("a delivery hanging", () => receiver.hanging() > 0, 90_000);
+    const [health, alerts] = await Promise.all([get("/api/health"), get("/api/alerts")]);
+    assert.equal(health.status, 200, JSON.stringify(health.body));
+    assert.equal(alerts.status, 200, JSON.stringify(alerts.body));
+    assert.match(JSON.stringify(alerts.body), /"alertname":"skips"/);
+    answeredDuringHang = receiver.hanging() > 0;
+  }
+  assert.ok(answeredDuringHang, "the API answered while a delivery hung");
+
+  // Evaluation goes on meanwhile: the resolve reaches the fine receiver; the failing one is retried.
+  await bed.claims.hdel(bed.keys.claimSkips, claim);
+  await until("the resolve at the fine receiver", () =>
+    receiver.requests.some(
+      (r) => r.path === "/fine" && (JSON.parse(r.body) as { status: string }).status === "resolved",
+    ),
+  );
+  await until("a retry to the failing receiver", () => receiver.requests.filter((r) => r.path === "/fail").length >= 2);
+});

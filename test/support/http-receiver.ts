@@ -19,6 +19,8 @@ export interface HttpReceiver {
   requests: ReceivedRequest[];
   /** Per path prefix; default "ok". */
   setMode(pathPrefix: string, mode: ReceiverMode): void;
+  /** Requests held unanswered right now (a "hang" path's, until the sender gives up). */
+  hanging(): number;
   waitFor(predicate: (requests: ReceivedRequest[]) => boolean, timeoutMs?: number, label?: string): Promise<void>;
   close(): Promise<void>;
 }
@@ -39,7 +41,11 @@ export async function startHttpReceiver(): Promise<HttpReceiver> {
       const path = request.url ?? "/";
       const mode = [...modes.entries()].find(([prefix]) => path.startsWith(prefix))?.[1] ?? "ok";
       requests.push({ path, headers: request.headers, body });
-      if (mode === "hang") return void hung.add(response);
+      if (mode === "hang") {
+        hung.add(response);
+        response.once("close", () => hung.delete(response));
+        return;
+      }
       response.writeHead(mode === "ok" ? 200 : 500, { "content-type": "text/plain" });
       response.end(mode === "ok" ? "ok" : "receiver says no");
     });
@@ -50,6 +56,7 @@ export async function startHttpReceiver(): Promise<HttpReceiver> {
     url: `http://127.0.0.1:${port}`,
     requests,
     setMode: (prefix, mode) => modes.set(prefix, mode),
+    hanging: () => hung.size,
     async waitFor(predicate, timeoutMs = 60_000, label = "the expected requests") {
       const deadline = Date.now() + timeoutMs;
       while (!predicate(requests)) {
@@ -67,7 +74,7 @@ export async function startHttpReceiver(): Promise<HttpReceiver> {
     },
     async close() {
       open.delete(receiver);
-      for (const response of hung) response.destroy();
+      for (const response of [...hung]) response.destroy();
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
     },
