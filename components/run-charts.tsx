@@ -63,6 +63,23 @@ const tickText = (range: string) => (d: Date | { valueOf(): number }) => {
   return range === "24h" ? text.slice(11, 16) : text.slice(5, 10);
 };
 
+type TimeScale = ReturnType<typeof scaleTime<number>>;
+
+/** The time axis under a chart, `top` below its plot's top: 8 ticks, labelled by `tickText`. */
+function TimeAxis({ top, scale, range }: { top: number; scale: TimeScale; range: string }) {
+  return (
+    <AxisBottom
+      top={top}
+      scale={scale}
+      numTicks={8}
+      tickFormat={tickText(range)}
+      stroke="currentColor"
+      tickStroke="currentColor"
+      tickLabelProps={{ fill: "currentColor", fontSize: 11, textAnchor: "middle" }}
+    />
+  );
+}
+
 export function RunCharts() {
   const [range, setRange] = useState<"24h" | "7d">("24h");
   const [rebuild, setRebuild] = useState<string | null>(null);
@@ -229,15 +246,7 @@ export function RunsTimeline({ timeline }: { timeline: Timeline }) {
             </g>
           );
         })}
-        <AxisBottom
-          top={lanes.length * LANE_HEIGHT}
-          scale={x}
-          numTicks={8}
-          tickFormat={tickText(timeline.range)}
-          stroke="currentColor"
-          tickStroke="currentColor"
-          tickLabelProps={{ fill: "currentColor", fontSize: 11, textAnchor: "middle" }}
-        />
+        <TimeAxis top={lanes.length * LANE_HEIGHT} scale={x} range={timeline.range} />
       </Group>
     </svg>
   );
@@ -410,15 +419,7 @@ function TrendFrame(props: {
             tickStroke="currentColor"
             tickLabelProps={{ fill: "currentColor", fontSize: 11, textAnchor: "end", dx: -4, dy: "0.32em" }}
           />
-          <AxisBottom
-            top={plotHeight}
-            scale={x}
-            numTicks={8}
-            tickFormat={tickText(timeline.range)}
-            stroke="currentColor"
-            tickStroke="currentColor"
-            tickLabelProps={{ fill: "currentColor", fontSize: 11, textAnchor: "middle" }}
-          />
+          <TimeAxis top={plotHeight} scale={x} range={timeline.range} />
         </Group>
       </svg>
     </div>

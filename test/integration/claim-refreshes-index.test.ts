@@ -6,27 +6,15 @@
  * census read through it: the full census' stale claims not refreshed for `for`, index or not.
  */
 import assert from "node:assert/strict";
-import { after, test } from "node:test";
+import { test } from "node:test";
 import { readClaimCensus } from "../../lib/claims/census";
-import {
-  acquireClaim,
-  claimName,
-  forceReleaseClaim,
-  refreshClaim,
-  releaseClaim,
-  type AcquireResult,
-} from "../../lib/claims/index";
-import { createRedis } from "../../lib/redis/client";
+import { acquireClaim, claimName, forceReleaseClaim, refreshClaim, releaseClaim } from "../../lib/claims/index";
 import { redisKeys, type RedisKeys } from "../../lib/redis/keys";
 import { CLAIM_REFRESHES_PRUNE, runVariadicScript } from "../../lib/redis/scripts";
-import { startTestRedis, uniquePrefix } from "../support/redis";
+import { startClaimsBed, tokenOf } from "../support/claims-bed";
+import { uniquePrefix } from "../support/redis";
 
-const server = await startTestRedis();
-const client = createRedis(server.url, "worker");
-after(() => client.disconnect());
-
-const timing = { ttlMs: 10_000, refreshEveryMs: 1_000 };
-const tokenOf = (result: AcquireResult) => (result.status === "acquired" ? result.token : assert.fail("not acquired"));
+const { client, timing } = await startClaimsBed();
 
 /** The index as { name: score }, and each name's metadata refreshedAt for comparison. */
 async function indexOf(keys: RedisKeys): Promise<Record<string, number>> {

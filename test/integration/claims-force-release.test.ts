@@ -5,7 +5,7 @@
  */
 import assert from "node:assert/strict";
 import os from "node:os";
-import { after, test } from "node:test";
+import { test } from "node:test";
 import { listAudit } from "../../lib/audit/index";
 import {
   acquireClaim,
@@ -15,19 +15,13 @@ import {
   listClaims,
   refreshClaim,
   releaseClaim,
-  type AcquireResult,
 } from "../../lib/claims/index";
 import { FORCE_RELEASE_MARGIN_MS } from "../../lib/claims/force-release";
-import { createRedis } from "../../lib/redis/client";
 import { redisKeys } from "../../lib/redis/keys";
-import { startTestRedis, uniquePrefix } from "../support/redis";
+import { startClaimsBed, tokenOf } from "../support/claims-bed";
+import { uniquePrefix } from "../support/redis";
 
-const server = await startTestRedis();
-const client = createRedis(server.url, "worker");
-after(() => client.disconnect());
-
-const timing = { ttlMs: 10_000, refreshEveryMs: 1_000 };
-const tokenOf = (result: AcquireResult) => (result.status === "acquired" ? result.token : assert.fail("not acquired"));
+const { client, timing } = await startClaimsBed();
 const clients = { claims: client, audit: client };
 
 test("a stale token is refused and audited as refused; the shown token releases and is audited", async () => {

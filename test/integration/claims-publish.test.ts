@@ -1,6 +1,6 @@
 /** The fenced publish script: every branch. */
 import assert from "node:assert/strict";
-import { after, test } from "node:test";
+import { test } from "node:test";
 import {
   acquireClaim,
   claimName,
@@ -8,19 +8,12 @@ import {
   publishFenced,
   readPublished,
   releaseClaim,
-  type AcquireResult,
 } from "../../lib/claims/index";
-import { createRedis } from "../../lib/redis/client";
 import { redisKeys } from "../../lib/redis/keys";
-import { startTestRedis, uniquePrefix } from "../support/redis";
+import { grantOf, startClaimsBed } from "../support/claims-bed";
+import { uniquePrefix } from "../support/redis";
 
-const server = await startTestRedis();
-const client = createRedis(server.url, "worker");
-after(() => client.disconnect());
-
-const timing = { ttlMs: 10_000, refreshEveryMs: 1_000 };
-const grantOf = (result: AcquireResult) =>
-  result.status === "acquired" ? { fence: result.fence, token: result.token } : assert.fail("not acquired");
+const { client, timing } = await startClaimsBed();
 
 test("the newest grant publishes; older fences are superseded; nothing issued is refused", async () => {
   const keys = redisKeys(uniquePrefix());

@@ -9,42 +9,22 @@
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
 import fs from "node:fs";
-import os from "node:os";
 import path from "node:path";
-import { after, test } from "node:test";
+import { test } from "node:test";
 import type { RunStep } from "../../lib/rebuilds/definitions";
 import { detectContainment } from "../../lib/rebuilds/steps/containment";
 import { runCommandStep } from "../../lib/rebuilds/steps/run-step";
 import { stepCgroupParentName } from "../../lib/rebuilds/steps/step-cgroup";
-import { killMarkedProcesses, newMarker, pidsWithMarker, waitUntilNoMarker } from "../support/markers";
+import { newMarker, pidsWithMarker, waitUntilNoMarker } from "../support/markers";
 import { isRunning, waitForLine } from "../support/processes";
+import { stepTestBed } from "../support/step-bed";
 
-const dir = fs.mkdtempSync(path.join(os.tmpdir(), "cw-cgroup-"));
-after(() => {
-  killMarkedProcesses();
-  fs.rmSync(dir, { recursive: true, force: true });
-});
+const { dir, context } = stepTestBed("cw-cgroup-");
 const containment = detectContainment("cgroup");
 const place = containment.stepCgroups!;
 const ownCgroup = (pid: number | "self") =>
   /^0::(.*)$/m.exec(fs.readFileSync(`/proc/${pid}/cgroup`, "utf8"))?.[1] ?? "?";
 const home = ownCgroup("self");
-
-function context(lines: string[] = []) {
-  return {
-    signal: new AbortController().signal,
-    workDir: fs.mkdtempSync(path.join(dir, "work-")),
-    outputDir: dir,
-    baseDir: dir,
-    version: "v1",
-    tenant: undefined,
-    rebuild: "r",
-    runId: "job-a1",
-    fence: 1,
-    log: (line: string) => lines.push(line),
-    progress: () => {},
-  };
-}
 
 function step(script: string, env: Record<string, string>): RunStep {
   return { name: "s", run: ["sh", "-c", script], env, transientExitCodes: [], killGrace: 3_000, limits: {} };
@@ -59,7 +39,11 @@ test("the program runs in a cgroup of its own, as itself (not under an init), an
     'echo "pid $$ ppid $PPID"',
     'grep "^0::" /proc/self/cgroup',
   ].join("\n");
-  await runCommandStep(step(script, { [marker.name]: marker.value }), context(lines), containment);
+  await runCommandStep(
+    step(script, { [marker.name]: marker.value }),
+    context({ log: (line) => lines.push(line) }),
+    containment,
+  );
   const cgroupLine = lines.find((l) => l.includes("0::"));
   assert.match(String(cgroupLine), new RegExp(`0::${path.join(home, stepCgroupParentName(process.pid))}/step-\\d+$`));
   const ppid = Number(/ppid (\d+)/.exec(lines.join("\n"))?.[1]);

@@ -8,35 +8,14 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import fs from "node:fs";
-import os from "node:os";
 import path from "node:path";
-import { after, test } from "node:test";
+import { test } from "node:test";
 import type { RunStep } from "../../lib/rebuilds/definitions";
 import { ContainmentConfigError, detectContainment } from "../../lib/rebuilds/steps/containment";
 import { runCommandStep } from "../../lib/rebuilds/steps/run-step";
-import { killMarkedProcesses } from "../support/markers";
+import { stepTestBed } from "../support/step-bed";
 
-const dir = fs.mkdtempSync(path.join(os.tmpdir(), "cw-edges-"));
-after(() => {
-  killMarkedProcesses();
-  fs.rmSync(dir, { recursive: true, force: true });
-});
-
-function context() {
-  return {
-    signal: new AbortController().signal,
-    workDir: fs.mkdtempSync(path.join(dir, "work-")),
-    outputDir: dir,
-    baseDir: dir,
-    version: "v1",
-    tenant: undefined,
-    rebuild: "r",
-    runId: "job-a1",
-    fence: 1,
-    log: () => {},
-    progress: () => {},
-  };
-}
+const { dir, context } = stepTestBed("cw-edges-");
 
 function step(run: string[]): RunStep {
   return { name: "s", run, transientExitCodes: [], killGrace: 3_000, limits: {} };

@@ -6,20 +6,15 @@
  */
 import assert from "node:assert/strict";
 import fs from "node:fs";
-import os from "node:os";
-import path from "node:path";
-import { after, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import type { RunStep } from "../../lib/rebuilds/definitions";
 import { detectContainment, type Containment } from "../../lib/rebuilds/steps/containment";
 import type { StepContext } from "../../lib/rebuilds/steps/context";
 import { runCommandStep } from "../../lib/rebuilds/steps/run-step";
-import { killMarkedProcesses, newMarker, pidsWithMarker, waitUntilNoMarker } from "../support/markers";
+import { newMarker, pidsWithMarker, waitUntilNoMarker } from "../support/markers";
+import { stepTestBed } from "../support/step-bed";
 
-const dir = fs.mkdtempSync(path.join(os.tmpdir(), "cw-contain-"));
-after(() => {
-  killMarkedProcesses();
-  fs.rmSync(dir, { recursive: true, force: true });
-});
+const bed = stepTestBed("cw-contain-");
 /** Every test below runs under both strong modes; the worker picks `cgroup` on this host. */
 const MODES = ["cgroup", "pid-namespace"] as const;
 
@@ -28,22 +23,8 @@ function step(script: string, extra: Partial<RunStep> = {}): RunStep {
 }
 
 function context(signal: AbortSignal): StepContext & { lines: string[] } {
-  const workDir = fs.mkdtempSync(path.join(dir, "work-"));
   const lines: string[] = [];
-  return {
-    signal,
-    workDir,
-    outputDir: dir,
-    baseDir: dir,
-    version: "v1",
-    tenant: undefined,
-    rebuild: "r",
-    runId: "job-a1",
-    fence: 1,
-    log: (line) => lines.push(line),
-    progress: () => {},
-    lines,
-  };
+  return { ...bed.context({ signal, log: (line) => lines.push(line) }), lines };
 }
 
 /** Every kind of escapee at once: a background writer, a double-forked setsid daemon, a TERM-deaf child. */

@@ -6,13 +6,11 @@
  */
 import fs from "node:fs";
 import os from "node:os";
-import { detectContainment } from "../../lib/rebuilds/steps/containment";
 import { killAllSteps, runCommandStep } from "../../lib/rebuilds/steps/run-step";
-import { stepWarden } from "../../lib/rebuilds/steps/warden";
+import { startStandInWorker } from "./stand-in-worker";
+import { stepContext } from "./step-context";
 
-const containment = detectContainment(process.argv[2]);
-stepWarden.start(0);
-await new Promise((r) => setTimeout(r, 300)); // the warden runs
+const containment = await startStandInWorker(process.argv[2], 0);
 const hoard: number[] = [];
 for (;;) {
   try {
@@ -24,19 +22,7 @@ for (;;) {
 fs.closeSync(hoard.pop()!);
 const running = runCommandStep(
   { name: "s", run: ["true"], transientExitCodes: [], killGrace: 3_000, limits: {} },
-  {
-    signal: new AbortController().signal,
-    workDir: os.tmpdir(),
-    outputDir: os.tmpdir(),
-    baseDir: os.tmpdir(),
-    version: "v1",
-    tenant: undefined,
-    rebuild: "r",
-    runId: "job-a1",
-    fence: 1,
-    log: () => {},
-    progress: () => {},
-  },
+  stepContext(os.tmpdir()),
   containment,
 ); // the spawn ran synchronously
 for (const fd of hoard) fs.closeSync(fd);

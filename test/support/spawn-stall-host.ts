@@ -8,14 +8,12 @@
 import { spawn } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
-import { detectContainment } from "../../lib/rebuilds/steps/containment";
 import { runCommandStep, stepTestHooks } from "../../lib/rebuilds/steps/run-step";
-import { stepWarden } from "../../lib/rebuilds/steps/warden";
+import { startStandInWorker } from "./stand-in-worker";
+import { stepContext } from "./step-context";
 
 const [mode, file] = process.argv.slice(2) as [string, string];
-const containment = detectContainment(mode);
-stepWarden.start(1_000);
-await new Promise((r) => setTimeout(r, 300)); // the warden has read its first lines
+const containment = await startStandInWorker(mode, 1_000);
 stepTestHooks.beforeSpawn = () => {
   stepTestHooks.beforeSpawn = undefined;
   spawn("sh", ["-c", `sleep 2.5; kill -CONT ${process.pid}`], { detached: true, stdio: "ignore" }).unref();
@@ -29,20 +27,7 @@ const error = await runCommandStep(
     killGrace: 3_000,
     limits: {},
   },
-  {
-    signal: new AbortController().signal,
-    workDir: os.tmpdir(),
-    outputDir: os.tmpdir(),
-    baseDir: os.tmpdir(),
-    version: "v1",
-    tenant: undefined,
-    rebuild: "r",
-    runId: "job-a1",
-    fence: 1,
-    attemptBegan: performance.now(),
-    log: () => {},
-    progress: () => {},
-  },
+  stepContext(os.tmpdir(), { attemptBegan: performance.now() }),
   containment,
 ).then(
   () => null,

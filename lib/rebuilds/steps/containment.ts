@@ -67,7 +67,7 @@
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
-import { prepareStepCgroups, type StepCgroupPlace } from "./step-cgroup";
+import { cgroupMounts, prepareStepCgroups, type StepCgroupPlace } from "./step-cgroup";
 
 export type ContainmentMode = "cgroup" | "pid-namespace" | "process-group";
 
@@ -276,32 +276,18 @@ function works(argv: string[]): boolean {
  */
 function detectLimitControllers(): Partial<Record<LimitController, string>> {
   const found: Partial<Record<LimitController, string>> = {};
-  let mountinfo: string;
-  let own: string;
-  try {
-    mountinfo = fs.readFileSync("/proc/self/mountinfo", "utf8");
-    own = fs.readFileSync("/proc/self/cgroup", "utf8");
-  } catch {
-    return found;
-  }
-  const mounts = mountinfo
-    .split("\n")
-    .map((line) => {
-      const [left, right] = line.split(" - ");
-      if (!left || !right) return null;
-      const mountPoint = left.split(" ")[4];
-      const [fsType, , superOptions] = right.split(" ");
-      return mountPoint ? { mountPoint, fsType, options: (superOptions ?? "").split(",") } : null;
-    })
-    .filter((m) => m !== null);
+  const read = cgroupMounts();
+  if (read === null) return found;
+  // Mount points as mountinfo writes them (not unescaped).
+  const mounts = read.mounts.filter((m) => m.mountPoint !== "");
   const ownPaths = new Map<string, string>();
-  for (const line of own.split("\n")) {
+  for (const line of read.ownCgroups.split("\n")) {
     const match = /^\d+:([^:]*):(.*)$/.exec(line);
     if (!match) continue;
     for (const controller of match[1]!.split(",")) ownPaths.set(controller, match[2]!);
   }
   for (const controller of ["memory", "pids"] as const) {
-    const v1 = mounts.find((m) => m.fsType === "cgroup" && m.options.includes(controller));
+    const v1 = mounts.find((m) => m.fsType === "cgroup" && m.superOptions.includes(controller));
     let base: string | null = null;
     if (v1 && ownPaths.has(controller)) base = path.join(v1.mountPoint, ownPaths.get(controller)!);
     else {

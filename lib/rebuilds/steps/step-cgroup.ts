@@ -96,25 +96,62 @@ function pidNamespaceId(): string {
   }
 }
 
-/** `<mount>/<path of the 0:: line>`, or why there is none (no cgroup v2, or outside the mount). */
-function ownCgroupV2Directory(): string | { unavailable: string } {
+/** One line of /proc/self/mountinfo, its fields as the kernel wrote them (octal escapes such as `\040` kept). */
+export interface CgroupMount {
+  /** Field 4: the root of the mount within its filesystem ("" where the line has none). */
+  root: string;
+  /** Field 5: where it is mounted ("" where the line has none). */
+  mountPoint: string;
+  /** Field 6: the mount's own options (`rw`, `nosuid`, …). */
+  mountOptions: string[];
+  /** The first field after ` - `: `cgroup2`, `cgroup`, `proc`, … */
+  fsType: string;
+  /** The third field after ` - `: the filesystem's options (a v1 hierarchy's controllers among them). */
+  superOptions: string[];
+}
+
+/**
+ * This process's mounts (every /proc/self/mountinfo line with a ` - ` separator, in the file's
+ * order) and the text of /proc/self/cgroup, or null when either file cannot be read. Read anew
+ * on every call.
+ */
+export function cgroupMounts(): { mounts: CgroupMount[]; ownCgroups: string } | null {
   let mountinfo: string;
-  let own: string;
+  let ownCgroups: string;
   try {
     mountinfo = fs.readFileSync("/proc/self/mountinfo", "utf8");
-    own = fs.readFileSync("/proc/self/cgroup", "utf8");
+    ownCgroups = fs.readFileSync("/proc/self/cgroup", "utf8");
   } catch {
-    return { unavailable: "no /proc/self/mountinfo or /proc/self/cgroup" };
+    return null;
   }
-  const ownPath = /^0::(.*)$/m.exec(own)?.[1];
-  if (ownPath === undefined) return { unavailable: "the worker is in no cgroup v2 hierarchy" };
+  const mounts: CgroupMount[] = [];
   for (const line of mountinfo.split("\n")) {
     const [left, right] = line.split(" - ");
-    if (!left || !right || right.split(" ")[0] !== "cgroup2") continue;
+    if (!left || !right) continue;
     const fields = left.split(" ");
-    const mountRoot = unescapeMountField(fields[3] ?? "");
-    const mountPoint = unescapeMountField(fields[4] ?? "");
-    if (!fields[5]?.split(",").includes("rw")) continue;
+    const [fsType, , superOptions] = right.split(" ");
+    mounts.push({
+      root: fields[3] ?? "",
+      mountPoint: fields[4] ?? "",
+      mountOptions: (fields[5] ?? "").split(","),
+      fsType: fsType ?? "",
+      superOptions: (superOptions ?? "").split(","),
+    });
+  }
+  return { mounts, ownCgroups };
+}
+
+/** `<mount>/<path of the 0:: line>`, or why there is none (no cgroup v2, or outside the mount). */
+function ownCgroupV2Directory(): string | { unavailable: string } {
+  const read = cgroupMounts();
+  if (read === null) return { unavailable: "no /proc/self/mountinfo or /proc/self/cgroup" };
+  const ownPath = /^0::(.*)$/m.exec(read.ownCgroups)?.[1];
+  if (ownPath === undefined) return { unavailable: "the worker is in no cgroup v2 hierarchy" };
+  for (const mount of read.mounts) {
+    if (mount.fsType !== "cgroup2") continue;
+    const mountRoot = unescapeMountField(mount.root);
+    const mountPoint = unescapeMountField(mount.mountPoint);
+    if (!mount.mountOptions.includes("rw")) continue;
     // A mount of a sub-tree (a container's view) holds only the cgroups below its root.
     if (mountRoot !== "/" && ownPath !== mountRoot && !ownPath.startsWith(`${mountRoot}/`)) continue;
     return path.join(mountPoint, mountRoot === "/" ? ownPath : ownPath.slice(mountRoot.length));
