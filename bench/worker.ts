@@ -23,8 +23,9 @@
  * concurrent jobs never wait on one another's claims; the outcome counts prove it. Rounds rotate
  * the order of the sides, so drift hits all of them alike.
  *
- * Each round also times the disk part of a no-op rebuild alone (work dir, hash, promote,
- * `current`), which bounds the c1 ratio from above whatever the Redis round trips cost.
+ * Each round also times the disk part of a no-op rebuild alone (work dir, hash, promote, the
+ * durable published-fence record, `current`), which bounds the c1 ratio from above whatever the
+ * Redis round trips cost.
  *
  * Then kill→resume with the default worker settings: two real worker processes
  * (`worker/index.ts`), one slow job, SIGKILL the worker that runs it as soon as its run record
@@ -55,6 +56,7 @@ import { closeRedis, createRedis } from "../lib/redis/client";
 import { redisKeys, type RedisKeys } from "../lib/redis/keys";
 import { parseDefinitions, type Definitions } from "../lib/rebuilds/definitions";
 import { hashDirectory, pointCurrent, promoteBuild, workDirOf } from "../lib/rebuilds/output";
+import { recordPublishedFence } from "../lib/rebuilds/published-fence";
 import { jobOptionsFor, jobRetention, queuePrefix, REBUILD_QUEUE, type RebuildJobData } from "../lib/rebuilds/queue";
 import { triggerRebuild } from "../lib/rebuilds/trigger";
 import type { RebuildOutcome } from "../lib/rebuilds/run-rebuild";
@@ -282,10 +284,15 @@ async function runPhase(
   }
 }
 
+/** Fences the disk floor records (they only rise, across rounds too). */
+let diskFloorFence = 0;
+
 /**
- * The disk part of a no-op rebuild alone (work dir, hash, promote, `current`: the same calls the
- * pipeline makes), serially, in µs per job: what the pipeline costs at concurrency 1 even if
- * every Redis round trip were free.
+ * The disk part of a no-op rebuild alone (work dir, hash, promote, the durable published-fence
+ * record, `current`: the same calls the pipeline makes), serially, in µs per job: what the
+ * pipeline costs at concurrency 1 even if every Redis round trip were free. The fence record is
+ * two fsyncs (published-fence.ts): what keeps a fence from being granted twice after Redis loses
+ * writes, so any pipeline that keeps that promise pays it.
  */
 async function diskFloorUs(bench: Bench, count: number): Promise<number> {
   const outputDir = path.join(bench.dir, "disk-floor");
@@ -295,6 +302,7 @@ async function diskFloorUs(bench: Bench, count: number): Promise<number> {
     await fsp.mkdir(workDir, { recursive: true });
     const hash = await hashDirectory(workDir);
     await promoteBuild(outputDir, workDir, hash);
+    await recordPublishedFence(outputDir, ++diskFloorFence, hash);
     await pointCurrent(outputDir, hash);
   }
   return ((performance.now() - started) * 1000) / count;
@@ -409,7 +417,7 @@ async function throughput(bench: Bench) {
   const diskUs = median(perRound.diskUs!);
   const rawUs = 1e6 / medians[1]!.raw;
   console.log(
-    `disk part of a fresh no-op rebuild alone (work dir, hash, promote, current; serial): median ${diskUs.toFixed(0)} µs/job ` +
+    `disk part of a fresh no-op rebuild alone (work dir, hash, promote, fence record, current; serial): median ${diskUs.toFixed(0)} µs/job ` +
       `vs raw c1 ${rawUs.toFixed(0)} µs/job → c1 ratio ceiling of "pipeline" with free Redis ${(rawUs / (rawUs + diskUs)).toFixed(3)}`,
   );
   return { medians, diskUs };

@@ -84,20 +84,19 @@ export function startRebuildWorker(
     };
     try {
       if (data.success && data.data.force) clearMarker();
-      // A cancel that came while the job waited, or while another worker had it: stop at once.
-      const pending = await readCancelRequest(deps.main, deps.keys, jobId).catch(() => null);
-      if (pending) cancels.note(jobId, pending);
-      if (
-        !pending &&
-        data.success &&
-        data.data.trigger === "schedule" &&
-        job.attemptsStarted <= 1 &&
-        (await scheduleIsPaused(data.data))
-      ) {
-        // A tick that was already waiting when its schedule was paused (lib/rebuilds/schedules).
-        // One that had started (deferred, retrying) runs on: its record must reach a final status.
-        log(`job ${jobId}: its schedule is paused; not run`);
-        return { status: "schedule-paused" as const };
+      // A cancel that came while the job waited, or while another worker had it, is found by the
+      // attempt's first record write (run-rebuild), in the same round trip. A scheduled tick that
+      // was already waiting when its schedule was paused (lib/rebuilds/schedules) is not run,
+      // unless it was cancelled meanwhile; one that had started (deferred, retrying) runs on: its
+      // record must reach a final status.
+      if (data.success && data.data.trigger === "schedule" && job.attemptsStarted <= 1) {
+        const pending = await readCancelRequest(deps.main, deps.keys, jobId).catch(() => null);
+        if (pending) {
+          cancels.note(jobId, pending);
+        } else if (await scheduleIsPaused(data.data)) {
+          log(`job ${jobId}: its schedule is paused; not run`);
+          return { status: "schedule-paused" as const };
+        }
       }
       const outcome = await runRebuild(deps, {
         id: jobId,
@@ -106,6 +105,7 @@ export function startRebuildWorker(
         data: job.data,
         signal: signal ?? new AbortController().signal,
         cancelRequest: () => cancels.requestFor(jobId),
+        cancelFound: (request) => cancels.note(jobId, request),
         checkCancel: async () => {
           const request = await readCancelRequest(deps.main, deps.keys, jobId).catch(() => null);
           if (request) cancels.note(jobId, request);

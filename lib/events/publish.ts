@@ -1,8 +1,9 @@
 /**
  * Writing events: one `XADD … MAXLEN ~ N` to the stream in the Redis where the change was made,
- * either queued into the caller's own MULTI (run records: the record and its event are one
- * atomic write) or sent on its own right after the change (claims, whose scripts stay as they
- * are). A lost event never fails the operation it reports: browsers fall back to re-reading
+ * either written by the script that makes the change (run records, lib/runs/scripts.ts: the
+ * record and its event are one atomic write, in the same round trip), or queued into the
+ * caller's own MULTI, or sent on its own right after the change (claims, whose scripts stay as
+ * they are). A lost event never fails the operation it reports: browsers fall back to re-reading
  * (a gap in the stream is detected on resume, see hub.ts).
  */
 import type { ChainableCommander, Redis } from "ioredis";
@@ -25,8 +26,13 @@ function canPublish(client: unknown): client is EventClient {
   return typeof (client as Partial<EventClient> | null)?.xadd === "function";
 }
 
+/** An event as its stream entry's one field `e` holds it (scripts that write events take this). */
+export function encodeEvent(event: StoredEvent): string {
+  return JSON.stringify(event);
+}
+
 function fieldsOf(event: StoredEvent): string[] {
-  return ["e", JSON.stringify(event)];
+  return ["e", encodeEvent(event)];
 }
 
 /** Sends the event; resolves to its stream id, or null when it could not be written (never rejects). */

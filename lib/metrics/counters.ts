@@ -1,6 +1,7 @@
 /**
  * Counters that must survive restarts and read the same from every process: kept in Redis, one
  * HASH per server, incremented where the event happens and read at scrape time (lib/metrics/collect).
+ * The run counters are written by the run-record scripts themselves (`RUN_COUNTERS_LUA`).
  *
  * Field layout (rebuild and tenant names never contain '|'; a claim name comes last, whole):
  *   main Redis   `metricsCounters`
@@ -14,34 +15,45 @@
  *     takeovers|<rebuild>|<tenant>       claims taken over from an earlier, dead attempt
  *     fencing|<claim>                    publishes refused by the fence
  */
-import type { ChainableCommander, Redis } from "ioredis";
+import type { Redis } from "ioredis";
 import type { RedisKeys } from "../redis/keys";
 
 /** Upper bounds of the run-duration histogram, seconds (a rebuild runs seconds to hours). */
 export const DURATION_BUCKETS = [1, 5, 15, 60, 300, 900, 1800, 3600, 7200, 14400, 43200] as const;
 
-export interface FinishedRun {
-  rebuild: string;
-  tenant?: string | null;
-  status: string;
-  durationMs: number | null | undefined;
-  finishedAt: number;
-}
+/** `rebuild|tenant`, as the counters' fields name a series. */
+export const runSeries = (rebuild: string, tenant: string | null | undefined) => `${rebuild}|${tenant ?? ""}`;
 
-/** Queues the counter updates of one finished run on `tx` (the run's own final MULTI). */
-export function countRunFinished(tx: ChainableCommander, keys: RedisKeys, run: FinishedRun): ChainableCommander {
-  const series = `${run.rebuild}|${run.tenant ?? ""}`;
-  tx.hincrby(keys.metricsCounters, `runs|${series}|${run.status}`, 1);
-  if (typeof run.durationMs === "number" && run.durationMs >= 0) {
-    const seconds = run.durationMs / 1000;
-    const le = DURATION_BUCKETS.find((bound) => seconds <= bound) ?? "+Inf";
-    tx.hincrby(keys.metricsCounters, `dur|${series}|${le}`, 1)
-      .hincrbyfloat(keys.metricsCounters, `dursum|${series}`, seconds)
-      .hincrby(keys.metricsCounters, `durcount|${series}`, 1);
-  }
-  if (run.status === "rebuilt") tx.hset(keys.metricsCounters, `lastsuccess|${series}`, String(run.finishedAt));
-  return tx;
-}
+/**
+ * The run counters in Lua, for the run-record scripts (lib/runs/scripts.ts, through the timeline
+ * counters' `countFinal`): `countRun(key, series, status, durationMs, finishedAt)` is called in the
+ * same script that moves a record into a final status, so each attempt is counted exactly once
+ * and atomically with its final record, whoever closes it (its own worker, the next attempt, the
+ * abandoned-run sweep). `durationMs` is nil for an attempt that did not run (skipped, deferred,
+ * ended where it began) or whose end nobody saw (closed as abandoned): it enters `runs|…` only.
+ */
+export const RUN_COUNTERS_LUA = `
+local DURATION_BOUNDS = {${DURATION_BUCKETS.join(", ")}}
+local function countRun(key, series, status, durationMs, finishedAt)
+  redis.call('HINCRBY', key, 'runs|' .. series .. '|' .. status, 1)
+  if durationMs then
+    local seconds = durationMs / 1000
+    local le = '+Inf'
+    for _, bound in ipairs(DURATION_BOUNDS) do
+      if seconds <= bound then
+        le = tostring(bound)
+        break
+      end
+    end
+    redis.call('HINCRBY', key, 'dur|' .. series .. '|' .. le, 1)
+    redis.call('HINCRBYFLOAT', key, 'dursum|' .. series, string.format('%.3f', seconds))
+    redis.call('HINCRBY', key, 'durcount|' .. series, 1)
+  end
+  if status == 'rebuilt' then
+    redis.call('HSET', key, 'lastsuccess|' .. series, string.format('%.0f', finishedAt))
+  end
+end
+`;
 
 export interface TakeoverEvent {
   claim: string;

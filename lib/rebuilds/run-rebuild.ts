@@ -5,7 +5,9 @@
  *     a job that cannot run (bad data, unreadable inputs) still leaves a failed record, and the
  *     job's previous attempt, if still in flight, is closed as aborted;
  *  2. version = the trigger's, else the hash of the inputs; already rebuilt within the
- *     idempotency TTL → skipped "already-rebuilt" by that same script, without the claim;
+ *     idempotency TTL → skipped "already-rebuilt" by that same script, without the claim (the
+ *     script also reads the job's cancel request: a cancelled job ends cancelled instead; and
+ *     it writes the record's event and, for a final status, the run counters);
  *  3. the claim, named for the output (+ tenant); what to do when it is held comes from
  *     `decideRun` (skip, defer, take over), as in the "Rebuild now" preview;
  *  4. steps, build and fenced publish (`build-and-publish.ts`);
@@ -30,10 +32,9 @@ import { DEFAULT_RETENTION, runPlaceOf, type RunRetention } from "../runs/record
 import type { FinalRunStatus } from "../runs/transitions";
 import { runIdOf, type RunRecord, type StepRecord } from "../runs/types";
 import { beginAttempt, RunRecorder, type AttemptIdentity, type RunStore, type RunWrite } from "../runs/writer";
-import { countRunFinished } from "../metrics/counters";
 import type { WorkerIdentity } from "../workers/heartbeat";
 import { buildAndPublish, type BuildResult } from "./build-and-publish";
-import { CANCEL_ABORT_REASON, describeCancel, type CancelRequest } from "./cancel-request";
+import { CANCEL_ABORT_REASON, describeCancel, parseCancelRequest, type CancelRequest } from "./cancel-request";
 import { recordChangedBuild } from "./build-integrity";
 import { classifyFailure, isTransient } from "./classify-failure";
 import { decideRun, DEFER_MAX_MS, DEFER_MIN_MS } from "./decide";
@@ -78,6 +79,11 @@ export interface RebuildJob {
    * operator's cancel does not publish on waking.
    */
   checkCancel?: () => Promise<void>;
+  /**
+   * A cancel request this attempt found itself (its first record write reads the job's cancel
+   * key): the worker notes it as its watch would, so the request is reported once.
+   */
+  cancelFound?: (request: CancelRequest) => void;
   /**
    * Whether this attempt still holds BullMQ's job lock (asked, not remembered: the lock is in
    * Redis). Absent: unknown, and the attempt acts as if it does (it keeps the request).
@@ -181,7 +187,7 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
 
 /** The attempt once its version is known: record begun, claim, build, final record. */
 class RebuildAttempt {
-  /** When this attempt began (local monotonic clock): the duration counted in the metrics. */
+  /** When this attempt began (local monotonic clock): how long it has been stalled is measured from here. */
   private readonly began = performance.now();
   private readonly claim: string;
   private readonly idemKey: string;
@@ -222,10 +228,16 @@ class RebuildAttempt {
       throw new RebuildError(`recording the attempt failed: ${String(error)}`, true, this.runId, { cause: error });
     });
     if (begun.status === "already-rebuilt") {
-      this.countFinished("skipped"); // not awaited: bookkeeping must not slow the repeat path
       return { status: "skipped", reason: "already-rebuilt", runId: this.runId, version: this.version };
     }
     if (begun.status === "exists") this.log(`run record ${this.runId} exists already; this attempt is not recorded`);
+    // A cancel that came while the job waited, or while another worker had it (read by the
+    // record's first write): it stops here, before the claim.
+    const found = parseCancelRequest(begun.cancelRequest);
+    if (found) {
+      this.job.cancelFound?.(found);
+      return this.endCancelled(describeCancel(found));
+    }
     const cancelledEarly = cancellationOf(this.job);
     if (cancelledEarly) return this.endCancelled(cancelledEarly);
 
@@ -552,23 +564,5 @@ class RebuildAttempt {
       idempotency,
     );
     if (written !== "written") this.log(`final record "${status}" not written: the record is ${written}`);
-    else await this.countFinished(status);
-  }
-
-  /** The run counters behind `/metrics` (lib/metrics/counters); a failed write is only logged. */
-  private countFinished(status: FinalRunStatus): Promise<void> {
-    const ran = status !== "skipped" && status !== "deferred";
-    return countRunFinished(this.deps.main.multi(), this.deps.keys, {
-      rebuild: this.data.rebuild,
-      tenant: this.data.tenant ?? null,
-      status,
-      durationMs: ran ? Math.round(performance.now() - this.began) : null,
-      finishedAt: Date.now(),
-    })
-      .exec()
-      .then(
-        () => {},
-        (error: unknown) => this.log(`counting the run failed: ${String(error)}`),
-      );
   }
 }

@@ -14,11 +14,15 @@
  * status is never changed, and a record that is gone (trimmed, expired) is never recreated by a
  * late write. Times (`startedAt`, `finishedAt`, `durationMs`, index scores) come from `TIME`.
  *
- * Timeline counters (timeline-counters.ts): every branch that moves a record into a final status
- * counts it (`countFinal`) in the same script and marks the record counted, so a run is counted
- * exactly when its record becomes final, once (the backfill counts only unmarked records). The scripts get the counters' key prefixes in one ARGV (`timeline`, JSON) and
+ * Timeline counters (timeline-counters.ts) and the run counters behind /metrics
+ * (lib/metrics/counters): every branch that moves a record into a final status counts it
+ * (`countFinal`) in the same script and marks the record counted, so a run is counted exactly
+ * when its record becomes final, once (the backfill counts only unmarked records, and only in
+ * the timeline). Events (lib/events): RUN_BEGIN and RUN_WRITE write the live stream's entry for
+ * the change in the same script, so a dashboard never sees an event for a write that failed. The scripts get the counters' key prefixes in one ARGV (`timeline`, JSON) and
  * append the hour of the run's start — the one place they name a key not passed in KEYS.
  */
+import { EVENTS_KEPT } from "../events/publish";
 import { RUN_REPLY } from "../redis/replies";
 import { SERVER_NOW, typedScript, type LuaScript } from "../redis/scripts";
 import { TIMELINE_BACKFILL_CURSOR, TIMELINE_COUNT_LUA, TIMELINE_COUNT_RECORD } from "./timeline-counters";
@@ -49,6 +53,12 @@ local function moveStatus(first, n, runId, from, to, score)
     redis.call('ZADD', statusIndex(first, n, to, j), score, runId)
   end
 end
+-- The live stream (lib/events): an entry written with the change it reports, in the same script.
+local function publish(eventsKey, json)
+  if json and json ~= '' then
+    redis.call('XADD', eventsKey, 'MAXLEN', '~', ${EVENTS_KEPT}, '*', 'e', json)
+  end
+end
 -- Writes the finish time and the duration (returned; nil without a start).
 local function finishTimes(runKey)
   local startedAt = tonumber(redis.call('HGET', runKey, 'startedAt'))
@@ -65,15 +75,16 @@ local function abandon(runKey, runId, reason, first, n)
   if not status or not ALLOWED[status]['aborted'] then return 0 end
   local score = redis.call('ZSCORE', KEYS[first], runId) or nowMs
   redis.call('HSET', runKey, 'status', 'aborted', 'reason', reason)
-  countFinal(runKey, 'aborted', score, finishTimes(runKey))
+  -- Nobody saw it end: counted, but its duration is no run's (it ran until it died or stalled).
+  countFinal(runKey, 'aborted', score, finishTimes(runKey), nil, nowMs)
   moveStatus(first, n, runId, status, 'aborted', score)
   return 1
 end
 `;
 
-export const RUN_BEGIN = typedScript<[code: number, rebuiltBy: string, stray: string]>()({
+export const RUN_BEGIN = typedScript<[code: number, rebuiltBy: string, stray: string, cancel: string]>()({
   command: "claimwatchRunBegin",
-  keys: ["run", "openAttempt", "previousRun", "idempotency", "pendingTrigger"],
+  keys: ["run", "openAttempt", "previousRun", "idempotency", "pendingTrigger", "cancelRequest", "events"],
   variadicKeys: true,
   lua: `
 --[[ An attempt's first record write, in one round trip; every attempt that starts calls it.
@@ -82,7 +93,9 @@ KEYS[2] openAttempt STRING: run id of the job's attempt in flight
 KEYS[3] previousRun HASH of the job's previous attempt (may not exist)
 KEYS[4] idempotency STRING: run id that rebuilt this (rebuild, tenant, version)
 KEYS[5] pendingTrigger STRING: job id of a waiting trigger
-KEYS[6 ..] indexes: ARGV[5] base indexes, then as many per status in ARGV[10]
+KEYS[6] cancelRequest STRING: an operator's cancel request for the job (read only)
+KEYS[7] events STREAM (lib/events): the record's event is written here
+KEYS[8 ..] indexes: ARGV[5] base indexes, then as many per status in ARGV[10]
 ARGV[1] runId   ARGV[2] jobId   ARGV[3] previous attempt's run id   ARGV[4] record TTL ms
 ARGV[5] n (base indexes)   ARGV[6] mode: 'check' (already rebuilt → skipped, else running),
   'running', or a final status (an attempt that ends where it begins)
@@ -91,25 +104,31 @@ ARGV[8] reason written on the previous attempt if it is still in flight (→ abo
 ARGV[9] '1': drop the pending-trigger marker if it is still this job's
 ARGV[10] statuses with index keys (comma-separated)
 ARGV[11] timeline counters of the run's place (JSON, timeline-counters.ts); the previous attempt
-  has the same place   ARGV[12..] record field/value pairs
-A final status (begun so, or the previous attempt closed) is counted in the timeline counters.
-The job's attempt in flight (KEYS[2]) is closed as aborted when it is the previous attempt;
+  has the same place
+ARGV[12] the record's event up to its status: the script appends the status it wrote and '"}}'
+  (writer.ts, \`runEventHead\`); '' for none
+ARGV[13..] record field/value pairs
+A final status (begun so, or the previous attempt closed) is counted in the timeline and run
+counters. The job's attempt in flight (KEYS[2]) is closed as aborted when it is the previous attempt;
 another earlier one ("stray") is returned for the caller to close with RUN_ABANDON. A later one
 (this attempt lost its job lock before its first write, and the job was picked up again) is left
 alone and stays the attempt in flight: records go one way, like takeovers.
+A job with a cancel request is not skipped as already rebuilt: it begins running and the caller
+ends it cancelled, as it ends any attempt it finds cancelled (the history says "cancelled").
 Attempt numbers are read from run ids (\`<job>-a<attempt>\`, runIdOf).
-Returns {code, rebuiltBy, stray}
+Returns {code, rebuiltBy, stray, cancel}: cancel is the job's cancel request ('' for none)
   code ${RUN_REPLY.began} began running | ${RUN_REPLY.alreadyRebuilt} already rebuilt: recorded skipped (rebuiltBy) | ${RUN_REPLY.ended} began in a final status
      | ${RUN_REPLY.exists} a record with this run id exists (nothing written)
 ]]
 ${COMMON}
 local runId, jobId, previousId = ARGV[1], ARGV[2], ARGV[3]
 local n, mode = tonumber(ARGV[5]), ARGV[6]
-local FIRST = 6
+local FIRST = 8
 setStatuses(ARGV[10])
 setTimeline(ARGV[11])
 if ARGV[9] == '1' and redis.call('GET', KEYS[5]) == jobId then redis.call('DEL', KEYS[5]) end
-if redis.call('EXISTS', KEYS[1]) == 1 then return {${RUN_REPLY.exists}, '', ''} end
+local cancel = redis.call('GET', KEYS[6]) or ''
+if redis.call('EXISTS', KEYS[1]) == 1 then return {${RUN_REPLY.exists}, '', '', cancel} end
 local stray = ''
 local open = redis.call('GET', KEYS[2])
 local function attemptOf(id) return tonumber(string.match(id, '%-a(%d+)$')) or 0 end
@@ -122,12 +141,12 @@ end
 local by = false
 local status = mode
 if mode == 'check' then
-  by = redis.call('GET', KEYS[4])
+  if cancel == '' then by = redis.call('GET', KEYS[4]) end
   if by then status = 'skipped' else status = 'running' end
 end
 -- One HSET: the caller's fields, then what the script knows (status, times, reason).
 local fields = {}
-for i = 12, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 13, #ARGV do fields[#fields + 1] = ARGV[i] end
 local extra = {'id', runId, 'status', status, 'startedAt', nowMs}
 if FINAL[status] then
   extra[#extra + 1] = 'finishedAt'
@@ -151,29 +170,35 @@ end
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 for j = 1, n do redis.call('ZADD', KEYS[FIRST + j - 1], nowMs, runId) end
 moveStatus(FIRST, n, runId, false, status, nowMs)
-if FINAL[status] then countFinal(KEYS[1], status, nowMs, 0) end
+-- An attempt that ends where it begins did not run: no duration for the run counters.
+if FINAL[status] then countFinal(KEYS[1], status, nowMs, 0, nil, nowMs) end
+if ARGV[12] ~= '' then publish(KEYS[7], ARGV[12] .. status .. '"}}') end
 local code = ${RUN_REPLY.began}
 if by then code = ${RUN_REPLY.alreadyRebuilt} elseif FINAL[status] then code = ${RUN_REPLY.ended} end
-return {code, by or '', stray}
+return {code, by or '', stray, cancel}
 `,
 });
 
 export const RUN_WRITE = typedScript<number>()({
   command: "claimwatchRunWrite",
-  keys: ["run", "runLog", "openAttempt", "idempotency"],
+  keys: ["run", "runLog", "openAttempt", "idempotency", "events"],
   variadicKeys: true,
   lua: `
 --[[ Every later write of an attempt's record: fields, log lines, a status move, and with the
 final record the idempotency key — checked against the record's current status.
 KEYS[1] run HASH   KEYS[2] runLog LIST   KEYS[3] openAttempt STRING   KEYS[4] idempotency STRING
-KEYS[5 ..] indexes (status moves only): ARGV[3] base indexes, then as many per status in ARGV[9]
+KEYS[5] events STREAM (lib/events): the write's events go here, with it
+KEYS[6 ..] indexes (status moves only): ARGV[3] base indexes, then as many per status in ARGV[9]
 ARGV[1] runId   ARGV[2] record TTL ms   ARGV[3] n   ARGV[4] new status, '' for fields only
 ARGV[5] idempotency: 'set' (to runId, PX ARGV[6]) | 'del' (only if it names this runId: another
   run's key stays) | ''   ARGV[6] idempotency TTL ms
 ARGV[7] log lines kept   ARGV[8] L: log lines that follow   ARGV[9] statuses with index keys
 ARGV[10] timeline counters of the run's place (JSON, timeline-counters.ts; '' without a status move)
-ARGV[11 .. 10+L] log lines   ARGV[11+L ..] record field/value pairs
-A move into a final status is counted in the timeline counters (at the run's index score).
+ARGV[11] the record's event (JSON, written when the record is written; '' for none)
+ARGV[12] the log's event (JSON, written when lines are appended; '' for none)
+ARGV[13 .. 12+L] log lines   ARGV[13+L ..] record field/value pairs
+A move into a final status is counted in the timeline and run counters (at the run's index
+score; a run's duration unless it was skipped or deferred).
 The idempotency change is made whatever the record says (it is about the output, not the
 record); log lines are appended to any record that exists.
 Returns ${RUN_REPLY.written} written | ${RUN_REPLY.missing} missing (trimmed or expired: nothing written)
@@ -182,7 +207,7 @@ Returns ${RUN_REPLY.written} written | ${RUN_REPLY.missing} missing (trimmed or 
 ]]
 ${COMMON}
 local runId, n, to = ARGV[1], tonumber(ARGV[3]), ARGV[4]
-local FIRST = 5
+local FIRST = 6
 setStatuses(ARGV[9])
 setTimeline(ARGV[10])
 if ARGV[5] == 'set' then
@@ -194,23 +219,28 @@ local current = redis.call('HGET', KEYS[1], 'status')
 if not current then return ${RUN_REPLY.missing} end
 local lines = tonumber(ARGV[8])
 if lines > 0 then
-  redis.call('RPUSH', KEYS[2], unpack(ARGV, 11, 10 + lines))
+  redis.call('RPUSH', KEYS[2], unpack(ARGV, 13, 12 + lines))
   redis.call('LTRIM', KEYS[2], -tonumber(ARGV[7]), -1)
   redis.call('PEXPIRE', KEYS[2], ARGV[2])
 end
 if FINAL[current] then return ${RUN_REPLY.final} end
 if to ~= '' and not ALLOWED[current][to] then return ${RUN_REPLY.refused} end
-if #ARGV >= 11 + lines then redis.call('HSET', KEYS[1], unpack(ARGV, 11 + lines)) end
+if #ARGV >= 13 + lines then redis.call('HSET', KEYS[1], unpack(ARGV, 13 + lines)) end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 if to ~= '' and to ~= current then
   redis.call('HSET', KEYS[1], 'status', to)
   local score = redis.call('ZSCORE', KEYS[FIRST], runId) or nowMs
   if FINAL[to] then
-    countFinal(KEYS[1], to, score, finishTimes(KEYS[1]))
+    local durationMs = finishTimes(KEYS[1])
+    local ranMs = durationMs
+    if to == 'skipped' or to == 'deferred' then ranMs = nil end
+    countFinal(KEYS[1], to, score, durationMs, ranMs, nowMs)
     if redis.call('GET', KEYS[3]) == runId then redis.call('DEL', KEYS[3]) end
   end
   moveStatus(FIRST, n, runId, current, to, score)
 end
+publish(KEYS[5], ARGV[11])
+if lines > 0 then publish(KEYS[5], ARGV[12]) end
 return ${RUN_REPLY.written}
 `,
 });

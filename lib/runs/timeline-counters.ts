@@ -24,6 +24,7 @@
  * records were trimmed since (documented on the Runs page's API, lib/api/timeline.ts).
  */
 import type { ChainableCommander } from "ioredis";
+import { RUN_COUNTERS_LUA, runSeries } from "../metrics/counters";
 import type { RedisKeys } from "../redis/keys";
 import { typedScript } from "../redis/scripts";
 import { recordTtlMs, type RunPlace, type RunRetention } from "./records";
@@ -114,7 +115,16 @@ export function timelineSpec(keys: RedisKeys, place: RunPlace, retention: RunRet
     ttl: recordTtlMs(retention),
     r: keys.timelineBucketPrefix(),
     rebuild: place.rebuild ?? "",
-    ...(place.rebuild ? { t: keys.timelineBucketPrefix(place.rebuild), tenant: place.tenant ?? "" } : {}),
+    ...(place.rebuild
+      ? {
+          t: keys.timelineBucketPrefix(place.rebuild),
+          tenant: place.tenant ?? "",
+          // The run counters behind /metrics (lib/metrics/counters): a run that names no valid
+          // rebuild has no series to be counted in.
+          m: keys.metricsCounters,
+          s: runSeries(place.rebuild, place.tenant),
+        }
+      : {}),
   });
 }
 
@@ -126,7 +136,9 @@ export function timelineSpec(keys: RedisKeys, place: RunPlace, retention: RunRet
 export const TIMELINE_COUNTED_FIELD = "timelineCounted";
 
 /**
- * `setTimeline(spec)` then `countFinal(runKey, status, startMs, durationMs)` in a record script.
+ * `setTimeline(spec)` then `countFinal(runKey, status, startMs, durationMs, ranMs)` in a record
+ * script; `ranMs` (nil: it did not run, or nobody saw it end) also goes to the run counters
+ * behind /metrics (lib/metrics/counters, `countRun`), counted in the same step.
  * The only keys a record script does not get in KEYS: their name holds the hour of the run's
  * start, which only the script knows (a record's start is on the Redis clock). Like BullMQ's
  * scripts appending a job id to the queue prefix, it appends the hour to a prefix built in
@@ -136,12 +148,14 @@ export const TIMELINE_COUNTED_FIELD = "timelineCounted";
  */
 export const TIMELINE_COUNT_LUA = `
 ${ADD_COUNT_LUA}
+${RUN_COUNTERS_LUA}
 local TIMELINE = false
 local function setTimeline(spec)
   if spec and spec ~= '' then TIMELINE = cjson.decode(spec) end
 end
-local function countFinal(runKey, status, startMs, durationMs)
+local function countFinal(runKey, status, startMs, durationMs, ranMs, finishedAt)
   if not TIMELINE then return end
+  if TIMELINE.m then countRun(TIMELINE.m, TIMELINE.s, status, ranMs, finishedAt) end
   local start = tonumber(startMs)
   local bucket = start - (start % TIMELINE.ms)
   local expireAt = string.format('%.0f', bucket + TIMELINE.ms + TIMELINE.ttl)

@@ -7,7 +7,8 @@
  * final record, and a record that was trimmed is never recreated half-empty.
  */
 import type { ChainableCommander } from "ioredis";
-import { publishEvent } from "../events/publish";
+import { encodeEvent } from "../events/publish";
+import type { StoredEvent } from "../events/types";
 import type { RedisKeys } from "../redis/keys";
 import { RUN_REPLY } from "../redis/replies";
 import { runVariadicScript, type ScriptingClient } from "../redis/scripts";
@@ -67,12 +68,28 @@ export interface BeginOptions {
   pendingTrigger?: string;
 }
 
-export type BeginResult =
+export type BeginResult = (
   | { status: "began" }
   | { status: "already-rebuilt"; rebuiltBy: string }
   | { status: "ended" }
   /** A record with this run id exists: nothing was written (and nothing later will be). */
-  | { status: "exists" };
+  | { status: "exists" }
+) & {
+  /**
+   * The job's cancel request as stored (lib/rebuilds/cancel-request parses it), read in the same
+   * script, or null. A job with one is never skipped as already rebuilt: it begins running, and
+   * the caller ends it cancelled.
+   */
+  cancelRequest: string | null;
+};
+
+type RunEvent = Extract<StoredEvent, { type: "run" }>["run"];
+
+/** The run event's JSON up to its status: RUN_BEGIN appends the status it wrote and `"}}`. */
+function runEventHead(run: Omit<RunEvent, "status">): string {
+  const json = encodeEvent({ type: "run", run });
+  return `${json.slice(0, -2)},"status":"`;
+}
 
 /** Why the previous attempt of a job is closed when the next one begins. */
 const ABANDONED_REASON = (attempt: number) =>
@@ -114,6 +131,8 @@ export async function beginAttempt(
       keys.run(attempt.previousRunId ?? attempt.runId),
       mode.kind === "check" ? keys.idempotency(mode.idempotencyKey) : keys.run(attempt.runId),
       options.pendingTrigger ?? keys.run(attempt.runId),
+      keys.cancelRequest(attempt.jobId),
+      keys.events,
     ],
     layout.keys,
     [
@@ -128,41 +147,34 @@ export async function beginAttempt(
       options.pendingTrigger ? "1" : "",
       layout.statuses,
       timelineSpec(keys, attempt, retention),
-      ...fields,
-    ],
-  );
-  const [code, rebuiltBy, stray] = reply;
-  if (stray) {
-    // The job's attempt in flight was not the previous one (that one never began): close it too.
-    await abandonRun(store, { ...attempt, runId: stray }, ABANDONED_REASON(attempt.attempt));
-  }
-  const began = (status: RunStatus, extra: Partial<RunRecord> = {}) =>
-    void publishEvent(store.client, keys, {
-      type: "run",
-      run: {
+      // The live stream (lib/events): what the dashboards show of the new record.
+      runEventHead({
         id: attempt.runId,
         rebuild: attempt.rebuildName,
         tenant: attempt.tenant,
         jobId: attempt.jobId,
         attempt: attempt.attempt,
         createdAt: attempt.createdAt,
-        status,
         ...options.fields,
-        ...extra,
-      },
-    });
+      }),
+      ...fields,
+    ],
+  );
+  const [code, rebuiltBy, stray, cancel] = reply;
+  if (stray) {
+    // The job's attempt in flight was not the previous one (that one never began): close it too.
+    await abandonRun(store, { ...attempt, runId: stray }, ABANDONED_REASON(attempt.attempt));
+  }
+  const cancelRequest = cancel ? cancel : null;
   switch (code) {
     case RUN_REPLY.began:
-      began("running");
-      return { status: "began" };
+      return { status: "began", cancelRequest };
     case RUN_REPLY.alreadyRebuilt:
-      began("skipped");
-      return { status: "already-rebuilt", rebuiltBy };
+      return { status: "already-rebuilt", rebuiltBy, cancelRequest };
     case RUN_REPLY.ended:
-      began(mode.kind === "final" ? mode.status : "running");
-      return { status: "ended" };
+      return { status: "ended", cancelRequest };
     case RUN_REPLY.exists:
-      return { status: "exists" };
+      return { status: "exists", cancelRequest };
     default:
       throw new Error(`${RUN_BEGIN.command}: unexpected reply ${JSON.stringify(reply)}`);
   }
@@ -188,6 +200,21 @@ export async function writeRun(store: RunStore, run: RunRef, write: RunWrite): P
     ? indexLayout(keys, run, ["queued", "running", write.status])
     : { n: 0, statuses: "", keys: [] };
   const lines = write.logLines ?? [];
+  // The live stream (lib/events): what changed, for dashboards to update without a re-read;
+  // written by the script with the record.
+  const recordEvent =
+    write.status || write.fields
+      ? encodeEvent({
+          type: "run",
+          run: {
+            id: run.runId,
+            rebuild: run.rebuild ?? "",
+            tenant: run.tenant,
+            ...write.fields,
+            ...(write.status ? { status: write.status } : {}),
+          },
+        })
+      : "";
   const reply = await runVariadicScript(
     store.client,
     RUN_WRITE,
@@ -196,6 +223,7 @@ export async function writeRun(store: RunStore, run: RunRef, write: RunWrite): P
       keys.runLog(run.runId),
       keys.runOpenAttempt(run.jobId),
       write.idempotency ? keys.idempotency(write.idempotency.key) : keys.run(run.runId),
+      keys.events,
     ],
     layout.keys,
     [
@@ -209,26 +237,14 @@ export async function writeRun(store: RunStore, run: RunRef, write: RunWrite): P
       lines.length,
       layout.statuses,
       write.status ? timelineSpec(keys, run, retention) : "",
+      recordEvent,
+      lines.length > 0 ? encodeEvent({ type: "run.log", id: run.runId }) : "",
       ...lines,
       ...fieldPairs(write.fields ?? {}),
     ],
   );
   switch (reply) {
     case RUN_REPLY.written:
-      // The live stream (lib/events): what changed, for dashboards to update without a re-read.
-      if (write.status || write.fields) {
-        void publishEvent(store.client, keys, {
-          type: "run",
-          run: {
-            id: run.runId,
-            rebuild: run.rebuild ?? "",
-            tenant: run.tenant,
-            ...write.fields,
-            ...(write.status ? { status: write.status } : {}),
-          },
-        });
-      }
-      if (lines.length > 0) void publishEvent(store.client, keys, { type: "run.log", id: run.runId });
       return "written";
     case RUN_REPLY.missing:
       return "missing";

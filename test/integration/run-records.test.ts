@@ -63,6 +63,7 @@ test("an attempt begins running, moves through fields to a final status, and a f
   const a1 = attempt("job", 1);
   assert.deepEqual(await beginAttempt(store, a1, { mode: { kind: "running" }, fields: { version: "v1" } }), {
     status: "began",
+    cancelRequest: null,
   });
   const begun = await readRun(client, keys, a1.runId);
   assert.equal(begun?.status, "running");
@@ -115,7 +116,7 @@ test("begin: already rebuilt is one write of a skipped record; a final begin; an
       mode: { kind: "check", idempotencyKey: "h1" },
       pendingTrigger: keys.pendingTrigger("tiles", "acme", "v1", false),
     }),
-    { status: "already-rebuilt", rebuiltBy: "job0-a1" },
+    { status: "already-rebuilt", rebuiltBy: "job0-a1", cancelRequest: null },
   );
   const skipped = await readRun(client, keys, skip.runId);
   assert.equal(skipped?.status, "skipped");
@@ -127,18 +128,22 @@ test("begin: already rebuilt is one write of a skipped record; a final begin; an
   const notYet = attempt("fresh", 1);
   assert.deepEqual(await beginAttempt(store, notYet, { mode: { kind: "check", idempotencyKey: "h2" } }), {
     status: "began",
+    cancelRequest: null,
   });
   assert.equal((await readRun(client, keys, notYet.runId))?.status, "running");
 
   const early = attempt("early", 1);
   assert.deepEqual(
     await beginAttempt(store, early, { mode: { kind: "final", status: "failed", reason: "inputs unreadable" } }),
-    { status: "ended" },
+    { status: "ended", cancelRequest: null },
   );
   assert.equal((await readRun(client, keys, early.runId))?.reason, "inputs unreadable");
   assert.deepEqual(await statusesListing(keys, early.runId), onlyIn("failed"));
 
-  assert.deepEqual(await beginAttempt(store, early, { mode: { kind: "running" } }), { status: "exists" });
+  assert.deepEqual(await beginAttempt(store, early, { mode: { kind: "running" } }), {
+    status: "exists",
+    cancelRequest: null,
+  });
   assert.equal((await readRun(client, keys, early.runId))?.status, "failed");
 });
 

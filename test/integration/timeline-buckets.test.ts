@@ -124,6 +124,7 @@ test("every way into a final status counts the run once, per rebuild and per ten
   assert.deepEqual(await closeAbandonedRuns(store), []);
   assert.deepEqual(await beginAttempt(store, a, { mode: { kind: "final", status: "failed", reason: "x" } }), {
     status: "exists",
+    cancelRequest: null,
   });
   assert.deepEqual(await readBoth(keys, "tiles"), truth);
 

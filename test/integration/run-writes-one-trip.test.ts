@@ -1,0 +1,197 @@
+/**
+ * What a run-record script writes beside the record, in the same round trip, against a real
+ * redis-server: the live stream's event (RUN_BEGIN with the status it chose, RUN_WRITE for fields
+ * and for log lines, nothing for a write that was refused); the run counters behind /metrics,
+ * counted exactly once per attempt whichever way it became final, with a duration only for an
+ * attempt that ran and was seen to end; and the job's cancel request, read by RUN_BEGIN, which
+ * keeps a cancelled job from being skipped as already rebuilt. Then a real worker process that
+ * picks up two jobs with cancel requests left for them (the cancel raced the pickup): both end
+ * cancelled, neither builds nor publishes.
+ */
+import assert from "node:assert/strict";
+import { after, test } from "node:test";
+import { Redis } from "ioredis";
+import { decodeEntry } from "../../lib/events/publish";
+import type { StoredEvent } from "../../lib/events/types";
+import { writeCancelRequest } from "../../lib/rebuilds/cancel-request";
+import { redisKeys, type RedisKeys } from "../../lib/redis/keys";
+import { abandonRun } from "../../lib/runs/abandoned";
+import { DEFAULT_RETENTION, readRun } from "../../lib/runs/records";
+import { beginAttempt, writeRun, type AttemptIdentity, type RunStore } from "../../lib/runs/writer";
+import { createTestBed, slowStep, type TestBed } from "../support/stack";
+import { startTestRedis, stopTestRedis, uniquePrefix } from "../support/redis";
+
+const server = await startTestRedis();
+const client = new Redis(server.url);
+const beds: TestBed[] = [];
+after(async () => {
+  for (const bed of beds) await bed.close();
+  client.disconnect();
+  await stopTestRedis(server);
+});
+
+const storeOf = (keys: RedisKeys): RunStore => ({ client, keys, retention: DEFAULT_RETENTION });
+
+function attempt(jobId: string, n: number, rebuild: string | null = "tiles"): AttemptIdentity {
+  return {
+    runId: `${jobId}-a${n}`,
+    jobId,
+    attempt: n,
+    previousRunId: n > 1 ? `${jobId}-a${n - 1}` : null,
+    rebuild,
+    tenant: rebuild ? "acme" : null,
+    rebuildName: rebuild ?? "no such rebuild!",
+    createdAt: 1_000,
+    trigger: "api",
+    workerId: "w1",
+    host: "h",
+  };
+}
+
+async function events(keys: RedisKeys): Promise<StoredEvent[]> {
+  const entries = await client.xrange(keys.events, "-", "+");
+  return entries.map(([, fields]) => decodeEntry(fields)).filter((event): event is StoredEvent => event !== null);
+}
+
+const counters = async (keys: RedisKeys) => client.hgetall(keys.metricsCounters);
+
+test("the record's event is written by the script that writes the record, with the status it chose", async () => {
+  const keys = redisKeys(uniquePrefix("run-events"));
+  const store = storeOf(keys);
+  const a = attempt("job", 1);
+  await beginAttempt(store, a, { mode: { kind: "check", idempotencyKey: "k" }, fields: { version: "v1" } });
+  await client.set(keys.idempotency("k"), "job-a1");
+  const b = attempt("dup", 1);
+  await beginAttempt(store, b, { mode: { kind: "check", idempotencyKey: "k" }, fields: { version: "v1" } });
+  assert.equal(await writeRun(store, { ...a, runId: a.runId }, { fields: { progress: 0.5 } }), "written");
+  assert.equal(await writeRun(store, a, { logLines: ["one line"] }), "written");
+  assert.equal(await writeRun(store, a, { status: "rebuilt", fields: { buildHash: "h1" } }), "written");
+  const before = (await events(keys)).length;
+  assert.equal(await writeRun(store, a, { status: "failed" }), "final", "a final record is not changed");
+  assert.equal(await writeRun(store, attempt("gone", 1), { fields: { progress: 1 } }), "missing");
+
+  const all = await events(keys);
+  assert.equal(all.length, before, "a refused or missing write publishes nothing");
+  const runEvents = all.filter((e): e is Extract<StoredEvent, { type: "run" }> => e.type === "run");
+  assert.deepEqual(
+    runEvents.map((e) => [e.run.id, e.run.status ?? null]),
+    [
+      ["job-a1", "running"],
+      ["dup-a1", "skipped"],
+      ["job-a1", null], // fields; the log-only write has only its run.log event
+      ["job-a1", "rebuilt"],
+    ],
+  );
+  assert.equal(runEvents[0]!.run.version, "v1");
+  assert.equal(runEvents[0]!.run.jobId, "job");
+  assert.equal(runEvents[0]!.run.rebuild, "tiles");
+  assert.equal(runEvents[3]!.run.buildHash, "h1");
+  assert.deepEqual(
+    all.filter((e) => e.type === "run.log"),
+    [{ type: "run.log", id: "job-a1" }],
+  );
+});
+
+test("every way into a final status counts the run once in the metrics counters; a duration only when it ran and was seen to end", async () => {
+  const keys = redisKeys(uniquePrefix("run-counters"));
+  const store = storeOf(keys);
+  const series = "tiles|acme";
+  // Ran and ended: rebuilt, then failed.
+  const ok = attempt("ok", 1);
+  await beginAttempt(store, ok, { mode: { kind: "running" } });
+  await new Promise((r) => setTimeout(r, 20));
+  await writeRun(store, ok, { status: "rebuilt" });
+  const failed = attempt("bad", 1);
+  await beginAttempt(store, failed, { mode: { kind: "running" } });
+  await writeRun(store, failed, { status: "failed" });
+  // Did not run: already rebuilt (skipped), ended where it began, deferred.
+  await client.set(keys.idempotency("k"), "ok-a1");
+  await beginAttempt(store, attempt("dup", 1), { mode: { kind: "check", idempotencyKey: "k" } });
+  await beginAttempt(store, attempt("early", 1), { mode: { kind: "final", status: "failed", reason: "inputs" } });
+  const later = attempt("later", 1);
+  await beginAttempt(store, later, { mode: { kind: "running" } });
+  await writeRun(store, later, { status: "deferred" });
+  // Nobody saw it end: closed by the next attempt, and by the abandoned-run sweep.
+  await beginAttempt(store, attempt("dead", 1), { mode: { kind: "running" } });
+  await beginAttempt(store, attempt("dead", 2), { mode: { kind: "running" } });
+  const stuck = attempt("stuck", 1);
+  await beginAttempt(store, stuck, { mode: { kind: "running" } });
+  assert.equal(await abandonRun(store, stuck, "gone"), true);
+  // Writes that change nothing count nothing.
+  await writeRun(store, ok, { status: "failed" });
+  assert.equal(await abandonRun(store, stuck, "again"), false);
+  // A run that names no valid rebuild has no series.
+  await beginAttempt(store, attempt("nameless", 1, null), { mode: { kind: "final", status: "failed", reason: "x" } });
+
+  const hash = await counters(keys);
+  const runs = Object.fromEntries(
+    Object.entries(hash)
+      .filter(([field]) => field.startsWith("runs|"))
+      .map(([field, value]) => [field, Number(value)]),
+  );
+  assert.deepEqual(runs, {
+    [`runs|${series}|rebuilt`]: 1,
+    [`runs|${series}|failed`]: 2,
+    [`runs|${series}|skipped`]: 1,
+    [`runs|${series}|deferred`]: 1,
+    [`runs|${series}|aborted`]: 2,
+  });
+  assert.equal(Number(hash[`durcount|${series}`]), 2, "durations of the rebuilt and the failed run only");
+  const bucketed = Object.entries(hash)
+    .filter(([field]) => field.startsWith(`dur|${series}|`))
+    .reduce((sum, [, value]) => sum + Number(value), 0);
+  assert.equal(bucketed, 2);
+  const okRecord = await readRun(client, keys, ok.runId);
+  assert.ok(Number(hash[`dursum|${series}`]) >= 0.02, `dursum ${hash[`dursum|${series}`]}`);
+  assert.equal(Number(hash[`lastsuccess|${series}`]), okRecord?.finishedAt, "the rebuilt record's finish, Redis clock");
+  assert.ok(!Object.keys(hash).some((field) => field.startsWith("runs||")), "the nameless run is in no series");
+});
+
+test("a job with a cancel request is not skipped as already rebuilt: it begins running and the request comes back", async () => {
+  const keys = redisKeys(uniquePrefix("run-cancel"));
+  const store = storeOf(keys);
+  await client.set(keys.idempotency("k"), "earlier-a1");
+  const request = { actor: "ops", reason: "wrong input", at: 1 };
+  await writeCancelRequest(client, keys, "job", request);
+  const begun = await beginAttempt(store, attempt("job", 1), { mode: { kind: "check", idempotencyKey: "k" } });
+  assert.equal(begun.status, "began");
+  assert.deepEqual(JSON.parse(begun.cancelRequest ?? "null"), request);
+  assert.equal((await readRun(client, keys, "job-a1"))?.status, "running");
+  // Without a request, the same check skips.
+  const other = await beginAttempt(store, attempt("other", 1), { mode: { kind: "check", idempotencyKey: "k" } });
+  assert.deepEqual(other, { status: "already-rebuilt", rebuiltBy: "earlier-a1", cancelRequest: null });
+});
+
+test("a worker that picks up jobs whose cancel raced the pickup ends them cancelled: no claim, no build, no retry", async () => {
+  const bed = await createTestBed({ c: { output: "out/c", steps: [slowStep(0)] } });
+  beds.push(bed);
+  let worker = await bed.startWorker();
+  const first = await bed.trigger("c", { version: "v1" });
+  await bed.waitForRun((r) => r.jobId === first && r.status === "rebuilt", 60_000, "v1 rebuilt");
+  await worker.stop();
+
+  // Left waiting with a request, as when the cancel API found the job locked by a worker's pickup.
+  const repeat = await bed.trigger("c", { version: "v1" }); // would be skipped: already rebuilt
+  const fresh = await bed.trigger("c", { version: "v2" }); // would build and publish
+  for (const jobId of [repeat, fresh]) {
+    await writeCancelRequest(bed.main, bed.keys, jobId, { actor: "ops", reason: "raced the pickup", at: Date.now() });
+  }
+  worker = await bed.startWorker();
+  for (const jobId of [repeat, fresh]) {
+    const run = await bed.waitForRun(
+      (r) => r.jobId === jobId && r.status === "cancelled",
+      60_000,
+      `${jobId} cancelled`,
+    );
+    assert.match(run.reason ?? "", /cancelled by ops: raced the pickup/);
+    assert.equal(run.fence, null, "no claim was granted");
+    assert.equal(run.buildHash, null, "nothing built");
+  }
+  for (const jobId of [repeat, fresh]) {
+    const job = await bed.queue.getJob(jobId);
+    assert.equal(await job?.getState(), "failed", "a cancel is not retried");
+    assert.equal((await bed.runsOfJob(jobId)).length, 1, "one attempt");
+  }
+  assert.equal(await bed.claims.zcard(bed.keys.claimRegistry), 0, "no claim held");
+  await worker.stop();
+});
