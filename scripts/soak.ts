@@ -7,7 +7,7 @@
  * reads the journals, the soak's event log and the outputs afterwards.
  *
  * Last line: RESULT overlaps=0 lost=0 corrupt=0 stale_left=0 pointer_wrong=0 stuck_running=0 max_resume_s=<s>
- * triggers=<n> kills=<n> pauses=<n> escaped=0 reissued=0 rolled_back=0 dropped=0. Exit 0 when every must-be-zero figure is zero, 1 when one
+ * triggers=<n> kills=<n> pauses=<n> escaped=0 reissued=0 rolled_back=0 dropped=0 miscounted=0. Exit 0 when every must-be-zero figure is zero, 1 when one
  * is not, 2 when the soak itself could not run (the RESULT line then has -1 for what is unknown).
  *
  * Options: --seconds N (300; 45 with --quick), --workers K (3), --quick (shorter drain),
@@ -343,7 +343,7 @@ function resultLine(f: Figures | null): string {
     `RESULT overlaps=${n(f?.overlaps)} lost=${n(f?.lost)} corrupt=${n(f?.corrupt)} stale_left=${n(f?.staleLeft)} ` +
     `pointer_wrong=${n(f?.pointerWrong)} stuck_running=${n(f?.stuckRunning)} max_resume_s=${f?.maxResumeS === null || !f ? "-1" : f.maxResumeS.toFixed(1)} ` +
     `triggers=${n(f?.triggers)} kills=${n(f?.kills)} pauses=${n(f?.pauses)} escaped=${n(f?.escaped)} ` +
-    `reissued=${n(f?.reissued)} rolled_back=${n(f?.rolledBack)} dropped=${n(f?.dropped)}`
+    `reissued=${n(f?.reissued)} rolled_back=${n(f?.rolledBack)} dropped=${n(f?.dropped)} miscounted=${n(f?.miscounted)}`
   );
 }
 
@@ -440,6 +440,7 @@ try {
     figures.staleLeft +
     figures.pointerWrong +
     figures.stuckRunning +
+    figures.miscounted +
     figures.escaped +
     figures.reissued +
     figures.rolledBack +

@@ -36,7 +36,7 @@ export const RUN_COUNTERS_LUA = `
 local DURATION_BOUNDS = {${DURATION_BUCKETS.join(", ")}}
 local function countRun(key, series, status, durationMs, finishedAt)
   redis.call('HINCRBY', key, 'runs|' .. series .. '|' .. status, 1)
-  if durationMs then
+  if durationMs and durationMs >= 0 then
     local seconds = durationMs / 1000
     local le = '+Inf'
     for _, bound in ipairs(DURATION_BOUNDS) do

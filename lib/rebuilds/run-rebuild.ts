@@ -110,6 +110,16 @@ function cancellationOf(job: RebuildJob): string | null {
   return request ? describeCancel(request) : "cancelled by an operator";
 }
 
+/** An attempt RUN_BEGIN recorded cancelled (the job had a cancel request): the worker notes the request. */
+function cancelledAtBegin(
+  job: RebuildJob,
+  runId: string,
+  begun: { reason: string; cancelRequest: string | null },
+): Extract<RebuildOutcome, { status: "cancelled" }> {
+  job.cancelFound?.(parseCancelRequest(begun.cancelRequest) ?? { actor: "an operator", reason: begun.reason, at: 0 });
+  return { status: "cancelled", runId, reason: begun.reason };
+}
+
 export class RebuildError extends Error {
   constructor(
     message: string,
@@ -141,11 +151,20 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
     host: deps.worker.host,
     ...(typeof raw.retryOf === "string" ? { retryOf: raw.retryOf.slice(0, 200) } : {}),
   };
-  /** A job that ends before it could start still leaves its record (then throws). */
-  const failEarly = async (message: string, retry: boolean, cause?: unknown): Promise<never> => {
-    await beginAttempt(store, identity, { mode: { kind: "final", status: "failed", reason: message } }).catch(
-      (error: unknown) => log(`recording the failure failed: ${String(error)}`),
-    );
+  /**
+   * A job that ends before it could start still leaves its record (then throws) — unless an
+   * operator cancelled it meanwhile: the same write then records it cancelled, and it is not
+   * retried.
+   */
+  const failEarly = async (
+    message: string,
+    retry: boolean,
+    cause?: unknown,
+  ): Promise<Extract<RebuildOutcome, { status: "cancelled" }>> => {
+    const begun = await beginAttempt(store, identity, {
+      mode: { kind: "final", status: "failed", reason: message },
+    }).catch((error: unknown) => log(`recording the failure failed: ${String(error)}`));
+    if (begun?.status === "cancelled") return cancelledAtBegin(job, runId, begun);
     throw new RebuildError(message, retry, runId, { cause });
   };
 
@@ -231,13 +250,9 @@ class RebuildAttempt {
       return { status: "skipped", reason: "already-rebuilt", runId: this.runId, version: this.version };
     }
     if (begun.status === "exists") this.log(`run record ${this.runId} exists already; this attempt is not recorded`);
-    // A cancel that came while the job waited, or while another worker had it (read by the
-    // record's first write): it stops here, before the claim.
-    const found = parseCancelRequest(begun.cancelRequest);
-    if (found) {
-      this.job.cancelFound?.(found);
-      return this.endCancelled(describeCancel(found));
-    }
+    // A cancel that came while the job waited, or while another worker had it: the record's
+    // first write found it and recorded the attempt cancelled; it stops here, before the claim.
+    if (begun.status === "cancelled") return cancelledAtBegin(this.job, this.runId, begun);
     const cancelledEarly = cancellationOf(this.job);
     if (cancelledEarly) return this.endCancelled(cancelledEarly);
 

@@ -41,6 +41,8 @@ export const RUN_REPLY = {
   ended: 3,
   /** TIMELINE_COUNT_RECORD: the record is still queued or running (its final write counts it). */
   notFinal: 4,
+  /** RUN_BEGIN: the job has an operator's cancel request: recorded cancelled, nothing else done. */
+  cancelled: 5,
 } as const;
 
 export type ReplyName = keyof typeof REPLY;

@@ -23,7 +23,7 @@ export async function abandonRun(store: RunStore, run: RunRef, reason: string): 
   const reply = await runVariadicScript(
     store.client,
     RUN_ABANDON,
-    [keys.run(run.runId), keys.runOpenAttempt(run.jobId), keys.run(run.runId)],
+    [keys.run(run.runId), keys.runOpenAttempt(run.jobId), keys.run(run.runId), keys.metricsCounters],
     layout.keys,
     [run.runId, layout.n, reason, "", layout.statuses, timelineSpec(keys, run, store.retention)],
   );
@@ -58,7 +58,7 @@ export async function closeAbandonedRuns(
     queueVariadicScript(
       pipeline,
       RUN_ABANDON,
-      [keys.run(runId), keys.runOpenAttempt(jobId), keys.workerHeartbeat(workerId)],
+      [keys.run(runId), keys.runOpenAttempt(jobId), keys.workerHeartbeat(workerId), keys.metricsCounters],
       layout.keys,
       [
         runId,

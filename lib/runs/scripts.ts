@@ -54,9 +54,11 @@ local function moveStatus(first, n, runId, from, to, score)
   end
 end
 -- The live stream (lib/events): an entry written with the change it reports, in the same script.
+-- A failed XADD (a damaged stream key) is ignored: a lost event never fails the write it reports
+-- (browsers fall back to re-reading, lib/events/hub.ts).
 local function publish(eventsKey, json)
   if json and json ~= '' then
-    redis.call('XADD', eventsKey, 'MAXLEN', '~', ${EVENTS_KEPT}, '*', 'e', json)
+    redis.pcall('XADD', eventsKey, 'MAXLEN', '~', ${EVENTS_KEPT}, '*', 'e', json)
   end
 end
 -- Writes the finish time and the duration (returned; nil without a start).
@@ -82,9 +84,18 @@ local function abandon(runKey, runId, reason, first, n)
 end
 `;
 
-export const RUN_BEGIN = typedScript<[code: number, rebuiltBy: string, stray: string, cancel: string]>()({
+export const RUN_BEGIN = typedScript<[code: number, detail: string, stray: string, cancel: string]>()({
   command: "claimwatchRunBegin",
-  keys: ["run", "openAttempt", "previousRun", "idempotency", "pendingTrigger", "cancelRequest", "events"],
+  keys: [
+    "run",
+    "openAttempt",
+    "previousRun",
+    "idempotency",
+    "pendingTrigger",
+    "cancelRequest",
+    "events",
+    "runCounters",
+  ],
   variadicKeys: true,
   lua: `
 --[[ An attempt's first record write, in one round trip; every attempt that starts calls it.
@@ -95,7 +106,8 @@ KEYS[4] idempotency STRING: run id that rebuilt this (rebuild, tenant, version)
 KEYS[5] pendingTrigger STRING: job id of a waiting trigger
 KEYS[6] cancelRequest STRING: an operator's cancel request for the job (read only)
 KEYS[7] events STREAM (lib/events): the record's event is written here
-KEYS[8 ..] indexes: ARGV[5] base indexes, then as many per status in ARGV[10]
+KEYS[8] runCounters HASH behind /metrics (lib/metrics/counters)
+KEYS[9 ..] indexes: ARGV[5] base indexes, then as many per status in ARGV[10]
 ARGV[1] runId   ARGV[2] jobId   ARGV[3] previous attempt's run id   ARGV[4] record TTL ms
 ARGV[5] n (base indexes)   ARGV[6] mode: 'check' (already rebuilt → skipped, else running),
   'running', or a final status (an attempt that ends where it begins)
@@ -113,19 +125,22 @@ counters. The job's attempt in flight (KEYS[2]) is closed as aborted when it is 
 another earlier one ("stray") is returned for the caller to close with RUN_ABANDON. A later one
 (this attempt lost its job lock before its first write, and the job was picked up again) is left
 alone and stays the attempt in flight: records go one way, like takeovers.
-A job with a cancel request is not skipped as already rebuilt: it begins running and the caller
-ends it cancelled, as it ends any attempt it finds cancelled (the history says "cancelled").
+A job with a cancel request (KEYS[6]) begins and ends cancelled, whatever the mode (unless the
+caller begins it cancelled itself, with its own reason): reason "cancelled by <actor>: <reason>"
+(lib/rebuilds/cancel-request.ts describeCancel), or "cancelled by an operator" for a request it
+cannot read; no duration. It is neither skipped as already rebuilt nor failed.
 Attempt numbers are read from run ids (\`<job>-a<attempt>\`, runIdOf).
-Returns {code, rebuiltBy, stray, cancel}: cancel is the job's cancel request ('' for none)
-  code ${RUN_REPLY.began} began running | ${RUN_REPLY.alreadyRebuilt} already rebuilt: recorded skipped (rebuiltBy) | ${RUN_REPLY.ended} began in a final status
+Returns {code, detail, stray, cancel}: cancel is the job's cancel request ('' for none)
+  code ${RUN_REPLY.began} began running | ${RUN_REPLY.alreadyRebuilt} already rebuilt: recorded skipped (detail: the run that rebuilt it) | ${RUN_REPLY.ended} began in a final status
+     | ${RUN_REPLY.cancelled} the job has a cancel request: recorded cancelled (detail: the reason written)
      | ${RUN_REPLY.exists} a record with this run id exists (nothing written)
 ]]
 ${COMMON}
 local runId, jobId, previousId = ARGV[1], ARGV[2], ARGV[3]
 local n, mode = tonumber(ARGV[5]), ARGV[6]
-local FIRST = 8
+local FIRST = 9
 setStatuses(ARGV[10])
-setTimeline(ARGV[11])
+setTimeline(ARGV[11], KEYS[8])
 if ARGV[9] == '1' and redis.call('GET', KEYS[5]) == jobId then redis.call('DEL', KEYS[5]) end
 local cancel = redis.call('GET', KEYS[6]) or ''
 if redis.call('EXISTS', KEYS[1]) == 1 then return {${RUN_REPLY.exists}, '', '', cancel} end
@@ -140,8 +155,17 @@ if open and open ~= runId and not laterOpen then
 end
 local by = false
 local status = mode
-if mode == 'check' then
-  if cancel == '' then by = redis.call('GET', KEYS[4]) end
+local cancelReason = false
+if cancel ~= '' and mode ~= 'cancelled' then
+  status = 'cancelled'
+  local ok, request = pcall(cjson.decode, cancel)
+  if ok and type(request) == 'table' and type(request.actor) == 'string' and type(request.reason) == 'string' then
+    cancelReason = 'cancelled by ' .. request.actor .. ': ' .. request.reason
+  else
+    cancelReason = 'cancelled by an operator'
+  end
+elseif mode == 'check' then
+  by = redis.call('GET', KEYS[4])
   if by then status = 'skipped' else status = 'running' end
 end
 -- One HSET: the caller's fields, then what the script knows (status, times, reason).
@@ -157,6 +181,10 @@ end
 if by then
   extra[#extra + 1] = 'reason'
   extra[#extra + 1] = ARGV[7] .. by
+end
+if cancelReason then
+  extra[#extra + 1] = 'reason'
+  extra[#extra + 1] = cancelReason
 end
 for i = 1, #extra do fields[#fields + 1] = extra[i] end
 redis.call('HSET', KEYS[1], unpack(fields))
@@ -174,21 +202,28 @@ moveStatus(FIRST, n, runId, false, status, nowMs)
 if FINAL[status] then countFinal(KEYS[1], status, nowMs, 0, nil, nowMs) end
 if ARGV[12] ~= '' then publish(KEYS[7], ARGV[12] .. status .. '"}}') end
 local code = ${RUN_REPLY.began}
-if by then code = ${RUN_REPLY.alreadyRebuilt} elseif FINAL[status] then code = ${RUN_REPLY.ended} end
-return {code, by or '', stray, cancel}
+if by then
+  code = ${RUN_REPLY.alreadyRebuilt}
+elseif cancelReason then
+  code = ${RUN_REPLY.cancelled}
+elseif FINAL[status] then
+  code = ${RUN_REPLY.ended}
+end
+return {code, by or cancelReason or '', stray, cancel}
 `,
 });
 
 export const RUN_WRITE = typedScript<number>()({
   command: "claimwatchRunWrite",
-  keys: ["run", "runLog", "openAttempt", "idempotency", "events"],
+  keys: ["run", "runLog", "openAttempt", "idempotency", "events", "runCounters"],
   variadicKeys: true,
   lua: `
 --[[ Every later write of an attempt's record: fields, log lines, a status move, and with the
 final record the idempotency key — checked against the record's current status.
 KEYS[1] run HASH   KEYS[2] runLog LIST   KEYS[3] openAttempt STRING   KEYS[4] idempotency STRING
 KEYS[5] events STREAM (lib/events): the write's events go here, with it
-KEYS[6 ..] indexes (status moves only): ARGV[3] base indexes, then as many per status in ARGV[9]
+KEYS[6] runCounters HASH behind /metrics (lib/metrics/counters)
+KEYS[7 ..] indexes (status moves only): ARGV[3] base indexes, then as many per status in ARGV[9]
 ARGV[1] runId   ARGV[2] record TTL ms   ARGV[3] n   ARGV[4] new status, '' for fields only
 ARGV[5] idempotency: 'set' (to runId, PX ARGV[6]) | 'del' (only if it names this runId: another
   run's key stays) | ''   ARGV[6] idempotency TTL ms
@@ -207,9 +242,9 @@ Returns ${RUN_REPLY.written} written | ${RUN_REPLY.missing} missing (trimmed or 
 ]]
 ${COMMON}
 local runId, n, to = ARGV[1], tonumber(ARGV[3]), ARGV[4]
-local FIRST = 6
+local FIRST = 7
 setStatuses(ARGV[9])
-setTimeline(ARGV[10])
+setTimeline(ARGV[10], KEYS[6])
 if ARGV[5] == 'set' then
   redis.call('SET', KEYS[4], runId, 'PX', ARGV[6])
 elseif ARGV[5] == 'del' and redis.call('GET', KEYS[4]) == runId then
@@ -234,6 +269,8 @@ if to ~= '' and to ~= current then
     local durationMs = finishTimes(KEYS[1])
     local ranMs = durationMs
     if to == 'skipped' or to == 'deferred' then ranMs = nil end
+    -- The Redis clock stepped back (a failover to a host behind): no duration rather than a negative one.
+    if ranMs and ranMs < 0 then ranMs = nil end
     countFinal(KEYS[1], to, score, durationMs, ranMs, nowMs)
     if redis.call('GET', KEYS[3]) == runId then redis.call('DEL', KEYS[3]) end
   end
@@ -247,13 +284,13 @@ return ${RUN_REPLY.written}
 
 export const RUN_ABANDON = typedScript<number>()({
   command: "claimwatchRunAbandon",
-  keys: ["run", "openAttempt", "workerHeartbeat"],
+  keys: ["run", "openAttempt", "workerHeartbeat", "runCounters"],
   variadicKeys: true,
   lua: `
 --[[ Close an attempt nobody will finish: queued or running → aborted, atomically.
 KEYS[1] run HASH   KEYS[2] openAttempt STRING of its job   KEYS[3] workerHeartbeat HASH of the
-worker the caller saw on the record
-KEYS[4 ..] indexes: ARGV[2] base indexes, then as many per status in ARGV[5]
+worker the caller saw on the record   KEYS[4] runCounters HASH behind /metrics (lib/metrics/counters)
+KEYS[5 ..] indexes: ARGV[2] base indexes, then as many per status in ARGV[5]
 ARGV[1] runId   ARGV[2] n   ARGV[3] reason
 ARGV[4] workerId the caller saw: '' closes it whatever its worker; otherwise only if the record
   still names that worker and the worker's heartbeat has expired (on the Redis clock)
@@ -263,13 +300,13 @@ Returns ${RUN_REPLY.written} aborted | ${RUN_REPLY.no} left alone (final, or its
 ]]
 ${COMMON}
 setStatuses(ARGV[5])
-setTimeline(ARGV[6])
+setTimeline(ARGV[6], KEYS[4])
 if redis.call('EXISTS', KEYS[1]) == 0 then return ${RUN_REPLY.missing} end
 if ARGV[4] ~= '' then
   if redis.call('HGET', KEYS[1], 'workerId') ~= ARGV[4] then return ${RUN_REPLY.no} end
   if redis.call('EXISTS', KEYS[3]) == 1 then return ${RUN_REPLY.no} end
 end
-local closed = abandon(KEYS[1], ARGV[1], ARGV[3], 4, tonumber(ARGV[2]))
+local closed = abandon(KEYS[1], ARGV[1], ARGV[3], 5, tonumber(ARGV[2]))
 if closed == 1 and redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
 if closed == 1 then return ${RUN_REPLY.written} end
 return ${RUN_REPLY.no}

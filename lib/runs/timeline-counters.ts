@@ -119,9 +119,8 @@ export function timelineSpec(keys: RedisKeys, place: RunPlace, retention: RunRet
       ? {
           t: keys.timelineBucketPrefix(place.rebuild),
           tenant: place.tenant ?? "",
-          // The run counters behind /metrics (lib/metrics/counters): a run that names no valid
-          // rebuild has no series to be counted in.
-          m: keys.metricsCounters,
+          // Its series in the run counters behind /metrics (lib/metrics/counters; the hash is a
+          // KEY of the script): a run that names no valid rebuild has none and is not counted there.
           s: runSeries(place.rebuild, place.tenant),
         }
       : {}),
@@ -136,9 +135,10 @@ export function timelineSpec(keys: RedisKeys, place: RunPlace, retention: RunRet
 export const TIMELINE_COUNTED_FIELD = "timelineCounted";
 
 /**
- * `setTimeline(spec)` then `countFinal(runKey, status, startMs, durationMs, ranMs)` in a record
- * script; `ranMs` (nil: it did not run, or nobody saw it end) also goes to the run counters
- * behind /metrics (lib/metrics/counters, `countRun`), counted in the same step.
+ * `setTimeline(spec, runCountersKey)` then `countFinal(runKey, status, startMs, durationMs, ranMs,
+ * finishedAt)` in a record script; the run is also counted in the run counters behind /metrics
+ * (lib/metrics/counters `countRun`, the hash passed in KEYS) in the same step, with `ranMs` as
+ * its duration (nil: it did not run, or nobody saw it end).
  * The only keys a record script does not get in KEYS: their name holds the hour of the run's
  * start, which only the script knows (a record's start is on the Redis clock). Like BullMQ's
  * scripts appending a job id to the queue prefix, it appends the hour to a prefix built in
@@ -150,12 +150,14 @@ export const TIMELINE_COUNT_LUA = `
 ${ADD_COUNT_LUA}
 ${RUN_COUNTERS_LUA}
 local TIMELINE = false
-local function setTimeline(spec)
+local RUN_COUNTERS = false
+local function setTimeline(spec, runCountersKey)
   if spec and spec ~= '' then TIMELINE = cjson.decode(spec) end
+  RUN_COUNTERS = runCountersKey or false
 end
 local function countFinal(runKey, status, startMs, durationMs, ranMs, finishedAt)
   if not TIMELINE then return end
-  if TIMELINE.m then countRun(TIMELINE.m, TIMELINE.s, status, ranMs, finishedAt) end
+  if RUN_COUNTERS and TIMELINE.s then countRun(RUN_COUNTERS, TIMELINE.s, status, ranMs, finishedAt) end
   local start = tonumber(startMs)
   local bucket = start - (start % TIMELINE.ms)
   local expireAt = string.format('%.0f', bucket + TIMELINE.ms + TIMELINE.ttl)

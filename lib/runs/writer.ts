@@ -72,22 +72,29 @@ export type BeginResult = (
   | { status: "began" }
   | { status: "already-rebuilt"; rebuiltBy: string }
   | { status: "ended" }
+  /**
+   * The job has an operator's cancel request (read in the same script): the attempt was recorded
+   * cancelled with `reason` (from the request), whatever the mode asked for; nothing else to do.
+   */
+  | { status: "cancelled"; reason: string }
   /** A record with this run id exists: nothing was written (and nothing later will be). */
   | { status: "exists" }
 ) & {
-  /**
-   * The job's cancel request as stored (lib/rebuilds/cancel-request parses it), read in the same
-   * script, or null. A job with one is never skipped as already rebuilt: it begins running, and
-   * the caller ends it cancelled.
-   */
+  /** The job's cancel request as stored (lib/rebuilds/cancel-request parses it), or null. */
   cancelRequest: string | null;
 };
 
 type RunEvent = Extract<StoredEvent, { type: "run" }>["run"];
 
-/** The run event's JSON up to its status: RUN_BEGIN appends the status it wrote and `"}}`. */
-function runEventHead(run: Omit<RunEvent, "status">): string {
-  const json = encodeEvent({ type: "run", run });
+/**
+ * The run event's JSON up to its status: RUN_BEGIN appends the status it wrote (a lowercase word)
+ * and `"}}`. `run` is the event's last member and never empty (it has `id`), so the JSON ends in
+ * `}}`; a status among the fields is dropped (the script's is the one that was written).
+ */
+export function runEventHead(run: Omit<RunEvent, "status"> & { status?: unknown }): string {
+  const { status: _ignored, ...fields } = run;
+  const json = encodeEvent({ type: "run", run: fields });
+  if (!json.endsWith("}}")) throw new Error(`run event JSON does not end its record last: ${json.slice(-40)}`);
   return `${json.slice(0, -2)},"status":"`;
 }
 
@@ -104,8 +111,13 @@ export async function beginAttempt(
 ): Promise<BeginResult> {
   const { keys, retention } = store;
   const { mode } = options;
+  // A cancel request turns any begin into a cancelled record (RUN_BEGIN).
   const own: RunStatus[] =
-    mode.kind === "check" ? ["running", "skipped"] : mode.kind === "running" ? ["running"] : [mode.status];
+    mode.kind === "check"
+      ? ["running", "skipped", "cancelled"]
+      : mode.kind === "running"
+        ? ["running", "cancelled"]
+        : [mode.status, "cancelled"];
   // A later attempt may close the previous one (queued or running → aborted).
   const layout = indexLayout(keys, attempt, attempt.previousRunId ? [...own, "queued", "running", "aborted"] : own);
   const fields = fieldPairs({
@@ -133,6 +145,7 @@ export async function beginAttempt(
       options.pendingTrigger ?? keys.run(attempt.runId),
       keys.cancelRequest(attempt.jobId),
       keys.events,
+      keys.metricsCounters,
     ],
     layout.keys,
     [
@@ -160,7 +173,7 @@ export async function beginAttempt(
       ...fields,
     ],
   );
-  const [code, rebuiltBy, stray, cancel] = reply;
+  const [code, detail, stray, cancel] = reply;
   if (stray) {
     // The job's attempt in flight was not the previous one (that one never began): close it too.
     await abandonRun(store, { ...attempt, runId: stray }, ABANDONED_REASON(attempt.attempt));
@@ -170,9 +183,11 @@ export async function beginAttempt(
     case RUN_REPLY.began:
       return { status: "began", cancelRequest };
     case RUN_REPLY.alreadyRebuilt:
-      return { status: "already-rebuilt", rebuiltBy, cancelRequest };
+      return { status: "already-rebuilt", rebuiltBy: detail, cancelRequest };
     case RUN_REPLY.ended:
       return { status: "ended", cancelRequest };
+    case RUN_REPLY.cancelled:
+      return { status: "cancelled", reason: detail, cancelRequest };
     case RUN_REPLY.exists:
       return { status: "exists", cancelRequest };
     default:
@@ -224,6 +239,7 @@ export async function writeRun(store: RunStore, run: RunRef, write: RunWrite): P
       keys.runOpenAttempt(run.jobId),
       write.idempotency ? keys.idempotency(write.idempotency.key) : keys.run(run.runId),
       keys.events,
+      keys.metricsCounters,
     ],
     layout.keys,
     [

@@ -72,6 +72,8 @@ export interface Figures {
   pointerWrong: number;
   /** Run records not in a final status after the drain (issue 13: every attempt ends). */
   stuckRunning: number;
+  /** Cells (rebuild, tenant, status) where the run counters behind /metrics differ from the final records. */
+  miscounted: number;
   /** Issue 14: a fence held by two grants (two attempts of different jobs recorded with one fence on one claim). */
   reissued: number;
   /** Issue 14: the Redis pointer or `current` moved to a build of a lower fence than one already published. */
@@ -271,6 +273,25 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
     ([, job]) => job.state === "failed" && BULLMQ_OWN_FAILURE.test(job.failedReason ?? ""),
   );
   const leftRunning = records.filter((r) => !isFinalStatus(r.status));
+  // Every attempt that reached a final status is counted once in the run counters behind
+  // /metrics, by the script that made it final (lib/metrics/counters): the counters must match
+  // the records, cell by cell (a Redis crash loses a record and its count together).
+  const runCounters = await input.main.hgetall(input.keys.metricsCounters);
+  const expectedCounts = new Map<string, number>();
+  for (const r of records) {
+    if (!isFinalStatus(r.status) || !r.rebuild) continue;
+    const cell = `runs|${r.rebuild}|${r.tenant ?? ""}|${r.status}`;
+    expectedCounts.set(cell, (expectedCounts.get(cell) ?? 0) + 1);
+  }
+  const miscounted: string[] = [];
+  for (const cell of new Set([
+    ...expectedCounts.keys(),
+    ...Object.keys(counted).filter((f) => f.startsWith("runs|")),
+  ])) {
+    const records = expectedCounts.get(cell) ?? 0;
+    const count = Number(runCounters[cell] ?? 0);
+    if (records !== count) miscounted.push(`${cell}: counted ${count}, records ${records}`);
+  }
   const lost: string[] = [];
   const outcomes = new Map<string, number>();
   for (const trigger of triggers) {
@@ -311,8 +332,10 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
       (bullmqFailures.length
         ? ` (${formatCounts(countBy(bullmqFailures, ([, job]) => job.failedReason ?? "?"))})`
         : "") +
-      `; run records not in a final status after the drain: ${leftRunning.length}`,
+      `; run records not in a final status after the drain: ${leftRunning.length}` +
+      `; run counters that differ from the final records: ${miscounted.length}`,
   );
+  for (const m of miscounted.slice(0, 8)) lines.push(`    miscounted ${m}`);
 
   // --- builds and current: content hash and content -------------------------------------------
   const corrupt: string[] = [];
@@ -603,6 +626,7 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
       staleLeft: claimsLeft.length,
       pointerWrong: pointerWrong.length,
       stuckRunning: leftRunning.length,
+      miscounted: miscounted.length,
       reissued: reissued.length,
       rolledBack: rolledBack.length,
       dropped: dropped.length,

@@ -4,20 +4,21 @@
  * and for log lines, nothing for a write that was refused); the run counters behind /metrics,
  * counted exactly once per attempt whichever way it became final, with a duration only for an
  * attempt that ran and was seen to end; and the job's cancel request, read by RUN_BEGIN, which
- * keeps a cancelled job from being skipped as already rebuilt. Then a real worker process that
- * picks up two jobs with cancel requests left for them (the cancel raced the pickup): both end
- * cancelled, neither builds nor publishes.
+ * records a cancelled job cancelled whatever the mode (not skipped, not failed). Then real worker
+ * processes that pick up jobs with cancel requests left for them (the cancel raced the pickup):
+ * they end cancelled, build and publish nothing, are not retried, also when the inputs cannot be
+ * read.
  */
 import assert from "node:assert/strict";
 import { after, test } from "node:test";
 import { Redis } from "ioredis";
 import { decodeEntry } from "../../lib/events/publish";
 import type { StoredEvent } from "../../lib/events/types";
-import { writeCancelRequest } from "../../lib/rebuilds/cancel-request";
+import { describeCancel, writeCancelRequest } from "../../lib/rebuilds/cancel-request";
 import { redisKeys, type RedisKeys } from "../../lib/redis/keys";
 import { abandonRun } from "../../lib/runs/abandoned";
 import { DEFAULT_RETENTION, readRun } from "../../lib/runs/records";
-import { beginAttempt, writeRun, type AttemptIdentity, type RunStore } from "../../lib/runs/writer";
+import { beginAttempt, runEventHead, writeRun, type AttemptIdentity, type RunStore } from "../../lib/runs/writer";
 import { createTestBed, slowStep, type TestBed } from "../support/stack";
 import { startTestRedis, stopTestRedis, uniquePrefix } from "../support/redis";
 
@@ -147,19 +148,59 @@ test("every way into a final status counts the run once in the metrics counters;
   assert.ok(!Object.keys(hash).some((field) => field.startsWith("runs||")), "the nameless run is in no series");
 });
 
-test("a job with a cancel request is not skipped as already rebuilt: it begins running and the request comes back", async () => {
+test("a job with a cancel request begins and ends cancelled, whatever the mode: not skipped, not failed, no duration", async () => {
   const keys = redisKeys(uniquePrefix("run-cancel"));
   const store = storeOf(keys);
   await client.set(keys.idempotency("k"), "earlier-a1");
   const request = { actor: "ops", reason: "wrong input", at: 1 };
-  await writeCancelRequest(client, keys, "job", request);
-  const begun = await beginAttempt(store, attempt("job", 1), { mode: { kind: "check", idempotencyKey: "k" } });
-  assert.equal(begun.status, "began");
-  assert.deepEqual(JSON.parse(begun.cancelRequest ?? "null"), request);
-  assert.equal((await readRun(client, keys, "job-a1"))?.status, "running");
+  for (const job of ["check", "running", "failing", "own", "garbled"]) {
+    await writeCancelRequest(client, keys, job, request);
+  }
+  await client.set(keys.cancelRequest("garbled"), "{not json");
+  const check = await beginAttempt(store, attempt("check", 1), { mode: { kind: "check", idempotencyKey: "k" } });
+  assert.deepEqual(check, {
+    status: "cancelled",
+    reason: describeCancel(request),
+    cancelRequest: JSON.stringify(request),
+  });
+  const running = await beginAttempt(store, attempt("running", 1), { mode: { kind: "running" } });
+  assert.equal(running.status, "cancelled");
+  const failing = await beginAttempt(store, attempt("failing", 1), {
+    mode: { kind: "final", status: "failed", reason: "inputs unreadable" },
+  });
+  assert.equal(failing.status, "cancelled", "an operator's cancel is what the history says, not the failure");
+  // A caller that begins it cancelled itself keeps its own reason.
+  const own = await beginAttempt(store, attempt("own", 1), {
+    mode: { kind: "final", status: "cancelled", reason: "cancelled by the caller" },
+  });
+  assert.equal(own.status, "ended");
+  assert.equal((await readRun(client, keys, "own-a1"))?.reason, "cancelled by the caller");
+  // A request that cannot be read still cancels.
+  const garbled = await beginAttempt(store, attempt("garbled", 1), { mode: { kind: "check", idempotencyKey: "k" } });
+  assert.deepEqual(garbled, { status: "cancelled", reason: "cancelled by an operator", cancelRequest: "{not json" });
+
+  for (const job of ["check", "running", "failing"]) {
+    const record = await readRun(client, keys, `${job}-a1`);
+    assert.equal(record?.status, "cancelled", job);
+    assert.equal(record?.reason, describeCancel(request), job);
+    assert.equal(record?.durationMs, 0, job);
+  }
+  const hash = await counters(keys);
+  assert.equal(hash["runs|tiles|acme|cancelled"], "5");
+  assert.equal(hash["durcount|tiles|acme"], undefined, "a cancelled begin never ran: no duration");
+  const statuses = (await events(keys)).flatMap((e) => (e.type === "run" ? [e.run.status] : []));
+  assert.deepEqual(statuses, ["cancelled", "cancelled", "cancelled", "cancelled", "cancelled"]);
   // Without a request, the same check skips.
   const other = await beginAttempt(store, attempt("other", 1), { mode: { kind: "check", idempotencyKey: "k" } });
   assert.deepEqual(other, { status: "already-rebuilt", rebuiltBy: "earlier-a1", cancelRequest: null });
+});
+
+test("the run event's head, completed with any status, is the JSON of the record's event", () => {
+  const fields = { id: "r-a1", rebuild: "tiles", tenant: null, reason: 'a "quoted" \\ reason\n', progress: 0.5 };
+  for (const status of ["running", "skipped", "cancelled", "failed"]) {
+    const json = `${runEventHead({ ...fields, status: "ignored" })}${status}"}}`;
+    assert.deepEqual(JSON.parse(json), { type: "run", run: { ...fields, status } });
+  }
 });
 
 test("a worker that picks up jobs whose cancel raced the pickup ends them cancelled: no claim, no build, no retry", async () => {
@@ -193,5 +234,27 @@ test("a worker that picks up jobs whose cancel raced the pickup ends them cancel
     assert.equal((await bed.runsOfJob(jobId)).length, 1, "one attempt");
   }
   assert.equal(await bed.claims.zcard(bed.keys.claimRegistry), 0, "no claim held");
+  const hash = await bed.main.hgetall(bed.keys.metricsCounters);
+  assert.equal(hash["runs|c||cancelled"], "2");
+  assert.equal(hash["durcount|c|"], "1", "only v1's rebuild has a duration");
+  await worker.stop();
+});
+
+test("a cancel that raced the pickup of a job whose inputs cannot be read: cancelled, not failed, not retried", async () => {
+  const bed = await createTestBed({ d: { output: "out/d", inputs: ["missing-input.txt"], steps: [slowStep(0)] } });
+  beds.push(bed);
+  const jobId = await bed.trigger("d", {});
+  await writeCancelRequest(bed.main, bed.keys, jobId, { actor: "ops", reason: "replacing the input", at: Date.now() });
+  const worker = await bed.startWorker();
+  const run = await bed.waitForRun(
+    (r) => r.jobId === jobId && (r.status === "cancelled" || r.status === "failed"),
+    60_000,
+    "the job's record",
+  );
+  assert.equal(run.status, "cancelled", `record: ${run.status} (${run.reason})`);
+  assert.match(run.reason ?? "", /cancelled by ops: replacing the input/);
+  const job = await bed.queue.getJob(jobId);
+  assert.equal(await job?.getState(), "failed", "a cancel is not retried");
+  assert.equal((await bed.runsOfJob(jobId)).length, 1);
   await worker.stop();
 });
