@@ -110,14 +110,19 @@ function cancellationOf(job: RebuildJob): string | null {
   return request ? describeCancel(request) : "cancelled by an operator";
 }
 
-/** An attempt RUN_BEGIN recorded cancelled (the job had a cancel request): the worker notes the request. */
+/**
+ * An attempt whose RUN_BEGIN found the job's cancel request (and recorded it cancelled, or wrote
+ * nothing because the record exists): the worker notes the request, the attempt ends cancelled.
+ */
 function cancelledAtBegin(
   job: RebuildJob,
   runId: string,
-  begun: { reason: string; cancelRequest: string | null },
+  begun: { cancelRequest: string | null; reason?: string },
 ): Extract<RebuildOutcome, { status: "cancelled" }> {
-  job.cancelFound?.(parseCancelRequest(begun.cancelRequest) ?? { actor: "an operator", reason: begun.reason, at: 0 });
-  return { status: "cancelled", runId, reason: begun.reason };
+  const request = parseCancelRequest(begun.cancelRequest);
+  const reason = begun.reason ?? (request ? describeCancel(request) : "cancelled by an operator");
+  job.cancelFound?.(request ?? { actor: "an operator", reason, at: 0 });
+  return { status: "cancelled", runId, reason };
 }
 
 export class RebuildError extends Error {
@@ -164,7 +169,10 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
     const begun = await beginAttempt(store, identity, {
       mode: { kind: "final", status: "failed", reason: message },
     }).catch((error: unknown) => log(`recording the failure failed: ${String(error)}`));
-    if (begun?.status === "cancelled") return cancelledAtBegin(job, runId, begun);
+    if (begun?.status === "cancelled" || (begun?.status === "exists" && begun.cancelRequest)) {
+      log(`${message}; the job was cancelled meanwhile: recorded cancelled, not retried`);
+      return cancelledAtBegin(job, runId, begun);
+    }
     throw new RebuildError(message, retry, runId, { cause });
   };
 
@@ -253,6 +261,12 @@ class RebuildAttempt {
     // A cancel that came while the job waited, or while another worker had it: the record's
     // first write found it and recorded the attempt cancelled; it stops here, before the claim.
     if (begun.status === "cancelled") return cancelledAtBegin(this.job, this.runId, begun);
+    if (begun.status === "exists" && begun.cancelRequest) {
+      // This attempt's record exists already (the queue's Redis forgot a pickup, and the same
+      // attempt was picked up again): RUN_BEGIN wrote nothing; the cancel ends it here, on that record.
+      const outcome = cancelledAtBegin(this.job, this.runId, begun);
+      return this.endCancelled(outcome.reason);
+    }
     const cancelledEarly = cancellationOf(this.job);
     if (cancelledEarly) return this.endCancelled(cancelledEarly);
 

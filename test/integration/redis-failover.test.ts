@@ -148,12 +148,17 @@ test("a Sentinel failover that loses the last writes: no fence reused for a publ
   process.kill(group.replica.pid, "SIGSTOP");
   paused.push(group.replica.pid);
   const primaryAdmin = adminClient(group.primary);
+  let pointerAtCut: number;
   try {
     await primaryAdmin.call("CLIENT", "KILL", "TYPE", "replica");
+    // A publish whose Redis write reached the replica before the cut may write its fence file
+    // only after it: the lost publish must be above both.
+    await primaryAdmin.select(1);
+    pointerAtCut = (await readPublished(primaryAdmin, bed.keys, name))?.fence ?? 0;
   } finally {
     primaryAdmin.disconnect();
   }
-  const fenceAtPause = readFenceFile(output)!.fence;
+  const fenceAtPause = Math.max(readFenceFile(output)!.fence, pointerAtCut);
   const lostPublish = await pollUntil("a publish the replica never saw", 60_000, async () => {
     const file = readFenceFile(output);
     return file && file.fence > fenceAtPause ? file : null;

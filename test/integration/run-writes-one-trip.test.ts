@@ -19,7 +19,8 @@ import { redisKeys, type RedisKeys } from "../../lib/redis/keys";
 import { abandonRun } from "../../lib/runs/abandoned";
 import { DEFAULT_RETENTION, readRun } from "../../lib/runs/records";
 import { beginAttempt, runEventHead, writeRun, type AttemptIdentity, type RunStore } from "../../lib/runs/writer";
-import { createTestBed, slowStep, type TestBed } from "../support/stack";
+import { runRebuild, type RebuildJob } from "../../lib/rebuilds/run-rebuild";
+import { createTestBed, rebuildDepsOf, slowStep, type TestBed } from "../support/stack";
 import { startTestRedis, stopTestRedis, uniquePrefix } from "../support/redis";
 
 const server = await startTestRedis();
@@ -257,4 +258,33 @@ test("a cancel that raced the pickup of a job whose inputs cannot be read: cance
   assert.equal(await job?.getState(), "failed", "a cancel is not retried");
   assert.equal((await bed.runsOfJob(jobId)).length, 1);
   await worker.stop();
+});
+
+test("an attempt picked up again after the queue's Redis forgot its pickup (its record exists) still ends on a cancel: nothing built", async () => {
+  const bed = await createTestBed({ e: { output: "out/e", steps: [slowStep(0)] } });
+  beds.push(bed);
+  const deps = rebuildDepsOf(bed);
+  const job = (): RebuildJob => ({
+    id: "forgotten",
+    attempt: 1,
+    createdAt: Date.now(),
+    data: { rebuild: "e", version: "v1", trigger: "api" as const },
+    signal: new AbortController().signal,
+  });
+  // The first pickup wrote the attempt's record ("running"), then the queue forgot the pickup.
+  const store = { client: bed.main, keys: bed.keys, retention: DEFAULT_RETENTION };
+  await beginAttempt(
+    store,
+    { ...attempt("forgotten", 1, "e"), tenant: null, workerId: deps.worker.id },
+    { mode: { kind: "running" } },
+  );
+  await writeCancelRequest(bed.main, bed.keys, "forgotten", { actor: "ops", reason: "stop it", at: 1 });
+  const found: string[] = [];
+  const outcome = await runRebuild(deps, { ...job(), cancelFound: (request) => found.push(request.actor) });
+  assert.deepEqual(outcome, { status: "cancelled", runId: "forgotten-a1", reason: "cancelled by ops: stop it" });
+  assert.deepEqual(found, ["ops"]);
+  const record = await readRun(bed.main, bed.keys, "forgotten-a1");
+  assert.equal(record?.status, "cancelled");
+  assert.equal(record?.buildHash, null);
+  assert.equal(record?.fence, null, "no claim was granted");
 });
