@@ -8,26 +8,22 @@ import assert from "node:assert/strict";
 import crypto from "node:crypto";
 import { after, test } from "node:test";
 import { claimName } from "../../lib/claims/name";
-import { createTestBed, slowStep, type TestBed, type TestWorker } from "../support/stack";
-import { startHttpReceiver, type ReceivedRequest } from "../support/http-receiver";
+import type { TestBed, TestWorker } from "../support/stack";
+import { startHttpReceiver } from "../support/http-receiver";
+import {
+  createDeliveryBed,
+  createFaultyReceiversBed,
+  HOOK_SECRET,
+  hookBodies,
+  slackTexts,
+  type HookBody,
+} from "../support/alert-delivery";
 
-const SECRET = "a-webhook-secret-for-tests";
+const SECRET = HOOK_SECRET;
 const beds: TestBed[] = [];
 after(async () => {
   for (const bed of beds) await bed.close();
 });
-
-interface HookBody {
-  deliveryId: string;
-  status: "firing" | "resolved";
-  test: boolean;
-  alert: { id: string; labels: Record<string, string>; annotations: Record<string, string> };
-}
-
-const hookBodies = (requests: ReceivedRequest[], path: string) =>
-  requests.filter((r) => r.path === path).map((r) => JSON.parse(r.body) as HookBody);
-const slackTexts = (requests: ReceivedRequest[], path = "/slack") =>
-  requests.filter((r) => r.path === path).map((r) => (JSON.parse(r.body) as { text: string }).text);
 
 async function outboxEmpty(bed: TestBed): Promise<void> {
   for (;;) {
@@ -38,22 +34,8 @@ async function outboxEmpty(bed: TestBed): Promise<void> {
 
 test("two workers: each transition reaches Slack and the webhook once, signed; killing the evaluator loses none and repeats none", async () => {
   const receiver = await startHttpReceiver();
-  const bed = await createTestBed(
-    { a: { output: "out/a", steps: [slowStep(0)] } },
-    {
-      alerts: {
-        evaluateEvery: "1s",
-        repeatEvery: "2s",
-        receivers: [
-          { slack: { webhookUrlEnv: "TEST_SLACK_URL" } },
-          { webhook: { url: `${receiver.url}/hook`, secretEnv: "TEST_HOOK_SECRET" } },
-        ],
-        rules: { skips: { atLeast: 2 }, workerMissing: false, redisUnsafe: false },
-      },
-    },
-  );
+  const { bed, env } = await createDeliveryBed(receiver);
   beds.push(bed);
-  const env = { TEST_SLACK_URL: `${receiver.url}/slack`, TEST_HOOK_SECRET: SECRET };
   const workers = [await bed.startWorker(env), await bed.startWorker(env)];
   const claim = claimName(bed.definitions.rebuilds.get("a")!.outputPath);
 
@@ -118,24 +100,9 @@ test("two workers: each transition reaches Slack and the webhook once, signed; k
 
 test("a receiver that hangs or answers 500 holds only its own deliveries: others get theirs, rebuilds run, the 500 is retried", async () => {
   const receiver = await startHttpReceiver();
-  receiver.setMode("/hang", "hang");
-  receiver.setMode("/fail", "fail");
-  const bed = await createTestBed(
-    { b: { output: "out/b", steps: [slowStep(0)] } },
-    {
-      alerts: {
-        evaluateEvery: "1s",
-        receivers: [
-          { webhook: { name: "hung", url: `${receiver.url}/hang`, secretEnv: "TEST_HOOK_SECRET" } },
-          { webhook: { name: "failing", url: `${receiver.url}/fail`, secretEnv: "TEST_HOOK_SECRET" } },
-          { webhook: { name: "fine", url: `${receiver.url}/fine`, secretEnv: "TEST_HOOK_SECRET" } },
-        ],
-        rules: { skips: { atLeast: 1 }, workerMissing: false, redisUnsafe: false },
-      },
-    },
-  );
+  const { bed, env: hookEnv } = await createFaultyReceiversBed(receiver);
   beds.push(bed);
-  const worker = await bed.startWorker({ TEST_HOOK_SECRET: SECRET });
+  const worker = await bed.startWorker(hookEnv);
   await worker.waitFor(/alerts: evaluating here/);
   const claim = claimName(bed.definitions.rebuilds.get("b")!.outputPath);
   await bed.claims.hset(bed.keys.claimSkips, claim, "1");

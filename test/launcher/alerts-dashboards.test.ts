@@ -8,10 +8,10 @@
 import assert from "node:assert/strict";
 import { after, test } from "node:test";
 import { claimName } from "../../lib/claims/name";
-import { startHttpReceiver, type ReceivedRequest } from "../support/http-receiver";
-import { createTestBed, slowStep, startWebServer, type TestBed, type TestWebServer } from "../support/stack";
+import { createDeliveryBed, createFaultyReceiversBed, hookBodies, slackTexts } from "../support/alert-delivery";
+import { startHttpReceiver } from "../support/http-receiver";
+import { startWebServer, type TestBed, type TestWebServer } from "../support/stack";
 
-const SECRET = "a-webhook-secret-for-tests";
 const EVALUATING = /alerts: evaluating here/;
 const beds: TestBed[] = [];
 const webs: TestWebServer[] = [];
@@ -19,15 +19,6 @@ after(async () => {
   for (const web of webs) await web.kill();
   for (const bed of beds) await bed.close();
 });
-
-const hookStatuses = (requests: ReceivedRequest[]) =>
-  requests
-    .filter((r) => r.path === "/hook")
-    .map(
-      (r) => JSON.parse(r.body) as { deliveryId: string; status: string; alert: { labels: Record<string, string> } },
-    );
-const slackTexts = (requests: ReceivedRequest[]) =>
-  requests.filter((r) => r.path === "/slack").map((r) => (JSON.parse(r.body) as { text: string }).text);
 
 async function until(label: string, probe: () => boolean | Promise<boolean>, timeoutMs = 60_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
@@ -39,22 +30,8 @@ async function until(label: string, probe: () => boolean | Promise<boolean>, tim
 
 test("two dashboards and two workers: each transition reaches Slack and the webhook once; killing the evaluating dashboard loses none and repeats none", async () => {
   const receiver = await startHttpReceiver();
-  const bed = await createTestBed(
-    { a: { output: "out/a", steps: [slowStep(0)] } },
-    {
-      alerts: {
-        evaluateEvery: "1s",
-        repeatEvery: "2s",
-        receivers: [
-          { slack: { webhookUrlEnv: "TEST_SLACK_URL" } },
-          { webhook: { url: `${receiver.url}/hook`, secretEnv: "TEST_HOOK_SECRET" } },
-        ],
-        rules: { skips: { atLeast: 2 }, workerMissing: false, redisUnsafe: false },
-      },
-    },
-  );
+  const { bed, env } = await createDeliveryBed(receiver);
   beds.push(bed);
-  const env = { TEST_SLACK_URL: `${receiver.url}/slack`, TEST_HOOK_SECRET: SECRET };
   // The dashboards first, so one of them takes the evaluation; the workers then stand by.
   for (let i = 0; i < 2; i++) webs.push(await startWebServer(bed, env));
   await until("a dashboard evaluates", () => webs.some((web) => EVALUATING.test(web.output())));
@@ -69,7 +46,7 @@ test("two dashboards and two workers: each transition reaches Slack and the webh
   await bed.claims.hset(bed.keys.claimSkips, claim, "3");
   await until(
     "firing skips alert on both receivers",
-    () => hookStatuses(receiver.requests).length >= 1 && slackTexts(receiver.requests).length >= 1,
+    () => hookBodies(receiver.requests).length >= 1 && slackTexts(receiver.requests).length >= 1,
   );
   await until("nothing in flight", outboxEmpty);
 
@@ -82,17 +59,17 @@ test("two dashboards and two workers: each transition reaches Slack and the webh
   });
   await until(
     "resolved skips alert after the takeover",
-    () => hookStatuses(receiver.requests).length >= 2 && slackTexts(receiver.requests).length >= 2,
+    () => hookBodies(receiver.requests).length >= 2 && slackTexts(receiver.requests).length >= 2,
   );
   await bed.claims.hset(bed.keys.claimSkips, claim, "4");
   await until(
     "a second firing",
-    () => hookStatuses(receiver.requests).length >= 3 && slackTexts(receiver.requests).length >= 3,
+    () => hookBodies(receiver.requests).length >= 3 && slackTexts(receiver.requests).length >= 3,
   );
   await until("nothing in flight", outboxEmpty);
   await new Promise((r) => setTimeout(r, 3_000)); // three more cycles: nothing further may arrive
 
-  const bodies = hookStatuses(receiver.requests);
+  const bodies = hookBodies(receiver.requests);
   assert.deepEqual(
     bodies.map((b) => b.status),
     ["firing", "resolved", "firing"],
@@ -113,25 +90,10 @@ test("two dashboards and two workers: each transition reaches Slack and the webh
 test("a dashboard that evaluates answers its API while a receiver hangs and another answers 500; the fine one gets every transition", async () => {
   const OPERATOR_TOKEN = "operator-token-for-tests-0123456789";
   const receiver = await startHttpReceiver();
-  receiver.setMode("/hang", "hang");
-  receiver.setMode("/fail", "fail");
-  const bed = await createTestBed(
-    { b: { output: "out/b", steps: [slowStep(0)] } },
-    {
-      alerts: {
-        evaluateEvery: "1s",
-        receivers: [
-          { webhook: { name: "hung", url: `${receiver.url}/hang`, secretEnv: "TEST_HOOK_SECRET" } },
-          { webhook: { name: "failing", url: `${receiver.url}/fail`, secretEnv: "TEST_HOOK_SECRET" } },
-          { webhook: { name: "fine", url: `${receiver.url}/fine`, secretEnv: "TEST_HOOK_SECRET" } },
-        ],
-        rules: { skips: { atLeast: 1 }, workerMissing: false, redisUnsafe: false },
-      },
-    },
-  );
+  const { bed, env: hookEnv } = await createFaultyReceiversBed(receiver);
   beds.push(bed);
   const web = await startWebServer(bed, {
-    TEST_HOOK_SECRET: SECRET,
+    ...hookEnv,
     CLAIMWATCH_OPERATOR_TOKEN: `tester:${OPERATOR_TOKEN}`,
   });
   webs.push(web);
