@@ -1,12 +1,39 @@
 /**
- * Runs before routing. Its only job: a path whose percent-encoding does not decode (`/api/runs/%zz`)
- * is answered 400 here — Next.js would otherwise fail decoding the route parameter with a bare 500.
+ * Runs before routing. Its only jobs: "/x/" is redirected to "/x" (Next's own redirect is off,
+ * next.config.ts); a path whose percent-encoding does not decode
+ * (`/api/runs/%zz`) is answered 400 here — Next.js would otherwise fail decoding the route
+ * parameter with a bare 500; and a URL longer than any the API or the pages use is answered 414 —
+ * Next.js would otherwise echo it into response headers (a redirect's Location and more) past
+ * what an HTTP client accepts, and the client sees no answer at all (the fuzzer found it).
  * Access control is not done here: every route handler and page checks the caller itself.
  */
 import { NextResponse, type NextRequest } from "next/server";
 
+/** Longest URL (path and query) answered; the dashboard's own are a few hundred characters. */
+const MAX_URL_LENGTH = 4096;
+
 export function proxy(request: NextRequest): NextResponse {
-  const raw = new URL(request.url).pathname;
+  const url = new URL(request.url);
+  const length = url.pathname.length + url.search.length;
+  if (length > MAX_URL_LENGTH) {
+    return NextResponse.json(
+      {
+        error: {
+          code: "uri-too-long",
+          message: `the URL is ${length} characters long; the limit is ${MAX_URL_LENGTH}`,
+        },
+      },
+      { status: 414 },
+    );
+  }
+  const raw = url.pathname;
+  // Next's trailing-slash redirect, done here (next.config.ts skipTrailingSlashRedirect).
+  if (raw.length > 1 && raw.endsWith("/")) {
+    const target = new URL(request.url);
+    target.pathname = raw.replace(/\/+$/, "") || "/";
+    return NextResponse.redirect(target, 308);
+  }
+  if (!raw.startsWith("/api/") && !raw.startsWith("/runs/")) return NextResponse.next();
   try {
     for (const segment of raw.split("/")) decodeURIComponent(segment);
   } catch {
@@ -18,4 +45,5 @@ export function proxy(request: NextRequest): NextResponse {
   return NextResponse.next();
 }
 
-export const config = { matcher: ["/api/:path*", "/runs/:path*"] };
+// Every path but Next's own static files (the length limit holds for pages too).
+export const config = { matcher: ["/((?!_next/static|_next/image).*)"] };

@@ -479,6 +479,8 @@ export function loadDefinitions(file: string, source?: DefinitionsSource): Defin
           : `cannot be read (${code})`;
     return { ok: false, error: new DefinitionsError(oneLine(file), [{ where: "", problem: oneLine(problem) }]) };
   }
+  const tooDeep = nestingProblem(text);
+  if (tooDeep) return { ok: false, error: new DefinitionsError(shown, [tooDeep]) };
   const lines = new LineCounter();
   // logLevel "error": YAML warnings would otherwise go to stderr through process.emitWarning.
   const document = parseDocument(text, { uniqueKeys: true, logLevel: "error", lineCounter: lines });
@@ -498,6 +500,63 @@ export function loadDefinitions(file: string, source?: DefinitionsSource): Defin
     };
   }
   return parseDefinitions(raw, file, (trail) => lineOfPath(document, lines, trail));
+}
+
+/** Limits checked on the text before the YAML parser sees it (its composer recurses per level). */
+const MAX_DEFINITIONS_BYTES = 2 * 1024 * 1024;
+const MAX_FLOW_DEPTH = 64;
+const MAX_INDENT_COLUMNS = 512;
+
+/**
+ * A file too large, or nested too deep for the YAML parser to go through safely: thousands of
+ * `[` overflow its stack, and an overflow inside V8's regexp compiler is not an exception but a
+ * fatal "out of memory" (the fuzzer found it). A cheap scan — flow brackets outside quotes and
+ * comments, and indentation — refuses such text first, at the line where it goes too deep.
+ */
+function nestingProblem(text: string): DefinitionsProblem | null {
+  if (text.length > MAX_DEFINITIONS_BYTES) {
+    return { where: "", problem: `is ${text.length} characters long; the limit is ${MAX_DEFINITIONS_BYTES}` };
+  }
+  let depth = 0;
+  let line = 1;
+  let lineStart = true;
+  let indent = 0;
+  let quote: "'" | '"' | null = null;
+  let comment = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i]!;
+    if (c === "\n") {
+      line++;
+      lineStart = true;
+      indent = 0;
+      comment = false;
+      continue;
+    }
+    if (lineStart) {
+      if (c === " ") {
+        if (++indent > MAX_INDENT_COLUMNS) {
+          return { where: "", line, problem: `is indented more than ${MAX_INDENT_COLUMNS} columns` };
+        }
+        continue;
+      }
+      lineStart = false;
+    }
+    if (comment) continue;
+    if (quote) {
+      if (quote === '"' && c === "\\") i++;
+      else if (c === quote) quote = null;
+      continue;
+    }
+    // A quote opens a quoted scalar where a value starts (not the apostrophe in a plain word).
+    if ((c === "'" || c === '"') && (i === 0 || /[\s[{,:]/.test(text[i - 1]!))) quote = c;
+    else if (c === "#" && (i === 0 || /\s/.test(text[i - 1]!))) comment = true;
+    else if (c === "[" || c === "{") {
+      if (++depth > MAX_FLOW_DEPTH) {
+        return { where: "", line, problem: `nests [ ] and { } more than ${MAX_FLOW_DEPTH} levels deep` };
+      }
+    } else if ((c === "]" || c === "}") && depth > 0) depth--;
+  }
+  return null;
 }
 
 function whyThisFile(source: DefinitionsSource | undefined): string {

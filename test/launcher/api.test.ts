@@ -352,3 +352,18 @@ test("a published build found changed shows on its rebuild and in the health pro
     await retire(bed.main, bed.keys, weak.id);
   }
 });
+
+test("an overlong URL is a 414 in the API's error shape; a trailing slash redirects without echoing more than the URL", async () => {
+  // Next's own trailing-slash redirect echoed the URL into Location and Refresh: with a 12 KB
+  // query an HTTP client got "Header overflow" and no answer (fuzz-api, FUZZ_SEED=3996531464).
+  const long = await call("GET", `/api/.?c=${"A".repeat(6_000)}`);
+  assertError(long, 414, /the URL is \d+ characters long; the limit is 4096/);
+  const page = await fetch(`${base}/runs?c=${"A".repeat(6_000)}`, { redirect: "manual" });
+  assert.equal(page.status, 414);
+  const slash = await fetch(`${base}/api/health/?x=1`, { redirect: "manual" });
+  assert.equal(slash.status, 308);
+  assert.equal(
+    new URL(slash.headers.get("location")!, base).pathname + new URL(slash.headers.get("location")!, base).search,
+    "/api/health?x=1",
+  );
+});

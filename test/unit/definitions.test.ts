@@ -281,3 +281,23 @@ test("the worker's shutdown wait follows the longest killGrace", async () => {
   assert.ok(parsed.ok);
   assert.ok(shutdownWaitMs(parsed.definitions) > 20_000);
 });
+
+test("text nested too deep for the YAML parser is refused before it parses, at the line that goes too deep", () => {
+  // Thousands of "[" overflowed yaml's stack; inside V8's regexp compiler that is a fatal
+  // "out of memory", not an exception (fuzz-definitions, FUZZ_SEED=2594349091).
+  assert.match(
+    refusal(loadText(`rebuilds:\n  a:\n    x: ${"[".repeat(10_000)}`)),
+    /:3: nests \[ \] and \{ \} more than 64 levels deep/,
+  );
+  assert.match(refusal(loadText(`a:\n${" ".repeat(600)}b: 1\n`)), /:2: is indented more than 512 columns/);
+  assert.match(refusal(loadText(`# ${"x".repeat(3 * 1024 * 1024)}\n`)), /characters long; the limit is 2097152/);
+  // Brackets in quoted scalars and comments are text; an apostrophe in a plain word opens no quote.
+  const fine = loadText(
+    `rebuilds:\n  a: # ${"[".repeat(100)}\n    output: out\n    steps: [{name: s, run: [sh, -c, '${"[".repeat(100)}']}]\n    description: don't\n`,
+  );
+  assert.doesNotMatch(fine.ok ? "" : refusal(fine), /levels deep/);
+  assert.match(
+    refusal(loadText(`note: don't\nx: ${"[".repeat(65)}${"]".repeat(65)}\n`)),
+    /:2: nests .* more than 64 levels deep/,
+  );
+});
