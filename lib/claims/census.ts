@@ -104,7 +104,7 @@ export async function readClaimCensus(
   let serverTime = fromIndex ? Number((first[0]![1] as unknown[])[0]) : 0;
   for (let from = 0; from < names.length || (from === 0 && !fromIndex); from += CHUNK) {
     let chunk = names.slice(from, from + CHUNK);
-    if (options.onlyStale && !fromIndex && chunk.length > 0) {
+    if (!fromIndex && chunk.length > 0) {
       const metaKeys = chunk.map((name) => keys.claimMeta(name));
       const picked = (await runVariadicScript(client, CLAIM_STALE_CANDIDATES, [keys.claimRegistry], metaKeys, [
         STALE_AFTER_REFRESHES,
@@ -128,7 +128,7 @@ export async function readClaimCensus(
         return;
       }
       const claim = censusClaim(name, record, serverTime, liveWorkerIds);
-      if (!options.onlyStale || claim.stale.length > 0) claims.push(claim);
+      if (claim.stale.length > 0) claims.push(claim);
     });
     if (names.length === 0) break;
   }

@@ -517,46 +517,54 @@ function nestingProblem(text: string): DefinitionsProblem | null {
   if (text.length > MAX_DEFINITIONS_BYTES) {
     return { where: "", problem: `is ${text.length} characters long; the limit is ${MAX_DEFINITIONS_BYTES}` };
   }
-  let depth = 0;
-  let line = 1;
-  let lineStart = true;
-  let indent = 0;
-  let quote: "'" | '"' | null = null;
-  let comment = false;
-  for (let i = 0; i < text.length; i++) {
-    const c = text[i]!;
-    if (c === "\n") {
-      line++;
-      lineStart = true;
-      indent = 0;
-      comment = false;
-      continue;
-    }
-    if (lineStart) {
-      if (c === " ") {
-        if (++indent > MAX_INDENT_COLUMNS) {
-          return { where: "", line, problem: `is indented more than ${MAX_INDENT_COLUMNS} columns` };
-        }
-        continue;
-      }
-      lineStart = false;
-    }
-    if (comment) continue;
-    if (quote) {
-      if (quote === '"' && c === "\\") i++;
-      else if (c === quote) quote = null;
-      continue;
-    }
-    // A quote opens a quoted scalar where a value starts (not the apostrophe in a plain word).
-    if ((c === "'" || c === '"') && (i === 0 || /[\s[{,:]/.test(text[i - 1]!))) quote = c;
-    else if (c === "#" && (i === 0 || /\s/.test(text[i - 1]!))) comment = true;
-    else if (c === "[" || c === "{") {
-      if (++depth > MAX_FLOW_DEPTH) {
-        return { where: "", line, problem: `nests [ ] and { } more than ${MAX_FLOW_DEPTH} levels deep` };
-      }
-    } else if ((c === "]" || c === "}") && depth > 0) depth--;
+  const deepIndent = new RegExp(`^ {${MAX_INDENT_COLUMNS + 1}}`, "m").exec(text);
+  if (deepIndent) {
+    const { line } = positionAt(text, deepIndent.index);
+    return { where: "", line, problem: `is indented more than ${MAX_INDENT_COLUMNS} columns` };
   }
-  return null;
+  let depth = 0;
+  let tooDeepAt = -1;
+  forEachFlowBracket(text, text.length, (bracket, i) => {
+    if (bracket === "[" || bracket === "{") {
+      if (++depth <= MAX_FLOW_DEPTH) return false;
+      tooDeepAt = i;
+      return true;
+    }
+    if (depth > 0) depth--;
+    return false;
+  });
+  if (tooDeepAt < 0) return null;
+  const { line } = positionAt(text, tooDeepAt);
+  return { where: "", line, problem: `nests [ ] and { } more than ${MAX_FLOW_DEPTH} levels deep` };
+}
+
+/**
+ * Calls `each` with every flow bracket (`[ ] { }`) before `end` that is outside quoted scalars
+ * and comments, until it returns true. A quote opens a quoted scalar only where a value starts
+ * (not the apostrophe in a plain word) and is taken as closed at the end of its line.
+ */
+function forEachFlowBracket(text: string, end: number, each: (bracket: string, offset: number) => boolean): void {
+  let quote: string | null = null;
+  for (let i = 0; i < end; i++) {
+    const c = text[i]!;
+    if (quote) {
+      if (c === quote || c === "\n") quote = null;
+      else if (quote === '"' && c === "\\") i++;
+      continue;
+    }
+    if (c === "#" && (i === 0 || /\s/.test(text[i - 1]!))) {
+      while (i < end && text[i] !== "\n") i++;
+      continue;
+    }
+    if ((c === "'" || c === '"') && (i === 0 || /[\s[{,:]/.test(text[i - 1]!))) quote = c;
+    else if ((c === "[" || c === "{" || c === "]" || c === "}") && each(c, i)) return;
+  }
+}
+
+/** 1-based line and column of `offset` in `text`. */
+function positionAt(text: string, offset: number): { line: number; column: number } {
+  const before = text.slice(0, offset).split(/\r?\n|\r/);
+  return { line: before.length, column: (before.at(-1)?.length ?? 0) + 1 };
 }
 
 function whyThisFile(source: DefinitionsSource | undefined): string {
@@ -611,34 +619,20 @@ function yamlProblems(text: string, errors: YAMLError[]): DefinitionsProblem[] {
 
 function errorPosition(error: YAMLError, text: string): { line: number; column: number } {
   if (error.linePos) return { line: error.linePos[0].line, column: error.linePos[0].col };
-  const before = text.slice(0, error.pos[0]).split(/\r?\n|\r/);
-  return { line: before.length, column: (before.at(-1)?.length ?? 0) + 1 };
+  return positionAt(text, error.pos[0]);
 }
 
 /** The line and column of the last `open` bracket before `offset` that nothing closes (quotes skipped). */
 function unclosedOpener(text: string, offset: number, open: "[" | "{"): { line: number; column: number } | null {
   const close = open === "[" ? "]" : "}";
   const stack: number[] = [];
-  let quote: string | null = null;
-  for (let i = 0; i < Math.min(offset, text.length); i++) {
-    const c = text[i]!;
-    if (quote) {
-      if (c === quote) quote = null;
-      else if (c === "\n") quote = null;
-      continue;
-    }
-    if (c === "#" && (i === 0 || /\s/.test(text[i - 1]!))) {
-      while (i < text.length && text[i] !== "\n") i++;
-      continue;
-    }
-    if (c === '"' || c === "'") quote = c;
-    else if (c === open) stack.push(i);
-    else if (c === close) stack.pop();
-  }
+  forEachFlowBracket(text, Math.min(offset, text.length), (bracket, i) => {
+    if (bracket === open) stack.push(i);
+    else if (bracket === close) stack.pop();
+    return false;
+  });
   const at = stack.at(-1);
-  if (at === undefined) return null;
-  const before = text.slice(0, at).split(/\r?\n|\r/);
-  return { line: before.length, column: (before.at(-1)?.length ?? 0) + 1 };
+  return at === undefined ? null : positionAt(text, at);
 }
 
 /**
@@ -661,8 +655,7 @@ function unclosedQuote(text: string, offset: number): { line: number; column: nu
     });
   }
   if (start === undefined) return null;
-  const before = text.slice(0, start).split(/\r?\n|\r/);
-  return { line: before.length, column: (before.at(-1)?.length ?? 0) + 1 };
+  return positionAt(text, start);
 }
 
 /**
