@@ -5,6 +5,7 @@
  */
 import os from "node:os";
 import type { Redis } from "ioredis";
+import { acquiredEventHead } from "../events/claim-events";
 import { recordTakeover } from "../metrics/counters";
 import type { RedisKeys } from "../redis/keys";
 import { CLAIM_ACQUIRE, META_FIELDS, runScript, type ScriptingClient } from "../redis/scripts";
@@ -23,6 +24,8 @@ export interface AcquireOptions {
    * record): the grant's fence is above it even if Redis forgot its counter.
    */
   fenceFloor?: number;
+  /** Write the `claim.acquired` live event (lib/events) in the acquire script itself. */
+  liveEvent?: boolean;
 }
 
 export async function acquireClaim(
@@ -59,6 +62,7 @@ export async function acquireClaim(
       keys.claimTrail(name),
       keys.claimsEnded,
       keys.claimRefreshes,
+      keys.events,
     ],
     [
       token,
@@ -69,6 +73,7 @@ export async function acquireClaim(
       JSON.stringify(identity),
       options.fenceFloor ?? 0,
       meta.trail === false ? "" : "1",
+      options.liveEvent ? acquiredEventHead(name, token, meta, timing) : "",
     ],
   );
   const result = decodeAcquireReply(token, reply);

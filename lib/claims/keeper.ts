@@ -27,6 +27,8 @@ export interface HeldClaim {
   readonly name: string;
   readonly token: string;
   readonly fence: number;
+  /** The earlier attempt of the same job this grant took the claim over from (null: the name was free). */
+  readonly tookOverFrom: { token: string; fence: number | null } | null;
   /** Aborted with a `ClaimLostError` as its reason when the claim is lost. */
   readonly signal: AbortSignal;
   /** Checks the local deadline now (timers lag after a pause); throws the `ClaimLostError` if lost. */
@@ -42,9 +44,13 @@ export interface ClaimKeeperOptions {
   /** The granted claim: its owner token and fence. */
   token: string;
   fence: number;
+  /** See `HeldClaim.tookOverFrom` (default null). */
+  tookOverFrom?: { token: string; fence: number | null } | null;
   timing: ClaimTiming;
   /** `performance.now()` just before the acquire was sent. */
   grantSentAt: number;
+  /** Each refresh writes the `claim.refreshed` live event (lib/events) in its script. */
+  liveEvents?: boolean;
   onEvent?: (event: ClaimKeeperEvent) => void;
 }
 
@@ -60,7 +66,9 @@ export class ClaimKeeper implements HeldClaim {
   readonly name: string;
   readonly token: string;
   readonly fence: number;
+  readonly tookOverFrom: { token: string; fence: number | null } | null;
   private readonly timing: ClaimTiming;
+  private readonly liveEvents: boolean;
   private readonly onEvent: (event: ClaimKeeperEvent) => void;
 
   constructor(options: ClaimKeeperOptions) {
@@ -69,7 +77,9 @@ export class ClaimKeeper implements HeldClaim {
     this.name = options.name;
     this.token = options.token;
     this.fence = options.fence;
+    this.tookOverFrom = options.tookOverFrom ?? null;
     this.timing = options.timing;
+    this.liveEvents = options.liveEvents ?? false;
     this.onEvent = options.onEvent ?? (() => {});
     this.deadline = options.grantSentAt + options.timing.ttlMs;
   }
@@ -130,7 +140,9 @@ export class ClaimKeeper implements HeldClaim {
     if (this.stopped || this.deadlinePassed()) return;
     const sentAt = performance.now();
     this.scheduleRefresh();
-    refreshClaim(this.client, this.keys, this.name, this.token, this.timing.ttlMs).then(
+    refreshClaim(this.client, this.keys, this.name, this.token, this.timing.ttlMs, {
+      liveEvent: this.liveEvents,
+    }).then(
       (result) => {
         if (this.stopped || this.controller.signal.aborted) return;
         if (result.status === "refreshed") {

@@ -1,4 +1,5 @@
 /** Refresh: owner-checked `PEXPIRE` of the claim and its metadata, plus `refreshedAt`; one script. */
+import { refreshedEvent } from "../events/claim-events";
 import type { RedisKeys } from "../redis/keys";
 import { CLAIM_REFRESH, runScript, type ScriptingClient } from "../redis/scripts";
 import { unexpectedReply } from "./holder";
@@ -11,12 +12,14 @@ export async function refreshClaim(
   name: string,
   token: string,
   ttlMs: number,
+  /** `liveEvent`: write the `claim.refreshed` live event (lib/events) in the refresh script itself. */
+  options: { liveEvent?: boolean } = {},
 ): Promise<RefreshResult> {
   const reply = await runScript(
     client,
     CLAIM_REFRESH,
-    [keys.claim(name), keys.claimMeta(name), keys.claimTrail(name), keys.claimsEnded, keys.claimRefreshes],
-    [token, ttlMs, name],
+    [keys.claim(name), keys.claimMeta(name), keys.claimTrail(name), keys.claimsEnded, keys.claimRefreshes, keys.events],
+    [token, ttlMs, name, options.liveEvent ? refreshedEvent(name, token, ttlMs) : ""],
   );
   switch (reply) {
     case REPLY.done:

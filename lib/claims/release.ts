@@ -4,6 +4,7 @@
  * A holder whose claim an operator force-released acknowledges by releasing it once its work
  * has stopped: that frees the name before the force release's window runs out.
  */
+import { releasedEvent } from "../events/claim-events";
 import type { RedisKeys } from "../redis/keys";
 import { CLAIM_RELEASE, runScript, type ScriptingClient } from "../redis/scripts";
 import { unexpectedReply } from "./holder";
@@ -15,6 +16,8 @@ export async function releaseClaim(
   keys: RedisKeys,
   name: string,
   token: string,
+  /** `liveEvent`: write the `claim.released` live event (lib/events) in the release script itself. */
+  options: { liveEvent?: boolean } = {},
 ): Promise<ReleaseResult> {
   const reply = await runScript(
     client,
@@ -26,8 +29,9 @@ export async function releaseClaim(
       keys.claimTrail(name),
       keys.claimsEnded,
       keys.claimRefreshes,
+      keys.events,
     ],
-    [token, name],
+    [token, name, options.liveEvent ? releasedEvent(name, token) : ""],
   );
   switch (reply) {
     case REPLY.done:

@@ -63,13 +63,14 @@ export async function withClaim<T>(
   const onEvent = options.onEvent ?? (() => {});
 
   const sentAt = performance.now();
+  // Live events for the dashboard (lib/events): the grant, each refresh and the release write
+  // theirs in their own scripts; a loss is sent on its own (fire-and-forget).
   const grant = await acquireClaim(client, keys, name, meta, timing, {
     ...(options.fenceFloor ? { fenceFloor: options.fenceFloor } : {}),
+    liveEvent: true,
   });
   if (grant.status === "held") return grant;
-  // Live events for the dashboard (lib/events): fire-and-forget, never in the claim's way.
   const events = claimEvents(client, keys, name, grant.token);
-  events.acquired(grant, meta, timing);
 
   const keeper = new ClaimKeeper({
     client,
@@ -77,11 +78,12 @@ export async function withClaim<T>(
     name,
     token: grant.token,
     fence: grant.fence,
+    tookOverFrom: grant.tookOverFrom,
     timing,
     grantSentAt: sentAt,
+    liveEvents: true,
     onEvent: (event) => {
-      if (event.type === "refreshed") events.refreshed(timing.ttlMs);
-      else if (event.type === "lost") events.lost(event.error.cause);
+      if (event.type === "lost") events.lost(event.error.cause);
       onEvent(event);
     },
   });
@@ -102,9 +104,8 @@ export async function withClaim<T>(
     grant.token,
     options.releaseTimeoutMs ?? Math.min(timing.ttlMs, 5_000),
   );
-  // An acknowledged force release frees the name too: the holder has stopped.
-  if (release.status === "released" || release.status === "acknowledged") events.released();
-  else {
+  // A release (or the acknowledgement of a force release) wrote its `claim.released` event.
+  if (release.status !== "released" && release.status !== "acknowledged") {
     try {
       onEvent({ type: "release-failed", outcome: release });
     } catch {
@@ -138,7 +139,10 @@ async function releaseWithin(
   });
   try {
     return await Promise.race([
-      releaseClaim(client, keys, name, token).catch((error: unknown): ReleaseOutcome => ({ status: "error", error })),
+      releaseClaim(client, keys, name, token, { liveEvent: true }).catch((error: unknown): ReleaseOutcome => ({
+        status: "error",
+        error,
+      })),
       timeout,
     ]);
   } finally {

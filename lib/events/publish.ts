@@ -1,20 +1,18 @@
 /**
  * Writing events: one `XADD … MAXLEN ~ N` to the stream in the Redis where the change was made,
  * either written by the script that makes the change (run records, lib/runs/scripts.ts: the
- * record and its event are one atomic write, in the same round trip), or queued into the
- * caller's own MULTI, or sent on its own right after the change (claims, whose scripts stay as
- * they are). A lost event never fails the operation it reports: browsers fall back to re-reading
- * (a gap in the stream is detected on resume, see hub.ts).
+ * record and its event are one atomic write, in the same round trip; likewise a claim's
+ * acquire, refresh and release, lib/claims), or queued into the caller's own MULTI, or sent on
+ * its own right after the change (a force release's `claim.revoked`, a holder's `claim.lost`,
+ * queue and worker events). A lost event never fails the operation it reports: browsers fall
+ * back to re-reading (a gap in the stream is detected on resume, see hub.ts).
  */
 import type { ChainableCommander, Redis } from "ioredis";
 import type { RedisKeys } from "../redis/keys";
+import { EVENTS_KEPT } from "../redis/scripts";
 import type { StoredEvent } from "./types";
 
-/**
- * Entries kept per stream (approximately: `~` lets Redis trim whole radix-tree nodes). A
- * browser that was away for more than this many changes reloads its data instead of resuming.
- */
-export const EVENTS_KEPT = 10_000;
+export { EVENTS_KEPT };
 
 export type EventClient = Pick<Redis, "xadd">;
 

@@ -11,7 +11,8 @@
  *  3. the claim, named for the output (+ tenant); what to do when it is held comes from
  *     `decideRun` (skip, defer, take over), as in the "Rebuild now" preview;
  *  4. steps, build and fenced publish (`build-and-publish.ts`);
- *  5. the final record with the idempotency key in one script; failures are classified by
+ *  5. the final record with the idempotency key in one script, written while the claim is still
+ *     held when the build was published (one round trip); failures are classified by
  *     `classify-failure.ts`; scheduled ticks are booked by `schedule-ticks.ts`.
  *
  * Expected outcomes are returned; failures are thrown as `RebuildError` with `retry` telling
@@ -276,6 +277,7 @@ class RebuildAttempt {
       ? Promise.resolve(null)
       : deps.main.get(deps.keys.idempotency(this.idemKey)).catch(() => null);
     let lateRebuiltBy: string | null = null;
+    let finalWritten = false;
     // The highest fence published for this output, from its durable file: the grant is above it
     // even when the claims Redis forgot its counter (published-fence.ts).
     const published = await readPublishedFence(outputDirOf(definition, data.tenant));
@@ -331,12 +333,16 @@ class RebuildAttempt {
               }).catch((e: unknown) => this.log(`recording the changed build failed: ${String(e)}`)),
           });
           if (built.status === "published") {
-            // Marked rebuilt while the claim is still held (withClaim releases it after this
-            // returns): a duplicate that acquires the freed claim finds the key and skips. The
-            // final record writes the same key again.
-            await deps.main
-              .set(deps.keys.idempotency(this.idemKey), this.runId, "PX", definition.idempotency.ttl)
-              .catch((e: unknown) => this.log(`marking the version rebuilt failed: ${String(e)}`));
+            // The final record while the claim is still held (withClaim releases it after this
+            // returns), with the idempotency key in the same script: a duplicate that acquires
+            // the freed claim finds the key and skips. When it fails (the main Redis away), it
+            // is written again after the release, as a transient error would be.
+            try {
+              await this.finishRebuilt(held.fence, built.buildHash, held.tookOverFrom);
+              finalWritten = true;
+            } catch (error) {
+              this.log(`final record under the claim failed (written again after the release): ${String(error)}`);
+            }
           }
           return built;
         },
@@ -379,15 +385,7 @@ class RebuildAttempt {
       });
     }
     // The publish reset the consecutive skips (FENCED_PUBLISH).
-    await this.finish(
-      "rebuilt",
-      {
-        fence: result.fence,
-        buildHash: built.buildHash,
-        reason: result.tookOverFrom ? "took over from an earlier attempt" : null,
-      },
-      { change: "set", key: this.idemKey, ttlMs: definition.idempotency.ttl },
-    );
+    if (!finalWritten) await this.finishRebuilt(result.fence, built.buildHash, result.tookOverFrom);
     return {
       status: "rebuilt",
       runId: this.runId,
@@ -579,6 +577,19 @@ class RebuildAttempt {
     this.log(reason);
     await this.finish("cancelled", { ...fields, reason });
     return { status: "cancelled", runId: this.runId, reason };
+  }
+
+  /** The final record of a published build, with the version marked rebuilt (the idempotency key) in the same script. */
+  private finishRebuilt(
+    fence: number,
+    buildHash: string,
+    tookOverFrom: { token: string; fence: number | null } | null,
+  ): Promise<void> {
+    return this.finish(
+      "rebuilt",
+      { fence, buildHash, reason: tookOverFrom ? "took over from an earlier attempt" : null },
+      { change: "set", key: this.idemKey, ttlMs: this.definition.idempotency.ttl },
+    );
   }
 
   /** The final record; a record another writer closed first stays as it is (logged). */

@@ -52,6 +52,27 @@ end
 `;
 
 /**
+ * Entries kept per live-events stream (lib/events; approximately: `~` lets Redis trim whole
+ * radix-tree nodes). A browser that was away for more than this many changes reloads its data
+ * instead of resuming.
+ */
+export const EVENTS_KEPT = 10_000;
+
+/**
+ * The live stream in Lua (lib/events): `publish(eventsKey, json)` writes the entry with the change
+ * it reports, in the same script; an empty json writes nothing. A failed XADD (a damaged stream
+ * key) is ignored: a lost event never fails the write it reports (browsers fall back to
+ * re-reading, lib/events/hub.ts).
+ */
+export const PUBLISH_EVENT_LUA = `
+local function publish(eventsKey, json)
+  if json and json ~= '' then
+    redis.pcall('XADD', eventsKey, 'MAXLEN', '~', ${EVENTS_KEPT}, '*', 'e', json)
+  end
+end
+`;
+
+/**
  * The claim metadata hash, as returned to a contender or an operator (HMGET, in this order).
  * The token is not repeated here: the claim key holds it, and the two are written together.
  * Fields the scripts read or write are separate; the holder's identity (host, pid, workerId,
@@ -84,12 +105,9 @@ const TRAIL_LUA = (trailKey: string, endedKey: string, nameArg: string) => `
 local ENDING = {released = true, stopped = true, expired = true, ['taken-over'] = true}
 local RUNNING = {acquired = true, ['taken-over'] = true, ['refreshed-late'] = true, ['force-released'] = true}
 local function trail(kind, fields)
-  local args = {'MAXLEN', '~', ${TRAIL_MAX}, '*', 'e', kind, 'n', ${nameArg}}
-  for _, v in ipairs(fields) do args[#args + 1] = v end
-  redis.call('XADD', ${trailKey}, unpack(args))
+  redis.call('XADD', ${trailKey}, 'MAXLEN', '~', ${TRAIL_MAX}, '*', 'e', kind, 'n', ${nameArg}, unpack(fields))
   if ENDING[kind] then
-    args[3] = ${ENDED_MAX}
-    redis.call('XADD', ${endedKey}, unpack(args))
+    redis.call('XADD', ${endedKey}, 'MAXLEN', '~', ${ENDED_MAX}, '*', 'e', kind, 'n', ${nameArg}, unpack(fields))
   end
 end
 local function noteExpiry()
@@ -122,7 +140,7 @@ const META_INDEX = (field: (typeof META_FIELDS)[number]) => META_FIELDS.indexOf(
 
 export const CLAIM_ACQUIRE = {
   command: "claimwatchClaimAcquire",
-  keys: ["claim", "claimMeta", "claimFence", "claimRegistry", "claimTrail", "claimsEnded", "claimRefreshes"],
+  keys: ["claim", "claimMeta", "claimFence", "claimRegistry", "claimTrail", "claimsEnded", "claimRefreshes", "events"],
   lua: `
 --[[ Acquire a claim, or take it over from an earlier attempt of the same job.
 KEYS[1] claim          STRING holder token, PX ttl
@@ -131,6 +149,7 @@ KEYS[3] claimFence     STRING fence counter (INCR on every grant; never expires)
 KEYS[4] claimRegistry  ZSET of claim names (score 0)
 KEYS[5] claimTrail     STREAM (capped)   KEYS[6] claimsEnded STREAM (capped)
 KEYS[7] claimRefreshes ZSET claim name -> refreshedAt
+KEYS[8] events         STREAM the live events (lib/events) of the claims' Redis
 ARGV[1] token   ARGV[2] ttlMs   ARGV[3] claim name
 ARGV[4] jobId: a holder with this same non-empty job id is an earlier attempt and is taken over,
   unless both say their attempt (the identity's "attempt") and the holder's is the later one
@@ -141,6 +160,8 @@ ARGV[7] fence floor: the highest fence published for the output as recorded outs
 ARGV[8] '1': keep this claim's trail (acquired, refreshed late, released…); '' for housekeeping
   claims (pruning, alert evaluation). Either way a free name whose trail says its last claim
   was still running gets its "expired" entry first.
+ARGV[9] the claim.acquired event's JSON without its last three members and closing brace (the
+  script appends "fence", "acquiredAt" and "tookOverFrom"); '' writes no event
 Every metadata field is written on every grant, so nothing of an earlier holder survives.
 Returns
   {1, fence, acquiredAt}                                acquired: the name was free
@@ -150,6 +171,7 @@ Returns
 ]]
 ${OR_EMPTY}
 ${TRAIL_LUA("KEYS[5]", "KEYS[6]", "ARGV[3]")}
+${PUBLISH_EVENT_LUA}
 -- The attempt an identity names; 0 when it names none.
 local function attemptOf(json)
   local ok, identity = pcall(cjson.decode, json or '')
@@ -183,9 +205,11 @@ if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   previousFence = orEmpty(meta[${META_INDEX("fence")}])
   previousHolder = orEmpty(meta[${META_INDEX("holder")}])
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-else
-  noteExpiry()
 end
+-- A name still registered although it was free: its last claim ended by expiry, not by a script
+-- (every script that unregisters a free name writes its trail's ending first). Only then can the
+-- trail's newest entry be a claim still running, so only then is it read.
+if redis.call('ZADD', KEYS[4], 0, ARGV[3]) == 0 and code == 1 then noteExpiry() end
 ${SERVER_NOW}
 local floor = tonumber(ARGV[7] or '0') or 0
 if floor > 0 and tonumber(redis.call('GET', KEYS[3]) or '0') < floor then
@@ -193,16 +217,22 @@ if floor > 0 and tonumber(redis.call('GET', KEYS[3]) or '0') < floor then
 end
 local fence = redis.call('INCR', KEYS[3])
 redis.call('HSET', KEYS[2], 'jobId', ARGV[4], 'fence', fence, 'ttlMs', ARGV[2],
-  'refreshEveryMs', ARGV[5], 'acquiredAt', nowMs, 'refreshedAt', nowMs, 'holder', ARGV[6])
+  'refreshEveryMs', ARGV[5], 'acquiredAt', nowMs, 'refreshedAt', nowMs, 'holder', ARGV[6],
+  'trail', ARGV[8] == '1' and '1' or '0')
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
-redis.call('ZADD', KEYS[4], 0, ARGV[3])
 redis.call('ZADD', KEYS[7], nowMs, ARGV[3])
 if ARGV[8] == '1' then
-  redis.call('HSET', KEYS[2], 'trail', '1')
   if code == 2 then trail('taken-over', {'f', previousFence, 'h', previousHolder, 'by', ARGV[6]}) end
   trail('acquired', {'f', fence, 'h', ARGV[6], 'ms', ARGV[2]})
-else
-  redis.call('HDEL', KEYS[2], 'trail')
+end
+if ARGV[9] and ARGV[9] ~= '' then
+  local tookOver = 'null'
+  if code == 2 then
+    local pf = tonumber(previousFence)
+    tookOver = '{"token":' .. cjson.encode(previousToken) .. ',"fence":' .. (pf and string.format('%d', pf) or 'null') .. '}'
+  end
+  publish(KEYS[8], ARGV[9] .. ',"fence":' .. string.format('%d', fence) .. ',"acquiredAt":' .. string.format('%d', nowMs)
+    .. ',"tookOverFrom":' .. tookOver .. '}')
 end
 if code == 2 then return {2, fence, nowMs, previousToken, previousFence} end
 return {1, fence, nowMs}
@@ -211,12 +241,14 @@ return {1, fence, nowMs}
 
 export const CLAIM_REFRESH = typedScript<number>()({
   command: "claimwatchClaimRefresh",
-  keys: ["claim", "claimMeta", "claimTrail", "claimsEnded", "claimRefreshes"],
+  keys: ["claim", "claimMeta", "claimTrail", "claimsEnded", "claimRefreshes", "events"],
   lua: `
 --[[ Extend a claim the caller still holds. A refresh later than two intervals after the last one
 is written to the claim's trail ("refreshed-late", with the gap).
 KEYS[1] claim   KEYS[2] claimMeta   KEYS[3] claimTrail   KEYS[4] claimsEnded   KEYS[5] claimRefreshes
-ARGV[1] token   ARGV[2] ttlMs   ARGV[3] claim name
+KEYS[6] events (the live stream, lib/events)
+ARGV[1] token   ARGV[2] ttlMs   ARGV[3] claim name   ARGV[4] the claim.refreshed event's JSON, written
+when refreshed ('' none)
 Returns ${REPLY.done} refreshed (both keys PEXPIRE ttl, refreshedAt = now, in the metadata and in claimRefreshes) | ${REPLY.missing} missing | ${REPLY.notOwner} not the owner
       | ${REPLY.revoked} an operator force-released it: stop, then release to acknowledge (nothing changed)
 ]]
@@ -237,19 +269,22 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('HSET', KEYS[2], 'refreshedAt', nowMs)
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
 redis.call('ZADD', KEYS[5], nowMs, ARGV[3])
+${PUBLISH_EVENT_LUA}
+publish(KEYS[6], ARGV[4])
 return 1
 `,
 });
 
 export const CLAIM_RELEASE = typedScript<number>()({
   command: "claimwatchClaimRelease",
-  keys: ["claim", "claimMeta", "claimRegistry", "claimTrail", "claimsEnded", "claimRefreshes"],
+  keys: ["claim", "claimMeta", "claimRegistry", "claimTrail", "claimsEnded", "claimRefreshes", "events"],
   lua: `
 --[[ Release a claim the caller holds. Never touches a claim held by another token. Its trail
 gets "released", or "stopped" when it had been force-released (or "expired" when it was gone).
 KEYS[1] claim   KEYS[2] claimMeta   KEYS[3] claimRegistry   KEYS[4] claimTrail   KEYS[5] claimsEnded
-KEYS[6] claimRefreshes
-ARGV[1] token   ARGV[2] claim name
+KEYS[6] claimRefreshes   KEYS[7] events (the live stream, lib/events)
+ARGV[1] token   ARGV[2] claim name   ARGV[3] the claim.released event's JSON, written when released or
+acknowledged ('' none)
 Returns 1 released (claim, metadata, registry and claimRefreshes entries deleted)
       | ${REPLY.alsoDone} acknowledged: the caller's claim had been force-released and it has stopped;
         the force release's marker is deleted, so the name is free now
@@ -276,6 +311,8 @@ end
 redis.call('DEL', KEYS[1], KEYS[2])
 redis.call('ZREM', KEYS[3], ARGV[2])
 redis.call('ZREM', KEYS[6], ARGV[2])
+${PUBLISH_EVENT_LUA}
+publish(KEYS[7], ARGV[3])
 return code
 `,
 });

@@ -22,9 +22,8 @@
  * the change in the same script, so a dashboard never sees an event for a write that failed. The scripts get the counters' key prefixes in one ARGV (`timeline`, JSON) and
  * append the hour of the run's start — the one place they name a key not passed in KEYS.
  */
-import { EVENTS_KEPT } from "../events/publish";
 import { RUN_REPLY } from "../redis/replies";
-import { SERVER_NOW, typedScript, type LuaScript } from "../redis/scripts";
+import { PUBLISH_EVENT_LUA, SERVER_NOW, typedScript, type LuaScript } from "../redis/scripts";
 import { TIMELINE_BACKFILL_CURSOR, TIMELINE_COUNT_LUA, TIMELINE_COUNT_RECORD } from "./timeline-counters";
 import { transitionsLua } from "./transitions";
 
@@ -53,15 +52,7 @@ local function moveStatus(first, n, runId, from, to, score)
     redis.call('ZADD', statusIndex(first, n, to, j), score, runId)
   end
 end
--- The live stream (lib/events): an entry written with the change it reports, in the same script.
--- A failed XADD (a damaged stream key) is ignored: a lost event never fails the write it reports
--- (browsers fall back to re-reading, lib/events/hub.ts).
-local function publish(eventsKey, json)
-  if json and json ~= '' then
-    redis.pcall('XADD', eventsKey, 'MAXLEN', '~', ${EVENTS_KEPT}, '*', 'e', json)
-  end
-end
--- Writes the finish time and the duration (returned; nil without a start).
+${PUBLISH_EVENT_LUA}-- Writes the finish time and the duration (returned; nil without a start).
 local function finishTimes(runKey)
   local startedAt = tonumber(redis.call('HGET', runKey, 'startedAt'))
   redis.call('HSET', runKey, 'finishedAt', nowMs)

@@ -337,7 +337,12 @@ export class RunRecorder {
     };
     this.fields = null;
     this.lines = [];
-    return writeRun(this.store, this.run, write);
+    return writeRun(this.store, this.run, write).catch((error: unknown) => {
+      // Kept for a second try of the final record (its fields and lines would be lost otherwise).
+      this.fields = { ...write.fields, ...this.fields };
+      this.lines = [...(write.logLines ?? []), ...this.lines];
+      throw error;
+    });
   }
 
   /** Sends within `delayMs`: an earlier timer stands, a later one is brought forward. */

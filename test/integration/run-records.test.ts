@@ -209,6 +209,31 @@ test("the recorder coalesces updates and log lines and sends the last of them wi
   assert.ok(ttl > 0 && ttl <= 3_600_000 + 86_400_000, `record TTL from the configured retention (got ${ttl})`);
 });
 
+test("a final record whose write failed keeps its fields and log lines for the next try", async () => {
+  const keys = redisKeys(uniquePrefix());
+  const a1 = attempt("retry-final", 1);
+  await beginAttempt(storeOf(keys), a1, { mode: { kind: "running" } });
+  const gone = new Redis(server.url, { lazyConnect: true, enableOfflineQueue: false });
+  gone.disconnect();
+  const store: RunStore = { client: gone, keys, retention: DEFAULT_RETENTION };
+  const recorder = new RunRecorder(store, a1);
+  recorder.update({ progress: 0.5 });
+  recorder.log("kept");
+  await assert.rejects(recorder.finish("rebuilt", { buildHash: "b1" }, { change: "set", key: "k", ttlMs: 60_000 }));
+  store.client = client; // the main Redis answers again (the worker writes the record after the release)
+  assert.equal(
+    await recorder.finish("rebuilt", { buildHash: "b1" }, { change: "set", key: "k", ttlMs: 60_000 }),
+    "written",
+  );
+  const done = await readRun(client, keys, a1.runId);
+  assert.deepEqual([done?.status, done?.progress, done?.buildHash], ["rebuilt", 0.5, "b1"]);
+  assert.deepEqual(
+    (await readRunLog(client, keys, a1.runId)).map((line) => line.split(" ")[1]),
+    ["kept"],
+  );
+  assert.equal(await client.get(keys.idempotency("k")), a1.runId);
+});
+
 test("intermediate writes carry the configured retention", async () => {
   const keys = redisKeys(uniquePrefix());
   const store = storeOf(keys, { maxPerRebuild: 10, maxAgeMs: 60_000 });
