@@ -34,13 +34,20 @@ export async function writeCancelRequest(
   await client.set(keys.cancelRequest(jobId), JSON.stringify(request), "PX", CANCEL_REQUEST_TTL_MS);
 }
 
+/**
+ * A request key whose value cannot be read (a foreign writer, a damaged key) still cancels:
+ * RUN_BEGIN treats it so, and the watch and the check before the publish must agree with it.
+ */
+export const UNREADABLE_CANCEL_REQUEST: CancelRequest = Object.freeze({ actor: "an operator", reason: "", at: 0 });
+
+/** The request a cancel key holds: null only when there is none. */
 export function parseCancelRequest(raw: string | null | undefined): CancelRequest | null {
   if (!raw) return null;
   try {
     const parsed = cancelRequest.safeParse(JSON.parse(raw));
-    return parsed.success ? parsed.data : null;
+    return parsed.success ? parsed.data : UNREADABLE_CANCEL_REQUEST;
   } catch {
-    return null;
+    return UNREADABLE_CANCEL_REQUEST;
   }
 }
 
@@ -52,9 +59,9 @@ export async function readCancelRequest(
   return parseCancelRequest(await client.get(keys.cancelRequest(jobId)));
 }
 
-/** The run record's reason for a cancelled attempt. */
+/** The run record's reason for a cancelled attempt (as RUN_BEGIN words it, lib/runs/scripts.ts). */
 export function describeCancel(request: CancelRequest): string {
-  return `cancelled by ${request.actor}: ${request.reason}`;
+  return request.reason ? `cancelled by ${request.actor}: ${request.reason}` : `cancelled by ${request.actor}`;
 }
 
 /**

@@ -35,7 +35,13 @@ import { runIdOf, type RunRecord, type StepRecord } from "../runs/types";
 import { beginAttempt, RunRecorder, type AttemptIdentity, type RunStore, type RunWrite } from "../runs/writer";
 import type { WorkerIdentity } from "../workers/heartbeat";
 import { buildAndPublish, type BuildResult } from "./build-and-publish";
-import { CANCEL_ABORT_REASON, describeCancel, parseCancelRequest, type CancelRequest } from "./cancel-request";
+import {
+  CANCEL_ABORT_REASON,
+  describeCancel,
+  parseCancelRequest,
+  UNREADABLE_CANCEL_REQUEST,
+  type CancelRequest,
+} from "./cancel-request";
 import { recordChangedBuild } from "./build-integrity";
 import { classifyFailure, isTransient } from "./classify-failure";
 import { decideRun, DEFER_MAX_MS, DEFER_MIN_MS } from "./decide";
@@ -108,7 +114,7 @@ export type RebuildOutcome =
 function cancellationOf(job: RebuildJob): string | null {
   if (!job.signal.aborted || job.signal.reason !== CANCEL_ABORT_REASON) return null;
   const request = job.cancelRequest?.();
-  return request ? describeCancel(request) : "cancelled by an operator";
+  return describeCancel(request ?? UNREADABLE_CANCEL_REQUEST);
 }
 
 /**
@@ -120,9 +126,9 @@ function cancelledAtBegin(
   runId: string,
   begun: { cancelRequest: string | null; reason?: string },
 ): Extract<RebuildOutcome, { status: "cancelled" }> {
-  const request = parseCancelRequest(begun.cancelRequest);
-  const reason = begun.reason ?? (request ? describeCancel(request) : "cancelled by an operator");
-  job.cancelFound?.(request ?? { actor: "an operator", reason, at: 0 });
+  const request = parseCancelRequest(begun.cancelRequest) ?? UNREADABLE_CANCEL_REQUEST;
+  const reason = begun.reason ?? describeCancel(request);
+  job.cancelFound?.(request);
   return { status: "cancelled", runId, reason };
 }
 

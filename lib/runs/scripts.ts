@@ -151,7 +151,8 @@ if cancel ~= '' and mode ~= 'cancelled' then
   status = 'cancelled'
   local ok, request = pcall(cjson.decode, cancel)
   if ok and type(request) == 'table' and type(request.actor) == 'string' and type(request.reason) == 'string' then
-    cancelReason = 'cancelled by ' .. request.actor .. ': ' .. request.reason
+    cancelReason = 'cancelled by ' .. request.actor
+    if request.reason ~= '' then cancelReason = cancelReason .. ': ' .. request.reason end
   else
     cancelReason = 'cancelled by an operator'
   end

@@ -14,7 +14,7 @@ import { after, test } from "node:test";
 import { Redis } from "ioredis";
 import { decodeEntry } from "../../lib/events/publish";
 import type { StoredEvent } from "../../lib/events/types";
-import { describeCancel, writeCancelRequest } from "../../lib/rebuilds/cancel-request";
+import { CancelWatch, describeCancel, writeCancelRequest } from "../../lib/rebuilds/cancel-request";
 import { redisKeys, type RedisKeys } from "../../lib/redis/keys";
 import { abandonRun } from "../../lib/runs/abandoned";
 import { DEFAULT_RETENTION, readRun } from "../../lib/runs/records";
@@ -194,6 +194,40 @@ test("a job with a cancel request begins and ends cancelled, whatever the mode: 
   // Without a request, the same check skips.
   const other = await beginAttempt(store, attempt("other", 1), { mode: { kind: "check", idempotencyKey: "k" } });
   assert.deepEqual(other, { status: "already-rebuilt", rebuiltBy: "earlier-a1", cancelRequest: null });
+});
+
+test("the worker's cancel watch agrees with RUN_BEGIN: an unreadable request cancels too, with the same reason", async () => {
+  const keys = redisKeys(uniquePrefix("cancel-watch"));
+  const request = { actor: "ops", reason: "wrong input", at: 1 };
+  await writeCancelRequest(client, keys, "fine", request);
+  await client.set(keys.cancelRequest("garbled"), "{not json");
+  await client.set(keys.cancelRequest("wrong-shape"), JSON.stringify({ actor: 7 }));
+  const found = new Map<string, string>();
+  const watch = new CancelWatch(
+    client,
+    keys,
+    () => ["fine", "garbled", "wrong-shape", "none"],
+    (jobId, seen) => found.set(jobId, describeCancel(seen)),
+    20,
+  );
+  watch.start();
+  try {
+    for (let i = 0; i < 200 && found.size < 3; i++) await new Promise((r) => setTimeout(r, 10));
+  } finally {
+    watch.stop();
+  }
+  assert.deepEqual(Object.fromEntries(found), {
+    fine: "cancelled by ops: wrong input",
+    garbled: "cancelled by an operator",
+    "wrong-shape": "cancelled by an operator",
+  });
+  // The same words RUN_BEGIN writes for each.
+  const store = storeOf(keys);
+  for (const job of ["fine", "garbled", "wrong-shape"]) {
+    const begun = await beginAttempt(store, attempt(job, 1), { mode: { kind: "running" } });
+    assert.equal(begun.status, "cancelled", job);
+    assert.equal((await readRun(client, keys, `${job}-a1`))?.reason, found.get(job), job);
+  }
 });
 
 test("the run event's head, completed with any status, is the JSON of the record's event", () => {
