@@ -33,12 +33,10 @@ export async function readPublishedFence(outputDir: string): Promise<PublishedFe
 }
 
 /**
- * Records `fence` as published (only ever upwards): called after the fenced publish succeeded
- * and before `current` follows it. Resolves once the data is on disk.
- */
-/**
- * Records `fence` as published for `outputDir` unless a higher one is recorded. Returns false
- * when a higher fence was recorded meanwhile: `current` must then stay with that newer build.
+ * Records `fence` as published for `outputDir` (only ever upwards) unless a higher one is
+ * recorded: called after the fenced publish succeeded and before `current` follows it. Resolves
+ * once the data is on disk; false when a higher fence was recorded meanwhile (`current` must then
+ * stay with that newer build).
  */
 export async function recordPublishedFence(outputDir: string, fence: number, hash: string): Promise<boolean> {
   const known = await readPublishedFence(outputDir);
