@@ -1,6 +1,8 @@
 /**
  * Benchmark (not a test): serial acquire+release cycles per second of
  *   claim     — claimwatch's acquireClaim + releaseClaim (fence, metadata, registry inside the scripts)
+ *   claimLive — the same with the live events the worker's claims write (claim.acquired and
+ *               claim.released, an XADD in each script)
  *   minimal   — `SET key token NX PX ttl` + Lua compare-and-delete
  *   semaphore — redis-semaphore's Mutex acquire/release
  *   floor     — the least any claim the issue specifies can do, as two scripts: SET NX PX + fence
@@ -17,7 +19,7 @@
  *
  * Env: BENCH_ROUNDS (default 12), BENCH_CYCLES per round and variant (default 1000), BENCH_AOF.
  * Last line: RESULT claim_vs_minimal=<ratio> claim_vs_semaphore=<ratio> floor_vs_minimal=<ratio>
- * floor_meta_vs_minimal=<ratio> claim_vs_floor_meta=<ratio> … (ratios of total
+ * floor_meta_vs_minimal=<ratio> claim_vs_floor_meta=<ratio> claim_live_vs_floor_meta=<ratio> … (ratios of total
  * cycles/s over all rounds; the median of per-round ratios is printed above it).
  */
 import crypto from "node:crypto";
@@ -71,7 +73,9 @@ return 1
 
 type Cycle = () => Promise<void>;
 
-function variants(client: Redis): Record<"claim" | "minimal" | "semaphore" | "floor" | "floorMeta", Cycle> {
+function variants(
+  client: Redis,
+): Record<"claim" | "claimLive" | "minimal" | "semaphore" | "floor" | "floorMeta", Cycle> {
   const keys = redisKeys("bench");
   const name = claimName("bench/output", "bench-tenant");
   const meta = { workerId: "bench-worker", jobId: "", runId: "bench-run", rebuild: "bench", version: "0.0.0" };
@@ -97,6 +101,12 @@ function variants(client: Redis): Record<"claim" | "minimal" | "semaphore" | "fl
       if (grant.status !== "acquired") throw new Error(`claim: not acquired (${grant.status})`);
       const release = await releaseClaim(client, keys, name, grant.token);
       if (release.status !== "released") throw new Error(`claim: release ${release.status}`);
+    },
+    async claimLive() {
+      const grant = await acquireClaim(client, keys, name, meta, timing, { liveEvent: true });
+      if (grant.status !== "acquired") throw new Error(`claimLive: not acquired (${grant.status})`);
+      const release = await releaseClaim(client, keys, name, grant.token, { liveEvent: true });
+      if (release.status !== "released") throw new Error(`claimLive: release ${release.status}`);
     },
     async minimal() {
       const token = crypto.randomUUID();
@@ -194,6 +204,7 @@ async function main(): Promise<void> {
         `floor_vs_minimal=${(cps("floor") / cps("minimal")).toFixed(3)} ` +
         `floor_meta_vs_minimal=${(cps("floorMeta") / cps("minimal")).toFixed(3)} ` +
         `claim_vs_floor_meta=${(cps("claim") / cps("floorMeta")).toFixed(3)} ` +
+        `claim_live_vs_floor_meta=${(cps("claimLive") / cps("floorMeta")).toFixed(3)} ` +
         `claim_cps=${cps("claim").toFixed(0)} minimal_cps=${cps("minimal").toFixed(0)} semaphore_cps=${cps("semaphore").toFixed(0)}`,
     );
   } finally {

@@ -206,9 +206,10 @@ if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   previousHolder = orEmpty(meta[${META_INDEX("holder")}])
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 end
--- A name still registered although it was free: its last claim ended by expiry, not by a script
--- (every script that unregisters a free name writes its trail's ending first). Only then can the
--- trail's newest entry be a claim still running, so only then is it read.
+-- A name still registered although it was free: its last claim ended by expiry, not by a script.
+-- Every script that unregisters a name writes its trail's ending first when the trail has a claim
+-- running (a release or its acknowledgement, a prune, a force release of a claim already gone), so
+-- only then can the trail's newest entry be a claim still running, and only then is it read.
 if redis.call('ZADD', KEYS[4], 0, ARGV[3]) == 0 and code == 1 then noteExpiry() end
 ${SERVER_NOW}
 local floor = tonumber(ARGV[7] or '0') or 0
@@ -281,6 +282,8 @@ export const CLAIM_RELEASE = typedScript<number>()({
   lua: `
 --[[ Release a claim the caller holds. Never touches a claim held by another token. Its trail
 gets "released", or "stopped" when it had been force-released (or "expired" when it was gone).
+A claim that keeps no trail (housekeeping) writes "stopped" all the same: its force release wrote
+"force-released" to the trail, and the trail must say that it ended.
 KEYS[1] claim   KEYS[2] claimMeta   KEYS[3] claimRegistry   KEYS[4] claimTrail   KEYS[5] claimsEnded
 KEYS[6] claimRefreshes   KEYS[7] events (the live stream, lib/events)
 ARGV[1] token   ARGV[2] claim name   ARGV[3] the claim.released event's JSON, written when released or
@@ -303,7 +306,7 @@ local code = 1
 if current == '${REVOKED_PREFIX}' .. ARGV[1] then code = ${REPLY.alsoDone}
 elseif current ~= ARGV[1] then return ${REPLY.notOwner} end
 local meta = redis.call('HMGET', KEYS[2], 'trail', 'fence', 'holder', 'acquiredAt')
-if meta[1] == '1' then
+if meta[1] == '1' or code == ${REPLY.alsoDone} then
   ${SERVER_NOW}
   local held = nowMs - (tonumber(meta[4]) or nowMs)
   trail(code == 1 and 'released' or 'stopped', {'f', meta[2] or '', 'h', meta[3] or '', 'ms', held})

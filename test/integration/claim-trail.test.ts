@@ -162,6 +162,27 @@ test("a force-released holder that never acknowledges: the expiry says the windo
   assert.equal(expired!.holder.workerId, "w-frozen");
 });
 
+test("a housekeeping claim (trail: false) force-released and acknowledged: its trail says it stopped, nothing derived", async () => {
+  const keys = redisKeys(uniquePrefix());
+  const name = claimName("t/pruner-forced");
+  const timing = { ttlMs: 5_000, refreshEveryMs: 1_000 };
+  const token = tokenOf(await acquireClaim(client, keys, name, { workerId: "w-pruner", trail: false }, timing));
+  await forceReleaseClaim({ claims: client, audit: client }, keys, {
+    name,
+    token,
+    actor: "carol",
+    reason: "in my way",
+  });
+  assert.deepEqual(await releaseClaim(client, keys, name, token), { status: "acknowledged" });
+  const free = await readClaimTrail(client, keys, name);
+  assert.deepEqual(kinds(free), ["stopped", "force-released"]);
+  assert.equal(free[0]!.derived, undefined, "written by the acknowledgement, not derived by the reader");
+  assert.equal(free[0]!.holder.workerId, "w-pruner");
+  tokenOf(await acquireClaim(client, keys, name, { workerId: "w-next" }, timing));
+  assert.deepEqual(kinds(await readClaimTrail(client, keys, name)), ["acquired", "stopped", "force-released"]);
+  assert.deepEqual(kinds(await readEndedClaims(client, keys)), ["stopped"]);
+});
+
 test("housekeeping claims (trail: false) write no trail, but still note a run's expired claim", async () => {
   const keys = redisKeys(uniquePrefix());
   const name = claimName("t/house");

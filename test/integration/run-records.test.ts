@@ -234,6 +234,22 @@ test("a final record whose write failed keeps its fields and log lines for the n
   assert.equal(await client.get(keys.idempotency("k")), a1.runId);
 });
 
+test("a final write applied twice (a retried or resent call) writes, counts and logs once", async () => {
+  const keys = redisKeys(uniquePrefix());
+  const store = storeOf(keys);
+  const a1 = attempt("twice", 1);
+  await beginAttempt(store, a1, { mode: { kind: "running" } });
+  const write = { status: "rebuilt" as const, fields: { buildHash: "b1" }, logLines: ["published b1"] };
+  assert.equal(await writeRun(store, a1, write), "written");
+  assert.equal(await writeRun(store, a1, write), "written", "the record already says what was asked");
+  assert.deepEqual(await readRunLog(client, keys, a1.runId), ["published b1"]);
+  assert.equal(await client.hget(keys.metricsCounters, "runs|tiles|acme|rebuilt"), "1");
+  // Another final status still finds the record final, and its lines (news from a late writer) are kept.
+  assert.equal(await writeRun(store, a1, { status: "aborted", logLines: ["late line"] }), "final");
+  assert.equal((await readRun(client, keys, a1.runId))?.status, "rebuilt");
+  assert.equal((await readRunLog(client, keys, a1.runId)).length, 2);
+});
+
 test("intermediate writes carry the configured retention", async () => {
   const keys = redisKeys(uniquePrefix());
   const store = storeOf(keys, { maxPerRebuild: 10, maxAgeMs: 60_000 });
