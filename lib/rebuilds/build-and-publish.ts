@@ -36,21 +36,36 @@ export interface BuildContext {
   /** The attempt's step records, kept up to date here (the final record carries them). */
   steps: StepRecord[];
   progress?: (fraction: number) => void;
-  /** Called just before the fenced publish (an operator's cancel is looked for then; it aborts `jobSignal`). */
+  /**
+   * Called alongside the promote of the build, just before the fenced publish (an operator's
+   * cancel is looked for then; it aborts `jobSignal`). Must not reject.
+   */
   beforePublish?: () => Promise<void>;
+  /**
+   * Who rebuilt this version meanwhile (its run id), or null: asked alongside the work dir's
+   * creation, before any step; a run id ends the attempt there (`already-rebuilt`). Must not reject.
+   */
+  alreadyRebuiltBy?: () => Promise<string | null>;
   /** A published build of this hash was found changed on disk and moved aside (build-integrity.ts). */
   onChangedBuild?: (found: { path: string; expected: string; actual: string }) => Promise<void>;
 }
 
 export type BuildResult =
-  { status: "published"; buildHash: string } | { status: "superseded"; buildHash: string; newestFence: number };
+  | { status: "published"; buildHash: string }
+  | { status: "superseded"; buildHash: string; newestFence: number }
+  | { status: "already-rebuilt"; rebuiltBy: string };
 
 export async function buildAndPublish(context: BuildContext): Promise<BuildResult> {
   const { definition, held, recorder, steps } = context;
   const signal = AbortSignal.any([context.jobSignal, held.signal, AbortSignal.timeout(definition.timeLimit)]);
   const outputDir = outputDirOf(definition, context.tenant);
   const workDir = workDirOf(outputDir, context.runId);
-  await freshDirectory(workDir);
+  const [rebuiltBy] = await Promise.all([context.alreadyRebuiltBy?.() ?? null, freshDirectory(workDir)]);
+  if (rebuiltBy) {
+    await fs.rm(workDir, { recursive: true, force: true }).catch(() => {});
+    return { status: "already-rebuilt", rebuiltBy };
+  }
+  recorder.update({ fence: held.fence });
   try {
     const stepCount = definition.steps.length;
     for (const [index, step] of definition.steps.entries()) {
@@ -106,7 +121,7 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
 
     const buildHash = await hashDirectory(workDir);
     held.throwIfLost(); // before promoteBuild, which may move a changed published build aside
-    const promoted = await promoteBuild(outputDir, workDir, buildHash);
+    const [promoted] = await Promise.all([promoteBuild(outputDir, workDir, buildHash), context.beforePublish?.()]);
     if (promoted.changedMovedTo) {
       recorder.log(
         `PUBLISHED BUILD CHANGED: ${promoted.path} no longer hashed to its name; moved aside to ${promoted.changedMovedTo} and replaced by this run's bytes`,
@@ -114,7 +129,6 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
       await context.onChangedBuild?.({ path: promoted.changedMovedTo, expected: buildHash, actual: "(moved aside)" });
     }
     held.throwIfLost(); // a paused holder notices here, before it asks to publish
-    await context.beforePublish?.();
     signal.throwIfAborted();
     const published = await publishRetried(context, buildHash);
     if (published.status === "superseded") {

@@ -251,6 +251,10 @@ class RebuildAttempt {
 
   async run(): Promise<RebuildOutcome> {
     const { deps, data, definition } = this;
+    // The highest fence published for this output, from its durable file: the grant is above it
+    // even when the claims Redis forgot its counter (published-fence.ts). Read while the record
+    // begins (it never rejects: an unreadable file is null).
+    const publishedRead = readPublishedFence(outputDirOf(definition, data.tenant));
     const begun = await beginAttempt(this.store, this.identity, {
       mode: data.force ? { kind: "running" } : { kind: "check", idempotencyKey: this.idemKey },
       fields: { version: this.version, idempotencyKey: this.idemKey },
@@ -277,16 +281,8 @@ class RebuildAttempt {
     const cancelledEarly = cancellationOf(this.job);
     if (cancelledEarly) return this.endCancelled(cancelledEarly);
 
-    // Checked again with the claim, in the same round trip: another run may have finished this
-    // version since. A failed lookup counts as "not rebuilt": the claim keeps the repeat harmless.
-    const rebuiltBy: Promise<string | null> = data.force
-      ? Promise.resolve(null)
-      : deps.main.get(deps.keys.idempotency(this.idemKey)).catch(() => null);
-    let lateRebuiltBy: string | null = null;
     let finalWritten = false;
-    // The highest fence published for this output, from its durable file: the grant is above it
-    // even when the claims Redis forgot its counter (published-fence.ts).
-    const published = await readPublishedFence(outputDirOf(definition, data.tenant));
+    const published = await publishedRead;
     const underClaim = async () => {
       // A worker that stalled since the attempt began may have lost its job lock: it takes no
       // claim (the same job's next attempt may hold it), it hands the job back.
@@ -312,9 +308,6 @@ class RebuildAttempt {
           stopWithinMs: stopWithinMs(definition),
         },
         async (held) => {
-          lateRebuiltBy = await rebuiltBy;
-          if (lateRebuiltBy) return null;
-          this.recorder.update({ fence: held.fence });
           const built = await buildAndPublish({
             claims: deps.claims,
             keys: deps.keys,
@@ -329,6 +322,13 @@ class RebuildAttempt {
             steps: this.steps,
             ...(this.job.progress ? { progress: this.job.progress } : {}),
             ...(this.job.checkCancel ? { beforePublish: this.job.checkCancel } : {}),
+            // Checked again under the claim: another run may have finished this version since
+            // the record began. Asked once the claim is granted (a run that released it had
+            // marked the version first), alongside the work dir's creation. A failed lookup
+            // counts as "not rebuilt": the claim keeps the repeat harmless.
+            ...(data.force
+              ? {}
+              : { alreadyRebuiltBy: () => deps.main.get(deps.keys.idempotency(this.idemKey)).catch(() => null) }),
             onChangedBuild: (found) =>
               recordChangedBuild(deps.main, deps.keys, {
                 ...found,
@@ -375,15 +375,12 @@ class RebuildAttempt {
     }
 
     if (result.status !== "held" && result.status !== "done") return result;
-    if (result.status === "held") {
-      await rebuiltBy;
-      return this.onHeld(result.holder, result.pttlMs);
-    }
-    if (lateRebuiltBy) {
-      await this.finish("skipped", { reason: `already-rebuilt: already rebuilt by run ${lateRebuiltBy}` });
+    if (result.status === "held") return this.onHeld(result.holder, result.pttlMs);
+    const built = result.value as BuildResult;
+    if (built.status === "already-rebuilt") {
+      await this.finish("skipped", { reason: `already-rebuilt: already rebuilt by run ${built.rebuiltBy}` });
       return { status: "skipped", reason: "already-rebuilt", runId: this.runId, version: this.version };
     }
-    const built = result.value as BuildResult;
     if (built.status === "superseded") {
       return this.afterLostClaim(`publish refused: a newer holder (fence ${built.newestFence}) owns ${this.claim}`, {
         fence: result.fence,

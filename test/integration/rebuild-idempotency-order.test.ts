@@ -6,7 +6,9 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { after, before, test } from "node:test";
-import { claimName } from "../../lib/claims";
+import { acquireClaim, claimName, releaseClaim } from "../../lib/claims";
+import { PRUNING_VERSION } from "../../lib/rebuilds/prune";
+import { readRun } from "../../lib/runs/records";
 import { runRebuild, type RebuildDeps } from "../../lib/rebuilds/run-rebuild";
 import { idempotencyKey } from "../../lib/rebuilds/version";
 import { createTestBed, rebuildDepsOf, type TestBed } from "../support/stack";
@@ -76,4 +78,42 @@ test("the idempotency key is set before the claim is released", async () => {
   } finally {
     stop();
   }
+});
+
+test("the re-check is asked once the claim is granted: a run that finished while this one waited for the claim is found, nothing is built", async () => {
+  const definition = bed.definitions.rebuilds.get("quick")!;
+  const name = claimName(definition.claimPath);
+  const idem = bed.keys.idempotency(idempotencyKey("quick", undefined, "o2"));
+  // "Another run" holds the claim (as a pruner: this attempt waits for it instead of deferring).
+  const other = await acquireClaim(
+    bed.claims,
+    bed.keys,
+    name,
+    { workerId: "w-other", version: PRUNING_VERSION, trail: false },
+    { ttlMs: 10_000, refreshEveryMs: 2_000 },
+  );
+  assert.equal(other.status, "acquired");
+  if (other.status !== "acquired") return;
+  const attempt = runRebuild(deps, {
+    id: "order-2",
+    attempt: 1,
+    createdAt: Date.now(),
+    data: { rebuild: "quick", version: "o2", trigger: "api" },
+    signal: new AbortController().signal,
+  });
+  // This attempt's record began (no key yet: it is running) and it waits for the claim ...
+  for (let i = 0; i < 200 && (await readRun(bed.main, bed.keys, "order-2-a1"))?.status !== "running"; i++) {
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  assert.equal((await readRun(bed.main, bed.keys, "order-2-a1"))?.status, "running");
+  await new Promise((r) => setTimeout(r, 100));
+  // ... while the other run marks the version rebuilt, then releases the claim.
+  await bed.main.set(idem, "finished-elsewhere-a1", "PX", 60_000);
+  assert.equal((await releaseClaim(bed.claims, bed.keys, name, other.token)).status, "released");
+  const outcome = await attempt;
+  assert.equal(outcome.status, "skipped");
+  const record = await readRun(bed.main, bed.keys, "order-2-a1");
+  assert.equal(record?.status, "skipped");
+  assert.match(record?.reason ?? "", /already rebuilt by run finished-elsewhere-a1/);
+  assert.equal(record?.buildHash ?? null, null, "nothing was built");
 });
