@@ -36,10 +36,7 @@ export interface BuildContext {
   /** The attempt's step records, kept up to date here (the final record carries them). */
   steps: StepRecord[];
   progress?: (fraction: number) => void;
-  /**
-   * Called alongside the promote of the build, just before the fenced publish (an operator's
-   * cancel is looked for then; it aborts `jobSignal`). Must not reject.
-   */
+  /** Called just before the fenced publish (an operator's cancel is looked for then; it aborts `jobSignal`). */
   beforePublish?: () => Promise<void>;
   /**
    * Who rebuilt this version meanwhile (its run id), or null: asked alongside the work dir's
@@ -60,12 +57,17 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
   const signal = AbortSignal.any([context.jobSignal, held.signal, AbortSignal.timeout(definition.timeLimit)]);
   const outputDir = outputDirOf(definition, context.tenant);
   const workDir = workDirOf(outputDir, context.runId);
-  const [rebuiltBy] = await Promise.all([context.alreadyRebuiltBy?.() ?? null, freshDirectory(workDir)]);
-  if (rebuiltBy) {
-    await fs.rm(workDir, { recursive: true, force: true }).catch(() => {});
-    return { status: "already-rebuilt", rebuiltBy };
-  }
   recorder.update({ fence: held.fence });
+  const [rebuiltBy, created] = await Promise.allSettled([
+    context.alreadyRebuiltBy?.() ?? null,
+    freshDirectory(workDir),
+  ]);
+  // A version rebuilt meanwhile is skipped whatever became of the work dir (a failing disk).
+  if (rebuiltBy.status === "fulfilled" && rebuiltBy.value) {
+    await fs.rm(workDir, { recursive: true, force: true }).catch(() => {});
+    return { status: "already-rebuilt", rebuiltBy: rebuiltBy.value };
+  }
+  if (created.status === "rejected") throw created.reason;
   try {
     const stepCount = definition.steps.length;
     for (const [index, step] of definition.steps.entries()) {
@@ -121,7 +123,7 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
 
     const buildHash = await hashDirectory(workDir);
     held.throwIfLost(); // before promoteBuild, which may move a changed published build aside
-    const [promoted] = await Promise.all([promoteBuild(outputDir, workDir, buildHash), context.beforePublish?.()]);
+    const promoted = await promoteBuild(outputDir, workDir, buildHash);
     if (promoted.changedMovedTo) {
       recorder.log(
         `PUBLISHED BUILD CHANGED: ${promoted.path} no longer hashed to its name; moved aside to ${promoted.changedMovedTo} and replaced by this run's bytes`,
@@ -129,6 +131,9 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
       await context.onChangedBuild?.({ path: promoted.changedMovedTo, expected: buildHash, actual: "(moved aside)" });
     }
     held.throwIfLost(); // a paused holder notices here, before it asks to publish
+    // After the promote, which can take long (sealing a big tree): a holder paused during it
+    // past an operator's cancel must find the cancel when it wakes.
+    await context.beforePublish?.();
     signal.throwIfAborted();
     const published = await publishRetried(context, buildHash);
     if (published.status === "superseded") {
@@ -146,7 +151,9 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
     // A holder paused between its publish and this point (then force-released, or past its TTL)
     // must not move `current` back over a newer fence's build.
     if (!newest) {
-      recorder.log(`published build ${buildHash} (fence ${held.fence}); a newer fence published since: current stays`);
+      recorder.log(
+        `published build ${buildHash} (fence ${held.fence}); a newer fence (or this one, with another build) published since: current stays`,
+      );
       return { status: "published", buildHash };
     }
     await pointCurrent(outputDir, buildHash);

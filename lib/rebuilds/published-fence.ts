@@ -46,19 +46,21 @@ async function readSmallFile(file: string): Promise<string> {
   }
 }
 
-/** The file holds `{"fence":<n>,"hash":"<64 hex>"}`: ~100 bytes. */
+/** The file holds `{"fence":<n>,"hash":"<32 hex>"}`: ~60 bytes. */
 const READ_LIMIT = 4_096;
 
 /**
  * Records `fence` as published for `outputDir` (only ever upwards) unless a higher one is
  * recorded: called after the fenced publish succeeded and before `current` follows it. Resolves
- * once the data is on disk; false when a higher fence was recorded meanwhile (`current` must then
- * stay with that newer build).
+ * once the data is on disk; false when a higher fence was recorded meanwhile, or this fence with
+ * another build (`current` must then stay with that build).
  */
 export async function recordPublishedFence(outputDir: string, fence: number, hash: string): Promise<boolean> {
   const known = await readPublishedFence(outputDir);
   if (known && known.fence > fence) return false;
-  if (known && known.fence === fence) return true;
+  // The same fence with another build: the claims Redis lost writes and granted a fence that had
+  // published already. The build recorded first keeps `current`.
+  if (known && known.fence === fence) return known.hash === hash;
   const target = path.join(outputDir, FILE);
   const temp = path.join(outputDir, `${FILE}.${crypto.randomBytes(4).toString("hex")}`);
   const handle = await fs.open(temp, "w", 0o644);

@@ -251,10 +251,6 @@ class RebuildAttempt {
 
   async run(): Promise<RebuildOutcome> {
     const { deps, data, definition } = this;
-    // The highest fence published for this output, from its durable file: the grant is above it
-    // even when the claims Redis forgot its counter (published-fence.ts). Read while the record
-    // begins (it never rejects: an unreadable file is null).
-    const publishedRead = readPublishedFence(outputDirOf(definition, data.tenant));
     const begun = await beginAttempt(this.store, this.identity, {
       mode: data.force ? { kind: "running" } : { kind: "check", idempotencyKey: this.idemKey },
       fields: { version: this.version, idempotencyKey: this.idemKey },
@@ -282,7 +278,6 @@ class RebuildAttempt {
     if (cancelledEarly) return this.endCancelled(cancelledEarly);
 
     let finalWritten = false;
-    const published = await publishedRead;
     const underClaim = async () => {
       // A worker that stalled since the attempt began may have lost its job lock: it takes no
       // claim (the same job's next attempt may hold it), it hands the job back.
@@ -291,6 +286,11 @@ class RebuildAttempt {
       } catch (error) {
         return this.onFailure(error);
       }
+      // The highest fence published for this output, from its durable file, read right before
+      // each acquire: the grant is above it even when the claims Redis forgot its counter
+      // (published-fence.ts). An older read could miss a publish made meanwhile by a holder
+      // whose writes the claims Redis then lost, and the grant would reuse its fence.
+      const published = await readPublishedFence(outputDirOf(definition, data.tenant));
       return withClaim(
         deps.claims,
         deps.keys,

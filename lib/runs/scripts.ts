@@ -227,8 +227,10 @@ ARGV[13 .. 12+L] log lines   ARGV[13+L ..] record field/value pairs
 A move into a final status is counted in the timeline and run counters (at the run's index
 score; a run's duration unless it was skipped or deferred).
 The idempotency change is made whatever the record says (it is about the output, not the
-record); log lines are appended to any record that exists (but a repeat of a final write adds none).
-Returns ${RUN_REPLY.written} written, or already in that final status (a repeat: nothing written again)
+record); log lines are appended to any record that exists (a repeat of the same write adds none).
+A record field 'writeId' names the write: a final write whose record is final already with
+that same writeId is a repeat of it (applied, then asked again) and writes nothing.
+Returns ${RUN_REPLY.written} written, or a repeat of a write applied already (nothing written again)
   | ${RUN_REPLY.missing} missing (trimmed or expired: nothing written)
   | ${RUN_REPLY.final} the record is final already (fields and status unchanged)
   | ${RUN_REPLY.refused} the move is not in RUN_TRANSITIONS (nothing written)
@@ -245,10 +247,17 @@ elseif ARGV[5] == 'del' and redis.call('GET', KEYS[4]) == runId then
 end
 local current = redis.call('HGET', KEYS[1], 'status')
 if not current then return ${RUN_REPLY.missing} end
--- The same final status again: a repeat of this very write (a retried call, a command resent
--- after a reconnect) that was applied. Nothing is written again, not even its log lines.
-if FINAL[current] and current == to then return ${RUN_REPLY.written} end
 local lines = tonumber(ARGV[8])
+-- A repeat of this very write, applied already (a retried call, a command resent after a
+-- reconnect): the record holds its writeId. Nothing is written again, not even its log lines.
+if FINAL[current] and current == to then
+  for i = 13 + lines, #ARGV - 1, 2 do
+    if ARGV[i] == 'writeId' then
+      if redis.call('HGET', KEYS[1], 'writeId') == ARGV[i + 1] then return ${RUN_REPLY.written} end
+      break
+    end
+  end
+end
 if lines > 0 then
   redis.call('RPUSH', KEYS[2], unpack(ARGV, 13, 12 + lines))
   redis.call('LTRIM', KEYS[2], -tonumber(ARGV[7]), -1)

@@ -6,6 +6,7 @@
  * outside `RUN_TRANSITIONS`, so a late writer (a paused attempt waking up) cannot change a
  * final record, and a record that was trimmed is never recreated half-empty.
  */
+import crypto from "node:crypto";
 import type { ChainableCommander } from "ioredis";
 import { encodeEvent } from "../events/publish";
 import type { StoredEvent } from "../events/types";
@@ -205,6 +206,11 @@ export interface RunWrite {
   fields?: Partial<RunRecord>;
   logLines?: readonly string[];
   idempotency?: { change: "set" | "del"; key: string; ttlMs: number };
+  /**
+   * Names the write (stored in the record): the same write asked again once it was applied (a
+   * retry after an error, a command resent after a reconnect) writes nothing a second time.
+   */
+  writeId?: string;
 }
 
 /** One write of an attempt's record (status move, fields, log lines, idempotency key). */
@@ -257,6 +263,7 @@ export async function writeRun(store: RunStore, run: RunRef, write: RunWrite): P
       lines.length > 0 ? encodeEvent({ type: "run.log", id: run.runId }) : "",
       ...lines,
       ...fieldPairs(write.fields ?? {}),
+      ...(write.writeId ? ["writeId", write.writeId] : []),
     ],
   );
   switch (reply) {
@@ -285,6 +292,8 @@ export class RunRecorder {
   private timer: NodeJS.Timeout | undefined;
   private timerDue = 0;
   private finishing = false;
+  /** Names this recorder's final write: its retry (the same write) is then not applied twice. */
+  private readonly finalWriteId = crypto.randomBytes(6).toString("base64url");
 
   constructor(
     private readonly store: RunStore,
@@ -334,6 +343,7 @@ export class RunRecorder {
       fields: { ...this.fields, ...fields },
       logLines: this.lines,
       ...(idempotency ? { idempotency } : {}),
+      writeId: this.finalWriteId,
     };
     this.fields = null;
     this.lines = [];

@@ -2,12 +2,18 @@
  * Issue 14, defect 6: a rebuilt version is marked rebuilt (its idempotency key) before the claim
  * is released, so a duplicate that acquires the freed claim finds the key and skips instead of
  * building again. Watched with MONITOR on the real Redis: the order the server executed them.
+ * And what an attempt reads right around its acquire: the idempotency re-check after the grant,
+ * the durable published fence right before each acquire.
  */
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
+import fs from "node:fs/promises";
+import path from "node:path";
 import { after, before, test } from "node:test";
 import { acquireClaim, claimName, releaseClaim } from "../../lib/claims";
+import { outputDirOf } from "../../lib/rebuilds/definitions";
 import { PRUNING_VERSION } from "../../lib/rebuilds/prune";
+import { readPublishedFence, recordPublishedFence } from "../../lib/rebuilds/published-fence";
 import { readRun } from "../../lib/runs/records";
 import { runRebuild, type RebuildDeps } from "../../lib/rebuilds/run-rebuild";
 import { idempotencyKey } from "../../lib/rebuilds/version";
@@ -80,11 +86,13 @@ test("the idempotency key is set before the claim is released", async () => {
   }
 });
 
-test("the re-check is asked once the claim is granted: a run that finished while this one waited for the claim is found, nothing is built", async () => {
-  const definition = bed.definitions.rebuilds.get("quick")!;
-  const name = claimName(definition.claimPath);
-  const idem = bed.keys.idempotency(idempotencyKey("quick", undefined, "o2"));
-  // "Another run" holds the claim (as a pruner: this attempt waits for it instead of deferring).
+/**
+ * Runs an attempt of `quick` at `version` while "another run" holds its claim (as a pruner: the
+ * attempt waits for it instead of deferring); once the attempt's record is running, `meanwhile`
+ * runs, then the claim is released and the attempt's outcome returned.
+ */
+async function attemptWaitingForClaim(jobId: string, version: string, meanwhile: () => Promise<void>) {
+  const name = claimName(bed.definitions.rebuilds.get("quick")!.claimPath);
   const other = await acquireClaim(
     bed.claims,
     bed.keys,
@@ -93,27 +101,78 @@ test("the re-check is asked once the claim is granted: a run that finished while
     { ttlMs: 10_000, refreshEveryMs: 2_000 },
   );
   assert.equal(other.status, "acquired");
-  if (other.status !== "acquired") return;
+  if (other.status !== "acquired") throw new Error("not acquired");
   const attempt = runRebuild(deps, {
-    id: "order-2",
+    id: jobId,
     attempt: 1,
     createdAt: Date.now(),
-    data: { rebuild: "quick", version: "o2", trigger: "api" },
+    data: { rebuild: "quick", version, trigger: "api" },
     signal: new AbortController().signal,
   });
-  // This attempt's record began (no key yet: it is running) and it waits for the claim ...
-  for (let i = 0; i < 200 && (await readRun(bed.main, bed.keys, "order-2-a1"))?.status !== "running"; i++) {
+  for (let i = 0; i < 200 && (await readRun(bed.main, bed.keys, `${jobId}-a1`))?.status !== "running"; i++) {
     await new Promise((r) => setTimeout(r, 10));
   }
-  assert.equal((await readRun(bed.main, bed.keys, "order-2-a1"))?.status, "running");
+  assert.equal((await readRun(bed.main, bed.keys, `${jobId}-a1`))?.status, "running", "began, waiting for the claim");
   await new Promise((r) => setTimeout(r, 100));
-  // ... while the other run marks the version rebuilt, then releases the claim.
-  await bed.main.set(idem, "finished-elsewhere-a1", "PX", 60_000);
+  await meanwhile();
   assert.equal((await releaseClaim(bed.claims, bed.keys, name, other.token)).status, "released");
-  const outcome = await attempt;
+  return attempt;
+}
+
+test("the re-check is asked once the claim is granted: a run that finished while this one waited for the claim is found, nothing is built", async () => {
+  const idem = bed.keys.idempotency(idempotencyKey("quick", undefined, "o2"));
+  // The other run marks the version rebuilt, then releases the claim.
+  const outcome = await attemptWaitingForClaim("order-2", "o2", async () => {
+    await bed.main.set(idem, "finished-elsewhere-a1", "PX", 60_000);
+  });
   assert.equal(outcome.status, "skipped");
   const record = await readRun(bed.main, bed.keys, "order-2-a1");
   assert.equal(record?.status, "skipped");
   assert.match(record?.reason ?? "", /already rebuilt by run finished-elsewhere-a1/);
   assert.equal(record?.buildHash ?? null, null, "nothing was built");
+});
+
+test("a version found rebuilt under the claim is skipped even when its work dir cannot be made (a failing disk)", async () => {
+  const outputDir = outputDirOf(bed.definitions.rebuilds.get("quick")!, undefined);
+  const idem = bed.keys.idempotency(idempotencyKey("quick", undefined, "o4"));
+  const workRoot = path.join(outputDir, ".work");
+  const saved = `${workRoot}.saved`;
+  await fs.rename(workRoot, saved).catch(() => {});
+  try {
+    const outcome = await attemptWaitingForClaim("order-4", "o4", async () => {
+      await fs.writeFile(workRoot, "not a directory"); // mkdir under it fails (ENOTDIR)
+      await bed.main.set(idem, "finished-elsewhere-a1", "PX", 60_000);
+    });
+    assert.equal(outcome.status, "skipped");
+    assert.equal((await readRun(bed.main, bed.keys, "order-4-a1"))?.status, "skipped");
+  } finally {
+    await fs.rm(workRoot, { force: true });
+    await fs.rename(saved, workRoot).catch(() => {});
+  }
+});
+
+test("the published fence on disk is read right before each acquire: a publish made while this attempt waited, and forgotten by the claims Redis, is never granted again", async () => {
+  const definition = bed.definitions.rebuilds.get("quick")!;
+  const outputDir = outputDirOf(definition, undefined);
+  // Meanwhile a holder published fence 50 and recorded it durably; the claims Redis then lost
+  // that grant and publish (its counter is far below).
+  const outcome = await attemptWaitingForClaim("order-3", "o3", async () => {
+    const counter = Number((await bed.claims.get(bed.keys.claimFence(claimName(definition.claimPath)))) ?? 0);
+    assert.ok(counter < 50, `counter ${counter}`);
+    assert.equal(await recordPublishedFence(outputDir, 50, "a".repeat(32)), true);
+  });
+  assert.equal(outcome.status, "rebuilt");
+  if (outcome.status !== "rebuilt") return;
+  assert.ok(outcome.fence > 50, `granted fence ${outcome.fence} is above the recorded 50`);
+  assert.deepEqual(await readPublishedFence(outputDir), { fence: outcome.fence, hash: outcome.buildHash });
+});
+
+test("a fence recorded with another build (a fence granted twice) keeps its build: current does not follow the second", async () => {
+  const outputDir = path.join(bed.dir, "fence-twice");
+  await fs.mkdir(outputDir, { recursive: true });
+  assert.equal(await recordPublishedFence(outputDir, 9, "b".repeat(32)), true);
+  assert.equal(await recordPublishedFence(outputDir, 9, "b".repeat(32)), true, "the same publish, asked again");
+  assert.equal(await recordPublishedFence(outputDir, 9, "c".repeat(32)), false);
+  assert.equal(await recordPublishedFence(outputDir, 8, "d".repeat(32)), false);
+  assert.deepEqual(await readPublishedFence(outputDir), { fence: 9, hash: "b".repeat(32) });
 });

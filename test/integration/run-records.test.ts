@@ -12,6 +12,7 @@ import { redisKeys, type RedisKeys } from "../../lib/redis/keys";
 import { abandonRun, closeAbandonedRuns } from "../../lib/runs/abandoned";
 import { listRunSummaries, listRuns } from "../../lib/runs/list";
 import { DEFAULT_RETENTION, readRun, readRunLog } from "../../lib/runs/records";
+import { RUN_WRITE } from "../../lib/runs/scripts";
 import { trimRuns } from "../../lib/runs/trim";
 import { RUN_STATUSES } from "../../lib/runs/types";
 import { beginAttempt, RunRecorder, writeRun, type AttemptIdentity, type RunStore } from "../../lib/runs/writer";
@@ -234,20 +235,62 @@ test("a final record whose write failed keeps its fields and log lines for the n
   assert.equal(await client.get(keys.idempotency("k")), a1.runId);
 });
 
-test("a final write applied twice (a retried or resent call) writes, counts and logs once", async () => {
+test("a final write applied twice (a retried or resent call) writes, counts and logs once; another writer's is not taken for it", async () => {
   const keys = redisKeys(uniquePrefix());
   const store = storeOf(keys);
   const a1 = attempt("twice", 1);
   await beginAttempt(store, a1, { mode: { kind: "running" } });
-  const write = { status: "rebuilt" as const, fields: { buildHash: "b1" }, logLines: ["published b1"] };
+  const write = { status: "rebuilt" as const, fields: { buildHash: "b1" }, logLines: ["published b1"], writeId: "w1" };
   assert.equal(await writeRun(store, a1, write), "written");
-  assert.equal(await writeRun(store, a1, write), "written", "the record already says what was asked");
+  assert.equal(await writeRun(store, a1, write), "written", "the same write, applied already");
   assert.deepEqual(await readRunLog(client, keys, a1.runId), ["published b1"]);
   assert.equal(await client.hget(keys.metricsCounters, "runs|tiles|acme|rebuilt"), "1");
-  // Another final status still finds the record final, and its lines (news from a late writer) are kept.
+  // Another writer's final write, even with the same status, finds the record final; its lines
+  // (news from a late writer) are kept.
+  assert.equal(await writeRun(store, a1, { status: "rebuilt", logLines: ["other"], writeId: "w2" }), "final");
+  assert.equal(await writeRun(store, a1, { status: "rebuilt", logLines: ["no id"] }), "final");
   assert.equal(await writeRun(store, a1, { status: "aborted", logLines: ["late line"] }), "final");
   assert.equal((await readRun(client, keys, a1.runId))?.status, "rebuilt");
-  assert.equal((await readRunLog(client, keys, a1.runId)).length, 2);
+  assert.deepEqual(await readRunLog(client, keys, a1.runId), ["published b1", "other", "no id", "late line"]);
+  assert.equal(await client.hget(keys.metricsCounters, "runs|tiles|acme|rebuilt"), "1");
+
+  // The sweep closed a paused worker's attempt as aborted; the worker wakes and ends it aborted
+  // too (a hand-back): its write is not a repeat, its lines are kept and it is told "final".
+  const b1 = attempt("swept", 1, "gone");
+  await beginAttempt(store, b1, { mode: { kind: "running" } });
+  assert.equal(await abandonRun(store, b1, "its worker stopped answering"), true);
+  const recorder = new RunRecorder(store, b1);
+  recorder.log("handed back on waking");
+  assert.equal(await recorder.finish("aborted", { reason: "shutdown" }), "final");
+  assert.equal((await readRun(client, keys, b1.runId))?.reason, "its worker stopped answering");
+  assert.equal((await readRunLog(client, keys, b1.runId)).length, 1);
+});
+
+test("the recorder's final write applied but answered with an error: its retry writes nothing twice", async () => {
+  const keys = redisKeys(uniquePrefix());
+  const a1 = attempt("lost-reply", 1);
+  await beginAttempt(storeOf(keys), a1, { mode: { kind: "running" } });
+  const flaky = new Redis(server.url);
+  flaky.defineCommand(RUN_WRITE.command, { lua: RUN_WRITE.lua }); // variadic: the key count comes first
+  const method = flaky as unknown as Record<string, (...args: unknown[]) => Promise<unknown>>;
+  const original = method[RUN_WRITE.command]!.bind(flaky);
+  let failed = false;
+  method[RUN_WRITE.command] = async (...args: unknown[]) => {
+    const reply = await original(...args);
+    if (failed) return reply;
+    failed = true;
+    throw new Error("connection reset before the reply");
+  };
+  try {
+    const recorder = new RunRecorder({ client: flaky, keys, retention: DEFAULT_RETENTION }, a1);
+    recorder.log("published b1");
+    await assert.rejects(recorder.finish("rebuilt", { buildHash: "b1" }));
+    assert.equal(await recorder.finish("rebuilt", { buildHash: "b1" }), "written");
+  } finally {
+    flaky.disconnect();
+  }
+  assert.equal((await readRunLog(client, keys, a1.runId)).length, 1);
+  assert.equal(await client.hget(keys.metricsCounters, "runs|tiles|acme|rebuilt"), "1");
 });
 
 test("intermediate writes carry the configured retention", async () => {
