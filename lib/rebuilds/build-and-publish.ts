@@ -12,7 +12,7 @@ import type { RunRecorder } from "../runs/writer";
 import type { StepRecord } from "../runs/types";
 import { outputDirOf, type RebuildDefinition } from "./definitions";
 import { hashDirectory, pointCurrent, promoteBuild, workDirOf } from "./output";
-import { recordPublishedFence } from "./published-fence";
+import { readPublishedFence, recordPublishedFence } from "./published-fence";
 import { isTransient } from "./classify-failure";
 import { TransientStepError, type StepContext } from "./steps/context";
 import { runCommandStep } from "./steps/run-step";
@@ -50,7 +50,12 @@ export interface BuildContext {
 export type BuildResult =
   | { status: "published"; buildHash: string }
   | { status: "superseded"; buildHash: string; newestFence: number }
-  | { status: "already-rebuilt"; rebuiltBy: string };
+  | { status: "already-rebuilt"; rebuiltBy: string }
+  /**
+   * The publish went through in Redis, but this fence is recorded beside the output with another
+   * build (the claims Redis lost writes and granted it twice): not published; `current` stays.
+   */
+  | { status: "fence-reused"; buildHash: string; recordedHash: string };
 
 export async function buildAndPublish(context: BuildContext): Promise<BuildResult> {
   const { definition, held, recorder, steps } = context;
@@ -142,19 +147,25 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
     }
     // Durable before `current` follows: a claims Redis that forgets this publish cannot lead to
     // this fence being granted again or `current` being moved back (published-fence.ts).
-    const newest = await recordPublishedFence(outputDir, held.fence, buildHash).catch((error: unknown) => {
+    const recorded = await recordPublishedFence(outputDir, held.fence, buildHash).catch((error: unknown) => {
       recorder.log(
         `WARNING: the published fence ${held.fence} could not be recorded beside the output: ${String(error)}`,
       );
-      return true;
+      return "recorded" as const;
     });
     // A holder paused between its publish and this point (then force-released, or past its TTL)
     // must not move `current` back over a newer fence's build.
-    if (!newest) {
-      recorder.log(
-        `published build ${buildHash} (fence ${held.fence}); a newer fence (or this one, with another build) published since: current stays`,
-      );
+    if (recorded === "newer") {
+      recorder.log(`published build ${buildHash} (fence ${held.fence}); a newer fence published since: current stays`);
       return { status: "published", buildHash };
+    }
+    if (recorded === "fence-reused") {
+      const known = await readPublishedFence(outputDir);
+      const recordedHash = known?.hash ?? "(unreadable)";
+      recorder.log(
+        `fence ${held.fence} was granted twice (the claims Redis lost writes): build ${recordedHash} was recorded with it first; build ${buildHash} is not published, current stays`,
+      );
+      return { status: "fence-reused", buildHash, recordedHash };
     }
     await pointCurrent(outputDir, buildHash);
     recorder.log(`published build ${buildHash} (fence ${held.fence})`);

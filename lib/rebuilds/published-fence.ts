@@ -50,17 +50,24 @@ async function readSmallFile(file: string): Promise<string> {
 const READ_LIMIT = 4_096;
 
 /**
+ * What `recordPublishedFence` found:
+ *   recorded     this fence and build are on disk (now, or already: a repeat)
+ *   newer        a higher fence was recorded meanwhile: `current` stays with that newer build
+ *   fence-reused this fence is recorded with another build: the claims Redis lost writes and
+ *                granted a fence that had published already; the build recorded first keeps
+ *                `current`, and this publish counts as not made
+ */
+export type FenceRecord = "recorded" | "newer" | "fence-reused";
+
+/**
  * Records `fence` as published for `outputDir` (only ever upwards) unless a higher one is
  * recorded: called after the fenced publish succeeded and before `current` follows it. Resolves
- * once the data is on disk; false when a higher fence was recorded meanwhile, or this fence with
- * another build (`current` must then stay with that build).
+ * once the data is on disk.
  */
-export async function recordPublishedFence(outputDir: string, fence: number, hash: string): Promise<boolean> {
+export async function recordPublishedFence(outputDir: string, fence: number, hash: string): Promise<FenceRecord> {
   const known = await readPublishedFence(outputDir);
-  if (known && known.fence > fence) return false;
-  // The same fence with another build: the claims Redis lost writes and granted a fence that had
-  // published already. The build recorded first keeps `current`.
-  if (known && known.fence === fence) return known.hash === hash;
+  if (known && known.fence > fence) return "newer";
+  if (known && known.fence === fence) return known.hash === hash ? "recorded" : "fence-reused";
   const target = path.join(outputDir, FILE);
   const temp = path.join(outputDir, `${FILE}.${crypto.randomBytes(4).toString("hex")}`);
   const handle = await fs.open(temp, "w", 0o644);
@@ -82,5 +89,5 @@ export async function recordPublishedFence(outputDir: string, fence: number, has
   } finally {
     await dir.close();
   }
-  return true;
+  return "recorded";
 }

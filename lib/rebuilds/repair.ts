@@ -34,7 +34,15 @@ export async function repairCurrentLinks(
           let published = await readPublished(client, keys, name);
           // The claims Redis forgot a publish this output recorded durably: put the pointer back.
           const durable = await readPublishedFence(outputDir);
-          if (durable && BUILD_HASH.test(durable.hash) && (!published || published.fence < durable.fence)) {
+          // Or it holds the durable record's fence with another build: Redis lost writes and
+          // granted that fence twice; the build recorded first is the output's.
+          const redisBehind =
+            durable !== null &&
+            BUILD_HASH.test(durable.hash) &&
+            (!published ||
+              published.fence < durable.fence ||
+              (published.fence === durable.fence && published.value !== durable.hash));
+          if (durable && redisBehind) {
             const restored = await runScript(
               client,
               PUBLISHED_RESTORE,

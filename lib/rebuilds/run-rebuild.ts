@@ -381,6 +381,14 @@ class RebuildAttempt {
       await this.finish("skipped", { reason: `already-rebuilt: already rebuilt by run ${built.rebuiltBy}` });
       return { status: "skipped", reason: "already-rebuilt", runId: this.runId, version: this.version };
     }
+    if (built.status === "fence-reused") {
+      // Redis lost this publish's grant and gave the fence to another run, whose build is the
+      // output's: this request is not done (not marked rebuilt), it runs again with a new fence.
+      return this.afterLostClaim(
+        `not published: fence ${result.fence} was granted twice (the claims Redis lost writes) and build ${built.recordedHash} was recorded with it first`,
+        { fence: result.fence, buildHash: built.buildHash },
+      );
+    }
     if (built.status === "superseded") {
       return this.afterLostClaim(`publish refused: a newer holder (fence ${built.newestFence}) owns ${this.claim}`, {
         fence: result.fence,

@@ -434,15 +434,18 @@ export const PUBLISHED_RESTORE = typedScript<number>()({
   lua: `
 --[[ Put back a publish the claims Redis forgot (a crash with RDB-only or AOF everysec data, an
 asynchronous replica promoted): the output's durable record (published-fence.ts) says fence N
-published hash H; if the pointer is older (or gone), it becomes {N, H} again, and the fence
-counter is raised to at least N (no fence used for a publish is granted again).
+published hash H; if the pointer is older (or gone), or at fence N with another build (Redis lost
+writes and granted N twice: the build recorded first is the output's), it becomes {N, H} again,
+and the fence counter is raised to at least N (no fence used for a publish is granted again).
 KEYS[1] published HASH   KEYS[2] claimFence STRING
 ARGV[1] durable fence   ARGV[2] durable hash
-Returns 1 restored | 0 the pointer is at that fence or newer (nothing changed)
+Returns 1 restored | 0 the pointer is newer, or already {N, H} (nothing changed)
 ]]
 local fence = tonumber(ARGV[1])
 if tonumber(redis.call('GET', KEYS[2]) or '0') < fence then redis.call('SET', KEYS[2], fence) end
-if tonumber(redis.call('HGET', KEYS[1], 'fence') or '0') >= fence then return 0 end
+local pointer = redis.call('HMGET', KEYS[1], 'fence', 'value')
+local pointerFence = tonumber(pointer[1] or '0') or 0
+if pointerFence > fence or (pointerFence == fence and pointer[2] == ARGV[2]) then return 0 end
 ${SERVER_NOW}
 redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'value', ARGV[2], 'runId', '', 'publishedAt', nowMs, 'restored', '1')
 return 1

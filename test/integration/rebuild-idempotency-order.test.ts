@@ -10,8 +10,10 @@ import { spawn } from "node:child_process";
 import fs from "node:fs/promises";
 import path from "node:path";
 import { after, before, test } from "node:test";
-import { acquireClaim, claimName, releaseClaim } from "../../lib/claims";
+import { acquireClaim, claimName, readPublished, releaseClaim } from "../../lib/claims";
 import { outputDirOf } from "../../lib/rebuilds/definitions";
+import { readCurrent } from "../../lib/rebuilds/output";
+import { repairCurrentLinks } from "../../lib/rebuilds/repair";
 import { PRUNING_VERSION } from "../../lib/rebuilds/prune";
 import { readPublishedFence, recordPublishedFence } from "../../lib/rebuilds/published-fence";
 import { readRun } from "../../lib/runs/records";
@@ -27,6 +29,22 @@ before(async () => {
       output: "out/quick",
       claim: { ttl: "4s", refreshEvery: "1s" },
       steps: [{ name: "write", run: ["sh", "-c", 'echo "$CLAIMWATCH_VERSION" > "$CLAIMWATCH_WORK/v"'] }],
+    },
+    // Its step plays another holder that the claims Redis granted this same fence (it lost
+    // writes) and that recorded it first, with its own build, beside the output.
+    twice: {
+      output: "out/twice",
+      claim: { ttl: "4s", refreshEvery: "1s" },
+      steps: [
+        {
+          name: "other-holder-records-first",
+          run: [
+            "sh",
+            "-c",
+            `echo "$CLAIMWATCH_VERSION" > "$CLAIMWATCH_WORK/v" && printf '{"fence":%s,"hash":"${"e".repeat(32)}"}' "$CLAIMWATCH_FENCE" > "$CLAIMWATCH_WORK/../../.published-fence"`,
+          ],
+        },
+      ],
     },
   });
   deps = rebuildDepsOf(bed);
@@ -159,7 +177,7 @@ test("the published fence on disk is read right before each acquire: a publish m
   const outcome = await attemptWaitingForClaim("order-3", "o3", async () => {
     const counter = Number((await bed.claims.get(bed.keys.claimFence(claimName(definition.claimPath)))) ?? 0);
     assert.ok(counter < 50, `counter ${counter}`);
-    assert.equal(await recordPublishedFence(outputDir, 50, "a".repeat(32)), true);
+    assert.equal(await recordPublishedFence(outputDir, 50, "a".repeat(32)), "recorded");
   });
   assert.equal(outcome.status, "rebuilt");
   if (outcome.status !== "rebuilt") return;
@@ -170,9 +188,40 @@ test("the published fence on disk is read right before each acquire: a publish m
 test("a fence recorded with another build (a fence granted twice) keeps its build: current does not follow the second", async () => {
   const outputDir = path.join(bed.dir, "fence-twice");
   await fs.mkdir(outputDir, { recursive: true });
-  assert.equal(await recordPublishedFence(outputDir, 9, "b".repeat(32)), true);
-  assert.equal(await recordPublishedFence(outputDir, 9, "b".repeat(32)), true, "the same publish, asked again");
-  assert.equal(await recordPublishedFence(outputDir, 9, "c".repeat(32)), false);
-  assert.equal(await recordPublishedFence(outputDir, 8, "d".repeat(32)), false);
+  assert.equal(await recordPublishedFence(outputDir, 9, "b".repeat(32)), "recorded");
+  assert.equal(await recordPublishedFence(outputDir, 9, "b".repeat(32)), "recorded", "the same publish, asked again");
+  assert.equal(await recordPublishedFence(outputDir, 9, "c".repeat(32)), "fence-reused");
+  assert.equal(await recordPublishedFence(outputDir, 8, "d".repeat(32)), "newer");
   assert.deepEqual(await readPublishedFence(outputDir), { fence: 9, hash: "b".repeat(32) });
+});
+
+test("a fence granted twice: the run whose build was recorded second is not published, not marked rebuilt, and runs again; repair puts Redis back on the recorded build", async () => {
+  const definition = bed.definitions.rebuilds.get("twice")!;
+  const outputDir = outputDirOf(definition, undefined);
+  const name = claimName(definition.claimPath);
+  const outcome = await runRebuild(deps, {
+    id: "twice-1",
+    attempt: 1,
+    createdAt: Date.now(),
+    data: { rebuild: "twice", version: "t1", trigger: "api" },
+    signal: new AbortController().signal,
+  });
+  assert.equal(outcome.status, "deferred", JSON.stringify(outcome));
+  const record = await readRun(bed.main, bed.keys, "twice-1-a1");
+  assert.equal(record?.status, "deferred");
+  assert.match(record?.reason ?? "", /granted twice/);
+  assert.equal(await readCurrent(outputDir), null, "current never followed the second build");
+  assert.equal(await bed.main.get(bed.keys.idempotency(idempotencyKey("twice", undefined, "t1"))), null);
+  const recorded = await readPublishedFence(outputDir);
+  assert.equal(recorded?.hash, "e".repeat(32));
+  // The fenced publish went through in Redis; repair puts the pointer back on the recorded build.
+  assert.notEqual((await readPublished(bed.claims, bed.keys, name))?.value, recorded?.hash);
+  const lines = await repairCurrentLinks(bed.claims, bed.keys, bed.definitions);
+  assert.ok(
+    lines.some((line) => line.startsWith("restored the claims Redis pointer")),
+    lines.join("\n"),
+  );
+  const pointer = await readPublished(bed.claims, bed.keys, name);
+  assert.deepEqual([pointer?.fence, pointer?.value], [recorded?.fence, recorded?.hash]);
+  assert.equal(await readCurrent(outputDir), null, "and current is not moved to the build that lost");
 });
