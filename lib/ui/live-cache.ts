@@ -19,6 +19,8 @@ const COALESCE_MS = 200;
 export class LiveCache {
   private readonly due = new Map<string, readonly unknown[]>();
   private timer: ReturnType<typeof setTimeout> | undefined;
+  /** The last worker count a health report gave (null: none yet). */
+  private knownWorkers: number | null = null;
 
   constructor(private readonly client: QueryClient) {}
 
@@ -111,7 +113,12 @@ export class LiveCache {
       case "health": {
         const before = this.client.getQueryData<HealthReport>(queryKeys.health());
         this.client.setQueryData(queryKeys.health(), newerHealth(before, event.report));
-        if (before && before.workers !== event.report.workers) {
+        // A probe that could not count the workers (null: Redis slow or away) says nothing about
+        // them: compared with the last count known, a slow probe is not two workers changes.
+        const known = this.knownWorkers ?? before?.workers ?? null;
+        const workers = event.report.workers;
+        this.knownWorkers = workers ?? known;
+        if (known !== null && workers !== null && known !== workers) {
           // A worker came or went (also one that died without saying so): holders may be stale now.
           this.invalidateSoon(queryKeys.workers());
           this.invalidateSoon(queryKeys.claims.all());
