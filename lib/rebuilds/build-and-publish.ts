@@ -12,7 +12,7 @@ import type { RunRecorder } from "../runs/writer";
 import type { StepRecord } from "../runs/types";
 import { outputDirOf, type RebuildDefinition } from "./definitions";
 import { hashDirectory, pointCurrent, promoteBuild, workDirOf } from "./output";
-import { readPublishedFence, recordPublishedFence } from "./published-fence";
+import { recordPublishedFence } from "./published-fence";
 import { isTransient } from "./classify-failure";
 import { TransientStepError, type StepContext } from "./steps/context";
 import { runCommandStep } from "./steps/run-step";
@@ -151,17 +151,16 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
       recorder.log(
         `WARNING: the published fence ${held.fence} could not be recorded beside the output: ${String(error)}`,
       );
-      return "recorded" as const;
+      return { status: "recorded" } as const;
     });
     // A holder paused between its publish and this point (then force-released, or past its TTL)
     // must not move `current` back over a newer fence's build.
-    if (recorded === "newer") {
+    if (recorded.status === "newer") {
       recorder.log(`published build ${buildHash} (fence ${held.fence}); a newer fence published since: current stays`);
       return { status: "published", buildHash };
     }
-    if (recorded === "fence-reused") {
-      const known = await readPublishedFence(outputDir);
-      const recordedHash = known?.hash ?? "(unreadable)";
+    if (recorded.status === "fence-reused") {
+      const recordedHash = recorded.known.hash;
       recorder.log(
         `fence ${held.fence} was granted twice (the claims Redis lost writes): build ${recordedHash} was recorded with it first; build ${buildHash} is not published, current stays`,
       );

@@ -57,7 +57,7 @@ const READ_LIMIT = 4_096;
  *                granted a fence that had published already; the build recorded first keeps
  *                `current`, and this publish counts as not made
  */
-export type FenceRecord = "recorded" | "newer" | "fence-reused";
+export type FenceRecord = { status: "recorded" } | { status: "newer" | "fence-reused"; known: PublishedFence };
 
 /**
  * Records `fence` as published for `outputDir` (only ever upwards) unless a higher one is
@@ -66,8 +66,9 @@ export type FenceRecord = "recorded" | "newer" | "fence-reused";
  */
 export async function recordPublishedFence(outputDir: string, fence: number, hash: string): Promise<FenceRecord> {
   const known = await readPublishedFence(outputDir);
-  if (known && known.fence > fence) return "newer";
-  if (known && known.fence === fence) return known.hash === hash ? "recorded" : "fence-reused";
+  if (known && known.fence > fence) return { status: "newer", known };
+  if (known && known.fence === fence)
+    return known.hash === hash ? { status: "recorded" } : { status: "fence-reused", known };
   const target = path.join(outputDir, FILE);
   const temp = path.join(outputDir, `${FILE}.${crypto.randomBytes(4).toString("hex")}`);
   const handle = await fs.open(temp, "w", 0o644);
@@ -89,5 +90,5 @@ export async function recordPublishedFence(outputDir: string, fence: number, has
   } finally {
     await dir.close();
   }
-  return "recorded";
+  return { status: "recorded" };
 }

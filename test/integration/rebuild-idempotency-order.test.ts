@@ -77,16 +77,21 @@ async function startMonitor(url: string): Promise<{ seen: string[][]; stop: () =
   return { seen, stop: () => child.kill("SIGKILL") };
 }
 
+/** One attempt (attempt 1) of `rebuild` at `version`, run in this process as a worker would. */
+function rebuildOnce(jobId: string, rebuild: string, version: string) {
+  return runRebuild(deps, {
+    id: jobId,
+    attempt: 1,
+    createdAt: Date.now(),
+    data: { rebuild, version, trigger: "api" },
+    signal: new AbortController().signal,
+  });
+}
+
 test("the idempotency key is set before the claim is released", async () => {
   const { seen, stop } = await startMonitor(bed.redis.url);
   try {
-    const outcome = await runRebuild(deps, {
-      id: "order-1",
-      attempt: 1,
-      createdAt: Date.now(),
-      data: { rebuild: "quick", version: "o1", trigger: "api" },
-      signal: new AbortController().signal,
-    });
+    const outcome = await rebuildOnce("order-1", "quick", "o1");
     assert.equal(outcome.status, "rebuilt");
     const idem = bed.keys.idempotency(idempotencyKey("quick", undefined, "o1"));
     const claim = bed.keys.claim(claimName(bed.definitions.rebuilds.get("quick")!.claimPath));
@@ -120,13 +125,7 @@ async function attemptWaitingForClaim(jobId: string, version: string, meanwhile:
   );
   assert.equal(other.status, "acquired");
   if (other.status !== "acquired") throw new Error("not acquired");
-  const attempt = runRebuild(deps, {
-    id: jobId,
-    attempt: 1,
-    createdAt: Date.now(),
-    data: { rebuild: "quick", version, trigger: "api" },
-    signal: new AbortController().signal,
-  });
+  const attempt = rebuildOnce(jobId, "quick", version);
   for (let i = 0; i < 200 && (await readRun(bed.main, bed.keys, `${jobId}-a1`))?.status !== "running"; i++) {
     await new Promise((r) => setTimeout(r, 10));
   }
@@ -177,7 +176,7 @@ test("the published fence on disk is read right before each acquire: a publish m
   const outcome = await attemptWaitingForClaim("order-3", "o3", async () => {
     const counter = Number((await bed.claims.get(bed.keys.claimFence(claimName(definition.claimPath)))) ?? 0);
     assert.ok(counter < 50, `counter ${counter}`);
-    assert.equal(await recordPublishedFence(outputDir, 50, "a".repeat(32)), "recorded");
+    assert.deepEqual(await recordPublishedFence(outputDir, 50, "a".repeat(32)), { status: "recorded" });
   });
   assert.equal(outcome.status, "rebuilt");
   if (outcome.status !== "rebuilt") return;
@@ -188,10 +187,15 @@ test("the published fence on disk is read right before each acquire: a publish m
 test("a fence recorded with another build (a fence granted twice) keeps its build: current does not follow the second", async () => {
   const outputDir = path.join(bed.dir, "fence-twice");
   await fs.mkdir(outputDir, { recursive: true });
-  assert.equal(await recordPublishedFence(outputDir, 9, "b".repeat(32)), "recorded");
-  assert.equal(await recordPublishedFence(outputDir, 9, "b".repeat(32)), "recorded", "the same publish, asked again");
-  assert.equal(await recordPublishedFence(outputDir, 9, "c".repeat(32)), "fence-reused");
-  assert.equal(await recordPublishedFence(outputDir, 8, "d".repeat(32)), "newer");
+  const nine = { fence: 9, hash: "b".repeat(32) };
+  assert.deepEqual(await recordPublishedFence(outputDir, 9, "b".repeat(32)), { status: "recorded" });
+  assert.deepEqual(
+    await recordPublishedFence(outputDir, 9, "b".repeat(32)),
+    { status: "recorded" },
+    "the same publish, asked again",
+  );
+  assert.deepEqual(await recordPublishedFence(outputDir, 9, "c".repeat(32)), { status: "fence-reused", known: nine });
+  assert.deepEqual(await recordPublishedFence(outputDir, 8, "d".repeat(32)), { status: "newer", known: nine });
   assert.deepEqual(await readPublishedFence(outputDir), { fence: 9, hash: "b".repeat(32) });
 });
 
@@ -199,13 +203,7 @@ test("a fence granted twice: the run whose build was recorded second is not publ
   const definition = bed.definitions.rebuilds.get("twice")!;
   const outputDir = outputDirOf(definition, undefined);
   const name = claimName(definition.claimPath);
-  const outcome = await runRebuild(deps, {
-    id: "twice-1",
-    attempt: 1,
-    createdAt: Date.now(),
-    data: { rebuild: "twice", version: "t1", trigger: "api" },
-    signal: new AbortController().signal,
-  });
+  const outcome = await rebuildOnce("twice-1", "twice", "t1");
   assert.equal(outcome.status, "deferred", JSON.stringify(outcome));
   const record = await readRun(bed.main, bed.keys, "twice-1-a1");
   assert.equal(record?.status, "deferred");
