@@ -10,6 +10,12 @@
  *               what claimwatch's scripts could at best shrink to
  *   floorMeta — the floor plus the metadata the issue requires, in the cheapest place found: the
  *               claim's own value (`<token>\n<holder JSON>`, owner check on the token prefix)
+ *   floorTrail — floorMeta plus the two writes later issues require of every claim and floorMeta
+ *               leaves out, each as one plain command in the same two scripts: the claim's trail
+ *               (XADD "acquired"; XADD "released" to the trail and to the recently-ended stream)
+ *               and the refreshes index the alert census reads (ZADD at the Redis time; ZREM).
+ *               The least any claim with those features can cost: what the claim is judged against
+ *               once the features are counted (`claim_vs_floor_trail=`)
  * on one redis-server this script starts (temp dir, stopped by PID), over one connection.
  * Rounds of all variants are interleaved, in rotating order, so drift (CPU frequency, other load)
  * hits all of them alike. Goal: claim ≥ 0.90 × minimal (both are two round trips).
@@ -19,7 +25,8 @@
  *
  * Env: BENCH_ROUNDS (default 12), BENCH_CYCLES per round and variant (default 1000), BENCH_AOF.
  * Last line: RESULT claim_vs_minimal=<ratio> claim_vs_semaphore=<ratio> floor_vs_minimal=<ratio>
- * floor_meta_vs_minimal=<ratio> claim_vs_floor_meta=<ratio> claim_live_vs_floor_meta=<ratio> … (ratios of total
+ * floor_meta_vs_minimal=<ratio> claim_vs_floor_meta=<ratio> claim_live_vs_floor_meta=<ratio>
+ * floor_trail_vs_floor_meta=<ratio> claim_vs_floor_trail=<ratio> … (ratios of total
  * cycles/s over all rounds; the median of per-round ratios is printed above it).
  */
 import crypto from "node:crypto";
@@ -71,11 +78,37 @@ redis.call('ZREM', KEYS[2], ARGV[2])
 return 1
 `;
 
+/** floorMeta's acquire plus the trail entry and the refreshes index (see the header). */
+const FLOOR_TRAIL_ACQUIRE = `
+--[[ KEYS[1] claim  KEYS[2] fence  KEYS[3] registry  KEYS[4] trail  KEYS[5] refreshes
+ARGV[1] value (token \\n holder JSON)  ARGV[2] ttlMs  ARGV[3] name  ARGV[4] holder JSON   Returns the fence | false ]]
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return false end
+local fence = redis.call('INCR', KEYS[2])
+redis.call('ZADD', KEYS[3], 0, ARGV[3])
+local t = redis.call('TIME')
+redis.call('ZADD', KEYS[5], t[1] * 1000 + math.floor(t[2] / 1000), ARGV[3])
+redis.call('XADD', KEYS[4], 'MAXLEN', '~', 50, '*', 'e', 'acquired', 'n', ARGV[3], 'f', fence, 'h', ARGV[4], 'ms', ARGV[2])
+return fence
+`;
+const FLOOR_TRAIL_RELEASE = `
+--[[ KEYS[1] claim  KEYS[2] registry  KEYS[3] trail  KEYS[4] ended  KEYS[5] refreshes
+ARGV[1] token  ARGV[2] name   Returns 1 released | 0 not the owner ]]
+local value = redis.call('GET', KEYS[1])
+if not value or string.sub(value, 1, #ARGV[1] + 1) ~= ARGV[1] .. '\\n' then return 0 end
+local holder = string.sub(value, #ARGV[1] + 2)
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[2])
+redis.call('ZREM', KEYS[5], ARGV[2])
+redis.call('XADD', KEYS[3], 'MAXLEN', '~', 50, '*', 'e', 'released', 'n', ARGV[2], 'h', holder)
+redis.call('XADD', KEYS[4], 'MAXLEN', '~', 200, '*', 'e', 'released', 'n', ARGV[2], 'h', holder)
+return 1
+`;
+
 type Cycle = () => Promise<void>;
 
 function variants(
   client: Redis,
-): Record<"claim" | "claimLive" | "minimal" | "semaphore" | "floor" | "floorMeta", Cycle> {
+): Record<"claim" | "claimLive" | "minimal" | "semaphore" | "floor" | "floorMeta" | "floorTrail", Cycle> {
   const keys = redisKeys("bench");
   const name = claimName("bench/output", "bench-tenant");
   const meta = { workerId: "bench-worker", jobId: "", runId: "bench-run", rebuild: "bench", version: "0.0.0" };
@@ -86,7 +119,11 @@ function variants(
   client.defineCommand("benchFloorAcquire", { numberOfKeys: 3, lua: FLOOR_ACQUIRE });
   client.defineCommand("benchFloorRelease", { numberOfKeys: 2, lua: FLOOR_RELEASE });
   client.defineCommand("benchFloorMetaRelease", { numberOfKeys: 2, lua: FLOOR_META_RELEASE });
+  client.defineCommand("benchFloorTrailAcquire", { numberOfKeys: 5, lua: FLOOR_TRAIL_ACQUIRE });
+  client.defineCommand("benchFloorTrailRelease", { numberOfKeys: 5, lua: FLOOR_TRAIL_RELEASE });
   const floor = client as unknown as {
+    benchFloorTrailAcquire(...keysThenArgs: (string | number)[]): Promise<number | null>;
+    benchFloorTrailRelease(...keysThenArgs: string[]): Promise<number>;
     benchFloorAcquire(...keysThenArgs: (string | number)[]): Promise<number | null>;
     benchFloorRelease(...keysThenArgs: string[]): Promise<number>;
     benchFloorMetaRelease(...keysThenArgs: string[]): Promise<number>;
@@ -130,6 +167,37 @@ function variants(
       }
       if ((await floor.benchFloorMetaRelease(claim, registry, token, name)) !== 1) {
         throw new Error("floorMeta: not released");
+      }
+    },
+    async floorTrail() {
+      const token = newClaimToken();
+      const holderJson = JSON.stringify({ ...holder, acquiredAt: Date.now() });
+      const value = `${token}\n${holderJson}`;
+      const [claim, fence, registry, trail, ended, refreshes] = [
+        "{bench}:trail-claim",
+        "{bench}:trail-fence",
+        "{bench}:trail-registry",
+        "{bench}:trail-trail",
+        "{bench}:trail-ended",
+        "{bench}:trail-refreshes",
+      ];
+      if (
+        (await floor.benchFloorTrailAcquire(
+          claim,
+          fence,
+          registry,
+          trail,
+          refreshes,
+          value,
+          TTL_MS,
+          name,
+          holderJson,
+        )) === null
+      ) {
+        throw new Error("floorTrail: not acquired");
+      }
+      if ((await floor.benchFloorTrailRelease(claim, registry, trail, ended, refreshes, token, name)) !== 1) {
+        throw new Error("floorTrail: not released");
       }
     },
     async semaphore() {
@@ -205,6 +273,8 @@ async function main(): Promise<void> {
         `floor_meta_vs_minimal=${(cps("floorMeta") / cps("minimal")).toFixed(3)} ` +
         `claim_vs_floor_meta=${(cps("claim") / cps("floorMeta")).toFixed(3)} ` +
         `claim_live_vs_floor_meta=${(cps("claimLive") / cps("floorMeta")).toFixed(3)} ` +
+        `floor_trail_vs_floor_meta=${(cps("floorTrail") / cps("floorMeta")).toFixed(3)} ` +
+        `claim_vs_floor_trail=${(cps("claim") / cps("floorTrail")).toFixed(3)} ` +
         `claim_cps=${cps("claim").toFixed(0)} minimal_cps=${cps("minimal").toFixed(0)} semaphore_cps=${cps("semaphore").toFixed(0)}`,
     );
   } finally {

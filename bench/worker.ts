@@ -35,7 +35,9 @@
  * Redis runs without persistence (BENCH_AOF=1: with AOF everysec, as the embedded Redis runs).
  * Jobs per phase differ by side (raw is 5-15× faster than a fresh rebuild), so that every phase
  * runs for about a second or more; throughput is per job, so the counts do not enter the ratios.
- * Env: BENCH_ROUNDS (3), BENCH_SCALE (1: multiplies the job counts), BENCH_KILLS (3).
+ * Env: BENCH_ROUNDS (3), BENCH_SCALE (1: multiplies the job counts), BENCH_KILLS (3), BENCH_ONLY
+ * (e.g. `floor,repeat`: time only these sides, each round, and print their jobs/s: for profiling
+ * one side with `node --cpu-prof`; the figures below need every side and are not printed then).
  * Last line: RESULT pipeline_vs_raw_c1=<ratio> pipeline_vs_raw_c16=<ratio> kill_to_resume_s=<max s>
  * repeat_vs_raw_c1=… repeat_vs_raw_c16=… naive_vs_raw_c1=… naive_vs_raw_c16=… floor_vs_raw_c1=… … (ratios of median
  * jobs/s; kill_to_resume_s is the slowest of the kills) … rt_fresh= rt_repeat= (round trips per job
@@ -78,6 +80,7 @@ const JOBS: Record<Side, Record<number, number>> = {
 };
 const KILLS = Number(process.env.BENCH_KILLS ?? 3);
 const AOF = process.env.BENCH_AOF === "1";
+const ONLY = (process.env.BENCH_ONLY ?? "").split(",").filter(Boolean) as Side[];
 const CONCURRENCIES = [1, 16] as const;
 /** Distinct outputs (one rebuild each) the jobs are spread over; > 2 × the highest concurrency. */
 const OUTPUTS = 64;
@@ -591,6 +594,29 @@ async function killToResume(bench: Bench): Promise<number[]> {
   return seconds;
 }
 
+/** BENCH_ONLY: the named sides alone, ROUNDS rounds at each concurrency (for a CPU profile of one side). */
+async function onlySides(bench: Bench, sides: readonly Side[]): Promise<void> {
+  const unknown = sides.filter((side) => !SIDES.includes(side));
+  if (unknown.length > 0)
+    throw new Error(`BENCH_ONLY: unknown side(s) ${unknown.join(", ")} (sides: ${SIDES.join(", ")})`);
+  for (const side of sides) await runPhase(bench, side, 16, 300, `warm-${side}`);
+  const perSide: Record<string, number[]> = {};
+  for (let round = 1; round <= ROUNDS; round++) {
+    for (const concurrency of CONCURRENCIES) {
+      for (const side of sides) {
+        const { jobsPerSec } = await runPhase(bench, side, concurrency, JOBS[side][concurrency]!, `only-${side}`);
+        (perSide[`${side}_c${concurrency}_jps`] ??= []).push(jobsPerSec);
+        console.log(`round ${round} c${concurrency} ${side}: ${jobsPerSec.toFixed(0)} jobs/s`);
+      }
+    }
+  }
+  console.log(
+    `RESULT ${Object.entries(perSide)
+      .map(([key, values]) => `${key}=${median(values).toFixed(0)}`)
+      .join(" ")}`,
+  );
+}
+
 async function stopChild(child: ChildProcess, signal: NodeJS.Signals, graceMs: number): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return;
   const exited = new Promise((resolve) => child.once("exit", resolve));
@@ -633,6 +659,7 @@ async function main(): Promise<void> {
         `(lockDuration ${DEFAULT_WORKER_OPTIONS.lockDuration} ms, stalledInterval ${DEFAULT_WORKER_OPTIONS.stalledInterval} ms)`,
     );
     const started = performance.now();
+    if (ONLY.length > 0) return await onlySides(bench, ONLY);
     const { medians, diskUs } = await throughput(bench);
     const rt = await roundTripsPerJob(bench);
     console.log(

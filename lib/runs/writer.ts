@@ -292,8 +292,12 @@ export class RunRecorder {
   private timer: NodeJS.Timeout | undefined;
   private timerDue = 0;
   private finishing = false;
-  /** Names this recorder's final write: its retry (the same write) is then not applied twice. */
-  private readonly finalWriteId = crypto.randomBytes(6).toString("base64url");
+  /**
+   * Names this recorder's final write: its retry (the same write) is then not applied twice.
+   * Made when the first final write is sent: an attempt skipped at its first record never needs
+   * one, and `randomBytes` is a system call on every repeat delivery's path (bench:worker).
+   */
+  private finalWriteId: string | undefined;
 
   constructor(
     private readonly store: RunStore,
@@ -343,7 +347,7 @@ export class RunRecorder {
       fields: { ...this.fields, ...fields },
       logLines: this.lines,
       ...(idempotency ? { idempotency } : {}),
-      writeId: this.finalWriteId,
+      writeId: (this.finalWriteId ??= crypto.randomUUID().replaceAll("-", "").slice(0, 12)),
     };
     this.fields = null;
     this.lines = [];
