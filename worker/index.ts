@@ -9,6 +9,7 @@
 import { Queue } from "bullmq";
 import { CONFIG_EXIT_CODE, loadConfigOrExit } from "../lib/config";
 import { describeError } from "../lib/describe-error";
+import { abandonedInputReads } from "../lib/rebuilds/version";
 import { publishEvent } from "../lib/events/publish";
 import { loadDefinitionsOrExit, shutdownWaitMs } from "../lib/rebuilds/definitions";
 import { ContainmentConfigError, detectContainment } from "../lib/rebuilds/steps/containment";
@@ -194,6 +195,10 @@ async function shutdown(signal: NodeJS.Signals): Promise<void> {
     new Promise((r) => setTimeout(r, 1_000)),
   ]);
   await Promise.all([closeRedis(main), closeRedis(claims)]);
+  const stuck = abandonedInputReads();
+  // process.exit would wait for the thread pool, where those reads may be blocked for good: the
+  // exit ends with SIGKILL then (lib/rebuilds/version.ts).
+  if (stuck > 0) log(`shutdown: ${stuck} input read(s) stuck in a system call (a hung mount?); ending with SIGKILL`);
   process.exit(0);
 }
 process.on("SIGTERM", (signal) => void shutdown(signal));

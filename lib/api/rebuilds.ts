@@ -277,6 +277,8 @@ export type RunPreview =
 
 /** Input hashes of the preview, which the open "Rebuild now" panel asks for every 2 s. */
 const previewInputHashes = new InputHashCache();
+/** How long the preview reads inputs before it answers without them (a huge input, a hung mount). */
+export const PREVIEW_INPUTS_MS = 3_000;
 
 /** What "Rebuild now" would do right now: run, skip (and why), or wait for another version. */
 export async function previewRun(
@@ -288,10 +290,15 @@ export async function previewRun(
   const { connections } = context;
   let version = query.version;
   if (!version) {
+    const signal = AbortSignal.timeout(PREVIEW_INPUTS_MS);
     try {
-      version = await hashInputs(definition.inputPaths, previewInputHashes);
+      version = await hashInputs(definition.inputPaths, { cache: previewInputHashes, signal });
     } catch {
-      throw badRequest("version: the inputs cannot be read here; give a version");
+      throw badRequest(
+        signal.aborted
+          ? `version: the inputs were not read within ${PREVIEW_INPUTS_MS / 1000} s here; give a version`
+          : "version: the inputs cannot be read here; give a version",
+      );
     }
   }
   // The worker's decision on what it would see now (decideRun), read in one round trip each.

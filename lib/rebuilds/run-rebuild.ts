@@ -164,22 +164,32 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
     ...(typeof raw.retryOf === "string" ? { retryOf: raw.retryOf.slice(0, 200) } : {}),
   };
   /**
-   * A job that ends before it could start still leaves its record (then throws) — unless an
-   * operator cancelled it meanwhile: the same write then records it cancelled, and it is not
-   * retried.
+   * The attempt's one record when it ends before its record began: `null`, or the cancelled
+   * outcome when the job has an operator's cancel request (RUN_BEGIN then records it cancelled
+   * whatever `status` says, and the job is not retried).
    */
+  const recordEarlyEnd = async (
+    status: FinalRunStatus,
+    reason: string,
+  ): Promise<Extract<RebuildOutcome, { status: "cancelled" }> | null> => {
+    const begun = await beginAttempt(store, identity, { mode: { kind: "final", status, reason } }).catch(
+      (error: unknown) => log(`recording the ${status} attempt failed: ${String(error)}`),
+    );
+    if (begun?.status === "cancelled" || (begun?.status === "exists" && begun.cancelRequest)) {
+      log(`${reason}; the job was cancelled meanwhile: recorded cancelled, not retried`);
+      return cancelledAtBegin(job, runId, begun);
+    }
+    return null;
+  };
+  /** A job that ends before it could start still leaves its record, then throws (unless it was cancelled meanwhile). */
   const failEarly = async (
     message: string,
     retry: boolean,
     cause?: unknown,
+    status: FinalRunStatus = "failed",
   ): Promise<Extract<RebuildOutcome, { status: "cancelled" }>> => {
-    const begun = await beginAttempt(store, identity, {
-      mode: { kind: "final", status: "failed", reason: message },
-    }).catch((error: unknown) => log(`recording the failure failed: ${String(error)}`));
-    if (begun?.status === "cancelled" || (begun?.status === "exists" && begun.cancelRequest)) {
-      log(`${message}; the job was cancelled meanwhile: recorded cancelled, not retried`);
-      return cancelledAtBegin(job, runId, begun);
-    }
+    const cancelled = await recordEarlyEnd(status, message);
+    if (cancelled) return cancelled;
     throw new RebuildError(message, retry, runId, { cause });
   };
 
@@ -200,6 +210,25 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
     return { status: "cancelled", runId, reason: cancelledBefore };
   }
 
+  /** What the job's abort means before the record began, as under the claim (`classifyFailure`). */
+  const stoppedWhileHashing = async (error: unknown): Promise<RebuildOutcome> => {
+    const failure = classifyFailure(error, { jobSignal: job.signal, timeLimitMs: definition.timeLimit });
+    if (failure.kind === "cancelled") {
+      const reason = cancellationOf(job) ?? failure.reason;
+      return (await recordEarlyEnd("cancelled", reason)) ?? { status: "cancelled", runId, reason };
+    }
+    if (failure.kind === "hand-back") {
+      return (await recordEarlyEnd(failure.status, failure.reason)) ?? { status: "handed-back", runId };
+    }
+    const message = failure.kind === "fail" ? failure.reason : `stopped while its inputs were read: ${String(error)}`;
+    return failEarly(
+      message,
+      failure.kind === "fail" ? failure.retry : true,
+      error,
+      failure.kind === "fail" ? failure.status : "aborted",
+    );
+  };
+
   const tick = recordScheduledTick(
     deps.main,
     deps.keys,
@@ -209,8 +238,11 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
   try {
     let version: string;
     try {
-      version = data.version ?? (await hashInputs(definition.inputPaths));
+      version = data.version ?? (await hashInputs(definition.inputPaths, { signal: job.signal }));
     } catch (error) {
+      // Stopped while its inputs were read (large ones, or one that never ends: a FIFO, a hung
+      // mount): an operator's cancel, a shutdown or a lost job lock ends it here, not after the read.
+      if (job.signal.aborted) return await stoppedWhileHashing(error);
       return await failEarly(`inputs unreadable: ${(error as Error).message}`, isTransient(error), error);
     }
     return await new RebuildAttempt(deps, store, job, identity, data, definition, version, log).run();

@@ -39,6 +39,22 @@ export class InputHashCache {
     return null;
   }
 
+  /**
+   * `read()` for `key`, unless a read of the same inputs is still going: then that one's result.
+   * A read stuck in a system call (a hung mount) then holds one thread of the pool, not one per
+   * poll of the preview.
+   */
+  readOnce(key: string, read: () => Promise<string>): Promise<string> {
+    let reading = this.reading.get(key);
+    if (!reading) {
+      reading = read().finally(() => this.reading.delete(key));
+      this.reading.set(key, reading);
+    }
+    return reading;
+  }
+
+  private readonly reading = new Map<string, Promise<string>>();
+
   store(key: string, fingerprint: string, hash: string, newestChangeMs: number, now = Date.now()): void {
     if (now - newestChangeMs <= this.settleMs) return;
     this.entries.delete(key); // an update moves to the newest end (and evicts nothing)
@@ -47,31 +63,92 @@ export class InputHashCache {
   }
 }
 
+export interface HashInputsOptions {
+  /** Serve the hash from here while the files are unchanged (InputHashCache). */
+  cache?: InputHashCache;
+  /**
+   * Stops the reading when aborted (an operator's cancel, a shutdown, a caller's time limit): the
+   * promise rejects at once with the signal's abort error, never with an input error. Large
+   * inputs, or one that never ends (a FIFO, a hung network mount), would otherwise hold the
+   * caller until they are read. A system call that blocks (opening a FIFO nobody writes to, a
+   * stat on a hung mount) cannot be interrupted: it is left to finish in the background.
+   */
+  signal?: AbortSignal;
+}
+
+/** sha256 over each input's name and bytes, in the order the definition lists them. */
+export function hashInputs(inputPaths: readonly string[], options: HashInputsOptions = {}): Promise<string> {
+  const { cache, signal } = options;
+  if (!signal) return hashNow(inputPaths, cache);
+  if (signal.aborted) return Promise.reject(stoppedBy(signal));
+  let settled = false;
+  const work = hashNow(inputPaths, cache, signal).finally(() => (settled = true));
+  let onAbort = () => {};
+  const stopped = new Promise<never>((_, reject) => {
+    onAbort = () => {
+      if (!settled) {
+        // Left behind: counted until it ends (a stat or open on a hung mount may never end).
+        abandonedReads += 1;
+        endStuckProcessesOnExit();
+        void work.catch(() => {}).finally(() => (abandonedReads -= 1));
+      }
+      reject(stoppedBy(signal));
+    };
+    signal.addEventListener("abort", onAbort, { once: true });
+  });
+  work.catch(() => {}); // once stopped, its own end is nobody's concern
+  return Promise.race([work, stopped]).finally(() => signal.removeEventListener("abort", onAbort));
+}
+
+let abandonedReads = 0;
+
 /**
- * sha256 over each input's name and bytes, in the order the definition lists them; with a
- * `cache`, served from it while the files are unchanged (InputHashCache).
+ * Input reads stopped by their signal that have not ended yet: each may hold a thread of the
+ * thread pool in a system call that never returns (opening a FIFO nobody writes to, a stat on
+ * a hung mount). Node's `process.exit` waits for those threads, so a process with any cannot exit
+ * normally: it ends with SIGKILL then (`endStuckProcessesOnExit`).
  */
-export async function hashInputs(inputPaths: readonly string[], cache?: InputHashCache): Promise<string> {
-  if (!cache) return readAndHash(inputPaths);
+export function abandonedInputReads(): number {
+  return abandonedReads;
+}
+
+let exitHooked = false;
+/**
+ * Once a read was left behind: a process that exits while any is still stuck ends with SIGKILL
+ * instead of hanging in `process.exit` (the worker, and the web server after a preview).
+ */
+function endStuckProcessesOnExit(): void {
+  if (exitHooked) return;
+  exitHooked = true;
+  process.once("exit", () => {
+    if (abandonedReads > 0) process.kill(process.pid, "SIGKILL");
+  });
+}
+
+async function hashNow(inputPaths: readonly string[], cache?: InputHashCache, signal?: AbortSignal): Promise<string> {
+  if (!cache) return readAndHash(inputPaths, signal);
   const stats = await Promise.all(inputPaths.map((file) => fsp.stat(file).catch(() => null)));
-  if (stats.some((stat) => stat === null)) return readAndHash(inputPaths); // reports which input
+  if (stats.some((stat) => stat === null)) return readAndHash(inputPaths, signal); // reports which input
   const present = stats as fs.Stats[];
   const key = inputPaths.join("\0");
   const fingerprint = present.map((s) => `${s.dev}:${s.ino}:${s.size}:${s.mtimeMs}:${s.ctimeMs}`).join("|");
   const cached = cache.lookup(key, fingerprint);
   if (cached) return cached;
-  const hash = await readAndHash(inputPaths);
+  // Shared by the callers that ask meanwhile, so no one caller's signal stops it (hashInputs
+  // stops waiting for it instead).
+  const hash = await cache.readOnce(key, () => readAndHash(inputPaths));
   cache.store(key, fingerprint, hash, Math.max(0, ...present.map((s) => Math.max(s.mtimeMs, s.ctimeMs))));
   return hash;
 }
 
-async function readAndHash(inputPaths: readonly string[]): Promise<string> {
+async function readAndHash(inputPaths: readonly string[], signal?: AbortSignal): Promise<string> {
   const hash = crypto.createHash("sha256");
   for (const file of inputPaths) {
     hash.update(`${path.basename(file)}\0`);
     try {
+      if (signal?.aborted) throw stoppedBy(signal);
       const before = await fsp.stat(file);
-      for await (const chunk of fs.createReadStream(file)) hash.update(chunk as Buffer);
+      for await (const chunk of fs.createReadStream(file, signal ? { signal } : {})) hash.update(chunk as Buffer);
       const after = await fsp.stat(file);
       if (identityOf(before) !== identityOf(after)) {
         // Replaced or written while read: the hash mixes two versions. Read it again later.
@@ -79,6 +156,7 @@ async function readAndHash(inputPaths: readonly string[]): Promise<string> {
       }
     } catch (error) {
       if (error instanceof TransientStepError) throw error;
+      if (signal?.aborted) throw stoppedBy(signal, error); // stopped, not unreadable
       const code = (error as NodeJS.ErrnoException).code;
       const message = `input ${file} cannot be read: ${code ?? error}`;
       // EIO, EMFILE, EAGAIN …: the disk or the process is briefly short; a missing or
@@ -89,6 +167,14 @@ async function readAndHash(inputPaths: readonly string[]): Promise<string> {
     hash.update("\0");
   }
   return `in-${hash.digest("hex").slice(0, 16)}`;
+}
+
+/** The error a hash stopped by `signal` rejects with: its reason when that is an error. */
+function stoppedBy(signal: AbortSignal, cause?: unknown): Error {
+  if (signal.reason instanceof Error) return signal.reason;
+  const error = new Error(`reading the inputs stopped: ${String(signal.reason)}`, { cause });
+  error.name = "AbortError";
+  return error;
 }
 
 function identityOf(stat: fs.Stats): string {

@@ -4,6 +4,8 @@
  * never a 500, and never a Redis key built from unchecked input.
  */
 import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import path from "node:path";
 import { after, before, test } from "node:test";
 import { acquireClaim, claimName, releaseClaim } from "../../lib/claims";
 import { idempotencyKey } from "../../lib/rebuilds/version";
@@ -20,7 +22,10 @@ before(async () => {
   bed = await createTestBed({
     slow: { output: "out/slow", steps: [{ name: "s", run: ["true"] }] },
     tenanted: { output: "out/tenanted", tenants: ["acme", "globex"], steps: [{ name: "s", run: ["true"] }] },
+    // Its input is a FIFO nobody writes to: opening it blocks, as on a hung network mount.
+    "stuck-input": { output: "out/stuck-input", inputs: ["stuck-input.fifo"], steps: [{ name: "s", run: ["true"] }] },
   });
+  assert.equal(spawnSync("mkfifo", [path.join(bed.dir, "stuck-input.fifo")]).status, 0, "mkfifo");
   const web = await startWebServer(bed, { CLAIMWATCH_OPERATOR_TOKEN: `tester:${OPERATOR_TOKEN}` });
   base = web.url;
   stopWeb = web.stop;
@@ -153,6 +158,26 @@ test("GET /api/rebuilds/{name}/preview says what Rebuild now would do", async ()
   assertError(await call("GET", "/api/rebuilds/slow/preview?version=a%20b"), 400, /^version: /);
 });
 
+test("the preview answers within its time limit when an input cannot be read (a hung mount), and the server stays up", async () => {
+  const preview = () =>
+    fetch(`${base}/api/rebuilds/stuck-input/preview`, {
+      headers: { authorization: `Bearer ${OPERATOR_TOKEN}` },
+      signal: AbortSignal.timeout(30_000), // a hang fails the test instead of stalling it
+    }).then(async (response) => ({
+      status: response.status,
+      body: (await response.json()) as Record<string, unknown>,
+    }));
+  const [first, second] = await Promise.all([preview(), preview()]);
+  for (const answer of [first, second, await preview()]) {
+    assertError(answer, 400, /^version: the inputs were not read within 3 s here; give a version$/);
+  }
+  assert.equal((await call("GET", "/api/health")).status, 200);
+  assert.deepEqual((await call("GET", "/api/rebuilds/stuck-input/preview?version=v1")).body, {
+    outcome: "runs",
+    version: "v1",
+  });
+});
+
 test("the preview checks in the worker's order: already rebuilt first, then the claim", async () => {
   const name = claimName(bed.definitions.rebuilds.get("slow")!.claimPath);
   const grant = await acquireClaim(
@@ -187,7 +212,7 @@ test("GET /api/rebuilds lists each rebuild and tenant with schedule, last run, s
   }[];
   assert.deepEqual(
     rows.map((r) => `${r.name}/${r.tenant ?? ""}`),
-    ["slow/", "tenanted/acme", "tenanted/globex"],
+    ["slow/", "tenanted/acme", "tenanted/globex", "stuck-input/"],
   );
   for (const row of rows) {
     assert.equal(row.schedule, null);

@@ -21,22 +21,22 @@ test("settled, unchanged inputs are hashed once; a change of content (same size)
   const files = [write("a.geojson", "aaaa"), write("b.csv", "bbbb")];
   const cache = new InputHashCache(256, 200);
   await sleep(300); // past the settle window
-  const first = await hashInputs(files, cache);
-  assert.equal(await hashInputs(files, cache), first);
+  const first = await hashInputs(files, { cache });
+  assert.equal(await hashInputs(files, { cache }), first);
   assert.deepEqual([cache.misses, cache.hits], [1, 1]);
 
   fs.writeFileSync(files[1]!, "cccc"); // same size, new content
-  const changed = await hashInputs(files, cache);
+  const changed = await hashInputs(files, { cache });
   assert.notEqual(changed, first);
   assert.equal(cache.misses, 2);
-  assert.equal(changed, await hashInputs(files, new InputHashCache()), "the same hash as a fresh read");
+  assert.equal(changed, await hashInputs(files, { cache: new InputHashCache() }), "the same hash as a fresh read");
 });
 
 test("files changed within the settle window are read again every time", async () => {
   const files = [write("fresh.txt", "x")];
   const cache = new InputHashCache(256, 60_000);
-  const first = await hashInputs(files, cache);
-  assert.equal(await hashInputs(files, cache), first);
+  const first = await hashInputs(files, { cache });
+  assert.equal(await hashInputs(files, { cache }), first);
   assert.deepEqual([cache.misses, cache.hits], [2, 0]);
 });
 
@@ -44,9 +44,9 @@ test("the order and the names of the inputs are part of the hash; a missing inpu
   const a = write("one.txt", "same");
   const b = write("two.txt", "same");
   const cache = new InputHashCache(256, 0);
-  assert.notEqual(await hashInputs([a, b], cache), await hashInputs([b, a], cache));
+  assert.notEqual(await hashInputs([a, b], { cache }), await hashInputs([b, a], { cache }));
   await assert.rejects(
-    hashInputs([a, path.join(dir, "missing.txt")], cache),
+    hashInputs([a, path.join(dir, "missing.txt")], { cache }),
     (error: unknown) => error instanceof StepFailedError && /missing\.txt cannot be read: ENOENT/.test(error.message),
   );
 });
@@ -55,8 +55,8 @@ test("the cache is bounded: the oldest entry makes room", async () => {
   const cache = new InputHashCache(2, 0);
   const files = ["p", "q", "r"].map((name) => write(`${name}.txt`, name));
   await sleep(5);
-  for (const file of files) await hashInputs([file], cache);
-  await hashInputs([files[0]!], cache); // evicted: read again
-  await hashInputs([files[2]!], cache); // kept
+  for (const file of files) await hashInputs([file], { cache });
+  await hashInputs([files[0]!], { cache }); // evicted: read again
+  await hashInputs([files[2]!], { cache }); // kept
   assert.deepEqual([cache.misses, cache.hits], [4, 1]);
 });

@@ -1,0 +1,132 @@
+/**
+ * A job whose inputs take long to read — large files, or one that never ends: here a FIFO a
+ * child process feeds a byte every 200 ms and never closes, and a FIFO nobody writes to, whose
+ * open blocks as a hung network mount would — stops for an operator's cancel and for a deploy's
+ * SIGTERM while it is at them, on real worker processes: it is recorded cancelled (not retried),
+ * or aborted and handed back to the queue. Before, the job waited for its input to end (here:
+ * never), with no record at all.
+ */
+import assert from "node:assert/strict";
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import path from "node:path";
+import { after, before, test } from "node:test";
+import { cancelJob } from "../../lib/operations/cancel";
+import { isFinalStatus } from "../../lib/runs/transitions";
+import { createTestBed, type TestBed } from "../support/stack";
+
+let bed: TestBed;
+const feeders = new Set<ChildProcess>();
+const fifoOf = (name: string) => path.join(bed.dir, `${name}.fifo`);
+
+before(async () => {
+  // The bed's dir is made by createTestBed; the FIFOs are named there before anything reads them.
+  bed = await createTestBed({
+    "slow-input-cancel": {
+      output: "out/slow-input-cancel",
+      inputs: ["slow-input-cancel.fifo"],
+      retries: { attempts: 3, backoff: "200ms", maxBackoff: "1s" },
+      steps: [{ name: "noop", run: ["true"] }],
+    },
+    "slow-input-deploy": {
+      output: "out/slow-input-deploy",
+      inputs: ["slow-input-deploy.fifo"],
+      steps: [{ name: "noop", run: ["true"] }],
+    },
+  });
+  for (const name of ["slow-input-cancel", "slow-input-deploy"]) {
+    assert.equal(spawnSync("mkfifo", [fifoOf(name)]).status, 0, "mkfifo");
+  }
+});
+after(async () => {
+  for (const feeder of feeders) if (feeder.exitCode === null && feeder.signalCode === null) feeder.kill("SIGKILL");
+  await bed.close();
+});
+
+/** A writer that opens the FIFO and writes a byte every 200 ms until nobody reads it. */
+function feed(name: string): ChildProcess {
+  const feeder = spawn("sh", ["-c", 'exec 3>"$1"; while printf x >&3; do sleep 0.2; done', "sh", fifoOf(name)], {
+    stdio: "ignore",
+  });
+  feeders.add(feeder);
+  return feeder;
+}
+
+async function until<T>(what: string, probe: () => Promise<T | null | undefined | false>, timeoutMs = 30_000) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/** The job is active and has been at its input for a while. */
+async function readingItsInputs(jobId: string): Promise<void> {
+  await until("the job active", async () => (await bed.queue.getJobState(jobId)) === "active");
+  await new Promise((r) => setTimeout(r, 600));
+  assert.deepEqual(await bed.runsOfJob(jobId), [], "no record yet: the version is not known while the inputs are read");
+}
+
+test("a cancel stops a job while it reads its inputs: recorded cancelled, not retried", async () => {
+  const feeder = feed("slow-input-cancel");
+  const worker = await bed.startWorker();
+  try {
+    const jobId = await bed.trigger("slow-input-cancel");
+    await readingItsInputs(jobId);
+    const operator = "test-operator (operator)";
+    const result = await cancelJob(
+      { queue: bed.queue, main: bed.main, keys: bed.keys },
+      { jobId, actor: operator, reason: "input never ends" },
+    );
+    assert.equal(result.status, "cancelling");
+
+    const run = await bed.waitForRun((r) => r.jobId === jobId && isFinalStatus(r.status), 20_000, "the job's record");
+    assert.equal(run.status, "cancelled");
+    assert.equal(run.reason, `cancelled by ${operator}: input never ends`);
+    await until("the job failed in BullMQ", async () => (await bed.queue.getJobState(jobId)) === "failed");
+    assert.equal((await bed.queue.getJob(jobId))?.attemptsStarted, 1, "not retried");
+    assert.deepEqual(
+      (await bed.runsOfJob(jobId)).map((r) => r.status),
+      ["cancelled"],
+    );
+    assert.equal(worker.child.exitCode, null, "the worker serves on");
+  } finally {
+    await worker.stop();
+    feeder.kill("SIGKILL");
+  }
+});
+
+test("a deploy's SIGTERM stops a job stuck opening its input: recorded aborted, handed back to the queue", async () => {
+  // Nobody writes to this FIFO: opening it blocks (as a hung mount would), and no abort can
+  // interrupt that system call — the job must end without waiting for it.
+  const worker = await bed.startWorker();
+  try {
+    const jobId = await bed.trigger("slow-input-deploy");
+    await readingItsInputs(jobId);
+    const code = await Promise.race([
+      worker.stop("SIGTERM"),
+      new Promise<never>((_, reject) =>
+        setTimeout(() => reject(new Error(`the worker did not exit:\n${worker.output().slice(-2000)}`)), 30_000),
+      ),
+    ]);
+    // Node's process.exit would wait for the thread blocked in that open, for good: the worker
+    // ends itself with SIGKILL once everything else is closed, and says why.
+    assert.equal(code, null, `ended by a signal:\n${worker.output().slice(-2000)}`);
+    assert.equal(worker.child.signalCode, "SIGKILL");
+    assert.match(
+      worker.output(),
+      /shutdown: 1 input read\(s\) stuck in a system call \(a hung mount\?\); ending with SIGKILL/,
+    );
+
+    const [run, ...more] = await bed.runsOfJob(jobId);
+    assert.equal(more.length, 0);
+    assert.equal(run?.status, "aborted");
+    assert.equal(run?.reason, "worker shutdown: job handed back to the queue");
+    assert.equal(await bed.queue.getJobState(jobId), "waiting", "handed back, to run again on the next worker");
+    assert.doesNotMatch(worker.output(), /not handed back/);
+  } finally {
+    await worker.stop("SIGKILL");
+    await bed.queue.obliterate({ force: true });
+  }
+});
