@@ -102,50 +102,50 @@ function chunkedIndexes(tx: ChainableCommander, keys: RedisKeys, record: Seeded)
   }
 }
 
-const compactRecord = (tx: ChainableCommander, keys: RedisKeys, record: Seeded) => {
+const compactRecord: Layout = (tx, keys, record) => {
   tx.hset(keys.run(record.id), "v", packed(record));
   tx.pexpire(keys.run(record.id), recordTtlMs(DEFAULT_RETENTION));
 };
-const leafRecord = (tx: ChainableCommander, keys: RedisKeys, record: Seeded) =>
+const leafRecord: Layout = (tx, keys, record) => {
   tx.hset(`${keys.tag}:runs-leaf:${record.rebuild}:${record.tenant ?? ""}`, record.id, packed(record));
+};
+
+/** A layout that writes the record one way and its index entries another. */
+const writing =
+  (record: Layout, indexes: Layout): Layout =>
+  (tx, keys, seeded) => {
+    record(tx, keys, seeded);
+    indexes(tx, keys, seeded);
+  };
+
+const hashRecord: Layout = (tx, keys, record) => {
+  tx.hset(keys.run(record.id), toFields(record));
+  tx.pexpire(keys.run(record.id), recordTtlMs(DEFAULT_RETENTION));
+};
+
+/** Only the run's rebuild+tenant+status index. */
+const leafIndex: Layout = (tx, keys, record) => {
+  const place = runPlaceOf(record.rebuild, record.tenant);
+  tx.zadd(
+    keys.runIndex({
+      ...(place.rebuild ? { rebuild: place.rebuild } : {}),
+      ...(place.tenant ? { tenant: place.tenant } : {}),
+      status: record.status,
+    }),
+    record.startedAt ?? record.createdAt,
+    record.id,
+  );
+};
 
 const LAYOUTS: Record<string, Layout> = {
   current: (tx, keys, record) => importRunInto(tx, keys, record, DEFAULT_RETENTION),
   current_uncounted: (tx, keys, record) => importRunInto(tx, keys, record, DEFAULT_RETENTION, { uncounted: true }),
-  streams: (tx, keys, record) => {
-    tx.hset(keys.run(record.id), toFields(record));
-    tx.pexpire(keys.run(record.id), recordTtlMs(DEFAULT_RETENTION));
-    streamIndexes(tx, keys, record);
-  },
-  compact: (tx, keys, record) => {
-    compactRecord(tx, keys, record);
-    zsetIndexes(tx, keys, record);
-  },
-  compact_chunked: (tx, keys, record) => {
-    compactRecord(tx, keys, record);
-    chunkedIndexes(tx, keys, record);
-  },
-  leaf_zsets: (tx, keys, record) => {
-    leafRecord(tx, keys, record);
-    zsetIndexes(tx, keys, record);
-  },
-  leaf_chunked: (tx, keys, record) => {
-    leafRecord(tx, keys, record);
-    chunkedIndexes(tx, keys, record);
-  },
-  leaf_one_zset: (tx, keys, record) => {
-    leafRecord(tx, keys, record);
-    const place = runPlaceOf(record.rebuild, record.tenant);
-    tx.zadd(
-      keys.runIndex({
-        ...(place.rebuild ? { rebuild: place.rebuild } : {}),
-        ...(place.tenant ? { tenant: place.tenant } : {}),
-        status: record.status,
-      }),
-      record.startedAt ?? record.createdAt,
-      record.id,
-    );
-  },
+  streams: writing(hashRecord, streamIndexes),
+  compact: writing(compactRecord, zsetIndexes),
+  compact_chunked: writing(compactRecord, chunkedIndexes),
+  leaf_zsets: writing(leafRecord, zsetIndexes),
+  leaf_chunked: writing(leafRecord, chunkedIndexes),
+  leaf_one_zset: writing(leafRecord, leafIndex),
 };
 
 async function usedMemory(client: Redis): Promise<number> {
@@ -173,6 +173,7 @@ async function main(): Promise<void> {
     console.log(`redis-server pid ${server.pid} on ${server.url}; ${RECORDS.toLocaleString("en")} records per layout`);
     for (const [name, layout] of Object.entries(LAYOUTS)) {
       await client.flushall();
+      chunkFill.clear();
       const before = await usedMemory(client);
       const started = performance.now();
       await seed(client, keys, layout);

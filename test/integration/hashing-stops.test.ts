@@ -13,6 +13,7 @@ import { after, before, test } from "node:test";
 import { cancelJob } from "../../lib/operations/cancel";
 import { isFinalStatus } from "../../lib/runs/transitions";
 import { createTestBed, type TestBed } from "../support/stack";
+import { until } from "../support/until";
 
 let bed: TestBed;
 const feeders = new Set<ChildProcess>();
@@ -49,16 +50,6 @@ function feed(name: string): ChildProcess {
   });
   feeders.add(feeder);
   return feeder;
-}
-
-async function until<T>(what: string, probe: () => Promise<T | null | undefined | false>, timeoutMs = 30_000) {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
 }
 
 /** The job is active and has been at its input for a while. */

@@ -21,6 +21,7 @@ import { triggerRebuild } from "../../lib/rebuilds/trigger";
 import { isFinalStatus } from "../../lib/runs/transitions";
 import { killMarkedProcesses, newMarker, pidsWithMarker, waitUntilNoMarker } from "../support/markers";
 import { createTestBed, type TestBed } from "../support/stack";
+import { until } from "../support/until";
 
 const KILL_GRACE_MS = 1_000;
 let bed: TestBed;
@@ -68,16 +69,6 @@ after(async () => {
 
 const operator = "test-operator (operator)";
 const deps = () => ({ queue: bed.queue, main: bed.main, keys: bed.keys, definitions: bed.definitions });
-
-async function until<T>(what: string, probe: () => Promise<T | null | undefined>, timeoutMs = 60_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 const slowClaim = () => claimName(bed.definitions.rebuilds.get("slow")!.claimPath);
 

@@ -14,6 +14,7 @@ import { acquireClaim, claimName, forceReleaseClaim, readClaim, releaseClaim, re
 import { isFinalStatus } from "../../lib/runs/transitions";
 import { pidsWithMarker } from "../support/markers";
 import { createTestBed, type TestBed } from "../support/stack";
+import { until } from "../support/until";
 
 let bed: TestBed;
 before(async () => {
@@ -45,16 +46,6 @@ after(() => bed.close());
 
 const outputDir = () => bed.definitions.rebuilds.get("gated")!.outputPath;
 const claim = () => claimName(bed.definitions.rebuilds.get("gated")!.claimPath);
-
-async function until<T>(what: string, probe: () => Promise<T | null | undefined>, timeoutMs = 60_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 /**
  * Force-releases b1's live claim (the token the operator was shown) and lets "job A" take the
