@@ -32,7 +32,14 @@ import type { RedisKeys } from "../redis/keys";
 import { DEFAULT_RETENTION, runPlaceOf, type RunRetention } from "../runs/records";
 import type { FinalRunStatus } from "../runs/transitions";
 import { runIdOf, type RunRecord, type StepRecord } from "../runs/types";
-import { beginAttempt, RunRecorder, type AttemptIdentity, type RunStore, type RunWrite } from "../runs/writer";
+import {
+  beginAttempt,
+  RunRecorder,
+  writeRun,
+  type AttemptIdentity,
+  type RunStore,
+  type RunWrite,
+} from "../runs/writer";
 import type { WorkerIdentity } from "../workers/heartbeat";
 import { buildAndPublish, type BuildResult } from "./build-and-publish";
 import {
@@ -175,9 +182,19 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
     const begun = await beginAttempt(store, identity, { mode: { kind: "final", status, reason } }).catch(
       (error: unknown) => log(`recording the ${status} attempt failed: ${String(error)}`),
     );
-    if (begun?.status === "cancelled" || (begun?.status === "exists" && begun.cancelRequest)) {
+    if (begun?.status === "cancelled") {
       log(`${reason}; the job was cancelled meanwhile: recorded cancelled, not retried`);
       return cancelledAtBegin(job, runId, begun);
+    }
+    if (begun?.status === "exists" && begun.cancelRequest) {
+      // This attempt's record exists already (the queue's Redis forgot a pickup): RUN_BEGIN wrote
+      // nothing, so the cancel ends that record here, as RebuildAttempt.run does.
+      const cancelled = cancelledAtBegin(job, runId, begun);
+      await writeRun(store, identity, { status: "cancelled", fields: { reason: cancelled.reason } }).catch(
+        (error: unknown) => log(`recording the cancel failed: ${String(error)}`),
+      );
+      log(`${reason}; the job was cancelled meanwhile: recorded cancelled, not retried`);
+      return cancelled;
     }
     return null;
   };

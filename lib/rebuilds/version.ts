@@ -40,9 +40,9 @@ export class InputHashCache {
   }
 
   /**
-   * `read()` for `key`, unless a read of the same inputs is still going: then that one's result.
-   * A read stuck in a system call (a hung mount) then holds one thread of the pool, not one per
-   * poll of the preview.
+   * `read()` for `key`, unless one for the same inputs is still going: then that one's result
+   * (a little stale, as every answer of this cache may be). A read stuck in a system call (a hung
+   * mount) then holds one thread of the pool, not one per poll of the preview.
    */
   readOnce(key: string, read: () => Promise<string>): Promise<string> {
     let reading = this.reading.get(key);
@@ -79,28 +79,38 @@ export interface HashInputsOptions {
 /** sha256 over each input's name and bytes, in the order the definition lists them. */
 export function hashInputs(inputPaths: readonly string[], options: HashInputsOptions = {}): Promise<string> {
   const { cache, signal } = options;
-  if (!signal) return hashNow(inputPaths, cache);
-  if (signal.aborted) return Promise.reject(stoppedBy(signal));
+  if (signal?.aborted) return Promise.reject(stoppedBy(signal));
+  // With a cache, one look (stat, cache, read) per set of inputs at a time, shared by the callers
+  // that ask meanwhile: no one caller's signal stops it (they stop waiting for it instead).
+  const work = cache
+    ? cache.readOnce(inputPaths.join("\0"), () => hashThroughCache(inputPaths, cache))
+    : readAndHash(inputPaths, signal);
+  if (!signal) return work;
   let settled = false;
-  const work = hashNow(inputPaths, cache, signal).finally(() => (settled = true));
+  void work.then(
+    () => (settled = true),
+    () => (settled = true),
+  );
   let onAbort = () => {};
   const stopped = new Promise<never>((_, reject) => {
     onAbort = () => {
-      if (!settled) {
-        // Left behind: counted until it ends (a stat or open on a hung mount may never end).
-        abandonedReads += 1;
-        endStuckProcessesOnExit();
-        void work.catch(() => {}).finally(() => (abandonedReads -= 1));
-      }
+      if (!settled) abandon(work);
       reject(stoppedBy(signal));
     };
     signal.addEventListener("abort", onAbort, { once: true });
   });
-  work.catch(() => {}); // once stopped, its own end is nobody's concern
   return Promise.race([work, stopped]).finally(() => signal.removeEventListener("abort", onAbort));
 }
 
-let abandonedReads = 0;
+/** Reads whose every caller stopped waiting, until they end (a stuck one never does). */
+const abandoned = new Set<Promise<string>>();
+
+function abandon(work: Promise<string>): void {
+  if (abandoned.has(work)) return;
+  abandoned.add(work);
+  endStuckProcessesOnExit();
+  void work.catch(() => {}).finally(() => abandoned.delete(work));
+}
 
 /**
  * Input reads stopped by their signal that have not ended yet: each may hold a thread of the
@@ -109,34 +119,34 @@ let abandonedReads = 0;
  * normally: it ends with SIGKILL then (`endStuckProcessesOnExit`).
  */
 export function abandonedInputReads(): number {
-  return abandonedReads;
+  return abandoned.size;
 }
 
 let exitHooked = false;
 /**
  * Once a read was left behind: a process that exits while any is still stuck ends with SIGKILL
- * instead of hanging in `process.exit` (the worker, and the web server after a preview).
+ * instead of hanging in `process.exit` (the worker, and the web server after a preview). Exit
+ * listeners added after this one (none in claimwatch: the step cgroups' is added at start) do not
+ * run then, and a supervisor sees the exit as killed.
  */
 function endStuckProcessesOnExit(): void {
   if (exitHooked) return;
   exitHooked = true;
   process.once("exit", () => {
-    if (abandonedReads > 0) process.kill(process.pid, "SIGKILL");
+    if (abandoned.size > 0) process.kill(process.pid, "SIGKILL");
   });
 }
 
-async function hashNow(inputPaths: readonly string[], cache?: InputHashCache, signal?: AbortSignal): Promise<string> {
-  if (!cache) return readAndHash(inputPaths, signal);
+/** The hash from `cache` while the files are unchanged, else read and filed under the fingerprint taken before the read. */
+async function hashThroughCache(inputPaths: readonly string[], cache: InputHashCache): Promise<string> {
   const stats = await Promise.all(inputPaths.map((file) => fsp.stat(file).catch(() => null)));
-  if (stats.some((stat) => stat === null)) return readAndHash(inputPaths, signal); // reports which input
+  if (stats.some((stat) => stat === null)) return readAndHash(inputPaths); // reports which input
   const present = stats as fs.Stats[];
   const key = inputPaths.join("\0");
   const fingerprint = present.map((s) => `${s.dev}:${s.ino}:${s.size}:${s.mtimeMs}:${s.ctimeMs}`).join("|");
   const cached = cache.lookup(key, fingerprint);
   if (cached) return cached;
-  // Shared by the callers that ask meanwhile, so no one caller's signal stops it (hashInputs
-  // stops waiting for it instead).
-  const hash = await cache.readOnce(key, () => readAndHash(inputPaths));
+  const hash = await readAndHash(inputPaths);
   cache.store(key, fingerprint, hash, Math.max(0, ...present.map((s) => Math.max(s.mtimeMs, s.ctimeMs))));
   return hash;
 }

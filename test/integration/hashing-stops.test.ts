@@ -95,12 +95,16 @@ test("a deploy's SIGTERM stops a job stuck opening its input: recorded aborted, 
   try {
     const jobId = await bed.trigger("slow-input-deploy");
     await readingItsInputs(jobId);
+    let timer: NodeJS.Timeout | undefined;
     const code = await Promise.race([
       worker.stop("SIGTERM"),
-      new Promise<never>((_, reject) =>
-        setTimeout(() => reject(new Error(`the worker did not exit:\n${worker.output().slice(-2000)}`)), 30_000),
-      ),
-    ]);
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(
+          () => reject(new Error(`the worker did not exit:\n${worker.output().slice(-2000)}`)),
+          30_000,
+        );
+      }),
+    ]).finally(() => clearTimeout(timer));
     // Node's process.exit would wait for the thread blocked in that open, for good: the worker
     // ends itself with SIGKILL once everything else is closed, and says why.
     assert.equal(code, null, `ended by a signal:\n${worker.output().slice(-2000)}`);

@@ -5,6 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
+import fs from "node:fs";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { acquireClaim, claimName, releaseClaim } from "../../lib/claims";
@@ -24,8 +25,10 @@ before(async () => {
     tenanted: { output: "out/tenanted", tenants: ["acme", "globex"], steps: [{ name: "s", run: ["true"] }] },
     // Its input is a FIFO nobody writes to: opening it blocks, as on a hung network mount.
     "stuck-input": { output: "out/stuck-input", inputs: ["stuck-input.fifo"], steps: [{ name: "s", run: ["true"] }] },
+    "plain-input": { output: "out/plain-input", inputs: ["plain-input.txt"], steps: [{ name: "s", run: ["true"] }] },
   });
   assert.equal(spawnSync("mkfifo", [path.join(bed.dir, "stuck-input.fifo")]).status, 0, "mkfifo");
+  fs.writeFileSync(path.join(bed.dir, "plain-input.txt"), "plain");
   const web = await startWebServer(bed, { CLAIMWATCH_OPERATOR_TOKEN: `tester:${OPERATOR_TOKEN}` });
   base = web.url;
   stopWeb = web.stop;
@@ -167,11 +170,16 @@ test("the preview answers within its time limit when an input cannot be read (a 
       status: response.status,
       body: (await response.json()) as Record<string, unknown>,
     }));
-  const [first, second] = await Promise.all([preview(), preview()]);
-  for (const answer of [first, second, await preview()]) {
+  // More polls at once than Node's thread pool has threads (4): each waiting in its own open()
+  // of the FIFO, they would leave no thread for any other file read of the server.
+  const answers = await Promise.all(Array.from({ length: 6 }, preview));
+  for (const answer of [...answers, await preview()]) {
     assertError(answer, 400, /^version: the inputs were not read within 3 s here; give a version$/);
   }
   assert.equal((await call("GET", "/api/health")).status, 200);
+  const plain = await call("GET", "/api/rebuilds/plain-input/preview");
+  assert.equal(plain.status, 200, JSON.stringify(plain.body));
+  assert.match(String(plain.body.version), /^in-[0-9a-f]{16}$/, "another rebuild's inputs are still read");
   assert.deepEqual((await call("GET", "/api/rebuilds/stuck-input/preview?version=v1")).body, {
     outcome: "runs",
     version: "v1",
@@ -212,7 +220,7 @@ test("GET /api/rebuilds lists each rebuild and tenant with schedule, last run, s
   }[];
   assert.deepEqual(
     rows.map((r) => `${r.name}/${r.tenant ?? ""}`),
-    ["slow/", "tenanted/acme", "tenanted/globex", "stuck-input/"],
+    ["slow/", "tenanted/acme", "tenanted/globex", "stuck-input/", "plain-input/"],
   );
   for (const row of rows) {
     assert.equal(row.schedule, null);
