@@ -322,3 +322,28 @@ test("an attempt picked up again after the queue's Redis forgot its pickup (its 
   assert.equal(record?.buildHash, null);
   assert.equal(record?.fence, null, "no claim was granted");
 });
+
+test("an attempt whose record exists already and that ends before it began (inputs unreadable) on a cancel ends that record cancelled", async () => {
+  const bed = await createTestBed({ f: { output: "out/f", inputs: ["missing-input.txt"], steps: [slowStep(0)] } });
+  beds.push(bed);
+  const deps = rebuildDepsOf(bed);
+  const store = { client: bed.main, keys: bed.keys, retention: DEFAULT_RETENTION };
+  // The first pickup wrote the attempt's record ("running"), then the queue forgot the pickup.
+  await beginAttempt(
+    store,
+    { ...attempt("forgotten-f", 1, "f"), tenant: null, workerId: deps.worker.id },
+    { mode: { kind: "running" } },
+  );
+  await writeCancelRequest(bed.main, bed.keys, "forgotten-f", { actor: "ops", reason: "stop it", at: 1 });
+  const outcome = await runRebuild(deps, {
+    id: "forgotten-f",
+    attempt: 1,
+    createdAt: Date.now(),
+    data: { rebuild: "f", trigger: "api" as const },
+    signal: new AbortController().signal,
+  });
+  assert.deepEqual(outcome, { status: "cancelled", runId: "forgotten-f-a1", reason: "cancelled by ops: stop it" });
+  const record = await readRun(bed.main, bed.keys, "forgotten-f-a1");
+  assert.equal(record?.status, "cancelled", "the existing record ends cancelled, not left running");
+  assert.equal(record?.reason, "cancelled by ops: stop it");
+});
