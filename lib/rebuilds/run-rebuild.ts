@@ -186,14 +186,22 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
       log(`${reason}; the job was cancelled meanwhile: recorded cancelled, not retried`);
       return cancelledAtBegin(job, runId, begun);
     }
-    if (begun?.status === "exists" && begun.cancelRequest) {
+    if (begun?.status === "exists" && (begun.cancelRequest || status === "cancelled")) {
       // This attempt's record exists already (the queue's Redis forgot a pickup): RUN_BEGIN wrote
-      // nothing, so the cancel ends that record here, as RebuildAttempt.run does.
-      const cancelled = cancelledAtBegin(job, runId, begun);
-      await writeRun(store, identity, { status: "cancelled", fields: { reason: cancelled.reason } }).catch(
-        (error: unknown) => log(`recording the cancel failed: ${String(error)}`),
+      // nothing, so the cancel ends that record here, as RebuildAttempt.run does (also when the
+      // request is gone by now but the job's signal said cancelled).
+      const cancelled = begun.cancelRequest
+        ? cancelledAtBegin(job, runId, begun)
+        : { status: "cancelled" as const, runId, reason };
+      const written = await writeRun(store, identity, {
+        status: "cancelled",
+        fields: { reason: cancelled.reason },
+      }).catch((error: unknown) => `not written (${String(error)})`);
+      log(
+        written === "written"
+          ? `${reason}; the job was cancelled meanwhile: recorded cancelled, not retried`
+          : `${reason}; the job was cancelled meanwhile (not retried); its existing record: ${written}`,
       );
-      log(`${reason}; the job was cancelled meanwhile: recorded cancelled, not retried`);
       return cancelled;
     }
     return null;

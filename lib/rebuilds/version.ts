@@ -80,6 +80,14 @@ export interface HashInputsOptions {
 export function hashInputs(inputPaths: readonly string[], options: HashInputsOptions = {}): Promise<string> {
   const { cache, signal } = options;
   if (signal?.aborted) return Promise.reject(stoppedBy(signal));
+  if (abandoned.size >= MAX_ABANDONED_READS) {
+    // Each may hold a thread of the pool for good: keep the rest for everything else.
+    return Promise.reject(
+      new TransientStepError(
+        `${abandoned.size} earlier reads of inputs are still stuck in the kernel (a hung mount?); not reading more`,
+      ),
+    );
+  }
   // With a cache, one look (stat, cache, read) per set of inputs at a time, shared by the callers
   // that ask meanwhile: no one caller's signal stops it (they stop waiting for it instead).
   const work = cache
@@ -102,8 +110,10 @@ export function hashInputs(inputPaths: readonly string[], options: HashInputsOpt
   return Promise.race([work, stopped]).finally(() => signal.removeEventListener("abort", onAbort));
 }
 
-/** Reads whose every caller stopped waiting, until they end (a stuck one never does). */
+/** Reads a caller stopped waiting for, until they end (a stuck one never does). */
 const abandoned = new Set<Promise<string>>();
+/** Abandoned reads at which no new read starts: Node's thread pool has 4 threads. */
+export const MAX_ABANDONED_READS = 2;
 
 function abandon(work: Promise<string>): void {
   if (abandoned.has(work)) return;
@@ -139,9 +149,13 @@ function endStuckProcessesOnExit(): void {
 
 /** The hash from `cache` while the files are unchanged, else read and filed under the fingerprint taken before the read. */
 async function hashThroughCache(inputPaths: readonly string[], cache: InputHashCache): Promise<string> {
-  const stats = await Promise.all(inputPaths.map((file) => fsp.stat(file).catch(() => null)));
-  if (stats.some((stat) => stat === null)) return readAndHash(inputPaths); // reports which input
-  const present = stats as fs.Stats[];
+  // One at a time: a stat stuck on a hung mount then holds one thread of the pool, not one per input.
+  const present: fs.Stats[] = [];
+  for (const file of inputPaths) {
+    const stat = await fsp.stat(file).catch(() => null);
+    if (!stat) return readAndHash(inputPaths); // reports which input
+    present.push(stat);
+  }
   const key = inputPaths.join("\0");
   const fingerprint = present.map((s) => `${s.dev}:${s.ino}:${s.size}:${s.mtimeMs}:${s.ctimeMs}`).join("|");
   const cached = cache.lookup(key, fingerprint);
@@ -158,6 +172,8 @@ async function readAndHash(inputPaths: readonly string[], signal?: AbortSignal):
     try {
       if (signal?.aborted) throw stoppedBy(signal);
       const before = await fsp.stat(file);
+      // A stream made with an aborted signal still opens the file and never closes it.
+      if (signal?.aborted) throw stoppedBy(signal);
       for await (const chunk of fs.createReadStream(file, signal ? { signal } : {})) hash.update(chunk as Buffer);
       const after = await fsp.stat(file);
       if (identityOf(before) !== identityOf(after)) {
