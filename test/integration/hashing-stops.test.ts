@@ -10,9 +10,13 @@ import assert from "node:assert/strict";
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import path from "node:path";
 import { after, before, test } from "node:test";
+import fs from "node:fs";
 import { cancelJob } from "../../lib/operations/cancel";
+import { RebuildError, runRebuild } from "../../lib/rebuilds/run-rebuild";
+import { abandonedInputReads } from "../../lib/rebuilds/version";
+import { readRun } from "../../lib/runs/records";
 import { isFinalStatus } from "../../lib/runs/transitions";
-import { createTestBed, type TestBed } from "../support/stack";
+import { createTestBed, rebuildDepsOf, type TestBed } from "../support/stack";
 import { until } from "../support/until";
 
 let bed: TestBed;
@@ -33,8 +37,13 @@ before(async () => {
       inputs: ["slow-input-deploy.fifo"],
       steps: [{ name: "noop", run: ["true"] }],
     },
+    "slow-input-lock": {
+      output: "out/slow-input-lock",
+      inputs: ["slow-input-lock.fifo"],
+      steps: [{ name: "noop", run: ["true"] }],
+    },
   });
-  for (const name of ["slow-input-cancel", "slow-input-deploy"]) {
+  for (const name of ["slow-input-cancel", "slow-input-deploy", "slow-input-lock"]) {
     assert.equal(spawnSync("mkfifo", [fifoOf(name)]).status, 0, "mkfifo");
   }
 });
@@ -124,4 +133,32 @@ test("a deploy's SIGTERM stops a job stuck opening its input: recorded aborted, 
     await worker.stop("SIGKILL");
     await bed.queue.obliterate({ force: true });
   }
+});
+
+test("a job whose lock is lost while it is stuck opening its input: recorded aborted and retried, without waiting for the open", async () => {
+  const lock = new AbortController();
+  const attempt = runRebuild(rebuildDepsOf(bed), {
+    id: "lock-lost-while-reading",
+    attempt: 1,
+    createdAt: Date.now(),
+    data: { rebuild: "slow-input-lock", trigger: "api" as const },
+    signal: lock.signal,
+  });
+  await new Promise((r) => setTimeout(r, 500)); // at the FIFO, waiting for a writer that never comes
+  lock.abort("lock-lost");
+  let timer: NodeJS.Timeout | undefined;
+  const notStopped = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error("the attempt did not stop: still waiting at its input")), 10_000);
+  });
+  await assert.rejects(
+    Promise.race([attempt, notStopped]).finally(() => clearTimeout(timer)),
+    (error: unknown) => error instanceof RebuildError && error.retry && /job lock lost/.test(error.message),
+  );
+  const run = await readRun(bed.main, bed.keys, "lock-lost-while-reading-a1");
+  assert.equal(run?.status, "aborted");
+  assert.equal(run?.reason, "BullMQ job lock lost (worker stalled); the job is redelivered");
+  assert.equal(abandonedInputReads(), 1, "the open is left behind, counted");
+  // Let the open through (it would hold this process's exit), and see it counted no more.
+  fs.closeSync(fs.openSync(fifoOf("slow-input-lock"), fs.constants.O_WRONLY | fs.constants.O_NONBLOCK));
+  await until("the stuck read ended", async () => abandonedInputReads() === 0, 10_000);
 });
