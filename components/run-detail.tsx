@@ -33,7 +33,9 @@ export function RunDetailView({ initial, id }: { initial: RunDetail | null; id: 
     ],
     ["Job", `${run.jobId} (attempt ${run.attempt})`],
     ["Trigger", run.trigger],
-    ["Version", run.version],
+    // A running attempt without a version is still reading its inputs to hash them (a large or
+    // slow input: its record begins before the version is known).
+    ["Version", run.version ?? (run.status === "running" ? "reading inputs…" : null)],
     [
       "Fence",
       run.fence === null ? null : (

@@ -34,9 +34,11 @@ import type { FinalRunStatus } from "../runs/transitions";
 import { runIdOf, type RunRecord, type StepRecord } from "../runs/types";
 import {
   beginAttempt,
+  recordVersion,
   RunRecorder,
   writeRun,
   type AttemptIdentity,
+  type BeginResult,
   type RunStore,
   type RunWrite,
 } from "../runs/writer";
@@ -152,8 +154,19 @@ export class RebuildError extends Error {
   }
 }
 
+/** The main Redis as the attempt's record writes use it (`recordVersion` reads a key too). */
+type AttemptStore = RunStore & { client: Redis };
+
+/**
+ * Inputs that take longer than this to read (large ones, a slow or hung mount): the attempt's
+ * record begins while they are read (running, without a version), so the job shows in the run
+ * history; the version is recorded on it once known (`recordVersion`). Faster reads keep the one
+ * round trip that begins the record and checks the version together.
+ */
+export const INPUTS_VISIBLE_AFTER_MS = 1_000;
+
 export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<RebuildOutcome> {
-  const store: RunStore = { client: deps.main, keys: deps.keys, retention: deps.retention ?? DEFAULT_RETENTION };
+  const store: AttemptStore = { client: deps.main, keys: deps.keys, retention: deps.retention ?? DEFAULT_RETENTION };
   const runId = runIdOf(job.id, job.attempt);
   const log = (line: string) => deps.log?.(`[${runId}] ${line}`);
   const raw = (job.data ?? {}) as { rebuild?: unknown; tenant?: unknown; trigger?: unknown; retryOf?: unknown };
@@ -170,6 +183,8 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
     host: deps.worker.host,
     ...(typeof raw.retryOf === "string" ? { retryOf: raw.retryOf.slice(0, 200) } : {}),
   };
+  /** The record's begin while the inputs were still being read (see INPUTS_VISIBLE_AFTER_MS), once made. */
+  const reading: { begun: BeginResult | null } = { begun: null };
   /**
    * The attempt's one record when it ends before its record began: `null`, or the cancelled
    * outcome when the job has an operator's cancel request (RUN_BEGIN then records it cancelled
@@ -179,6 +194,14 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
     status: FinalRunStatus,
     reason: string,
   ): Promise<Extract<RebuildOutcome, { status: "cancelled" }> | null> => {
+    if (reading.begun?.status === "began") {
+      // This attempt's record began while its inputs were read: it ends here.
+      const written = await writeRun(store, identity, { status, fields: { reason } }).catch(
+        (error: unknown) => `not written (${String(error)})`,
+      );
+      if (written !== "written") log(`recording the ${status} attempt: ${written}`);
+      return null;
+    }
     const begun = await beginAttempt(store, identity, { mode: { kind: "final", status, reason } }).catch(
       (error: unknown) => log(`recording the ${status} attempt failed: ${String(error)}`),
     );
@@ -260,17 +283,52 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
     { id: job.id, rebuild: data.rebuild, tenant: data.tenant },
     store.retention.maxAgeMs,
   ).catch((e: unknown) => log(`recording the scheduled tick failed: ${String(e)}`));
+  /** The hash of the inputs; the record begins meanwhile when they take long to read. */
+  const readInputs = async (): Promise<string> => {
+    const stopRead = new AbortController();
+    let begin: Promise<BeginResult | null> | null = null;
+    const timer = setTimeout(() => {
+      begin = beginAttempt(store, identity, {
+        mode: { kind: "running" },
+        ...(data.force
+          ? {}
+          : { pendingTrigger: deps.keys.pendingTrigger(data.rebuild, data.tenant, data.version, false) }),
+      }).then(
+        (begun) => {
+          // The job has an operator's cancel request: recorded cancelled; the read stops.
+          if (begun.status === "cancelled") stopRead.abort(CANCEL_ABORT_REASON);
+          return begun;
+        },
+        (error: unknown) => {
+          log(`recording the attempt while its inputs are read failed: ${String(error)}`);
+          return null;
+        },
+      );
+    }, INPUTS_VISIBLE_AFTER_MS);
+    try {
+      return await hashInputs(definition.inputPaths, { signal: AbortSignal.any([job.signal, stopRead.signal]) });
+    } finally {
+      clearTimeout(timer);
+      reading.begun = begin ? await begin : null;
+    }
+  };
+
   try {
     let version: string;
     try {
-      version = data.version ?? (await hashInputs(definition.inputPaths, { signal: job.signal }));
+      version = data.version ?? (await readInputs());
     } catch (error) {
+      if (reading.begun?.status === "cancelled") return cancelledAtBegin(job, runId, reading.begun);
       // Stopped while its inputs were read (large ones, or one that never ends: a FIFO, a hung
       // mount): an operator's cancel, a shutdown or a lost job lock ends it here, not after the read.
       if (job.signal.aborted) return await stoppedWhileHashing(error);
       return await failEarly(`inputs unreadable: ${(error as Error).message}`, isTransient(error), error);
     }
-    return await new RebuildAttempt(deps, store, job, identity, data, definition, version, log).run();
+    const begun = reading.begun;
+    if (begun?.status === "cancelled") return cancelledAtBegin(job, runId, begun);
+    return await new RebuildAttempt(deps, store, job, identity, data, definition, version, log, {
+      begunWhileReading: begun?.status === "began",
+    }).run();
   } finally {
     await tick;
   }
@@ -287,13 +345,15 @@ class RebuildAttempt {
 
   constructor(
     private readonly deps: RebuildDeps,
-    private readonly store: RunStore,
+    private readonly store: AttemptStore,
     private readonly job: RebuildJob,
     private readonly identity: AttemptIdentity,
     private readonly data: RebuildJobData,
     private readonly definition: RebuildDefinition,
     private readonly version: string,
     private readonly log: (line: string) => void,
+    /** The record began while the inputs were read: it gets the version, not a begin. */
+    private readonly opening: { begunWhileReading: boolean },
   ) {
     this.claim = claimName(definition.claimPath, data.tenant);
     this.idemKey = idempotencyKey(data.rebuild, data.tenant, version);
@@ -308,13 +368,18 @@ class RebuildAttempt {
 
   async run(): Promise<RebuildOutcome> {
     const { deps, data, definition } = this;
-    const begun = await beginAttempt(this.store, this.identity, {
-      mode: data.force ? { kind: "running" } : { kind: "check", idempotencyKey: this.idemKey },
-      fields: { version: this.version, idempotencyKey: this.idemKey },
-      ...(data.force
-        ? {}
-        : { pendingTrigger: deps.keys.pendingTrigger(data.rebuild, data.tenant, data.version, false) }),
-    }).catch((error: unknown) => {
+    const fields = { version: this.version, idempotencyKey: this.idemKey };
+    const begun = await (
+      this.opening.begunWhileReading
+        ? recordVersion(this.store, this.identity, { fields, idempotencyKey: data.force ? null : this.idemKey })
+        : beginAttempt(this.store, this.identity, {
+            mode: data.force ? { kind: "running" } : { kind: "check", idempotencyKey: this.idemKey },
+            fields,
+            ...(data.force
+              ? {}
+              : { pendingTrigger: deps.keys.pendingTrigger(data.rebuild, data.tenant, data.version, false) }),
+          })
+    ).catch((error: unknown) => {
       // Without a record the attempt would run unseen: let BullMQ retry it once Redis answers.
       throw new RebuildError(`recording the attempt failed: ${String(error)}`, true, this.runId, { cause: error });
     });

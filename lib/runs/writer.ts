@@ -7,7 +7,7 @@
  * final record, and a record that was trimmed is never recreated half-empty.
  */
 import crypto from "node:crypto";
-import type { ChainableCommander } from "ioredis";
+import type { ChainableCommander, Redis } from "ioredis";
 import { encodeEvent } from "../events/publish";
 import type { StoredEvent } from "../events/types";
 import type { RedisKeys } from "../redis/keys";
@@ -194,6 +194,35 @@ export async function beginAttempt(
     default:
       throw new Error(`${RUN_BEGIN.command}: unexpected reply ${JSON.stringify(reply)}`);
   }
+}
+
+/**
+ * The version of an attempt whose record began before it was known (its inputs took long to
+ * read, lib/rebuilds/run-rebuild.ts): RUN_BEGIN's check, made late. The record ends skipped
+ * "already rebuilt" when the idempotency key names a run (`idempotencyKey` null: a forced
+ * rebuild, no check), else it gains `fields`. Two round trips, on that slow path only; the check
+ * and the write are not one step, and need not be: the attempt checks the key again under the
+ * claim. A record that is not running any more (final already, or gone) answers `exists`.
+ */
+export async function recordVersion(
+  store: RunStore & { client: RunStore["client"] & Pick<Redis, "get"> },
+  run: RunRef,
+  options: { fields: Partial<RunRecord>; idempotencyKey: string | null },
+): Promise<BeginResult> {
+  const rebuiltBy = options.idempotencyKey
+    ? await store.client.get(store.keys.idempotency(options.idempotencyKey))
+    : null;
+  const written = await writeRun(
+    store,
+    run,
+    rebuiltBy
+      ? { status: "skipped", fields: { ...options.fields, reason: `${ALREADY_REBUILT_PREFIX}${rebuiltBy}` } }
+      : { fields: options.fields },
+  );
+  if (written !== "written") return { status: "exists", cancelRequest: null };
+  return rebuiltBy
+    ? { status: "already-rebuilt", rebuiltBy, cancelRequest: null }
+    : { status: "began", cancelRequest: null };
 }
 
 /** A run as its writes name it. */

@@ -4,7 +4,8 @@
  * open blocks as a hung network mount would — stops for an operator's cancel and for a deploy's
  * SIGTERM while it is at them, on real worker processes: it is recorded cancelled (not retried),
  * or aborted and handed back to the queue. Before, the job waited for its input to end (here:
- * never), with no record at all.
+ * never), with no record at all. A job whose inputs take over INPUTS_VISIBLE_AFTER_MS to read
+ * shows in the run history meanwhile: running, without a version until the read ends.
  */
 import assert from "node:assert/strict";
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
@@ -12,7 +13,8 @@ import path from "node:path";
 import { after, before, test } from "node:test";
 import fs from "node:fs";
 import { cancelJob } from "../../lib/operations/cancel";
-import { RebuildError, runRebuild } from "../../lib/rebuilds/run-rebuild";
+import { writeCancelRequest } from "../../lib/rebuilds/cancel-request";
+import { INPUTS_VISIBLE_AFTER_MS, RebuildError, runRebuild } from "../../lib/rebuilds/run-rebuild";
 import { abandonedInputReads } from "../../lib/rebuilds/version";
 import { readRun } from "../../lib/runs/records";
 import { isFinalStatus } from "../../lib/runs/transitions";
@@ -42,10 +44,25 @@ before(async () => {
       inputs: ["slow-input-lock.fifo"],
       steps: [{ name: "noop", run: ["true"] }],
     },
+    "slow-input-shown": {
+      output: "out/slow-input-shown",
+      inputs: ["slow-input-shown.bin"],
+      steps: [{ name: "noop", run: ["true"] }],
+    },
+    "slow-input-cancelled": {
+      output: "out/slow-input-cancelled",
+      inputs: ["slow-input-cancelled.fifo"],
+      steps: [{ name: "noop", run: ["true"] }],
+    },
   });
-  for (const name of ["slow-input-cancel", "slow-input-deploy", "slow-input-lock"]) {
+  for (const name of ["slow-input-cancel", "slow-input-deploy", "slow-input-lock", "slow-input-cancelled"]) {
     assert.equal(spawnSync("mkfifo", [fifoOf(name)]).status, 0, "mkfifo");
   }
+  // Large enough to take a few seconds to hash (sparse: it takes no disk). A FIFO cannot stand in
+  // for it: writing one changes its mtime, and an input that changes while it is read fails.
+  const large = path.join(bed.dir, "slow-input-shown.bin");
+  fs.writeFileSync(large, "");
+  fs.truncateSync(large, 768 * 1024 * 1024);
 });
 after(async () => {
   for (const feeder of feeders) if (feeder.exitCode === null && feeder.signalCode === null) feeder.kill("SIGKILL");
@@ -61,11 +78,16 @@ function feed(name: string): ChildProcess {
   return feeder;
 }
 
-/** The job is active and has been at its input for a while. */
+/**
+ * The job is at its input, and shows in the run history meanwhile: its one record is running,
+ * without a version (the version is the inputs' hash).
+ */
 async function readingItsInputs(jobId: string): Promise<void> {
-  await until("the job active", async () => (await bed.queue.getJobState(jobId)) === "active");
-  await new Promise((r) => setTimeout(r, 600));
-  assert.deepEqual(await bed.runsOfJob(jobId), [], "no record yet: the version is not known while the inputs are read");
+  await until("the job's record while it reads its inputs", async () => (await bed.runsOfJob(jobId)).length > 0);
+  const [run, ...more] = await bed.runsOfJob(jobId);
+  assert.equal(more.length, 0);
+  assert.equal(run?.status, "running");
+  assert.equal(run?.version ?? null, null, "no version before the read ends");
 }
 
 test("a cancel stops a job while it reads its inputs: recorded cancelled, not retried", async () => {
@@ -160,5 +182,79 @@ test("a job whose lock is lost while it is stuck opening its input: recorded abo
   assert.equal(abandonedInputReads(), 1, "the open is left behind, counted");
   // Let the open through (it would hold this process's exit), and see it counted no more.
   fs.closeSync(fs.openSync(fifoOf("slow-input-lock"), fs.constants.O_WRONLY | fs.constants.O_NONBLOCK));
+  await until("the stuck read ended", async () => abandonedInputReads() === 0, 10_000);
+});
+
+test("a job whose inputs take long to read shows running meanwhile; the same record gets the version and ends, and a repeat of it is skipped", async () => {
+  const attemptOf = (id: string) =>
+    runRebuild(rebuildDepsOf(bed), {
+      id,
+      attempt: 1,
+      createdAt: Date.now(),
+      data: { rebuild: "slow-input-shown", trigger: "api" as const },
+      signal: new AbortController().signal,
+    });
+  const first = attemptOf("shown-1");
+  await until(
+    "the record while the input is read",
+    async () => (await readRun(bed.main, bed.keys, "shown-1-a1")) !== null,
+  );
+  const reading = await readRun(bed.main, bed.keys, "shown-1-a1");
+  assert.equal(reading?.status, "running");
+  assert.equal(reading?.version ?? null, null);
+  const outcome = await first;
+  assert.equal(outcome.status, "rebuilt");
+  const done = await readRun(bed.main, bed.keys, "shown-1-a1");
+  assert.equal(done?.status, "rebuilt");
+  assert.equal(done?.version, outcome.status === "rebuilt" ? outcome.version : "?", "the version, on the same record");
+  assert.ok(done?.idempotencyKey);
+
+  // The same input again: the record begins while it is read, then ends skipped (already rebuilt).
+  const repeat = attemptOf("shown-2");
+  await until("the repeat's record", async () => (await readRun(bed.main, bed.keys, "shown-2-a1")) !== null);
+  assert.equal((await readRun(bed.main, bed.keys, "shown-2-a1"))?.status, "running");
+  const skipped = await repeat;
+  assert.equal(skipped.status, "skipped");
+  assert.equal(skipped.status === "skipped" ? skipped.reason : "", "already-rebuilt");
+  const run = await readRun(bed.main, bed.keys, "shown-2-a1");
+  assert.equal(run?.status, "skipped");
+  assert.equal(run?.reason, "already-rebuilt: already rebuilt by run shown-1-a1");
+  assert.equal(run?.version, done?.version);
+});
+
+test("a job cancelled before its record begins while it reads its inputs: recorded cancelled, and the read stops", async () => {
+  await writeCancelRequest(bed.main, bed.keys, "cancelled-reading", {
+    actor: "test-operator (operator)",
+    reason: "wrong input",
+    at: Date.now(),
+  });
+  const began = Date.now();
+  // The job's signal is never aborted here (no worker watches the request): the record's begin
+  // finds the request and stops the read, which would otherwise wait for a writer for good.
+  let timer: NodeJS.Timeout | undefined;
+  const outcome = await Promise.race([
+    runRebuild(rebuildDepsOf(bed), {
+      id: "cancelled-reading",
+      attempt: 1,
+      createdAt: Date.now(),
+      data: { rebuild: "slow-input-cancelled", trigger: "api" as const },
+      signal: new AbortController().signal,
+    }),
+    new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error("the attempt did not stop: still waiting at its input")), 15_000);
+    }),
+  ]).finally(() => clearTimeout(timer));
+  assert.ok(Date.now() - began >= INPUTS_VISIBLE_AFTER_MS);
+  assert.deepEqual(outcome, {
+    status: "cancelled",
+    runId: "cancelled-reading-a1",
+    reason: "cancelled by test-operator (operator): wrong input",
+  });
+  const run = await readRun(bed.main, bed.keys, "cancelled-reading-a1");
+  assert.equal(run?.status, "cancelled");
+  assert.equal(run?.reason, "cancelled by test-operator (operator): wrong input");
+  // The open is left behind (no writer ever came): let it through so this process can exit.
+  assert.equal(abandonedInputReads(), 1);
+  fs.closeSync(fs.openSync(fifoOf("slow-input-cancelled"), fs.constants.O_WRONLY | fs.constants.O_NONBLOCK));
   await until("the stuck read ended", async () => abandonedInputReads() === 0, 10_000);
 });
