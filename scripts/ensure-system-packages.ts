@@ -1,5 +1,5 @@
 /**
- * `npm test` needs redis-server, faketime, openssl, Chromium, Prometheus (with promtool) and Alertmanager;
+ * `npm test` needs redis-server, faketime, strace, openssl, Chromium, Prometheus (with promtool) and Alertmanager;
  * installs them where possible, else says how.
  */
 import {
@@ -11,11 +11,12 @@ import {
   ProgramMissingError,
   PROMETHEUS,
   REDIS_SERVER,
+  STRACE,
 } from "../lib/system/packages";
 
 const say = (line: string) => process.stdout.write(`[test] ${line}\n`);
 try {
-  for (const program of [REDIS_SERVER, FAKETIME, OPENSSL, CHROMIUM, PROMETHEUS, ALERTMANAGER])
+  for (const program of [REDIS_SERVER, FAKETIME, STRACE, OPENSSL, CHROMIUM, PROMETHEUS, ALERTMANAGER])
     say(`${program.binary}: ${ensureProgram(program, say)}`);
 } catch (error) {
   if (!(error instanceof ProgramMissingError)) throw error;

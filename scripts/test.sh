@@ -71,7 +71,7 @@ suite() {
 
 NODE_TEST=(node --import tsx --test --test-reporter=spec --test-force-exit --test-concurrency=1 --test-timeout=600000)
 
-check "system packages (redis-server, faketime, openssl, chromium, prometheus, alertmanager)" 1200 node --import tsx scripts/ensure-system-packages.ts
+check "system packages (redis-server, faketime, strace, openssl, chromium, prometheus, alertmanager)" 1200 node --import tsx scripts/ensure-system-packages.ts
 CHROMIUM_PATH=$(command -v chromium || echo /usr/bin/chromium)
 export CHROMIUM_PATH
 check "type check (tsc)" 300 npx tsc --noEmit

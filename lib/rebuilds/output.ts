@@ -75,11 +75,13 @@ export async function hashDirectory(dir: string): Promise<string> {
 }
 
 /**
- * Moves a finished work directory to `builds/<hash>`, read-only: its files and directories lose
- * their write bits before the rename (the top directory right after it: a directory cannot be
- * moved to another parent without write access to itself). Call it only when every process of
- * the run is gone (steps run contained; see steps/containment.ts), so the bytes hashed are the
- * bytes published.
+ * Moves a finished work directory to `builds/<hash>`, read-only and durable: its files and
+ * directories lose their write bits and are fsynced before the rename (the top directory loses its
+ * write bits right after it: a directory cannot be moved to another parent without write access
+ * to itself), and `builds/` is fsynced after it. Once this returns, a crash of the machine cannot
+ * leave the build's name with missing or empty files behind a pointer that publishes it. Call it
+ * only when every process of the run is gone (steps run contained; see steps/containment.ts), so
+ * the bytes hashed are the bytes published.
  *
  * If `builds/<hash>` exists already (a repeat, or a concurrent identical run), it is re-hashed:
  * the same bytes → the work directory is dropped; different bytes (someone changed a published
@@ -93,11 +95,12 @@ export async function promoteBuild(
 ): Promise<{ path: string; changedMovedTo: string | null }> {
   const target = buildDirOf(outputDir, hash);
   await fs.mkdir(path.dirname(target), { recursive: true });
-  await sealTree(workDir, { includeRoot: false });
+  await sealTree(workDir, { includeRoot: false, sync: true });
   let changedMovedTo: string | null = null;
   for (let attempt = 0; ; attempt++) {
     try {
       await fs.rename(workDir, target);
+      await syncDirectory(path.dirname(target));
       break;
     } catch (error) {
       const code = (error as NodeJS.ErrnoException).code;
@@ -127,13 +130,19 @@ export async function promoteBuild(
  * Takes the write bits off everything under `dir` (execute bits stay: a published script still
  * runs). A file with other hard links is copied first, so the seal does not reach, and the build
  * does not share, an inode outside the build. Symlinks are left alone (chmod would follow them).
+ * With `sync`, every file and directory is also fsynced (a directory after its entries), a few at
+ * a time: the tree's bytes and names are on disk when it resolves.
  */
-export async function sealTree(dir: string, options = { includeRoot: true }): Promise<void> {
+export async function sealTree(
+  dir: string,
+  options: { includeRoot: boolean; sync?: boolean } = { includeRoot: true },
+): Promise<void> {
+  const sync = options.sync ?? false;
   const entries = await fs.readdir(dir, { withFileTypes: true });
-  for (const entry of entries) {
+  await inBatches(entries, SYNC_BATCH, async (entry) => {
     const full = path.join(dir, entry.name);
     if (entry.isDirectory()) {
-      await sealTree(full, { includeRoot: true });
+      await sealTree(full, { includeRoot: true, sync });
     } else if (entry.isFile()) {
       const stat = await fs.stat(full);
       if (stat.nlink > 1) {
@@ -142,10 +151,38 @@ export async function sealTree(dir: string, options = { includeRoot: true }): Pr
         await fs.chmod(copy, stat.mode & 0o7777);
         await fs.rename(copy, full);
       }
-      await fs.chmod(full, stat.mode & 0o7777 & ~0o222);
+      const sealed = stat.mode & 0o7777 & ~0o222;
+      if (!sync) return fs.chmod(full, sealed);
+      const handle = await fs.open(full, "r");
+      try {
+        await handle.chmod(sealed);
+        await handle.sync();
+      } finally {
+        await handle.close();
+      }
     }
-  }
+  });
   if (options.includeRoot) await fs.chmod(dir, (await fs.stat(dir)).mode & 0o7777 & ~0o222);
+  if (sync) await syncDirectory(dir);
+}
+
+/** Files synced at once per directory: enough to keep Node's I/O threads busy, not to hog them. */
+const SYNC_BATCH = 8;
+
+async function inBatches<T>(items: readonly T[], size: number, each: (item: T) => Promise<unknown>): Promise<void> {
+  for (let start = 0; start < items.length; start += size) {
+    await Promise.all(items.slice(start, start + size).map(each));
+  }
+}
+
+/** fsync of a directory: the names created, renamed or removed in it are on disk. */
+async function syncDirectory(dir: string): Promise<void> {
+  const handle = await fs.open(dir, "r");
+  try {
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
 }
 
 /**
@@ -206,7 +243,11 @@ export async function readCurrent(outputDir: string): Promise<string | null> {
   }
 }
 
-/** Points `current` at `builds/<hash>` atomically: a reader sees the old build or the new one. */
+/**
+ * Points `current` at `builds/<hash>` atomically: a reader sees the old build or the new one.
+ * Durably: the output directory is fsynced after the swap, so a machine crash does not bring an
+ * older `current` back once this returned.
+ */
 export async function pointCurrent(outputDir: string, hash: string): Promise<void> {
   if (!BUILD_HASH.test(hash)) throw new Error(`not a build hash: ${hash}`);
   const temp = path.join(outputDir, `.current-${crypto.randomBytes(6).toString("hex")}`);
@@ -217,6 +258,7 @@ export async function pointCurrent(outputDir: string, hash: string): Promise<voi
     await fs.rm(temp, { force: true });
     throw error;
   }
+  await syncDirectory(outputDir);
 }
 
 export interface PruneOptions {

@@ -30,6 +30,14 @@ export const FAKETIME: SystemProgram = {
 };
 
 /** Test-only: the TLS test makes a self-signed certificate with it (Debian package `openssl`). */
+/** strace, for the test that checks a build is fsynced before it is published (Linux only). */
+export const STRACE: SystemProgram = {
+  binary: "strace",
+  debianPackage: "strace",
+  dnfPackage: "strace",
+  brewPackage: "strace",
+};
+
 export const OPENSSL: SystemProgram = {
   binary: "openssl",
   debianPackage: "openssl",

@@ -1,0 +1,151 @@
+/**
+ * A published build is on disk before it is published: every file and directory of the work tree
+ * is fsynced before the rename into `builds/<hash>`, `builds/` after it, and the output directory
+ * after `current` is swapped (a machine crash must not leave a published name with empty files,
+ * or bring an older `current` back). Seen from outside: the promote runs in a child under strace,
+ * whose log gives the order of fsync and rename calls and the path of every fsynced descriptor.
+ * A failing disk (fsync answering EIO, injected by strace) fails the promote: nothing is moved
+ * into `builds/` and `current` is not touched.
+ */
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { after, before, test } from "node:test";
+import { fileURLToPath } from "node:url";
+import { BUILD_HASH } from "../../lib/rebuilds/output";
+
+const HOST = fileURLToPath(new URL("../support/promote-host.ts", import.meta.url));
+let root = "";
+
+before(() => {
+  root = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-durable-")));
+});
+after(() => {
+  fs.rmSync(root, { recursive: true, force: true });
+});
+
+/** A work tree of nested files (more per directory than are synced at once), an empty directory and a symlink. */
+function makeWorkTree(outputDir: string, runId: string): { workDir: string; files: string[]; dirs: string[] } {
+  const workDir = path.join(outputDir, ".work", runId);
+  const files: string[] = [];
+  const dirs = [workDir];
+  const add = (rel: string, body: string) => {
+    const full = path.join(workDir, rel);
+    fs.mkdirSync(path.dirname(full), { recursive: true });
+    fs.writeFileSync(full, body);
+    files.push(full);
+  };
+  add("index.json", `{"run":"${runId}"}`);
+  for (let i = 0; i < 12; i++) add(`tiles/3/${i}.pbf`, `tile ${i} of ${runId}`.repeat(50));
+  add("tiles/meta/deeper/info.txt", "nested");
+  for (const rel of ["tiles", "tiles/3", "tiles/meta", "tiles/meta/deeper", "empty"]) {
+    fs.mkdirSync(path.join(workDir, rel), { recursive: true });
+    dirs.push(path.join(workDir, rel));
+  }
+  fs.symlinkSync("index.json", path.join(workDir, "latest.json"));
+  return { workDir, files, dirs };
+}
+
+interface Traced {
+  stdout: string;
+  /** The traced calls in order: `fsync <path>` or `rename <from> -> <to>` (successful ones only). */
+  calls: string[];
+}
+
+function promoteTraced(outputDir: string, workDir: string, inject: string[] = []): Traced {
+  const log = path.join(root, `strace-${path.basename(workDir)}.log`);
+  const child = spawnSync(
+    "strace",
+    [
+      "-f",
+      "-qq",
+      "-y",
+      "-o",
+      log,
+      "-e",
+      "trace=fsync,fdatasync,rename,renameat,renameat2",
+      ...inject,
+      process.execPath,
+      "--import",
+      "tsx",
+      HOST,
+      outputDir,
+      workDir,
+    ],
+    { encoding: "utf8", timeout: 120_000 },
+  );
+  assert.equal(child.status, 0, `the promote host failed: ${child.stderr}`);
+  // Each call is counted when it completed: a call another thread interrupts is logged in two
+  // parts (`fsync(19</path> <unfinished ...>`, later `<... fsync resumed>) = 0` by the same pid).
+  const calls: string[] = [];
+  const pending = new Map<string, string>();
+  for (const line of fs.readFileSync(log, "utf8").split("\n")) {
+    const pid = line.split(/\s+/, 1)[0]!;
+    const fsync = /\b(?:fsync|fdatasync)\(\d+<([^>]*)>(.*)$/.exec(line);
+    const rename = /\brename(?:at2?)?\([^"]*"([^"]+)",[^"]*"([^"]+)"(.*)$/.exec(line);
+    const call = fsync ? `fsync ${fsync[1]}` : rename ? `rename ${rename[1]} -> ${rename[2]}` : null;
+    const rest = fsync?.[2] ?? rename?.[3] ?? "";
+    if (call && rest.includes("<unfinished ...>")) pending.set(pid, call);
+    else if (call && /\) += 0$/.test(rest)) calls.push(call);
+    else if (/<\.\.\. (?:fsync|fdatasync|rename|renameat2?) resumed>.*\) += 0$/.test(line) && pending.has(pid)) {
+      calls.push(pending.get(pid)!);
+      pending.delete(pid);
+    }
+  }
+  return { stdout: child.stdout, calls };
+}
+
+test("every file and directory of a build is fsynced before it is renamed into builds/, builds/ after it, the output after current moves", () => {
+  const outputDir = path.join(root, "out");
+  const { workDir, files, dirs } = makeWorkTree(outputDir, "r1-a1");
+  const { stdout, calls } = promoteTraced(outputDir, workDir);
+  const hash = /^PROMOTED (\S+)$/m.exec(stdout)?.[1];
+  assert.ok(hash && BUILD_HASH.test(hash), `promoted: ${stdout}`);
+  const target = path.join(outputDir, "builds", hash);
+
+  const promoted = calls.indexOf(`rename ${workDir} -> ${target}`);
+  assert.ok(promoted >= 0, `the work directory was renamed into builds/: ${calls.join("\n")}`);
+  const synced = new Set(
+    calls
+      .slice(0, promoted)
+      .filter((call) => call.startsWith("fsync "))
+      .map((c) => c.slice(6)),
+  );
+  for (const entry of [...files, ...dirs]) {
+    assert.ok(
+      synced.has(entry),
+      `${path.relative(workDir, entry) || "the work directory"} was fsynced before the rename`,
+    );
+  }
+  assert.ok(
+    calls.slice(promoted + 1).includes(`fsync ${path.join(outputDir, "builds")}`),
+    "builds/ was fsynced after the rename",
+  );
+  const swapped = calls.findIndex(
+    (call) => call.startsWith("rename ") && call.endsWith(` -> ${path.join(outputDir, "current")}`),
+  );
+  assert.ok(swapped > promoted, "current was swapped after the promote");
+  assert.ok(calls.slice(swapped + 1).includes(`fsync ${outputDir}`), "the output directory was fsynced after the swap");
+  assert.equal(fs.readlinkSync(path.join(outputDir, "current")), path.join("builds", hash));
+});
+
+test("a disk whose fsync fails: the promote fails, nothing is moved into builds/, current stays", () => {
+  const outputDir = path.join(root, "failing");
+  const first = makeWorkTree(outputDir, "r2-a1");
+  const published = promoteTraced(outputDir, first.workDir);
+  const publishedHash = /^PROMOTED (\S+)$/m.exec(published.stdout)?.[1];
+  assert.ok(publishedHash, `the first build was promoted: ${published.stdout}`);
+
+  const second = makeWorkTree(outputDir, "r3-a1");
+  const { stdout, calls } = promoteTraced(outputDir, second.workDir, ["-e", "inject=fsync:error=EIO:when=3"]);
+  assert.match(stdout, /^FAILED EIO /m, "the promote reports the disk's error");
+  assert.ok(!calls.some((call) => call.startsWith(`rename ${second.workDir} `)), "the work tree was not renamed");
+  assert.deepEqual(
+    fs.readdirSync(path.join(outputDir, "builds")).filter((name) => BUILD_HASH.test(name)),
+    [publishedHash],
+    "builds/ holds only the build published before",
+  );
+  assert.equal(fs.readlinkSync(path.join(outputDir, "current")), path.join("builds", publishedHash));
+});
