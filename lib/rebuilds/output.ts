@@ -130,8 +130,8 @@ export async function promoteBuild(
  * Takes the write bits off everything under `dir` (execute bits stay: a published script still
  * runs). A file with other hard links is copied first, so the seal does not reach, and the build
  * does not share, an inode outside the build. Symlinks are left alone (chmod would follow them).
- * With `sync`, every file and directory is also fsynced (a directory after its entries), a few at
- * a time: the tree's bytes and names are on disk when it resolves.
+ * With `sync`, every file and directory is also fsynced (a directory after its entries; files a
+ * few at a time): the tree's bytes and names are on disk when it resolves.
  */
 export async function sealTree(
   dir: string,
@@ -139,11 +139,13 @@ export async function sealTree(
 ): Promise<void> {
   const sync = options.sync ?? false;
   const entries = await fs.readdir(dir, { withFileTypes: true });
-  await inBatches(entries, SYNC_BATCH, async (entry) => {
+  // Subdirectories one after another, files a few at a time: at most SYNC_BATCH files are open.
+  for (const entry of entries) {
+    if (entry.isDirectory()) await sealTree(path.join(dir, entry.name), { includeRoot: true, sync });
+  }
+  await inPool(entries, SYNC_BATCH, async (entry) => {
     const full = path.join(dir, entry.name);
-    if (entry.isDirectory()) {
-      await sealTree(full, { includeRoot: true, sync });
-    } else if (entry.isFile()) {
+    if (entry.isFile()) {
       const stat = await fs.stat(full);
       if (stat.nlink > 1) {
         const copy = `${full}.cw-unlink-${crypto.randomBytes(3).toString("hex")}`;
@@ -169,10 +171,13 @@ export async function sealTree(
 /** Files synced at once per directory: enough to keep Node's I/O threads busy, not to hog them. */
 const SYNC_BATCH = 8;
 
-async function inBatches<T>(items: readonly T[], size: number, each: (item: T) => Promise<unknown>): Promise<void> {
-  for (let start = 0; start < items.length; start += size) {
-    await Promise.all(items.slice(start, start + size).map(each));
-  }
+/** `each` over `items`, at most `size` at once (a pool: a slow item holds up one lane, not a batch). */
+async function inPool<T>(items: readonly T[], size: number, each: (item: T) => Promise<unknown>): Promise<void> {
+  let next = 0;
+  const lane = async () => {
+    while (next < items.length) await each(items[next++]!);
+  };
+  await Promise.all(Array.from({ length: Math.min(size, items.length) }, lane));
 }
 
 /** fsync of a directory: the names created, renamed or removed in it are on disk. */
