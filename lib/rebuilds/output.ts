@@ -100,7 +100,7 @@ export async function promoteBuild(
   for (let attempt = 0; ; attempt++) {
     try {
       await fs.rename(workDir, target);
-      await syncDirectory(path.dirname(target));
+      await syncPath(path.dirname(target));
       break;
     } catch (error) {
       const code = (error as NodeJS.ErrnoException).code;
@@ -110,6 +110,10 @@ export async function promoteBuild(
       const existing = await hashDirectory(target).catch((e: unknown) => (e instanceof BuildContentError ? "" : null));
       if (existing === null || existing === hash) {
         await removeTree(workDir);
+        // Published as it is: its bytes must be on disk too (a promote cut off by a crash
+        // between its rename and the sync of builds/, or a build from before builds were synced).
+        await syncTree(target);
+        await syncPath(path.dirname(target));
         break;
       }
       changedMovedTo = path.join(
@@ -165,7 +169,7 @@ export async function sealTree(
     }
   });
   if (options.includeRoot) await fs.chmod(dir, (await fs.stat(dir)).mode & 0o7777 & ~0o222);
-  if (sync) await syncDirectory(dir);
+  if (sync) await syncPath(dir);
 }
 
 /** Files synced at once per directory: enough to keep Node's I/O threads busy, not to hog them. */
@@ -180,9 +184,19 @@ async function inPool<T>(items: readonly T[], size: number, each: (item: T) => P
   await Promise.all(Array.from({ length: Math.min(size, items.length) }, lane));
 }
 
-/** fsync of a directory: the names created, renamed or removed in it are on disk. */
-async function syncDirectory(dir: string): Promise<void> {
-  const handle = await fs.open(dir, "r");
+/** fsyncs every file and directory under `dir` (a directory after its entries), changing nothing. */
+async function syncTree(dir: string): Promise<void> {
+  const entries = await fs.readdir(dir, { withFileTypes: true });
+  for (const entry of entries) if (entry.isDirectory()) await syncTree(path.join(dir, entry.name));
+  await inPool(entries, SYNC_BATCH, async (entry) => {
+    if (entry.isFile()) await syncPath(path.join(dir, entry.name));
+  });
+  await syncPath(dir);
+}
+
+/** fsync of a file (its bytes are on disk) or a directory (the names created, renamed or removed in it). */
+async function syncPath(file: string): Promise<void> {
+  const handle = await fs.open(file, "r");
   try {
     await handle.sync();
   } finally {
@@ -263,7 +277,7 @@ export async function pointCurrent(outputDir: string, hash: string): Promise<voi
     await fs.rm(temp, { force: true });
     throw error;
   }
-  await syncDirectory(outputDir);
+  await syncPath(outputDir);
 }
 
 export interface PruneOptions {

@@ -27,7 +27,11 @@ after(() => {
 });
 
 /** A work tree of nested files (more per directory than are synced at once), an empty directory and a symlink. */
-function makeWorkTree(outputDir: string, runId: string): { workDir: string; files: string[]; dirs: string[] } {
+function makeWorkTree(
+  outputDir: string,
+  runId: string,
+  content = runId,
+): { workDir: string; files: string[]; dirs: string[] } {
   const workDir = path.join(outputDir, ".work", runId);
   const files: string[] = [];
   const dirs = [workDir];
@@ -37,8 +41,8 @@ function makeWorkTree(outputDir: string, runId: string): { workDir: string; file
     fs.writeFileSync(full, body);
     files.push(full);
   };
-  add("index.json", `{"run":"${runId}"}`);
-  for (let i = 0; i < 12; i++) add(`tiles/3/${i}.pbf`, `tile ${i} of ${runId}`.repeat(50));
+  add("index.json", `{"run":"${content}"}`);
+  for (let i = 0; i < 12; i++) add(`tiles/3/${i}.pbf`, `tile ${i} of ${content}`.repeat(50));
   add("tiles/meta/deeper/info.txt", "nested");
   for (const rel of ["tiles", "tiles/3", "tiles/meta", "tiles/meta/deeper", "empty"]) {
     fs.mkdirSync(path.join(workDir, rel), { recursive: true });
@@ -148,4 +152,23 @@ test("a disk whose fsync fails: the promote fails, nothing is moved into builds/
     "builds/ holds only the build published before",
   );
   assert.equal(fs.readlinkSync(path.join(outputDir, "current")), path.join("builds", publishedHash));
+});
+
+test("a repeat whose bytes are published already: the build it publishes is fsynced too (a promote a crash cut off after its rename)", () => {
+  const outputDir = path.join(root, "repeat");
+  const first = makeWorkTree(outputDir, "r4-a1", "same");
+  const hash = /^PROMOTED (\S+)$/m.exec(promoteTraced(outputDir, first.workDir).stdout)?.[1];
+  assert.ok(hash, "the first build was promoted");
+  const target = path.join(outputDir, "builds", hash);
+
+  const repeat = makeWorkTree(outputDir, "r5-a1", "same");
+  const { stdout, calls } = promoteTraced(outputDir, repeat.workDir);
+  assert.equal(/^PROMOTED (\S+)$/m.exec(stdout)?.[1], hash, "the repeat hashes to the same build");
+  assert.ok(!fs.existsSync(repeat.workDir), "the repeat's work directory was dropped");
+  const synced = new Set(calls.filter((call) => call.startsWith("fsync ")).map((call) => call.slice(6)));
+  for (const entry of [...first.files, ...first.dirs]) {
+    const published = path.join(target, path.relative(first.workDir, entry));
+    assert.ok(synced.has(published), `${path.relative(outputDir, published)} was fsynced`);
+  }
+  assert.ok(synced.has(path.join(outputDir, "builds")), "builds/ was fsynced");
 });
