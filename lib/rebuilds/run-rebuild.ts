@@ -18,6 +18,7 @@
  * Expected outcomes are returned; failures are thrown as `RebuildError` with `retry` telling
  * whether another attempt can help.
  */
+import crypto from "node:crypto";
 import type { Redis } from "ioredis";
 import {
   ClaimLostError,
@@ -41,6 +42,7 @@ import {
   type BeginResult,
   type RunStore,
   type RunWrite,
+  type VersionResult,
 } from "../runs/writer";
 import type { WorkerIdentity } from "../workers/heartbeat";
 import { buildAndPublish, type BuildResult } from "./build-and-publish";
@@ -73,6 +75,8 @@ export interface RebuildDeps {
   retention?: RunRetention;
   /** Worker log (stdout); run logs go to Redis. */
   log?: (line: string) => void;
+  /** How long the inputs are read before the record begins anyway (default INPUTS_VISIBLE_AFTER_MS). */
+  inputsVisibleAfterMs?: number;
 }
 
 export interface RebuildJob {
@@ -141,6 +145,11 @@ function cancelledAtBegin(
   return { status: "cancelled", runId, reason };
 }
 
+/** The early begin left this attempt's record open: it began, or it exists (its reply was lost, and the resend found it). */
+function recordIsOpen(begun: BeginResult): begun is Extract<BeginResult, { status: "began" | "exists" }> {
+  return begun.status === "began" || begun.status === "exists";
+}
+
 export class RebuildError extends Error {
   constructor(
     message: string,
@@ -154,9 +163,6 @@ export class RebuildError extends Error {
   }
 }
 
-/** The main Redis as the attempt's record writes use it (`recordVersion` reads a key too). */
-type AttemptStore = RunStore & { client: Redis };
-
 /**
  * Inputs that take longer than this to read (large ones, a slow or hung mount): the attempt's
  * record begins while they are read (running, without a version), so the job shows in the run
@@ -166,7 +172,7 @@ type AttemptStore = RunStore & { client: Redis };
 export const INPUTS_VISIBLE_AFTER_MS = 1_000;
 
 export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<RebuildOutcome> {
-  const store: AttemptStore = { client: deps.main, keys: deps.keys, retention: deps.retention ?? DEFAULT_RETENTION };
+  const store: RunStore = { client: deps.main, keys: deps.keys, retention: deps.retention ?? DEFAULT_RETENTION };
   const runId = runIdOf(job.id, job.attempt);
   const log = (line: string) => deps.log?.(`[${runId}] ${line}`);
   const raw = (job.data ?? {}) as { rebuild?: unknown; tenant?: unknown; trigger?: unknown; retryOf?: unknown };
@@ -183,6 +189,8 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
     host: deps.worker.host,
     ...(typeof raw.retryOf === "string" ? { retryOf: raw.retryOf.slice(0, 200) } : {}),
   };
+  /** When the attempt began (local monotonic clock): a stall is measured from here, its input read included. */
+  const attemptBegan = performance.now();
   /** The record's begin while the inputs were still being read (see INPUTS_VISIBLE_AFTER_MS), once made. */
   const reading: { begun: BeginResult | null } = { begun: null };
   /**
@@ -194,13 +202,19 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
     status: FinalRunStatus,
     reason: string,
   ): Promise<Extract<RebuildOutcome, { status: "cancelled" }> | null> => {
-    if (reading.begun?.status === "began") {
-      // This attempt's record began while its inputs were read: it ends here.
-      const written = await writeRun(store, identity, { status, fields: { reason } }).catch(
-        (error: unknown) => `not written (${String(error)})`,
-      );
-      if (written !== "written") log(`recording the ${status} attempt: ${written}`);
-      return null;
+    const early = reading.begun;
+    if (early && recordIsOpen(early)) {
+      // This attempt's record began while its inputs were read (or exists already: the early
+      // begin's reply was lost and its resend found it): it ends here, cancelled when the job
+      // has an operator's cancel request. A record final already refuses the write.
+      const cancelled = early.cancelRequest ? cancelledAtBegin(job, runId, early) : null;
+      const written = await writeRun(store, identity, {
+        status: cancelled ? "cancelled" : status,
+        fields: { reason: cancelled?.reason ?? reason },
+        writeId: crypto.randomBytes(6).toString("hex"),
+      }).catch((error: unknown) => `not written (${String(error)})`);
+      if (written !== "written") log(`recording the ${cancelled ? "cancelled" : status} attempt: ${written}`);
+      return cancelled;
     }
     const begun = await beginAttempt(store, identity, { mode: { kind: "final", status, reason } }).catch(
       (error: unknown) => log(`recording the ${status} attempt failed: ${String(error)}`),
@@ -295,8 +309,9 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
           : { pendingTrigger: deps.keys.pendingTrigger(data.rebuild, data.tenant, data.version, false) }),
       }).then(
         (begun) => {
-          // The job has an operator's cancel request: recorded cancelled; the read stops.
-          if (begun.status === "cancelled") stopRead.abort(CANCEL_ABORT_REASON);
+          // The job has an operator's cancel request (recorded cancelled, or ended so when the
+          // read stops): the read stops.
+          if (begun.status === "cancelled" || begun.cancelRequest) stopRead.abort(CANCEL_ABORT_REASON);
           return begun;
         },
         (error: unknown) => {
@@ -304,7 +319,7 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
           return null;
         },
       );
-    }, INPUTS_VISIBLE_AFTER_MS);
+    }, deps.inputsVisibleAfterMs ?? INPUTS_VISIBLE_AFTER_MS);
     try {
       return await hashInputs(definition.inputPaths, { signal: AbortSignal.any([job.signal, stopRead.signal]) });
     } finally {
@@ -327,7 +342,8 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
     const begun = reading.begun;
     if (begun?.status === "cancelled") return cancelledAtBegin(job, runId, begun);
     return await new RebuildAttempt(deps, store, job, identity, data, definition, version, log, {
-      begunWhileReading: begun?.status === "began",
+      begunWhileReading: begun ? recordIsOpen(begun) : false,
+      began: attemptBegan,
     }).run();
   } finally {
     await tick;
@@ -337,7 +353,7 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
 /** The attempt once its version is known: record begun, claim, build, final record. */
 class RebuildAttempt {
   /** When this attempt began (local monotonic clock): how long it has been stalled is measured from here. */
-  private readonly began = performance.now();
+  private readonly began: number;
   private readonly claim: string;
   private readonly idemKey: string;
   private readonly recorder: RunRecorder;
@@ -345,7 +361,7 @@ class RebuildAttempt {
 
   constructor(
     private readonly deps: RebuildDeps,
-    private readonly store: AttemptStore,
+    private readonly store: RunStore,
     private readonly job: RebuildJob,
     private readonly identity: AttemptIdentity,
     private readonly data: RebuildJobData,
@@ -353,8 +369,9 @@ class RebuildAttempt {
     private readonly version: string,
     private readonly log: (line: string) => void,
     /** The record began while the inputs were read: it gets the version, not a begin. */
-    private readonly opening: { begunWhileReading: boolean },
+    private readonly opening: { begunWhileReading: boolean; began: number },
   ) {
+    this.began = opening.began;
     this.claim = claimName(definition.claimPath, data.tenant);
     this.idemKey = idempotencyKey(data.rebuild, data.tenant, version);
     this.recorder = new RunRecorder(store, identity, {
@@ -369,32 +386,37 @@ class RebuildAttempt {
   async run(): Promise<RebuildOutcome> {
     const { deps, data, definition } = this;
     const fields = { version: this.version, idempotencyKey: this.idemKey };
-    const begun = await (
-      this.opening.begunWhileReading
-        ? recordVersion(this.store, this.identity, { fields, idempotencyKey: data.force ? null : this.idemKey })
-        : beginAttempt(this.store, this.identity, {
-            mode: data.force ? { kind: "running" } : { kind: "check", idempotencyKey: this.idemKey },
-            fields,
-            ...(data.force
-              ? {}
-              : { pendingTrigger: deps.keys.pendingTrigger(data.rebuild, data.tenant, data.version, false) }),
-          })
-    ).catch((error: unknown) => {
-      // Without a record the attempt would run unseen: let BullMQ retry it once Redis answers.
-      throw new RebuildError(`recording the attempt failed: ${String(error)}`, true, this.runId, { cause: error });
-    });
-    if (begun.status === "already-rebuilt") {
-      return { status: "skipped", reason: "already-rebuilt", runId: this.runId, version: this.version };
-    }
-    if (begun.status === "exists") this.log(`run record ${this.runId} exists already; this attempt is not recorded`);
-    // A cancel that came while the job waited, or while another worker had it: the record's
-    // first write found it and recorded the attempt cancelled; it stops here, before the claim.
-    if (begun.status === "cancelled") return cancelledAtBegin(this.job, this.runId, begun);
-    if (begun.status === "exists" && begun.cancelRequest) {
-      // This attempt's record exists already (the queue's Redis forgot a pickup, and the same
-      // attempt was picked up again): RUN_BEGIN wrote nothing; the cancel ends it here, on that record.
-      const outcome = cancelledAtBegin(this.job, this.runId, begun);
-      return this.endCancelled(outcome.reason);
+    if (this.opening.begunWhileReading) {
+      const versioned = await this.recordVersion(fields);
+      if (versioned.status === "already-rebuilt") {
+        return { status: "skipped", reason: "already-rebuilt", runId: this.runId, version: this.version };
+      }
+      if (versioned.status === "cancelled") return cancelledAtBegin(this.job, this.runId, versioned);
+      if (versioned.status === "closed") return this.onRecordClosed(versioned.recordStatus, versioned.cancelRequest);
+    } else {
+      const begun = await beginAttempt(this.store, this.identity, {
+        mode: data.force ? { kind: "running" } : { kind: "check", idempotencyKey: this.idemKey },
+        fields,
+        ...(data.force
+          ? {}
+          : { pendingTrigger: deps.keys.pendingTrigger(data.rebuild, data.tenant, data.version, false) }),
+      }).catch((error: unknown) => {
+        // Without a record the attempt would run unseen: let BullMQ retry it once Redis answers.
+        throw new RebuildError(`recording the attempt failed: ${String(error)}`, true, this.runId, { cause: error });
+      });
+      if (begun.status === "already-rebuilt") {
+        return { status: "skipped", reason: "already-rebuilt", runId: this.runId, version: this.version };
+      }
+      if (begun.status === "exists") this.log(`run record ${this.runId} exists already; this attempt is not recorded`);
+      // A cancel that came while the job waited, or while another worker had it: the record's
+      // first write found it and recorded the attempt cancelled; it stops here, before the claim.
+      if (begun.status === "cancelled") return cancelledAtBegin(this.job, this.runId, begun);
+      if (begun.status === "exists" && begun.cancelRequest) {
+        // This attempt's record exists already (the queue's Redis forgot a pickup, and the same
+        // attempt was picked up again): RUN_BEGIN wrote nothing; the cancel ends it here, on that record.
+        const outcome = cancelledAtBegin(this.job, this.runId, begun);
+        return this.endCancelled(outcome.reason);
+      }
     }
     const cancelledEarly = cancellationOf(this.job);
     if (cancelledEarly) return this.endCancelled(cancelledEarly);
@@ -663,6 +685,46 @@ class RebuildAttempt {
     this.log(reason);
     await this.finish("deferred", { ...fields, reason });
     return { status: "deferred", until: Date.now() + waitMs, heldBy, version: this.version };
+  }
+
+  /**
+   * The version on the record that began while the inputs were read (`recordVersion`). When it
+   * cannot be written the record is ended, not left running (best effort: Redis may be away),
+   * and the attempt is retried.
+   */
+  private async recordVersion(fields: Partial<RunRecord>): Promise<VersionResult> {
+    return recordVersion(this.store, this.identity, {
+      fields,
+      idempotencyKey: this.data.force ? null : this.idemKey,
+    }).catch(async (error: unknown) => {
+      const message = `recording the attempt's version failed: ${String(error)}`;
+      await writeRun(this.store, this.identity, {
+        status: "failed",
+        fields: { ...fields, reason: `${message}; retried` },
+        writeId: crypto.randomBytes(6).toString("hex"),
+      }).catch((e: unknown) => this.log(`ending its record failed too: ${String(e)}`));
+      throw new RebuildError(message, true, this.runId, { cause: error });
+    });
+  }
+
+  /**
+   * Someone else ended this attempt's record while its inputs were read (the job's next attempt
+   * closed it: this one lost its job lock; the abandoned-run sweep; a trim): the attempt takes no
+   * claim and writes nothing more. It ends cancelled when the job has a cancel request; else it
+   * is retried (a new attempt, a new record) unless it lost its job lock, when the job is
+   * another attempt's.
+   */
+  private async onRecordClosed(
+    recordStatus: string,
+    cancelRequest: string | null,
+  ): Promise<Extract<RebuildOutcome, { status: "cancelled" }>> {
+    if (cancelRequest) return cancelledAtBegin(this.job, this.runId, { cancelRequest });
+    const owns = this.job.ownsLock ? await this.job.ownsLock().catch(() => null) : null;
+    const message = `the attempt's record was ended (${recordStatus}) while its inputs were read${
+      owns === false ? "; this attempt lost its job lock" : ""
+    }: it does not go on`;
+    this.log(message);
+    throw new RebuildError(message, owns !== false, this.runId);
   }
 
   /** Who force-released this attempt's claim and why, from the claim trail (" by …"), or "". */

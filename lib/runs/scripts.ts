@@ -62,6 +62,33 @@ local function finishTimes(runKey)
   end
   return nil
 end
+-- A record moves from 'from' (queued or running) to the final status 'to' at the run's index
+-- score: finish time and duration, counted in the timeline and run counters (a skipped or
+-- deferred run has no running time), the job's attempt in flight cleared if it is this run.
+local function moveToFinal(runKey, runId, from, to, first, n, openKey)
+  redis.call('HSET', runKey, 'status', to)
+  local score = redis.call('ZSCORE', KEYS[first], runId) or nowMs
+  local durationMs = finishTimes(runKey)
+  local ranMs = durationMs
+  if to == 'skipped' or to == 'deferred' then ranMs = nil end
+  -- The Redis clock stepped back (a failover to a host behind): no duration rather than a negative one.
+  if ranMs and ranMs < 0 then ranMs = nil end
+  countFinal(runKey, to, score, durationMs, ranMs, nowMs)
+  if redis.call('GET', openKey) == runId then redis.call('DEL', openKey) end
+  moveStatus(first, n, runId, from, to, score)
+end
+-- The reason of a record cancelled by an operator's request (the cancel key's JSON,
+-- lib/rebuilds/cancel-request.ts): "cancelled by <actor>: <reason>", or "cancelled by an operator"
+-- for a request it cannot read.
+local function cancelReasonOf(cancel)
+  local ok, request = pcall(cjson.decode, cancel)
+  if ok and type(request) == 'table' and type(request.actor) == 'string' and type(request.reason) == 'string' then
+    local reason = 'cancelled by ' .. request.actor
+    if request.reason ~= '' then reason = reason .. ': ' .. request.reason end
+    return reason
+  end
+  return 'cancelled by an operator'
+end
 -- A record still queued or running moves to aborted; any other is left alone. Returns 1 | 0.
 local function abandon(runKey, runId, reason, first, n)
   local status = redis.call('HGET', runKey, 'status')
@@ -149,13 +176,7 @@ local status = mode
 local cancelReason = false
 if cancel ~= '' and mode ~= 'cancelled' then
   status = 'cancelled'
-  local ok, request = pcall(cjson.decode, cancel)
-  if ok and type(request) == 'table' and type(request.actor) == 'string' and type(request.reason) == 'string' then
-    cancelReason = 'cancelled by ' .. request.actor
-    if request.reason ~= '' then cancelReason = cancelReason .. ': ' .. request.reason end
-  else
-    cancelReason = 'cancelled by an operator'
-  end
+  cancelReason = cancelReasonOf(cancel)
 elseif mode == 'check' then
   by = redis.call('GET', KEYS[4])
   if by then status = 'skipped' else status = 'running' end
@@ -268,22 +289,88 @@ if to ~= '' and not ALLOWED[current][to] then return ${RUN_REPLY.refused} end
 if #ARGV >= 13 + lines then redis.call('HSET', KEYS[1], unpack(ARGV, 13 + lines)) end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 if to ~= '' and to ~= current then
-  redis.call('HSET', KEYS[1], 'status', to)
-  local score = redis.call('ZSCORE', KEYS[FIRST], runId) or nowMs
   if FINAL[to] then
-    local durationMs = finishTimes(KEYS[1])
-    local ranMs = durationMs
-    if to == 'skipped' or to == 'deferred' then ranMs = nil end
-    -- The Redis clock stepped back (a failover to a host behind): no duration rather than a negative one.
-    if ranMs and ranMs < 0 then ranMs = nil end
-    countFinal(KEYS[1], to, score, durationMs, ranMs, nowMs)
-    if redis.call('GET', KEYS[3]) == runId then redis.call('DEL', KEYS[3]) end
+    moveToFinal(KEYS[1], runId, current, to, FIRST, n, KEYS[3])
+  else
+    redis.call('HSET', KEYS[1], 'status', to)
+    moveStatus(FIRST, n, runId, current, to, redis.call('ZSCORE', KEYS[FIRST], runId) or nowMs)
   end
-  moveStatus(FIRST, n, runId, current, to, score)
 end
 publish(KEYS[5], ARGV[11])
 if lines > 0 then publish(KEYS[5], ARGV[12]) end
 return ${RUN_REPLY.written}
+`,
+});
+
+export const RUN_VERSION = typedScript<[code: number, detail: string, cancel: string]>()({
+  command: "claimwatchRunVersion",
+  keys: ["run", "openAttempt", "idempotency", "cancelRequest", "events", "runCounters"],
+  variadicKeys: true,
+  lua: `
+--[[ The version of an attempt whose record began running before it was known (its inputs took
+long to read, lib/rebuilds/run-rebuild.ts): RUN_BEGIN's check, made late, on the running record.
+KEYS[1] run HASH   KEYS[2] openAttempt STRING of its job
+KEYS[3] idempotency STRING: run id that rebuilt this (rebuild, tenant, version)
+KEYS[4] cancelRequest STRING: an operator's cancel request for the job (read only)
+KEYS[5] events STREAM (lib/events)   KEYS[6] runCounters HASH behind /metrics
+KEYS[7 ..] indexes: ARGV[3] base indexes, then as many per status in ARGV[6]
+ARGV[1] runId   ARGV[2] record TTL ms   ARGV[3] n   ARGV[4] '1': check the idempotency key
+ARGV[5] reason prefix of an already-rebuilt skip (the rebuilding run id is appended)
+ARGV[6] statuses with index keys (comma-separated)   ARGV[7] timeline counters (JSON)
+ARGV[8] the record's event up to its status (the script appends the status and '"}}'); '' for none
+ARGV[9] versionId: names this call (stored as the record's 'versionId'), so a resend of it (after
+  a reconnect) answers what it did instead of what the record says now
+ARGV[10..] record field/value pairs (the version and its idempotency key hash)
+Only a running record is written: with a cancel request it ends cancelled (as RUN_BEGIN would),
+else with the idempotency key set it ends skipped (already rebuilt), else it gains the fields.
+Returns {code, detail, cancel}: cancel is the job's cancel request ('' for none)
+  code ${RUN_REPLY.began} running, fields written | ${RUN_REPLY.alreadyRebuilt} recorded skipped (detail: the run that rebuilt it)
+     | ${RUN_REPLY.cancelled} recorded cancelled (detail: the reason)
+     | ${RUN_REPLY.final} the record is final already, ended by someone else (detail: its status)
+     | ${RUN_REPLY.refused} the record is not running (detail: its status) | ${RUN_REPLY.missing} no record
+]]
+${COMMON}
+local runId, n = ARGV[1], tonumber(ARGV[3])
+local FIRST = 7
+setStatuses(ARGV[6])
+setTimeline(ARGV[7], KEYS[6])
+local current = redis.call('HGET', KEYS[1], 'status')
+local cancel = redis.call('GET', KEYS[4]) or ''
+if not current then return {${RUN_REPLY.missing}, '', cancel} end
+if redis.call('HGET', KEYS[1], 'versionId') == ARGV[9] then
+  -- A resend of this call, applied already: what it did.
+  local reason = redis.call('HGET', KEYS[1], 'reason') or ''
+  if current == 'running' then return {${RUN_REPLY.began}, '', cancel} end
+  if current == 'skipped' then return {${RUN_REPLY.alreadyRebuilt}, string.sub(reason, #ARGV[5] + 1), cancel} end
+  if current == 'cancelled' then return {${RUN_REPLY.cancelled}, reason, cancel} end
+  return {${RUN_REPLY.final}, current, cancel}
+end
+if FINAL[current] then return {${RUN_REPLY.final}, current, cancel} end
+if current ~= 'running' then return {${RUN_REPLY.refused}, current, cancel} end
+local status, reason, by = 'running', false, false
+if cancel ~= '' then
+  status = 'cancelled'
+  reason = cancelReasonOf(cancel)
+elseif ARGV[4] == '1' then
+  by = redis.call('GET', KEYS[3])
+  if by then
+    status = 'skipped'
+    reason = ARGV[5] .. by
+  end
+end
+local fields = {'versionId', ARGV[9]}
+for i = 10, #ARGV do fields[#fields + 1] = ARGV[i] end
+if reason then
+  fields[#fields + 1] = 'reason'
+  fields[#fields + 1] = reason
+end
+redis.call('HSET', KEYS[1], unpack(fields))
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if status ~= 'running' then moveToFinal(KEYS[1], runId, 'running', status, FIRST, n, KEYS[2]) end
+if ARGV[8] ~= '' then publish(KEYS[5], ARGV[8] .. status .. '"}}') end
+if by then return {${RUN_REPLY.alreadyRebuilt}, by, cancel} end
+if reason then return {${RUN_REPLY.cancelled}, reason, cancel} end
+return {${RUN_REPLY.began}, '', cancel}
 `,
 });
 
@@ -353,6 +440,7 @@ return ${RUN_REPLY.written}
 export const RUN_SCRIPTS: readonly LuaScript[] = [
   RUN_BEGIN,
   RUN_WRITE,
+  RUN_VERSION,
   RUN_ABANDON,
   RUN_TRIM,
   TIMELINE_COUNT_RECORD,

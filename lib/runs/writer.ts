@@ -7,7 +7,7 @@
  * final record, and a record that was trimmed is never recreated half-empty.
  */
 import crypto from "node:crypto";
-import type { ChainableCommander, Redis } from "ioredis";
+import type { ChainableCommander } from "ioredis";
 import { encodeEvent } from "../events/publish";
 import type { StoredEvent } from "../events/types";
 import type { RedisKeys } from "../redis/keys";
@@ -24,7 +24,7 @@ import {
   type RunPlace,
   type RunRetention,
 } from "./records";
-import { RUN_BEGIN, RUN_WRITE } from "./scripts";
+import { RUN_BEGIN, RUN_VERSION, RUN_WRITE } from "./scripts";
 import { queueTimelineCount, timelineSpec } from "./timeline-counters";
 import type { FinalRunStatus } from "./transitions";
 import { RUN_STATUSES, type RunRecord, type RunStatus, type RunTrigger } from "./types";
@@ -196,33 +196,86 @@ export async function beginAttempt(
   }
 }
 
+export type VersionResult = (
+  | { status: "began" }
+  | { status: "already-rebuilt"; rebuiltBy: string }
+  /** The job has an operator's cancel request: the record ended cancelled with `reason`. */
+  | { status: "cancelled"; reason: string }
+  /**
+   * Someone else ended or removed the record meanwhile (the job's next attempt, the
+   * abandoned-run sweep; "missing": trimmed or expired): nothing was written.
+   */
+  | { status: "closed"; recordStatus: string }
+) & {
+  /** The job's cancel request as stored, or null. */
+  cancelRequest: string | null;
+};
+
 /**
- * The version of an attempt whose record began before it was known (its inputs took long to
- * read, lib/rebuilds/run-rebuild.ts): RUN_BEGIN's check, made late. The record ends skipped
- * "already rebuilt" when the idempotency key names a run (`idempotencyKey` null: a forced
- * rebuild, no check), else it gains `fields`. Two round trips, on that slow path only; the check
- * and the write are not one step, and need not be: the attempt checks the key again under the
- * claim. A record that is not running any more (final already, or gone) answers `exists`.
+ * The version of an attempt whose record began running before it was known (its inputs took
+ * long to read, lib/rebuilds/run-rebuild.ts): RUN_BEGIN's check, made late, in one round trip
+ * (RUN_VERSION). An operator's cancel request ends the record cancelled; the idempotency key
+ * naming a run ends it skipped "already rebuilt" (`idempotencyKey` null: a forced rebuild, no
+ * check); else it gains `fields`. Only a running record is written. A resend of the call (the
+ * reply lost to a reconnect) answers what the first one did.
  */
 export async function recordVersion(
-  store: RunStore & { client: RunStore["client"] & Pick<Redis, "get"> },
-  run: RunRef,
+  store: RunStore,
+  run: RunRef & { attempt: number; rebuildName: string; createdAt: number },
   options: { fields: Partial<RunRecord>; idempotencyKey: string | null },
-): Promise<BeginResult> {
-  const rebuiltBy = options.idempotencyKey
-    ? await store.client.get(store.keys.idempotency(options.idempotencyKey))
-    : null;
-  const written = await writeRun(
-    store,
-    run,
-    rebuiltBy
-      ? { status: "skipped", fields: { ...options.fields, reason: `${ALREADY_REBUILT_PREFIX}${rebuiltBy}` } }
-      : { fields: options.fields },
+): Promise<VersionResult> {
+  const { keys, retention } = store;
+  const layout = indexLayout(keys, run, ["running", "skipped", "cancelled"]);
+  const reply = await runVariadicScript(
+    store.client,
+    RUN_VERSION,
+    [
+      keys.run(run.runId),
+      keys.runOpenAttempt(run.jobId),
+      options.idempotencyKey ? keys.idempotency(options.idempotencyKey) : keys.run(run.runId),
+      keys.cancelRequest(run.jobId),
+      keys.events,
+      keys.metricsCounters,
+    ],
+    layout.keys,
+    [
+      run.runId,
+      recordTtlMs(retention),
+      layout.n,
+      options.idempotencyKey ? "1" : "",
+      ALREADY_REBUILT_PREFIX,
+      layout.statuses,
+      timelineSpec(keys, run, retention),
+      runEventHead({
+        id: run.runId,
+        rebuild: run.rebuildName,
+        tenant: run.tenant,
+        jobId: run.jobId,
+        attempt: run.attempt,
+        createdAt: run.createdAt,
+        ...options.fields,
+      }),
+      crypto.randomBytes(8).toString("hex"),
+      ...fieldPairs(options.fields),
+    ],
   );
-  if (written !== "written") return { status: "exists", cancelRequest: null };
-  return rebuiltBy
-    ? { status: "already-rebuilt", rebuiltBy, cancelRequest: null }
-    : { status: "began", cancelRequest: null };
+  const [code, detail, cancel] = reply;
+  const cancelRequest = cancel ? cancel : null;
+  switch (code) {
+    case RUN_REPLY.began:
+      return { status: "began", cancelRequest };
+    case RUN_REPLY.alreadyRebuilt:
+      return { status: "already-rebuilt", rebuiltBy: detail, cancelRequest };
+    case RUN_REPLY.cancelled:
+      return { status: "cancelled", reason: detail, cancelRequest };
+    case RUN_REPLY.final:
+    case RUN_REPLY.refused:
+      return { status: "closed", recordStatus: detail, cancelRequest };
+    case RUN_REPLY.missing:
+      return { status: "closed", recordStatus: "missing", cancelRequest };
+    default:
+      throw new Error(`${RUN_VERSION.command}: unexpected reply ${JSON.stringify(reply)}`);
+  }
 }
 
 /** A run as its writes name it. */

@@ -12,7 +12,9 @@ import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import fs from "node:fs";
+import net from "node:net";
 import { cancelJob } from "../../lib/operations/cancel";
+import { closeRedis, createRedis } from "../../lib/redis/client";
 import { writeCancelRequest } from "../../lib/rebuilds/cancel-request";
 import { INPUTS_VISIBLE_AFTER_MS, RebuildError, runRebuild } from "../../lib/rebuilds/run-rebuild";
 import { abandonedInputReads } from "../../lib/rebuilds/version";
@@ -23,6 +25,7 @@ import { until } from "../support/until";
 
 let bed: TestBed;
 const feeders = new Set<ChildProcess>();
+const proxySockets = new Set<net.Socket>();
 const fifoOf = (name: string) => path.join(bed.dir, `${name}.fifo`);
 
 before(async () => {
@@ -54,17 +57,48 @@ before(async () => {
       inputs: ["slow-input-cancelled.fifo"],
       steps: [{ name: "noop", run: ["true"] }],
     },
+    "slow-input-closed": {
+      output: "out/slow-input-closed",
+      inputs: ["slow-input-closed.bin"],
+      steps: [{ name: "noop", run: ["true"] }],
+    },
+    "slow-input-lost-reply": {
+      output: "out/slow-input-lost-reply",
+      // The large input takes seconds; the second is missing: the read fails after the record began.
+      inputs: ["slow-input-lost-reply.bin", "missing.bin"],
+      steps: [{ name: "noop", run: ["true"] }],
+    },
+    "slow-input-cancel-late": {
+      output: "out/slow-input-cancel-late",
+      inputs: ["slow-input-cancel-late.bin"],
+      steps: [{ name: "noop", run: ["true"] }],
+    },
+    "slow-input-version-fails": {
+      output: "out/slow-input-version-fails",
+      inputs: ["slow-input-version-fails.bin"],
+      steps: [{ name: "noop", run: ["true"] }],
+    },
   });
   for (const name of ["slow-input-cancel", "slow-input-deploy", "slow-input-lock", "slow-input-cancelled"]) {
     assert.equal(spawnSync("mkfifo", [fifoOf(name)]).status, 0, "mkfifo");
   }
   // Large enough to take a few seconds to hash (sparse: it takes no disk). A FIFO cannot stand in
   // for it: writing one changes its mtime, and an input that changes while it is read fails.
-  const large = path.join(bed.dir, "slow-input-shown.bin");
-  fs.writeFileSync(large, "");
-  fs.truncateSync(large, 768 * 1024 * 1024);
+  for (const [name, mib] of [
+    ["slow-input-shown", 768],
+    // Read by two attempts at once, the second starting after the first began: longer.
+    ["slow-input-closed", 1024],
+    ["slow-input-lost-reply", 768],
+    ["slow-input-version-fails", 768],
+    ["slow-input-cancel-late", 768],
+  ] as const) {
+    const large = path.join(bed.dir, `${name}.bin`);
+    fs.writeFileSync(large, "");
+    fs.truncateSync(large, mib * 1024 * 1024);
+  }
 });
 after(async () => {
+  for (const socket of proxySockets) socket.destroy();
   for (const feeder of feeders) if (feeder.exitCode === null && feeder.signalCode === null) feeder.kill("SIGKILL");
   await bed.close();
 });
@@ -186,14 +220,7 @@ test("a job whose lock is lost while it is stuck opening its input: recorded abo
 });
 
 test("a job whose inputs take long to read shows running meanwhile; the same record gets the version and ends, and a repeat of it is skipped", async () => {
-  const attemptOf = (id: string) =>
-    runRebuild(rebuildDepsOf(bed), {
-      id,
-      attempt: 1,
-      createdAt: Date.now(),
-      data: { rebuild: "slow-input-shown", trigger: "api" as const },
-      signal: new AbortController().signal,
-    });
+  const attemptOf = (id: string) => slowAttempt("slow-input-shown", id, 1);
   const first = attemptOf("shown-1");
   await until(
     "the record while the input is read",
@@ -207,6 +234,7 @@ test("a job whose inputs take long to read shows running meanwhile; the same rec
   const done = await readRun(bed.main, bed.keys, "shown-1-a1");
   assert.equal(done?.status, "rebuilt");
   assert.equal(done?.version, outcome.status === "rebuilt" ? outcome.version : "?", "the version, on the same record");
+  assert.ok(fs.existsSync(path.join(bed.dir, "out/slow-input-shown/current")), "published");
   assert.ok(done?.idempotencyKey);
 
   // The same input again: the record begins while it is read, then ends skipped (already rebuilt).
@@ -257,4 +285,148 @@ test("a job cancelled before its record begins while it reads its inputs: record
   assert.equal(abandonedInputReads(), 1);
   fs.closeSync(fs.openSync(fifoOf("slow-input-cancelled"), fs.constants.O_WRONLY | fs.constants.O_NONBLOCK));
   await until("the stuck read ended", async () => abandonedInputReads() === 0, 10_000);
+});
+
+/**
+ * A slow-input attempt of `rebuild`, run in this process. Its record begins after 100 ms of
+ * reading (not 1 s): the large inputs here take about a second to hash on a fast machine, and
+ * the tests look at the record while they are read.
+ */
+function readingDeps(): ReturnType<typeof rebuildDepsOf> {
+  return { ...rebuildDepsOf(bed), inputsVisibleAfterMs: 100 };
+}
+
+function slowAttempt(rebuild: string, id: string, attempt: number, deps = readingDeps()) {
+  return runRebuild(deps, {
+    id,
+    attempt,
+    createdAt: Date.now(),
+    data: { rebuild, trigger: "api" as const },
+    signal: new AbortController().signal,
+  });
+}
+
+test("an attempt whose record the job's next attempt closed while it read its inputs takes no claim: it does not publish under an aborted record", async () => {
+  // Attempt 1 lost its job lock while it read (a stall); the job was picked up again as attempt 2,
+  // whose record's begin closes attempt 1's as aborted. Attempt 1 finds that when its read ends.
+  const first = slowAttempt("slow-input-closed", "closed", 1).then(
+    (outcome) => outcome,
+    (error: unknown) => error,
+  );
+  let firstDone = false;
+  void first.then(() => (firstDone = true));
+  await until("attempt 1's record", async () => (await readRun(bed.main, bed.keys, "closed-a1"))?.status === "running");
+  const second = slowAttempt("slow-input-closed", "closed", 2);
+  await until("attempt 2's record", async () => (await readRun(bed.main, bed.keys, "closed-a2"))?.status === "running");
+  assert.equal(
+    (await readRun(bed.main, bed.keys, "closed-a1"))?.status,
+    "aborted",
+    "attempt 2 closed attempt 1's record",
+  );
+  assert.equal(firstDone, false, "attempt 1 is still reading (else this test shows nothing)");
+
+  const outcome = await first;
+  assert.ok(outcome instanceof RebuildError, `attempt 1 does not go on: ${JSON.stringify(outcome)}`);
+  assert.match(outcome.message, /record was ended \(aborted\) while its inputs were read/);
+  const closed = await readRun(bed.main, bed.keys, "closed-a1");
+  assert.equal(closed?.status, "aborted");
+  assert.equal(closed?.version ?? null, null, "nothing was written on the closed record");
+
+  const rebuilt = await second;
+  assert.equal(rebuilt.status, "rebuilt", "attempt 2 builds and publishes");
+  const run = await readRun(bed.main, bed.keys, "closed-a2");
+  assert.equal(run?.status, "rebuilt");
+  assert.equal(await bed.main.get(bed.keys.idempotency(run?.idempotencyKey ?? "?")), "closed-a2");
+});
+
+test("the reply to the record's begin is lost while the inputs are read (ioredis resends it): the attempt still ends its record", async () => {
+  // A TCP proxy in front of Redis: the begin reaches Redis and runs, its reply never reaches the
+  // worker, the connection drops; ioredis resends the begin, which finds the record.
+  let cut = false;
+  const proxy = net.createServer((client) => {
+    const server = net.connect(bed.redis.port, "127.0.0.1");
+    proxySockets.add(client).add(server);
+    let dropReplies = false;
+    client.on("data", (chunk) => {
+      server.write(chunk);
+      if (!cut && chunk.includes("lost-reply-a1")) {
+        cut = true;
+        dropReplies = true;
+        setTimeout(() => {
+          client.destroy();
+          server.destroy();
+        }, 200);
+      }
+    });
+    server.on("data", (chunk) => {
+      if (!dropReplies) client.write(chunk);
+    });
+    for (const socket of [client, server]) {
+      socket.on("error", () => {});
+      socket.on("close", () => (socket === client ? server : client).destroy());
+    }
+  });
+  await new Promise<void>((resolve) => proxy.listen(0, "127.0.0.1", resolve));
+  const main = createRedis(`redis://127.0.0.1:${(proxy.address() as net.AddressInfo).port}`, "worker", "lost-reply");
+  try {
+    const outcome = await slowAttempt("slow-input-lost-reply", "lost-reply", 1, { ...readingDeps(), main }).catch(
+      (error: unknown) => error,
+    );
+    assert.ok(cut, "the begin's reply was dropped");
+    assert.ok(outcome instanceof RebuildError, `the attempt fails (an input is missing): ${JSON.stringify(outcome)}`);
+    const run = await readRun(bed.main, bed.keys, "lost-reply-a1");
+    assert.equal(run?.status, "failed", "its record ends, not left running");
+    assert.match(run?.reason ?? "", /inputs unreadable/);
+  } finally {
+    await closeRedis(main);
+    proxy.close();
+  }
+});
+
+test("the version cannot be recorded on the record that began while the inputs were read: the record ends failed, the attempt is retried", async () => {
+  const attempt = slowAttempt("slow-input-version-fails", "version-fails", 1).catch((error: unknown) => error);
+  await until(
+    "the record while the input is read",
+    async () => (await readRun(bed.main, bed.keys, "version-fails-a1"))?.status === "running",
+  );
+  // A key of the wrong type where the version's write reads the job's cancel request: that write
+  // fails (WRONGTYPE); writes of the record itself still work.
+  await bed.main.hset(bed.keys.cancelRequest("version-fails"), "not", "a string");
+  try {
+    const outcome = await attempt;
+    assert.ok(outcome instanceof RebuildError, `the attempt fails: ${JSON.stringify(outcome)}`);
+    assert.equal(outcome.retry, true, "retried");
+    assert.match(outcome.message, /recording the attempt's version failed/);
+    const run = await readRun(bed.main, bed.keys, "version-fails-a1");
+    assert.equal(run?.status, "failed", "its record ends, not left running");
+    assert.match(run?.reason ?? "", /recording the attempt's version failed: .*WRONGTYPE.*; retried/);
+  } finally {
+    await bed.main.del(bed.keys.cancelRequest("version-fails"));
+  }
+});
+
+test("a cancel requested after the record began, while the inputs are read: the version's write finds it, recorded cancelled, no claim taken", async () => {
+  const attempt = slowAttempt("slow-input-cancel-late", "cancel-late", 1);
+  await until(
+    "the record while the input is read",
+    async () => (await readRun(bed.main, bed.keys, "cancel-late-a1"))?.status === "running",
+  );
+  // No worker watches the request here (the job's signal is never aborted): the version's write
+  // is where the attempt meets it.
+  await writeCancelRequest(bed.main, bed.keys, "cancel-late", {
+    actor: "test-operator (operator)",
+    reason: "not now",
+    at: Date.now(),
+  });
+  const outcome = await attempt;
+  assert.deepEqual(outcome, {
+    status: "cancelled",
+    runId: "cancel-late-a1",
+    reason: "cancelled by test-operator (operator): not now",
+  });
+  const run = await readRun(bed.main, bed.keys, "cancel-late-a1");
+  assert.equal(run?.status, "cancelled");
+  assert.equal(run?.reason, "cancelled by test-operator (operator): not now");
+  assert.ok(run?.version, "the version is on the record");
+  assert.equal(fs.existsSync(path.join(bed.dir, "out/slow-input-cancel-late/current")), false, "nothing was published");
 });
