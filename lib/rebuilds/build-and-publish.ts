@@ -135,6 +135,11 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
       );
       await context.onChangedBuild?.({ path: promoted.changedMovedTo, expected: buildHash, actual: "(moved aside)" });
     }
+    if (promoted.unsyncedMovedTo) {
+      recorder.log(
+        `WARNING: the build ${buildHash} found in builds/ could not be read or synced to disk (a failing disk?); moved aside to ${promoted.unsyncedMovedTo} and replaced by this run's synced bytes`,
+      );
+    }
     held.throwIfLost(); // a paused holder notices here, before it asks to publish
     // After the promote, which can take long (sealing a big tree): a holder paused during it
     // past an operator's cancel must find the cancel when it wakes.
@@ -166,7 +171,18 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
       );
       return { status: "fence-reused", buildHash, recordedHash };
     }
-    await pointCurrent(outputDir, buildHash);
+    // Published (Redis and the durable fence say so): a `current` that cannot be swapped or synced
+    // now lags behind until repair moves it forward (repair.ts); the attempt is not failed for it.
+    const swapped = await pointCurrent(outputDir, buildHash).then(
+      () => null,
+      (error: unknown) => String(error),
+    );
+    if (swapped !== null) {
+      recorder.log(
+        `WARNING: published build ${buildHash} (fence ${held.fence}), but ${outputDir}/current could not be swapped or synced: ${swapped}; repair moves it to the published build`,
+      );
+      return { status: "published", buildHash };
+    }
     recorder.log(`published build ${buildHash} (fence ${held.fence})`);
     return { status: "published", buildHash };
   } catch (error) {

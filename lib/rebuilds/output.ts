@@ -78,56 +78,82 @@ export async function hashDirectory(dir: string): Promise<string> {
  * Moves a finished work directory to `builds/<hash>`, read-only and durable: its files and
  * directories lose their write bits and are fsynced before the rename (the top directory loses its
  * write bits right after it: a directory cannot be moved to another parent without write access
- * to itself), and `builds/` is fsynced after it. Once this returns, a crash of the machine cannot
- * leave the build's name with missing or empty files behind a pointer that publishes it. Call it
- * only when every process of the run is gone (steps run contained; see steps/containment.ts), so
- * the bytes hashed are the bytes published.
+ * to itself, and is fsynced then), and `builds/` is fsynced after it. Once this returns, a crash of
+ * the machine cannot leave the build's name with missing or empty files behind a pointer that
+ * publishes it. Call it only when every process of the run is gone (steps run contained; see
+ * steps/containment.ts), so the bytes hashed are the bytes published.
  *
- * If `builds/<hash>` exists already (a repeat, or a concurrent identical run), it is re-hashed:
- * the same bytes → the work directory is dropped; different bytes (someone changed a published
- * build) → the changed one is moved aside to `builds/.changed-<hash>-<time>` and this one takes
- * its place. Returns the build's path and the path of a build it found changed.
+ * If `builds/<hash>` exists already (a repeat, or a concurrent identical run), it is re-hashed and
+ * fsynced: the same bytes, on disk → the work directory is dropped. Otherwise it is moved aside
+ * and this build, synced already, takes its place: different bytes (someone changed a published
+ * build) → `builds/.changed-<hash>-<time>`; unreadable or not syncable (a failing disk: Linux
+ * reports a lost write to one fsync only, so a later one would say "on disk" of bytes that are
+ * not) → `builds/.unsynced-<hash>-<time>`. A build this call moved in whose `builds/` entry cannot
+ * be synced is moved aside the same way before the error is thrown. Returns the build's path and
+ * the paths of builds it moved aside.
  */
 export async function promoteBuild(
   outputDir: string,
   workDir: string,
   hash: string,
-): Promise<{ path: string; changedMovedTo: string | null }> {
+): Promise<{ path: string; changedMovedTo: string | null; unsyncedMovedTo: string | null }> {
   const target = buildDirOf(outputDir, hash);
-  await fs.mkdir(path.dirname(target), { recursive: true });
+  const buildsDir = path.dirname(target);
+  // The first build of an output creates builds/: its entry in the output directory too.
+  if (await fs.mkdir(buildsDir, { recursive: true })) await syncPath(outputDir);
   await sealTree(workDir, { includeRoot: false, sync: true });
+  const asideOf = (kind: "changed" | "unsynced") =>
+    path.join(buildsDir, `.${kind}-${hash}-${Date.now()}-${crypto.randomBytes(3).toString("hex")}`);
   let changedMovedTo: string | null = null;
+  let unsyncedMovedTo: string | null = null;
+  let movedIn = false;
   for (let attempt = 0; ; attempt++) {
     try {
       await fs.rename(workDir, target);
-      await syncPath(path.dirname(target));
+      movedIn = true;
       break;
     } catch (error) {
       const code = (error as NodeJS.ErrnoException).code;
       if ((code !== "ENOTEMPTY" && code !== "EEXIST") || attempt > 0) throw error;
-      // Only a hash that succeeds and differs moves a published build aside: an I/O error or a
-      // concurrent prune is not evidence that someone changed it.
       const existing = await hashDirectory(target).catch((e: unknown) => (e instanceof BuildContentError ? "" : null));
-      if (existing === null || existing === hash) {
+      // Published as it is only when its bytes are on disk too (a promote cut off by a crash
+      // between its rename and the sync of builds/, or a build from before builds were synced).
+      if (
+        existing === hash &&
+        (await syncTree(target).then(
+          () => true,
+          () => false,
+        ))
+      ) {
         await removeTree(workDir);
-        // Published as it is: its bytes must be on disk too (a promote cut off by a crash
-        // between its rename and the sync of builds/, or a build from before builds were synced).
-        await syncTree(target);
-        await syncPath(path.dirname(target));
         break;
       }
-      changedMovedTo = path.join(
-        path.dirname(target),
-        `.changed-${hash}-${Date.now()}-${crypto.randomBytes(3).toString("hex")}`,
+      const aside = asideOf(existing === null || existing === hash ? "unsynced" : "changed");
+      // Gone meanwhile (a concurrent prune): nothing to move aside.
+      const moved = await fs.rename(target, aside).then(
+        () => true,
+        (e: unknown) => {
+          if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e;
+          return false;
+        },
       );
-      await fs.rename(target, changedMovedTo);
+      if (moved && existing !== null && existing !== hash) changedMovedTo = aside;
+      else if (moved) unsyncedMovedTo = aside;
     }
   }
   await fs.chmod(target, 0o555).catch(() => {});
   // Touch it, so "newest builds" pruning keeps a build that was just re-published.
   const now = new Date();
   await fs.utimes(target, now, now).catch(() => {});
-  return { path: target, changedMovedTo };
+  try {
+    await syncPath(target);
+    await syncPath(buildsDir);
+  } catch (error) {
+    // Its name may not be on disk, and a later fsync would not say so: not left for a repeat to trust.
+    if (movedIn) await fs.rename(target, asideOf("unsynced")).catch(() => {});
+    throw error;
+  }
+  return { path: target, changedMovedTo, unsyncedMovedTo };
 }
 
 /**
@@ -143,7 +169,7 @@ export async function sealTree(
 ): Promise<void> {
   const sync = options.sync ?? false;
   const entries = await fs.readdir(dir, { withFileTypes: true });
-  // Subdirectories one after another, files a few at a time: at most SYNC_BATCH files are open.
+  // Subdirectories one after another, files a few at a time: few files are open at once.
   for (const entry of entries) {
     if (entry.isDirectory()) await sealTree(path.join(dir, entry.name), { includeRoot: true, sync });
   }
@@ -172,16 +198,31 @@ export async function sealTree(
   if (sync) await syncPath(dir);
 }
 
-/** Files synced at once per directory: enough to keep Node's I/O threads busy, not to hog them. */
-const SYNC_BATCH = 8;
+/**
+ * Files synced at once per directory: three of Node's four I/O threads, so an input read or a
+ * build elsewhere in the worker still gets one.
+ */
+const SYNC_BATCH = 3;
 
-/** `each` over `items`, at most `size` at once (a pool: a slow item holds up one lane, not a batch). */
+/**
+ * `each` over `items`, at most `size` at once (a pool: a slow item holds up one lane, not a
+ * batch). The first error stops the lanes from taking more items; it is thrown once every lane
+ * has settled, so nothing is still writing when the caller cleans up.
+ */
 async function inPool<T>(items: readonly T[], size: number, each: (item: T) => Promise<unknown>): Promise<void> {
   let next = 0;
+  let failure: { error: unknown } | null = null;
   const lane = async () => {
-    while (next < items.length) await each(items[next++]!);
+    while (next < items.length && !failure) {
+      try {
+        await each(items[next++]!);
+      } catch (error) {
+        failure ??= { error };
+      }
+    }
   };
   await Promise.all(Array.from({ length: Math.min(size, items.length) }, lane));
+  if (failure) throw (failure as { error: unknown }).error;
 }
 
 /** fsyncs every file and directory under `dir` (a directory after its entries), changing nothing. */

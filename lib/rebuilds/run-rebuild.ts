@@ -145,11 +145,6 @@ function cancelledAtBegin(
   return { status: "cancelled", runId, reason };
 }
 
-/** The early begin left this attempt's record open: it began, or it exists (its reply was lost, and the resend found it). */
-function recordIsOpen(begun: BeginResult): begun is Extract<BeginResult, { status: "began" | "exists" }> {
-  return begun.status === "began" || begun.status === "exists";
-}
-
 export class RebuildError extends Error {
   constructor(
     message: string,
@@ -203,10 +198,9 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
     reason: string,
   ): Promise<Extract<RebuildOutcome, { status: "cancelled" }> | null> => {
     const early = reading.begun;
-    if (early && recordIsOpen(early)) {
-      // This attempt's record began while its inputs were read (or exists already: the early
-      // begin's reply was lost and its resend found it): it ends here, cancelled when the job
-      // has an operator's cancel request. A record final already refuses the write.
+    if (early?.status === "began") {
+      // This attempt's record began while its inputs were read: it ends here, cancelled when the
+      // job has an operator's cancel request. A record final already refuses the write.
       const cancelled = early.cancelRequest ? cancelledAtBegin(job, runId, early) : null;
       const written = await writeRun(store, identity, {
         status: cancelled ? "cancelled" : status,
@@ -342,7 +336,7 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
     const begun = reading.begun;
     if (begun?.status === "cancelled") return cancelledAtBegin(job, runId, begun);
     return await new RebuildAttempt(deps, store, job, identity, data, definition, version, log, {
-      begunWhileReading: begun ? recordIsOpen(begun) : false,
+      begunWhileReading: begun?.status === "began",
       began: attemptBegan,
     }).run();
   } finally {
@@ -386,14 +380,19 @@ class RebuildAttempt {
   async run(): Promise<RebuildOutcome> {
     const { deps, data, definition } = this;
     const fields = { version: this.version, idempotencyKey: this.idemKey };
-    if (this.opening.begunWhileReading) {
-      const versioned = await this.recordVersion(fields);
+    // A record that began while the inputs were read gets its version; one that is gone since
+    // (Redis lost it: running records are never trimmed) begins again, as if it never had.
+    const versioned = this.opening.begunWhileReading ? await this.recordVersion(fields) : null;
+    if (versioned) {
       if (versioned.status === "already-rebuilt") {
         return { status: "skipped", reason: "already-rebuilt", runId: this.runId, version: this.version };
       }
       if (versioned.status === "cancelled") return cancelledAtBegin(this.job, this.runId, versioned);
-      if (versioned.status === "closed") return this.onRecordClosed(versioned.recordStatus, versioned.cancelRequest);
-    } else {
+      if (versioned.status === "closed" && versioned.recordStatus !== "missing") {
+        return this.onRecordClosed(versioned.recordStatus, versioned.cancelRequest);
+      }
+    }
+    if (!versioned || versioned.status === "closed") {
       const begun = await beginAttempt(this.store, this.identity, {
         mode: data.force ? { kind: "running" } : { kind: "check", idempotencyKey: this.idemKey },
         fields,

@@ -137,7 +137,8 @@ ARGV[11] timeline counters of the run's place (JSON, timeline-counters.ts); the 
   has the same place
 ARGV[12] the record's event up to its status: the script appends the status it wrote and '"}}'
   (writer.ts, \`runEventHead\`); '' for none
-ARGV[13..] record field/value pairs
+ARGV[13..] record field/value pairs, with 'beginId' (unique to the call within its worker,
+  'workerId'): a resend of the call finds its own record and answers what it did
 A final status (begun so, or the previous attempt closed) is counted in the timeline and run
 counters. The job's attempt in flight (KEYS[2]) is closed as aborted when it is the previous attempt;
 another earlier one ("stray") is returned for the caller to close with RUN_ABANDON. A later one
@@ -151,7 +152,7 @@ Attempt numbers are read from run ids (\`<job>-a<attempt>\`, runIdOf).
 Returns {code, detail, stray, cancel}: cancel is the job's cancel request ('' for none)
   code ${RUN_REPLY.began} began running | ${RUN_REPLY.alreadyRebuilt} already rebuilt: recorded skipped (detail: the run that rebuilt it) | ${RUN_REPLY.ended} began in a final status
      | ${RUN_REPLY.cancelled} the job has a cancel request: recorded cancelled (detail: the reason written)
-     | ${RUN_REPLY.exists} a record with this run id exists (nothing written)
+     | ${RUN_REPLY.exists} a record with this run id exists, begun by another call (nothing written)
 ]]
 ${COMMON}
 local runId, jobId, previousId = ARGV[1], ARGV[2], ARGV[3]
@@ -161,7 +162,25 @@ setStatuses(ARGV[10])
 setTimeline(ARGV[11], KEYS[8])
 if ARGV[9] == '1' and redis.call('GET', KEYS[5]) == jobId then redis.call('DEL', KEYS[5]) end
 local cancel = redis.call('GET', KEYS[6]) or ''
-if redis.call('EXISTS', KEYS[1]) == 1 then return {${RUN_REPLY.exists}, '', '', cancel} end
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  -- A resend of this very call (its reply lost to a reconnect) answers what it did; a record
+  -- another call began (the same attempt picked up twice) answers exists.
+  local beginId, workerId = false, false
+  for i = 13, #ARGV - 1, 2 do
+    if ARGV[i] == 'beginId' then beginId = ARGV[i + 1] elseif ARGV[i] == 'workerId' then workerId = ARGV[i + 1] end
+  end
+  local stored = redis.call('HMGET', KEYS[1], 'beginId', 'workerId', 'status', 'reason')
+  if beginId and stored[1] == beginId and stored[2] == workerId then
+    local was, reason = stored[3], stored[4] or ''
+    if was == 'skipped' and string.sub(reason, 1, #ARGV[7]) == ARGV[7] then
+      return {${RUN_REPLY.alreadyRebuilt}, string.sub(reason, #ARGV[7] + 1), '', cancel}
+    end
+    if was == 'cancelled' and mode ~= 'cancelled' then return {${RUN_REPLY.cancelled}, reason, '', cancel} end
+    if FINAL[was] then return {${RUN_REPLY.ended}, '', '', cancel} end
+    return {${RUN_REPLY.began}, '', '', cancel}
+  end
+  return {${RUN_REPLY.exists}, '', '', cancel}
+end
 local stray = ''
 local open = redis.call('GET', KEYS[2])
 local function attemptOf(id) return tonumber(string.match(id, '%-a(%d+)$')) or 0 end

@@ -78,7 +78,10 @@ export type BeginResult = (
    * cancelled with `reason` (from the request), whatever the mode asked for; nothing else to do.
    */
   | { status: "cancelled"; reason: string }
-  /** A record with this run id exists: nothing was written (and nothing later will be). */
+  /**
+   * A record with this run id exists, begun by another call (the same attempt picked up twice):
+   * nothing was written. A resend of this call (its reply lost) answers what the call did instead.
+   */
   | { status: "exists" }
 ) & {
   /** The job's cancel request as stored (lib/rebuilds/cancel-request parses it), or null. */
@@ -98,6 +101,14 @@ export function runEventHead(run: Omit<RunEvent, "status"> & { status?: unknown 
   if (!json.endsWith("}}")) throw new Error(`run event JSON does not end its record last: ${json.slice(-40)}`);
   return `${json.slice(0, -2)},"status":"`;
 }
+
+/**
+ * Names one `beginAttempt` call among this worker's (stored as the record's `beginId`; the record
+ * also names the worker): a resend of the call finds its own record. A counter, not random bytes:
+ * no system call on every attempt's path.
+ */
+let beginCalls = 0;
+const nextBeginId = () => (++beginCalls).toString(36);
 
 /** Why the previous attempt of a job is closed when the next one begins. */
 const ABANDONED_REASON = (attempt: number) =>
@@ -172,6 +183,8 @@ export async function beginAttempt(
         ...options.fields,
       }),
       ...fields,
+      "beginId",
+      nextBeginId(),
     ],
   );
   const [code, detail, stray, cancel] = reply;

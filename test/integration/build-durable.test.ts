@@ -172,3 +172,27 @@ test("a repeat whose bytes are published already: the build it publishes is fsyn
   }
   assert.ok(synced.has(path.join(outputDir, "builds")), "builds/ was fsynced");
 });
+
+test("a repeat whose published build cannot be synced (fsync EIO: a failing disk) moves it aside and puts its own synced bytes in its place", () => {
+  const outputDir = path.join(root, "unsynced");
+  const first = makeWorkTree(outputDir, "r6-a1", "same");
+  const hash = /^PROMOTED (\S+)$/m.exec(promoteTraced(outputDir, first.workDir).stdout)?.[1];
+  assert.ok(hash, "the first build was promoted");
+  const target = path.join(outputDir, "builds", hash);
+  const before = fs.statSync(target).ino;
+
+  // Linux reports a lost write to one fsync only: a later one would say "on disk" of bytes that
+  // are not. So a build whose sync failed once is never trusted again.
+  const repeat = makeWorkTree(outputDir, "r7-a1", "same");
+  const { stdout } = promoteTraced(outputDir, repeat.workDir, [
+    "-e",
+    "inject=fsync:error=EIO",
+    "-P",
+    path.join(target, "index.json"),
+  ]);
+  assert.equal(/^PROMOTED (\S+)$/m.exec(stdout)?.[1], hash, `the repeat is promoted: ${stdout}`);
+  assert.notEqual(fs.statSync(target).ino, before, "builds/<hash> is the repeat's tree now");
+  const aside = fs.readdirSync(path.join(outputDir, "builds")).filter((name) => name.startsWith(`.unsynced-${hash}-`));
+  assert.equal(aside.length, 1, "the unsynced build was moved aside");
+  assert.equal(fs.readFileSync(path.join(target, "index.json"), "utf8"), '{"run":"same"}');
+});

@@ -73,6 +73,11 @@ before(async () => {
       inputs: ["slow-input-cancel-late.bin"],
       steps: [{ name: "noop", run: ["true"] }],
     },
+    "slow-input-twice": {
+      output: "out/slow-input-twice",
+      inputs: ["slow-input-twice.bin"],
+      steps: [{ name: "noop", run: ["true"] }],
+    },
     "slow-input-version-fails": {
       output: "out/slow-input-version-fails",
       inputs: ["slow-input-version-fails.bin"],
@@ -91,6 +96,7 @@ before(async () => {
     ["slow-input-lost-reply", 768],
     ["slow-input-version-fails", 768],
     ["slow-input-cancel-late", 768],
+    ["slow-input-twice", 1024],
   ] as const) {
     const large = path.join(bed.dir, `${name}.bin`);
     fs.writeFileSync(large, "");
@@ -429,4 +435,27 @@ test("a cancel requested after the record began, while the inputs are read: the 
   assert.equal(run?.reason, "cancelled by test-operator (operator): not now");
   assert.ok(run?.version, "the version is on the record");
   assert.equal(fs.existsSync(path.join(bed.dir, "out/slow-input-cancel-late/current")), false, "nothing was published");
+});
+
+test("the same attempt picked up twice (the queue forgot a pickup): the second, stopped while it reads, leaves the first's record alone", async () => {
+  const first = slowAttempt("slow-input-twice", "twice", 1);
+  await until("the first's record", async () => (await readRun(bed.main, bed.keys, "twice-a1"))?.status === "running");
+  // The same job and attempt number again, in another "process" (its own begin calls): its record's
+  // begin while it reads finds the first's record, which is not its own.
+  const stop = new AbortController();
+  const second = runRebuild(readingDeps(), {
+    id: "twice",
+    attempt: 1,
+    createdAt: Date.now(),
+    data: { rebuild: "slow-input-twice", trigger: "api" as const },
+    signal: stop.signal,
+  });
+  await new Promise((resolve) => setTimeout(resolve, 500)); // past its early begin (100 ms)
+  stop.abort("shutdown");
+  assert.equal((await second).status, "handed-back");
+  const meanwhile = await readRun(bed.main, bed.keys, "twice-a1");
+  assert.equal(meanwhile?.status, "running", `the first's record is left alone (${meanwhile?.reason ?? ""})`);
+  const outcome = await first;
+  assert.equal(outcome.status, "rebuilt");
+  assert.equal((await readRun(bed.main, bed.keys, "twice-a1"))?.status, "rebuilt");
 });
