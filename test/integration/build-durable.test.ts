@@ -5,16 +5,18 @@
  * or bring an older `current` back). Seen from outside: the promote runs in a child under strace,
  * whose log gives the order of fsync and rename calls and the path of every fsynced descriptor.
  * A failing disk (fsync answering EIO, injected by strace) fails the promote: nothing is moved
- * into `builds/` and `current` is not touched.
+ * into `builds/` and `current` is not touched; an existing build that cannot be synced is moved
+ * aside; a failure after the publish (the swap's sync) leaves the attempt recorded as published.
  */
 import assert from "node:assert/strict";
-import { spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { BUILD_HASH } from "../../lib/rebuilds/output";
+import { createTestBed } from "../support/stack";
 
 const HOST = fileURLToPath(new URL("../support/promote-host.ts", import.meta.url));
 let root = "";
@@ -195,4 +197,38 @@ test("a repeat whose published build cannot be synced (fsync EIO: a failing disk
   const aside = fs.readdirSync(path.join(outputDir, "builds")).filter((name) => name.startsWith(`.unsynced-${hash}-`));
   assert.equal(aside.length, 1, "the unsynced build was moved aside");
   assert.equal(fs.readFileSync(path.join(target, "index.json"), "utf8"), '{"run":"same"}');
+});
+
+test("a worker whose fsync of the output directory fails after its publish: the attempt is recorded rebuilt (the build is published), with a warning", async (t) => {
+  const bed = await createTestBed({
+    "current-eio": { output: "out/current-eio", steps: [{ name: "write", run: ["sh", "-c", "echo built > out.txt"] }] },
+  });
+  t.after(() => bed.close());
+  const worker = await bed.startWorker();
+  const outputDir = path.join(bed.dir, "out/current-eio");
+  // builds/ exists already: the promote then has no reason to sync the output directory itself.
+  fs.mkdirSync(path.join(outputDir, "builds"), { recursive: true });
+  // Every thread of the worker, so the I/O threads' fsync calls are seen; only the output
+  // directory's fsync fails (after the swap of `current`: the promote syncs builds/ and the tree).
+  const threads = fs.readdirSync(`/proc/${worker.pid}/task`).flatMap((tid) => ["-p", tid]);
+  const tracer = spawn(
+    "strace",
+    ["-qq", "-f", ...threads, "-e", "trace=fsync", "-e", "inject=fsync:error=EIO", "-P", outputDir, "-o", "/dev/null"],
+    { stdio: "ignore" },
+  );
+  t.after(() => {
+    if (tracer.exitCode === null && tracer.signalCode === null) tracer.kill("SIGINT");
+  });
+  await new Promise((resolve) => setTimeout(resolve, 1_000)); // attached
+  const jobId = await bed.trigger("current-eio", { version: "v1" });
+  const run = await bed.waitForRun((r) => r.jobId === jobId && r.status !== "running", 60_000, "the attempt ends");
+  tracer.kill("SIGINT");
+  assert.equal(run.status, "rebuilt", `recorded ${run.status}: ${run.reason ?? ""}`);
+  const logs = await bed.main.lrange(bed.keys.runLog(run.id), 0, -1);
+  assert.ok(
+    logs.some((line) => /WARNING: published build .*\/current could not be swapped or synced/.test(line)),
+    `the run log warns: ${logs.join(" | ")}`,
+  );
+  assert.equal(fs.readlinkSync(path.join(outputDir, "current")), path.join("builds", run.buildHash ?? "?"));
+  await worker.stop();
 });
