@@ -86,10 +86,11 @@ export async function hashDirectory(dir: string): Promise<string> {
  * If `builds/<hash>` exists already (a repeat, or a concurrent identical run), it is re-hashed and
  * fsynced: the same bytes, on disk → the work directory is dropped. Otherwise it is moved aside
  * and this build, synced already, takes its place: different bytes (someone changed a published
- * build) → `builds/.changed-<hash>-<time>`; unreadable or not syncable (a failing disk: Linux
+ * build) → `builds/.changed-<hash>-<time>`; a lost write (EIO reading or syncing it: Linux
  * reports a lost write to one fsync only, so a later one would say "on disk" of bytes that are
- * not) → `builds/.unsynced-<hash>-<time>`. A build this call moved in whose `builds/` entry cannot
- * be synced is moved aside the same way before the error is thrown. Returns the build's path and
+ * not) → `builds/.unsynced-<hash>-<time>`, unless `current` points at it (then the attempt fails
+ * and it stays). Other errors fail the attempt and move nothing. A build this call moved in whose
+ * `builds/` entry cannot be synced is moved aside the same way before the error is thrown. Returns the build's path and
  * the paths of builds it moved aside.
  */
 export async function promoteBuild(
@@ -115,20 +116,31 @@ export async function promoteBuild(
     } catch (error) {
       const code = (error as NodeJS.ErrnoException).code;
       if ((code !== "ENOTEMPTY" && code !== "EEXIST") || attempt > 0) throw error;
-      const existing = await hashDirectory(target).catch((e: unknown) => (e instanceof BuildContentError ? "" : null));
+      // A build whose bytes differ (or that is no self-contained tree) was changed by someone.
+      const existing = await hashDirectory(target).catch((e: unknown) => (e instanceof BuildContentError ? "" : e));
       // Published as it is only when its bytes are on disk too (a promote cut off by a crash
       // between its rename and the sync of builds/, or a build from before builds were synced).
-      if (
-        existing === hash &&
-        (await syncTree(target).then(
-          () => true,
-          () => false,
-        ))
-      ) {
+      const failure =
+        existing === hash
+          ? await syncTree(target).then(
+              () => null,
+              (e: unknown) => e,
+            )
+          : existing;
+      if (existing === hash && failure === null) {
         await removeTree(workDir);
         break;
       }
-      const aside = asideOf(existing === null || existing === hash ? "unsynced" : "changed");
+      if (typeof failure !== "string" && failure !== null) {
+        const failedCode = (failure as NodeJS.ErrnoException).code;
+        // Gone meanwhile (a concurrent prune): this build takes the name.
+        if (failedCode === "ENOENT") continue;
+        // Only a lost write (EIO) is evidence against the bytes; anything else (EACCES, EMFILE)
+        // fails this attempt and moves nothing. Nor is the build `current` points at moved: its
+        // readers would find no build until the next one is in place.
+        if (failedCode !== "EIO" || (await readCurrent(outputDir)) === hash) throw failure;
+      }
+      const aside = asideOf(typeof failure === "string" ? "changed" : "unsynced");
       // Gone meanwhile (a concurrent prune): nothing to move aside.
       const moved = await fs.rename(target, aside).then(
         () => true,
@@ -137,7 +149,7 @@ export async function promoteBuild(
           return false;
         },
       );
-      if (moved && existing !== null && existing !== hash) changedMovedTo = aside;
+      if (moved && typeof failure === "string") changedMovedTo = aside;
       else if (moved) unsyncedMovedTo = aside;
     }
   }
@@ -149,8 +161,9 @@ export async function promoteBuild(
     await syncPath(target);
     await syncPath(buildsDir);
   } catch (error) {
-    // Its name may not be on disk, and a later fsync would not say so: not left for a repeat to trust.
-    if (movedIn) await fs.rename(target, asideOf("unsynced")).catch(() => {});
+    // Its name may not be on disk, and a later fsync would not say so: not left for a repeat to
+    // trust, unless it took the place of a build moved aside (then it stays: readers need one).
+    if (movedIn && !changedMovedTo && !unsyncedMovedTo) await fs.rename(target, asideOf("unsynced")).catch(() => {});
     throw error;
   }
   return { path: target, changedMovedTo, unsyncedMovedTo };

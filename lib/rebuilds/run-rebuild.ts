@@ -145,6 +145,27 @@ function cancelledAtBegin(
   return { status: "cancelled", runId, reason };
 }
 
+/**
+ * Someone else ended this attempt's record before it took the claim (the job's next attempt
+ * closed it: this one lost its job lock; the abandoned-run sweep): the attempt takes no claim and
+ * writes nothing more. It ends cancelled when the job has a cancel request; else it is retried (a
+ * new attempt, a new record) unless it lost its job lock, when the job is another attempt's.
+ */
+async function recordClosedMeanwhile(
+  job: RebuildJob,
+  runId: string,
+  closed: { recordStatus: string; cancelRequest: string | null },
+  log: (line: string) => void,
+): Promise<Extract<RebuildOutcome, { status: "cancelled" }>> {
+  if (closed.cancelRequest) return cancelledAtBegin(job, runId, { cancelRequest: closed.cancelRequest });
+  const owns = job.ownsLock ? await job.ownsLock().catch(() => null) : null;
+  const message = `the attempt's record was ended (${closed.recordStatus}) before it took the claim${
+    owns === false ? "; this attempt lost its job lock" : ""
+  }: it does not go on`;
+  log(message);
+  throw new RebuildError(message, owns !== false, runId);
+}
+
 export class RebuildError extends Error {
   constructor(
     message: string,
@@ -335,6 +356,11 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
     }
     const begun = reading.begun;
     if (begun?.status === "cancelled") return cancelledAtBegin(job, runId, begun);
+    // The early begin's reply was lost, and its resend found the record it had begun final
+    // already (closed meanwhile by the job's next attempt or the sweep).
+    if (begun?.status === "ended") {
+      return recordClosedMeanwhile(job, runId, { recordStatus: "final", cancelRequest: begun.cancelRequest }, log);
+    }
     return await new RebuildAttempt(deps, store, job, identity, data, definition, version, log, {
       begunWhileReading: begun?.status === "began",
       began: attemptBegan,
@@ -389,7 +415,7 @@ class RebuildAttempt {
       }
       if (versioned.status === "cancelled") return cancelledAtBegin(this.job, this.runId, versioned);
       if (versioned.status === "closed" && versioned.recordStatus !== "missing") {
-        return this.onRecordClosed(versioned.recordStatus, versioned.cancelRequest);
+        return recordClosedMeanwhile(this.job, this.runId, versioned, this.log);
       }
     }
     if (!versioned || versioned.status === "closed") {
@@ -410,6 +436,11 @@ class RebuildAttempt {
       // A cancel that came while the job waited, or while another worker had it: the record's
       // first write found it and recorded the attempt cancelled; it stops here, before the claim.
       if (begun.status === "cancelled") return cancelledAtBegin(this.job, this.runId, begun);
+      // A running or check begin ends only by a cancel; "ended" is a resend of it (the reply was
+      // lost) that found the record it had begun final already: someone else closed it.
+      if (begun.status === "ended") {
+        return recordClosedMeanwhile(this.job, this.runId, { recordStatus: "final", ...begun }, this.log);
+      }
       if (begun.status === "exists" && begun.cancelRequest) {
         // This attempt's record exists already (the queue's Redis forgot a pickup, and the same
         // attempt was picked up again): RUN_BEGIN wrote nothing; the cancel ends it here, on that record.
@@ -704,26 +735,6 @@ class RebuildAttempt {
       }).catch((e: unknown) => this.log(`ending its record failed too: ${String(e)}`));
       throw new RebuildError(message, true, this.runId, { cause: error });
     });
-  }
-
-  /**
-   * Someone else ended this attempt's record while its inputs were read (the job's next attempt
-   * closed it: this one lost its job lock; the abandoned-run sweep; a trim): the attempt takes no
-   * claim and writes nothing more. It ends cancelled when the job has a cancel request; else it
-   * is retried (a new attempt, a new record) unless it lost its job lock, when the job is
-   * another attempt's.
-   */
-  private async onRecordClosed(
-    recordStatus: string,
-    cancelRequest: string | null,
-  ): Promise<Extract<RebuildOutcome, { status: "cancelled" }>> {
-    if (cancelRequest) return cancelledAtBegin(this.job, this.runId, { cancelRequest });
-    const owns = this.job.ownsLock ? await this.job.ownsLock().catch(() => null) : null;
-    const message = `the attempt's record was ended (${recordStatus}) while its inputs were read${
-      owns === false ? "; this attempt lost its job lock" : ""
-    }: it does not go on`;
-    this.log(message);
-    throw new RebuildError(message, owns !== false, this.runId);
   }
 
   /** Who force-released this attempt's claim and why, from the claim trail (" by …"), or "". */

@@ -103,12 +103,14 @@ export function runEventHead(run: Omit<RunEvent, "status"> & { status?: unknown 
 }
 
 /**
- * Names one `beginAttempt` call among this worker's (stored as the record's `beginId`; the record
- * also names the worker): a resend of the call finds its own record. A counter, not random bytes:
- * no system call on every attempt's path.
+ * Names one `beginAttempt` call (stored as the record's `beginId`; the record also names the
+ * worker): a resend of the call finds its own record. Random per process (a restarted worker
+ * with the same host, pid and worker id does not take its predecessor's records for its own),
+ * then a counter: no system call on every attempt's path.
  */
+const BEGIN_ID_PREFIX = crypto.randomBytes(4).toString("hex");
 let beginCalls = 0;
-const nextBeginId = () => (++beginCalls).toString(36);
+const nextBeginId = () => `${BEGIN_ID_PREFIX}${(++beginCalls).toString(36)}`;
 
 /** Why the previous attempt of a job is closed when the next one begins. */
 const ABANDONED_REASON = (attempt: number) =>

@@ -71,7 +71,7 @@ function promoteTraced(outputDir: string, workDir: string, inject: string[] = []
       "-o",
       log,
       "-e",
-      "trace=fsync,fdatasync,rename,renameat,renameat2",
+      "trace=fsync,fdatasync,rename,renameat,renameat2,openat",
       ...inject,
       process.execPath,
       "--import",
@@ -175,27 +175,44 @@ test("a repeat whose bytes are published already: the build it publishes is fsyn
   assert.ok(synced.has(path.join(outputDir, "builds")), "builds/ was fsynced");
 });
 
-test("a repeat whose published build cannot be synced (fsync EIO: a failing disk) moves it aside and puts its own synced bytes in its place", () => {
+test("a repeat whose existing build cannot be synced (fsync EIO: a lost write) moves it aside and puts its own synced bytes in its place, unless current points at it; other errors move nothing", () => {
   const outputDir = path.join(root, "unsynced");
   const first = makeWorkTree(outputDir, "r6-a1", "same");
   const hash = /^PROMOTED (\S+)$/m.exec(promoteTraced(outputDir, first.workDir).stdout)?.[1];
   assert.ok(hash, "the first build was promoted");
   const target = path.join(outputDir, "builds", hash);
   const before = fs.statSync(target).ino;
+  const failingSync = ["-e", "inject=fsync:error=EIO", "-P", path.join(target, "index.json")];
+  const asideNow = () =>
+    fs.readdirSync(path.join(outputDir, "builds")).filter((name) => name.startsWith(`.unsynced-${hash}-`));
 
-  // Linux reports a lost write to one fsync only: a later one would say "on disk" of bytes that
-  // are not. So a build whose sync failed once is never trusted again.
-  const repeat = makeWorkTree(outputDir, "r7-a1", "same");
-  const { stdout } = promoteTraced(outputDir, repeat.workDir, [
+  // current points at it: it stays where its readers find it; the attempt fails.
+  const whileCurrent = promoteTraced(outputDir, makeWorkTree(outputDir, "r7-a1", "same").workDir, failingSync);
+  assert.match(whileCurrent.stdout, /^FAILED EIO /m);
+  assert.equal(fs.statSync(target).ino, before, "the build current points at was not moved");
+  assert.deepEqual(asideNow(), []);
+
+  // Not readable (EACCES): no evidence against its bytes; the attempt fails, nothing moves.
+  const other = /^PROMOTED (\S+)$/m.exec(
+    promoteTraced(outputDir, makeWorkTree(outputDir, "r8-a1", "other").workDir).stdout,
+  )?.[1];
+  assert.ok(other && other !== hash, "current moved to another build");
+  const denied = promoteTraced(outputDir, makeWorkTree(outputDir, "r9-a1", "same").workDir, [
     "-e",
-    "inject=fsync:error=EIO",
+    "inject=openat:error=EACCES",
     "-P",
     path.join(target, "index.json"),
   ]);
+  assert.match(denied.stdout, /^FAILED EACCES /m);
+  assert.equal(fs.statSync(target).ino, before, "an unreadable build is not moved");
+  assert.deepEqual(asideNow(), []);
+
+  // Linux reports a lost write to one fsync only: a later one would say "on disk" of bytes that
+  // are not. So a build whose sync failed is not trusted again: moved aside, replaced.
+  const { stdout } = promoteTraced(outputDir, makeWorkTree(outputDir, "r10-a1", "same").workDir, failingSync);
   assert.equal(/^PROMOTED (\S+)$/m.exec(stdout)?.[1], hash, `the repeat is promoted: ${stdout}`);
   assert.notEqual(fs.statSync(target).ino, before, "builds/<hash> is the repeat's tree now");
-  const aside = fs.readdirSync(path.join(outputDir, "builds")).filter((name) => name.startsWith(`.unsynced-${hash}-`));
-  assert.equal(aside.length, 1, "the unsynced build was moved aside");
+  assert.equal(asideNow().length, 1, "the unsynced build was moved aside");
   assert.equal(fs.readFileSync(path.join(target, "index.json"), "utf8"), '{"run":"same"}');
 });
 

@@ -14,11 +14,13 @@ import { after, before, test } from "node:test";
 import fs from "node:fs";
 import net from "node:net";
 import { cancelJob } from "../../lib/operations/cancel";
+import type { Redis } from "ioredis";
 import { closeRedis, createRedis } from "../../lib/redis/client";
 import { writeCancelRequest } from "../../lib/rebuilds/cancel-request";
 import { INPUTS_VISIBLE_AFTER_MS, RebuildError, runRebuild } from "../../lib/rebuilds/run-rebuild";
 import { abandonedInputReads } from "../../lib/rebuilds/version";
-import { readRun } from "../../lib/runs/records";
+import { abandonRun } from "../../lib/runs/abandoned";
+import { DEFAULT_RETENTION, readRun } from "../../lib/runs/records";
 import { isFinalStatus } from "../../lib/runs/transitions";
 import { createTestBed, rebuildDepsOf, type TestBed } from "../support/stack";
 import { until } from "../support/until";
@@ -78,6 +80,11 @@ before(async () => {
       inputs: ["slow-input-twice.bin"],
       steps: [{ name: "noop", run: ["true"] }],
     },
+    "slow-input-closed-reply": {
+      output: "out/slow-input-closed-reply",
+      inputs: ["slow-input-closed-reply.bin"],
+      steps: [{ name: "noop", run: ["true"] }],
+    },
     "slow-input-version-fails": {
       output: "out/slow-input-version-fails",
       inputs: ["slow-input-version-fails.bin"],
@@ -97,6 +104,7 @@ before(async () => {
     ["slow-input-version-fails", 768],
     ["slow-input-cancel-late", 768],
     ["slow-input-twice", 1024],
+    ["slow-input-closed-reply", 768],
   ] as const) {
     const large = path.join(bed.dir, `${name}.bin`);
     fs.writeFileSync(large, "");
@@ -333,7 +341,7 @@ test("an attempt whose record the job's next attempt closed while it read its in
 
   const outcome = await first;
   assert.ok(outcome instanceof RebuildError, `attempt 1 does not go on: ${JSON.stringify(outcome)}`);
-  assert.match(outcome.message, /record was ended \(aborted\) while its inputs were read/);
+  assert.match(outcome.message, /record was ended \(aborted\) before it took the claim/);
   const closed = await readRun(bed.main, bed.keys, "closed-a1");
   assert.equal(closed?.status, "aborted");
   assert.equal(closed?.version ?? null, null, "nothing was written on the closed record");
@@ -345,9 +353,15 @@ test("an attempt whose record the job's next attempt closed while it read its in
   assert.equal(await bed.main.get(bed.keys.idempotency(run?.idempotencyKey ?? "?")), "closed-a2");
 });
 
-test("the reply to the record's begin is lost while the inputs are read (ioredis resends it): the attempt still ends its record", async () => {
-  // A TCP proxy in front of Redis: the begin reaches Redis and runs, its reply never reaches the
-  // worker, the connection drops; ioredis resends the begin, which finds the record.
+/**
+ * A client to the bed's Redis through a TCP proxy that, the first time a command naming `marker`
+ * passes, lets it reach Redis but drops its reply, runs `meanwhile`, then cuts the connection:
+ * ioredis resends the command on a new one.
+ */
+async function replyLosingClient(
+  marker: string,
+  meanwhile: () => Promise<unknown> = async () => {},
+): Promise<{ main: Redis; cut: () => boolean; close: () => Promise<void> }> {
   let cut = false;
   const proxy = net.createServer((client) => {
     const server = net.connect(bed.redis.port, "127.0.0.1");
@@ -355,12 +369,15 @@ test("the reply to the record's begin is lost while the inputs are read (ioredis
     let dropReplies = false;
     client.on("data", (chunk) => {
       server.write(chunk);
-      if (!cut && chunk.includes("lost-reply-a1")) {
+      // A script call naming the marker (not the connection's handshake).
+      if (!cut && chunk.includes(marker) && /evalsha|eval/i.test(chunk.toString("latin1"))) {
         cut = true;
         dropReplies = true;
         setTimeout(() => {
-          client.destroy();
-          server.destroy();
+          void meanwhile().finally(() => {
+            client.destroy();
+            server.destroy();
+          });
         }, 200);
       }
     });
@@ -373,19 +390,61 @@ test("the reply to the record's begin is lost while the inputs are read (ioredis
     }
   });
   await new Promise<void>((resolve) => proxy.listen(0, "127.0.0.1", resolve));
-  const main = createRedis(`redis://127.0.0.1:${(proxy.address() as net.AddressInfo).port}`, "worker", "lost-reply");
+  const main = createRedis(`redis://127.0.0.1:${(proxy.address() as net.AddressInfo).port}`, "worker", "reply-losing");
+  return {
+    main,
+    cut: () => cut,
+    close: async () => {
+      await closeRedis(main);
+      proxy.close();
+    },
+  };
+}
+
+test("the reply to the record's begin is lost while the inputs are read (ioredis resends it): the attempt still ends its record", async () => {
+  const proxied = await replyLosingClient("lost-reply-a1");
   try {
-    const outcome = await slowAttempt("slow-input-lost-reply", "lost-reply", 1, { ...readingDeps(), main }).catch(
-      (error: unknown) => error,
-    );
-    assert.ok(cut, "the begin's reply was dropped");
+    const outcome = await slowAttempt("slow-input-lost-reply", "lost-reply", 1, {
+      ...readingDeps(),
+      main: proxied.main,
+    }).catch((error: unknown) => error);
+    assert.ok(proxied.cut(), "the begin's reply was dropped");
     assert.ok(outcome instanceof RebuildError, `the attempt fails (an input is missing): ${JSON.stringify(outcome)}`);
     const run = await readRun(bed.main, bed.keys, "lost-reply-a1");
     assert.equal(run?.status, "failed", "its record ends, not left running");
     assert.match(run?.reason ?? "", /inputs unreadable/);
   } finally {
-    await closeRedis(main);
-    proxy.close();
+    await proxied.close();
+  }
+});
+
+test("the reply to the record's begin is lost and the record closed before the resend (the sweep, the job's next attempt): the attempt takes no claim", async () => {
+  const identity = {
+    runId: "closed-reply-a1",
+    jobId: "closed-reply",
+    rebuild: "slow-input-closed-reply",
+    tenant: null,
+  };
+  const proxied = await replyLosingClient("closed-reply-a1", () =>
+    abandonRun({ client: bed.main, keys: bed.keys, retention: DEFAULT_RETENTION }, identity, "closed by the test"),
+  );
+  try {
+    const outcome = await slowAttempt("slow-input-closed-reply", "closed-reply", 1, {
+      ...readingDeps(),
+      main: proxied.main,
+    }).catch((error: unknown) => error);
+    assert.ok(proxied.cut(), "the begin's reply was dropped");
+    assert.ok(outcome instanceof RebuildError, `the attempt does not go on: ${JSON.stringify(outcome)}`);
+    assert.match(outcome.message, /record was ended \(final\) before it took the claim/);
+    const run = await readRun(bed.main, bed.keys, "closed-reply-a1");
+    assert.equal(run?.status, "aborted");
+    assert.equal(
+      fs.existsSync(path.join(bed.dir, "out/slow-input-closed-reply/current")),
+      false,
+      "nothing was published",
+    );
+  } finally {
+    await proxied.close();
   }
 });
 
