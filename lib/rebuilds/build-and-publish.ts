@@ -173,17 +173,15 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
     }
     // Published (Redis and the durable fence say so): a `current` that cannot be swapped or synced
     // now lags behind until repair moves it forward (repair.ts); the attempt is not failed for it.
-    const swapped = await pointCurrent(outputDir, buildHash).then(
+    const swapFailed = await pointCurrent(outputDir, buildHash).then(
       () => null,
       (error: unknown) => String(error),
     );
-    if (swapped !== null) {
-      recorder.log(
-        `WARNING: published build ${buildHash} (fence ${held.fence}), but ${outputDir}/current could not be swapped or synced: ${swapped}; repair moves it to the published build`,
-      );
-      return { status: "published", buildHash };
-    }
-    recorder.log(`published build ${buildHash} (fence ${held.fence})`);
+    recorder.log(
+      swapFailed === null
+        ? `published build ${buildHash} (fence ${held.fence})`
+        : `WARNING: published build ${buildHash} (fence ${held.fence}), but ${outputDir}/current could not be swapped or synced: ${swapFailed}; repair moves it to the published build`,
+    );
     return { status: "published", buildHash };
   } catch (error) {
     await fs.rm(workDir, { recursive: true, force: true }).catch(() => {});

@@ -116,31 +116,17 @@ export async function promoteBuild(
     } catch (error) {
       const code = (error as NodeJS.ErrnoException).code;
       if ((code !== "ENOTEMPTY" && code !== "EEXIST") || attempt > 0) throw error;
-      // A build whose bytes differ (or that is no self-contained tree) was changed by someone.
-      const existing = await hashDirectory(target).catch((e: unknown) => (e instanceof BuildContentError ? "" : e));
-      // Published as it is only when its bytes are on disk too (a promote cut off by a crash
-      // between its rename and the sync of builds/, or a build from before builds were synced).
-      const failure =
-        existing === hash
-          ? await syncTree(target).then(
-              () => null,
-              (e: unknown) => e,
-            )
-          : existing;
-      if (existing === hash && failure === null) {
+      const found = await examineExisting(target, hash);
+      if (found.kind === "whole") {
         await removeTree(workDir);
         break;
       }
-      if (typeof failure !== "string" && failure !== null) {
-        const failedCode = (failure as NodeJS.ErrnoException).code;
-        // Gone meanwhile (a concurrent prune): this build takes the name.
-        if (failedCode === "ENOENT") continue;
-        // Only a lost write (EIO) is evidence against the bytes; anything else (EACCES, EMFILE)
-        // fails this attempt and moves nothing. Nor is the build `current` points at moved: its
-        // readers would find no build until the next one is in place.
-        if (failedCode !== "EIO" || (await readCurrent(outputDir)) === hash) throw failure;
-      }
-      const aside = asideOf(typeof failure === "string" ? "changed" : "unsynced");
+      // Gone meanwhile (a concurrent prune): this build takes the name.
+      if (found.kind === "gone") continue;
+      // The build `current` points at is not moved: its readers would find no build until the
+      // next one is in place.
+      if (found.kind === "lost-write" && (await readCurrent(outputDir)) === hash) throw found.error;
+      const aside = asideOf(found.kind === "changed" ? "changed" : "unsynced");
       // Gone meanwhile (a concurrent prune): nothing to move aside.
       const moved = await fs.rename(target, aside).then(
         () => true,
@@ -149,7 +135,7 @@ export async function promoteBuild(
           return false;
         },
       );
-      if (moved && typeof failure === "string") changedMovedTo = aside;
+      if (moved && found.kind === "changed") changedMovedTo = aside;
       else if (moved) unsyncedMovedTo = aside;
     }
   }
@@ -170,25 +156,43 @@ export async function promoteBuild(
 }
 
 /**
+ * What a promote finds at an existing `builds/<hash>`: the same bytes, on disk (re-hashed, then
+ * fsynced: a promote cut off by a crash between its rename and the sync of builds/, or a build
+ * from before builds were synced); changed bytes (or no self-contained tree); a lost write (EIO
+ * reading or syncing it); or nothing (pruned meanwhile). Any other error (EACCES, EMFILE) is no
+ * evidence against the bytes: thrown, so the attempt fails and nothing moves.
+ */
+async function examineExisting(
+  target: string,
+  hash: string,
+): Promise<{ kind: "whole" | "changed" | "gone" } | { kind: "lost-write"; error: unknown }> {
+  try {
+    if ((await hashDirectory(target)) !== hash) return { kind: "changed" };
+    await syncTree(target);
+    return { kind: "whole" };
+  } catch (error) {
+    if (error instanceof BuildContentError) return { kind: "changed" };
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === "ENOENT") return { kind: "gone" };
+    if (code === "EIO") return { kind: "lost-write", error };
+    throw error;
+  }
+}
+
+/**
  * Takes the write bits off everything under `dir` (execute bits stay: a published script still
  * runs). A file with other hard links is copied first, so the seal does not reach, and the build
  * does not share, an inode outside the build. Symlinks are left alone (chmod would follow them).
- * With `sync`, every file and directory is also fsynced (a directory after its entries; files a
- * few at a time): the tree's bytes and names are on disk when it resolves.
+ * With `sync`, every file and directory is also fsynced (a directory after its entries): the
+ * tree's bytes and names are on disk when it resolves.
  */
 export async function sealTree(
   dir: string,
   options: { includeRoot: boolean; sync?: boolean } = { includeRoot: true },
 ): Promise<void> {
   const sync = options.sync ?? false;
-  const entries = await fs.readdir(dir, { withFileTypes: true });
-  // Subdirectories one after another, files a few at a time: few files are open at once.
-  for (const entry of entries) {
-    if (entry.isDirectory()) await sealTree(path.join(dir, entry.name), { includeRoot: true, sync });
-  }
-  await inPool(entries, SYNC_BATCH, async (entry) => {
-    const full = path.join(dir, entry.name);
-    if (entry.isFile()) {
+  await eachInTree(dir, {
+    file: async (full) => {
       const stat = await fs.stat(full);
       if (stat.nlink > 1) {
         const copy = `${full}.cw-unlink-${crypto.randomBytes(3).toString("hex")}`;
@@ -196,23 +200,44 @@ export async function sealTree(
         await fs.chmod(copy, stat.mode & 0o7777);
         await fs.rename(copy, full);
       }
-      const sealed = stat.mode & 0o7777 & ~0o222;
-      if (!sync) return fs.chmod(full, sealed);
-      const handle = await fs.open(full, "r");
-      try {
-        await handle.chmod(sealed);
-        await handle.sync();
-      } finally {
-        await handle.close();
-      }
-    }
+      await fs.chmod(full, stat.mode & 0o7777 & ~0o222);
+      if (sync) await syncPath(full);
+    },
+    directory: async (full, isRoot) => {
+      if (!isRoot || options.includeRoot) await fs.chmod(full, (await fs.stat(full)).mode & 0o7777 & ~0o222);
+      if (sync) await syncPath(full);
+    },
   });
-  if (options.includeRoot) await fs.chmod(dir, (await fs.stat(dir)).mode & 0o7777 & ~0o222);
-  if (sync) await syncPath(dir);
+}
+
+/** fsyncs every file and directory under `dir` (a directory after its entries), changing nothing. */
+async function syncTree(dir: string): Promise<void> {
+  await eachInTree(dir, { file: syncPath, directory: syncPath });
 }
 
 /**
- * Files synced at once per directory: three of Node's four I/O threads, so an input read or a
+ * Visits a tree's regular files and directories, each directory after its entries:
+ * subdirectories one after another, files a few at a time (few are open at once).
+ */
+async function eachInTree(
+  dir: string,
+  visit: { file: (full: string) => Promise<void>; directory: (full: string, isRoot: boolean) => Promise<void> },
+  isRoot = true,
+): Promise<void> {
+  const entries = await fs.readdir(dir, { withFileTypes: true });
+  for (const entry of entries) {
+    if (entry.isDirectory()) await eachInTree(path.join(dir, entry.name), visit, false);
+  }
+  await inPool(
+    entries.filter((entry) => entry.isFile()),
+    SYNC_BATCH,
+    (entry) => visit.file(path.join(dir, entry.name)),
+  );
+  await visit.directory(dir, isRoot);
+}
+
+/**
+ * Files visited at once per directory: three of Node's four I/O threads, so an input read or a
  * build elsewhere in the worker still gets one.
  */
 const SYNC_BATCH = 3;
@@ -238,19 +263,9 @@ async function inPool<T>(items: readonly T[], size: number, each: (item: T) => P
   if (failure) throw (failure as { error: unknown }).error;
 }
 
-/** fsyncs every file and directory under `dir` (a directory after its entries), changing nothing. */
-async function syncTree(dir: string): Promise<void> {
-  const entries = await fs.readdir(dir, { withFileTypes: true });
-  for (const entry of entries) if (entry.isDirectory()) await syncTree(path.join(dir, entry.name));
-  await inPool(entries, SYNC_BATCH, async (entry) => {
-    if (entry.isFile()) await syncPath(path.join(dir, entry.name));
-  });
-  await syncPath(dir);
-}
-
 /** fsync of a file (its bytes are on disk) or a directory (the names created, renamed or removed in it). */
-async function syncPath(file: string): Promise<void> {
-  const handle = await fs.open(file, "r");
+async function syncPath(entry: string): Promise<void> {
+  const handle = await fs.open(entry, "r");
   try {
     await handle.sync();
   } finally {

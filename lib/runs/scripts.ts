@@ -150,7 +150,8 @@ caller begins it cancelled itself, with its own reason): reason "cancelled by <a
 cannot read; no duration. It is neither skipped as already rebuilt nor failed.
 Attempt numbers are read from run ids (\`<job>-a<attempt>\`, runIdOf).
 Returns {code, detail, stray, cancel}: cancel is the job's cancel request ('' for none)
-  code ${RUN_REPLY.began} began running | ${RUN_REPLY.alreadyRebuilt} already rebuilt: recorded skipped (detail: the run that rebuilt it) | ${RUN_REPLY.ended} began in a final status
+  code ${RUN_REPLY.began} began running | ${RUN_REPLY.alreadyRebuilt} already rebuilt: recorded skipped (detail: the run that rebuilt it) | ${RUN_REPLY.ended} began in a final status (or, for a resend,
+     found the record it began final already)
      | ${RUN_REPLY.cancelled} the job has a cancel request: recorded cancelled (detail: the reason written)
      | ${RUN_REPLY.exists} a record with this run id exists, begun by another call (nothing written)
 ]]

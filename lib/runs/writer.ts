@@ -103,14 +103,15 @@ export function runEventHead(run: Omit<RunEvent, "status"> & { status?: unknown 
 }
 
 /**
- * Names one `beginAttempt` call (stored as the record's `beginId`; the record also names the
- * worker): a resend of the call finds its own record. Random per process (a restarted worker
- * with the same host, pid and worker id does not take its predecessor's records for its own),
- * then a counter: no system call on every attempt's path.
+ * Names one script call that a resend must recognise (RUN_BEGIN's `beginId`, RUN_VERSION's
+ * `versionId`, stored in the record): a resend of the call (its reply lost to a reconnect) finds
+ * what it did. Random per process (a restarted worker with the same host, pid and worker id does
+ * not take its predecessor's records for its own), then a counter: no system call on every
+ * attempt's path.
  */
-const BEGIN_ID_PREFIX = crypto.randomBytes(4).toString("hex");
-let beginCalls = 0;
-const nextBeginId = () => `${BEGIN_ID_PREFIX}${(++beginCalls).toString(36)}`;
+const CALL_ID_PREFIX = crypto.randomBytes(4).toString("hex");
+let calls = 0;
+const nextCallId = () => `${CALL_ID_PREFIX}${(++calls).toString(36)}`;
 
 /** Why the previous attempt of a job is closed when the next one begins. */
 const ABANDONED_REASON = (attempt: number) =>
@@ -186,7 +187,7 @@ export async function beginAttempt(
       }),
       ...fields,
       "beginId",
-      nextBeginId(),
+      nextCallId(),
     ],
   );
   const [code, detail, stray, cancel] = reply;
@@ -270,7 +271,7 @@ export async function recordVersion(
         createdAt: run.createdAt,
         ...options.fields,
       }),
-      crypto.randomBytes(8).toString("hex"),
+      nextCallId(),
       ...fieldPairs(options.fields),
     ],
   );

@@ -30,82 +30,43 @@ const feeders = new Set<ChildProcess>();
 const proxySockets = new Set<net.Socket>();
 const fifoOf = (name: string) => path.join(bed.dir, `${name}.fifo`);
 
+/** A rebuild of one no-op step whose inputs are `inputs` (in the bed's dir). */
+const slowRebuild = (name: string, inputs: string[]) => ({
+  output: `out/${name}`,
+  inputs,
+  steps: [{ name: "noop", run: ["true"] }],
+});
+/** FIFOs: inputs that end when a writer lets them (or never). */
+const FIFO_INPUTS = ["slow-input-cancel", "slow-input-deploy", "slow-input-lock", "slow-input-cancelled"];
+/**
+ * Large sparse files (MiB): a few seconds to hash, no disk. A FIFO cannot stand in for them:
+ * writing one changes its mtime, and an input that changes while it is read fails.
+ */
+const LARGE_INPUTS: Record<string, number> = {
+  "slow-input-shown": 768,
+  // Read by two attempts at once, the second starting after the first began: longer.
+  "slow-input-closed": 1024,
+  "slow-input-lost-reply": 768,
+  "slow-input-version-fails": 768,
+  "slow-input-cancel-late": 768,
+  "slow-input-twice": 1024,
+  "slow-input-closed-reply": 768,
+};
+
 before(async () => {
   // The bed's dir is made by createTestBed; the FIFOs are named there before anything reads them.
   bed = await createTestBed({
+    ...Object.fromEntries(FIFO_INPUTS.map((name) => [name, slowRebuild(name, [`${name}.fifo`])])),
+    ...Object.fromEntries(Object.keys(LARGE_INPUTS).map((name) => [name, slowRebuild(name, [`${name}.bin`])])),
     "slow-input-cancel": {
-      output: "out/slow-input-cancel",
-      inputs: ["slow-input-cancel.fifo"],
+      ...slowRebuild("slow-input-cancel", ["slow-input-cancel.fifo"]),
       retries: { attempts: 3, backoff: "200ms", maxBackoff: "1s" },
-      steps: [{ name: "noop", run: ["true"] }],
     },
-    "slow-input-deploy": {
-      output: "out/slow-input-deploy",
-      inputs: ["slow-input-deploy.fifo"],
-      steps: [{ name: "noop", run: ["true"] }],
-    },
-    "slow-input-lock": {
-      output: "out/slow-input-lock",
-      inputs: ["slow-input-lock.fifo"],
-      steps: [{ name: "noop", run: ["true"] }],
-    },
-    "slow-input-shown": {
-      output: "out/slow-input-shown",
-      inputs: ["slow-input-shown.bin"],
-      steps: [{ name: "noop", run: ["true"] }],
-    },
-    "slow-input-cancelled": {
-      output: "out/slow-input-cancelled",
-      inputs: ["slow-input-cancelled.fifo"],
-      steps: [{ name: "noop", run: ["true"] }],
-    },
-    "slow-input-closed": {
-      output: "out/slow-input-closed",
-      inputs: ["slow-input-closed.bin"],
-      steps: [{ name: "noop", run: ["true"] }],
-    },
-    "slow-input-lost-reply": {
-      output: "out/slow-input-lost-reply",
-      // The large input takes seconds; the second is missing: the read fails after the record began.
-      inputs: ["slow-input-lost-reply.bin", "missing.bin"],
-      steps: [{ name: "noop", run: ["true"] }],
-    },
-    "slow-input-cancel-late": {
-      output: "out/slow-input-cancel-late",
-      inputs: ["slow-input-cancel-late.bin"],
-      steps: [{ name: "noop", run: ["true"] }],
-    },
-    "slow-input-twice": {
-      output: "out/slow-input-twice",
-      inputs: ["slow-input-twice.bin"],
-      steps: [{ name: "noop", run: ["true"] }],
-    },
-    "slow-input-closed-reply": {
-      output: "out/slow-input-closed-reply",
-      inputs: ["slow-input-closed-reply.bin"],
-      steps: [{ name: "noop", run: ["true"] }],
-    },
-    "slow-input-version-fails": {
-      output: "out/slow-input-version-fails",
-      inputs: ["slow-input-version-fails.bin"],
-      steps: [{ name: "noop", run: ["true"] }],
-    },
+    // The large input takes seconds; the second is missing: the read fails after the record began.
+    "slow-input-lost-reply": slowRebuild("slow-input-lost-reply", ["slow-input-lost-reply.bin", "missing.bin"]),
   });
-  for (const name of ["slow-input-cancel", "slow-input-deploy", "slow-input-lock", "slow-input-cancelled"]) {
-    assert.equal(spawnSync("mkfifo", [fifoOf(name)]).status, 0, "mkfifo");
-  }
-  // Large enough to take a few seconds to hash (sparse: it takes no disk). A FIFO cannot stand in
-  // for it: writing one changes its mtime, and an input that changes while it is read fails.
-  for (const [name, mib] of [
-    ["slow-input-shown", 768],
-    // Read by two attempts at once, the second starting after the first began: longer.
-    ["slow-input-closed", 1024],
-    ["slow-input-lost-reply", 768],
-    ["slow-input-version-fails", 768],
-    ["slow-input-cancel-late", 768],
-    ["slow-input-twice", 1024],
-    ["slow-input-closed-reply", 768],
-  ] as const) {
+  for (const name of FIFO_INPUTS) assert.equal(spawnSync("mkfifo", [fifoOf(name)]).status, 0, "mkfifo");
+  for (const [name, mib] of Object.entries(LARGE_INPUTS)) {
     const large = path.join(bed.dir, `${name}.bin`);
     fs.writeFileSync(large, "");
     fs.truncateSync(large, mib * 1024 * 1024);
