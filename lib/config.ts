@@ -123,6 +123,13 @@ const envSchema = z.object({
     .transform(Number)
     .refine((n) => n >= 1 && n <= 256, "must be a whole number from 1 to 256")
     .default(4),
+  CLAIMWATCH_INPUTS_VISIBLE_AFTER_MS: z
+    .string()
+    .trim()
+    .regex(/^\d+$/, "must be a whole number of milliseconds from 0 to 600000")
+    .transform(Number)
+    .refine((n) => n <= 600_000, "must be a whole number of milliseconds from 0 to 600000")
+    .optional(),
   CLAIMWATCH_OPERATOR_TOKEN: tokenList("operator").optional(),
   CLAIMWATCH_VIEWER_TOKEN: tokenList("viewer").optional(),
   CLAIMWATCH_PUBLIC_URL: publicUrl.optional(),
@@ -150,6 +157,12 @@ export interface Config {
   keyPrefix: string;
   /** Rebuild jobs one worker process runs at once. */
   workerConcurrency: number;
+  /**
+   * How long a job's inputs are read before its run record begins anyway (running, without a
+   * version yet), so a slow read shows in the run history. `undefined`: the worker's default
+   * (INPUTS_VISIBLE_AFTER_MS in lib/rebuilds/run-rebuild.ts).
+   */
+  inputsVisibleAfterMs: number | undefined;
   /** Configured access tokens; empty: the launcher generates an operator token in the data dir. */
   operatorTokens: { name: string; token: string }[];
   viewerTokens: { name: string; token: string }[];
@@ -223,6 +236,7 @@ export function parseConfig(env: Record<string, string | undefined>, cwd: string
       dataDir: path.resolve(cwd, e.CLAIMWATCH_DATA_DIR),
       keyPrefix: e.CLAIMWATCH_KEY_PREFIX,
       workerConcurrency: e.CLAIMWATCH_WORKER_CONCURRENCY,
+      inputsVisibleAfterMs: e.CLAIMWATCH_INPUTS_VISIBLE_AFTER_MS,
       operatorTokens,
       viewerTokens,
       publicOrigin: e.CLAIMWATCH_PUBLIC_URL,

@@ -63,7 +63,17 @@ const queue = new Queue(REBUILD_QUEUE, { connection: main, prefix: queuePrefix(k
 queue.on("error", () => {});
 const retention = { maxPerRebuild: definitions.retention.runs, maxAgeMs: definitions.retention.runAge };
 const { worker, running } = startRebuildWorker(
-  { connection: main, main, claims, keys, definitions, worker: identity, log, retention },
+  {
+    connection: main,
+    main,
+    claims,
+    keys,
+    definitions,
+    worker: identity,
+    log,
+    retention,
+    ...(config.inputsVisibleAfterMs === undefined ? {} : { inputsVisibleAfterMs: config.inputsVisibleAfterMs }),
+  },
   { ...DEFAULT_WORKER_OPTIONS, concurrency },
 );
 

@@ -28,6 +28,12 @@ export interface SoakRebuild {
   chunkMs: number;
   minParts: number;
   spanParts: number;
+  /**
+   * Triggered without a version: each job reads its version from an input file the trigger
+   * stream rewrites (`versionInputOf`), and the worker records the run as running before the read
+   * ends (the soak's workers run with CLAIMWATCH_INPUTS_VISIBLE_AFTER_MS=0), then adds the version.
+   */
+  hashedInputs?: boolean;
 }
 
 /**
@@ -36,7 +42,7 @@ export interface SoakRebuild {
  */
 export const SOAK_REBUILDS: SoakRebuild[] = [
   { name: "tiles", mode: "chatty", chunkMs: 120, minParts: 6, spanParts: 8 },
-  { name: "archive", mode: "quiet", chunkMs: 200, minParts: 8, spanParts: 8 },
+  { name: "archive", mode: "quiet", chunkMs: 200, minParts: 8, spanParts: 8, hashedInputs: true },
   { name: "incidents", tenants: ["acme", "globex"], mode: "quiet", chunkMs: 150, minParts: 5, spanParts: 9 },
 ];
 
@@ -49,6 +55,14 @@ export interface SoakClaimRef {
 export function claimRefs(): SoakClaimRef[] {
   return SOAK_REBUILDS.flatMap((r) => (r.tenants ?? [undefined]).map((tenant) => ({ rebuild: r.name, tenant })));
 }
+
+/** The input a hashed rebuild's version is read from: `v0001`, `v0002`, … as the trigger stream writes them. */
+export function versionInputOf(root: string, rebuild: string): string {
+  return path.join(root, "inputs", `${rebuild}.version`);
+}
+
+/** The version the soak writes first into every hashed rebuild's input (before any trigger). */
+export const FIRST_INPUT_VERSION = "v0000";
 
 export function claimLabel(ref: { rebuild: string; tenant: string | undefined | null }): string {
   return ref.tenant ? `${ref.rebuild}/${ref.tenant}` : ref.rebuild;
@@ -85,11 +99,16 @@ export function prepareDirs(root: string, options: { retentionBuilds?: number; i
     fs.mkdirSync(path.join(root, "inputs"), { recursive: true });
     for (const r of SOAK_REBUILDS) fs.writeFileSync(inputOf(r.name), `input of ${r.name}\n`);
   }
+  for (const r of SOAK_REBUILDS.filter((r) => r.hashedInputs)) {
+    fs.mkdirSync(path.dirname(versionInputOf(root, r.name)), { recursive: true });
+    fs.writeFileSync(versionInputOf(root, r.name), `${FIRST_INPUT_VERSION}\n`);
+  }
   const rebuilds = Object.fromEntries(
     SOAK_REBUILDS.map((r) => [
       r.name,
       {
         output: `out/${r.name}`,
+        ...(r.hashedInputs ? { inputs: [versionInputOf(root, r.name)] } : {}),
         ...(r.tenants ? { tenants: r.tenants } : {}),
         claim: { ttl: `${CLAIM_TTL_MS}ms`, refreshEvery: `${CLAIM_REFRESH_MS}ms` },
         timeLimit: "1m",

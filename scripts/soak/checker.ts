@@ -81,6 +81,14 @@ export interface Figures {
   rolledBack: number;
   /** Issue 14: a requested version not published whose job ended because its claim was lost (not a real failure). */
   dropped: number;
+  /**
+   * Attempts of the hashed rebuild whose record began before their version was known and got it
+   * added (RUN_VERSION left `versionId` on it): 0 with hashed triggers means the soak never took
+   * that path, and fails.
+   */
+  earlyBegins: number;
+  /** Triggers sent without a version (the hashed rebuild's). */
+  hashedTriggers: number;
   maxResumeS: number | null;
   triggers: number;
   kills: number;
@@ -138,6 +146,14 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   const workers = workerTimelines(events);
   const records = await readAllRuns(input.main, input.keys);
   const recordById = new Map(records.map((r) => [r.id, r]));
+  // A hashed rebuild's runs carry the hash of its input as their version: the version the input
+  // held then (the trigger stream's `inputs` events), so versions compare as for the others.
+  const hashedRebuilds = new Set(SOAK_REBUILDS.filter((r) => r.hashedInputs).map((r) => r.name));
+  const versionOfInput = new Map<string, string>(); // "<rebuild> <hash>" → vNNNN
+  for (const e of events)
+    if (e.kind === "inputs") versionOfInput.set(`${String(e.rebuild)} ${String(e.hash)}`, String(e.version));
+  const versionOf = (run: { rebuild: string; version?: string | null }): string | undefined =>
+    run.version ? (versionOfInput.get(`${run.rebuild} ${run.version}`) ?? run.version) : undefined;
   const journal = readJournals(input.dirs.journal, events);
   // A step whose worker died before the step read its parent PID reports PID 1: its run record
   // names the worker that spawned it.
@@ -155,15 +171,22 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   const publishedRunIds = new Set(records.filter((r) => r.status === "rebuilt").map((r) => r.id));
   for (const e of pointerEvents) if (typeof e.runId === "string" && e.runId) publishedRunIds.add(e.runId);
   const publishedVersions = new Set<string>(); // "<claim> <version>"
+  const newestPublished = new Map<string, string>(); // claim → its newest version published
   for (const id of publishedRunIds) {
     const run = recordById.get(id) ?? null;
     const jr = journal.get(id);
-    const version = run?.version ?? jr?.version;
-    if (version)
-      publishedVersions.add(
-        `${claimLabel({ rebuild: run?.rebuild ?? jr!.rebuild, tenant: run?.tenant ?? jr?.tenant })} ${version}`,
-      );
+    const version = (run ? versionOf(run) : undefined) ?? (jr ? versionOf(jr) : undefined);
+    if (!version) continue;
+    const label = claimLabel({ rebuild: run?.rebuild ?? jr!.rebuild, tenant: run?.tenant ?? jr?.tenant });
+    publishedVersions.add(`${label} ${version}`);
+    if (version > (newestPublished.get(label) ?? "")) newestPublished.set(label, version);
   }
+
+  /** "<claim> <version>" of a hashed rebuild for which a newer version was published (its input moved on). */
+  const coveredByNewer = (key: string): boolean => {
+    const [label = "", version = ""] = key.split(" ");
+    return hashedRebuilds.has(label.split("/")[0]!) && (newestPublished.get(label) ?? "") >= version;
+  };
 
   // --- triggers ----------------------------------------------------------------------------
   const triggers = events.filter((e) => e.kind === "trigger");
@@ -189,6 +212,14 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   );
   lines.push(
     `skips: ${byStatus.get("skipped") ?? 0}; deferred: ${deferred} (worker logs); superseded: ${byStatus.get("superseded") ?? 0}`,
+  );
+  const hashedTriggers = triggers.filter((t) => t.hashed).length;
+  const hashedRecords = records.filter((r) => hashedRebuilds.has(r.rebuild));
+  const versioned = await Promise.all(hashedRecords.map((r) => input.main.hexists(input.keys.run(r.id), "versionId")));
+  const earlyBegins = versioned.filter((v) => v === 1).length;
+  lines.push(
+    `hashed inputs (${[...hashedRebuilds].join(", ") || "none"}): ${hashedTriggers} trigger(s) sent without a version; ` +
+      `${earlyBegins} of ${hashedRecords.length} records began running before their version was read and got it after`,
   );
 
   // --- chaos -------------------------------------------------------------------------------
@@ -267,7 +298,7 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
     if (!job || !["failed", "completed"].includes(job.state)) continue;
     if (job.state === "failed" && BULLMQ_OWN_FAILURE.test(job.failedReason ?? "")) continue;
     if (["failed", "aborted", "superseded"].includes(last.status) && last.reason) {
-      failedVersions.set(`${claimLabel(last)} ${last.version}`, `${last.status}: ${last.reason}`);
+      failedVersions.set(`${claimLabel(last)} ${versionOf(last)}`, `${last.status}: ${last.reason}`);
     }
   }
   const bullmqFailures = [...jobStates.entries()].filter(
@@ -298,11 +329,30 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   }
   const lost: string[] = [];
   const outcomes = new Map<string, number>();
-  for (const trigger of triggers) {
+  /**
+   * What a trigger asked for, as "<claim> <version>". A hashed trigger asked for the output to be
+   * built from its input as its job reads it (the newest attempt that read one), at least the
+   * version the input held when it was sent (an older one, or none read, answers with why); a
+   * newer version published covers it (the job's next attempt re-reads the input: a holder that
+   * lost its claim builds what the input holds by then, not what a skipper saw it build).
+   */
+  const requestedBy = (trigger: SoakEvent, runs: RunRecord[]): { key: string; problem?: string; covered?: boolean } => {
     const label = claimLabel({ rebuild: String(trigger.rebuild), tenant: (trigger.tenant as string | null) ?? null });
-    const key = `${label} ${String(trigger.version)}`;
+    if (!trigger.hashed)
+      return { key: `${label} ${versionOf({ rebuild: String(trigger.rebuild), version: String(trigger.version) })}` };
+    const read = runs.map(versionOf).find((v) => v !== undefined);
+    if (read === undefined) return { key: `${label} ${String(trigger.version)}`, problem: "no attempt read its input" };
+    if (read < String(trigger.version))
+      return {
+        key: `${label} ${read}`,
+        problem: `read ${read}, older than the ${String(trigger.version)} its input held at the trigger`,
+      };
+    return { key: `${label} ${read}`, covered: (newestPublished.get(label) ?? "") >= read };
+  };
+  for (const trigger of triggers) {
     const jobId = String(trigger.jobId);
     const runs = [...(runsByJob.get(jobId) ?? [])].sort((a, b) => b.attempt - a.attempt);
+    const { key, problem, covered } = requestedBy(trigger, runs);
     const job = jobStates.get(jobId);
     const state = job
       ? `${job.state}${job.failedReason ? ` "${job.failedReason}"` : ""}, ${job.attemptsStarted} starts`
@@ -314,15 +364,16 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
         : last.status
       : "no run";
     outcomes.set(outcome, (outcomes.get(outcome) ?? 0) + 1);
-    if (publishedVersions.has(key) || failedVersions.has(key)) continue;
+    if (!problem && (covered || publishedVersions.has(key) || failedVersions.has(key))) continue;
     lost.push(
-      `${key} (${String(trigger.mode)} at ${at(trigger.t)}, job ${jobId}, job state ${state}, ` +
+      `${key}${problem ? ` (${problem})` : ""} (${String(trigger.mode)}${trigger.hashed ? ", no version sent" : ""} at ${at(trigger.t)}, job ${jobId}, job state ${state}, ` +
         `runs: ${runs.map((r) => `a${r.attempt} ${r.status}${r.reason ? ` "${r.reason}"` : ""}`).join("; ") || "none"})`,
     );
   }
   const failedRecorded = triggers.filter((t) => {
-    const key = `${claimLabel({ rebuild: String(t.rebuild), tenant: (t.tenant as string | null) ?? null })} ${String(t.version)}`;
-    return !publishedVersions.has(key) && failedVersions.has(key);
+    const runs = [...(runsByJob.get(String(t.jobId)) ?? [])].sort((a, b) => b.attempt - a.attempt);
+    const { key, covered } = requestedBy(t, runs);
+    return !covered && !publishedVersions.has(key) && failedVersions.has(key);
   }).length;
   lines.push(
     `trigger outcomes (the job's last attempt): ${formatCounts(outcomes)}; versions not published but recorded failed with a reason: ${failedRecorded} trigger(s)`,
@@ -471,12 +522,12 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
       .sort((a, b) => (a.fence ?? 0) - (b.fence ?? 0));
     let newestVersion = "";
     for (const run of rebuilt) {
-      if ((run.version ?? "") < newestVersion) olderAfterNewer += 1;
-      else newestVersion = run.version ?? "";
+      if ((versionOf(run) ?? "") < newestVersion) olderAfterNewer += 1;
+      else newestVersion = versionOf(run) ?? "";
     }
     const final = rebuilt[rebuilt.length - 1];
-    if (final && (final.version ?? "") < newestVersion)
-      endsOlder.push(`${claimLabel(ref)} ends at ${final.version} after ${newestVersion}`);
+    if (final && (versionOf(final) ?? "") < newestVersion)
+      endsOlder.push(`${claimLabel(ref)} ends at ${versionOf(final)} after ${newestVersion}`);
   }
 
   // --- issue 14: reissued fences, rollbacks, dropped requests --------------------------------
@@ -539,7 +590,10 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   // A version recorded as ended only because its claim was lost (superseded, publish refused,
   // claim lost): issue 14 says such a request is deferred, so it must have been published.
   const dropped = [...failedVersions.entries()]
-    .filter(([key, reason]) => !publishedVersions.has(key) && /^superseded|claim lost|publish refused/.test(reason))
+    .filter(
+      ([key, reason]) =>
+        !publishedVersions.has(key) && !coveredByNewer(key) && /^superseded|claim lost|publish refused/.test(reason),
+    )
     .map(([key, reason]) => `${key}: ${reason}`);
 
   // --- figures -------------------------------------------------------------------------------
@@ -634,6 +688,8 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
       reissued: reissued.length,
       rolledBack: rolledBack.length,
       dropped: dropped.length,
+      earlyBegins,
+      hashedTriggers,
       maxResumeS,
       triggers: triggers.length,
       kills: kills.length,

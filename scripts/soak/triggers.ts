@@ -9,19 +9,37 @@
  *   force       the newest version with `force` (skips "already rebuilt", never the claim):
  *               the same bytes again, so the same content-addressed build
  *
+ * A rebuild with `hashedInputs` is triggered without a version: `new` first rewrites its input
+ * file with the next version (an event `inputs` maps that content's hash to it), every mode sends
+ * no version (the job reads whatever the input holds by then), except mid-run, which names the
+ * running run's version (a hash) explicitly. Its trigger events carry the version the input held
+ * when the trigger was sent and `hashed: true`: the job must read that version or a newer one.
+ *
  * Every accepted trigger is an event `trigger` with its job id; the checker accounts for each.
  * `expose` hands the chaos a way to ask for the next version of one output at once (after a
  * force release: the operator who frees a claim usually wants the newest version built now).
  */
 import crypto from "node:crypto";
+import fs from "node:fs";
 import type { Queue } from "bullmq";
 import type { Redis } from "ioredis";
 import type { RedisKeys } from "../../lib/redis/keys";
 import type { Definitions } from "../../lib/rebuilds/definitions";
 import { jobOptionsFor, type RebuildJobData } from "../../lib/rebuilds/queue";
 import { triggerRebuild, type TriggerRequest } from "../../lib/rebuilds/trigger";
+import { hashInputs } from "../../lib/rebuilds/version";
 import { readRun } from "../../lib/runs/records";
-import { claimLabel, claimRefs, sleep, withTimeout, type EventLog, type SoakClaimRef } from "./bed";
+import {
+  claimLabel,
+  claimRefs,
+  FIRST_INPUT_VERSION,
+  SOAK_REBUILDS,
+  sleep,
+  versionInputOf,
+  withTimeout,
+  type EventLog,
+  type SoakClaimRef,
+} from "./bed";
 
 export type TriggerMode = "new" | "again" | "mid-run" | "redeliver" | "force";
 
@@ -35,6 +53,8 @@ export interface TriggerStreamOptions {
   until: number;
   /** Pause between triggers, ms. */
   gapMs: [number, number];
+  /** The soak's directory: where the hashed rebuilds' input files are (`versionInputOf`). */
+  inputRoot: string;
   /** Called once at the start with a function that triggers the next version of one output now. */
   expose?: (newVersion: (ref: SoakClaimRef, why: string) => Promise<void>) => void;
 }
@@ -54,21 +74,60 @@ export async function runTriggerStream(options: TriggerStreamOptions): Promise<v
   const pick = <T>(items: T[]): T => items[Math.floor(random() * items.length)]!;
   const versionOf = (n: number) => `v${String(n).padStart(4, "0")}`;
 
+  const hashed = new Set(SOAK_REBUILDS.filter((r) => r.hashedInputs).map((r) => r.name));
+  /**
+   * Writes `version` into a hashed rebuild's input (whole, by rename) and maps its hash to it; one
+   * write at a time (the chaos's `expose` runs beside the loop), so each hash is of its version.
+   */
+  let inputWrites: Promise<void> = Promise.resolve();
+  /** The version each hashed rebuild's input holds (written, renamed into place). */
+  const inputHolds = new Map<string, string>();
+  const writeInput = (rebuild: string, version: string): Promise<void> => {
+    const file = versionInputOf(options.inputRoot, rebuild);
+    const write = inputWrites.then(async () => {
+      if (version !== FIRST_INPUT_VERSION) {
+        fs.writeFileSync(`${file}.tmp`, `${version}\n`);
+        fs.renameSync(`${file}.tmp`, file);
+      }
+      inputHolds.set(rebuild, version);
+      events.record("inputs", { rebuild, version, hash: await hashInputs([file]) });
+    });
+    inputWrites = write.catch(() => {});
+    return write;
+  };
+  for (const rebuild of hashed) await writeInput(rebuild, FIRST_INPUT_VERSION);
+
+  /**
+   * One trigger. A hashed rebuild's is sent without a version unless `explicit` (mid-run): its
+   * event's `version` is what the input holds now, not `version`.
+   */
   const send = async (
     ref: SoakClaimRef,
     version: string,
     mode: TriggerMode,
     force = false,
     why?: string,
+    explicit = false,
   ): Promise<void> => {
-    const fields = { rebuild: ref.rebuild, tenant: ref.tenant ?? null, version, mode, force, ...(why ? { why } : {}) };
+    const versionless = hashed.has(ref.rebuild) && !explicit;
+    const fields = {
+      rebuild: ref.rebuild,
+      tenant: ref.tenant ?? null,
+      // What the job must read at least: the input's version now (a newer one may be on its way).
+      version: versionless ? inputHolds.get(ref.rebuild)! : version,
+      mode,
+      force,
+      ...(versionless ? { hashed: true } : {}),
+      ...(why ? { why } : {}),
+    };
+    const sent = versionless ? {} : { version };
     try {
       if (mode === "redeliver") {
         const definition = options.definitions.rebuilds.get(ref.rebuild)!;
         const data: RebuildJobData = {
           rebuild: ref.rebuild,
           ...(ref.tenant ? { tenant: ref.tenant } : {}),
-          version,
+          ...sent,
           force,
           trigger: "api",
         };
@@ -84,7 +143,7 @@ export async function runTriggerStream(options: TriggerStreamOptions): Promise<v
         events.record("trigger", { ...fields, status: "queued", jobId });
         return;
       }
-      const request: TriggerRequest = { version, force, trigger: "api", ...(ref.tenant ? { tenant: ref.tenant } : {}) };
+      const request: TriggerRequest = { ...sent, force, trigger: "api", ...(ref.tenant ? { tenant: ref.tenant } : {}) };
       const result = await withTimeout(
         triggerRebuild(options.queue, options.main, options.keys, options.definitions, ref.rebuild, request),
         20_000,
@@ -105,11 +164,15 @@ export async function runTriggerStream(options: TriggerStreamOptions): Promise<v
     }
   };
 
-  options.expose?.(async (ref, why) => {
+  /** The next version of `ref`: a hashed rebuild's input holds it before the trigger is sent. */
+  const sendNew = async (ref: SoakClaimRef, why?: string): Promise<void> => {
     const next = (newest.get(claimLabel(ref)) ?? 0) + 1;
     newest.set(claimLabel(ref), next);
+    if (hashed.has(ref.rebuild)) await writeInput(ref.rebuild, versionOf(next));
     await send(ref, versionOf(next), "new", false, why);
-  });
+  };
+
+  options.expose?.((ref, why) => sendNew(ref, why));
 
   while (Date.now() < options.until) {
     const ref = pick(refs);
@@ -125,9 +188,7 @@ export async function runTriggerStream(options: TriggerStreamOptions): Promise<v
     }
     const latest = newest.get(label);
     if (mode === "new" || latest === undefined) {
-      const next = (latest ?? 0) + 1;
-      newest.set(label, next);
-      await send(ref, versionOf(next), "new");
+      await sendNew(ref);
     } else if (mode === "again") {
       await send(ref, versionOf(latest), "again");
       if (random() < 0.3) await send(ref, versionOf(latest), "again");
@@ -137,7 +198,15 @@ export async function runTriggerStream(options: TriggerStreamOptions): Promise<v
       await send(ref, versionOf(latest), "redeliver");
     } else {
       const running = await runningRun(options).catch(() => null);
-      if (running) await send({ rebuild: running.rebuild, tenant: running.tenant }, running.version, "mid-run");
+      if (running)
+        await send(
+          { rebuild: running.rebuild, tenant: running.tenant },
+          running.version,
+          "mid-run",
+          false,
+          undefined,
+          true,
+        );
       else await send(ref, versionOf(latest), "again");
     }
     const [low, high] = options.gapMs;

@@ -21,6 +21,7 @@ test("defaults: loopback, port 3000, embedded Redis, files relative to the worki
     dataDir: "/srv/claimwatch/.data",
     keyPrefix: "claimwatch",
     workerConcurrency: 4,
+    inputsVisibleAfterMs: undefined,
     operatorTokens: [],
     viewerTokens: [],
     publicOrigin: undefined,
@@ -66,6 +67,22 @@ test("a key prefix that could break the hash tag is rejected", () => {
 test("CLAIMWATCH_WORKER_CONCURRENCY must be 1-256", () => {
   assert.equal(errorOf({ CLAIMWATCH_WORKER_CONCURRENCY: "0" })?.variable, "CLAIMWATCH_WORKER_CONCURRENCY");
   assert.equal(errorOf({ CLAIMWATCH_WORKER_CONCURRENCY: "many" })?.variable, "CLAIMWATCH_WORKER_CONCURRENCY");
+});
+
+test("CLAIMWATCH_INPUTS_VISIBLE_AFTER_MS: whole milliseconds 0-600000, unset leaves the worker's default", () => {
+  for (const bad of ["-1", "1.5", "1s", "600001"]) {
+    assert.equal(
+      errorOf({ CLAIMWATCH_INPUTS_VISIBLE_AFTER_MS: bad })?.variable,
+      "CLAIMWATCH_INPUTS_VISIBLE_AFTER_MS",
+      bad,
+    );
+  }
+  const zero = parseConfig({ CLAIMWATCH_INPUTS_VISIBLE_AFTER_MS: "0" }, "/x");
+  assert.ok(zero.ok);
+  assert.equal(zero.config.inputsVisibleAfterMs, 0);
+  const unset = parseConfig({}, "/x");
+  assert.ok(unset.ok);
+  assert.equal(unset.config.inputsVisibleAfterMs, undefined);
 });
 
 test("tokens: comma-separated, optional name, never echoed in errors", () => {
