@@ -107,7 +107,10 @@ function RebuildRow({ rebuild, open, onToggle }: { rebuild: ApiRebuild; open: bo
               className="mt-1 rounded bg-red-100 px-1.5 py-0.5 text-xs text-red-900"
               title={`found ${new Date(build.foundAt).toISOString()} by ${build.foundBy}`}
             >
-              Published build changed on disk: <span className="font-mono">{build.path}</span>
+              {build.kind === "unsynced"
+                ? "The disk lost a write; build moved aside: "
+                : "Published build changed on disk: "}
+              <span className="font-mono">{build.path}</span>
             </div>
           ))}
         </td>

@@ -47,7 +47,8 @@ export interface ApiRebuild {
    */
   tenantCount: number | null;
   /** Published builds of this output found changed on disk (build-integrity.ts); usually empty. */
-  changedBuilds: { path: string; foundAt: number; foundBy: string }[];
+  /** Builds moved aside or found changed (build-integrity.ts): `unsynced` when the disk lost a write. */
+  changedBuilds: { kind: "changed" | "unsynced"; path: string; foundAt: number; foundBy: string }[];
 }
 
 export function nextRunAt(definition: RebuildDefinition, from = new Date()): string | null {
@@ -186,7 +187,7 @@ async function describeRows(
       tenantCount: definition.tenants?.length ?? null,
       changedBuilds: changed
         .filter((b) => b.rebuild === definition.name && b.tenant === (tenant ?? null))
-        .map(({ path, foundAt, foundBy }) => ({ path, foundAt, foundBy })),
+        .map(({ kind, path, foundAt, foundBy }) => ({ kind: kind ?? "changed", path, foundAt, foundBy })),
     };
   });
 }

@@ -43,8 +43,16 @@ export interface BuildContext {
    * creation, before any step; a run id ends the attempt there (`already-rebuilt`). Must not reject.
    */
   alreadyRebuiltBy?: () => Promise<string | null>;
-  /** A published build of this hash was found changed on disk and moved aside (build-integrity.ts). */
-  onChangedBuild?: (found: { path: string; expected: string; actual: string }) => Promise<void>;
+  /**
+   * A build of this hash was found changed on disk, or unreadable or unsyncable (a lost write),
+   * and moved aside to `path` (build-integrity.ts).
+   */
+  onChangedBuild?: (found: {
+    kind: "changed" | "unsynced";
+    path: string;
+    expected: string;
+    actual: string;
+  }) => Promise<void>;
 }
 
 export type BuildResult =
@@ -133,12 +141,23 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
       recorder.log(
         `PUBLISHED BUILD CHANGED: ${promoted.path} no longer hashed to its name; moved aside to ${promoted.changedMovedTo} and replaced by this run's bytes`,
       );
-      await context.onChangedBuild?.({ path: promoted.changedMovedTo, expected: buildHash, actual: "(moved aside)" });
+      await context.onChangedBuild?.({
+        kind: "changed",
+        path: promoted.changedMovedTo,
+        expected: buildHash,
+        actual: "(moved aside)",
+      });
     }
     if (promoted.unsyncedMovedTo) {
       recorder.log(
         `WARNING: the build ${buildHash} found in builds/ could not be read or synced to disk (a failing disk?); moved aside to ${promoted.unsyncedMovedTo} and replaced by this run's synced bytes`,
       );
+      await context.onChangedBuild?.({
+        kind: "unsynced",
+        path: promoted.unsyncedMovedTo,
+        expected: buildHash,
+        actual: "(lost write: moved aside)",
+      });
     }
     held.throwIfLost(); // a paused holder notices here, before it asks to publish
     // After the promote, which can take long (sealing a big tree): a holder paused during it

@@ -4,7 +4,9 @@
  * can still change bytes. Workers re-hash the `current` build of each output now and then (one
  * output per check, each output at most once per CHECK_EVERY_MS across all workers), and a changed
  * build found here or by `promoteBuild` is recorded in Redis: the health banner and the Rebuilds
- * page show it until a check finds it whole again (re-published) or gone.
+ * page show it until a check finds it whole again (re-published) or gone. So is a build a repeat
+ * found unreadable or unsyncable (EIO: the disk lost a write) and moved aside by `promoteBuild`:
+ * it stays listed until an operator removes it.
  */
 import fs from "node:fs/promises";
 import path from "node:path";
@@ -17,6 +19,11 @@ import { BUILD_HASH, buildDirOf, readCurrent, verifyBuilds } from "./output";
 export const CHECK_EVERY_MS = 10 * 60_000;
 
 export interface ChangedBuild {
+  /**
+   * `changed`: its bytes no longer hash to its name. `unsynced`: reading or syncing it failed with
+   * EIO (a lost write), so its bytes cannot be trusted; moved aside. Absent in older records: changed.
+   */
+  kind?: "changed" | "unsynced";
   path: string;
   rebuild: string;
   tenant: string | null;
@@ -113,8 +120,11 @@ export async function checkPublishedBuilds(
 
 /** Banner lines for changed builds. */
 export async function changedBuildProblems(client: Pick<Redis, "hgetall">, keys: RedisKeys): Promise<string[]> {
-  return (await listChangedBuilds(client, keys)).map(
-    (build) =>
-      `Published build of ${build.rebuild}${build.tenant ? `/${build.tenant}` : ""} changed on disk: ${build.path} no longer matches its hash (found ${new Date(build.foundAt).toISOString()} by ${build.foundBy}); run npx claimwatch verify ${build.rebuild}${build.tenant ? ` ${build.tenant}` : ""}`,
-  );
+  return (await listChangedBuilds(client, keys)).map((build) => {
+    const output = `${build.rebuild}${build.tenant ? `/${build.tenant}` : ""}`;
+    const found = `found ${new Date(build.foundAt).toISOString()} by ${build.foundBy}`;
+    return build.kind === "unsynced"
+      ? `The disk lost a write under ${output}: build ${build.expected} could not be read or synced (EIO), so a rebuild moved it aside to ${build.path} and replaced it (${found}); check the disk (dmesg, SMART), then delete ${build.path}`
+      : `Published build of ${output} changed on disk: ${build.path} no longer matches its hash (${found}); run npx claimwatch verify ${build.rebuild}${build.tenant ? ` ${build.tenant}` : ""}`;
+  });
 }

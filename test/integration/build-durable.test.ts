@@ -15,6 +15,7 @@ import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
+import { changedBuildProblems, checkPublishedBuilds } from "../../lib/rebuilds/build-integrity";
 import { BUILD_HASH } from "../../lib/rebuilds/output";
 import { createTestBed } from "../support/stack";
 
@@ -248,4 +249,75 @@ test("a worker whose fsync of the output directory fails after its publish: the 
   );
   assert.equal(fs.readlinkSync(path.join(outputDir, "current")), path.join("builds", run.buildHash ?? "?"));
   await worker.stop();
+});
+
+test("a worker whose repeat finds an older build it cannot sync (a lost write): moved aside, replaced, and shown as a problem until an operator removes it", async (t) => {
+  const bed = await createTestBed({
+    "lost-write": {
+      output: "out/lost-write",
+      steps: [{ name: "write", run: ["sh", "-c", 'echo "built $CLAIMWATCH_VERSION" > out.txt'] }],
+    },
+  });
+  t.after(() => bed.close());
+  const worker = await bed.startWorker();
+  t.after(() => worker.stop());
+  const outputDir = path.join(bed.dir, "out/lost-write");
+  const rebuilt = async (version: string, force = false) => {
+    const jobId = await bed.trigger("lost-write", { version, force });
+    const run = await bed.waitForRun((r) => r.jobId === jobId && r.status !== "running", 60_000, `${version} ends`);
+    assert.equal(run.status, "rebuilt", `${version}: recorded ${run.status}: ${run.reason ?? ""}`);
+    return run;
+  };
+  const older = (await rebuilt("v1")).buildHash!;
+  const newer = (await rebuilt("v2")).buildHash!;
+  assert.notEqual(older, newer);
+  assert.deepEqual(await changedBuildProblems(bed.main, bed.keys), []);
+
+  // v1 again, forced: the same bytes, so the same builds/<older>, which current no longer points
+  // at; its file's fsync fails (EIO) in every thread of the worker.
+  const threads = fs.readdirSync(`/proc/${worker.pid}/task`).flatMap((tid) => ["-p", tid]);
+  const tracer = spawn(
+    "strace",
+    [
+      "-qq",
+      "-f",
+      ...threads,
+      "-e",
+      "trace=fsync",
+      "-e",
+      "inject=fsync:error=EIO",
+      "-P",
+      path.join(outputDir, "builds", older, "out.txt"),
+      "-o",
+      "/dev/null",
+    ],
+    { stdio: "ignore" },
+  );
+  t.after(() => {
+    if (tracer.exitCode === null && tracer.signalCode === null) tracer.kill("SIGINT");
+  });
+  await new Promise((resolve) => setTimeout(resolve, 1_000)); // attached
+  const again = await rebuilt("v1", true);
+  tracer.kill("SIGINT");
+  assert.equal(again.buildHash, older);
+  const aside = fs.readdirSync(path.join(outputDir, "builds")).filter((n) => n.startsWith(`.unsynced-${older}-`));
+  assert.equal(aside.length, 1, "the unsynced build was moved aside");
+  assert.equal(fs.readlinkSync(path.join(outputDir, "current")), path.join("builds", older));
+  assert.equal(fs.readFileSync(path.join(outputDir, "current", "out.txt"), "utf8"), "built v1\n");
+
+  // The operator sees it (health banner, Rebuilds page) until the moved-aside copy is removed.
+  const problems = await changedBuildProblems(bed.main, bed.keys);
+  assert.equal(problems.length, 1, problems.join(" | "));
+  assert.match(problems[0]!, /disk lost a write under lost-write/);
+  assert.ok(problems[0]!.includes(path.join(outputDir, "builds", aside[0]!)), problems[0]);
+  const logs = await bed.main.lrange(bed.keys.runLog(again.id), 0, -1);
+  assert.ok(
+    logs.some((line) => line.includes("could not be read or synced")),
+    logs.join(" | "),
+  );
+  await checkPublishedBuilds(bed.main, bed.keys, bed.definitions, "test");
+  assert.equal((await changedBuildProblems(bed.main, bed.keys)).length, 1, "listed while the copy is there");
+  fs.rmSync(path.join(outputDir, "builds", aside[0]!), { recursive: true, force: true });
+  await checkPublishedBuilds(bed.main, bed.keys, bed.definitions, "test");
+  assert.deepEqual(await changedBuildProblems(bed.main, bed.keys), [], "cleared once removed");
 });
