@@ -1,5 +1,6 @@
 /**
- * The work done under the claim: steps in `<output>/.work/<run>` under the job's signal, the
+ * The work done under the claim: steps in `<output>/.work/<run>-f<fence>-<token tail>` (one per
+ * grant: two pickups of one attempt never share one) under the job's signal, the
  * claim's signal and the time limit; the work dir becomes `<output>/builds/<content hash>`; a
  * fenced publish in Redis; then `<output>/current` follows. Progress and step states go to the
  * run record through the attempt's `RunRecorder`.
@@ -69,7 +70,11 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
   const { definition, held, recorder, steps } = context;
   const signal = AbortSignal.any([context.jobSignal, held.signal, AbortSignal.timeout(definition.timeLimit)]);
   const outputDir = outputDirOf(definition, context.tenant);
-  const workDir = workDirOf(outputDir, context.runId);
+  // One work dir per grant, not per run id: the same attempt picked up twice (the queue's Redis
+  // lost a pickup) runs twice under one run id, and the second takes the claim over while the
+  // first's steps may still write until they are stopped; a shared dir would be wiped under the
+  // first, and the second's build could hold the first's late writes.
+  const workDir = workDirOf(outputDir, `${context.runId}-f${held.fence}-${held.token.slice(-6)}`);
   recorder.update({ fence: held.fence });
   const [rebuiltBy, created] = await Promise.allSettled([
     context.alreadyRebuiltBy?.() ?? null,

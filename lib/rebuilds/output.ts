@@ -16,8 +16,9 @@ import { outputDirOf, tenantsOf, type Definitions } from "./definitions";
 
 export const BUILD_HASH = /^[0-9a-f]{32}$/;
 
-export function workDirOf(outputDir: string, runId: string): string {
-  return path.join(outputDir, ".work", runId);
+/** A run's work directory, `<output>/.work/<name>` (build-and-publish.ts names one per claim grant). */
+export function workDirOf(outputDir: string, name: string): string {
+  return path.join(outputDir, ".work", name);
 }
 
 export function buildDirOf(outputDir: string, hash: string): string {

@@ -227,6 +227,7 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
         status: cancelled ? "cancelled" : status,
         fields: { reason: cancelled?.reason ?? reason },
         writeId: crypto.randomBytes(6).toString("hex"),
+        owner: early.beginId,
       }).catch((error: unknown) => `not written (${String(error)})`);
       if (written !== "written") log(`recording the ${cancelled ? "cancelled" : status} attempt: ${written}`);
       return cancelled;
@@ -362,7 +363,7 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
       return recordClosedMeanwhile(job, runId, { recordStatus: "final", cancelRequest: begun.cancelRequest }, log);
     }
     return await new RebuildAttempt(deps, store, job, identity, data, definition, version, log, {
-      begunWhileReading: begun?.status === "began",
+      begunWhileReading: begun?.status === "began" ? begun.beginId : null,
       began: attemptBegan,
     }).run();
   } finally {
@@ -388,8 +389,11 @@ class RebuildAttempt {
     private readonly definition: RebuildDefinition,
     private readonly version: string,
     private readonly log: (line: string) => void,
-    /** The record began while the inputs were read: it gets the version, not a begin. */
-    private readonly opening: { begunWhileReading: boolean; began: number },
+    /**
+     * `begunWhileReading`: the beginId of the begin that made the record while the inputs were
+     * read (it gets the version, not a begin), or null.
+     */
+    private readonly opening: { begunWhileReading: string | null; began: number },
   ) {
     this.began = opening.began;
     this.claim = claimName(definition.claimPath, data.tenant);
@@ -408,7 +412,9 @@ class RebuildAttempt {
     const fields = { version: this.version, idempotencyKey: this.idemKey };
     // A record that began while the inputs were read gets its version; one that is gone since
     // (Redis lost it: running records are never trimmed) begins again, as if it never had.
-    const versioned = this.opening.begunWhileReading ? await this.recordVersion(fields) : null;
+    const early = this.opening.begunWhileReading;
+    this.recorder.ownedBy(early ?? undefined);
+    const versioned = early ? await this.recordVersion(fields, early) : null;
     if (versioned) {
       if (versioned.status === "already-rebuilt") {
         return { status: "skipped", reason: "already-rebuilt", runId: this.runId, version: this.version };
@@ -418,7 +424,9 @@ class RebuildAttempt {
         return recordClosedMeanwhile(this.job, this.runId, versioned, this.log);
       }
     }
-    if (!versioned || versioned.status === "closed") {
+    // A record another pickup of this attempt began meanwhile (Redis lost ours) is not ours: the
+    // begin below finds it and answers `exists`, as it does for a pickup that read fast.
+    if (!versioned || versioned.status === "closed" || versioned.status === "foreign") {
       const begun = await beginAttempt(this.store, this.identity, {
         mode: data.force ? { kind: "running" } : { kind: "check", idempotencyKey: this.idemKey },
         fields,
@@ -432,6 +440,9 @@ class RebuildAttempt {
       if (begun.status === "already-rebuilt") {
         return { status: "skipped", reason: "already-rebuilt", runId: this.runId, version: this.version };
       }
+      // Every later write names this begin: an attempt whose record another call began (exists)
+      // leaves that record alone; its writes are refused.
+      this.recorder.ownedBy(begun.beginId);
       if (begun.status === "exists") this.log(`run record ${this.runId} exists already; this attempt is not recorded`);
       // A cancel that came while the job waited, or while another worker had it: the record's
       // first write found it and recorded the attempt cancelled; it stops here, before the claim.
@@ -443,8 +454,10 @@ class RebuildAttempt {
       }
       if (begun.status === "exists" && begun.cancelRequest) {
         // This attempt's record exists already (the queue's Redis forgot a pickup, and the same
-        // attempt was picked up again): RUN_BEGIN wrote nothing; the cancel ends it here, on that record.
+        // attempt was picked up again): RUN_BEGIN wrote nothing; the cancel ends it here, on that
+        // record (written on behalf of the job: the cancel is the job's, whoever began the record).
         const outcome = cancelledAtBegin(this.job, this.runId, begun);
+        this.recorder.ownedBy(undefined);
         return this.endCancelled(outcome.reason);
       }
     }
@@ -722,16 +735,18 @@ class RebuildAttempt {
    * cannot be written the record is ended, not left running (best effort: Redis may be away),
    * and the attempt is retried.
    */
-  private async recordVersion(fields: Partial<RunRecord>): Promise<VersionResult> {
+  private async recordVersion(fields: Partial<RunRecord>, owner: string): Promise<VersionResult> {
     return recordVersion(this.store, this.identity, {
       fields,
       idempotencyKey: this.data.force ? null : this.idemKey,
+      owner,
     }).catch(async (error: unknown) => {
       const message = `recording the attempt's version failed: ${String(error)}`;
       await writeRun(this.store, this.identity, {
         status: "failed",
         fields: { ...fields, reason: `${message}; retried` },
         writeId: crypto.randomBytes(6).toString("hex"),
+        owner,
       }).catch((e: unknown) => this.log(`ending its record failed too: ${String(e)}`));
       throw new RebuildError(message, true, this.runId, { cause: error });
     });

@@ -36,6 +36,8 @@ export const RUN_REPLY = {
   final: REPLY.final,
   refused: REPLY.refused,
   exists: REPLY.exists,
+  /** RUN_WRITE, RUN_VERSION: the record was begun by another call than the writer's (its owner). */
+  notOwner: REPLY.notOwner,
   began: 1,
   alreadyRebuilt: 2,
   ended: 3,

@@ -264,7 +264,9 @@ ARGV[7] log lines kept   ARGV[8] L: log lines that follow   ARGV[9] statuses wit
 ARGV[10] timeline counters of the run's place (JSON, timeline-counters.ts; '' without a status move)
 ARGV[11] the record's event (JSON, written when the record is written; '' for none)
 ARGV[12] the log's event (JSON, written when lines are appended; '' for none)
-ARGV[13 .. 12+L] log lines   ARGV[13+L ..] record field/value pairs
+ARGV[13] owner: the writer's beginId ('' for a write on behalf of the job, e.g. an operator's
+  cancel): a record begun by another call (the same attempt picked up twice) is not written
+ARGV[14 .. 13+L] log lines   ARGV[14+L ..] record field/value pairs
 A move into a final status is counted in the timeline and run counters (at the run's index
 score; a run's duration unless it was skipped or deferred).
 The idempotency change is made whatever the record says (it is about the output, not the
@@ -273,6 +275,7 @@ A record field 'writeId' names the write: a final write whose record is final al
 that same writeId is a repeat of it (applied, then asked again) and writes nothing.
 Returns ${RUN_REPLY.written} written, or a repeat of a write applied already (nothing written again)
   | ${RUN_REPLY.missing} missing (trimmed or expired: nothing written)
+  | ${RUN_REPLY.notOwner} the record was begun by another call than ARGV[13] (nothing written but the idempotency change)
   | ${RUN_REPLY.final} the record is final already (fields and status unchanged)
   | ${RUN_REPLY.refused} the move is not in RUN_TRANSITIONS (nothing written)
 ]]
@@ -288,11 +291,15 @@ elseif ARGV[5] == 'del' and redis.call('GET', KEYS[4]) == runId then
 end
 local current = redis.call('HGET', KEYS[1], 'status')
 if not current then return ${RUN_REPLY.missing} end
+if ARGV[13] ~= '' then
+  local owner = redis.call('HGET', KEYS[1], 'beginId')
+  if owner and owner ~= ARGV[13] then return ${RUN_REPLY.notOwner} end
+end
 local lines = tonumber(ARGV[8])
 -- A repeat of this very write, applied already (a retried call, a command resent after a
 -- reconnect): the record holds its writeId. Nothing is written again, not even its log lines.
 if FINAL[current] and current == to then
-  for i = 13 + lines, #ARGV - 1, 2 do
+  for i = 14 + lines, #ARGV - 1, 2 do
     if ARGV[i] == 'writeId' then
       if redis.call('HGET', KEYS[1], 'writeId') == ARGV[i + 1] then return ${RUN_REPLY.written} end
       break
@@ -300,13 +307,13 @@ if FINAL[current] and current == to then
   end
 end
 if lines > 0 then
-  redis.call('RPUSH', KEYS[2], unpack(ARGV, 13, 12 + lines))
+  redis.call('RPUSH', KEYS[2], unpack(ARGV, 14, 13 + lines))
   redis.call('LTRIM', KEYS[2], -tonumber(ARGV[7]), -1)
   redis.call('PEXPIRE', KEYS[2], ARGV[2])
 end
 if FINAL[current] then return ${RUN_REPLY.final} end
 if to ~= '' and not ALLOWED[current][to] then return ${RUN_REPLY.refused} end
-if #ARGV >= 13 + lines then redis.call('HSET', KEYS[1], unpack(ARGV, 13 + lines)) end
+if #ARGV >= 14 + lines then redis.call('HSET', KEYS[1], unpack(ARGV, 14 + lines)) end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 if to ~= '' and to ~= current then
   if FINAL[to] then
@@ -340,7 +347,10 @@ ARGV[6] statuses with index keys (comma-separated)   ARGV[7] timeline counters (
 ARGV[8] the record's event up to its status (the script appends the status and '"}}'); '' for none
 ARGV[9] versionId: names this call (stored as the record's 'versionId'), so a resend of it (after
   a reconnect) answers what it did instead of what the record says now
-ARGV[10..] record field/value pairs (the version and its idempotency key hash)
+ARGV[10] owner: the beginId of the call that began the record ('' for no check): a record begun
+  by another call (the same attempt picked up twice, or begun again after Redis lost ours) is not
+  this attempt's, and is not written
+ARGV[11..] record field/value pairs (the version and its idempotency key hash)
 Only a running record is written: with a cancel request it ends cancelled (as RUN_BEGIN would),
 else with the idempotency key set it ends skipped (already rebuilt), else it gains the fields.
 Returns {code, detail, cancel}: cancel is the job's cancel request ('' for none)
@@ -348,6 +358,7 @@ Returns {code, detail, cancel}: cancel is the job's cancel request ('' for none)
      | ${RUN_REPLY.cancelled} recorded cancelled (detail: the reason)
      | ${RUN_REPLY.final} the record is final already, ended by someone else (detail: its status)
      | ${RUN_REPLY.refused} the record is not running (detail: its status) | ${RUN_REPLY.missing} no record
+     | ${RUN_REPLY.notOwner} the record was begun by another call (detail: its status)
 ]]
 ${COMMON}
 local runId, n = ARGV[1], tonumber(ARGV[3])
@@ -365,6 +376,10 @@ if redis.call('HGET', KEYS[1], 'versionId') == ARGV[9] then
   if current == 'cancelled' then return {${RUN_REPLY.cancelled}, reason, cancel} end
   return {${RUN_REPLY.final}, current, cancel}
 end
+if ARGV[10] ~= '' then
+  local owner = redis.call('HGET', KEYS[1], 'beginId')
+  if owner and owner ~= ARGV[10] then return {${RUN_REPLY.notOwner}, current, cancel} end
+end
 if FINAL[current] then return {${RUN_REPLY.final}, current, cancel} end
 if current ~= 'running' then return {${RUN_REPLY.refused}, current, cancel} end
 local status, reason, by = 'running', false, false
@@ -379,7 +394,7 @@ elseif ARGV[4] == '1' then
   end
 end
 local fields = {'versionId', ARGV[9]}
-for i = 10, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 11, #ARGV do fields[#fields + 1] = ARGV[i] end
 if reason then
   fields[#fields + 1] = 'reason'
   fields[#fields + 1] = reason

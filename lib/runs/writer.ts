@@ -86,6 +86,11 @@ export type BeginResult = (
 ) & {
   /** The job's cancel request as stored (lib/rebuilds/cancel-request parses it), or null. */
   cancelRequest: string | null;
+  /**
+   * This call's id, stored in the record it began (`beginId`): the attempt's later writes name it
+   * as their owner (RunWrite.owner), so they never land on a record another call began.
+   */
+  beginId: string;
 };
 
 type RunEvent = Extract<StoredEvent, { type: "run" }>["run"];
@@ -149,6 +154,7 @@ export async function beginAttempt(
     ...(mode.kind === "final" ? { reason: mode.reason } : {}),
     ...options.fields,
   });
+  const beginId = nextCallId();
   const reply = await runVariadicScript(
     store.client,
     RUN_BEGIN,
@@ -187,7 +193,7 @@ export async function beginAttempt(
       }),
       ...fields,
       "beginId",
-      nextCallId(),
+      beginId,
     ],
   );
   const [code, detail, stray, cancel] = reply;
@@ -198,15 +204,15 @@ export async function beginAttempt(
   const cancelRequest = cancel ? cancel : null;
   switch (code) {
     case RUN_REPLY.began:
-      return { status: "began", cancelRequest };
+      return { status: "began", cancelRequest, beginId };
     case RUN_REPLY.alreadyRebuilt:
-      return { status: "already-rebuilt", rebuiltBy: detail, cancelRequest };
+      return { status: "already-rebuilt", rebuiltBy: detail, cancelRequest, beginId };
     case RUN_REPLY.ended:
-      return { status: "ended", cancelRequest };
+      return { status: "ended", cancelRequest, beginId };
     case RUN_REPLY.cancelled:
-      return { status: "cancelled", reason: detail, cancelRequest };
+      return { status: "cancelled", reason: detail, cancelRequest, beginId };
     case RUN_REPLY.exists:
-      return { status: "exists", cancelRequest };
+      return { status: "exists", cancelRequest, beginId };
     default:
       throw new Error(`${RUN_BEGIN.command}: unexpected reply ${JSON.stringify(reply)}`);
   }
@@ -222,6 +228,11 @@ export type VersionResult = (
    * abandoned-run sweep; "missing": trimmed or expired): nothing was written.
    */
   | { status: "closed"; recordStatus: string }
+  /**
+   * The record was begun by another call than `owner` (the same attempt picked up twice, or begun
+   * again by another pickup after Redis lost this one's): not this attempt's; nothing was written.
+   */
+  | { status: "foreign"; recordStatus: string }
 ) & {
   /** The job's cancel request as stored, or null. */
   cancelRequest: string | null;
@@ -238,7 +249,12 @@ export type VersionResult = (
 export async function recordVersion(
   store: RunStore,
   run: RunRef & { attempt: number; rebuildName: string; createdAt: number },
-  options: { fields: Partial<RunRecord>; idempotencyKey: string | null },
+  options: {
+    fields: Partial<RunRecord>;
+    idempotencyKey: string | null;
+    /** The `beginId` of the begin that made this attempt's record (BeginResult.beginId). */
+    owner: string;
+  },
 ): Promise<VersionResult> {
   const { keys, retention } = store;
   const layout = indexLayout(keys, run, ["running", "skipped", "cancelled"]);
@@ -272,6 +288,7 @@ export async function recordVersion(
         ...options.fields,
       }),
       nextCallId(),
+      options.owner,
       ...fieldPairs(options.fields),
     ],
   );
@@ -289,6 +306,8 @@ export async function recordVersion(
       return { status: "closed", recordStatus: detail, cancelRequest };
     case RUN_REPLY.missing:
       return { status: "closed", recordStatus: "missing", cancelRequest };
+    case RUN_REPLY.notOwner:
+      return { status: "foreign", recordStatus: detail, cancelRequest };
     default:
       throw new Error(`${RUN_VERSION.command}: unexpected reply ${JSON.stringify(reply)}`);
   }
@@ -297,7 +316,8 @@ export async function recordVersion(
 /** A run as its writes name it. */
 export type RunRef = RunPlace & { runId: string; jobId: string };
 
-export type WriteResult = "written" | "missing" | "final" | "refused";
+/** `not-owner`: the record was begun by another call than the write's `owner`. */
+export type WriteResult = "written" | "missing" | "final" | "refused" | "not-owner";
 
 export interface RunWrite {
   status?: "running" | FinalRunStatus;
@@ -309,6 +329,12 @@ export interface RunWrite {
    * retry after an error, a command resent after a reconnect) writes nothing a second time.
    */
   writeId?: string;
+  /**
+   * The `beginId` of the begin that made the writer's record: a record begun by another call
+   * (the same attempt picked up twice) is not written (its log neither; the idempotency change
+   * is made). Absent: written whoever began it (a write on behalf of the job, e.g. its cancel).
+   */
+  owner?: string;
 }
 
 /** One write of an attempt's record (status move, fields, log lines, idempotency key). */
@@ -359,6 +385,7 @@ export async function writeRun(store: RunStore, run: RunRef, write: RunWrite): P
       write.status ? timelineSpec(keys, run, retention) : "",
       recordEvent,
       lines.length > 0 ? encodeEvent({ type: "run.log", id: run.runId }) : "",
+      write.owner ?? "",
       ...lines,
       ...fieldPairs(write.fields ?? {}),
       ...(write.writeId ? ["writeId", write.writeId] : []),
@@ -373,6 +400,8 @@ export async function writeRun(store: RunStore, run: RunRef, write: RunWrite): P
       return "final";
     case RUN_REPLY.refused:
       return "refused";
+    case RUN_REPLY.notOwner:
+      return "not-owner";
     default:
       throw new Error(`${RUN_WRITE.command}: unexpected reply ${JSON.stringify(reply)}`);
   }
@@ -396,6 +425,8 @@ export class RunRecorder {
    * one, and `randomBytes` is a system call on every repeat delivery's path (bench:worker).
    */
   private finalWriteId: string | undefined;
+  /** Whose record this is (`beginId`), once begun: writes to a record another call began are refused. */
+  private owner: string | undefined;
 
   constructor(
     private readonly store: RunStore,
@@ -408,6 +439,14 @@ export class RunRecorder {
       flushEveryMs?: number;
     } = {},
   ) {}
+
+  /**
+   * The begin that made this attempt's record (BeginResult.beginId), or `undefined` to write on
+   * behalf of the job whoever began the record (an operator's cancel ends it).
+   */
+  ownedBy(beginId: string | undefined): void {
+    this.owner = beginId;
+  }
 
   /**
    * Fields to write soon (steps are copied now: they change in place): within `updateEveryMs`,
@@ -446,6 +485,7 @@ export class RunRecorder {
       logLines: this.lines,
       ...(idempotency ? { idempotency } : {}),
       writeId: (this.finalWriteId ??= crypto.randomUUID().replaceAll("-", "").slice(0, 12)),
+      ...(this.owner ? { owner: this.owner } : {}),
     };
     this.fields = null;
     this.lines = [];
@@ -471,7 +511,11 @@ export class RunRecorder {
   }
 
   private send(): void {
-    const write: RunWrite = { fields: this.fields ?? {}, logLines: this.lines };
+    const write: RunWrite = {
+      fields: this.fields ?? {},
+      logLines: this.lines,
+      ...(this.owner ? { owner: this.owner } : {}),
+    };
     this.fields = null;
     this.lines = [];
     this.inFlight = writeRun(this.store, this.run, write)

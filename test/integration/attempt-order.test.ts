@@ -8,8 +8,11 @@
  * `runRebuild` against a real redis-server.
  */
 import assert from "node:assert/strict";
+import fs from "node:fs";
+import path from "node:path";
 import { after, before, test } from "node:test";
 import { acquireClaim, claimName, readClaim } from "../../lib/claims";
+import { outputDirOf } from "../../lib/rebuilds/definitions";
 import { RebuildError, runRebuild, type RebuildDeps, type RebuildJob } from "../../lib/rebuilds/run-rebuild";
 import { readRun } from "../../lib/runs/records";
 import { runIdOf } from "../../lib/runs/types";
@@ -26,6 +29,11 @@ before(async () => {
     },
     slow: {
       output: "out/slow",
+      claim: { ttl: "4s", refreshEvery: "1s" },
+      steps: [slowStep(4)],
+    },
+    twice: {
+      output: "out/twice",
       claim: { ttl: "4s", refreshEvery: "1s" },
       steps: [slowStep(4)],
     },
@@ -149,4 +157,48 @@ test("an earlier attempt that took the name while it was free does not end the l
   const outcome = await later;
   assert.equal(outcome.status, "deferred", JSON.stringify(outcome));
   assert.equal((await readRun(bed.main, bed.keys, runIdOf("order-d", 2)))?.status, "deferred");
+});
+
+test("the same attempt picked up twice (the queue's Redis lost a pickup): the second takes the claim over and builds, but never writes the first's record", async () => {
+  const runId = runIdOf("order-twice", 1);
+  const first = runRebuild(deps, job("order-twice", "twice", 1)).then(
+    (outcome) => outcome.status,
+    (error: unknown) => `threw: ${String(error)}`,
+  );
+  await waitFor(
+    "the first pickup to hold the claim",
+    async () => (await readClaim(bed.claims, bed.keys, claimOf("twice")))?.holder.runId === runId,
+  );
+  const begun = await readRun(bed.main, bed.keys, runId);
+  assert.equal(begun?.status, "running");
+
+  // The second pickup of attempt 1 (the queue gave it the job again): its record's begin finds the
+  // first's record; it takes the claim over (same job and attempt) and builds in its own work dir.
+  const second = await runRebuild(deps, job("order-twice", "twice", 1, lockHeld));
+  assert.equal(second.status, "rebuilt", JSON.stringify(second));
+  assert.equal(await first, "deferred", "the first lost its claim to the second: deferred, its request kept");
+
+  // The record is the first pickup's alone: its fence, its aborted step, its status; nothing of
+  // the second (its fence, its finished step, its progress, its build, its log lines).
+  const record = await readRun(bed.main, bed.keys, runId);
+  assert.equal(record?.status, "deferred");
+  assert.equal(record?.fence, 1);
+  assert.equal(record?.buildHash ?? null, null);
+  assert.equal(record?.progress, 0);
+  assert.deepEqual(
+    record?.steps.map((step) => step.status),
+    ["aborted"],
+  );
+  const log = await bed.main.lrange(bed.keys.runLog(runId), 0, -1);
+  assert.ok(
+    log.every((line) => /aborting: SIGTERM/.test(line)),
+    `only the first's lines: ${log.join(" | ")}`,
+  );
+  // The second's build is the output's; no work dir is left.
+  const output = outputDirOf(bed.definitions.rebuilds.get("twice")!, undefined);
+  assert.equal(
+    fs.readlinkSync(path.join(output, "current")),
+    path.join("builds", second.status === "rebuilt" ? second.buildHash : "?"),
+  );
+  assert.deepEqual(fs.readdirSync(path.join(output, ".work")), []);
 });

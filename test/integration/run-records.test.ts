@@ -15,7 +15,15 @@ import { DEFAULT_RETENTION, readRun, readRunLog } from "../../lib/runs/records";
 import { RUN_WRITE } from "../../lib/runs/scripts";
 import { trimRuns } from "../../lib/runs/trim";
 import { RUN_STATUSES } from "../../lib/runs/types";
-import { beginAttempt, RunRecorder, writeRun, type AttemptIdentity, type RunStore } from "../../lib/runs/writer";
+import {
+  beginAttempt as beginOwnedAttempt,
+  recordVersion,
+  RunRecorder,
+  writeRun,
+  type AttemptIdentity,
+  type RunStore,
+} from "../../lib/runs/writer";
+import { beginAttemptResult as beginAttempt } from "../support/runs";
 import { startTestRedis, stopTestRedis, uniquePrefix } from "../support/redis";
 
 const server = await startTestRedis();
@@ -264,6 +272,67 @@ test("a final write applied twice (a retried or resent call) writes, counts and 
   assert.equal(await recorder.finish("aborted", { reason: "shutdown" }), "final");
   assert.equal((await readRun(client, keys, b1.runId))?.reason, "its worker stopped answering");
   assert.equal((await readRunLog(client, keys, b1.runId)).length, 1);
+});
+
+test("a record is written only by the begin that made it: the same attempt begun again (a second pickup) writes nothing of it, but its idempotency change; the job's own writes (a cancel) still land", async () => {
+  const keys = redisKeys(uniquePrefix());
+  const store = storeOf(keys);
+  const a1 = attempt("owned", 1);
+  const first = await beginOwnedAttempt(store, a1, { mode: { kind: "running" } });
+  assert.equal(first.status, "began");
+  const second = await beginOwnedAttempt(store, { ...a1, workerId: "w2" }, { mode: { kind: "running" } });
+  assert.equal(second.status, "exists");
+  assert.notEqual(second.beginId, first.beginId);
+
+  // The second pickup's writes: refused, nothing of them in the record or its log …
+  const theirs = { owner: second.beginId };
+  assert.equal(
+    await writeRun(store, a1, { fields: { progress: 0.5 }, logLines: ["second's"], ...theirs }),
+    "not-owner",
+  );
+  assert.equal(
+    await writeRun(store, a1, {
+      status: "rebuilt",
+      fields: { buildHash: "b2", fence: 2 },
+      idempotency: { change: "set", key: "h-owned", ttlMs: 60_000 },
+      ...theirs,
+    }),
+    "not-owner",
+  );
+  const recorder = new RunRecorder(store, a1);
+  recorder.ownedBy(second.beginId);
+  recorder.log("second's final");
+  assert.equal(await recorder.finish("skipped", { reason: "claim-held" }), "not-owner");
+  const versioned = await recordVersion(store, a1, {
+    fields: { version: "v2" },
+    idempotencyKey: null,
+    owner: second.beginId,
+  });
+  assert.equal(versioned.status, "foreign");
+  let record = await readRun(client, keys, a1.runId);
+  assert.equal(record?.status, "running");
+  assert.equal(record?.progress, 0);
+  assert.equal(record?.buildHash ?? null, null);
+  assert.equal(record?.version ?? null, null);
+  assert.equal(record?.workerId, "w1");
+  assert.deepEqual(await readRunLog(client, keys, a1.runId), []);
+  assert.deepEqual(await statusesListing(keys, a1.runId), onlyIn("running"));
+  // … but a build it published is marked rebuilt (the idempotency key is about the output).
+  assert.equal(await client.get(keys.idempotency("h-owned")), a1.runId);
+
+  // The first pickup's writes land.
+  assert.equal(
+    (await recordVersion(store, a1, { fields: { version: "v1" }, idempotencyKey: null, owner: first.beginId })).status,
+    "began",
+  );
+  assert.equal(await writeRun(store, a1, { fields: { progress: 0.7 }, owner: first.beginId }), "written");
+  // A write on behalf of the job (an operator's cancel found by an attempt whose record another
+  // pickup began) names no owner: it ends the record.
+  assert.equal(await writeRun(store, a1, { status: "cancelled", fields: { reason: "cancelled by op" } }), "written");
+  record = await readRun(client, keys, a1.runId);
+  assert.equal(record?.status, "cancelled");
+  assert.equal(record?.version, "v1");
+  assert.equal(record?.progress, 0.7);
 });
 
 test("the recorder's final write applied but answered with an error: its retry writes nothing twice", async () => {

@@ -18,7 +18,8 @@ import { CancelWatch, describeCancel, writeCancelRequest } from "../../lib/rebui
 import { redisKeys, type RedisKeys } from "../../lib/redis/keys";
 import { abandonRun } from "../../lib/runs/abandoned";
 import { DEFAULT_RETENTION, readRun } from "../../lib/runs/records";
-import { beginAttempt, runEventHead, writeRun, type AttemptIdentity, type RunStore } from "../../lib/runs/writer";
+import { runEventHead, writeRun, type AttemptIdentity, type RunStore } from "../../lib/runs/writer";
+import { beginAttemptResult as beginAttempt } from "../support/runs";
 import { runRebuild, type RebuildJob } from "../../lib/rebuilds/run-rebuild";
 import { createTestBed, rebuildDepsOf, slowStep, type TestBed } from "../support/stack";
 import { startTestRedis, stopTestRedis, uniquePrefix } from "../support/redis";

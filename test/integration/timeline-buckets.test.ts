@@ -16,7 +16,8 @@ import { DEFAULT_RETENTION, readRun, recordTtlMs } from "../../lib/runs/records"
 import { bucketStartOf, TIMELINE_BUCKET_MS } from "../../lib/runs/timeline-counters";
 import { trimRuns } from "../../lib/runs/trim";
 import type { RunRecord } from "../../lib/runs/types";
-import { beginAttempt, importRunInto, writeRun, type AttemptIdentity, type RunStore } from "../../lib/runs/writer";
+import { importRunInto, writeRun, type AttemptIdentity, type RunStore } from "../../lib/runs/writer";
+import { beginAttemptResult as beginAttempt } from "../support/runs";
 import { startTestRedis, stopTestRedis, uniquePrefix } from "../support/redis";
 
 const server = await startTestRedis();

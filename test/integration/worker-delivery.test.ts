@@ -145,7 +145,11 @@ test("SIGTERM mid-run (a deploy): job back to waiting with no failed attempt, cl
   const handedBack = (await bed.runsOfJob(jobId)).find((r) => r.id === first.id);
   assert.equal(handedBack?.status, "aborted");
   assert.match(handedBack?.reason ?? "", /handed back/);
-  assert.equal(fs.existsSync(path.join(output, ".work", first.id)), false, "work dir removed");
+  assert.deepEqual(
+    fs.readdirSync(path.join(output, ".work")).filter((name) => name.startsWith(`${first.id}-f`)),
+    [],
+    "work dir removed",
+  );
 
   const next = await bed.startWorker();
   try {

@@ -72,3 +72,15 @@ export async function writeTestRun(client: Redis, keys: RedisKeys, record: Parti
     await beginAttempt(store, identity, { mode: { kind: "final", status, reason: full.reason ?? "" }, fields });
   }
 }
+
+/**
+ * `beginAttempt`, its result without the per-call `beginId` (checked to be there): for tests that
+ * compare the rest of the result whole.
+ */
+export async function beginAttemptResult(
+  ...args: Parameters<typeof beginAttempt>
+): Promise<Omit<Awaited<ReturnType<typeof beginAttempt>>, "beginId">> {
+  const { beginId, ...result } = await beginAttempt(...args);
+  if (!/^[0-9a-f]{8}[0-9a-z]+$/.test(beginId)) throw new Error(`beginAttempt answered beginId ${beginId}`);
+  return result;
+}
