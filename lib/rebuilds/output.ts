@@ -1,7 +1,7 @@
 /**
  * Content-addressed builds and the `current` pointer on disk.
  *
- *   <output>/.work/<runId>/      a run's private work directory
+ *   <output>/.work/<runId>-f<fence>-<token tail>/   a run's private work directory, one per claim grant
  *   <output>/builds/<hash>/      finished builds, named for the hash of their files
  *   <output>/current -> builds/<hash>   swapped atomically (temp symlink + rename)
  *

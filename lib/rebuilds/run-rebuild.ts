@@ -423,10 +423,14 @@ class RebuildAttempt {
       if (versioned.status === "closed" && versioned.recordStatus !== "missing") {
         return recordClosedMeanwhile(this.job, this.runId, versioned, this.log);
       }
+      // Another pickup of this attempt took the record over while this one read its inputs: the
+      // queue gave the job to it (this one lost its job lock); this one does not go on.
+      if (versioned.status === "foreign") {
+        const takenOver = { ...versioned, recordStatus: "taken over by another pickup of this attempt" };
+        return recordClosedMeanwhile(this.job, this.runId, takenOver, this.log);
+      }
     }
-    // A record another pickup of this attempt began meanwhile (Redis lost ours) is not ours: the
-    // begin below finds it and answers `exists`, as it does for a pickup that read fast.
-    if (!versioned || versioned.status === "closed" || versioned.status === "foreign") {
+    if (!versioned || versioned.status === "closed") {
       const begun = await beginAttempt(this.store, this.identity, {
         mode: data.force ? { kind: "running" } : { kind: "check", idempotencyKey: this.idemKey },
         fields,
@@ -440,10 +444,13 @@ class RebuildAttempt {
       if (begun.status === "already-rebuilt") {
         return { status: "skipped", reason: "already-rebuilt", runId: this.runId, version: this.version };
       }
-      // Every later write names this begin: an attempt whose record another call began (exists)
-      // leaves that record alone; its writes are refused.
+      // Every later write names this begin: once another pickup of this attempt takes the record
+      // over (RUN_BEGIN), this one's writes are refused; an attempt whose record another pickup
+      // ended already (exists) leaves it alone.
       this.recorder.ownedBy(begun.beginId);
-      if (begun.status === "exists") this.log(`run record ${this.runId} exists already; this attempt is not recorded`);
+      if (begun.status === "exists") {
+        this.log(`run record ${this.runId} was ended by another pickup of this attempt; this one is not recorded`);
+      }
       // A cancel that came while the job waited, or while another worker had it: the record's
       // first write found it and recorded the attempt cancelled; it stops here, before the claim.
       if (begun.status === "cancelled") return cancelledAtBegin(this.job, this.runId, begun);
@@ -455,9 +462,8 @@ class RebuildAttempt {
       if (begun.status === "exists" && begun.cancelRequest) {
         // This attempt's record exists already (the queue's Redis forgot a pickup, and the same
         // attempt was picked up again): RUN_BEGIN wrote nothing; the cancel ends it here, on that
-        // record (written on behalf of the job: the cancel is the job's, whoever began the record).
+        // record (a final one stays as it is).
         const outcome = cancelledAtBegin(this.job, this.runId, begun);
-        this.recorder.ownedBy(undefined);
         return this.endCancelled(outcome.reason);
       }
     }
@@ -795,6 +801,9 @@ class RebuildAttempt {
     fields: Partial<RunRecord> = {},
   ): Promise<Extract<RebuildOutcome, { status: "cancelled" }>> {
     this.log(reason);
+    // Written on behalf of the job, whichever pickup of this attempt owns the record now: the
+    // cancel is the job's (every pickup of it is stopped).
+    this.recorder.ownedBy(undefined);
     await this.finish("cancelled", { ...fields, reason });
     return { status: "cancelled", runId: this.runId, reason };
   }

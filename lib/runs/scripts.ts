@@ -117,7 +117,7 @@ export const RUN_BEGIN = typedScript<[code: number, detail: string, stray: strin
   variadicKeys: true,
   lua: `
 --[[ An attempt's first record write, in one round trip; every attempt that starts calls it.
-KEYS[1] run HASH (must not exist yet)
+KEYS[1] run HASH (new, or one still in flight that another pickup of this attempt began)
 KEYS[2] openAttempt STRING: run id of the job's attempt in flight
 KEYS[3] previousRun HASH of the job's previous attempt (may not exist)
 KEYS[4] idempotency STRING: run id that rebuilt this (rebuild, tenant, version)
@@ -139,6 +139,11 @@ ARGV[12] the record's event up to its status: the script appends the status it w
   (writer.ts, \`runEventHead\`); '' for none
 ARGV[13..] record field/value pairs, with 'beginId' (unique to the call within its worker,
   'workerId'): a resend of the call finds its own record and answers what it did
+A record another call began (the same attempt picked up twice: the queue's Redis lost a pickup,
+and the earlier pickup has lost its job lock) is taken over while it is in flight: this begin's
+fields and 'beginId' replace the earlier pickup's (whose later writes, naming its own beginId, are
+refused: RUN_WRITE, RUN_VERSION), its steps, fence and build are dropped, and it keeps its start
+and index scores; then it is begun as the mode says. A final record is left alone (exists).
 A final status (begun so, or the previous attempt closed) is counted in the timeline and run
 counters. The job's attempt in flight (KEYS[2]) is closed as aborted when it is the previous attempt;
 another earlier one ("stray") is returned for the caller to close with RUN_ABANDON. A later one
@@ -153,7 +158,7 @@ Returns {code, detail, stray, cancel}: cancel is the job's cancel request ('' fo
   code ${RUN_REPLY.began} began running | ${RUN_REPLY.alreadyRebuilt} already rebuilt: recorded skipped (detail: the run that rebuilt it) | ${RUN_REPLY.ended} began in a final status (or, for a resend,
      found the record it began final already)
      | ${RUN_REPLY.cancelled} the job has a cancel request: recorded cancelled (detail: the reason written)
-     | ${RUN_REPLY.exists} a record with this run id exists, begun by another call (nothing written)
+     | ${RUN_REPLY.exists} a final record with this run id exists, begun by another call (nothing written)
 ]]
 ${COMMON}
 local runId, jobId, previousId = ARGV[1], ARGV[2], ARGV[3]
@@ -163,9 +168,12 @@ setStatuses(ARGV[10])
 setTimeline(ARGV[11], KEYS[8])
 if ARGV[9] == '1' and redis.call('GET', KEYS[5]) == jobId then redis.call('DEL', KEYS[5]) end
 local cancel = redis.call('GET', KEYS[6]) or ''
+-- The status of a record in flight that another pickup of this attempt began, taken over.
+local takenOver = false
 if redis.call('EXISTS', KEYS[1]) == 1 then
   -- A resend of this very call (its reply lost to a reconnect) answers what it did; a record
-  -- another call began (the same attempt picked up twice) answers exists.
+  -- another call began (the same attempt picked up twice) is taken over while in flight, and
+  -- answers exists once final.
   local beginId, workerId = false, false
   for i = 13, #ARGV - 1, 2 do
     if ARGV[i] == 'beginId' then beginId = ARGV[i + 1] elseif ARGV[i] == 'workerId' then workerId = ARGV[i + 1] end
@@ -180,7 +188,9 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
     if FINAL[was] then return {${RUN_REPLY.ended}, '', '', cancel} end
     return {${RUN_REPLY.began}, '', '', cancel}
   end
-  return {${RUN_REPLY.exists}, '', '', cancel}
+  if not stored[3] or FINAL[stored[3]] then return {${RUN_REPLY.exists}, '', '', cancel} end
+  takenOver = stored[3]
+  redis.call('HDEL', KEYS[1], 'steps', 'fence', 'buildHash', 'reason')
 end
 local stray = ''
 local open = redis.call('GET', KEYS[2])
@@ -204,7 +214,12 @@ end
 -- One HSET: the caller's fields, then what the script knows (status, times, reason).
 local fields = {}
 for i = 13, #ARGV do fields[#fields + 1] = ARGV[i] end
-local extra = {'id', runId, 'status', status, 'startedAt', nowMs}
+local startedAt = nowMs
+-- A record taken over keeps its start (and its place in the indexes).
+if takenOver then startedAt = tonumber(redis.call('HGET', KEYS[1], 'startedAt')) or nowMs end
+local score = nowMs
+if takenOver then score = tonumber(redis.call('ZSCORE', KEYS[FIRST], runId)) or nowMs end
+local extra = {'id', runId, 'status', status, 'startedAt', startedAt}
 if FINAL[status] then
   extra[#extra + 1] = 'finishedAt'
   extra[#extra + 1] = nowMs
@@ -229,10 +244,10 @@ else
   redis.call('SET', KEYS[2], runId, 'PX', ARGV[4])
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
-for j = 1, n do redis.call('ZADD', KEYS[FIRST + j - 1], nowMs, runId) end
-moveStatus(FIRST, n, runId, false, status, nowMs)
+for j = 1, n do redis.call('ZADD', KEYS[FIRST + j - 1], score, runId) end
+moveStatus(FIRST, n, runId, takenOver, status, score)
 -- An attempt that ends where it begins did not run: no duration for the run counters.
-if FINAL[status] then countFinal(KEYS[1], status, nowMs, 0, nil, nowMs) end
+if FINAL[status] then countFinal(KEYS[1], status, score, 0, nil, nowMs) end
 if ARGV[12] ~= '' then publish(KEYS[7], ARGV[12] .. status .. '"}}') end
 local code = ${RUN_REPLY.began}
 if by then
@@ -347,9 +362,9 @@ ARGV[6] statuses with index keys (comma-separated)   ARGV[7] timeline counters (
 ARGV[8] the record's event up to its status (the script appends the status and '"}}'); '' for none
 ARGV[9] versionId: names this call (stored as the record's 'versionId'), so a resend of it (after
   a reconnect) answers what it did instead of what the record says now
-ARGV[10] owner: the beginId of the call that began the record ('' for no check): a record begun
-  by another call (the same attempt picked up twice, or begun again after Redis lost ours) is not
-  this attempt's, and is not written
+ARGV[10] owner: the beginId of the call that began the record ('' for no check): a running record
+  another call began or took over (the same attempt picked up again, RUN_BEGIN) is not this
+  pickup's any more, and is not written
 ARGV[11..] record field/value pairs (the version and its idempotency key hash)
 Only a running record is written: with a cancel request it ends cancelled (as RUN_BEGIN would),
 else with the idempotency key set it ends skipped (already rebuilt), else it gains the fields.
@@ -358,7 +373,7 @@ Returns {code, detail, cancel}: cancel is the job's cancel request ('' for none)
      | ${RUN_REPLY.cancelled} recorded cancelled (detail: the reason)
      | ${RUN_REPLY.final} the record is final already, ended by someone else (detail: its status)
      | ${RUN_REPLY.refused} the record is not running (detail: its status) | ${RUN_REPLY.missing} no record
-     | ${RUN_REPLY.notOwner} the record was begun by another call (detail: its status)
+     | ${RUN_REPLY.notOwner} the running record was begun or taken over by another call (detail: its status)
 ]]
 ${COMMON}
 local runId, n = ARGV[1], tonumber(ARGV[3])
@@ -376,12 +391,12 @@ if redis.call('HGET', KEYS[1], 'versionId') == ARGV[9] then
   if current == 'cancelled' then return {${RUN_REPLY.cancelled}, reason, cancel} end
   return {${RUN_REPLY.final}, current, cancel}
 end
+if FINAL[current] then return {${RUN_REPLY.final}, current, cancel} end
+if current ~= 'running' then return {${RUN_REPLY.refused}, current, cancel} end
 if ARGV[10] ~= '' then
   local owner = redis.call('HGET', KEYS[1], 'beginId')
   if owner and owner ~= ARGV[10] then return {${RUN_REPLY.notOwner}, current, cancel} end
 end
-if FINAL[current] then return {${RUN_REPLY.final}, current, cancel} end
-if current ~= 'running' then return {${RUN_REPLY.refused}, current, cancel} end
 local status, reason, by = 'running', false, false
 if cancel ~= '' then
   status = 'cancelled'

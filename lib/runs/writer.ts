@@ -79,8 +79,9 @@ export type BeginResult = (
    */
   | { status: "cancelled"; reason: string }
   /**
-   * A record with this run id exists, begun by another call (the same attempt picked up twice):
-   * nothing was written. A resend of this call (its reply lost) answers what the call did instead.
+   * A final record with this run id exists, begun by another call (the same attempt picked up
+   * twice, the other pickup done): nothing was written. One still in flight is taken over instead
+   * (answered as a begin). A resend of this call (its reply lost) answers what the call did.
    */
   | { status: "exists" }
 ) & {
@@ -138,8 +139,13 @@ export async function beginAttempt(
       : mode.kind === "running"
         ? ["running", "cancelled"]
         : [mode.status, "cancelled"];
-  // A later attempt may close the previous one (queued or running → aborted).
-  const layout = indexLayout(keys, attempt, attempt.previousRunId ? [...own, "queued", "running", "aborted"] : own);
+  // A later attempt may close the previous one (queued or running → aborted); a record in flight
+  // that another pickup of this attempt began is taken over from its status (queued or running).
+  const layout = indexLayout(
+    keys,
+    attempt,
+    attempt.previousRunId ? [...own, "queued", "running", "aborted"] : [...own, "queued", "running"],
+  );
   const fields = fieldPairs({
     jobId: attempt.jobId,
     attempt: attempt.attempt,

@@ -159,7 +159,7 @@ test("an earlier attempt that took the name while it was free does not end the l
   assert.equal((await readRun(bed.main, bed.keys, runIdOf("order-d", 2)))?.status, "deferred");
 });
 
-test("the same attempt picked up twice (the queue's Redis lost a pickup): the second takes the claim over and builds, but never writes the first's record", async () => {
+test("the same attempt picked up twice (the queue's Redis lost a pickup): the second takes the record and the claim over and builds in its own work dir; the first's writes are refused", async () => {
   const runId = runIdOf("order-twice", 1);
   const first = runRebuild(deps, job("order-twice", "twice", 1)).then(
     (outcome) => outcome.status,
@@ -172,33 +172,26 @@ test("the same attempt picked up twice (the queue's Redis lost a pickup): the se
   const begun = await readRun(bed.main, bed.keys, runId);
   assert.equal(begun?.status, "running");
 
-  // The second pickup of attempt 1 (the queue gave it the job again): its record's begin finds the
-  // first's record; it takes the claim over (same job and attempt) and builds in its own work dir.
+  // The second pickup of attempt 1 (the queue gave it the job again; the first lost its job lock):
+  // it takes the record over, then the claim (same job and attempt), and builds in its own work dir.
   const second = await runRebuild(deps, job("order-twice", "twice", 1, lockHeld));
   assert.equal(second.status, "rebuilt", JSON.stringify(second));
-  assert.equal(await first, "deferred", "the first lost its claim to the second: deferred, its request kept");
+  assert.equal(await first, "deferred", "the first lost its claim to the second (its own outcome, unrecorded)");
 
-  // The record is the first pickup's alone: its fence, its aborted step, its status; nothing of
-  // the second (its fence, its finished step, its progress, its build, its log lines).
+  // The record is the second pickup's: its fence, its finished step, its build; nothing the first
+  // wrote after the takeover (its aborted step, its deferral, its log lines).
   const record = await readRun(bed.main, bed.keys, runId);
-  assert.equal(record?.status, "deferred");
-  assert.equal(record?.fence, 1);
-  assert.equal(record?.buildHash ?? null, null);
-  assert.equal(record?.progress, 0);
+  assert.equal(record?.status, "rebuilt");
+  assert.equal(record?.fence, second.status === "rebuilt" ? second.fence : -1);
+  assert.equal(record?.buildHash, second.status === "rebuilt" ? second.buildHash : "?");
   assert.deepEqual(
     record?.steps.map((step) => step.status),
-    ["aborted"],
+    ["done"],
   );
   const log = await bed.main.lrange(bed.keys.runLog(runId), 0, -1);
-  assert.ok(
-    log.every((line) => /aborting: SIGTERM/.test(line)),
-    `only the first's lines: ${log.join(" | ")}`,
-  );
+  assert.ok(!log.some((line) => /aborting: SIGTERM/.test(line)), `none of the first's lines: ${log.join(" | ")}`);
   // The second's build is the output's; no work dir is left.
   const output = outputDirOf(bed.definitions.rebuilds.get("twice")!, undefined);
-  assert.equal(
-    fs.readlinkSync(path.join(output, "current")),
-    path.join("builds", second.status === "rebuilt" ? second.buildHash : "?"),
-  );
+  assert.equal(fs.readlinkSync(path.join(output, "current")), path.join("builds", record?.buildHash ?? "?"));
   assert.deepEqual(fs.readdirSync(path.join(output, ".work")), []);
 });

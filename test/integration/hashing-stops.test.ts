@@ -17,6 +17,7 @@ import { cancelJob } from "../../lib/operations/cancel";
 import type { Redis } from "ioredis";
 import { closeRedis, createRedis } from "../../lib/redis/client";
 import { writeCancelRequest } from "../../lib/rebuilds/cancel-request";
+import { outputDirOf } from "../../lib/rebuilds/definitions";
 import { INPUTS_VISIBLE_AFTER_MS, RebuildError, runRebuild } from "../../lib/rebuilds/run-rebuild";
 import { abandonedInputReads } from "../../lib/rebuilds/version";
 import { abandonRun } from "../../lib/runs/abandoned";
@@ -457,25 +458,45 @@ test("a cancel requested after the record began, while the inputs are read: the 
   assert.equal(fs.existsSync(path.join(bed.dir, "out/slow-input-cancel-late/current")), false, "nothing was published");
 });
 
-test("the same attempt picked up twice (the queue forgot a pickup): the second, stopped while it reads, leaves the first's record alone", async () => {
-  const first = slowAttempt("slow-input-twice", "twice", 1);
+test("the same attempt picked up twice (the queue forgot a pickup): the second, while it reads, takes the record over; stopped, it ends it, and the first, reading on, does not go on", async () => {
+  const first = slowAttempt("slow-input-twice", "twice", 1).then(
+    (outcome) => `returned ${outcome.status}`,
+    (error: unknown) => (error instanceof RebuildError ? error.message : `threw ${String(error)}`),
+  );
   await until("the first's record", async () => (await readRun(bed.main, bed.keys, "twice-a1"))?.status === "running");
+  const firstWorker = (await readRun(bed.main, bed.keys, "twice-a1"))?.workerId;
   // The same job and attempt number again, in another "process" (its own begin calls): its record's
-  // begin while it reads finds the first's record, which is not its own.
+  // begin while it reads finds the first's record in flight and takes it over (the queue gave the
+  // job to it: the first has lost its job lock).
   const stop = new AbortController();
-  const second = runRebuild(readingDeps(), {
-    id: "twice",
-    attempt: 1,
-    createdAt: Date.now(),
-    data: { rebuild: "slow-input-twice", trigger: "api" as const },
-    signal: stop.signal,
-  });
-  await new Promise((resolve) => setTimeout(resolve, 500)); // past its early begin (100 ms)
+  const second = runRebuild(
+    { ...readingDeps(), worker: { ...readingDeps().worker, id: "second-pickup" } },
+    {
+      id: "twice",
+      attempt: 1,
+      createdAt: Date.now(),
+      data: { rebuild: "slow-input-twice", trigger: "api" as const },
+      signal: stop.signal,
+    },
+  );
+  await until(
+    "the second took the record over",
+    async () => (await readRun(bed.main, bed.keys, "twice-a1"))?.workerId === "second-pickup",
+  );
+  assert.notEqual(firstWorker, "second-pickup");
   stop.abort("shutdown");
   assert.equal((await second).status, "handed-back");
-  const meanwhile = await readRun(bed.main, bed.keys, "twice-a1");
-  assert.equal(meanwhile?.status, "running", `the first's record is left alone (${meanwhile?.reason ?? ""})`);
-  const outcome = await first;
-  assert.equal(outcome.status, "rebuilt");
-  assert.equal((await readRun(bed.main, bed.keys, "twice-a1"))?.status, "rebuilt");
+  const ended = await readRun(bed.main, bed.keys, "twice-a1");
+  assert.equal(ended?.status, "aborted", "the second's hand-back ends the record");
+  // The first's version write finds the record another pickup's (ended by it, or still taken over):
+  // it takes no claim, publishes nothing.
+  assert.match(
+    await first,
+    /ended \(aborted\) before it took the claim: it does not go on|taken over by another pickup/,
+  );
+  const after = await readRun(bed.main, bed.keys, "twice-a1");
+  assert.equal(after?.status, "aborted");
+  assert.equal(after?.version ?? null, null, "the first's version was not written");
+  const output = outputDirOf(bed.definitions.rebuilds.get("slow-input-twice")!, undefined);
+  assert.equal(fs.existsSync(path.join(output, "current")), false, "nothing published");
 });

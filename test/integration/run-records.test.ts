@@ -274,65 +274,97 @@ test("a final write applied twice (a retried or resent call) writes, counts and 
   assert.equal((await readRunLog(client, keys, b1.runId)).length, 1);
 });
 
-test("a record is written only by the begin that made it: the same attempt begun again (a second pickup) writes nothing of it, but its idempotency change; the job's own writes (a cancel) still land", async () => {
+test("the same attempt begun again (a second pickup: the queue lost a pickup) takes its record over while in flight: the first pickup's writes are refused from then on (but its idempotency change), the job's own writes (a cancel) still land, a final record is left alone", async () => {
   const keys = redisKeys(uniquePrefix());
   const store = storeOf(keys);
   const a1 = attempt("owned", 1);
   const first = await beginOwnedAttempt(store, a1, { mode: { kind: "running" } });
   assert.equal(first.status, "began");
-  const second = await beginOwnedAttempt(store, { ...a1, workerId: "w2" }, { mode: { kind: "running" } });
-  assert.equal(second.status, "exists");
-  assert.notEqual(second.beginId, first.beginId);
-
-  // The second pickup's writes: refused, nothing of them in the record or its log …
-  const theirs = { owner: second.beginId };
+  const mine = { owner: first.beginId };
   assert.equal(
-    await writeRun(store, a1, { fields: { progress: 0.5 }, logLines: ["second's"], ...theirs }),
+    await writeRun(store, a1, {
+      fields: { progress: 0.5, fence: 1, steps: [{ name: "s", status: "running", startedAt: 1, finishedAt: null }] },
+      logLines: ["first's"],
+      ...mine,
+    }),
+    "written",
+  );
+  const startedAt = (await readRun(client, keys, a1.runId))?.startedAt;
+  const score = await client.zscore(keys.runIndex(), a1.runId);
+
+  const second = await beginOwnedAttempt(store, { ...a1, workerId: "w2" }, { mode: { kind: "running" } });
+  assert.equal(second.status, "began", "taken over");
+  assert.notEqual(second.beginId, first.beginId);
+  let record = await readRun(client, keys, a1.runId);
+  assert.equal(record?.status, "running");
+  assert.equal(record?.workerId, "w2");
+  assert.equal(record?.progress, 0);
+  assert.equal(record?.fence ?? null, null, "the first's fence is dropped");
+  assert.deepEqual(record?.steps, [], "the first's steps are dropped");
+  assert.equal(record?.startedAt, startedAt, "the attempt's start is kept");
+  assert.equal(await client.zscore(keys.runIndex(), a1.runId), score, "and its place in the listings");
+  assert.deepEqual(await statusesListing(keys, a1.runId), onlyIn("running"));
+
+  // The first pickup's writes: refused, nothing of them in the record or its log …
+  assert.equal(
+    await writeRun(store, a1, { fields: { progress: 0.9 }, logLines: ["first's late"], ...mine }),
     "not-owner",
   );
   assert.equal(
     await writeRun(store, a1, {
       status: "rebuilt",
-      fields: { buildHash: "b2", fence: 2 },
+      fields: { buildHash: "b1", fence: 1 },
       idempotency: { change: "set", key: "h-owned", ttlMs: 60_000 },
-      ...theirs,
+      ...mine,
     }),
     "not-owner",
   );
   const recorder = new RunRecorder(store, a1);
-  recorder.ownedBy(second.beginId);
-  recorder.log("second's final");
-  assert.equal(await recorder.finish("skipped", { reason: "claim-held" }), "not-owner");
-  const versioned = await recordVersion(store, a1, {
-    fields: { version: "v2" },
-    idempotencyKey: null,
-    owner: second.beginId,
-  });
+  recorder.ownedBy(first.beginId);
+  recorder.log("first's final");
+  assert.equal(await recorder.finish("deferred", { reason: "claim lost" }), "not-owner");
+  const versioned = await recordVersion(store, a1, { fields: { version: "v1" }, idempotencyKey: null, ...mine });
   assert.equal(versioned.status, "foreign");
-  let record = await readRun(client, keys, a1.runId);
+  record = await readRun(client, keys, a1.runId);
   assert.equal(record?.status, "running");
   assert.equal(record?.progress, 0);
   assert.equal(record?.buildHash ?? null, null);
   assert.equal(record?.version ?? null, null);
-  assert.equal(record?.workerId, "w1");
-  assert.deepEqual(await readRunLog(client, keys, a1.runId), []);
-  assert.deepEqual(await statusesListing(keys, a1.runId), onlyIn("running"));
+  assert.deepEqual(await readRunLog(client, keys, a1.runId), ["first's"]);
   // … but a build it published is marked rebuilt (the idempotency key is about the output).
   assert.equal(await client.get(keys.idempotency("h-owned")), a1.runId);
 
-  // The first pickup's writes land.
+  // The second pickup's writes land.
+  const theirs = { owner: second.beginId };
   assert.equal(
-    (await recordVersion(store, a1, { fields: { version: "v1" }, idempotencyKey: null, owner: first.beginId })).status,
+    (await recordVersion(store, a1, { fields: { version: "v2" }, idempotencyKey: null, ...theirs })).status,
     "began",
   );
-  assert.equal(await writeRun(store, a1, { fields: { progress: 0.7 }, owner: first.beginId }), "written");
-  // A write on behalf of the job (an operator's cancel found by an attempt whose record another
-  // pickup began) names no owner: it ends the record.
+  assert.equal(await writeRun(store, a1, { fields: { progress: 0.7 }, ...theirs }), "written");
+  // A write on behalf of the job (an operator's cancel) names no owner: it ends the record.
   assert.equal(await writeRun(store, a1, { status: "cancelled", fields: { reason: "cancelled by op" } }), "written");
   record = await readRun(client, keys, a1.runId);
   assert.equal(record?.status, "cancelled");
-  assert.equal(record?.version, "v1");
+  assert.equal(record?.version, "v2");
   assert.equal(record?.progress, 0.7);
+  assert.deepEqual(await statusesListing(keys, a1.runId), onlyIn("cancelled"));
+
+  // A final record is not taken over: a third pickup leaves it as it is.
+  const third = await beginOwnedAttempt(store, { ...a1, workerId: "w3" }, { mode: { kind: "running" } });
+  assert.equal(third.status, "exists");
+  assert.equal((await readRun(client, keys, a1.runId))?.workerId, "w2");
+
+  // Taken over in a final mode (the second pickup ended where it began): counted once, from running.
+  const b1 = attempt("owned-final", 1);
+  await beginOwnedAttempt(store, b1, { mode: { kind: "running" } });
+  const ended = await beginOwnedAttempt(
+    store,
+    { ...b1, workerId: "w2" },
+    { mode: { kind: "final", status: "failed", reason: "inputs unreadable" } },
+  );
+  assert.equal(ended.status, "ended");
+  assert.equal((await readRun(client, keys, b1.runId))?.status, "failed");
+  assert.deepEqual(await statusesListing(keys, b1.runId), onlyIn("failed"));
 });
 
 test("the recorder's final write applied but answered with an error: its retry writes nothing twice", async () => {

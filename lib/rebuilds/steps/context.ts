@@ -1,7 +1,7 @@
 /** What a step gets to work with. Steps check `signal` and stop promptly when it aborts. */
 export interface StepContext {
   signal: AbortSignal;
-  /** The run's private work directory (`<output>/.work/<runId>`). */
+  /** The run's private work directory (`<output>/.work/<runId>-f<fence>-<token tail>`, one per claim grant). */
   workDir: string;
   /** The rebuild's output directory. */
   outputDir: string;
