@@ -338,8 +338,13 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
    */
   const requestedBy = (trigger: SoakEvent, runs: RunRecord[]): { key: string; problem?: string; covered?: boolean } => {
     const label = claimLabel({ rebuild: String(trigger.rebuild), tenant: (trigger.tenant as string | null) ?? null });
-    if (!trigger.hashed)
-      return { key: `${label} ${versionOf({ rebuild: String(trigger.rebuild), version: String(trigger.version) })}` };
+    if (!trigger.hashed) {
+      const key = `${label} ${versionOf({ rebuild: String(trigger.rebuild), version: String(trigger.version) })}`;
+      // A hash named explicitly (mid-run) for a hashed rebuild: skipped as claim-held while a
+      // versionless job built it, it is covered when that job's retry (after a kill) re-read the
+      // input and built a newer one: the input no longer holds the hash's content.
+      return { key, covered: coveredByNewer(key) };
+    }
     const read = runs.map(versionOf).find((v) => v !== undefined);
     if (read === undefined) return { key: `${label} ${String(trigger.version)}`, problem: "no attempt read its input" };
     if (read < String(trigger.version))
