@@ -43,6 +43,7 @@ import {
   type RunStore,
   type RunWrite,
   type VersionResult,
+  type WriteResult,
 } from "../runs/writer";
 import type { WorkerIdentity } from "../workers/heartbeat";
 import { buildAndPublish, type BuildResult } from "./build-and-publish";
@@ -166,6 +167,19 @@ async function recordClosedMeanwhile(
   throw new RebuildError(message, owns !== false, runId);
 }
 
+/**
+ * An operator's cancel written on behalf of the job, whichever pickup of this attempt owns the
+ * record (the cancel is the job's: every pickup of it stops): the status and why, none of the
+ * writer's own steps, fence or log lines.
+ */
+function writeCancelForJob(store: RunStore, identity: AttemptIdentity, reason: string): Promise<WriteResult> {
+  return writeRun(store, identity, {
+    status: "cancelled",
+    fields: { reason },
+    writeId: crypto.randomBytes(6).toString("hex"),
+  });
+}
+
 export class RebuildError extends Error {
   constructor(
     message: string,
@@ -186,6 +200,9 @@ export class RebuildError extends Error {
  * round trip that begins the record and checks the version together.
  */
 export const INPUTS_VISIBLE_AFTER_MS = 1_000;
+
+/** How `recordClosedMeanwhile` names a record that another pickup of this attempt began. */
+const EXISTS_STATUS = "another pickup of this attempt has it";
 
 export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<RebuildOutcome> {
   const store: RunStore = { client: deps.main, keys: deps.keys, retention: deps.retention ?? DEFAULT_RETENTION };
@@ -228,7 +245,11 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
         fields: { reason: cancelled?.reason ?? reason },
         writeId: crypto.randomBytes(6).toString("hex"),
         owner: early.beginId,
-      }).catch((error: unknown) => `not written (${String(error)})`);
+      })
+        .then((result) =>
+          result === "not-owner" && cancelled ? writeCancelForJob(store, identity, cancelled.reason) : result,
+        )
+        .catch((error: unknown) => `not written (${String(error)})`);
       if (written !== "written") log(`recording the ${cancelled ? "cancelled" : status} attempt: ${written}`);
       return cancelled;
     }
@@ -246,10 +267,9 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
       const cancelled = begun.cancelRequest
         ? cancelledAtBegin(job, runId, begun)
         : { status: "cancelled" as const, runId, reason };
-      const written = await writeRun(store, identity, {
-        status: "cancelled",
-        fields: { reason: cancelled.reason },
-      }).catch((error: unknown) => `not written (${String(error)})`);
+      const written = await writeCancelForJob(store, identity, cancelled.reason).catch(
+        (error: unknown) => `not written (${String(error)})`,
+      );
       log(
         written === "written"
           ? `${reason}; the job was cancelled meanwhile: recorded cancelled, not retried`
@@ -362,6 +382,16 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
     if (begun?.status === "ended") {
       return recordClosedMeanwhile(job, runId, { recordStatus: "final", cancelRequest: begun.cancelRequest }, log);
     }
+    // Another pickup of this attempt ended its record already (or took it over from this one):
+    // this pickup would build unrecorded. It stops; a retry is a new attempt with its own record.
+    if (begun?.status === "exists") {
+      return recordClosedMeanwhile(
+        job,
+        runId,
+        { recordStatus: EXISTS_STATUS, cancelRequest: begun.cancelRequest },
+        log,
+      );
+    }
     return await new RebuildAttempt(deps, store, job, identity, data, definition, version, log, {
       begunWhileReading: begun?.status === "began" ? begun.beginId : null,
       began: attemptBegan,
@@ -448,9 +478,6 @@ class RebuildAttempt {
       // over (RUN_BEGIN), this one's writes are refused; an attempt whose record another pickup
       // ended already (exists) leaves it alone.
       this.recorder.ownedBy(begun.beginId);
-      if (begun.status === "exists") {
-        this.log(`run record ${this.runId} was ended by another pickup of this attempt; this one is not recorded`);
-      }
       // A cancel that came while the job waited, or while another worker had it: the record's
       // first write found it and recorded the attempt cancelled; it stops here, before the claim.
       if (begun.status === "cancelled") return cancelledAtBegin(this.job, this.runId, begun);
@@ -459,12 +486,12 @@ class RebuildAttempt {
       if (begun.status === "ended") {
         return recordClosedMeanwhile(this.job, this.runId, { recordStatus: "final", ...begun }, this.log);
       }
-      if (begun.status === "exists" && begun.cancelRequest) {
-        // This attempt's record exists already (the queue's Redis forgot a pickup, and the same
-        // attempt was picked up again): RUN_BEGIN wrote nothing; the cancel ends it here, on that
-        // record (a final one stays as it is).
-        const outcome = cancelledAtBegin(this.job, this.runId, begun);
-        return this.endCancelled(outcome.reason);
+      // This attempt's record was ended by another pickup of it (the queue's Redis forgot a
+      // pickup, and the same attempt was picked up again), or taken over from this one: this
+      // pickup would build unrecorded. It stops (cancelled when the job has a cancel request);
+      // a retry is a new attempt, with its own record.
+      if (begun.status === "exists") {
+        return recordClosedMeanwhile(this.job, this.runId, { recordStatus: EXISTS_STATUS, ...begun }, this.log);
       }
     }
     const cancelledEarly = cancellationOf(this.job);
@@ -801,10 +828,13 @@ class RebuildAttempt {
     fields: Partial<RunRecord> = {},
   ): Promise<Extract<RebuildOutcome, { status: "cancelled" }>> {
     this.log(reason);
-    // Written on behalf of the job, whichever pickup of this attempt owns the record now: the
-    // cancel is the job's (every pickup of it is stopped).
-    this.recorder.ownedBy(undefined);
-    await this.finish("cancelled", { ...fields, reason });
+    const written = await this.recorder.finish("cancelled", {
+      ...fields,
+      reason,
+      ...(this.steps.length ? { steps: this.steps } : {}),
+    });
+    const onBehalf = written === "not-owner" ? await writeCancelForJob(this.store, this.identity, reason) : written;
+    if (onBehalf !== "written") this.log(`final record "cancelled" not written: the record is ${onBehalf}`);
     return { status: "cancelled", runId: this.runId, reason };
   }
 

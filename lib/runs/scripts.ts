@@ -142,8 +142,10 @@ ARGV[13..] record field/value pairs, with 'beginId' (unique to the call within i
 A record another call began (the same attempt picked up twice: the queue's Redis lost a pickup,
 and the earlier pickup has lost its job lock) is taken over while it is in flight: this begin's
 fields and 'beginId' replace the earlier pickup's (whose later writes, naming its own beginId, are
-refused: RUN_WRITE, RUN_VERSION), its steps, fence and build are dropped, and it keeps its start
-and index scores; then it is begun as the mode says. A final record is left alone (exists).
+refused: RUN_WRITE, RUN_VERSION): every field of the earlier pickup is dropped (steps, fence,
+build, version, the ids its resends would match) but its start and index scores; its
+'workerId/beginId' joins 'displacedBegins', so a resend of its begin answers exists instead of
+taking the record back; then it is begun as the mode says. A final record is left alone (exists).
 A final status (begun so, or the previous attempt closed) is counted in the timeline and run
 counters. The job's attempt in flight (KEYS[2]) is closed as aborted when it is the previous attempt;
 another earlier one ("stray") is returned for the caller to close with RUN_ABANDON. A later one
@@ -189,8 +191,20 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
     return {${RUN_REPLY.began}, '', '', cancel}
   end
   if not stored[3] or FINAL[stored[3]] then return {${RUN_REPLY.exists}, '', '', cancel} end
+  -- A begin this record was taken over from, sent again (its reply lost): not taken back.
+  local displaced = redis.call('HGET', KEYS[1], 'displacedBegins') or ''
+  if beginId and string.find(',' .. displaced .. ',', ',' .. (workerId or '') .. '/' .. beginId .. ',', 1, true) then
+    return {${RUN_REPLY.exists}, '', '', cancel}
+  end
   takenOver = stored[3]
-  redis.call('HDEL', KEYS[1], 'steps', 'fence', 'buildHash', 'reason')
+  -- Nothing of the earlier pickup's stays (steps, fence, build, version and the ids of its
+  -- calls, whose resends would otherwise find their own): only its start, and its begin's name.
+  local startedAt = redis.call('HGET', KEYS[1], 'startedAt')
+  if displaced ~= '' then displaced = displaced .. ',' end
+  displaced = displaced .. (stored[2] or '') .. '/' .. (stored[1] or '')
+  redis.call('DEL', KEYS[1])
+  redis.call('HSET', KEYS[1], 'displacedBegins', displaced)
+  if startedAt then redis.call('HSET', KEYS[1], 'startedAt', startedAt) end
 end
 local stray = ''
 local open = redis.call('GET', KEYS[2])

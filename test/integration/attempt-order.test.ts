@@ -12,9 +12,11 @@ import fs from "node:fs";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { acquireClaim, claimName, readClaim } from "../../lib/claims";
+import { CANCEL_ABORT_REASON } from "../../lib/rebuilds/cancel-request";
 import { outputDirOf } from "../../lib/rebuilds/definitions";
 import { RebuildError, runRebuild, type RebuildDeps, type RebuildJob } from "../../lib/rebuilds/run-rebuild";
-import { readRun } from "../../lib/runs/records";
+import { DEFAULT_RETENTION, readRun, runPlaceOf } from "../../lib/runs/records";
+import { beginAttempt, writeRun } from "../../lib/runs/writer";
 import { runIdOf } from "../../lib/runs/types";
 import { createTestBed, rebuildDepsOf, slowStep, type TestBed } from "../support/stack";
 
@@ -194,4 +196,92 @@ test("the same attempt picked up twice (the queue's Redis lost a pickup): the se
   const output = outputDirOf(bed.definitions.rebuilds.get("twice")!, undefined);
   assert.equal(fs.readlinkSync(path.join(output, "current")), path.join("builds", record?.buildHash ?? "?"));
   assert.deepEqual(fs.readdirSync(path.join(output, ".work")), []);
+});
+
+test("the same attempt picked up again after another pickup of it ended its record: this pickup builds nothing unrecorded, it stops (retried as a new attempt, with its own record)", async () => {
+  const runId = runIdOf("order-ended", 1);
+  // An earlier pickup of attempt 1 ran and failed: its record is final (the queue's Redis then
+  // lost that pickup and gave the job again, numbered the same).
+  const store = { client: bed.main, keys: bed.keys, retention: deps.retention ?? DEFAULT_RETENTION };
+  const identity = {
+    ...runPlaceOf("ordered", undefined),
+    runId,
+    jobId: "order-ended",
+    attempt: 1,
+    previousRunId: null,
+    rebuildName: "ordered",
+    createdAt: Date.now(),
+    trigger: "api" as const,
+    workerId: "an-earlier-worker",
+    host: "h",
+  };
+  const earlier = await beginAttempt(store, identity, { mode: { kind: "running" } });
+  assert.equal(
+    await writeRun(store, identity, { status: "failed", fields: { reason: "exit 3" }, owner: earlier.beginId }),
+    "written",
+  );
+
+  const output = outputDirOf(bed.definitions.rebuilds.get("ordered")!, undefined);
+  const publishedBefore = fs.existsSync(path.join(output, "current"))
+    ? fs.readlinkSync(path.join(output, "current"))
+    : null;
+  const error = await runRebuild(deps, job("order-ended", "ordered", 1, lockHeld)).then(
+    (outcome) => outcome,
+    (e: unknown) => e,
+  );
+  assert.ok(error instanceof RebuildError, `the pickup stops: ${JSON.stringify(error)}`);
+  assert.match(error.message, /another pickup of this attempt has it/);
+  assert.equal(error.retry, true, "it still holds the job: retried as a new attempt");
+  const publishedAfter = fs.existsSync(path.join(output, "current"))
+    ? fs.readlinkSync(path.join(output, "current"))
+    : null;
+  assert.equal(publishedAfter, publishedBefore, "nothing published by an unrecorded pickup");
+  const record = await readRun(bed.main, bed.keys, runId);
+  assert.equal(record?.status, "failed", "the record says what the earlier pickup did");
+  assert.equal(record?.workerId, "an-earlier-worker");
+});
+
+test("an operator's cancel reaching a pickup whose record another pickup took over ends that record on the job's behalf: the status and why, none of the stale pickup's steps", async () => {
+  const runId = runIdOf("order-cancel", 1);
+  const controller = new AbortController();
+  const stale = runRebuild(deps, {
+    ...job("order-cancel", "slow", 1),
+    signal: controller.signal,
+    cancelRequest: () => ({ actor: "ops", reason: "wrong input", at: Date.now() }),
+  }).then(
+    (outcome) => outcome,
+    (error: unknown) => error,
+  );
+  await waitFor("the stale pickup's step to run", async () =>
+    (await readRun(bed.main, bed.keys, runId))?.steps.some((step) => step.status === "running"),
+  );
+  // Another pickup of the same attempt takes the record over (it has not reached its steps yet).
+  const store = { client: bed.main, keys: bed.keys, retention: deps.retention ?? DEFAULT_RETENTION };
+  const taken = await beginAttempt(
+    store,
+    {
+      ...runPlaceOf("slow", undefined),
+      runId,
+      jobId: "order-cancel",
+      attempt: 1,
+      previousRunId: null,
+      rebuildName: "slow",
+      createdAt: Date.now(),
+      trigger: "api",
+      workerId: "the-second-pickup",
+      host: "h",
+    },
+    { mode: { kind: "running" } },
+  );
+  assert.equal(taken.status, "began");
+  controller.abort(CANCEL_ABORT_REASON);
+  const outcome = await stale;
+  assert.equal((outcome as { status?: string }).status, "cancelled", JSON.stringify(outcome));
+
+  const record = await readRun(bed.main, bed.keys, runId);
+  assert.equal(record?.status, "cancelled", "the job's cancel ends the record");
+  assert.match(record?.reason ?? "", /cancelled by ops: wrong input/);
+  assert.equal(record?.workerId, "the-second-pickup");
+  assert.deepEqual(record?.steps, [], "none of the stale pickup's steps");
+  assert.equal(record?.fence ?? null, null, "nor its fence");
 });

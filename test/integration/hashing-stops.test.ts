@@ -12,10 +12,7 @@ import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import fs from "node:fs";
-import net from "node:net";
 import { cancelJob } from "../../lib/operations/cancel";
-import type { Redis } from "ioredis";
-import { closeRedis, createRedis } from "../../lib/redis/client";
 import { writeCancelRequest } from "../../lib/rebuilds/cancel-request";
 import { outputDirOf } from "../../lib/rebuilds/definitions";
 import { INPUTS_VISIBLE_AFTER_MS, RebuildError, runRebuild } from "../../lib/rebuilds/run-rebuild";
@@ -23,12 +20,12 @@ import { abandonedInputReads } from "../../lib/rebuilds/version";
 import { abandonRun } from "../../lib/runs/abandoned";
 import { DEFAULT_RETENTION, readRun } from "../../lib/runs/records";
 import { isFinalStatus } from "../../lib/runs/transitions";
+import { replyLosingClient } from "../support/reply-losing";
 import { createTestBed, rebuildDepsOf, type TestBed } from "../support/stack";
 import { until } from "../support/until";
 
 let bed: TestBed;
 const feeders = new Set<ChildProcess>();
-const proxySockets = new Set<net.Socket>();
 const fifoOf = (name: string) => path.join(bed.dir, `${name}.fifo`);
 
 /** A rebuild of one no-op step whose inputs are `inputs` (in the bed's dir). */
@@ -74,7 +71,6 @@ before(async () => {
   }
 });
 after(async () => {
-  for (const socket of proxySockets) socket.destroy();
   for (const feeder of feeders) if (feeder.exitCode === null && feeder.signalCode === null) feeder.kill("SIGKILL");
   await bed.close();
 });
@@ -315,56 +311,8 @@ test("an attempt whose record the job's next attempt closed while it read its in
   assert.equal(await bed.main.get(bed.keys.idempotency(run?.idempotencyKey ?? "?")), "closed-a2");
 });
 
-/**
- * A client to the bed's Redis through a TCP proxy that, the first time a command naming `marker`
- * passes, lets it reach Redis but drops its reply, runs `meanwhile`, then cuts the connection:
- * ioredis resends the command on a new one.
- */
-async function replyLosingClient(
-  marker: string,
-  meanwhile: () => Promise<unknown> = async () => {},
-): Promise<{ main: Redis; cut: () => boolean; close: () => Promise<void> }> {
-  let cut = false;
-  const proxy = net.createServer((client) => {
-    const server = net.connect(bed.redis.port, "127.0.0.1");
-    proxySockets.add(client).add(server);
-    let dropReplies = false;
-    client.on("data", (chunk) => {
-      server.write(chunk);
-      // A script call naming the marker (not the connection's handshake).
-      if (!cut && chunk.includes(marker) && /evalsha|eval/i.test(chunk.toString("latin1"))) {
-        cut = true;
-        dropReplies = true;
-        setTimeout(() => {
-          void meanwhile().finally(() => {
-            client.destroy();
-            server.destroy();
-          });
-        }, 200);
-      }
-    });
-    server.on("data", (chunk) => {
-      if (!dropReplies) client.write(chunk);
-    });
-    for (const socket of [client, server]) {
-      socket.on("error", () => {});
-      socket.on("close", () => (socket === client ? server : client).destroy());
-    }
-  });
-  await new Promise<void>((resolve) => proxy.listen(0, "127.0.0.1", resolve));
-  const main = createRedis(`redis://127.0.0.1:${(proxy.address() as net.AddressInfo).port}`, "worker", "reply-losing");
-  return {
-    main,
-    cut: () => cut,
-    close: async () => {
-      await closeRedis(main);
-      proxy.close();
-    },
-  };
-}
-
 test("the reply to the record's begin is lost while the inputs are read (ioredis resends it): the attempt still ends its record", async () => {
-  const proxied = await replyLosingClient("lost-reply-a1");
+  const proxied = await replyLosingClient(bed.redis.port, "lost-reply-a1");
   try {
     const outcome = await slowAttempt("slow-input-lost-reply", "lost-reply", 1, {
       ...readingDeps(),
@@ -387,7 +335,7 @@ test("the reply to the record's begin is lost and the record closed before the r
     rebuild: "slow-input-closed-reply",
     tenant: null,
   };
-  const proxied = await replyLosingClient("closed-reply-a1", () =>
+  const proxied = await replyLosingClient(bed.redis.port, "closed-reply-a1", () =>
     abandonRun({ client: bed.main, keys: bed.keys, retention: DEFAULT_RETENTION }, identity, "closed by the test"),
   );
   try {

@@ -21,8 +21,10 @@ import {
   RunRecorder,
   writeRun,
   type AttemptIdentity,
+  type BeginResult,
   type RunStore,
 } from "../../lib/runs/writer";
+import { replyLosingClient } from "../support/reply-losing";
 import { beginAttemptResult as beginAttempt } from "../support/runs";
 import { startTestRedis, stopTestRedis, uniquePrefix } from "../support/redis";
 
@@ -365,6 +367,57 @@ test("the same attempt begun again (a second pickup: the queue lost a pickup) ta
   assert.equal(ended.status, "ended");
   assert.equal((await readRun(client, keys, b1.runId))?.status, "failed");
   assert.deepEqual(await statusesListing(keys, b1.runId), onlyIn("failed"));
+});
+
+test("a pickup whose record was taken over does not take it back: its begin or its version write sent again (the reply lost to a reconnect) is refused, and nothing of its calls stays on the record", async () => {
+  const keys = redisKeys(uniquePrefix());
+  const store = storeOf(keys);
+  const a1 = attempt("resent", 1);
+  // The first pickup's begin lands but its reply is lost; meanwhile the second pickup takes the
+  // record over; then ioredis resends the first's begin on a new connection.
+  const seen: { second?: BeginResult; takeover?: BeginResult } = {};
+  const lossy = await replyLosingClient(server.port, a1.runId, async () => {
+    seen.second = await beginOwnedAttempt(store, { ...a1, workerId: "w2" }, { mode: { kind: "running" } });
+  });
+  try {
+    const first = await beginOwnedAttempt({ ...store, client: lossy.main }, a1, { mode: { kind: "running" } });
+    assert.ok(lossy.cut(), "the first begin's reply was dropped");
+    assert.equal(seen.second?.status, "began", "the second pickup took the record over");
+    assert.equal(first.status, "exists", "the resend of the displaced begin does not take the record back");
+  } finally {
+    await lossy.close();
+  }
+  const record = await readRun(client, keys, a1.runId);
+  assert.equal(record?.workerId, "w2");
+  assert.equal(record?.status, "running");
+
+  // The version write: the first pickup's lands, its reply is lost, the second takes the record
+  // over, the first's is resent: refused, and the second's record holds no version of the first's.
+  const b1 = attempt("resent-version", 1);
+  const firstBegin = await beginOwnedAttempt(store, b1, { mode: { kind: "running" } });
+  const lossyVersion = await replyLosingClient(server.port, "v-first", async () => {
+    seen.takeover = await beginOwnedAttempt(store, { ...b1, workerId: "w2" }, { mode: { kind: "running" } });
+  });
+  try {
+    const versioned = await recordVersion({ ...store, client: lossyVersion.main }, b1, {
+      fields: { version: "v-first" },
+      idempotencyKey: null,
+      owner: firstBegin.beginId,
+    });
+    assert.ok(lossyVersion.cut(), "the version write's reply was dropped");
+    assert.equal(seen.takeover?.status, "began");
+    assert.equal(versioned.status, "foreign", "the resend finds the record another pickup's");
+  } finally {
+    await lossyVersion.close();
+  }
+  const taken = await readRun(client, keys, b1.runId);
+  assert.equal(taken?.workerId, "w2");
+  assert.equal(taken?.version ?? null, null, "the first pickup's version is not on the second's record");
+  assert.equal(
+    (await recordVersion(store, b1, { fields: { version: "v2" }, idempotencyKey: null, owner: seen.takeover!.beginId }))
+      .status,
+    "began",
+  );
 });
 
 test("the recorder's final write applied but answered with an error: its retry writes nothing twice", async () => {
