@@ -34,6 +34,11 @@ before(async () => {
       claim: { ttl: "4s", refreshEvery: "1s" },
       steps: [slowStep(4)],
     },
+    "cancel-twice": {
+      output: "out/cancel-twice",
+      claim: { ttl: "4s", refreshEvery: "1s" },
+      steps: [slowStep(4)],
+    },
     twice: {
       output: "out/twice",
       claim: { ttl: "4s", refreshEvery: "1s" },
@@ -245,7 +250,7 @@ test("an operator's cancel reaching a pickup whose record another pickup took ov
   const runId = runIdOf("order-cancel", 1);
   const controller = new AbortController();
   const stale = runRebuild(deps, {
-    ...job("order-cancel", "slow", 1),
+    ...job("order-cancel", "cancel-twice", 1),
     signal: controller.signal,
     cancelRequest: () => ({ actor: "ops", reason: "wrong input", at: Date.now() }),
   }).then(
@@ -260,12 +265,12 @@ test("an operator's cancel reaching a pickup whose record another pickup took ov
   const taken = await beginAttempt(
     store,
     {
-      ...runPlaceOf("slow", undefined),
+      ...runPlaceOf("cancel-twice", undefined),
       runId,
       jobId: "order-cancel",
       attempt: 1,
       previousRunId: null,
-      rebuildName: "slow",
+      rebuildName: "cancel-twice",
       createdAt: Date.now(),
       trigger: "api",
       workerId: "the-second-pickup",
