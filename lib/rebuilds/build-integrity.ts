@@ -37,6 +37,49 @@ export async function recordChangedBuild(client: Pick<Redis, "hset">, keys: Redi
   await client.hset(keys.changedBuilds, build.path, JSON.stringify(build));
 }
 
+/** A build `promoteBuild` moved aside: `builds/.<kind>-<hash>-<time>-<random>` (output.ts). */
+const ASIDE_BUILD = /^\.(changed|unsynced)-([0-9a-f]{32})-\d+-[0-9a-f]+$/;
+
+/**
+ * Builds moved aside under `outputDir` (by `promoteBuild`) that no report names yet: one whose
+ * promote then failed (a sync of builds/ gave EIO) or whose worker died before it reported
+ * it. Recorded as found now, once (HSETNX: another worker's report of the same one stays).
+ */
+async function reportAsideBuilds(
+  client: Pick<Redis, "hsetnx">,
+  keys: RedisKeys,
+  place: { rebuild: string; tenant: string | null; outputDir: string },
+  known: ReadonlySet<string>,
+  workerId: string,
+): Promise<string[]> {
+  const buildsDir = path.join(place.outputDir, "builds");
+  const names = await fs.readdir(buildsDir).catch((error: NodeJS.ErrnoException) => {
+    if (error.code === "ENOENT" || error.code === "ENOTDIR") return [] as string[];
+    throw error;
+  });
+  const lines: string[] = [];
+  for (const name of names) {
+    const aside = ASIDE_BUILD.exec(name);
+    const where = path.join(buildsDir, name);
+    if (!aside || known.has(where)) continue;
+    const kind = aside[1] as "changed" | "unsynced";
+    const build: ChangedBuild = {
+      kind,
+      path: where,
+      rebuild: place.rebuild,
+      tenant: place.tenant,
+      expected: aside[2]!,
+      actual: kind === "changed" ? "(moved aside)" : "(lost write: moved aside)",
+      foundAt: Date.now(),
+      foundBy: workerId,
+    };
+    if ((await client.hsetnx(keys.changedBuilds, where, JSON.stringify(build))) === 1) {
+      lines.push(`build moved aside (${kind}) found unreported: ${where}`);
+    }
+  }
+  return lines;
+}
+
 export async function listChangedBuilds(client: Pick<Redis, "hgetall">, keys: RedisKeys): Promise<ChangedBuild[]> {
   const all = await client.hgetall(keys.changedBuilds);
   const builds: ChangedBuild[] = [];
@@ -57,7 +100,7 @@ let rotation = 0;
  * Returns log lines (what it found). Bounded: one build per call.
  */
 export async function checkPublishedBuilds(
-  client: Pick<Redis, "set" | "hset" | "hdel" | "hgetall">,
+  client: Pick<Redis, "set" | "hset" | "hsetnx" | "hdel" | "hgetall">,
   keys: RedisKeys,
   definitions: Definitions,
   workerId: string,
@@ -68,10 +111,12 @@ export async function checkPublishedBuilds(
   const lines: string[] = [];
   // Earlier findings first: one that was re-published or pruned since is cleared.
   // A build moved aside by promoteBuild stays listed until an operator removes it.
-  for (const known of await listChangedBuilds(client, keys)) {
+  const reported = await listChangedBuilds(client, keys);
+  for (const known of reported) {
+    // Only a build that is not there any more is cleared: an unreadable one (EIO, EACCES) stays.
     const exists = await fs.stat(known.path).then(
       () => true,
-      () => false,
+      (error: NodeJS.ErrnoException) => error.code !== "ENOENT" && error.code !== "ENOTDIR",
     );
     const name = path.basename(known.path);
     let whole = false;
@@ -85,12 +130,22 @@ export async function checkPublishedBuilds(
         "NX",
       );
       if (lease !== "OK") continue;
-      whole = (await verifyBuilds(path.dirname(path.dirname(known.path)), name)).changed.length === 0;
+      // A build that cannot be read is not whole.
+      whole = await verifyBuilds(path.dirname(path.dirname(known.path)), name).then(
+        (verified) => verified.changed.length === 0,
+        () => false,
+      );
     }
     if (!exists || whole) {
       await client.hdel(keys.changedBuilds, known.path);
       lines.push(`changed build ${known.path} is ${exists ? "whole again" : "gone"}`);
     }
+  }
+  // Builds moved aside that nobody reported (a readdir of each output's builds/).
+  const known = new Set(reported.map((build) => build.path));
+  for (const { rebuild, tenant } of outputs) {
+    const place = { rebuild: rebuild.name, tenant: tenant ?? null, outputDir: outputDirOf(rebuild, tenant) };
+    lines.push(...(await reportAsideBuilds(client, keys, place, known, workerId)));
   }
   for (let i = 0; i < outputs.length; i++) {
     const { rebuild, tenant } = outputs[(rotation + i) % outputs.length]!;
@@ -124,7 +179,7 @@ export async function changedBuildProblems(client: Pick<Redis, "hgetall">, keys:
     const output = `${build.rebuild}${build.tenant ? `/${build.tenant}` : ""}`;
     const found = `found ${new Date(build.foundAt).toISOString()} by ${build.foundBy}`;
     return build.kind === "unsynced"
-      ? `The disk lost a write under ${output}: build ${build.expected} could not be read or synced (EIO), so a rebuild moved it aside to ${build.path} and replaced it (${found}); check the disk (dmesg, SMART), then delete ${build.path}`
+      ? `The disk lost a write under ${output}: build ${build.expected} could not be read or synced (EIO), so a rebuild moved it aside to ${build.path} and replaced it (${found}); check the disk (dmesg, SMART), then delete it (it is read-only): chmod -R u+w ${build.path} && rm -rf ${build.path}`
       : `Published build of ${output} changed on disk: ${build.path} no longer matches its hash (${found}); run npx claimwatch verify ${build.rebuild}${build.tenant ? ` ${build.tenant}` : ""}`;
   });
 }

@@ -321,3 +321,75 @@ test("a worker whose repeat finds an older build it cannot sync (a lost write): 
   await checkPublishedBuilds(bed.main, bed.keys, bed.definitions, "test");
   assert.deepEqual(await changedBuildProblems(bed.main, bed.keys), [], "cleared once removed");
 });
+
+test("a build moved aside whose promote then failed (builds/ could not be synced) is still shown as a problem: the build check finds the unreported copy", async (t) => {
+  const bed = await createTestBed({
+    "aside-unreported": {
+      output: "out/aside-unreported",
+      steps: [{ name: "write", run: ["sh", "-c", 'echo "built $CLAIMWATCH_VERSION" > out.txt'] }],
+    },
+  });
+  t.after(() => bed.close());
+  const worker = await bed.startWorker();
+  t.after(() => worker.stop());
+  const outputDir = path.join(bed.dir, "out/aside-unreported");
+  const ended = async (version: string, force = false) => {
+    const jobId = await bed.trigger("aside-unreported", { version, force });
+    return bed.waitForRun((r) => r.jobId === jobId && r.status !== "running", 60_000, `${version} ends`);
+  };
+  const older = (await ended("v1")).buildHash!;
+  assert.equal((await ended("v2")).status, "rebuilt");
+
+  // v1 again, forced: its older build's file cannot be synced (moved aside), and neither can
+  // builds/ after the new copy moved in — the promote fails after the move, before any report.
+  const threads = fs.readdirSync(`/proc/${worker.pid}/task`).flatMap((tid) => ["-p", tid]);
+  const buildsDir = path.join(outputDir, "builds");
+  const tracer = spawn(
+    "strace",
+    [
+      "-qq",
+      "-f",
+      ...threads,
+      "-e",
+      "trace=fsync",
+      "-e",
+      "inject=fsync:error=EIO",
+      "-P",
+      path.join(buildsDir, older, "out.txt"),
+      "-P",
+      buildsDir,
+      "-o",
+      "/dev/null",
+    ],
+    { stdio: "ignore" },
+  );
+  t.after(() => {
+    if (tracer.exitCode === null && tracer.signalCode === null) tracer.kill("SIGINT");
+  });
+  await new Promise((resolve) => setTimeout(resolve, 1_000)); // attached
+  const failed = await ended("v1", true);
+  tracer.kill("SIGINT");
+  assert.notEqual(failed.status, "rebuilt", `the promote failed: ${failed.status} ${failed.reason ?? ""}`);
+  const aside = fs.readdirSync(buildsDir).filter((n) => n.startsWith(`.unsynced-${older}-`));
+  assert.equal(aside.length, 1, "the unsynced build was moved aside");
+  assert.deepEqual(await changedBuildProblems(bed.main, bed.keys), [], "nobody reported it (the promote threw)");
+
+  const lines = await checkPublishedBuilds(bed.main, bed.keys, bed.definitions, "test");
+  assert.ok(
+    lines.some((line) => line.includes(aside[0]!)),
+    lines.join(" | "),
+  );
+  const problems = await changedBuildProblems(bed.main, bed.keys);
+  assert.equal(problems.length, 1, problems.join(" | "));
+  assert.match(problems[0]!, /disk lost a write under aside-unreported/);
+  assert.ok(problems[0]!.includes(path.join(buildsDir, aside[0]!)), problems[0]);
+  // Listed while it is there, even when it cannot be looked at (a symlink loop stands for an
+  // unreadable path: stat fails, not with ENOENT); cleared once it is gone.
+  fs.rmSync(path.join(buildsDir, aside[0]!), { recursive: true, force: true });
+  fs.symlinkSync(aside[0]!, path.join(buildsDir, aside[0]!));
+  await checkPublishedBuilds(bed.main, bed.keys, bed.definitions, "test");
+  assert.equal((await changedBuildProblems(bed.main, bed.keys)).length, 1, "a path that cannot be read stays listed");
+  fs.rmSync(path.join(buildsDir, aside[0]!), { force: true });
+  await checkPublishedBuilds(bed.main, bed.keys, bed.definitions, "test");
+  assert.deepEqual(await changedBuildProblems(bed.main, bed.keys), [], "cleared once removed");
+});
