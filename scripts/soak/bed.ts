@@ -4,6 +4,7 @@
  * and an append-only event log of everything the soak did to them. Every process it starts is
  * tracked by PID and stopped by PID in `close()`; nothing is matched by name.
  */
+import crypto from "node:crypto";
 import { spawn, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
@@ -61,6 +62,18 @@ export function versionInputOf(root: string, rebuild: string): string {
   return path.join(root, "inputs", `${rebuild}.version`);
 }
 
+/**
+ * A second, unchanging input of each hashed rebuild: random bytes, so every read of its inputs
+ * takes long enough (a few hundred ms on a loaded 2-core machine) for the soak's kills, pauses
+ * and Redis crashes to land between the record's begin and its version, not only around them.
+ */
+export const BULK_INPUT_MIB = 48;
+
+/** Every input of a hashed rebuild, in the order its definition names them. */
+export function hashedInputPaths(root: string, rebuild: string): string[] {
+  return [versionInputOf(root, rebuild), path.join(root, "inputs", `${rebuild}.bulk`)];
+}
+
 /** The version the soak writes first into every hashed rebuild's input (before any trigger). */
 export const FIRST_INPUT_VERSION = "v0000";
 
@@ -102,13 +115,16 @@ export function prepareDirs(root: string, options: { retentionBuilds?: number; i
   for (const r of SOAK_REBUILDS.filter((r) => r.hashedInputs)) {
     fs.mkdirSync(path.dirname(versionInputOf(root, r.name)), { recursive: true });
     fs.writeFileSync(versionInputOf(root, r.name), `${FIRST_INPUT_VERSION}\n`);
+    const bulk = fs.openSync(hashedInputPaths(root, r.name)[1]!, "w");
+    for (let i = 0; i < BULK_INPUT_MIB; i++) fs.writeSync(bulk, crypto.randomBytes(1024 * 1024));
+    fs.closeSync(bulk);
   }
   const rebuilds = Object.fromEntries(
     SOAK_REBUILDS.map((r) => [
       r.name,
       {
         output: `out/${r.name}`,
-        ...(r.hashedInputs ? { inputs: [versionInputOf(root, r.name)] } : {}),
+        ...(r.hashedInputs ? { inputs: hashedInputPaths(root, r.name) } : {}),
         ...(r.tenants ? { tenants: r.tenants } : {}),
         claim: { ttl: `${CLAIM_TTL_MS}ms`, refreshEvery: `${CLAIM_REFRESH_MS}ms` },
         timeLimit: "1m",

@@ -4,6 +4,9 @@
  * longer than the claim TTL, a deploy and a Redis restart), plus random ones in between.
  *
  *   kill      SIGKILL a worker (preferably one running a job); a replacement starts at once
+ *   kill-reading  the same, aimed at a worker while it reads a hashed rebuild's inputs (its record
+ *             running, no version yet: a window of a few hundred ms per job, which random actions
+ *             rarely hit); watched for up to 10 s, else any busy worker (event field `reading`)
  *   pause     SIGSTOP a worker, SIGCONT after 0.3–1.5 s or 3–9 s (longer than the 2.5 s
  *             claim TTL; beyond 5 s also longer than BullMQ's job lock, when the worker's step
  *             warden must end its steps: the sampler counts one alive after 6 s as escaped);
@@ -31,6 +34,7 @@ import { readRun } from "../../lib/runs/records";
 import type { RunRecord } from "../../lib/runs/types";
 import {
   CLAIM_TTL_MS,
+  SOAK_REBUILDS,
   sleep,
   withTimeout,
   type EventLog,
@@ -41,7 +45,15 @@ import {
 } from "./bed";
 
 export type ChaosKind =
-  "kill" | "pause-short" | "pause-long" | "pause-past-lock" | "deploy" | "redis" | "redis-crash" | "force-release";
+  | "kill"
+  | "kill-reading"
+  | "pause-short"
+  | "pause-long"
+  | "pause-past-lock"
+  | "deploy"
+  | "redis"
+  | "redis-crash"
+  | "force-release";
 
 export interface ChaosAction {
   at: number;
@@ -79,7 +91,7 @@ export function chaosPlan(startedAt: number, durationMs: number, random: () => n
     [0.48, "pause-past-lock"],
     [0.42, "redis"],
     [0.55, "deploy"],
-    [0.68, "kill"],
+    [0.68, "kill-reading"],
     [0.8, "pause-short"],
     [0.35, "force-release"],
     [0.62, "redis-crash"],
@@ -155,17 +167,21 @@ export async function runChaos(options: ChaosOptions, plan: ChaosAction[]): Prom
       );
       continue;
     }
-    const victim = await chooseVictim(options, action.kind);
+    const victim =
+      action.kind === "kill-reading"
+        ? ((await readingVictim(options, 10_000)) ?? (await chooseVictim(options, "kill")))
+        : await chooseVictim(options, action.kind);
     if (!victim) {
       events.record("chaos-skip", { kind: action.kind, why: "no worker to act on" });
       continue;
     }
     const jobs = victim.running.map((r) => ({ jobId: r.jobId, attempt: r.attempt, runId: r.id }));
     const worker = victim.worker;
-    if (action.kind === "kill") {
+    if (action.kind === "kill" || action.kind === "kill-reading") {
       worker.leaving = true;
       pool.signal(worker, "SIGKILL");
-      const kill = events.record("kill", { pid: worker.pid, workerId: worker.id, jobs });
+      const reading = victim.running.some((r) => r.version === null && HASHED.has(r.rebuild));
+      const kill = events.record("kill", { pid: worker.pid, workerId: worker.id, jobs, reading });
       for (const job of jobs) options.redeliveries.push(watchRedelivery(options, job.jobId, kill.t));
       replace();
     } else if (action.kind === "deploy") {
@@ -295,6 +311,29 @@ async function chooseVictim(
   const pool = long.length > 0 ? long : busy.length > 0 ? busy : candidates;
   const worker = pool[Math.floor(options.random() * pool.length)]!;
   return { worker, running: running.filter((r) => r.workerId === worker.id) };
+}
+
+const HASHED = new Set(SOAK_REBUILDS.filter((r) => r.hashedInputs).map((r) => r.name));
+
+/**
+ * A ready, unpaused worker reading a hashed rebuild's inputs now (its record running without a
+ * version), looked for every 20 ms for up to `withinMs`; null if none was seen.
+ */
+async function readingVictim(
+  options: ChaosOptions,
+  withinMs: number,
+): Promise<{ worker: SoakWorker; running: RunRecord[] } | null> {
+  const deadline = Math.min(Date.now() + withinMs, options.until);
+  while (Date.now() < deadline) {
+    const running = await runningRuns(options.main, options.keys).catch(() => [] as RunRecord[]);
+    const reading = running.filter((r) => r.version === null && HASHED.has(r.rebuild));
+    const worker = options.pool
+      .live()
+      .find((w) => w.readyAt !== null && !w.paused && reading.some((r) => r.workerId === w.id));
+    if (worker) return { worker, running: running.filter((r) => r.workerId === worker.id) };
+    await sleep(20);
+  }
+  return null;
 }
 
 export async function runningRuns(main: Redis, keys: RedisKeys): Promise<RunRecord[]> {

@@ -87,6 +87,8 @@ export interface Figures {
    * that path, and fails.
    */
   earlyBegins: number;
+  /** Hashed records that ended while their inputs were read (no version): a fault landed in the read. */
+  readsCut: number;
   /** Triggers sent without a version (the hashed rebuild's). */
   hashedTriggers: number;
   maxResumeS: number | null;
@@ -171,7 +173,12 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   const publishedRunIds = new Set(records.filter((r) => r.status === "rebuilt").map((r) => r.id));
   for (const e of pointerEvents) if (typeof e.runId === "string" && e.runId) publishedRunIds.add(e.runId);
   const publishedVersions = new Set<string>(); // "<claim> <version>"
-  const newestPublished = new Map<string, string>(); // claim → its newest version published
+  // claim → each publish: its version and when it was seen (the record's finish, else the pointer's event)
+  const publishesOf = new Map<string, { version: string; t: number }[]>();
+  const pointerSeenAt = new Map<string, number>();
+  for (const e of pointerEvents) {
+    if (typeof e.runId === "string" && e.runId && !pointerSeenAt.has(e.runId)) pointerSeenAt.set(e.runId, Number(e.t));
+  }
   for (const id of publishedRunIds) {
     const run = recordById.get(id) ?? null;
     const jr = journal.get(id);
@@ -179,13 +186,19 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
     if (!version) continue;
     const label = claimLabel({ rebuild: run?.rebuild ?? jr!.rebuild, tenant: run?.tenant ?? jr?.tenant });
     publishedVersions.add(`${label} ${version}`);
-    if (version > (newestPublished.get(label) ?? "")) newestPublished.set(label, version);
+    const t = run?.finishedAt ?? pointerSeenAt.get(id) ?? Number.POSITIVE_INFINITY;
+    publishesOf.set(label, [...(publishesOf.get(label) ?? []), { version, t }]);
   }
 
-  /** "<claim> <version>" of a hashed rebuild for which a newer version was published (its input moved on). */
-  const coveredByNewer = (key: string): boolean => {
+  /**
+   * "<claim> <version>" of a hashed rebuild for which a newer version was published after `since`
+   * (its input moved on, and a later read of it was built): a publish before the request, or of
+   * a rebuild whose versions are named by the caller, covers nothing.
+   */
+  const coveredByNewer = (key: string, since: number): boolean => {
     const [label = "", version = ""] = key.split(" ");
-    return hashedRebuilds.has(label.split("/")[0]!) && (newestPublished.get(label) ?? "") >= version;
+    if (!hashedRebuilds.has(label.split("/")[0]!)) return false;
+    return (publishesOf.get(label) ?? []).some((p) => p.version > version && p.t >= since);
   };
 
   // --- triggers ----------------------------------------------------------------------------
@@ -217,9 +230,13 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   const hashedRecords = records.filter((r) => hashedRebuilds.has(r.rebuild));
   const versioned = await Promise.all(hashedRecords.map((r) => input.main.hexists(input.keys.run(r.id), "versionId")));
   const earlyBegins = versioned.filter((v) => v === 1).length;
+  // Records that began while their inputs were read and ended before a version was known: a
+  // kill, pause, shutdown or cancel landed inside the read (or the read failed).
+  const readsCut = hashedRecords.filter((r) => !r.version && isFinalStatus(r.status)).length;
   lines.push(
     `hashed inputs (${[...hashedRebuilds].join(", ") || "none"}): ${hashedTriggers} trigger(s) sent without a version; ` +
-      `${earlyBegins} of ${hashedRecords.length} records began running before their version was read and got it after`,
+      `${earlyBegins} of ${hashedRecords.length} records began running before their version was read and got it after; ` +
+      `${readsCut} ended while their inputs were read`,
   );
 
   // --- chaos -------------------------------------------------------------------------------
@@ -233,7 +250,8 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   });
   const pauseMs = pauses.map((p) => Number(p.ms));
   lines.push(
-    `kills: ${kills.length} (${kills.filter((k) => asJobs(k).length > 0).length} while running a job); ` +
+    `kills: ${kills.length} (${kills.filter((k) => asJobs(k).length > 0).length} while running a job, ` +
+      `${kills.filter((k) => k.reading === true).length} while reading a hashed rebuild's inputs); ` +
       `pauses: ${pauses.length} (${pauseMs.filter((ms) => ms > CLAIM_TTL_MS).length} longer than the ${CLAIM_TTL_MS / 1000} s claim TTL, ` +
       `${pauseMs.filter((ms) => ms > JOB_LOCK_MS).length} longer than the ${JOB_LOCK_MS / 1000} s job lock; longest ${(Math.max(0, ...pauseMs) / 1000).toFixed(1)} s); ` +
       `deploys: ${deploys.length}; Redis restarts: ${redisStops.length} (stop→up ${redisDowntimes.map((s) => `${s.toFixed(1)} s`).join(", ") || "-"})`,
@@ -292,13 +310,16 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   // superseded) and its last run record says so with a reason. A job that BullMQ failed by
   // itself (stalled twice, started too often) ended with no claimwatch record of that failure.
   const failedVersions = new Map<string, string>(); // "<claim> <version>" → reason
+  const failedSince = new Map<string, number>(); // "<claim> <version>" → when its failed job's last attempt started
   for (const [jobId, runs] of runsByJob) {
     const last = [...runs].sort((a, b) => b.attempt - a.attempt)[0]!;
     const job = jobStates.get(jobId);
     if (!job || !["failed", "completed"].includes(job.state)) continue;
     if (job.state === "failed" && BULLMQ_OWN_FAILURE.test(job.failedReason ?? "")) continue;
     if (["failed", "aborted", "superseded"].includes(last.status) && last.reason) {
-      failedVersions.set(`${claimLabel(last)} ${versionOf(last)}`, `${last.status}: ${last.reason}`);
+      const key = `${claimLabel(last)} ${versionOf(last)}`;
+      failedVersions.set(key, `${last.status}: ${last.reason}`);
+      failedSince.set(key, Math.min(failedSince.get(key) ?? Infinity, last.startedAt ?? last.createdAt));
     }
   }
   const bullmqFailures = [...jobStates.entries()].filter(
@@ -343,7 +364,7 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
       // A hash named explicitly (mid-run) for a hashed rebuild: skipped as claim-held while a
       // versionless job built it, it is covered when that job's retry (after a kill) re-read the
       // input and built a newer one: the input no longer holds the hash's content.
-      return { key, covered: coveredByNewer(key) };
+      return { key, covered: coveredByNewer(key, Number(trigger.t)) };
     }
     const read = runs.map(versionOf).find((v) => v !== undefined);
     if (read === undefined) return { key: `${label} ${String(trigger.version)}`, problem: "no attempt read its input" };
@@ -352,7 +373,7 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
         key: `${label} ${read}`,
         problem: `read ${read}, older than the ${String(trigger.version)} its input held at the trigger`,
       };
-    return { key: `${label} ${read}`, covered: (newestPublished.get(label) ?? "") >= read };
+    return { key: `${label} ${read}`, covered: coveredByNewer(`${label} ${read}`, Number(trigger.t)) };
   };
   for (const trigger of triggers) {
     const jobId = String(trigger.jobId);
@@ -597,7 +618,9 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   const dropped = [...failedVersions.entries()]
     .filter(
       ([key, reason]) =>
-        !publishedVersions.has(key) && !coveredByNewer(key) && /^superseded|claim lost|publish refused/.test(reason),
+        !publishedVersions.has(key) &&
+        !coveredByNewer(key, failedSince.get(key) ?? Infinity) &&
+        /^superseded|claim lost|publish refused/.test(reason),
     )
     .map(([key, reason]) => `${key}: ${reason}`);
 
@@ -694,6 +717,7 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
       rolledBack: rolledBack.length,
       dropped: dropped.length,
       earlyBegins,
+      readsCut,
       hashedTriggers,
       maxResumeS,
       triggers: triggers.length,

@@ -35,6 +35,7 @@ import {
   FIRST_INPUT_VERSION,
   SOAK_REBUILDS,
   sleep,
+  hashedInputPaths,
   versionInputOf,
   withTimeout,
   type EventLog,
@@ -90,7 +91,11 @@ export async function runTriggerStream(options: TriggerStreamOptions): Promise<v
         fs.renameSync(`${file}.tmp`, file);
       }
       inputHolds.set(rebuild, version);
-      events.record("inputs", { rebuild, version, hash: await hashInputs([file]) });
+      events.record("inputs", {
+        rebuild,
+        version,
+        hash: await hashInputs(hashedInputPaths(options.inputRoot, rebuild)),
+      });
     });
     inputWrites = write.catch(() => {});
     return write;
