@@ -47,6 +47,11 @@ export const SOAK_REBUILDS: SoakRebuild[] = [
   { name: "incidents", tenants: ["acme", "globex"], mode: "quiet", chunkMs: 150, minParts: 5, spanParts: 9 },
 ];
 
+/** The rebuilds triggered without a version (`hashedInputs`). */
+export const HASHED_REBUILDS: ReadonlySet<string> = new Set(
+  SOAK_REBUILDS.filter((r) => r.hashedInputs).map((r) => r.name),
+);
+
 export interface SoakClaimRef {
   rebuild: string;
   /** undefined: the rebuild has no tenants. */
@@ -69,9 +74,13 @@ export function versionInputOf(root: string, rebuild: string): string {
  */
 export const BULK_INPUT_MIB = 48;
 
+function bulkInputOf(root: string, rebuild: string): string {
+  return path.join(root, "inputs", `${rebuild}.bulk`);
+}
+
 /** Every input of a hashed rebuild, in the order its definition names them. */
 export function hashedInputPaths(root: string, rebuild: string): string[] {
-  return [versionInputOf(root, rebuild), path.join(root, "inputs", `${rebuild}.bulk`)];
+  return [versionInputOf(root, rebuild), bulkInputOf(root, rebuild)];
 }
 
 /** The version the soak writes first into every hashed rebuild's input (before any trigger). */
@@ -115,7 +124,7 @@ export function prepareDirs(root: string, options: { retentionBuilds?: number; i
   for (const r of SOAK_REBUILDS.filter((r) => r.hashedInputs)) {
     fs.mkdirSync(path.dirname(versionInputOf(root, r.name)), { recursive: true });
     fs.writeFileSync(versionInputOf(root, r.name), `${FIRST_INPUT_VERSION}\n`);
-    const bulk = fs.openSync(hashedInputPaths(root, r.name)[1]!, "w");
+    const bulk = fs.openSync(bulkInputOf(root, r.name), "w");
     for (let i = 0; i < BULK_INPUT_MIB; i++) fs.writeSync(bulk, crypto.randomBytes(1024 * 1024));
     fs.closeSync(bulk);
   }

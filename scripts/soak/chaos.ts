@@ -34,7 +34,7 @@ import { readRun } from "../../lib/runs/records";
 import type { RunRecord } from "../../lib/runs/types";
 import {
   CLAIM_TTL_MS,
-  SOAK_REBUILDS,
+  HASHED_REBUILDS,
   sleep,
   withTimeout,
   type EventLog,
@@ -180,7 +180,7 @@ export async function runChaos(options: ChaosOptions, plan: ChaosAction[]): Prom
     if (action.kind === "kill" || action.kind === "kill-reading") {
       worker.leaving = true;
       pool.signal(worker, "SIGKILL");
-      const reading = victim.running.some((r) => r.version === null && HASHED.has(r.rebuild));
+      const reading = victim.running.some((r) => r.version === null && HASHED_REBUILDS.has(r.rebuild));
       const kill = events.record("kill", { pid: worker.pid, workerId: worker.id, jobs, reading });
       for (const job of jobs) options.redeliveries.push(watchRedelivery(options, job.jobId, kill.t));
       replace();
@@ -313,8 +313,6 @@ async function chooseVictim(
   return { worker, running: running.filter((r) => r.workerId === worker.id) };
 }
 
-const HASHED = new Set(SOAK_REBUILDS.filter((r) => r.hashedInputs).map((r) => r.name));
-
 /**
  * A ready, unpaused worker reading a hashed rebuild's inputs now (its record running without a
  * version), looked for every 20 ms for up to `withinMs`; null if none was seen.
@@ -326,7 +324,7 @@ async function readingVictim(
   const deadline = Math.min(Date.now() + withinMs, options.until);
   while (Date.now() < deadline) {
     const running = await runningRuns(options.main, options.keys).catch(() => [] as RunRecord[]);
-    const reading = running.filter((r) => r.version === null && HASHED.has(r.rebuild));
+    const reading = running.filter((r) => r.version === null && HASHED_REBUILDS.has(r.rebuild));
     const worker = options.pool
       .live()
       .find((w) => w.readyAt !== null && !w.paused && reading.some((r) => r.workerId === w.id));

@@ -37,6 +37,7 @@ import type { RunRecord } from "../../lib/runs/types";
 import {
   CLAIM_TTL_MS,
   KILL_GRACE_MS,
+  HASHED_REBUILDS,
   SOAK_REBUILDS,
   claimLabel,
   claimRefs,
@@ -150,7 +151,6 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   const recordById = new Map(records.map((r) => [r.id, r]));
   // A hashed rebuild's runs carry the hash of its input as their version: the version the input
   // held then (the trigger stream's `inputs` events), so versions compare as for the others.
-  const hashedRebuilds = new Set(SOAK_REBUILDS.filter((r) => r.hashedInputs).map((r) => r.name));
   const versionOfInput = new Map<string, string>(); // "<rebuild> <hash>" → vNNNN
   for (const e of events)
     if (e.kind === "inputs") versionOfInput.set(`${String(e.rebuild)} ${String(e.hash)}`, String(e.version));
@@ -197,7 +197,7 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
    */
   const coveredByNewer = (key: string, since: number): boolean => {
     const [label = "", version = ""] = key.split(" ");
-    if (!hashedRebuilds.has(label.split("/")[0]!)) return false;
+    if (!HASHED_REBUILDS.has(label.split("/")[0]!)) return false;
     return (publishesOf.get(label) ?? []).some((p) => p.version > version && p.t >= since);
   };
 
@@ -227,14 +227,14 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
     `skips: ${byStatus.get("skipped") ?? 0}; deferred: ${deferred} (worker logs); superseded: ${byStatus.get("superseded") ?? 0}`,
   );
   const hashedTriggers = triggers.filter((t) => t.hashed).length;
-  const hashedRecords = records.filter((r) => hashedRebuilds.has(r.rebuild));
+  const hashedRecords = records.filter((r) => HASHED_REBUILDS.has(r.rebuild));
   const versioned = await Promise.all(hashedRecords.map((r) => input.main.hexists(input.keys.run(r.id), "versionId")));
   const earlyBegins = versioned.filter((v) => v === 1).length;
   // Records that began while their inputs were read and ended before a version was known: a
   // kill, pause, shutdown or cancel landed inside the read (or the read failed).
   const readsCut = hashedRecords.filter((r) => !r.version && isFinalStatus(r.status)).length;
   lines.push(
-    `hashed inputs (${[...hashedRebuilds].join(", ") || "none"}): ${hashedTriggers} trigger(s) sent without a version; ` +
+    `hashed inputs (${[...HASHED_REBUILDS].join(", ") || "none"}): ${hashedTriggers} trigger(s) sent without a version; ` +
       `${earlyBegins} of ${hashedRecords.length} records began running before their version was read and got it after; ` +
       `${readsCut} ended while their inputs were read`,
   );

@@ -33,7 +33,7 @@ import {
   claimLabel,
   claimRefs,
   FIRST_INPUT_VERSION,
-  SOAK_REBUILDS,
+  HASHED_REBUILDS,
   sleep,
   hashedInputPaths,
   versionInputOf,
@@ -75,7 +75,6 @@ export async function runTriggerStream(options: TriggerStreamOptions): Promise<v
   const pick = <T>(items: T[]): T => items[Math.floor(random() * items.length)]!;
   const versionOf = (n: number) => `v${String(n).padStart(4, "0")}`;
 
-  const hashed = new Set(SOAK_REBUILDS.filter((r) => r.hashedInputs).map((r) => r.name));
   /**
    * Writes `version` into a hashed rebuild's input (whole, by rename) and maps its hash to it; one
    * write at a time (the chaos's `expose` runs beside the loop), so each hash is of its version.
@@ -100,7 +99,7 @@ export async function runTriggerStream(options: TriggerStreamOptions): Promise<v
     inputWrites = write.catch(() => {});
     return write;
   };
-  for (const rebuild of hashed) await writeInput(rebuild, FIRST_INPUT_VERSION);
+  for (const rebuild of HASHED_REBUILDS) await writeInput(rebuild, FIRST_INPUT_VERSION);
 
   /**
    * One trigger. A hashed rebuild's is sent without a version unless `explicit` (mid-run): its
@@ -114,7 +113,7 @@ export async function runTriggerStream(options: TriggerStreamOptions): Promise<v
     why?: string,
     explicit = false,
   ): Promise<void> => {
-    const versionless = hashed.has(ref.rebuild) && !explicit;
+    const versionless = HASHED_REBUILDS.has(ref.rebuild) && !explicit;
     const fields = {
       rebuild: ref.rebuild,
       tenant: ref.tenant ?? null,
@@ -173,7 +172,7 @@ export async function runTriggerStream(options: TriggerStreamOptions): Promise<v
   const sendNew = async (ref: SoakClaimRef, why?: string): Promise<void> => {
     const next = (newest.get(claimLabel(ref)) ?? 0) + 1;
     newest.set(claimLabel(ref), next);
-    if (hashed.has(ref.rebuild)) await writeInput(ref.rebuild, versionOf(next));
+    if (HASHED_REBUILDS.has(ref.rebuild)) await writeInput(ref.rebuild, versionOf(next));
     await send(ref, versionOf(next), "new", false, why);
   };
 

@@ -13,7 +13,7 @@ import { spawn, spawnSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { after, before, test } from "node:test";
+import { after, before, test, type TestContext } from "node:test";
 import { fileURLToPath } from "node:url";
 import { changedBuildProblems, checkPublishedBuilds } from "../../lib/rebuilds/build-integrity";
 import { BUILD_HASH } from "../../lib/rebuilds/output";
@@ -53,6 +53,36 @@ function makeWorkTree(
   }
   fs.symlinkSync("index.json", path.join(workDir, "latest.json"));
   return { workDir, files, dirs };
+}
+
+/**
+ * Makes every fsync on `paths` fail with EIO in every thread of the worker `pid` (strace
+ * `inject`), from one second on (attached); the tracer is stopped with the test.
+ */
+async function failFsyncsOf(t: TestContext, pid: number, paths: string[]): Promise<() => void> {
+  const threads = fs.readdirSync(`/proc/${pid}/task`).flatMap((tid) => ["-p", tid]);
+  const tracer = spawn(
+    "strace",
+    [
+      "-qq",
+      "-f",
+      ...threads,
+      "-e",
+      "trace=fsync",
+      "-e",
+      "inject=fsync:error=EIO",
+      ...paths.flatMap((p) => ["-P", p]),
+      "-o",
+      "/dev/null",
+    ],
+    { stdio: "ignore" },
+  );
+  const stop = () => {
+    if (tracer.exitCode === null && tracer.signalCode === null) tracer.kill("SIGINT");
+  };
+  t.after(stop);
+  await new Promise((resolve) => setTimeout(resolve, 1_000)); // attached
+  return stop;
 }
 
 interface Traced {
@@ -228,19 +258,10 @@ test("a worker whose fsync of the output directory fails after its publish: the 
   fs.mkdirSync(path.join(outputDir, "builds"), { recursive: true });
   // Every thread of the worker, so the I/O threads' fsync calls are seen; only the output
   // directory's fsync fails (after the swap of `current`: the promote syncs builds/ and the tree).
-  const threads = fs.readdirSync(`/proc/${worker.pid}/task`).flatMap((tid) => ["-p", tid]);
-  const tracer = spawn(
-    "strace",
-    ["-qq", "-f", ...threads, "-e", "trace=fsync", "-e", "inject=fsync:error=EIO", "-P", outputDir, "-o", "/dev/null"],
-    { stdio: "ignore" },
-  );
-  t.after(() => {
-    if (tracer.exitCode === null && tracer.signalCode === null) tracer.kill("SIGINT");
-  });
-  await new Promise((resolve) => setTimeout(resolve, 1_000)); // attached
+  const stopTracer = await failFsyncsOf(t, worker.pid, [outputDir]);
   const jobId = await bed.trigger("current-eio", { version: "v1" });
   const run = await bed.waitForRun((r) => r.jobId === jobId && r.status !== "running", 60_000, "the attempt ends");
-  tracer.kill("SIGINT");
+  stopTracer();
   assert.equal(run.status, "rebuilt", `recorded ${run.status}: ${run.reason ?? ""}`);
   const logs = await bed.main.lrange(bed.keys.runLog(run.id), 0, -1);
   assert.ok(
@@ -275,30 +296,9 @@ test("a worker whose repeat finds an older build it cannot sync (a lost write): 
 
   // v1 again, forced: the same bytes, so the same builds/<older>, which current no longer points
   // at; its file's fsync fails (EIO) in every thread of the worker.
-  const threads = fs.readdirSync(`/proc/${worker.pid}/task`).flatMap((tid) => ["-p", tid]);
-  const tracer = spawn(
-    "strace",
-    [
-      "-qq",
-      "-f",
-      ...threads,
-      "-e",
-      "trace=fsync",
-      "-e",
-      "inject=fsync:error=EIO",
-      "-P",
-      path.join(outputDir, "builds", older, "out.txt"),
-      "-o",
-      "/dev/null",
-    ],
-    { stdio: "ignore" },
-  );
-  t.after(() => {
-    if (tracer.exitCode === null && tracer.signalCode === null) tracer.kill("SIGINT");
-  });
-  await new Promise((resolve) => setTimeout(resolve, 1_000)); // attached
+  const stopTracer = await failFsyncsOf(t, worker.pid, [path.join(outputDir, "builds", older, "out.txt")]);
   const again = await rebuilt("v1", true);
-  tracer.kill("SIGINT");
+  stopTracer();
   assert.equal(again.buildHash, older);
   const aside = fs.readdirSync(path.join(outputDir, "builds")).filter((n) => n.startsWith(`.unsynced-${older}-`));
   assert.equal(aside.length, 1, "the unsynced build was moved aside");
@@ -342,33 +342,10 @@ test("a build moved aside whose promote then failed (builds/ could not be synced
 
   // v1 again, forced: its older build's file cannot be synced (moved aside), and neither can
   // builds/ after the new copy moved in — the promote fails after the move, before any report.
-  const threads = fs.readdirSync(`/proc/${worker.pid}/task`).flatMap((tid) => ["-p", tid]);
   const buildsDir = path.join(outputDir, "builds");
-  const tracer = spawn(
-    "strace",
-    [
-      "-qq",
-      "-f",
-      ...threads,
-      "-e",
-      "trace=fsync",
-      "-e",
-      "inject=fsync:error=EIO",
-      "-P",
-      path.join(buildsDir, older, "out.txt"),
-      "-P",
-      buildsDir,
-      "-o",
-      "/dev/null",
-    ],
-    { stdio: "ignore" },
-  );
-  t.after(() => {
-    if (tracer.exitCode === null && tracer.signalCode === null) tracer.kill("SIGINT");
-  });
-  await new Promise((resolve) => setTimeout(resolve, 1_000)); // attached
+  const stopTracer = await failFsyncsOf(t, worker.pid, [path.join(buildsDir, older, "out.txt"), buildsDir]);
   const failed = await ended("v1", true);
-  tracer.kill("SIGINT");
+  stopTracer();
   assert.notEqual(failed.status, "rebuilt", `the promote failed: ${failed.status} ${failed.reason ?? ""}`);
   const aside = fs.readdirSync(buildsDir).filter((n) => n.startsWith(`.unsynced-${older}-`));
   assert.equal(aside.length, 1, "the unsynced build was moved aside");
