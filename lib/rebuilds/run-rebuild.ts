@@ -43,7 +43,6 @@ import {
   type RunStore,
   type RunWrite,
   type VersionResult,
-  type WriteResult,
 } from "../runs/writer";
 import type { WorkerIdentity } from "../workers/heartbeat";
 import { buildAndPublish, type BuildResult } from "./build-and-publish";
@@ -147,37 +146,63 @@ function cancelledAtBegin(
 }
 
 /**
- * Someone else ended this attempt's record before it took the claim (the job's next attempt
- * closed it: this one lost its job lock; the abandoned-run sweep): the attempt takes no claim and
- * writes nothing more. It ends cancelled when the job has a cancel request; else it is retried (a
- * new attempt, a new record) unless it lost its job lock, when the job is another attempt's.
+ * This attempt's record is not this pickup's to write (`what` says why): someone ended it (the
+ * job's next attempt closed it: this pickup lost its job lock; the abandoned-run sweep: its
+ * worker stopped beating), or another pickup of this attempt has it (RUN_BEGIN's `exists`: final,
+ * or in flight on a worker that still beats) or took it over. The pickup takes no claim,
+ * publishes nothing and writes nothing more; the record stays as its writer leaves it (an
+ * operator's cancel is ended there by that pickup's own cancel watch). What becomes of the job:
+ * - cancelled when it has a cancel request, or when the record says cancelled;
+ * - done (a skip) when the record says rebuilt: the build happened;
+ * - else the request is kept: deferred (no attempt spent; the next pickup is a new attempt with
+ *   its own record) — unless this pickup lost its job lock: then the job is another pickup's and
+ *   this one only stops.
  */
-async function recordClosedMeanwhile(
+async function recordNotOurs(
   job: RebuildJob,
   runId: string,
-  closed: { recordStatus: string; cancelRequest: string | null },
+  found: { what: string; recordStatus: string; cancelRequest: string | null },
+  version: string,
   log: (line: string) => void,
-): Promise<Extract<RebuildOutcome, { status: "cancelled" }>> {
-  if (closed.cancelRequest) return cancelledAtBegin(job, runId, { cancelRequest: closed.cancelRequest });
+): Promise<Extract<RebuildOutcome, { status: "cancelled" | "skipped" | "deferred" }>> {
+  const message = `the attempt's record ${found.what} (${found.recordStatus}): this pickup does not go on`;
+  if (found.cancelRequest) {
+    log(`${message}; the job has a cancel request`);
+    return cancelledAtBegin(job, runId, { cancelRequest: found.cancelRequest });
+  }
+  if (found.recordStatus === "rebuilt") {
+    log(`${message}; that pickup rebuilt it: done`);
+    return { status: "skipped", reason: "already-rebuilt", runId, version };
+  }
+  if (found.recordStatus === "cancelled") {
+    log(`${message}; it was cancelled`);
+    return { status: "cancelled", runId, reason: `${message}; it was cancelled` };
+  }
   const owns = job.ownsLock ? await job.ownsLock().catch(() => null) : null;
-  const message = `the attempt's record was ended (${closed.recordStatus}) before it took the claim${
-    owns === false ? "; this attempt lost its job lock" : ""
-  }: it does not go on`;
-  log(message);
-  throw new RebuildError(message, owns !== false, runId);
+  if (owns === false) {
+    log(`${message}; this pickup lost its job lock`);
+    throw new RebuildError(`${message}; this pickup lost its job lock`, false, runId);
+  }
+  log(`${message}; deferred, the request is kept`);
+  return { status: "deferred", until: Date.now() + DEFER_MIN_MS, heldBy: "another pickup of this attempt", version };
 }
 
-/**
- * An operator's cancel written on behalf of the job, whichever pickup of this attempt owns the
- * record (the cancel is the job's: every pickup of it stops): the status and why, none of the
- * writer's own steps, fence or log lines.
- */
-function writeCancelForJob(store: RunStore, identity: AttemptIdentity, reason: string): Promise<WriteResult> {
-  return writeRun(store, identity, {
-    status: "cancelled",
-    fields: { reason },
-    writeId: crypto.randomBytes(6).toString("hex"),
-  });
+/** How `recordNotOurs` names what RUN_BEGIN's `exists` and `ended` found. */
+const EXISTS_WHAT = "is another pickup's of this attempt";
+const ENDED_WHAT = "was ended by someone else";
+
+/** The record answered, right before the publish, that it is not this pickup's any more: nothing is published. */
+class RecordNotOursError extends Error {
+  constructor(readonly answer: "not-owner" | "final") {
+    super(
+      `the attempt's record ${answer === "not-owner" ? "was taken over by another pickup" : "was closed by someone else"}`,
+    );
+    this.name = "RecordNotOursError";
+  }
+
+  get what(): string {
+    return `${this.answer === "not-owner" ? "was taken over by another pickup of this attempt" : "was closed by someone else"} before the publish`;
+  }
 }
 
 export class RebuildError extends Error {
@@ -201,8 +226,8 @@ export class RebuildError extends Error {
  */
 export const INPUTS_VISIBLE_AFTER_MS = 1_000;
 
-/** How `recordClosedMeanwhile` names a record that another pickup of this attempt began. */
-const EXISTS_STATUS = "another pickup of this attempt has it";
+/** Why the input read is stopped when the record begun meanwhile is not this pickup's. */
+const RECORD_NOT_OURS = "record-not-ours";
 
 export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<RebuildOutcome> {
   const store: RunStore = { client: deps.main, keys: deps.keys, retention: deps.retention ?? DEFAULT_RETENTION };
@@ -240,16 +265,14 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
       // This attempt's record began while its inputs were read: it ends here, cancelled when the
       // job has an operator's cancel request. A record final already refuses the write.
       const cancelled = early.cancelRequest ? cancelledAtBegin(job, runId, early) : null;
+      // One another pickup took over (its worker stopped beating meanwhile) is that pickup's to
+      // end, a cancel included (its own cancel watch): not-owner, nothing written.
       const written = await writeRun(store, identity, {
         status: cancelled ? "cancelled" : status,
         fields: { reason: cancelled?.reason ?? reason },
         writeId: crypto.randomBytes(6).toString("hex"),
         owner: early.beginId,
-      })
-        .then((result) =>
-          result === "not-owner" && cancelled ? writeCancelForJob(store, identity, cancelled.reason) : result,
-        )
-        .catch((error: unknown) => `not written (${String(error)})`);
+      }).catch((error: unknown) => `not written (${String(error)})`);
       if (written !== "written") log(`recording the ${cancelled ? "cancelled" : status} attempt: ${written}`);
       return cancelled;
     }
@@ -260,22 +283,13 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
       log(`${reason}; the job was cancelled meanwhile: recorded cancelled, not retried`);
       return cancelledAtBegin(job, runId, begun);
     }
-    if (begun?.status === "exists" && (begun.cancelRequest || status === "cancelled")) {
-      // This attempt's record exists already (the queue's Redis forgot a pickup): RUN_BEGIN wrote
-      // nothing, so the cancel ends that record here, as RebuildAttempt.run does (also when the
-      // request is gone by now but the job's signal said cancelled).
-      const cancelled = begun.cancelRequest
-        ? cancelledAtBegin(job, runId, begun)
-        : { status: "cancelled" as const, runId, reason };
-      const written = await writeCancelForJob(store, identity, cancelled.reason).catch(
-        (error: unknown) => `not written (${String(error)})`,
-      );
-      log(
-        written === "written"
-          ? `${reason}; the job was cancelled meanwhile: recorded cancelled, not retried`
-          : `${reason}; the job was cancelled meanwhile (not retried); its existing record: ${written}`,
-      );
-      return cancelled;
+    if (begun?.status === "exists") {
+      // This attempt's record is another pickup's (the queue's Redis forgot a pickup), final or
+      // in flight on a live worker: RUN_BEGIN wrote nothing, and this pickup writes nothing over
+      // it (that pickup ends it, an operator's cancel included). A cancel still ends this job.
+      log(`${reason}; not recorded: the attempt's record ${EXISTS_WHAT} (${begun.recordStatus})`);
+      if (begun.cancelRequest) return cancelledAtBegin(job, runId, begun);
+      if (status === "cancelled") return { status: "cancelled", runId, reason };
     }
     return null;
   };
@@ -346,8 +360,9 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
       }).then(
         (begun) => {
           // The job has an operator's cancel request (recorded cancelled, or ended so when the
-          // read stops): the read stops.
+          // read stops): the read stops. So it does when the record is not this pickup's.
           if (begun.status === "cancelled" || begun.cancelRequest) stopRead.abort(CANCEL_ABORT_REASON);
+          else if (begun.status === "exists" || begun.status === "ended") stopRead.abort(RECORD_NOT_OURS);
           return begun;
         },
         (error: unknown) => {
@@ -364,34 +379,35 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
     }
   };
 
+  /**
+   * What the begin made while the inputs were read ends, if anything: a cancel; a record that is
+   * not this pickup's (another pickup of this attempt has it, or — the begin's reply lost, its
+   * resend finding its record final — someone closed it): this pickup would build unrecorded.
+   */
+  const endedByEarlyBegin = (version: string) => {
+    const begun = reading.begun;
+    if (begun?.status === "cancelled") return cancelledAtBegin(job, runId, begun);
+    if (begun?.status === "ended")
+      return recordNotOurs(job, runId, { ...begun, what: ENDED_WHAT, recordStatus: "final" }, version, log);
+    if (begun?.status === "exists") return recordNotOurs(job, runId, { ...begun, what: EXISTS_WHAT }, version, log);
+    return null;
+  };
+
   try {
     let version: string;
     try {
       version = data.version ?? (await readInputs());
     } catch (error) {
-      if (reading.begun?.status === "cancelled") return cancelledAtBegin(job, runId, reading.begun);
+      const ended = endedByEarlyBegin(data.version ?? "(inputs not read)");
+      if (ended) return await ended;
       // Stopped while its inputs were read (large ones, or one that never ends: a FIFO, a hung
       // mount): an operator's cancel, a shutdown or a lost job lock ends it here, not after the read.
       if (job.signal.aborted) return await stoppedWhileHashing(error);
       return await failEarly(`inputs unreadable: ${(error as Error).message}`, isTransient(error), error);
     }
+    const ended = endedByEarlyBegin(version);
+    if (ended) return await ended;
     const begun = reading.begun;
-    if (begun?.status === "cancelled") return cancelledAtBegin(job, runId, begun);
-    // The early begin's reply was lost, and its resend found the record it had begun final
-    // already (closed meanwhile by the job's next attempt or the sweep).
-    if (begun?.status === "ended") {
-      return recordClosedMeanwhile(job, runId, { recordStatus: "final", cancelRequest: begun.cancelRequest }, log);
-    }
-    // Another pickup of this attempt ended its record already (or took it over from this one):
-    // this pickup would build unrecorded. It stops; a retry is a new attempt with its own record.
-    if (begun?.status === "exists") {
-      return recordClosedMeanwhile(
-        job,
-        runId,
-        { recordStatus: EXISTS_STATUS, cancelRequest: begun.cancelRequest },
-        log,
-      );
-    }
     return await new RebuildAttempt(deps, store, job, identity, data, definition, version, log, {
       begunWhileReading: begun?.status === "began" ? begun.beginId : null,
       began: attemptBegan,
@@ -451,13 +467,13 @@ class RebuildAttempt {
       }
       if (versioned.status === "cancelled") return cancelledAtBegin(this.job, this.runId, versioned);
       if (versioned.status === "closed" && versioned.recordStatus !== "missing") {
-        return recordClosedMeanwhile(this.job, this.runId, versioned, this.log);
+        return recordNotOurs(this.job, this.runId, { ...versioned, what: ENDED_WHAT }, this.version, this.log);
       }
-      // Another pickup of this attempt took the record over while this one read its inputs: the
-      // queue gave the job to it (this one lost its job lock); this one does not go on.
+      // Another pickup of this attempt took the record over while this one read its inputs (this
+      // one's worker stopped beating meanwhile); this one does not go on.
       if (versioned.status === "foreign") {
-        const takenOver = { ...versioned, recordStatus: "taken over by another pickup of this attempt" };
-        return recordClosedMeanwhile(this.job, this.runId, takenOver, this.log);
+        const takenOver = { ...versioned, what: "was taken over by another pickup of this attempt" };
+        return recordNotOurs(this.job, this.runId, takenOver, this.version, this.log);
       }
     }
     if (!versioned || versioned.status === "closed") {
@@ -484,14 +500,14 @@ class RebuildAttempt {
       // A running or check begin ends only by a cancel; "ended" is a resend of it (the reply was
       // lost) that found the record it had begun final already: someone else closed it.
       if (begun.status === "ended") {
-        return recordClosedMeanwhile(this.job, this.runId, { recordStatus: "final", ...begun }, this.log);
+        const ended = { ...begun, what: ENDED_WHAT, recordStatus: "final" };
+        return recordNotOurs(this.job, this.runId, ended, this.version, this.log);
       }
-      // This attempt's record was ended by another pickup of it (the queue's Redis forgot a
-      // pickup, and the same attempt was picked up again), or taken over from this one: this
-      // pickup would build unrecorded. It stops (cancelled when the job has a cancel request);
-      // a retry is a new attempt, with its own record.
+      // This attempt's record is another pickup's (the queue's Redis forgot a pickup, and the
+      // same attempt was picked up again): ended, in flight on a live worker, or taken over from
+      // this one. This pickup would build unrecorded: it stops (recordNotOurs says how).
       if (begun.status === "exists") {
-        return recordClosedMeanwhile(this.job, this.runId, { recordStatus: EXISTS_STATUS, ...begun }, this.log);
+        return recordNotOurs(this.job, this.runId, { ...begun, what: EXISTS_WHAT }, this.version, this.log);
       }
     }
     const cancelledEarly = cancellationOf(this.job);
@@ -541,7 +557,7 @@ class RebuildAttempt {
             recorder: this.recorder,
             steps: this.steps,
             ...(this.job.progress ? { progress: this.job.progress } : {}),
-            ...(this.job.checkCancel ? { beforePublish: this.job.checkCancel } : {}),
+            beforePublish: () => this.beforePublish(),
             // Checked again under the claim: another run may have finished this version since
             // the record began. Asked once the claim is granted (a run that released it had
             // marked the version first), alongside the work dir's creation. A failed lookup
@@ -785,6 +801,25 @@ class RebuildAttempt {
     });
   }
 
+  /**
+   * Right before the fenced publish, in one wait: the job's cancel request is looked for now (a
+   * holder paused past an operator's cancel must not publish on waking), and the record is asked
+   * whether it is still this pickup's (the queued progress is sent, owner-checked): one taken over
+   * by another pickup (this worker stopped beating meanwhile) or closed by someone else is not,
+   * and a publish would leave a build the run history does not name. Main Redis away: the
+   * publish goes on (the claim keeps it safe; the final record is written again later).
+   */
+  private async beforePublish(): Promise<void> {
+    const [owned] = await Promise.all([
+      this.recorder.sync().catch((error: unknown) => {
+        this.log(`the record's owner check before the publish failed (publishing anyway): ${String(error)}`);
+        return null;
+      }),
+      this.job.checkCancel?.(),
+    ]);
+    if (owned === "not-owner" || owned === "final") throw new RecordNotOursError(owned);
+  }
+
   /** Who force-released this attempt's claim and why, from the claim trail (" by …"), or "". */
   private async forceReleasedBy(error: unknown): Promise<string> {
     if (!(error instanceof ClaimLostError) || error.cause !== "force-released") return "";
@@ -798,6 +833,10 @@ class RebuildAttempt {
   private async onFailure(
     error: unknown,
   ): Promise<Extract<RebuildOutcome, { status: "handed-back" | "deferred" | "skipped" | "cancelled" }>> {
+    if (error instanceof RecordNotOursError && !cancellationOf(this.job)) {
+      const found = { what: error.what, recordStatus: error.answer, cancelRequest: null };
+      return recordNotOurs(this.job, this.runId, found, this.version, this.log);
+    }
     const failure = classifyFailure(error, { jobSignal: this.job.signal, timeLimitMs: this.definition.timeLimit });
     if (failure.kind === "cancelled") return this.endCancelled(cancellationOf(this.job) ?? failure.reason);
     if (failure.kind === "hand-back") {
@@ -821,7 +860,9 @@ class RebuildAttempt {
   /**
    * An operator's cancel: the steps were stopped (SIGTERM, SIGKILL after killGrace) and the claim
    * is released by withClaim before this record is written. Nothing was published, so the
-   * idempotency key is not touched.
+   * idempotency key is not touched. A record another pickup took over is that pickup's to end
+   * (its own cancel watch stops it): a write on its behalf could land between that pickup's last
+   * cancel check and its publish, and call a published build cancelled.
    */
   private async endCancelled(
     reason: string,
@@ -833,8 +874,7 @@ class RebuildAttempt {
       reason,
       ...(this.steps.length ? { steps: this.steps } : {}),
     });
-    const onBehalf = written === "not-owner" ? await writeCancelForJob(this.store, this.identity, reason) : written;
-    if (onBehalf !== "written") this.log(`final record "cancelled" not written: the record is ${onBehalf}`);
+    if (written !== "written") this.log(`final record "cancelled" not written: the record is ${written}`);
     return { status: "cancelled", runId: this.runId, reason };
   }
 

@@ -22,6 +22,8 @@ export function redisKeys(prefix: string) {
     workerRegistry: `${tag}:workers`,
     /** HASH of one worker's heartbeat (id, host, pid, startedAt, currentJob, version); has a TTL. */
     workerHeartbeat: (workerId: string) => `${tag}:worker:${workerId}`,
+    /** What `workerHeartbeat` puts before the id: for RUN_BEGIN, which asks a record's worker. */
+    workerHeartbeatPrefix: `${tag}:worker:`,
 
     // --- claims (in the claims Redis; see lib/claims) --------------------------------------
     /** STRING: the holder's token, `SET NX PX`. Its TTL is the claim's lifetime. */

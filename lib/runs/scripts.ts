@@ -24,6 +24,7 @@
  */
 import { RUN_REPLY } from "../redis/replies";
 import { PUBLISH_EVENT_LUA, SERVER_NOW, typedScript, type LuaScript } from "../redis/scripts";
+import { RUN_LOG_LINES } from "./records";
 import { TIMELINE_BACKFILL_CURSOR, TIMELINE_COUNT_LUA, TIMELINE_COUNT_RECORD } from "./timeline-counters";
 import { transitionsLua } from "./transitions";
 
@@ -113,6 +114,7 @@ export const RUN_BEGIN = typedScript<[code: number, detail: string, stray: strin
     "cancelRequest",
     "events",
     "runCounters",
+    "runLog",
   ],
   variadicKeys: true,
   lua: `
@@ -125,7 +127,8 @@ KEYS[5] pendingTrigger STRING: job id of a waiting trigger
 KEYS[6] cancelRequest STRING: an operator's cancel request for the job (read only)
 KEYS[7] events STREAM (lib/events): the record's event is written here
 KEYS[8] runCounters HASH behind /metrics (lib/metrics/counters)
-KEYS[9 ..] indexes: ARGV[5] base indexes, then as many per status in ARGV[10]
+KEYS[9] runLog LIST of the run: a takeover appends a line saying from whom
+KEYS[10 ..] indexes: ARGV[5] base indexes, then as many per status in ARGV[10]
 ARGV[1] runId   ARGV[2] jobId   ARGV[3] previous attempt's run id   ARGV[4] record TTL ms
 ARGV[5] n (base indexes)   ARGV[6] mode: 'check' (already rebuilt → skipped, else running),
   'running', or a final status (an attempt that ends where it begins)
@@ -137,15 +140,22 @@ ARGV[11] timeline counters of the run's place (JSON, timeline-counters.ts); the 
   has the same place
 ARGV[12] the record's event up to its status: the script appends the status it wrote and '"}}'
   (writer.ts, \`runEventHead\`); '' for none
-ARGV[13..] record field/value pairs, with 'beginId' (unique to the call within its worker,
+ARGV[13] worker heartbeat key prefix (keys.workerHeartbeatPrefix): the one key this script names
+  itself, from the workerId of a record in flight, to ask whether its worker still beats
+ARGV[14] the takeover's log line up to the earlier pickup's name (the caller's time)
+ARGV[15..] record field/value pairs, with 'beginId' (unique to the call within its worker,
   'workerId'): a resend of the call finds its own record and answers what it did
-A record another call began (the same attempt picked up twice: the queue's Redis lost a pickup,
-and the earlier pickup has lost its job lock) is taken over while it is in flight: this begin's
+A record another call began (the same attempt picked up twice: the queue's Redis lost a pickup)
+is taken over while it is in flight only when that call's worker has stopped beating (its
+heartbeat expired on the Redis clock, as RUN_ABANDON asks): a pickup whose worker is live is
+left alone (exists, detail its status) — it is the job's lock holder or learns soon it is not,
+and ends its record itself; the caller defers. Taken over, this begin's
 fields and 'beginId' replace the earlier pickup's (whose later writes, naming its own beginId, are
 refused: RUN_WRITE, RUN_VERSION): every field of the earlier pickup is dropped (steps, fence,
 build, version, the ids its resends would match) but its start and index scores; its
 'workerId/beginId' joins 'displacedBegins', so a resend of its begin answers exists instead of
-taking the record back; then it is begun as the mode says. A final record is left alone (exists).
+taking the record back; a line naming it is appended to the run's log; then it is begun as the
+mode says. A final record is left alone (exists, detail its status).
 A final status (begun so, or the previous attempt closed) is counted in the timeline and run
 counters. The job's attempt in flight (KEYS[2]) is closed as aborted when it is the previous attempt;
 another earlier one ("stray") is returned for the caller to close with RUN_ABANDON. A later one
@@ -160,12 +170,14 @@ Returns {code, detail, stray, cancel}: cancel is the job's cancel request ('' fo
   code ${RUN_REPLY.began} began running | ${RUN_REPLY.alreadyRebuilt} already rebuilt: recorded skipped (detail: the run that rebuilt it) | ${RUN_REPLY.ended} began in a final status (or, for a resend,
      found the record it began final already)
      | ${RUN_REPLY.cancelled} the job has a cancel request: recorded cancelled (detail: the reason written)
-     | ${RUN_REPLY.exists} a final record with this run id exists, begun by another call (nothing written)
+     | ${RUN_REPLY.exists} a record with this run id exists, begun by another call, final or in
+       flight on a live worker (nothing written; detail: its status)
 ]]
 ${COMMON}
 local runId, jobId, previousId = ARGV[1], ARGV[2], ARGV[3]
 local n, mode = tonumber(ARGV[5]), ARGV[6]
-local FIRST = 9
+local FIRST = 10
+local FIELDS = 15
 setStatuses(ARGV[10])
 setTimeline(ARGV[11], KEYS[8])
 if ARGV[9] == '1' and redis.call('GET', KEYS[5]) == jobId then redis.call('DEL', KEYS[5]) end
@@ -177,7 +189,7 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   -- another call began (the same attempt picked up twice) is taken over while in flight, and
   -- answers exists once final.
   local beginId, workerId = false, false
-  for i = 13, #ARGV - 1, 2 do
+  for i = FIELDS, #ARGV - 1, 2 do
     if ARGV[i] == 'beginId' then beginId = ARGV[i + 1] elseif ARGV[i] == 'workerId' then workerId = ARGV[i + 1] end
   end
   local stored = redis.call('HMGET', KEYS[1], 'beginId', 'workerId', 'status', 'reason')
@@ -190,11 +202,15 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
     if FINAL[was] then return {${RUN_REPLY.ended}, '', '', cancel} end
     return {${RUN_REPLY.began}, '', '', cancel}
   end
-  if not stored[3] or FINAL[stored[3]] then return {${RUN_REPLY.exists}, '', '', cancel} end
+  if not stored[3] or FINAL[stored[3]] then return {${RUN_REPLY.exists}, stored[3] or '', '', cancel} end
   -- A begin this record was taken over from, sent again (its reply lost): not taken back.
   local displaced = redis.call('HGET', KEYS[1], 'displacedBegins') or ''
   if beginId and string.find(',' .. displaced .. ',', ',' .. (workerId or '') .. '/' .. beginId .. ',', 1, true) then
-    return {${RUN_REPLY.exists}, '', '', cancel}
+    return {${RUN_REPLY.exists}, stored[3], '', cancel}
+  end
+  -- Its pickup's worker still beats: not taken (it ends the record itself).
+  if stored[2] and stored[2] ~= '' and redis.call('EXISTS', ARGV[13] .. stored[2]) == 1 then
+    return {${RUN_REPLY.exists}, stored[3], '', cancel}
   end
   takenOver = stored[3]
   -- Nothing of the earlier pickup's stays (steps, fence, build, version and the ids of its
@@ -205,6 +221,9 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   redis.call('DEL', KEYS[1])
   redis.call('HSET', KEYS[1], 'displacedBegins', displaced)
   if startedAt then redis.call('HSET', KEYS[1], 'startedAt', startedAt) end
+  redis.call('RPUSH', KEYS[9], ARGV[14] .. (stored[2] or '?') .. ' (its worker stopped beating)')
+  redis.call('LTRIM', KEYS[9], -${RUN_LOG_LINES}, -1)
+  redis.call('PEXPIRE', KEYS[9], ARGV[4])
 end
 local stray = ''
 local open = redis.call('GET', KEYS[2])
@@ -227,7 +246,7 @@ elseif mode == 'check' then
 end
 -- One HSET: the caller's fields, then what the script knows (status, times, reason).
 local fields = {}
-for i = 13, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = FIELDS, #ARGV do fields[#fields + 1] = ARGV[i] end
 local startedAt = nowMs
 -- A record taken over keeps its start (and its place in the indexes).
 if takenOver then startedAt = tonumber(redis.call('HGET', KEYS[1], 'startedAt')) or nowMs end

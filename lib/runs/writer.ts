@@ -79,11 +79,12 @@ export type BeginResult = (
    */
   | { status: "cancelled"; reason: string }
   /**
-   * A final record with this run id exists, begun by another call (the same attempt picked up
-   * twice, the other pickup done): nothing was written. One still in flight is taken over instead
-   * (answered as a begin). A resend of this call (its reply lost) answers what the call did.
+   * A record with this run id exists, begun by another call (the same attempt picked up twice):
+   * final, or in flight on a worker that still beats (one whose worker stopped beating is taken
+   * over instead, answered as a begin). Nothing was written. `recordStatus`: what it says. A
+   * resend of this call (its reply lost) answers what the call did.
    */
-  | { status: "exists" }
+  | { status: "exists"; recordStatus: string }
 ) & {
   /** The job's cancel request as stored (lib/rebuilds/cancel-request parses it), or null. */
   cancelRequest: string | null;
@@ -173,6 +174,7 @@ export async function beginAttempt(
       keys.cancelRequest(attempt.jobId),
       keys.events,
       keys.metricsCounters,
+      keys.runLog(attempt.runId),
     ],
     layout.keys,
     [
@@ -197,6 +199,8 @@ export async function beginAttempt(
         createdAt: attempt.createdAt,
         ...options.fields,
       }),
+      keys.workerHeartbeatPrefix,
+      `${new Date().toISOString()} record taken over by worker ${attempt.workerId} (the same attempt picked up again) from worker `,
       ...fields,
       "beginId",
       beginId,
@@ -218,7 +222,7 @@ export async function beginAttempt(
     case RUN_REPLY.cancelled:
       return { status: "cancelled", reason: detail, cancelRequest, beginId };
     case RUN_REPLY.exists:
-      return { status: "exists", cancelRequest, beginId };
+      return { status: "exists", recordStatus: detail, cancelRequest, beginId };
     default:
       throw new Error(`${RUN_BEGIN.command}: unexpected reply ${JSON.stringify(reply)}`);
   }
@@ -512,11 +516,24 @@ export class RunRecorder {
     this.timerDue = due;
     this.timer = setTimeout(() => {
       this.timer = undefined;
-      if (!this.inFlight && !this.finishing) this.send();
+      if (!this.inFlight && !this.finishing) void this.send().catch(() => {});
     }, delayMs);
   }
 
-  private send(): void {
+  /**
+   * Sends what is queued now (after the write in flight) and answers what the record said: the
+   * owner check before a publish (`written`: the record is still this attempt's; `not-owner` or
+   * `final`: another pickup took it over, or someone closed it). Fails when Redis does (what it
+   * carried is lost, as for any intermediate write).
+   */
+  async sync(): Promise<WriteResult> {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = undefined;
+    while (this.inFlight) await this.inFlight;
+    return this.send();
+  }
+
+  private send(): Promise<WriteResult> {
     const write: RunWrite = {
       fields: this.fields ?? {},
       logLines: this.lines,
@@ -524,7 +541,8 @@ export class RunRecorder {
     };
     this.fields = null;
     this.lines = [];
-    this.inFlight = writeRun(this.store, this.run, write)
+    const written = writeRun(this.store, this.run, write);
+    this.inFlight = written
       .then(
         () => {},
         (error: unknown) => this.options.onError?.(error),
@@ -535,6 +553,7 @@ export class RunRecorder {
         if (this.fields) this.sendSoon(this.options.updateEveryMs ?? 200);
         else if (this.lines.length) this.sendSoon(this.options.flushEveryMs ?? 500);
       });
+    return written;
   }
 }
 

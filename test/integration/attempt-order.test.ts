@@ -14,6 +14,7 @@ import { after, before, test } from "node:test";
 import { acquireClaim, claimName, readClaim } from "../../lib/claims";
 import { CANCEL_ABORT_REASON } from "../../lib/rebuilds/cancel-request";
 import { outputDirOf } from "../../lib/rebuilds/definitions";
+import { idempotencyKey } from "../../lib/rebuilds/version";
 import { RebuildError, runRebuild, type RebuildDeps, type RebuildJob } from "../../lib/rebuilds/run-rebuild";
 import { DEFAULT_RETENTION, readRun, runPlaceOf } from "../../lib/runs/records";
 import { beginAttempt, writeRun } from "../../lib/runs/writer";
@@ -43,6 +44,16 @@ before(async () => {
       output: "out/twice",
       claim: { ttl: "4s", refreshEvery: "1s" },
       steps: [slowStep(4)],
+    },
+    "live-pickup": {
+      output: "out/live-pickup",
+      claim: { ttl: "10s", refreshEvery: "1s" },
+      steps: [slowStep(3)],
+    },
+    "taken-pickup": {
+      output: "out/taken-pickup",
+      claim: { ttl: "10s", refreshEvery: "1s" },
+      steps: [slowStep(3)],
     },
   });
   deps = rebuildDepsOf(bed);
@@ -203,7 +214,7 @@ test("the same attempt picked up twice (the queue's Redis lost a pickup): the se
   assert.deepEqual(fs.readdirSync(path.join(output, ".work")), []);
 });
 
-test("the same attempt picked up again after another pickup of it ended its record: this pickup builds nothing unrecorded, it stops (retried as a new attempt, with its own record)", async () => {
+test("the same attempt picked up again after another pickup of it ended its record: this pickup builds nothing unrecorded; it defers without spending an attempt (the next pickup is a new attempt), or ends as done when that record says rebuilt", async () => {
   const runId = runIdOf("order-ended", 1);
   // An earlier pickup of attempt 1 ran and failed: its record is final (the queue's Redis then
   // lost that pickup and gave the job again, numbered the same).
@@ -230,13 +241,12 @@ test("the same attempt picked up again after another pickup of it ended its reco
   const publishedBefore = fs.existsSync(path.join(output, "current"))
     ? fs.readlinkSync(path.join(output, "current"))
     : null;
-  const error = await runRebuild(deps, job("order-ended", "ordered", 1, lockHeld)).then(
-    (outcome) => outcome,
-    (e: unknown) => e,
+  const outcome = await runRebuild(deps, job("order-ended", "ordered", 1, lockHeld));
+  assert.equal(
+    outcome.status,
+    "deferred",
+    `it still holds the job: the request is kept, no attempt spent: ${JSON.stringify(outcome)}`,
   );
-  assert.ok(error instanceof RebuildError, `the pickup stops: ${JSON.stringify(error)}`);
-  assert.match(error.message, /another pickup of this attempt has it/);
-  assert.equal(error.retry, true, "it still holds the job: retried as a new attempt");
   const publishedAfter = fs.existsSync(path.join(output, "current"))
     ? fs.readlinkSync(path.join(output, "current"))
     : null;
@@ -244,9 +254,28 @@ test("the same attempt picked up again after another pickup of it ended its reco
   const record = await readRun(bed.main, bed.keys, runId);
   assert.equal(record?.status, "failed", "the record says what the earlier pickup did");
   assert.equal(record?.workerId, "an-earlier-worker");
+
+  // That pickup rebuilt it: the job is done (a skip), not failed nor run again.
+  const rebuiltId = runIdOf("order-ended-rebuilt", 1);
+  const rebuiltBy = { ...identity, runId: rebuiltId, jobId: "order-ended-rebuilt" };
+  const earlierRebuilt = await beginAttempt(store, rebuiltBy, { mode: { kind: "running" } });
+  assert.equal(
+    await writeRun(store, rebuiltBy, { status: "rebuilt", fields: { fence: 1 }, owner: earlierRebuilt.beginId }),
+    "written",
+  );
+  const done = await runRebuild(deps, job("order-ended-rebuilt", "ordered", 1, lockHeld));
+  assert.equal(done.status, "skipped", JSON.stringify(done));
+  assert.equal((await readRun(bed.main, bed.keys, rebuiltId))?.status, "rebuilt");
+
+  // A pickup that lost its job lock only stops (the job is another pickup's).
+  const stale = await runRebuild(deps, job("order-ended", "ordered", 1, lockLost)).then(
+    (o) => o,
+    (e: unknown) => e,
+  );
+  assert.ok(stale instanceof RebuildError && !stale.retry, `stops, not retried: ${String(stale)}`);
 });
 
-test("an operator's cancel reaching a pickup whose record another pickup took over ends that record on the job's behalf: the status and why, none of the stale pickup's steps", async () => {
+test("an operator's cancel reaching a pickup whose record another pickup took over writes nothing on it (that pickup's own cancel watch ends it): the stale pickup ends cancelled", async () => {
   const runId = runIdOf("order-cancel", 1);
   const controller = new AbortController();
   const stale = runRebuild(deps, {
@@ -283,10 +312,94 @@ test("an operator's cancel reaching a pickup whose record another pickup took ov
   const outcome = await stale;
   assert.equal((outcome as { status?: string }).status, "cancelled", JSON.stringify(outcome));
 
+  // A write on the job's behalf could land between the owner's last cancel check and its
+  // publish, calling a published build cancelled: the owner ends its record itself.
   const record = await readRun(bed.main, bed.keys, runId);
-  assert.equal(record?.status, "cancelled", "the job's cancel ends the record");
-  assert.match(record?.reason ?? "", /cancelled by ops: wrong input/);
+  assert.equal(record?.status, "running", "left to the pickup that has it");
   assert.equal(record?.workerId, "the-second-pickup");
   assert.deepEqual(record?.steps, [], "none of the stale pickup's steps");
   assert.equal(record?.fence ?? null, null, "nor its fence");
+});
+
+test("a live pickup's record is not taken over by a stale pickup of the same attempt (its begin, or its begin in a final mode): the live one's record says what it built", async () => {
+  const runId = runIdOf("order-live", 1);
+  // The live pickup's worker beats (the worker process writes this on its heartbeat).
+  await bed.main.set(bed.keys.workerHeartbeat(deps.worker.id), "1", "PX", 60_000);
+  try {
+    const live = runRebuild(deps, job("order-live", "live-pickup", 1, lockHeld));
+    await waitFor("the live pickup's step to run", async () =>
+      (await readRun(bed.main, bed.keys, runId))?.steps.some((step) => step.status === "running"),
+    );
+    // A stale pickup of the same attempt (its job lock lost, the queue's Redis forgot it) ends
+    // where it begins: e.g. stopped while its inputs were read.
+    const store = { client: bed.main, keys: bed.keys, retention: deps.retention ?? DEFAULT_RETENTION };
+    const staleIdentity = {
+      ...runPlaceOf("live-pickup", undefined),
+      runId,
+      jobId: "order-live",
+      attempt: 1,
+      previousRunId: null,
+      rebuildName: "live-pickup",
+      createdAt: Date.now(),
+      trigger: "api" as const,
+      workerId: "a-stale-pickup",
+      host: "h",
+    };
+    const ended = await beginAttempt(store, staleIdentity, {
+      mode: { kind: "final", status: "aborted", reason: "job lock lost while its inputs were read" },
+    });
+    assert.equal(ended.status, "exists", "the live pickup's record is left alone");
+    const begun = await beginAttempt(store, staleIdentity, { mode: { kind: "running" } });
+    assert.equal(begun.status, "exists");
+
+    const outcome = await live;
+    assert.equal(outcome.status, "rebuilt", JSON.stringify(outcome));
+    const record = await readRun(bed.main, bed.keys, runId);
+    assert.equal(record?.status, "rebuilt", "the record says what was built");
+    assert.equal(record?.workerId, deps.worker.id);
+    assert.equal(record?.buildHash, outcome.status === "rebuilt" ? outcome.buildHash : "?");
+  } finally {
+    await bed.main.del(bed.keys.workerHeartbeat(deps.worker.id));
+  }
+});
+
+test("a pickup whose record another pickup took over while it ran (its worker stopped beating) does not publish: it defers, the request is kept, the output is not moved", async () => {
+  const runId = runIdOf("order-taken", 1);
+  const output = outputDirOf(bed.definitions.rebuilds.get("taken-pickup")!, undefined);
+  const paused = runRebuild(deps, job("order-taken", "taken-pickup", 1, lockHeld));
+  await waitFor("the first pickup's step to run", async () =>
+    (await readRun(bed.main, bed.keys, runId))?.steps.some((step) => step.status === "running"),
+  );
+  // No heartbeat of the first pickup's worker (as after a pause past it): a second pickup of the
+  // same attempt takes the record over.
+  const store = { client: bed.main, keys: bed.keys, retention: deps.retention ?? DEFAULT_RETENTION };
+  const taken = await beginAttempt(
+    store,
+    {
+      ...runPlaceOf("taken-pickup", undefined),
+      runId,
+      jobId: "order-taken",
+      attempt: 1,
+      previousRunId: null,
+      rebuildName: "taken-pickup",
+      createdAt: Date.now(),
+      trigger: "api",
+      workerId: "the-second-pickup",
+      host: "h",
+    },
+    { mode: { kind: "running" } },
+  );
+  assert.equal(taken.status, "began");
+  const outcome = await paused;
+  assert.equal(outcome.status, "deferred", `not published, the request kept: ${JSON.stringify(outcome)}`);
+  assert.equal(fs.existsSync(path.join(output, "current")), false, "nothing published");
+  const record = await readRun(bed.main, bed.keys, runId);
+  assert.equal(record?.status, "running", "the second pickup's, untouched");
+  assert.equal(record?.workerId, "the-second-pickup");
+  assert.equal(record?.buildHash ?? null, null);
+  assert.equal(
+    await bed.main.get(bed.keys.idempotency(idempotencyKey("taken-pickup", undefined, "v1"))),
+    null,
+    "the version is not marked rebuilt",
+  );
 });

@@ -153,6 +153,7 @@ test("begin: already rebuilt is one write of a skipped record; a final begin; an
 
   assert.deepEqual(await beginAttempt(store, early, { mode: { kind: "running" } }), {
     status: "exists",
+    recordStatus: "failed",
     cancelRequest: null,
   });
   assert.equal((await readRun(client, keys, early.runId))?.status, "failed");
@@ -291,13 +292,32 @@ test("the same attempt begun again (a second pickup: the queue lost a pickup) ta
     }),
     "written",
   );
-  const startedAt = (await readRun(client, keys, a1.runId))?.startedAt;
+  let record = await readRun(client, keys, a1.runId);
+  const startedAt = record?.startedAt;
   const score = await client.zscore(keys.runIndex(), a1.runId);
 
+  // The first pickup's worker still beats: its record is not taken (the second is told what it says).
+  await client.set(keys.workerHeartbeat("w1"), "1", "PX", 60_000);
+  const refused = await beginOwnedAttempt(store, { ...a1, workerId: "w2" }, { mode: { kind: "running" } });
+  assert.equal(refused.status, "exists");
+  assert.equal(refused.status === "exists" && refused.recordStatus, "running");
+  const finalRefused = await beginOwnedAttempt(
+    store,
+    { ...a1, workerId: "w2" },
+    { mode: { kind: "final", status: "aborted", reason: "stale pickup stopped" } },
+  );
+  assert.equal(finalRefused.status, "exists", "nor ended by a final begin");
+  record = await readRun(client, keys, a1.runId);
+  assert.equal(record?.workerId, "w1");
+  assert.equal(record?.fence, 1, "untouched");
+  assert.equal(await writeRun(store, a1, { fields: { progress: 0.6 }, ...mine }), "written", "still the first's");
+
+  // Its worker stopped beating (died, or paused past its heartbeat): taken over.
+  await client.del(keys.workerHeartbeat("w1"));
   const second = await beginOwnedAttempt(store, { ...a1, workerId: "w2" }, { mode: { kind: "running" } });
   assert.equal(second.status, "began", "taken over");
   assert.notEqual(second.beginId, first.beginId);
-  let record = await readRun(client, keys, a1.runId);
+  record = await readRun(client, keys, a1.runId);
   assert.equal(record?.status, "running");
   assert.equal(record?.workerId, "w2");
   assert.equal(record?.progress, 0);
@@ -332,7 +352,13 @@ test("the same attempt begun again (a second pickup: the queue lost a pickup) ta
   assert.equal(record?.progress, 0);
   assert.equal(record?.buildHash ?? null, null);
   assert.equal(record?.version ?? null, null);
-  assert.deepEqual(await readRunLog(client, keys, a1.runId), ["first's"]);
+  const log = await readRunLog(client, keys, a1.runId);
+  assert.equal(log.length, 2, log.join(" | "));
+  assert.equal(log[0], "first's");
+  assert.match(
+    log[1]!,
+    /record taken over by worker w2 \(the same attempt picked up again\) from worker w1 \(its worker stopped beating\)$/,
+  );
   // … but a build it published is marked rebuilt (the idempotency key is about the output).
   assert.equal(await client.get(keys.idempotency("h-owned")), a1.runId);
 

@@ -125,6 +125,7 @@ test("every way into a final status counts the run once, per rebuild and per ten
   assert.deepEqual(await closeAbandonedRuns(store), []);
   assert.deepEqual(await beginAttempt(store, a, { mode: { kind: "final", status: "failed", reason: "x" } }), {
     status: "exists",
+    recordStatus: "rebuilt",
     cancelRequest: null,
   });
   assert.deepEqual(await readBoth(keys, "tiles"), truth);
