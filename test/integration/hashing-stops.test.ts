@@ -18,7 +18,8 @@ import { outputDirOf } from "../../lib/rebuilds/definitions";
 import { INPUTS_VISIBLE_AFTER_MS, RebuildError, runRebuild } from "../../lib/rebuilds/run-rebuild";
 import { abandonedInputReads } from "../../lib/rebuilds/version";
 import { abandonRun } from "../../lib/runs/abandoned";
-import { DEFAULT_RETENTION, readRun } from "../../lib/runs/records";
+import { DEFAULT_RETENTION, readRun, runPlaceOf } from "../../lib/runs/records";
+import { beginAttempt } from "../../lib/runs/writer";
 import { isFinalStatus } from "../../lib/runs/transitions";
 import { replyLosingClient } from "../support/reply-losing";
 import { createTestBed, rebuildDepsOf, type TestBed } from "../support/stack";
@@ -35,7 +36,13 @@ const slowRebuild = (name: string, inputs: string[]) => ({
   steps: [{ name: "noop", run: ["true"] }],
 });
 /** FIFOs: inputs that end when a writer lets them (or never). */
-const FIFO_INPUTS = ["slow-input-cancel", "slow-input-deploy", "slow-input-lock", "slow-input-cancelled"];
+const FIFO_INPUTS = [
+  "slow-input-cancel",
+  "slow-input-deploy",
+  "slow-input-lock",
+  "slow-input-cancelled",
+  "slow-input-exists",
+];
 /**
  * Large sparse files (MiB): a few seconds to hash, no disk. A FIFO cannot stand in for them:
  * writing one changes its mtime, and an input that changes while it is read fails.
@@ -297,9 +304,10 @@ test("an attempt whose record the job's next attempt closed while it read its in
   );
   assert.equal(firstDone, false, "attempt 1 is still reading (else this test shows nothing)");
 
+  // It does not go on; it defers (the request is kept, no attempt spent: in the worker, the
+  // queue refuses the move of a pickup that lost its job lock).
   const outcome = await first;
-  assert.ok(outcome instanceof RebuildError, `attempt 1 does not go on: ${JSON.stringify(outcome)}`);
-  assert.match(outcome.message, /record was ended \(aborted\) before it took the claim/);
+  assert.equal((outcome as { status?: string }).status, "deferred", `attempt 1 does not go on: ${String(outcome)}`);
   const closed = await readRun(bed.main, bed.keys, "closed-a1");
   assert.equal(closed?.status, "aborted");
   assert.equal(closed?.version ?? null, null, "nothing was written on the closed record");
@@ -344,8 +352,8 @@ test("the reply to the record's begin is lost and the record closed before the r
       main: proxied.main,
     }).catch((error: unknown) => error);
     assert.ok(proxied.cut(), "the begin's reply was dropped");
-    assert.ok(outcome instanceof RebuildError, `the attempt does not go on: ${JSON.stringify(outcome)}`);
-    assert.match(outcome.message, /record was ended \(final\) before it took the claim/);
+    // It stops reading at once and defers: the request is kept, no attempt spent.
+    assert.equal((outcome as { status?: string }).status, "deferred", `the attempt does not go on: ${String(outcome)}`);
     const run = await readRun(bed.main, bed.keys, "closed-reply-a1");
     assert.equal(run?.status, "aborted");
     assert.equal(
@@ -438,13 +446,54 @@ test("the same attempt picked up twice (the queue forgot a pickup): the second, 
   assert.equal(ended?.status, "aborted", "the second's hand-back ends the record");
   // The first's version write finds the record another pickup's (ended by it, or still taken over):
   // it takes no claim, publishes nothing.
-  assert.match(
-    await first,
-    /ended \(aborted\) before it took the claim: it does not go on|taken over by another pickup/,
-  );
+  assert.equal(await first, "returned deferred");
   const after = await readRun(bed.main, bed.keys, "twice-a1");
   assert.equal(after?.status, "aborted");
   assert.equal(after?.version ?? null, null, "the first's version was not written");
   const output = outputDirOf(bed.definitions.rebuilds.get("slow-input-twice")!, undefined);
   assert.equal(fs.existsSync(path.join(output, "current")), false, "nothing published");
+});
+
+test("a pickup whose record another live pickup of the same attempt has, found while it reads its inputs: the read stops at once (a FIFO nobody writes), the pickup defers and writes nothing", async () => {
+  const store = { client: bed.main, keys: bed.keys, retention: DEFAULT_RETENTION };
+  const other = {
+    ...runPlaceOf("slow-input-exists", undefined),
+    runId: "exists-a1",
+    jobId: "exists",
+    attempt: 1,
+    previousRunId: null,
+    rebuildName: "slow-input-exists",
+    createdAt: Date.now(),
+    trigger: "api" as const,
+    workerId: "the-live-pickup",
+    host: "h",
+  };
+  await bed.main.set(bed.keys.workerHeartbeat("the-live-pickup"), "1", "PX", 60_000);
+  assert.equal((await beginAttempt(store, other, { mode: { kind: "running" } })).status, "began");
+  const stop = new AbortController();
+  const attempt = runRebuild(readingDeps(), {
+    id: "exists",
+    attempt: 1,
+    createdAt: Date.now(),
+    data: { rebuild: "slow-input-exists", trigger: "api" as const },
+    signal: stop.signal,
+  });
+  try {
+    const outcome = await Promise.race([
+      attempt,
+      new Promise<"still reading">((resolve) => setTimeout(() => resolve("still reading"), 20_000).unref()),
+    ]);
+    assert.notEqual(outcome, "still reading", "the read of an input nobody writes did not stop");
+    assert.equal((outcome as { status?: string }).status, "deferred", JSON.stringify(outcome));
+    const record = await readRun(bed.main, bed.keys, "exists-a1");
+    assert.equal(record?.status, "running", "the live pickup's record, untouched");
+    assert.equal(record?.workerId, "the-live-pickup");
+  } finally {
+    stop.abort("shutdown");
+    await attempt.catch(() => {});
+    await bed.main.del(bed.keys.workerHeartbeat("the-live-pickup"));
+    // Let the open through (it would hold this process's exit).
+    fs.closeSync(fs.openSync(fifoOf("slow-input-exists"), fs.constants.O_WRONLY | fs.constants.O_NONBLOCK));
+    await until("the stuck read ended", async () => abandonedInputReads() === 0, 10_000);
+  }
 });
