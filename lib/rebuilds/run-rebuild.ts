@@ -802,22 +802,24 @@ class RebuildAttempt {
   }
 
   /**
-   * Right before the fenced publish, in one wait: the job's cancel request is looked for now (a
-   * holder paused past an operator's cancel must not publish on waking), and the record is asked
-   * whether it is still this pickup's (the queued progress is sent, owner-checked): one taken over
+   * Right before the fenced publish, in one round trip: the job's cancel request is looked for now
+   * (a holder paused past an operator's cancel must not publish on waking), and the record is
+   * asked whether it is still this pickup's (the queued progress is sent, owner-checked): one taken over
    * by another pickup (this worker stopped beating meanwhile) or closed by someone else is not,
    * and a publish would leave a build the run history does not name. Main Redis away: the
    * publish goes on (the claim keeps it safe; the final record is written again later).
    */
   private async beforePublish(): Promise<void> {
-    const [owned] = await Promise.all([
-      this.recorder.sync().catch((error: unknown) => {
-        this.log(`the record's owner check before the publish failed (publishing anyway): ${String(error)}`);
-        return null;
-      }),
-      this.job.checkCancel?.(),
-    ]);
-    if (owned === "not-owner" || owned === "final") throw new RecordNotOursError(owned);
+    const synced = await this.recorder.sync().catch((error: unknown) => {
+      this.log(`the record's owner check before the publish failed (publishing anyway): ${String(error)}`);
+      return null;
+    });
+    // The cancel request came with it (one round trip); without it, asked on its own.
+    if (!synced) await this.job.checkCancel?.();
+    else if (synced.cancelRequest) {
+      this.job.cancelFound?.(parseCancelRequest(synced.cancelRequest) ?? UNREADABLE_CANCEL_REQUEST);
+    }
+    if (synced?.result === "not-owner" || synced?.result === "final") throw new RecordNotOursError(synced.result);
   }
 
   /** Who force-released this attempt's claim and why, from the claim trail (" by …"), or "". */

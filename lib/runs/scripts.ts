@@ -294,9 +294,9 @@ return {code, by or cancelReason or '', stray, cancel}
 `,
 });
 
-export const RUN_WRITE = typedScript<number>()({
+export const RUN_WRITE = typedScript<[code: number, cancel: string]>()({
   command: "claimwatchRunWrite",
-  keys: ["run", "runLog", "openAttempt", "idempotency", "events", "runCounters"],
+  keys: ["run", "runLog", "openAttempt", "idempotency", "events", "runCounters", "cancelRequest"],
   variadicKeys: true,
   lua: `
 --[[ Every later write of an attempt's record: fields, log lines, a status move, and with the
@@ -304,7 +304,9 @@ final record the idempotency key — checked against the record's current status
 KEYS[1] run HASH   KEYS[2] runLog LIST   KEYS[3] openAttempt STRING   KEYS[4] idempotency STRING
 KEYS[5] events STREAM (lib/events): the write's events go here, with it
 KEYS[6] runCounters HASH behind /metrics (lib/metrics/counters)
-KEYS[7 ..] indexes (status moves only): ARGV[3] base indexes, then as many per status in ARGV[9]
+KEYS[7] cancelRequest STRING: the job's operator cancel request (read only: returned, so the
+  owner check before a publish also looks for a cancel in the same round trip)
+KEYS[8 ..] indexes (status moves only): ARGV[3] base indexes, then as many per status in ARGV[9]
 ARGV[1] runId   ARGV[2] record TTL ms   ARGV[3] n   ARGV[4] new status, '' for fields only
 ARGV[5] idempotency: 'set' (to runId, PX ARGV[6]) | 'del' (only if it names this runId: another
   run's key stays) | ''   ARGV[6] idempotency TTL ms
@@ -321,7 +323,8 @@ The idempotency change is made whatever the record says (it is about the output,
 record); log lines are appended to any record that exists (a repeat of the same write adds none).
 A record field 'writeId' names the write: a final write whose record is final already with
 that same writeId is a repeat of it (applied, then asked again) and writes nothing.
-Returns ${RUN_REPLY.written} written, or a repeat of a write applied already (nothing written again)
+Returns {code, cancel}: cancel is the job's cancel request ('' for none)
+  code ${RUN_REPLY.written} written, or a repeat of a write applied already (nothing written again)
   | ${RUN_REPLY.missing} missing (trimmed or expired: nothing written)
   | ${RUN_REPLY.notOwner} the record was begun by another call than ARGV[13] (nothing written but the idempotency change)
   | ${RUN_REPLY.final} the record is final already (fields and status unchanged)
@@ -329,8 +332,9 @@ Returns ${RUN_REPLY.written} written, or a repeat of a write applied already (no
 ]]
 ${COMMON}
 local runId, n, to = ARGV[1], tonumber(ARGV[3]), ARGV[4]
-local FIRST = 7
+local FIRST = 8
 setStatuses(ARGV[9])
+local cancel = redis.call('GET', KEYS[7]) or ''
 setTimeline(ARGV[10], KEYS[6])
 if ARGV[5] == 'set' then
   redis.call('SET', KEYS[4], runId, 'PX', ARGV[6])
@@ -338,10 +342,10 @@ elseif ARGV[5] == 'del' and redis.call('GET', KEYS[4]) == runId then
   redis.call('DEL', KEYS[4])
 end
 local current = redis.call('HGET', KEYS[1], 'status')
-if not current then return ${RUN_REPLY.missing} end
+if not current then return {${RUN_REPLY.missing}, cancel} end
 if ARGV[13] ~= '' then
   local owner = redis.call('HGET', KEYS[1], 'beginId')
-  if owner and owner ~= ARGV[13] then return ${RUN_REPLY.notOwner} end
+  if owner and owner ~= ARGV[13] then return {${RUN_REPLY.notOwner}, cancel} end
 end
 local lines = tonumber(ARGV[8])
 -- A repeat of this very write, applied already (a retried call, a command resent after a
@@ -349,7 +353,7 @@ local lines = tonumber(ARGV[8])
 if FINAL[current] and current == to then
   for i = 14 + lines, #ARGV - 1, 2 do
     if ARGV[i] == 'writeId' then
-      if redis.call('HGET', KEYS[1], 'writeId') == ARGV[i + 1] then return ${RUN_REPLY.written} end
+      if redis.call('HGET', KEYS[1], 'writeId') == ARGV[i + 1] then return {${RUN_REPLY.written}, cancel} end
       break
     end
   end
@@ -359,8 +363,8 @@ if lines > 0 then
   redis.call('LTRIM', KEYS[2], -tonumber(ARGV[7]), -1)
   redis.call('PEXPIRE', KEYS[2], ARGV[2])
 end
-if FINAL[current] then return ${RUN_REPLY.final} end
-if to ~= '' and not ALLOWED[current][to] then return ${RUN_REPLY.refused} end
+if FINAL[current] then return {${RUN_REPLY.final}, cancel} end
+if to ~= '' and not ALLOWED[current][to] then return {${RUN_REPLY.refused}, cancel} end
 if #ARGV >= 14 + lines then redis.call('HSET', KEYS[1], unpack(ARGV, 14 + lines)) end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 if to ~= '' and to ~= current then
@@ -373,7 +377,7 @@ if to ~= '' and to ~= current then
 end
 publish(KEYS[5], ARGV[11])
 if lines > 0 then publish(KEYS[5], ARGV[12]) end
-return ${RUN_REPLY.written}
+return {${RUN_REPLY.written}, cancel}
 `,
 });
 

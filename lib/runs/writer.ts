@@ -349,6 +349,15 @@ export interface RunWrite {
 
 /** One write of an attempt's record (status move, fields, log lines, idempotency key). */
 export async function writeRun(store: RunStore, run: RunRef, write: RunWrite): Promise<WriteResult> {
+  return (await writeRunReading(store, run, write)).result;
+}
+
+/** `writeRun`, also answering the job's cancel request (read by the same script), or null. */
+export async function writeRunReading(
+  store: RunStore,
+  run: RunRef,
+  write: RunWrite,
+): Promise<{ result: WriteResult; cancelRequest: string | null }> {
   const { keys, retention } = store;
   // A status move touches the run's indexes; a write of fields and lines touches none.
   const layout = write.status
@@ -380,6 +389,7 @@ export async function writeRun(store: RunStore, run: RunRef, write: RunWrite): P
       write.idempotency ? keys.idempotency(write.idempotency.key) : keys.run(run.runId),
       keys.events,
       keys.metricsCounters,
+      keys.cancelRequest(run.jobId),
     ],
     layout.keys,
     [
@@ -401,21 +411,19 @@ export async function writeRun(store: RunStore, run: RunRef, write: RunWrite): P
       ...(write.writeId ? ["writeId", write.writeId] : []),
     ],
   );
-  switch (reply) {
-    case RUN_REPLY.written:
-      return "written";
-    case RUN_REPLY.missing:
-      return "missing";
-    case RUN_REPLY.final:
-      return "final";
-    case RUN_REPLY.refused:
-      return "refused";
-    case RUN_REPLY.notOwner:
-      return "not-owner";
-    default:
-      throw new Error(`${RUN_WRITE.command}: unexpected reply ${JSON.stringify(reply)}`);
-  }
+  const [code, cancel] = reply;
+  const result = WRITE_RESULTS.get(code);
+  if (!result) throw new Error(`${RUN_WRITE.command}: unexpected reply ${JSON.stringify(reply)}`);
+  return { result, cancelRequest: cancel ? cancel : null };
 }
+
+const WRITE_RESULTS = new Map<number, WriteResult>([
+  [RUN_REPLY.written, "written"],
+  [RUN_REPLY.missing, "missing"],
+  [RUN_REPLY.final, "final"],
+  [RUN_REPLY.refused, "refused"],
+  [RUN_REPLY.notOwner, "not-owner"],
+]);
 
 /**
  * An attempt's record after it began: `update` and `log` queue changes without waiting (one
@@ -521,19 +529,19 @@ export class RunRecorder {
   }
 
   /**
-   * Sends what is queued now (after the write in flight) and answers what the record said: the
-   * owner check before a publish (`written`: the record is still this attempt's; `not-owner` or
+   * Sends what is queued now (after the write in flight) and answers what the record said, with
+   * the job's cancel request (read in the same script): the owner and cancel check before a publish (`written`: the record is still this attempt's; `not-owner` or
    * `final`: another pickup took it over, or someone closed it). Fails when Redis does (what it
    * carried is lost, as for any intermediate write).
    */
-  async sync(): Promise<WriteResult> {
+  async sync(): Promise<{ result: WriteResult; cancelRequest: string | null }> {
     if (this.timer) clearTimeout(this.timer);
     this.timer = undefined;
     while (this.inFlight) await this.inFlight;
     return this.send();
   }
 
-  private send(): Promise<WriteResult> {
+  private send(): Promise<{ result: WriteResult; cancelRequest: string | null }> {
     const write: RunWrite = {
       fields: this.fields ?? {},
       logLines: this.lines,
@@ -541,7 +549,7 @@ export class RunRecorder {
     };
     this.fields = null;
     this.lines = [];
-    const written = writeRun(this.store, this.run, write);
+    const written = writeRunReading(this.store, this.run, write);
     this.inFlight = written
       .then(
         () => {},
