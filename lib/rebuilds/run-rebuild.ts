@@ -893,17 +893,31 @@ class RebuildAttempt {
     );
   }
 
-  /** The final record; a record another writer closed first stays as it is (logged). */
+  /**
+   * The final record; a record another writer closed first stays as it is (logged). A record that
+   * is gone (Redis lost it after it began: a restart from an older snapshot, a failover; running
+   * records are never trimmed) is written again, begun and ended in one write, so the history
+   * still says what this attempt did (its log lines before the loss are gone with it).
+   */
   private async finish(
     status: FinalRunStatus,
     fields: Partial<RunRecord>,
     idempotency?: RunWrite["idempotency"],
   ): Promise<void> {
-    const written = await this.recorder.finish(
-      status,
-      { ...fields, ...(this.steps.length ? { steps: this.steps } : {}) },
-      idempotency,
-    );
+    const all = { ...fields, ...(this.steps.length ? { steps: this.steps } : {}) };
+    const written = await this.recorder.finish(status, all, idempotency);
+    if (written === "missing") return this.recordAgain(status, all);
     if (written !== "written") this.log(`final record "${status}" not written: the record is ${written}`);
+  }
+
+  private async recordAgain(status: FinalRunStatus, fields: Partial<RunRecord>): Promise<void> {
+    const lost = "its record was lost after it began (Redis lost writes) and written again at its end";
+    const { reason, ...rest } = fields;
+    const again = await beginAttempt(this.store, this.identity, {
+      mode: { kind: "final", status, reason: reason ? `${reason}; ${lost}` : lost },
+      fields: { version: this.version, idempotencyKey: this.idemKey, ...rest },
+    }).catch((error: unknown) => `not written (${String(error)})`);
+    const what = typeof again === "string" ? again : again.status;
+    this.log(`final record "${status}": ${lost} (${what})`);
   }
 }

@@ -50,6 +50,11 @@ before(async () => {
       claim: { ttl: "10s", refreshEvery: "1s" },
       steps: [slowStep(3)],
     },
+    "lost-record": {
+      output: "out/lost-record",
+      claim: { ttl: "10s", refreshEvery: "1s" },
+      steps: [slowStep(2)],
+    },
     "taken-pickup": {
       output: "out/taken-pickup",
       claim: { ttl: "10s", refreshEvery: "1s" },
@@ -401,5 +406,26 @@ test("a pickup whose record another pickup took over while it ran (its worker st
     await bed.main.get(bed.keys.idempotency(idempotencyKey("taken-pickup", undefined, "v1"))),
     null,
     "the version is not marked rebuilt",
+  );
+});
+
+test("an attempt whose record Redis lost while it ran (a restart from an older snapshot) writes it again at its end: the history names its build", async () => {
+  const runId = runIdOf("order-lost", 1);
+  const running = runRebuild(deps, job("order-lost", "lost-record", 1, lockHeld));
+  await waitFor("the step to run", async () =>
+    (await readRun(bed.main, bed.keys, runId))?.steps.some((step) => step.status === "running"),
+  );
+  await bed.main.del(bed.keys.run(runId));
+  const outcome = await running;
+  assert.equal(outcome.status, "rebuilt", JSON.stringify(outcome));
+  const record = await readRun(bed.main, bed.keys, runId);
+  assert.equal(record?.status, "rebuilt", "recorded again");
+  assert.equal(record?.buildHash, outcome.status === "rebuilt" ? outcome.buildHash : "?");
+  assert.equal(record?.fence, outcome.status === "rebuilt" ? outcome.fence : -1);
+  assert.equal(record?.version, "v1");
+  assert.match(record?.reason ?? "", /record was lost after it began/);
+  assert.deepEqual(
+    record?.steps.map((step) => step.status),
+    ["done"],
   );
 });
