@@ -92,7 +92,8 @@ async function heartbeat(): Promise<void> {
     if (lastBeatFailed) log("heartbeat restored");
     lastBeatFailed = false;
     for (const line of await repairCurrentLinks(claims, keys, definitions)) log(line);
-    for (const runId of await closeAbandonedRuns({ client: main, keys, retention }))
+    const self = { workerId: identity.id, activeJobIds: () => running.ids() };
+    for (const runId of await closeAbandonedRuns({ client: main, keys, retention }, self))
       log(`closed abandoned run ${runId}`);
     const sinceMaintenance = running.processed() - processedAtMaintenance;
     const busy = sinceMaintenance >= MAINTENANCE_AFTER_JOBS;

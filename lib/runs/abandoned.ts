@@ -3,7 +3,9 @@
  * attempt came to close them — BullMQ failed the job after its stall limit, the job was removed,
  * the queue drained. Every worker sweeps on its heartbeat: a queued or running record whose
  * worker has no live heartbeat (expired on the Redis clock) is closed as aborted, in one script
- * that re-checks both at the moment of the write.
+ * that re-checks both at the moment of the write. A worker also closes its own records whose job
+ * it no longer runs: an attempt whose final write failed (Redis away or out of memory at that
+ * moment) would otherwise stay running as long as the worker lives, unless its job ran again.
  */
 import type { Redis } from "ioredis";
 import { RUN_REPLY } from "../redis/replies";
@@ -25,7 +27,7 @@ export async function abandonRun(store: RunStore, run: RunRef, reason: string): 
     RUN_ABANDON,
     [keys.run(run.runId), keys.runOpenAttempt(run.jobId), keys.run(run.runId), keys.metricsCounters],
     layout.keys,
-    [run.runId, layout.n, reason, "", layout.statuses, timelineSpec(keys, run, store.retention)],
+    [run.runId, layout.n, reason, "", layout.statuses, timelineSpec(keys, run, store.retention), ""],
   );
   return reply === RUN_REPLY.written;
 }
@@ -33,12 +35,20 @@ export async function abandonRun(store: RunStore, run: RunRef, reason: string): 
 /** In-flight records looked at per sweep (the running index holds only runs in flight). */
 const SWEEP_BATCH = 200;
 
+/** The sweeping worker itself: its records whose job it no longer runs are closed too. */
+export interface SweepingWorker {
+  workerId: string;
+  /** The jobs it runs now (asked after the records are read: a job started meanwhile is kept). */
+  activeJobIds: () => Iterable<string>;
+}
+
 /**
  * One sweep: two round trips (the in-flight records' workers, then one script per record whose
- * worker looks gone). Returns the run ids closed.
+ * worker looks gone, or is `self` and no longer runs its job). Returns the run ids closed.
  */
 export async function closeAbandonedRuns(
   store: RunStore & { client: RunStore["client"] & Pick<Redis, "zrange" | "pipeline"> },
+  self?: SweepingWorker,
 ): Promise<string[]> {
   const { client, keys } = store;
   const ids = [
@@ -49,11 +59,14 @@ export async function closeAbandonedRuns(
   const lookup = client.pipeline();
   for (const id of ids) lookup.hmget(keys.run(id), "workerId", "jobId", "rebuild", "tenant");
   const replies = (await lookup.exec()) ?? [];
+  const active = new Set(self?.activeJobIds() ?? []);
   const pipeline = scriptPipeline(client, [RUN_ABANDON]);
   const queued: string[] = [];
   ids.forEach((runId, i) => {
     const [workerId, jobId, rebuild, tenant] = (replies[i]?.[1] as (string | null)[] | undefined) ?? [];
     if (!workerId || !jobId) return;
+    const mine = workerId === self?.workerId;
+    if (mine && active.has(jobId)) return;
     const layout = indexLayout(keys, runPlaceOf(rebuild, tenant), ABANDON_STATUSES);
     queueVariadicScript(
       pipeline,
@@ -63,10 +76,13 @@ export async function closeAbandonedRuns(
       [
         runId,
         layout.n,
-        `worker ${workerId} stopped beating (died or paused) and no later attempt took the job over`,
+        mine
+          ? `worker ${workerId} no longer runs this attempt, and its final record was not written (Redis refused or lost the write)`
+          : `worker ${workerId} stopped beating (died or paused) and no later attempt took the job over`,
         workerId,
         layout.statuses,
         timelineSpec(keys, runPlaceOf(rebuild, tenant), store.retention),
+        mine ? "1" : "",
       ],
     );
     queued.push(runId);

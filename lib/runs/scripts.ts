@@ -475,6 +475,8 @@ ARGV[4] workerId the caller saw: '' closes it whatever its worker; otherwise onl
   still names that worker and the worker's heartbeat has expired (on the Redis clock)
 ARGV[5] statuses with index keys (comma-separated)
 ARGV[6] timeline counters of the run's place (JSON, timeline-counters.ts): an abort is counted
+ARGV[7] '1': the caller is that worker (it no longer runs the record's job): its heartbeat is
+  not asked, the record must still name it
 Returns ${RUN_REPLY.written} aborted | ${RUN_REPLY.no} left alone (final, or its worker is live or changed) | ${RUN_REPLY.missing} missing
 ]]
 ${COMMON}
@@ -483,7 +485,7 @@ setTimeline(ARGV[6], KEYS[4])
 if redis.call('EXISTS', KEYS[1]) == 0 then return ${RUN_REPLY.missing} end
 if ARGV[4] ~= '' then
   if redis.call('HGET', KEYS[1], 'workerId') ~= ARGV[4] then return ${RUN_REPLY.no} end
-  if redis.call('EXISTS', KEYS[3]) == 1 then return ${RUN_REPLY.no} end
+  if ARGV[7] ~= '1' and redis.call('EXISTS', KEYS[3]) == 1 then return ${RUN_REPLY.no} end
 end
 local closed = abandon(KEYS[1], ARGV[1], ARGV[3], 5, tonumber(ARGV[2]))
 if closed == 1 and redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end

@@ -485,7 +485,7 @@ test("intermediate writes carry the configured retention", async () => {
   assert.ok((await client.pttl(keys.runLog(a1.runId))) <= limit, "log");
 });
 
-test("the sweep closes in-flight runs of workers without a heartbeat, and only those", async () => {
+test("the sweep closes in-flight runs of workers without a heartbeat, and the sweeping worker's own whose job it no longer runs; only those", async () => {
   const keys = redisKeys(uniquePrefix());
   const store = storeOf(keys);
   await beginAttempt(store, attempt("live", 1, "alive"), { mode: { kind: "running" } });
@@ -505,6 +505,20 @@ test("the sweep closes in-flight runs of workers without a heartbeat, and only t
 
   assert.equal(await abandonRun(store, attempt("live", 1), "closed by hand"), true);
   assert.equal(await abandonRun(store, attempt("live", 1), "again"), false, "a final record stays");
+
+  // A worker's own records whose job it no longer runs (their final write failed): closed by its
+  // sweep, though it beats; those of jobs it runs, and another live worker's, are left.
+  await beginAttempt(store, attempt("left", 1, "self"), { mode: { kind: "running" } });
+  await beginAttempt(store, attempt("runs", 1, "self"), { mode: { kind: "running" } });
+  await beginAttempt(store, attempt("other", 1, "alive"), { mode: { kind: "running" } });
+  await client.hset(keys.workerHeartbeat("self"), "id", "self");
+  assert.deepEqual(await closeAbandonedRuns(store), [], "every worker beats");
+  assert.deepEqual(await closeAbandonedRuns(store, { workerId: "self", activeJobIds: () => ["runs"] }), ["left-a1"]);
+  const left = await readRun(client, keys, "left-a1");
+  assert.equal(left?.status, "aborted");
+  assert.match(left?.reason ?? "", /worker self no longer runs this attempt/);
+  assert.equal((await readRun(client, keys, "runs-a1"))?.status, "running");
+  assert.equal((await readRun(client, keys, "other-a1"))?.status, "running");
 });
 
 test("trimming removes old and excess runs from every index, never a run in flight", async () => {
