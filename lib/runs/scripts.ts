@@ -162,7 +162,7 @@ another earlier one ("stray") is returned for the caller to close with RUN_ABAND
 (this attempt lost its job lock before its first write, and the job was picked up again) is left
 alone and stays the attempt in flight: records go one way, like takeovers.
 A job with a cancel request (KEYS[6]) begins and ends cancelled, whatever the mode (unless the
-caller begins it cancelled itself, with its own reason): reason "cancelled by <actor>: <reason>"
+caller begins it cancelled itself, with its own reason, or rebuilt: a publish that happened): reason "cancelled by <actor>: <reason>"
 (lib/rebuilds/cancel-request.ts describeCancel), or "cancelled by an operator" for a request it
 cannot read; no duration. It is neither skipped as already rebuilt nor failed.
 Attempt numbers are read from run ids (\`<job>-a<attempt>\`, runIdOf).
@@ -237,7 +237,8 @@ end
 local by = false
 local status = mode
 local cancelReason = false
-if cancel ~= '' and mode ~= 'cancelled' then
+-- A 'rebuilt' begin records a publish that happened (its record was lost): no cancel undoes it.
+if cancel ~= '' and mode ~= 'cancelled' and mode ~= 'rebuilt' then
   status = 'cancelled'
   cancelReason = cancelReasonOf(cancel)
 elseif mode == 'check' then

@@ -17,6 +17,7 @@ import { outputDirOf } from "../../lib/rebuilds/definitions";
 import { idempotencyKey } from "../../lib/rebuilds/version";
 import { RebuildError, runRebuild, type RebuildDeps, type RebuildJob } from "../../lib/rebuilds/run-rebuild";
 import { DEFAULT_RETENTION, readRun, runPlaceOf } from "../../lib/runs/records";
+import { closeAbandonedRuns } from "../../lib/runs/abandoned";
 import { beginAttempt, writeRun } from "../../lib/runs/writer";
 import { runIdOf } from "../../lib/runs/types";
 import { createTestBed, rebuildDepsOf, slowStep, type TestBed } from "../support/stack";
@@ -54,6 +55,11 @@ before(async () => {
       output: "out/lost-record",
       claim: { ttl: "10s", refreshEvery: "1s" },
       steps: [slowStep(2)],
+    },
+    "swept-pickup": {
+      output: "out/swept-pickup",
+      claim: { ttl: "30s", refreshEvery: "1s" },
+      steps: [slowStep(3)],
     },
     "taken-pickup": {
       output: "out/taken-pickup",
@@ -428,4 +434,22 @@ test("an attempt whose record Redis lost while it ran (a restart from an older s
     record?.steps.map((step) => step.status),
     ["done"],
   );
+});
+
+test("a holder whose record the sweep closed while it ran (its worker stopped beating: paused past its heartbeat, its claim's TTL longer) publishes nothing on waking: it defers", async () => {
+  const runId = runIdOf("order-swept", 1);
+  const output = outputDirOf(bed.definitions.rebuilds.get("swept-pickup")!, undefined);
+  const paused = runRebuild(deps, job("order-swept", "swept-pickup", 1, lockHeld));
+  await waitFor("the step to run", async () =>
+    (await readRun(bed.main, bed.keys, runId))?.steps.some((step) => step.status === "running"),
+  );
+  // No heartbeat of its worker: another worker's sweep closes the record as aborted.
+  const store = { client: bed.main, keys: bed.keys, retention: deps.retention ?? DEFAULT_RETENTION };
+  assert.ok((await closeAbandonedRuns(store)).includes(runId), "the sweep closed it");
+  const outcome = await paused;
+  assert.equal(outcome.status, "deferred", `not published, the request kept: ${JSON.stringify(outcome)}`);
+  assert.equal(fs.existsSync(path.join(output, "current")), false, "nothing published");
+  const record = await readRun(bed.main, bed.keys, runId);
+  assert.equal(record?.status, "aborted", "the record says what happened: nothing built");
+  assert.equal(record?.buildHash ?? null, null);
 });
