@@ -74,6 +74,8 @@ export interface Figures {
   pointerWrong: number;
   /** Run records not in a final status after the drain (issue 13: every attempt ends). */
   stuckRunning: number;
+  /** Runs the watcher saw publish whose record does not say rebuilt (issue 13: the history tells the truth). */
+  unrecordedPublishes: number;
   /** Cells (rebuild, tenant, status) where the run counters behind /metrics differ from the final records. */
   miscounted: number;
   /** Issue 14: a fence held by two grants (two attempts of different jobs recorded with one fence on one claim). */
@@ -326,6 +328,15 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
     ([, job]) => job.state === "failed" && BULLMQ_OWN_FAILURE.test(job.failedReason ?? ""),
   );
   const leftRunning = records.filter((r) => !isFinalStatus(r.status));
+  // Every publish the watcher saw names a run whose record says rebuilt: a holder whose record
+  // was taken over or closed (paused past its heartbeat) must not publish (issue 13, the run
+  // history tells what happened). A publish refused by the fence file (the claims Redis granted
+  // its fence twice: "not published") moved the Redis pointer only, and says so in its record.
+  const unrecordedPublishes = [
+    ...new Set(pointerEvents.map((e) => (typeof e.runId === "string" ? e.runId : "")).filter(Boolean)),
+  ]
+    .map((runId) => ({ runId, record: recordById.get(runId) }))
+    .filter(({ record }) => record?.status !== "rebuilt" && !/granted twice/.test(record?.reason ?? ""));
   // Every attempt that reached a final status is counted once in the run counters behind
   // /metrics, by the script that made it final (lib/metrics/counters): the counters must match
   // the records, cell by cell, both ways (a Redis crash loses a record and its count together).
@@ -694,6 +705,10 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   for (const r of leftRunning.slice(0, 8)) {
     lines.push(`    ${r.id} ${r.status} (worker ${r.workerId ?? "?"}, started ${r.startedAt ? at(r.startedAt) : "?"})`);
   }
+  lines.push(`  publishes whose run record does not say rebuilt: ${unrecordedPublishes.length}`);
+  for (const u of unrecordedPublishes.slice(0, 8)) {
+    lines.push(`    ${u.runId}: ${u.record ? `${u.record.status} (${u.record.reason ?? "no reason"})` : "no record"}`);
+  }
   if (fenced.length) {
     lines.push("fenced overlaps (harmless by design, for the record):");
     for (const o of fenced.slice(0, 3)) lines.push(...describeOverlap(o, at, recordById, workers));
@@ -712,6 +727,7 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
       staleLeft: claimsLeft.length,
       pointerWrong: pointerWrong.length,
       stuckRunning: leftRunning.length,
+      unrecordedPublishes: unrecordedPublishes.length,
       miscounted: miscounted.length,
       reissued: reissued.length,
       rolledBack: rolledBack.length,
