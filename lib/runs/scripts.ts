@@ -335,7 +335,9 @@ ${COMMON}
 local runId, n, to = ARGV[1], tonumber(ARGV[3]), ARGV[4]
 local FIRST = 8
 setStatuses(ARGV[9])
-local cancel = redis.call('GET', KEYS[7]) or ''
+-- Read only, never in the way of the record's write: a key of another type reads as none.
+local cancel = redis.pcall('GET', KEYS[7])
+if type(cancel) ~= 'string' then cancel = '' end
 setTimeline(ARGV[10], KEYS[6])
 if ARGV[5] == 'set' then
   redis.call('SET', KEYS[4], runId, 'PX', ARGV[6])
