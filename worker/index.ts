@@ -186,7 +186,7 @@ async function shutdown(signal: NodeJS.Signals): Promise<void> {
   // its claim and moves its job back to waiting. The wait follows the longest killGrace, so a
   // step is dead before its job can start elsewhere; whatever is left after it is SIGKILLed here
   // (and would die with this process anyway: their init watches a pipe only this process holds).
-  worker.cancelAllJobs("shutdown");
+  running.abortAll("shutdown");
   const wait = shutdownWaitMs(definitions);
   let waitTimer: NodeJS.Timeout | undefined;
   const closed = await Promise.race([

@@ -16,6 +16,7 @@ import {
 import { CANCEL_ABORT_REASON, CancelWatch, readCancelRequest } from "../lib/rebuilds/cancel-request";
 import { isSchedulePaused } from "../lib/rebuilds/schedules";
 import { clearPendingTrigger } from "../lib/rebuilds/trigger";
+import { DEFER_MIN_MS } from "../lib/rebuilds/decide";
 import { RebuildError, runRebuild, type RebuildDeps, type RebuildOutcome } from "../lib/rebuilds/run-rebuild";
 import { lockRenewTimeFor, stepWarden, wardenSilenceFor } from "../lib/rebuilds/steps/warden";
 
@@ -45,13 +46,27 @@ export interface RunningJobs {
   ids(): string[];
   /** Jobs this worker has finished processing (any outcome), since it started. */
   processed(): number;
+  /** Aborts every job running here (e.g. "shutdown": each hands its job back). */
+  abortAll(reason: string): void;
 }
+
+/** One pickup of a job on this worker: its own abort, beside BullMQ's job signal. */
+interface Pickup {
+  abort: AbortController;
+}
+
+/** The job signal's reason when the pickup lost its BullMQ job lock (classify-failure reads it). */
+const LOCK_LOST_REASON = "lock-lost";
 
 export function startRebuildWorker(
   deps: RebuildDeps & { connection: Redis },
   options: RebuildWorkerOptions = DEFAULT_WORKER_OPTIONS,
 ): { worker: Worker<RebuildJobData, RebuildJobResult>; running: RunningJobs } {
-  const active = new Set<string>();
+  // The pickup of each job this worker runs now: one per job id. BullMQ keys a worker's lock
+  // renewals by job id, so a pickup of a job beside an older, stale pickup of it on this worker
+  // (the worker stalled past its job lock and was handed the job again) would lose its renewals
+  // when the older one ends — then the next pickup's, and so on: the job would never finish.
+  const pickups = new Map<string, Pickup>();
   let processed = 0;
   const log = deps.log ?? (() => {});
   // A worker that stops running long enough to lose its job lock loses its jobs to other
@@ -61,12 +76,15 @@ export function startRebuildWorker(
   const cancels = new CancelWatch(
     deps.main,
     deps.keys,
-    () => [...active],
+    () => [...pickups.keys()],
     (jobId, request) => {
       log(`job ${jobId}: cancel requested by ${request.actor}; aborting it`);
-      worker.cancelJob(jobId, CANCEL_ABORT_REASON);
+      abortJob(jobId, CANCEL_ABORT_REASON);
     },
   );
+
+  // Aborts the pickup of a job running here (its signal joins BullMQ's job signal).
+  const abortJob = (jobId: string, reason: string) => pickups.get(jobId)?.abort.abort(reason);
 
   const processor = async (
     job: Job<RebuildJobData, RebuildJobResult>,
@@ -74,7 +92,19 @@ export function startRebuildWorker(
     signal?: AbortSignal,
   ): Promise<RebuildJobResult> => {
     const jobId = job.id!;
-    active.add(jobId);
+    const earlier = pickups.get(jobId);
+    if (earlier) {
+      // This worker still runs an earlier pickup of the job, which lost its job lock (this pickup
+      // has it now): it is stopped as a lost lock stops it, and this pickup waits until it is
+      // gone — it starts nothing beside it, not even a record.
+      log(`job ${jobId}: picked up again while its earlier pickup still runs here; stopping that one, deferred`);
+      earlier.abort.abort(LOCK_LOST_REASON);
+      await job.moveToDelayed(Date.now() + DEFER_MIN_MS, token);
+      throw new DelayedError("deferred: an earlier pickup of this job still runs on this worker");
+    }
+    const pickup: Pickup = { abort: new AbortController() };
+    pickups.set(jobId, pickup);
+    const jobSignal = signal ? AbortSignal.any([signal, pickup.abort.signal]) : pickup.abort.signal;
     // A started job drops its "waiting trigger" marker, so later triggers queue a new job. A
     // forced job does it here; any other with its idempotency check (run-rebuild, one round
     // trip), or below when it fails before that check ran.
@@ -103,7 +133,7 @@ export function startRebuildWorker(
         attempt: Math.max(1, job.attemptsStarted),
         createdAt: job.timestamp,
         data: job.data,
-        signal: signal ?? new AbortController().signal,
+        signal: jobSignal,
         cancelRequest: () => cancels.requestFor(jobId),
         cancelFound: (request) => cancels.note(jobId, request),
         checkCancel: async () => {
@@ -141,7 +171,7 @@ export function startRebuildWorker(
       }
       throw error;
     } finally {
-      active.delete(jobId);
+      if (pickups.get(jobId) === pickup) pickups.delete(jobId);
       cancels.forget(jobId);
       processed += 1;
     }
@@ -171,11 +201,14 @@ export function startRebuildWorker(
   worker.on("lockRenewalFailed", (ids: string[]) => {
     for (const id of ids) {
       log(`job ${id}: job lock lost; aborting it`);
-      worker.cancelJob(id, "lock-lost");
+      abortJob(id, LOCK_LOST_REASON);
     }
   });
   worker.on("error", (error) => log(`worker error: ${error.message}`));
   cancels.start();
   worker.on("closed", () => cancels.stop());
-  return { worker, running: { ids: () => [...active], processed: () => processed } };
+  const abortAll = (reason: string) => {
+    for (const jobId of pickups.keys()) abortJob(jobId, reason);
+  };
+  return { worker, running: { ids: () => [...pickups.keys()], processed: () => processed, abortAll } };
 }

@@ -7,7 +7,9 @@ import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
 import { after, before, test } from "node:test";
+import { Worker } from "bullmq";
 import { claimName, readPublished } from "../../lib/claims";
+import { queuePrefix, REBUILD_QUEUE } from "../../lib/rebuilds/queue";
 import { hashDirectory, readCurrent } from "../../lib/rebuilds/output";
 import { createTestBed, slowStep, type TestBed } from "../support/stack";
 
@@ -20,6 +22,13 @@ before(async () => {
       timeLimit: "2m",
       retries: { attempts: 3, backoff: "200ms", maxBackoff: "1s" },
       steps: [slowStep(3)],
+    },
+    // A claim that outlives the pause below: only the job lock runs out.
+    long: {
+      output: "out/long",
+      claim: { ttl: "30s", refreshEvery: "1s" },
+      timeLimit: "2m",
+      steps: [slowStep(12)],
     },
   });
 });
@@ -128,6 +137,60 @@ test("SIGSTOP past the claim TTL: a second worker takes over; after SIGCONT the 
   } finally {
     await frozen.stop("SIGKILL");
     await second.stop();
+  }
+});
+
+test("one worker paused past its job lock is handed its own job again while the old pickup winds down: the job is rebuilt, no record closed under a live pickup", async () => {
+  // BullMQ keys a worker's lock renewals by job id: when a stale pickup of a job ends beside a
+  // newer pickup of it on the same worker, BullMQ stops renewing the newer one's lock. Unchecked,
+  // every pickup loses its lock to the next and the job never finishes (a CI run saw this).
+  const only = await bed.startWorker();
+  const jobId = await bed.trigger("long", { version: "v-same-worker" });
+  const first = await bed.waitForRun((r) => r.jobId === jobId && r.status === "running" && r.fence !== null, 15_000);
+  process.kill(only.pid, "SIGSTOP");
+  // While it is stopped its job lock (5 s) runs out; a stalled check from here puts the job back
+  // in the queue, so the worker takes it again the moment it runs, beside its old pickup.
+  const checker = new Worker(REBUILD_QUEUE, null, {
+    connection: bed.main.duplicate(),
+    prefix: queuePrefix(bed.keys),
+    autorun: false,
+    stalledInterval: 250,
+    maxStalledCount: 5,
+  });
+  checker.on("error", () => {});
+  try {
+    await new Promise((r) => setTimeout(r, 6_000));
+    void checker.startStalledCheckTimer();
+    const deadline = Date.now() + 15_000;
+    while ((await bed.queue.getJob(jobId).then((job) => job?.getState())) !== "waiting") {
+      assert.ok(Date.now() < deadline, "the stalled check puts the job back in the queue");
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  } finally {
+    await checker.close();
+    process.kill(only.pid, "SIGCONT");
+  }
+  try {
+    const rebuilt = await bed.waitForRun((r) => r.jobId === jobId && r.status === "rebuilt", 90_000, "a rebuilt run");
+    assert.match(
+      only.output(),
+      /picked up again while its earlier pickup still runs here/,
+      "the worker was handed the job beside its old pickup (what this test is about)",
+    );
+    assert.ok(rebuilt.attempt > first.attempt);
+    const runs = await bed.runsOfJob(jobId);
+    assert.deepEqual(
+      runs.filter((r) => /no longer runs this attempt/.test(r.reason ?? "")).map((r) => r.id),
+      [],
+      "no record is closed as abandoned while its pickup runs",
+    );
+    assert.equal(await bed.queue.getJob(jobId).then((job) => job?.getState()), "completed");
+    assert.ok(
+      runs.every((r) => r.status !== "running"),
+      `every record is final: ${JSON.stringify(runs.map((r) => [r.attempt, r.status]))}`,
+    );
+  } finally {
+    await only.stop();
   }
 });
 
