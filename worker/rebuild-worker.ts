@@ -17,6 +17,7 @@ import { CANCEL_ABORT_REASON, CancelWatch, readCancelRequest } from "../lib/rebu
 import { isSchedulePaused } from "../lib/rebuilds/schedules";
 import { clearPendingTrigger } from "../lib/rebuilds/trigger";
 import { DEFER_MIN_MS } from "../lib/rebuilds/decide";
+import { writeDeferNote } from "../lib/rebuilds/defer-note";
 import { RebuildError, runRebuild, type RebuildDeps, type RebuildOutcome } from "../lib/rebuilds/run-rebuild";
 import { lockRenewTimeFor, stepWarden, wardenSilenceFor } from "../lib/rebuilds/steps/warden";
 
@@ -97,9 +98,12 @@ export function startRebuildWorker(
       // This worker still runs an earlier pickup of the job, which lost its job lock (this pickup
       // has it now): it is stopped as a lost lock stops it, and this pickup waits until it is
       // gone — it starts nothing beside it, not even a record.
-      log(`job ${jobId}: picked up again while its earlier pickup still runs here; stopping that one, deferred`);
+      const reason = "picked up again while its earlier pickup still runs on this worker; stopping that one, deferred";
+      log(`job ${jobId}: ${reason}`);
       earlier.abort.abort(LOCK_LOST_REASON);
-      await job.moveToDelayed(Date.now() + DEFER_MIN_MS, token);
+      const until = Date.now() + DEFER_MIN_MS;
+      await writeDeferNote(deps.main, deps.keys, jobId, { reason, until }).catch(() => {});
+      await job.moveToDelayed(until, token);
       throw new DelayedError("deferred: an earlier pickup of this job still runs on this worker");
     }
     const pickup: Pickup = { abort: new AbortController() };
@@ -147,6 +151,10 @@ export function startRebuildWorker(
       });
       switch (outcome.status) {
         case "deferred":
+          if (outcome.note)
+            await writeDeferNote(deps.main, deps.keys, jobId, { reason: outcome.note, until: outcome.until }).catch(
+              () => {},
+            );
           await job.moveToDelayed(outcome.until, token);
           throw new DelayedError(`deferred: output held by ${outcome.heldBy}`);
         case "handed-back":

@@ -8,6 +8,7 @@
 import type { Job, Queue } from "bullmq";
 import type { Redis } from "ioredis";
 import { parseCancelRequest, type CancelRequest } from "../rebuilds/cancel-request";
+import { parseDeferNote, type DeferNote } from "../rebuilds/defer-note";
 import { rebuildJobData, scheduledTickOf } from "../rebuilds/queue";
 import type { RedisKeys } from "../redis/keys";
 import { runIdOf, type RunStatus } from "../runs/types";
@@ -18,12 +19,18 @@ export type QueueViewState = (typeof QUEUE_VIEW_STATES)[number];
 /** Jobs read per state; failed: the newest this many. */
 const PER_STATE = 200;
 const RECENT_FAILED = 25;
+/** Replies per listed job in the lookup pipeline: run id, cancel request, delayed score, defer note. */
+const PER_JOB = 4;
 
 export type WaitReason =
   /** A failed attempt; the next one after the backoff. */
   | { kind: "backoff"; detail: string }
-  /** Another version holds the output's claim: the deferred run's note (claim, holder, version). */
-  | { kind: "deferred"; detail: string; runId: string }
+  /**
+   * Deferred: another version holds the output's claim (the deferred run's note: claim, holder,
+   * version; `runId` is that run), or another pickup has the attempt's record (the worker's defer
+   * note; no run of its own, `runId` null).
+   */
+  | { kind: "deferred"; detail: string; runId: string | null }
   /** A schedule's next tick (not a run yet; pause the schedule to stop it). */
   | { kind: "scheduled-tick"; detail: string }
   /** Waiting for a free worker (new, or handed back by a worker that stopped). */
@@ -103,9 +110,11 @@ export async function readQueueView(
     pipeline.get(keys.cancelRequest(job.id!));
     if (state === "delayed") pipeline.zscore(queue.keys.delayed!, job.id!);
     else pipeline.echo("");
+    if (state === "delayed") pipeline.get(keys.deferNote(job.id!));
+    else pipeline.echo("");
   });
   const replies = listed.length ? ((await pipeline.exec()) ?? []) : [];
-  const runIds = listed.map((_, i) => (replies[i * 3]?.[1] as string | null) || null);
+  const runIds = listed.map((_, i) => (replies[i * PER_JOB]?.[1] as string | null) || null);
   const runs = main.pipeline();
   for (const id of runIds) runs.hmget(keys.run(id ?? "-"), "status", "reason");
   const runReplies = listed.length ? ((await runs.exec()) ?? []) : [];
@@ -115,8 +124,11 @@ export async function readQueueView(
     const [status, reason] = (runReplies[i]?.[1] as (string | null)[] | undefined) ?? [];
     const lastRun =
       runIds[i] && status ? { id: runIds[i]!, status: status as RunStatus, reason: reason || null } : null;
-    const score = Number((replies[i * 3 + 2]?.[1] as string | null) || NaN);
+    const score = Number((replies[i * PER_JOB + 2]?.[1] as string | null) || NaN);
     const nextAttemptAt = state === "delayed" && Number.isFinite(score) ? Math.floor(score / 0x1000) : null;
+    const note = parseDeferNote(replies[i * PER_JOB + 3]?.[1] as string | null);
+    // The note belongs to the delay it was written with (moveToDelayed to its `until`).
+    const deferNote = note && nextAttemptAt !== null && Math.abs(note.until - nextAttemptAt) <= 1 ? note : null;
     return {
       jobId: job.id!,
       state,
@@ -132,11 +144,11 @@ export async function readQueueView(
       attemptsMade: job.attemptsMade,
       attempts: job.opts.attempts ?? 1,
       nextAttemptAt,
-      waitReason: waitReasonOf(job, state, lastRun),
+      waitReason: waitReasonOf(job, state, lastRun, deferNote),
       lastRun,
       failedReason: state === "failed" ? job.failedReason || null : null,
       finishedAt: state === "failed" ? (job.finishedOn ?? null) : null,
-      cancelRequested: parseCancelRequest(replies[i * 3 + 1]?.[1] as string | null),
+      cancelRequested: parseCancelRequest(replies[i * PER_JOB + 1]?.[1] as string | null),
     };
   });
   const [seconds, micros] = time;
@@ -154,8 +166,14 @@ function matches(job: Job, filter: QueueFilter): boolean {
   return !filter.tenant || data.tenant === filter.tenant;
 }
 
-function waitReasonOf(job: Job, state: QueueViewState, lastRun: QueueEntry["lastRun"]): WaitReason | null {
+function waitReasonOf(
+  job: Job,
+  state: QueueViewState,
+  lastRun: QueueEntry["lastRun"],
+  deferNote: DeferNote | null,
+): WaitReason | null {
   if (state === "active" || state === "failed") return null;
+  if (deferNote) return { kind: "deferred", detail: deferNote.reason, runId: null };
   if (lastRun?.status === "deferred") {
     return { kind: "deferred", detail: lastRun.reason ?? "another version holds the output", runId: lastRun.id };
   }

@@ -116,8 +116,12 @@ export type RebuildOutcome =
   | { status: "rebuilt"; runId: string; version: string; buildHash: string; fence: number }
   | { status: "skipped"; reason: "already-rebuilt" | "claim-held"; runId: string; version: string; heldBy?: string }
   | { status: "superseded"; runId: string; version: string; fence: number; newestFence: number }
-  /** Another version holds the output: run again at `until` (worker: moveToDelayed). */
-  | { status: "deferred"; until: number; heldBy: string; version: string }
+  /**
+   * Run again at `until` (worker: moveToDelayed): another version holds the output, or another
+   * pickup has this attempt's record. `note`: why, when no run record says it (the worker leaves
+   * it for the queue view).
+   */
+  | { status: "deferred"; until: number; heldBy: string; version: string; note?: string }
   /** The worker is shutting down: give the job back (worker: moveToWait). */
   | { status: "handed-back"; runId: string }
   /** An operator cancelled the job: recorded `cancelled`; never retried (worker: UnrecoverableError). */
@@ -184,7 +188,13 @@ async function recordNotOurs(
     throw new RebuildError(`${message}; this pickup lost its job lock`, false, runId);
   }
   log(`${message}; deferred, the request is kept`);
-  return { status: "deferred", until: Date.now() + DEFER_MIN_MS, heldBy: "another pickup of this attempt", version };
+  return {
+    status: "deferred",
+    until: Date.now() + DEFER_MIN_MS,
+    heldBy: "another pickup of this attempt",
+    version,
+    note: `${message}; the request is kept`,
+  };
 }
 
 /** How `recordNotOurs` names what RUN_BEGIN's `exists` and `ended` found. */

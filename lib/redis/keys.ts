@@ -141,6 +141,11 @@ export function redisKeys(prefix: string) {
      */
     cancelRequest: (jobId: string) => `${tag}:cancel:${jobId}`,
     /**
+     * STRING (JSON: reason, until) with a TTL: why a job was deferred when no run record says it
+     * (another pickup of the attempt has the record; lib/rebuilds/defer-note). Read by the queue view.
+     */
+    deferNote: (jobId: string) => `${tag}:defer-note:${jobId}`,
+    /**
      * HASH scheduler id → JSON (actor, reason, at): paused schedules. A paused scheduler is
      * removed from BullMQ and not upserted again until resumed (lib/rebuilds/schedules).
      */

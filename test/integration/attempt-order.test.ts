@@ -403,6 +403,11 @@ test("a pickup whose record another pickup took over while it ran (its worker st
   assert.equal(taken.status, "began");
   const outcome = await paused;
   assert.equal(outcome.status, "deferred", `not published, the request kept: ${JSON.stringify(outcome)}`);
+  assert.match(
+    outcome.status === "deferred" ? (outcome.note ?? "") : "",
+    /taken over by another pickup/,
+    "no record of its own says why: the outcome carries the note for the queue view",
+  );
   assert.equal(fs.existsSync(path.join(output, "current")), false, "nothing published");
   const record = await readRun(bed.main, bed.keys, runId);
   assert.equal(record?.status, "running", "the second pickup's, untouched");

@@ -15,6 +15,7 @@ import { readQueueView } from "../../lib/operations/queue-view";
 import { retryRun } from "../../lib/operations/retry";
 import { changeSchedule } from "../../lib/operations/schedule";
 import { CANCEL_POLL_MS } from "../../lib/rebuilds/cancel-request";
+import { writeDeferNote } from "../../lib/rebuilds/defer-note";
 import { scheduledTickOf } from "../../lib/rebuilds/queue";
 import { readSchedulePause } from "../../lib/rebuilds/schedules";
 import { triggerRebuild } from "../../lib/rebuilds/trigger";
@@ -145,6 +146,29 @@ test("cancel a waiting job: removed from the queue and recorded cancelled; a fin
   const next = await bed.trigger("slow", { version: "w1" });
   assert.notEqual(next, jobId);
   assert.equal((await cancelJob(deps(), { jobId: next, actor: operator, reason: "tidy up" })).status, "removed");
+});
+
+test("a job deferred without a record of its own (another pickup has the attempt's record): the queue view shows the worker's note for that delay only", async () => {
+  const job = await bed.queue.add(
+    "slow",
+    { rebuild: "slow", version: "n1", force: false, trigger: "api" },
+    { delay: 60_000 },
+  );
+  const entryOf = async () =>
+    (await readQueueView(bed.queue, bed.main, bed.keys, { rebuild: "slow" })).jobs.find((j) => j.jobId === job.id);
+  try {
+    const before = await entryOf();
+    assert.equal(before?.state, "delayed");
+    assert.deepEqual(before?.waitReason, { kind: "queued", detail: "delayed when queued" });
+    // A note written for another delay (an earlier deferral, before a backoff moved the job) is stale.
+    await writeDeferNote(bed.main, bed.keys, job.id!, { reason: "old note", until: before!.nextAttemptAt! - 5_000 });
+    assert.deepEqual((await entryOf())?.waitReason, { kind: "queued", detail: "delayed when queued" });
+    const reason = "the attempt's record is another pickup's of this attempt (running): this pickup does not go on";
+    await writeDeferNote(bed.main, bed.keys, job.id!, { reason, until: before!.nextAttemptAt! });
+    assert.deepEqual((await entryOf())?.waitReason, { kind: "deferred", detail: reason, runId: null });
+  } finally {
+    await job.remove();
+  }
 });
 
 test("a job deferred behind another version's claim: the queue view says why and when; cancel removes it", async () => {

@@ -174,8 +174,14 @@ test("one worker paused past its job lock is handed its own job again while the 
     const rebuilt = await bed.waitForRun((r) => r.jobId === jobId && r.status === "rebuilt", 90_000, "a rebuilt run");
     assert.match(
       only.output(),
-      /picked up again while its earlier pickup still runs here/,
+      /picked up again while its earlier pickup still runs on this worker/,
       "the worker was handed the job beside its old pickup (what this test is about)",
+    );
+    const note = JSON.parse((await bed.main.get(bed.keys.deferNote(jobId))) ?? "null") as { reason: string } | null;
+    assert.match(
+      note?.reason ?? "",
+      /earlier pickup still runs on this worker/,
+      "the deferral's note for the queue view",
     );
     assert.ok(rebuilt.attempt > first.attempt);
     const runs = await bed.runsOfJob(jobId);
