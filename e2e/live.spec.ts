@@ -4,7 +4,7 @@
  * stream resumes after a cut (Last-Event-ID) with what was missed.
  */
 import { expect, test, type Request } from "@playwright/test";
-import { listLiveWorkers } from "../lib/workers/heartbeat";
+import { beat, newWorkerIdentity, retire } from "../lib/workers/heartbeat";
 import { writeTestRun as upsertRun } from "../test/support/runs";
 import { holdClaim, stackRedisForSpec } from "./support/live";
 import { operatorHeaders, stack } from "./support/stack";
@@ -84,13 +84,35 @@ test("a claim acquired and released elsewhere appears and disappears on Claims w
   await expect(status).toHaveAttribute("data-live", "live");
   await expect(page.getByRole("table", { name: "Runs" })).toBeVisible();
   await reads.settled();
+  // Held by a worker that beats: a running record of a worker without a heartbeat is closed as
+  // aborted by the workers' sweep (lib/runs/abandoned.ts) — which raced this test once in CI. Not
+  // the stack's own worker: its sweep closes its records of jobs it does not run (CI saw that too).
+  const holder = { ...newWorkerIdentity("e2e"), id: `e2e-live-holder-${Date.now()}` };
+  await beat(redis.main, redis.keys, holder, null);
+  const beating = setInterval(() => void beat(redis.main, redis.keys, holder, null).catch(() => {}), 2_000);
+  try {
+    await runFinishesLive(page, reads, holder.id);
+  } finally {
+    clearInterval(beating);
+    await retire(redis.main, redis.keys, holder.id);
+  }
+
+  // The claims and health came in events, never by a read. (The "Recently ended" list below the
+  // claims is not in an event: an ended claim names it, and it is read again once.)
+  const claimReads = reads.slice(start).filter((r) => /\/api\/(claims|health)(\?|$)/.test(r.url()));
+  expect(claimReads.map((r) => r.url())).toEqual([]);
+  expect(navigations.filter((u) => u.endsWith("/claims"))).toEqual([]);
+});
+
+/** A run record written running, then rebuilt: its row on Runs follows from the events alone. */
+async function runFinishesLive(
+  page: import("@playwright/test").Page,
+  reads: Request[] & { settled: () => Promise<void> },
+  workerId: string,
+): Promise<void> {
   const jobId = `e2e-live-run-${Date.now()}`; // a fresh one per run of the test: a final record never moves back
   const runId = `${jobId}-a1`;
   const createdAt = Date.now();
-  // Held by the stack's live worker: a running record of a worker without a heartbeat is closed
-  // as aborted by the workers' sweep (lib/runs/abandoned.ts) — which raced this test once in CI.
-  const [worker] = await listLiveWorkers(redis.main, redis.keys);
-  expect(worker, "the stack's worker is live").toBeTruthy();
   await upsertRun(redis.main, redis.keys, {
     id: runId,
     jobId,
@@ -100,7 +122,7 @@ test("a claim acquired and released elsewhere appears and disappears on Claims w
     createdAt,
     status: "running",
     startedAt: createdAt,
-    workerId: worker!.id,
+    workerId,
   });
   const runRow = page.locator(`tr[data-run="${runId}"]`);
   await expect(runRow).toHaveAttribute("data-status", "running");
@@ -118,13 +140,7 @@ test("a claim acquired and released elsewhere appears and disappears on Claims w
   await expect(runRow).toHaveAttribute("data-status", "rebuilt");
   // The new run was fetched once (a list gains a row); its status change came in the event.
   expect(reads.slice(before).map((r) => r.url())).toEqual([]);
-
-  // The claims and health came in events, never by a read. (The "Recently ended" list below the
-  // claims is not in an event: an ended claim names it, and it is read again once.)
-  const claimReads = reads.slice(start).filter((r) => /\/api\/(claims|health)(\?|$)/.test(r.url()));
-  expect(claimReads.map((r) => r.url())).toEqual([]);
-  expect(navigations.filter((u) => u.endsWith("/claims"))).toEqual([]);
-});
+}
 
 /** Reads SSE frames from a fetch body until `until` says stop. */
 async function readFrames(
