@@ -506,14 +506,23 @@ export const RUN_TRIM = typedScript<number>()({
 KEYS[1] run HASH   KEYS[2] runLog LIST
 KEYS[3 ..] indexes: ARGV[2] base indexes, then as many per status in ARGV[3] (every status)
 ARGV[1] runId   ARGV[2] n   ARGV[3] statuses with index keys (comma-separated)
+ARGV[4] ms an aborted record is kept after it finished (0: none)
 A record is removed from its base indexes and its status's; one whose hash already expired
 from every index (its status is unknown). The timeline counters are left as they are: they count
 what finished, not what is kept (timeline-counters.ts).
-Returns ${RUN_REPLY.written} deleted | ${RUN_REPLY.no} kept: queued or running
+An aborted record is kept for ARGV[4] ms after it finished (on the Redis clock): the sweep or
+the job's next attempt closed it while its pickup may still run (paused). That pickup's owner
+check before its publish must find it final; a record gone would read as lost in a Redis crash,
+and the pickup would publish and write it again.
+Returns ${RUN_REPLY.written} deleted | ${RUN_REPLY.no} kept: queued, running, or aborted lately
 ]]
 ${COMMON}
 local status = redis.call('HGET', KEYS[1], 'status')
 if status and not FINAL[status] then return ${RUN_REPLY.no} end
+if status == 'aborted' then
+  local finishedAt = tonumber(redis.call('HGET', KEYS[1], 'finishedAt'))
+  if finishedAt and finishedAt > nowMs - tonumber(ARGV[4]) then return ${RUN_REPLY.no} end
+end
 redis.call('DEL', KEYS[1], KEYS[2])
 local n = tonumber(ARGV[2])
 setStatuses(ARGV[3])

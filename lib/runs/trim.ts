@@ -1,8 +1,8 @@
 /**
  * Retention of run records: by count per rebuild (and tenant) and by age, oldest start first.
  * A record still queued or running is never trimmed (its attempt would write into a hole, and
- * the Claims page links to it): the script skips it, so trimming stays behind by at most the
- * runs in flight. Bounded work per call (`batch`); every worker runs it now and then.
+ * the Claims page links to it), nor an aborted one for an hour after it ended (ABORTED_KEPT_MS):
+ * the script skips them, so trimming stays behind by at most the runs in flight and lately aborted. Bounded work per call (`batch`); every worker runs it now and then.
  */
 import type { Redis } from "ioredis";
 import type { RedisKeys } from "../redis/keys";
@@ -11,6 +11,13 @@ import { queueVariadicScript, scriptPipeline, type ScriptingPipelineClient } fro
 import { serverNow } from "../redis/time";
 import { DEFAULT_RETENTION, indexLayout, runPlaceOf, type RunRetention } from "./records";
 import { RUN_TRIM } from "./scripts";
+
+/**
+ * An aborted record is kept this long after it finished, beyond the count (RUN_TRIM): a pickup
+ * whose record was closed under it (paused past its heartbeat) must find it final when it wakes,
+ * not gone. Aborts are faults, so few records are kept longer for it.
+ */
+export const ABORTED_KEPT_MS = 3_600_000;
 
 type TrimClient = ScriptingPipelineClient & Pick<Redis, "zrangebyscore" | "zrange" | "zcard" | "time">;
 
@@ -48,6 +55,7 @@ export async function trimRuns(client: TrimClient, keys: RedisKeys, options: Tri
       id,
       layout.n,
       layout.statuses,
+      ABORTED_KEPT_MS,
     ]);
   });
   const results = (await pipeline.exec()) ?? [];

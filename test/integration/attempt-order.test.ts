@@ -18,6 +18,7 @@ import { idempotencyKey } from "../../lib/rebuilds/version";
 import { RebuildError, runRebuild, type RebuildDeps, type RebuildJob } from "../../lib/rebuilds/run-rebuild";
 import { DEFAULT_RETENTION, readRun, runPlaceOf } from "../../lib/runs/records";
 import { closeAbandonedRuns } from "../../lib/runs/abandoned";
+import { trimRuns } from "../../lib/runs/trim";
 import { beginAttempt, writeRun } from "../../lib/runs/writer";
 import { runIdOf } from "../../lib/runs/types";
 import { createTestBed, rebuildDepsOf, slowStep, type TestBed } from "../support/stack";
@@ -58,6 +59,11 @@ before(async () => {
     },
     "swept-pickup": {
       output: "out/swept-pickup",
+      claim: { ttl: "30s", refreshEvery: "1s" },
+      steps: [slowStep(3)],
+    },
+    "trimmed-pickup": {
+      output: "out/trimmed-pickup",
       claim: { ttl: "30s", refreshEvery: "1s" },
       steps: [slowStep(3)],
     },
@@ -457,4 +463,25 @@ test("a holder whose record the sweep closed while it ran (its worker stopped be
   const record = await readRun(bed.main, bed.keys, runId);
   assert.equal(record?.status, "aborted", "the record says what happened: nothing built");
   assert.equal(record?.buildHash ?? null, null);
+});
+
+test("a holder whose record the sweep closed and trimming then removed (many newer runs) still publishes nothing on waking: a lately aborted record is kept", async () => {
+  const runId = runIdOf("order-trimmed", 1);
+  const output = outputDirOf(bed.definitions.rebuilds.get("trimmed-pickup")!, undefined);
+  const paused = runRebuild(deps, job("order-trimmed", "trimmed-pickup", 1, lockHeld));
+  await waitFor("the step to run", async () =>
+    (await readRun(bed.main, bed.keys, runId))?.steps.some((step) => step.status === "running"),
+  );
+  const store = { client: bed.main, keys: bed.keys, retention: deps.retention ?? DEFAULT_RETENTION };
+  assert.ok((await closeAbandonedRuns(store)).includes(runId), "the sweep closed it");
+  // Count retention of 0 for this rebuild: every final record is trimmed, but not a lately aborted one.
+  await trimRuns(bed.main, bed.keys, {
+    rebuild: "trimmed-pickup",
+    tenant: null,
+    retention: { maxPerRebuild: 0, maxAgeMs: DEFAULT_RETENTION.maxAgeMs },
+  });
+  const outcome = await paused;
+  assert.equal(outcome.status, "deferred", `not published, the request kept: ${JSON.stringify(outcome)}`);
+  assert.equal(fs.existsSync(path.join(output, "current")), false, "nothing published");
+  assert.equal((await readRun(bed.main, bed.keys, runId))?.status, "aborted", "kept by trimming, as the sweep left it");
 });
