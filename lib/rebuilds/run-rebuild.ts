@@ -923,11 +923,15 @@ class RebuildAttempt {
   private async recordAgain(status: FinalRunStatus, fields: Partial<RunRecord>): Promise<void> {
     const lost = "its record was lost after it began (Redis lost writes) and written again at its end";
     const { reason, ...rest } = fields;
+    // A failure throws, as the first write's would: under the claim, the rebuilt record is then
+    // written again after the release (finishRebuilt's caller), not taken as written.
     const again = await beginAttempt(this.store, this.identity, {
       mode: { kind: "final", status, reason: reason ? `${reason}; ${lost}` : lost },
       fields: { version: this.version, idempotencyKey: this.idemKey, ...rest },
-    }).catch((error: unknown) => `not written (${String(error)})`);
-    const what = typeof again === "string" ? again : again.status;
-    this.log(`final record "${status}": ${lost} (${what})`);
+    }).catch((error: unknown) => {
+      this.log(`final record "${status}": ${lost} (not written: ${String(error)})`);
+      throw error;
+    });
+    this.log(`final record "${status}": ${lost} (${again.status})`);
   }
 }
