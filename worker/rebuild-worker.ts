@@ -87,6 +87,16 @@ export function startRebuildWorker(
   // Aborts the pickup of a job running here (its signal joins BullMQ's job signal).
   const abortJob = (jobId: string, reason: string) => pickups.get(jobId)?.abort.abort(reason);
 
+  /**
+   * Moves the job to delayed until `until` (no attempt spent). A deferral that no run record
+   * explains (`recorded` false) leaves `reason` as a note for the queue view.
+   */
+  const defer = async (job: Job, token: string | undefined, until: number, reason: string, recorded = false) => {
+    if (!recorded) await writeDeferNote(deps.main, deps.keys, job.id!, { reason, until }).catch(() => {});
+    await job.moveToDelayed(until, token);
+    throw new DelayedError(`deferred: ${reason}`);
+  };
+
   const processor = async (
     job: Job<RebuildJobData, RebuildJobResult>,
     token?: string,
@@ -101,10 +111,7 @@ export function startRebuildWorker(
       const reason = "picked up again while its earlier pickup still runs on this worker; stopping that one, deferred";
       log(`job ${jobId}: ${reason}`);
       earlier.abort.abort(LOCK_LOST_REASON);
-      const until = Date.now() + DEFER_MIN_MS;
-      await writeDeferNote(deps.main, deps.keys, jobId, { reason, until }).catch(() => {});
-      await job.moveToDelayed(until, token);
-      throw new DelayedError("deferred: an earlier pickup of this job still runs on this worker");
+      return defer(job, token, Date.now() + DEFER_MIN_MS, reason);
     }
     const pickup: Pickup = { abort: new AbortController() };
     pickups.set(jobId, pickup);
@@ -151,12 +158,7 @@ export function startRebuildWorker(
       });
       switch (outcome.status) {
         case "deferred":
-          if (outcome.note)
-            await writeDeferNote(deps.main, deps.keys, jobId, { reason: outcome.note, until: outcome.until }).catch(
-              () => {},
-            );
-          await job.moveToDelayed(outcome.until, token);
-          throw new DelayedError(`deferred: output held by ${outcome.heldBy}`);
+          return defer(job, token, outcome.until, outcome.note ?? `output held by ${outcome.heldBy}`, !outcome.note);
         case "handed-back":
           // A stale token (the lock ran out while this worker stalled: the job is another
           // attempt's, or the stalled check moves it back) is refused: nothing to hand back.

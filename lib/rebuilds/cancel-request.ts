@@ -10,6 +10,7 @@
 import type { Redis } from "ioredis";
 import { z } from "zod";
 import type { RedisKeys } from "../redis/keys";
+import { parseStoredJson } from "../redis/stored-json";
 
 /** Long enough for any retry backoff or deferral the job may sit in; a finished job ignores it. */
 export const CANCEL_REQUEST_TTL_MS = 86_400_000;
@@ -43,12 +44,7 @@ export const UNREADABLE_CANCEL_REQUEST: CancelRequest = Object.freeze({ actor: "
 /** The request a cancel key holds: null only when there is none. */
 export function parseCancelRequest(raw: string | null | undefined): CancelRequest | null {
   if (!raw) return null;
-  try {
-    const parsed = cancelRequest.safeParse(JSON.parse(raw));
-    return parsed.success ? parsed.data : UNREADABLE_CANCEL_REQUEST;
-  } catch {
-    return UNREADABLE_CANCEL_REQUEST;
-  }
+  return parseStoredJson(cancelRequest, raw) ?? UNREADABLE_CANCEL_REQUEST;
 }
 
 export async function readCancelRequest(

@@ -7,6 +7,7 @@
 import type { Redis } from "ioredis";
 import { z } from "zod";
 import type { RedisKeys } from "../redis/keys";
+import { parseStoredJson } from "../redis/stored-json";
 
 const deferNote = z.object({ reason: z.string(), until: z.number() });
 export type DeferNote = z.infer<typeof deferNote>;
@@ -26,11 +27,5 @@ export async function writeDeferNote(
 
 /** The note, or null when absent or unreadable (written by another version, say). */
 export function parseDeferNote(raw: string | null | undefined): DeferNote | null {
-  if (!raw) return null;
-  try {
-    const parsed = deferNote.safeParse(JSON.parse(raw));
-    return parsed.success ? parsed.data : null;
-  } catch {
-    return null;
-  }
+  return raw ? (parseStoredJson(deferNote, raw) ?? null) : null;
 }

@@ -17,6 +17,7 @@ import type { Queue } from "bullmq";
 import type { Redis } from "ioredis";
 import { z } from "zod";
 import type { RedisKeys } from "../redis/keys";
+import { parseStoredJson } from "../redis/stored-json";
 import { tenantsOf, type Definitions, type RebuildDefinition } from "./definitions";
 import { jobOptionsFor, schedulerIdOf, scheduledTickOf, type RebuildJobData } from "./queue";
 
@@ -33,13 +34,7 @@ export interface SchedulePause {
 const schedulePause = z.object({ actor: z.string(), reason: z.string(), at: z.number() });
 
 function parsePause(raw: string | null | undefined): SchedulePause | null {
-  if (!raw) return null;
-  try {
-    const parsed = schedulePause.safeParse(JSON.parse(raw));
-    return parsed.success ? parsed.data : null;
-  } catch {
-    return null;
-  }
+  return raw ? (parseStoredJson(schedulePause, raw) ?? null) : null;
 }
 
 export async function syncSchedules(

@@ -447,17 +447,25 @@ test("an attempt whose record Redis lost while it ran (a restart from an older s
   );
 });
 
-test("a holder whose record the sweep closed while it ran (its worker stopped beating: paused past its heartbeat, its claim's TTL longer) publishes nothing on waking: it defers", async () => {
-  const runId = runIdOf("order-swept", 1);
-  const output = outputDirOf(bed.definitions.rebuilds.get("swept-pickup")!, undefined);
-  const paused = runRebuild(deps, job("order-swept", "swept-pickup", 1, lockHeld));
+/**
+ * A holder runs its step while its worker is taken for dead: another worker's sweep closes its
+ * record as aborted (no heartbeat of its worker), then `afterSweep`; the holder then wakes.
+ */
+async function sweptWhileRunning(jobId: string, rebuild: string, afterSweep = async () => {}) {
+  const runId = runIdOf(jobId, 1);
+  const output = outputDirOf(bed.definitions.rebuilds.get(rebuild)!, undefined);
+  const paused = runRebuild(deps, job(jobId, rebuild, 1, lockHeld));
   await waitFor("the step to run", async () =>
     (await readRun(bed.main, bed.keys, runId))?.steps.some((step) => step.status === "running"),
   );
-  // No heartbeat of its worker: another worker's sweep closes the record as aborted.
   const store = { client: bed.main, keys: bed.keys, retention: deps.retention ?? DEFAULT_RETENTION };
   assert.ok((await closeAbandonedRuns(store)).includes(runId), "the sweep closed it");
-  const outcome = await paused;
+  await afterSweep();
+  return { runId, output, outcome: await paused };
+}
+
+test("a holder whose record the sweep closed while it ran (its worker stopped beating: paused past its heartbeat, its claim's TTL longer) publishes nothing on waking: it defers", async () => {
+  const { runId, output, outcome } = await sweptWhileRunning("order-swept", "swept-pickup");
   assert.equal(outcome.status, "deferred", `not published, the request kept: ${JSON.stringify(outcome)}`);
   assert.equal(fs.existsSync(path.join(output, "current")), false, "nothing published");
   const record = await readRun(bed.main, bed.keys, runId);
@@ -466,21 +474,14 @@ test("a holder whose record the sweep closed while it ran (its worker stopped be
 });
 
 test("a holder whose record the sweep closed and trimming then removed (many newer runs) still publishes nothing on waking: a lately aborted record is kept", async () => {
-  const runId = runIdOf("order-trimmed", 1);
-  const output = outputDirOf(bed.definitions.rebuilds.get("trimmed-pickup")!, undefined);
-  const paused = runRebuild(deps, job("order-trimmed", "trimmed-pickup", 1, lockHeld));
-  await waitFor("the step to run", async () =>
-    (await readRun(bed.main, bed.keys, runId))?.steps.some((step) => step.status === "running"),
-  );
-  const store = { client: bed.main, keys: bed.keys, retention: deps.retention ?? DEFAULT_RETENTION };
-  assert.ok((await closeAbandonedRuns(store)).includes(runId), "the sweep closed it");
   // Count retention of 0 for this rebuild: every final record is trimmed, but not a lately aborted one.
-  await trimRuns(bed.main, bed.keys, {
-    rebuild: "trimmed-pickup",
-    tenant: null,
-    retention: { maxPerRebuild: 0, maxAgeMs: DEFAULT_RETENTION.maxAgeMs },
-  });
-  const outcome = await paused;
+  const trim = async () =>
+    void (await trimRuns(bed.main, bed.keys, {
+      rebuild: "trimmed-pickup",
+      tenant: null,
+      retention: { maxPerRebuild: 0, maxAgeMs: DEFAULT_RETENTION.maxAgeMs },
+    }));
+  const { runId, output, outcome } = await sweptWhileRunning("order-trimmed", "trimmed-pickup", trim);
   assert.equal(outcome.status, "deferred", `not published, the request kept: ${JSON.stringify(outcome)}`);
   assert.equal(fs.existsSync(path.join(output, "current")), false, "nothing published");
   assert.equal((await readRun(bed.main, bed.keys, runId))?.status, "aborted", "kept by trimming, as the sweep left it");
