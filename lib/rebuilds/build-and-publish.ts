@@ -177,11 +177,16 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
     // Durable before `current` follows: a claims Redis that forgets this publish cannot lead to
     // this fence being granted again or `current` being moved back (published-fence.ts).
     const recorded = await recordPublishedFence(outputDir, held.fence, buildHash).catch((error: unknown) => {
+      // A full or failing disk. `current` must not name a build whose fence is not on disk: a
+      // claims Redis that then lost this publish would read an older pointer, and repair would
+      // move `current` back to it (the file would not say otherwise). The publish stands in
+      // Redis; repair records the fence, then moves `current`, once the disk takes the file.
       recorder.log(
-        `WARNING: the published fence ${held.fence} could not be recorded beside the output: ${String(error)}`,
+        `WARNING: published build ${buildHash} (fence ${held.fence}), but the fence could not be recorded beside the output (${String(error)}): ${outputDir}/current stays until repair records it`,
       );
-      return { status: "recorded" } as const;
+      return { status: "unrecorded" } as const;
     });
+    if (recorded.status === "unrecorded") return { status: "published", buildHash };
     // A holder paused between its publish and this point (then force-released, or past its TTL)
     // must not move `current` back over a newer fence's build.
     if (recorded.status === "newer") {

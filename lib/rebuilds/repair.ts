@@ -11,7 +11,7 @@ import type { Redis } from "ioredis";
 import { serverNow } from "../redis/time";
 import { outputDirOf, tenantsOf, type Definitions } from "./definitions";
 import { buildDirOf, pointCurrent, readCurrent, BUILD_HASH } from "./output";
-import { readPublishedFence } from "./published-fence";
+import { readPublishedFence, recordPublishedFence } from "./published-fence";
 
 /** How old a published pointer must be before `current` is made to follow it. */
 export const REPAIR_AFTER_MS = 10_000;
@@ -71,6 +71,19 @@ export async function repairCurrentLinks(
               `NOT repairing ${outputDir}/current: the claims Redis says fence ${published.fence} (${published.value}), but fence ${durable.fence} (${durable.hash}) was published; Redis lost writes`,
             );
             return;
+          }
+          // Its publisher could not record the fence (a full or failing disk): recorded first,
+          // so `current` never names a build whose fence a Redis crash could take back.
+          if (!durable || durable.fence < published.fence) {
+            const recorded = await recordPublishedFence(outputDir, published.fence, published.value).catch(
+              (error: unknown) => String(error),
+            );
+            if (typeof recorded === "string" || recorded.status !== "recorded") {
+              repaired.push(
+                `NOT repairing ${outputDir}/current: the published fence ${published.fence} (${published.value}) could not be recorded beside it: ${typeof recorded === "string" ? recorded : recorded.status}`,
+              );
+              return;
+            }
           }
           await pointCurrent(outputDir, published.value);
           repaired.push(

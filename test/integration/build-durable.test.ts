@@ -6,7 +6,8 @@
  * whose log gives the order of fsync and rename calls and the path of every fsynced descriptor.
  * A failing disk (fsync answering EIO, injected by strace) fails the promote: nothing is moved
  * into `builds/` and `current` is not touched; an existing build that cannot be synced is moved
- * aside; a failure after the publish (the swap's sync) leaves the attempt recorded as published.
+ * aside; a failure after the publish (the fence record, the swap) leaves the attempt recorded as
+ * published, and `current` where it was until repair can move it with the fence on disk.
  */
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
@@ -16,7 +17,8 @@ import path from "node:path";
 import { after, before, test, type TestContext } from "node:test";
 import { fileURLToPath } from "node:url";
 import { changedBuildProblems, checkPublishedBuilds } from "../../lib/rebuilds/build-integrity";
-import { BUILD_HASH } from "../../lib/rebuilds/output";
+import { BUILD_HASH, readCurrent } from "../../lib/rebuilds/output";
+import { readPublishedFence } from "../../lib/rebuilds/published-fence";
 import { createTestBed } from "../support/stack";
 
 const HOST = fileURLToPath(new URL("../support/promote-host.ts", import.meta.url));
@@ -60,23 +62,13 @@ function makeWorkTree(
  * `inject`), from one second on (attached); the tracer is stopped with the test.
  */
 async function failFsyncsOf(t: TestContext, pid: number, paths: string[]): Promise<() => void> {
+  return injectInto(t, pid, ["-e", "trace=fsync", "-e", "inject=fsync:error=EIO", ...paths.flatMap((p) => ["-P", p])]);
+}
+
+/** strace with `args` attached to every thread of `pid`, from one second on; stopped with the test. */
+async function injectInto(t: TestContext, pid: number, args: string[]): Promise<() => void> {
   const threads = fs.readdirSync(`/proc/${pid}/task`).flatMap((tid) => ["-p", tid]);
-  const tracer = spawn(
-    "strace",
-    [
-      "-qq",
-      "-f",
-      ...threads,
-      "-e",
-      "trace=fsync",
-      "-e",
-      "inject=fsync:error=EIO",
-      ...paths.flatMap((p) => ["-P", p]),
-      "-o",
-      "/dev/null",
-    ],
-    { stdio: "ignore" },
-  );
+  const tracer = spawn("strace", ["-qq", "-f", ...threads, ...args, "-o", "/dev/null"], { stdio: "ignore" });
   const stop = () => {
     if (tracer.exitCode === null && tracer.signalCode === null) tracer.kill("SIGINT");
   };
@@ -247,29 +239,83 @@ test("a repeat whose existing build cannot be synced (fsync EIO: a lost write) m
   assert.equal(fs.readFileSync(path.join(target, "index.json"), "utf8"), '{"run":"same"}');
 });
 
-test("a worker whose fsync of the output directory fails after its publish: the attempt is recorded rebuilt (the build is published), with a warning", async (t) => {
+/**
+ * A worker whose disk fails after its fenced publish, in the calls `inject` makes fail: the
+ * attempt is recorded rebuilt (the build is published) with `warning` in its log, `current`
+ * stays where it was while the disk fails, and repair moves it to the published build once the
+ * disk works, with the fence on disk by then.
+ */
+async function publishedWhileDiskFails(
+  t: TestContext,
+  name: string,
+  inject: (pid: number, outputDir: string) => Promise<() => void>,
+  warning: RegExp,
+) {
   const bed = await createTestBed({
-    "current-eio": { output: "out/current-eio", steps: [{ name: "write", run: ["sh", "-c", "echo built > out.txt"] }] },
+    [name]: { output: `out/${name}`, steps: [{ name: "write", run: ["sh", "-c", "echo built > out.txt"] }] },
   });
   t.after(() => bed.close());
   const worker = await bed.startWorker();
-  const outputDir = path.join(bed.dir, "out/current-eio");
-  // builds/ exists already: the promote then has no reason to sync the output directory itself.
+  t.after(() => worker.stop());
+  const outputDir = path.join(bed.dir, `out/${name}`);
   fs.mkdirSync(path.join(outputDir, "builds"), { recursive: true });
-  // Every thread of the worker, so the I/O threads' fsync calls are seen; only the output
-  // directory's fsync fails (after the swap of `current`: the promote syncs builds/ and the tree).
-  const stopTracer = await failFsyncsOf(t, worker.pid, [outputDir]);
-  const jobId = await bed.trigger("current-eio", { version: "v1" });
+  const stopTracer = await inject(worker.pid, outputDir);
+  const jobId = await bed.trigger(name, { version: "v1" });
   const run = await bed.waitForRun((r) => r.jobId === jobId && r.status !== "running", 60_000, "the attempt ends");
-  stopTracer();
   assert.equal(run.status, "rebuilt", `recorded ${run.status}: ${run.reason ?? ""}`);
+  // Repair waits REPAIR_AFTER_MS (10 s) after a publish before it touches `current`.
+  assert.equal(await readCurrent(outputDir), null, "current stays while the disk fails");
   const logs = await bed.main.lrange(bed.keys.runLog(run.id), 0, -1);
   assert.ok(
-    logs.some((line) => /WARNING: published build .*\/current could not be swapped or synced/.test(line)),
+    logs.some((line) => warning.test(line)),
     `the run log warns: ${logs.join(" | ")}`,
   );
-  assert.equal(fs.readlinkSync(path.join(outputDir, "current")), path.join("builds", run.buildHash ?? "?"));
-  await worker.stop();
+  stopTracer();
+  const deadline = Date.now() + 60_000;
+  while ((await readCurrent(outputDir)) !== run.buildHash && Date.now() < deadline)
+    await new Promise((r) => setTimeout(r, 250));
+  assert.equal(await readCurrent(outputDir), run.buildHash, "repair moved current to the published build");
+  assert.deepEqual(await readPublishedFence(outputDir), { fence: run.fence, hash: run.buildHash });
+}
+
+test("a worker whose swap of current fails after its publish: the attempt is recorded rebuilt (the build is published), with a warning; repair moves current", async (t) => {
+  // Every symlink() of the worker fails, and the only one is the new `current` link, made after
+  // the fenced publish and its durable record (strace's -P matches only rename's first path, so
+  // the rename itself cannot be singled out).
+  await publishedWhileDiskFails(
+    t,
+    "current-eio",
+    (pid) => injectInto(t, pid, ["-e", "trace=symlink,symlinkat", "-e", "inject=symlink,symlinkat:error=EIO"]),
+    /WARNING: published build .*\/current could not be swapped or synced/,
+  );
+});
+
+/**
+ * The published fence is what keeps `current` from moving back after the claims Redis loses a
+ * publish (repair compares the pointer with it). `current` naming a build whose fence is not on
+ * disk is the state where that fails: so a publisher whose fence record fails leaves `current`,
+ * and repair records the fence, then moves `current`. Before this rule the worker swapped
+ * `current` anyway, with a warning (both tests below failed at "current stays while the disk
+ * fails").
+ */
+const UNRECORDED = /WARNING: published build .* but the fence could not be recorded beside the output/;
+
+test("a worker whose fsync of the fence record fails (a failing disk) publishes, but current follows only once repair has the fence on disk", async (t) => {
+  // Every fsync of the output directory fails while the tracer runs; the fence record's is the
+  // first (builds/ exists, so the promote does not sync the output directory). Repair syncs the
+  // record again once the tracer is gone.
+  await publishedWhileDiskFails(t, "fence-eio", (pid, outputDir) => failFsyncsOf(t, pid, [outputDir]), UNRECORDED);
+});
+
+test("a worker that cannot write the fence record at all publishes, but current follows only once repair has recorded the fence", async (t) => {
+  // Every link() of the worker fails (only the fence record links) while the tracer runs: no
+  // record is written; repair writes it after the tracer is gone.
+  await publishedWhileDiskFails(
+    t,
+    "fence-unwritten",
+    (pid) => injectInto(t, pid, ["-e", "trace=link,linkat", "-e", "inject=link,linkat:error=EIO"]),
+    UNRECORDED,
+  );
 });
 
 test("a worker whose repeat finds an older build it cannot sync (a lost write): moved aside, replaced, and shown as a problem until an operator removes it", async (t) => {

@@ -41,7 +41,7 @@ before(async () => {
           run: [
             "sh",
             "-c",
-            `echo "$CLAIMWATCH_VERSION" > "$CLAIMWATCH_WORK/v" && printf '{"fence":%s,"hash":"${"e".repeat(32)}"}' "$CLAIMWATCH_FENCE" > "$CLAIMWATCH_WORK/../../.published-fence"`,
+            `echo "$CLAIMWATCH_VERSION" > "$CLAIMWATCH_WORK/v" && printf '${"e".repeat(32)}' > "$CLAIMWATCH_WORK/../../.published-fence@$CLAIMWATCH_FENCE"`,
           ],
         },
       ],
@@ -197,6 +197,39 @@ test("a fence recorded with another build (a fence granted twice) keeps its buil
   assert.deepEqual(await recordPublishedFence(outputDir, 9, "c".repeat(32)), { status: "fence-reused", known: nine });
   assert.deepEqual(await recordPublishedFence(outputDir, 8, "d".repeat(32)), { status: "newer", known: nine });
   assert.deepEqual(await readPublishedFence(outputDir), { fence: 9, hash: "b".repeat(32) });
+});
+
+test("records made side by side never leave the record below the highest fence (each fence its own file, never overwritten)", async () => {
+  // Two writers that both read the record before either wrote: a paused publisher and a newer
+  // one, or a publisher and a repair. With one file replaced by rename, the later rename won even
+  // when it carried the lower fence (so it failed, 35 of 60 outputs in three runs, before the
+  // record was split into a file per fence).
+  const outcomes = await Promise.all(
+    Array.from({ length: 20 }, async (_, i) => {
+      const outputDir = path.join(bed.dir, `fence-race-${i}`);
+      await fs.mkdir(outputDir, { recursive: true });
+      await Promise.all([
+        recordPublishedFence(outputDir, 11, "b".repeat(32)),
+        recordPublishedFence(outputDir, 10, "a".repeat(32)),
+      ]);
+      return readPublishedFence(outputDir);
+    }),
+  );
+  const lowered = outcomes.filter((o) => o?.fence !== 11 || o.hash !== "b".repeat(32));
+  assert.deepEqual(lowered, [], "every output's record says fence 11 and its build");
+});
+
+test("the single .published-fence file of earlier versions is still read, and goes once a higher fence is recorded", async () => {
+  const outputDir = path.join(bed.dir, "fence-legacy");
+  await fs.mkdir(outputDir, { recursive: true });
+  await fs.writeFile(path.join(outputDir, ".published-fence"), JSON.stringify({ fence: 7, hash: "c".repeat(32) }));
+  const seven = { fence: 7, hash: "c".repeat(32) };
+  assert.deepEqual(await readPublishedFence(outputDir), seven);
+  assert.deepEqual(await recordPublishedFence(outputDir, 7, "d".repeat(32)), { status: "fence-reused", known: seven });
+  assert.deepEqual(await recordPublishedFence(outputDir, 6, "d".repeat(32)), { status: "newer", known: seven });
+  assert.deepEqual(await recordPublishedFence(outputDir, 8, "d".repeat(32)), { status: "recorded" });
+  assert.deepEqual(await readPublishedFence(outputDir), { fence: 8, hash: "d".repeat(32) });
+  assert.deepEqual(await fs.readdir(outputDir), [".published-fence@8"]);
 });
 
 test("a fence granted twice: the run whose build was recorded second is not published, not marked rebuilt, and runs again; repair puts Redis back on the recorded build", async () => {

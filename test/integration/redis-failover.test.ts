@@ -7,14 +7,14 @@
  * pointer, which is what asynchronous replication does. The rules must hold anyway:
  *
  * - a fence used for a publish is never granted to another run, and no fence publishes two
- *   builds (the durable `.published-fence` file raises the counter: CLAIM_ACQUIRE's floor);
+ *   builds (the durable published-fence record raises the counter: CLAIM_ACQUIRE's floor);
  * - `current` never moves to a lower fence (repair consults the same file);
  * - every triggered version ends rebuilt or skipped as already rebuilt (no lost request);
  * - the workers carry on against the new primary.
  *
  * What is observed comes from outside Redis, because Redis is what loses data here: each step
  * appends "fence run-id version" (CLAIMWATCH_FENCE) to a ledger file and puts it in its build,
- * and a sampler in this process reads `current` and `.published-fence` every 25 ms.
+ * and a sampler in this process reads `current` and the published-fence record every 25 ms.
  *
  * Can it fail? It did, with the floor switched off (`fenceFloor` ignored in acquire.ts): the
  * promoted replica's counter restarted below the fence published during the cut-off, the next
@@ -31,6 +31,7 @@ import { after, test } from "node:test";
 import { claimName, readPublished } from "../../lib/claims";
 import { withDatabase } from "../../lib/redis/url";
 import { readCurrent } from "../../lib/rebuilds/output";
+import { readPublishedFence } from "../../lib/rebuilds/published-fence";
 import { adminClient, pollUntil, startSentinelGroup } from "../support/sentinel";
 import { createTestBed, type TestBed } from "../support/stack";
 
@@ -77,17 +78,6 @@ function buildFence(output: string, hash: string): LedgerLine | null {
   }
 }
 
-function readFenceFile(output: string): { fence: number; hash: string } | null {
-  try {
-    return JSON.parse(fs.readFileSync(path.join(output, ".published-fence"), "utf8")) as {
-      fence: number;
-      hash: string;
-    };
-  } catch {
-    return null;
-  }
-}
-
 test("a Sentinel failover that loses the last writes: no fence reused for a publish, no rollback, no lost request", async () => {
   const group = await startSentinelGroup({ downAfterMs: 1_000, failoverTimeoutMs: 3_000 });
   root = fs.mkdtempSync(path.join(path.dirname(group.primary.dir), "claimwatch-failover-"));
@@ -127,7 +117,7 @@ test("a Sentinel failover that loses the last writes: no fence reused for a publ
   let sampling = true;
   const sampler = (async () => {
     while (sampling) {
-      const file = readFenceFile(output);
+      const file = await readPublishedFence(output);
       if (file) fileBuilds.set(file.fence, (fileBuilds.get(file.fence) ?? new Set()).add(file.hash));
       const hash = await readCurrent(output);
       const built = hash ? buildFence(output, hash) : null;
@@ -139,7 +129,7 @@ test("a Sentinel failover that loses the last writes: no fence reused for a publ
   const jobs = new Map<string, string>();
   for (const version of VERSIONS_BEFORE) jobs.set(version, await bed.trigger("tiles", { version }));
   await pollUntil("two builds published before the failover", 90_000, async () =>
-    (readFenceFile(output)?.fence ?? 0) >= 2 ? true : null,
+    ((await readPublishedFence(output))?.fence ?? 0) >= 2 ? true : null,
   );
 
   // Cut the replica off: paused, and its replication link closed by the primary (a paused
@@ -158,9 +148,9 @@ test("a Sentinel failover that loses the last writes: no fence reused for a publ
   } finally {
     primaryAdmin.disconnect();
   }
-  const fenceAtPause = Math.max(readFenceFile(output)!.fence, pointerAtCut);
+  const fenceAtPause = Math.max((await readPublishedFence(output))!.fence, pointerAtCut);
   const lostPublish = await pollUntil("a publish the replica never saw", 60_000, async () => {
-    const file = readFenceFile(output);
+    const file = await readPublishedFence(output);
     return file && file.fence > fenceAtPause ? file : null;
   });
   const grantedBeforeKill = Math.max(...readLedger(ledger).map((l) => l.fence));
@@ -174,7 +164,7 @@ test("a Sentinel failover that loses the last writes: no fence reused for a publ
   paused.length = 0;
 
   // What the promoted primary remembers must be read while it is still a replica: once promoted,
-  // a worker may put the lost publish back from the output's `.published-fence` file (repair),
+  // a worker may put the lost publish back from the output's published-fence record (repair),
   // and the snapshot would see the disk, not what replication kept (this test failed once so).
   // ROLE and the reads in one MULTI: the values are from a moment the node was a replica.
   // The promotion closes this connection (Sentinel sends CLIENT KILL TYPE normal to the node
@@ -283,7 +273,7 @@ test("a Sentinel failover that loses the last writes: no fence reused for a publ
   // Redis caught up with the disk: the pointer names what `current` names.
   const finalCurrent = currentFences.at(-1)!;
   assert.equal((await readPublished(bed.claims, bed.keys, name))?.fence, finalCurrent.fence);
-  assert.equal(readFenceFile(output)?.fence, finalCurrent.fence);
+  assert.equal((await readPublishedFence(output))?.fence, finalCurrent.fence);
 
   // The workers are alive and connected to the new primary (both main and claims clients).
   const clients = await bed.main.client("LIST");
