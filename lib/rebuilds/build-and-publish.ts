@@ -13,7 +13,7 @@ import type { RunRecorder } from "../runs/writer";
 import type { StepRecord } from "../runs/types";
 import { outputDirOf, type RebuildDefinition } from "./definitions";
 import { hashDirectory, pointCurrent, promoteBuild, workDirOf } from "./output";
-import { recordPublishedFence } from "./published-fence";
+import { FenceNotRecordedError, recordPublishedFence } from "./published-fence";
 import { isTransient } from "./classify-failure";
 import { TransientStepError, type StepContext } from "./steps/context";
 import { runCommandStep } from "./steps/run-step";
@@ -179,14 +179,17 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
     const recorded = await recordPublishedFence(outputDir, held.fence, buildHash).catch((error: unknown) => {
       // A full or failing disk. `current` must not name a build whose fence is not on disk: a
       // claims Redis that then lost this publish would read an older pointer, and repair would
-      // move `current` back to it (the file would not say otherwise). The publish stands in
-      // Redis; repair records the fence, then moves `current`, once the disk takes the file.
+      // move `current` back to it (the record would not say otherwise). Nor is the request done:
+      // the publish is in Redis only. Another attempt publishes again (repair may record this
+      // fence and move `current` meanwhile, once the disk takes it).
       recorder.log(
-        `WARNING: published build ${buildHash} (fence ${held.fence}), but the fence could not be recorded beside the output (${String(error)}): ${outputDir}/current stays until repair records it`,
+        `WARNING: published build ${buildHash} (fence ${held.fence}), but the fence could not be recorded beside the output: ${String(error)}`,
       );
-      return { status: "unrecorded" } as const;
+      throw new FenceNotRecordedError(
+        `published build ${buildHash} (fence ${held.fence}) in the claims Redis, but its fence could not be recorded on disk (${error instanceof Error ? error.message : String(error)}): not durable, current not moved`,
+        { cause: error },
+      );
     });
-    if (recorded.status === "unrecorded") return { status: "published", buildHash };
     // A holder paused between its publish and this point (then force-released, or past its TTL)
     // must not move `current` back over a newer fence's build.
     if (recorded.status === "newer") {

@@ -6,6 +6,7 @@
 import { ClaimLostError } from "../claims";
 import type { FinalRunStatus } from "../runs/transitions";
 import { CANCEL_ABORT_REASON } from "./cancel-request";
+import { FenceNotRecordedError } from "./published-fence";
 import { StepFailedError, TransientStepError, WorkerStalledError } from "./steps/context";
 import { TRANSIENT_ERRNO } from "./steps/run-step";
 
@@ -77,14 +78,15 @@ function isTimeout(error: unknown): boolean {
 }
 
 /**
- * Worth another attempt: declared transient exit codes, transient errno codes, a Redis that is
+ * Worth another attempt: declared transient exit codes, transient errno codes, a publish whose
+ * fence the disk did not take (published-fence.ts), a Redis that is
  * briefly away (ioredis reports a restart or a stall without an errno code), and Redis error
  * replies that mean "later": persistence failing (MISCONF), memory full (OOM), a busy script
  * (BUSY), too few replicas (NOREPLICAS), loading or read-only after a failover, cluster moves —
  * also when a script raised them (older Redis wraps them in "ERR Error running script …").
  */
 export function isTransient(error: unknown): boolean {
-  if (error instanceof TransientStepError) return true;
+  if (error instanceof TransientStepError || error instanceof FenceNotRecordedError) return true;
   if (error instanceof StepFailedError) return false;
   const code = (error as NodeJS.ErrnoException | undefined)?.code;
   if (typeof code === "string" && TRANSIENT_ERRNO.has(code)) return true;

@@ -97,6 +97,16 @@ async function readSmallFile(file: string): Promise<string> {
 const READ_LIMIT = 4_096;
 
 /**
+ * A fenced publish whose fence the disk did not take (full, failing): the publish is in the
+ * claims Redis only, which may lose it. The attempt is not done: it fails as transient (another
+ * attempt publishes again and records its fence), `current` stays, and the version is not marked
+ * rebuilt, so the request is not lost with the publish.
+ */
+export class FenceNotRecordedError extends Error {
+  override name = "FenceNotRecordedError";
+}
+
+/**
  * What `recordPublishedFence` found:
  *   recorded     this fence and build are on disk (now, or already: a repeat)
  *   newer        a higher fence was recorded meanwhile: `current` stays with that newer build

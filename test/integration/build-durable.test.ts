@@ -240,19 +240,26 @@ test("a repeat whose existing build cannot be synced (fsync EIO: a lost write) m
 });
 
 /**
- * A worker whose disk fails after its fenced publish, in the calls `inject` makes fail: the
- * attempt is recorded rebuilt (the build is published) with `warning` in its log, `current`
- * stays where it was while the disk fails, and repair moves it to the published build once the
- * disk works, with the fence on disk by then.
+ * A worker whose disk fails after its fenced publish, in the calls `inject` makes fail:
+ * `current` stays where it was while the disk fails. With `expect: "rebuilt"` the attempt is
+ * recorded rebuilt (the build is published, its fence on disk) with `warning` in its log, and
+ * repair moves `current` once the disk works; with `expect: "retried"` the attempt fails as
+ * transient with `warning` as its reason, and the next one (the disk working again) publishes,
+ * with its fence on disk.
  */
 async function publishedWhileDiskFails(
   t: TestContext,
   name: string,
   inject: (pid: number, outputDir: string) => Promise<() => void>,
+  expect: "rebuilt" | "retried",
   warning: RegExp,
 ) {
   const bed = await createTestBed({
-    [name]: { output: `out/${name}`, steps: [{ name: "write", run: ["sh", "-c", "echo built > out.txt"] }] },
+    [name]: {
+      output: `out/${name}`,
+      retries: { attempts: 3, backoff: "2s" },
+      steps: [{ name: "write", run: ["sh", "-c", "echo built > out.txt"] }],
+    },
   });
   t.after(() => bed.close());
   const worker = await bed.startWorker();
@@ -261,21 +268,37 @@ async function publishedWhileDiskFails(
   fs.mkdirSync(path.join(outputDir, "builds"), { recursive: true });
   const stopTracer = await inject(worker.pid, outputDir);
   const jobId = await bed.trigger(name, { version: "v1" });
-  const run = await bed.waitForRun((r) => r.jobId === jobId && r.status !== "running", 60_000, "the attempt ends");
-  assert.equal(run.status, "rebuilt", `recorded ${run.status}: ${run.reason ?? ""}`);
-  // Repair waits REPAIR_AFTER_MS (10 s) after a publish before it touches `current`.
+  const first = await bed.waitForRun((r) => r.jobId === jobId && r.status !== "running", 60_000, "the attempt ends");
+  // Repair waits REPAIR_AFTER_MS (10 s) after a publish before it touches `current`; the next
+  // attempt waits for its 2 s backoff.
   assert.equal(await readCurrent(outputDir), null, "current stays while the disk fails");
-  const logs = await bed.main.lrange(bed.keys.runLog(run.id), 0, -1);
-  assert.ok(
-    logs.some((line) => warning.test(line)),
-    `the run log warns: ${logs.join(" | ")}`,
-  );
   stopTracer();
+  if (expect === "rebuilt") {
+    assert.equal(first.status, "rebuilt", `recorded ${first.status}: ${first.reason ?? ""}`);
+    const logs = await bed.main.lrange(bed.keys.runLog(first.id), 0, -1);
+    assert.ok(
+      logs.some((line) => warning.test(line)),
+      `the run log warns: ${logs.join(" | ")}`,
+    );
+  } else {
+    assert.equal(first.status, "failed", `recorded ${first.status}: ${first.reason ?? ""}`);
+    assert.match(first.reason ?? "", warning);
+    assert.equal(first.attempt, 1);
+  }
+  const published =
+    expect === "rebuilt"
+      ? first
+      : await bed.waitForRun((r) => r.jobId === jobId && r.status === "rebuilt", 60_000, "the next attempt publishes");
   const deadline = Date.now() + 60_000;
-  while ((await readCurrent(outputDir)) !== run.buildHash && Date.now() < deadline)
+  while ((await readCurrent(outputDir)) !== published.buildHash && Date.now() < deadline)
     await new Promise((r) => setTimeout(r, 250));
-  assert.equal(await readCurrent(outputDir), run.buildHash, "repair moved current to the published build");
-  assert.deepEqual(await readPublishedFence(outputDir), { fence: run.fence, hash: run.buildHash });
+  assert.equal(await readCurrent(outputDir), published.buildHash, "current follows the published build");
+  const record = await readPublishedFence(outputDir);
+  assert.ok(
+    record && record.fence >= published.fence!,
+    `the fence record ${JSON.stringify(record)} covers fence ${published.fence}`,
+  );
+  assert.equal(record.hash, published.buildHash);
 }
 
 test("a worker whose swap of current fails after its publish: the attempt is recorded rebuilt (the build is published), with a warning; repair moves current", async (t) => {
@@ -286,34 +309,40 @@ test("a worker whose swap of current fails after its publish: the attempt is rec
     t,
     "current-eio",
     (pid) => injectInto(t, pid, ["-e", "trace=symlink,symlinkat", "-e", "inject=symlink,symlinkat:error=EIO"]),
+    "rebuilt",
     /WARNING: published build .*\/current could not be swapped or synced/,
   );
 });
 
 /**
- * The published fence is what keeps `current` from moving back after the claims Redis loses a
- * publish (repair compares the pointer with it). `current` naming a build whose fence is not on
- * disk is the state where that fails: so a publisher whose fence record fails leaves `current`,
- * and repair records the fence, then moves `current`. Before this rule the worker swapped
- * `current` anyway, with a warning (both tests below failed at "current stays while the disk
- * fails").
+ * The published fence on disk is what keeps `current` from moving back after the claims Redis
+ * loses a publish (repair compares the pointer with it), and a publish whose fence is not on disk
+ * lives in Redis only. So a publisher whose fence record fails leaves `current`, and its attempt
+ * fails as transient: the next publishes again. Before this rule the worker swapped `current`
+ * anyway and recorded the attempt rebuilt, with a warning (both tests below failed at "current
+ * stays while the disk fails").
  */
-const UNRECORDED = /WARNING: published build .* but the fence could not be recorded beside the output/;
+const UNRECORDED = /^transient: published build .* but its fence could not be recorded on disk/;
 
-test("a worker whose fsync of the fence record fails (a failing disk) publishes, but current follows only once repair has the fence on disk", async (t) => {
+test("a worker whose fsync of the fence record fails (a failing disk): current stays, the attempt fails as transient, the next one publishes", async (t) => {
   // Every fsync of the output directory fails while the tracer runs; the fence record's is the
-  // first (builds/ exists, so the promote does not sync the output directory). Repair syncs the
-  // record again once the tracer is gone.
-  await publishedWhileDiskFails(t, "fence-eio", (pid, outputDir) => failFsyncsOf(t, pid, [outputDir]), UNRECORDED);
+  // first (builds/ exists, so the promote does not sync the output directory).
+  await publishedWhileDiskFails(
+    t,
+    "fence-eio",
+    (pid, outputDir) => failFsyncsOf(t, pid, [outputDir]),
+    "retried",
+    UNRECORDED,
+  );
 });
 
-test("a worker that cannot write the fence record at all publishes, but current follows only once repair has recorded the fence", async (t) => {
-  // Every link() of the worker fails (only the fence record links) while the tracer runs: no
-  // record is written; repair writes it after the tracer is gone.
+test("a worker that cannot write the fence record at all: current stays, the attempt fails as transient, the next one publishes", async (t) => {
+  // Every link() of the worker fails (only the fence record links) while the tracer runs.
   await publishedWhileDiskFails(
     t,
     "fence-unwritten",
     (pid) => injectInto(t, pid, ["-e", "trace=link,linkat", "-e", "inject=link,linkat:error=EIO"]),
+    "retried",
     UNRECORDED,
   );
 });
