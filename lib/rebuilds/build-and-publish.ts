@@ -12,8 +12,8 @@ import type { RedisKeys } from "../redis/keys";
 import type { RunRecorder } from "../runs/writer";
 import type { StepRecord } from "../runs/types";
 import { outputDirOf, type RebuildDefinition } from "./definitions";
-import { hashDirectory, pointCurrent, promoteBuild, workDirOf } from "./output";
-import { FenceNotRecordedError, recordPublishedFence } from "./published-fence";
+import { hashDirectory, promoteBuild, workDirOf } from "./output";
+import { FenceNotRecordedError, pointCurrentAtRecord, recordPublishedFence } from "./published-fence";
 import { isTransient } from "./classify-failure";
 import { TransientStepError, type StepContext } from "./steps/context";
 import { runCommandStep } from "./steps/run-step";
@@ -205,7 +205,7 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
     }
     // Published (Redis and the durable fence say so): a `current` that cannot be swapped or synced
     // now lags behind until repair moves it forward (repair.ts); the attempt is not failed for it.
-    const swapFailed = await pointCurrent(outputDir, buildHash).then(
+    const swapFailed = await pointCurrentAtRecord(outputDir, held.fence, buildHash).then(
       () => null,
       (error: unknown) => String(error),
     );

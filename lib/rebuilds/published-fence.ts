@@ -11,13 +11,19 @@
  * first writer wins — and the directory is fsynced. Files are never overwritten, so two writers
  * (a publisher and a repair, or a paused publisher and a newer one) cannot put the record back:
  * with one file overwritten by rename, the later rename won even when it carried the lower fence.
- * Lower files are removed after a higher one is on disk (best effort: only the highest counts).
- * The single `.published-fence` file earlier versions wrote is still read, never written.
+ * Lower files are removed after a higher one is on disk (only the highest counts). On a
+ * filesystem without hard links the entry is created exclusively (`O_EXCL`) and written in place.
+ *
+ * The single `.published-fence` file earlier versions read and wrote is still written alongside
+ * (only upwards, as they did), so that a worker of an earlier version running beside this one
+ * during a rolling deploy raises its grants past what this one published. It is read as one
+ * more entry, and never removed.
  */
 import crypto from "node:crypto";
+import { existsSync } from "node:fs";
 import fs from "node:fs/promises";
 import path from "node:path";
-import { BUILD_HASH } from "./output";
+import { BUILD_HASH, buildDirOf, pointCurrent } from "./output";
 
 /** Earlier versions' record: one JSON file, `{"fence":<n>,"hash":"<hash>"}`, replaced by rename. */
 const LEGACY_FILE = ".published-fence";
@@ -34,20 +40,30 @@ export interface PublishedFence {
  * The highest fence recorded for `outputDir` and its build, or `null` when none is (nothing
  * published yet, or no directory). An entry whose hash cannot be read still counts with its fence
  * (its name says that fence published), with the hash "" (not a build hash: repair then neither
- * restores the pointer from it nor moves `current`).
+ * restores the pointer from it nor moves `current`). Throws when the directory cannot be read
+ * (other than missing): "nothing published" would let an acquire grant a published fence again.
  */
 export async function readPublishedFence(outputDir: string): Promise<PublishedFence | null> {
-  let names: string[];
-  try {
-    names = await fs.readdir(outputDir);
-  } catch {
-    return null;
+  for (let listing = 1; ; listing++) {
+    let names: string[];
+    try {
+      names = await fs.readdir(outputDir);
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === "ENOENT") return null;
+      throw error;
+    }
+    const legacy = names.includes(LEGACY_FILE) ? await readLegacy(outputDir) : null;
+    const top = fencesIn(names)[0];
+    if (top === undefined || (legacy && legacy.fence >= top)) return legacy;
+    const hash = await readEntryHash(outputDir, top);
+    // Gone since the listing: a writer of a higher fence removed it. Listed again.
+    if (hash === GONE && listing < 5) continue;
+    return { fence: top, hash: hash === GONE ? "" : hash };
   }
-  const legacy = names.includes(LEGACY_FILE) ? await readLegacy(outputDir) : null;
-  const top = fencesIn(names)[0];
-  if (top === undefined || (legacy && legacy.fence >= top)) return legacy;
-  return { fence: top, hash: (await readEntryHash(outputDir, top)) ?? "" };
 }
+
+/** `readEntryHash` of an entry removed since it was listed. */
+const GONE = null;
 
 /** The fences named by entries among `names`, highest first. */
 function fencesIn(names: string[]): number[] {
@@ -59,18 +75,27 @@ function fencesIn(names: string[]): number[] {
     .sort((a, b) => b - a);
 }
 
-async function readEntryHash(outputDir: string, fence: number): Promise<string | null> {
+/** The entry's build hash; "" when it cannot be read or holds no hash; `GONE` when it is not there. */
+async function readEntryHash(outputDir: string, fence: number): Promise<string | typeof GONE> {
   try {
     const hash = (await readSmallFile(path.join(outputDir, `${ENTRY_PREFIX}${fence}`))).trim();
-    return BUILD_HASH.test(hash) ? hash : null;
-  } catch {
-    return null;
+    return BUILD_HASH.test(hash) ? hash : "";
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === "ENOENT" ? GONE : "";
   }
 }
 
+/** The legacy file's record; null when there is none or it does not parse. Throws on a failing read. */
 async function readLegacy(outputDir: string): Promise<PublishedFence | null> {
+  let text: string;
   try {
-    const parsed = JSON.parse(await readSmallFile(path.join(outputDir, LEGACY_FILE))) as Partial<PublishedFence>;
+    text = await readSmallFile(path.join(outputDir, LEGACY_FILE));
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return null;
+    throw error;
+  }
+  try {
+    const parsed = JSON.parse(text) as Partial<PublishedFence>;
     if (!Number.isSafeInteger(parsed.fence) || (parsed.fence ?? 0) <= 0) return null;
     if (typeof parsed.hash !== "string" || !BUILD_HASH.test(parsed.hash)) return null;
     return { fence: parsed.fence!, hash: parsed.hash };
@@ -134,34 +159,93 @@ export async function recordPublishedFence(outputDir: string, fence: number, has
     return { status: "recorded" };
   }
   const entry = path.join(outputDir, `${ENTRY_PREFIX}${fence}`);
-  const temp = path.join(outputDir, `.published-fence-writing.${crypto.randomBytes(6).toString("hex")}`);
+  const temp = tempName(outputDir);
   try {
-    const handle = await fs.open(temp, "w", 0o644);
-    try {
-      await handle.writeFile(hash);
-      await handle.sync();
-    } finally {
-      await handle.close();
-    }
-    await fs.link(temp, entry);
+    await writeSynced(temp, hash, "w");
+    await fs.link(temp, entry).catch(async (error: NodeJS.ErrnoException) => {
+      // A filesystem without hard links: the entry is created exclusively and written in place.
+      // A reader may meet it empty for a moment (or for good, after a crash mid-write): its
+      // fence still counts, with the hash "" (readPublishedFence).
+      if (!NO_HARD_LINKS.has(error.code ?? "")) throw error;
+      await writeSynced(entry, hash, "wx");
+    });
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
     // Another writer recorded this fence meanwhile: with this build, or (Redis granted it twice)
-    // with another, which keeps it.
-    const recorded = await readEntryHash(outputDir, fence);
-    if (recorded !== hash) return { status: "fence-reused", known: { fence, hash: recorded ?? "" } };
+    // with another, which keeps it; or a higher fence since, which removed it.
+    const now = await readPublishedFence(outputDir);
+    if (now && now.fence > fence) return { status: "newer", known: now };
+    if (now?.fence !== fence) {
+      throw new Error(`the published-fence record of ${outputDir} changed under this write`, { cause: error });
+    }
+    if (now.hash !== hash) return { status: "fence-reused", known: now };
   } finally {
     await fs.rm(temp, { force: true }).catch(() => {});
   }
+  await writeLegacy(outputDir, fence, hash);
   await syncDirectory(outputDir);
   // A higher fence recorded while this one was written keeps `current`; lower ones can go.
   const names = await fs.readdir(outputDir);
   if ((fencesIn(names)[0] ?? 0) > fence) {
-    const known = await readPublishedFence(outputDir);
-    if (known && known.fence > fence) return { status: "newer", known };
+    const now = await readPublishedFence(outputDir);
+    if (now && now.fence > fence) return { status: "newer", known: now };
   }
-  await removeBelow(outputDir, names, fence);
+  await Promise.all(
+    fencesIn(names)
+      .filter((f) => f < fence)
+      .map((f) => fs.rm(path.join(outputDir, `${ENTRY_PREFIX}${f}`), { force: true }).catch(() => {})),
+  );
   return { status: "recorded" };
+}
+
+/**
+ * The legacy file, for workers of earlier versions (they read only it): replaced by rename, as
+ * they do, unless it says `fence` or more. Synced with the directory by the caller.
+ */
+async function writeLegacy(outputDir: string, fence: number, hash: string): Promise<void> {
+  if (((await readLegacy(outputDir))?.fence ?? 0) >= fence) return;
+  const temp = tempName(outputDir);
+  try {
+    await writeSynced(temp, JSON.stringify({ fence, hash }), "w");
+    await fs.rename(temp, path.join(outputDir, LEGACY_FILE));
+  } finally {
+    await fs.rm(temp, { force: true }).catch(() => {});
+  }
+}
+
+function tempName(outputDir: string): string {
+  return path.join(outputDir, `.published-fence-writing.${crypto.randomBytes(6).toString("hex")}`);
+}
+
+/**
+ * Points `current` at `hash`, published with `fence` and recorded, then makes sure no newer
+ * record was passed over: a publisher (or repair) that read the record before a newer publisher
+ * recorded and swapped could swap after it, putting `current` back. Read after the swap, the
+ * record shows the newer fence, and `current` follows it (its build is there: its publisher
+ * promoted it before recording).
+ */
+export async function pointCurrentAtRecord(outputDir: string, fence: number, hash: string): Promise<void> {
+  await pointCurrent(outputDir, hash);
+  for (let rounds = 0; rounds < 5; rounds++) {
+    const now = await readPublishedFence(outputDir);
+    if (!now || now.fence <= fence || !BUILD_HASH.test(now.hash)) return;
+    if (!existsSync(buildDirOf(outputDir, now.hash))) return;
+    ({ fence, hash } = now);
+    await pointCurrent(outputDir, hash);
+  }
+}
+
+/** link(2)'s answers on a filesystem (or mount) that has no hard links. */
+const NO_HARD_LINKS = new Set(["EPERM", "ENOTSUP", "EOPNOTSUPP", "ENOSYS"]);
+
+async function writeSynced(file: string, content: string, flags: "w" | "wx"): Promise<void> {
+  const handle = await fs.open(file, flags, 0o644);
+  try {
+    await handle.writeFile(content);
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
 }
 
 async function syncDirectory(dir: string): Promise<void> {
@@ -171,13 +255,4 @@ async function syncDirectory(dir: string): Promise<void> {
   } finally {
     await handle.close();
   }
-}
-
-/** Entries (and the legacy file) below `fence`, once `fence` is on disk: only the highest counts. */
-async function removeBelow(outputDir: string, names: string[], fence: number): Promise<void> {
-  const remove = fencesIn(names)
-    .filter((f) => f < fence)
-    .map((f) => `${ENTRY_PREFIX}${f}`);
-  if (names.includes(LEGACY_FILE) && ((await readLegacy(outputDir))?.fence ?? 0) < fence) remove.push(LEGACY_FILE);
-  await Promise.all(remove.map((name) => fs.rm(path.join(outputDir, name), { force: true }).catch(() => {})));
 }

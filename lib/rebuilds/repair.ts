@@ -10,8 +10,8 @@ import { PUBLISHED_RESTORE, runScript, type ScriptingClient } from "../redis/scr
 import type { Redis } from "ioredis";
 import { serverNow } from "../redis/time";
 import { outputDirOf, tenantsOf, type Definitions } from "./definitions";
-import { buildDirOf, pointCurrent, readCurrent, BUILD_HASH } from "./output";
-import { readPublishedFence, recordPublishedFence } from "./published-fence";
+import { buildDirOf, readCurrent, BUILD_HASH } from "./output";
+import { pointCurrentAtRecord, readPublishedFence, recordPublishedFence } from "./published-fence";
 
 /** How old a published pointer must be before `current` is made to follow it. */
 export const REPAIR_AFTER_MS = 10_000;
@@ -85,11 +85,18 @@ export async function repairCurrentLinks(
               return;
             }
           }
-          await pointCurrent(outputDir, published.value);
+          // Right before the swap, the record still names this pointer: a newer publish recorded
+          // since is its publisher's to point `current` at (a swap now would put it back).
+          const record = await readPublishedFence(outputDir);
+          if (record?.fence !== published.fence || record.hash !== published.value) return;
+          await pointCurrentAtRecord(outputDir, published.fence, published.value);
           repaired.push(
             `repaired ${outputDir}/current: ${current ?? "(none)"} -> ${published.value} (fence ${published.fence})`,
           );
-        })(),
+        })().catch((error: unknown) => {
+          // One output's failing disk (its record unreadable) holds up no other output.
+          repaired.push(`NOT repairing ${outputDirOf(definition, tenant)}: ${String(error)}`);
+        }),
       );
     }
   }

@@ -58,7 +58,7 @@ import { classifyFailure, isTransient } from "./classify-failure";
 import { decideRun, DEFER_MAX_MS, DEFER_MIN_MS } from "./decide";
 import { outputDirOf, stopWithinMs, tenantProblem, type Definitions, type RebuildDefinition } from "./definitions";
 import { PRUNING_VERSION } from "./prune";
-import { readPublishedFence } from "./published-fence";
+import { readPublishedFence, type PublishedFence } from "./published-fence";
 import { rebuildJobData, type RebuildJobData } from "./queue";
 import { recordScheduledTick } from "./schedule-ticks";
 import { hashInputs, idempotencyKey } from "./version";
@@ -536,7 +536,13 @@ class RebuildAttempt {
       // each acquire: the grant is above it even when the claims Redis forgot its counter
       // (published-fence.ts). An older read could miss a publish made meanwhile by a holder
       // whose writes the claims Redis then lost, and the grant would reuse its fence.
-      const published = await readPublishedFence(outputDirOf(definition, data.tenant));
+      // A record that cannot be read (a failing disk) is no floor: the attempt fails as transient.
+      let published: PublishedFence | null;
+      try {
+        published = await readPublishedFence(outputDirOf(definition, data.tenant));
+      } catch (error) {
+        return this.onFailure(error);
+      }
       return withClaim(
         deps.claims,
         deps.keys,

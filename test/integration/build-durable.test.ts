@@ -347,6 +347,36 @@ test("a worker that cannot write the fence record at all: current stays, the att
   );
 });
 
+test("an output on a filesystem without hard links (link answers EPERM): the fence record is written in place, and the publish goes through", async (t) => {
+  const bed = await createTestBed({
+    "no-links": { output: "out/no-links", steps: [{ name: "write", run: ["sh", "-c", "echo built > out.txt"] }] },
+  });
+  t.after(() => bed.close());
+  const worker = await bed.startWorker();
+  t.after(() => worker.stop());
+  const outputDir = path.join(bed.dir, "out/no-links");
+  const stopTracer = await injectInto(t, worker.pid, [
+    "-e",
+    "trace=link,linkat",
+    "-e",
+    "inject=link,linkat:error=EPERM",
+  ]);
+  const jobId = await bed.trigger("no-links", { version: "v1" });
+  const run = await bed.waitForRun((r) => r.jobId === jobId && r.status !== "running", 60_000, "the attempt ends");
+  stopTracer();
+  assert.equal(run.status, "rebuilt", `recorded ${run.status}: ${run.reason ?? ""}`);
+  assert.equal(await readCurrent(outputDir), run.buildHash);
+  assert.deepEqual(await readPublishedFence(outputDir), { fence: run.fence, hash: run.buildHash });
+  assert.deepEqual(
+    fs
+      .readdirSync(outputDir)
+      .filter((name) => name.startsWith(".published-fence"))
+      .sort(),
+    [".published-fence", `.published-fence@${run.fence}`],
+    "no temporary file is left (the first is for workers of the earlier version)",
+  );
+});
+
 test("a worker whose repeat finds an older build it cannot sync (a lost write): moved aside, replaced, and shown as a problem until an operator removes it", async (t) => {
   const bed = await createTestBed({
     "lost-write": {

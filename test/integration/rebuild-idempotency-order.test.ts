@@ -15,7 +15,7 @@ import { outputDirOf } from "../../lib/rebuilds/definitions";
 import { readCurrent } from "../../lib/rebuilds/output";
 import { repairCurrentLinks } from "../../lib/rebuilds/repair";
 import { PRUNING_VERSION } from "../../lib/rebuilds/prune";
-import { readPublishedFence, recordPublishedFence } from "../../lib/rebuilds/published-fence";
+import { pointCurrentAtRecord, readPublishedFence, recordPublishedFence } from "../../lib/rebuilds/published-fence";
 import { readRun } from "../../lib/runs/records";
 import { runRebuild, type RebuildDeps } from "../../lib/rebuilds/run-rebuild";
 import { idempotencyKey } from "../../lib/rebuilds/version";
@@ -229,7 +229,54 @@ test("the single .published-fence file of earlier versions is still read, and go
   assert.deepEqual(await recordPublishedFence(outputDir, 6, "d".repeat(32)), { status: "newer", known: seven });
   assert.deepEqual(await recordPublishedFence(outputDir, 8, "d".repeat(32)), { status: "recorded" });
   assert.deepEqual(await readPublishedFence(outputDir), { fence: 8, hash: "d".repeat(32) });
-  assert.deepEqual(await fs.readdir(outputDir), [".published-fence@8"]);
+  // Kept up to date for workers of the earlier version (a rolling deploy): they read only it.
+  assert.deepEqual((await fs.readdir(outputDir)).sort(), [".published-fence", ".published-fence@8"]);
+  assert.deepEqual(JSON.parse(await fs.readFile(path.join(outputDir, ".published-fence"), "utf8")), {
+    fence: 8,
+    hash: "d".repeat(32),
+  });
+});
+
+test("a reader that listed the record's files before a newer fence was recorded and the lower file removed reads the newer one, not a record without its build", async () => {
+  // The reader is held between its listing and its read (as a paused or slow process would
+  // be): a writer records fence 6 and removes 5 meanwhile. Before the reader listed again, it
+  // returned fence 5 with the hash "" (this test failed so) — which made a publisher of fence 5
+  // with that very build read "fence-reused" (helper-41's finding 3).
+  const outputDir = path.join(bed.dir, "fence-reader-held");
+  await fs.mkdir(outputDir, { recursive: true });
+  assert.deepEqual(await recordPublishedFence(outputDir, 5, "a".repeat(32)), { status: "recorded" });
+  const realReaddir = fs.readdir;
+  let held = false;
+  (fs as { readdir: unknown }).readdir = async (...args: Parameters<typeof realReaddir>) => {
+    const listing = await (realReaddir as (...a: unknown[]) => Promise<unknown>)(...args);
+    if (!held && args[0] === outputDir) {
+      held = true;
+      (fs as { readdir: unknown }).readdir = realReaddir;
+      assert.deepEqual(await recordPublishedFence(outputDir, 6, "b".repeat(32)), { status: "recorded" });
+      // The legacy file (rewritten on every record) would give fence 6 as well: the entries alone.
+      await fs.rm(path.join(outputDir, ".published-fence"));
+    }
+    return listing;
+  };
+  try {
+    assert.deepEqual(await readPublishedFence(outputDir), { fence: 6, hash: "b".repeat(32) });
+  } finally {
+    (fs as { readdir: unknown }).readdir = realReaddir;
+  }
+  assert.ok(held, "the reader was held between its listing and its read");
+});
+
+test("current follows a newer record it passed over: a swap made after a newer publisher's swap is undone by the one who made it", async () => {
+  const outputDir = path.join(bed.dir, "fence-swap-order");
+  const older = "a".repeat(32);
+  const newer = "b".repeat(32);
+  for (const hash of [older, newer]) await fs.mkdir(path.join(outputDir, "builds", hash), { recursive: true });
+  // The newer publisher recorded fence 6 and pointed current at its build; the holder of fence 5
+  // (or a repair of pointer 5), which read the record before, swaps now.
+  assert.deepEqual(await recordPublishedFence(outputDir, 6, newer), { status: "recorded" });
+  await pointCurrentAtRecord(outputDir, 6, newer);
+  await pointCurrentAtRecord(outputDir, 5, older);
+  assert.equal(await readCurrent(outputDir), newer, "current is back on fence 6's build");
 });
 
 test("a fence granted twice: the run whose build was recorded second is not published, not marked rebuilt, and runs again; repair puts Redis back on the recorded build", async () => {
