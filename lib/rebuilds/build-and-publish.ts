@@ -13,7 +13,7 @@ import type { RunRecorder } from "../runs/writer";
 import type { StepRecord } from "../runs/types";
 import { outputDirOf, type RebuildDefinition } from "./definitions";
 import { hashDirectory, promoteBuild, workDirOf } from "./output";
-import { FenceNotRecordedError, pointCurrentAtRecord, recordPublishedFence } from "./published-fence";
+import { FenceNotRecordedError, markFenceGranted, pointCurrentAtRecord, recordPublishedFence } from "./published-fence";
 import { isTransient } from "./classify-failure";
 import { TransientStepError, type StepContext } from "./steps/context";
 import { runCommandStep } from "./steps/run-step";
@@ -141,6 +141,9 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
 
     const buildHash = await hashDirectory(workDir);
     held.throwIfLost(); // before promoteBuild, which may move a changed published build aside
+    // The fence is marked before the publish it is for, durably by the promote's sync: a publish
+    // whose record the disk then refuses lives in Redis only, and its fence is not granted again.
+    await markFenceGranted(outputDir, held.fence);
     const promoted = await promoteBuild(outputDir, workDir, buildHash);
     if (promoted.changedMovedTo) {
       recorder.log(

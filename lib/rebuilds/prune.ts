@@ -11,7 +11,7 @@ import type { RedisKeys } from "../redis/keys";
 import type { ScriptingClient } from "../redis/scripts";
 import { outputDirOf, tenantsOf, type Definitions } from "./definitions";
 import { pruneBuilds } from "./output";
-import { readPublishedFence } from "./published-fence";
+import { readFenceFloor } from "./published-fence";
 
 /** Long enough for the renames of one output's old builds; short, because a run that finds the claim held waits about this long. */
 const PRUNE_CLAIM = { ttlMs: 5_000, refreshEveryMs: 2_000 } as const;
@@ -36,7 +36,7 @@ export async function pruneOldBuilds(definitions: Definitions, claims: PruneClai
       const outputDir = outputDirOf(rebuild, tenant);
       const name = claimName(rebuild.claimPath, tenant);
       try {
-        const floor = await readPublishedFence(outputDir);
+        const fenceFloor = await readFenceFloor(outputDir);
         const result = await withClaim(
           claims.client,
           claims.keys,
@@ -57,7 +57,7 @@ export async function pruneOldBuilds(definitions: Definitions, claims: PruneClai
               beforeRemove: () => held.throwIfLost(),
             });
           },
-          { ...PRUNE_CLAIM, ...(floor ? { fenceFloor: floor.fence } : {}) },
+          { ...PRUNE_CLAIM, ...(fenceFloor > 0 ? { fenceFloor } : {}) },
         );
         if (result.status === "held") report.push(`${outputDir}: claim held, pruned later`);
         else if (result.value.length) report.push(`${outputDir}: pruned ${result.value.join(", ")}`);

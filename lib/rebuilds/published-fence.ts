@@ -25,6 +25,14 @@ import fs from "node:fs/promises";
 import path from "node:path";
 import { BUILD_HASH, buildDirOf, pointCurrent } from "./output";
 
+/**
+ * A fence about to be used for a publish, marked before the fenced publish: an empty file in
+ * `builds/`, made durable by the promote's fsync of `builds/` that comes right after (output.ts),
+ * so it costs no fsync of its own. Floor only: it raises grants, never names a build.
+ */
+const GRANTED_PREFIX = ".granted-fence@";
+const GRANTED = /^\.granted-fence@([1-9]\d{0,15})$/;
+
 /** Earlier versions' record: one JSON file, `{"fence":<n>,"hash":"<hash>"}`, replaced by rename. */
 const LEGACY_FILE = ".published-fence";
 const ENTRY_PREFIX = ".published-fence@";
@@ -65,10 +73,43 @@ export async function readPublishedFence(outputDir: string): Promise<PublishedFe
 /** `readEntryHash` of an entry removed since it was listed. */
 const GONE = null;
 
-/** The fences named by entries among `names`, highest first. */
-function fencesIn(names: string[]): number[] {
+/**
+ * The fence every new grant must be above: the highest recorded publish, or a fence marked granted
+ * for a publish whose record the disk then refused (`markFenceGranted`) — that publish is in the
+ * claims Redis only, and a Redis that loses it must not hand its fence out again.
+ */
+export async function readFenceFloor(outputDir: string): Promise<number> {
+  const [record, granted] = await Promise.all([readPublishedFence(outputDir), grantedFences(outputDir)]);
+  return Math.max(record?.fence ?? 0, granted[0] ?? 0);
+}
+
+/**
+ * Marks `fence` as about to publish for `outputDir`: called before the promote, whose fsync of
+ * `builds/` makes the mark durable before the fenced publish. Creates `builds/` if needed (its
+ * name synced, as the promote would).
+ */
+export async function markFenceGranted(outputDir: string, fence: number): Promise<void> {
+  const buildsDir = path.join(outputDir, "builds");
+  if (await fs.mkdir(buildsDir, { recursive: true })) await syncDirectory(outputDir);
+  await fs.writeFile(path.join(buildsDir, `${GRANTED_PREFIX}${fence}`), "");
+}
+
+/** The fences marked granted in `builds/`, highest first. */
+async function grantedFences(outputDir: string): Promise<number[]> {
+  let names: string[];
+  try {
+    names = await fs.readdir(path.join(outputDir, "builds"));
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return [];
+    throw error;
+  }
+  return fencesIn(names, GRANTED);
+}
+
+/** The fences named by entries among `names` (`pattern`: published entries or granted marks), highest first. */
+function fencesIn(names: string[], pattern = ENTRY): number[] {
   return names
-    .map((name) => ENTRY.exec(name)?.[1])
+    .map((name) => pattern.exec(name)?.[1])
     .filter((fence): fence is string => fence !== undefined)
     .map(Number)
     .filter(Number.isSafeInteger)
@@ -190,10 +231,15 @@ export async function recordPublishedFence(outputDir: string, fence: number, has
     const now = await readPublishedFence(outputDir);
     if (now && now.fence > fence) return { status: "newer", known: now };
   }
+  // Lower entries, and granted marks this record covers, can go.
+  const marks = await grantedFences(outputDir).catch(() => [] as number[]);
   await Promise.all(
-    fencesIn(names)
-      .filter((f) => f < fence)
-      .map((f) => fs.rm(path.join(outputDir, `${ENTRY_PREFIX}${f}`), { force: true }).catch(() => {})),
+    [
+      ...fencesIn(names)
+        .filter((f) => f < fence)
+        .map((f) => path.join(outputDir, `${ENTRY_PREFIX}${f}`)),
+      ...marks.filter((f) => f <= fence).map((f) => path.join(outputDir, "builds", `${GRANTED_PREFIX}${f}`)),
+    ].map((file) => fs.rm(file, { force: true }).catch(() => {})),
   );
   return { status: "recorded" };
 }

@@ -58,7 +58,7 @@ import { classifyFailure, isTransient } from "./classify-failure";
 import { decideRun, DEFER_MAX_MS, DEFER_MIN_MS } from "./decide";
 import { outputDirOf, stopWithinMs, tenantProblem, type Definitions, type RebuildDefinition } from "./definitions";
 import { PRUNING_VERSION } from "./prune";
-import { readPublishedFence, type PublishedFence } from "./published-fence";
+import { readFenceFloor } from "./published-fence";
 import { rebuildJobData, type RebuildJobData } from "./queue";
 import { recordScheduledTick } from "./schedule-ticks";
 import { hashInputs, idempotencyKey } from "./version";
@@ -537,9 +537,9 @@ class RebuildAttempt {
       // (published-fence.ts). An older read could miss a publish made meanwhile by a holder
       // whose writes the claims Redis then lost, and the grant would reuse its fence.
       // A record that cannot be read (a failing disk) is no floor: the attempt fails as transient.
-      let published: PublishedFence | null;
+      let fenceFloor: number;
       try {
-        published = await readPublishedFence(outputDirOf(definition, data.tenant));
+        fenceFloor = await readFenceFloor(outputDirOf(definition, data.tenant));
       } catch (error) {
         return this.onFailure(error);
       }
@@ -607,7 +607,7 @@ class RebuildAttempt {
         {
           ttlMs: definition.claim.ttl,
           refreshEveryMs: definition.claim.refreshEvery,
-          ...(published ? { fenceFloor: published.fence } : {}),
+          ...(fenceFloor > 0 ? { fenceFloor } : {}),
           onEvent: (event) => {
             if (event.type === "refresh-error")
               this.log(`claim refresh failed (riding it out): ${String(event.error)}`);

@@ -441,7 +441,10 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
       const output = outputDirOf(definition, tenant);
       const label = tenant ? `${spec.name}/${tenant}` : spec.name;
       const buildsDir = path.join(output, "builds");
-      const names = fs.existsSync(buildsDir) ? fs.readdirSync(buildsDir) : [];
+      // Granted-fence marks (published-fence.ts) are names only, not builds.
+      const names = (fs.existsSync(buildsDir) ? fs.readdirSync(buildsDir) : []).filter(
+        (name) => !name.startsWith(".granted-fence@"),
+      );
       for (const name of names) {
         buildsChecked += 1;
         const problem = await verifyBuild(path.join(buildsDir, name), name, spec);

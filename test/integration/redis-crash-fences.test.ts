@@ -5,6 +5,7 @@
  * the same data; real rebuilds through `runRebuild`.
  */
 import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -24,6 +25,7 @@ const servers: RedisServerHandle[] = [];
 const root = fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-crash-"));
 after(async () => {
   for (const server of servers) await server.stop(2_000).catch(() => {});
+  spawnSync("chattr", ["-R", "-i", root]); // an output left immutable by a test that failed midway
   fs.rmSync(root, { recursive: true, force: true });
 });
 
@@ -97,6 +99,88 @@ test("after a claims Redis lost its recent writes: no fence used for a publish i
     assert.ok(v4.fence > v3.fence, `fence ${v4.fence} granted after ${v3.fence} was used for a publish`);
     assert.equal(await readCurrent(output), v4.buildHash);
     assert.equal((await readPublished(client, keys, name))?.fence, v4.fence);
+  } finally {
+    await closeRedis(client);
+  }
+});
+
+test("a publish whose fence record the disk refused, then forgotten by a claims Redis crash: its fence is not granted again, and current never named its build", async (t) => {
+  const dataDir = path.join(root, "redis-refused");
+  const first = await startRedisServer({ dir: dataDir, extraArgs: RDB_ONLY });
+  servers.push(first);
+  const file = path.join(root, "claimwatch-refused.yaml");
+  fs.writeFileSync(
+    file,
+    'rebuilds:\n  maps:\n    output: out/maps\n    claim: { ttl: 4s, refreshEvery: 1s }\n    steps: [{ name: s, run: ["sh", "-c", "echo $CLAIMWATCH_VERSION > $CLAIMWATCH_WORK/v"] }]\n',
+  );
+  const loaded = loadDefinitions(file);
+  if (!loaded.ok) throw loaded.error;
+  const definitions = loaded.definitions;
+  const output = definitions.rebuilds.get("maps")!.outputPath;
+  const name = claimName(definitions.rebuilds.get("maps")!.claimPath);
+  const keys = redisKeys("refused");
+  let jobs = 0;
+  const attempt = (client: ReturnType<typeof createRedis>, version: string) =>
+    runRebuild(
+      { main: client, claims: client, keys, definitions, worker: newWorkerIdentity("t") },
+      {
+        id: `refused-${++jobs}`,
+        attempt: 1,
+        createdAt: Date.now(),
+        data: { rebuild: "maps", version, trigger: "api" },
+        signal: new AbortController().signal,
+      },
+    );
+
+  let client = createRedis(first.url, "worker", "refused-1");
+  const v1 = await attempt(client, "v1");
+  assert.equal(v1.status, "rebuilt", JSON.stringify(v1));
+  if (v1.status !== "rebuilt") return;
+  await client.save(); // the snapshot the restart will come back to
+
+  // The disk refuses new names in the output directory (immutable: EPERM, even for root), so
+  // the fence record cannot be written; builds/ and .work/ below it still take the build.
+  const immutable = spawnSync("chattr", ["+i", output], { encoding: "utf8" });
+  if (immutable.status !== 0) return t.skip(`chattr +i is not available here: ${immutable.stderr}`);
+  let refused: unknown;
+  try {
+    await attempt(client, "v2").then(
+      (outcome) => assert.fail(`v2 was not refused: ${JSON.stringify(outcome)}`),
+      (error: unknown) => (refused = error),
+    );
+  } finally {
+    spawnSync("chattr", ["-i", output]);
+  }
+  assert.match(String(refused), /its fence could not be recorded on disk/);
+  const redisOnly = await readPublished(client, keys, name);
+  assert.ok(redisOnly && redisOnly.fence > v1.fence, "the v2 publish went through in Redis");
+  assert.equal(await readCurrent(output), v1.buildHash, "current never named the unrecorded build");
+  await closeRedis(client);
+
+  // Crash: the v2 publish and its fence are gone from Redis; the disk record says v1's fence.
+  process.kill(first.pid, "SIGKILL");
+  await new Promise<void>((resolve) =>
+    first.child.exitCode !== null || first.child.signalCode !== null
+      ? resolve()
+      : first.child.once("exit", () => resolve()),
+  );
+  const second = await startRedisServer({ dir: dataDir, port: first.port, extraArgs: RDB_ONLY });
+  servers.push(second);
+  client = createRedis(second.url, "worker", "refused-2");
+  try {
+    assert.equal((await readPublished(client, keys, name))?.fence, v1.fence, "the restart really lost the v2 publish");
+    // The next grant is above the fence v2 published with in Redis (its granted mark in builds/),
+    // not v1's fence + 1, which would be that same fence again (this failed so without the mark).
+    const v3 = await attempt(client, "v3");
+    assert.equal(v3.status, "rebuilt", JSON.stringify(v3));
+    if (v3.status !== "rebuilt") return;
+    assert.ok(v3.fence > redisOnly.fence, `fence ${v3.fence} granted after ${redisOnly.fence} was used for a publish`);
+    assert.equal(await readCurrent(output), v3.buildHash);
+    assert.deepEqual(
+      fs.readdirSync(path.join(output, "builds")).filter((n) => n.startsWith(".granted-fence@")),
+      [],
+      "the granted marks the record covers are gone",
+    );
   } finally {
     await closeRedis(client);
   }
