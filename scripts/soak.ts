@@ -9,7 +9,7 @@
  *
  * Last line: RESULT overlaps=0 lost=0 corrupt=0 stale_left=0 pointer_wrong=0 stuck_running=0 max_resume_s=<s>
  * triggers=<n> kills=<n> pauses=<n> escaped=0 reissued=0 rolled_back=0 dropped=0 miscounted=0
- * hashed_triggers=<n> early_begins=<n> reads_cut=<n> unrecorded_publishes=0. Exit 0 when every must-be-zero figure is zero (and some
+ * hashed_triggers=<n> early_begins=<n> reads_cut=<n> unrecorded_publishes=0 refused_records=<n>. Exit 0 when every must-be-zero figure is zero (and some
  * attempt took the early begin when any trigger was sent without a version), 1 when not, 2 when the soak itself could not run (the RESULT line then has -1 for what is unknown).
  *
  * Options: --seconds N (300; 45 with --quick), --workers K (3), --quick (shorter drain),
@@ -351,7 +351,7 @@ function resultLine(f: Figures | null): string {
     `triggers=${n(f?.triggers)} kills=${n(f?.kills)} pauses=${n(f?.pauses)} escaped=${n(f?.escaped)} ` +
     `reissued=${n(f?.reissued)} rolled_back=${n(f?.rolledBack)} dropped=${n(f?.dropped)} miscounted=${n(f?.miscounted)} ` +
     `hashed_triggers=${n(f?.hashedTriggers)} early_begins=${n(f?.earlyBegins)} reads_cut=${n(f?.readsCut)} ` +
-    `unrecorded_publishes=${n(f?.unrecordedPublishes)}`
+    `unrecorded_publishes=${n(f?.unrecordedPublishes)} refused_records=${n(f?.refusedRecords)}`
   );
 }
 

@@ -19,10 +19,17 @@
  *             crashes — with `--claims-persistence rdb`, losing everything since its last snapshot
  *   force-release  an operator force-releases a live claim (the token shown), while the trigger
  *             stream keeps asking for other versions: the holder's request must not be lost
+ *   fence-disk  the outputs' disk refuses the published-fence record for 2.5–4.5 s: every
+ *             link(2) of every live worker answers ENOSPC (strace inject; the record is the
+ *             only link a worker makes), as a disk that fills between a build and its record.
+ *             A publish made then lives in the claims Redis only: its attempt fails as
+ *             transient and the next publishes again. One such window always ends just after
+ *             the guaranteed redis-crash, which may forget such a publish
  *
  * Each action is an event with what the victim was running (from the running-runs index), so
  * the checker can time kill→resume and tell a paused holder from an orphaned one.
  */
+import { spawn } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import type { Queue } from "bullmq";
@@ -53,7 +60,8 @@ export type ChaosKind =
   | "deploy"
   | "redis"
   | "redis-crash"
-  | "force-release";
+  | "force-release"
+  | "fence-disk";
 
 export interface ChaosAction {
   at: number;
@@ -94,6 +102,7 @@ export function chaosPlan(startedAt: number, durationMs: number, random: () => n
     [0.68, "kill-reading"],
     [0.8, "pause-short"],
     [0.35, "force-release"],
+    [0.58, "fence-disk"],
     [0.62, "redis-crash"],
     [0.75, "force-release"],
   ];
@@ -106,7 +115,8 @@ export function chaosPlan(startedAt: number, durationMs: number, random: () => n
     ["deploy", 0.2],
     ["redis", 0.04],
     ["redis-crash", 0.04],
-    ["force-release", 0.12],
+    ["force-release", 0.1],
+    ["fence-disk", 0.04],
   ];
   // Random actions start after the first guaranteed one and stop 10% before the end.
   for (let at = startedAt + 0.15 * durationMs; ;) {
@@ -159,6 +169,10 @@ export async function runChaos(options: ChaosOptions, plan: ChaosAction[]): Prom
       // A separate claims Redis is the one that crashes (it holds the fences and pointers).
       const target = action.kind === "redis-crash" && options.claimsRedis ? options.claimsRedis : options.redis;
       await target.restart(300 + random() * 2_200, events, { crash: action.kind === "redis-crash" });
+      continue;
+    }
+    if (action.kind === "fence-disk") {
+      track(refuseFenceRecords(options, 2_500 + random() * 2_000));
       continue;
     }
     if (action.kind === "force-release") {
@@ -218,6 +232,56 @@ export async function runChaos(options: ChaosOptions, plan: ChaosAction[]): Prom
     done();
   }
   await Promise.race([Promise.all([...background]), sleep(60_000)]);
+}
+
+/**
+ * Every link(2) of every live worker answers ENOSPC for `ms` (strace attached to each thread;
+ * SIGINT detaches it). Workers started meanwhile are not affected, as a replacement on another
+ * disk would not be. Without strace the action is skipped (and says so).
+ */
+async function refuseFenceRecords(options: ChaosOptions, ms: number): Promise<void> {
+  const workers = options.pool.live().filter((w) => w.readyAt !== null);
+  const threads = workers.flatMap((w) => {
+    try {
+      return fs.readdirSync(`/proc/${w.pid}/task`);
+    } catch {
+      return [];
+    }
+  });
+  if (threads.length === 0) {
+    return void options.events.record("chaos-skip", { kind: "fence-disk", why: "no worker to act on" });
+  }
+  const tracer = spawn(
+    "strace",
+    [
+      "-qq",
+      ...threads.flatMap((tid) => ["-p", tid]),
+      "-e",
+      "trace=link,linkat",
+      "-e",
+      "inject=link,linkat:error=ENOSPC",
+      "-o",
+      "/dev/null",
+    ],
+    { stdio: "ignore" },
+  );
+  const exited = new Promise<void>((resolve) => {
+    tracer.once("exit", () => resolve());
+    tracer.once("error", () => resolve());
+  });
+  const failed = await Promise.race([
+    new Promise<string>((resolve) => tracer.once("error", (error) => resolve(String(error)))),
+    sleep(300).then(() => null),
+  ]);
+  if (failed !== null) {
+    return void options.events.record("chaos-skip", { kind: "fence-disk", why: `strace: ${failed}` });
+  }
+  const refusing = options.events.record("fence-disk", { pids: workers.map((w) => w.pid), ms: Math.round(ms) });
+  await sleep(Math.max(0, ms - 300));
+  if (tracer.exitCode === null && tracer.signalCode === null) tracer.kill("SIGINT");
+  await Promise.race([exited, sleep(5_000)]);
+  if (tracer.exitCode === null && tracer.signalCode === null) tracer.kill("SIGKILL");
+  options.events.record("fence-disk-end", { since: refusing.t });
 }
 
 /** An operator's force release of a live claim, as the Claims page does it (the token shown). */

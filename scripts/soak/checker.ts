@@ -64,6 +64,9 @@ export interface CheckerInput {
   queue: Queue;
 }
 
+/** A run record's reason for a publish that moved the Redis pointer only. */
+const REDIS_ONLY_PUBLISH = /granted twice|fence could not be recorded on disk/;
+
 export interface Figures {
   overlaps: number;
   lost: number;
@@ -98,6 +101,8 @@ export interface Figures {
   triggers: number;
   kills: number;
   pauses: number;
+  /** Publishes whose fence record the disk refused (fence-disk): in Redis only, their attempts failed as transient. */
+  refusedRecords: number;
 }
 
 export interface CheckReport {
@@ -250,13 +255,17 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
     const up = events.slice(events.indexOf(stop)).find((e) => e.kind === "redis-up");
     return up ? (up.t - stop.t) / 1000 : NaN;
   });
+  const fenceDisks = events.filter((e) => e.kind === "fence-disk");
+  const refusedRecords = records.filter((r) => /fence could not be recorded on disk/.test(r.reason ?? ""));
   const pauseMs = pauses.map((p) => Number(p.ms));
   lines.push(
     `kills: ${kills.length} (${kills.filter((k) => asJobs(k).length > 0).length} while running a job, ` +
       `${kills.filter((k) => k.reading === true).length} while reading a hashed rebuild's inputs); ` +
       `pauses: ${pauses.length} (${pauseMs.filter((ms) => ms > CLAIM_TTL_MS).length} longer than the ${CLAIM_TTL_MS / 1000} s claim TTL, ` +
       `${pauseMs.filter((ms) => ms > JOB_LOCK_MS).length} longer than the ${JOB_LOCK_MS / 1000} s job lock; longest ${(Math.max(0, ...pauseMs) / 1000).toFixed(1)} s); ` +
-      `deploys: ${deploys.length}; Redis restarts: ${redisStops.length} (stop→up ${redisDowntimes.map((s) => `${s.toFixed(1)} s`).join(", ") || "-"})`,
+      `deploys: ${deploys.length}; Redis restarts: ${redisStops.length} (stop→up ${redisDowntimes.map((s) => `${s.toFixed(1)} s`).join(", ") || "-"}); ` +
+      `disk refusing fence records: ${fenceDisks.length} window(s) (${fenceDisks.map((e) => `${at(e.t)} for ${(Number(e.ms) / 1000).toFixed(1)} s`).join(", ") || "-"}), ` +
+      `${refusedRecords.length} publish(es) left in Redis only, their attempts failed as transient`,
   );
 
   // --- kill → resume -----------------------------------------------------------------------
@@ -331,12 +340,13 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   // Every publish the watcher saw names a run whose record says rebuilt: a holder whose record
   // was taken over or closed (paused past its heartbeat) must not publish (issue 13, the run
   // history tells what happened). A publish refused by the fence file (the claims Redis granted
-  // its fence twice: "not published") moved the Redis pointer only, and says so in its record.
+  // its fence twice: "not published"), or whose fence record the disk refused (fence-disk: its
+  // attempt failed as transient), moved the Redis pointer only, and says so in its record.
   const unrecordedPublishes = [
     ...new Set(pointerEvents.map((e) => (typeof e.runId === "string" ? e.runId : "")).filter(Boolean)),
   ]
     .map((runId) => ({ runId, record: recordById.get(runId) }))
-    .filter(({ record }) => record?.status !== "rebuilt" && !/granted twice/.test(record?.reason ?? ""));
+    .filter(({ record }) => record?.status !== "rebuilt" && !REDIS_ONLY_PUBLISH.test(record?.reason ?? ""));
   // Every attempt that reached a final status is counted once in the run counters behind
   // /metrics, by the script that made it final (lib/metrics/counters): the counters must match
   // the records, cell by cell, both ways (a Redis crash loses a record and its count together).
@@ -742,6 +752,7 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
       triggers: triggers.length,
       kills: kills.length,
       pauses: pauses.length,
+      refusedRecords: refusedRecords.length,
       escaped: escaped.length + stuck.length,
     },
   };
