@@ -57,8 +57,8 @@ import { startRedisServer, type RedisServerHandle } from "../lib/redis/embedded"
 import { closeRedis, createRedis } from "../lib/redis/client";
 import { redisKeys, type RedisKeys } from "../lib/redis/keys";
 import { parseDefinitions, type Definitions } from "../lib/rebuilds/definitions";
-import { hashDirectory, pointCurrent, promoteBuild, workDirOf } from "../lib/rebuilds/output";
-import { recordPublishedFence } from "../lib/rebuilds/published-fence";
+import { hashDirectory, promoteBuild, workDirOf } from "../lib/rebuilds/output";
+import { markFenceGranted, pointCurrentAtRecord, recordPublishedFence } from "../lib/rebuilds/published-fence";
 import { jobOptionsFor, jobRetention, queuePrefix, REBUILD_QUEUE, type RebuildJobData } from "../lib/rebuilds/queue";
 import { triggerRebuild } from "../lib/rebuilds/trigger";
 import type { RebuildOutcome } from "../lib/rebuilds/run-rebuild";
@@ -291,11 +291,12 @@ async function runPhase(
 let diskFloorFence = 0;
 
 /**
- * The disk part of a no-op rebuild alone (work dir, hash, promote, the durable published-fence
- * record, `current`: the same calls the pipeline makes), serially, in µs per job: what the
- * pipeline costs at concurrency 1 even if every Redis round trip were free. The fence record is
- * two fsyncs (published-fence.ts): what keeps a fence from being granted twice after Redis loses
- * writes, so any pipeline that keeps that promise pays it.
+ * The disk part of a no-op rebuild alone (work dir, hash, the granted-fence mark, promote, the
+ * durable published-fence record, `current`: the same calls the pipeline makes), serially, in µs
+ * per job: what the pipeline costs at concurrency 1 even if every Redis round trip were free. The
+ * fence record is three fsyncs (its file, the legacy file for earlier workers, the directory:
+ * published-fence.ts): what keeps a fence from being granted twice after Redis loses writes, so
+ * any pipeline that keeps that promise pays it.
  */
 async function diskFloorUs(bench: Bench, count: number): Promise<number> {
   const outputDir = path.join(bench.dir, "disk-floor");
@@ -304,9 +305,10 @@ async function diskFloorUs(bench: Bench, count: number): Promise<number> {
     const workDir = workDirOf(outputDir, `floor-${crypto.randomBytes(4).toString("hex")}-a1`);
     await fsp.mkdir(workDir, { recursive: true });
     const hash = await hashDirectory(workDir);
+    await markFenceGranted(outputDir, ++diskFloorFence);
     await promoteBuild(outputDir, workDir, hash);
-    await recordPublishedFence(outputDir, ++diskFloorFence, hash);
-    await pointCurrent(outputDir, hash);
+    await recordPublishedFence(outputDir, diskFloorFence, hash);
+    await pointCurrentAtRecord(outputDir, diskFloorFence, hash);
   }
   return ((performance.now() - started) * 1000) / count;
 }
