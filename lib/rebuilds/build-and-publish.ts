@@ -190,6 +190,7 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
       );
       throw new FenceNotRecordedError(
         `published build ${buildHash} (fence ${held.fence}) in the claims Redis, but its fence could not be recorded on disk (${error instanceof Error ? error.message : String(error)}): not durable, current not moved`,
+        buildHash,
         { cause: error },
       );
     });

@@ -11,7 +11,7 @@ import type { RedisKeys } from "../redis/keys";
 import type { ScriptingClient } from "../redis/scripts";
 import { outputDirOf, tenantsOf, type Definitions } from "./definitions";
 import { pruneBuilds } from "./output";
-import { readFenceFloor } from "./published-fence";
+import { readFenceFloor, readPublishedFence } from "./published-fence";
 
 /** Long enough for the renames of one output's old builds; short, because a run that finds the claim held waits about this long. */
 const PRUNE_CLAIM = { ttlMs: 5_000, refreshEveryMs: 2_000 } as const;
@@ -52,8 +52,11 @@ export async function pruneOldBuilds(definitions: Definitions, claims: PruneClai
           async (held) => {
             // Without the pointer the published build is unknown: nothing is removed.
             const published = await readPublished(claims.client, claims.keys, name);
+            // And the disk record's build: a claims Redis that lost writes may point lower until
+            // repair puts the pointer back on it.
+            const recorded = await readPublishedFence(outputDir);
             return pruneBuilds(outputDir, definitions.retention.builds, {
-              protect: published ? [published.value] : [],
+              protect: [published?.value, recorded?.hash].filter((hash): hash is string => !!hash),
               beforeRemove: () => held.throwIfLost(),
             });
           },

@@ -62,7 +62,8 @@ export async function readPublishedFence(outputDir: string): Promise<PublishedFe
     }
     const legacy = names.includes(LEGACY_FILE) ? await readLegacy(outputDir) : null;
     const top = fencesIn(names)[0];
-    if (top === undefined || (legacy && legacy.fence >= top)) return legacy;
+    // An entry wins a tie: the first build recorded with a fence is its build.
+    if (top === undefined || (legacy && legacy.fence > top)) return legacy;
     const hash = await readEntryHash(outputDir, top);
     // Gone since the listing: a writer of a higher fence removed it. Listed again.
     if (hash === GONE && listing < 5) continue;
@@ -126,17 +127,14 @@ async function readEntryHash(outputDir: string, fence: number): Promise<string |
   }
 }
 
-/** The legacy file's record; null when there is none or it does not parse. Throws on a failing read. */
+/**
+ * The legacy file's record; null when there is none, it does not parse, or it cannot be read: the
+ * entries hold the record, and a legacy file that fails to read (EIO, a directory in its place)
+ * must not block the output — it is replaced by the next record (writeLegacy).
+ */
 async function readLegacy(outputDir: string): Promise<PublishedFence | null> {
-  let text: string;
   try {
-    text = await readSmallFile(path.join(outputDir, LEGACY_FILE));
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === "ENOENT") return null;
-    throw error;
-  }
-  try {
-    const parsed = JSON.parse(text) as Partial<PublishedFence>;
+    const parsed = JSON.parse(await readSmallFile(path.join(outputDir, LEGACY_FILE))) as Partial<PublishedFence>;
     if (!Number.isSafeInteger(parsed.fence) || (parsed.fence ?? 0) <= 0) return null;
     if (typeof parsed.hash !== "string" || !BUILD_HASH.test(parsed.hash)) return null;
     return { fence: parsed.fence!, hash: parsed.hash };
@@ -170,6 +168,14 @@ const READ_LIMIT = 4_096;
  */
 export class FenceNotRecordedError extends Error {
   override name = "FenceNotRecordedError";
+  constructor(
+    message: string,
+    /** The build published in Redis: its run record names it (repair may make it current later). */
+    readonly buildHash: string,
+    options?: ErrorOptions,
+  ) {
+    super(message, options);
+  }
 }
 
 /**
@@ -192,14 +198,17 @@ export type FenceRecord = { status: "recorded" } | { status: "newer" | "fence-re
 export async function recordPublishedFence(outputDir: string, fence: number, hash: string): Promise<FenceRecord> {
   const known = await readPublishedFence(outputDir);
   if (known && known.fence > fence) return { status: "newer", known };
+  const entry = path.join(outputDir, `${ENTRY_PREFIX}${fence}`);
   if (known && known.fence === fence) {
     if (known.hash !== hash) return { status: "fence-reused", known };
     // Recorded by an earlier call whose directory sync may have failed: synced again before this
     // call says "on disk" (a sync error is reported once; this is the most a process can do).
-    await syncDirectory(outputDir);
-    return { status: "recorded" };
+    // Recorded in the legacy file alone (a worker of the earlier version): its entry is written.
+    if (await exists(entry)) {
+      await syncDirectory(outputDir);
+      return { status: "recorded" };
+    }
   }
-  const entry = path.join(outputDir, `${ENTRY_PREFIX}${fence}`);
   const temp = tempName(outputDir);
   try {
     await writeSynced(temp, hash, "w");
@@ -208,7 +217,11 @@ export async function recordPublishedFence(outputDir: string, fence: number, has
       // A reader may meet it empty for a moment (or for good, after a crash mid-write): its
       // fence still counts, with the hash "" (readPublishedFence).
       if (!NO_HARD_LINKS.has(error.code ?? "")) throw error;
-      await writeSynced(entry, hash, "wx");
+      await writeSynced(entry, hash, "wx").catch(async (failed: NodeJS.ErrnoException) => {
+        // Created but not filled (a full or failing disk): not left as a record without its build.
+        if (failed.code !== "EEXIST") await fs.rm(entry, { force: true }).catch(() => {});
+        throw failed;
+      });
     });
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
@@ -223,7 +236,9 @@ export async function recordPublishedFence(outputDir: string, fence: number, has
   } finally {
     await fs.rm(temp, { force: true }).catch(() => {});
   }
-  await writeLegacy(outputDir, fence, hash);
+  // Best effort: the entries are the record; a legacy file that cannot be replaced (a directory in
+  // its place, a failing write) costs only workers of the earlier version their floor.
+  await writeLegacy(outputDir, fence, hash).catch(() => {});
   await syncDirectory(outputDir);
   // A higher fence recorded while this one was written keeps `current`; lower ones can go.
   const names = await fs.readdir(outputDir);
@@ -292,6 +307,13 @@ async function writeSynced(file: string, content: string, flags: "w" | "wx"): Pr
   } finally {
     await handle.close();
   }
+}
+
+async function exists(file: string): Promise<boolean> {
+  return fs.access(file).then(
+    () => true,
+    () => false,
+  );
 }
 
 async function syncDirectory(dir: string): Promise<void> {

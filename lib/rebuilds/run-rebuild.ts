@@ -58,7 +58,7 @@ import { classifyFailure, isTransient } from "./classify-failure";
 import { decideRun, DEFER_MAX_MS, DEFER_MIN_MS } from "./decide";
 import { outputDirOf, stopWithinMs, tenantProblem, type Definitions, type RebuildDefinition } from "./definitions";
 import { PRUNING_VERSION } from "./prune";
-import { readFenceFloor } from "./published-fence";
+import { FenceNotRecordedError, readFenceFloor } from "./published-fence";
 import { rebuildJobData, type RebuildJobData } from "./queue";
 import { recordScheduledTick } from "./schedule-ticks";
 import { hashInputs, idempotencyKey } from "./version";
@@ -867,9 +867,11 @@ class RebuildAttempt {
         return outcome;
       throw new Error(`unexpected outcome after a lost claim: ${outcome.status}`);
     }
+    // A publish whose fence the disk refused is in the claims Redis: the record names its build.
+    const publishedInRedis = error instanceof FenceNotRecordedError ? { buildHash: error.buildHash } : {};
     await this.finish(
       failure.status,
-      { reason: failure.reason },
+      { reason: failure.reason, ...publishedInRedis },
       failure.forgetRebuilt ? { change: "del", key: this.idemKey, ttlMs: 0 } : undefined,
     );
     throw new RebuildError(failure.message, failure.retry, this.runId, { cause: error });

@@ -237,6 +237,27 @@ test("the single .published-fence file of earlier versions is still read, and go
   });
 });
 
+test("the legacy file next to the entries: an entry wins a tie, a legacy-only fence gets its entry, an unreadable legacy file blocks nothing", async () => {
+  const tie = path.join(bed.dir, "fence-legacy-tie");
+  await fs.mkdir(tie, { recursive: true });
+  assert.deepEqual(await recordPublishedFence(tie, 5, "a".repeat(32)), { status: "recorded" });
+  // A worker of the earlier version, granted fence 5 again by a claims Redis that lost writes.
+  await fs.writeFile(path.join(tie, ".published-fence"), JSON.stringify({ fence: 5, hash: "b".repeat(32) }));
+  assert.deepEqual(await readPublishedFence(tie), { fence: 5, hash: "a".repeat(32) }, "the first recorded build");
+
+  const legacyOnly = path.join(bed.dir, "fence-legacy-only");
+  await fs.mkdir(legacyOnly, { recursive: true });
+  await fs.writeFile(path.join(legacyOnly, ".published-fence"), JSON.stringify({ fence: 7, hash: "c".repeat(32) }));
+  assert.deepEqual(await recordPublishedFence(legacyOnly, 7, "c".repeat(32)), { status: "recorded" });
+  assert.ok((await fs.readdir(legacyOnly)).includes(".published-fence@7"), "the fence has its own entry now");
+
+  const unreadable = path.join(bed.dir, "fence-legacy-unreadable");
+  await fs.mkdir(path.join(unreadable, ".published-fence"), { recursive: true }); // EISDIR on every read
+  assert.equal(await readPublishedFence(unreadable), null);
+  assert.deepEqual(await recordPublishedFence(unreadable, 3, "d".repeat(32)), { status: "recorded" });
+  assert.deepEqual(await readPublishedFence(unreadable), { fence: 3, hash: "d".repeat(32) });
+});
+
 test("a reader that listed the record's files before a newer fence was recorded and the lower file removed reads the newer one, not a record without its build", async () => {
   // The reader is held between its listing and its read (as a paused or slow process would
   // be): a writer records fence 6 and removes 5 meanwhile. Before the reader listed again, it
