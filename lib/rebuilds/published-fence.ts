@@ -67,7 +67,9 @@ export async function readPublishedFence(outputDir: string): Promise<PublishedFe
     const hash = await readEntryHash(outputDir, top);
     // Gone since the listing: a writer of a higher fence removed it. Listed again.
     if (hash === GONE && listing < 5) continue;
-    return { fence: top, hash: hash === GONE ? "" : hash };
+    const known = hash === GONE ? "" : hash;
+    // An entry that cannot be read, tied with the legacy file: the legacy file names the build.
+    return { fence: top, hash: known === "" && legacy?.fence === top ? legacy.hash : known };
   }
 }
 
@@ -91,7 +93,7 @@ export async function readFenceFloor(outputDir: string): Promise<number> {
  */
 export async function markFenceGranted(outputDir: string, fence: number): Promise<void> {
   const buildsDir = path.join(outputDir, "builds");
-  if (await fs.mkdir(buildsDir, { recursive: true })) await syncDirectory(outputDir);
+  if (await fs.mkdir(buildsDir, { recursive: true })) await syncPath(outputDir);
   await fs.writeFile(path.join(buildsDir, `${GRANTED_PREFIX}${fence}`), "");
 }
 
@@ -128,13 +130,21 @@ async function readEntryHash(outputDir: string, fence: number): Promise<string |
 }
 
 /**
- * The legacy file's record; null when there is none, it does not parse, or it cannot be read: the
- * entries hold the record, and a legacy file that fails to read (EIO, a directory in its place)
- * must not block the output — it is replaced by the next record (writeLegacy).
+ * The legacy file's record; null when there is none, it does not parse, or a directory is in its
+ * place (no worker writes one: it blocks nothing). Throws when it cannot be read (EIO, EMFILE …):
+ * an older worker may have recorded a higher fence there, and counting it as absent would lower
+ * the floor.
  */
 async function readLegacy(outputDir: string): Promise<PublishedFence | null> {
+  let text: string;
   try {
-    const parsed = JSON.parse(await readSmallFile(path.join(outputDir, LEGACY_FILE))) as Partial<PublishedFence>;
+    text = await readSmallFile(path.join(outputDir, LEGACY_FILE));
+  } catch (error) {
+    if (NOT_A_RECORD.has((error as NodeJS.ErrnoException).code ?? "")) return null;
+    throw error;
+  }
+  try {
+    const parsed = JSON.parse(text) as Partial<PublishedFence>;
     if (!Number.isSafeInteger(parsed.fence) || (parsed.fence ?? 0) <= 0) return null;
     if (typeof parsed.hash !== "string" || !BUILD_HASH.test(parsed.hash)) return null;
     return { fence: parsed.fence!, hash: parsed.hash };
@@ -142,6 +152,8 @@ async function readLegacy(outputDir: string): Promise<PublishedFence | null> {
     return null;
   }
 }
+
+const NOT_A_RECORD = new Set(["ENOENT", "EISDIR", "ENOTDIR"]);
 
 /**
  * A file of at most `READ_LIMIT` bytes (a longer one is cut, and then fails to parse): open, one
@@ -201,13 +213,10 @@ export async function recordPublishedFence(outputDir: string, fence: number, has
   const entry = path.join(outputDir, `${ENTRY_PREFIX}${fence}`);
   if (known && known.fence === fence) {
     if (known.hash !== hash) return { status: "fence-reused", known };
-    // Recorded by an earlier call whose directory sync may have failed: synced again before this
-    // call says "on disk" (a sync error is reported once; this is the most a process can do).
-    // Recorded in the legacy file alone (a worker of the earlier version): its entry is written.
-    if (await exists(entry)) {
-      await syncDirectory(outputDir);
-      return { status: "recorded" };
-    }
+    // Recorded by an earlier call (or another writer) whose syncs may have failed: its entry is
+    // checked and synced again before this call says "on disk". Recorded in the legacy file alone
+    // (a worker of the earlier version): its entry is written below.
+    if (await exists(entry)) return confirmEntry(outputDir, fence, hash);
   }
   const temp = tempName(outputDir);
   try {
@@ -217,11 +226,7 @@ export async function recordPublishedFence(outputDir: string, fence: number, has
       // A reader may meet it empty for a moment (or for good, after a crash mid-write): its
       // fence still counts, with the hash "" (readPublishedFence).
       if (!NO_HARD_LINKS.has(error.code ?? "")) throw error;
-      await writeSynced(entry, hash, "wx").catch(async (failed: NodeJS.ErrnoException) => {
-        // Created but not filled (a full or failing disk): not left as a record without its build.
-        if (failed.code !== "EEXIST") await fs.rm(entry, { force: true }).catch(() => {});
-        throw failed;
-      });
+      await writeExclusive(entry, hash);
     });
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
@@ -232,14 +237,15 @@ export async function recordPublishedFence(outputDir: string, fence: number, has
     if (now?.fence !== fence) {
       throw new Error(`the published-fence record of ${outputDir} changed under this write`, { cause: error });
     }
-    if (now.hash !== hash) return { status: "fence-reused", known: now };
+    if (now.hash !== hash && now.hash !== "") return { status: "fence-reused", known: now };
+    return confirmEntry(outputDir, fence, hash);
   } finally {
     await fs.rm(temp, { force: true }).catch(() => {});
   }
   // Best effort: the entries are the record; a legacy file that cannot be replaced (a directory in
   // its place, a failing write) costs only workers of the earlier version their floor.
   await writeLegacy(outputDir, fence, hash).catch(() => {});
-  await syncDirectory(outputDir);
+  await syncPath(outputDir);
   // A higher fence recorded while this one was written keeps `current`; lower ones can go.
   const names = await fs.readdir(outputDir);
   if ((fencesIn(names)[0] ?? 0) > fence) {
@@ -264,6 +270,7 @@ export async function recordPublishedFence(outputDir: string, fence: number, has
  * they do, unless it says `fence` or more. Synced with the directory by the caller.
  */
 async function writeLegacy(outputDir: string, fence: number, hash: string): Promise<void> {
+  // Unreadable now: it may hold a higher fence; not replaced (readLegacy throws, the caller goes on).
   if (((await readLegacy(outputDir))?.fence ?? 0) >= fence) return;
   const temp = tempName(outputDir);
   try {
@@ -309,6 +316,41 @@ async function writeSynced(file: string, content: string, flags: "w" | "wx"): Pr
   }
 }
 
+/**
+ * An entry for `fence` that another call created: it names `hash` (else "fence-reused"; one that
+ * cannot be read yet — a writer between its create and its write, or a failing disk — fails this
+ * call, to be tried again), and it and its name are synced by this call too before it says "on
+ * disk": the other call's syncs may have failed.
+ */
+async function confirmEntry(outputDir: string, fence: number, hash: string): Promise<FenceRecord> {
+  const entry = path.join(outputDir, `${ENTRY_PREFIX}${fence}`);
+  const found = await readEntryHash(outputDir, fence);
+  if (found !== hash && found !== "" && found !== GONE)
+    return { status: "fence-reused", known: { fence, hash: found } };
+  if (found !== hash) throw new Error(`the published-fence entry ${entry} cannot be read yet`);
+  await syncPath(entry);
+  await syncPath(outputDir);
+  return { status: "recorded" };
+}
+
+/**
+ * The no-hard-links way: the entry created exclusively and written in place. One whose write
+ * failed (a full disk) is removed, so it does not stand as a record without its build; one whose
+ * sync failed stays (its name is a valid floor; another call may have read it and synced it).
+ */
+async function writeExclusive(entry: string, hash: string): Promise<void> {
+  const handle = await fs.open(entry, "wx", 0o644);
+  try {
+    await handle.writeFile(hash).catch(async (error: unknown) => {
+      await fs.rm(entry, { force: true }).catch(() => {});
+      throw error;
+    });
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+}
+
 async function exists(file: string): Promise<boolean> {
   return fs.access(file).then(
     () => true,
@@ -316,8 +358,9 @@ async function exists(file: string): Promise<boolean> {
   );
 }
 
-async function syncDirectory(dir: string): Promise<void> {
-  const handle = await fs.open(dir, "r");
+/** fsync of a file (its bytes) or a directory (the names in it). */
+async function syncPath(file: string): Promise<void> {
+  const handle = await fs.open(file, "r");
   try {
     await handle.sync();
   } finally {

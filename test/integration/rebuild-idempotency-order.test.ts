@@ -244,6 +244,11 @@ test("the legacy file next to the entries: an entry wins a tie, a legacy-only fe
   // A worker of the earlier version, granted fence 5 again by a claims Redis that lost writes.
   await fs.writeFile(path.join(tie, ".published-fence"), JSON.stringify({ fence: 5, hash: "b".repeat(32) }));
   assert.deepEqual(await readPublishedFence(tie), { fence: 5, hash: "a".repeat(32) }, "the first recorded build");
+  // An entry that cannot be read (empty: a crash between its create and its write, on a
+  // filesystem without hard links), tied with the legacy file: the legacy file names the build.
+  await fs.writeFile(path.join(tie, ".published-fence@9"), "");
+  await fs.writeFile(path.join(tie, ".published-fence"), JSON.stringify({ fence: 9, hash: "e".repeat(32) }));
+  assert.deepEqual(await readPublishedFence(tie), { fence: 9, hash: "e".repeat(32) });
 
   const legacyOnly = path.join(bed.dir, "fence-legacy-only");
   await fs.mkdir(legacyOnly, { recursive: true });
