@@ -6,6 +6,8 @@
  */
 import assert from "node:assert/strict";
 import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
 import { describe, test } from "node:test";
 import type { RunStep } from "../../lib/rebuilds/definitions";
 import { detectContainment, type Containment } from "../../lib/rebuilds/steps/containment";
@@ -203,16 +205,21 @@ describe("a worker that dies while its step runs", () => {
     const { spawn } = await import("node:child_process");
     const { waitForLine } = await import("../support/processes");
     const marker = newMarker();
-    const host = spawn(process.execPath, ["--import", "tsx", "test/support/step-host.ts", script, "30000"], {
-      env: { ...process.env, ...env, [marker.name]: marker.value },
-      stdio: ["ignore", "pipe", "pipe"],
-    });
-    await waitForLine(host, env.STEP_ABORT_AFTER_MS ? /^aborted/ : /^running/, 60_000);
-    await new Promise((r) => setTimeout(r, 300));
-    assert.ok(pidsWithMarker(marker).length >= 3, "the step and its children run");
-    host.kill("SIGKILL");
-    // killGrace is 30 s: only the pipe watcher ends them within a few seconds.
-    return waitUntilNoMarker(marker, 5_000);
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "cw-step-host-"));
+    try {
+      const host = spawn(process.execPath, ["--import", "tsx", "test/support/step-host.ts", script, "30000"], {
+        env: { ...process.env, ...env, [marker.name]: marker.value, STEP_HOST_DIR: dir },
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+      await waitForLine(host, env.STEP_ABORT_AFTER_MS ? /^aborted/ : /^running/, 60_000);
+      await new Promise((r) => setTimeout(r, 300));
+      assert.ok(pidsWithMarker(marker).length >= 3, "the step and its children run");
+      host.kill("SIGKILL");
+      // killGrace is 30 s: only the pipe watcher ends them within a few seconds.
+      return await waitUntilNoMarker(marker, 5_000);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   }
   const deaf = "(trap '' TERM; sleep 600) & trap '' TERM; while :; do sleep 0.2; done";
 

@@ -9,21 +9,29 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import fs from "node:fs";
+import os from "node:os";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { killMarkedProcesses, newMarker, pidsWithMarker } from "../support/markers";
 import { waitForLine } from "../support/processes";
 import { createTestBed, type TestBed } from "../support/stack";
 
-after(() => killMarkedProcesses());
+// Each stand-in worker's directory (it may be SIGKILLed, and then cannot remove its own).
+const hostDirs: string[] = [];
+after(() => {
+  killMarkedProcesses();
+  for (const dir of hostDirs) fs.rmSync(dir, { recursive: true, force: true });
+});
 
 /** A TERM-deaf step with a TERM-deaf background child and a setsid daemon. */
 const STUBBORN = "(trap '' TERM; sleep 600) & setsid sleep 600 & trap '' TERM; while :; do sleep 0.2; done";
 
 function hostIn(script: string, env: Record<string, string>) {
   const marker = newMarker();
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "cw-step-host-"));
+  hostDirs.push(dir);
   const child = spawn(process.execPath, ["--import", "tsx", "test/support/step-host.ts", script, "30000"], {
-    env: { ...process.env, ...env, [marker.name]: marker.value },
+    env: { ...process.env, ...env, [marker.name]: marker.value, STEP_HOST_DIR: dir },
     stdio: ["ignore", "pipe", "pipe"],
   });
   let output = "";

@@ -30,7 +30,10 @@ if (blockMs > 0) {
     Number(process.env.STEP_HOST_BLOCK_AFTER_MS ?? 500),
   );
 }
-const dir = fs.mkdtempSync(path.join(os.tmpdir(), "cw-step-host-"));
+// Its own temporary directory, removed when it exits; one killed with SIGKILL leaves it, so the
+// test that kills it names one (STEP_HOST_DIR) and removes that itself.
+const dir = process.env.STEP_HOST_DIR ?? fs.mkdtempSync(path.join(os.tmpdir(), "cw-step-host-"));
+if (!process.env.STEP_HOST_DIR) process.on("exit", () => fs.rmSync(dir, { recursive: true, force: true }));
 const controller = new AbortController();
 const abortAfter = Number(process.env.STEP_ABORT_AFTER_MS ?? NaN);
 if (Number.isFinite(abortAfter)) {
