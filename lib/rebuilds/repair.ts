@@ -88,6 +88,12 @@ export async function repairCurrentLinks(
           // Right before the swap, the record still names this pointer: a newer publish recorded
           // since is its publisher's to point `current` at (a swap now would put it back).
           const record = await readPublishedFence(outputDir);
+          if (record?.fence === published.fence && record.hash === "") {
+            repaired.push(
+              `NOT repairing ${outputDir}/current: the record of fence ${published.fence} cannot be read (a failing disk?)`,
+            );
+            return;
+          }
           if (record?.fence !== published.fence || record.hash !== published.value) return;
           await pointCurrentAtRecord(outputDir, published.fence, published.value);
           repaired.push(

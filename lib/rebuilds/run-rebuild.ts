@@ -532,11 +532,12 @@ class RebuildAttempt {
       } catch (error) {
         return this.onFailure(error);
       }
-      // The highest fence published for this output, from its durable file, read right before
-      // each acquire: the grant is above it even when the claims Redis forgot its counter
-      // (published-fence.ts). An older read could miss a publish made meanwhile by a holder
-      // whose writes the claims Redis then lost, and the grant would reuse its fence.
-      // A record that cannot be read (a failing disk) is no floor: the attempt fails as transient.
+      // The fence floor: the highest fence published (or marked granted for a publish) for this
+      // output, from its durable record, read right before each acquire: the grant is above it
+      // even when the claims Redis forgot its counter (published-fence.ts). An older read could
+      // miss a publish made meanwhile by a holder whose writes the claims Redis then lost, and
+      // the grant would reuse its fence. A record that cannot be read (a failing disk) is no
+      // floor: the attempt fails as transient.
       let fenceFloor: number;
       try {
         fenceFloor = await readFenceFloor(outputDirOf(definition, data.tenant));
