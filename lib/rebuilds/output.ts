@@ -265,7 +265,7 @@ async function inPool<T>(items: readonly T[], size: number, each: (item: T) => P
 }
 
 /** fsync of a file (its bytes are on disk) or a directory (the names created, renamed or removed in it). */
-async function syncPath(entry: string): Promise<void> {
+export async function syncPath(entry: string): Promise<void> {
   const handle = await fs.open(entry, "r");
   try {
     await handle.sync();

@@ -23,7 +23,7 @@ import crypto from "node:crypto";
 import { existsSync } from "node:fs";
 import fs from "node:fs/promises";
 import path from "node:path";
-import { BUILD_HASH, buildDirOf, pointCurrent } from "./output";
+import { BUILD_HASH, buildDirOf, pointCurrent, syncPath } from "./output";
 
 /**
  * A fence about to be used for a publish, marked before the fenced publish: an empty file in
@@ -82,8 +82,16 @@ const GONE = null;
  * claims Redis only, and a Redis that loses it must not hand its fence out again.
  */
 export async function readFenceFloor(outputDir: string): Promise<number> {
-  const [record, granted] = await Promise.all([readPublishedFence(outputDir), grantedFences(outputDir)]);
-  return Math.max(record?.fence ?? 0, granted[0] ?? 0);
+  // Names are enough (a floor needs no build hash): no entry is opened on the acquire's path.
+  const [names, granted] = await Promise.all([
+    fs.readdir(outputDir).catch((error: NodeJS.ErrnoException) => {
+      if (error.code === "ENOENT") return [] as string[];
+      throw error;
+    }),
+    grantedFences(outputDir),
+  ]);
+  const legacy = names.includes(LEGACY_FILE) ? await readLegacy(outputDir) : null;
+  return Math.max(fencesIn(names)[0] ?? 0, legacy?.fence ?? 0, granted[0] ?? 0);
 }
 
 /**
@@ -356,14 +364,4 @@ async function exists(file: string): Promise<boolean> {
     () => true,
     () => false,
   );
-}
-
-/** fsync of a file (its bytes) or a directory (the names in it). */
-async function syncPath(file: string): Promise<void> {
-  const handle = await fs.open(file, "r");
-  try {
-    await handle.sync();
-  } finally {
-    await handle.close();
-  }
 }

@@ -2,7 +2,8 @@
  * Retention of run records: by count per rebuild (and tenant) and by age, oldest start first.
  * A record still queued or running is never trimmed (its attempt would write into a hole, and
  * the Claims page links to it), nor an aborted one for an hour after it ended (ABORTED_KEPT_MS):
- * the script skips them, so trimming stays behind by at most the runs in flight and lately aborted. Bounded work per call (`batch`); every worker runs it now and then.
+ * the script skips them, so trimming stays behind by at most the runs in flight and lately
+ * aborted. Bounded work per call (`batch`); every worker runs it now and then.
  */
 import type { Redis } from "ioredis";
 import type { RedisKeys } from "../redis/keys";

@@ -29,31 +29,62 @@ after(async () => {
   fs.rmSync(root, { recursive: true, force: true });
 });
 
-test("after a claims Redis lost its recent writes: no fence used for a publish is granted again, current is not rolled back", async () => {
-  const dataDir = path.join(root, "redis");
-  const first = await startRedisServer({ dir: dataDir, extraArgs: RDB_ONLY });
-  servers.push(first);
-  const file = path.join(root, "claimwatch.yaml");
+/**
+ * One rebuild (`name`, output `out/<name>`) on its own RDB-only redis-server under `root`, and a
+ * way to attempt it in this process (runRebuild) against a client of that server.
+ */
+async function crashBed(name: string) {
+  const dataDir = path.join(root, `redis-${name}`);
+  const server = await startRedisServer({ dir: dataDir, extraArgs: RDB_ONLY });
+  servers.push(server);
+  const file = path.join(root, `claimwatch-${name}.yaml`);
   fs.writeFileSync(
     file,
-    'rebuilds:\n  tiles:\n    output: out/tiles\n    claim: { ttl: 4s, refreshEvery: 1s }\n    steps: [{ name: s, run: ["sh", "-c", "echo $CLAIMWATCH_VERSION > $CLAIMWATCH_WORK/v"] }]\n',
+    `rebuilds:\n  ${name}:\n    output: out/${name}\n    claim: { ttl: 4s, refreshEvery: 1s }\n    steps: [{ name: s, run: ["sh", "-c", "echo $CLAIMWATCH_VERSION > $CLAIMWATCH_WORK/v"] }]\n`,
   );
   const loaded = loadDefinitions(file);
   if (!loaded.ok) throw loaded.error;
   const definitions = loaded.definitions;
-  const output = definitions.rebuilds.get("tiles")!.outputPath;
-  const name = claimName(definitions.rebuilds.get("tiles")!.claimPath);
-  const keys = redisKeys("crash");
+  const keys = redisKeys(name);
   let jobs = 0;
-  const rebuild = async (client: ReturnType<typeof createRedis>, version: string) => {
+  const attempt = (client: ReturnType<typeof createRedis>, version: string) => {
     const deps: RebuildDeps = { main: client, claims: client, keys, definitions, worker: newWorkerIdentity("t") };
-    const outcome = await runRebuild(deps, {
-      id: `crash-${++jobs}`,
+    return runRebuild(deps, {
+      id: `${name}-${++jobs}`,
       attempt: 1,
       createdAt: Date.now(),
-      data: { rebuild: "tiles", version, trigger: "api" },
+      data: { rebuild: name, version, trigger: "api" },
       signal: new AbortController().signal,
     });
+  };
+  return {
+    server,
+    dataDir,
+    definitions,
+    keys,
+    output: definitions.rebuilds.get(name)!.outputPath,
+    claim: claimName(definitions.rebuilds.get(name)!.claimPath),
+    attempt,
+  };
+}
+
+/** A crash (SIGKILL: no shutdown save), then the server again on the same port and data. */
+async function crashAndRestart(server: RedisServerHandle, dataDir: string): Promise<RedisServerHandle> {
+  process.kill(server.pid, "SIGKILL");
+  await new Promise<void>((resolve) =>
+    server.child.exitCode !== null || server.child.signalCode !== null
+      ? resolve()
+      : server.child.once("exit", () => resolve()),
+  );
+  const restarted = await startRedisServer({ dir: dataDir, port: server.port, extraArgs: RDB_ONLY });
+  servers.push(restarted);
+  return restarted;
+}
+
+test("after a claims Redis lost its recent writes: no fence used for a publish is granted again, current is not rolled back", async () => {
+  const { server: first, dataDir, definitions, keys, output, claim: name, attempt } = await crashBed("tiles");
+  const rebuild = async (client: ReturnType<typeof createRedis>, version: string) => {
+    const outcome = await attempt(client, version);
     assert.equal(outcome.status, "rebuilt", JSON.stringify(outcome));
     return outcome as Extract<typeof outcome, { status: "rebuilt" }>;
   };
@@ -67,14 +98,7 @@ test("after a claims Redis lost its recent writes: no fence used for a publish i
   await closeRedis(client);
 
   // Crash: no shutdown save. The fences and the pointer of v2 and v3 are gone.
-  process.kill(first.pid, "SIGKILL");
-  await new Promise<void>((resolve) =>
-    first.child.exitCode !== null || first.child.signalCode !== null
-      ? resolve()
-      : first.child.once("exit", () => resolve()),
-  );
-  const second = await startRedisServer({ dir: dataDir, port: first.port, extraArgs: RDB_ONLY });
-  servers.push(second);
+  const second = await crashAndRestart(first, dataDir);
   client = createRedis(second.url, "worker", "crash-2");
   try {
     const pointer = await readPublished(client, keys, name);
@@ -105,33 +129,7 @@ test("after a claims Redis lost its recent writes: no fence used for a publish i
 });
 
 test("a publish whose fence record the disk refused, then forgotten by a claims Redis crash: its fence is not granted again, and current never named its build", async (t) => {
-  const dataDir = path.join(root, "redis-refused");
-  const first = await startRedisServer({ dir: dataDir, extraArgs: RDB_ONLY });
-  servers.push(first);
-  const file = path.join(root, "claimwatch-refused.yaml");
-  fs.writeFileSync(
-    file,
-    'rebuilds:\n  maps:\n    output: out/maps\n    claim: { ttl: 4s, refreshEvery: 1s }\n    steps: [{ name: s, run: ["sh", "-c", "echo $CLAIMWATCH_VERSION > $CLAIMWATCH_WORK/v"] }]\n',
-  );
-  const loaded = loadDefinitions(file);
-  if (!loaded.ok) throw loaded.error;
-  const definitions = loaded.definitions;
-  const output = definitions.rebuilds.get("maps")!.outputPath;
-  const name = claimName(definitions.rebuilds.get("maps")!.claimPath);
-  const keys = redisKeys("refused");
-  let jobs = 0;
-  const attempt = (client: ReturnType<typeof createRedis>, version: string) =>
-    runRebuild(
-      { main: client, claims: client, keys, definitions, worker: newWorkerIdentity("t") },
-      {
-        id: `refused-${++jobs}`,
-        attempt: 1,
-        createdAt: Date.now(),
-        data: { rebuild: "maps", version, trigger: "api" },
-        signal: new AbortController().signal,
-      },
-    );
-
+  const { server: first, dataDir, output, claim: name, keys, attempt } = await crashBed("maps");
   let client = createRedis(first.url, "worker", "refused-1");
   const v1 = await attempt(client, "v1");
   assert.equal(v1.status, "rebuilt", JSON.stringify(v1));
@@ -158,14 +156,7 @@ test("a publish whose fence record the disk refused, then forgotten by a claims 
   await closeRedis(client);
 
   // Crash: the v2 publish and its fence are gone from Redis; the disk record says v1's fence.
-  process.kill(first.pid, "SIGKILL");
-  await new Promise<void>((resolve) =>
-    first.child.exitCode !== null || first.child.signalCode !== null
-      ? resolve()
-      : first.child.once("exit", () => resolve()),
-  );
-  const second = await startRedisServer({ dir: dataDir, port: first.port, extraArgs: RDB_ONLY });
-  servers.push(second);
+  const second = await crashAndRestart(first, dataDir);
   client = createRedis(second.url, "worker", "refused-2");
   try {
     assert.equal((await readPublished(client, keys, name))?.fence, v1.fence, "the restart really lost the v2 publish");
