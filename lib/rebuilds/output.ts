@@ -339,7 +339,7 @@ export async function readCurrent(outputDir: string): Promise<string | null> {
  */
 export async function pointCurrent(outputDir: string, hash: string): Promise<void> {
   if (!BUILD_HASH.test(hash)) throw new Error(`not a build hash: ${hash}`);
-  const temp = path.join(outputDir, `.current-${crypto.randomBytes(6).toString("hex")}`);
+  const temp = outputTempName(outputDir, ".current-");
   await fs.symlink(path.join("builds", hash), temp);
   try {
     await fs.rename(temp, path.join(outputDir, "current"));
@@ -407,6 +407,42 @@ async function removeTrash(buildsDir: string): Promise<void> {
   }
 }
 
+/**
+ * What a writer in the output directory names its file before the rename or link that puts it in
+ * place (`current`'s symlink, a published-fence entry or the legacy file). Only a writer killed in
+ * between leaves one behind; `pruneLeftTemps` removes those.
+ */
+export type OutputTempPrefix = ".current-" | ".published-fence-writing.";
+const OUTPUT_TEMP = /^\.(?:current-|published-fence-writing\.)[0-9a-f]{12}$/;
+
+export function outputTempName(outputDir: string, prefix: OutputTempPrefix): string {
+  return path.join(outputDir, `${prefix}${crypto.randomBytes(6).toString("hex")}`);
+}
+
+/**
+ * Removes the temporary files of output writers killed before their rename or link (see
+ * `outputTempName`) once older than `ageMs`. A writer paused longer than that finds its file gone
+ * and fails (its rename or link answers ENOENT), as a failing disk would have made it.
+ */
+export async function pruneLeftTemps(outputDir: string, ageMs: number, now = Date.now()): Promise<string[]> {
+  const entries = await fs.readdir(outputDir).catch(() => [] as string[]);
+  const removed: string[] = [];
+  for (const name of entries.filter((entry) => OUTPUT_TEMP.test(entry))) {
+    const file = path.join(outputDir, name);
+    // lstat: `current`'s temporary is a symlink, whose target's age says nothing.
+    const stat = await fs.lstat(file).catch(() => null);
+    if (!stat || now - stat.mtimeMs <= ageMs) continue;
+    if (
+      await fs.rm(file, { force: true }).then(
+        () => true,
+        () => false,
+      )
+    )
+      removed.push(name);
+  }
+  return removed;
+}
+
 /** Removes work directories of runs that ended without cleaning up (a killed worker), older than `ageMs`. */
 export async function pruneWorkDirs(outputDir: string, ageMs: number, now = Date.now()): Promise<void> {
   const workRoot = path.join(outputDir, ".work");
@@ -424,13 +460,16 @@ export async function pruneWorkDirs(outputDir: string, ageMs: number, now = Date
 }
 
 /**
- * Work directories of runs that ended without cleaning up (their worker was killed): removed once
- * older than the rebuild's time limit plus its claim TTL, when no attempt can still be using them.
+ * Work directories of runs, and temporary files of output writers, that a killed worker left
+ * behind: removed once older than the rebuild's time limit plus its claim TTL, when no attempt
+ * can still be using them.
  */
 export async function pruneAbandonedWorkDirs(definitions: Definitions): Promise<void> {
   for (const rebuild of definitions.rebuilds.values()) {
     for (const tenant of tenantsOf(rebuild)) {
-      await pruneWorkDirs(outputDirOf(rebuild, tenant), rebuild.timeLimit + rebuild.claim.ttl);
+      const outputDir = outputDirOf(rebuild, tenant);
+      await pruneWorkDirs(outputDir, rebuild.timeLimit + rebuild.claim.ttl);
+      await pruneLeftTemps(outputDir, rebuild.timeLimit + rebuild.claim.ttl);
     }
   }
 }

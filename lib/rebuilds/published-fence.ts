@@ -19,11 +19,10 @@
  * during a rolling deploy raises its grants past what this one published. It is read as one
  * more entry, and never removed.
  */
-import crypto from "node:crypto";
 import { existsSync } from "node:fs";
 import fs from "node:fs/promises";
 import path from "node:path";
-import { BUILD_HASH, buildDirOf, pointCurrent, syncPath } from "./output";
+import { BUILD_HASH, buildDirOf, outputTempName, pointCurrent, syncPath } from "./output";
 
 /**
  * A fence about to be used for a publish, marked before the fenced publish: an empty file in
@@ -226,7 +225,7 @@ export async function recordPublishedFence(outputDir: string, fence: number, has
     // (a worker of the earlier version): its entry is written below.
     if (await exists(entry)) return confirmEntry(outputDir, fence, hash);
   }
-  const temp = tempName(outputDir);
+  const temp = outputTempName(outputDir, ".published-fence-writing.");
   try {
     await writeSynced(temp, hash, "w");
     await fs.link(temp, entry).catch(async (error: NodeJS.ErrnoException) => {
@@ -280,17 +279,13 @@ export async function recordPublishedFence(outputDir: string, fence: number, has
 async function writeLegacy(outputDir: string, fence: number, hash: string): Promise<void> {
   // Unreadable now: it may hold a higher fence; not replaced (readLegacy throws, the caller goes on).
   if (((await readLegacy(outputDir))?.fence ?? 0) >= fence) return;
-  const temp = tempName(outputDir);
+  const temp = outputTempName(outputDir, ".published-fence-writing.");
   try {
     await writeSynced(temp, JSON.stringify({ fence, hash }), "w");
     await fs.rename(temp, path.join(outputDir, LEGACY_FILE));
   } finally {
     await fs.rm(temp, { force: true }).catch(() => {});
   }
-}
-
-function tempName(outputDir: string): string {
-  return path.join(outputDir, `.published-fence-writing.${crypto.randomBytes(6).toString("hex")}`);
 }
 
 /**

@@ -7,7 +7,16 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, test } from "node:test";
-import { BuildContentError, hashDirectory, promoteBuild, pruneBuilds, verifyBuilds } from "../../lib/rebuilds/output";
+import {
+  BuildContentError,
+  hashDirectory,
+  outputTempName,
+  promoteBuild,
+  pruneBuilds,
+  pruneLeftTemps,
+  verifyBuilds,
+} from "../../lib/rebuilds/output";
+import { readPublishedFence, recordPublishedFence } from "../../lib/rebuilds/published-fence";
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), "cw-build-"));
 after(() => {
@@ -88,4 +97,33 @@ test("reusing a hash: the same bytes drop the new copy; changed bytes are moved 
   assert.ok(replaced.changedMovedTo && fs.existsSync(replaced.changedMovedTo));
   assert.equal(await hashDirectory(path.join(output, "builds", hash)), hash);
   assert.deepEqual((await verifyBuilds(output)).changed, []);
+});
+
+test("a killed writer's temporary files beside the output are removed once old; the record, current and fresh ones stay", async () => {
+  const output = fs.mkdtempSync(path.join(root, "out-"));
+  const build = workDir({ "a.txt": "kept\n" });
+  const hash = await hashDirectory(build);
+  await promoteBuild(output, build, hash);
+  assert.deepEqual(await recordPublishedFence(output, 3, hash), { status: "recorded" });
+  fs.symlinkSync(path.join("builds", hash), path.join(output, "current"));
+  // What a writer killed before its link or rename leaves: named as the writers name them.
+  const oldFence = outputTempName(output, ".published-fence-writing.");
+  fs.writeFileSync(oldFence, hash);
+  const oldCurrent = outputTempName(output, ".current-");
+  fs.symlinkSync(path.join("builds", "gone"), oldCurrent); // dangling: its target's age cannot count
+  const freshFence = outputTempName(output, ".published-fence-writing.");
+  fs.writeFileSync(freshFence, hash);
+  const hourAgo = new Date(Date.now() - 3_600_000);
+  for (const name of fs.readdirSync(output)) {
+    const file = path.join(output, name);
+    if (file !== freshFence) fs.lutimesSync(file, hourAgo, hourAgo); // the record and current too
+  }
+
+  const removed = await pruneLeftTemps(output, 60_000);
+  assert.deepEqual(removed.sort(), [path.basename(oldCurrent), path.basename(oldFence)].sort());
+  assert.equal(fs.existsSync(freshFence), true, "a temporary younger than the age may be a live writer's");
+  assert.equal(fs.readlinkSync(path.join(output, "current")), path.join("builds", hash));
+  assert.deepEqual(await readPublishedFence(output), { fence: 3, hash });
+  assert.deepEqual(await recordPublishedFence(output, 4, hash), { status: "recorded" });
+  assert.equal((await readPublishedFence(output))?.fence, 4);
 });
