@@ -42,7 +42,10 @@
  * repeat_vs_raw_c1=… repeat_vs_raw_c16=… naive_vs_raw_c1=… naive_vs_raw_c16=… floor_vs_raw_c1=… … (ratios of median
  * jobs/s; kill_to_resume_s is the slowest of the kills) … rt_fresh= rt_repeat= (round trips per job
  * on the pipeline's own clients, BullMQ's not counted) repeat_vs_floor_c1= repeat_vs_floor_c16=
- * (repeat vs the one-GET floor) fresh_vs_floor_c1= (fresh vs one-GET floor time + disk floor).
+ * (repeat vs the one-GET floor) fresh_vs_floor_c1= (fresh vs one-GET floor time + disk floor)
+ * repeat_redis_cpu_us= floor_redis_cpu_us= repeat_node_cpu_us= floor_node_cpu_us= (CPU per job at
+ * c16: Redis' main thread, this process) repeat_ceiling_c1= repeat_ceiling_c16= (what
+ * repeat_vs_floor could reach if the repeat's JavaScript cost nothing, its extra Redis work left).
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import crypto from "node:crypto";
@@ -103,6 +106,15 @@ interface PhaseResult {
   outcomes: Record<string, number>;
   /** Round trips of the measured jobs, when counted (`roundTripsPerJob`). */
   roundTrips?: number;
+  /** CPU per job (µs) while the jobs ran: this process (BullMQ, the pipeline) and Redis' main thread. */
+  cpuUs: { node: number; redis: number };
+}
+
+/** CPU seconds Redis' main thread has used (INFO cpu): where every command and script runs. */
+async function redisCpuSeconds(client: Redis): Promise<number> {
+  const info = await client.info("cpu");
+  const field = (name: string) => Number(new RegExp(`${name}:([\\d.]+)`).exec(info)?.[1] ?? NaN);
+  return field("used_cpu_user_main_thread") + field("used_cpu_sys_main_thread");
 }
 
 const median = (values: number[]) => {
@@ -262,6 +274,8 @@ async function runPhase(
     }
     await addJobs(count, side === "repeat" ? () => REPEAT_VERSION : (i) => `${label}-${i}`);
     const countedBefore = roundTrips?.();
+    const redisCpuBefore = await redisCpuSeconds(bench.main);
+    const nodeCpuBefore = process.cpuUsage();
     const started = performance.now();
     await queue.resume();
     let timer: NodeJS.Timeout | undefined;
@@ -273,13 +287,18 @@ async function runPhase(
     });
     await Promise.race([allDone, timeout]).finally(() => clearTimeout(timer));
     const ms = performance.now() - started;
+    const nodeCpu = process.cpuUsage(nodeCpuBefore);
+    const cpuUs = {
+      node: (nodeCpu.user + nodeCpu.system) / count,
+      redis: (((await redisCpuSeconds(bench.main)) - redisCpuBefore) * 1e6) / count,
+    };
     for (const line of problems) console.log(`  ${label}: ${line}`);
     const countedAfter = roundTrips?.();
     const counted =
       countedBefore && countedAfter
         ? { roundTrips: countedAfter.main - countedBefore.main + countedAfter.claims - countedBefore.claims }
         : {};
-    return { jobsPerSec: (count * 1000) / ms, ms, outcomes, ...counted } satisfies PhaseResult;
+    return { jobsPerSec: (count * 1000) / ms, ms, outcomes, cpuUs, ...counted } satisfies PhaseResult;
   } finally {
     await worker.close();
     await queue.obliterate({ force: true }).catch(() => {});
@@ -385,6 +404,8 @@ async function throughput(bench: Bench) {
         const label = `r${round}-c${concurrency}-${side}`;
         result[side] = await runPhase(bench, side, concurrency, JOBS[side][concurrency]!, label);
         (perRound[`${side}-c${concurrency}`] ??= []).push(result[side].jobsPerSec);
+        (perRound[`${side}-c${concurrency}-node-cpu`] ??= []).push(result[side].cpuUs.node);
+        (perRound[`${side}-c${concurrency}-redis-cpu`] ??= []).push(result[side].cpuUs.redis);
       }
       const raw = result.raw!.jobsPerSec;
       console.log(
@@ -419,13 +440,32 @@ async function throughput(bench: Bench) {
         ).join(", "),
     );
   }
+  // CPU per job (medians over the rounds), to bound what the repeat could reach against the floor.
+  const cpu: Record<number, Record<Side, { node: number; redis: number }>> = {};
+  for (const concurrency of CONCURRENCIES) {
+    cpu[concurrency] = Object.fromEntries(
+      SIDES.map((side) => [
+        side,
+        {
+          node: median(perRound[`${side}-c${concurrency}-node-cpu`]!),
+          redis: median(perRound[`${side}-c${concurrency}-redis-cpu`]!),
+        },
+      ]),
+    ) as Record<Side, { node: number; redis: number }>;
+    console.log(
+      `c${String(concurrency).padEnd(2)} CPU per job (µs, this process + Redis main thread): ` +
+        SIDES.map(
+          (side) => `${side} ${cpu[concurrency]![side].node.toFixed(0)} + ${cpu[concurrency]![side].redis.toFixed(0)}`,
+        ).join(", "),
+    );
+  }
   const diskUs = median(perRound.diskUs!);
   const rawUs = 1e6 / medians[1]!.raw;
   console.log(
     `disk part of a fresh no-op rebuild alone (work dir, hash, promote, fence record, current; serial): median ${diskUs.toFixed(0)} µs/job ` +
       `vs raw c1 ${rawUs.toFixed(0)} µs/job → c1 ratio ceiling of "pipeline" with free Redis ${(rawUs / (rawUs + diskUs)).toFixed(3)}`,
   );
-  return { medians, diskUs };
+  return { medians, diskUs, cpu };
 }
 
 // --- kill → resume ----------------------------------------------------------------------------
@@ -662,7 +702,7 @@ async function main(): Promise<void> {
     );
     const started = performance.now();
     if (ONLY.length > 0) return await onlySides(bench, ONLY);
-    const { medians, diskUs } = await throughput(bench);
+    const { medians, diskUs, cpu } = await throughput(bench);
     const rt = await roundTripsPerJob(bench);
     console.log(
       `round trips per job beyond BullMQ's (the pipeline's own clients, c1): fresh ${rt.fresh.toFixed(2)}, repeat ${rt.repeat.toFixed(2)}`,
@@ -683,6 +723,22 @@ async function main(): Promise<void> {
     // measured disk part (work dir, hash, promote, current), at c1.
     const floorPlusDiskUs = 1e6 / medians[1]!.floor + diskUs;
     const freshVsFloor = medians[1]!.pipeline / (1e6 / floorPlusDiskUs);
+    // What the repeat could reach if its own JavaScript cost nothing, only its extra Redis work
+    // left (its record write: RUN_BEGIN's skip record, index entries, counters, event). At c16 the
+    // two processes run on two cores, so a job rate is at most 1 / the busier one's CPU per job:
+    // the ceiling is that of the floor over that of the floor plus the extra on Redis. At c1
+    // (latency-bound) the extra adds to each job's time.
+    const extraRedisUs = (c: number) => Math.max(0, cpu[c]!.repeat.redis - cpu[c]!.floor.redis);
+    const floorCpu = cpu[16]!.floor;
+    const repeatCeilingC16 =
+      Math.max(floorCpu.node, floorCpu.redis) / Math.max(floorCpu.node, floorCpu.redis + extraRedisUs(16));
+    const floorJobUs = 1e6 / medians[1]!.floor;
+    const repeatCeilingC1 = floorJobUs / (floorJobUs + extraRedisUs(1));
+    console.log(
+      `repeat vs the one-GET floor if the repeat's JavaScript were free (only its extra Redis work left): ` +
+        `c1 ≤ ${repeatCeilingC1.toFixed(3)} (floor job ${floorJobUs.toFixed(0)} µs + ${extraRedisUs(1).toFixed(0)} µs), ` +
+        `c16 ≤ ${repeatCeilingC16.toFixed(3)} (floor CPU per job ${floorCpu.node.toFixed(0)} µs here, ${floorCpu.redis.toFixed(0)} µs + ${extraRedisUs(16).toFixed(0)} µs on Redis)`,
+    );
     console.log(
       `RESULT pipeline_vs_raw_c1=${ratio("pipeline", 1)} pipeline_vs_raw_c16=${ratio("pipeline", 16)} ` +
         `kill_to_resume_s=${worst} kill_to_resume_median_s=${seconds(kills, median)} ` +
@@ -692,7 +748,10 @@ async function main(): Promise<void> {
         `raw_c1_jps=${medians[1]!.raw.toFixed(0)} raw_c16_jps=${medians[16]!.raw.toFixed(0)} disk_floor_us=${diskUs.toFixed(0)} ` +
         `rt_fresh=${rt.fresh.toFixed(2)} rt_repeat=${rt.repeat.toFixed(2)} ` +
         `repeat_vs_floor_c1=${vsFloor("repeat", 1)} repeat_vs_floor_c16=${vsFloor("repeat", 16)} ` +
-        `fresh_vs_floor_c1=${freshVsFloor.toFixed(3)}`,
+        `fresh_vs_floor_c1=${freshVsFloor.toFixed(3)} ` +
+        `repeat_redis_cpu_us=${cpu[16]!.repeat.redis.toFixed(0)} floor_redis_cpu_us=${cpu[16]!.floor.redis.toFixed(0)} ` +
+        `repeat_node_cpu_us=${cpu[16]!.repeat.node.toFixed(0)} floor_node_cpu_us=${cpu[16]!.floor.node.toFixed(0)} ` +
+        `repeat_ceiling_c1=${repeatCeilingC1.toFixed(3)} repeat_ceiling_c16=${repeatCeilingC16.toFixed(3)}`,
     );
   } finally {
     await cleanUp();
