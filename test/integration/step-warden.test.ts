@@ -57,11 +57,12 @@ for (const mode of ["cgroup", "pid-namespace"] as const)
       const h = host(STUBBORN, {
         STEP_HOST_SILENCE_MS: "1000",
         STEP_HOST_BLOCK_MS: "12000",
-        STEP_HOST_BLOCK_AFTER_MS: "800",
+        // Time for the step's shell to start its children on a loaded machine before the block.
+        STEP_HOST_BLOCK_AFTER_MS: "2500",
       });
       try {
-        await waitForLine(h.child, /^blocking/, 60_000);
-        assert.ok(h.stepPids().length >= 3, "the step and its children run");
+        await until(() => h.stepPids().length >= 3, 30_000, "the step and its children to run");
+        await until(() => /^blocking$/m.test(h.output()), 60_000, "the worker to block");
         await until(() => h.stepPids().length === 0, 10_000, "the step's processes to end");
         assert.doesNotMatch(h.output(), /unblocked/, "they ended while the worker was still blocked");
         await waitForLine(h.child, /^step ended/, 60_000);
