@@ -6,7 +6,8 @@
 import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { loadConfigOrExit } from "../lib/config";
+import { CONFIG_EXIT_CODE, loadConfigOrExit } from "../lib/config";
+import { checkContainmentRequest, ContainmentConfigError } from "../lib/rebuilds/steps/containment";
 import { ensureGeneratedOperatorToken, operatorTokenPath } from "../lib/auth/credentials";
 import { loadDefinitionsOrExit, shutdownWaitMs } from "../lib/rebuilds/definitions";
 import {
@@ -36,6 +37,14 @@ const fail = (line: string, code = 1): never => {
 };
 
 const config = loadConfigOrExit("claimwatch");
+// The worker's containment setting too, before anything starts (the host's probe is the worker's).
+try {
+  checkContainmentRequest();
+} catch (error) {
+  if (!(error instanceof ContainmentConfigError)) throw error;
+  process.stderr.write(`claimwatch: configuration error: ${error.message}\n`);
+  process.exit(CONFIG_EXIT_CODE);
+}
 const definitions = loadDefinitionsOrExit(config.definitionsPath, "claimwatch", config.definitionsSource);
 process.env.NEXT_TELEMETRY_DISABLED = "1";
 
@@ -141,7 +150,9 @@ process.on("SIGTERM", () => void shutdown("SIGTERM", 0));
 process.on("SIGHUP", () => void shutdown("SIGHUP", 0));
 for (const child of children) {
   void child.exited.then((code) => {
-    if (!shuttingDown) void shutdown(`the ${child.name} process exited unexpectedly (code ${code})`, 1);
+    // A child that refused its configuration (exit 2, its one line above) makes the launcher's exit 2 too.
+    const exitCode = code === CONFIG_EXIT_CODE ? CONFIG_EXIT_CODE : 1;
+    if (!shuttingDown) void shutdown(`the ${child.name} process exited unexpectedly (code ${code})`, exitCode);
   });
 }
 if (redis) {
@@ -151,7 +162,7 @@ if (redis) {
 }
 
 const url = browserUrl(config);
-if (await waitForHttp(`${url}/api/health`, web, 60_000)) {
+if ((await waitForHttp(`${url}/api/health`, web, 60_000)) && !shuttingDown) {
   say(`claimwatch is running at ${url}  (Ctrl-C to stop)`);
   say(loginHint);
 } else if (!shuttingDown) {

@@ -38,7 +38,7 @@ try {
   urls = resolveRedisUrls(config);
 } catch (error) {
   if (!(error instanceof RedisNotConfiguredError)) throw error;
-  process.stderr.write(`claimwatch-worker: ${error.message}\n`);
+  process.stderr.write(`claimwatch-worker: configuration error: ${error.message}\n`);
   process.exit(CONFIG_EXIT_CODE);
 }
 
@@ -51,7 +51,7 @@ try {
   containment = detectContainment();
 } catch (error) {
   if (!(error instanceof ContainmentConfigError)) throw error;
-  process.stderr.write(`claimwatch-worker: ${error.message}\n`);
+  process.stderr.write(`claimwatch-worker: configuration error: ${error.message}\n`);
   process.exit(CONFIG_EXIT_CODE);
 }
 const identity = newWorkerIdentity(APP_VERSION, containment.mode, containment.forLimitedSteps?.mode);

@@ -39,3 +39,24 @@ test("npm run worker without REDIS_URL and no embedded Redis running says how to
   assert.equal(result.status, 2, result.stderr);
   assert.match(result.stderr, /REDIS_URL is not set and no embedded Redis is running/);
 });
+
+for (const [label, script] of [entryPoints[0], entryPoints[2]]) {
+  test(`${label} with CLAIMWATCH_STEP_CONTAINMENT=bogus exits 2 with one line naming it, before anything starts`, () => {
+    const result = spawnSync(process.execPath, ["--import", "tsx", script], {
+      env: {
+        ...process.env,
+        CLAIMWATCH_STEP_CONTAINMENT: "bogus",
+        // A well-formed URL nothing answers at: the check must come before any connection.
+        REDIS_URL: "redis://127.0.0.1:1",
+        CLAIMWATCH_DATA_DIR: "/nonexistent/claimwatch-test",
+      },
+      encoding: "utf8",
+      timeout: 60_000,
+    });
+    assert.equal(result.status, 2, `stdout: ${result.stdout}\nstderr: ${result.stderr}`);
+    const lines = result.stderr.trim().split("\n");
+    assert.equal(lines.length, 1, result.stderr);
+    assert.match(lines[0]!, /configuration error: CLAIMWATCH_STEP_CONTAINMENT="bogus": must be auto/);
+    assert.doesNotMatch(result.stdout, /running at|embedded Redis|building/i, "nothing was started");
+  });
+}

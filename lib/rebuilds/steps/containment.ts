@@ -174,12 +174,21 @@ export function cgroupModeRefusedFor(pid: number): string | null {
     : null;
 }
 
-function detectUncached(forced: string, pid: number): Containment {
-  if (forced !== "auto" && !(MODES as readonly string[]).includes(forced)) {
+/**
+ * Throws a `ContainmentConfigError` for a value of CLAIMWATCH_STEP_CONTAINMENT that names no mode,
+ * without probing the host: what the launcher checks before it starts anything (whether the host
+ * offers the mode is for the worker to find).
+ */
+export function checkContainmentRequest(requested: string = process.env.CLAIMWATCH_STEP_CONTAINMENT || "auto"): void {
+  if (requested !== "auto" && !(MODES as readonly string[]).includes(requested)) {
     throw new ContainmentConfigError(
-      `CLAIMWATCH_STEP_CONTAINMENT=${JSON.stringify(forced).slice(0, 80)}: must be auto (the strongest this host offers) or one of ${MODES.join(", ")}`,
+      `CLAIMWATCH_STEP_CONTAINMENT=${JSON.stringify(requested).slice(0, 80)}: must be auto (the strongest this host offers) or one of ${MODES.join(", ")}`,
     );
   }
+}
+
+function detectUncached(forced: string, pid: number): Containment {
+  checkContainmentRequest(forced);
   const limits = detectLimitControllers();
   const weaker = forced === "process-group" ? processGroup(limits, "forced by CLAIMWATCH_STEP_CONTAINMENT") : null;
   if (weaker) return weaker;
