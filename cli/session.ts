@@ -9,7 +9,7 @@ import type { AuditAction } from "../lib/audit";
 import { takeToken } from "../lib/auth/rate-limit";
 import { identifyShellOperator } from "../lib/auth/shell-identity";
 import { parseConfig, type Config } from "../lib/config";
-import { describeError } from "../lib/describe-error";
+import { describeRedisFailure } from "../lib/redis/client";
 import { describeDefinitionsError, loadDefinitions, type Definitions } from "../lib/rebuilds/definitions";
 import { RedisNotConfiguredError, type RedisUrls } from "../lib/redis/connections";
 import { redactRedisUrl } from "../lib/redis/url";
@@ -75,7 +75,7 @@ export async function connect(setup: Setup): Promise<CliContext> {
       throw new CliFailure(
         EXIT.redis,
         "redis-unreachable",
-        `${label} at ${shown} (${describeSource(urls)}) does not answer: ${describeError(error)}`,
+        `${label} at ${shown} (${describeSource(urls)}) does not answer: ${describeRedisFailure(client, error)}`,
       );
     }
   }

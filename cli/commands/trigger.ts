@@ -9,6 +9,7 @@ import { previewRun, triggerAsOperator, triggerBody, type RunPreview } from "../
 import { ApiError } from "../../lib/http/errors";
 import { tenantProblem, unknownRebuildProblem } from "../../lib/rebuilds/definitions";
 import { EXIT, refused, usageError } from "../outcome";
+import { previewVersion } from "../preview-version";
 import { connect, loadSetup, operatorActor } from "../session";
 import type { CommandSpec } from "./spec";
 
@@ -56,15 +57,20 @@ export const trigger: CommandSpec = {
       if (!body.success) return await refuse(describeZodError(body.error));
 
       let preview: RunPreview | { error: string };
-      try {
-        preview = await previewRun(context, name!, {
-          tenant: body.data.tenant,
-          version: body.data.version,
-          force: body.data.force ? "true" : "false",
-        });
-      } catch (error) {
-        if (!(error instanceof ApiError)) throw error;
-        preview = { error: error.message };
+      // The inputs are read in a child process: a read stuck in the kernel stays there.
+      const read = body.data.version ? { version: body.data.version } : await previewVersion(definition.inputPaths);
+      if ("error" in read) preview = read;
+      else {
+        try {
+          preview = await previewRun(context, name!, {
+            tenant: body.data.tenant,
+            version: read.version,
+            force: body.data.force ? "true" : "false",
+          });
+        } catch (error) {
+          if (!(error instanceof ApiError)) throw error;
+          preview = { error: error.message };
+        }
       }
       const shown = describePreview(preview);
       if ("outcome" in preview && preview.outcome === "skip" && options.queueAnyway !== true) {
@@ -78,10 +84,15 @@ export const trigger: CommandSpec = {
         });
         // The preview first, on stdout as for a queued job; the refusal follows on stderr.
         return {
-          ...refused("would-skip", `not queued: ${preview.message}; use ${how}--queue-anyway to queue it`, {
-            preview,
-            queued: false,
-          }),
+          // The dashboard's own hint ("use force …") gives way to the CLI's options.
+          ...refused(
+            "would-skip",
+            `not queued: ${preview.message.replace(/ \(use force[^)]*\)$/, "")}; use ${how}--queue-anyway to queue it`,
+            {
+              preview,
+              queued: false,
+            },
+          ),
           human: [shown],
         };
       }

@@ -4,7 +4,7 @@
  * everything that INFO can answer is read from INFO; only the RDB `save` schedule needs CONFIG.
  */
 import type { Redis } from "ioredis";
-import { describeError } from "../describe-error";
+import { describeRedisFailure } from "../redis/client";
 
 export type Persistence = "aof" | "rdb" | "none" | "unknown";
 
@@ -57,7 +57,7 @@ export async function inspectRedis(client: InspectClient): Promise<RedisSafety> 
       .config("GET", "min-replicas-max-lag")
       .exec();
   } catch (error) {
-    return { ok: false, error: describeError(error) };
+    return { ok: false, error: describeRedisFailure(client, error) };
   }
   if (!replies || replies.length !== 8) return { ok: false, error: "no reply" };
   const [server, memory, persistence, replication, save, appendfsync, minReplicas, maxLag] = replies as Reply[] as [
@@ -71,7 +71,7 @@ export async function inspectRedis(client: InspectClient): Promise<RedisSafety> 
     Reply,
   ];
   const infoError = [server, memory, persistence, replication].find(([error]) => error)?.[0];
-  if (infoError) return { ok: false, error: describeError(infoError) };
+  if (infoError) return { ok: false, error: describeRedisFailure(client, infoError) };
 
   const info = new Map([
     ...parseInfo(String(server[1])),

@@ -66,23 +66,28 @@ export async function cancelJob(deps: CancelDeps, input: CancelRequestInput): Pr
   const audit = (result: "done" | "refused", detail: Record<string, unknown>) =>
     appendAudit(main, keys, { actor, action: "cancel", reason, result, detail: { jobId, ...detail } });
 
+  // How the job's last run ended, for a job that has finished: BullMQ's state alone says
+  // "failed" for a run an earlier cancel ended `cancelled`.
+  const lastRunOf = async () => {
+    const [last] = (await listRuns(main, keys, { jobId }, 1)).runs;
+    return last ? { id: last.id, status: last.status } : undefined;
+  };
+  const finished = async (state: string, place: Record<string, unknown>): Promise<CancelResult> => {
+    const lastRun = await lastRunOf().catch(() => undefined);
+    const auditId = await audit("refused", { ...place, outcome: state, ...(lastRun ? { lastRun } : {}) });
+    return { status: "finished", jobId, state, ...(lastRun ? { lastRun } : {}), auditId };
+  };
+
   const job = (await queue.getJob(jobId)) as Job | undefined;
   if (!job) {
     // Gone from the queue (removed by an earlier cancel, or pruned after it ended): its run
     // records still say how it ended, so a second cancel is "finished", not "unknown".
-    const [last] = (await listRuns(main, keys, { jobId }, 1)).runs;
-    if (last) {
-      const lastRun = { id: last.id, status: last.status };
-      const auditId = await audit("refused", { outcome: "removed", lastRun });
-      return { status: "finished", jobId, state: "removed", lastRun, auditId };
-    }
+    if (await lastRunOf()) return finished("removed", {});
     return { status: "not-found", jobId, auditId: await audit("refused", { outcome: "not-found" }) };
   }
   const place = placeOf(job);
   let state = await job.getState();
-  if (state === "completed" || state === "failed") {
-    return { status: "finished", jobId, state, auditId: await audit("refused", { ...place, outcome: state }) };
-  }
+  if (state === "completed" || state === "failed") return finished(state, place);
   if (state === "delayed" && isNextScheduledTick(job)) {
     return {
       status: "scheduled-tick",
@@ -103,9 +108,7 @@ export async function cancelJob(deps: CancelDeps, input: CancelRequestInput): Pr
       state = await job.getState().catch(() => "active");
     }
   }
-  if (state === "completed" || state === "failed") {
-    return { status: "finished", jobId, state, auditId: await audit("refused", { ...place, outcome: state }) };
-  }
+  if (state === "completed" || state === "failed") return finished(state, place);
   const runId = await main.get(keys.runOpenAttempt(jobId));
   return {
     status: "cancelling",

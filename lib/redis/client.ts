@@ -7,6 +7,7 @@
  * - `probe`: health checks; every command is bounded by `commandTimeout`.
  */
 import { Redis, type RedisOptions } from "ioredis";
+import { describeError } from "../describe-error";
 import { connectionOptionsOf, redisTargetOf } from "./url";
 
 export type ClientRole = "worker" | "claims" | "web" | "probe";
@@ -37,9 +38,28 @@ export function createRedis(url: string, role: ClientRole, name = "claimwatch"):
   const all: RedisOptions = { ...options, ...roleOptions[role], connectionName: name, lazyConnect: false };
   const client = direct === undefined ? new Redis(all) : new Redis(direct, all);
   // ioredis emits "error" on every failed reconnect; without a listener Node prints each one as
-  // an unhandled error event. Callers see failures through their commands instead.
-  client.on("error", () => {});
+  // an unhandled error event. Callers see failures through their commands instead, described
+  // with the last connection error kept here (`describeRedisFailure`).
+  client.on("error", (error: unknown) => lastConnectionErrors.set(client, describeError(error)));
+  client.on("ready", () => lastConnectionErrors.delete(client));
   return client;
+}
+
+/** Why each client's last connection attempt failed ("connect ECONNREFUSED 127.0.0.1:6380"), until it connects. */
+const lastConnectionErrors = new WeakMap<object, string>();
+
+/**
+ * A failed command in one line. A command refused because there is no connection says only that
+ * ("Reached the max retries per request limit", "Connection is closed"): then the connection's
+ * own error names the address and the cause.
+ */
+export function describeRedisFailure(client: object, error: unknown): string {
+  const described = describeError(error);
+  const connection = lastConnectionErrors.get(client);
+  const noConnection =
+    (error instanceof Error && error.name === "MaxRetriesPerRequestError") ||
+    /Connection is closed|Stream isn't writeable|max retries per request/i.test(described);
+  return noConnection && connection ? `no connection: ${connection}` : described;
 }
 
 /** Closes a client without waiting on a server that may be gone. */

@@ -429,9 +429,17 @@ test("cancel <run> stops a running job: the run ends cancelled, the job is not r
   assert.equal((await auditEntries()).filter((e) => e.action === "cancel" && e.detail.jobId === jobId).length, 1);
   cancelledRunId = running.id;
 
-  const again = await cliJson<JsonCancel & { state: string }>(["cancel", jobId, "--reason", "once more"], 1);
+  const again = await cliJson<JsonCancel & { state: string; lastRun?: unknown }>(
+    ["cancel", jobId, "--reason", "once more"],
+    1,
+  );
   assert.equal(again.body.status, "finished");
-  assert.match(again.stderr, new RegExp(`nothing to cancel: job ${jobId} has failed already`));
+  // How its run ended (cancelled), not BullMQ's word for the job (failed).
+  assert.match(
+    again.stderr,
+    new RegExp(`nothing to cancel: job ${jobId} has ended already \\(its last run ${running.id} is cancelled\\)`),
+  );
+  assert.deepEqual(again.body.lastRun, { id: running.id, status: "cancelled" });
 });
 
 test("cancel of an unknown job or run is exit 2 naming where to look, audited as refused once", async () => {
@@ -681,11 +689,15 @@ test("a Redis that does not answer is exit 3, for status (with the report) and f
   const status = await cliJson<{ ok: boolean; redis: { ok: boolean; error: string } }>(["status"], 3, env);
   assert.equal(status.body.ok, false);
   assert.equal(status.body.redis.ok, false);
+  // The connection's own error (address and cause), not ioredis' "max retries per request".
+  assert.equal(status.body.redis.error, `no connection: connect ECONNREFUSED 127.0.0.1:${port}`);
   const claims = await cli(["claims"], env);
   assert.equal(claims.status, 3);
   assert.match(
     claims.stderr,
-    new RegExp(`Redis at redis://127\\.0\\.0\\.1:${port} \\(from REDIS_URL\\) does not answer`),
+    new RegExp(
+      `Redis at redis://127\\.0\\.0\\.1:${port} \\(from REDIS_URL\\) does not answer: no connection: connect ECONNREFUSED 127\\.0\\.0\\.1:${port}`,
+    ),
   );
 });
 
