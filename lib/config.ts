@@ -65,6 +65,9 @@ const publicUrl = z
 /**
  * Access tokens: comma-separated, each optionally `name:token` (the name is what the audit log
  * shows). A token is at least 16 characters of [A-Za-z0-9_.~+/=-]: long enough not to guess.
+ * Names and tokens are unique, here and across both variables (`tokenClash`): two people under
+ * one name could not be told apart in the audit log, and of two entries with one token only the
+ * first is ever matched.
  */
 const tokenList = (role: string) =>
   z
@@ -96,8 +99,49 @@ const tokenList = (role: string) =>
         }
         entries.push({ name, token });
       }
+      const clash = tokenClash(entries, [], role);
+      if (clash) {
+        ctx.addIssue({ code: "custom", message: clash });
+        return z.NEVER;
+      }
       return entries;
     });
+
+type TokenEntry = { name: string; token: string };
+
+/**
+ * The first name or token of `entries` used before (earlier in `entries`, or in `others`, the
+ * other variable's entries, named `othersVariable`), as one line that never shows a token.
+ */
+function tokenClash(
+  entries: readonly TokenEntry[],
+  others: readonly TokenEntry[],
+  role: string,
+  othersVariable = "",
+): string | null {
+  const unnamedNote = (name: string) =>
+    name.startsWith(`${role}-`) ? ` (an entry without 'name:' is named ${role}-<position>)` : "";
+  for (const [i, { name, token }] of entries.entries()) {
+    const earlier = entries.slice(0, i);
+    const sameName = earlier.findIndex((e) => e.name === name);
+    if (sameName >= 0) {
+      return `entries ${sameName + 1} and ${i + 1} are both named '${name}'${unnamedNote(name)}; give each token its own name (the audit log shows it)`;
+    }
+    const sameToken = earlier.findIndex((e) => e.token === token);
+    if (sameToken >= 0) {
+      return `entry ${i + 1} (${name}) has the same token as entry ${sameToken + 1} (${earlier[sameToken]!.name}); each entry needs its own token`;
+    }
+    const otherName = others.findIndex((e) => e.name === name);
+    if (otherName >= 0) {
+      return `entry ${i + 1} is named '${name}', a name ${othersVariable} already uses; give each token its own name (the audit log shows it)`;
+    }
+    const otherToken = others.findIndex((e) => e.token === token);
+    if (otherToken >= 0) {
+      return `entry ${i + 1} (${name}) has the same token as ${othersVariable} entry ${otherToken + 1} (${others[otherToken]!.name}); a token has one role`;
+    }
+  }
+  return null;
+}
 
 const keyPrefix = z
   .string()
@@ -212,6 +256,8 @@ export function parseConfig(env: Record<string, string | undefined>, cwd: string
   const e = parsed.data;
   const operatorTokens = e.CLAIMWATCH_OPERATOR_TOKEN ?? [];
   const viewerTokens = e.CLAIMWATCH_VIEWER_TOKEN ?? [];
+  const clash = tokenClash(viewerTokens, operatorTokens, "viewer", "CLAIMWATCH_OPERATOR_TOKEN");
+  if (clash) return { ok: false, error: new ConfigError("CLAIMWATCH_VIEWER_TOKEN", clash) };
   if (!isLoopbackHost(e.HOST) && operatorTokens.length + viewerTokens.length === 0) {
     return {
       ok: false,

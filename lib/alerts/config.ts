@@ -157,3 +157,26 @@ export function receiversOf(alerts: AlertsConfig): Receiver[] {
     return { kind: "webhook", name, url: receiver.webhook.url, secretEnv: receiver.webhook.secretEnv };
   });
 }
+
+/**
+ * One line per receiver whose secret variable is unset (or empty) in `env`. Not a definitions
+ * error: the file is shared by every process (CLI commands too) while the secret lives in each
+ * evaluating process's environment, and alerting must not stop a worker. Delivery refuses
+ * without the secret (a webhook is never sent unsigned) and records why on the Alerts page; this
+ * says so at start, before the first alert.
+ */
+export function receiverEnvWarnings(alerts: AlertsConfig, env: Readonly<Record<string, string | undefined>>): string[] {
+  const warnings: string[] = [];
+  for (const receiver of receiversOf(alerts)) {
+    if (receiver.kind === "alertmanager") continue;
+    const [variable, setting, consequence] =
+      receiver.kind === "slack"
+        ? [receiver.webhookUrlEnv, "webhookUrlEnv", "nothing is sent"]
+        : [receiver.secretEnv, "secretEnv", "nothing is sent unsigned"];
+    if (env[variable]) continue;
+    warnings.push(
+      `alerts: receiver '${receiver.name}': ${variable} (${setting}) is not set in this process's environment; its deliveries fail (${consequence}) while this process evaluates`,
+    );
+  }
+  return warnings;
+}

@@ -6,6 +6,7 @@ import type { Redis } from "ioredis";
 import type { Config } from "../config";
 import type { Definitions } from "../rebuilds/definitions";
 import type { RedisKeys } from "../redis/keys";
+import { receiverEnvWarnings } from "./config";
 import { AlertEvaluator } from "./evaluator";
 
 export interface StartAlertingOptions {
@@ -29,6 +30,7 @@ export function publicOriginOf(config: Pick<Config, "publicOrigin" | "host" | "p
 export function startAlerting(options: StartAlertingOptions): AlertEvaluator | null {
   const alerts = options.definitions.alerts;
   if (!alerts) return null;
+  for (const warning of receiverEnvWarnings(alerts, process.env)) options.log(`warning: ${warning}`);
   const evaluator = new AlertEvaluator({
     main: options.main,
     claims: options.claims,

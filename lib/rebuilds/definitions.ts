@@ -75,7 +75,9 @@ const scheduleSchema = z
   })
   .superRefine((schedule, ctx) => {
     try {
-      CronExpressionParser.parse(schedule.cron, { tz: schedule.tz }).next();
+      // A bad tz is reported by itself; the cron's own syntax is still checked (in UTC), as
+      // cron-parser fails any expression in an unknown zone ("unhandled timestamp: Invalid Date").
+      CronExpressionParser.parse(schedule.cron, { tz: isValidTimeZone(schedule.tz) ? schedule.tz : "UTC" }).next();
     } catch (error) {
       ctx.addIssue({
         code: "custom",
@@ -85,15 +87,80 @@ const scheduleSchema = z
     }
   });
 
-const placeholderArg = z.string();
+/**
+ * The placeholders `expandPlaceholders` (steps/context.ts) replaces in `run`, `env` and `cwd`;
+ * a test holds the two together.
+ */
+export const PLACEHOLDER_NAMES = ["work", "output", "version", "tenant", "rebuild"] as const;
+const KNOWN_PLACEHOLDERS: ReadonlySet<string> = new Set(PLACEHOLDER_NAMES);
+/**
+ * What reads as a placeholder: one word in braces. Substitution leaves an unknown one as it is,
+ * so a typo (`{wrk}`) would reach the program as a literal path. Refused here is an unknown word
+ * that looks meant for claimwatch (`mistakenPlaceholder`); any other is the program's own syntax
+ * and left alone (awk `{print}`, jq `{name}`, sed `/x/{d}`). Never placeholders: braces around
+ * anything but one word (`{}`, `{a,b}`, `{1..3}`, `{print $1}`, `{2,3}`), a word starting with a
+ * digit, and braces another syntax opens: `${VAR}` (shell), `%{http_code}` (curl), `@{upstream}`
+ * (git), `#{x}` (Ruby), `\p{Lu}` `\x{e9}` (regexps).
+ */
+const PLACEHOLDER_LIKE = /(?<![$%@#]|\\[A-Za-z])\{([A-Za-z_][A-Za-z0-9_]*)\}/g;
+const PLACEHOLDER_LIST = PLACEHOLDER_NAMES.map((name) => `{${name}}`).join(" ");
+/** Words of claimwatch's own vocabulary a step might expect as placeholders (compared folded). */
+const CLAIMWATCH_WORDS = new Set(
+  ["run", "runid", "job", "jobid", "attempt", "fence", "build", "buildhash", "hash", "claim", "input", "inputs"].concat(
+    ["workdir", "outputdir", "outdir", "dir", "base", "current", "builds"],
+  ),
+);
+
+/** Edit distance, for short words. */
+function editDistance(a: string, b: string): number {
+  let previous = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const row = [i];
+    for (let j = 1; j <= b.length; j++) {
+      row[j] = Math.min(previous[j]! + 1, row[j - 1]! + 1, previous[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
+    }
+    previous = row;
+  }
+  return previous[b.length]!;
+}
+
+/**
+ * Whether an unknown `{word}` was surely meant as a placeholder: a known one in another case or
+ * spelling (`{Version}`, `{wrk}`, `{tenat}`), cut short or lengthened (`{out}`, `{work_dir}`), or a
+ * word of claimwatch's (`{fence}`, `{runId}`). The suggestion, or null for the program's own braces.
+ */
+function mistakenPlaceholder(word: string): string | null {
+  const folded = word.toLowerCase().replace(/[_-]/g, "");
+  for (const known of PLACEHOLDER_NAMES) {
+    if (folded === known || (folded.length >= 3 && (known.startsWith(folded) || folded.startsWith(known)))) {
+      return ` (did you mean {${known}}?)`;
+    }
+    if (folded.length >= 3 && editDistance(folded, known) <= (known.length > 5 ? 2 : 1))
+      return ` (did you mean {${known}}?)`;
+  }
+  return CLAIMWATCH_WORDS.has(folded) ? "" : null;
+}
+
+const placeholderArg = z.string().superRefine((text, ctx) => {
+  for (const [token, name] of text.matchAll(PLACEHOLDER_LIKE)) {
+    if (KNOWN_PLACEHOLDERS.has(name!)) continue;
+    const meant = mistakenPlaceholder(name!);
+    if (meant === null) continue;
+    ctx.addIssue({
+      code: "custom",
+      message: `unknown placeholder ${token}${meant}; the placeholders are ${PLACEHOLDER_LIST} (braces the program should see get a space inside: { ${name} })`,
+    });
+    return;
+  }
+});
 
 const runStepSchema = z.strictObject({
   name: nameSchema("a step name"),
   run: z.array(placeholderArg).min(1, "must name a program: an argv array like [tar, -czf, out.tgz, dir]"),
   env: z
-    .record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "must be an environment variable name"), z.string())
+    .record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "must be an environment variable name"), placeholderArg)
     .optional(),
-  cwd: z.string().optional(),
+  cwd: placeholderArg.optional(),
   transientExitCodes: z.array(z.number().int().min(1).max(255)).default([]),
   /** After an abort, how long the program has between SIGTERM and SIGKILL. */
   killGrace: timerDuration.default(5_000),
@@ -304,18 +371,38 @@ export type LineOf = (path: PropertyKey[]) => number | undefined;
 const EXAMPLE_REBUILD =
   "e.g.  rebuilds: { nightly: { output: data/builds/nightly, steps: [{ name: build, run: [make] }] } }";
 
+/**
+ * A union's issue, or — when the value plainly is one branch's kind — that branch's own issues,
+ * at their full paths. zod reports "no branch matched" (the union's message) as soon as every
+ * branch hit an aborting issue, so a rule written as a mapping with a bad `severity` would be told
+ * it "must be false or a mapping". A branch fits when all its issues are inside the value (no
+ * wrong type at the union's own path); among those, the one with the fewest unknown keys at the
+ * top (a step with `run` is a run step, a receiver with `webhook:` a webhook). A tie, or no fit,
+ * keeps the union's message: it says what the choices are.
+ */
+function unionBranchIssues(issue: z.core.$ZodIssue): z.core.$ZodIssue[] {
+  if (issue.code !== "invalid_union" || issue.errors.length === 0) return [issue];
+  let best: z.core.$ZodIssue[] | undefined;
+  let bestUnknown = Infinity;
+  let tie = false;
+  for (const branch of issue.errors) {
+    if (!branch.every((inner) => inner.path.length > 0 || inner.code === "unrecognized_keys")) continue;
+    const unknown = branch.reduce(
+      (sum, inner) => sum + (inner.path.length === 0 && inner.code === "unrecognized_keys" ? inner.keys.length : 0),
+      0,
+    );
+    if (unknown < bestUnknown) [best, bestUnknown, tie] = [branch, unknown, false];
+    else if (unknown === bestUnknown) tie = true;
+  }
+  if (!best || tie) return [issue];
+  return best.flatMap((inner) => unionBranchIssues({ ...inner, path: [...issue.path, ...inner.path] }));
+}
+
 /** The zod issues of a document, as problems: every one of them, each with its own path. */
 function schemaProblems(raw: unknown, issues: z.core.$ZodIssue[], lineOf: LineOf | undefined): DefinitionsProblem[] {
   const problems: DefinitionsProblem[] = [];
   const seen = new Set<string>();
-  for (let issue of issues) {
-    // A step that says which kind it is (`run` or `tiles`) gets that kind's own error, not the union's.
-    if (issue.code === "invalid_union") {
-      const value = valueAt(raw, issue.path);
-      const branch = value && typeof value === "object" ? ("run" in value ? 0 : "tiles" in value ? 1 : -1) : -1;
-      const inner = branch >= 0 ? issue.errors[branch]?.[0] : undefined;
-      if (inner) issue = { ...inner, path: [...issue.path, ...inner.path] } as typeof issue;
-    }
+  for (const issue of issues.flatMap(unionBranchIssues)) {
     let message = issue.message;
     let linePath: PropertyKey[] = issue.path;
     if (issue.code === "unrecognized_keys") {
@@ -466,9 +553,14 @@ export type DefinitionsSource = { from: "CLAIMWATCH_CONFIG"; value: string } | {
  */
 export function loadDefinitions(file: string, source?: DefinitionsSource): DefinitionsResult {
   const shown = oneLine(path.basename(file));
-  let text: string;
+  let bytes: Buffer;
   try {
-    text = fs.readFileSync(file, "utf8");
+    // The size limit counts bytes, not characters (`é` is two): a file known too large is not read.
+    const stat = fs.statSync(file);
+    if (stat.isFile() && stat.size > MAX_DEFINITIONS_BYTES) {
+      return { ok: false, error: new DefinitionsError(shown, [tooLargeProblem(stat.size)]) };
+    }
+    bytes = fs.readFileSync(file);
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;
     const problem =
@@ -479,6 +571,11 @@ export function loadDefinitions(file: string, source?: DefinitionsSource): Defin
           : `cannot be read (${code})`;
     return { ok: false, error: new DefinitionsError(oneLine(file), [{ where: "", problem: oneLine(problem) }]) };
   }
+  // Checked again on what was read: the file may have grown, or not be a regular file.
+  if (bytes.length > MAX_DEFINITIONS_BYTES) {
+    return { ok: false, error: new DefinitionsError(shown, [tooLargeProblem(bytes.length)]) };
+  }
+  const text = bytes.toString("utf8");
   const tooDeep = nestingProblem(text);
   if (tooDeep) return { ok: false, error: new DefinitionsError(shown, [tooDeep]) };
   const lines = new LineCounter();
@@ -507,16 +604,19 @@ const MAX_DEFINITIONS_BYTES = 2 * 1024 * 1024;
 const MAX_FLOW_DEPTH = 64;
 const MAX_INDENT_COLUMNS = 512;
 
+/** A file over the size limit, in bytes as on disk (README: "A file over 2 MiB … is refused"). */
+function tooLargeProblem(bytes: number): DefinitionsProblem {
+  return { where: "", problem: `is ${bytes} bytes; the limit is ${MAX_DEFINITIONS_BYTES} (2 MiB)` };
+}
+
 /**
- * A file too large, or nested too deep for the YAML parser to go through safely: thousands of
- * `[` overflow its stack, and an overflow inside V8's regexp compiler is not an exception but a
- * fatal "out of memory" (the fuzzer found it). A cheap scan — flow brackets outside quotes and
- * comments, and indentation — refuses such text first, at the line where it goes too deep.
+ * Text nested too deep for the YAML parser to go through safely: thousands of `[` overflow its
+ * stack, and an overflow inside V8's regexp compiler is not an exception but a fatal "out of
+ * memory" (the fuzzer found it). A cheap scan — flow brackets outside quotes and comments, and
+ * indentation — refuses such text first, at the line where it goes too deep. (The size limit is
+ * checked on the bytes, before they are decoded: loadDefinitions.)
  */
 function nestingProblem(text: string): DefinitionsProblem | null {
-  if (text.length > MAX_DEFINITIONS_BYTES) {
-    return { where: "", problem: `is ${text.length} characters long; the limit is ${MAX_DEFINITIONS_BYTES}` };
-  }
   const deepIndent = new RegExp(`^ {${MAX_INDENT_COLUMNS + 1}}`, "m").exec(text);
   if (deepIndent) {
     const { line } = positionAt(text, deepIndent.index);

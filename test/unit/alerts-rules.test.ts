@@ -1,7 +1,7 @@
 /** The `alerts:` section (clear errors, defaults) and the rules as a pure function of a snapshot. */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { receiversOf } from "../../lib/alerts/config";
+import { receiverEnvWarnings, receiversOf, RULE_NAMES } from "../../lib/alerts/config";
 import { planChanges } from "../../lib/alerts/commit";
 import { backoffMs, BACKOFF_CAP_MS } from "../../lib/alerts/outbox";
 import { alertmanagerAlert, signBody, slackMessage, webhookBody } from "../../lib/alerts/receivers";
@@ -67,10 +67,7 @@ test("alerts config: each refusal is one line naming the path and the problem", 
     [{ rules: { skips: { atLeast: 0 } } }, /alerts\.rules\.skips\.atLeast: /],
     [{ rules: { runLong: true } }, /alerts\.rules\.runLong: must be false \(the rule is off\) or a mapping/],
     [{ rules: { stale: {} } }, /alerts\.rules: unknown key 'stale'/],
-    [
-      { receivers: [{ slack: { webhookUrl: "https://hooks" } }] },
-      /alerts\.receivers\[0\]: a receiver is exactly one of/,
-    ],
+    [{ receivers: [{ pagerduty: { key: "x" } }] }, /alerts\.receivers\[0\]: a receiver is exactly one of/],
     [
       { receivers: [{ alertmanager: { url: "ftp://am" } }] },
       /alerts\.receivers\[0\]\.alertmanager\.url: must be an http\(s\) URL/,
@@ -92,6 +89,68 @@ test("alerts config: each refusal is one line naming the path and the problem", 
     assert.match(message, expected);
     assert.ok(!message.includes("\n"));
   }
+});
+
+test("alerts config: a rule given as a mapping is judged as a mapping; its bad setting is named", () => {
+  for (const rule of RULE_NAMES) {
+    const message = refusal({ rules: { [rule]: { severity: "page" } } });
+    assert.equal(message, `claimwatch.yaml: alerts.rules.${rule}.severity: must be one of critical, warning, info`);
+  }
+  const cases: [unknown, string][] = [
+    [{ rules: { skips: { atLeast: "three" } } }, "alerts.rules.skips.atLeast: "],
+    [{ rules: { claimStale: { for: 5 } } }, "alerts.rules.claimStale.for: "],
+    [{ rules: { takeover: { resolveAfter: null, severity: "info" } } }, "alerts.rules.takeover.resolveAfter: "],
+    [{ rules: { runLong: { over: [], colour: "red" } } }, "alerts.rules.runLong.over: "],
+    [{ receivers: [{ webhook: { url: "http://x" } }] }, "alerts.receivers[0].webhook.secretEnv: is required"],
+    [{ receivers: [{ slack: {} }] }, "alerts.receivers[0].slack.webhookUrlEnv: is required"],
+    [{ receivers: [{ alertmanager: { url: 9093 } }] }, "alerts.receivers[0].alertmanager.url: "],
+  ];
+  for (const [alerts, where] of cases) {
+    const message = refusal(alerts);
+    assert.ok(message.startsWith(`claimwatch.yaml: ${where}`), message);
+    assert.doesNotMatch(message, /must be false \(the rule is off\)|a receiver is exactly one of/);
+  }
+  // Both problems of one rule mapping are reported, each at its own path.
+  assert.deepEqual(refusal({ rules: { skips: { atLeast: "x", severity: "loud" } } }).split("\n"), [
+    "claimwatch.yaml: alerts.rules.skips.atLeast: Invalid input: expected number, received string",
+    "claimwatch.yaml: alerts.rules.skips.severity: must be one of critical, warning, info",
+  ]);
+  // Per rebuild: rebuilds.<name>.alerts.runLong.
+  const perRebuild = parseDefinitions(
+    { rebuilds: { ...rebuilds, tiles: { ...rebuilds.tiles, alerts: { runLong: {} } } } },
+    "/srv/claimwatch.yaml",
+  );
+  assert.ok(!perRebuild.ok);
+  assert.equal(perRebuild.error.message, "claimwatch.yaml: rebuilds.tiles.alerts.runLong.over: is required (a string)");
+  // Not a mapping, or a receiver of two kinds (or none): the union's own words still apply.
+  assert.match(refusal({ rules: { runFailed: "yes" } }), /alerts\.rules\.runFailed: must be false \(the rule is off\)/);
+  assert.match(
+    refusal({ receivers: [{ slack: { webhookUrlEnv: "S" }, webhook: { url: "http://x", secretEnv: "X" } }] }),
+    /alerts\.receivers\[0\]: a receiver is exactly one of/,
+  );
+  // A misspelt setting of a receiver of a known kind: what is missing and what is unknown, there.
+  assert.deepEqual(refusal({ receivers: [{ slack: { webhookUrl: "https://hooks" } }] }).split("\n"), [
+    "claimwatch.yaml: alerts.receivers[0].slack.webhookUrlEnv: is required (a string)",
+    "claimwatch.yaml: alerts.receivers[0].slack: unknown key 'webhookUrl'",
+  ]);
+});
+
+test("alerts config: a receiver whose secret variable is unset in this process is named in one warning line", () => {
+  const alerts = load({
+    receivers: [
+      { alertmanager: { url: "http://am:9093" } },
+      { slack: { webhookUrlEnv: "SLACK_WEBHOOK_URL" } },
+      { webhook: { url: "https://ops.example.com/hook", secretEnv: "HOOK_SECRET", name: "ops" } },
+    ],
+  }).alerts!;
+  assert.deepEqual(
+    receiverEnvWarnings(alerts, { SLACK_WEBHOOK_URL: "https://hooks.slack.com/x", HOOK_SECRET: "s" }),
+    [],
+  );
+  assert.deepEqual(receiverEnvWarnings(alerts, { SLACK_WEBHOOK_URL: "", HOOK_SECRET: undefined }), [
+    "alerts: receiver 'slack': SLACK_WEBHOOK_URL (webhookUrlEnv) is not set in this process's environment; its deliveries fail (nothing is sent) while this process evaluates",
+    "alerts: receiver 'ops': HOOK_SECRET (secretEnv) is not set in this process's environment; its deliveries fail (nothing is sent unsigned) while this process evaluates",
+  ]);
 });
 
 const holder = (over: Partial<ClaimHolder>): ClaimHolder => ({

@@ -104,6 +104,56 @@ test("tokens: comma-separated, optional name, never echoed in errors", () => {
   assert.ok(!error!.message.includes("short"), error!.message);
 });
 
+test("a token name used twice is refused, naming the variable and the name (the audit log could not tell them apart)", () => {
+  const a = "aaaaaaaaaaaaaaaa1";
+  const b = "bbbbbbbbbbbbbbbb2";
+  const c = "cccccccccccccccc3";
+  const cases: [Record<string, string>, string, RegExp][] = [
+    [
+      { CLAIMWATCH_OPERATOR_TOKEN: `alice:${a},alice:${b}` },
+      "CLAIMWATCH_OPERATOR_TOKEN",
+      /^entries 1 and 2 are both named 'alice'/,
+    ],
+    [
+      { CLAIMWATCH_VIEWER_TOKEN: `vic:${a}, bob:${b}, vic:${c}` },
+      "CLAIMWATCH_VIEWER_TOKEN",
+      /^entries 1 and 3 are both named 'vic'/,
+    ],
+    // An entry without a name is named <role>-<position>.
+    [
+      { CLAIMWATCH_OPERATOR_TOKEN: `operator-2:${a},${b}` },
+      "CLAIMWATCH_OPERATOR_TOKEN",
+      /^entries 1 and 2 are both named 'operator-2' \(an entry without 'name:' is named operator-<position>\)/,
+    ],
+    [
+      { CLAIMWATCH_OPERATOR_TOKEN: `alice:${a}`, CLAIMWATCH_VIEWER_TOKEN: `alice:${b}` },
+      "CLAIMWATCH_VIEWER_TOKEN",
+      /^entry 1 is named 'alice', a name CLAIMWATCH_OPERATOR_TOKEN already uses/,
+    ],
+    // One token twice: the second entry could never log in as itself.
+    [
+      { CLAIMWATCH_OPERATOR_TOKEN: `alice:${a},bob:${a}` },
+      "CLAIMWATCH_OPERATOR_TOKEN",
+      /^entry 2 \(bob\) has the same token as entry 1 \(alice\)/,
+    ],
+    [
+      { CLAIMWATCH_OPERATOR_TOKEN: `alice:${a}`, CLAIMWATCH_VIEWER_TOKEN: `vic:${a}` },
+      "CLAIMWATCH_VIEWER_TOKEN",
+      /^entry 1 \(vic\) has the same token as CLAIMWATCH_OPERATOR_TOKEN entry 1 \(alice\)/,
+    ],
+  ];
+  for (const [env, variable, problem] of cases) {
+    const error = errorOf(env);
+    assert.equal(error?.variable, variable, JSON.stringify(env));
+    assert.match(error!.problem, problem);
+    assert.ok(!error!.message.includes("\n"));
+    for (const token of [a, b, c]) assert.ok(!error!.message.includes(token), "never echoes a token");
+  }
+  assert.ok(
+    parseConfig({ CLAIMWATCH_OPERATOR_TOKEN: `alice:${a},bob:${b}`, CLAIMWATCH_VIEWER_TOKEN: `${c}` }, "/x").ok,
+  );
+});
+
 test("binding to a non-loopback HOST without tokens is refused, naming HOST", () => {
   const error = errorOf({ HOST: "0.0.0.0" });
   assert.equal(error?.variable, "HOST");

@@ -4,9 +4,10 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { test } from "node:test";
-import { loadDefinitions, parseDefinitions } from "../../lib/rebuilds/definitions";
+import { loadDefinitions, parseDefinitions, PLACEHOLDER_NAMES } from "../../lib/rebuilds/definitions";
 import { formatDuration, parseDuration } from "../../lib/rebuilds/duration";
 import { cappedBackoff, scheduledTickOf } from "../../lib/rebuilds/queue";
+import { expandPlaceholders, type StepContext } from "../../lib/rebuilds/steps/context";
 import { renderSchema, SCHEMA_FILE } from "../../scripts/generate-schema";
 import { prepareExampleData } from "../../scripts/examples/parcels";
 
@@ -290,7 +291,7 @@ test("text nested too deep for the YAML parser is refused before it parses, at t
     /:3: nests \[ \] and \{ \} more than 64 levels deep/,
   );
   assert.match(refusal(loadText(`a:\n${" ".repeat(600)}b: 1\n`)), /:2: is indented more than 512 columns/);
-  assert.match(refusal(loadText(`# ${"x".repeat(3 * 1024 * 1024)}\n`)), /characters long; the limit is 2097152/);
+  assert.match(refusal(loadText(`# ${"x".repeat(3 * 1024 * 1024)}\n`)), /is 3145731 bytes; the limit is 2097152/);
   // Brackets in quoted scalars and comments are text; an apostrophe in a plain word opens no quote.
   const fine = loadText(
     `rebuilds:\n  a: # ${"[".repeat(100)}\n    output: out\n    steps: [{name: s, run: [sh, -c, '${"[".repeat(100)}']}]\n    description: don't\n`,
@@ -300,4 +301,121 @@ test("text nested too deep for the YAML parser is refused before it parses, at t
     refusal(loadText(`note: don't\nx: ${"[".repeat(65)}${"]".repeat(65)}\n`)),
     /:2: nests .* more than 64 levels deep/,
   );
+});
+
+test("the 2 MiB limit counts bytes: 1.5 M two-byte characters in a comment are refused, saying how many bytes", () => {
+  const valid = "rebuilds:\n  a: { output: out, steps: [{ name: s, run: [x] }] }\n";
+  const text = `${valid}# ${"é".repeat(1_500_000)}\n`;
+  assert.ok(text.length < 2_097_152, "fewer characters than the limit");
+  const bytes = Buffer.byteLength(text);
+  assert.equal(refusal(loadText(text)), `claimwatch.yaml: is ${bytes} bytes; the limit is 2097152 (2 MiB)`);
+  // 2 MiB exactly is fine.
+  const room = 2_097_152 - Buffer.byteLength(valid) - 3;
+  const atLimit = `${valid}# ${"é".repeat(Math.floor(room / 2))}${"x".repeat(room % 2)}\n`;
+  assert.equal(Buffer.byteLength(atLimit), 2_097_152);
+  const accepted = loadText(atLimit);
+  assert.ok(accepted.ok, accepted.ok ? "" : accepted.error.message);
+  assert.match(refusal(loadText(`${atLimit}x`)), /: is 2097153 bytes; the limit is 2097152 \(2 MiB\)$/);
+});
+
+test("a bad time zone is the only problem of a good cron; a bad cron is still reported on its own", () => {
+  const problems = (schedule: unknown) => {
+    const result = parseDefinitions({ rebuilds: { p: { ...base, schedule } } }, "/srv/claimwatch.yaml");
+    assert.ok(!result.ok);
+    return result.error.problems.map((p) => `${p.where}: ${p.problem}`);
+  };
+  assert.deepEqual(problems({ cron: "0 2 * * *", tz: "Mars/Olympus" }), [
+    "rebuilds.p.schedule.tz: must be an IANA time zone such as Europe/Berlin or UTC",
+  ]);
+  const both = problems({ cron: "0 25 * * *", tz: "Mars/Olympus" });
+  assert.equal(both.length, 2, both.join("\n"));
+  assert.match(both[0]!, /^rebuilds\.p\.schedule\.tz: must be an IANA time zone/);
+  assert.match(both[1]!, /^rebuilds\.p\.schedule\.cron: is not a cron expression: .*25/);
+  assert.doesNotMatch(both.join("\n"), /Invalid Date/);
+});
+
+/** The step `fields` of rebuild p, validated. */
+function withStep(fields: Record<string, unknown>) {
+  return parseDefinitions({ rebuilds: { p: { ...base, steps: [{ name: "s", ...fields }] } } }, "/srv/claimwatch.yaml");
+}
+
+test("an unknown placeholder meant for claimwatch (a misspelt one, a word of claimwatch's) in run, env or cwd is refused, naming the step's path and the known ones", () => {
+  const known = "{work} {output} {version} {tenant} {rebuild}";
+  const cases: [Record<string, unknown>, string, string, string][] = [
+    [{ run: ["tar", "-czf", "{wrk}/out.tgz"] }, "rebuilds.p.steps[0].run[2]", "{wrk}", " (did you mean {work}?)"],
+    [
+      { run: ["sh", "-c", "cp a {output}/{Version}.txt"] },
+      "rebuilds.p.steps[0].run[2]",
+      "{Version}",
+      " (did you mean {version}?)",
+    ],
+    [{ run: ["x"], env: { OUT: "{out}" } }, "rebuilds.p.steps[0].env.OUT", "{out}", " (did you mean {output}?)"],
+    [{ run: ["x"], cwd: "{work_dir}" }, "rebuilds.p.steps[0].cwd", "{work_dir}", " (did you mean {work}?)"],
+    [{ run: ["x", "{tenat}"] }, "rebuilds.p.steps[0].run[1]", "{tenat}", " (did you mean {tenant}?)"],
+    [{ run: ["x", "--fence={fence}"] }, "rebuilds.p.steps[0].run[1]", "{fence}", ""],
+  ];
+  for (const [fields, where, token, suggestion] of cases) {
+    const result = withStep(fields);
+    assert.ok(!result.ok, `${JSON.stringify(fields)} was accepted`);
+    assert.equal(result.error.problems.length, 1, result.error.message);
+    assert.equal(result.error.where, where);
+    assert.ok(
+      result.error.problem.startsWith(`unknown placeholder ${token}${suggestion}; the placeholders are ${known}`),
+      result.error.message,
+    );
+  }
+});
+
+test("braces that are the program's own syntax are left to it", () => {
+  const fine = [
+    ["sh", "-c", 'echo "${HOME}" ${PATH:-x} {a,b} {1..3} {} {.}; find . -exec echo {} \\;'],
+    ["awk", "{print $1}", "{ print }", "/x/{ next }", "{print}", "/x/{next}"],
+    ["jq", "{name, id}", ".[] | {name}", "{id}"],
+    ["sed", "/x/{d}", "/y/{p;q}"],
+    ["curl", "-w", "%{http_code}"],
+    ["git", "rev-parse", "@{upstream}", "HEAD@{1}"],
+    ["grep", "-P", "\\p{Lu}\\x{e9}", "a{2,3}"],
+    ["ruby", "-e", 'puts "#{x}"'],
+    ["echo", "{work}{output}{version}{tenant}{rebuild}", "{{work}}"],
+  ];
+  for (const run of fine) {
+    const result = withStep({ run, env: { A: "${B}" }, cwd: "{work}/x" });
+    assert.ok(result.ok, result.ok ? "" : result.error.message);
+  }
+});
+
+test("the placeholders validation knows are exactly the ones substitution replaces", () => {
+  const context = {
+    workDir: "/w",
+    outputDir: "/o",
+    version: "v1",
+    tenant: "acme",
+    rebuild: "p",
+  } as StepContext;
+  for (const name of PLACEHOLDER_NAMES) assert.notEqual(expandPlaceholders(`{${name}}`, context), `{${name}}`, name);
+  for (const other of ["wrk", "Work", "runId", "fence", "base"]) {
+    assert.equal(expandPlaceholders(`{${other}}`, context), `{${other}}`, other);
+    assert.ok(!withStep({ run: [`{${other}}`] }).ok, other);
+  }
+});
+
+test("a step that says its kind gets that kind's error, and each of its problems", () => {
+  const unknownKey = withStep({ run: ["x"], colour: "red" });
+  assert.ok(!unknownKey.ok);
+  assert.deepEqual(
+    unknownKey.error.problems.map((p) => `${p.where}: ${p.problem}`),
+    ["rebuilds.p.steps[0]: unknown key 'colour'"],
+  );
+  const two = withStep({ run: "make", killGrace: "soon", limits: { pids: 1 } });
+  assert.ok(!two.ok);
+  assert.deepEqual(
+    two.error.problems.map((p) => p.where),
+    ["rebuilds.p.steps[0].run", "rebuilds.p.steps[0].killGrace", "rebuilds.p.steps[0].limits.pids"],
+  );
+  const neither = withStep({});
+  assert.ok(!neither.ok);
+  assert.match(neither.error.message, /steps\[0\]: a step needs a name and exactly one of `run`/);
+  const both = withStep({ run: ["x"], tiles: { input: "a.geojson", layer: "l" } });
+  assert.ok(!both.ok);
+  assert.match(both.error.message, /steps\[0\]: a step needs a name and exactly one of `run`/);
 });
