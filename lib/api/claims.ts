@@ -16,7 +16,7 @@ import { DEFER_MIN_MS } from "../rebuilds/decide";
 import { checkClaimName } from "../claims/name";
 import { listLiveWorkers } from "../workers/heartbeat";
 import type { WebContext } from "../web/context";
-import { badRequest } from "./errors";
+import { badRequest, refusal, type Reply } from "./errors";
 
 export type { TrailEntry };
 
@@ -152,6 +152,26 @@ export async function releaseClaimAsOperator(
     return { status: result.status, auditId: result.auditId, releaseWindowMs: result.releaseWindowMs };
   }
   return { status: "missing", auditId: result.auditId };
+}
+
+/** 200 released; 409 not released (already releasing, changed hands, or nobody holds it). */
+export function releaseReply(name: string, result: ReleaseOutcome): Reply {
+  switch (result.status) {
+    case "released":
+      return { status: 200, body: result };
+    case "releasing":
+      return refusal(
+        result,
+        `not released again: ${name} was force-released already and its holder has not stopped yet; it is free at the latest in ${Math.ceil(result.releaseWindowMs / 1000)} s`,
+      );
+    case "not-owner":
+      return refusal(
+        result,
+        `not released: ${name} is held with another token now (by ${result.currentHolder ?? "another holder"}); nothing changed`,
+      );
+    case "missing":
+      return refusal(result, `not released: nobody holds ${name} (it expired or was released)`);
+  }
 }
 
 export const trailQuery = z.strictObject({

@@ -18,6 +18,21 @@ export function describeZodError(error: ZodError): string {
   return `${where}: ${issue.message}`;
 }
 
+/** A handler's answer decided in lib/api: the route sends `body` with `status`. */
+export interface Reply {
+  status: number;
+  body: unknown;
+}
+
+/**
+ * An expected refusal answered as data (409): the error shape, with the outcome's own fields
+ * beside it (`status`, `auditId`, `currentHolder` …), which the dashboard and scripts read.
+ * The code is the outcome (`not-owner`, `not-retryable`, …); the message says it in a sentence.
+ */
+export function refusal<Outcome extends { status: string }>(outcome: Outcome, message: string): Reply {
+  return { status: 409, body: { error: { code: outcome.status, message }, ...outcome } };
+}
+
 export function errorResponse(error: unknown): Response {
   if (error instanceof ApiError) {
     return Response.json({ error: { code: error.code, message: error.message } }, { status: error.status });

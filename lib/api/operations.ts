@@ -1,7 +1,8 @@
 /**
  * Operator actions as the API offers them: cancel a job, retry a run, pause/resume a schedule,
  * and the queue view. Each parses its input, calls one lib/operations function and maps the
- * expected outcomes to data (a refusal is 409 with the outcome, not an exception).
+ * expected outcomes to data (a refusal is a 409 in the error shape with the outcome beside it,
+ * not an exception).
  */
 import { z } from "zod";
 import { NAME_PATTERN as NAME } from "../names";
@@ -12,7 +13,9 @@ import { changeSchedule, type ScheduleChangeResult } from "../operations/schedul
 import { REQUEST_ID_PATTERN } from "../rebuilds/trigger";
 import { RUN_ID_PATTERN } from "../runs/types";
 import type { WebContext } from "../web/context";
-import { badRequest, notFound } from "./errors";
+import { RETRYABLE_STATUSES } from "../runs/transitions";
+import { badRequest, notFound, refusal, type Reply } from "./errors";
+import { checkRebuildFilter } from "./rebuild-input";
 
 /** BullMQ job ids as claimwatch makes them (`run-<uuid>`, `repeat:sched.<name>:<ms>`). */
 export const JOB_ID_PATTERN = /^[A-Za-z0-9_.:-]{1,200}$/;
@@ -37,19 +40,28 @@ export async function cancelAsOperator(
 
 /**
  * 200 removed; 202 cancelling (the worker stops it); 409 nothing to cancel (finished, a scheduled
- * tick) as data; 404 in the error shape (the refusal is audited by cancelJob already, so it is
- * answered here rather than thrown to the route wrapper, which would audit it twice).
+ * tick); 404 unknown. Refusals are answered here rather than thrown to the route wrapper: cancelJob
+ * audited them already, and the wrapper would audit them twice.
  */
-export function cancelReply(result: CancelResult): { status: number; body: unknown } {
+export function cancelReply(result: CancelResult): Reply {
   switch (result.status) {
     case "removed":
       return { status: 200, body: result };
     case "cancelling":
       return { status: 202, body: result };
+    case "finished": {
+      const ended = result.lastRun
+        ? `ended already (its last run ${result.lastRun.id} is ${result.lastRun.status})`
+        : `${result.state === "completed" ? "completed" : "failed"} already`;
+      return refusal(result, `nothing to cancel: job ${result.jobId} has ${ended}`);
+    }
+    case "scheduled-tick":
+      return refusal(
+        result,
+        `not cancelled: job ${result.jobId} is a schedule's next tick, not a run yet; pause the schedule instead`,
+      );
     case "not-found":
       return { status: 404, body: { error: { code: "not-found", message: `no job ${result.jobId}` } } };
-    default:
-      return { status: 409, body: result };
   }
 }
 
@@ -74,6 +86,28 @@ export async function retryAsOperator(
   return result;
 }
 
+/** 202 queued (or deduplicated: the same request's job); 409 not retryable, or its rebuild is gone. */
+export function retryReply(result: RetryResult): Reply {
+  switch (result.status) {
+    case "queued":
+    case "deduplicated":
+      return { status: 202, body: result };
+    case "not-retryable":
+      return refusal(
+        result,
+        `not retried: run ${result.runId} is ${result.runStatus}; only ${listed(RETRYABLE_STATUSES)} runs are retried`,
+      );
+    case "unknown-rebuild":
+      return refusal(result, `not retried: ${result.message}`);
+    case "not-found": // retryAsOperator throws it (audited by the route wrapper)
+      return { status: 404, body: { error: { code: "not-found", message: `no run ${result.runId}` } } };
+  }
+}
+
+/** `a, b or c`. */
+const listed = (items: readonly string[]) =>
+  items.length < 2 ? items.join("") : `${items.slice(0, -1).join(", ")} or ${items.at(-1)}`;
+
 export const scheduleBody = z.strictObject({
   action: z.enum(["pause", "resume"], { error: "must be pause or resume" }),
   tenant: z.string().regex(NAME, "must be a tenant name").optional(),
@@ -93,7 +127,8 @@ export async function changeScheduleAsOperator(
     body.action,
     { rebuild, ...(body.tenant ? { tenant: body.tenant } : {}), actor, reason: body.reason },
   );
-  if (result.status === "unknown-rebuild" || result.status === "unknown-tenant") throw notFound(result.message);
+  if (result.status === "unknown-rebuild") throw notFound(result.message);
+  if (result.status === "unknown-tenant") throw badRequest(`tenant: ${result.message}`);
   if (result.status !== "done") throw badRequest(result.message);
   return result;
 }
@@ -104,10 +139,7 @@ export const queueQuery = z.strictObject({
 });
 
 export async function getQueue(context: WebContext, query: z.output<typeof queueQuery>): Promise<QueueView> {
-  if (query.tenant && !query.rebuild) throw badRequest("tenant: give the rebuild it belongs to as well");
-  if (query.rebuild && !context.definitions.rebuilds.has(query.rebuild)) {
-    throw badRequest(`rebuild: no rebuild named '${query.rebuild}'`);
-  }
+  checkRebuildFilter(context.definitions, query);
   const { connections } = context;
   return readQueueView(context.queue, connections.main, connections.keys, {
     ...(query.rebuild ? { rebuild: query.rebuild } : {}),

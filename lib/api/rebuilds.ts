@@ -4,7 +4,7 @@ import { z } from "zod";
 import { appendAudit } from "../audit";
 import { claimName, readClaim, readClaimsByName, readSkipsMany } from "../claims";
 import { listChangedBuilds } from "../rebuilds/build-integrity";
-import { tenantProblem, tenantsOf, unknownRebuildProblem, type RebuildDefinition } from "../rebuilds/definitions";
+import { tenantProblem, tenantsOf, type RebuildDefinition } from "../rebuilds/definitions";
 import { readSchedulePauses, type SchedulePause } from "../rebuilds/schedules";
 import { schedulerIdOf } from "../rebuilds/queue";
 import { REQUEST_ID_PATTERN, triggerRebuild } from "../rebuilds/trigger";
@@ -19,6 +19,7 @@ import type { WebContext } from "../web/context";
 import { formatAbsolute } from "../ui/format";
 import { toApiClaim, type ApiClaim } from "./claims";
 import { badRequest, notFound } from "./errors";
+import { checkTenantField, rebuildOfUrl } from "./rebuild-input";
 import { NAME_PATTERN as NAME } from "../names";
 
 export interface ApiRebuild {
@@ -213,11 +214,10 @@ export const triggerBody = z.strictObject({
   requestId: z.string().regex(REQUEST_ID_PATTERN, "must be 8-64 letters, digits, _ or -").optional(),
 });
 
-function definitionOr404(context: WebContext, name: string, tenant: string | undefined): RebuildDefinition {
-  const definition = NAME.test(name) ? context.definitions.rebuilds.get(name) : undefined;
-  if (!definition) throw notFound(unknownRebuildProblem(context.definitions, name));
-  const tenantError = tenantProblem(definition, tenant);
-  if (tenantError) throw notFound(tenantError);
+/** The rebuild the URL names (404 when unknown) and the tenant a body or query gives for it (400 when it does not fit). */
+function rebuildAndTenant(context: WebContext, name: string, tenant: string | undefined): RebuildDefinition {
+  const definition = rebuildOfUrl(context.definitions, name);
+  checkTenantField(definition, tenant);
   return definition;
 }
 
@@ -227,7 +227,7 @@ export async function triggerAsOperator(
   body: z.output<typeof triggerBody>,
   actor: string,
 ): Promise<{ jobId: string; status: "queued" | "deduplicated" }> {
-  definitionOr404(context, name, body.tenant);
+  rebuildAndTenant(context, name, body.tenant);
   const { connections } = context;
   const result = await triggerRebuild(context.queue, connections.main, connections.keys, context.definitions, name, {
     tenant: body.tenant,
@@ -239,7 +239,8 @@ export async function triggerAsOperator(
   });
   if (result.status === "invalid-version") throw badRequest(`version: ${result.message}`);
   if (result.status === "invalid-request-id") throw badRequest(`requestId: ${result.message}`);
-  if (result.status === "unknown-rebuild" || result.status === "unknown-tenant") throw notFound(result.message);
+  if (result.status === "unknown-rebuild") throw notFound(result.message);
+  if (result.status === "unknown-tenant") throw badRequest(`tenant: ${result.message}`);
   await appendAudit(connections.main, connections.keys, {
     actor,
     action: "trigger",
@@ -287,7 +288,7 @@ export async function previewRun(
   name: string,
   query: z.output<typeof previewQuery>,
 ): Promise<RunPreview> {
-  const definition = definitionOr404(context, name, query.tenant);
+  const definition = rebuildAndTenant(context, name, query.tenant);
   const { connections } = context;
   let version = query.version;
   if (!version) {
@@ -389,15 +390,27 @@ export const rebuildDetailQuery = z.strictObject({
   tenant: z.string().regex(NAME, "must be a tenant name").optional(),
 });
 
+/**
+ * `GET /api/rebuilds/{name}?tenant=`: as the page's, but the tenant is a query parameter, so one
+ * the rebuild does not have is bad input (400), where the page's path names it (404).
+ */
+export async function getRebuildDetailOfQuery(
+  context: WebContext,
+  name: string,
+  query: z.output<typeof rebuildDetailQuery>,
+): Promise<ApiRebuildDetail> {
+  if (query.tenant !== undefined) checkTenantField(rebuildOfUrl(context.definitions, name), query.tenant);
+  return getRebuildDetail(context, name, query.tenant);
+}
+
 /** The rebuild page: the definition and, per tenant, the schedule state, claim and recent runs. */
 export async function getRebuildDetail(
   context: WebContext,
   name: string,
   tenant: string | undefined,
 ): Promise<ApiRebuildDetail> {
-  if (!NAME.test(name)) throw notFound(`no rebuild named '${name.slice(0, 80)}'`);
-  const definition = context.definitions.rebuilds.get(name);
-  if (!definition) throw notFound(`no rebuild named '${name}'`);
+  const definition = rebuildOfUrl(context.definitions, name);
+  // Here the tenant is the page's path (/rebuilds/{name}/{tenant}): not there, a 404.
   if (tenant !== undefined) {
     const problem = tenantProblem(definition, tenant);
     if (problem) throw notFound(problem);

@@ -8,7 +8,7 @@ import { RUN_ID_PATTERN, RUN_STATUSES, runIdOf, type RunRecord, type RunStatus }
 import { findForceReleaseOfRun } from "../audit";
 import type { WebContext } from "../web/context";
 import { badRequest, notFound } from "./errors";
-import { tenantProblem, unknownRebuildProblem } from "../rebuilds/definitions";
+import { checkRebuildFilter } from "./rebuild-input";
 import { NAME_PATTERN as NAME } from "../names";
 
 export const MAX_RUNS_PAGE = 200;
@@ -38,14 +38,7 @@ export interface ApiRunPage extends RunPage {
 
 export async function getRuns(context: WebContext, query: RunsQuery): Promise<ApiRunPage> {
   if (query.q !== undefined) return searchRuns(context, query as RunsQuery & { q: string });
-  if (query.tenant && !query.rebuild) throw badRequest("tenant: give the rebuild it belongs to as well");
-  if (query.rebuild) {
-    const definition = context.definitions.rebuilds.get(query.rebuild);
-    if (!definition) throw badRequest(`rebuild: ${unknownRebuildProblem(context.definitions, query.rebuild)}`);
-    // A filter may leave out the tenant of a rebuild that has tenants (all of them).
-    const problem = query.tenant === undefined ? null : tenantProblem(definition, query.tenant);
-    if (problem) throw badRequest(`tenant: ${problem}`);
-  }
+  checkRebuildFilter(context.definitions, query);
   const { connections } = context;
   return listRuns(
     connections.main,

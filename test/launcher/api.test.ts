@@ -9,6 +9,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { acquireClaim, claimName, releaseClaim } from "../../lib/claims";
+import { upsertSchedule } from "../../lib/rebuilds/schedules";
 import { idempotencyKey } from "../../lib/rebuilds/version";
 import { DEFAULT_RETENTION } from "../../lib/runs/records";
 import { importRunInto } from "../../lib/runs/writer";
@@ -26,6 +27,12 @@ before(async () => {
     // Its input is a FIFO nobody writes to: opening it blocks, as on a hung network mount.
     "stuck-input": { output: "out/stuck-input", inputs: ["stuck-input.fifo"], steps: [{ name: "s", run: ["true"] }] },
     "plain-input": { output: "out/plain-input", inputs: ["plain-input.txt"], steps: [{ name: "s", run: ["true"] }] },
+    // Scheduled once a year: its scheduler's next tick, once upserted, waits in the queue all test long.
+    nightly: {
+      output: "out/nightly",
+      schedule: { cron: "0 3 1 1 *", tz: "UTC" },
+      steps: [{ name: "s", run: ["true"] }],
+    },
   });
   assert.equal(spawnSync("mkfifo", [path.join(bed.dir, "stuck-input.fifo")]).status, 0, "mkfifo");
   fs.writeFileSync(path.join(bed.dir, "plain-input.txt"), "plain");
@@ -50,10 +57,16 @@ async function call(method: string, path: string, body?: unknown, raw?: string) 
   return { status: response.status, body: (await response.json()) as Record<string, unknown> };
 }
 
-function assertError(result: { status: number; body: Record<string, unknown> }, status: number, message: RegExp) {
+function assertError(
+  result: { status: number; body: Record<string, unknown> },
+  status: number,
+  message: RegExp,
+  code?: string,
+) {
   assert.equal(result.status, status, JSON.stringify(result.body));
   const error = result.body.error as { code: string; message: string };
-  assert.equal(typeof error.code, "string");
+  assert.equal(typeof error?.code, "string", JSON.stringify(result.body));
+  if (code !== undefined) assert.equal(error.code, code, JSON.stringify(result.body));
   assert.match(error.message, message);
 }
 
@@ -119,8 +132,13 @@ test("POST /api/claims/release: malformed, oversized, mistyped and unknown-field
     token: "t",
     reason: "cleanup",
   });
-  assert.equal(missing.status, 409);
-  assert.equal(missing.body.status, "missing");
+  assertError(
+    missing,
+    409,
+    /^not released: nobody holds output:\/srv\/nothing \(it expired or was released\)$/,
+    "missing",
+  );
+  assert.equal(missing.body.status, "missing", "the outcome stays beside the error (the dashboard reads it)");
 });
 
 test("POST /api/rebuilds/{name}/runs: 202 queued, a duplicate while waiting is deduplicated; unknown names 404; bad fields 400", async () => {
@@ -136,13 +154,25 @@ test("POST /api/rebuilds/{name}/runs: 202 queued, a duplicate while waiting is d
 
   const tenanted = await call("POST", "/api/rebuilds/tenanted/runs", { tenant: "acme" });
   assert.equal(tenanted.status, 202);
-  assertError(await call("POST", "/api/rebuilds/tenanted/runs", {}), 404, /needs a tenant, one of: acme, globex/);
+  // A tenant the rebuild does not have is bad input (400 naming the field); the URL's rebuild is what may be 404.
+  assertError(
+    await call("POST", "/api/rebuilds/tenanted/runs", {}),
+    400,
+    /^tenant: rebuild 'tenanted' needs a tenant, one of: acme, globex$/,
+    "bad-request",
+  );
   assertError(
     await call("POST", "/api/rebuilds/tenanted/runs", { tenant: "initech" }),
-    404,
-    /'initech' is not a tenant of rebuild 'tenanted'; its tenants: acme, globex/,
+    400,
+    /^tenant: 'initech' is not a tenant of rebuild 'tenanted'; its tenants: acme, globex$/,
+    "bad-request",
   );
-  assertError(await call("POST", "/api/rebuilds/slow/runs", { tenant: "acme" }), 404, /has no tenants/);
+  assertError(
+    await call("POST", "/api/rebuilds/slow/runs", { tenant: "acme" }),
+    400,
+    /^tenant: rebuild 'slow' has no tenants/,
+    "bad-request",
+  );
   assertError(
     await call("POST", "/api/rebuilds/nope/runs", {}),
     404,
@@ -220,10 +250,10 @@ test("GET /api/rebuilds lists each rebuild and tenant with schedule, last run, s
   }[];
   assert.deepEqual(
     rows.map((r) => `${r.name}/${r.tenant ?? ""}`),
-    ["slow/", "tenanted/acme", "tenanted/globex", "stuck-input/", "plain-input/"],
+    ["slow/", "tenanted/acme", "tenanted/globex", "stuck-input/", "plain-input/", "nightly/"],
   );
   for (const row of rows) {
-    assert.equal(row.schedule, null);
+    assert.equal(row.schedule === null, row.name !== "nightly", row.name);
     assert.equal(row.claim, null);
     assert.equal(row.consecutiveSkips, 0);
   }
@@ -337,6 +367,250 @@ test("GET /api/workers and /api/audit (triggers are audited); bad audit cursor",
   );
   assertError(await call("GET", "/api/audit?cursor=x"), 400, /^cursor: /);
   assertError(await call("GET", "/api/audit?limit=501"), 400, /^limit: /);
+});
+
+test("a tenant in a body or query string that the rebuild does not have is a 400 naming the field; an unknown rebuild in the URL stays a 404", async () => {
+  // The preview: the tenant says what to preview, as the trigger's body does.
+  assertError(
+    await call("GET", "/api/rebuilds/slow/preview?tenant=acme&version=v1"),
+    400,
+    /^tenant: rebuild 'slow' has no tenants/,
+    "bad-request",
+  );
+  assertError(
+    await call("GET", "/api/rebuilds/tenanted/preview?tenant=initech&version=v1"),
+    400,
+    /^tenant: 'initech' is not a tenant of rebuild 'tenanted'; its tenants: acme, globex$/,
+    "bad-request",
+  );
+  assertError(
+    await call("GET", "/api/rebuilds/tenanted/preview?version=v1"),
+    400,
+    /^tenant: rebuild 'tenanted' needs a tenant, one of: acme, globex$/,
+    "bad-request",
+  );
+  assertError(await call("GET", "/api/rebuilds/nope/preview?version=v1"), 404, /^no rebuild named 'nope'/, "not-found");
+
+  // A rebuild's page data, narrowed to one tenant (the page /rebuilds/{name}/{tenant} is a 404: its path names it).
+  assertError(await call("GET", "/api/rebuilds/slow?tenant=acme"), 400, /^tenant: rebuild 'slow' has no tenants/);
+  assertError(
+    await call("GET", "/api/rebuilds/tenanted?tenant=initech"),
+    400,
+    /^tenant: 'initech' is not a tenant of rebuild 'tenanted'/,
+    "bad-request",
+  );
+  assertError(await call("GET", "/api/rebuilds/nope?tenant=acme"), 404, /^no rebuild named 'nope'/, "not-found");
+  const acme = await call("GET", "/api/rebuilds/tenanted?tenant=acme");
+  assert.equal(acme.status, 200, JSON.stringify(acme.body));
+  assert.equal(acme.body.entriesTotal, 1);
+
+  // Pause/resume: the body's tenant.
+  assertError(
+    await call("POST", "/api/rebuilds/nightly/schedule", { action: "pause", tenant: "acme", reason: "typo check" }),
+    400,
+    /^tenant: rebuild 'nightly' has no tenants/,
+    "bad-request",
+  );
+  assertError(
+    await call("POST", "/api/rebuilds/nope/schedule", { action: "pause", reason: "typo check" }),
+    404,
+    /no rebuild named 'nope'/,
+    "not-found",
+  );
+
+  // The queue's filter, as the runs' filter (and `claimwatch queue`) has it: without a tenant, all of them.
+  assertError(
+    await call("GET", "/api/queue?rebuild=slow&tenant=acme"),
+    400,
+    /^tenant: rebuild 'slow' has no tenants/,
+    "bad-request",
+  );
+  assertError(
+    await call("GET", "/api/queue?rebuild=tenanted&tenant=initech"),
+    400,
+    /^tenant: 'initech' is not a tenant of rebuild 'tenanted'; its tenants: acme, globex$/,
+    "bad-request",
+  );
+  assertError(await call("GET", "/api/queue?rebuild=nope"), 400, /^rebuild: no rebuild named 'nope'; rebuilds: /);
+  assert.equal((await call("GET", "/api/queue?rebuild=tenanted")).status, 200);
+  assert.equal((await call("GET", "/api/queue?rebuild=tenanted&tenant=globex")).status, 200);
+});
+
+test("a refused operation is a 409 in the error shape, its outcome kept beside the error: release, retry, cancel", async () => {
+  const name = claimName(bed.definitions.rebuilds.get("plain-input")!.claimPath);
+  const grant = await acquireClaim(
+    bed.claims,
+    bed.keys,
+    name,
+    { version: "v1" },
+    { ttlMs: 30_000, refreshEveryMs: 10_000 },
+  );
+  assert.equal(grant.status, "acquired");
+  try {
+    const notOwner = await call("POST", "/api/claims/release", { name, token: "not-its-token", reason: "stale row" });
+    assertError(
+      notOwner,
+      409,
+      /^not released: \S+ is held with another token now \(by .+\); nothing changed$/,
+      "not-owner",
+    );
+    // The dashboard's release dialog and the CLI read these.
+    assert.equal(notOwner.body.status, "not-owner");
+    assert.equal(typeof notOwner.body.auditId, "string");
+    assert.ok("currentHolder" in notOwner.body, JSON.stringify(notOwner.body));
+  } finally {
+    if (grant.status === "acquired") await releaseClaim(bed.claims, bed.keys, name, grant.token);
+  }
+
+  const at = Date.now() - 60_000;
+  const seed = bed.main.multi();
+  const history = (id: string, rebuild: string, status: "rebuilt" | "failed") =>
+    importRunInto(
+      seed,
+      bed.keys,
+      {
+        id: `${id}-a1`,
+        jobId: id,
+        attempt: 1,
+        rebuild,
+        tenant: null,
+        version: "v1",
+        status,
+        reason: null,
+        trigger: "api",
+        workerId: null,
+        host: null,
+        createdAt: at,
+        startedAt: at,
+        finishedAt: at + 10,
+        durationMs: 10,
+        fence: null,
+        buildHash: null,
+        idempotencyKey: null,
+        progress: 1,
+        steps: [],
+      },
+      DEFAULT_RETENTION,
+    );
+  history("refusal-done", "slow", "rebuilt");
+  history("refusal-retired", "retired", "failed"); // its rebuild is no longer defined
+  await seed.exec();
+
+  const rebuilt = await call("POST", "/api/runs/refusal-done-a1/retry", { reason: "once more" });
+  assertError(
+    rebuilt,
+    409,
+    /^not retried: run refusal-done-a1 is rebuilt; only failed, aborted or cancelled runs are retried$/,
+    "not-retryable",
+  );
+  assert.equal(rebuilt.body.status, "not-retryable");
+  assert.equal(rebuilt.body.runStatus, "rebuilt");
+  const retired = await call("POST", "/api/runs/refusal-retired-a1/retry", { reason: "once more" });
+  assertError(retired, 409, /^not retried: .*retired/, "unknown-rebuild");
+  assert.equal(retired.body.status, "unknown-rebuild");
+
+  const nightly = bed.definitions.rebuilds.get("nightly")!;
+  assert.ok(await upsertSchedule(bed.queue, bed.main, bed.keys, bed.definitions, nightly, undefined));
+  const tick = (await bed.queue.getDelayed()).find((job) => job.id?.startsWith("repeat:sched.nightly:"));
+  assert.ok(tick?.id, "the schedule's next tick waits in the queue");
+  const scheduled = await call("POST", `/api/jobs/${encodeURIComponent(tick.id)}/cancel`, { reason: "not tonight" });
+  assertError(
+    scheduled,
+    409,
+    /^not cancelled: job repeat:sched\.nightly:\d+ is a schedule's next tick, not a run yet; pause the schedule instead$/,
+    "scheduled-tick",
+  );
+  assert.equal(scheduled.body.status, "scheduled-tick");
+  assert.equal(scheduled.body.jobId, tick.id);
+  // Gone from the queue, its run records say how it ended.
+  const finished = await call("POST", "/api/jobs/refusal-done/cancel", { reason: "too late" });
+  assertError(
+    finished,
+    409,
+    /^nothing to cancel: job refusal-done has ended already \(its last run refusal-done-a1 is rebuilt\)$/,
+    "finished",
+  );
+  assert.equal(finished.body.status, "finished");
+  assert.deepEqual(finished.body.lastRun, { id: "refusal-done-a1", status: "rebuilt" });
+});
+
+/** Every route file under app/api: its URL (path parameters filled in) and the methods it exports a handler for. */
+function apiRoutes(): { route: string; url: string; served: string[] }[] {
+  const found: { route: string; url: string; served: string[] }[] = [];
+  const walk = (dir: string) => {
+    for (const entry of fs.readdirSync(dir, { withFileTypes: true })) {
+      const full = path.join(dir, entry.name);
+      if (entry.isDirectory()) walk(full);
+      else if (entry.name === "route.ts") {
+        const route = `/${path.relative("app", dir).split(path.sep).join("/")}`;
+        const source = fs.readFileSync(full, "utf8");
+        const served = [...source.matchAll(/export (?:const|async function|function) (GET|POST|PUT|PATCH|DELETE)\b/g)]
+          .map((m) => m[1]!)
+          .sort();
+        const url = route
+          .replace("[...path]", "no-such-route")
+          .replace("[name]", "slow")
+          .replace("/runs/[id]", "/runs/seed-01-a1")
+          .replace("[id]", "run-1");
+        found.push({ route, url, served });
+      }
+    }
+  };
+  walk("app/api");
+  return found;
+}
+
+test("a method a route does not serve is a 405 in the error shape with Allow; OPTIONS lists the allowed ones", async () => {
+  const routes = apiRoutes();
+  assert.ok(routes.length >= 20, `${routes.length} routes`);
+  const failures: string[] = [];
+  const expect = (ok: boolean, what: string) => void (ok || failures.push(what));
+  for (const { route, url, served } of routes) {
+    for (const method of ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]) {
+      if (served.includes(method) || (method === "HEAD" && served.includes("GET"))) continue;
+      const response = await fetch(`${base}${url}`, {
+        method,
+        headers: { authorization: `Bearer ${OPERATOR_TOKEN}` },
+        redirect: "manual",
+      });
+      const text = await response.text();
+      const where = `${method} ${route}: ${response.status} ${JSON.stringify(text.slice(0, 200))}`;
+      if (route === "/api/[...path]") {
+        // No route there: 404 whatever the method.
+        expect(response.status === 404, where);
+        if (method !== "HEAD") expect(text.includes('"not-found"'), where);
+        continue;
+      }
+      const allow = [...served, "OPTIONS", ...(served.includes("GET") ? ["HEAD"] : [])].sort().join(", ");
+      expect(
+        response.headers.get("allow") === allow,
+        `${where}; Allow: ${response.headers.get("allow")}, not ${allow}`,
+      );
+      if (method === "OPTIONS") {
+        expect(response.status === 204, where);
+        continue;
+      }
+      expect(response.status === 405, where);
+      if (method === "HEAD") continue; // no body
+      let body: unknown = null;
+      try {
+        body = JSON.parse(text);
+      } catch {
+        // reported below
+      }
+      expect(
+        JSON.stringify(body) ===
+          JSON.stringify({
+            error: {
+              code: "method-not-allowed",
+              message: `${method} is not allowed on ${url}; allowed: ${served.join(", ")}`,
+            },
+          }),
+        where,
+      );
+    }
+  }
+  assert.deepEqual(failures, []);
 });
 
 test("no Redis key was built from unchecked input", async () => {

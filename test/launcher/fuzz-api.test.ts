@@ -77,7 +77,7 @@ interface FuzzRoute {
   body?: Record<string, unknown>;
   /** A valid value for the route's path parameter. */
   param?: string;
-  /** 409 answers `{status: …}` (a refused release is data, not an error). */
+  /** 409 answers the error shape with the outcome beside it: `{error: {code, message}, status: code, …}`. */
   conflictIsData?: boolean;
   mutation?: boolean;
   /** Requests in flight at once for this route (a wrong login token is answered after up to 5 s). */
@@ -492,15 +492,14 @@ function report(failures: Failure[]): string {
     .join("\n  ");
 }
 
-function isErrorShape(value: unknown): boolean {
+function isErrorShape(value: unknown, outcomeBeside = false): boolean {
   const error = (value as { error?: { code?: unknown; message?: unknown } } | null)?.error;
-  return (
-    typeof error === "object" &&
-    error !== null &&
-    typeof error.code === "string" &&
-    typeof error.message === "string" &&
-    Object.keys(value as object).length === 1
-  );
+  const shaped =
+    typeof error === "object" && error !== null && typeof error.code === "string" && typeof error.message === "string";
+  if (!shaped) return false;
+  // A refusal answered as data keeps its outcome beside the error, named by the code.
+  if (outcomeBeside) return (value as { status?: unknown }).status === error.code;
+  return Object.keys(value as object).length === 1;
 }
 
 // --- the checks -------------------------------------------------------------------------
@@ -544,8 +543,7 @@ function judge(request: FuzzRequest, response: FuzzResponse): Failure | undefine
     };
   }
   if (status >= 400) {
-    const data = status === 409 && request.route.conflictIsData;
-    const ok = data ? typeof (body as { status?: unknown }).status === "string" : isErrorShape(body);
+    const ok = isErrorShape(body, status === 409 && request.route.conflictIsData === true);
     if (!ok) return { kind: `${where}: ${status} in the wrong shape`, request, detail: text.slice(0, 300) };
   }
   return undefined;

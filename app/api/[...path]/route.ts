@@ -1,7 +1,7 @@
 /**
  * Any path under /api that no route serves (a typo, an old client, a dot segment resolved away):
- * 404 in the API's error shape for everyone, instead of Next.js's HTML page or its "Server
- * Action unavailable" answer to a POST.
+ * 404 in the API's error shape for everyone and every method, instead of Next.js's HTML page,
+ * its "Server Action unavailable" answer to a POST, or its empty 405 to the other methods.
  */
 import { errorResponse, notFound } from "@/lib/api/errors";
 
@@ -11,3 +11,5 @@ const answer = async (): Promise<Response> => errorResponse(notFound("no such AP
 
 export const GET = answer;
 export const POST = answer;
+// The fuzzer's route table (test/launcher/fuzz-api.test.ts) fuzzes GET and POST; these answer the same.
+export { answer as PUT, answer as PATCH, answer as DELETE, answer as OPTIONS };

@@ -1,14 +1,16 @@
+import { json } from "@/lib/api/handler";
+import { healthReply } from "@/lib/api/health";
+import { otherMethods } from "@/lib/api/methods";
 import { authenticateHeaders } from "@/lib/auth/guard";
-import { publicHealth } from "@/lib/health/health";
-import { currentHealth } from "@/lib/web/health-report";
 import { getWebContext } from "@/lib/web/context";
+import { currentHealth } from "@/lib/web/health-report";
 
 export const dynamic = "force-dynamic";
 
 /**
- * Public (load balancers probe it): 200 when both Redis servers answer, 503 otherwise; always
- * within ~2 s. Anonymous callers get the verdict without details (no hosts, paths or keys);
- * a logged-in viewer gets the reasons the banner shows.
+ * Public (load balancers probe it): 200 when both Redis servers answer, 503 otherwise (with the
+ * error shape beside the report); always within ~2 s. Anonymous callers get the verdict without
+ * details (no hosts, paths or keys); a logged-in viewer gets the reasons the banner shows.
  */
 export async function GET(request: Request): Promise<Response> {
   let identified: boolean;
@@ -18,9 +20,8 @@ export async function GET(request: Request): Promise<Response> {
   } catch {
     identified = false;
   }
-  const report = await currentHealth({ operational: identified });
-  return Response.json(identified ? report : publicHealth(report), {
-    status: report.ok ? 200 : 503,
-    headers: { "cache-control": "no-store" },
-  });
+  const reply = healthReply(await currentHealth({ operational: identified }), identified);
+  return json(reply.body, reply.status);
 }
+
+export const { POST, PUT, PATCH, DELETE, OPTIONS } = otherMethods({ GET });

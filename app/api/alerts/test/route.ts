@@ -1,6 +1,7 @@
 import { sendTestNotification, testNotificationBody } from "@/lib/api/alerts";
 import { actorOf, json, route } from "@/lib/api/handler";
 import { readJsonBody } from "@/lib/api/input";
+import { otherMethods } from "@/lib/api/methods";
 
 export const dynamic = "force-dynamic";
 
@@ -13,3 +14,5 @@ export const POST = route({ role: "operator", mutation: "alert-test" }, async (c
   );
   return json(result, 202);
 });
+
+export const { GET, HEAD, PUT, PATCH, DELETE, OPTIONS } = otherMethods({ POST });

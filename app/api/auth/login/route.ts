@@ -1,3 +1,4 @@
+import { otherMethods } from "@/lib/api/methods";
 import { z } from "zod";
 import { json, route } from "@/lib/api/handler";
 import { readJsonBody } from "@/lib/api/input";
@@ -23,3 +24,5 @@ export const POST = route({ role: "public" }, async (context, request) => {
     "set-cookie": sessionCookie(result.cookieValue, secure),
   });
 });
+
+export const { GET, HEAD, PUT, PATCH, DELETE, OPTIONS } = otherMethods({ POST });

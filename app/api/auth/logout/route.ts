@@ -1,4 +1,5 @@
 import { json, route } from "@/lib/api/handler";
+import { otherMethods } from "@/lib/api/methods";
 import { logOut } from "@/lib/auth/login";
 import { sessionCookie } from "@/lib/auth/session";
 
@@ -12,3 +13,5 @@ export const POST = route({ role: "public" }, async (context, request) => {
   const result = await logOut(context, request);
   return json({ loggedOut: true, ...result }, 200, { "set-cookie": sessionCookie("", false, 0) });
 });
+
+export const { GET, HEAD, PUT, PATCH, DELETE, OPTIONS } = otherMethods({ POST });

@@ -1,9 +1,12 @@
 import { endedQuery, getEndedClaims } from "@/lib/api/claims";
 import { json, route } from "@/lib/api/handler";
 import { readQuery } from "@/lib/api/input";
+import { otherMethods } from "@/lib/api/methods";
 
 export const dynamic = "force-dynamic";
 
 export const GET = route({ role: "viewer" }, async (context, request) =>
   json(await getEndedClaims(context, readQuery(request.url, endedQuery))),
 );
+
+export const { POST, PUT, PATCH, DELETE, OPTIONS } = otherMethods({ GET });

@@ -1,11 +1,15 @@
-import { releaseBody, releaseClaimAsOperator } from "@/lib/api/claims";
+import { releaseBody, releaseClaimAsOperator, releaseReply } from "@/lib/api/claims";
 import { actorOf, json, route } from "@/lib/api/handler";
 import { readJsonBody } from "@/lib/api/input";
+import { otherMethods } from "@/lib/api/methods";
 
 export const dynamic = "force-dynamic";
 
-/** Owner-checked force release: 200 released; 409 not-owner (changed hands) or missing. */
+/** Owner-checked force release: 200 released; 409 releasing, not-owner (changed hands) or missing. */
 export const POST = route({ role: "operator", mutation: "force-release" }, async (context, request, identity) => {
-  const result = await releaseClaimAsOperator(context, await readJsonBody(request, releaseBody), actorOf(identity));
-  return json(result, result.status === "released" ? 200 : 409);
+  const body = await readJsonBody(request, releaseBody);
+  const reply = releaseReply(body.name, await releaseClaimAsOperator(context, body, actorOf(identity)));
+  return json(reply.body, reply.status);
 });
+
+export const { GET, HEAD, PUT, PATCH, DELETE, OPTIONS } = otherMethods({ POST });

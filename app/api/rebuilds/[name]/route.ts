@@ -1,6 +1,7 @@
 import { json, route } from "@/lib/api/handler";
 import { readQuery } from "@/lib/api/input";
-import { getRebuildDetail, rebuildDetailQuery } from "@/lib/api/rebuilds";
+import { otherMethods } from "@/lib/api/methods";
+import { getRebuildDetailOfQuery, rebuildDetailQuery } from "@/lib/api/rebuilds";
 
 export const dynamic = "force-dynamic";
 
@@ -9,7 +10,8 @@ export const GET = route(
   { role: "viewer" },
   async (context, request, _identity, { params }: { params: Promise<{ name: string }> }) => {
     const { name } = await params;
-    const { tenant } = readQuery(request.url, rebuildDetailQuery);
-    return json(await getRebuildDetail(context, name, tenant));
+    return json(await getRebuildDetailOfQuery(context, name, readQuery(request.url, rebuildDetailQuery)));
   },
 );
+
+export const { POST, PUT, PATCH, DELETE, OPTIONS } = otherMethods({ GET });

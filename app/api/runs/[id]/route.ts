@@ -1,4 +1,5 @@
 import { json, route } from "@/lib/api/handler";
+import { otherMethods } from "@/lib/api/methods";
 import { getRunDetail } from "@/lib/api/runs";
 
 export const dynamic = "force-dynamic";
@@ -10,3 +11,5 @@ export const GET = route(
     return json(await getRunDetail(context, id));
   },
 );
+
+export const { POST, PUT, PATCH, DELETE, OPTIONS } = otherMethods({ GET });

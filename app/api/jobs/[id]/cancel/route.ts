@@ -1,5 +1,6 @@
 import { actorOf, json, route } from "@/lib/api/handler";
 import { readJsonBody } from "@/lib/api/input";
+import { otherMethods } from "@/lib/api/methods";
 import { cancelAsOperator, cancelBody, cancelReply } from "@/lib/api/operations";
 
 export const dynamic = "force-dynamic";
@@ -17,3 +18,5 @@ export const POST = route(
     return json(reply.body, reply.status);
   },
 );
+
+export const { GET, HEAD, PUT, PATCH, DELETE, OPTIONS } = otherMethods({ POST });

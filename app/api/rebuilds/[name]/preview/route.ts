@@ -1,5 +1,6 @@
 import { json, route } from "@/lib/api/handler";
 import { readQuery } from "@/lib/api/input";
+import { otherMethods } from "@/lib/api/methods";
 import { previewQuery, previewRun } from "@/lib/api/rebuilds";
 
 export const dynamic = "force-dynamic";
@@ -12,3 +13,5 @@ export const GET = route(
     return json(await previewRun(context, name, readQuery(request.url, previewQuery)));
   },
 );
+
+export const { POST, PUT, PATCH, DELETE, OPTIONS } = otherMethods({ GET });

@@ -1,5 +1,6 @@
 import { actorOf, json, route } from "@/lib/api/handler";
 import { readJsonBody } from "@/lib/api/input";
+import { otherMethods } from "@/lib/api/methods";
 import { triggerAsOperator, triggerBody } from "@/lib/api/rebuilds";
 
 export const dynamic = "force-dynamic";
@@ -13,3 +14,5 @@ export const POST = route(
     return json(await triggerAsOperator(context, name, body, actorOf(identity)), 202);
   },
 );
+
+export const { GET, HEAD, PUT, PATCH, DELETE, OPTIONS } = otherMethods({ POST });

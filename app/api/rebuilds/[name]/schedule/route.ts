@@ -1,5 +1,6 @@
 import { actorOf, json, route } from "@/lib/api/handler";
 import { readJsonBody } from "@/lib/api/input";
+import { otherMethods } from "@/lib/api/methods";
 import { changeScheduleAsOperator, scheduleBody } from "@/lib/api/operations";
 
 export const dynamic = "force-dynamic";
@@ -16,3 +17,5 @@ export const POST = route(
     return json(await changeScheduleAsOperator(context, name, body, actorOf(identity)));
   },
 );
+
+export const { GET, HEAD, PUT, PATCH, DELETE, OPTIONS } = otherMethods({ POST });

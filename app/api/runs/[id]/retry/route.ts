@@ -1,6 +1,7 @@
 import { actorOf, json, route } from "@/lib/api/handler";
 import { readJsonBody } from "@/lib/api/input";
-import { retryAsOperator, retryBody } from "@/lib/api/operations";
+import { otherMethods } from "@/lib/api/methods";
+import { retryAsOperator, retryBody, retryReply } from "@/lib/api/operations";
 
 export const dynamic = "force-dynamic";
 
@@ -10,6 +11,9 @@ export const POST = route(
   async (context, request, identity, { params }: { params: Promise<{ id: string }> }) => {
     const { id } = await params;
     const result = await retryAsOperator(context, id, await readJsonBody(request, retryBody), actorOf(identity));
-    return json(result, "jobId" in result ? 202 : 409);
+    const reply = retryReply(result);
+    return json(reply.body, reply.status);
   },
 );
+
+export const { GET, HEAD, PUT, PATCH, DELETE, OPTIONS } = otherMethods({ POST });
