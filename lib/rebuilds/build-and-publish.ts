@@ -38,7 +38,7 @@ export interface BuildContext {
   steps: StepRecord[];
   progress?: (fraction: number) => void;
   /** Called just before the fenced publish (an operator's cancel is looked for then; it aborts `jobSignal`). */
-  beforePublish?: () => Promise<void>;
+  beforePublish?: (publishing: { fence: number; buildHash: string }) => Promise<void>;
   /**
    * Who rebuilt this version meanwhile (its run id), or null: asked alongside the work dir's
    * creation, before any step; a run id ends the attempt there (`already-rebuilt`). Must not reject.
@@ -170,7 +170,7 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
     held.throwIfLost(); // a paused holder notices here, before it asks to publish
     // After the promote, which can take long (sealing a big tree): a holder paused during it
     // past an operator's cancel must find the cancel when it wakes.
-    await context.beforePublish?.();
+    await context.beforePublish?.({ fence: held.fence, buildHash });
     signal.throwIfAborted();
     const published = await publishRetried(context, buildHash);
     if (published.status === "superseded") {

@@ -574,7 +574,7 @@ class RebuildAttempt {
             recorder: this.recorder,
             steps: this.steps,
             ...(this.job.progress ? { progress: this.job.progress } : {}),
-            beforePublish: () => this.beforePublish(),
+            beforePublish: (publishing) => this.beforePublish(publishing),
             // Checked again under the claim: another run may have finished this version since
             // the record began. Asked once the claim is granted (a run that released it had
             // marked the version first), alongside the work dir's creation. A failed lookup
@@ -826,7 +826,10 @@ class RebuildAttempt {
    * and a publish would leave a build the run history does not name. Main Redis away: the
    * publish goes on (the claim keeps it safe; the final record is written again later).
    */
-  private async beforePublish(): Promise<void> {
+  private async beforePublish(publishing: { fence: number; buildHash: string }): Promise<void> {
+    // Written with the check: from now on nobody else calls this record aborted while this
+    // worker beats (a pause between the publish and the final record is not a death).
+    this.recorder.update({ publishing: `${publishing.fence} ${publishing.buildHash}` });
     const synced = await this.recorder.sync().catch((error: unknown) => {
       this.log(`the record's owner check before the publish failed (publishing anyway): ${String(error)}`);
       return null;

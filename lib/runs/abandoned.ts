@@ -18,7 +18,10 @@ import type { RunRef, RunStore } from "./writer";
 /** The statuses an abandoned run moves between. */
 const ABANDON_STATUSES = ["queued", "running", "aborted"] as const;
 
-/** Closes `run` as aborted if it is still queued or running (whoever ran it). */
+/**
+ * Closes `run` as aborted if it is still queued or running (whoever ran it), unless it passed its
+ * check before a publish and its worker still beats (it may have published: it ends it itself).
+ */
 export async function abandonRun(store: RunStore, run: RunRef, reason: string): Promise<boolean> {
   const { keys } = store;
   const layout = indexLayout(keys, run, ABANDON_STATUSES);
@@ -27,7 +30,16 @@ export async function abandonRun(store: RunStore, run: RunRef, reason: string): 
     RUN_ABANDON,
     [keys.run(run.runId), keys.runOpenAttempt(run.jobId), keys.run(run.runId), keys.metricsCounters],
     layout.keys,
-    [run.runId, layout.n, reason, "", layout.statuses, timelineSpec(keys, run, store.retention), ""],
+    [
+      run.runId,
+      layout.n,
+      reason,
+      "",
+      layout.statuses,
+      timelineSpec(keys, run, store.retention),
+      "",
+      keys.workerHeartbeatPrefix,
+    ],
   );
   return reply === RUN_REPLY.written;
 }
@@ -83,6 +95,7 @@ export async function closeAbandonedRuns(
         layout.statuses,
         timelineSpec(keys, runPlaceOf(rebuild, tenant), store.retention),
         mine ? "1" : "",
+        keys.workerHeartbeatPrefix,
       ],
     );
     queued.push(runId);

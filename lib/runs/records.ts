@@ -10,6 +10,12 @@ import { isName } from "../names";
 import type { RedisKeys } from "../redis/keys";
 import { RUN_STATUSES, type RunRecord, type RunStatus, type StepRecord } from "./types";
 
+/**
+ * The record field an attempt's owner check before its publish writes: "<fence> <build hash>".
+ * While its worker beats, nobody else closes that record (scripts.ts, mayHavePublished).
+ */
+export const PUBLISHING_FIELD = "publishing";
+
 /** Log lines kept per run (the newest). */
 export const RUN_LOG_LINES = 500;
 

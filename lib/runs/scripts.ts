@@ -24,7 +24,7 @@
  */
 import { RUN_REPLY } from "../redis/replies";
 import { PUBLISH_EVENT_LUA, SERVER_NOW, typedScript, type LuaScript } from "../redis/scripts";
-import { RUN_LOG_LINES } from "./records";
+import { PUBLISHING_FIELD, RUN_LOG_LINES } from "./records";
 import { TIMELINE_BACKFILL_CURSOR, TIMELINE_COUNT_LUA, TIMELINE_COUNT_RECORD } from "./timeline-counters";
 import { transitionsLua } from "./transitions";
 
@@ -90,11 +90,29 @@ local function cancelReasonOf(cancel)
   end
   return 'cancelled by an operator'
 end
+-- Whether a record may name a publish nobody else can know about: its attempt passed the owner
+-- check right before its publish ('${PUBLISHING_FIELD}': the fence and build it was about to publish,
+-- written by that check) and its worker still beats (heartbeat key prefix .. workerId). A pause
+-- shorter than the heartbeat between the publish and the final record must not have the record
+-- called aborted: only that attempt can say how it ended, and it does when it wakes. Once its
+-- worker stops beating, the sweep closes it (saying it may have published).
+local function mayHavePublished(runKey, heartbeatPrefix)
+  local record = redis.call('HMGET', runKey, '${PUBLISHING_FIELD}', 'workerId')
+  if not record[1] or record[1] == '' or not record[2] or record[2] == '' then return false end
+  return redis.call('EXISTS', heartbeatPrefix .. record[2]) == 1
+end
 -- A record still queued or running moves to aborted; any other is left alone. Returns 1 | 0.
+-- One that was about to publish says so in its reason: the build may be published.
 local function abandon(runKey, runId, reason, first, n)
   local status = redis.call('HGET', runKey, 'status')
   if not status or not ALLOWED[status]['aborted'] then return 0 end
   local score = redis.call('ZSCORE', KEYS[first], runId) or nowMs
+  local publishing = redis.call('HGET', runKey, '${PUBLISHING_FIELD}')
+  if publishing and publishing ~= '' then
+    local fence, build = string.match(publishing, '^(%S+) (%S+)$')
+    reason = reason .. '; it had passed its check before publishing build ' .. (build or '?') .. ' (fence ' ..
+      (fence or '?') .. '): that build may be published'
+  end
   redis.call('HSET', runKey, 'status', 'aborted', 'reason', reason)
   -- Nobody saw it end: counted, but its duration is no run's (it ran until it died or stalled).
   countFinal(runKey, 'aborted', score, finishTimes(runKey), nil, nowMs)
@@ -157,7 +175,8 @@ build, version, the ids its resends would match) but its start and index scores;
 taking the record back; a line naming it is appended to the run's log; then it is begun as the
 mode says. A final record is left alone (exists, detail its status).
 A final status (begun so, or the previous attempt closed) is counted in the timeline and run
-counters. The job's attempt in flight (KEYS[2]) is closed as aborted when it is the previous attempt;
+counters. The job's attempt in flight (KEYS[2]) is closed as aborted when it is the previous attempt
+(unless it passed its check before a publish and its worker still beats: mayHavePublished);
 another earlier one ("stray") is returned for the caller to close with RUN_ABANDON. A later one
 (this attempt lost its job lock before its first write, and the job was picked up again) is left
 alone and stays the attempt in flight: records go one way, like takeovers.
@@ -232,7 +251,12 @@ local function attemptOf(id) return tonumber(string.match(id, '%-a(%d+)$')) or 0
 -- attempt in flight.
 local laterOpen = open and attemptOf(runId) > 0 and attemptOf(open) > attemptOf(runId)
 if open and open ~= runId and not laterOpen then
-  if open == previousId then abandon(KEYS[3], previousId, ARGV[8], FIRST, n) else stray = open end
+  if open == previousId then
+    -- Left running while it may have published and its worker beats: it ends its record itself.
+    if not mayHavePublished(KEYS[3], ARGV[13]) then abandon(KEYS[3], previousId, ARGV[8], FIRST, n) end
+  else
+    stray = open
+  end
 end
 local by = false
 local status = mode
@@ -480,6 +504,8 @@ ARGV[5] statuses with index keys (comma-separated)
 ARGV[6] timeline counters of the run's place (JSON, timeline-counters.ts): an abort is counted
 ARGV[7] '1': the caller is that worker (it no longer runs the record's job): its heartbeat is
   not asked, the record must still name it
+ARGV[8] worker heartbeat key prefix (keys.workerHeartbeatPrefix): with ARGV[4] '', a record that
+  passed its check before a publish is left alone while its worker beats (mayHavePublished)
 Returns ${RUN_REPLY.written} aborted | ${RUN_REPLY.no} left alone (final, or its worker is live or changed) | ${RUN_REPLY.missing} missing
 ]]
 ${COMMON}
@@ -489,6 +515,8 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return ${RUN_REPLY.missing} end
 if ARGV[4] ~= '' then
   if redis.call('HGET', KEYS[1], 'workerId') ~= ARGV[4] then return ${RUN_REPLY.no} end
   if ARGV[7] ~= '1' and redis.call('EXISTS', KEYS[3]) == 1 then return ${RUN_REPLY.no} end
+elseif mayHavePublished(KEYS[1], ARGV[8]) then
+  return ${RUN_REPLY.no}
 end
 local closed = abandon(KEYS[1], ARGV[1], ARGV[3], 5, tonumber(ARGV[2]))
 if closed == 1 and redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end

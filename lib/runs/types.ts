@@ -46,6 +46,11 @@ export interface RunRecord {
   steps: StepRecord[];
   /** The run an operator retried with this job (Retry: same rebuild, tenant and version, forced). */
   retryOf?: string | null;
+  /**
+   * "<fence> <build hash>": written by the attempt's owner check right before its publish
+   * (records.ts PUBLISHING_FIELD); written only, never read back into a record.
+   */
+  publishing?: string;
 }
 
 /** Run id: job id + attempt, made safe for keys and URLs (scheduler job ids contain ':'). */

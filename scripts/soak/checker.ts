@@ -341,12 +341,28 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   // was taken over or closed (paused past its heartbeat) must not publish (issue 13, the run
   // history tells what happened). A publish refused by the fence file (the claims Redis granted
   // its fence twice: "not published"), or whose fence record the disk refused (fence-disk: its
-  // attempt failed as transient), moved the Redis pointer only, and says so in its record.
+  // attempt failed as transient), moved the Redis pointer only, and says so in its record. A
+  // holder killed between its publish and its final record is closed once its worker stops
+  // beating, and its record names the build it was publishing ("that build may be published").
+  const namesItsPublish = (record: RunRecord | undefined, runId: string) =>
+    record?.status === "aborted" &&
+    pointerEvents.some(
+      (e) =>
+        e.runId === runId &&
+        typeof e.value === "string" &&
+        (record.reason ?? "").includes(`publishing build ${e.value} `) &&
+        /that build may be published/.test(record.reason ?? ""),
+    );
   const unrecordedPublishes = [
     ...new Set(pointerEvents.map((e) => (typeof e.runId === "string" ? e.runId : "")).filter(Boolean)),
   ]
     .map((runId) => ({ runId, record: recordById.get(runId) }))
-    .filter(({ record }) => record?.status !== "rebuilt" && !REDIS_ONLY_PUBLISH.test(record?.reason ?? ""));
+    .filter(
+      ({ runId, record }) =>
+        record?.status !== "rebuilt" &&
+        !REDIS_ONLY_PUBLISH.test(record?.reason ?? "") &&
+        !namesItsPublish(record, runId),
+    );
   // Every attempt that reached a final status is counted once in the run counters behind
   // /metrics, by the script that made it final (lib/metrics/counters): the counters must match
   // the records, cell by cell, both ways (a Redis crash loses a record and its count together).

@@ -17,7 +17,7 @@ import { outputDirOf } from "../../lib/rebuilds/definitions";
 import { idempotencyKey } from "../../lib/rebuilds/version";
 import { RebuildError, runRebuild, type RebuildDeps, type RebuildJob } from "../../lib/rebuilds/run-rebuild";
 import { DEFAULT_RETENTION, readRun, runPlaceOf } from "../../lib/runs/records";
-import { closeAbandonedRuns } from "../../lib/runs/abandoned";
+import { abandonRun, closeAbandonedRuns } from "../../lib/runs/abandoned";
 import { trimRuns } from "../../lib/runs/trim";
 import { beginAttempt, writeRun } from "../../lib/runs/writer";
 import { runIdOf } from "../../lib/runs/types";
@@ -71,6 +71,11 @@ before(async () => {
       output: "out/taken-pickup",
       claim: { ttl: "10s", refreshEvery: "1s" },
       steps: [slowStep(3)],
+    },
+    "paused-publisher": {
+      output: "out/paused-publisher",
+      claim: { ttl: "30s", refreshEvery: "1s" },
+      steps: [{ name: "write", run: ["sh", "-c", 'echo "$CLAIMWATCH_RUN_ID" > "$CLAIMWATCH_WORK/v"'] }],
     },
   });
   deps = rebuildDepsOf(bed);
@@ -485,4 +490,116 @@ test("a holder whose record the sweep closed and trimming then removed (many new
   assert.equal(outcome.status, "deferred", `not published, the request kept: ${JSON.stringify(outcome)}`);
   assert.equal(fs.existsSync(path.join(output, "current")), false, "nothing published");
   assert.equal((await readRun(bed.main, bed.keys, runId))?.status, "aborted", "kept by trimming, as the sweep left it");
+});
+
+/**
+ * Claims whose fenced publish, once answered, waits for `release`: the pickup is "paused" right
+ * after its publish, before its final record (what the soak's SIGSTOP hit).
+ */
+function claimsPausedAfterPublish() {
+  let published!: () => void;
+  let release!: () => void;
+  const publishedNow = new Promise<void>((resolve) => (published = resolve));
+  const released = new Promise<void>((resolve) => (release = resolve));
+  const claims = new Proxy(bed.claims, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target) as unknown;
+      if (typeof value !== "function") return value;
+      const bound = (value as (...args: unknown[]) => unknown).bind(target);
+      if (prop !== "claimwatchFencedPublish") return bound;
+      return async (...args: unknown[]) => {
+        const reply = await bound(...args);
+        published();
+        await released;
+        return reply;
+      };
+    },
+  });
+  return { claims, publishedNow, release };
+}
+
+/** The job's next attempt begins (BullMQ redelivered the job: the first pickup lost its job lock). */
+async function nextAttemptBegins(jobId: string, rebuild: string) {
+  const store = { client: bed.main, keys: bed.keys, retention: deps.retention ?? DEFAULT_RETENTION };
+  return beginAttempt(
+    store,
+    {
+      ...runPlaceOf(rebuild, undefined),
+      runId: runIdOf(jobId, 2),
+      jobId,
+      attempt: 2,
+      previousRunId: runIdOf(jobId, 1),
+      rebuildName: rebuild,
+      createdAt: Date.now(),
+      trigger: "api",
+      workerId: "the-next-attempts-worker",
+      host: "h",
+    },
+    { mode: { kind: "running" } },
+  );
+}
+
+test("an attempt paused between its publish and its final record while its worker beats is not called aborted by the next attempt, the sweep or a stray close: it ends rebuilt, naming its build", async () => {
+  const jobId = "order-paused-publish";
+  const runId = runIdOf(jobId, 1);
+  await bed.main.set(bed.keys.workerHeartbeat(deps.worker.id), "1", "PX", 60_000);
+  const gated = claimsPausedAfterPublish();
+  try {
+    const first = runRebuild({ ...deps, claims: gated.claims }, job(jobId, "paused-publisher", 1, lockHeld));
+    await Promise.race([
+      gated.publishedNow,
+      first.then((outcome) => assert.fail(`ended before its publish: ${JSON.stringify(outcome)}`)),
+    ]);
+    assert.equal((await nextAttemptBegins(jobId, "paused-publisher")).status, "began");
+    const store = { client: bed.main, keys: bed.keys, retention: deps.retention ?? DEFAULT_RETENTION };
+    assert.ok(!(await closeAbandonedRuns(store)).includes(runId), "the sweep leaves it (its worker beats)");
+    const place = { ...runPlaceOf("paused-publisher", undefined), runId, jobId };
+    assert.equal(await abandonRun(store, place, "a stray close"), false, "a close whatever its worker leaves it too");
+    assert.equal(
+      (await readRun(bed.main, bed.keys, runId))?.status,
+      "running",
+      "not called aborted while it may have published",
+    );
+    gated.release();
+    const outcome = await first;
+    assert.equal(outcome.status, "rebuilt", JSON.stringify(outcome));
+    const record = await readRun(bed.main, bed.keys, runId);
+    assert.equal(record?.status, "rebuilt", "the history says what happened");
+    assert.equal(record?.buildHash, outcome.status === "rebuilt" ? outcome.buildHash : "?");
+  } finally {
+    gated.release();
+    await bed.main.del(bed.keys.workerHeartbeat(deps.worker.id));
+  }
+});
+
+test("an attempt that stopped beating after its check before the publish is closed by the next attempt, its reason saying the build may be published", async () => {
+  const jobId = "order-dead-publisher";
+  const runId = runIdOf(jobId, 1);
+  // No heartbeat of its worker: it died (or stopped) after the publish.
+  const gated = claimsPausedAfterPublish();
+  try {
+    const first = runRebuild(
+      { ...deps, claims: gated.claims },
+      job(jobId, "paused-publisher", 1, {
+        ...lockHeld,
+        // Another version than the test before's, which is rebuilt already.
+        data: { rebuild: "paused-publisher", version: "v2", trigger: "api" as const },
+      }),
+    ).catch((error: unknown) => error);
+    await Promise.race([
+      gated.publishedNow,
+      first.then((outcome) => assert.fail(`ended before its publish: ${JSON.stringify(outcome)}`)),
+    ]);
+    assert.equal((await nextAttemptBegins(jobId, "paused-publisher")).status, "began");
+    const record = await readRun(bed.main, bed.keys, runId);
+    assert.equal(record?.status, "aborted");
+    assert.match(
+      record?.reason ?? "",
+      /it had passed its check before publishing build [0-9a-f]{32} \(fence \d+\): that build may be published/,
+    );
+    gated.release();
+    await first;
+  } finally {
+    gated.release();
+  }
 });
