@@ -81,12 +81,13 @@ export const queue: CommandSpec = {
           : `Queue (all rebuilds): ${counts}`,
         ...(view.jobs.length
           ? table(
-              ["STATE", "JOB", "REBUILD", "ATTEMPTS", "QUEUED", "NEXT ATTEMPT", "WHY"],
+              ["STATE", "JOB", "REBUILD", "FAILED", "QUEUED", "NEXT ATTEMPT", "WHY"],
               view.jobs.map((job) => [
                 job.state,
                 job.jobId,
                 rebuildLabel(job.rebuild, job.tenant),
-                `${job.attemptsMade}/${job.attempts}`,
+                // As the Queue page says it: attempts failed of those allowed (a running first attempt is 0 of n).
+                `${job.attemptsMade} of ${job.attempts}`,
                 time(job.createdAt),
                 nextAttempt(job, view.serverTime),
                 why(job),

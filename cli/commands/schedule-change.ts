@@ -72,7 +72,7 @@ export function scheduleCommand(action: "pause" | "resume"): CommandSpec {
           human: [
             result.schedules.some((s) => s.outcome === "paused" || s.outcome === "resumed")
               ? `${done} the schedule of ${which} (${actor}; audit entry ${result.auditId}).`
-              : `Nothing changed: the schedule of ${which} was ${action === "pause" ? "paused" : "not paused"} already (audit entry ${result.auditId}).`,
+              : `Nothing changed: ${action === "pause" ? `the schedule of ${which} was paused already` : `the schedule of ${which} was not paused`} (audit entry ${result.auditId}).`,
             ...table(
               ["SCHEDULE", "REBUILD", "OUTCOME"],
               result.schedules.map((s) => [

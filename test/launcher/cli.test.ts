@@ -285,7 +285,7 @@ test("queue --json is the queue view: the active job, a delayed one and the sche
     human.stdout,
     /^Queue \(all rebuilds\): \d+ active, \d+ waiting, \d+ prioritized, \d+ delayed, \d+ failed$/m,
   );
-  assert.match(human.stdout, /^STATE\s+JOB\s+REBUILD\s+ATTEMPTS\s+QUEUED\s+NEXT ATTEMPT\s+WHY$/m);
+  assert.match(human.stdout, /^STATE\s+JOB\s+REBUILD\s+FAILED\s+QUEUED\s+NEXT ATTEMPT\s+WHY$/m);
   assert.match(
     human.stdout,
     new RegExp(

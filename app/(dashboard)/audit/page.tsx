@@ -19,7 +19,7 @@ export default async function AuditPage({ searchParams }: { searchParams: Promis
         Audit
       </h1>
       <p className="text-sm text-slate-600">
-        Force releases (also refused ones) and triggers, newest first; kept 90 days.
+        Every operator action, login and logout (refused ones too), newest first; kept 90 days.
       </p>
       {entry ? (
         <p className="text-sm text-slate-700">
