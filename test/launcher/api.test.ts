@@ -259,6 +259,38 @@ test("GET /api/rebuilds lists each rebuild and tenant with schedule, last run, s
   }
 });
 
+/** A finished first attempt of job `jobId`, version v1, as the history seeds it. */
+function finishedRun(
+  jobId: string,
+  rebuild: string,
+  status: "rebuilt" | "skipped" | "failed",
+  at: number,
+  tenant: string | null = null,
+) {
+  return {
+    id: `${jobId}-a1`,
+    jobId,
+    attempt: 1,
+    rebuild,
+    tenant,
+    version: "v1",
+    status,
+    reason: null,
+    trigger: "api" as const,
+    workerId: null,
+    host: null,
+    createdAt: at,
+    startedAt: at,
+    finishedAt: at + 10,
+    durationMs: 10,
+    fence: null,
+    buildHash: null,
+    idempotencyKey: null,
+    progress: 1,
+    steps: [],
+  };
+}
+
 test("GET /api/runs pages newest first with cursors, filters, and refuses bad filters", async () => {
   const now = Date.now();
   const seed = bed.main.multi();
@@ -267,28 +299,13 @@ test("GET /api/runs pages newest first with cursors, filters, and refuses bad fi
     importRunInto(
       seed,
       bed.keys,
-      {
-        id: `seed-${String(i).padStart(2, "0")}-a1`,
-        jobId: `seed-${String(i).padStart(2, "0")}`,
-        attempt: 1,
-        rebuild: i % 2 ? "slow" : "tenanted",
-        tenant: i % 2 ? null : "acme",
-        version: "v1",
-        status: i % 5 === 0 ? "skipped" : "rebuilt",
-        reason: null,
-        trigger: "api",
-        workerId: null,
-        host: null,
-        createdAt: at,
-        startedAt: at,
-        finishedAt: at + 10,
-        durationMs: 10,
-        fence: null,
-        buildHash: null,
-        idempotencyKey: null,
-        progress: 1,
-        steps: [],
-      },
+      finishedRun(
+        `seed-${String(i).padStart(2, "0")}`,
+        i % 2 ? "slow" : "tenanted",
+        i % 5 === 0 ? "skipped" : "rebuilt",
+        at,
+        i % 2 ? null : "acme",
+      ),
       DEFAULT_RETENTION,
     );
   }
@@ -465,33 +482,7 @@ test("a refused operation is a 409 in the error shape, its outcome kept beside t
   const at = Date.now() - 60_000;
   const seed = bed.main.multi();
   const history = (id: string, rebuild: string, status: "rebuilt" | "failed") =>
-    importRunInto(
-      seed,
-      bed.keys,
-      {
-        id: `${id}-a1`,
-        jobId: id,
-        attempt: 1,
-        rebuild,
-        tenant: null,
-        version: "v1",
-        status,
-        reason: null,
-        trigger: "api",
-        workerId: null,
-        host: null,
-        createdAt: at,
-        startedAt: at,
-        finishedAt: at + 10,
-        durationMs: 10,
-        fence: null,
-        buildHash: null,
-        idempotencyKey: null,
-        progress: 1,
-        steps: [],
-      },
-      DEFAULT_RETENTION,
-    );
+    importRunInto(seed, bed.keys, finishedRun(id, rebuild, status, at), DEFAULT_RETENTION);
   history("refusal-done", "slow", "rebuilt");
   history("refusal-retired", "retired", "failed"); // its rebuild is no longer defined
   await seed.exec();
