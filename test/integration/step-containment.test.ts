@@ -196,7 +196,10 @@ test("a bad CLAIMWATCH_STEP_CONTAINMENT stops the worker with one line naming it
     timeout: 60_000,
   });
   assert.equal(result.status, 2, result.stderr);
-  assert.match(result.stderr.trim(), /^claimwatch-worker: CLAIMWATCH_STEP_CONTAINMENT="chroot": must be auto/);
+  assert.match(
+    result.stderr.trim(),
+    /^claimwatch-worker: configuration error: CLAIMWATCH_STEP_CONTAINMENT="chroot": must be auto/,
+  );
   assert.equal(result.stderr.trim().split("\n").length, 1);
 });
 
