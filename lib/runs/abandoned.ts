@@ -90,7 +90,7 @@ export async function closeAbandonedRuns(
         layout.n,
         mine
           ? `worker ${workerId} no longer runs this attempt, and its final record was not written (Redis refused or lost the write)`
-          : `worker ${workerId} stopped beating (died or paused) and no later attempt took the job over`,
+          : `worker ${workerId} stopped beating (died or paused) before this attempt ended`,
         workerId,
         layout.statuses,
         timelineSpec(keys, runPlaceOf(rebuild, tenant), store.retention),

@@ -15,6 +15,12 @@ import { RUN_STATUSES, type RunRecord, type RunStatus, type StepRecord } from ".
  * While its worker beats, nobody else closes that record (scripts.ts, mayHavePublished).
  */
 export const PUBLISHING_FIELD = "publishing";
+/**
+ * How long after that check the record is left to its attempt while its worker beats: a publish,
+ * the fence record's fsyncs and the swap take seconds; an attempt stuck there longer (a hung
+ * disk) is closed like a dead one, its reason naming the build it may have published.
+ */
+export const PUBLISHING_PROTECTED_MS = 120_000;
 
 /** Log lines kept per run (the newest). */
 export const RUN_LOG_LINES = 500;

@@ -24,7 +24,7 @@
  */
 import { RUN_REPLY } from "../redis/replies";
 import { PUBLISH_EVENT_LUA, SERVER_NOW, typedScript, type LuaScript } from "../redis/scripts";
-import { PUBLISHING_FIELD, RUN_LOG_LINES } from "./records";
+import { PUBLISHING_FIELD, PUBLISHING_PROTECTED_MS, RUN_LOG_LINES } from "./records";
 import { TIMELINE_BACKFILL_CURSOR, TIMELINE_COUNT_LUA, TIMELINE_COUNT_RECORD } from "./timeline-counters";
 import { transitionsLua } from "./transitions";
 
@@ -90,28 +90,43 @@ local function cancelReasonOf(cancel)
   end
   return 'cancelled by an operator'
 end
+-- Whether a record's worker has stopped beating (its heartbeat key expired on the Redis clock).
+local function workerGone(runKey, heartbeatPrefix)
+  local workerId = redis.call('HGET', runKey, 'workerId')
+  return not workerId or workerId == '' or redis.call('EXISTS', heartbeatPrefix .. workerId) == 0
+end
 -- Whether a record may name a publish nobody else can know about: its attempt passed the owner
 -- check right before its publish ('${PUBLISHING_FIELD}': the fence and build it was about to publish,
--- written by that check) and its worker still beats (heartbeat key prefix .. workerId). A pause
--- shorter than the heartbeat between the publish and the final record must not have the record
--- called aborted: only that attempt can say how it ended, and it does when it wakes. Once its
--- worker stops beating, the sweep closes it (saying it may have published).
+-- written by that check, at '${PUBLISHING_FIELD}At' on the Redis clock), its worker still beats,
+-- and the check was less than ${PUBLISHING_PROTECTED_MS / 1000} s ago. A pause between the publish and the final
+-- record must not have the record called aborted: only that attempt can say how it ended, and it
+-- does when it wakes. Once its worker stops beating, or an attempt stuck there that long (a hung
+-- disk), the sweep or the next attempt closes it, saying the build may be published.
 local function mayHavePublished(runKey, heartbeatPrefix)
-  local record = redis.call('HMGET', runKey, '${PUBLISHING_FIELD}', 'workerId')
-  if not record[1] or record[1] == '' or not record[2] or record[2] == '' then return false end
-  return redis.call('EXISTS', heartbeatPrefix .. record[2]) == 1
+  local record = redis.call('HMGET', runKey, '${PUBLISHING_FIELD}', '${PUBLISHING_FIELD}At')
+  if not record[1] or record[1] == '' then return false end
+  local at = tonumber(record[2])
+  if not at or nowMs - at >= ${PUBLISHING_PROTECTED_MS} then return false end
+  return not workerGone(runKey, heartbeatPrefix)
 end
 -- A record still queued or running moves to aborted; any other is left alone. Returns 1 | 0.
--- One that was about to publish says so in its reason: the build may be published.
-local function abandon(runKey, runId, reason, first, n)
+-- One that was about to publish says so in its reason, and whether its worker had stopped
+-- beating ('gone': checked by the caller): the build may be published.
+local function abandon(runKey, runId, reason, first, n, gone)
   local status = redis.call('HGET', runKey, 'status')
   if not status or not ALLOWED[status]['aborted'] then return 0 end
   local score = redis.call('ZSCORE', KEYS[first], runId) or nowMs
   local publishing = redis.call('HGET', runKey, '${PUBLISHING_FIELD}')
   if publishing and publishing ~= '' then
     local fence, build = string.match(publishing, '^(%S+) (%S+)$')
-    reason = reason .. '; it had passed its check before publishing build ' .. (build or '?') .. ' (fence ' ..
-      (fence or '?') .. '): that build may be published'
+    local what = 'publishing build ' .. (build or '?') .. ' (fence ' .. (fence or '?') .. ')'
+    if gone then
+      reason = reason .. '; its worker had stopped beating after it passed its check before ' .. what ..
+        ': that build may be published'
+    else
+      reason = reason .. '; it had passed its check before ' .. what ..
+        ' and did not end its record: that build may be published'
+    end
   end
   redis.call('HSET', runKey, 'status', 'aborted', 'reason', reason)
   -- Nobody saw it end: counted, but its duration is no run's (it ran until it died or stalled).
@@ -231,6 +246,11 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   if stored[2] and stored[2] ~= '' and redis.call('EXISTS', ARGV[13] .. stored[2]) == 1 then
     return {${RUN_REPLY.exists}, stored[3], '', cancel}
   end
+  -- Nor one that passed its check before a publish: it may have published, which a takeover
+  -- (every field dropped) would hide; the sweep closes it saying so, and the job's next pickup
+  -- is a new attempt.
+  local marked = redis.call('HGET', KEYS[1], '${PUBLISHING_FIELD}')
+  if marked and marked ~= '' then return {${RUN_REPLY.exists}, stored[3], '', cancel} end
   takenOver = stored[3]
   -- Nothing of the earlier pickup's stays (steps, fence, build, version and the ids of its
   -- calls, whose resends would otherwise find their own): only its start, and its begin's name.
@@ -253,7 +273,9 @@ local laterOpen = open and attemptOf(runId) > 0 and attemptOf(open) > attemptOf(
 if open and open ~= runId and not laterOpen then
   if open == previousId then
     -- Left running while it may have published and its worker beats: it ends its record itself.
-    if not mayHavePublished(KEYS[3], ARGV[13]) then abandon(KEYS[3], previousId, ARGV[8], FIRST, n) end
+    if not mayHavePublished(KEYS[3], ARGV[13]) then
+      abandon(KEYS[3], previousId, ARGV[8], FIRST, n, workerGone(KEYS[3], ARGV[13]))
+    end
   else
     stray = open
   end
@@ -392,7 +414,13 @@ if lines > 0 then
 end
 if FINAL[current] then return {${RUN_REPLY.final}, cancel} end
 if to ~= '' and not ALLOWED[current][to] then return {${RUN_REPLY.refused}, cancel} end
-if #ARGV >= 14 + lines then redis.call('HSET', KEYS[1], unpack(ARGV, 14 + lines)) end
+if #ARGV >= 14 + lines then
+  redis.call('HSET', KEYS[1], unpack(ARGV, 14 + lines))
+  -- The check before a publish (mayHavePublished) is timed on the Redis clock.
+  for i = 14 + lines, #ARGV - 1, 2 do
+    if ARGV[i] == '${PUBLISHING_FIELD}' then redis.call('HSET', KEYS[1], '${PUBLISHING_FIELD}At', nowMs) end
+  end
+end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 if to ~= '' and to ~= current then
   if FINAL[to] then
@@ -518,7 +546,9 @@ if ARGV[4] ~= '' then
 elseif mayHavePublished(KEYS[1], ARGV[8]) then
   return ${RUN_REPLY.no}
 end
-local closed = abandon(KEYS[1], ARGV[1], ARGV[3], 5, tonumber(ARGV[2]))
+-- Gone: its heartbeat was found expired above, or (closing whatever its worker) is now.
+local gone = ARGV[7] ~= '1' and (ARGV[4] ~= '' or workerGone(KEYS[1], ARGV[8]))
+local closed = abandon(KEYS[1], ARGV[1], ARGV[3], 5, tonumber(ARGV[2]), gone)
 if closed == 1 and redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
 if closed == 1 then return ${RUN_REPLY.written} end
 return ${RUN_REPLY.no}

@@ -48,7 +48,8 @@ export interface RunRecord {
   retryOf?: string | null;
   /**
    * "<fence> <build hash>": written by the attempt's owner check right before its publish
-   * (records.ts PUBLISHING_FIELD); written only, never read back into a record.
+   * (records.ts PUBLISHING_FIELD); not read back into a record (the live event of that write
+   * carries it, harmlessly).
    */
   publishing?: string;
 }

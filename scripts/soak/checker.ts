@@ -343,15 +343,19 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   // its fence twice: "not published"), or whose fence record the disk refused (fence-disk: its
   // attempt failed as transient), moved the Redis pointer only, and says so in its record. A
   // holder killed between its publish and its final record is closed once its worker stops
-  // beating, and its record names the build it was publishing ("that build may be published").
+  // beating, and its record names the build it was publishing: accepted only for a worker the
+  // soak SIGKILLed (a paused one's attempt must end its own record: RELIABILITY.md).
+  const killedWorkers = new Set(events.filter((e) => e.kind === "kill").map((e) => String(e.workerId)));
   const namesItsPublish = (record: RunRecord | undefined, runId: string) =>
     record?.status === "aborted" &&
+    killedWorkers.has(record.workerId ?? "") &&
     pointerEvents.some(
       (e) =>
         e.runId === runId &&
         typeof e.value === "string" &&
-        (record.reason ?? "").includes(`publishing build ${e.value} `) &&
-        /that build may be published/.test(record.reason ?? ""),
+        (record.reason ?? "").includes(
+          `its worker had stopped beating after it passed its check before publishing build ${e.value} `,
+        ),
     );
   const unrecordedPublishes = [
     ...new Set(pointerEvents.map((e) => (typeof e.runId === "string" ? e.runId : "")).filter(Boolean)),

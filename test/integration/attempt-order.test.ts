@@ -595,11 +595,71 @@ test("an attempt that stopped beating after its check before the publish is clos
     assert.equal(record?.status, "aborted");
     assert.match(
       record?.reason ?? "",
-      /it had passed its check before publishing build [0-9a-f]{32} \(fence \d+\): that build may be published/,
+      /its worker had stopped beating after it passed its check before publishing build [0-9a-f]{32} \(fence \d+\): that build may be published/,
     );
     gated.release();
     await first;
   } finally {
     gated.release();
   }
+});
+
+/** The first attempt of `jobId` begun on `workerId`, past its check before a publish (the marker written). */
+async function markedFirstAttempt(jobId: string, workerId: string) {
+  const store = { client: bed.main, keys: bed.keys, retention: deps.retention ?? DEFAULT_RETENTION };
+  const identity = {
+    ...runPlaceOf("paused-publisher", undefined),
+    runId: runIdOf(jobId, 1),
+    jobId,
+    attempt: 1,
+    previousRunId: null,
+    rebuildName: "paused-publisher",
+    createdAt: Date.now(),
+    trigger: "api" as const,
+    workerId,
+    host: "h",
+  };
+  const begun = await beginAttempt(store, identity, { mode: { kind: "running" } });
+  assert.equal(begun.status, "began");
+  const marked = await writeRun(store, identity, {
+    fields: { publishing: `7 ${"ab".repeat(16)}` },
+    owner: begun.beginId,
+  });
+  assert.equal(marked, "written");
+  return { store, identity };
+}
+
+test("a record past its check before a publish is left to its attempt only so long: one stuck there past the limit is closed, its reason naming the build", async () => {
+  const jobId = "order-stuck-publisher";
+  const { identity } = await markedFirstAttempt(jobId, "stuck-worker");
+  await bed.main.set(bed.keys.workerHeartbeat("stuck-worker"), "1", "PX", 60_000);
+  try {
+    // Its check three minutes ago on the Redis clock (a hung disk since): past the limit.
+    const [seconds] = await bed.main.time();
+    await bed.main.hset(bed.keys.run(identity.runId), "publishingAt", String(Number(seconds) * 1000 - 180_000));
+    assert.equal((await nextAttemptBegins(jobId, "paused-publisher")).status, "began");
+    const record = await readRun(bed.main, bed.keys, identity.runId);
+    assert.equal(record?.status, "aborted");
+    assert.match(
+      record?.reason ?? "",
+      /it had passed its check before publishing build (ab){16} \(fence 7\) and did not end its record: that build may be published/,
+    );
+  } finally {
+    await bed.main.del(bed.keys.workerHeartbeat("stuck-worker"));
+  }
+});
+
+test("a record past its check before a publish is not taken over by another pickup of the same attempt (the takeover would drop what it may have published): the sweep closes it, naming the build", async () => {
+  const jobId = "order-marked-takeover";
+  const { store, identity } = await markedFirstAttempt(jobId, "gone-worker"); // no heartbeat: it stopped beating
+  const again = await beginAttempt(store, { ...identity, workerId: "second-pickup" }, { mode: { kind: "running" } });
+  assert.equal(again.status, "exists", "not taken over");
+  assert.ok((await closeAbandonedRuns(store)).includes(identity.runId), "the sweep closes it");
+  const record = await readRun(bed.main, bed.keys, identity.runId);
+  assert.equal(record?.status, "aborted");
+  assert.equal(record?.workerId, "gone-worker");
+  assert.match(
+    record?.reason ?? "",
+    /its worker had stopped beating after it passed its check before publishing build (ab){16} \(fence 7\)/,
+  );
 });
