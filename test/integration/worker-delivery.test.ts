@@ -145,37 +145,54 @@ test("one worker paused past its job lock is handed its own job again while the 
   // newer pickup of it on the same worker, BullMQ stops renewing the newer one's lock. Unchecked,
   // every pickup loses its lock to the next and the job never finishes (a CI run saw this).
   const only = await bed.startWorker();
-  const jobId = await bed.trigger("long", { version: "v-same-worker" });
-  const first = await bed.waitForRun((r) => r.jobId === jobId && r.status === "running" && r.fence !== null, 15_000);
-  process.kill(only.pid, "SIGSTOP");
-  // While it is stopped its job lock (5 s) runs out; a stalled check from here puts the job back
-  // in the queue, so the worker takes it again the moment it runs, beside its old pickup.
-  const checker = new Worker(REBUILD_QUEUE, null, {
-    connection: bed.main.duplicate(),
-    prefix: queuePrefix(bed.keys),
-    autorun: false,
-    stalledInterval: 250,
-    maxStalledCount: 5,
-  });
-  checker.on("error", () => {});
-  try {
-    await new Promise((r) => setTimeout(r, 6_000));
-    void checker.startStalledCheckTimer();
-    const deadline = Date.now() + 15_000;
-    while ((await bed.queue.getJob(jobId).then((job) => job?.getState())) !== "waiting") {
-      assert.ok(Date.now() < deadline, "the stalled check puts the job back in the queue");
-      await new Promise((r) => setTimeout(r, 100));
+  /**
+   * One try: a job, its worker SIGSTOPped past the job lock, a stalled check that puts the job
+   * back in the queue, SIGCONT. Whether BullMQ hands the job back before the old pickup has
+   * wound down is a race this test cannot steer (the lock renewal may notice the loss first):
+   * a try that did not meet the case is made again, at most three times.
+   */
+  const tryOnce = async (version: string) => {
+    const jobId = await bed.trigger("long", { version });
+    const first = await bed.waitForRun((r) => r.jobId === jobId && r.status === "running" && r.fence !== null, 15_000);
+    process.kill(only.pid, "SIGSTOP");
+    // While it is stopped its job lock (5 s) runs out; a stalled check from here puts the job back
+    // in the queue, so the worker takes it again the moment it runs, beside its old pickup.
+    const checker = new Worker(REBUILD_QUEUE, null, {
+      connection: bed.main.duplicate(),
+      prefix: queuePrefix(bed.keys),
+      autorun: false,
+      stalledInterval: 250,
+      maxStalledCount: 5,
+    });
+    checker.on("error", () => {});
+    try {
+      await new Promise((r) => setTimeout(r, 6_000));
+      void checker.startStalledCheckTimer();
+      const deadline = Date.now() + 15_000;
+      while ((await bed.queue.getJob(jobId).then((job) => job?.getState())) !== "waiting") {
+        assert.ok(Date.now() < deadline, "the stalled check puts the job back in the queue");
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    } finally {
+      await checker.close();
+      process.kill(only.pid, "SIGCONT");
     }
-  } finally {
-    await checker.close();
-    process.kill(only.pid, "SIGCONT");
-  }
-  try {
     const rebuilt = await bed.waitForRun((r) => r.jobId === jobId && r.status === "rebuilt", 90_000, "a rebuilt run");
-    assert.match(
-      only.output(),
-      /picked up again while its earlier pickup still runs on this worker/,
-      "the worker was handed the job beside its old pickup (what this test is about)",
+    const met = only
+      .output()
+      .includes(`job ${jobId}: picked up again while its earlier pickup still runs on this worker`);
+    return { jobId, first, rebuilt, met };
+  };
+  try {
+    let attempt = await tryOnce("v-same-worker-1");
+    for (let n = 2; !attempt.met && n <= 3; n++) {
+      console.log(`# try ${n - 1}: the old pickup wound down before the job came back; trying again`);
+      attempt = await tryOnce(`v-same-worker-${n}`);
+    }
+    const { jobId, first, rebuilt } = attempt;
+    assert.ok(
+      attempt.met,
+      "the worker was handed the job beside its old pickup (what this test is about), in one of three tries",
     );
     const note = JSON.parse((await bed.main.get(bed.keys.deferNote(jobId))) ?? "null") as { reason: string } | null;
     assert.match(
