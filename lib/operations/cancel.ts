@@ -72,11 +72,8 @@ export async function cancelJob(deps: CancelDeps, input: CancelRequestInput): Pr
     const [last] = (await listRuns(main, keys, { jobId }, 1)).runs;
     return last ? { id: last.id, status: last.status } : undefined;
   };
-  const finished = async (
-    state: string,
-    place: Record<string, unknown>,
-    lastRun: { id: string; status: RunStatus } | undefined,
-  ): Promise<CancelResult> => {
+  const finished = async (state: string, place: Record<string, unknown>): Promise<CancelResult> => {
+    const lastRun = await lastRunOf().catch(() => undefined);
     const auditId = await audit("refused", { ...place, outcome: state, ...(lastRun ? { lastRun } : {}) });
     return { status: "finished", jobId, state, ...(lastRun ? { lastRun } : {}), auditId };
   };
@@ -85,14 +82,12 @@ export async function cancelJob(deps: CancelDeps, input: CancelRequestInput): Pr
   if (!job) {
     // Gone from the queue (removed by an earlier cancel, or pruned after it ended): its run
     // records still say how it ended, so a second cancel is "finished", not "unknown".
-    const lastRun = await lastRunOf();
-    if (lastRun) return finished("removed", {}, lastRun);
+    if (await lastRunOf()) return finished("removed", {});
     return { status: "not-found", jobId, auditId: await audit("refused", { outcome: "not-found" }) };
   }
   const place = placeOf(job);
   let state = await job.getState();
-  if (state === "completed" || state === "failed")
-    return finished(state, place, await lastRunOf().catch(() => undefined));
+  if (state === "completed" || state === "failed") return finished(state, place);
   if (state === "delayed" && isNextScheduledTick(job)) {
     return {
       status: "scheduled-tick",
@@ -113,8 +108,7 @@ export async function cancelJob(deps: CancelDeps, input: CancelRequestInput): Pr
       state = await job.getState().catch(() => "active");
     }
   }
-  if (state === "completed" || state === "failed")
-    return finished(state, place, await lastRunOf().catch(() => undefined));
+  if (state === "completed" || state === "failed") return finished(state, place);
   const runId = await main.get(keys.runOpenAttempt(jobId));
   return {
     status: "cancelling",
