@@ -1,11 +1,16 @@
 "use client";
 
 import { useEffect, useState } from "react";
+import { useHydrated } from "./use-now";
 
 export function LoginForm() {
   const [token, setToken] = useState("");
   const [error, setError] = useState<string | null>(null);
   const [busy, setBusy] = useState(false);
+  // True once hydrated, by when the link listener below is attached (the hydration's effects run
+  // before this re-render): a fragment set before then may be dropped by the router's first
+  // history update, so tests wait for it.
+  const listening = useHydrated();
 
   const submit = async (value: string) => {
     setBusy(true);
@@ -41,6 +46,7 @@ export function LoginForm() {
   return (
     <form
       className="mt-4 space-y-3"
+      data-listening={listening ? "true" : undefined}
       onSubmit={(event) => {
         event.preventDefault();
         void submit(token.trim());

@@ -187,6 +187,9 @@ test("a login link pasted into a tab already on /login logs in (hashchange)", as
   const { url, tokens } = stack();
   await page.goto(`${url}/login`);
   await expect(page.getByLabel("Token")).toBeVisible();
+  // "Already on /login": the page is hydrated and listening. A fragment set during hydration can
+  // be dropped by the router's first history update (CI on 6271cbb: the page stayed on /login).
+  await expect(page.locator('form[data-listening="true"]')).toBeAttached();
   await page.evaluate((token) => {
     window.location.hash = `token=${token}`;
   }, tokens.operator);
