@@ -61,6 +61,7 @@ import { closeRedis, createRedis } from "../lib/redis/client";
 import { redisKeys, type RedisKeys } from "../lib/redis/keys";
 import { parseDefinitions, type Definitions } from "../lib/rebuilds/definitions";
 import { hashDirectory, promoteBuild, workDirOf } from "../lib/rebuilds/output";
+import { markHolding, otherHolders } from "../lib/rebuilds/holding-marks";
 import { markFenceGranted, pointCurrentAtRecord, recordPublishedFence } from "../lib/rebuilds/published-fence";
 import { jobOptionsFor, jobRetention, queuePrefix, REBUILD_QUEUE, type RebuildJobData } from "../lib/rebuilds/queue";
 import { triggerRebuild } from "../lib/rebuilds/trigger";
@@ -310,8 +311,9 @@ async function runPhase(
 let diskFloorFence = 0;
 
 /**
- * The disk part of a no-op rebuild alone (work dir, hash, the granted-fence mark, promote, the
- * durable published-fence record, `current`: the same calls the pipeline makes), serially, in µs
+ * The disk part of a no-op rebuild alone (work dir, the holding mark and the look at others',
+ * hash, the granted-fence mark, promote, the durable published-fence record, `current`, the
+ * holding mark's removal: the same calls the pipeline makes), serially, in µs
  * per job: what the pipeline costs at concurrency 1 even if every Redis round trip were free. The
  * fence record is three fsyncs (its file, the legacy file for earlier workers, the directory:
  * published-fence.ts): what keeps a fence from being granted twice after Redis loses writes, so
@@ -323,11 +325,16 @@ async function diskFloorUs(bench: Bench, count: number): Promise<number> {
   for (let i = 0; i < count; i++) {
     const workDir = workDirOf(outputDir, `floor-${crypto.randomBytes(4).toString("hex")}-a1`);
     await fsp.mkdir(workDir, { recursive: true });
+    const fence = ++diskFloorFence;
+    const token = `floor:${process.pid}:${crypto.randomBytes(16).toString("hex")}`;
+    const holding = await markHolding(outputDir, fence, token, 60_000);
+    await otherHolders(outputDir, { fence, token, holdMs: 60_000 });
     const hash = await hashDirectory(workDir);
-    await markFenceGranted(outputDir, ++diskFloorFence);
+    await markFenceGranted(outputDir, fence);
     await promoteBuild(outputDir, workDir, hash);
-    await recordPublishedFence(outputDir, diskFloorFence, hash);
-    await pointCurrentAtRecord(outputDir, diskFloorFence, hash);
+    await recordPublishedFence(outputDir, fence, hash);
+    await pointCurrentAtRecord(outputDir, fence, hash);
+    await holding.remove();
   }
   return ((performance.now() - started) * 1000) / count;
 }

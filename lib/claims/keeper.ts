@@ -17,6 +17,9 @@ import { ClaimLostError, type ClaimLossCause } from "./errors";
 import { refreshClaim } from "./refresh";
 import type { ClaimTiming } from "./types";
 
+/** How soon `confirm` asks again after a Redis error. */
+const CONFIRM_RETRY_MS = 250;
+
 export type ClaimKeeperEvent =
   | { type: "refreshed"; deadlineInMs: number }
   | { type: "refresh-error"; error: unknown }
@@ -35,6 +38,18 @@ export interface HeldClaim {
   throwIfLost(): void;
   /** Milliseconds until the local deadline (≤ 0: passed). */
   msUntilDeadline(): number;
+  /**
+   * An owner-checked refresh now, not on the timer: resolves while the claim is ours; throws the
+   * `ClaimLostError` when it is not. Redis errors are ridden out (asked again) until the local
+   * deadline or until `signal` aborts (its reason is thrown). For work that must know its grant is still in Redis after it wrote something
+   * outside it.
+   */
+  confirm(signal?: AbortSignal): Promise<void>;
+  /**
+   * Calls `listener` after each successful refresh (and confirm), before the refresh extends the
+   * local deadline: a listener that rejects keeps the deadline where it was. Returns its removal.
+   */
+  whenRefreshed(listener: () => Promise<void> | void): () => void;
 }
 
 export interface ClaimKeeperOptions {
@@ -60,6 +75,7 @@ export class ClaimKeeper implements HeldClaim {
   private refreshTimer: ReturnType<typeof setTimeout> | undefined;
   private deadlineTimer: ReturnType<typeof setTimeout> | undefined;
   private stopped = false;
+  private readonly refreshListeners = new Set<() => Promise<void> | void>();
 
   private readonly client: ScriptingClient;
   private readonly keys: RedisKeys;
@@ -136,31 +152,78 @@ export class ClaimKeeper implements HeldClaim {
     this.refreshTimer = setTimeout(() => this.refreshOnce(), this.timing.refreshEveryMs);
   }
 
+  async confirm(signal?: AbortSignal): Promise<void> {
+    for (;;) {
+      this.throwIfLost();
+      signal?.throwIfAborted();
+      const sentAt = performance.now();
+      const result = await this.sendRefresh().catch((error: unknown) => {
+        this.emit({ type: "refresh-error", error });
+        return null;
+      });
+      if (result && (await this.applyRefresh(result, sentAt))) {
+        this.throwIfLost();
+        return;
+      }
+      // A Redis error, or a listener that failed: asked again until the deadline.
+      await new Promise((resolve) =>
+        setTimeout(resolve, Math.max(0, Math.min(CONFIRM_RETRY_MS, this.msUntilDeadline()))),
+      );
+    }
+  }
+
+  whenRefreshed(listener: () => Promise<void> | void): () => void {
+    this.refreshListeners.add(listener);
+    return () => this.refreshListeners.delete(listener);
+  }
+
   private refreshOnce(): void {
     if (this.stopped || this.deadlinePassed()) return;
     const sentAt = performance.now();
     this.scheduleRefresh();
-    refreshClaim(this.client, this.keys, this.name, this.token, this.timing.ttlMs, {
-      liveEvent: this.liveEvents,
-    }).then(
-      (result) => {
-        if (this.stopped || this.controller.signal.aborted) return;
-        if (result.status === "refreshed") {
-          this.deadline = Math.max(this.deadline, sentAt + this.timing.ttlMs);
-          // A reply that arrives after a pause may extend to a deadline that already passed.
-          if (this.deadlinePassed()) return;
-          this.armDeadline();
-          this.emit({ type: "refreshed", deadlineInMs: this.msUntilDeadline() });
-        } else {
-          this.lose(
-            result.status === "not-owner" ? "superseded" : result.status === "revoked" ? "force-released" : "expired",
-          );
-        }
-      },
-      (error: unknown) => {
+    this.sendRefresh()
+      .then((result) => this.applyRefresh(result, sentAt))
+      .catch((error: unknown) => {
         if (!this.stopped && !this.controller.signal.aborted) this.emit({ type: "refresh-error", error });
-      },
-    );
+      });
+  }
+
+  private sendRefresh(): ReturnType<typeof refreshClaim> {
+    return refreshClaim(this.client, this.keys, this.name, this.token, this.timing.ttlMs, {
+      liveEvent: this.liveEvents,
+    });
+  }
+
+  /**
+   * A refresh's reply, sent at `sentAt`: a success extends the deadline once every `whenRefreshed`
+   * listener has finished (true), not when one failed (false: emitted as a refresh error; the
+   * deadline stays, so work that cannot record that it holds the claim stops at it); anything
+   * else loses the claim.
+   */
+  private async applyRefresh(result: Awaited<ReturnType<typeof refreshClaim>>, sentAt: number): Promise<boolean> {
+    if (this.stopped || this.controller.signal.aborted) return false;
+    if (result.status !== "refreshed") {
+      this.lose(
+        result.status === "not-owner" ? "superseded" : result.status === "revoked" ? "force-released" : "expired",
+      );
+      return false;
+    }
+    if (this.refreshListeners.size > 0) {
+      const settled = await Promise.allSettled([...this.refreshListeners].map(async (listener) => listener()));
+      const failed = settled.find((outcome) => outcome.status === "rejected");
+      if (failed) {
+        if (!this.stopped && !this.controller.signal.aborted)
+          this.emit({ type: "refresh-error", error: failed.reason });
+        return false;
+      }
+      if (this.stopped || this.controller.signal.aborted) return false;
+    }
+    this.deadline = Math.max(this.deadline, sentAt + this.timing.ttlMs);
+    // A reply that arrives after a pause may extend to a deadline that already passed.
+    if (this.deadlinePassed()) return false;
+    this.armDeadline();
+    this.emit({ type: "refreshed", deadlineInMs: this.msUntilDeadline() });
+    return true;
   }
 
   private lose(cause: ClaimLossCause): void {

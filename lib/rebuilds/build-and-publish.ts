@@ -6,12 +6,14 @@
  * run record through the attempt's `RunRecorder`.
  */
 import fs from "node:fs/promises";
+import { setTimeout as sleep } from "node:timers/promises";
 import type { Redis } from "ioredis";
 import { publishFenced, type HeldClaim, type PublishResult } from "../claims";
 import type { RedisKeys } from "../redis/keys";
 import type { RunRecorder } from "../runs/writer";
 import type { StepRecord } from "../runs/types";
-import { outputDirOf, type RebuildDefinition } from "./definitions";
+import { holdAfterLastRefreshMs, outputDirOf, type RebuildDefinition } from "./definitions";
+import { markHolding, otherHolders, ReissuedFenceError, type HoldingMark } from "./holding-marks";
 import { hashDirectory, promoteBuild, workDirOf } from "./output";
 import { FenceNotRecordedError, markFenceGranted, pointCurrentAtRecord, recordPublishedFence } from "./published-fence";
 import { isTransient } from "./classify-failure";
@@ -68,7 +70,9 @@ export type BuildResult =
 
 export async function buildAndPublish(context: BuildContext): Promise<BuildResult> {
   const { definition, held, recorder, steps } = context;
-  const signal = AbortSignal.any([context.jobSignal, held.signal, AbortSignal.timeout(definition.timeLimit)]);
+  const claimSignal = AbortSignal.any([context.jobSignal, held.signal]);
+  // With the time limit once the steps may start (waitOutOtherHolders may wait before them).
+  let signal = claimSignal;
   const outputDir = outputDirOf(definition, context.tenant);
   // One work dir per grant, not per run id: the same attempt picked up twice (the queue's Redis
   // lost a pickup) runs twice under one run id, and the second takes the claim over while the
@@ -86,7 +90,21 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
     return { status: "already-rebuilt", rebuiltBy: rebuiltBy.value };
   }
   if (created.status === "rejected") throw created.reason;
+  // Longest this holder may run on once it stops knowing it holds the claim (holding-marks.ts).
+  const holdMs = holdAfterLastRefreshMs(definition);
+  let mark: HoldingMark | undefined;
+  let stopTouching = () => {};
   try {
+    // Marked before any step, then checked: a claims Redis that forgot this grant before the mark
+    // was written (a pause between the two) stops this holder here; one that forgets it later
+    // finds the mark (the next grant is above it and waits it out).
+    mark = await markHolding(outputDir, held.fence, held.token, holdMs);
+    const touch = mark.touch;
+    // Rewritten after each refresh, before the refresh extends the claim's local deadline.
+    stopTouching = held.whenRefreshed(touch);
+    await held.confirm(claimSignal);
+    await waitOutOtherHolders(context, { outputDir, holdMs, touch }, claimSignal);
+    signal = AbortSignal.any([claimSignal, AbortSignal.timeout(definition.timeLimit)]);
     const stepCount = definition.steps.length;
     for (const [index, step] of definition.steps.entries()) {
       signal.throwIfAborted();
@@ -224,6 +242,40 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
     // Report the claim loss or the job's abort reason rather than the AbortError it caused.
     if (signal.aborted) throw signal.reason ?? error;
     throw error;
+  } finally {
+    // The steps have stopped (they are awaited): this holder runs nothing more under the claim.
+    stopTouching();
+    await mark?.remove();
+  }
+}
+
+/**
+ * Waits while another holder's mark says it may still be running steps for this output although
+ * the claims Redis granted the claim to this one: a grant it forgot in a crash, or a claim lost
+ * while its holder was stopped (past its TTL). The earlier attempt this grant took the claim over
+ * from is not waited for (the takeover's own rules cover it).
+ */
+async function waitOutOtherHolders(
+  context: BuildContext,
+  own: { outputDir: string; holdMs: number; touch: () => Promise<void> },
+  signal: AbortSignal,
+): Promise<void> {
+  const { held, recorder } = context;
+  const { outputDir, holdMs } = own;
+  const known = held.tookOverFrom ? [held.tookOverFrom.token] : [];
+  for (let round = 0; ; round++) {
+    // Against this holder's mark rewritten now: its mtime is the filesystem's "now".
+    if (round > 0) await own.touch();
+    const others = await otherHolders(outputDir, { fence: held.fence, token: held.token, holdMs }, known);
+    // The claims Redis forgot that fence and granted it again (the floor was read before a mark):
+    // given up, so that no step sees one fence twice; the next grant is above the mark.
+    if (others.highestFence >= held.fence) throw new ReissuedFenceError(held.fence, others.highestFence);
+    if (others.waitMs <= 0) return;
+    recorder.log(
+      `fence ${others.fences.join(", ")} is marked beside the output by a holder the claims Redis no longer knows (a grant it forgot in a crash, or a claim lost while its holder was stopped): it may still be running; waiting ${Math.ceil(others.waitMs / 1000)} s before the first step`,
+    );
+    await sleep(others.waitMs, undefined, { signal });
+    held.throwIfLost();
   }
 }
 

@@ -844,6 +844,14 @@ export function stopWithinMs(rebuild: Pick<RebuildDefinition, "steps">): number 
   return longestGrace + STOP_SLACK_MS;
 }
 
+/**
+ * How long a holder may run on after it last knew it held its claim: the claim's TTL (its local
+ * deadline), then its steps' stop grace. Its holding mark says so (holding-marks.ts).
+ */
+export function holdAfterLastRefreshMs(rebuild: Pick<RebuildDefinition, "steps" | "claim">): number {
+  return rebuild.claim.ttl + stopWithinMs(rebuild);
+}
+
 /** The error's lines, each problem prefixed (an excerpt of the file follows its problem unprefixed). */
 export function describeDefinitionsError(error: DefinitionsError, prefix: string): string {
   return error.problems

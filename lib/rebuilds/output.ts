@@ -12,7 +12,7 @@ import crypto from "node:crypto";
 import { createReadStream } from "node:fs";
 import fs from "node:fs/promises";
 import path from "node:path";
-import { outputDirOf, tenantsOf, type Definitions } from "./definitions";
+import { holdAfterLastRefreshMs, outputDirOf, tenantsOf, type Definitions } from "./definitions";
 
 export const BUILD_HASH = /^[0-9a-f]{32}$/;
 
@@ -462,14 +462,16 @@ export async function pruneWorkDirs(outputDir: string, ageMs: number, now = Date
 /**
  * Work directories of runs, and temporary files of output writers, that a killed worker left
  * behind: removed once older than the rebuild's time limit plus its claim TTL, when no attempt
- * can still be using them.
+ * can still be using them (plus a wait for another holder before the first step, as long as a
+ * holding mark can ask for, with its slack: build-and-publish.ts).
  */
 export async function pruneAbandonedWorkDirs(definitions: Definitions): Promise<void> {
   for (const rebuild of definitions.rebuilds.values()) {
+    const ageMs = rebuild.timeLimit + rebuild.claim.ttl + holdAfterLastRefreshMs(rebuild) + 5_000;
     for (const tenant of tenantsOf(rebuild)) {
       const outputDir = outputDirOf(rebuild, tenant);
-      await pruneWorkDirs(outputDir, rebuild.timeLimit + rebuild.claim.ttl);
-      await pruneLeftTemps(outputDir, rebuild.timeLimit + rebuild.claim.ttl);
+      await pruneWorkDirs(outputDir, ageMs);
+      await pruneLeftTemps(outputDir, ageMs);
     }
   }
 }

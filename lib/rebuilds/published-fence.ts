@@ -22,6 +22,7 @@
 import { existsSync } from "node:fs";
 import fs from "node:fs/promises";
 import path from "node:path";
+import { holdingMarksIn } from "./holding-marks";
 import { BUILD_HASH, buildDirOf, outputTempName, pointCurrent, syncPath } from "./output";
 
 /**
@@ -76,21 +77,23 @@ export async function readPublishedFence(outputDir: string): Promise<PublishedFe
 const GONE = null;
 
 /**
- * The fence every new grant must be above: the highest recorded publish, or a fence marked granted
+ * The fence every new grant must be above: the highest recorded publish; a fence marked granted
  * for a publish whose record the disk then refused (`markFenceGranted`) — that publish is in the
- * claims Redis only, and a Redis that loses it must not hand its fence out again.
+ * claims Redis only, and a Redis that loses it must not hand its fence out again; and the fence of
+ * every holder that may still be running steps (holding-marks.ts), which a Redis that forgot its
+ * grant must not hand out again either.
  */
 export async function readFenceFloor(outputDir: string): Promise<number> {
   // Names are enough (a floor needs no build hash): no entry is opened on the acquire's path.
-  const [names, granted] = await Promise.all([
+  const [names, marks] = await Promise.all([
     fs.readdir(outputDir).catch((error: NodeJS.ErrnoException) => {
       if (error.code === "ENOENT") return [] as string[];
       throw error;
     }),
-    grantedFences(outputDir),
+    fenceMarks(outputDir),
   ]);
   const legacy = names.includes(LEGACY_FILE) ? await readLegacy(outputDir) : null;
-  return Math.max(fencesIn(names)[0] ?? 0, legacy?.fence ?? 0, granted[0] ?? 0);
+  return Math.max(fencesIn(names)[0] ?? 0, legacy?.fence ?? 0, ...marks.map((mark) => mark.fence));
 }
 
 /**
@@ -104,8 +107,11 @@ export async function markFenceGranted(outputDir: string, fence: number): Promis
   await fs.writeFile(path.join(buildsDir, `${GRANTED_PREFIX}${fence}`), "");
 }
 
-/** The fences marked granted in `builds/`, highest first. */
-async function grantedFences(outputDir: string): Promise<number[]> {
+/**
+ * The fence marks in `builds/`: fences marked granted before a publish, and the holding marks of
+ * holders that may be running steps (holding-marks.ts). Both raise every grant above them.
+ */
+async function fenceMarks(outputDir: string): Promise<{ fence: number; name: string }[]> {
   let names: string[];
   try {
     names = await fs.readdir(path.join(outputDir, "builds"));
@@ -113,7 +119,10 @@ async function grantedFences(outputDir: string): Promise<number[]> {
     if ((error as NodeJS.ErrnoException).code === "ENOENT") return [];
     throw error;
   }
-  return fencesIn(names, GRANTED);
+  return [
+    ...fencesIn(names, GRANTED).map((fence) => ({ fence, name: `${GRANTED_PREFIX}${fence}` })),
+    ...holdingMarksIn(names),
+  ];
 }
 
 /** The fences named by entries among `names` (`pattern`: published entries or granted marks), highest first. */
@@ -259,14 +268,15 @@ export async function recordPublishedFence(outputDir: string, fence: number, has
     const now = await readPublishedFence(outputDir);
     if (now && now.fence > fence) return { status: "newer", known: now };
   }
-  // Lower entries, and granted marks this record covers, can go.
-  const marks = await grantedFences(outputDir).catch(() => [] as number[]);
+  // Lower entries, and the marks this record covers, can go: a holder of a lower fence can no
+  // longer publish, and the claims Redis granted a higher fence after it.
+  const marks = await fenceMarks(outputDir).catch(() => []);
   await Promise.all(
     [
       ...fencesIn(names)
         .filter((f) => f < fence)
         .map((f) => path.join(outputDir, `${ENTRY_PREFIX}${f}`)),
-      ...marks.filter((f) => f <= fence).map((f) => path.join(outputDir, "builds", `${GRANTED_PREFIX}${f}`)),
+      ...marks.filter((mark) => mark.fence <= fence).map((mark) => path.join(outputDir, "builds", mark.name)),
     ].map((file) => fs.rm(file, { force: true }).catch(() => {})),
   );
   return { status: "recorded" };

@@ -471,9 +471,9 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
       const output = outputDirOf(definition, tenant);
       const label = tenant ? `${spec.name}/${tenant}` : spec.name;
       const buildsDir = path.join(output, "builds");
-      // Granted-fence marks (published-fence.ts) are names only, not builds.
+      // Granted-fence and holding marks (published-fence.ts, holding-marks.ts) are not builds.
       const names = (fs.existsSync(buildsDir) ? fs.readdirSync(buildsDir) : []).filter(
-        (name) => !name.startsWith(".granted-fence@"),
+        (name) => !name.startsWith(".granted-fence@") && !name.startsWith(".holding-fence@"),
       );
       for (const name of names) {
         buildsChecked += 1;

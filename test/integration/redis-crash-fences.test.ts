@@ -33,15 +33,12 @@ after(async () => {
  * One rebuild (`name`, output `out/<name>`) on its own RDB-only redis-server under `root`, and a
  * way to attempt it in this process (runRebuild) against a client of that server.
  */
-async function crashBed(name: string) {
+async function crashBed(name: string, yamlOf: (name: string) => string = simpleRebuild) {
   const dataDir = path.join(root, `redis-${name}`);
   const server = await startRedisServer({ dir: dataDir, extraArgs: RDB_ONLY });
   servers.push(server);
   const file = path.join(root, `claimwatch-${name}.yaml`);
-  fs.writeFileSync(
-    file,
-    `rebuilds:\n  ${name}:\n    output: out/${name}\n    claim: { ttl: 4s, refreshEvery: 1s }\n    steps: [{ name: s, run: ["sh", "-c", "echo $CLAIMWATCH_VERSION > $CLAIMWATCH_WORK/v"] }]\n`,
-  );
+  fs.writeFileSync(file, yamlOf(name));
   const loaded = loadDefinitions(file);
   if (!loaded.ok) throw loaded.error;
   const definitions = loaded.definitions;
@@ -66,6 +63,10 @@ async function crashBed(name: string) {
     claim: claimName(definitions.rebuilds.get(name)!.claimPath),
     attempt,
   };
+}
+
+function simpleRebuild(name: string): string {
+  return `rebuilds:\n  ${name}:\n    output: out/${name}\n    claim: { ttl: 4s, refreshEvery: 1s }\n    steps: [{ name: s, run: ["sh", "-c", "echo $CLAIMWATCH_VERSION > $CLAIMWATCH_WORK/v"] }]\n`;
 }
 
 /** A crash (SIGKILL: no shutdown save), then the server again on the same port and data. */
@@ -173,6 +174,65 @@ test("a publish whose fence record the disk refused, then forgotten by a claims 
       "the granted marks the record covers are gone",
     );
   } finally {
+    await closeRedis(client);
+  }
+});
+
+test("a grant a claims Redis crash forgot while its holder still runs: the next grant is above it, and its steps start only once the first holder's step has stopped", async () => {
+  const journal = path.join(root, "archive-journal");
+  // The step journals its start and its stop (SIGTERM from its holder) with its fence, then
+  // writes for a while: long enough that only a lost claim ends it.
+  const step = `echo "start $CLAIMWATCH_VERSION $CLAIMWATCH_FENCE $(date +%s%N)" >> ${journal}; trap 'echo "stop $CLAIMWATCH_VERSION $CLAIMWATCH_FENCE $(date +%s%N)" >> ${journal}; exit 1' TERM; i=0; while [ $i -lt 40 ]; do sleep 0.25; i=$((i+1)); done; echo "stop $CLAIMWATCH_VERSION $CLAIMWATCH_FENCE $(date +%s%N)" >> ${journal}; echo $CLAIMWATCH_VERSION > $CLAIMWATCH_WORK/v`;
+  const {
+    server: first,
+    dataDir,
+    attempt,
+  } = await crashBed(
+    "archive",
+    (name) =>
+      `rebuilds:\n  ${name}:\n    output: out/${name}\n    claim: { ttl: 4s, refreshEvery: 2s }\n` +
+      `    steps: [{ name: s, killGrace: 1s, run: ["sh", "-c", ${JSON.stringify(step)}] }]\n`,
+  );
+  const lines = () =>
+    (fs.existsSync(journal) ? fs.readFileSync(journal, "utf8") : "")
+      .split("\n")
+      .filter(Boolean)
+      .map((line) => {
+        const [kind, version, fence, ns] = line.split(" ");
+        return { kind, version, fence: Number(fence), t: Number(BigInt(ns!) / 1_000_000n) };
+      });
+  let client = createRedis(first.url, "worker", "forgot-1");
+  await client.save(); // the snapshot the restart comes back to: no grant in it
+  const holderA = attempt(client, "vA");
+  const deadline = Date.now() + 20_000;
+  while (!lines().some((l) => l.kind === "start" && l.version === "vA")) {
+    assert.ok(Date.now() < deadline, "vA's step never started");
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  // Crash: the grant of vA's claim is gone; its holder runs on until it learns so.
+  const second = await crashAndRestart(first, dataDir);
+  const other = createRedis(second.url, "worker", "forgot-2");
+  try {
+    const b = await attempt(other, "vB");
+    const a = await holderA;
+    assert.equal(b.status, "rebuilt", JSON.stringify(b));
+    assert.notEqual(a.status, "rebuilt", `vA ran on without its claim: ${JSON.stringify(a)}`);
+    const seen = lines();
+    const startA = seen.find((l) => l.kind === "start" && l.version === "vA")!;
+    const stopA = seen.find((l) => l.kind === "stop" && l.version === "vA");
+    const startB = seen.find((l) => l.kind === "start" && l.version === "vB");
+    assert.ok(stopA && startB, JSON.stringify(seen));
+    assert.ok(
+      startB.fence > startA.fence,
+      `fence ${startB.fence} granted again after ${startA.fence} (Redis forgot it)`,
+    );
+    assert.ok(
+      startB.t >= stopA.t,
+      `vB's step started ${stopA.t - startB.t} ms before vA's step stopped: two holders of one claim (${JSON.stringify(seen)})`,
+    );
+  } finally {
+    await closeRedis(other);
+    client = client as ReturnType<typeof createRedis>;
     await closeRedis(client);
   }
 });
