@@ -72,8 +72,11 @@ export async function cancelJob(deps: CancelDeps, input: CancelRequestInput): Pr
     const [last] = (await listRuns(main, keys, { jobId }, 1)).runs;
     return last ? { id: last.id, status: last.status } : undefined;
   };
-  const finished = async (state: string, place: Record<string, unknown>): Promise<CancelResult> => {
-    const lastRun = await lastRunOf().catch(() => undefined);
+  const finished = async (
+    state: string,
+    place: Record<string, unknown>,
+    lastRun: { id: string; status: RunStatus } | undefined,
+  ): Promise<CancelResult> => {
     const auditId = await audit("refused", { ...place, outcome: state, ...(lastRun ? { lastRun } : {}) });
     return { status: "finished", jobId, state, ...(lastRun ? { lastRun } : {}), auditId };
   };
@@ -82,12 +85,14 @@ export async function cancelJob(deps: CancelDeps, input: CancelRequestInput): Pr
   if (!job) {
     // Gone from the queue (removed by an earlier cancel, or pruned after it ended): its run
     // records still say how it ended, so a second cancel is "finished", not "unknown".
-    if (await lastRunOf()) return finished("removed", {});
+    const lastRun = await lastRunOf();
+    if (lastRun) return finished("removed", {}, lastRun);
     return { status: "not-found", jobId, auditId: await audit("refused", { outcome: "not-found" }) };
   }
   const place = placeOf(job);
   let state = await job.getState();
-  if (state === "completed" || state === "failed") return finished(state, place);
+  if (state === "completed" || state === "failed")
+    return finished(state, place, await lastRunOf().catch(() => undefined));
   if (state === "delayed" && isNextScheduledTick(job)) {
     return {
       status: "scheduled-tick",
@@ -108,7 +113,8 @@ export async function cancelJob(deps: CancelDeps, input: CancelRequestInput): Pr
       state = await job.getState().catch(() => "active");
     }
   }
-  if (state === "completed" || state === "failed") return finished(state, place);
+  if (state === "completed" || state === "failed")
+    return finished(state, place, await lastRunOf().catch(() => undefined));
   const runId = await main.get(keys.runOpenAttempt(jobId));
   return {
     status: "cancelling",
