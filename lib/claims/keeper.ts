@@ -23,6 +23,8 @@ const CONFIRM_RETRY_MS = 250;
 export type ClaimKeeperEvent =
   | { type: "refreshed"; deadlineInMs: number }
   | { type: "refresh-error"; error: unknown }
+  /** Redis refreshed the claim, but a `whenRefreshed` listener failed: the local deadline stays. */
+  | { type: "refresh-listener-failed"; error: unknown }
   | { type: "lost"; error: ClaimLostError };
 
 /** What work running under a claim sees. */
@@ -158,7 +160,7 @@ export class ClaimKeeper implements HeldClaim {
       signal?.throwIfAborted();
       const sentAt = performance.now();
       const result = await this.sendRefresh().catch((error: unknown) => {
-        this.emit({ type: "refresh-error", error });
+        if (!this.stopped && !this.controller.signal.aborted) this.emit({ type: "refresh-error", error });
         return null;
       });
       if (result && (await this.applyRefresh(result, sentAt))) {
@@ -213,7 +215,7 @@ export class ClaimKeeper implements HeldClaim {
       const failed = settled.find((outcome) => outcome.status === "rejected");
       if (failed) {
         if (!this.stopped && !this.controller.signal.aborted)
-          this.emit({ type: "refresh-error", error: failed.reason });
+          this.emit({ type: "refresh-listener-failed", error: failed.reason });
         return false;
       }
       if (this.stopped || this.controller.signal.aborted) return false;

@@ -263,21 +263,37 @@ async function waitOutOtherHolders(
   const { held, recorder } = context;
   const { outputDir, holdMs } = own;
   const known = held.tookOverFrom ? [held.tookOverFrom.token] : [];
+  let waited = 0;
   for (let round = 0; ; round++) {
     // Against this holder's mark rewritten now: its mtime is the filesystem's "now".
-    if (round > 0) await own.touch();
+    if (round > 0)
+      await own.touch().catch((error: unknown) => {
+        throw new TransientStepError(`this holder's mark could not be rewritten: ${String(error)}`, { cause: error });
+      });
     const others = await otherHolders(outputDir, { fence: held.fence, token: held.token, holdMs }, known);
     // The claims Redis forgot that fence and granted it again (the floor was read before a mark):
     // given up, so that no step sees one fence twice; the next grant is above the mark.
     if (others.highestFence >= held.fence) throw new ReissuedFenceError(held.fence, others.highestFence);
     if (others.waitMs <= 0) return;
+    // A real holder the claims Redis forgot stops rewriting its mark: one that keeps looking fresh
+    // this long is not one (a mark that cannot be read, a clock gone wrong). Logged, not waited for.
+    if (waited >= MAX_WAIT_HOLDS * holdMs) {
+      recorder.log(
+        `fence ${others.fences.join(", ")} still marked beside the output after ${Math.round(waited / 1000)} s of waiting: not waited for any longer`,
+      );
+      return;
+    }
     recorder.log(
       `fence ${others.fences.join(", ")} is marked beside the output by a holder the claims Redis no longer knows (a grant it forgot in a crash, or a claim lost while its holder was stopped): it may still be running; waiting ${Math.ceil(others.waitMs / 1000)} s before the first step`,
     );
     await sleep(others.waitMs, undefined, { signal });
+    waited += others.waitMs;
     held.throwIfLost();
   }
 }
+
+/** The longest wait for other holders, in holds (this holder's TTL plus stop grace). */
+const MAX_WAIT_HOLDS = 3;
 
 /**
  * The fenced publish, sent again while Redis is briefly away. A publish whose reply was lost may

@@ -92,7 +92,11 @@ export async function markHolding(
   const file = path.join(buildsDir, markName(fence, token));
   const content: MarkContent = { holdMs: Math.ceil(holdMs), ...THIS_PROCESS };
   const bytes = JSON.stringify(content);
-  await fs.writeFile(file, bytes);
+  await fs.writeFile(file, bytes).catch(async (error: unknown) => {
+    // Created but not written (a full disk): not left behind to be waited for.
+    await fs.rm(file, { force: true }).catch(() => {});
+    throw error;
+  });
   return {
     fence,
     // In place ("r+": never created again once removed, never truncated under a reader).
@@ -122,7 +126,11 @@ export async function otherHolders(
   const buildsDir = path.join(outputDir, "builds");
   const ownName = markName(own.fence, own.token);
   const known = new Set(knownTokens.map(tokenTail));
-  const names = (await fs.readdir(buildsDir)).filter((name) => {
+  const listed = await fs.readdir(buildsDir).catch((error: NodeJS.ErrnoException) => {
+    if (error.code !== "ENOENT") throw error;
+    throw new TransientStepError(`${buildsDir} is gone (with this holder's mark)`, { cause: error });
+  });
+  const names = listed.filter((name) => {
     const match = HOLDING.exec(name);
     return match !== null && name !== ownName && !known.has(match[2]!);
   });
@@ -134,11 +142,16 @@ export async function otherHolders(
   for (const name of names) {
     const fence = Number(HOLDING.exec(name)![1]);
     result.highestFence = Math.max(result.highestFence, fence);
-    const mark = await readMark(path.join(buildsDir, name)).catch(() => "unreadable" as const);
+    const file = path.join(buildsDir, name);
+    // Unreadable (another user's mark, EIO): its mtime from a stat, which needs no read permission.
+    const mark = await readMark(file).catch(async () => {
+      const stat = await fs.stat(file).catch(() => null);
+      return { mtimeMs: stat?.mtimeMs ?? ownAt, content: null };
+    });
     if (mark === null) continue; // removed since the listing: its holder has stopped
-    if (mark !== "unreadable" && mark.content && processGone(mark.content)) continue;
-    const holdMs = mark === "unreadable" ? own.holdMs : (mark.content?.holdMs ?? own.holdMs);
-    const mtimeMs = mark === "unreadable" ? ownAt : mark.mtimeMs;
+    if (mark.content && processGone(mark.content)) continue;
+    const holdMs = mark.content?.holdMs ?? own.holdMs;
+    const mtimeMs = mark.mtimeMs;
     const left = mtimeMs + holdMs + MTIME_SLACK_MS - ownAt;
     if (left <= 0) continue;
     result.waitMs = Math.max(result.waitMs, Math.ceil(left));
@@ -193,29 +206,44 @@ function parseContent(text: string): MarkContent | null {
   }
 }
 
-/** Who this process is, for marks (empty strings where /proc cannot tell). */
+/**
+ * Who this process is, for marks (empty strings where /proc cannot tell: then no reader judges it
+ * gone). A /proc of another pid namespace (its pid field is not ours) tells nothing either.
+ */
 const THIS_PROCESS = {
   boot: readOr("/proc/sys/kernel/random/boot_id"),
   pidns: linkOr("/proc/self/ns/pid"),
   pid: process.pid,
-  start: startTimeOf(process.pid) ?? "",
+  start: procStat("self")?.pid === process.pid ? (procStat(process.pid)?.start ?? "") : "",
 };
 
-/** The mark's holder ran on this host, in this pid namespace, and its process is gone (or its pid reused). */
+/**
+ * The mark's holder ran on this host, in this pid namespace, and its process is gone: no such
+ * pid (ESRCH), a zombie, or the pid now names a process started at another time. A process that
+ * exists but cannot be looked at (hidepid, another user) is not gone.
+ */
 function processGone(content: MarkContent): boolean {
   if (!content.boot || !content.pidns || !content.start || !Number.isSafeInteger(content.pid) || content.pid <= 0)
     return false;
-  if (content.boot !== THIS_PROCESS.boot || content.pidns !== THIS_PROCESS.pidns) return false;
-  return startTimeOf(content.pid) !== content.start;
+  if (content.boot !== THIS_PROCESS.boot || content.pidns !== THIS_PROCESS.pidns || !THIS_PROCESS.start) return false;
+  try {
+    process.kill(content.pid, 0);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ESRCH") return true;
+  }
+  const stat = procStat(content.pid);
+  if (!stat) return false;
+  return stat.state === "Z" || stat.start !== content.start;
 }
 
-/** A process's start time (clock ticks after boot, /proc/<pid>/stat field 22); null when it is gone or a zombie. */
-function startTimeOf(pid: number): string | null {
+/** From /proc/<pid>/stat: its pid, state and start time (clock ticks after boot, field 22); null when unreadable. */
+function procStat(pid: number | "self"): { pid: number; state: string; start: string } | null {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
     // Field 2 (the command) may hold spaces and parentheses: count from the last ")".
     const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return fields[0] === "Z" ? null : (fields[19] ?? null);
+    const start = fields[19];
+    return start ? { pid: Number(stat.slice(0, stat.indexOf(" "))), state: fields[0] ?? "", start } : null;
   } catch {
     return null;
   }

@@ -610,6 +610,10 @@ class RebuildAttempt {
           refreshEveryMs: definition.claim.refreshEvery,
           ...(fenceFloor > 0 ? { fenceFloor } : {}),
           onEvent: (event) => {
+            if (event.type === "refresh-listener-failed")
+              this.log(
+                `claim refreshed, but its holding mark could not be rewritten (the claim's local deadline stays): ${String(event.error)}`,
+              );
             if (event.type === "refresh-error")
               this.log(`claim refresh failed (riding it out): ${String(event.error)}`);
             if (event.type === "release-failed") this.log(`claim release failed: ${event.outcome.status}`);
