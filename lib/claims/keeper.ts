@@ -43,8 +43,8 @@ export interface HeldClaim {
   /**
    * An owner-checked refresh now, not on the timer: resolves while the claim is ours; throws the
    * `ClaimLostError` when it is not. Redis errors are ridden out (asked again) until the local
-   * deadline or until `signal` aborts (its reason is thrown). For work that must know its grant is still in Redis after it wrote something
-   * outside it.
+   * deadline or until `signal` aborts (its reason is thrown). For work that must know its grant
+   * is still in Redis after it wrote something outside it.
    */
   confirm(signal?: AbortSignal): Promise<void>;
   /**
@@ -198,8 +198,8 @@ export class ClaimKeeper implements HeldClaim {
 
   /**
    * A refresh's reply, sent at `sentAt`: a success extends the deadline once every `whenRefreshed`
-   * listener has finished (true), not when one failed (false: emitted as a refresh error; the
-   * deadline stays, so work that cannot record that it holds the claim stops at it); anything
+   * listener has finished (true), not when one failed (false: emitted as
+   * `refresh-listener-failed`; the deadline stays, so work that cannot record that it holds the claim stops at it); anything
    * else loses the claim.
    */
   private async applyRefresh(result: Awaited<ReturnType<typeof refreshClaim>>, sentAt: number): Promise<boolean> {

@@ -26,7 +26,7 @@
 import { readFileSync, readlinkSync } from "node:fs";
 import fs from "node:fs/promises";
 import path from "node:path";
-import { syncPath } from "./output";
+import { ensureBuildsDir } from "./output";
 import { TransientStepError } from "./steps/context";
 
 const HOLDING_PREFIX = ".holding-fence@";
@@ -87,8 +87,7 @@ export async function markHolding(
   token: string,
   holdMs: number,
 ): Promise<HoldingMark> {
-  const buildsDir = path.join(outputDir, "builds");
-  if (await fs.mkdir(buildsDir, { recursive: true })) await syncPath(outputDir);
+  const buildsDir = await ensureBuildsDir(outputDir);
   const file = path.join(buildsDir, markName(fence, token));
   const content: MarkContent = { holdMs: Math.ceil(holdMs), ...THIS_PROCESS };
   const bytes = JSON.stringify(content);

@@ -94,15 +94,20 @@ export async function hashDirectory(dir: string): Promise<string> {
  * `builds/` entry cannot be synced is moved aside the same way before the error is thrown. Returns the build's path and
  * the paths of builds it moved aside.
  */
+/** `<output>/builds`, created if needed: the first one's entry in the output directory synced too. */
+export async function ensureBuildsDir(outputDir: string): Promise<string> {
+  const buildsDir = path.join(outputDir, "builds");
+  if (await fs.mkdir(buildsDir, { recursive: true })) await syncPath(outputDir);
+  return buildsDir;
+}
+
 export async function promoteBuild(
   outputDir: string,
   workDir: string,
   hash: string,
 ): Promise<{ path: string; changedMovedTo: string | null; unsyncedMovedTo: string | null }> {
   const target = buildDirOf(outputDir, hash);
-  const buildsDir = path.dirname(target);
-  // The first build of an output creates builds/: its entry in the output directory too.
-  if (await fs.mkdir(buildsDir, { recursive: true })) await syncPath(outputDir);
+  const buildsDir = await ensureBuildsDir(outputDir);
   await sealTree(workDir, { includeRoot: false, sync: true });
   const asideOf = (kind: "changed" | "unsynced") =>
     path.join(buildsDir, `.${kind}-${hash}-${Date.now()}-${crypto.randomBytes(3).toString("hex")}`);

@@ -23,7 +23,7 @@ import { existsSync } from "node:fs";
 import fs from "node:fs/promises";
 import path from "node:path";
 import { holdingMarksIn } from "./holding-marks";
-import { BUILD_HASH, buildDirOf, outputTempName, pointCurrent, syncPath } from "./output";
+import { BUILD_HASH, buildDirOf, ensureBuildsDir, outputTempName, pointCurrent, syncPath } from "./output";
 
 /**
  * A fence about to be used for a publish, marked before the fenced publish: an empty file in
@@ -102,8 +102,7 @@ export async function readFenceFloor(outputDir: string): Promise<number> {
  * name synced, as the promote would).
  */
 export async function markFenceGranted(outputDir: string, fence: number): Promise<void> {
-  const buildsDir = path.join(outputDir, "builds");
-  if (await fs.mkdir(buildsDir, { recursive: true })) await syncPath(outputDir);
+  const buildsDir = await ensureBuildsDir(outputDir);
   await fs.writeFile(path.join(buildsDir, `${GRANTED_PREFIX}${fence}`), "");
 }
 
