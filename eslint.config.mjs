@@ -134,6 +134,14 @@ export default tseslint.config(
           patterns: [{ group: ["**/lib/redis/*", "@/lib/redis/*"], message: "use a lib/<domain> function instead" }],
         },
       ],
+      // A mutation re-reads what it changed (`rereadChanged`), not every query on screen.
+      "no-restricted-syntax": [
+        "error",
+        {
+          selector: "MemberExpression[object.name='queryKeys'][property.name='all']",
+          message: "re-read what the action changed: rereadChanged(client, …) or a narrower queryKeys.<domain> key",
+        },
+      ],
     },
   },
 );

@@ -5,7 +5,7 @@ import Link from "next/link";
 import { useEffect, useState } from "react";
 import { describeStale, staleReasons } from "@/lib/claims/stale";
 import type { ApiClaim, ApiClaimPage, ReleaseOutcome } from "@/lib/api/claims";
-import { apiFetch, claimsQuery, LIVE_POLL_MS, queryKeys, rebuildHref } from "@/lib/ui/queries";
+import { apiFetch, claimsQuery, LIVE_POLL_MS, queryKeys, rebuildHref, rereadChanged } from "@/lib/ui/queries";
 import { CursorPager } from "./cursor-pager";
 import { DataTable } from "./data-table";
 import { CancelJobButton } from "./operations";
@@ -248,7 +248,7 @@ function ForceReleaseDialog({ claim, onClose }: { claim: ApiClaim; onClose: (mes
         [409],
       ),
     onSuccess: (result) => {
-      void queryClient.invalidateQueries({ queryKey: queryKeys.all });
+      rereadChanged(queryClient, "forceRelease");
       if (result.status === "released") {
         onClose(
           `Released ${claim.name}: ${claim.holder.workerId ?? "its holder"} is told to stop. The claim is free as soon as it has stopped, at the latest in ${formatDurationMs(result.releaseWindowMs)}.`,

@@ -6,7 +6,7 @@ import { useId, useState } from "react";
 import type { CancelResult } from "@/lib/operations/cancel";
 import type { RetryResult } from "@/lib/operations/retry";
 import type { ScheduleChangeResult } from "@/lib/operations/schedule";
-import { apiFetch, queryKeys } from "@/lib/ui/queries";
+import { apiFetch, rereadChanged, type OperatorChange } from "@/lib/ui/queries";
 import { useCanOperate } from "./role";
 
 /**
@@ -19,6 +19,7 @@ function ReasonAction<T>({
   explain,
   run,
   describe,
+  changes,
   danger = false,
 }: {
   /** The opening button's accessible name (e.g. "Cancel job run-…"). */
@@ -27,6 +28,8 @@ function ReasonAction<T>({
   explain: string;
   run: (reason: string) => Promise<T>;
   describe: (result: T) => React.ReactNode;
+  /** What the action changes: re-read once it succeeds. */
+  changes: OperatorChange;
   danger?: boolean;
 }) {
   const canOperate = useCanOperate();
@@ -38,7 +41,7 @@ function ReasonAction<T>({
     mutationFn: () => run(reason.trim()),
     onSuccess: () => {
       setOpen(false);
-      void queryClient.invalidateQueries({ queryKey: queryKeys.all });
+      rereadChanged(queryClient, changes);
     },
   });
   if (!canOperate) return null;
@@ -106,6 +109,7 @@ export function CancelJobButton({ jobId, what }: { jobId: string; what: string }
     <ReasonAction<CancelResult>
       label={`Cancel: ${what}`}
       confirmLabel="Cancel job"
+      changes="cancel"
       danger
       explain="A running job's steps are stopped (SIGTERM, then SIGKILL after their killGrace), its claim is released and it is not retried. A waiting job is removed from the queue."
       run={(reason) =>
@@ -141,6 +145,7 @@ export function RetryRunButton({ runId }: { runId: string }) {
     <ReasonAction<RetryResult>
       label={`Retry: run ${runId}`}
       confirmLabel="Retry run"
+      changes="queuedRun"
       explain="Queues the same rebuild, tenant and version again, forced (the claim still applies). The new run links back to this one."
       run={(reason) =>
         apiFetch<RetryResult>(
@@ -186,6 +191,7 @@ export function ScheduleToggle({
       key={action}
       label={`${paused ? "Resume schedule" : "Pause schedule"}: ${what}`}
       confirmLabel={paused ? "Resume" : "Pause"}
+      changes="schedule"
       explain={
         paused
           ? "The schedule queues its next tick again. Ticks while it was paused are not counted as missed."

@@ -8,7 +8,7 @@ import {
   apiFetch,
   LIVE_POLL_MS,
   previewQuery,
-  queryKeys,
+  rereadChanged,
   REBUILDS_PAGE,
   rebuildHref,
   rebuildsQuery,
@@ -231,7 +231,7 @@ export function RebuildNowForm({ rebuild, onDone }: { rebuild: ApiRebuild; onDon
           requestId,
         }),
       }),
-    onSuccess: () => void queryClient.invalidateQueries({ queryKey: queryKeys.all }),
+    onSuccess: () => rereadChanged(queryClient, "queuedRun"),
   });
   // Another preview (version, force): another request.
   const changePreview = (apply: () => void) => {

@@ -83,7 +83,7 @@ export class LiveCache {
               : c,
           ),
         );
-        this.invalidateSoon(queryKeys.audit());
+        this.invalidateSoon(queryKeys.audit.all());
         break;
       case "claim.released":
       case "claim.lost":
@@ -92,7 +92,7 @@ export class LiveCache {
         if (event.type === "claim.lost" && event.cause === "force-released") break;
         this.updateClaimPages((claims) => claims.filter((c) => !(c.name === event.name && c.token === event.token)));
         this.invalidateSoon(queryKeys.rebuilds.all());
-        if (event.type === "claim.released" && event.forcedBy) this.invalidateSoon(queryKeys.audit());
+        if (event.type === "claim.released" && event.forcedBy) this.invalidateSoon(queryKeys.audit.all());
         break;
       case "run":
         this.applyRun(event.run);
@@ -103,7 +103,7 @@ export class LiveCache {
         }
         break;
       case "run.queued":
-        this.invalidateSoon(queryKeys.audit());
+        this.invalidateSoon(queryKeys.audit.all());
         this.invalidateSoon(queryKeys.rebuilds.all());
         break;
       case "worker.up":

@@ -2,7 +2,7 @@
  * The UI's query-key factory and query builders (general → specific keys, so a mutation can
  * invalidate by prefix) and the fetch helpers of the HTTP API. Browser-side; never imports Redis.
  */
-import { keepPreviousData, queryOptions, replaceEqualDeep } from "@tanstack/react-query";
+import { keepPreviousData, queryOptions, replaceEqualDeep, type QueryClient } from "@tanstack/react-query";
 import type { AuditPage } from "../audit/list";
 import type { AlertsView } from "../alerts/read";
 import type { ApiClaimPage, TrailEntry } from "../api/claims";
@@ -53,9 +53,36 @@ export const queryKeys = {
     window: (range: string, rebuild: string | null) => [...queryKeys.timeline.all(), range, rebuild] as const,
   },
   workers: () => [...queryKeys.all, "workers"] as const,
-  audit: (entry: string | null = null) => [...queryKeys.all, "audit", { entry }] as const,
+  audit: {
+    all: () => [...queryKeys.all, "audit"] as const,
+    page: (entry: string | null = null) => [...queryKeys.audit.all(), { entry }] as const,
+  },
   alerts: () => [...queryKeys.all, "alerts"] as const,
 };
+
+/**
+ * What each operator action changes, as the keys its mutation re-reads, and nothing more: the
+ * workers, the health banner, the alerts and the timeline stay as they are. What follows later
+ * from the worker (a cancelled run stopping, a force-released holder letting go, a queued run
+ * starting) arrives as live events (live-cache.ts), or with the polls when the stream is down.
+ */
+export const changedBy = {
+  /** "Rebuild now" or a retry: a job queued, shown in the queue, the rebuild, the runs; audited. */
+  queuedRun: () => [queryKeys.queue.all(), queryKeys.rebuilds.all(), queryKeys.runs.all(), queryKeys.audit.all()],
+  /** A cancel: the job removed or told to stop, its run's record (a waiting job's ends cancelled); audited. */
+  cancel: () => [queryKeys.queue.all(), queryKeys.rebuilds.all(), queryKeys.runs.all(), queryKeys.audit.all()],
+  /** A force release: the claim (its row, trail, the ended list) and its rebuild's page; audited. */
+  forceRelease: () => [queryKeys.claims.all(), queryKeys.rebuilds.all(), queryKeys.audit.all()],
+  /** A schedule paused or resumed: the rebuild's schedules and the queued tick; audited. */
+  schedule: () => [queryKeys.rebuilds.all(), queryKeys.queue.all(), queryKeys.audit.all()],
+};
+
+export type OperatorChange = keyof typeof changedBy;
+
+/** Re-reads (the queries on screen) what `change` changed. */
+export function rereadChanged(client: QueryClient, change: OperatorChange): void {
+  for (const queryKey of changedBy[change]()) void client.invalidateQueries({ queryKey });
+}
 
 export interface QueueFilter {
   rebuild?: string;
@@ -208,7 +235,7 @@ export const workersQuery = () =>
 /** The newest entries, or (`entry`: a link to one entry) the page that starts with that entry. */
 export const auditQuery = (entry: string | null = null) =>
   queryOptions({
-    queryKey: queryKeys.audit(entry),
+    queryKey: queryKeys.audit.page(entry),
     queryFn: () => apiFetch<AuditPage>(withQuery("/api/audit", { limit: "100", ...(entry ? { entry } : {}) })),
     refetchInterval: 5_000,
     placeholderData: keepPreviousData,
