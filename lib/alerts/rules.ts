@@ -39,21 +39,33 @@ export function evaluateRules(snapshot: AlertSnapshot, config: AlertsConfig, con
   const pendingDel: string[] = [];
   const link = (page: string) => `${context.publicOrigin}${page}`;
   const owners = claimOwners(context.definitions);
-  const push = (
-    rule: RuleName,
-    severity: Severity,
-    subject: string,
+  const push = ({
+    rule,
+    severity,
+    subject,
+    labels,
+    summary,
+    description,
+    page,
+    since,
+  }: {
+    rule: RuleName;
+    severity: Severity;
+    /** What the alert is about within its rule ("" for a rule with one subject): its id is rule|subject. */
+    subject: string;
     labels: {
       rebuild?: string | null;
       tenant?: string | null;
       claim?: string;
       [extra: string]: string | null | undefined;
-    },
-    summary: string,
-    description: string,
-    page: string,
-    since: number | null,
-  ) => {
+    };
+    summary: string;
+    description: string;
+    /** The dashboard page the alert links to. */
+    page: string;
+    /** When the condition began (null: unknown). */
+    since: number | null;
+  }) => {
     const extra: Record<string, string> = {};
     for (const [key, value] of Object.entries(labels)) extra[key] = value ?? "";
     active.push({
@@ -82,16 +94,16 @@ export function evaluateRules(snapshot: AlertSnapshot, config: AlertsConfig, con
       const owner = owners.get(claim.name);
       const rebuild = claim.holder.rebuild ?? owner?.rebuild;
       const tenant = claim.holder.tenant ?? owner?.tenant;
-      push(
-        "claimStale",
-        rules.claimStale.severity,
-        claim.name,
-        { rebuild, tenant, claim: claim.name },
-        `Claim ${label(rebuild, tenant, claim.name)} stale for ${Math.floor(staleFor / 60_000)} min`,
-        `${describeStale(claim.stale)}; holder ${claim.holder.workerId ?? "?"} on ${claim.holder.host ?? "?"} (pid ${claim.holder.pid ?? "?"}), fence ${claim.holder.fence ?? "?"}. Consider a force release.`,
-        "/claims",
-        claim.staleSince,
-      );
+      push({
+        rule: "claimStale",
+        severity: rules.claimStale.severity,
+        subject: claim.name,
+        labels: { rebuild, tenant, claim: claim.name },
+        summary: `Claim ${label(rebuild, tenant, claim.name)} stale for ${Math.floor(staleFor / 60_000)} min`,
+        description: `${describeStale(claim.stale)}; holder ${claim.holder.workerId ?? "?"} on ${claim.holder.host ?? "?"} (pid ${claim.holder.pid ?? "?"}), fence ${claim.holder.fence ?? "?"}. Consider a force release.`,
+        page: "/claims",
+        since: claim.staleSince,
+      });
     }
   }
 
@@ -99,16 +111,16 @@ export function evaluateRules(snapshot: AlertSnapshot, config: AlertsConfig, con
     for (const [name, count] of snapshot.census.skips) {
       if (name === EVALUATOR_CLAIM || count < rules.skips.atLeast) continue;
       const owner = owners.get(name);
-      push(
-        "skips",
-        rules.skips.severity,
-        name,
-        { rebuild: owner?.rebuild, tenant: owner?.tenant, claim: name },
-        `${label(owner?.rebuild, owner?.tenant, name)} skipped ${count} times in a row`,
-        `Each run found the claim held for the same version. Either a run takes very long or the claim is stale.`,
-        "/rebuilds",
-        null,
-      );
+      push({
+        rule: "skips",
+        severity: rules.skips.severity,
+        subject: name,
+        labels: { rebuild: owner?.rebuild, tenant: owner?.tenant, claim: name },
+        summary: `${label(owner?.rebuild, owner?.tenant, name)} skipped ${count} times in a row`,
+        description: `Each run found the claim held for the same version. Either a run takes very long or the claim is stale.`,
+        page: "/rebuilds",
+        since: null,
+      });
     }
   }
 
@@ -119,16 +131,16 @@ export function evaluateRules(snapshot: AlertSnapshot, config: AlertsConfig, con
       const attempts = context.definitions.rebuilds.get(series.rebuild)?.retries.attempts ?? 1;
       // A transient failure with attempts left is retried by the queue: not (yet) an alert.
       if (failed.reason.startsWith("transient:") && failed.attempt < attempts) continue;
-      push(
-        "runFailed",
-        rules.runFailed.severity,
-        `${series.rebuild}|${series.tenant ?? ""}`,
-        { rebuild: series.rebuild, tenant: series.tenant, claim: claimOf(context.definitions, series) },
-        `Rebuild ${label(series.rebuild, series.tenant)} failed (attempt ${failed.attempt} of ${attempts})`,
-        failed.reason || "failed",
-        `/runs/${encodeURIComponent(failed.id)}`,
-        null,
-      );
+      push({
+        rule: "runFailed",
+        severity: rules.runFailed.severity,
+        subject: `${series.rebuild}|${series.tenant ?? ""}`,
+        labels: { rebuild: series.rebuild, tenant: series.tenant, claim: claimOf(context.definitions, series) },
+        summary: `Rebuild ${label(series.rebuild, series.tenant)} failed (attempt ${failed.attempt} of ${attempts})`,
+        description: failed.reason || "failed",
+        page: `/runs/${encodeURIComponent(failed.id)}`,
+        since: null,
+      });
     }
   }
 
@@ -139,16 +151,16 @@ export function evaluateRules(snapshot: AlertSnapshot, config: AlertsConfig, con
       const over = override?.over ?? rules.runLong.over;
       const startedAt = run.startedAt ?? run.createdAt;
       if (now - startedAt <= over) continue;
-      push(
-        "runLong",
-        rules.runLong.severity,
-        run.id,
-        { rebuild: run.rebuild, tenant: run.tenant, claim: claimOf(context.definitions, run), run: run.id },
-        `Run of ${label(run.rebuild, run.tenant)} running for over ${formatDuration(over)}`,
-        `Run ${run.id} started ${new Date(startedAt).toISOString()}.`,
-        `/runs/${encodeURIComponent(run.id)}`,
-        startedAt + over,
-      );
+      push({
+        rule: "runLong",
+        severity: rules.runLong.severity,
+        subject: run.id,
+        labels: { rebuild: run.rebuild, tenant: run.tenant, claim: claimOf(context.definitions, run), run: run.id },
+        summary: `Run of ${label(run.rebuild, run.tenant)} running for over ${formatDuration(over)}`,
+        description: `Run ${run.id} started ${new Date(startedAt).toISOString()}.`,
+        page: `/runs/${encodeURIComponent(run.id)}`,
+        since: startedAt + over,
+      });
     }
   }
 
@@ -161,32 +173,32 @@ export function evaluateRules(snapshot: AlertSnapshot, config: AlertsConfig, con
       if (fresh.length > 0) {
         missed.push({ series: `${series.rebuild}|${series.tenant ?? ""}`, count: fresh.length, upTo: newest });
       }
-      push(
-        "scheduleMissed",
-        rules.scheduleMissed.severity,
-        `${series.rebuild}|${series.tenant ?? ""}`,
-        { rebuild: series.rebuild, tenant: series.tenant, claim: claimOf(context.definitions, series) },
-        `Scheduled run of ${label(series.rebuild, series.tenant)} at ${new Date(newest).toISOString()} did not start`,
-        `${series.unservedTicks.length} scheduled tick(s) produced no run within ${formatDuration(rules.scheduleMissed.grace)}. Is a worker running and the queue moving?`,
-        "/rebuilds",
-        newest + rules.scheduleMissed.grace,
-      );
+      push({
+        rule: "scheduleMissed",
+        severity: rules.scheduleMissed.severity,
+        subject: `${series.rebuild}|${series.tenant ?? ""}`,
+        labels: { rebuild: series.rebuild, tenant: series.tenant, claim: claimOf(context.definitions, series) },
+        summary: `Scheduled run of ${label(series.rebuild, series.tenant)} at ${new Date(newest).toISOString()} did not start`,
+        description: `${series.unservedTicks.length} scheduled tick(s) produced no run within ${formatDuration(rules.scheduleMissed.grace)}. Is a worker running and the queue moving?`,
+        page: "/rebuilds",
+        since: newest + rules.scheduleMissed.grace,
+      });
     }
   }
 
   if (rules.takeover) {
     for (const event of snapshot.takeovers) {
       if (event.claim === EVALUATOR_CLAIM) continue;
-      push(
-        "takeover",
-        rules.takeover.severity,
-        event.id,
-        { rebuild: event.rebuild, tenant: event.tenant, claim: event.claim },
-        `Claim ${label(event.rebuild, event.tenant, event.claim)} taken over from a dead holder`,
-        `Fence ${event.previousFence || "?"} → ${event.fence}: an earlier attempt of the job died or stalled and its redelivery took the claim over.`,
-        "/claims",
-        event.at,
-      );
+      push({
+        rule: "takeover",
+        severity: rules.takeover.severity,
+        subject: event.id,
+        labels: { rebuild: event.rebuild, tenant: event.tenant, claim: event.claim },
+        summary: `Claim ${label(event.rebuild, event.tenant, event.claim)} taken over from a dead holder`,
+        description: `Fence ${event.previousFence || "?"} → ${event.fence}: an earlier attempt of the job died or stalled and its redelivery took the claim over.`,
+        page: "/claims",
+        since: event.at,
+      });
     }
   }
 
@@ -197,16 +209,16 @@ export function evaluateRules(snapshot: AlertSnapshot, config: AlertsConfig, con
       const since = snapshot.newestBeat !== null ? snapshot.newestBeat + HEARTBEAT_TTL : (snapshot.pending[id] ?? now);
       if (snapshot.newestBeat === null && snapshot.pending[id] === undefined) pendingSet[id] = now;
       if (now - since >= rules.workerMissing.for) {
-        push(
-          "workerMissing",
-          rules.workerMissing.severity,
-          "",
-          {},
-          "No claimwatch worker is running",
-          "No worker heartbeat: rebuilds wait in the queue and schedules do not run.",
-          "/workers",
-          since,
-        );
+        push({
+          rule: "workerMissing",
+          severity: rules.workerMissing.severity,
+          subject: "",
+          labels: {},
+          summary: "No claimwatch worker is running",
+          description: "No worker heartbeat: rebuilds wait in the queue and schedules do not run.",
+          page: "/workers",
+          since: since,
+        });
       }
     } else if (snapshot.pending[id] !== undefined) {
       pendingDel.push(id);
@@ -222,16 +234,16 @@ export function evaluateRules(snapshot: AlertSnapshot, config: AlertsConfig, con
       if (!safety.ok) continue;
       const problems = safetyProblems(title, safety);
       if (problems.length === 0) continue;
-      push(
-        "redisUnsafe",
-        rules.redisUnsafe.severity,
-        server,
-        { redis: server },
-        `${title} is unsafe for claims`,
-        problems.join("; "),
-        "/claims",
-        null,
-      );
+      push({
+        rule: "redisUnsafe",
+        severity: rules.redisUnsafe.severity,
+        subject: server,
+        labels: { redis: server },
+        summary: `${title} is unsafe for claims`,
+        description: problems.join("; "),
+        page: "/claims",
+        since: null,
+      });
     }
   }
   return { active, pendingSet, pendingDel, missed };

@@ -53,15 +53,24 @@ export async function changeSchedule(
   const schedules: { schedulerId: string; tenant: string | null; outcome: string }[] = [];
   for (const tenant of tenants) {
     if (action === "pause") {
-      const result = await pauseSchedule(deps.queue, deps.main, deps.keys, definition, tenant, {
-        actor: change.actor,
-        reason: change.reason,
-        at: Date.now(),
-      });
+      const result = await pauseSchedule(
+        { queue: deps.queue, client: deps.main, keys: deps.keys },
+        definition,
+        tenant,
+        {
+          actor: change.actor,
+          reason: change.reason,
+          at: Date.now(),
+        },
+      );
       if (result.status !== "not-scheduled")
         schedules.push({ schedulerId: result.schedulerId, tenant: tenant ?? null, outcome: result.status });
     } else {
-      const result = await resumeSchedule(deps.queue, deps.main, deps.keys, deps.definitions, definition, tenant);
+      const result = await resumeSchedule(
+        { queue: deps.queue, client: deps.main, keys: deps.keys, definitions: deps.definitions },
+        definition,
+        tenant,
+      );
       if (result.status !== "not-scheduled")
         schedules.push({ schedulerId: result.schedulerId, tenant: tenant ?? null, outcome: result.status });
     }

@@ -418,7 +418,15 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
     const ended = endedByEarlyBegin(version);
     if (ended) return await ended;
     const begun = reading.begun;
-    return await new RebuildAttempt(deps, store, job, identity, data, definition, version, log, {
+    return await new RebuildAttempt({
+      deps,
+      store,
+      job,
+      identity,
+      data,
+      definition,
+      version,
+      log,
       begunWhileReading: begun?.status === "began" ? begun.beginId : null,
       began: attemptBegan,
     }).run();
@@ -427,34 +435,55 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
   }
 }
 
+/** What an attempt is made of once its version is known. */
+interface AttemptOptions {
+  deps: RebuildDeps;
+  store: RunStore;
+  job: RebuildJob;
+  identity: AttemptIdentity;
+  data: RebuildJobData;
+  definition: RebuildDefinition;
+  version: string;
+  log: (line: string) => void;
+  /** The beginId of the begin that made the record while the inputs were read (it gets the version, not a begin), or null. */
+  begunWhileReading: string | null;
+  /** When this attempt began (local monotonic clock): how long it has been stalled is measured from here. */
+  began: number;
+}
+
 /** The attempt once its version is known: record begun, claim, build, final record. */
 class RebuildAttempt {
-  /** When this attempt began (local monotonic clock): how long it has been stalled is measured from here. */
+  private readonly deps: RebuildDeps;
+  private readonly store: RunStore;
+  private readonly job: RebuildJob;
+  private readonly identity: AttemptIdentity;
+  private readonly data: RebuildJobData;
+  private readonly definition: RebuildDefinition;
+  private readonly version: string;
+  private readonly log: (line: string) => void;
+  private readonly begunWhileReading: string | null;
   private readonly began: number;
   private readonly claim: string;
   private readonly idemKey: string;
   private readonly recorder: RunRecorder;
   private readonly steps: StepRecord[] = [];
 
-  constructor(
-    private readonly deps: RebuildDeps,
-    private readonly store: RunStore,
-    private readonly job: RebuildJob,
-    private readonly identity: AttemptIdentity,
-    private readonly data: RebuildJobData,
-    private readonly definition: RebuildDefinition,
-    private readonly version: string,
-    private readonly log: (line: string) => void,
-    /**
-     * `begunWhileReading`: the beginId of the begin that made the record while the inputs were
-     * read (it gets the version, not a begin), or null.
-     */
-    private readonly opening: { begunWhileReading: string | null; began: number },
-  ) {
-    this.began = opening.began;
-    this.claim = claimName(definition.claimPath, data.tenant);
-    this.idemKey = idempotencyKey(data.rebuild, data.tenant, version);
-    this.recorder = new RunRecorder(store, identity, {
+  constructor(options: AttemptOptions) {
+    ({
+      deps: this.deps,
+      store: this.store,
+      job: this.job,
+      identity: this.identity,
+      data: this.data,
+      definition: this.definition,
+      version: this.version,
+      log: this.log,
+      begunWhileReading: this.begunWhileReading,
+      began: this.began,
+    } = options);
+    this.claim = claimName(this.definition.claimPath, this.data.tenant);
+    this.idemKey = idempotencyKey(this.data.rebuild, this.data.tenant, this.version);
+    this.recorder = new RunRecorder(this.store, this.identity, {
       onError: (error) => this.log(`run record write failed: ${String(error)}`),
     });
   }
@@ -468,7 +497,7 @@ class RebuildAttempt {
     const fields = { version: this.version, idempotencyKey: this.idemKey };
     // A record that began while the inputs were read gets its version; one that is gone since
     // (Redis lost it: running records are never trimmed) begins again, as if it never had.
-    const early = this.opening.begunWhileReading;
+    const early = this.begunWhileReading;
     this.recorder.ownedBy(early ?? undefined);
     const versioned = early ? await this.recordVersion(fields, early) : null;
     if (versioned) {

@@ -24,6 +24,13 @@ import { jobOptionsFor, schedulerIdOf, scheduledTickOf, type RebuildJobData } fr
 type SchedulerQueue = Pick<Queue, "upsertJobScheduler" | "removeJobScheduler">;
 type PauseClient = Pick<Redis, "hget" | "hset" | "hdel" | "set">;
 
+/** Where schedules live: BullMQ's job schedulers, and the pauses in Redis. */
+export interface ScheduleStore<Q extends SchedulerQueue = SchedulerQueue> {
+  queue: Q;
+  client: PauseClient;
+  keys: RedisKeys;
+}
+
 export interface SchedulePause {
   actor: string;
   reason: string;
@@ -51,7 +58,7 @@ export async function syncSchedules(
     for (const tenant of tenantsOf(definition)) {
       const id = schedulerIdOf(definition.name, tenant);
       wanted.add(id);
-      if (await upsertSchedule(queue, client, keys, definitions, definition, tenant)) upserted.push(id);
+      if (await upsertSchedule({ queue, client, keys, definitions }, definition, tenant)) upserted.push(id);
       else paused.push(id);
     }
   }
@@ -72,14 +79,12 @@ export async function syncSchedules(
  * pause is read after the upsert (see the file header): a pause seen then removes it again.
  */
 export async function upsertSchedule(
-  queue: SchedulerQueue,
-  client: PauseClient,
-  keys: RedisKeys,
-  definitions: Definitions,
+  store: ScheduleStore & { definitions: Definitions },
   definition: RebuildDefinition,
   tenant: string | undefined,
   options: { resumed?: boolean } = {},
 ): Promise<boolean> {
+  const { queue, client, keys, definitions } = store;
   if (!definition.schedule) return false;
   const id = schedulerIdOf(definition.name, tenant);
   if (await readSchedulePause(client, keys, definition.name, tenant)) return false;
@@ -146,13 +151,12 @@ export type PauseResult =
  * its next delayed tick, then any of its ticks already waiting (not started: removable).
  */
 export async function pauseSchedule(
-  queue: SchedulerQueue & Pick<Queue, "getJobs">,
-  client: PauseClient,
-  keys: RedisKeys,
+  store: ScheduleStore<SchedulerQueue & Pick<Queue, "getJobs">>,
   definition: RebuildDefinition,
   tenant: string | undefined,
   pause: SchedulePause,
 ): Promise<PauseResult> {
+  const { queue, client, keys } = store;
   if (!definition.schedule) return { status: "not-scheduled" };
   const id = schedulerIdOf(definition.name, tenant);
   const existing = await readSchedulePause(client, keys, definition.name, tenant);
@@ -179,17 +183,15 @@ export type ResumeResult =
 
 /** Resumes one schedule: the pause is dropped and the scheduler upserted (the next tick is queued). */
 export async function resumeSchedule(
-  queue: SchedulerQueue,
-  client: PauseClient,
-  keys: RedisKeys,
-  definitions: Definitions,
+  store: ScheduleStore & { definitions: Definitions },
   definition: RebuildDefinition,
   tenant: string | undefined,
 ): Promise<ResumeResult> {
+  const { client, keys } = store;
   if (!definition.schedule) return { status: "not-scheduled" };
   const id = schedulerIdOf(definition.name, tenant);
   const removed = await client.hdel(keys.pausedSchedules, id);
   // Upserted even when it was not paused: a harmless repeat of what every worker does at start.
-  await upsertSchedule(queue, client, keys, definitions, definition, tenant, { resumed: removed > 0 });
+  await upsertSchedule(store, definition, tenant, { resumed: removed > 0 });
   return removed > 0 ? { status: "resumed", schedulerId: id } : { status: "not-paused", schedulerId: id };
 }

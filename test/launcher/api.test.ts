@@ -501,7 +501,13 @@ test("a refused operation is a 409 in the error shape, its outcome kept beside t
   assert.equal(retired.body.status, "unknown-rebuild");
 
   const nightly = bed.definitions.rebuilds.get("nightly")!;
-  assert.ok(await upsertSchedule(bed.queue, bed.main, bed.keys, bed.definitions, nightly, undefined));
+  assert.ok(
+    await upsertSchedule(
+      { queue: bed.queue, client: bed.main, keys: bed.keys, definitions: bed.definitions },
+      nightly,
+      undefined,
+    ),
+  );
   const tick = (await bed.queue.getDelayed()).find((job) => job.id?.startsWith("repeat:sched.nightly:"));
   assert.ok(tick?.id, "the schedule's next tick waits in the queue");
   const scheduled = await call("POST", `/api/jobs/${encodeURIComponent(tick.id)}/cancel`, { reason: "not tonight" });
