@@ -18,7 +18,10 @@
  * --claims-persistence rdb (that server keeps RDB snapshots only: a crash loses seconds of fences
  * and pointers), --retention-builds N (workers prune old builds while runs reproduce them),
  * --input-faults P (each step reads an input first; each read fails with EIO — exit 75, declared
- * transient — with probability P: retried, never a lost request).
+ * transient — with probability P: retried, never a lost request), --clock-skews L (comma-separated
+ * wall-clock offsets given to the workers in turn as they start, libfaketime: "0,-20s,+20s" by
+ * default, so hosts' clocks disagree by 40 s; "0" for real clocks only; the steps keep the real
+ * clock, as the journals are the checker's instrument).
  * Every process is started and stopped by PID here; port 6379 is never used.
  */
 import fs from "node:fs";
@@ -60,6 +63,7 @@ const { values: args } = parseArgs({
     "claims-persistence": { type: "string", default: "aof" },
     "retention-builds": { type: "string" },
     "input-faults": { type: "string" },
+    "clock-skews": { type: "string", default: "0,-20s,+20s" },
   },
 });
 const inputFaults = args["input-faults"] === undefined ? 0 : Number(args["input-faults"]);
@@ -67,6 +71,7 @@ const separateClaims = args.claims === "separate";
 const claimsPersistence = args["claims-persistence"];
 const retentionBuilds = args["retention-builds"] === undefined ? undefined : Number(args["retention-builds"]);
 const seconds = Number(args.seconds ?? (args.quick ? 45 : 300));
+const clockSkews = (args["clock-skews"] ?? "0").split(",").map((skew) => skew.trim());
 const workerCount = Number(args.workers);
 const seed = args.seed !== undefined ? Number(args.seed) : Math.floor(Math.random() * 2 ** 31);
 if (
@@ -79,12 +84,14 @@ if (
   !["aof", "rdb"].includes(claimsPersistence ?? "") ||
   (claimsPersistence === "rdb" && !separateClaims) ||
   (retentionBuilds !== undefined && (!Number.isInteger(retentionBuilds) || retentionBuilds < 0)) ||
-  !(inputFaults >= 0 && inputFaults < 1)
+  !(inputFaults >= 0 && inputFaults < 1) ||
+  !clockSkews.every((skew) => /^(0|[+-]\d+[smh])$/.test(skew))
 ) {
   process.stderr.write(
     "usage: soak [--seconds N≥10] [--workers K≥2] [--quick] [--seed S] [--keep]\n" +
       "            [--claims shared|separate] [--claims-persistence aof|rdb (separate only)] [--retention-builds N≥0]\n" +
-      "            [--input-faults P (0≤P<1: a step's input read fails with EIO with probability P)]\n",
+      "            [--input-faults P (0≤P<1: a step's input read fails with EIO with probability P)]\n" +
+      "            [--clock-skews 0,-20s,+20s (the workers' wall clocks in turn, libfaketime; 0: real)]\n",
   );
   process.exit(2);
 }
@@ -218,7 +225,7 @@ async function main(): Promise<Figures> {
   };
   if (soak.claimsRedis) env.CLAIMS_REDIS_URL = soak.claimsRedis.url;
   else delete env.CLAIMS_REDIS_URL;
-  const pool = new WorkerPool(env, dirs.logs, events);
+  const pool = new WorkerPool(env, dirs.logs, events, clockSkews);
   soak.pool = pool;
   await Promise.all(Array.from({ length: workerCount }, () => pool.start()));
   say(

@@ -11,6 +11,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { stringify } from "yaml";
 import { startRedisServer, type RedisServerHandle } from "../../lib/redis/embedded";
+import { skewedClockEnv } from "../faults/clock";
 import { STEP_SCRIPT } from "./step-script";
 
 export const REPO_ROOT = fileURLToPath(new URL("../..", import.meta.url));
@@ -152,6 +153,9 @@ export function prepareDirs(root: string, options: { retentionBuilds?: number; i
               String(r.spanParts),
               ...(inputFaults > 0 ? [inputOf(r.name), String(inputFaults)] : []),
             ],
+            // The journal is the checker's instrument: its times come from the real clock, also
+            // under a worker whose clock is skewed (the step would inherit its libfaketime).
+            env: { LD_PRELOAD: "", FAKETIME: "" },
             killGrace: `${KILL_GRACE_MS}ms`,
             ...(inputFaults > 0 ? { transientExitCodes: [75] } : {}),
           },
@@ -289,6 +293,11 @@ export class WorkerPool {
     private readonly env: NodeJS.ProcessEnv,
     private readonly logDir: string,
     private readonly events: EventLog,
+    /**
+     * Wall-clock offsets (libfaketime, e.g. "-20s"; "0": the real clock) given to the workers in
+     * turn as they start: hosts whose clocks disagree. Monotonic clocks stay real.
+     */
+    private readonly clockSkews: string[] = ["0"],
   ) {}
 
   /** Workers that are up and not leaving (paused ones included). */
@@ -302,9 +311,10 @@ export class WorkerPool {
 
   /** Spawns a worker; resolves when it printed "ready" (or rejects after `timeoutMs`). */
   async start(timeoutMs = 40_000): Promise<SoakWorker> {
+    const skew = this.clockSkews[this.all.length % this.clockSkews.length] ?? "0";
     const child = spawn(process.execPath, ["--import", "tsx", path.join(REPO_ROOT, "worker/index.ts")], {
       cwd: REPO_ROOT,
-      env: this.env,
+      env: skew === "0" ? this.env : { ...this.env, ...skewedClockEnv(skew) },
       stdio: ["ignore", "pipe", "pipe"],
     });
     const pid = child.pid;
@@ -323,7 +333,7 @@ export class WorkerPool {
       exited: new Promise<void>((resolve) => (exitedResolve = resolve)),
     };
     this.all.push(worker);
-    this.events.record("worker-start", { pid });
+    this.events.record("worker-start", { pid, clockSkew: skew });
     let pending = "";
     let readyResolve: (() => void) | null = null;
     const onData = (chunk: Buffer) => {

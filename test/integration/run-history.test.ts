@@ -20,7 +20,7 @@ import { serverNow } from "../../lib/redis/time";
 import { listRunSummaries, listRuns } from "../../lib/runs/list";
 import { readRun } from "../../lib/runs/records";
 import { listLiveWorkers } from "../../lib/workers/heartbeat";
-import { skewedClockEnv } from "../support/clock";
+import { skewedClockEnv } from "../../scripts/faults/clock";
 import { createTestBed, slowStep, type TestBed } from "../support/stack";
 
 const counterFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-flaky-")), "count");
