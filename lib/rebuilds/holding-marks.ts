@@ -26,7 +26,7 @@
 import { readFileSync, readlinkSync } from "node:fs";
 import fs from "node:fs/promises";
 import path from "node:path";
-import { ensureBuildsDir } from "./output";
+import { ensureBuildsDir, namingFile } from "./output";
 import { TransientStepError } from "./steps/context";
 
 const HOLDING_PREFIX = ".holding-fence@";
@@ -94,7 +94,7 @@ export async function markHolding(
   await fs.writeFile(file, bytes).catch(async (error: unknown) => {
     // Created but not written (a full disk): not left behind to be waited for.
     await fs.rm(file, { force: true }).catch(() => {});
-    throw error;
+    throw namingFile(file, error);
   });
   return {
     fence,
@@ -102,7 +102,9 @@ export async function markHolding(
     touch: async () => {
       const handle = await fs.open(file, "r+");
       try {
-        await handle.write(bytes, 0, "utf8");
+        await handle.write(bytes, 0, "utf8").catch((error: unknown) => {
+          throw namingFile(file, error);
+        });
       } finally {
         await handle.close();
       }

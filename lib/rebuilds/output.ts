@@ -273,10 +273,25 @@ async function inPool<T>(items: readonly T[], size: number, each: (item: T) => P
 export async function syncPath(entry: string): Promise<void> {
   const handle = await fs.open(entry, "r");
   try {
-    await handle.sync();
+    await handle.sync().catch((error: unknown) => {
+      throw namingFile(entry, error);
+    });
   } finally {
     await handle.close();
   }
+}
+
+/**
+ * `error` with the file it was about at the end of its message, as Node names the path of a
+ * failed `open` — a descriptor's `write` or `fsync` names none ("ENOSPC: no space left on
+ * device, write"), and the run's reason must say where the disk failed. The errno code is kept
+ * (classify-failure reads it).
+ */
+export function namingFile(file: string, error: unknown): unknown {
+  if (!(error instanceof Error) || error.message.includes(file)) return error;
+  const named = new Error(`${error.message} '${file}'`, { cause: error });
+  const { code, errno, syscall } = error as NodeJS.ErrnoException;
+  return Object.assign(named, { code, errno, syscall, path: file });
 }
 
 /**

@@ -23,7 +23,7 @@ import { existsSync } from "node:fs";
 import fs from "node:fs/promises";
 import path from "node:path";
 import { holdingMarksIn } from "./holding-marks";
-import { BUILD_HASH, buildDirOf, ensureBuildsDir, outputTempName, pointCurrent, syncPath } from "./output";
+import { BUILD_HASH, buildDirOf, ensureBuildsDir, namingFile, outputTempName, pointCurrent, syncPath } from "./output";
 
 /**
  * A fence about to be used for a publish, marked before the fenced publish: an empty file in
@@ -323,6 +323,8 @@ async function writeSynced(file: string, content: string, flags: "w" | "wx"): Pr
   try {
     await handle.writeFile(content);
     await handle.sync();
+  } catch (error) {
+    throw namingFile(file, error);
   } finally {
     await handle.close();
   }
@@ -358,6 +360,8 @@ async function writeExclusive(entry: string, hash: string): Promise<void> {
       throw error;
     });
     await handle.sync();
+  } catch (error) {
+    throw namingFile(entry, error);
   } finally {
     await handle.close();
   }

@@ -1,0 +1,170 @@
+/**
+ * A full disk under the output (a 2 MiB tmpfs, mounted by the test as root; notes/faults.md),
+ * against a real worker process and Redis:
+ *
+ * - a step that fills the disk fails its run with the step's own reason; the published build and
+ *   `current` stay as they were and still hash to their names; the failed run's partial files are
+ *   removed (the disk gets its space back); the claim is free; the worker stays up and the next
+ *   request publishes;
+ * - a disk with no room left for the worker's own files (its holding mark is the first it writes)
+ *   fails the attempt as transient, naming the full disk and the file it could not write; the request is not lost: once there is
+ *   room again, a later attempt of the same job publishes, and nothing half-written is left.
+ */
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import fs from "node:fs";
+import path from "node:path";
+import { after, before, test } from "node:test";
+import { claimName } from "../../lib/claims";
+import { hashDirectory, readCurrent } from "../../lib/rebuilds/output";
+import { createTestBed, type TestBed, type TestWorker } from "../support/stack";
+
+const TMPFS_BYTES = 2 * 1024 * 1024;
+
+let bed: TestBed;
+let output = "";
+let mounted = false;
+let worker: TestWorker | undefined;
+let mountRefused = "";
+
+before(async () => {
+  bed = await createTestBed({
+    fill: {
+      output: "out/fill",
+      claim: { ttl: "4s", refreshEvery: "1s" },
+      timeLimit: "1m",
+      retries: { attempts: 8, backoff: "500ms", maxBackoff: "1s" },
+      steps: [
+        {
+          name: "write",
+          // Writes as many random bytes as the version says after its dash (v-300000: 300 000).
+          run: ["sh", "-c", 'head -c "${CLAIMWATCH_VERSION#*-}" /dev/urandom > "$CLAIMWATCH_WORK/data.bin"'],
+        },
+      ],
+    },
+  });
+  output = bed.definitions.rebuilds.get("fill")!.outputPath;
+  fs.mkdirSync(output, { recursive: true });
+  const mount = spawnSync("mount", ["-t", "tmpfs", "-o", `size=${TMPFS_BYTES}`, "tmpfs", output], {
+    encoding: "utf8",
+  });
+  if (mount.status === 0) mounted = true;
+  else mountRefused = `mount -t tmpfs refused (${mount.stderr.trim() || mount.error?.message}): needs root`;
+});
+
+after(async () => {
+  await worker?.stop("SIGKILL");
+  if (mounted) {
+    // Lazily, so a step process this test failed to stop cannot keep the mount (and its dir) alive.
+    spawnSync("umount", ["-l", output]);
+  }
+  await bed?.close();
+});
+
+const freeBytes = () => {
+  const stats = fs.statfsSync(output);
+  return stats.bavail * stats.bsize;
+};
+
+/** Builds under builds/ whose bytes no longer hash to their name. */
+async function changedBuilds(): Promise<string[]> {
+  const builds = path.join(output, "builds");
+  const changed: string[] = [];
+  for (const name of fs.readdirSync(builds).filter((entry) => !entry.startsWith("."))) {
+    if ((await hashDirectory(path.join(builds, name))) !== name) changed.push(name);
+  }
+  return changed;
+}
+
+/** What the output dir holds besides builds/ and current: work dirs, marks, half-written files. */
+function leftovers(): string[] {
+  const work = path.join(output, ".work");
+  const builds = path.join(output, "builds");
+  return [
+    ...(fs.existsSync(work) ? fs.readdirSync(work).map((name) => `.work/${name}`) : []),
+    ...(fs.existsSync(builds)
+      ? fs
+          .readdirSync(builds)
+          .filter((name) => name.startsWith(".holding-fence@") || /writing|\.tmp/.test(name))
+          .map((name) => `builds/${name}`)
+      : []),
+    ...fs.readdirSync(output).filter((name) => /writing|\.tmp/.test(name)),
+  ];
+}
+
+test("a step that fills the disk fails its run; the published build stays, its space comes back, the next run publishes", async (t) => {
+  if (!mounted) return t.skip(mountRefused);
+  worker = await bed.startWorker();
+
+  const first = await bed.trigger("fill", { version: "a-300000" });
+  const published = await bed.waitForRun((r) => r.jobId === first && r.status === "rebuilt", 30_000);
+  const currentBefore = await readCurrent(output);
+  assert.ok(currentBefore, "current points at the first build");
+  const freeAfterFirst = freeBytes();
+
+  const filling = await bed.trigger("fill", { version: "b-3000000" });
+  const failed = await bed.waitForRun((r) => r.jobId === filling && r.status === "failed", 30_000);
+  assert.match(failed.reason ?? "", /^step write exited 1/, "the step's own failure, not the worker's");
+  assert.equal((await bed.runsOfJob(filling)).length, 1, "a step's exit code 1 is not retried");
+
+  assert.equal(await readCurrent(output), currentBefore, "current stays at the published build");
+  assert.deepEqual(await changedBuilds(), [], "published builds still hash to their names");
+  assert.deepEqual(leftovers(), [], "the failed run's work dir is gone");
+  assert.ok(
+    freeBytes() >= freeAfterFirst - 64 * 1024,
+    `the disk got its space back (${freeBytes()} free, ${freeAfterFirst} before the failed run)`,
+  );
+  const claim = claimName(bed.definitions.rebuilds.get("fill")!.claimPath, undefined);
+  assert.equal(await bed.claims.exists(bed.keys.claim(claim)), 0, "no claim left held");
+  assert.equal(worker.child.exitCode, null, "the worker is still up");
+
+  const next = await bed.trigger("fill", { version: "c-200000" });
+  const rebuilt = await bed.waitForRun((r) => r.jobId === next && r.status === "rebuilt", 30_000);
+  assert.notEqual(await readCurrent(output), currentBefore, "current moved to the next build");
+  assert.notEqual(rebuilt.buildHash, published.buildHash);
+});
+
+test("no room for the worker's own files: the attempt fails as transient, naming the full disk; with room again the same job publishes", async (t) => {
+  if (!mounted) return t.skip(mountRefused);
+  worker ??= await bed.startWorker();
+  const currentBefore = await readCurrent(output);
+
+  // Fill the disk to the last page.
+  const filler = path.join(output, "filler");
+  const fd = fs.openSync(filler, "w");
+  try {
+    for (const chunk of [64 * 1024, 4096, 1]) {
+      const bytes = Buffer.alloc(chunk, 1);
+      for (;;) {
+        try {
+          fs.writeSync(fd, bytes);
+        } catch (error) {
+          if ((error as NodeJS.ErrnoException).code === "ENOSPC") break;
+          throw error;
+        }
+      }
+    }
+  } finally {
+    fs.closeSync(fd);
+  }
+  assert.equal(freeBytes(), 0, "the disk is full");
+
+  const jobId = await bed.trigger("fill", { version: "d-1000" });
+  const refused = await bed.waitForRun((r) => r.jobId === jobId && r.status === "failed", 30_000);
+  assert.match(refused.reason ?? "", /^transient: .*(ENOSPC|no space left on device)/i);
+  assert.ok(refused.reason?.includes(output), `the reason names where the disk is full: ${refused.reason}`);
+  assert.equal(await readCurrent(output), currentBefore, "nothing was published meanwhile");
+
+  fs.rmSync(filler);
+  const rebuilt = await bed.waitForRun((r) => r.jobId === jobId && r.status === "rebuilt", 30_000);
+  const runs = await bed.runsOfJob(jobId);
+  assert.ok(runs.length >= 2, "a later attempt of the same job");
+  assert.ok(
+    runs.filter((r) => r.id !== rebuilt.id).every((r) => r.status === "failed" && r.reason?.startsWith("transient:")),
+    JSON.stringify(runs.map((r) => [r.attempt, r.status, r.reason])),
+  );
+  assert.notEqual(await readCurrent(output), currentBefore, "current moved to the new build");
+  assert.deepEqual(leftovers(), [], "no work dir, holding mark or half-written file left");
+  assert.deepEqual(await changedBuilds(), []);
+  assert.equal(worker.child.exitCode, null, "the worker is still up");
+});
