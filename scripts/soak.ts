@@ -24,6 +24,7 @@
  * clock, as the journals are the checker's instrument).
  * Every process is started and stopped by PID here; port 6379 is never used.
  */
+import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -134,6 +135,29 @@ const soak: Soak = {
 };
 soak.events = new EventLog(path.join(soak.dirs.root, "events.jsonl"));
 
+/**
+ * The outputs on a tmpfs of their own (root only), so that `disk-full` fills their disk and no
+ * other: the journals, logs, Redis data and the machine's own disk stay out of it.
+ */
+const OUTPUTS_TMPFS_MIB = 128;
+const outputsTmpfs =
+  spawnSync("mount", ["-t", "tmpfs", "-o", `size=${OUTPUTS_TMPFS_MIB}m`, "tmpfs", soak.dirs.outputs], {
+    stdio: "ignore",
+  }).status === 0;
+if (!outputsTmpfs) soak.events.record("chaos-skip", { kind: "disk-full", why: "could not mount a tmpfs (not root?)" });
+
+/** Unmounts the outputs' tmpfs; with `keep`, its contents are copied to the kept directory first. */
+function unmountOutputs(keep: boolean): void {
+  if (!outputsTmpfs) return;
+  const copy = `${soak.dirs.outputs}.kept`;
+  if (keep) spawnSync("cp", ["-a", soak.dirs.outputs, copy], { stdio: "ignore" });
+  spawnSync("umount", ["-l", soak.dirs.outputs], { stdio: "ignore" });
+  if (keep && fs.existsSync(copy)) {
+    fs.rmSync(soak.dirs.outputs, { recursive: true, force: true });
+    fs.renameSync(copy, soak.dirs.outputs);
+  }
+}
+
 let cleaningUp: Promise<string[]> | null = null;
 /** Stops everything this soak started, by PID; returns the PIDs still alive afterwards. */
 function cleanUp(): Promise<string[]> {
@@ -172,6 +196,7 @@ for (const signal of ["SIGINT", "SIGTERM"] as const) {
   process.once(signal, () => {
     say(`soak: ${signal}, cleaning up`);
     void cleanUp().then((left) => {
+      unmountOutputs(true);
       if (left.length) say(`soak: still running: ${left.join(", ")}`);
       say(`soak: kept ${soak.dirs.root}`);
       say(resultLine(null));
@@ -283,6 +308,7 @@ async function main(): Promise<Figures> {
           until,
           redeliveries,
           journalDir: dirs.journal,
+          ...(outputsTmpfs ? { fullableDisk: dirs.outputs } : {}),
           ...(soak.claimsRedis ? { claimsRedis: soak.claimsRedis } : {}),
           newVersion: (ref, why) => newVersion?.(ref, why) ?? Promise.resolve(),
         },
@@ -469,6 +495,7 @@ try {
   say(`soak: failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);
 }
 const left = await cleanUp();
+unmountOutputs(exitCode !== 0 || args.keep || left.length > 0);
 const events = readEvents(path.join(soak.dirs.root, "events.jsonl"));
 say(
   `processes left running: ${left.length ? left.join(", ") : "none"}; events ${events.length}; run time ${elapsed()}` +

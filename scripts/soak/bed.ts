@@ -157,7 +157,8 @@ export function prepareDirs(root: string, options: { retentionBuilds?: number; i
             // under a worker whose clock is skewed (the step would inherit its libfaketime).
             env: { LD_PRELOAD: "", FAKETIME: "" },
             killGrace: `${KILL_GRACE_MS}ms`,
-            ...(inputFaults > 0 ? { transientExitCodes: [75] } : {}),
+            // 75: an input read refused (--input-faults) or a write refused by a full disk (disk-full).
+            transientExitCodes: [75],
           },
         ],
       },

@@ -25,6 +25,11 @@
  *             A publish made then lives in the claims Redis only: its attempt fails as
  *             transient and the next publishes again. One such window always ends just after
  *             the guaranteed redis-crash, which may forget such a publish
+ *   disk-full  the outputs' disk (a tmpfs the soak mounts, when it may) is filled to its last
+ *             byte for 1.5–3.5 s, then freed: steps' writes fail (their exit 75 is declared
+ *             transient), and so do the workers' own (work dirs, holding marks, builds, fence
+ *             records, `current`); every request must still end rebuilt, nothing half-written
+ *             may be published and `current` must end at the pointer
  *
  * Each action is an event with what the victim was running (from the running-runs index), so
  * the checker can time kill→resume and tell a paused holder from an orphaned one.
@@ -61,7 +66,8 @@ export type ChaosKind =
   | "redis"
   | "redis-crash"
   | "force-release"
-  | "fence-disk";
+  | "fence-disk"
+  | "disk-full";
 
 export interface ChaosAction {
   at: number;
@@ -87,6 +93,8 @@ export interface ChaosOptions {
   until: number;
   /** The step journals (`<rebuild>.journal`): which runs' steps are writing right now. */
   journalDir?: string;
+  /** The outputs' own filesystem (a tmpfs the soak mounted), which `disk-full` fills; none: skipped. */
+  fullableDisk?: string;
   /** Triggers the next version of an output at once (the trigger stream's). */
   newVersion?: (ref: SoakClaimRef, why: string) => Promise<void>;
 }
@@ -105,18 +113,20 @@ export function chaosPlan(startedAt: number, durationMs: number, random: () => n
     [0.58, "fence-disk"],
     [0.62, "redis-crash"],
     [0.75, "force-release"],
+    [0.52, "disk-full"],
   ];
   if (durationMs >= 120_000) guaranteed.push([0.9, "redis"]);
   const plan: ChaosAction[] = guaranteed.map(([fraction, kind]) => ({ at: startedAt + fraction * durationMs, kind }));
   const randomKinds: [ChaosKind, number][] = [
     ["kill", 0.2],
     ["pause-short", 0.18],
-    ["pause-long", 0.22],
+    ["pause-long", 0.2],
     ["deploy", 0.2],
     ["redis", 0.04],
     ["redis-crash", 0.04],
     ["force-release", 0.1],
     ["fence-disk", 0.04],
+    ["disk-full", 0.04],
   ];
   // Random actions start after the first guaranteed one and stop 10% before the end.
   for (let at = startedAt + 0.15 * durationMs; ;) {
@@ -173,6 +183,10 @@ export async function runChaos(options: ChaosOptions, plan: ChaosAction[]): Prom
     }
     if (action.kind === "fence-disk") {
       track(refuseFenceRecords(options, 2_500 + random() * 2_000));
+      continue;
+    }
+    if (action.kind === "disk-full") {
+      track(fillDisk(options, 1_500 + random() * 2_000));
       continue;
     }
     if (action.kind === "force-release") {
@@ -284,6 +298,41 @@ async function refuseFenceRecords(options: ChaosOptions, ms: number): Promise<vo
   options.events.record("fence-disk-end", { since: refusing.t });
 }
 
+/**
+ * Fills the outputs' filesystem to its last byte (a filler file written until ENOSPC, in ever
+ * smaller pieces), keeps it full for `ms`, then removes the filler.
+ */
+async function fillDisk(options: ChaosOptions, ms: number): Promise<void> {
+  const dir = options.fullableDisk;
+  if (!dir) return void options.events.record("chaos-skip", { kind: "disk-full", why: "no tmpfs for the outputs" });
+  const filler = path.join(dir, ".soak-disk-filler");
+  const full = options.events.record("disk-full", { dir, ms: Math.round(ms) });
+  try {
+    const fd = fs.openSync(filler, "w");
+    try {
+      for (const size of [1024 * 1024, 64 * 1024, 4096, 1]) {
+        const piece = Buffer.alloc(size, 0x5a);
+        for (;;) {
+          try {
+            fs.writeSync(fd, piece);
+          } catch (error) {
+            if ((error as NodeJS.ErrnoException).code === "ENOSPC") break;
+            throw error;
+          }
+        }
+      }
+    } finally {
+      fs.closeSync(fd);
+    }
+    await sleep(ms);
+  } catch (error) {
+    options.events.record("chaos-error", { kind: "disk-full", error: String(error) });
+  } finally {
+    fs.rmSync(filler, { force: true });
+    options.events.record("disk-full-end", { since: full.t });
+  }
+}
+
 /** An operator's force release of a live claim, as the Claims page does it (the token shown). */
 async function forceReleaseOne(options: ChaosOptions): Promise<void> {
   const { claims: held } = await withTimeout(listClaims(options.claims, options.keys), 2_000, "claims");
@@ -336,7 +385,8 @@ function writingRuns(journalDir: string): Map<string, number> {
       const [time, kind, runId] = line.split(" ");
       if (!runId) continue;
       if (kind === "start") started.set(runId, Number(time));
-      else if (kind === "end" || kind === "term" || kind?.startsWith("stdout-")) started.delete(runId);
+      else if (kind === "end" || kind === "term" || kind === "enospc" || kind?.startsWith("stdout-"))
+        started.delete(runId);
     }
   }
   return started;

@@ -256,6 +256,7 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
     return up ? (up.t - stop.t) / 1000 : NaN;
   });
   const fenceDisks = events.filter((e) => e.kind === "fence-disk");
+  const fullDisks = events.filter((e) => e.kind === "disk-full");
   const refusedRecords = records.filter((r) => /fence could not be recorded on disk/.test(r.reason ?? ""));
   const pauseMs = pauses.map((p) => Number(p.ms));
   lines.push(
@@ -265,7 +266,8 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
       `${pauseMs.filter((ms) => ms > JOB_LOCK_MS).length} longer than the ${JOB_LOCK_MS / 1000} s job lock; longest ${(Math.max(0, ...pauseMs) / 1000).toFixed(1)} s); ` +
       `deploys: ${deploys.length}; Redis restarts: ${redisStops.length} (stop→up ${redisDowntimes.map((s) => `${s.toFixed(1)} s`).join(", ") || "-"}); ` +
       `disk refusing fence records: ${fenceDisks.length} window(s) (${fenceDisks.map((e) => `${at(e.t)} for ${(Number(e.ms) / 1000).toFixed(1)} s`).join(", ") || "-"}), ` +
-      `${refusedRecords.length} publish(es) left in Redis only, their attempts failed as transient`,
+      `${refusedRecords.length} publish(es) left in Redis only, their attempts failed as transient; ` +
+      `outputs' disk full: ${fullDisks.length} window(s) (${fullDisks.map((e) => `${at(e.t)} for ${(Number(e.ms) / 1000).toFixed(1)} s`).join(", ") || "-"})`,
   );
 
   // --- kill → resume -----------------------------------------------------------------------
@@ -819,7 +821,7 @@ function readJournals(dir: string, events: SoakEvent[]): Map<string, JournalRun>
         run.writes += 1;
         run.writeTimes.push({ t: time, reparented: ppidNow !== ppidAtStart });
       }
-      if (kind === "end" || kind === "term" || kind.startsWith("stdout-")) run.stopKind = kind;
+      if (kind === "end" || kind === "term" || kind === "enospc" || kind.startsWith("stdout-")) run.stopKind = kind;
     }
   }
   // A step that left no last line died without a trace: SIGKILLed by the soak's clean-up (then

@@ -99,15 +99,27 @@ const key = rebuild + "|" + tenant + "|" + version;
 const parts = Number(minParts) + (parseInt(sha(key).slice(0, 8), 16) % (Number(spanParts) + 1));
 note("start", String(parts));
 if (mode === "chatty") console.log("start " + runId + " parts=" + parts);
+// The soak fills the outputs' disk now and then (disk-full): a write refused for want of space
+// ends the step with 75, declared transient, as an operator would declare it.
+const writeOrExit = (file, content) => {
+  try {
+    fs.writeFileSync(file, content);
+  } catch (error) {
+    if (error.code !== "ENOSPC") throw error;
+    note("enospc");
+    process.stderr.write("writing " + file + ": ENOSPC (the soak filled the disk)\n");
+    process.exit(75);
+  }
+};
 for (let i = 0; i < parts; i++) {
   const line = key + "|" + i + "|" + sha(key + "|" + i) + "\n";
   note("w+", String(i));
-  fs.writeFileSync(path.join(work, "part-" + String(i).padStart(3, "0") + ".txt"), line.repeat(40 + ((i * 7) % 60)));
+  writeOrExit(path.join(work, "part-" + String(i).padStart(3, "0") + ".txt"), line.repeat(40 + ((i * 7) % 60)));
   note("w-", String(i));
   if (mode === "chatty") console.log("chunk " + (i + 1) + "/" + parts);
   await new Promise((resolve) => setTimeout(resolve, Number(chunkMs) * (0.5 + Math.random())));
 }
-fs.writeFileSync(path.join(work, "meta.json"), JSON.stringify({ rebuild, tenant, version, parts }) + "\n");
+writeOrExit(path.join(work, "meta.json"), JSON.stringify({ rebuild, tenant, version, parts }) + "\n");
 note("end", String(parts));
 console.log("done: " + parts + " parts");
 `;
