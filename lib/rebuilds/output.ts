@@ -70,7 +70,11 @@ export async function hashDirectory(dir: string): Promise<string> {
     const file = path.join(dir, rel);
     // Streamed: a build may hold files larger than a Buffer can (2 GiB) or than memory should.
     hash.update(`${rel}\0${(await fs.stat(file)).size}\0`);
-    for await (const chunk of createReadStream(file)) hash.update(chunk as Buffer);
+    try {
+      for await (const chunk of createReadStream(file)) hash.update(chunk as Buffer);
+    } catch (error) {
+      throw namingFile(file, error); // a read's EIO names no file
+    }
   }
   return hash.digest("hex").slice(0, 32);
 }
