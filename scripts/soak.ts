@@ -47,7 +47,7 @@ import {
   type SoakClaimRef,
   type SoakDirs,
 } from "./soak/bed";
-import { chaosPlan, runChaos } from "./soak/chaos";
+import { chaosPlan, DISK_FILLER, runChaos } from "./soak/chaos";
 import { runChecker, readEvents, type Figures } from "./soak/checker";
 import { runTriggerStream } from "./soak/triggers";
 import { EscapeSampler } from "./soak/escapees";
@@ -146,9 +146,16 @@ const outputsTmpfs =
   }).status === 0;
 if (!outputsTmpfs) soak.events.record("chaos-skip", { kind: "disk-full", why: "could not mount a tmpfs (not root?)" });
 
-/** Unmounts the outputs' tmpfs; with `keep`, its contents are copied to the kept directory first. */
+let outputsMounted = outputsTmpfs;
+/**
+ * Unmounts the outputs' tmpfs, once; with `keep`, its contents (not the disk filler) are copied to
+ * the kept directory first. Also on every other way out (an uncaught error, a second signal):
+ * a mount left behind would hold its memory until a reboot.
+ */
 function unmountOutputs(keep: boolean): void {
-  if (!outputsTmpfs) return;
+  if (!outputsMounted) return;
+  outputsMounted = false;
+  fs.rmSync(path.join(soak.dirs.outputs, DISK_FILLER), { force: true });
   const copy = `${soak.dirs.outputs}.kept`;
   if (keep) spawnSync("cp", ["-a", soak.dirs.outputs, copy], { stdio: "ignore" });
   spawnSync("umount", ["-l", soak.dirs.outputs], { stdio: "ignore" });
@@ -192,9 +199,12 @@ function cleanUp(): Promise<string[]> {
   return cleaningUp;
 }
 
+process.on("exit", () => unmountOutputs(true));
 for (const signal of ["SIGINT", "SIGTERM"] as const) {
   process.once(signal, () => {
     say(`soak: ${signal}, cleaning up`);
+    // A second one: out at once (the exit handler still unmounts the outputs).
+    process.once(signal, () => process.exit(2));
     void cleanUp().then((left) => {
       unmountOutputs(true);
       if (left.length) say(`soak: still running: ${left.join(", ")}`);

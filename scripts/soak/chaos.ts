@@ -298,33 +298,45 @@ async function refuseFenceRecords(options: ChaosOptions, ms: number): Promise<vo
   options.events.record("fence-disk-end", { since: refusing.t });
 }
 
+/** The file `disk-full` fills the outputs' disk with (in the outputs' directory). */
+export const DISK_FILLER = ".soak-disk-filler";
+
+/** Appends to `fd` until the disk answers ENOSPC, in ever smaller pieces (to the last byte). */
+function fillUp(fd: number, sizes = [1024 * 1024, 64 * 1024, 4096, 1]): void {
+  for (const size of sizes) {
+    const piece = Buffer.alloc(size, 0x5a);
+    for (;;) {
+      try {
+        fs.writeSync(fd, piece);
+      } catch (error) {
+        if ((error as NodeJS.ErrnoException).code === "ENOSPC") break;
+        throw error;
+      }
+    }
+  }
+}
+
 /**
- * Fills the outputs' filesystem to its last byte (a filler file written until ENOSPC, in ever
- * smaller pieces), keeps it full for `ms`, then removes the filler.
+ * Fills the outputs' filesystem to its last byte and keeps it full for `ms` (topped up every
+ * 50 ms: a run that fails frees its work dir's space), then removes the filler.
  */
 async function fillDisk(options: ChaosOptions, ms: number): Promise<void> {
   const dir = options.fullableDisk;
   if (!dir) return void options.events.record("chaos-skip", { kind: "disk-full", why: "no tmpfs for the outputs" });
-  const filler = path.join(dir, ".soak-disk-filler");
+  const filler = path.join(dir, DISK_FILLER);
   const full = options.events.record("disk-full", { dir, ms: Math.round(ms) });
   try {
     const fd = fs.openSync(filler, "w");
     try {
-      for (const size of [1024 * 1024, 64 * 1024, 4096, 1]) {
-        const piece = Buffer.alloc(size, 0x5a);
-        for (;;) {
-          try {
-            fs.writeSync(fd, piece);
-          } catch (error) {
-            if ((error as NodeJS.ErrnoException).code === "ENOSPC") break;
-            throw error;
-          }
-        }
+      const until = Date.now() + ms;
+      fillUp(fd);
+      while (Date.now() < until) {
+        await sleep(Math.min(50, until - Date.now()));
+        fillUp(fd, [64 * 1024, 4096, 1]);
       }
     } finally {
       fs.closeSync(fd);
     }
-    await sleep(ms);
   } catch (error) {
     options.events.record("chaos-error", { kind: "disk-full", error: String(error) });
   } finally {
@@ -464,16 +476,25 @@ async function watchRedelivery(
   jobId: string,
   killedAt: number,
 ): Promise<void> {
+  // The job's own times (processedOn, finishedOn) come from the clock of the worker that wrote
+  // them, which may be skewed (--clock-skews): what changed is judged by its counters, and when,
+  // by this process's clock (to the 200 ms of a look).
+  let before: { started: number; finishedOn: number } | null = null;
   const deadline = killedAt + 90_000;
-  while (Date.now() < deadline) {
-    await sleep(200);
+  for (let look = 0; Date.now() < deadline; look++) {
+    if (look > 0) await sleep(200);
     try {
       const job = await withTimeout(options.queue.getJob(jobId), 2_000, "getJob");
       if (!job) return void options.events.record("not-redelivered", { jobId, state: "removed" });
-      if ((job.processedOn ?? 0) > killedAt) {
-        return void options.events.record("redelivered", { jobId, ms: job.processedOn! - killedAt });
+      const now = { started: job.attemptsStarted, finishedOn: job.finishedOn ?? 0 };
+      if (!before) {
+        before = now;
+        continue;
       }
-      if (job.finishedOn && job.finishedOn > killedAt) {
+      if (now.started > before.started) {
+        return void options.events.record("redelivered", { jobId, ms: Date.now() - killedAt });
+      }
+      if (now.finishedOn !== before.finishedOn) {
         const state = await options.queue.getJobState(jobId);
         return void options.events.record("not-redelivered", { jobId, state, failedReason: job.failedReason ?? null });
       }

@@ -53,12 +53,13 @@ before(async () => {
 });
 
 after(async () => {
-  await worker?.stop("SIGKILL");
-  if (mounted) {
+  try {
+    await worker?.stop("SIGKILL");
+  } finally {
     // Lazily, so a step process this test failed to stop cannot keep the mount (and its dir) alive.
-    spawnSync("umount", ["-l", output]);
+    if (mounted) spawnSync("umount", ["-l", output]);
+    await bed?.close();
   }
-  await bed?.close();
 });
 
 const freeBytes = () => {
@@ -76,7 +77,19 @@ async function changedBuilds(): Promise<string[]> {
   return changed;
 }
 
-/** What the output dir holds besides builds/ and current: work dirs, marks, half-written files. */
+/** Builds in builds/ (not the fence records and marks beside them). */
+const buildNames = () =>
+  fs.existsSync(path.join(output, "builds"))
+    ? fs
+        .readdirSync(path.join(output, "builds"))
+        .filter((name) => !name.startsWith("."))
+        .sort()
+    : [];
+
+/**
+ * What a run must not leave in the output dir: work dirs, holding marks, builds moved aside, and
+ * the temporary files of `current` and the fence record.
+ */
 function leftovers(): string[] {
   const work = path.join(output, ".work");
   const builds = path.join(output, "builds");
@@ -85,11 +98,22 @@ function leftovers(): string[] {
     ...(fs.existsSync(builds)
       ? fs
           .readdirSync(builds)
-          .filter((name) => name.startsWith(".holding-fence@") || /writing|\.tmp/.test(name))
+          .filter((name) => /^\.(holding-fence@|changed-|unsynced-)/.test(name))
           .map((name) => `builds/${name}`)
       : []),
-    ...fs.readdirSync(output).filter((name) => /writing|\.tmp/.test(name)),
+    ...fs.readdirSync(output).filter((name) => /^\.(current-|published-fence-writing\.)/.test(name)),
   ];
+}
+
+/** Waits until the job's state is `state` (BullMQ's own word, not a run record's). */
+async function jobState(jobId: string, state: string): Promise<void> {
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    const now = await bed.queue.getJobState(jobId);
+    if (now === state) return;
+    if (Date.now() > deadline) throw new Error(`job ${jobId} is ${now}, not ${state}`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
 }
 
 test("a step that fills the disk fails its run; the published build stays, its space comes back, the next run publishes", async (t) => {
@@ -102,10 +126,14 @@ test("a step that fills the disk fails its run; the published build stays, its s
   assert.ok(currentBefore, "current points at the first build");
   const freeAfterFirst = freeBytes();
 
+  const buildsBefore = buildNames();
   const filling = await bed.trigger("fill", { version: "b-3000000" });
   const failed = await bed.waitForRun((r) => r.jobId === filling && r.status === "failed", 30_000);
   assert.match(failed.reason ?? "", /^step write exited 1/, "the step's own failure, not the worker's");
-  assert.equal((await bed.runsOfJob(filling)).length, 1, "a step's exit code 1 is not retried");
+  await jobState(filling, "failed");
+  assert.equal((await bed.queue.getJob(filling))?.attemptsMade, 1, "a step's exit code 1 is not retried");
+  assert.equal((await bed.runsOfJob(filling)).length, 1);
+  assert.deepEqual(buildNames(), buildsBefore, "nothing of the failed run reached builds/");
 
   assert.equal(await readCurrent(output), currentBefore, "current stays at the published build");
   assert.deepEqual(await changedBuilds(), [], "published builds still hash to their names");
@@ -154,8 +182,16 @@ test("no room for the worker's own files: the attempt fails as transient, naming
   assert.match(refused.reason ?? "", /^transient: .*(ENOSPC|no space left on device)/i);
   assert.ok(refused.reason?.includes(output), `the reason names where the disk is full: ${refused.reason}`);
   assert.equal(await readCurrent(output), currentBefore, "nothing was published meanwhile");
+  // No attempt in flight (the queue paused, longer than the backoff and a failing attempt), so
+  // what the refused attempts left, they left for good: nothing, not even a holding mark.
+  await bed.queue.pause();
+  await new Promise((resolve) => setTimeout(resolve, 2_500));
+  assert.deepEqual(leftovers(), [], "the refused attempts left no work dir, holding mark or temporary file");
+  const waiting = await bed.queue.getJobState(jobId);
+  assert.ok(["delayed", "waiting", "paused"].includes(waiting), `the job waits for its next attempt (${waiting})`);
 
   fs.rmSync(filler);
+  await bed.queue.resume();
   const rebuilt = await bed.waitForRun((r) => r.jobId === jobId && r.status === "rebuilt", 30_000);
   const runs = await bed.runsOfJob(jobId);
   assert.ok(runs.length >= 2, "a later attempt of the same job");
