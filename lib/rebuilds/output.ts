@@ -436,8 +436,8 @@ async function removeTrash(buildsDir: string): Promise<void> {
  * place (`current`'s symlink, a published-fence entry or the legacy file). Only a writer killed in
  * between leaves one behind; `pruneLeftTemps` removes those.
  */
-export type OutputTempPrefix = ".current-" | ".published-fence-writing.";
-const OUTPUT_TEMP = /^\.(?:current-|published-fence-writing\.)[0-9a-f]{12}$/;
+export type OutputTempPrefix = ".current-" | ".published-fence-writing." | ".clock-";
+const OUTPUT_TEMP = /^\.(?:current-|published-fence-writing\.|clock-)[0-9a-f]{12}$/;
 
 export function outputTempName(outputDir: string, prefix: OutputTempPrefix): string {
   return path.join(outputDir, `${prefix}${crypto.randomBytes(6).toString("hex")}`);
@@ -487,15 +487,49 @@ export async function pruneWorkDirs(outputDir: string, ageMs: number, now = Date
  * Work directories of runs, and temporary files of output writers, that a killed worker left
  * behind: removed once older than the rebuild's time limit plus its claim TTL, when no attempt
  * can still be using them (plus a wait for another holder before the first step, as long as a
- * holding mark can ask for, with its slack: build-and-publish.ts).
+ * holding mark can ask for, with its slack: build-and-publish.ts). Their age is measured on the
+ * clock of the filesystem that stamped them (`filesystemNow`), not this host's: a worker whose
+ * clock runs ahead must not take a live run's work dir on shared storage for an abandoned one.
  */
 export async function pruneAbandonedWorkDirs(definitions: Definitions): Promise<void> {
   for (const rebuild of definitions.rebuilds.values()) {
     const ageMs = rebuild.timeLimit + rebuild.claim.ttl + holdAfterLastRefreshMs(rebuild) + 5_000;
     for (const tenant of tenantsOf(rebuild)) {
       const outputDir = outputDirOf(rebuild, tenant);
-      await pruneWorkDirs(outputDir, ageMs);
-      await pruneLeftTemps(outputDir, ageMs);
+      const [work, top] = await Promise.all([
+        fs.readdir(path.join(outputDir, ".work")).catch(() => [] as string[]),
+        fs.readdir(outputDir).catch(() => [] as string[]),
+      ]);
+      // Most passes find nothing to judge: then no clock is read.
+      if (work.length === 0 && !top.some((name) => OUTPUT_TEMP.test(name))) continue;
+      const now = await filesystemNow(outputDir);
+      if (now === null) continue; // nothing can be created there (a full or read-only disk): next pass
+      await pruneWorkDirs(outputDir, ageMs, now);
+      await pruneLeftTemps(outputDir, ageMs, now);
     }
+  }
+}
+
+/**
+ * Now, on the clock of the filesystem holding `dir`: the mtime of a file created there and
+ * removed at once (on NFS the server's clock, which stamped the other hosts' files too). Null
+ * when no file can be created. A probe left by a crash is a temporary like any other
+ * (`pruneLeftTemps`).
+ */
+export async function filesystemNow(dir: string): Promise<number | null> {
+  const probe = outputTempName(dir, ".clock-");
+  let handle: fs.FileHandle;
+  try {
+    handle = await fs.open(probe, "wx");
+  } catch {
+    return null;
+  }
+  try {
+    return (await handle.stat()).mtimeMs;
+  } catch {
+    return null;
+  } finally {
+    await handle.close().catch(() => {});
+    await fs.rm(probe, { force: true }).catch(() => {});
   }
 }
