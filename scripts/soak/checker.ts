@@ -103,6 +103,11 @@ export interface Figures {
   pauses: number;
   /** Publishes whose fence record the disk refused (fence-disk): in Redis only, their attempts failed as transient. */
   refusedRecords: number;
+  /**
+   * What runs left in the outputs that only a SIGKILLed worker may leave: work dirs, holding
+   * marks, temporary files of `current` and the fence record (the space a full disk needs back).
+   */
+  leftBehind: number;
 }
 
 export interface CheckReport {
@@ -466,6 +471,12 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   const buildMeta = new Map<string, { tenant: string; version: string }>(); // "<rebuild> <hash>"
   let buildsChecked = 0;
   let workDirsLeft = 0;
+  const leftBehind: string[] = [];
+  // What a SIGKILLed worker may leave: the work dirs of the runs it ran, its holding marks (they
+  // name its pid), a temporary file it was writing when it died (mtime just before a kill).
+  const killedRunIds = new Set(kills.flatMap((e) => asJobs(e).map((job) => job.runId)));
+  const killedPids = new Set(kills.map((e) => Number(e.pid)));
+  const killedJustAfter = (mtimeMs: number) => kills.some((e) => e.t >= mtimeMs - 50 && e.t - mtimeMs <= 2_000);
   for (const spec of SOAK_REBUILDS) {
     const definition = input.definitions.rebuilds.get(spec.name)!;
     // Each tenant builds into its own directory (outputDirOf): check every one.
@@ -483,7 +494,23 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
         if (problem.error) corrupt.push(`${label}/builds/${name}: ${problem.error}`);
         else buildMeta.set(`${spec.name} ${name}`, problem.meta!);
       }
-      workDirsLeft += fs.existsSync(path.join(output, ".work")) ? fs.readdirSync(path.join(output, ".work")).length : 0;
+      const workRoot = path.join(output, ".work");
+      const workDirs = fs.existsSync(workRoot) ? fs.readdirSync(workRoot) : [];
+      workDirsLeft += workDirs.length;
+      for (const name of workDirs) {
+        const runId = /^(.+)-f\d+-[0-9a-f]{6}$/.exec(name)?.[1];
+        if (!runId || !killedRunIds.has(runId)) leftBehind.push(`${label}/.work/${name}`);
+      }
+      for (const name of fs.existsSync(buildsDir) ? fs.readdirSync(buildsDir) : []) {
+        if (!name.startsWith(".holding-fence@")) continue;
+        const pid = Number((readJsonOrNull(path.join(buildsDir, name)) as { pid?: unknown } | null)?.pid);
+        if (!killedPids.has(pid)) leftBehind.push(`${label}/builds/${name} (pid ${pid || "?"})`);
+      }
+      for (const name of fs.readdirSync(output)) {
+        if (!/^\.(current-|published-fence-writing\.|clock-)/.test(name)) continue;
+        const mtime = fs.lstatSync(path.join(output, name), { throwIfNoEntry: false })?.mtimeMs;
+        if (mtime === undefined || !killedJustAfter(mtime)) leftBehind.push(`${label}/${name}`);
+      }
       const current = path.join(output, "current");
       if (fs.existsSync(current) || isSymlink(current)) {
         const target = readLinkOrNull(current);
@@ -671,7 +698,10 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
     .map(([key, reason]) => `${key}: ${reason}`);
 
   // --- figures -------------------------------------------------------------------------------
-  lines.push(`.work directories left behind: ${workDirsLeft}; cross-tenant flips of a shared current: ${flips}`);
+  lines.push(
+    `.work directories left behind: ${workDirsLeft}; left behind by workers that were not SIGKILLed (work dirs, holding marks, temporary files): ${leftBehind.length}; cross-tenant flips of a shared current: ${flips}`,
+  );
+  for (const left of leftBehind.slice(0, 8)) lines.push(`    left behind: ${left}`);
   lines.push(
     `publishes of an older version after a newer one (last fence wins): ${olderAfterNewer}` +
       (endsOlder.length ? `; ${endsOlder.join(", ")}` : ""),
@@ -775,6 +805,7 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
       kills: kills.length,
       pauses: pauses.length,
       refusedRecords: refusedRecords.length,
+      leftBehind: leftBehind.length,
       escaped: escaped.length + stuck.length,
     },
   };
@@ -1046,6 +1077,15 @@ export function readEvents(file: string): SoakEvent[] {
     .split("\n")
     .filter(Boolean)
     .map((line) => JSON.parse(line) as SoakEvent);
+}
+
+/** A JSON file's value, or null when it cannot be read or parsed. */
+function readJsonOrNull(file: string): unknown {
+  try {
+    return JSON.parse(fs.readFileSync(file, "utf8")) as unknown;
+  } catch {
+    return null;
+  }
 }
 
 function asJobs(event: SoakEvent): { jobId: string; attempt: number; runId: string }[] {
