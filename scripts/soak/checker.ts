@@ -476,6 +476,7 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   // name its pid), a temporary file it was writing when it died (mtime just before a kill).
   const killedRunIds = new Set(kills.flatMap((e) => asJobs(e).map((job) => job.runId)));
   const killedPids = new Set(kills.map((e) => Number(e.pid)));
+  const killedWorkerIds = new Set(kills.map((e) => String(e.workerId)));
   const killedJustAfter = (mtimeMs: number) => kills.some((e) => e.t >= mtimeMs - 50 && e.t - mtimeMs <= 2_000);
   for (const spec of SOAK_REBUILDS) {
     const definition = input.definitions.rebuilds.get(spec.name)!;
@@ -499,7 +500,9 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
       workDirsLeft += workDirs.length;
       for (const name of workDirs) {
         const runId = /^(.+)-f\d+-[0-9a-f]{6}$/.exec(name)?.[1];
-        if (!runId || !killedRunIds.has(runId)) leftBehind.push(`${label}/.work/${name}`);
+        // Also a run it picked up between the soak's look at what it ran and the kill.
+        const byKilled = runId !== undefined && killedWorkerIds.has(recordById.get(runId)?.workerId ?? "");
+        if (!runId || !(killedRunIds.has(runId) || byKilled)) leftBehind.push(`${label}/.work/${name}`);
       }
       for (const name of fs.existsSync(buildsDir) ? fs.readdirSync(buildsDir) : []) {
         if (!name.startsWith(".holding-fence@")) continue;
