@@ -217,7 +217,7 @@ export function evaluateRules(snapshot: AlertSnapshot, config: AlertsConfig, con
           summary: "No claimwatch worker is running",
           description: "No worker heartbeat: rebuilds wait in the queue and schedules do not run.",
           page: "/workers",
-          since: since,
+          since,
         });
       }
     } else if (snapshot.pending[id] !== undefined) {
