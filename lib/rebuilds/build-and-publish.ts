@@ -14,7 +14,7 @@ import type { RunRecorder } from "../runs/writer";
 import type { StepRecord } from "../runs/types";
 import { holdAfterLastRefreshMs, outputDirOf, type RebuildDefinition } from "./definitions";
 import { markHolding, otherHolders, ReissuedFenceError, type HoldingMark } from "./holding-marks";
-import { hashDirectory, promoteBuild, workDirOf } from "./output";
+import { hashDirectory, makeDirectory, promoteBuild, workDirOf } from "./output";
 import { FenceNotRecordedError, markFenceGranted, pointCurrentAtRecord, recordPublishedFence } from "./published-fence";
 import { isTransient } from "./classify-failure";
 import { TransientStepError, type StepContext } from "./steps/context";
@@ -328,8 +328,12 @@ const PUBLISH_ATTEMPTS = 6;
  * (recursive) remove is only paid when `mkdir` reports that the directory already existed.
  */
 async function freshDirectory(dir: string): Promise<void> {
-  const created = await fs.mkdir(dir, { recursive: true }).catch(() => undefined);
-  if (created !== undefined) return;
+  // Its real error, not ENOENT for a `.work` a full disk refused (makeDirectory).
+  const created = await makeDirectory(dir).catch((error: NodeJS.ErrnoException) => {
+    if (error.code === "EEXIST") return false; // a file in its place
+    throw error;
+  });
+  if (created) return;
   await fs.rm(dir, { recursive: true, force: true });
-  await fs.mkdir(dir, { recursive: true });
+  await fs.mkdir(dir);
 }

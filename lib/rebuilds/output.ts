@@ -101,8 +101,32 @@ export async function hashDirectory(dir: string): Promise<string> {
 /** `<output>/builds`, created if needed: the first one's entry in the output directory synced too. */
 export async function ensureBuildsDir(outputDir: string): Promise<string> {
   const buildsDir = path.join(outputDir, "builds");
-  if (await fs.mkdir(buildsDir, { recursive: true })) await syncPath(outputDir);
+  if (await makeDirectory(buildsDir)) await syncPath(outputDir);
   return buildsDir;
+}
+
+/**
+ * `mkdir -p` that reports what really went wrong: Node's recursive mkdir answers ENOENT when it
+ * cannot create a missing parent, also when the disk is full (ENOSPC) — which would fail a run
+ * for good instead of as transient. True when it created `dir` (or a parent of it).
+ */
+export async function makeDirectory(dir: string): Promise<boolean> {
+  try {
+    await fs.mkdir(dir);
+    return true;
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === "EEXIST" && (await fs.stat(dir)).isDirectory()) return false;
+    if (code !== "ENOENT" || path.dirname(dir) === dir) throw error;
+  }
+  await makeDirectory(path.dirname(dir));
+  try {
+    await fs.mkdir(dir);
+  } catch (error) {
+    // Made meanwhile by another writer: as good.
+    if ((error as NodeJS.ErrnoException).code !== "EEXIST" || !(await fs.stat(dir)).isDirectory()) throw error;
+  }
+  return true;
 }
 
 export async function promoteBuild(

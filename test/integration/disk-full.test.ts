@@ -1,6 +1,6 @@
 /**
- * A full disk under the output (a 2 MiB tmpfs, mounted by the test as root; notes/faults.md),
- * against a real worker process and Redis:
+ * A full disk under the output (a small ext4 on a loop device, else a tmpfs, mounted by the test
+ * as root: scripts/faults/small-disk.ts; notes/faults.md), against a real worker process and Redis:
  *
  * - a step that fills the disk fails its run with the step's own reason; the published build and
  *   `current` stay as they were and still hash to their names; the failed run's partial files are
@@ -11,19 +11,19 @@
  *   room again, a later attempt of the same job publishes, and nothing half-written is left.
  */
 import assert from "node:assert/strict";
-import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { claimName } from "../../lib/claims";
 import { hashDirectory, readCurrent } from "../../lib/rebuilds/output";
+import { mountSmallDisk, type SmallDisk } from "../../scripts/faults/small-disk";
 import { createTestBed, type TestBed, type TestWorker } from "../support/stack";
 
-const TMPFS_BYTES = 2 * 1024 * 1024;
+const DISK_BYTES = 2 * 1024 * 1024;
 
 let bed: TestBed;
 let output = "";
-let mounted = false;
+let disk: SmallDisk | undefined;
 let worker: TestWorker | undefined;
 let mountRefused = "";
 
@@ -44,20 +44,16 @@ before(async () => {
     },
   });
   output = bed.definitions.rebuilds.get("fill")!.outputPath;
-  fs.mkdirSync(output, { recursive: true });
-  const mount = spawnSync("mount", ["-t", "tmpfs", "-o", `size=${TMPFS_BYTES}`, "tmpfs", output], {
-    encoding: "utf8",
-  });
-  if (mount.status === 0) mounted = true;
-  else mountRefused = `mount -t tmpfs refused (${mount.stderr.trim() || mount.error?.message}): needs root`;
+  const mounted = mountSmallDisk(output, DISK_BYTES);
+  if (typeof mounted === "string") mountRefused = mounted;
+  else disk = mounted;
 });
 
 after(async () => {
   try {
     await worker?.stop("SIGKILL");
   } finally {
-    // Lazily, so a step process this test failed to stop cannot keep the mount (and its dir) alive.
-    if (mounted) spawnSync("umount", ["-l", output]);
+    disk?.unmount();
     await bed?.close();
   }
 });
@@ -117,7 +113,7 @@ async function jobState(jobId: string, state: string): Promise<void> {
 }
 
 test("a step that fills the disk fails its run; the published build stays, its space comes back, the next run publishes", async (t) => {
-  if (!mounted) return t.skip(mountRefused);
+  if (!disk) return t.skip(mountRefused);
   worker = await bed.startWorker();
 
   const first = await bed.trigger("fill", { version: "a-300000" });
@@ -127,7 +123,8 @@ test("a step that fills the disk fails its run; the published build stays, its s
   const freeAfterFirst = freeBytes();
 
   const buildsBefore = buildNames();
-  const filling = await bed.trigger("fill", { version: "b-3000000" });
+  // More than the disk has left.
+  const filling = await bed.trigger("fill", { version: `b-${freeBytes() + 1_000_000}` });
   const failed = await bed.waitForRun((r) => r.jobId === filling && r.status === "failed", 30_000);
   assert.match(failed.reason ?? "", /^step write exited 1/, "the step's own failure, not the worker's");
   await jobState(filling, "failed");
@@ -153,7 +150,7 @@ test("a step that fills the disk fails its run; the published build stays, its s
 });
 
 test("no room for the worker's own files: the attempt fails as transient, naming the full disk; with room again the same job publishes", async (t) => {
-  if (!mounted) return t.skip(mountRefused);
+  if (!disk) return t.skip(mountRefused);
   worker ??= await bed.startWorker();
   const currentBefore = await readCurrent(output);
 
