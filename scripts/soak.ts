@@ -47,6 +47,7 @@ import {
   type SoakClaimRef,
   type SoakDirs,
 } from "./soak/bed";
+import { mountSmallDisk } from "./faults/small-disk";
 import { chaosPlan, DISK_FILLER, runChaos } from "./soak/chaos";
 import { runChecker, readEvents, type Figures } from "./soak/checker";
 import { runTriggerStream } from "./soak/triggers";
@@ -136,29 +137,28 @@ const soak: Soak = {
 soak.events = new EventLog(path.join(soak.dirs.root, "events.jsonl"));
 
 /**
- * The outputs on a tmpfs of their own (root only), so that `disk-full` fills their disk and no
- * other: the journals, logs, Redis data and the machine's own disk stay out of it.
+ * The outputs on a small disk of their own (a loop-mounted ext4, else a tmpfs; root only), so
+ * that `disk-full` fills their disk and no other: the journals, logs, Redis data and the
+ * machine's own disk stay out of it.
  */
-const OUTPUTS_TMPFS_MIB = 128;
-const outputsTmpfs =
-  spawnSync("mount", ["-t", "tmpfs", "-o", `size=${OUTPUTS_TMPFS_MIB}m`, "tmpfs", soak.dirs.outputs], {
-    stdio: "ignore",
-  }).status === 0;
-if (!outputsTmpfs) soak.events.record("chaos-skip", { kind: "disk-full", why: "could not mount a tmpfs (not root?)" });
+const OUTPUTS_DISK_MIB = 128;
+const outputsDisk = mountSmallDisk(soak.dirs.outputs, OUTPUTS_DISK_MIB * 1024 * 1024);
+if (typeof outputsDisk === "string") soak.events.record("chaos-skip", { kind: "disk-full", why: outputsDisk });
+else soak.events.record("outputs-disk", { filesystem: outputsDisk.kind, mib: OUTPUTS_DISK_MIB });
 
-let outputsMounted = outputsTmpfs;
+let outputsMounted = typeof outputsDisk !== "string";
 /**
- * Unmounts the outputs' tmpfs, once; with `keep`, its contents (not the disk filler) are copied to
+ * Unmounts the outputs' disk, once; with `keep`, its contents (not the disk filler) are copied to
  * the kept directory first. Also on every other way out (an uncaught error, a second signal):
- * a mount left behind would hold its memory until a reboot.
+ * a mount left behind would hold its memory or loop device until a reboot.
  */
 function unmountOutputs(keep: boolean): void {
-  if (!outputsMounted) return;
+  if (!outputsMounted || typeof outputsDisk === "string") return;
   outputsMounted = false;
   fs.rmSync(path.join(soak.dirs.outputs, DISK_FILLER), { force: true });
   const copy = `${soak.dirs.outputs}.kept`;
   if (keep) spawnSync("cp", ["-a", soak.dirs.outputs, copy], { stdio: "ignore" });
-  spawnSync("umount", ["-l", soak.dirs.outputs], { stdio: "ignore" });
+  outputsDisk.unmount();
   if (keep && fs.existsSync(copy)) {
     fs.rmSync(soak.dirs.outputs, { recursive: true, force: true });
     fs.renameSync(copy, soak.dirs.outputs);
@@ -318,7 +318,7 @@ async function main(): Promise<Figures> {
           until,
           redeliveries,
           journalDir: dirs.journal,
-          ...(outputsTmpfs ? { fullableDisk: dirs.outputs } : {}),
+          ...(typeof outputsDisk !== "string" ? { fullableDisk: dirs.outputs } : {}),
           ...(soak.claimsRedis ? { claimsRedis: soak.claimsRedis } : {}),
           newVersion: (ref, why) => newVersion?.(ref, why) ?? Promise.resolve(),
         },
