@@ -111,22 +111,32 @@ export async function ensureBuildsDir(outputDir: string): Promise<string> {
  * for good instead of as transient. True when it created `dir` (or a parent of it).
  */
 export async function makeDirectory(dir: string): Promise<boolean> {
-  try {
-    await fs.mkdir(dir);
-    return true;
-  } catch (error) {
-    const code = (error as NodeJS.ErrnoException).code;
-    if (code === "EEXIST" && (await fs.stat(dir)).isDirectory()) return false;
-    if (code !== "ENOENT" || path.dirname(dir) === dir) throw error;
+  for (let tries = 1; ; tries++) {
+    try {
+      await fs.mkdir(dir);
+      return true;
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code;
+      if (code === "EEXIST") {
+        // A directory (or a link to one): there already. Something else: EEXIST for the caller.
+        // Gone again since (removed meanwhile): asked again, a few times.
+        const found = await existingDirectory(dir);
+        if (found === "directory") return false;
+        if (found === "other" || tries >= 3) throw error;
+        continue;
+      }
+      if (code !== "ENOENT" || path.dirname(dir) === dir || tries >= 3) throw error;
+    }
+    // A parent is missing: made first (its own real error, if it cannot be).
+    await makeDirectory(path.dirname(dir));
   }
-  await makeDirectory(path.dirname(dir));
-  try {
-    await fs.mkdir(dir);
-  } catch (error) {
-    // Made meanwhile by another writer: as good.
-    if ((error as NodeJS.ErrnoException).code !== "EEXIST" || !(await fs.stat(dir)).isDirectory()) throw error;
-  }
-  return true;
+}
+
+async function existingDirectory(dir: string): Promise<"directory" | "other" | "gone"> {
+  const stat = await fs.stat(dir).catch(() => null);
+  if (stat) return stat.isDirectory() ? "directory" : "other";
+  // A dangling symlink is something in the way; nothing at all is gone.
+  return (await fs.lstat(dir).catch(() => null)) ? "other" : "gone";
 }
 
 export async function promoteBuild(
@@ -460,8 +470,8 @@ async function removeTrash(buildsDir: string): Promise<void> {
  * place (`current`'s symlink, a published-fence entry or the legacy file). Only a writer killed in
  * between leaves one behind; `pruneLeftTemps` removes those.
  */
-export type OutputTempPrefix = ".current-" | ".published-fence-writing." | ".clock-";
-const OUTPUT_TEMP = /^\.(?:current-|published-fence-writing\.|clock-)[0-9a-f]{12}$/;
+export type OutputTempPrefix = ".current-" | ".published-fence-writing.";
+const OUTPUT_TEMP = /^\.(?:current-|published-fence-writing\.)[0-9a-f]{12}$/;
 
 export function outputTempName(outputDir: string, prefix: OutputTempPrefix): string {
   return path.join(outputDir, `${prefix}${crypto.randomBytes(6).toString("hex")}`);
@@ -527,33 +537,39 @@ export async function pruneAbandonedWorkDirs(definitions: Definitions): Promise<
       // Most passes find nothing to judge: then no clock is read.
       if (work.length === 0 && !top.some((name) => OUTPUT_TEMP.test(name))) continue;
       const now = await filesystemNow(outputDir);
-      if (now === null) continue; // nothing can be created there (a full or read-only disk): next pass
+      if (now === null) continue; // no clock file there (a read-only disk, no such dir): next pass
       await pruneWorkDirs(outputDir, ageMs, now);
       await pruneLeftTemps(outputDir, ageMs, now);
     }
   }
 }
 
+/** The empty file in each output dir whose mtime `filesystemNow` sets: kept, one per output. */
+export const CLOCK_FILE = ".clock";
+
 /**
- * Now, on the clock of the filesystem holding `dir`: the mtime of a file created there and
- * removed at once (on NFS the server's clock, which stamped the other hosts' files too). Null
- * when no file can be created. A probe left by a crash is a temporary like any other
- * (`pruneLeftTemps`).
+ * Now, on the clock of the filesystem holding `dir`: the mtime `ftruncate` gives the empty
+ * `.clock` file there (on NFS the server sets it, with the clock that stamped the other hosts'
+ * files too). Truncating allocates nothing, so it works on a full disk; only the first call per
+ * output creates the file. Null when it cannot be opened or created (a read-only disk).
  */
 export async function filesystemNow(dir: string): Promise<number | null> {
-  const probe = outputTempName(dir, ".clock-");
+  const file = path.join(dir, CLOCK_FILE);
   let handle: fs.FileHandle;
   try {
-    handle = await fs.open(probe, "wx");
+    handle = await fs.open(file, "r+").catch((error: NodeJS.ErrnoException) => {
+      if (error.code === "ENOENT") return fs.open(file, "a");
+      throw error;
+    });
   } catch {
     return null;
   }
   try {
+    await handle.truncate(0);
     return (await handle.stat()).mtimeMs;
   } catch {
     return null;
   } finally {
     await handle.close().catch(() => {});
-    await fs.rm(probe, { force: true }).catch(() => {});
   }
 }

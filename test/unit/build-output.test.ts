@@ -10,6 +10,7 @@ import { after, test } from "node:test";
 import {
   BuildContentError,
   hashDirectory,
+  makeDirectory,
   outputTempName,
   promoteBuild,
   pruneBuilds,
@@ -126,4 +127,20 @@ test("a killed writer's temporary files beside the output are removed once old; 
   assert.deepEqual(await readPublishedFence(output), { fence: 3, hash });
   assert.deepEqual(await recordPublishedFence(output, 4, hash), { status: "recorded" });
   assert.equal((await readPublishedFence(output))?.fence, 4);
+});
+
+test("makeDirectory: parents made, one answer for many callers at once, EEXIST for a file or a dangling link in the way", async () => {
+  const base = fs.mkdtempSync(path.join(root, "mkdir-"));
+  const deep = path.join(base, "a", "b", "c");
+  const created = await Promise.all(Array.from({ length: 8 }, () => makeDirectory(deep)));
+  assert.equal(fs.statSync(deep).isDirectory(), true);
+  assert.ok(created.includes(true), "one of them made it");
+  assert.equal(await makeDirectory(deep), false, "there already");
+  fs.writeFileSync(path.join(base, "file"), "");
+  await assert.rejects(makeDirectory(path.join(base, "file")), { code: "EEXIST" });
+  fs.symlinkSync(path.join(base, "nowhere"), path.join(base, "dangling"));
+  await assert.rejects(makeDirectory(path.join(base, "dangling")), { code: "EEXIST" });
+  fs.symlinkSync(deep, path.join(base, "to-dir"));
+  assert.equal(await makeDirectory(path.join(base, "to-dir")), false, "a link to a directory is one");
+  await assert.rejects(makeDirectory(path.join(base, "file", "below")), { code: "ENOTDIR" });
 });

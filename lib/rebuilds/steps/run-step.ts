@@ -413,4 +413,5 @@ export const TRANSIENT_ERRNO = new Set([
   "EMFILE",
   "ENFILE",
   "ENOSPC",
+  "EDQUOT",
 ]);
