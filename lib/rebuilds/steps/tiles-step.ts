@@ -10,6 +10,7 @@ import { setImmediate as yieldToEventLoop } from "node:timers/promises";
 import geojsonvt from "geojson-vt";
 import vtpbf from "vt-pbf";
 import type { TilesStep } from "../definitions";
+import { makeDirectory } from "../output";
 import { StepFailedError, TransientStepError, type StepContext } from "./context";
 import { TRANSIENT_ERRNO } from "./run-step";
 
@@ -56,7 +57,7 @@ export async function runTilesStep(step: TilesStep, context: StepContext): Promi
     if (z >= minZoom && tile.features.length > 0) {
       const buffer = vtpbf.fromGeojsonVt({ [layer]: tile as never }, { version: 2 });
       const dir = path.join(tilesDir, String(z), String(x));
-      await fs.mkdir(dir, { recursive: true });
+      await makeDirectory(dir); // a full disk's ENOSPC, not the ENOENT a recursive mkdir says
       await fs.writeFile(path.join(dir, `${y}.pbf`), buffer);
       written++;
     }
