@@ -5,6 +5,10 @@
  * parameter with a bare 500; and a URL longer than any the API or the pages use is answered 414 —
  * Next.js would otherwise echo it into response headers (a redirect's Location and more) past
  * what an HTTP client accepts, and the client sees no answer at all (the fuzzer found it).
+ * Pages are read with GET and HEAD only: any other method on a path outside /api/ is answered
+ * 405 in the API's error shape — Next.js would otherwise take a multipart POST for a server
+ * action (this app has none) and answer 409 with no JSON (the fuzzer found it, through
+ * `/api/%2e%2e`, which the URL parser turns into `/`).
  * Access control is not done here: every route handler and page checks the caller itself.
  */
 import { NextResponse, type NextRequest } from "next/server";
@@ -32,6 +36,12 @@ export function proxy(request: NextRequest): NextResponse {
     const target = new URL(request.url);
     target.pathname = raw.replace(/\/+$/, "") || "/";
     return NextResponse.redirect(target, 308);
+  }
+  if (!raw.startsWith("/api/") && request.method !== "GET" && request.method !== "HEAD") {
+    return NextResponse.json(
+      { error: { code: "method-not-allowed", message: `${request.method} ${raw}: pages are read with GET` } },
+      { status: 405, headers: { allow: "GET, HEAD", "cache-control": "no-store" } },
+    );
   }
   if (!raw.startsWith("/api/") && !raw.startsWith("/runs/")) return NextResponse.next();
   try {
