@@ -484,6 +484,11 @@ export function outputTempName(outputDir: string, prefix: OutputTempPrefix): str
  */
 export async function pruneLeftTemps(outputDir: string, ageMs: number, now = Date.now()): Promise<string[]> {
   const entries = await fs.readdir(outputDir).catch(() => [] as string[]);
+  return removeOldTemps(outputDir, entries, ageMs, now);
+}
+
+/** `pruneLeftTemps` on a listing of `outputDir` already made. */
+async function removeOldTemps(outputDir: string, entries: string[], ageMs: number, now: number): Promise<string[]> {
   const removed: string[] = [];
   for (const name of entries.filter((entry) => OUTPUT_TEMP.test(entry))) {
     const file = path.join(outputDir, name);
@@ -501,15 +506,8 @@ export async function pruneLeftTemps(outputDir: string, ageMs: number, now = Dat
   return removed;
 }
 
-/** Removes work directories of runs that ended without cleaning up (a killed worker), older than `ageMs`. */
-export async function pruneWorkDirs(outputDir: string, ageMs: number, now = Date.now()): Promise<void> {
-  const workRoot = path.join(outputDir, ".work");
-  let entries: string[];
-  try {
-    entries = await fs.readdir(workRoot);
-  } catch {
-    return;
-  }
+/** Removes the work directories in `workRoot` (listed as `entries`) of runs that ended without cleaning up, older than `ageMs`. */
+async function removeOldWorkDirs(workRoot: string, entries: string[], ageMs: number, now: number): Promise<void> {
   for (const name of entries) {
     const dir = path.join(workRoot, name);
     const stat = await fs.stat(dir).catch(() => null);
@@ -530,22 +528,23 @@ export async function pruneAbandonedWorkDirs(definitions: Definitions): Promise<
     const ageMs = rebuild.timeLimit + rebuild.claim.ttl + holdAfterLastRefreshMs(rebuild) + 5_000;
     for (const tenant of tenantsOf(rebuild)) {
       const outputDir = outputDirOf(rebuild, tenant);
+      const workRoot = path.join(outputDir, ".work");
       const [work, top] = await Promise.all([
-        fs.readdir(path.join(outputDir, ".work")).catch(() => [] as string[]),
+        fs.readdir(workRoot).catch(() => [] as string[]),
         fs.readdir(outputDir).catch(() => [] as string[]),
       ]);
       // Most passes find nothing to judge: then no clock is read.
       if (work.length === 0 && !top.some((name) => OUTPUT_TEMP.test(name))) continue;
       const now = await filesystemNow(outputDir);
       if (now === null) continue; // no clock file there (a read-only disk, no such dir): next pass
-      await pruneWorkDirs(outputDir, ageMs, now);
-      await pruneLeftTemps(outputDir, ageMs, now);
+      await removeOldWorkDirs(workRoot, work, ageMs, now);
+      await removeOldTemps(outputDir, top, ageMs, now);
     }
   }
 }
 
 /** The empty file in each output dir whose mtime `filesystemNow` sets: kept, one per output. */
-export const CLOCK_FILE = ".clock";
+const CLOCK_FILE = ".clock";
 
 /**
  * Now, on the clock of the filesystem holding `dir`: the mtime `ftruncate` gives the empty

@@ -41,3 +41,21 @@ export function mountSmallDisk(dir: string, bytes: number): SmallDisk | string {
   }
   return `neither a loop-mounted ext4 nor a tmpfs could be mounted (${tmpfs.stderr.trim() || tmpfs.error?.message}): needs root`;
 }
+
+/**
+ * Appends to `fd` until its disk answers ENOSPC, in ever smaller pieces (down to the last byte
+ * with the default sizes). Call it again to top the disk up after others freed space.
+ */
+export function fillToLastByte(fd: number, sizes: number[] = [1024 * 1024, 64 * 1024, 4096, 1]): void {
+  for (const size of sizes) {
+    const piece = Buffer.alloc(size, 0x5a);
+    for (;;) {
+      try {
+        fs.writeSync(fd, piece);
+      } catch (error) {
+        if ((error as NodeJS.ErrnoException).code === "ENOSPC") break;
+        throw error;
+      }
+    }
+  }
+}

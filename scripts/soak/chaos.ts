@@ -43,6 +43,7 @@ import { forceReleaseClaim, listClaims } from "../../lib/claims";
 import { PRUNING_VERSION } from "../../lib/rebuilds/prune";
 import type { RedisKeys } from "../../lib/redis/keys";
 import { readRun } from "../../lib/runs/records";
+import { fillToLastByte } from "../faults/small-disk";
 import type { RunRecord } from "../../lib/runs/types";
 import {
   CLAIM_TTL_MS,
@@ -301,21 +302,6 @@ async function refuseFenceRecords(options: ChaosOptions, ms: number): Promise<vo
 /** The file `disk-full` fills the outputs' disk with (in the outputs' directory). */
 export const DISK_FILLER = ".soak-disk-filler";
 
-/** Appends to `fd` until the disk answers ENOSPC, in ever smaller pieces (to the last byte). */
-function fillUp(fd: number, sizes = [1024 * 1024, 64 * 1024, 4096, 1]): void {
-  for (const size of sizes) {
-    const piece = Buffer.alloc(size, 0x5a);
-    for (;;) {
-      try {
-        fs.writeSync(fd, piece);
-      } catch (error) {
-        if ((error as NodeJS.ErrnoException).code === "ENOSPC") break;
-        throw error;
-      }
-    }
-  }
-}
-
 /**
  * Fills the outputs' filesystem to its last byte and keeps it full for `ms` (topped up every
  * 50 ms: a run that fails frees its work dir's space), then removes the filler.
@@ -329,10 +315,10 @@ async function fillDisk(options: ChaosOptions, ms: number): Promise<void> {
     const fd = fs.openSync(filler, "w");
     try {
       const until = Date.now() + ms;
-      fillUp(fd);
+      fillToLastByte(fd);
       while (Date.now() < until) {
         await sleep(Math.min(50, until - Date.now()));
-        fillUp(fd, [64 * 1024, 4096, 1]);
+        fillToLastByte(fd, [64 * 1024, 4096, 1]);
       }
     } finally {
       fs.closeSync(fd);

@@ -16,7 +16,7 @@ import path from "node:path";
 import { after, before, test } from "node:test";
 import { claimName } from "../../lib/claims";
 import { hashDirectory, readCurrent } from "../../lib/rebuilds/output";
-import { mountSmallDisk, type SmallDisk } from "../../scripts/faults/small-disk";
+import { fillToLastByte, mountSmallDisk, type SmallDisk } from "../../scripts/faults/small-disk";
 import { createTestBed, type TestBed, type TestWorker } from "../support/stack";
 
 const DISK_BYTES = 2 * 1024 * 1024;
@@ -158,17 +158,7 @@ test("no room for the worker's own files: the attempt fails as transient, naming
   const filler = path.join(output, "filler");
   const fd = fs.openSync(filler, "w");
   try {
-    for (const chunk of [64 * 1024, 4096, 1]) {
-      const bytes = Buffer.alloc(chunk, 1);
-      for (;;) {
-        try {
-          fs.writeSync(fd, bytes);
-        } catch (error) {
-          if ((error as NodeJS.ErrnoException).code === "ENOSPC") break;
-          throw error;
-        }
-      }
-    }
+    fillToLastByte(fd, [64 * 1024, 4096, 1]);
   } finally {
     fs.closeSync(fd);
   }

@@ -610,6 +610,44 @@ test("a method a route does not serve is a 405 in the error shape with Allow; OP
   assert.deepEqual(failures, []);
 });
 
+test("pages are read with GET and HEAD only: any other method on a page, a multipart POST taken for a server action included, is a 405 in the API's error shape", async () => {
+  const failures: string[] = [];
+  // `/api/%2e%2e` is `/` once parsed: the fuzzer's case (Next answered 409 with no JSON).
+  for (const page of ["/", "/runs", "/rebuilds", "/api/%2e%2e"]) {
+    for (const method of ["POST", "PUT", "PATCH", "DELETE"]) {
+      const form = new FormData();
+      form.append("1_$ACTION_ID_0", "x");
+      const response = await fetch(`${base}${page}`, {
+        method,
+        headers: { authorization: `Bearer ${OPERATOR_TOKEN}`, "next-action": "0".repeat(40) },
+        body: form,
+        redirect: "manual",
+      });
+      const text = await response.text();
+      let body: { error?: { code?: string; message?: string } } = {};
+      try {
+        body = JSON.parse(text) as typeof body;
+      } catch {
+        // reported below
+      }
+      const where = `${method} ${page}: ${response.status} ${JSON.stringify(text.slice(0, 200))}`;
+      if (
+        response.status !== 405 ||
+        response.headers.get("allow") !== "GET, HEAD" ||
+        body.error?.code !== "method-not-allowed" ||
+        !body.error.message?.startsWith(`${method} /`)
+      ) {
+        failures.push(where);
+      }
+    }
+  }
+  assert.deepEqual(failures, []);
+  // GET still serves the pages.
+  const page = await fetch(`${base}/`, { headers: { authorization: `Bearer ${OPERATOR_TOKEN}` }, redirect: "manual" });
+  await page.text();
+  assert.ok(page.status === 200 || page.status === 307, `GET /: ${page.status}`);
+});
+
 test("no Redis key was built from unchecked input", async () => {
   const keys = [...(await bed.main.keys("*")), ...(await bed.claims.keys("*"))]; // a test may list keys
   for (const bad of ["nope", "initech", "..", "etc", "a*b", "x*", "exploded", "garbage", "seed-99"]) {
