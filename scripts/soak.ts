@@ -21,7 +21,10 @@
  * transient — with probability P: retried, never a lost request), --clock-skews L (comma-separated
  * wall-clock offsets given to the workers in turn as they start, libfaketime: "0,-20s,+20s" by
  * default, so hosts' clocks disagree by 40 s; "0" for real clocks only; the steps keep the real
- * clock, as the journals are the checker's instrument).
+ * clock, as the journals are the checker's instrument), --redis sentinel (the main Redis, claims
+ * included, is a Sentinel group: a primary, two replicas with `min-replicas-to-write 2`, three
+ * sentinels; `redis` is a forced failover, `redis-crash` a SIGKILLed primary; triggers count once
+ * both replicas have them, CLAIMWATCH_TRIGGER_REPLICAS=2).
  * Every process is started and stopped by PID here; port 6379 is never used.
  */
 import { spawnSync } from "node:child_process";
@@ -36,12 +39,15 @@ import { loadDefinitions } from "../lib/rebuilds/definitions";
 import { queuePrefix, REBUILD_QUEUE } from "../lib/rebuilds/queue";
 import { closeRedis, createRedis } from "../lib/redis/client";
 import { redisKeys } from "../lib/redis/keys";
+import { withDatabase } from "../lib/redis/url";
 import {
   EventLog,
   prepareDirs,
   seededRandom,
   sleep,
   SoakRedis,
+  SoakSentinelRedis,
+  type SoakRedisServer,
   withTimeout,
   WorkerPool,
   type SoakClaimRef,
@@ -66,10 +72,12 @@ const { values: args } = parseArgs({
     "retention-builds": { type: "string" },
     "input-faults": { type: "string" },
     "clock-skews": { type: "string", default: "0,-20s,+20s" },
+    redis: { type: "string", default: "single" },
   },
 });
 const inputFaults = args["input-faults"] === undefined ? 0 : Number(args["input-faults"]);
 const separateClaims = args.claims === "separate";
+const sentinel = args.redis === "sentinel";
 const claimsPersistence = args["claims-persistence"];
 const retentionBuilds = args["retention-builds"] === undefined ? undefined : Number(args["retention-builds"]);
 const seconds = Number(args.seconds ?? (args.quick ? 45 : 300));
@@ -83,6 +91,8 @@ if (
   workerCount < 2 ||
   !Number.isFinite(seed) ||
   !["shared", "separate"].includes(args.claims ?? "") ||
+  !["single", "sentinel"].includes(args.redis ?? "") ||
+  (sentinel && separateClaims) ||
   !["aof", "rdb"].includes(claimsPersistence ?? "") ||
   (claimsPersistence === "rdb" && !separateClaims) ||
   (retentionBuilds !== undefined && (!Number.isInteger(retentionBuilds) || retentionBuilds < 0)) ||
@@ -93,7 +103,8 @@ if (
     "usage: soak [--seconds N≥10] [--workers K≥2] [--quick] [--seed S] [--keep]\n" +
       "            [--claims shared|separate] [--claims-persistence aof|rdb (separate only)] [--retention-builds N≥0]\n" +
       "            [--input-faults P (0≤P<1: a step's input read fails with EIO with probability P)]\n" +
-      "            [--clock-skews 0,-20s,+20s (the workers' wall clocks in turn, libfaketime; 0: real)]\n",
+      "            [--clock-skews 0,-20s,+20s (the workers' wall clocks in turn, libfaketime; 0: real)]\n" +
+      "            [--redis single|sentinel (a primary, a replica and three sentinels: restarts are failovers; claims shared only)]\n",
   );
   process.exit(2);
 }
@@ -107,7 +118,7 @@ const elapsed = () => `${((Date.now() - startedAt) / 1000).toFixed(1)}s`;
 interface Soak {
   dirs: SoakDirs;
   events: EventLog;
-  redis: SoakRedis | null;
+  redis: SoakRedisServer | null;
   /** A separate claims Redis (`--claims separate`), or null when claims share the main one. */
   claimsRedis: SoakRedis | null;
   pool: WorkerPool | null;
@@ -177,8 +188,7 @@ function cleanUp(): Promise<string[]> {
     killStepProcesses(soak.dirs, soak.events);
     await soak.queue?.close().catch(() => {});
     await Promise.all(soak.clients.map((c) => closeRedis(c)));
-    const redisPid = soak.redis?.pid ?? null;
-    const claimsRedisPid = soak.claimsRedis?.pid ?? null;
+    const redisPids = [...(soak.redis?.pids() ?? []), ...(soak.claimsRedis?.pids() ?? [])];
     await soak.redis?.stop();
     await soak.claimsRedis?.stop();
     await sleep(200);
@@ -186,12 +196,11 @@ function cleanUp(): Promise<string[]> {
     const started = soak.events.events;
     const left: string[] = [];
     for (const w of soak.pool?.all ?? []) if (isAlive(w.pid)) left.push(`worker ${w.pid}`);
-    const redisPids = new Set([
+    for (const pid of new Set([
       ...started.filter((e) => e.kind === "redis-up").map((e) => Number(e.pid)),
-      redisPid,
-      claimsRedisPid,
-    ]);
-    for (const pid of redisPids) if (pid !== null && isAlive(pid)) left.push(`redis-server ${pid}`);
+      ...redisPids,
+    ]))
+      if (isAlive(pid)) left.push(`redis-server ${pid}`);
     for (const pid of stepPids(soak.dirs)) if (isAlive(pid)) left.push(`step ${pid}`);
     for (const pid of soakProcessPids(soak.prefix)) left.push(`escaped step process ${pid}`);
     return left;
@@ -219,22 +228,29 @@ async function main(): Promise<Figures> {
   const { dirs, events } = soak;
   const mode = separateClaims
     ? `claims on a separate Redis (${claimsPersistence === "rdb" ? "RDB snapshots only" : "AOF everysec"})`
-    : "claims on the main Redis (AOF everysec)";
+    : sentinel
+      ? "a Sentinel group (primary, two replicas, three sentinels; restarts are failovers), claims on it too"
+      : "claims on the main Redis (AOF everysec)";
   say(
     `soak: ${seconds} s, ${workerCount} workers, seed ${seed}${args.quick ? ", quick" : ""}, ${mode}` +
       `${retentionBuilds !== undefined ? `, retention.builds ${retentionBuilds}` : ""}` +
       `${inputFaults > 0 ? `, input reads fail with EIO at p=${inputFaults}` : ""}, dir ${dirs.root}`,
   );
-  soak.redis = await SoakRedis.start(dirs.redis);
-  const redis = soak.redis;
-  events.record("redis-up", { pid: redis.pid, port: redis.port, first: true, role: "main" });
+  let redis: SoakRedisServer;
+  if (sentinel) {
+    redis = soak.redis = await SoakSentinelRedis.start(dirs.redis, events);
+  } else {
+    const single = await SoakRedis.start(dirs.redis);
+    redis = soak.redis = single;
+    events.record("redis-up", { pid: single.pid, port: single.port, first: true, role: "main" });
+  }
   if (separateClaims) {
     // RDB-only: a crash loses every write since the last snapshot (at most ~3 s here).
     const persistence = claimsPersistence === "rdb" ? ["--appendonly", "no", "--save", "3 1"] : [];
     soak.claimsRedis = await SoakRedis.start(`${dirs.redis}-claims`, "claims", persistence);
     events.record("redis-up", { pid: soak.claimsRedis.pid, port: soak.claimsRedis.port, first: true, role: "claims" });
   }
-  const claimsUrl = soak.claimsRedis ? soak.claimsRedis.url : `${redis.url}/1`;
+  const claimsUrl = soak.claimsRedis ? soak.claimsRedis.url : withDatabase(redis.url, 1);
   const loaded = loadDefinitions(dirs.config);
   if (!loaded.ok) throw loaded.error;
   const definitions = loaded.definitions;
@@ -258,13 +274,14 @@ async function main(): Promise<Figures> {
     // ends and adds its version after: the soak's faults then land between the two writes too.
     CLAIMWATCH_INPUTS_VISIBLE_AFTER_MS: "0",
   };
+  if (sentinel) env.CLAIMWATCH_TRIGGER_REPLICAS = String(SoakSentinelRedis.REPLICAS);
   if (soak.claimsRedis) env.CLAIMS_REDIS_URL = soak.claimsRedis.url;
   else delete env.CLAIMS_REDIS_URL;
   const pool = new WorkerPool(env, dirs.logs, events, clockSkews);
   soak.pool = pool;
   await Promise.all(Array.from({ length: workerCount }, () => pool.start()));
   say(
-    `soak: redis-server pid ${redis.pid} on port ${redis.port}; workers ${pool.all.map((w) => w.pid).join(", ")} ready (${elapsed()})`,
+    `soak: redis-server pid(s) ${redis.pids().join(", ")} at ${redis.url}; workers ${pool.all.map((w) => w.pid).join(", ")} ready (${elapsed()})`,
   );
 
   soak.watcher = new PublishWatcher(watchClaims, keys, definitions, events);
@@ -285,7 +302,7 @@ async function main(): Promise<Figures> {
     say(
       `soak: ${elapsed()} triggers ${counts("trigger")}, kills ${counts("kill")}, pauses ${counts("pause")}, ` +
         `deploys ${counts("deploy")}, Redis restarts ${counts("redis-stop")}, Redis crashes ${counts("redis-crash")}, ` +
-        `force releases ${counts("force-release")}`,
+        `force releases ${counts("force-release")}${sentinel ? `, failovers ${counts("redis-failover")}` : ""}`,
     );
   }, 15_000);
   let newVersion: ((ref: SoakClaimRef, why: string) => Promise<void>) | undefined;
@@ -301,6 +318,7 @@ async function main(): Promise<Figures> {
         until,
         gapMs: [250, 800],
         inputRoot: dirs.root,
+        ...(sentinel ? { replicas: SoakSentinelRedis.REPLICAS } : {}),
         expose: (fn) => (newVersion = fn),
       }),
       runChaos(

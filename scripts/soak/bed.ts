@@ -12,6 +12,7 @@ import { fileURLToPath } from "node:url";
 import { stringify } from "yaml";
 import { startRedisServer, type RedisServerHandle } from "../../lib/redis/embedded";
 import { skewedClockEnv } from "../faults/clock";
+import { adminClient, askPrimaryPort, pollUntil, startSentinelGroup, untilInSync } from "../faults/sentinel";
 import { STEP_SCRIPT } from "./step-script";
 
 export const REPO_ROOT = fileURLToPath(new URL("../..", import.meta.url));
@@ -199,8 +200,21 @@ export class EventLog {
 
 // --- Redis -------------------------------------------------------------------------------
 
+/** A Redis the soak started and its chaos restarts: one server, or a Sentinel group. */
+export interface SoakRedisServer {
+  /** What clients dial (DB 0). */
+  readonly url: string;
+  /** Which Redis this is in the event log ("main", or "claims" when the claims Redis is separate). */
+  readonly role: "main" | "claims";
+  /** Every process of it running now (servers and sentinels), by PID. */
+  pids(): number[];
+  /** A restart (`crash`: SIGKILL) of one server; for a Sentinel group, a failover (`SoakSentinelRedis`). */
+  restart(downMs: number, events: EventLog, options?: { crash?: boolean }): Promise<void>;
+  stop(): Promise<void>;
+}
+
 /** One redis-server that can be restarted on the same port with the same data (AOF). */
-export class SoakRedis {
+export class SoakRedis implements SoakRedisServer {
   private constructor(
     private handle: RedisServerHandle | null,
     readonly port: number,
@@ -222,6 +236,10 @@ export class SoakRedis {
 
   get pid(): number | null {
     return this.handle?.pid ?? null;
+  }
+
+  pids(): number[] {
+    return this.handle ? [this.handle.pid] : [];
   }
 
   /**
@@ -267,6 +285,166 @@ export class SoakRedis {
     const handle = this.handle;
     this.handle = null;
     await handle?.stop(5_000);
+  }
+}
+
+/**
+ * The data servers' settings beyond the embedded defaults: a primary refuses writes unless both
+ * replicas acknowledged the stream within 2 s (NOREPLICAS), so a primary the sentinels have
+ * replaced — still reachable, not yet demoted — takes no writes that its demotion would throw
+ * away; with 1, a forced failover lost a run record in every run tried (RELIABILITY.md, "Sentinel").
+ */
+export const SENTINEL_DATA_ARGS = ["--min-replicas-to-write", "2", "--min-replicas-max-lag", "2"];
+
+/**
+ * The main Redis as a Sentinel group (`--redis sentinel`): a primary, two asynchronous replicas
+ * (with `min-replicas-to-write 1`, one replica left after a failover keeps the new primary
+ * writable) and three sentinels, each on a fixed port and data dir (AOF) so a killed server comes back with its
+ * data. Clients dial the group (`redis+sentinel://…/soak`) and follow the primary. Its `restart`
+ * is a failover: writes the replica had not received yet are lost, as asynchronous replication
+ * loses them.
+ */
+export class SoakSentinelRedis implements SoakRedisServer {
+  /** Its replicas: a trigger counts once all have it (CLAIMWATCH_TRIGGER_REPLICAS). */
+  static readonly REPLICAS = 2;
+  readonly role = "main" as const;
+
+  private constructor(
+    /** The data servers by port (a killed one is null until it is back). */
+    private readonly nodes: Map<number, { handle: RedisServerHandle | null; dir: string }>,
+    private readonly sentinels: RedisServerHandle[],
+    private readonly name: string,
+    readonly url: string,
+  ) {}
+
+  static async start(dir: string, events: EventLog): Promise<SoakSentinelRedis> {
+    const dirs = new Map<RedisServerHandle, string>();
+    let sentinelCount = 0;
+    const group = await startSentinelGroup(
+      async (extraArgs, { sentinelConfig, role }) => {
+        const serverDir = `${dir}-${role === "sentinel" ? `sentinel${++sentinelCount}` : role}`;
+        const handle = await startRedisServer({
+          dir: serverDir,
+          dieWithParent: true,
+          extraArgs,
+          ...(sentinelConfig ? { sentinelConfig } : {}),
+        });
+        dirs.set(handle, serverDir);
+        events.record("redis-up", { pid: handle.pid, port: handle.port, first: true, role: "main", node: role });
+        return handle;
+      },
+      // A primary silent for 1 s is down; a failover gets 5 s before another is tried.
+      {
+        name: "soak",
+        downAfterMs: 1_000,
+        failoverTimeoutMs: 5_000,
+        dataArgs: SENTINEL_DATA_ARGS,
+        replicas: SoakSentinelRedis.REPLICAS,
+      },
+    );
+    const nodes = new Map(
+      [group.primary, ...group.replicas].map((handle) => [handle.port, { handle, dir: dirs.get(handle)! }] as const),
+    );
+    return new SoakSentinelRedis(nodes, group.sentinels, group.name, group.url);
+  }
+
+  pids(): number[] {
+    return [...[...this.nodes.values()].map((node) => node.handle), ...this.sentinels].flatMap((handle) =>
+      handle ? [handle.pid] : [],
+    );
+  }
+
+  /** The port the sentinels name as the primary now. */
+  primaryPort(): Promise<number | null> {
+    return askPrimaryPort(this.name, this.sentinels);
+  }
+
+  /**
+   * A failover. With `crash`: the primary is SIGKILLed, the sentinels promote the replica once it
+   * has been silent past down-after-milliseconds, and the killed server comes back (after
+   * `downMs` at least) on its port and data as a replica of the new primary. Without: `SENTINEL
+   * FAILOVER`, the primary demoted while it runs (its clients see READONLY, or their connection
+   * closed, and re-ask the sentinels). Events: `redis-crash` (crash only), `redis-failover` once
+   * the sentinels name the new primary, `redis-up` when the killed server is back.
+   */
+  async restart(downMs: number, events: EventLog, options: { crash?: boolean } = {}): Promise<void> {
+    const kind = options.crash ? "redis-crash" : "redis";
+    const from = await this.primaryPort();
+    const node = from === null ? undefined : this.nodes.get(from);
+    const replicas = [...this.nodes.entries()].filter(([port]) => port !== from).map(([, replica]) => replica.handle);
+    if (from === null || !node?.handle || replicas.some((replica) => !replica)) {
+      events.record("chaos-skip", { kind, why: "no primary and replicas to fail over" });
+      return;
+    }
+    // A replica still syncing after the last failover cannot be promoted: wait for them, as an
+    // operator would (a primary lost before that is an outage, not a failover).
+    try {
+      for (const replica of replicas) await untilInSync(replica!, 30_000);
+    } catch (error) {
+      events.record("chaos-skip", { kind, why: String(error) });
+      return;
+    }
+    const started = Date.now();
+    if (options.crash) {
+      const old = node.handle;
+      node.handle = null;
+      events.record("redis-crash", { pid: old.pid, port: from, role: this.role, failover: true });
+      const exited = new Promise<void>((resolve) =>
+        old.child.exitCode !== null || old.child.signalCode !== null
+          ? resolve()
+          : old.child.once("exit", () => resolve()),
+      );
+      process.kill(old.pid, "SIGKILL");
+      await exited;
+      await old.stop(1_000);
+      events.record("redis-down", { pid: old.pid, port: from, role: this.role });
+    } else {
+      events.record("redis-failover-asked", { from });
+    }
+    let to: number | null = null;
+    try {
+      if (!options.crash) {
+        const sentinel = adminClient(this.sentinels[0]!);
+        try {
+          await sentinel.call("SENTINEL", "FAILOVER", this.name);
+        } finally {
+          sentinel.disconnect();
+        }
+      }
+      to = await pollUntil("the sentinels name a new primary", 30_000, async () => {
+        const port = await this.primaryPort();
+        return port !== null && port !== from ? port : null;
+      });
+      events.record("redis-failover", { from, to, crash: options.crash === true, ms: Date.now() - started });
+    } catch (error) {
+      events.record("chaos-error", { kind, error: String(error) });
+    }
+    if (!options.crash) return;
+    await sleep(Math.max(0, started + downMs - Date.now()));
+    // Back as the new primary's replica from its first moment: never a second primary. (With no
+    // failover, back as the primary it was.)
+    const deadline = Date.now() + 10_000;
+    for (;;) {
+      try {
+        node.handle = await startRedisServer({
+          dir: node.dir,
+          port: from,
+          dieWithParent: true,
+          extraArgs: [...SENTINEL_DATA_ARGS, ...(to === null ? [] : ["--replicaof", "127.0.0.1", String(to)])],
+        });
+        break;
+      } catch (error) {
+        if (Date.now() > deadline) throw error;
+        await sleep(250);
+      }
+    }
+    events.record("redis-up", { pid: node.handle.pid, port: from, role: this.role, replicaOf: to });
+  }
+
+  async stop(): Promise<void> {
+    const handles = [...this.sentinels, ...[...this.nodes.values()].map((node) => node.handle)];
+    for (const node of this.nodes.values()) node.handle = null;
+    await Promise.all(handles.map((handle) => handle?.stop(5_000)));
   }
 }
 

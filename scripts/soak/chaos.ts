@@ -17,6 +17,12 @@
  *   redis-crash  the same with SIGKILL: AOF everysec may lose its last second of writes (issue 14);
  *             with a separate claims Redis (`--claims separate`) it is the claims Redis that
  *             crashes — with `--claims-persistence rdb`, losing everything since its last snapshot
+ *             With `--redis sentinel` both are failovers of the main Redis (a primary, an
+ *             asynchronous replica, three sentinels): `redis` asks the sentinels for one
+ *             (`SENTINEL FAILOVER`, the primary demoted while it runs), `redis-crash` SIGKILLs the
+ *             primary, the sentinels promote the replica after 1 s of silence, and the killed
+ *             server comes back as the new primary's replica; writes the replica had not received
+ *             are lost either way
  *   force-release  an operator force-releases a live claim (the token shown), while the trigger
  *             stream keeps asking for other versions: the holder's request must not be lost
  *   fence-disk  the outputs' disk refuses the published-fence record for 2.5–4.5 s: every
@@ -52,6 +58,7 @@ import {
   withTimeout,
   type EventLog,
   type SoakRedis,
+  type SoakRedisServer,
   type SoakClaimRef,
   type SoakWorker,
   type WorkerPool,
@@ -77,7 +84,7 @@ export interface ChaosAction {
 
 export interface ChaosOptions {
   pool: WorkerPool;
-  redis: SoakRedis;
+  redis: SoakRedisServer;
   events: EventLog;
   main: Redis;
   /** The claims Redis (force releases). */

@@ -260,6 +260,7 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
     const up = events.slice(events.indexOf(stop)).find((e) => e.kind === "redis-up");
     return up ? (up.t - stop.t) / 1000 : NaN;
   });
+  const failovers = events.filter((e) => e.kind === "redis-failover");
   const fenceDisks = events.filter((e) => e.kind === "fence-disk");
   const fullDisks = events.filter((e) => e.kind === "disk-full");
   const refusedRecords = records.filter((r) => /fence could not be recorded on disk/.test(r.reason ?? ""));
@@ -270,6 +271,9 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
       `pauses: ${pauses.length} (${pauseMs.filter((ms) => ms > CLAIM_TTL_MS).length} longer than the ${CLAIM_TTL_MS / 1000} s claim TTL, ` +
       `${pauseMs.filter((ms) => ms > JOB_LOCK_MS).length} longer than the ${JOB_LOCK_MS / 1000} s job lock; longest ${(Math.max(0, ...pauseMs) / 1000).toFixed(1)} s); ` +
       `deploys: ${deploys.length}; Redis restarts: ${redisStops.length} (stop→up ${redisDowntimes.map((s) => `${s.toFixed(1)} s`).join(", ") || "-"}); ` +
+      (failovers.length
+        ? `Sentinel failovers: ${failovers.length} (${failovers.map((e) => `${e.crash ? "primary killed" : "asked"}, ${(Number(e.ms) / 1000).toFixed(1)} s to a new primary`).join("; ")}); `
+        : "") +
       `disk refusing fence records: ${fenceDisks.length} window(s) (${fenceDisks.map((e) => `${at(e.t)} for ${(Number(e.ms) / 1000).toFixed(1)} s`).join(", ") || "-"}), ` +
       `${refusedRecords.length} publish(es) left in Redis only, their attempts failed as transient; ` +
       `outputs' disk full: ${fullDisks.length} window(s) (${fullDisks.map((e) => `${at(e.t)} for ${(Number(e.ms) / 1000).toFixed(1)} s`).join(", ") || "-"})`,
@@ -560,7 +564,8 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   // older until a worker puts it back from the output's durable record (repair.ts). Such a dip —
   // a crash between the two observations, and a later observation at the old fence or higher —
   // is Redis data loss that claimwatch repaired, reported apart; any other dip counts.
-  const crashes = events.filter((e) => e.kind === "redis-crash").map((e) => e.t);
+  // A failover (`--redis sentinel`) loses what the replica had not received, like a crash.
+  const crashes = events.filter((e) => e.kind === "redis-crash" || e.kind === "redis-failover").map((e) => e.t);
   const pointerDips: string[] = [];
   const forgottenAndRestored = (claim: string, fromT: number, toT: number, top: number): boolean =>
     crashes.some((t) => t > fromT && t < toT) &&

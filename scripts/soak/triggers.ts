@@ -28,6 +28,7 @@ import type { Definitions } from "../../lib/rebuilds/definitions";
 import { jobOptionsFor, type RebuildJobData } from "../../lib/rebuilds/queue";
 import { triggerRebuild, type TriggerRequest } from "../../lib/rebuilds/trigger";
 import { hashInputs } from "../../lib/rebuilds/version";
+import { acknowledgedReplicas } from "../../lib/redis/replicas";
 import { readRun } from "../../lib/runs/records";
 import {
   claimLabel,
@@ -56,6 +57,12 @@ export interface TriggerStreamOptions {
   gapMs: [number, number];
   /** The soak's directory: where the hashed rebuilds' input files are (`versionInputOf`). */
   inputRoot: string;
+  /**
+   * Replicas of the main Redis that must have a trigger's job before it counts as sent
+   * (`CLAIMWATCH_TRIGGER_REPLICAS`, `--redis sentinel`); fewer: a `trigger-unreplicated` event,
+   * not counted (the caller was told to send it again). 0: the primary's answer.
+   */
+  replicas?: number;
   /** Called once at the start with a function that triggers the next version of one output now. */
   expose?: (newVersion: (ref: SoakClaimRef, why: string) => Promise<void>) => void;
 }
@@ -99,6 +106,7 @@ export async function runTriggerStream(options: TriggerStreamOptions): Promise<v
     inputWrites = write.catch(() => {});
     return write;
   };
+  const replicas = options.replicas ?? 0;
   for (const rebuild of HASHED_REBUILDS) await writeInput(rebuild, FIRST_INPUT_VERSION);
 
   /**
@@ -144,10 +152,21 @@ export async function runTriggerStream(options: TriggerStreamOptions): Promise<v
           20_000,
           "queue.add",
         );
+        const acknowledged = await acknowledgedReplicas(options.main, replicas);
+        if (acknowledged < replicas) {
+          events.record("trigger-unreplicated", { ...fields, jobId, acknowledged });
+          return;
+        }
         events.record("trigger", { ...fields, status: "queued", jobId });
         return;
       }
-      const request: TriggerRequest = { ...sent, force, trigger: "api", ...(ref.tenant ? { tenant: ref.tenant } : {}) };
+      const request: TriggerRequest = {
+        ...sent,
+        force,
+        trigger: "api",
+        ...(ref.tenant ? { tenant: ref.tenant } : {}),
+        replicas,
+      };
       const result = await withTimeout(
         triggerRebuild(options.queue, options.main, options.keys, options.definitions, ref.rebuild, request),
         20_000,
@@ -155,6 +174,8 @@ export async function runTriggerStream(options: TriggerStreamOptions): Promise<v
       );
       if (result.status === "queued" || result.status === "deduplicated") {
         events.record("trigger", { ...fields, status: result.status, jobId: result.jobId });
+      } else if (result.status === "not-replicated") {
+        events.record("trigger-unreplicated", { ...fields, jobId: result.jobId, acknowledged: result.acknowledged });
       } else {
         events.record("trigger-refused", {
           ...fields,
