@@ -167,6 +167,13 @@ const envSchema = z.object({
     .transform(Number)
     .refine((n) => n >= 1 && n <= 256, "must be a whole number from 1 to 256")
     .default(4),
+  CLAIMWATCH_TRIGGER_REPLICAS: z
+    .string()
+    .trim()
+    .regex(/^\d+$/, "must be a whole number of replicas from 0 to 15")
+    .transform(Number)
+    .refine((n) => n <= 15, "must be a whole number of replicas from 0 to 15")
+    .default(0),
   CLAIMWATCH_INPUTS_VISIBLE_AFTER_MS: z
     .string()
     .trim()
@@ -207,6 +214,11 @@ export interface Config {
    * (INPUTS_VISIBLE_AFTER_MS in lib/rebuilds/run-rebuild.ts).
    */
   inputsVisibleAfterMs: number | undefined;
+  /**
+   * Replicas of the main Redis that must hold a requested rebuild (WAIT) before it is answered
+   * as queued; 0: the primary's answer is enough (lib/redis/replicas.ts).
+   */
+  triggerReplicas: number;
   /** Configured access tokens; empty: the launcher generates an operator token in the data dir. */
   operatorTokens: { name: string; token: string }[];
   viewerTokens: { name: string; token: string }[];
@@ -283,6 +295,7 @@ export function parseConfig(env: Record<string, string | undefined>, cwd: string
       keyPrefix: e.CLAIMWATCH_KEY_PREFIX,
       workerConcurrency: e.CLAIMWATCH_WORKER_CONCURRENCY,
       inputsVisibleAfterMs: e.CLAIMWATCH_INPUTS_VISIBLE_AFTER_MS,
+      triggerReplicas: e.CLAIMWATCH_TRIGGER_REPLICAS,
       operatorTokens,
       viewerTokens,
       publicOrigin: e.CLAIMWATCH_PUBLIC_URL,

@@ -67,6 +67,8 @@ export const retry: CommandSpec = {
           );
         case "unknown-rebuild":
           return refused("unknown-rebuild", `not retried: ${result.message} (audit entry ${result.auditId})`, result);
+        case "not-replicated":
+          return refused("not-replicated", `${result.message} (audit entry ${result.auditId})`, result);
         case "not-found": // not returned: retryAsOperator throws the 404 (audited above)
           throw unknownRun();
       }

@@ -38,9 +38,12 @@ export function errorResponse(error: unknown): Response {
     return Response.json({ error: { code: error.code, message: error.message } }, { status: error.status });
   }
   const name = error instanceof Error ? error.name : "";
-  const unavailable = /Redis|ECONNREFUSED|Connection|Command timed out|Stream isn't writeable/i.test(
-    `${name} ${error instanceof Error ? error.message : ""}`,
-  );
+  const message = error instanceof Error ? error.message : "";
+  const unavailable =
+    /Redis|ECONNREFUSED|Connection|Command timed out|Stream isn't writeable/i.test(`${name} ${message}`) ||
+    // A Sentinel group between primaries, or a primary that lost its replicas
+    // (min-replicas-to-write): the command did not run; the caller may send it again.
+    /^(NOREPLICAS|READONLY|MASTERDOWN|LOADING) /.test(message);
   if (unavailable || name === "RedisNotConfiguredError") {
     return Response.json(
       { error: { code: "unavailable", message: "Redis is unreachable; see /api/health" } },

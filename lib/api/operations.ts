@@ -79,14 +79,23 @@ export async function retryAsOperator(
   if (!RUN_ID_PATTERN.test(runId)) throw notFound(`no run ${runId.slice(0, 80)}`);
   const { connections } = context;
   const result = await retryRun(
-    { queue: context.queue, main: connections.main, keys: connections.keys, definitions: context.definitions },
+    {
+      queue: context.queue,
+      main: connections.main,
+      keys: connections.keys,
+      definitions: context.definitions,
+      replicas: context.config.triggerReplicas,
+    },
     { runId, actor, reason: body.reason, ...(body.requestId ? { requestId: body.requestId } : {}) },
   );
   if (result.status === "not-found") throw notFound(`no run ${runId}`);
   return result;
 }
 
-/** 202 queued (or deduplicated: the same request's job); 409 not retryable, or its rebuild is gone. */
+/**
+ * 202 queued (or deduplicated: the same request's job); 409 not retryable, or its rebuild is
+ * gone; 503 queued but not yet on the replicas asked for (send it again).
+ */
 export function retryReply(result: RetryResult): Reply {
   switch (result.status) {
     case "queued":
@@ -99,6 +108,8 @@ export function retryReply(result: RetryResult): Reply {
       );
     case "unknown-rebuild":
       return refusal(result, `not retried: ${result.message}`);
+    case "not-replicated": // queued on the primary only: a failover now could lose it
+      return { status: 503, body: { error: { code: result.status, message: result.message }, ...result } };
     case "not-found": // retryAsOperator throws it (audited by the route wrapper)
       return { status: 404, body: { error: { code: "not-found", message: `no run ${result.runId}` } } };
   }

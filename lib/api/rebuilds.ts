@@ -18,7 +18,7 @@ import type { RunRecord } from "../runs/types";
 import type { WebContext } from "../web/context";
 import { formatAbsolute } from "../ui/format";
 import { toApiClaim, type ApiClaim } from "./claims";
-import { badRequest, notFound } from "./errors";
+import { ApiError, badRequest, notFound } from "./errors";
 import { checkTenantField, rebuildOfUrl } from "./rebuild-input";
 import { NAME_PATTERN as NAME } from "../names";
 
@@ -236,6 +236,7 @@ export async function triggerAsOperator(
     trigger: "manual",
     requestedBy: actor,
     ...(body.requestId ? { requestId: body.requestId } : {}),
+    replicas: context.config.triggerReplicas,
   });
   if (result.status === "invalid-version") throw badRequest(`version: ${result.message}`);
   if (result.status === "invalid-request-id") throw badRequest(`requestId: ${result.message}`);
@@ -255,6 +256,8 @@ export async function triggerAsOperator(
       status: result.status,
     },
   });
+  // The job is on the primary, which may still run it; the caller is told to send it again.
+  if (result.status === "not-replicated") throw new ApiError(503, "not-replicated", result.message);
   return { jobId: result.jobId, status: result.status };
 }
 

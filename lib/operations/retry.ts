@@ -18,13 +18,17 @@ import type { RunStatus } from "../runs/types";
 
 export interface RetryDeps {
   queue: Pick<Queue, "add" | "getJobState">;
-  main: ScriptingClient & Pick<Redis, "hgetall" | "lrange" | "set" | "get" | "exists">;
+  main: ScriptingClient & Pick<Redis, "hgetall" | "lrange" | "set" | "get" | "exists" | "call">;
   keys: RedisKeys;
   definitions: Definitions;
+  /** Replicas that must have the retry's job before it is answered queued (`CLAIMWATCH_TRIGGER_REPLICAS`). */
+  replicas?: number;
 }
 
 export type RetryResult =
   | { status: "queued" | "deduplicated"; runId: string; jobId: string; auditId: string }
+  /** Queued on the primary, but fewer replicas than asked have it: send the retry again (lib/rebuilds/trigger). */
+  | { status: "not-replicated"; runId: string; jobId: string; message: string; auditId: string }
   | { status: "not-found"; runId: string }
   /** The run is not failed, aborted or cancelled (still running, or it did its work). */
   | { status: "not-retryable"; runId: string; runStatus: RunStatus; auditId: string }
@@ -59,7 +63,12 @@ export async function retryRun(
     requestedBy: actor,
     retryOf: runId,
     ...(input.requestId ? { requestId: input.requestId } : {}),
+    ...(deps.replicas ? { replicas: deps.replicas } : {}),
   });
+  if (result.status === "not-replicated") {
+    const auditId = await audit("done", { outcome: result.status, jobId: result.jobId });
+    return { status: result.status, runId, jobId: result.jobId, message: result.message, auditId };
+  }
   if ("jobId" in result) {
     const auditId = await audit("done", { outcome: result.status, jobId: result.jobId });
     return { status: result.status, runId, jobId: result.jobId, auditId };

@@ -8,6 +8,7 @@ import crypto from "node:crypto";
 import type { Queue } from "bullmq";
 import type { Redis } from "ioredis";
 import type { RedisKeys } from "../redis/keys";
+import { acknowledgedReplicas, REPLICA_WAIT_MS } from "../redis/replicas";
 import { publishEvent } from "../events/publish";
 import { tenantProblem, unknownRebuildProblem, type Definitions } from "./definitions";
 import { jobOptionsFor, type RebuildJobData } from "./queue";
@@ -26,6 +27,12 @@ export interface TriggerRequest {
   requestId?: string;
   /** The run this job retries (lib/operations/retry). */
   retryOf?: string;
+  /**
+   * Replicas of the main Redis that must have the job before it is answered as queued
+   * (`CLAIMWATCH_TRIGGER_REPLICAS`; lib/redis/replicas.ts). Fewer within `REPLICA_WAIT_MS`:
+   * `not-replicated` — a failover now could lose the job, so the caller should send it again.
+   */
+  replicas?: number;
 }
 
 export type TriggerResult =
@@ -33,7 +40,8 @@ export type TriggerResult =
   | { status: "unknown-rebuild"; message: string }
   | { status: "unknown-tenant"; message: string }
   | { status: "invalid-version"; message: string }
-  | { status: "invalid-request-id"; message: string };
+  | { status: "invalid-request-id"; message: string }
+  | { status: "not-replicated"; jobId: string; replicas: number; acknowledged: number; message: string };
 
 /** How long a request id is remembered: a form resubmitted later than this queues again. */
 export const REQUEST_ID_TTL_MS = 10 * 60_000;
@@ -45,7 +53,8 @@ const WAITING_STATES = new Set(["waiting", "delayed", "prioritized", "waiting-ch
 
 export async function triggerRebuild(
   queue: Pick<Queue, "add" | "getJobState">,
-  client: Pick<Redis, "set" | "get" | "exists">,
+  /** The main Redis; `queue` writes through this same connection (so WAIT covers the job). */
+  client: Pick<Redis, "set" | "get" | "exists" | "call">,
   keys: RedisKeys,
   definitions: Definitions,
   name: string,
@@ -76,7 +85,7 @@ export async function triggerRebuild(
     requestKey = keys.triggerRequest(hash);
     if (!(await client.set(requestKey, jobId, "PX", REQUEST_ID_TTL_MS, "NX"))) {
       const earlier = await client.get(requestKey);
-      if (earlier) return { status: "deduplicated", jobId: earlier };
+      if (earlier) return replicated(client, request, { status: "deduplicated", jobId: earlier });
     }
   }
 
@@ -87,7 +96,7 @@ export async function triggerRebuild(
     const cancelling = existing ? await client.exists(keys.cancelRequest(existing)) : 0;
     if (existing && !cancelling && WAITING_STATES.has(await queue.getJobState(existing))) {
       if (requestKey) await client.set(requestKey, existing, "PX", REQUEST_ID_TTL_MS);
-      return { status: "deduplicated", jobId: existing };
+      return replicated(client, request, { status: "deduplicated", jobId: existing });
     }
     await client.set(pendingKey, jobId, "PX", PENDING_TTL_MS);
   }
@@ -102,7 +111,33 @@ export async function triggerRebuild(
   };
   await queue.add(name, data, { ...jobOptionsFor(definition, definitions.retention), jobId });
   void publishEvent(client, keys, { type: "run.queued", jobId, rebuild: name, tenant: tenant ?? null });
-  return { status: "queued", jobId };
+  return replicated(client, request, { status: "queued", jobId });
+}
+
+/**
+ * `answer` once `request.replicas` replicas have what this connection wrote (the job),
+ * else `not-replicated`. A deduplicated answer waits too: the job it names may have been added
+ * by this connection a moment ago.
+ */
+async function replicated(
+  client: Pick<Redis, "call">,
+  request: TriggerRequest,
+  answer: { status: "queued" | "deduplicated"; jobId: string },
+): Promise<TriggerResult> {
+  const replicas = request.replicas ?? 0;
+  if (replicas === 0) return answer;
+  const acknowledged = await acknowledgedReplicas(client, replicas);
+  if (acknowledged >= replicas) return answer;
+  return {
+    status: "not-replicated",
+    jobId: answer.jobId,
+    replicas,
+    acknowledged,
+    message:
+      `job ${answer.jobId} reached the Redis primary, but ${acknowledged} of the ${replicas} replicas ` +
+      `(CLAIMWATCH_TRIGGER_REPLICAS) acknowledged it within ${REPLICA_WAIT_MS} ms: a failover now could lose it. ` +
+      "Send the request again: a repeat is harmless",
+  };
 }
 
 /**

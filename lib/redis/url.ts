@@ -157,8 +157,14 @@ export function connectionOptionsOf(target: RedisTarget): { url?: string; option
       // client ends for good ("Connection is closed."; seen in test/integration/redis-failover).
       // A lost connection re-asks the sentinels anyway, and a demoted primary answers READONLY:
       // reconnect (through the sentinels, to the new primary) and resend the command, which the
-      // read-only server did not run.
-      reconnectOnError: (error) => (error.message.startsWith("READONLY") ? 2 : false),
+      // read-only server did not run. A primary that lost its replicas answers NOREPLICAS (with
+      // `min-replicas-to-write`, RELIABILITY.md): after a failover that is the old primary, not
+      // yet demoted — Sentinel leaves a reachable one taking writes for up to ~18 s, and its
+      // demotion throws them away — so reconnect through the sentinels too, but fail the command
+      // (it did not run; callers retry): while the sentinels still name this server (its replica
+      // resyncing), a resend would only loop.
+      reconnectOnError: (error) =>
+        error.message.startsWith("READONLY") ? 2 : error.message.startsWith("NOREPLICAS") ? 1 : false,
     },
   };
 }

@@ -22,6 +22,7 @@ test("defaults: loopback, port 3000, embedded Redis, files relative to the worki
     keyPrefix: "claimwatch",
     workerConcurrency: 4,
     inputsVisibleAfterMs: undefined,
+    triggerReplicas: 0,
     operatorTokens: [],
     viewerTokens: [],
     publicOrigin: undefined,
@@ -67,6 +68,20 @@ test("a key prefix that could break the hash tag is rejected", () => {
 test("CLAIMWATCH_WORKER_CONCURRENCY must be 1-256", () => {
   assert.equal(errorOf({ CLAIMWATCH_WORKER_CONCURRENCY: "0" })?.variable, "CLAIMWATCH_WORKER_CONCURRENCY");
   assert.equal(errorOf({ CLAIMWATCH_WORKER_CONCURRENCY: "many" })?.variable, "CLAIMWATCH_WORKER_CONCURRENCY");
+});
+
+test("CLAIMWATCH_TRIGGER_REPLICAS: a whole number of replicas 0-15, 0 when unset", () => {
+  for (const bad of ["-1", "1.5", "two", "16"]) {
+    const error = errorOf({ CLAIMWATCH_TRIGGER_REPLICAS: bad });
+    assert.equal(error?.variable, "CLAIMWATCH_TRIGGER_REPLICAS", bad);
+    assert.match(error!.message, /whole number of replicas from 0 to 15/);
+  }
+  const parsed = parseConfig({ CLAIMWATCH_TRIGGER_REPLICAS: "2" }, "/tmp");
+  assert.ok(parsed.ok);
+  assert.equal(parsed.config.triggerReplicas, 2);
+  const unset = parseConfig({}, "/tmp");
+  assert.ok(unset.ok);
+  assert.equal(unset.config.triggerReplicas, 0);
 });
 
 test("CLAIMWATCH_INPUTS_VISIBLE_AFTER_MS: whole milliseconds 0-600000, unset leaves the worker's default", () => {

@@ -49,6 +49,9 @@ test("a Sentinel URL becomes sentinels, the master name, db and credentials", ()
   assert.equal(options.sentinelPassword, "sp");
   assert.equal(options.failoverDetector, undefined, "ioredis 6 ends a client whose detector fires mid-reconnect");
   assert.equal(options.reconnectOnError?.(new Error("READONLY You can't write against a read only replica.")), 2);
+  // A primary that lost its replicas (min-replicas-to-write), after a failover the old one: re-ask
+  // the sentinels, and fail the command (it did not run) rather than resend it in a loop.
+  assert.equal(options.reconnectOnError?.(new Error("NOREPLICAS Not enough good replicas to write.")), 1);
   assert.equal(options.reconnectOnError?.(new Error("ERR other")), false);
 
   const bare = redisTargetOf("redis+sentinel://127.0.0.1:26379/mymaster");
