@@ -28,7 +28,7 @@ import { redisKeys } from "../lib/redis/keys";
 import { describeRedisTarget } from "../lib/redis/url";
 import { RedisNotConfiguredError, resolveRedisUrls } from "../lib/redis/connections";
 import { APP_VERSION } from "../lib/version";
-import { beat, HEARTBEAT_EVERY_MS, newWorkerIdentity, retire } from "../lib/workers/heartbeat";
+import { BeatStreak, beat, HEARTBEAT_EVERY_MS, newWorkerIdentity, retire } from "../lib/workers/heartbeat";
 import { DEFAULT_WORKER_OPTIONS, startRebuildWorker } from "./rebuild-worker";
 
 const config = loadConfigOrExit("claimwatch-worker");
@@ -86,13 +86,22 @@ const MAINTENANCE_AFTER_JOBS = 100;
 let lastMaintenance = 0;
 let processedAtMaintenance = 0;
 let lastBeatFailed = false;
+const streak = new BeatStreak();
 async function heartbeat(): Promise<void> {
   try {
     await beat(main, keys, identity, running.ids().join(",") || null);
-    if (lastBeatFailed) log("heartbeat restored");
-    lastBeatFailed = false;
+  } catch (error) {
+    streak.failed();
+    if (!lastBeatFailed) log(`heartbeat failed (will keep trying): ${describeError(error)}`);
+    lastBeatFailed = true;
+    return;
+  }
+  streak.succeeded();
+  if (lastBeatFailed) log("heartbeat restored");
+  lastBeatFailed = false;
+  try {
     for (const line of await repairCurrentLinks(claims, keys, definitions)) log(line);
-    const self = { workerId: identity.id, activeJobIds: () => running.ids() };
+    const self = { workerId: identity.id, activeJobIds: () => running.ids(), judgesOthers: streak.judgesOthers() };
     for (const runId of await closeAbandonedRuns({ client: main, keys, retention }, self))
       log(`closed abandoned run ${runId}`);
     const sinceMaintenance = running.processed() - processedAtMaintenance;
@@ -108,8 +117,7 @@ async function heartbeat(): Promise<void> {
       }
     }
   } catch (error) {
-    if (!lastBeatFailed) log(`heartbeat failed (will keep trying): ${describeError(error)}`);
-    lastBeatFailed = true;
+    log(`upkeep after the heartbeat failed (will try at the next): ${describeError(error)}`);
   }
 }
 

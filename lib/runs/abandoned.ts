@@ -6,6 +6,8 @@
  * that re-checks both at the moment of the write. A worker also closes its own records whose job
  * it no longer runs: an attempt whose final write failed (Redis away or out of memory at that
  * moment) would otherwise stay running as long as the worker lives, unless its job ran again.
+ * A worker judges others only once its own beats have succeeded for a heartbeat TTL in a row
+ * (`judgesOthers`): after a write outage every heartbeat has expired, live or not.
  */
 import type { Redis } from "ioredis";
 import { RUN_REPLY } from "../redis/replies";
@@ -52,6 +54,11 @@ export interface SweepingWorker {
   workerId: string;
   /** The jobs it runs now (asked after the records are read: a job started meanwhile is kept). */
   activeJobIds: () => Iterable<string>;
+  /**
+   * False while its own beats have not yet succeeded for a heartbeat TTL in a row (BeatStreak,
+   * lib/workers/heartbeat.ts): then only its own records are closed, no other worker's.
+   */
+  judgesOthers?: boolean;
 }
 
 /**
@@ -79,6 +86,7 @@ export async function closeAbandonedRuns(
     if (!workerId || !jobId) return;
     const mine = workerId === self?.workerId;
     if (mine && active.has(jobId)) return;
+    if (!mine && self?.judgesOthers === false) return;
     const layout = indexLayout(keys, runPlaceOf(rebuild, tenant), ABANDON_STATUSES);
     queueVariadicScript(
       pipeline,

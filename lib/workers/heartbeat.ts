@@ -18,6 +18,37 @@ export const HEARTBEAT_EVERY_MS = 5_000;
 /** A worker that has not beaten for this long is gone (three missed beats). */
 export const HEARTBEAT_TTL_MS = 15_000;
 
+/**
+ * Whether this worker may judge another dead by its expired heartbeat: only once its own beats
+ * have succeeded for a whole HEARTBEAT_TTL_MS without a break (monotonic clock). While the main
+ * Redis refused writes — down, failing over, NOREPLICAS — every worker's beats failed alike, and
+ * a heartbeat that expired then says nothing about its worker: the first worker to write again
+ * would otherwise close every live worker's runs as abandoned, their steps still running. Within
+ * a streak the others have had at least two beats' time to write too. A gap longer than two beat
+ * intervals between this worker's own beats (it was paused) starts the streak again.
+ */
+export class BeatStreak {
+  private since: number | null = null;
+  private last: number | null = null;
+
+  constructor(private readonly now: () => number = () => performance.now()) {}
+
+  succeeded(): void {
+    const now = this.now();
+    if (this.last === null || now - this.last > 2 * HEARTBEAT_EVERY_MS) this.since = now;
+    this.last = now;
+  }
+
+  failed(): void {
+    this.since = null;
+    this.last = null;
+  }
+
+  judgesOthers(): boolean {
+    return this.since !== null && this.now() - this.since >= HEARTBEAT_TTL_MS;
+  }
+}
+
 export interface WorkerIdentity {
   id: string;
   host: string;
