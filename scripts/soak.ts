@@ -104,7 +104,7 @@ if (
       "            [--claims shared|separate] [--claims-persistence aof|rdb (separate only)] [--retention-builds N≥0]\n" +
       "            [--input-faults P (0≤P<1: a step's input read fails with EIO with probability P)]\n" +
       "            [--clock-skews 0,-20s,+20s (the workers' wall clocks in turn, libfaketime; 0: real)]\n" +
-      "            [--redis single|sentinel (a primary, a replica and three sentinels: restarts are failovers; claims shared only)]\n",
+      "            [--redis single|sentinel (a primary, two replicas and three sentinels: restarts are failovers; claims shared only)]\n",
   );
   process.exit(2);
 }

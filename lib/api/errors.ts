@@ -42,8 +42,9 @@ export function errorResponse(error: unknown): Response {
   const unavailable =
     /Redis|ECONNREFUSED|Connection|Command timed out|Stream isn't writeable/i.test(`${name} ${message}`) ||
     // A Sentinel group between primaries, or a primary that lost its replicas
-    // (min-replicas-to-write): the command did not run; the caller may send it again.
-    /^(NOREPLICAS|READONLY|MASTERDOWN|LOADING) /.test(message);
+    // (min-replicas-to-write), or a blocked command (WAIT) of a primary being demoted: the
+    // caller may send it again.
+    /^(NOREPLICAS|READONLY|MASTERDOWN|LOADING|UNBLOCKED) /.test(message);
   if (unavailable || name === "RedisNotConfiguredError") {
     return Response.json(
       { error: { code: "unavailable", message: "Redis is unreachable; see /api/health" } },

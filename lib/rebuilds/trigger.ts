@@ -8,7 +8,7 @@ import crypto from "node:crypto";
 import type { Queue } from "bullmq";
 import type { Redis } from "ioredis";
 import type { RedisKeys } from "../redis/keys";
-import { acknowledgedReplicas, REPLICA_WAIT_MS } from "../redis/replicas";
+import { acknowledgedReplicas, connectionEpoch, REPLICA_WAIT_MS } from "../redis/replicas";
 import { publishEvent } from "../events/publish";
 import { tenantProblem, unknownRebuildProblem, type Definitions } from "./definitions";
 import { jobOptionsFor, type RebuildJobData } from "./queue";
@@ -54,7 +54,7 @@ const WAITING_STATES = new Set(["waiting", "delayed", "prioritized", "waiting-ch
 export async function triggerRebuild(
   queue: Pick<Queue, "add" | "getJobState">,
   /** The main Redis; `queue` writes through this same connection (so WAIT covers the job). */
-  client: Pick<Redis, "set" | "get" | "exists" | "call">,
+  client: Pick<Redis, "set" | "get" | "exists" | "call" | "on">,
   keys: RedisKeys,
   definitions: Definitions,
   name: string,
@@ -69,6 +69,8 @@ export async function triggerRebuild(
     return { status: "invalid-version", message: "version must be 1-128 letters, digits or . _ : + -" };
   }
   const force = request.force ?? false;
+  // Taken before any write: a reconnect after it means the WAIT cannot vouch for them.
+  const epoch = request.replicas ? connectionEpoch(client) : 0;
   const pendingKey = keys.pendingTrigger(name, tenant, version, force);
   const jobId = `run-${crypto.randomUUID()}`;
 
@@ -85,7 +87,12 @@ export async function triggerRebuild(
     requestKey = keys.triggerRequest(hash);
     if (!(await client.set(requestKey, jobId, "PX", REQUEST_ID_TTL_MS, "NX"))) {
       const earlier = await client.get(requestKey);
-      if (earlier) return replicated(client, request, { status: "deduplicated", jobId: earlier });
+      if (earlier && (await queue.getJobState(earlier)) !== "unknown") {
+        return replicated(client, request, epoch, { status: "deduplicated", jobId: earlier });
+      }
+      // The job it named is gone (a failover kept the id but lost the job, or it was removed):
+      // the request sent again after "not replicated" must queue, not point at nothing.
+      await client.set(requestKey, jobId, "PX", REQUEST_ID_TTL_MS);
     }
   }
 
@@ -96,7 +103,7 @@ export async function triggerRebuild(
     const cancelling = existing ? await client.exists(keys.cancelRequest(existing)) : 0;
     if (existing && !cancelling && WAITING_STATES.has(await queue.getJobState(existing))) {
       if (requestKey) await client.set(requestKey, existing, "PX", REQUEST_ID_TTL_MS);
-      return replicated(client, request, { status: "deduplicated", jobId: existing });
+      return replicated(client, request, epoch, { status: "deduplicated", jobId: existing });
     }
     await client.set(pendingKey, jobId, "PX", PENDING_TTL_MS);
   }
@@ -111,7 +118,7 @@ export async function triggerRebuild(
   };
   await queue.add(name, data, { ...jobOptionsFor(definition, definitions.retention), jobId });
   void publishEvent(client, keys, { type: "run.queued", jobId, rebuild: name, tenant: tenant ?? null });
-  return replicated(client, request, { status: "queued", jobId });
+  return replicated(client, request, epoch, { status: "queued", jobId });
 }
 
 /**
@@ -120,13 +127,14 @@ export async function triggerRebuild(
  * by this connection a moment ago.
  */
 async function replicated(
-  client: Pick<Redis, "call">,
+  client: Pick<Redis, "call" | "on">,
   request: TriggerRequest,
+  epoch: number,
   answer: { status: "queued" | "deduplicated"; jobId: string },
 ): Promise<TriggerResult> {
   const replicas = request.replicas ?? 0;
   if (replicas === 0) return answer;
-  const acknowledged = await acknowledgedReplicas(client, replicas);
+  const acknowledged = await acknowledgedReplicas(client, replicas, epoch);
   if (acknowledged >= replicas) return answer;
   return {
     status: "not-replicated",

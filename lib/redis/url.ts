@@ -136,6 +136,9 @@ export function redisTargetOf(url: string): RedisTarget {
   return parsed.target;
 }
 
+/** Least time between two reconnects of one client on NOREPLICAS answers. */
+export const NOREPLICAS_RECONNECT_MS = 2_000;
+
 /**
  * The connection part of the ioredis options for `url` (callers add timeouts and retries).
  * A direct URL is left to ioredis's own parser (it keeps user, password, db and TLS); the
@@ -143,6 +146,7 @@ export function redisTargetOf(url: string): RedisTarget {
  */
 export function connectionOptionsOf(target: RedisTarget): { url?: string; options: RedisOptions } {
   if (target.kind === "direct") return { url: target.url, options: {} };
+  let lastNoReplicasReconnect = -Infinity;
   return {
     options: {
       sentinels: target.sentinels,
@@ -163,8 +167,16 @@ export function connectionOptionsOf(target: RedisTarget): { url?: string; option
       // demotion throws them away — so reconnect through the sentinels too, but fail the command
       // (it did not run; callers retry): while the sentinels still name this server (its replica
       // resyncing), a resend would only loop.
-      reconnectOnError: (error) =>
-        error.message.startsWith("READONLY") ? 2 : error.message.startsWith("NOREPLICAS") ? 1 : false,
+      // At most one NOREPLICAS reconnect per NOREPLICAS_RECONNECT_MS: a write outage lasts
+      // seconds, and BullMQ writes every 100 ms.
+      reconnectOnError: (error) => {
+        if (error.message.startsWith("READONLY")) return 2;
+        if (!error.message.startsWith("NOREPLICAS")) return false;
+        const now = performance.now();
+        if (now - lastNoReplicasReconnect < NOREPLICAS_RECONNECT_MS) return false;
+        lastNoReplicasReconnect = now;
+        return 1;
+      },
     },
   };
 }

@@ -298,8 +298,7 @@ export const SENTINEL_DATA_ARGS = ["--min-replicas-to-write", "2", "--min-replic
 
 /**
  * The main Redis as a Sentinel group (`--redis sentinel`): a primary, two asynchronous replicas
- * (with `min-replicas-to-write 1`, one replica left after a failover keeps the new primary
- * writable) and three sentinels, each on a fixed port and data dir (AOF) so a killed server comes back with its
+ * (`SENTINEL_DATA_ARGS`: writes stop while either is missing) and three sentinels, each on a fixed port and data dir (AOF) so a killed server comes back with its
  * data. Clients dial the group (`redis+sentinel://…/soak`) and follow the primary. Its `restart`
  * is a failover: writes the replica had not received yet are lost, as asynchronous replication
  * loses them.
@@ -319,10 +318,12 @@ export class SoakSentinelRedis implements SoakRedisServer {
 
   static async start(dir: string, events: EventLog): Promise<SoakSentinelRedis> {
     const dirs = new Map<RedisServerHandle, string>();
-    let sentinelCount = 0;
+    const started = new Map<string, number>();
     const group = await startSentinelGroup(
       async (extraArgs, { sentinelConfig, role }) => {
-        const serverDir = `${dir}-${role === "sentinel" ? `sentinel${++sentinelCount}` : role}`;
+        // One data dir per server: two AOF servers in one dir would mix their files.
+        started.set(role, (started.get(role) ?? 0) + 1);
+        const serverDir = `${dir}-${role}${started.get(role)}`;
         const handle = await startRedisServer({
           dir: serverDir,
           dieWithParent: true,

@@ -17,10 +17,10 @@
  *   redis-crash  the same with SIGKILL: AOF everysec may lose its last second of writes (issue 14);
  *             with a separate claims Redis (`--claims separate`) it is the claims Redis that
  *             crashes — with `--claims-persistence rdb`, losing everything since its last snapshot
- *             With `--redis sentinel` both are failovers of the main Redis (a primary, an
- *             asynchronous replica, three sentinels): `redis` asks the sentinels for one
+ *             With `--redis sentinel` both are failovers of the main Redis (a primary, two
+ *             asynchronous replicas, three sentinels): `redis` asks the sentinels for one
  *             (`SENTINEL FAILOVER`, the primary demoted while it runs), `redis-crash` SIGKILLs the
- *             primary, the sentinels promote the replica after 1 s of silence, and the killed
+ *             primary, the sentinels promote a replica after 1 s of silence, and the killed
  *             server comes back as the new primary's replica; writes the replica had not received
  *             are lost either way
  *   force-release  an operator force-releases a live claim (the token shown), while the trigger

@@ -218,9 +218,13 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   const triggerModes = countBy(triggers, (e) => String(e.mode));
   const deduplicated = triggers.filter((e) => e.status === "deduplicated").length;
   const notAccepted = events.filter((e) => e.kind === "trigger-error" || e.kind === "trigger-refused").length;
+  const unreplicated = events.filter((e) => e.kind === "trigger-unreplicated").length;
   lines.push(
     `triggers: ${triggers.length} accepted (${formatCounts(triggerModes, ["new", "again", "mid-run", "redeliver", "force"])}; ` +
-      `${deduplicated} collapsed into a waiting job)${notAccepted ? `; ${notAccepted} not accepted (Redis down), not counted` : ""}`,
+      `${deduplicated} collapsed into a waiting job)${notAccepted ? `; ${notAccepted} not accepted (Redis down), not counted` : ""}` +
+      (unreplicated
+        ? `; ${unreplicated} answered not-replicated (fewer replicas than asked had the job), not counted`
+        : ""),
   );
 
   // --- runs --------------------------------------------------------------------------------

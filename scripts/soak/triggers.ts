@@ -28,7 +28,7 @@ import type { Definitions } from "../../lib/rebuilds/definitions";
 import { jobOptionsFor, type RebuildJobData } from "../../lib/rebuilds/queue";
 import { triggerRebuild, type TriggerRequest } from "../../lib/rebuilds/trigger";
 import { hashInputs } from "../../lib/rebuilds/version";
-import { acknowledgedReplicas } from "../../lib/redis/replicas";
+import { acknowledgedReplicas, connectionEpoch } from "../../lib/redis/replicas";
 import { readRun } from "../../lib/runs/records";
 import {
   claimLabel,
@@ -144,6 +144,7 @@ export async function runTriggerStream(options: TriggerStreamOptions): Promise<v
           trigger: "api",
         };
         const jobId = `run-${crypto.randomUUID()}`;
+        const epoch = connectionEpoch(options.main);
         await withTimeout(
           options.queue.add(ref.rebuild, data, {
             ...jobOptionsFor(definition, options.definitions.retention),
@@ -152,7 +153,7 @@ export async function runTriggerStream(options: TriggerStreamOptions): Promise<v
           20_000,
           "queue.add",
         );
-        const acknowledged = await acknowledgedReplicas(options.main, replicas);
+        const acknowledged = await withTimeout(acknowledgedReplicas(options.main, replicas, epoch), 20_000, "WAIT");
         if (acknowledged < replicas) {
           events.record("trigger-unreplicated", { ...fields, jobId, acknowledged });
           return;

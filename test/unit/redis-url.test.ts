@@ -52,6 +52,11 @@ test("a Sentinel URL becomes sentinels, the master name, db and credentials", ()
   // A primary that lost its replicas (min-replicas-to-write), after a failover the old one: re-ask
   // the sentinels, and fail the command (it did not run) rather than resend it in a loop.
   assert.equal(options.reconnectOnError?.(new Error("NOREPLICAS Not enough good replicas to write.")), 1);
+  assert.equal(
+    options.reconnectOnError?.(new Error("NOREPLICAS Not enough good replicas to write.")),
+    false,
+    "not again at once: one reconnect per NOREPLICAS_RECONNECT_MS, not one per write",
+  );
   assert.equal(options.reconnectOnError?.(new Error("ERR other")), false);
 
   const bare = redisTargetOf("redis+sentinel://127.0.0.1:26379/mymaster");
