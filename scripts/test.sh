@@ -2,8 +2,8 @@
 # `npm test`: the whole suite, in order — system packages, type check, lint and format, unit and
 # integration tests (each file starts its own redis-server), `next build`, the launcher's
 # start/stop, API, auth and fuzz tests against the built server, Playwright e2e in Debian's
-# Chromium, and two chaos soaks (45 s as configured by default; 30 s with a separate RDB-only
-# claims Redis and retention.builds 1). Every step runs under `timeout` so a
+# Chromium, and three chaos soaks (45 s as configured by default; 30 s with a separate RDB-only
+# claims Redis and retention.builds 1; 45 s on a Sentinel group). Every step runs under `timeout` so a
 # hang fails fast. The last line is `N passed, N failed` (tests plus the check steps).
 set -uo pipefail
 shopt -s globstar nullglob
@@ -90,6 +90,9 @@ check "soak (45 s chaos, independent checker)" 300 node --import tsx scripts/soa
 # seconds of fences and pointers), one old build kept (reproduced hashes meet the pruner), and
 # steps whose input reads fail with EIO one time in five (retried, never a lost request).
 check "soak (30 s, separate RDB-only claims Redis, retention.builds 1, input EIO p=0.2)" 300 node --import tsx scripts/soak.ts --seconds 30 --quick --claims separate --claims-persistence rdb --retention-builds 1 --input-faults 0.2
+# Failover: the main Redis (claims too) as a Sentinel group — a forced failover with the old
+# primary still up, then a killed primary; triggers count once both replicas have them.
+check "soak (45 s, Sentinel group: forced failover and a killed primary)" 300 node --import tsx scripts/soak.ts --seconds 45 --quick --redis sentinel
 
 echo
 if [ -s "$details" ]; then
