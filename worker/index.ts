@@ -86,6 +86,7 @@ const MAINTENANCE_AFTER_JOBS = 100;
 let lastMaintenance = 0;
 let processedAtMaintenance = 0;
 let lastBeatFailed = false;
+let lastUpkeepFailed = false;
 const streak = new BeatStreak();
 async function heartbeat(): Promise<void> {
   try {
@@ -116,8 +117,11 @@ async function heartbeat(): Promise<void> {
         if (!line.includes("pruned later")) log(line);
       }
     }
+    if (lastUpkeepFailed) log("upkeep after the heartbeat restored");
+    lastUpkeepFailed = false;
   } catch (error) {
-    log(`upkeep after the heartbeat failed (will try at the next): ${describeError(error)}`);
+    if (!lastUpkeepFailed) log(`upkeep after the heartbeat failed (will keep trying): ${describeError(error)}`);
+    lastUpkeepFailed = true;
   }
 }
 

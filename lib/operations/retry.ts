@@ -18,7 +18,7 @@ import type { RunStatus } from "../runs/types";
 
 export interface RetryDeps {
   queue: Pick<Queue, "add" | "getJobState">;
-  main: ScriptingClient & Pick<Redis, "hgetall" | "lrange" | "set" | "get" | "exists" | "call" | "on">;
+  main: ScriptingClient & Pick<Redis, "hgetall" | "lrange" | "set" | "get" | "exists" | "pexpire" | "call" | "on">;
   keys: RedisKeys;
   definitions: Definitions;
   /** Replicas that must have the retry's job before it is answered queued (`CLAIMWATCH_TRIGGER_REPLICAS`). */

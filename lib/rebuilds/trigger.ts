@@ -54,7 +54,7 @@ const WAITING_STATES = new Set(["waiting", "delayed", "prioritized", "waiting-ch
 export async function triggerRebuild(
   queue: Pick<Queue, "add" | "getJobState">,
   /** The main Redis; `queue` writes through this same connection (so WAIT covers the job). */
-  client: Pick<Redis, "set" | "get" | "exists" | "call" | "on">,
+  client: Pick<Redis, "set" | "get" | "exists" | "pexpire" | "call" | "on">,
   keys: RedisKeys,
   definitions: Definitions,
   name: string,
@@ -87,11 +87,20 @@ export async function triggerRebuild(
     requestKey = keys.triggerRequest(hash);
     if (!(await client.set(requestKey, jobId, "PX", REQUEST_ID_TTL_MS, "NX"))) {
       const earlier = await client.get(requestKey);
-      if (earlier && (await queue.getJobState(earlier)) !== "unknown") {
+      // With replicas asked for, a request sent again after "not replicated" may find the id a
+      // failover kept and the job it lost: then it queues, rather than answer with nothing. Not
+      // without (a job cancelled or pruned meanwhile is gone too, and must stay gone), nor for a
+      // job being cancelled. Left: two submits of one id at once may then both queue.
+      const lost =
+        earlier !== null &&
+        (request.replicas ?? 0) > 0 &&
+        (await queue.getJobState(earlier)) === "unknown" &&
+        !(await client.exists(keys.cancelRequest(earlier)));
+      if (earlier && !lost) {
+        // A write before the WAIT: replicas that acknowledge it have the earlier job too.
+        if (request.replicas) await client.set(requestKey, earlier, "PX", REQUEST_ID_TTL_MS, "XX");
         return replicated(client, request, epoch, { status: "deduplicated", jobId: earlier });
       }
-      // The job it named is gone (a failover kept the id but lost the job, or it was removed):
-      // the request sent again after "not replicated" must queue, not point at nothing.
       await client.set(requestKey, jobId, "PX", REQUEST_ID_TTL_MS);
     }
   }
@@ -103,6 +112,8 @@ export async function triggerRebuild(
     const cancelling = existing ? await client.exists(keys.cancelRequest(existing)) : 0;
     if (existing && !cancelling && WAITING_STATES.has(await queue.getJobState(existing))) {
       if (requestKey) await client.set(requestKey, existing, "PX", REQUEST_ID_TTL_MS);
+      // A write before the WAIT (replication is ordered: what acknowledges it has the job too).
+      else if (request.replicas) await client.pexpire(pendingKey, PENDING_TTL_MS);
       return replicated(client, request, epoch, { status: "deduplicated", jobId: existing });
     }
     await client.set(pendingKey, jobId, "PX", PENDING_TTL_MS);
@@ -122,9 +133,8 @@ export async function triggerRebuild(
 }
 
 /**
- * `answer` once `request.replicas` replicas have what this connection wrote (the job),
- * else `not-replicated`. A deduplicated answer waits too: the job it names may have been added
- * by this connection a moment ago.
+ * `answer` once `request.replicas` replicas have what this connection wrote (the job, or for a
+ * deduplicated answer a write made after the job was found), else `not-replicated`.
  */
 async function replicated(
   client: Pick<Redis, "call" | "on">,

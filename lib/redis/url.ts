@@ -139,6 +139,19 @@ export function redisTargetOf(url: string): RedisTarget {
 /** Least time between two reconnects of one client on NOREPLICAS answers. */
 export const NOREPLICAS_RECONNECT_MS = 2_000;
 
+/** Last NOREPLICAS reconnect per client, keyed by its options object (ioredis calls the hook on it; a `duplicate()` gets its own). */
+const lastNoReplicasReconnect = new WeakMap<object, number>();
+
+function reconnectOnSentinelError(this: unknown, error: Error): boolean | 1 | 2 {
+  if (error.message.startsWith("READONLY")) return 2;
+  if (!error.message.startsWith("NOREPLICAS")) return false;
+  const client = typeof this === "object" && this !== null ? this : reconnectOnSentinelError;
+  const now = performance.now();
+  if (now - (lastNoReplicasReconnect.get(client) ?? -Infinity) < NOREPLICAS_RECONNECT_MS) return false;
+  lastNoReplicasReconnect.set(client, now);
+  return 1;
+}
+
 /**
  * The connection part of the ioredis options for `url` (callers add timeouts and retries).
  * A direct URL is left to ioredis's own parser (it keeps user, password, db and TLS); the
@@ -146,7 +159,6 @@ export const NOREPLICAS_RECONNECT_MS = 2_000;
  */
 export function connectionOptionsOf(target: RedisTarget): { url?: string; options: RedisOptions } {
   if (target.kind === "direct") return { url: target.url, options: {} };
-  let lastNoReplicasReconnect = -Infinity;
   return {
     options: {
       sentinels: target.sentinels,
@@ -169,14 +181,7 @@ export function connectionOptionsOf(target: RedisTarget): { url?: string; option
       // resyncing), a resend would only loop.
       // At most one NOREPLICAS reconnect per NOREPLICAS_RECONNECT_MS: a write outage lasts
       // seconds, and BullMQ writes every 100 ms.
-      reconnectOnError: (error) => {
-        if (error.message.startsWith("READONLY")) return 2;
-        if (!error.message.startsWith("NOREPLICAS")) return false;
-        const now = performance.now();
-        if (now - lastNoReplicasReconnect < NOREPLICAS_RECONNECT_MS) return false;
-        lastNoReplicasReconnect = now;
-        return 1;
-      },
+      reconnectOnError: reconnectOnSentinelError,
     },
   };
 }

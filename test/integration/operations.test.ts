@@ -314,15 +314,20 @@ test("one job per request id: a double submit of Rebuild now queues once", async
   assert.equal(bad.status, "invalid-request-id");
 });
 
-test("a request id whose job is gone (a failover kept the id, lost the job) queues again, never answers with a job that does not exist", async () => {
+test("with replicas asked for, a request id whose job is gone (a failover kept the id, lost the job) queues again, never answers with a job that does not exist", async () => {
   const request = { version: "r-lost", requestId: "form-lost-0123456789" };
   const first = await triggerRebuild(bed.queue, bed.main, bed.keys, bed.definitions, "flaky", request);
   assert.equal(first.status, "queued");
   const lostId = (first as { jobId: string }).jobId;
   await bed.queue.remove(lostId); // what a promoted replica that missed the add holds: the id, no job
   assert.equal(await bed.queue.getJobState(lostId), "unknown");
-  const again = await triggerRebuild(bed.queue, bed.main, bed.keys, bed.definitions, "flaky", request);
-  assert.equal(again.status, "queued", JSON.stringify(again));
+  // Sent again as after "not replicated" (replicas asked for; this Redis has none, so the answer
+  // is not-replicated again — but it names a new job, which exists).
+  const again = await triggerRebuild(bed.queue, bed.main, bed.keys, bed.definitions, "flaky", {
+    ...request,
+    replicas: 1,
+  });
+  assert.equal(again.status, "not-replicated", JSON.stringify(again));
   const jobId = (again as { jobId: string }).jobId;
   assert.notEqual(jobId, lostId);
   assert.notEqual(await bed.queue.getJobState(jobId), "unknown", "the job it names exists");

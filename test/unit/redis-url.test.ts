@@ -57,6 +57,13 @@ test("a Sentinel URL becomes sentinels, the master name, db and credentials", ()
     false,
     "not again at once: one reconnect per NOREPLICAS_RECONNECT_MS, not one per write",
   );
+  // Per client: ioredis calls the hook on each instance's own options (a duplicate() has its own).
+  const other = {};
+  assert.equal(options.reconnectOnError?.call(other, new Error("NOREPLICAS Not enough good replicas to write.")), 1);
+  assert.equal(
+    options.reconnectOnError?.call(other, new Error("NOREPLICAS Not enough good replicas to write.")),
+    false,
+  );
   assert.equal(options.reconnectOnError?.(new Error("ERR other")), false);
 
   const bare = redisTargetOf("redis+sentinel://127.0.0.1:26379/mymaster");
