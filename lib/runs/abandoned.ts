@@ -62,18 +62,23 @@ export interface SweepingWorker {
 }
 
 /**
- * One sweep: two round trips (the in-flight records' workers, then one script per record whose
- * worker looks gone, or is `self` and no longer runs its job). Returns the run ids closed.
+ * One sweep: three round trips (the in-flight run ids, their records' workers, then one script
+ * per record whose worker looks gone, or is `self` and no longer runs its job). Returns the run
+ * ids closed.
  */
 export async function closeAbandonedRuns(
   store: RunStore & { client: RunStore["client"] & Pick<Redis, "zrange" | "pipeline"> },
   self?: SweepingWorker,
 ): Promise<string[]> {
   const { client, keys } = store;
-  const ids = [
-    ...(await client.zrange(keys.runIndex({ status: "running" }), "0", String(SWEEP_BATCH - 1))),
-    ...(await client.zrange(keys.runIndex({ status: "queued" }), "0", String(SWEEP_BATCH - 1))),
-  ];
+  const inFlight = client.pipeline();
+  for (const status of ["running", "queued"] as const) {
+    inFlight.zrange(keys.runIndex({ status }), "0", String(SWEEP_BATCH - 1));
+  }
+  const ids = ((await inFlight.exec()) ?? []).flatMap(([error, members]) => {
+    if (error) throw error;
+    return members as string[];
+  });
   if (ids.length === 0) return [];
   const lookup = client.pipeline();
   for (const id of ids) lookup.hmget(keys.run(id), "workerId", "jobId", "rebuild", "tenant");

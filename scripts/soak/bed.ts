@@ -213,6 +213,17 @@ export interface SoakRedisServer {
   stop(): Promise<void>;
 }
 
+/** SIGKILL a redis-server the soak started (a crash: no AOF fsync) and wait until it has exited. */
+async function killAndWait(server: RedisServerHandle): Promise<void> {
+  const exited = new Promise<void>((resolve) =>
+    server.child.exitCode !== null || server.child.signalCode !== null
+      ? resolve()
+      : server.child.once("exit", () => resolve()),
+  );
+  process.kill(server.pid, "SIGKILL");
+  await exited;
+}
+
 /** One redis-server that can be restarted on the same port with the same data (AOF). */
 export class SoakRedis implements SoakRedisServer {
   private constructor(
@@ -250,15 +261,7 @@ export class SoakRedis implements SoakRedisServer {
     const old = this.handle;
     events.record(options.crash ? "redis-crash" : "redis-stop", { pid: old?.pid ?? null, role: this.role });
     this.handle = null;
-    if (options.crash && old) {
-      const exited = new Promise<void>((resolve) =>
-        old.child.exitCode !== null || old.child.signalCode !== null
-          ? resolve()
-          : old.child.once("exit", () => resolve()),
-      );
-      process.kill(old.pid, "SIGKILL");
-      await exited;
-    }
+    if (options.crash && old) await killAndWait(old);
     await old?.stop(10_000);
     events.record("redis-down", { pid: old?.pid ?? null, role: this.role });
     await sleep(downMs);
@@ -390,13 +393,7 @@ export class SoakSentinelRedis implements SoakRedisServer {
       const old = node.handle;
       node.handle = null;
       events.record("redis-crash", { pid: old.pid, port: from, role: this.role, failover: true });
-      const exited = new Promise<void>((resolve) =>
-        old.child.exitCode !== null || old.child.signalCode !== null
-          ? resolve()
-          : old.child.once("exit", () => resolve()),
-      );
-      process.kill(old.pid, "SIGKILL");
-      await exited;
+      await killAndWait(old);
       await old.stop(1_000);
       events.record("redis-down", { pid: old.pid, port: from, role: this.role });
     } else {
