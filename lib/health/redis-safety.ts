@@ -5,6 +5,7 @@
  */
 import type { Redis } from "ioredis";
 import { describeRedisFailure } from "../redis/client";
+import { REPLICA_WAIT_MS } from "../redis/replicas";
 
 export type Persistence = "aof" | "rdb" | "none" | "unknown";
 
@@ -16,11 +17,15 @@ export type Persistence = "aof" | "rdb" | "none" | "unknown";
  * since the last snapshot (RDB only), or everything; `unknown` = CONFIG refused (managed Redis).
  * `detail` says which, for the banner. `problem`: the settings make this Redis refuse writes now
  * (fewer good replicas than `min-replicas-to-write`: every write answers NOREPLICAS).
+ * `replicasInSync`: replicas past their initial sync (INFO replication `state=online`) that
+ * acknowledged the stream within `IN_SYNC_LAG_S` — those a trigger's `WAIT` can count on; 0 for
+ * a replica.
  */
 export interface Durability {
   level: "durable" | "replicated" | "lossy" | "unknown";
   detail: string;
   problem?: string;
+  replicasInSync: number;
 }
 
 export type RedisSafety =
@@ -98,6 +103,23 @@ function configValue([error, reply]: Reply): string | null {
   return String(reply[1]);
 }
 
+/**
+ * Seconds since a replica's last acknowledgement (INFO's `lag`) up to which it counts as in sync:
+ * replicas acknowledge every second, and a stopped or cut-off one falls behind from then on.
+ */
+const IN_SYNC_LAG_S = 2;
+
+/** Replicas in sync (`slaveN:…,state=online,…,lag=L` lines of INFO replication, L ≤ IN_SYNC_LAG_S). */
+function replicasInSyncOf(info: Map<string, string>): number {
+  let inSync = 0;
+  for (const [field, value] of info) {
+    if (!/^slave\d+$/.test(field)) continue;
+    const parts = new Map(value.split(",").map((part) => part.split("=", 2) as [string, string]));
+    if (parts.get("state") === "online" && Number(parts.get("lag") ?? Infinity) <= IN_SYNC_LAG_S) inSync += 1;
+  }
+  return inSync;
+}
+
 function durabilityOf(
   info: Map<string, string>,
   persistence: Persistence,
@@ -105,8 +127,18 @@ function durabilityOf(
   minReplicas: { toWrite: string | null; maxLag: string | null },
 ): Durability {
   if (info.get("role") === "slave") {
-    return { level: "lossy", detail: "a replica (read-only): claims must go to the primary" };
+    return { level: "lossy", detail: "a replica (read-only): claims must go to the primary", replicasInSync: 0 };
   }
+  const replicasInSync = replicasInSyncOf(info);
+  return { ...durabilityOfPrimary(info, persistence, appendfsync, minReplicas), replicasInSync };
+}
+
+function durabilityOfPrimary(
+  info: Map<string, string>,
+  persistence: Persistence,
+  appendfsync: string | null,
+  minReplicas: { toWrite: string | null; maxLag: string | null },
+): Omit<Durability, "replicasInSync"> {
   const replicas = Number(info.get("connected_slaves") ?? "0");
   // A Sentinel-managed primary has replicas and no min-replicas by default: say what that costs.
   const failoverNote =
@@ -118,7 +150,7 @@ function durabilityOf(
     // INFO counts the replicas that acknowledged within the max lag when min-replicas is on.
     const good = Number(info.get("min_slaves_good_slaves") ?? replicas);
     const lag = minReplicas.maxLag ?? "?";
-    const durability: Durability = {
+    const durability: Omit<Durability, "replicasInSync"> = {
       level: "replicated",
       detail:
         `min-replicas-to-write ${toWrite}, max lag ${lag} s (${good} of ${replicas} replica(s) good now): ` +
@@ -175,4 +207,21 @@ export function safetyProblems(label: string, safety: RedisSafety): string[] {
   }
   if (safety.durability.problem) problems.push(`${label}: ${safety.durability.problem}`);
   return problems;
+}
+
+/**
+ * `CLAIMWATCH_TRIGGER_REPLICAS` asks more replicas than the main Redis has in sync: no trigger can
+ * be answered queued. Each is `503 not-replicated` after a `REPLICA_WAIT_MS` WAIT that holds the
+ * web server's shared connection (lib/redis/replicas.ts). Empty when the setting can be met, or
+ * the main Redis did not answer (its own problem says so).
+ */
+export function triggerReplicaProblems(main: RedisSafety, triggerReplicas: number): string[] {
+  if (triggerReplicas <= 0 || !main.ok) return [];
+  const inSync = main.durability.replicasInSync;
+  if (inSync >= triggerReplicas) return [];
+  return [
+    `CLAIMWATCH_TRIGGER_REPLICAS is ${triggerReplicas}, but the main Redis has ${inSync} replica(s) in sync: ` +
+      `every rebuild request is answered 503 not-replicated after a ${REPLICA_WAIT_MS} ms wait ` +
+      `(its job stays queued on the primary) until enough replicas are back, or the setting is lowered`,
+  ];
 }

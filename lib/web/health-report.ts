@@ -1,5 +1,6 @@
 import { describeError } from "../describe-error";
 import { checkHealth, HEALTH_DEADLINE_MS, unconfiguredHealth, type HealthReport } from "../health/health";
+import { triggerReplicaProblems } from "../health/redis-safety";
 import { missedTickProblems, staleClaimProblems, weakContainmentProblems } from "../health/operations";
 import { changedBuildProblems } from "../rebuilds/build-integrity";
 import { getWebContext, type WebContext } from "./context";
@@ -20,10 +21,14 @@ export async function currentHealth(options: { operational?: boolean } = {}): Pr
 
 /** The same report for a given context (the CLI's `status`); never throws. */
 export async function healthReportOf(
-  context: Pick<WebContext, "probes" | "connections" | "definitions">,
+  context: Pick<WebContext, "probes" | "connections" | "definitions" | "config">,
   options: { operational?: boolean } = {},
 ): Promise<HealthReport> {
-  const report = await checkHealth(context.probes);
+  const checked = await checkHealth(context.probes);
+  const report = {
+    ...checked,
+    problems: [...checked.problems, ...triggerReplicaProblems(checked.redis, context.config.triggerReplicas)],
+  };
   if (!report.ok || options.operational === false) return report;
   const { connections, definitions } = context;
   const operational = await Promise.race([

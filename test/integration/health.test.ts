@@ -3,7 +3,7 @@ import { test } from "node:test";
 import { createRedis, closeRedis } from "../../lib/redis/client";
 import { redisKeys } from "../../lib/redis/keys";
 import { checkHealth } from "../../lib/health/health";
-import { inspectRedis, safetyProblems } from "../../lib/health/redis-safety";
+import { inspectRedis, safetyProblems, triggerReplicaProblems } from "../../lib/health/redis-safety";
 import { beat, newWorkerIdentity, retire } from "../../lib/workers/heartbeat";
 import { startTestRedis, stopTestRedis, uniquePrefix } from "../support/redis";
 
@@ -22,6 +22,7 @@ test("a safe Redis: reachable, noeviction, AOF; live workers are counted", async
       durability: {
         level: "lossy",
         detail: "AOF with appendfsync everysec: a crash loses about the last second of writes",
+        replicasInSync: 0,
       },
     });
     assert.match(before.redis.ok ? before.redis.version : "", /^\d+\.\d+/);
@@ -53,7 +54,7 @@ test("eviction and missing persistence are reported as problems, not as outages"
       version: report.redis.ok ? report.redis.version : "",
       evictionPolicy: "allkeys-lru",
       persistence: "none",
-      durability: { level: "lossy", detail: "no persistence: a restart loses everything" },
+      durability: { level: "lossy", detail: "no persistence: a restart loses everything", replicasInSync: 0 },
     });
     assert.ok(
       report.problems.some((p) => p.includes("locks can be evicted under memory pressure")),
@@ -88,11 +89,16 @@ test("claims durability: appendfsync always is durable; min-replicas-to-write co
   const clients = [always, replicated, replica].map((server) => createRedis(server.url, "probe"));
   try {
     const [a, r, s] = await Promise.all(clients.map((client) => inspectRedis(client)));
-    assert.deepEqual(a!.ok && a!.durability, { level: "durable", detail: "AOF with appendfsync always" });
+    assert.deepEqual(a!.ok && a!.durability, {
+      level: "durable",
+      detail: "AOF with appendfsync always",
+      replicasInSync: 0,
+    });
     assert.equal(r!.ok && r!.durability.level, "replicated");
     assert.deepEqual(s!.ok && s!.durability, {
       level: "lossy",
       detail: "a replica (read-only): claims must go to the primary",
+      replicasInSync: 0,
     });
   } finally {
     for (const client of clients) await closeRedis(client);
@@ -116,9 +122,21 @@ test("a primary with replicas (as Sentinel manages): asynchronous replicas said;
   try {
     const asyncOnly = await until(async () => {
       const safety = await inspectRedis(plainClient!);
-      return safety.ok && safety.durability.detail.includes("1 asynchronous replica(s)") ? safety : null;
+      // Connected first, in sync once its initial sync is done.
+      return safety.ok &&
+        safety.durability.detail.includes("1 asynchronous replica(s)") &&
+        safety.durability.replicasInSync === 1
+        ? safety
+        : null;
     });
     assert.equal(asyncOnly.ok && asyncOnly.durability.level, "lossy");
+    // CLAIMWATCH_TRIGGER_REPLICAS asking more than that cannot be met, and the report says so.
+    assert.deepEqual(triggerReplicaProblems(asyncOnly, 1), []);
+    assert.equal(triggerReplicaProblems(asyncOnly, 0).length, 0);
+    assert.match(
+      triggerReplicaProblems(asyncOnly, 2).join(),
+      /^CLAIMWATCH_TRIGGER_REPLICAS is 2, but the main Redis has 1 replica\(s\) in sync: every rebuild request is answered 503 not-replicated/,
+    );
     assert.match(
       asyncOnly.ok ? asyncOnly.durability.detail : "",
       /a failover may lose the writes they had not received/,
@@ -137,6 +155,7 @@ test("a primary with replicas (as Sentinel manages): asynchronous replicas said;
       const safety = await inspectRedis(boundedClient!);
       return safety.ok && safety.durability.problem ? safety : null;
     });
+    assert.equal(refusing.ok && refusing.durability.replicasInSync, 0);
     assert.deepEqual(safetyProblems("Claims Redis", refusing), [
       "Claims Redis: only 0 of the 1 replica(s) min-replicas-to-write asks for are in sync: every write is refused (NOREPLICAS)",
     ]);
@@ -158,7 +177,11 @@ test("managed Redis with CONFIG disabled: persistence unknown, eviction policy s
       version: safety.ok ? safety.version : "",
       evictionPolicy: "noeviction",
       persistence: "unknown",
-      durability: { level: "unknown", detail: "unknown (CONFIG refused: appendfsync and replicas cannot be read)" },
+      durability: {
+        level: "unknown",
+        detail: "unknown (CONFIG refused: appendfsync and replicas cannot be read)",
+        replicasInSync: 0,
+      },
     });
   } finally {
     await closeRedis(client);

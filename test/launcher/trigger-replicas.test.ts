@@ -6,12 +6,15 @@
  * - replica in sync: `POST /api/rebuilds/{name}/runs` is 202 queued;
  * - replica stopped: the same request is 503 `not-replicated`, naming the job and the variable
  *   (the job is on the primary: a worker may still run it, and a repeat is harmless);
+ * - meanwhile `GET /api/health` names the setting that cannot be met (none while in sync, none
+ *   once the replica is back);
  * - replica back: the request sent again is 202 (the waiting job, deduplicated);
  * - with `min-replicas-to-write 1` on the primary, a primary whose replica stopped acknowledging
  *   refuses writes (NOREPLICAS): the API answers 503 `unavailable`, not a 500.
  *
  * Can it fail? Without the WAIT in triggerRebuild the stopped replica's request is 202, and
- * without NOREPLICAS among the unavailable errors (lib/api/errors.ts) the last one is a 500.
+ * without NOREPLICAS among the unavailable errors (lib/api/errors.ts) the last one is a 500;
+ * without `triggerReplicaProblems` in the health report the warning never comes.
  */
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
@@ -77,10 +80,18 @@ const resume = (pid: number) => {
   stopped.delete(pid);
 };
 
+/** The problems of `GET /api/health` (as an operator sees them) that are about the replica setting. */
+async function replicaProblems(): Promise<string[]> {
+  const response = await fetch(`${base}/api/health`, { headers: { authorization: `Bearer ${OPERATOR_TOKEN}` } });
+  const body = (await response.json()) as { problems: string[] };
+  return body.problems.filter((problem) => problem.includes("CLAIMWATCH_TRIGGER_REPLICAS"));
+}
+
 test("a trigger is queued once a replica has it; with the replica cut off it is 503 not-replicated, and sent again once it is back", async () => {
   const first = await trigger("v1");
   assert.equal(first.status, 202, JSON.stringify(first.body));
   assert.equal(first.body.status, "queued");
+  assert.deepEqual(await replicaProblems(), [], "a replica in sync meets the setting");
 
   pause(replica.pid);
   const cut = await trigger("v2");
@@ -92,9 +103,17 @@ test("a trigger is queued once a replica has it; with the replica cut off it is 
   const jobId = /job (run-[0-9a-f-]+)/.exec(error.message)?.[1];
   assert.ok(jobId, error.message);
   assert.equal(await bed.queue.getJobState(jobId), "waiting", "the job is on the primary all the same");
+  // The health report names the setting that cannot be met, once the replica is behind.
+  const warned = await until(
+    "the health report names CLAIMWATCH_TRIGGER_REPLICAS",
+    async () => (await replicaProblems()).find((problem) => /^CLAIMWATCH_TRIGGER_REPLICAS is 1, but/.test(problem)),
+    30_000,
+  );
+  assert.match(warned, /has 0 replica\(s\) in sync: every rebuild request is answered 503 not-replicated/);
 
   resume(replica.pid);
   await until("the replica caught up", async () => /master_link_status:up/.test(await info(replica)), 30_000);
+  await until("the health report no longer warns", async () => (await replicaProblems()).length === 0, 30_000);
   const again = await trigger("v2");
   assert.equal(again.status, 202, JSON.stringify(again.body));
   assert.deepEqual([again.body.status, again.body.jobId], ["deduplicated", jobId]);

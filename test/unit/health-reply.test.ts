@@ -14,7 +14,7 @@ const safe: RedisSafety = {
   version: "8.0.0",
   evictionPolicy: "noeviction",
   persistence: "aof",
-  durability: { level: "durable", detail: "appendfsync always" },
+  durability: { level: "durable", detail: "appendfsync always", replicasInSync: 0 },
 };
 const report = (claimsDown: boolean): HealthReport => ({
   ok: !claimsDown,
