@@ -110,7 +110,7 @@ if (
 }
 /** Longest wait for the queue to empty and the claims to go after the chaos phase. */
 // A failover late in a Sentinel run stops writes for up to ~20 s, and every worker then waits a
-// heartbeat TTL of good beats before it closes others' abandoned records (BeatStreak).
+// heartbeat TTL of good beats before it closes others' abandoned records (BEAT_STREAK).
 const DRAIN_MS = args.quick ? (sentinel ? 75_000 : 40_000) : 120_000;
 
 const startedAt = Date.now();

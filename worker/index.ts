@@ -28,7 +28,7 @@ import { redisKeys } from "../lib/redis/keys";
 import { describeRedisTarget } from "../lib/redis/url";
 import { RedisNotConfiguredError, resolveRedisUrls } from "../lib/redis/connections";
 import { APP_VERSION } from "../lib/version";
-import { BeatStreak, beat, HEARTBEAT_EVERY_MS, newWorkerIdentity, retire } from "../lib/workers/heartbeat";
+import { beat, HEARTBEAT_EVERY_MS, newWorkerIdentity, retire } from "../lib/workers/heartbeat";
 import { DEFAULT_WORKER_OPTIONS, startRebuildWorker } from "./rebuild-worker";
 
 const config = loadConfigOrExit("claimwatch-worker");
@@ -87,22 +87,20 @@ let lastMaintenance = 0;
 let processedAtMaintenance = 0;
 let lastBeatFailed = false;
 let lastUpkeepFailed = false;
-const streak = new BeatStreak();
 async function heartbeat(): Promise<void> {
+  let judgesOthers: boolean;
   try {
-    await beat(main, keys, identity, running.ids().join(",") || null);
+    ({ judgesOthers } = await beat(main, keys, identity, running.ids().join(",") || null));
   } catch (error) {
-    streak.failed();
     if (!lastBeatFailed) log(`heartbeat failed (will keep trying): ${describeError(error)}`);
     lastBeatFailed = true;
     return;
   }
-  streak.succeeded();
   if (lastBeatFailed) log("heartbeat restored");
   lastBeatFailed = false;
   try {
     for (const line of await repairCurrentLinks(claims, keys, definitions)) log(line);
-    const self = { workerId: identity.id, activeJobIds: () => running.ids(), judgesOthers: streak.judgesOthers() };
+    const self = { workerId: identity.id, activeJobIds: () => running.ids(), judgesOthers };
     for (const runId of await closeAbandonedRuns({ client: main, keys, retention }, self))
       log(`closed abandoned run ${runId}`);
     const sinceMaintenance = running.processed() - processedAtMaintenance;

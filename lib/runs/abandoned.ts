@@ -6,8 +6,10 @@
  * that re-checks both at the moment of the write. A worker also closes its own records whose job
  * it no longer runs: an attempt whose final write failed (Redis away or out of memory at that
  * moment) would otherwise stay running as long as the worker lives, unless its job ran again.
- * A worker judges others only once its own beats have succeeded for a heartbeat TTL in a row
- * (`judgesOthers`): after a write outage every heartbeat has expired, live or not.
+ * A worker judges others only once its own beats have come for a heartbeat TTL with no gap
+ * (BEAT_STREAK, checked by RUN_ABANDON on the sweeper's heartbeat): after a write outage every
+ * heartbeat has expired, live or not. A sweep without a sweeping worker (tests, tools) asks no
+ * streak.
  */
 import type { Redis } from "ioredis";
 import { RUN_REPLY } from "../redis/replies";
@@ -16,6 +18,7 @@ import { indexLayout, runPlaceOf } from "./records";
 import { RUN_ABANDON } from "./scripts";
 import { timelineSpec } from "./timeline-counters";
 import type { RunRef, RunStore } from "./writer";
+import { BEAT_STREAK } from "../workers/heartbeat";
 
 /** The statuses an abandoned run moves between. */
 const ABANDON_STATUSES = ["queued", "running", "aborted"] as const;
@@ -30,7 +33,13 @@ export async function abandonRun(store: RunStore, run: RunRef, reason: string): 
   const reply = await runVariadicScript(
     store.client,
     RUN_ABANDON,
-    [keys.run(run.runId), keys.runOpenAttempt(run.jobId), keys.run(run.runId), keys.metricsCounters],
+    [
+      keys.run(run.runId),
+      keys.runOpenAttempt(run.jobId),
+      keys.run(run.runId),
+      keys.metricsCounters,
+      keys.run(run.runId),
+    ],
     layout.keys,
     [
       run.runId,
@@ -41,6 +50,8 @@ export async function abandonRun(store: RunStore, run: RunRef, reason: string): 
       timelineSpec(keys, run, store.retention),
       "",
       keys.workerHeartbeatPrefix,
+      "",
+      "",
     ],
   );
   return reply === RUN_REPLY.written;
@@ -55,8 +66,9 @@ export interface SweepingWorker {
   /** The jobs it runs now (asked after the records are read: a job started meanwhile is kept). */
   activeJobIds: () => Iterable<string>;
   /**
-   * False while its own beats have not yet succeeded for a heartbeat TTL in a row (BeatStreak,
-   * lib/workers/heartbeat.ts): then only its own records are closed, no other worker's.
+   * False while its own beat streak is shorter than a heartbeat TTL (its last beat's answer,
+   * BEAT_STREAK in lib/workers/heartbeat.ts): then only its own records are looked at. RUN_ABANDON
+   * checks the streak again when it writes.
    */
   judgesOthers?: boolean;
 }
@@ -96,7 +108,13 @@ export async function closeAbandonedRuns(
     queueVariadicScript(
       pipeline,
       RUN_ABANDON,
-      [keys.run(runId), keys.runOpenAttempt(jobId), keys.workerHeartbeat(workerId), keys.metricsCounters],
+      [
+        keys.run(runId),
+        keys.runOpenAttempt(jobId),
+        keys.workerHeartbeat(workerId),
+        keys.metricsCounters,
+        self ? keys.workerHeartbeat(self.workerId) : keys.run(runId),
+      ],
       layout.keys,
       [
         runId,
@@ -109,6 +127,8 @@ export async function closeAbandonedRuns(
         timelineSpec(keys, runPlaceOf(rebuild, tenant), store.retention),
         mine ? "1" : "",
         keys.workerHeartbeatPrefix,
+        self ? BEAT_STREAK.requiredMs : "",
+        BEAT_STREAK.maxGapMs,
       ],
     );
     queued.push(runId);

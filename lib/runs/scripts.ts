@@ -518,13 +518,14 @@ return {${RUN_REPLY.began}, '', cancel}
 
 export const RUN_ABANDON = typedScript<number>()({
   command: "claimwatchRunAbandon",
-  keys: ["run", "openAttempt", "workerHeartbeat", "runCounters"],
+  keys: ["run", "openAttempt", "workerHeartbeat", "runCounters", "sweeperHeartbeat"],
   variadicKeys: true,
   lua: `
 --[[ Close an attempt nobody will finish: queued or running → aborted, atomically.
 KEYS[1] run HASH   KEYS[2] openAttempt STRING of its job   KEYS[3] workerHeartbeat HASH of the
 worker the caller saw on the record   KEYS[4] runCounters HASH behind /metrics (lib/metrics/counters)
-KEYS[5 ..] indexes: ARGV[2] base indexes, then as many per status in ARGV[5]
+KEYS[5] workerHeartbeat HASH of the sweeping worker (with ARGV[9])
+KEYS[6 ..] indexes: ARGV[2] base indexes, then as many per status in ARGV[5]
 ARGV[1] runId   ARGV[2] n   ARGV[3] reason
 ARGV[4] workerId the caller saw: '' closes it whatever its worker; otherwise only if the record
   still names that worker and the worker's heartbeat has expired (on the Redis clock)
@@ -534,7 +535,11 @@ ARGV[7] '1': the caller is that worker (it no longer runs the record's job): its
   not asked, the record must still name it
 ARGV[8] worker heartbeat key prefix (keys.workerHeartbeatPrefix): with ARGV[4] '', a record that
   passed its check before a publish is left alone while its worker beats (mayHavePublished)
-Returns ${RUN_REPLY.written} aborted | ${RUN_REPLY.no} left alone (final, or its worker is live or changed) | ${RUN_REPLY.missing} missing
+ARGV[9] with ARGV[4] another worker's: the sweeper (KEYS[5]) judges it dead only if its own beat
+  streak has held this long (ms) and its last beat is at most ARGV[10] ms old (WORKER_BEAT's
+  beatStreakSince): after a write outage every heartbeat expired, live or not. '' asks nothing
+  (a caller that is no worker)
+Returns ${RUN_REPLY.written} aborted | ${RUN_REPLY.no} left alone (final, or its worker is live or changed, or the sweeper's streak too short) | ${RUN_REPLY.missing} missing
 ]]
 ${COMMON}
 setStatuses(ARGV[5])
@@ -542,13 +547,22 @@ setTimeline(ARGV[6], KEYS[4])
 if redis.call('EXISTS', KEYS[1]) == 0 then return ${RUN_REPLY.missing} end
 if ARGV[4] ~= '' then
   if redis.call('HGET', KEYS[1], 'workerId') ~= ARGV[4] then return ${RUN_REPLY.no} end
-  if ARGV[7] ~= '1' and redis.call('EXISTS', KEYS[3]) == 1 then return ${RUN_REPLY.no} end
+  if ARGV[7] ~= '1' then
+    if redis.call('EXISTS', KEYS[3]) == 1 then return ${RUN_REPLY.no} end
+    if ARGV[9] ~= '' then
+      local sweeper = redis.call('HMGET', KEYS[5], 'heartbeatAt', 'beatStreakSince')
+      local at, since = tonumber(sweeper[1]), tonumber(sweeper[2])
+      if not at or not since or nowMs - at > tonumber(ARGV[10]) or nowMs - since < tonumber(ARGV[9]) then
+        return ${RUN_REPLY.no}
+      end
+    end
+  end
 elseif mayHavePublished(KEYS[1], ARGV[8]) then
   return ${RUN_REPLY.no}
 end
 -- Gone: its heartbeat was found expired above, or (closing whatever its worker) is now.
 local gone = ARGV[7] ~= '1' and (ARGV[4] ~= '' or workerGone(KEYS[1], ARGV[8]))
-local closed = abandon(KEYS[1], ARGV[1], ARGV[3], 5, tonumber(ARGV[2]), gone)
+local closed = abandon(KEYS[1], ARGV[1], ARGV[3], 6, tonumber(ARGV[2]), gone)
 if closed == 1 and redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
 if closed == 1 then return ${RUN_REPLY.written} end
 return ${RUN_REPLY.no}

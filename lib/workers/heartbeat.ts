@@ -19,34 +19,25 @@ export const HEARTBEAT_EVERY_MS = 5_000;
 export const HEARTBEAT_TTL_MS = 15_000;
 
 /**
- * Whether this worker may judge another dead by its expired heartbeat: only once its own beats
- * have succeeded for a whole HEARTBEAT_TTL_MS without a break (monotonic clock). While the main
- * Redis refused writes — down, failing over, NOREPLICAS — every worker's beats failed alike, and
- * a heartbeat that expired then says nothing about its worker: the first worker to write again
- * would otherwise close every live worker's runs as abandoned, their steps still running. Within
- * a streak the others have had at least two beats' time to write too. A gap longer than two beat
- * intervals between this worker's own beats (it was paused) starts the streak again.
+ * When a worker may judge another dead by its expired heartbeat: only once its own beats have
+ * come for a whole HEARTBEAT_TTL_MS with no gap over `maxGapMs` (two beat intervals) — the streak,
+ * kept in its heartbeat HASH by WORKER_BEAT on the Redis clock. While the main Redis refused
+ * writes — down, failing over, NOREPLICAS — every worker's beats failed alike, and a heartbeat
+ * that expired then says nothing about its worker: the first worker to write again would
+ * otherwise close every live worker's runs as abandoned, their steps still running. Within a
+ * streak the others have had at least two beats' time to write too. A paused worker's gap starts
+ * it again. RUN_ABANDON checks the sweeper's streak when it writes (a sweep that ioredis resends
+ * after a reconnect is judged by the streak then, not when it was sent); the beat's reply tells
+ * the worker whether to look at others at all.
  */
-export class BeatStreak {
-  private since: number | null = null;
-  private last: number | null = null;
+export const BEAT_STREAK = { requiredMs: HEARTBEAT_TTL_MS, maxGapMs: 2 * HEARTBEAT_EVERY_MS } as const;
 
-  constructor(private readonly now: () => number = () => performance.now()) {}
-
-  succeeded(): void {
-    const now = this.now();
-    if (this.last === null || now - this.last > 2 * HEARTBEAT_EVERY_MS) this.since = now;
-    this.last = now;
-  }
-
-  failed(): void {
-    this.since = null;
-    this.last = null;
-  }
-
-  judgesOthers(): boolean {
-    return this.since !== null && this.now() - this.since >= HEARTBEAT_TTL_MS;
-  }
+/** A beat's answer: its time and since when the streak holds (Redis ms), and what that allows. */
+export interface Beat {
+  at: number;
+  streakSince: number;
+  /** The streak has held for BEAT_STREAK.requiredMs: this worker may judge others' heartbeats. */
+  judgesOthers: boolean;
 }
 
 export interface WorkerIdentity {
@@ -96,13 +87,13 @@ export function newWorkerIdentity(
   };
 }
 
-/** One beat (one round trip); returns its time on the Redis clock. */
+/** One beat (one round trip): its time and streak on the Redis clock. */
 export async function beat(
   client: HeartbeatClient,
   keys: RedisKeys,
   worker: WorkerIdentity,
   currentJob: string | null,
-): Promise<number> {
+): Promise<Beat> {
   const fields: Record<string, string> = {
     id: worker.id,
     host: worker.host,
@@ -113,13 +104,13 @@ export async function beat(
     limitedStepsContainment: worker.limitedStepsContainment ?? "",
     currentJob: currentJob ?? "",
   };
-  const reply = await runScript(
+  const [at, streakSince] = await runScript(
     client,
     WORKER_BEAT,
     [keys.workerHeartbeat(worker.id), keys.workerRegistry],
-    [worker.id, HEARTBEAT_TTL_MS, REGISTRY_KEEP_MS, ...Object.entries(fields).flat()],
+    [worker.id, HEARTBEAT_TTL_MS, REGISTRY_KEEP_MS, BEAT_STREAK.maxGapMs, ...Object.entries(fields).flat()],
   );
-  return reply;
+  return { at, streakSince, judgesOthers: at - streakSince >= BEAT_STREAK.requiredMs };
 }
 
 /** Removes this worker at a clean shutdown, so it does not linger as "live" for a TTL. */

@@ -2,7 +2,7 @@
  * A main Redis that refused writes for longer than the heartbeat TTL (down, failing over, a
  * primary without its replicas answering NOREPLICAS) let every worker's heartbeat expire, live or
  * not. The first worker to write again must not take that for death: it judges another worker
- * dead only once its own beats have held for a whole TTL (BeatStreak, lib/workers/heartbeat.ts).
+ * dead only once its own beats have held for a whole TTL (BEAT_STREAK, lib/workers/heartbeat.ts).
  * The soak's Sentinel mode found it: a worker that came back first closed a live worker's run as
  * abandoned ("stopped beating") while that run's steps went on (escaped=5).
  *
