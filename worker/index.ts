@@ -17,7 +17,7 @@ import { killAllSteps } from "../lib/rebuilds/steps/run-step";
 import { queuePrefix, REBUILD_QUEUE } from "../lib/rebuilds/queue";
 import { checkPublishedBuilds } from "../lib/rebuilds/build-integrity";
 import { repairCurrentLinks } from "../lib/rebuilds/repair";
-import { closeAbandonedRuns } from "../lib/runs/abandoned";
+import { closeAbandonedRuns, type SweepCursor } from "../lib/runs/abandoned";
 import { startTimelineBackfill } from "../lib/runs/timeline-backfill";
 import { trimAllRuns } from "../lib/runs/trim";
 import { pruneAbandonedWorkDirs } from "../lib/rebuilds/output";
@@ -87,6 +87,7 @@ let lastMaintenance = 0;
 let processedAtMaintenance = 0;
 let lastBeatFailed = false;
 let lastUpkeepFailed = false;
+const sweepCursor: SweepCursor = { running: 0, queued: 0 };
 async function heartbeat(): Promise<void> {
   let judgesOthers: boolean;
   try {
@@ -100,7 +101,7 @@ async function heartbeat(): Promise<void> {
   lastBeatFailed = false;
   try {
     for (const line of await repairCurrentLinks(claims, keys, definitions)) log(line);
-    const self = { workerId: identity.id, activeJobIds: () => running.ids(), judgesOthers };
+    const self = { workerId: identity.id, activeJobIds: () => running.ids(), judgesOthers, cursor: sweepCursor };
     for (const runId of await closeAbandonedRuns({ client: main, keys, retention }, self))
       log(`closed abandoned run ${runId}`);
     const sinceMaintenance = running.processed() - processedAtMaintenance;

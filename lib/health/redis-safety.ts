@@ -115,7 +115,8 @@ function replicasInSyncOf(info: Map<string, string>): number {
   for (const [field, value] of info) {
     if (!/^slave\d+$/.test(field)) continue;
     const parts = new Map(value.split(",").map((part) => part.split("=", 2) as [string, string]));
-    if (parts.get("state") === "online" && Number(parts.get("lag") ?? Infinity) <= IN_SYNC_LAG_S) inSync += 1;
+    const lag = parts.get("lag") || "none";
+    if (parts.get("state") === "online" && Number(lag) <= IN_SYNC_LAG_S) inSync += 1;
   }
   return inSync;
 }

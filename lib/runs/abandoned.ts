@@ -57,8 +57,18 @@ export async function abandonRun(store: RunStore, run: RunRef, reason: string): 
   return reply === RUN_REPLY.written;
 }
 
-/** In-flight records looked at per sweep (the running index holds only runs in flight). */
-const SWEEP_BATCH = 200;
+/** In-flight records looked at per sweep and status (the running index holds only runs in flight). */
+export const SWEEP_BATCH = 200;
+
+/**
+ * Where the next sweep reads each in-flight index: a page of SWEEP_BATCH after the last one, back
+ * to the start after a short page. With more runs in flight than a page, every record is still
+ * looked at within a few sweeps (a record that moves between pages waits a round more).
+ */
+export interface SweepCursor {
+  running: number;
+  queued: number;
+}
 
 /** The sweeping worker itself: its records whose job it no longer runs are closed too. */
 export interface SweepingWorker {
@@ -71,6 +81,8 @@ export interface SweepingWorker {
    * checks the streak again when it writes.
    */
   judgesOthers?: boolean;
+  /** Kept by the sweeping worker from one sweep to the next; without, every sweep reads the first page. */
+  cursor?: SweepCursor;
 }
 
 /**
@@ -83,14 +95,20 @@ export async function closeAbandonedRuns(
   self?: SweepingWorker,
 ): Promise<string[]> {
   const { client, keys } = store;
+  const statuses = ["running", "queued"] as const;
+  const cursor = self?.cursor ?? { running: 0, queued: 0 };
   const inFlight = client.pipeline();
-  for (const status of ["running", "queued"] as const) {
-    inFlight.zrange(keys.runIndex({ status }), "0", String(SWEEP_BATCH - 1));
+  for (const status of statuses) {
+    inFlight.zrange(keys.runIndex({ status }), String(cursor[status]), String(cursor[status] + SWEEP_BATCH - 1));
   }
-  const ids = ((await inFlight.exec()) ?? []).flatMap(([error, members]) => {
+  const pages = ((await inFlight.exec()) ?? []).map(([error, members]) => {
     if (error) throw error;
     return members as string[];
   });
+  statuses.forEach((status, i) => {
+    cursor[status] = pages[i]!.length === SWEEP_BATCH ? cursor[status] + SWEEP_BATCH : 0;
+  });
+  const ids = pages.flat();
   if (ids.length === 0) return [];
   const lookup = client.pipeline();
   for (const id of ids) lookup.hmget(keys.run(id), "workerId", "jobId", "rebuild", "tenant");
@@ -128,7 +146,7 @@ export async function closeAbandonedRuns(
         mine ? "1" : "",
         keys.workerHeartbeatPrefix,
         self ? BEAT_STREAK.requiredMs : "",
-        BEAT_STREAK.maxGapMs,
+        BEAT_STREAK.freshMs,
       ],
     );
     queued.push(runId);

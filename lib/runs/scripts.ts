@@ -537,8 +537,9 @@ ARGV[8] worker heartbeat key prefix (keys.workerHeartbeatPrefix): with ARGV[4] '
   passed its check before a publish is left alone while its worker beats (mayHavePublished)
 ARGV[9] with ARGV[4] another worker's: the sweeper (KEYS[5]) judges it dead only if its own beat
   streak has held this long (ms) and its last beat is at most ARGV[10] ms old (WORKER_BEAT's
-  beatStreakSince): after a write outage every heartbeat expired, live or not. '' asks nothing
-  (a caller that is no worker)
+  beatStreakSince; BEAT_STREAK in lib/workers/heartbeat.ts): after a write outage every heartbeat
+  expired, live or not, and a sweep resent after one finds its beat old. '' asks nothing (a
+  caller that is no worker)
 Returns ${RUN_REPLY.written} aborted | ${RUN_REPLY.no} left alone (final, or its worker is live or changed, or the sweeper's streak too short) | ${RUN_REPLY.missing} missing
 ]]
 ${COMMON}

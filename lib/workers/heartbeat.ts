@@ -20,17 +20,25 @@ export const HEARTBEAT_TTL_MS = 15_000;
 
 /**
  * When a worker may judge another dead by its expired heartbeat: only once its own beats have
- * come for a whole HEARTBEAT_TTL_MS with no gap over `maxGapMs` (two beat intervals) — the streak,
- * kept in its heartbeat HASH by WORKER_BEAT on the Redis clock. While the main Redis refused
- * writes — down, failing over, NOREPLICAS — every worker's beats failed alike, and a heartbeat
- * that expired then says nothing about its worker: the first worker to write again would
- * otherwise close every live worker's runs as abandoned, their steps still running. Within a
- * streak the others have had at least two beats' time to write too. A paused worker's gap starts
- * it again. RUN_ABANDON checks the sweeper's streak when it writes (a sweep that ioredis resends
- * after a reconnect is judged by the streak then, not when it was sent); the beat's reply tells
- * the worker whether to look at others at all.
+ * come for a whole HEARTBEAT_TTL_MS with no gap over `maxGapMs` — the streak, kept in its
+ * heartbeat HASH by WORKER_BEAT on the Redis clock. While the main Redis refused writes — down,
+ * failing over, NOREPLICAS — every worker's beats failed alike, and a heartbeat that expired then
+ * says nothing about its worker: the first worker to write again would otherwise close every live
+ * worker's runs as abandoned, their steps still running.
+ * - `maxGapMs` is one and a half beat intervals: one refused or late beat (an outage, a pause)
+ *   starts the streak again, so within a streak every beat of the sweeper went through, and a
+ *   live worker has had three beats' time to write as well.
+ * - `freshMs`: RUN_ABANDON checks the sweeper's streak when it writes, and that its last beat is
+ *   at most one interval old — a sweep follows its beat within milliseconds, while a sweep that
+ *   ioredis resends after a reconnect (sent before an outage, run after it) finds it older.
+ * The beat's reply tells the worker whether to look at others at all. Every worker must run this
+ * version for the check to hold: an older one sweeps by its own (local-clock) rule.
  */
-export const BEAT_STREAK = { requiredMs: HEARTBEAT_TTL_MS, maxGapMs: 2 * HEARTBEAT_EVERY_MS } as const;
+export const BEAT_STREAK = {
+  requiredMs: HEARTBEAT_TTL_MS,
+  maxGapMs: 1.5 * HEARTBEAT_EVERY_MS,
+  freshMs: HEARTBEAT_EVERY_MS,
+} as const;
 
 /** A beat's answer: its time and since when the streak holds (Redis ms), and what that allows. */
 export interface Beat {

@@ -1,9 +1,10 @@
 /**
  * When a worker may judge another dead by its expired heartbeat (BEAT_STREAK,
  * lib/workers/heartbeat.ts): only once its own beats have come for a whole heartbeat TTL with no
- * gap over two beat intervals. The streak lives in the worker's heartbeat hash, on the Redis
- * clock (WORKER_BEAT), and the close script (RUN_ABANDON) checks the sweeper's streak when it
- * writes — so a sweep sent before a write outage and resent by ioredis after it (its
+ * gap over one and a half beat intervals (one refused beat starts it again). The streak lives in
+ * the worker's heartbeat hash, on the Redis clock (WORKER_BEAT), and the close script
+ * (RUN_ABANDON) checks the sweeper's streak, and that its last beat is under an interval old,
+ * when it writes — so a sweep sent before a write outage and resent by ioredis after it (its
  * `judgesOthers` from before) is still refused. Streaks of other lengths are made by setting the
  * hash's two times on a real Redis, as a long run of beats or a pause would have left them.
  *
@@ -74,10 +75,17 @@ test("a beat starts a streak, keeps one without gaps, and starts it again after 
   assert.ok(held.at - held.streakSince >= HEARTBEAT_TTL_MS, "a streak with no gap is kept");
   assert.equal(held.judgesOthers, true);
 
-  await setBeats(keys, worker.id, BEAT_STREAK.maxGapMs + 1_000, 10 * HEARTBEAT_TTL_MS);
+  await setBeats(keys, worker.id, HEARTBEAT_EVERY_MS + 1_000, HEARTBEAT_TTL_MS + HEARTBEAT_EVERY_MS);
+  assert.equal((await beat(client, keys, worker, null)).judgesOthers, true, "a beat a second late keeps it");
+
+  await setBeats(keys, worker.id, 2 * HEARTBEAT_EVERY_MS, 10 * HEARTBEAT_TTL_MS);
+  const refused = await beat(client, keys, worker, null);
+  assert.equal(refused.streakSince, refused.at, "one refused beat (a gap of two intervals) starts it again");
+  assert.equal(refused.judgesOthers, false);
+
+  await setBeats(keys, worker.id, 4 * HEARTBEAT_EVERY_MS, 10 * HEARTBEAT_TTL_MS);
   const back = await beat(client, keys, worker, null);
-  assert.equal(back.streakSince, back.at, "a beat after a gap (an outage, a pause) starts it again");
-  assert.equal(back.judgesOthers, false);
+  assert.equal(back.streakSince, back.at, "a beat after a longer gap (an outage, a pause) starts it again");
 
   await client.del(keys.workerHeartbeat(worker.id));
   const expired = await beat(client, keys, worker, null);
@@ -94,14 +102,14 @@ test("the close script checks the sweeper's streak when it writes: a sweep resen
 
   await setBeats(keys, "sweeper", 0, 2 * HEARTBEAT_EVERY_MS);
   assert.deepEqual(await sweep(), [], "its streak is shorter than a TTL (back from an outage)");
-  await setBeats(keys, "sweeper", BEAT_STREAK.maxGapMs + 1_000, 10 * HEARTBEAT_TTL_MS);
-  assert.deepEqual(await sweep(), [], "its last beat is older than the gap (the sweep ran after an outage)");
+  await setBeats(keys, "sweeper", BEAT_STREAK.freshMs + 1_000, 10 * HEARTBEAT_TTL_MS);
+  assert.deepEqual(await sweep(), [], "its last beat is over an interval old (the sweep ran after an outage)");
   await client.del(keys.workerHeartbeat("sweeper"));
   assert.deepEqual(await sweep(), [], "it has no heartbeat itself");
   assert.equal((await readRun(client, keys, "quiet-a1"))?.status, "running");
 
-  await setBeats(keys, "sweeper", HEARTBEAT_EVERY_MS, HEARTBEAT_TTL_MS + HEARTBEAT_EVERY_MS);
-  assert.deepEqual(await sweep(), ["quiet-a1"], "a streak of a whole TTL judges");
+  await setBeats(keys, "sweeper", 1_000, HEARTBEAT_TTL_MS + HEARTBEAT_EVERY_MS);
+  assert.deepEqual(await sweep(), ["quiet-a1"], "a streak of a whole TTL, its last beat a second ago, judges");
   const closed = await readRun(client, keys, "quiet-a1");
   assert.equal(closed?.status, "aborted");
   assert.match(closed?.reason ?? "", /worker quiet stopped beating/);

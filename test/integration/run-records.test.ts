@@ -9,7 +9,9 @@ import assert from "node:assert/strict";
 import { after, test } from "node:test";
 import { Redis } from "ioredis";
 import { redisKeys, type RedisKeys } from "../../lib/redis/keys";
-import { abandonRun, closeAbandonedRuns } from "../../lib/runs/abandoned";
+import { abandonRun, closeAbandonedRuns, SWEEP_BATCH } from "../../lib/runs/abandoned";
+import { serverNow } from "../../lib/redis/time";
+import { HEARTBEAT_TTL_MS } from "../../lib/workers/heartbeat";
 import { listRunSummaries, listRuns } from "../../lib/runs/list";
 import { DEFAULT_RETENTION, readRun, readRunLog } from "../../lib/runs/records";
 import { RUN_WRITE } from "../../lib/runs/scripts";
@@ -551,4 +553,31 @@ test("trimming removes old and excess runs from every index, never a run in flig
   assert.deepEqual([...left].sort(), ["dup2-a1", "long-a1"]);
   assert.equal((await readRun(client, keys, "long-a1"))?.status, "running");
   assert.equal(await writeRun(store, attempt("long", 1), { status: "rebuilt" }), "written", "its final write lands");
+});
+
+test("with more runs in flight than a sweep reads, the sweeps page on: a dead worker's run behind them is closed", async () => {
+  const keys = redisKeys(uniquePrefix());
+  const store = storeOf(keys);
+  for (let i = 0; i < SWEEP_BATCH; i++) {
+    await beginAttempt(store, attempt(`long-${String(i).padStart(3, "0")}`, 1, "alive"), { mode: { kind: "running" } });
+  }
+  await beginAttempt(store, attempt("zz-dead", 1, "gone"), { mode: { kind: "running" } });
+  await client.hset(keys.workerHeartbeat("alive"), "id", "alive");
+  // The sweeper's own heartbeat: a streak of a whole TTL, its last beat a second ago (BEAT_STREAK).
+  const now = await serverNow(client);
+  await client.hset(keys.workerHeartbeat("sweeper"), {
+    id: "sweeper",
+    heartbeatAt: now - 1_000,
+    beatStreakSince: now - 2 * HEARTBEAT_TTL_MS,
+  });
+  const sweeper = { workerId: "sweeper", activeJobIds: () => [], judgesOthers: true };
+  assert.deepEqual(await closeAbandonedRuns(store, sweeper), [], "the first page: all live");
+  assert.deepEqual(await closeAbandonedRuns(store, sweeper), [], "without a cursor, always the first page");
+
+  const cursor = { running: 0, queued: 0 };
+  assert.deepEqual(await closeAbandonedRuns(store, { ...sweeper, cursor }), []);
+  assert.equal(cursor.running, SWEEP_BATCH, "a full page: the next sweep reads on");
+  assert.deepEqual(await closeAbandonedRuns(store, { ...sweeper, cursor }), ["zz-dead-a1"]);
+  assert.equal(cursor.running, 0, "a short page: back to the start");
+  assert.equal((await readRun(client, keys, "zz-dead-a1"))?.status, "aborted");
 });
