@@ -8,7 +8,11 @@
  *   request publishes;
  * - a disk with no room left for the worker's own files (its holding mark is the first it writes)
  *   fails the attempt as transient, naming the full disk and the file it could not write; the request is not lost: once there is
- *   room again, a later attempt of the same job publishes, and nothing half-written is left.
+ *   room again, a later attempt of the same job publishes, and nothing half-written is left;
+ * - a disk that fills after the steps succeeded, before the publish (the fence record beside the
+ *   output and `current` are the worker's last writes): the publish is refused, `current` stays
+ *   at the published build, the attempt fails as transient, and with room again the same job
+ *   publishes its build.
  */
 import assert from "node:assert/strict";
 import fs from "node:fs";
@@ -38,7 +42,24 @@ before(async () => {
         {
           name: "write",
           // Writes as many random bytes as the version says after its dash (v-300000: 300 000).
-          run: ["sh", "-c", 'head -c "${CLAIMWATCH_VERSION#*-}" /dev/urandom > "$CLAIMWATCH_WORK/data.bin"'],
+          // A version `late-…` writes a small output and then, once only, fills the disk to the
+          // last byte beside it (the output dir's `filler`): the step succeeds, and the worker
+          // finds the disk full after it.
+          run: [
+            "sh",
+            "-c",
+            [
+              'case "$CLAIMWATCH_VERSION" in late-*) ;; *) exec head -c "${CLAIMWATCH_VERSION#*-}" /dev/urandom > "$CLAIMWATCH_WORK/data.bin" ;; esac',
+              'echo "$CLAIMWATCH_VERSION" > "$CLAIMWATCH_WORK/version.txt"',
+              'root="$CLAIMWATCH_WORK/../.."',
+              '[ -e "$root/filled-once" ] && exit 0',
+              'touch "$root/filled-once"',
+              'cat /dev/zero > "$root/filler" 2>/dev/null',
+              'dd if=/dev/zero bs=4096 >> "$root/filler" 2>/dev/null',
+              'dd if=/dev/zero bs=1 >> "$root/filler" 2>/dev/null',
+              "exit 0",
+            ].join("; "),
+          ],
         },
       ],
     },
@@ -187,6 +208,39 @@ test("no room for the worker's own files: the attempt fails as transient, naming
     JSON.stringify(runs.map((r) => [r.attempt, r.status, r.reason])),
   );
   assert.notEqual(await readCurrent(output), currentBefore, "current moved to the new build");
+  assert.deepEqual(leftovers(), [], "no work dir, holding mark or half-written file left");
+  assert.deepEqual(await changedBuilds(), []);
+  assert.equal(worker.child.exitCode, null, "the worker is still up");
+});
+
+test("the disk fills after the steps, before the publish: current stays; with room again the same job publishes", async (t) => {
+  if (!disk) return t.skip(mountRefused);
+  worker ??= await bed.startWorker();
+  const currentBefore = await readCurrent(output);
+  assert.ok(currentBefore, "a build is published (the tests above)");
+  const filler = path.join(output, "filler");
+
+  const jobId = await bed.trigger("fill", { version: "late-e" });
+  const refused = await bed.waitForRun((r) => r.jobId === jobId && r.status === "failed", 30_000);
+  assert.match(refused.reason ?? "", /^transient: .*(ENOSPC|no space left on device)/i);
+  assert.ok(fs.existsSync(filler), "the step filled the disk");
+  assert.match(refused.reason ?? "", /could not be recorded on disk .*: not durable, current not moved/);
+  assert.equal(await readCurrent(output), currentBefore, "the refused publish left current where it was");
+  assert.deepEqual(await changedBuilds(), [], "every build under builds/ hashes to its name");
+  await bed.queue.pause();
+  await new Promise((resolve) => setTimeout(resolve, 2_500));
+  assert.equal(await readCurrent(output), currentBefore, "nothing was published while the disk was full");
+
+  fs.rmSync(filler);
+  await bed.queue.resume();
+  const rebuilt = await bed.waitForRun((r) => r.jobId === jobId && r.status === "rebuilt", 30_000);
+  assert.notEqual(await readCurrent(output), currentBefore, "current moved to the new build");
+  assert.equal(await readCurrent(output), rebuilt.buildHash);
+  const runs = await bed.runsOfJob(jobId);
+  assert.ok(
+    runs.filter((r) => r.id !== rebuilt.id).every((r) => r.status === "failed" && r.reason?.startsWith("transient:")),
+    JSON.stringify(runs.map((r) => [r.attempt, r.status, r.reason])),
+  );
   assert.deepEqual(leftovers(), [], "no work dir, holding mark or half-written file left");
   assert.deepEqual(await changedBuilds(), []);
   assert.equal(worker.child.exitCode, null, "the worker is still up");
