@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # `npm test`: the whole suite, in order — system packages, type check, lint and format, unit and
-# integration tests (each file starts its own redis-server), `next build`, the launcher's
-# start/stop, API, auth and fuzz tests against the built server, Playwright e2e in Debian's
-# Chromium, and three chaos soaks (45 s as configured by default; 30 s with a separate RDB-only
-# claims Redis and retention.builds 1; 45 s on a Sentinel group). Every step runs under `timeout` so a
-# hang fails fast. The last line is `N passed, N failed` (tests plus the check steps).
+# integration tests (each file starts its own redis-server; two files at a time), `next build`,
+# the launcher's start/stop, API, auth and fuzz tests against the built server, Playwright e2e in
+# Debian's Chromium, and three chaos soaks side by side (45 s as configured by default; 30 s with
+# a separate RDB-only claims Redis and retention.builds 1; 45 s on a Sentinel group). Every step
+# runs under `timeout` so a hang fails fast. The last line is `N passed, N failed` (tests plus the
+# check steps).
 set -uo pipefail
 shopt -s globstar nullglob
 cd "$(dirname "$0")/.."
@@ -16,7 +17,8 @@ failed=0
 failures=()
 log=$(mktemp)
 details=$(mktemp)
-trap 'rm -f "$log" "$details"' EXIT
+together=$(mktemp -d)
+trap 'rm -rf "$log" "$details" "$together"' EXIT
 
 # A check step (type check, lint, build) counts as one test.
 check() {
@@ -29,6 +31,36 @@ check() {
     failed=$((failed + 1))
     failures+=("$name")
   fi
+}
+
+# Check steps side by side: `together NAME LIMIT COMMAND…` queues one, `together_run` starts
+# them all, waits, and reports each (its output, then pass or fail) in the order queued. Each
+# keeps its own time limit. For steps that mostly wait (the soaks' chaos and drains).
+queued_names=()
+queued_commands=()
+together() {
+  queued_names+=("$1")
+  queued_commands+=("$(printf '%q ' timeout --kill-after=10 "$2" "${@:3}")")
+}
+together_run() {
+  local i pids=()
+  for i in "${!queued_commands[@]}"; do
+    (eval "${queued_commands[$i]}" >"$together/$i.log" 2>&1; echo $? >"$together/$i.status") &
+    pids+=($!)
+  done
+  wait "${pids[@]}"
+  for i in "${!queued_names[@]}"; do
+    echo "=== ${queued_names[$i]} (ran side by side)"
+    cat "$together/$i.log"
+    if [ "$(cat "$together/$i.status")" = 0 ]; then
+      passed=$((passed + 1))
+    else
+      failed=$((failed + 1))
+      failures+=("${queued_names[$i]}")
+    fi
+  done
+  queued_names=()
+  queued_commands=()
 }
 
 # A test-runner step: its own pass/fail counts are added; a crash with no count is one failure.
@@ -69,7 +101,7 @@ suite() {
   fi
 }
 
-NODE_TEST=(node --import tsx --test --test-reporter=spec --test-force-exit --test-concurrency=1 --test-timeout=600000)
+NODE_TEST=(node --import tsx --test --test-reporter=spec --test-force-exit --test-timeout=600000)
 
 check "system packages (redis-server, faketime, strace, openssl, chromium, prometheus, alertmanager)" 1200 node --import tsx scripts/ensure-system-packages.ts
 CHROMIUM_PATH=$(command -v chromium || echo /usr/bin/chromium)
@@ -79,20 +111,25 @@ check "lint (eslint)" 300 npx eslint .
 check "format (prettier --check)" 120 npx prettier --check .
 check "example Prometheus rules (promtool check rules)" 60 promtool check rules docs/prometheus-rules.yml
 # Node 20's test runner takes no globs: bash expands them.
-suite "unit and integration tests" 1500 "${NODE_TEST[@]}" test/unit/**/*.test.ts test/integration/**/*.test.ts
+# Two files at a time: most of their time is waiting (TTLs, timers, stopped processes), and every
+# file has its own Redis, ports and directories (754 s one at a time, 395 s two at a time).
+suite "unit and integration tests" 1500 "${NODE_TEST[@]}" --test-concurrency=2 test/unit/**/*.test.ts test/integration/**/*.test.ts
 check "next build" 600 npx next build
-suite "launcher tests (npm start)" 900 "${NODE_TEST[@]}" test/launcher/**/*.test.ts
+suite "launcher tests (npm start)" 900 "${NODE_TEST[@]}" --test-concurrency=1 test/launcher/**/*.test.ts
 suite "e2e (Playwright, Chromium)" 900 npx playwright test
+# The three soaks run side by side (each its own Redis servers, ports and directories; the load
+# of the others is one more fault): about 90 s instead of about 6 min one after another.
 # The chaos soak, short: kills, pauses, deploys and a Redis restart; its checker must count zero
 # overlaps, lost triggers, corrupt publishes, stale claims and wrong pointers.
-check "soak (45 s chaos, independent checker)" 300 node --import tsx scripts/soak.ts --seconds 45 --quick
+together "soak (45 s chaos, independent checker)" 300 node --import tsx scripts/soak.ts --seconds 45 --quick
 # Issue 14's harder faults: the claims on their own server with RDB snapshots only (a crash loses
 # seconds of fences and pointers), one old build kept (reproduced hashes meet the pruner), and
 # steps whose input reads fail with EIO one time in five (retried, never a lost request).
-check "soak (30 s, separate RDB-only claims Redis, retention.builds 1, input EIO p=0.2)" 300 node --import tsx scripts/soak.ts --seconds 30 --quick --claims separate --claims-persistence rdb --retention-builds 1 --input-faults 0.2
+together "soak (30 s, separate RDB-only claims Redis, retention.builds 1, input EIO p=0.2)" 300 node --import tsx scripts/soak.ts --seconds 30 --quick --claims separate --claims-persistence rdb --retention-builds 1 --input-faults 0.2
 # Failover: the main Redis (claims too) as a Sentinel group — a forced failover with the old
 # primary still up, then a killed primary; triggers count once both replicas have them.
-check "soak (45 s, Sentinel group: forced failover and a killed primary)" 300 node --import tsx scripts/soak.ts --seconds 45 --quick --redis sentinel
+together "soak (45 s, Sentinel group: forced failover and a killed primary)" 300 node --import tsx scripts/soak.ts --seconds 45 --quick --redis sentinel
+together_run
 
 echo
 if [ -s "$details" ]; then
