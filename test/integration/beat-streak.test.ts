@@ -26,7 +26,7 @@ import {
   HEARTBEAT_TTL_MS,
   newWorkerIdentity,
 } from "../../lib/workers/heartbeat";
-import { beginAttemptResult as beginAttempt } from "../support/runs";
+import { beginAttemptResult as beginAttempt, testAttempt } from "../support/runs";
 import { startTestRedis, stopTestRedis, uniquePrefix } from "../support/redis";
 
 const server = await startTestRedis();
@@ -48,19 +48,7 @@ async function setBeats(keys: RedisKeys, workerId: string, lastAgoMs: number, st
 }
 
 function attempt(jobId: string, workerId: string): AttemptIdentity {
-  return {
-    runId: `${jobId}-a1`,
-    jobId,
-    attempt: 1,
-    previousRunId: null,
-    rebuild: "tiles",
-    tenant: "acme",
-    rebuildName: "tiles",
-    createdAt: 1_000,
-    trigger: "api",
-    workerId,
-    host: "h",
-  };
+  return testAttempt(jobId, 1, { workerId });
 }
 
 test("a beat starts a streak, keeps one without gaps, and starts it again after a gap over two intervals", async () => {

@@ -27,7 +27,7 @@ import {
   type RunStore,
 } from "../../lib/runs/writer";
 import { replyLosingClient } from "../support/reply-losing";
-import { beginAttemptResult as beginAttempt } from "../support/runs";
+import { beginAttemptResult as beginAttempt, testAttempt } from "../support/runs";
 import { startTestRedis, stopTestRedis, uniquePrefix } from "../support/redis";
 
 const server = await startTestRedis();
@@ -42,19 +42,7 @@ function storeOf(keys: RedisKeys, retention = DEFAULT_RETENTION): RunStore & { c
 }
 
 function attempt(jobId: string, n: number, workerId = "w1"): AttemptIdentity {
-  return {
-    runId: `${jobId}-a${n}`,
-    jobId,
-    attempt: n,
-    previousRunId: n > 1 ? `${jobId}-a${n - 1}` : null,
-    rebuild: "tiles",
-    tenant: "acme",
-    rebuildName: "tiles",
-    createdAt: 1_000,
-    trigger: "api",
-    workerId,
-    host: "h",
-  };
+  return testAttempt(jobId, n, { workerId });
 }
 
 /** Every status filter (alone, per rebuild, per rebuild and tenant) that lists `id`, as `status:filter`. */

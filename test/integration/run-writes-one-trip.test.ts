@@ -19,7 +19,7 @@ import { redisKeys, type RedisKeys } from "../../lib/redis/keys";
 import { abandonRun } from "../../lib/runs/abandoned";
 import { DEFAULT_RETENTION, readRun } from "../../lib/runs/records";
 import { runEventHead, writeRun, type AttemptIdentity, type RunStore } from "../../lib/runs/writer";
-import { beginAttemptResult as beginAttempt } from "../support/runs";
+import { beginAttemptResult as beginAttempt, testAttempt } from "../support/runs";
 import { runRebuild, type RebuildJob } from "../../lib/rebuilds/run-rebuild";
 import { createTestBed, rebuildDepsOf, slowStep, type TestBed } from "../support/stack";
 import { startTestRedis, stopTestRedis, uniquePrefix } from "../support/redis";
@@ -36,19 +36,11 @@ after(async () => {
 const storeOf = (keys: RedisKeys): RunStore => ({ client, keys, retention: DEFAULT_RETENTION });
 
 function attempt(jobId: string, n: number, rebuild: string | null = "tiles"): AttemptIdentity {
-  return {
-    runId: `${jobId}-a${n}`,
-    jobId,
-    attempt: n,
-    previousRunId: n > 1 ? `${jobId}-a${n - 1}` : null,
+  return testAttempt(jobId, n, {
     rebuild,
     tenant: rebuild ? "acme" : null,
     rebuildName: rebuild ?? "no such rebuild!",
-    createdAt: 1_000,
-    trigger: "api",
-    workerId: "w1",
-    host: "h",
-  };
+  });
 }
 
 async function events(keys: RedisKeys): Promise<StoredEvent[]> {

@@ -17,7 +17,7 @@ import { bucketStartOf, TIMELINE_BUCKET_MS } from "../../lib/runs/timeline-count
 import { trimRuns } from "../../lib/runs/trim";
 import type { RunRecord } from "../../lib/runs/types";
 import { importRunInto, writeRun, type AttemptIdentity, type RunStore } from "../../lib/runs/writer";
-import { beginAttemptResult as beginAttempt } from "../support/runs";
+import { beginAttemptResult as beginAttempt, testAttempt } from "../support/runs";
 import { startTestRedis, stopTestRedis, uniquePrefix } from "../support/redis";
 
 const server = await startTestRedis();
@@ -34,18 +34,7 @@ const storeOf = (keys: RedisKeys): RunStore & { client: Redis } => ({
 });
 
 function attempt(jobId: string, n: number, place: { rebuild: string; tenant: string | null }): AttemptIdentity {
-  return {
-    runId: `${jobId}-a${n}`,
-    jobId,
-    attempt: n,
-    previousRunId: n > 1 ? `${jobId}-a${n - 1}` : null,
-    ...place,
-    rebuildName: place.rebuild,
-    createdAt: 1_000,
-    trigger: "api",
-    workerId: "w1",
-    host: "h",
-  };
+  return testAttempt(jobId, n, { ...place, rebuildName: place.rebuild });
 }
 
 /** Buckets as `lane@start` → counts and summed durations, for deepEqual. */

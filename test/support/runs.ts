@@ -8,7 +8,7 @@ import type { RedisKeys } from "../../lib/redis/keys";
 import { DEFAULT_RETENTION } from "../../lib/runs/records";
 import type { FinalRunStatus } from "../../lib/runs/transitions";
 import type { RunRecord } from "../../lib/runs/types";
-import { beginAttempt, importRunInto, writeRun } from "../../lib/runs/writer";
+import { beginAttempt, importRunInto, writeRun, type AttemptIdentity } from "../../lib/runs/writer";
 
 type Partial_ = Pick<RunRecord, "id" | "rebuild" | "tenant" | "createdAt" | "status"> & Partial<RunRecord>;
 
@@ -83,4 +83,25 @@ export async function beginAttemptResult(
   const { beginId, ...result } = await beginAttempt(...args);
   if (!/^[0-9a-f]{8}[0-9a-z]+$/.test(beginId)) throw new Error(`beginAttempt answered beginId ${beginId}`);
   return result;
+}
+
+/**
+ * Attempt `n` of job `jobId` (run id `<jobId>-a<n>`, the one before it as its previous run): of
+ * rebuild `tiles` for tenant `acme`, by worker `w1` on host `h`, unless `overrides` says otherwise.
+ */
+export function testAttempt(jobId: string, n: number, overrides: Partial<AttemptIdentity> = {}): AttemptIdentity {
+  return {
+    runId: `${jobId}-a${n}`,
+    jobId,
+    attempt: n,
+    previousRunId: n > 1 ? `${jobId}-a${n - 1}` : null,
+    rebuild: "tiles",
+    tenant: "acme",
+    rebuildName: "tiles",
+    createdAt: 1_000,
+    trigger: "api",
+    workerId: "w1",
+    host: "h",
+    ...overrides,
+  };
 }
