@@ -41,6 +41,24 @@ function hostIn(script: string, env: Record<string, string>) {
   return { child, stepPids, output: () => output };
 }
 
+/** Each process as `pid (state, cgroup) command`, for a failure message. */
+function describePids(pids: number[]): string {
+  const read = (file: string) => {
+    try {
+      return fs.readFileSync(file, "utf8");
+    } catch {
+      return "?";
+    }
+  };
+  return pids
+    .map((pid) => {
+      const state = /\) (\S)/.exec(read(`/proc/${pid}/stat`))?.[1] ?? "?";
+      const cgroup = read(`/proc/${pid}/cgroup`).trim().split("\n").pop();
+      return `${pid} (${state}, ${cgroup}) ${read(`/proc/${pid}/cmdline`).replace(/\0/g, " ").trim()}`;
+    })
+    .join("; ");
+}
+
 async function until(check: () => boolean, timeoutMs: number, what: string): Promise<void> {
   const deadline = performance.now() + timeoutMs;
   while (!check()) {
@@ -56,14 +74,18 @@ for (const mode of ["cgroup", "pid-namespace"] as const)
     test("its event loop blocked past the limit: the step and all it started die while it is still blocked; the step says why", async () => {
       const h = host(STUBBORN, {
         STEP_HOST_SILENCE_MS: "1000",
-        STEP_HOST_BLOCK_MS: "12000",
+        // Long enough that the check below can see the step gone while it lasts, on a loaded
+        // machine (the suite runs two files at a time).
+        STEP_HOST_BLOCK_MS: "20000",
         // Time for the step's shell to start its children on a loaded machine before the block.
         STEP_HOST_BLOCK_AFTER_MS: "2500",
       });
       try {
         await until(() => h.stepPids().length >= 3, 30_000, "the step and its children to run");
         await until(() => /^blocking$/m.test(h.output()), 60_000, "the worker to block");
-        await until(() => h.stepPids().length === 0, 10_000, "the step's processes to end");
+        await until(() => h.stepPids().length === 0, 17_000, "the step's processes to end").catch((error: Error) => {
+          throw new Error(`${error.message}: left ${describePids(h.stepPids())}; host said: ${h.output()}`);
+        });
         assert.doesNotMatch(h.output(), /unblocked/, "they ended while the worker was still blocked");
         await waitForLine(h.child, /^step ended/, 60_000);
         assert.match(

@@ -13,18 +13,23 @@ import { runCommandStep } from "../../lib/rebuilds/steps/run-step";
 import { stepWarden } from "../../lib/rebuilds/steps/warden";
 
 const [script, grace] = process.argv.slice(2);
+
+/**
+ * A blocked event loop for `ms`: no timer, no I/O, no beat to the warden. The thread sleeps
+ * (Atomics.wait) rather than spins, so a test running beside this one keeps its CPU.
+ */
+function blockEventLoop(ms: number): void {
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+}
 // The warden's silence limit (the worker sets its job lock duration), and a blocked event loop:
-// STEP_HOST_BLOCK_MS of busy waiting, STEP_HOST_BLOCK_AFTER_MS after start.
+// STEP_HOST_BLOCK_MS of it, STEP_HOST_BLOCK_AFTER_MS after start.
 if (process.env.STEP_HOST_SILENCE_MS) stepWarden.start(Number(process.env.STEP_HOST_SILENCE_MS));
 const blockMs = Number(process.env.STEP_HOST_BLOCK_MS ?? 0);
 if (blockMs > 0) {
   setTimeout(
     () => {
       process.stdout.write("blocking\n");
-      const until = performance.now() + blockMs;
-      while (performance.now() < until) {
-        // a blocked event loop: no timer, no I/O, no beat to the warden
-      }
+      blockEventLoop(blockMs);
       process.stdout.write("unblocked\n");
     },
     Number(process.env.STEP_HOST_BLOCK_AFTER_MS ?? 500),
@@ -49,10 +54,7 @@ const attemptBegan = performance.now();
 const blockBefore = Number(process.env.STEP_HOST_BLOCK_BEFORE_MS ?? 0);
 if (blockBefore > 0) {
   await new Promise((r) => setTimeout(r, 100));
-  const until = performance.now() + blockBefore;
-  while (performance.now() < until) {
-    // blocked
-  }
+  blockEventLoop(blockBefore);
   await new Promise((r) => setTimeout(r, 0));
 }
 await runCommandStep(
