@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # `npm test`: the whole suite, in order — system packages, type check, lint and format, unit and
 # integration tests (each file starts its own redis-server; two files at a time), `next build`,
-# the launcher's start/stop, API, auth and fuzz tests against the built server, Playwright e2e in
-# Debian's Chromium, and three chaos soaks side by side (45 s as configured by default; 30 s with
-# a separate RDB-only claims Redis and retention.builds 1; 45 s on a Sentinel group). Every step
-# runs under `timeout` so a hang fails fast. The last line is `N passed, N failed` (tests plus the
-# check steps).
+# the launcher's start/stop, API, auth and fuzz tests against the built server (two files at a
+# time), Playwright e2e in Debian's Chromium, and three chaos soaks side by side (45 s as
+# configured by default; 30 s with a separate RDB-only claims Redis and retention.builds 1; 45 s
+# on a Sentinel group). Every step runs under `timeout` so a hang fails fast. The last line is
+# `N passed, N failed` (tests plus the check steps).
 set -uo pipefail
 shopt -s globstar nullglob
 cd "$(dirname "$0")/.."
@@ -115,7 +115,8 @@ check "example Prometheus rules (promtool check rules)" 60 promtool check rules 
 # file has its own Redis, ports and directories (754 s one at a time, 395 s two at a time).
 suite "unit and integration tests" 1500 "${NODE_TEST[@]}" --test-concurrency=2 test/unit/**/*.test.ts test/integration/**/*.test.ts
 check "next build" 600 npx next build
-suite "launcher tests (npm start)" 900 "${NODE_TEST[@]}" --test-concurrency=1 test/launcher/**/*.test.ts
+# Two at a time too (free ports, own beds): 244 s one at a time, 162 s two at a time.
+suite "launcher tests (npm start)" 900 "${NODE_TEST[@]}" --test-concurrency=2 test/launcher/**/*.test.ts
 suite "e2e (Playwright, Chromium)" 900 npx playwright test
 # The three soaks run side by side (each its own Redis servers, ports and directories; the load
 # of the others is one more fault): about 90 s instead of about 6 min one after another.
