@@ -88,6 +88,7 @@ let processedAtMaintenance = 0;
 let lastBeatFailed = false;
 let lastUpkeepFailed = false;
 const sweepCursor: SweepCursor = { running: 0, queued: 0 };
+let upkeepRunning = false;
 async function heartbeat(): Promise<void> {
   let judgesOthers: boolean;
   try {
@@ -99,11 +100,17 @@ async function heartbeat(): Promise<void> {
   }
   if (lastBeatFailed) log("heartbeat restored");
   lastBeatFailed = false;
+  // One upkeep at a time: a slow one (a big prune, a slow disk) is not run again beside itself;
+  // the beats go on.
+  if (upkeepRunning) return;
+  upkeepRunning = true;
   try {
-    for (const line of await repairCurrentLinks(claims, keys, definitions)) log(line);
+    // The sweep first, right after the beat: RUN_ABANDON wants the sweeper's last beat recent
+    // (BEAT_STREAK.freshMs).
     const self = { workerId: identity.id, activeJobIds: () => running.ids(), judgesOthers, cursor: sweepCursor };
     for (const runId of await closeAbandonedRuns({ client: main, keys, retention }, self))
       log(`closed abandoned run ${runId}`);
+    for (const line of await repairCurrentLinks(claims, keys, definitions)) log(line);
     const sinceMaintenance = running.processed() - processedAtMaintenance;
     const busy = sinceMaintenance >= MAINTENANCE_AFTER_JOBS;
     const settled = sinceMaintenance > 0 && running.ids().length === 0;
@@ -121,6 +128,8 @@ async function heartbeat(): Promise<void> {
   } catch (error) {
     if (!lastUpkeepFailed) log(`upkeep after the heartbeat failed (will keep trying): ${describeError(error)}`);
     lastUpkeepFailed = true;
+  } finally {
+    upkeepRunning = false;
   }
 }
 

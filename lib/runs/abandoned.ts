@@ -62,8 +62,10 @@ export const SWEEP_BATCH = 200;
 
 /**
  * Where the next sweep reads each in-flight index: a page of SWEEP_BATCH after the last one, back
- * to the start after a short page. With more runs in flight than a page, every record is still
- * looked at within a few sweeps (a record that moves between pages waits a round more).
+ * to the start after a short page. With more runs in flight than a page, the sweeps go through
+ * the whole index, a page per beat. Pages are by position (index scores are start times): runs
+ * that start or end meanwhile shift the others, so a record can fall just behind the cursor for
+ * a round; it is read in the next one.
  */
 export interface SweepCursor {
   running: number;
@@ -96,20 +98,28 @@ export async function closeAbandonedRuns(
 ): Promise<string[]> {
   const { client, keys } = store;
   const statuses = ["running", "queued"] as const;
-  const cursor = self?.cursor ?? { running: 0, queued: 0 };
+  // The pages are read from where the cursor stood now, and it moves on from there only once
+  // this sweep is done: a sweep that fails reads its pages again next time.
+  const from: SweepCursor = { running: self?.cursor?.running ?? 0, queued: self?.cursor?.queued ?? 0 };
   const inFlight = client.pipeline();
   for (const status of statuses) {
-    inFlight.zrange(keys.runIndex({ status }), String(cursor[status]), String(cursor[status] + SWEEP_BATCH - 1));
+    inFlight.zrange(keys.runIndex({ status }), String(from[status]), String(from[status] + SWEEP_BATCH - 1));
   }
   const pages = ((await inFlight.exec()) ?? []).map(([error, members]) => {
     if (error) throw error;
     return members as string[];
   });
-  statuses.forEach((status, i) => {
-    cursor[status] = pages[i]!.length === SWEEP_BATCH ? cursor[status] + SWEEP_BATCH : 0;
-  });
+  const moveOn = () => {
+    if (!self?.cursor) return;
+    statuses.forEach((status, i) => {
+      self.cursor![status] = pages[i]!.length === SWEEP_BATCH ? from[status] + SWEEP_BATCH : 0;
+    });
+  };
   const ids = pages.flat();
-  if (ids.length === 0) return [];
+  if (ids.length === 0) {
+    moveOn();
+    return [];
+  }
   const lookup = client.pipeline();
   for (const id of ids) lookup.hmget(keys.run(id), "workerId", "jobId", "rebuild", "tenant");
   const replies = (await lookup.exec()) ?? [];
@@ -151,7 +161,11 @@ export async function closeAbandonedRuns(
     );
     queued.push(runId);
   });
-  if (queued.length === 0) return [];
+  if (queued.length === 0) {
+    moveOn();
+    return [];
+  }
   const results = (await pipeline.exec()) ?? [];
+  moveOn();
   return queued.filter((_, i) => results[i]?.[1] === RUN_REPLY.written);
 }

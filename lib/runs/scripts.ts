@@ -540,7 +540,7 @@ ARGV[9] with ARGV[4] another worker's: the sweeper (KEYS[5]) judges it dead only
   beatStreakSince; BEAT_STREAK in lib/workers/heartbeat.ts): after a write outage every heartbeat
   expired, live or not, and a sweep resent after one finds its beat old. '' asks nothing (a
   caller that is no worker)
-Returns ${RUN_REPLY.written} aborted | ${RUN_REPLY.no} left alone (final, or its worker is live or changed, or the sweeper's streak too short) | ${RUN_REPLY.missing} missing
+Returns ${RUN_REPLY.written} aborted | ${RUN_REPLY.no} left alone (final, or its worker is live or changed, or the sweeper's streak too short or its last beat too old) | ${RUN_REPLY.missing} missing
 ]]
 ${COMMON}
 setStatuses(ARGV[5])

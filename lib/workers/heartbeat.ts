@@ -29,15 +29,17 @@ export const HEARTBEAT_TTL_MS = 15_000;
  *   starts the streak again, so within a streak every beat of the sweeper went through, and a
  *   live worker has had three beats' time to write as well.
  * - `freshMs`: RUN_ABANDON checks the sweeper's streak when it writes, and that its last beat is
- *   at most one interval old — a sweep follows its beat within milliseconds, while a sweep that
- *   ioredis resends after a reconnect (sent before an outage, run after it) finds it older.
+ *   at most `maxGapMs` old — the streak's own rule, carried to the moment of the write. The
+ *   worker sweeps right after its beat; a sweep that ioredis resends after a reconnect (sent
+ *   before an outage, run after it) finds the beat older. Within that, a live worker beating
+ *   every interval last beat at most 12.5 s before: under the 15 s TTL.
  * The beat's reply tells the worker whether to look at others at all. Every worker must run this
  * version for the check to hold: an older one sweeps by its own (local-clock) rule.
  */
 export const BEAT_STREAK = {
   requiredMs: HEARTBEAT_TTL_MS,
   maxGapMs: 1.5 * HEARTBEAT_EVERY_MS,
-  freshMs: HEARTBEAT_EVERY_MS,
+  freshMs: 1.5 * HEARTBEAT_EVERY_MS,
 } as const;
 
 /** A beat's answer: its time and since when the streak holds (Redis ms), and what that allows. */

@@ -3,9 +3,9 @@
  * lib/workers/heartbeat.ts): only once its own beats have come for a whole heartbeat TTL with no
  * gap over one and a half beat intervals (one refused beat starts it again). The streak lives in
  * the worker's heartbeat hash, on the Redis clock (WORKER_BEAT), and the close script
- * (RUN_ABANDON) checks the sweeper's streak, and that its last beat is under an interval old,
- * when it writes — so a sweep sent before a write outage and resent by ioredis after it (its
- * `judgesOthers` from before) is still refused. Streaks of other lengths are made by setting the
+ * (RUN_ABANDON) checks the sweeper's streak, and that its last beat is recent
+ * (BEAT_STREAK.freshMs), when it writes — so a sweep sent before a write outage and resent by
+ * ioredis after it (its `judgesOthers` from before) is still refused. Streaks of other lengths are made by setting the
  * hash's two times on a real Redis, as a long run of beats or a pause would have left them.
  *
  * Can it fail? With the streak checked only by the worker (as before, BeatStreak), the resent
@@ -91,7 +91,7 @@ test("the close script checks the sweeper's streak when it writes: a sweep resen
   await setBeats(keys, "sweeper", 0, 2 * HEARTBEAT_EVERY_MS);
   assert.deepEqual(await sweep(), [], "its streak is shorter than a TTL (back from an outage)");
   await setBeats(keys, "sweeper", BEAT_STREAK.freshMs + 1_000, 10 * HEARTBEAT_TTL_MS);
-  assert.deepEqual(await sweep(), [], "its last beat is over an interval old (the sweep ran after an outage)");
+  assert.deepEqual(await sweep(), [], "its last beat is older than the streak allows (the sweep ran after an outage)");
   await client.del(keys.workerHeartbeat("sweeper"));
   assert.deepEqual(await sweep(), [], "it has no heartbeat itself");
   assert.equal((await readRun(client, keys, "quiet-a1"))?.status, "running");

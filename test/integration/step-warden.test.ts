@@ -26,6 +26,20 @@ after(() => {
 /** A TERM-deaf step with a TERM-deaf background child and a setsid daemon. */
 const STUBBORN = "(trap '' TERM; sleep 600) & setsid sleep 600 & trap '' TERM; while :; do sleep 0.2; done";
 
+/**
+ * tsx's esbuild service, which the host (run with `--import tsx`) starts when its code is not in
+ * tsx's cache — on a fresh clone, or after an edit. It carries the host's environment, marker
+ * included, and sleeps on while the host is blocked: the host's helper, not the step's. (It made
+ * the first case below fail on clean-clone CI runs; `TSX_DISABLE_CACHE=1` reproduces it.)
+ */
+function isEsbuildService(pid: number): boolean {
+  try {
+    return /\/esbuild$/.test(fs.readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0")[0]!);
+  } catch {
+    return false;
+  }
+}
+
 function hostIn(script: string, env: Record<string, string>) {
   const marker = newMarker();
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "cw-step-host-"));
@@ -36,8 +50,8 @@ function hostIn(script: string, env: Record<string, string>) {
   });
   let output = "";
   child.stdout!.on("data", (chunk: Buffer) => (output += chunk.toString()));
-  /** The step's processes: everything with the marker but the host itself. */
-  const stepPids = () => pidsWithMarker(marker).filter((pid) => pid !== child.pid);
+  /** The step's processes: everything with the marker but the host itself and its esbuild. */
+  const stepPids = () => pidsWithMarker(marker).filter((pid) => pid !== child.pid && !isEsbuildService(pid));
   return { child, stepPids, output: () => output };
 }
 
