@@ -88,7 +88,10 @@ let processedAtMaintenance = 0;
 let lastBeatFailed = false;
 let lastUpkeepFailed = false;
 const sweepCursor: SweepCursor = { running: 0, queued: 0 };
-let upkeepRunning = false;
+/** The upkeep after a beat, while one runs (sweep, repair, maintenance): one at a time. */
+let upkeep: Promise<void> | null = null;
+/** How long a stop waits for an upkeep under way (a prune holding an output's claim) to end. */
+const UPKEEP_STOP_WAIT_MS = 10_000;
 async function heartbeat(): Promise<void> {
   let judgesOthers: boolean;
   try {
@@ -101,9 +104,13 @@ async function heartbeat(): Promise<void> {
   if (lastBeatFailed) log("heartbeat restored");
   lastBeatFailed = false;
   // One upkeep at a time: a slow one (a big prune, a slow disk) is not run again beside itself;
-  // the beats go on.
-  if (upkeepRunning) return;
-  upkeepRunning = true;
+  // the beats go on. None starts once the worker is stopping.
+  if (upkeep || stopping) return;
+  upkeep = upkeepAfterBeat(judgesOthers).finally(() => (upkeep = null));
+  await upkeep;
+}
+
+async function upkeepAfterBeat(judgesOthers: boolean): Promise<void> {
   try {
     // The sweep first, right after the beat: RUN_ABANDON wants the sweeper's last beat recent
     // (BEAT_STREAK.freshMs).
@@ -128,8 +135,6 @@ async function heartbeat(): Promise<void> {
   } catch (error) {
     if (!lastUpkeepFailed) log(`upkeep after the heartbeat failed (will keep trying): ${describeError(error)}`);
     lastUpkeepFailed = true;
-  } finally {
-    upkeepRunning = false;
   }
 }
 
@@ -219,6 +224,9 @@ async function shutdown(signal: NodeJS.Signals): Promise<void> {
     log(`shutdown: jobs not handed back within ${wait} ms${killed ? `; killed ${killed} step(s)` : ""}`);
   }
   clearInterval(beatTimer);
+  // An upkeep under way ends before the connections close: a prune holds an output's claim, and
+  // a stop that cut it off would leave the claim held for its TTL (the Sentinel soak saw one).
+  if (upkeep) await Promise.race([upkeep, new Promise((r) => setTimeout(r, UPKEEP_STOP_WAIT_MS))]);
   await queue.close().catch(() => {});
   await Promise.race([retire(main, keys, identity.id).catch(() => {}), new Promise((r) => setTimeout(r, 2_000))]);
   await Promise.race([
