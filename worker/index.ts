@@ -88,6 +88,8 @@ let processedAtMaintenance = 0;
 let lastBeatFailed = false;
 let lastUpkeepFailed = false;
 const sweepCursor: SweepCursor = { running: 0, queued: 0 };
+/** Set by the first SIGTERM/SIGINT (shutdown). */
+let stopping = false;
 /** The upkeep after a beat, while one runs (sweep, repair, maintenance): one at a time. */
 let upkeep: Promise<void> | null = null;
 /** How long a stop waits for an upkeep under way (a prune holding an output's claim) to end. */
@@ -121,12 +123,15 @@ async function upkeepAfterBeat(judgesOthers: boolean): Promise<void> {
     const sinceMaintenance = running.processed() - processedAtMaintenance;
     const busy = sinceMaintenance >= MAINTENANCE_AFTER_JOBS;
     const settled = sinceMaintenance > 0 && running.ids().length === 0;
-    if (busy || settled || Date.now() - lastMaintenance >= MAINTENANCE_EVERY_MS) {
+    // Not once the worker is stopping (its jobs handed back count as processed): a prune then
+    // would take claims the stop must not leave held.
+    if (!stopping && (busy || settled || Date.now() - lastMaintenance >= MAINTENANCE_EVERY_MS)) {
       lastMaintenance = Date.now();
       processedAtMaintenance = running.processed();
       await trimAllRuns(main, keys, definitions, retention);
       await pruneAbandonedWorkDirs(definitions);
-      for (const line of await pruneOldBuilds(definitions, { client: claims, keys, workerId: identity.id })) {
+      const pruneClaims = { client: claims, keys, workerId: identity.id, stopping: () => stopping };
+      for (const line of await pruneOldBuilds(definitions, pruneClaims)) {
         if (!line.includes("pruned later")) log(line);
       }
     }
@@ -137,8 +142,6 @@ async function upkeepAfterBeat(judgesOthers: boolean): Promise<void> {
     lastUpkeepFailed = true;
   }
 }
-
-let stopping = false;
 
 /** Published builds re-hashed now and then (one output per minute at most; build-integrity.ts). */
 let checkingBuilds = false;
@@ -226,7 +229,13 @@ async function shutdown(signal: NodeJS.Signals): Promise<void> {
   clearInterval(beatTimer);
   // An upkeep under way ends before the connections close: a prune holds an output's claim, and
   // a stop that cut it off would leave the claim held for its TTL (the Sentinel soak saw one).
-  if (upkeep) await Promise.race([upkeep, new Promise((r) => setTimeout(r, UPKEEP_STOP_WAIT_MS))]);
+  if (upkeep) {
+    const ended = await Promise.race([
+      upkeep.then(() => true),
+      new Promise<false>((r) => setTimeout(() => r(false), UPKEEP_STOP_WAIT_MS)),
+    ]);
+    if (!ended) log(`shutdown: the upkeep after the last beat did not end within ${UPKEEP_STOP_WAIT_MS} ms`);
+  }
   await queue.close().catch(() => {});
   await Promise.race([retire(main, keys, identity.id).catch(() => {}), new Promise((r) => setTimeout(r, 2_000))]);
   await Promise.race([

@@ -23,6 +23,8 @@ export interface PruneClaims {
   client: ScriptingClient & Pick<Redis, "hgetall">;
   keys: RedisKeys;
   workerId?: string;
+  /** Asked before each output: true once the worker is stopping (the outputs left wait for the next prune). */
+  stopping?: () => boolean;
 }
 
 /**
@@ -33,6 +35,7 @@ export async function pruneOldBuilds(definitions: Definitions, claims: PruneClai
   const report: string[] = [];
   for (const rebuild of definitions.rebuilds.values()) {
     for (const tenant of tenantsOf(rebuild)) {
+      if (claims.stopping?.()) return report;
       const outputDir = outputDirOf(rebuild, tenant);
       const name = claimName(rebuild.claimPath, tenant);
       try {
