@@ -7,6 +7,7 @@
  * the queue with no failed attempt (another worker starts them at once), then exit 0.
  */
 import { Queue } from "bullmq";
+import type { AlertEvaluator } from "../lib/alerts/evaluator";
 import { CONFIG_EXIT_CODE, loadConfigOrExit } from "../lib/config";
 import { describeError } from "../lib/describe-error";
 import { abandonedInputReads } from "../lib/rebuilds/version";
@@ -94,6 +95,10 @@ let stopping = false;
 let upkeep: Promise<void> | null = null;
 /** How long a stop waits for an upkeep under way (a prune holding an output's claim) to end. */
 const UPKEEP_STOP_WAIT_MS = 10_000;
+/** An upkeep running this long is said in the log (a hung disk, a Redis command not answered). */
+const UPKEEP_SLOW_MS = 30_000;
+let upkeepStartedAt = 0;
+let upkeepSlowSaid = false;
 async function heartbeat(): Promise<void> {
   let judgesOthers: boolean;
   try {
@@ -107,9 +112,26 @@ async function heartbeat(): Promise<void> {
   lastBeatFailed = false;
   // One upkeep at a time: a slow one (a big prune, a slow disk) is not run again beside itself;
   // the beats go on. None starts once the worker is stopping.
-  if (upkeep || stopping) return;
-  upkeep = upkeepAfterBeat(judgesOthers).finally(() => (upkeep = null));
-  await upkeep;
+  if (upkeep) return sayIfUpkeepSlow();
+  if (stopping) return;
+  // Not awaited: the start-up beat does not wait for the first upkeep (a long prune) either.
+  upkeepStartedAt = Date.now();
+  upkeep = upkeepAfterBeat(judgesOthers).finally(() => {
+    upkeep = null;
+    if (upkeepSlowSaid) log(`upkeep after the heartbeat ended after ${secondsSince(upkeepStartedAt)} s`);
+    upkeepSlowSaid = false;
+  });
+}
+
+const secondsSince = (at: number) => Math.round((Date.now() - at) / 1000);
+
+/** Said once per upkeep: until it ends, no other worker's dead run is closed by this one, no `current` repaired, no records trimmed. */
+function sayIfUpkeepSlow(): void {
+  if (upkeepSlowSaid || Date.now() - upkeepStartedAt < UPKEEP_SLOW_MS) return;
+  upkeepSlowSaid = true;
+  log(
+    `upkeep after the heartbeat still running after ${secondsSince(upkeepStartedAt)} s (a hung disk or an unanswered Redis command?); no sweep, repair or maintenance runs until it ends`,
+  );
 }
 
 async function upkeepAfterBeat(judgesOthers: boolean): Promise<void> {
@@ -157,42 +179,11 @@ async function checkBuilds(): Promise<void> {
   }
 }
 const buildCheckTimer = setInterval(() => void checkBuilds(), 60_000);
-
-await heartbeat();
-void publishEvent(main, keys, { type: "worker.up", id: identity.id, host: identity.host, pid: identity.pid });
+// The beats go on until the stop has handed the jobs back (also a stop during the start-up).
 const beatTimer = setInterval(() => void heartbeat(), HEARTBEAT_EVERY_MS);
-try {
-  const { upserted, removed, paused } = await syncSchedules(queue, definitions, main, keys);
-  log(
-    `schedules: ${upserted.length} upserted${removed.length ? `, removed ${removed.join(", ")}` : ""}${paused.length ? `; paused by an operator: ${paused.join(", ")}` : ""}`,
-  );
-} catch (error) {
-  log(`could not sync schedules (will run jobs anyway): ${describeError(error)}`);
-}
-log(`step containment: ${containment.mode}: ${containment.detail}`);
-log(
-  `ready: ${definitions.rebuilds.size} rebuild(s) from ${definitions.file}, concurrency ${concurrency}, Redis ${describeRedisTarget(urls.main)}`,
-);
-
-// Finished runs from before the timeline counters (an upgrade) counted once, in the background.
+/** Set going by the start-up below, if it gets that far before a stop. */
+let alerting: AlertEvaluator | null = null;
 const backfill = new AbortController();
-void startTimelineBackfill(main, keys, { retention, log, signal: backfill.signal });
-
-// Alert evaluation (when claimwatch.yaml has `alerts:`): one process of all evaluates at a time.
-// Loaded only then: a worker without alerts starts as fast as before.
-const alerting =
-  definitions.alerts &&
-  (await import("../lib/alerts/start")).startAlerting({
-    main,
-    claims,
-    keys,
-    definitions,
-    config,
-    workerId: identity.id,
-    role: "(alerts evaluator)",
-    log,
-  });
-for (const signal of ["SIGTERM", "SIGINT"] as const) process.once(signal, () => void alerting?.stop());
 
 // A stray rejection must not take down a worker that holds claims: log it loudly instead.
 process.on("unhandledRejection", (reason) => {
@@ -207,6 +198,7 @@ async function shutdown(signal: NodeJS.Signals): Promise<void> {
   stopping = true;
   const jobs = running.ids();
   log(`${signal}: stopping${jobs.length ? `; handing back ${jobs.join(", ")}` : ""}`);
+  void alerting?.stop();
   // The heartbeat goes on until the jobs are handed back: a worker that waits out a long killGrace
   // is alive, and another worker must not close its runs as abandoned meanwhile.
   clearInterval(buildCheckTimer);
@@ -215,6 +207,14 @@ async function shutdown(signal: NodeJS.Signals): Promise<void> {
   // step is dead before its job can start elsewhere; whatever is left after it is SIGKILLed here
   // (and would die with this process anyway: their init watches a pipe only this process holds).
   running.abortAll("shutdown");
+  // No upkeep starts once stopping; the one under way (if any) is waited for beside the jobs, so
+  // the whole stop stays within the jobs' wait plus a few seconds (npm start's limit).
+  const upkeepEnded = upkeep
+    ? Promise.race([
+        upkeep.then(() => true),
+        new Promise<false>((r) => setTimeout(() => r(false), UPKEEP_STOP_WAIT_MS)),
+      ])
+    : Promise.resolve(true);
   const wait = shutdownWaitMs(definitions);
   let waitTimer: NodeJS.Timeout | undefined;
   const closed = await Promise.race([
@@ -229,13 +229,8 @@ async function shutdown(signal: NodeJS.Signals): Promise<void> {
   clearInterval(beatTimer);
   // An upkeep under way ends before the connections close: a prune holds an output's claim, and
   // a stop that cut it off would leave the claim held for its TTL (the Sentinel soak saw one).
-  if (upkeep) {
-    const ended = await Promise.race([
-      upkeep.then(() => true),
-      new Promise<false>((r) => setTimeout(() => r(false), UPKEEP_STOP_WAIT_MS)),
-    ]);
-    if (!ended) log(`shutdown: the upkeep after the last beat did not end within ${UPKEEP_STOP_WAIT_MS} ms`);
-  }
+  if (!(await upkeepEnded))
+    log(`shutdown: the upkeep after the last beat did not end within ${UPKEEP_STOP_WAIT_MS} ms`);
   await queue.close().catch(() => {});
   await Promise.race([retire(main, keys, identity.id).catch(() => {}), new Promise((r) => setTimeout(r, 2_000))]);
   await Promise.race([
@@ -249,5 +244,50 @@ async function shutdown(signal: NodeJS.Signals): Promise<void> {
   if (stuck > 0) log(`shutdown: ${stuck} input read(s) stuck in a system call (a hung mount?); ending with SIGKILL`);
   process.exit(0);
 }
+// Before the first wait on Redis: a stop during the start-up (a deploy right after a deploy, a
+// Redis that does not answer yet) still hands the jobs back and releases the claims; without a
+// handler, SIGTERM would end the process on the spot, as a crash does.
 process.on("SIGTERM", (signal) => void shutdown(signal));
 process.on("SIGINT", (signal) => void shutdown(signal));
+log(`starting: version ${APP_VERSION}, pid ${process.pid}, Redis ${describeRedisTarget(urls.main)}`);
+
+await heartbeat();
+if (!stopping) {
+  void publishEvent(main, keys, { type: "worker.up", id: identity.id, host: identity.host, pid: identity.pid });
+  await syncSchedulesAndSay();
+}
+
+async function syncSchedulesAndSay(): Promise<void> {
+  try {
+    const { upserted, removed, paused } = await syncSchedules(queue, definitions, main, keys);
+    log(
+      `schedules: ${upserted.length} upserted${removed.length ? `, removed ${removed.join(", ")}` : ""}${paused.length ? `; paused by an operator: ${paused.join(", ")}` : ""}`,
+    );
+  } catch (error) {
+    log(`could not sync schedules (will run jobs anyway): ${describeError(error)}`);
+  }
+}
+if (!stopping) {
+  log(`step containment: ${containment.mode}: ${containment.detail}`);
+  log(
+    `ready: ${definitions.rebuilds.size} rebuild(s) from ${definitions.file}, concurrency ${concurrency}, Redis ${describeRedisTarget(urls.main)}`,
+  );
+  // Finished runs from before the timeline counters (an upgrade) counted once, in the background.
+  void startTimelineBackfill(main, keys, { retention, log, signal: backfill.signal });
+}
+// Alert evaluation (when claimwatch.yaml has `alerts:`): one process of all evaluates at a time.
+// Loaded only then: a worker without alerts starts as fast as before.
+if (definitions.alerts) {
+  const { startAlerting } = await import("../lib/alerts/start");
+  if (!stopping)
+    alerting = startAlerting({
+      main,
+      claims,
+      keys,
+      definitions,
+      config,
+      workerId: identity.id,
+      role: "(alerts evaluator)",
+      log,
+    });
+}

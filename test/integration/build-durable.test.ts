@@ -10,7 +10,7 @@
  * published, and `current` where it was until repair can move it with the fence on disk.
  */
 import assert from "node:assert/strict";
-import { spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -20,6 +20,7 @@ import { changedBuildProblems, checkPublishedBuilds } from "../../lib/rebuilds/b
 import { BUILD_HASH, readCurrent } from "../../lib/rebuilds/output";
 import { readPublishedFence } from "../../lib/rebuilds/published-fence";
 import { createTestBed } from "../support/stack";
+import { injectInto } from "../support/strace";
 
 const HOST = fileURLToPath(new URL("../support/promote-host.ts", import.meta.url));
 let root = "";
@@ -63,18 +64,6 @@ function makeWorkTree(
  */
 async function failFsyncsOf(t: TestContext, pid: number, paths: string[]): Promise<() => void> {
   return injectInto(t, pid, ["-e", "trace=fsync", "-e", "inject=fsync:error=EIO", ...paths.flatMap((p) => ["-P", p])]);
-}
-
-/** strace with `args` attached to every thread of `pid`, from one second on; stopped with the test. */
-async function injectInto(t: TestContext, pid: number, args: string[]): Promise<() => void> {
-  const threads = fs.readdirSync(`/proc/${pid}/task`).flatMap((tid) => ["-p", tid]);
-  const tracer = spawn("strace", ["-qq", "-f", ...threads, ...args, "-o", "/dev/null"], { stdio: "ignore" });
-  const stop = () => {
-    if (tracer.exitCode === null && tracer.signalCode === null) tracer.kill("SIGINT");
-  };
-  t.after(stop);
-  await new Promise((resolve) => setTimeout(resolve, 1_000)); // attached
-  return stop;
 }
 
 interface Traced {

@@ -217,6 +217,27 @@ test("one worker paused past its job lock is handed its own job again while the 
   }
 });
 
+test("SIGTERM during the start-up (Redis not answering yet): the worker stops cleanly, exit 0, not cut off by the signal", async () => {
+  // A frozen Redis holds the worker in its first heartbeat, before "ready". Without a handler in
+  // place by then, SIGTERM ends the process on the spot, as a crash does: running jobs are not
+  // handed back and claims stay held for their TTL.
+  process.kill(bed.redis.pid, "SIGSTOP");
+  let worker;
+  try {
+    worker = await bed.startWorker({}, { until: /starting: / });
+    worker.child.kill("SIGTERM");
+    await new Promise((r) => setTimeout(r, 1_000));
+    assert.equal(worker.child.signalCode, null, `the worker was not ended by the signal:\n${worker.output()}`);
+  } finally {
+    process.kill(bed.redis.pid, "SIGCONT");
+  }
+  assert.equal(await worker.stop("SIGTERM"), 0, `the worker exits 0:\n${worker.output()}`);
+  assert.match(worker.output(), /SIGTERM: stopping/);
+  assert.doesNotMatch(worker.output(), /ready: /, "a stopping worker does not go on to say it is ready");
+  const id = /\[worker ([^\]]+)\] starting: /.exec(worker.output())![1]!;
+  assert.equal(await bed.main.exists(bed.keys.workerHeartbeat(id)), 0, "it retired its heartbeat");
+});
+
 test("SIGTERM mid-run (a deploy): job back to waiting with no failed attempt, claim released, another worker finishes it", async () => {
   const output = bed.definitions.rebuilds.get("slow")!.outputPath;
   const leaving = await bed.startWorker();

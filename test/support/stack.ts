@@ -44,7 +44,8 @@ export interface TestBed {
   queue: Queue;
   definitions: Definitions;
   env: NodeJS.ProcessEnv;
-  startWorker(extraEnv?: Record<string, string>): Promise<TestWorker>;
+  /** Starts a worker and waits for its line `until` (default: `ready:`). */
+  startWorker(extraEnv?: Record<string, string>, options?: { until?: RegExp }): Promise<TestWorker>;
   trigger(name: string, request?: TriggerRequest): Promise<string>;
   waitForRun(predicate: (run: RunRecord) => boolean, timeoutMs?: number, label?: string): Promise<RunRecord>;
   runsOfJob(jobId: string): Promise<RunRecord[]>;
@@ -104,7 +105,7 @@ export async function createTestBed(
     queue,
     definitions: loaded.definitions,
     env,
-    async startWorker(extraEnv: Record<string, string> = {}) {
+    async startWorker(extraEnv: Record<string, string> = {}, { until = /ready: / } = {}) {
       const child = spawn(process.execPath, ["--import", "tsx", "worker/index.ts"], {
         env: { ...env, ...extraEnv },
         stdio: ["ignore", "pipe", "pipe"],
@@ -128,7 +129,7 @@ export async function createTestBed(
         },
       };
       workers.add(worker);
-      await worker.waitFor(/ready: /, 30_000);
+      await worker.waitFor(until, 30_000);
       return worker;
     },
     async trigger(name, request = {}) {

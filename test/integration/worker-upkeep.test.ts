@@ -1,0 +1,40 @@
+/**
+ * The upkeep after a heartbeat (the sweep of dead workers' runs, the repair of `current`,
+ * trimming and pruning) runs one at a time. One held up by a hung disk stops every later one, so
+ * the worker says so in its log while the beats go on, and says when it ended.
+ */
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import { after, before, test } from "node:test";
+import { createTestBed, slowStep, type TestBed } from "../support/stack";
+import { injectInto } from "../support/strace";
+
+let bed: TestBed;
+before(async () => {
+  bed = await createTestBed({ tiles: { output: "out/tiles", steps: [slowStep(0)] } });
+});
+after(() => bed.close());
+
+test("an upkeep held up by a hung disk is said in the log after 30 s, the beats go on, and its end is said too", async (t) => {
+  const outputDir = bed.definitions.rebuilds.get("tiles")!.outputPath;
+  fs.mkdirSync(outputDir, { recursive: true });
+  const worker = await bed.startWorker();
+  const id = /\[worker ([^\]]+)\] ready: /.exec(worker.output())![1]!;
+  try {
+    // The repair opens the output directory on every upkeep: each open of it now takes 45 s.
+    const release = await injectInto(t, worker.pid, [
+      "-e",
+      "trace=openat",
+      "-e",
+      "inject=openat:delay_enter=45000000",
+      "-P",
+      outputDir,
+    ]);
+    await worker.waitFor(/upkeep after the heartbeat still running after \d+ s \(a hung disk/, 60_000);
+    assert.equal(await bed.main.exists(bed.keys.workerHeartbeat(id)), 1, "the beats go on meanwhile");
+    release();
+    await worker.waitFor(/upkeep after the heartbeat ended after \d+ s/, 60_000);
+  } finally {
+    assert.equal(await worker.stop(), 0, worker.output());
+  }
+});
