@@ -8,10 +8,12 @@ import crypto from "node:crypto";
 import type { Queue } from "bullmq";
 import type { Redis } from "ioredis";
 import type { RedisKeys } from "../redis/keys";
+import { runScript } from "../redis/scripts";
 import { acknowledgedReplicas, connectionEpoch, REPLICA_WAIT_MS } from "../redis/replicas";
 import { publishEvent } from "../events/publish";
 import { tenantProblem, unknownRebuildProblem, type Definitions } from "./definitions";
 import { jobOptionsFor, type RebuildJobData } from "./queue";
+import { REQUEST_ID_RENAME } from "./scripts";
 import { VERSION_PATTERN } from "./version";
 
 export interface TriggerRequest {
@@ -54,7 +56,7 @@ const WAITING_STATES = new Set(["waiting", "delayed", "prioritized", "waiting-ch
 export async function triggerRebuild(
   queue: Pick<Queue, "add" | "getJobState">,
   /** The main Redis; `queue` writes through this same connection (so WAIT covers the job). */
-  client: Pick<Redis, "set" | "get" | "exists" | "pexpire" | "call" | "on">,
+  client: Pick<Redis, "set" | "get" | "exists" | "pexpire" | "call" | "on" | "defineCommand">,
   keys: RedisKeys,
   definitions: Definitions,
   name: string,
@@ -90,7 +92,7 @@ export async function triggerRebuild(
       // With replicas asked for, a request sent again after "not replicated" may find the id a
       // failover kept and the job it lost: then it queues, rather than answer with nothing. Not
       // without (a job cancelled or pruned meanwhile is gone too, and must stay gone), nor for a
-      // job being cancelled. Left: two submits of one id at once may then both queue.
+      // job being cancelled.
       const lost =
         earlier !== null &&
         (request.replicas ?? 0) > 0 &&
@@ -101,7 +103,10 @@ export async function triggerRebuild(
         if (request.replicas) await client.set(requestKey, earlier, "PX", REQUEST_ID_TTL_MS, "XX");
         return replicated(client, request, epoch, { status: "deduplicated", jobId: earlier });
       }
-      await client.set(requestKey, jobId, "PX", REQUEST_ID_TTL_MS);
+      // Only if the id still names the lost job (or expired meanwhile): of two submits of one id
+      // at once, one queues and the other is answered with its job.
+      const named = await runScript(client, REQUEST_ID_RENAME, [requestKey], [earlier ?? "", jobId, REQUEST_ID_TTL_MS]);
+      if (named !== jobId) return replicated(client, request, epoch, { status: "deduplicated", jobId: named });
     }
   }
 

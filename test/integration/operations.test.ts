@@ -301,6 +301,25 @@ test("pause a schedule: nothing enqueued for two ticks, also after a worker rest
   }
 });
 
+test("with replicas asked for, two submits of one request id at once whose job a failover lost: one new job, both answered with it", async () => {
+  const request = { version: "r-race", requestId: "form-race-0123456789" };
+  const first = await triggerRebuild(bed.queue, bed.main, bed.keys, bed.definitions, "flaky", request);
+  const lostId = (first as { jobId: string }).jobId;
+  await bed.queue.remove(lostId); // the id kept, the job lost (as above)
+  // Sent again twice at once (two tabs retrying after "not replicated"); one of them changed
+  // (force), so the "waiting trigger" marker cannot fold them together: only the id can.
+  const answers = await Promise.all([
+    triggerRebuild(bed.queue, bed.main, bed.keys, bed.definitions, "flaky", { ...request, replicas: 1 }),
+    triggerRebuild(bed.queue, bed.main, bed.keys, bed.definitions, "flaky", { ...request, force: true, replicas: 1 }),
+  ]);
+  const named = answers.map((answer) => (answer as { jobId?: string }).jobId);
+  assert.equal(named[0], named[1], `both answered with one job: ${JSON.stringify(answers)}`);
+  assert.notEqual(named[0], lostId);
+  const jobs = await bed.queue.getJobs(["waiting", "delayed", "prioritized", "active", "completed", "failed"]);
+  const queued = jobs.filter((job) => job && job.data.version === "r-race").map((job) => job.id);
+  assert.deepEqual(queued, [named[0]], "one job queued for the two submits");
+});
+
 test("one job per request id: a double submit of Rebuild now queues once", async () => {
   const request = { version: "r1", requestId: "form-0123456789" };
   const first = await triggerRebuild(bed.queue, bed.main, bed.keys, bed.definitions, "flaky", request);
