@@ -219,11 +219,16 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   const deduplicated = triggers.filter((e) => e.status === "deduplicated").length;
   const notAccepted = events.filter((e) => e.kind === "trigger-error" || e.kind === "trigger-refused").length;
   const unreplicated = events.filter((e) => e.kind === "trigger-unreplicated").length;
+  const resends = events.filter((e) => e.kind === "trigger-resent").length;
+  const acceptedOnResend = triggers.filter((e) => e.resend).length;
   lines.push(
     `triggers: ${triggers.length} accepted (${formatCounts(triggerModes, ["new", "again", "mid-run", "redeliver", "force"])}; ` +
       `${deduplicated} collapsed into a waiting job)${notAccepted ? `; ${notAccepted} not accepted (Redis down), not counted` : ""}` +
       (unreplicated
         ? `; ${unreplicated} answered not-replicated (fewer replicas than asked had the job), not counted`
+        : "") +
+      (resends
+        ? `; ${resends} sent again with their request id (not replicated, or no answer), ${acceptedOnResend} accepted then`
         : ""),
   );
 

@@ -26,7 +26,7 @@ import type { Redis } from "ioredis";
 import type { RedisKeys } from "../../lib/redis/keys";
 import type { Definitions } from "../../lib/rebuilds/definitions";
 import { jobOptionsFor, type RebuildJobData } from "../../lib/rebuilds/queue";
-import { triggerRebuild, type TriggerRequest } from "../../lib/rebuilds/trigger";
+import { triggerRebuild, type TriggerRequest, type TriggerResult } from "../../lib/rebuilds/trigger";
 import { hashInputs } from "../../lib/rebuilds/version";
 import { acknowledgedReplicas, connectionEpoch } from "../../lib/redis/replicas";
 import { readRun } from "../../lib/runs/records";
@@ -66,6 +66,10 @@ export interface TriggerStreamOptions {
   /** Called once at the start with a function that triggers the next version of one output now. */
   expose?: (newVersion: (ref: SoakClaimRef, why: string) => Promise<void>) => void;
 }
+
+/** A trigger not answered, or answered "not replicated", is sent again this many times, this far apart. */
+const RESENDS = 3;
+const RESEND_AFTER_MS = 1_000;
 
 const MODES: [TriggerMode, number][] = [
   ["new", 0.4],
@@ -161,28 +165,54 @@ export async function runTriggerStream(options: TriggerStreamOptions): Promise<v
         events.record("trigger", { ...fields, status: "queued", jobId });
         return;
       }
+      // As a caller told "not replicated" (or left without an answer) does: the same request,
+      // with the same request id, sent again a few times — what REQUEST_ID_RENAME and the
+      // deduplicated answer's WAIT are for, under the failovers of `--redis sentinel`.
       const request: TriggerRequest = {
         ...sent,
         force,
         trigger: "api",
         ...(ref.tenant ? { tenant: ref.tenant } : {}),
         replicas,
+        requestId: `soak-${crypto.randomUUID()}`,
       };
-      const result = await withTimeout(
-        triggerRebuild(options.queue, options.main, options.keys, options.definitions, ref.rebuild, request),
-        20_000,
-        "trigger",
-      );
-      if (result.status === "queued" || result.status === "deduplicated") {
-        events.record("trigger", { ...fields, status: result.status, jobId: result.jobId });
-      } else if (result.status === "not-replicated") {
-        events.record("trigger-unreplicated", { ...fields, jobId: result.jobId, acknowledged: result.acknowledged });
-      } else {
-        events.record("trigger-refused", {
-          ...fields,
-          status: result.status,
-          message: "message" in result ? result.message : "",
-        });
+      for (let resend = 0; ; resend++) {
+        const last = resend === RESENDS || Date.now() > options.until;
+        const again = resend > 0 ? { resend } : {};
+        let result: TriggerResult;
+        try {
+          result = await withTimeout(
+            triggerRebuild(options.queue, options.main, options.keys, options.definitions, ref.rebuild, request),
+            20_000,
+            "trigger",
+          );
+        } catch (error) {
+          if (last) throw error;
+          events.record("trigger-resent", { ...fields, ...again, error: String(error) });
+          await sleep(RESEND_AFTER_MS);
+          continue;
+        }
+        if (result.status === "queued" || result.status === "deduplicated") {
+          events.record("trigger", { ...fields, ...again, status: result.status, jobId: result.jobId });
+        } else if (result.status !== "not-replicated") {
+          events.record("trigger-refused", {
+            ...fields,
+            status: result.status,
+            message: "message" in result ? result.message : "",
+          });
+        } else if (last) {
+          events.record("trigger-unreplicated", { ...fields, jobId: result.jobId, acknowledged: result.acknowledged });
+        } else {
+          events.record("trigger-resent", {
+            ...fields,
+            ...again,
+            jobId: result.jobId,
+            acknowledged: result.acknowledged,
+          });
+          await sleep(RESEND_AFTER_MS);
+          continue;
+        }
+        return;
       }
     } catch (error) {
       // Not accepted as far as the caller can tell (Redis down past the timeout): not counted.
