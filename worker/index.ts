@@ -229,8 +229,11 @@ async function shutdown(signal: NodeJS.Signals): Promise<void> {
   clearInterval(beatTimer);
   // An upkeep under way ends before the connections close: a prune holds an output's claim, and
   // a stop that cut it off would leave the claim held for its TTL (the Sentinel soak saw one).
-  if (!(await upkeepEnded))
-    log(`shutdown: the upkeep after the last beat did not end within ${UPKEEP_STOP_WAIT_MS} ms`);
+  await upkeepEnded;
+  // Still under way (`.finally` clears it): held up in a system call that may never return (a
+  // hung disk), which would hold `process.exit` too — the exit ends with SIGKILL then.
+  const upkeepStuck = upkeep !== null;
+  if (upkeepStuck) log(`shutdown: the upkeep after the last beat did not end within ${UPKEEP_STOP_WAIT_MS} ms`);
   await queue.close().catch(() => {});
   await Promise.race([retire(main, keys, identity.id).catch(() => {}), new Promise((r) => setTimeout(r, 2_000))]);
   await Promise.race([
@@ -242,6 +245,10 @@ async function shutdown(signal: NodeJS.Signals): Promise<void> {
   // process.exit would wait for the thread pool, where those reads may be blocked for good: the
   // exit ends with SIGKILL then (lib/rebuilds/version.ts).
   if (stuck > 0) log(`shutdown: ${stuck} input read(s) stuck in a system call (a hung mount?); ending with SIGKILL`);
+  if (upkeepStuck) {
+    log("shutdown: ending with SIGKILL (the upkeep may be stuck in a system call)");
+    process.kill(process.pid, "SIGKILL");
+  }
   process.exit(0);
 }
 // Before the first wait on Redis: a stop during the start-up (a deploy right after a deploy, a

@@ -47,7 +47,11 @@ export interface RunningJobs {
   ids(): string[];
   /** Jobs this worker has finished processing (any outcome), since it started. */
   processed(): number;
-  /** Aborts every job running here (e.g. "shutdown": each hands its job back). */
+  /**
+   * Aborts every job running here, and every one picked up later (e.g. "shutdown": each hands its
+   * job back). For a worker that is stopping: `worker.close()` right after, or it would pick up
+   * the jobs it hands back again and again.
+   */
   abortAll(reason: string): void;
 }
 
@@ -68,6 +72,8 @@ export function startRebuildWorker(
   // (the worker stalled past its job lock and was handed the job again) would lose its renewals
   // when the older one ends — then the next pickup's, and so on: the job would never finish.
   const pickups = new Map<string, Pickup>();
+  /** Set by `abortAll` (the worker is stopping): every later pickup is aborted at once too. */
+  let allAbortedFor: string | null = null;
   let processed = 0;
   const log = deps.log ?? (() => {});
   // A worker that stops running long enough to lose its job lock loses its jobs to other
@@ -115,6 +121,9 @@ export function startRebuildWorker(
     }
     const pickup: Pickup = { abort: new AbortController() };
     pickups.set(jobId, pickup);
+    // A job BullMQ fetched just as the worker began to stop (its fetch was under way) is stopped
+    // as the others were: handed back, not run until the stop's wait runs out.
+    if (allAbortedFor !== null) pickup.abort.abort(allAbortedFor);
     const jobSignal = signal ? AbortSignal.any([signal, pickup.abort.signal]) : pickup.abort.signal;
     // A started job drops its "waiting trigger" marker, so later triggers queue a new job. A
     // forced job does it here; any other with its idempotency check (run-rebuild, one round
@@ -218,6 +227,7 @@ export function startRebuildWorker(
   cancels.start();
   worker.on("closed", () => cancels.stop());
   const abortAll = (reason: string) => {
+    allAbortedFor = reason;
     for (const jobId of pickups.keys()) abortJob(jobId, reason);
   };
   return { worker, running: { ids: () => [...pickups.keys()], processed: () => processed, abortAll } };

@@ -132,6 +132,11 @@ export class AlertEvaluator {
       timing,
     );
     if (grant.status !== "acquired") return;
+    // Stopped while the grant was on its way: nothing would release it (the process exits).
+    if (this.stopped) {
+      await releaseClaim(this.deps.claims, this.deps.keys, EVALUATOR_CLAIM, grant.token).catch(() => {});
+      return;
+    }
     const keeper = new ClaimKeeper({
       client: this.deps.claims,
       keys: this.deps.keys,
