@@ -41,6 +41,15 @@ export function WorkersTable({ initial }: { initial: { workers: WorkerStatus[]; 
           <td className="px-3 py-2 font-mono text-xs">{w.currentJob ?? "idle"}</td>
           <td className="px-3 py-2">
             <Time at={w.heartbeatAt} />
+            {w.upkeepRunningMs !== null ? (
+              <span
+                className="ml-2 rounded bg-amber-100 px-1.5 py-0.5 text-amber-900"
+                data-upkeep-held
+                title="Its upkeep after a heartbeat (closing dead workers' runs, repairing current, trimming, pruning) is held up: a hung disk or an unanswered Redis command? Nothing of it runs until it ends."
+              >
+                upkeep running for {formatDurationMs(w.upkeepRunningMs)}
+              </span>
+            ) : null}
           </td>
           <td className="px-3 py-2">{w.version}</td>
           <td className="px-3 py-2" data-containment={w.containment}>

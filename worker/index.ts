@@ -29,7 +29,7 @@ import { redisKeys } from "../lib/redis/keys";
 import { describeRedisTarget } from "../lib/redis/url";
 import { RedisNotConfiguredError, resolveRedisUrls } from "../lib/redis/connections";
 import { APP_VERSION } from "../lib/version";
-import { beat, HEARTBEAT_EVERY_MS, newWorkerIdentity, retire } from "../lib/workers/heartbeat";
+import { beat, HEARTBEAT_EVERY_MS, newWorkerIdentity, retire, UPKEEP_SLOW_MS } from "../lib/workers/heartbeat";
 import { DEFAULT_WORKER_OPTIONS, startRebuildWorker } from "./rebuild-worker";
 
 const config = loadConfigOrExit("claimwatch-worker");
@@ -95,14 +95,15 @@ let stopping = false;
 let upkeep: Promise<void> | null = null;
 /** How long a stop waits for an upkeep under way (a prune holding an output's claim) to end. */
 const UPKEEP_STOP_WAIT_MS = 10_000;
-/** An upkeep running this long is said in the log (a hung disk, a Redis command not answered). */
-const UPKEEP_SLOW_MS = 30_000;
 let upkeepStartedAt = 0;
 let upkeepSlowSaid = false;
 async function heartbeat(): Promise<void> {
   let judgesOthers: boolean;
   try {
-    ({ judgesOthers } = await beat(main, keys, identity, running.ids().join(",") || null));
+    const upkeepRunningMs = upkeep ? performance.now() - upkeepStartedAt : 0;
+    ({ judgesOthers } = await beat(main, keys, identity, running.ids().join(",") || null, {
+      upkeepRunningMs: upkeepRunningMs >= UPKEEP_SLOW_MS ? upkeepRunningMs : null,
+    }));
   } catch (error) {
     if (!lastBeatFailed) log(`heartbeat failed (will keep trying): ${describeError(error)}`);
     lastBeatFailed = true;
@@ -115,7 +116,7 @@ async function heartbeat(): Promise<void> {
   if (upkeep) return sayIfUpkeepSlow();
   if (stopping) return;
   // Not awaited: the start-up beat does not wait for the first upkeep (a long prune) either.
-  upkeepStartedAt = Date.now();
+  upkeepStartedAt = performance.now();
   upkeep = upkeepAfterBeat(judgesOthers).finally(() => {
     upkeep = null;
     if (upkeepSlowSaid) log(`upkeep after the heartbeat ended after ${secondsSince(upkeepStartedAt)} s`);
@@ -123,11 +124,11 @@ async function heartbeat(): Promise<void> {
   });
 }
 
-const secondsSince = (at: number) => Math.round((Date.now() - at) / 1000);
+const secondsSince = (at: number) => Math.round((performance.now() - at) / 1000);
 
 /** Said once per upkeep: until it ends, no other worker's dead run is closed by this one, no `current` repaired, no records trimmed. */
 function sayIfUpkeepSlow(): void {
-  if (upkeepSlowSaid || Date.now() - upkeepStartedAt < UPKEEP_SLOW_MS) return;
+  if (upkeepSlowSaid || performance.now() - upkeepStartedAt < UPKEEP_SLOW_MS) return;
   upkeepSlowSaid = true;
   log(
     `upkeep after the heartbeat still running after ${secondsSince(upkeepStartedAt)} s (a hung disk or an unanswered Redis command?); no sweep, repair or maintenance runs until it ends`,

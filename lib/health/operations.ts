@@ -3,7 +3,7 @@
  * and a scheduled tick that produced no run (the missed 02:00). Bounded work: one claims page
  * and one pipeline over the scheduled rebuilds.
  */
-import { formatAbsolute } from "../ui/format";
+import { formatAbsolute, formatDurationMs } from "../ui/format";
 import { CronExpressionParser } from "cron-parser";
 import type { Redis } from "ioredis";
 import { listClaims } from "../claims";
@@ -91,8 +91,12 @@ export async function missedTickProblems(
   return problems;
 }
 
-/** Live workers that can only contain steps — or their steps with limits — by process group (a setsid daemon escapes it). */
-export async function weakContainmentProblems(
+/**
+ * Live workers that can only contain steps — or their steps with limits — by process group (a
+ * setsid daemon escapes it), and live workers whose upkeep after a beat has run for
+ * `UPKEEP_SLOW_MS` or more (held up: it closes no dead worker's runs, repairs no `current`).
+ */
+export async function liveWorkerProblems(
   main: Pick<Redis, "zrangebyscore" | "pipeline" | "multi" | "zcount">,
   keys: RedisKeys,
 ): Promise<string[]> {
@@ -110,5 +114,11 @@ export async function weakContainmentProblems(
     problems.push(
       `Worker${weakLimited.length === 1 ? "" : "s"} ${weakLimited.map((w) => w.id).join(", ")} can contain steps with memory/pids limits only by process group (no PID namespace there): such a step's setsid daemon can outlive it (see README, step containment)`,
     );
+  for (const worker of live) {
+    if (worker.upkeepRunningMs === null) continue;
+    problems.push(
+      `Worker ${worker.id}: its upkeep after a heartbeat has run for ${formatDurationMs(worker.upkeepRunningMs)} (a hung disk or an unanswered Redis command?): until it ends, this worker closes no dead worker's runs, repairs no current link, trims no records and prunes no builds`,
+    );
+  }
   return problems;
 }

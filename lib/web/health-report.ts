@@ -1,7 +1,7 @@
 import { describeError } from "../describe-error";
 import { checkHealth, HEALTH_DEADLINE_MS, unconfiguredHealth, type HealthReport } from "../health/health";
 import { triggerReplicaProblems } from "../health/redis-safety";
-import { missedTickProblems, staleClaimProblems, weakContainmentProblems } from "../health/operations";
+import { missedTickProblems, staleClaimProblems, liveWorkerProblems } from "../health/operations";
 import { changedBuildProblems } from "../rebuilds/build-integrity";
 import { getWebContext, type WebContext } from "./context";
 
@@ -36,7 +36,7 @@ export async function healthReportOf(
       staleClaimProblems(connections.main, connections.claims, connections.keys),
       missedTickProblems(connections.main, connections.keys, definitions),
       changedBuildProblems(connections.main, connections.keys),
-      weakContainmentProblems(connections.main, connections.keys),
+      liveWorkerProblems(connections.main, connections.keys),
     ]).then((lists) => lists.flat()),
     new Promise<string[]>((resolve) => setTimeout(resolve, HEALTH_DEADLINE_MS, [])),
   ]).catch(() => []);

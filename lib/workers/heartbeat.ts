@@ -71,7 +71,16 @@ export type StepContainment = "cgroup" | "pid-namespace" | "process-group" | "un
 export interface WorkerStatus extends WorkerIdentity {
   currentJob: string | null;
   heartbeatAt: number;
+  /**
+   * At its last beat, how long the worker's upkeep after a beat (sweep, repair, maintenance) had
+   * been running, when that was `UPKEEP_SLOW_MS` or more (a hung disk, an unanswered Redis
+   * command); `null` otherwise. Measured on the worker's monotonic clock (a duration, not a time).
+   */
+  upkeepRunningMs: number | null;
 }
+
+/** An upkeep running this long is said in the worker's log, its heartbeat and the health report. */
+export const UPKEEP_SLOW_MS = 30_000;
 
 type HeartbeatClient = ScriptingClient & Pick<Redis, "multi" | "zcount" | "zrangebyscore" | "pipeline" | "time">;
 
@@ -103,6 +112,7 @@ export async function beat(
   keys: RedisKeys,
   worker: WorkerIdentity,
   currentJob: string | null,
+  { upkeepRunningMs = null }: { upkeepRunningMs?: number | null } = {},
 ): Promise<Beat> {
   const fields: Record<string, string> = {
     id: worker.id,
@@ -113,6 +123,7 @@ export async function beat(
     containment: worker.containment,
     limitedStepsContainment: worker.limitedStepsContainment ?? "",
     currentJob: currentJob ?? "",
+    upkeepRunningMs: upkeepRunningMs === null ? "" : String(Math.round(upkeepRunningMs)),
   };
   const [at, streakSince] = await runScript(
     client,
@@ -177,6 +188,7 @@ export async function listLiveWorkersAt(
       ...(h.limitedStepsContainment ? { limitedStepsContainment: asContainment(h.limitedStepsContainment) } : {}),
       currentJob: h.currentJob || null,
       heartbeatAt: Number(h.heartbeatAt),
+      upkeepRunningMs: h.upkeepRunningMs ? Number(h.upkeepRunningMs) : null,
     });
   }
   return { workers: workers.sort((a, b) => b.heartbeatAt - a.heartbeatAt), serverTime: now };

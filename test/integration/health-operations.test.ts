@@ -6,7 +6,7 @@ import { acquireClaim, claimName } from "../../lib/claims";
 import {
   missedTickProblems,
   staleClaimProblems,
-  weakContainmentProblems,
+  liveWorkerProblems,
   MISSED_TICK_GRACE_MS,
 } from "../../lib/health/operations";
 import { parseDefinitions } from "../../lib/rebuilds/definitions";
@@ -90,9 +90,25 @@ test("a worker whose limited steps would run in a process group (cgroup mode, no
   const listed = await listLiveWorkers(main, keys);
   assert.equal(listed.find((w) => w.id === weakLimited.id)?.limitedStepsContainment, "process-group");
   assert.equal(listed.find((w) => w.id === strong.id)?.limitedStepsContainment, "pid-namespace");
-  const problems = await weakContainmentProblems(main, keys);
+  const problems = await liveWorkerProblems(main, keys);
   assert.equal(problems.length, 2, problems.join("\n"));
   assert.ok(problems.some((p) => p.includes(weak.id) && p.includes("only by process group")));
   assert.ok(problems.some((p) => p.includes(weakLimited.id) && p.includes("memory/pids limits only by process group")));
   assert.ok(!problems.join("\n").includes(strong.id));
+});
+
+test("a worker whose upkeep after a beat has run 30 s or more is reported with how long; one whose upkeep is not held up is not", async () => {
+  const keys = redisKeys(uniquePrefix());
+  const held = newWorkerIdentity("test", "cgroup");
+  const fine = newWorkerIdentity("test", "cgroup");
+  await beat(main, keys, held, null, { upkeepRunningMs: 95_000 });
+  await beat(main, keys, fine, null);
+  const listed = await listLiveWorkers(main, keys);
+  assert.equal(listed.find((w) => w.id === held.id)?.upkeepRunningMs, 95_000);
+  assert.equal(listed.find((w) => w.id === fine.id)?.upkeepRunningMs, null);
+  assert.deepEqual(await liveWorkerProblems(main, keys), [
+    `Worker ${held.id}: its upkeep after a heartbeat has run for 1 min 35 s (a hung disk or an unanswered Redis command?): until it ends, this worker closes no dead worker's runs, repairs no current link, trims no records and prunes no builds`,
+  ]);
+  await beat(main, keys, held, null); // it ended
+  assert.deepEqual(await liveWorkerProblems(main, keys), []);
 });

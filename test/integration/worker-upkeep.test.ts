@@ -1,13 +1,17 @@
 /**
  * The upkeep after a heartbeat (the sweep of dead workers' runs, the repair of `current`,
  * trimming and pruning) runs one at a time. One held up by a hung disk stops every later one, so
- * the worker says so in its log while the beats go on, and says when it ended.
+ * the worker says so in its log and in its heartbeat (the Workers page, the health report) while
+ * the beats go on, and says when it ended.
  */
 import assert from "node:assert/strict";
 import fs from "node:fs";
 import { after, before, test } from "node:test";
 import { createTestBed, slowStep, type TestBed } from "../support/stack";
 import { injectInto } from "../support/strace";
+import { until } from "../support/until";
+import { liveWorkerProblems } from "../../lib/health/operations";
+import { listLiveWorkers } from "../../lib/workers/heartbeat";
 
 let bed: TestBed;
 before(async () => {
@@ -32,8 +36,17 @@ test("an upkeep held up by a hung disk is said in the log after 30 s, the beats 
     ]);
     await worker.waitFor(/upkeep after the heartbeat still running after \d+ s \(a hung disk/, 60_000);
     assert.equal(await bed.main.exists(bed.keys.workerHeartbeat(id)), 1, "the beats go on meanwhile");
+    // ... and carry it, for the Workers page and the health report.
+    await until("a beat says the upkeep is held up", async () =>
+      (await liveWorkerProblems(bed.main, bed.keys)).some((p) => p.startsWith(`Worker ${id}: its upkeep`)),
+    );
+    const held = (await listLiveWorkers(bed.main, bed.keys)).find((w) => w.id === id);
+    assert.ok((held?.upkeepRunningMs ?? 0) >= 30_000, JSON.stringify(held));
     release();
     await worker.waitFor(/upkeep after the heartbeat ended after \d+ s/, 60_000);
+    await until("the next beat says nothing of it", async () =>
+      (await listLiveWorkers(bed.main, bed.keys)).some((w) => w.id === id && w.upkeepRunningMs === null),
+    );
   } finally {
     assert.equal(await worker.stop(), 0, worker.output());
   }
