@@ -166,6 +166,17 @@ async function upkeepAfterBeat(judgesOthers: boolean): Promise<void> {
   }
 }
 
+async function syncSchedulesAndSay(): Promise<void> {
+  try {
+    const { upserted, removed, paused } = await syncSchedules(queue, definitions, main, keys);
+    log(
+      `schedules: ${upserted.length} upserted${removed.length ? `, removed ${removed.join(", ")}` : ""}${paused.length ? `; paused by an operator: ${paused.join(", ")}` : ""}`,
+    );
+  } catch (error) {
+    log(`could not sync schedules (will run jobs anyway): ${describeError(error)}`);
+  }
+}
+
 /** Published builds re-hashed now and then (one output per minute at most; build-integrity.ts). */
 let checkingBuilds = false;
 async function checkBuilds(): Promise<void> {
@@ -184,6 +195,7 @@ const buildCheckTimer = setInterval(() => void checkBuilds(), 60_000);
 const beatTimer = setInterval(() => void heartbeat(), HEARTBEAT_EVERY_MS);
 /** Set going by the start-up below, if it gets that far before a stop. */
 let alerting: AlertEvaluator | null = null;
+let announcedUp = false;
 const backfill = new AbortController();
 
 // A stray rejection must not take down a worker that holds claims: log it loudly instead.
@@ -237,10 +249,11 @@ async function shutdown(signal: NodeJS.Signals): Promise<void> {
   if (upkeepStuck) log(`shutdown: the upkeep after the last beat did not end within ${UPKEEP_STOP_WAIT_MS} ms`);
   await queue.close().catch(() => {});
   await Promise.race([retire(main, keys, identity.id).catch(() => {}), new Promise((r) => setTimeout(r, 2_000))]);
-  await Promise.race([
-    publishEvent(main, keys, { type: "worker.down", id: identity.id }),
-    new Promise((r) => setTimeout(r, 1_000)),
-  ]);
+  if (announcedUp)
+    await Promise.race([
+      publishEvent(main, keys, { type: "worker.down", id: identity.id }),
+      new Promise((r) => setTimeout(r, 1_000)),
+    ]);
   await Promise.all([closeRedis(main), closeRedis(claims)]);
   const stuck = abandonedInputReads();
   // process.exit would wait for the thread pool, where those reads may be blocked for good: the
@@ -261,19 +274,9 @@ log(`starting: version ${APP_VERSION}, pid ${process.pid}, Redis ${describeRedis
 
 await heartbeat();
 if (!stopping) {
+  announcedUp = true;
   void publishEvent(main, keys, { type: "worker.up", id: identity.id, host: identity.host, pid: identity.pid });
   await syncSchedulesAndSay();
-}
-
-async function syncSchedulesAndSay(): Promise<void> {
-  try {
-    const { upserted, removed, paused } = await syncSchedules(queue, definitions, main, keys);
-    log(
-      `schedules: ${upserted.length} upserted${removed.length ? `, removed ${removed.join(", ")}` : ""}${paused.length ? `; paused by an operator: ${paused.join(", ")}` : ""}`,
-    );
-  } catch (error) {
-    log(`could not sync schedules (will run jobs anyway): ${describeError(error)}`);
-  }
 }
 if (!stopping) {
   log(`step containment: ${containment.mode}: ${containment.detail}`);
