@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `npm test`: the whole suite, in order — system packages, type check, lint and format, unit and
-# integration tests (each file starts its own redis-server; two files at a time), `next build`,
+# integration tests (each file starts its own redis-server; three files at a time), `next build`,
 # the launcher's start/stop, API, auth and fuzz tests against the built server (two files at a
 # time), Playwright e2e in Debian's Chromium, and three chaos soaks side by side (45 s as
 # configured by default; 30 s with a separate RDB-only claims Redis and retention.builds 1; 45 s
@@ -111,9 +111,10 @@ check "lint (eslint)" 300 npx eslint .
 check "format (prettier --check)" 120 npx prettier --check .
 check "example Prometheus rules (promtool check rules)" 60 promtool check rules docs/prometheus-rules.yml
 # Node 20's test runner takes no globs: bash expands them.
-# Two files at a time: most of their time is waiting (TTLs, timers, stopped processes), and every
-# file has its own Redis, ports and directories (754 s one at a time, 395 s two at a time).
-suite "unit and integration tests" 1500 "${NODE_TEST[@]}" --test-concurrency=2 test/unit/**/*.test.ts test/integration/**/*.test.ts
+# Three files at a time: most of their time is waiting (TTLs, timers, stopped processes), and every
+# file has its own Redis, ports and directories (754 s one at a time, 395–450 s two at a time,
+# 305 s three at a time).
+suite "unit and integration tests" 1500 "${NODE_TEST[@]}" --test-concurrency=3 test/unit/**/*.test.ts test/integration/**/*.test.ts
 check "next build" 600 npx next build
 # Two at a time too (free ports, own beds): 244 s one at a time, 162 s two at a time.
 suite "launcher tests (npm start)" 900 "${NODE_TEST[@]}" --test-concurrency=2 test/launcher/**/*.test.ts

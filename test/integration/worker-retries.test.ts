@@ -3,6 +3,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { idempotencyKey } from "../../lib/rebuilds/version";
 import { createTestBed, type TestBed } from "../support/stack";
+import { until } from "../support/until";
 
 let bed: TestBed;
 before(async () => {
@@ -67,6 +68,8 @@ test("a transient failure on the first attempt is retried after the configured b
     );
     assert.match(runs[0]!.reason ?? "", /^transient: step flaky exited 75/);
     assert.ok(done.startedAt! - runs[0]!.finishedAt! >= 700 - 50, "waited at least the configured backoff");
+    // The final record is written before BullMQ completes the job (and counts the attempt).
+    await until("the job completed", async () => (await bed.queue.getJobState(jobId)) === "completed", 10_000);
     const job = await bed.queue.getJob(jobId);
     assert.equal(job?.attemptsMade, 2);
   } finally {
