@@ -68,8 +68,8 @@ export interface TriggerStreamOptions {
 }
 
 /** A trigger not answered, or answered "not replicated", is sent again this many times, this far apart. */
-const RESENDS = 3;
-const RESEND_AFTER_MS = 1_000;
+const RESENDS = 6;
+const RESEND_AFTER_MS = 2_000;
 
 const MODES: [TriggerMode, number][] = [
   ["new", 0.4],
