@@ -259,7 +259,7 @@ function claimOwners(definitions: Definitions): Map<string, { rebuild: string; t
   ownersByDefinitions.set(definitions, owners);
   for (const definition of definitions.rebuilds.values()) {
     for (const tenant of tenantsOf(definition)) {
-      owners.set(claimName(definition.outputPath, tenant), { rebuild: definition.name, tenant });
+      owners.set(claimName(definition.claimPath, tenant), { rebuild: definition.name, tenant });
     }
   }
   return owners;
@@ -275,7 +275,7 @@ function claimOf(definitions: Definitions, series: { rebuild: string; tenant: st
   let claim = claims.get(key);
   if (claim === undefined) {
     const definition = definitions.rebuilds.get(series.rebuild);
-    claim = definition ? claimName(definition.outputPath, series.tenant ?? undefined) : "";
+    claim = definition ? claimName(definition.claimPath, series.tenant ?? undefined) : "";
     claims.set(key, claim);
   }
   return claim;

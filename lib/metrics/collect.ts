@@ -57,7 +57,7 @@ function seriesOf(definitions: Definitions): Series[] {
     for (const tenant of tenantsOf(definition)) {
       series.push({
         labels: `${labelPair("rebuild", definition.name)},${labelPair("tenant", tenant ?? "")}`,
-        claim: claimName(definition.outputPath, tenant),
+        claim: claimName(definition.claimPath, tenant),
         scheduled: Boolean(definition.schedule),
       });
     }

@@ -136,3 +136,36 @@ test("collectMetrics: counters, cumulative histogram, claim TTL, stale and skips
     "claimwatch_consecutive_skips",
   ]);
 });
+
+test("an output reached through a symlink: its skips and claim series carry the claim the workers hold (the real path), with its rebuild and tenant", async () => {
+  const fs = await import("node:fs");
+  const os = await import("node:os");
+  const keys = redisKeys(uniquePrefix("symlinked"));
+  const real = fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-real-"));
+  const linked = `${real}-link`;
+  fs.symlinkSync(real, linked);
+  try {
+    const parsed = parseDefinitions(
+      { rebuilds: { maps: { output: path.join(linked, "maps"), steps: [{ name: "s", run: ["true"] }] } } },
+      path.join("/tmp", "claimwatch.yaml"),
+    );
+    if (!parsed.ok) throw parsed.error;
+    const definition = parsed.definitions.rebuilds.get("maps")!;
+    const held = claimName(definition.claimPath); // the name run-rebuild claims
+    assert.notEqual(held, claimName(definition.outputPath), "the symlink makes the two names differ");
+    await client.hset(keys.claimSkips, held, "2");
+    const { body } = await collectMetrics({
+      main: client,
+      claims: client,
+      keys,
+      definitions: parsed.definitions,
+      queue,
+    });
+    const lines = body.split("\n");
+    const skips = lines.filter((line) => line.startsWith("claimwatch_consecutive_skips{"));
+    assert.deepEqual(skips, [`claimwatch_consecutive_skips{claim="${held}",rebuild="maps",tenant=""} 2`]);
+  } finally {
+    fs.rmSync(linked, { force: true });
+    fs.rmSync(real, { recursive: true, force: true });
+  }
+});

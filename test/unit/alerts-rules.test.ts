@@ -437,3 +437,32 @@ test("receiver formats: Alertmanager v2 shape, Slack text, signed webhook body; 
   assert.equal(backoffMs(2), 2_000);
   assert.equal(backoffMs(40), BACKOFF_CAP_MS);
 });
+
+test("rules: the skips alert of an output reached through a symlink names its rebuild (claims are named by the real path)", async () => {
+  const fs = await import("node:fs");
+  const os = await import("node:os");
+  const path = await import("node:path");
+  const real = fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-real-"));
+  const linked = `${real}-link`;
+  fs.symlinkSync(real, linked);
+  try {
+    const parsed = parseDefinitions(
+      { rebuilds: { maps: { output: path.join(linked, "maps"), steps: [{ name: "s", run: ["true"] }] } }, alerts: {} },
+      "/srv/claimwatch.yaml",
+    );
+    assert.ok(parsed.ok);
+    const definitions = parsed.definitions;
+    const held = claimName(definitions.rebuilds.get("maps")!.claimPath); // the name run-rebuild claims
+    const now = 10_000_000;
+    const outcome = evaluateRules(
+      snapshot({ census: { serverTime: now, claims: [], skips: new Map([[held, 5]]), counters: {} } }),
+      definitions.alerts!,
+      { definitions, publicOrigin: "http://127.0.0.1:3000" },
+    );
+    const skips = outcome.active.find((a) => a.labels.alertname === "skips");
+    assert.deepEqual([skips?.labels.rebuild, skips?.labels.tenant, skips?.labels.claim], ["maps", "", held]);
+  } finally {
+    fs.rmSync(linked, { force: true });
+    fs.rmSync(real, { recursive: true, force: true });
+  }
+});
