@@ -16,8 +16,11 @@ export function json(data: unknown, status = 200, headers: Record<string, string
 export interface RouteRules {
   /** Who may call: "public", "viewer" (reads) or "operator" (also mutates). */
   role: Requirement;
-  /** A mutation: CSRF-checked for cookie sessions, rate limited per identity, audited when refused. */
-  mutation?: AuditAction;
+  /**
+   * A mutation: CSRF-checked for cookie sessions, rate limited per identity and action, audited
+   * when refused. A function when the action depends on the body (it reads a copy of the request).
+   */
+  mutation?: AuditAction | ((request: Request) => Promise<AuditAction>);
 }
 
 /** The caller as the audit log names them. */
@@ -32,36 +35,30 @@ export function route<Args extends unknown[]>(
   return async (request, ...args) => {
     let context: WebContext | undefined;
     let identity: Identity | null = null;
+    let action = typeof rules.mutation === "function" ? undefined : rules.mutation;
     try {
       context = getWebContext();
+      // From a copy: the handler reads the body itself.
+      if (typeof rules.mutation === "function") action = await rules.mutation(request.clone());
       identity = await authorize(context.config, request, rules.role, Boolean(rules.mutation), context.sessions);
-      if (rules.mutation && identity) {
-        const limit = await takeToken(
-          context.connections.main,
-          context.connections.keys,
-          rules.mutation,
-          identity.name,
-        );
+      if (action && identity) {
+        const limit = await takeToken(context.connections.main, context.connections.keys, action, identity.name);
         if (!limit.allowed) {
           const seconds = Math.ceil(limit.retryAfterMs / 1000);
-          await auditRefusal(context, rules.mutation, identity, request, `rate limited (retry in ${seconds} s)`);
+          await auditRefusal(context, action, identity, request, `rate limited (retry in ${seconds} s)`);
           return Response.json(
-            { error: { code: "rate-limited", message: `too many ${rules.mutation} requests; retry in ${seconds} s` } },
+            { error: { code: "rate-limited", message: `too many ${action} requests; retry in ${seconds} s` } },
             { status: 429, headers: { "retry-after": String(seconds) } },
           );
         }
       }
       return await handler(context, request, identity, ...args);
     } catch (error) {
-      if (rules.mutation && context && error instanceof ApiError && error.status < 500) {
+      if (action && context && error instanceof ApiError && error.status < 500) {
         const who = error instanceof AccessDenied ? error.identity : identity;
-        await auditRefusal(
-          context,
-          rules.mutation,
-          who,
-          request,
-          `${error.status} ${error.code}: ${error.message}`,
-        ).catch(() => {});
+        await auditRefusal(context, action, who, request, `${error.status} ${error.code}: ${error.message}`).catch(
+          () => {},
+        );
       }
       return errorResponse(error);
     }

@@ -45,6 +45,19 @@ export function nestingDepth(value: unknown): number {
   return deepest;
 }
 
+/**
+ * The body parsed as JSON, or `null` when it is empty, too large or malformed: for a route whose
+ * rules depend on it (read from a copy of the request). Never throws.
+ */
+export async function peekJsonBody(request: Request): Promise<unknown> {
+  try {
+    const text = await readCapped(request);
+    return text.trim() === "" ? null : (JSON.parse(text) as unknown);
+  } catch {
+    return null;
+  }
+}
+
 async function readCapped(request: Request): Promise<string> {
   if (!request.body) return "";
   const reader = request.body.getReader();

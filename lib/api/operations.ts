@@ -16,6 +16,7 @@ import type { WebContext } from "../web/context";
 import { RETRYABLE_STATUSES } from "../runs/transitions";
 import { badRequest, notFound, refusal, type Reply } from "./errors";
 import { checkRebuildFilter } from "./rebuild-input";
+import { peekJsonBody } from "./input";
 
 /** BullMQ job ids as claimwatch makes them (`run-<uuid>`, `repeat:sched.<name>:<ms>`). */
 export const JOB_ID_PATTERN = /^[A-Za-z0-9_.:-]{1,200}$/;
@@ -124,6 +125,13 @@ export const scheduleBody = z.strictObject({
   tenant: z.string().regex(NAME, "must be a tenant name").optional(),
   reason,
 });
+
+/** The audit action (and rate-limit count) of a schedule change: its body's `action`. */
+export async function scheduleActionOf(request: Request): Promise<"pause-schedule" | "resume-schedule"> {
+  const body = await peekJsonBody(request);
+  const resume = typeof body === "object" && body !== null && (body as { action?: unknown }).action === "resume";
+  return resume ? "resume-schedule" : "pause-schedule";
+}
 
 export async function changeScheduleAsOperator(
   context: WebContext,

@@ -434,6 +434,25 @@ test("a tenant in a body or query string that the rebuild does not have is a 400
     /no rebuild named 'nope'/,
     "not-found",
   );
+  // A refused resume is audited as a resume (the action is the body's), and counted as one.
+  assertError(
+    await call("POST", "/api/rebuilds/nope/schedule", { action: "resume", reason: "typo check resume" }),
+    404,
+    /no rebuild named 'nope'/,
+    "not-found",
+  );
+  const refusals = (await call("GET", "/api/audit?limit=100")).body.entries as {
+    action: string;
+    result: string;
+    reason: string;
+  }[];
+  assert.deepEqual(
+    refusals
+      .filter((e) => e.result === "refused" && /no rebuild named 'nope'/.test(e.reason) && /schedule/.test(e.action))
+      .map((e) => e.action)
+      .sort(),
+    ["pause-schedule", "resume-schedule"],
+  );
 
   // The queue's filter, as the runs' filter (and `claimwatch queue`) has it: without a tenant, all of them.
   assertError(

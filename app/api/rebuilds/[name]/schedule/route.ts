@@ -1,7 +1,7 @@
 import { actorOf, json, route } from "@/lib/api/handler";
 import { readJsonBody } from "@/lib/api/input";
 import { otherMethods } from "@/lib/api/methods";
-import { changeScheduleAsOperator, scheduleBody } from "@/lib/api/operations";
+import { changeScheduleAsOperator, scheduleActionOf, scheduleBody } from "@/lib/api/operations";
 
 export const dynamic = "force-dynamic";
 
@@ -10,7 +10,7 @@ export const dynamic = "force-dynamic";
  * tenant's): 200 with what each scheduler did. Audited.
  */
 export const POST = route(
-  { role: "operator", mutation: "pause-schedule" },
+  { role: "operator", mutation: scheduleActionOf },
   async (context, request, identity, { params }: { params: Promise<{ name: string }> }) => {
     const { name } = await params;
     const body = await readJsonBody(request, scheduleBody);
