@@ -81,7 +81,8 @@ export interface RunDetail extends RunRecord {
 const ENDED_BY_RELEASE: ReadonlySet<RunStatus> = new Set(["deferred", "aborted", "superseded", "cancelled", "skipped"]);
 
 export async function getRunDetail(context: WebContext, runId: string): Promise<RunDetail> {
-  if (!RUN_ID_PATTERN.test(runId)) throw badRequest("id: not a run id");
+  // Not a run id at all: no such run, as the retry and cancel routes answer.
+  if (!RUN_ID_PATTERN.test(runId)) throw notFound(`no run ${runId.slice(0, 80)}`);
   const { connections } = context;
   const [run, log] = await Promise.all([
     readRun(connections.main, connections.keys, runId),

@@ -366,7 +366,7 @@ test("GET /api/runs/{id}: one run with steps and log; bad and unknown ids", asyn
   assert.deepEqual(body.steps, []);
   assert.deepEqual(body.log, []);
   assertError(await call("GET", "/api/runs/seed-99-a1"), 404, /no run seed-99-a1/);
-  assertError(await call("GET", "/api/runs/..%2F..%2Fetc"), 400, /^id: not a run id/);
+  assertError(await call("GET", "/api/runs/..%2F..%2Fetc"), 404, /^no run \.\.\/\.\.\/etc/);
 });
 
 test("GET /api/workers and /api/audit (triggers are audited); bad audit cursor", async () => {
