@@ -41,7 +41,7 @@ export function WorkersTable({ initial }: { initial: { workers: WorkerStatus[]; 
           <td className="px-3 py-2 font-mono text-xs">{w.currentJob ?? "idle"}</td>
           <td className="px-3 py-2">
             <Time at={w.heartbeatAt} />
-            {w.upkeepRunningMs !== null ? (
+            {w.upkeepRunningMs != null ? (
               <span
                 className="ml-2 rounded bg-amber-100 px-1.5 py-0.5 text-amber-900"
                 data-upkeep-held

@@ -106,7 +106,19 @@ export async function triggerRebuild(
       // Only if the id still names the lost job (or expired meanwhile): of two submits of one id
       // at once, one queues and the other is answered with its job.
       const named = await runScript(client, REQUEST_ID_RENAME, [requestKey], [earlier ?? "", jobId, REQUEST_ID_TTL_MS]);
-      if (named !== jobId) return replicated(client, request, epoch, { status: "deduplicated", jobId: named });
+      if (named !== jobId) {
+        // The other resend's job may not be queued yet, or never (it joined a waiting job, or its
+        // server died): answer with it only once it exists; else "not replicated", sent again.
+        if ((await queue.getJobState(named)) !== "unknown")
+          return replicated(client, request, epoch, { status: "deduplicated", jobId: named });
+        return {
+          status: "not-replicated",
+          jobId: named,
+          replicas: request.replicas ?? 0,
+          acknowledged: 0,
+          message: `job ${named} of this request id is not queued yet: send the request again (a repeat is harmless)`,
+        };
+      }
     }
   }
 
