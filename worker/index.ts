@@ -28,6 +28,7 @@ import { closeRedis, createRedis } from "../lib/redis/client";
 import { redisKeys } from "../lib/redis/keys";
 import { describeRedisTarget } from "../lib/redis/url";
 import { RedisNotConfiguredError, resolveRedisUrls } from "../lib/redis/connections";
+import { settledWithin } from "../lib/settled-within";
 import { APP_VERSION } from "../lib/version";
 import { beat, HEARTBEAT_EVERY_MS, newWorkerIdentity, retire, UPKEEP_SLOW_MS } from "../lib/workers/heartbeat";
 import { DEFAULT_WORKER_OPTIONS, startRebuildWorker } from "./rebuild-worker";
@@ -222,19 +223,9 @@ async function shutdown(signal: NodeJS.Signals): Promise<void> {
   running.abortAll("shutdown");
   // No upkeep starts once stopping; the one under way (if any) is waited for beside the jobs, so
   // the whole stop stays within the jobs' wait plus a few seconds (npm start's limit).
-  const upkeepEnded = upkeep
-    ? Promise.race([
-        upkeep.then(() => true),
-        new Promise<false>((r) => setTimeout(() => r(false), UPKEEP_STOP_WAIT_MS)),
-      ])
-    : Promise.resolve(true);
+  const upkeepEnded = upkeep ? settledWithin(upkeep, UPKEEP_STOP_WAIT_MS) : Promise.resolve(true);
   const wait = shutdownWaitMs(definitions);
-  let waitTimer: NodeJS.Timeout | undefined;
-  const closed = await Promise.race([
-    worker.close().then(() => true),
-    new Promise<false>((r) => (waitTimer = setTimeout(() => r(false), wait))),
-  ]);
-  clearTimeout(waitTimer);
+  const closed = await settledWithin(worker.close(), wait);
   if (!closed) {
     const killed = killAllSteps();
     log(`shutdown: jobs not handed back within ${wait} ms${killed ? `; killed ${killed} step(s)` : ""}`);
@@ -247,13 +238,19 @@ async function shutdown(signal: NodeJS.Signals): Promise<void> {
   // hung disk), which would hold `process.exit` too — the exit ends with SIGKILL then.
   const upkeepStuck = upkeep !== null;
   if (upkeepStuck) log(`shutdown: the upkeep after the last beat did not end within ${UPKEEP_STOP_WAIT_MS} ms`);
-  await queue.close().catch(() => {});
-  await Promise.race([retire(main, keys, identity.id).catch(() => {}), new Promise((r) => setTimeout(r, 2_000))]);
-  if (announcedUp)
-    await Promise.race([
-      publishEvent(main, keys, { type: "worker.down", id: identity.id }),
-      new Promise((r) => setTimeout(r, 1_000)),
-    ]);
+  // Every wait on Redis from here on is bounded: a frozen Redis (SIGSTOP, a hung host) takes the
+  // commands and never answers, and the stop must end anyway. What it could not say is said by
+  // time instead: the heartbeat expires, BullMQ's stalled check hands the jobs back, the claims
+  // run out on their TTL.
+  const answered = [
+    await settledWithin(queue.close(), 2_000),
+    await settledWithin(retire(main, keys, identity.id), 2_000),
+    !announcedUp || (await settledWithin(publishEvent(main, keys, { type: "worker.down", id: identity.id }), 1_000)),
+  ].every(Boolean);
+  if (!answered)
+    log(
+      "shutdown: Redis did not answer the stop; the heartbeat expires on its own, jobs not handed back are redelivered by the stalled check and claims end on their TTL",
+    );
   await Promise.all([closeRedis(main), closeRedis(claims)]);
   const stuck = abandonedInputReads();
   // process.exit would wait for the thread pool, where those reads may be blocked for good: the

@@ -8,6 +8,7 @@
  */
 import { Redis, type RedisOptions } from "ioredis";
 import { describeError } from "../describe-error";
+import { settledWithin } from "../settled-within";
 import { connectionOptionsOf, redisTargetOf } from "./url";
 
 export type ClientRole = "worker" | "claims" | "web" | "probe";
@@ -62,13 +63,22 @@ export function describeRedisFailure(client: object, error: unknown): string {
   return noConnection && connection ? `no connection: ${connection}` : described;
 }
 
-/** Closes a client without waiting on a server that may be gone. */
-export async function closeRedis(client: Redis | undefined): Promise<void> {
+/** How long `closeRedis` waits for the server's answer to QUIT before dropping the connection. */
+export const QUIT_WAIT_MS = 2_000;
+
+/**
+ * Closes a client without waiting on a server that may be gone or frozen: QUIT (so the commands
+ * already sent are answered first) for at most `waitMs`, then the socket is dropped. A frozen
+ * server (SIGSTOP, a hung host) takes the QUIT into its socket buffer and never answers; without
+ * the bound, a worker's stop waited on it for good.
+ */
+export async function closeRedis(client: Redis | undefined, waitMs = QUIT_WAIT_MS): Promise<void> {
   if (!client) return;
-  try {
-    if (client.status === "ready") await client.quit();
-    else client.disconnect();
-  } catch {
+  if (client.status !== "ready") {
     client.disconnect();
+    return;
   }
+  // A refused QUIT (the connection dropped meanwhile) counts as answered: nothing is left to close.
+  const answered = await settledWithin(client.quit(), waitMs);
+  if (!answered) client.disconnect();
 }

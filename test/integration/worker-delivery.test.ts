@@ -238,6 +238,53 @@ test("SIGTERM during the start-up (Redis not answering yet): the worker stops cl
   assert.equal(await bed.main.exists(bed.keys.workerHeartbeat(id)), 0, "it retired its heartbeat");
 });
 
+test("SIGTERM mid-run with Redis frozen (SIGSTOP) throughout: the worker still exits, saying what it could not do", async () => {
+  // Nothing the stop sends to Redis is answered: the hand-back, the release, the retire, the
+  // closing QUIT. Each is bounded, so the worker ends on its own rather than waiting for a
+  // SIGKILL from whoever stopped it; the claim then runs out on its TTL, as a crash's would.
+  const worker = await bed.startWorker();
+  const jobId = await bed.trigger("slow", { version: "v-frozen-stop" });
+  const first = await bed.waitForRun((r) => r.jobId === jobId && r.status === "running" && r.fence !== null, 15_000);
+  process.kill(bed.redis.pid, "SIGSTOP");
+  let code: number | null | "hung";
+  try {
+    worker.child.kill("SIGTERM");
+    // A hang limit, not a timing goal: the stop's own bounds add up to well under a minute.
+    code = await Promise.race([
+      new Promise<number | null>((resolve) =>
+        worker.child.exitCode !== null ? resolve(worker.child.exitCode) : worker.child.once("exit", resolve),
+      ),
+      new Promise<"hung">((r) => setTimeout(() => r("hung"), 90_000)),
+    ]);
+  } finally {
+    process.kill(bed.redis.pid, "SIGCONT");
+  }
+  if (code === "hung") await worker.stop("SIGKILL");
+  assert.notEqual(code, "hung", `the worker exits with Redis frozen:\n${worker.output()}`);
+  assert.match(worker.output(), /SIGTERM: stopping; handing back/);
+  assert.match(worker.output(), /shutdown: Redis did not answer the stop/, "the log says what the stop could not do");
+  // The job is not lost: once Redis answers again, the stalled check hands it to the next worker.
+  const next = await bed.startWorker();
+  try {
+    const done = await bed.waitForRun(
+      (r) => r.jobId === jobId && r.status === "rebuilt",
+      60_000,
+      "the job rebuilt by the next worker",
+    );
+    assert.notEqual(done.id, first.id);
+    // The stopped attempt's record reaches a final status too (its own late writes, or the sweep
+    // once the stopped worker's heartbeat has expired): the history does not say it still runs.
+    const closed = await bed.waitForRun(
+      (r) => r.id === first.id && r.status !== "running",
+      60_000,
+      "the stopped attempt closed",
+    );
+    assert.equal(closed.status, "aborted", JSON.stringify(closed));
+  } finally {
+    await next.stop();
+  }
+});
+
 test("SIGTERM mid-run (a deploy): job back to waiting with no failed attempt, claim released, another worker finishes it", async () => {
   const output = bed.definitions.rebuilds.get("slow")!.outputPath;
   const leaving = await bed.startWorker();
