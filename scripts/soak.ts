@@ -9,7 +9,7 @@
  *
  * Last line: RESULT overlaps=0 lost=0 corrupt=0 stale_left=0 pointer_wrong=0 stuck_running=0 max_resume_s=<s>
  * triggers=<n> kills=<n> pauses=<n> escaped=0 reissued=0 rolled_back=0 dropped=0 miscounted=0
- * hashed_triggers=<n> early_begins=<n> reads_cut=<n> unrecorded_publishes=0 refused_records=<n> left_behind=0. Exit 0 when every must-be-zero figure is zero (and some
+ * hashed_triggers=<n> early_begins=<n> reads_cut=<n> unrecorded_publishes=0 refused_records=<n> left_behind=0 hung_stops=0. Exit 0 when every must-be-zero figure is zero (and some
  * attempt took the early begin when any trigger was sent without a version), 1 when not, 2 when the soak itself could not run (the RESULT line then has -1 for what is unknown).
  *
  * Options: --seconds N (300; 45 with --quick), --workers K (3), --quick (shorter drain),
@@ -156,7 +156,7 @@ soak.events = new EventLog(path.join(soak.dirs.root, "events.jsonl"));
  */
 const OUTPUTS_DISK_MIB = 128;
 const outputsDisk = mountSmallDisk(soak.dirs.outputs, OUTPUTS_DISK_MIB * 1024 * 1024);
-if (typeof outputsDisk === "string") soak.events.record("chaos-skip", { kind: "disk-full", why: outputsDisk });
+if (typeof outputsDisk === "string") soak.events.record("chaos-skip", { action: "disk-full", why: outputsDisk });
 else soak.events.record("outputs-disk", { filesystem: outputsDisk.kind, mib: OUTPUTS_DISK_MIB });
 
 let outputsMounted = typeof outputsDisk !== "string";
@@ -414,7 +414,7 @@ function resultLine(f: Figures | null): string {
     `triggers=${n(f?.triggers)} kills=${n(f?.kills)} pauses=${n(f?.pauses)} escaped=${n(f?.escaped)} ` +
     `reissued=${n(f?.reissued)} rolled_back=${n(f?.rolledBack)} dropped=${n(f?.dropped)} miscounted=${n(f?.miscounted)} ` +
     `hashed_triggers=${n(f?.hashedTriggers)} early_begins=${n(f?.earlyBegins)} reads_cut=${n(f?.readsCut)} ` +
-    `unrecorded_publishes=${n(f?.unrecordedPublishes)} refused_records=${n(f?.refusedRecords)} left_behind=${n(f?.leftBehind)}`
+    `unrecorded_publishes=${n(f?.unrecordedPublishes)} refused_records=${n(f?.refusedRecords)} left_behind=${n(f?.leftBehind)} hung_stops=${n(f?.hungStops)}`
   );
 }
 
@@ -517,7 +517,8 @@ try {
     figures.reissued +
     figures.rolledBack +
     figures.dropped +
-    figures.leftBehind;
+    figures.leftBehind +
+    figures.hungStops;
   // Hashed triggers whose jobs never took the early-begin path: the soak did not test it.
   const unexercised = figures.hashedTriggers > 0 && figures.earlyBegins === 0;
   if (unexercised) say("soak: no attempt began its record before its version was read: that path went untested");

@@ -191,7 +191,8 @@ export class EventLog {
   constructor(private readonly file: string) {}
 
   record(kind: string, fields: Record<string, unknown> = {}): SoakEvent {
-    const event: SoakEvent = { t: Date.now(), kind, ...fields };
+    // `kind` last: a field of that name must not turn the event into another kind.
+    const event: SoakEvent = { t: Date.now(), ...fields, kind };
     this.events.push(event);
     fs.appendFileSync(this.file, JSON.stringify(event) + "\n");
     return event;
@@ -282,6 +283,23 @@ export class SoakRedis implements SoakRedisServer {
       }
     }
     events.record("redis-up", { pid: this.handle.pid, role: this.role });
+  }
+
+  /**
+   * SIGSTOP the server for `ms`, then SIGCONT: a hung host. Connections stay open and take
+   * commands; nothing is answered until the thaw (unlike a restart, where connections drop).
+   */
+  async freeze(ms: number, events: EventLog): Promise<void> {
+    const handle = this.handle;
+    if (!handle) return;
+    process.kill(handle.pid, "SIGSTOP");
+    events.record("redis-freeze", { pid: handle.pid, ms: Math.round(ms), role: this.role });
+    try {
+      await sleep(ms);
+    } finally {
+      process.kill(handle.pid, "SIGCONT");
+      events.record("redis-thaw", { pid: handle.pid, role: this.role });
+    }
   }
 
   async stop(): Promise<void> {
@@ -377,7 +395,7 @@ export class SoakSentinelRedis implements SoakRedisServer {
     const node = from === null ? undefined : this.nodes.get(from);
     const replicas = [...this.nodes.entries()].filter(([port]) => port !== from).map(([, replica]) => replica.handle);
     if (from === null || !node?.handle || replicas.some((replica) => !replica)) {
-      events.record("chaos-skip", { kind, why: "no primary and replicas to fail over" });
+      events.record("chaos-skip", { action: kind, why: "no primary and replicas to fail over" });
       return;
     }
     // A replica still syncing after the last failover cannot be promoted: wait for them, as an
@@ -385,7 +403,7 @@ export class SoakSentinelRedis implements SoakRedisServer {
     try {
       for (const replica of replicas) await untilInSync(replica!, 30_000);
     } catch (error) {
-      events.record("chaos-skip", { kind, why: String(error) });
+      events.record("chaos-skip", { action: kind, why: String(error) });
       return;
     }
     const started = Date.now();
@@ -415,7 +433,7 @@ export class SoakSentinelRedis implements SoakRedisServer {
       });
       events.record("redis-failover", { from, to, crash: options.crash === true, ms: Date.now() - started });
     } catch (error) {
-      events.record("chaos-error", { kind, error: String(error) });
+      events.record("chaos-error", { action: kind, error: String(error) });
     }
     if (!options.crash) return;
     await sleep(Math.max(0, started + downMs - Date.now()));

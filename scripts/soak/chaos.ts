@@ -14,6 +14,11 @@
  *   deploy    SIGTERM a worker (it hands its jobs back); a replacement starts at once
  *   redis     SIGTERM redis-server (AOF everysec, fsynced on shutdown), 0.3–2.5 s down, start
  *             it again on the same port with the same data
+ *   redis-freeze  SIGSTOP the main redis-server for 1.5–4 s (a hung host: connections stay open,
+ *             nothing is answered), and deploy a busy worker 0.3 s into it: its stop cannot hand
+ *             anything back until the thaw, and must still end (a stop that outlives the soak's
+ *             grace is a `worker-stop-timeout`, counted as hung_stops). Not with `--redis
+ *             sentinel`, where a frozen primary is a failover the sentinels start on their own
  *   redis-crash  the same with SIGKILL: AOF everysec may lose its last second of writes (issue 14);
  *             with a separate claims Redis (`--claims separate`) it is the claims Redis that
  *             crashes — with `--claims-persistence rdb`, losing everything since its last snapshot
@@ -57,7 +62,7 @@ import {
   sleep,
   withTimeout,
   type EventLog,
-  type SoakRedis,
+  SoakRedis,
   type SoakRedisServer,
   type SoakClaimRef,
   type SoakWorker,
@@ -73,6 +78,7 @@ export type ChaosKind =
   | "deploy"
   | "redis"
   | "redis-crash"
+  | "redis-freeze"
   | "force-release"
   | "fence-disk"
   | "disk-full";
@@ -122,16 +128,18 @@ export function chaosPlan(startedAt: number, durationMs: number, random: () => n
     [0.62, "redis-crash"],
     [0.75, "force-release"],
     [0.52, "disk-full"],
+    [0.32, "redis-freeze"],
   ];
   if (durationMs >= 120_000) guaranteed.push([0.9, "redis"]);
   const plan: ChaosAction[] = guaranteed.map(([fraction, kind]) => ({ at: startedAt + fraction * durationMs, kind }));
   const randomKinds: [ChaosKind, number][] = [
     ["kill", 0.2],
-    ["pause-short", 0.18],
+    ["pause-short", 0.14],
     ["pause-long", 0.2],
     ["deploy", 0.2],
     ["redis", 0.04],
     ["redis-crash", 0.04],
+    ["redis-freeze", 0.04],
     ["force-release", 0.1],
     ["fence-disk", 0.04],
     ["disk-full", 0.04],
@@ -189,6 +197,24 @@ export async function runChaos(options: ChaosOptions, plan: ChaosAction[]): Prom
       await target.restart(300 + random() * 2_200, events, { crash: action.kind === "redis-crash" });
       continue;
     }
+    if (action.kind === "redis-freeze") {
+      if (!(options.redis instanceof SoakRedis)) {
+        events.record("chaos-skip", { action: action.kind, why: "a Sentinel group: a frozen primary is a failover" });
+        continue;
+      }
+      // Chosen before the freeze: the running-runs index is in the Redis about to be frozen.
+      const victim = await chooseVictim(options, "deploy");
+      const freeze = options.redis.freeze(1_500 + random() * 2_500, events);
+      await sleep(300);
+      if (victim && !victim.worker.leaving && victim.worker.exitedAt === null) {
+        const jobs = victim.running.map((r) => ({ jobId: r.jobId, attempt: r.attempt, runId: r.id }));
+        events.record("deploy", { pid: victim.worker.pid, workerId: victim.worker.id, jobs, during: "redis-freeze" });
+        track(pool.stop(victim.worker));
+        replace();
+      }
+      await freeze;
+      continue;
+    }
     if (action.kind === "fence-disk") {
       track(refuseFenceRecords(options, 2_500 + random() * 2_000));
       continue;
@@ -199,7 +225,7 @@ export async function runChaos(options: ChaosOptions, plan: ChaosAction[]): Prom
     }
     if (action.kind === "force-release") {
       await forceReleaseOne(options).catch((error: unknown) =>
-        events.record("chaos-error", { kind: action.kind, error: String(error) }),
+        events.record("chaos-error", { action: action.kind, error: String(error) }),
       );
       continue;
     }
@@ -208,7 +234,7 @@ export async function runChaos(options: ChaosOptions, plan: ChaosAction[]): Prom
         ? ((await readingVictim(options, 10_000)) ?? (await chooseVictim(options, "kill")))
         : await chooseVictim(options, action.kind);
     if (!victim) {
-      events.record("chaos-skip", { kind: action.kind, why: "no worker to act on" });
+      events.record("chaos-skip", { action: action.kind, why: "no worker to act on" });
       continue;
     }
     const jobs = victim.running.map((r) => ({ jobId: r.jobId, attempt: r.attempt, runId: r.id }));
@@ -271,7 +297,7 @@ async function refuseFenceRecords(options: ChaosOptions, ms: number): Promise<vo
     }
   });
   if (threads.length === 0) {
-    return void options.events.record("chaos-skip", { kind: "fence-disk", why: "no worker to act on" });
+    return void options.events.record("chaos-skip", { action: "fence-disk", why: "no worker to act on" });
   }
   const tracer = spawn(
     "strace",
@@ -296,7 +322,7 @@ async function refuseFenceRecords(options: ChaosOptions, ms: number): Promise<vo
     sleep(300).then(() => null),
   ]);
   if (failed !== null) {
-    return void options.events.record("chaos-skip", { kind: "fence-disk", why: `strace: ${failed}` });
+    return void options.events.record("chaos-skip", { action: "fence-disk", why: `strace: ${failed}` });
   }
   const refusing = options.events.record("fence-disk", { pids: workers.map((w) => w.pid), ms: Math.round(ms) });
   await sleep(Math.max(0, ms - 300));
@@ -315,7 +341,7 @@ export const DISK_FILLER = ".soak-disk-filler";
  */
 async function fillDisk(options: ChaosOptions, ms: number): Promise<void> {
   const dir = options.fullableDisk;
-  if (!dir) return void options.events.record("chaos-skip", { kind: "disk-full", why: "no tmpfs for the outputs" });
+  if (!dir) return void options.events.record("chaos-skip", { action: "disk-full", why: "no tmpfs for the outputs" });
   const filler = path.join(dir, DISK_FILLER);
   const full = options.events.record("disk-full", { dir, ms: Math.round(ms) });
   try {
@@ -331,7 +357,7 @@ async function fillDisk(options: ChaosOptions, ms: number): Promise<void> {
       fs.closeSync(fd);
     }
   } catch (error) {
-    options.events.record("chaos-error", { kind: "disk-full", error: String(error) });
+    options.events.record("chaos-error", { action: "disk-full", error: String(error) });
   } finally {
     fs.rmSync(filler, { force: true });
     options.events.record("disk-full-end", { since: full.t });
@@ -352,7 +378,7 @@ async function forceReleaseOne(options: ChaosOptions): Promise<void> {
     .map(({ c }) => c);
   const claims = running.length > 0 ? running : held;
   if (claims.length === 0)
-    return void options.events.record("chaos-skip", { kind: "force-release", why: "no claim held" });
+    return void options.events.record("chaos-skip", { action: "force-release", why: "no claim held" });
   const claim = running[0] ?? claims[Math.floor(options.random() * claims.length)]!;
   const result = await withTimeout(
     forceReleaseClaim({ claims: options.claims, audit: options.main }, options.keys, {

@@ -108,6 +108,8 @@ export interface Figures {
    * marks, temporary files of `current` and the fence record (the space a full disk needs back).
    */
   leftBehind: number;
+  /** Worker stops that did not end within the soak's grace and were SIGKILLed (must be 0). */
+  hungStops: number;
 }
 
 export interface CheckReport {
@@ -270,6 +272,9 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
     return up ? (up.t - stop.t) / 1000 : NaN;
   });
   const failovers = events.filter((e) => e.kind === "redis-failover");
+  const freezes = events.filter((e) => e.kind === "redis-freeze");
+  // A worker stop that outlived the soak's grace and was SIGKILLed: a stop must end on its own.
+  const hungStops = events.filter((e) => e.kind === "worker-stop-timeout");
   const fenceDisks = events.filter((e) => e.kind === "fence-disk");
   const fullDisks = events.filter((e) => e.kind === "disk-full");
   const refusedRecords = records.filter((r) => /fence could not be recorded on disk/.test(r.reason ?? ""));
@@ -283,6 +288,9 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
       (failovers.length
         ? `Sentinel failovers: ${failovers.length} (${failovers.map((e) => `${e.crash ? "primary killed" : "asked"}, ${(Number(e.ms) / 1000).toFixed(1)} s to a new primary`).join("; ")}); `
         : "") +
+      `Redis freezes: ${freezes.length} (${freezes.map((e) => `${(Number(e.ms) / 1000).toFixed(1)} s`).join(", ") || "-"}; ` +
+      `${deploys.filter((d) => d.during === "redis-freeze").length} deploy(s) during one); ` +
+      `stops SIGKILLed after the grace (hung): ${hungStops.length}${hungStops.length ? ` (${hungStops.map((e) => `pid ${String(e.pid)} at ${at(e.t)}`).join(", ")})` : ""}; ` +
       `disk refusing fence records: ${fenceDisks.length} window(s) (${fenceDisks.map((e) => `${at(e.t)} for ${(Number(e.ms) / 1000).toFixed(1)} s`).join(", ") || "-"}), ` +
       `${refusedRecords.length} publish(es) left in Redis only, their attempts failed as transient; ` +
       `outputs' disk full: ${fullDisks.length} window(s) (${fullDisks.map((e) => `${at(e.t)} for ${(Number(e.ms) / 1000).toFixed(1)} s`).join(", ") || "-"})`,
@@ -791,6 +799,7 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   for (const u of unrecordedPublishes.slice(0, 8)) {
     lines.push(`    ${u.runId}: ${u.record ? `${u.record.status} (${u.record.reason ?? "no reason"})` : "no record"}`);
   }
+  lines.push(`  worker stops SIGKILLed after the soak's grace (hung): ${hungStops.length}`);
   if (fenced.length) {
     lines.push("fenced overlaps (harmless by design, for the record):");
     for (const o of fenced.slice(0, 3)) lines.push(...describeOverlap(o, at, recordById, workers));
@@ -823,6 +832,7 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
       pauses: pauses.length,
       refusedRecords: refusedRecords.length,
       leftBehind: leftBehind.length,
+      hungStops: hungStops.length,
       escaped: escaped.length + stuck.length,
     },
   };
