@@ -119,11 +119,16 @@ export function startRebuildWorker(
       earlier.abort.abort(LOCK_LOST_REASON);
       return defer(job, token, Date.now() + DEFER_MIN_MS, reason);
     }
+    if (allAbortedFor !== null) {
+      // A job BullMQ fetched just as the worker began to stop (its fetch was under way) is handed
+      // back untouched: no run record (it never ran: the history must not show an attempt), its
+      // waiting-trigger marker kept (it still waits), no claim asked for.
+      log(`job ${jobId}: fetched as the worker stopped; handed back without running`);
+      await job.moveToWait(token).catch((error: unknown) => log(`job ${jobId}: not handed back: ${String(error)}`));
+      throw new WaitingError();
+    }
     const pickup: Pickup = { abort: new AbortController() };
     pickups.set(jobId, pickup);
-    // A job BullMQ fetched just as the worker began to stop (its fetch was under way) is stopped
-    // as the others were: handed back, not run until the stop's wait runs out.
-    if (allAbortedFor !== null) pickup.abort.abort(allAbortedFor);
     const jobSignal = signal ? AbortSignal.any([signal, pickup.abort.signal]) : pickup.abort.signal;
     // A started job drops its "waiting trigger" marker, so later triggers queue a new job. A
     // forced job does it here; any other with its idempotency check (run-rebuild, one round

@@ -11,6 +11,9 @@ import { Worker } from "bullmq";
 import { claimName, readPublished } from "../../lib/claims";
 import { queuePrefix, REBUILD_QUEUE } from "../../lib/rebuilds/queue";
 import { hashDirectory, readCurrent } from "../../lib/rebuilds/output";
+import { APP_VERSION } from "../../lib/version";
+import { newWorkerIdentity } from "../../lib/workers/heartbeat";
+import { DEFAULT_WORKER_OPTIONS, startRebuildWorker } from "../../worker/rebuild-worker";
 import { createTestBed, slowStep, type TestBed } from "../support/stack";
 
 let bed: TestBed;
@@ -280,6 +283,54 @@ test("SIGTERM mid-run with Redis frozen (SIGSTOP) throughout: the worker still e
       "the stopped attempt closed",
     );
     assert.equal(closed.status, "aborted", JSON.stringify(closed));
+  } finally {
+    await next.stop();
+  }
+});
+
+test("a job fetched after the stop began is handed back untouched: no run record, no attempt, still waiting", async () => {
+  // In process: the window (a fetch under way as SIGTERM arrives) is too narrow to hit with a
+  // signal on cue. `abortAll` is what the worker's stop calls before it closes the BullMQ worker.
+  const lines: string[] = [];
+  const { worker, running } = startRebuildWorker(
+    {
+      connection: bed.main,
+      main: bed.main,
+      claims: bed.claims,
+      keys: bed.keys,
+      definitions: bed.definitions,
+      worker: newWorkerIdentity(APP_VERSION),
+      log: (line) => lines.push(line),
+    },
+    { ...DEFAULT_WORKER_OPTIONS, concurrency: 1 },
+  );
+  let jobId: string;
+  try {
+    await worker.waitUntilReady();
+    running.abortAll("shutdown");
+    jobId = await bed.trigger("slow", { version: "v-fetched-stopping" });
+    // Fetched at least once (each fetch starts an attempt in BullMQ's count); the close below
+    // waits for the processor to finish with it.
+    const deadline = Date.now() + 30_000;
+    while (((await bed.queue.getJob(jobId))?.attemptsStarted ?? 0) < 1) {
+      assert.ok(Date.now() < deadline, `the worker fetched the job:\n${lines.join("\n")}`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  } finally {
+    await worker.close();
+  }
+  const job = await bed.queue.getJob(jobId);
+  assert.equal(await job?.getState(), "waiting", "the job waits for the next worker");
+  assert.equal(job?.attemptsMade, 0, "no failed attempt");
+  assert.deepEqual(await bed.runsOfJob(jobId), [], "no run record: the attempt never ran");
+  assert.ok(
+    lines.some((line) => line.includes(`job ${jobId}: fetched as the worker stopped`)),
+    lines.join("\n"),
+  );
+  // The next worker runs it.
+  const next = await bed.startWorker();
+  try {
+    await bed.waitForRun((r) => r.jobId === jobId && r.status === "rebuilt", 30_000, "the job rebuilt");
   } finally {
     await next.stop();
   }
