@@ -9,7 +9,7 @@ import { fileURLToPath } from "node:url";
 import { CONFIG_EXIT_CODE, loadConfigOrExit } from "../lib/config";
 import { checkContainmentRequest, ContainmentConfigError } from "../lib/rebuilds/steps/containment";
 import { ensureGeneratedOperatorToken, operatorTokenPath } from "../lib/auth/credentials";
-import { loadDefinitionsOrExit, shutdownWaitMs } from "../lib/rebuilds/definitions";
+import { loadDefinitionsOrExit, shutdownWaitMs, STOP_AFTER_JOBS_MS } from "../lib/rebuilds/definitions";
 import {
   clearEmbeddedState,
   readEmbeddedState,
@@ -132,7 +132,7 @@ async function shutdown(reason: string, exitCode: number): Promise<never> {
     say(`${reason}: stopping worker, web server${redis ? " and embedded Redis" : ""} …`);
     // The worker first: it hands its jobs back and releases claims while Redis is still up. Its
     // own shutdown wait follows the longest killGrace; SIGKILL only after that (its steps die with it).
-    await worker.stop(shutdownWaitMs(definitions) + 5_000);
+    await worker.stop(shutdownWaitMs(definitions) + STOP_AFTER_JOBS_MS);
     await web.stop(10_000);
     if (redis) {
       await redis.stop(10_000);

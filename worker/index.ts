@@ -222,7 +222,7 @@ async function shutdown(signal: NodeJS.Signals): Promise<void> {
   // (and would die with this process anyway: their init watches a pipe only this process holds).
   running.abortAll("shutdown");
   // No upkeep starts once stopping; the one under way (if any) is waited for beside the jobs, so
-  // the whole stop stays within the jobs' wait plus a few seconds (npm start's limit).
+  // the whole stop stays within the jobs' wait plus STOP_AFTER_JOBS_MS (npm start's limit).
   const upkeepEnded = upkeep ? settledWithin(upkeep, UPKEEP_STOP_WAIT_MS) : Promise.resolve(true);
   const wait = shutdownWaitMs(definitions);
   const closed = await settledWithin(worker.close(), wait);
@@ -242,23 +242,28 @@ async function shutdown(signal: NodeJS.Signals): Promise<void> {
   // commands and never answers, and the stop must end anyway. What it could not say is said by
   // time instead: the heartbeat expires, BullMQ's stalled check hands the jobs back, the claims
   // run out on their TTL.
-  const answered = [
-    await settledWithin(queue.close(), 2_000),
-    await settledWithin(retire(main, keys, identity.id), 2_000),
-    !announcedUp || (await settledWithin(publishEvent(main, keys, { type: "worker.down", id: identity.id }), 1_000)),
-  ].every(Boolean);
-  if (!answered)
+  const answered = await Promise.all([
+    settledWithin(queue.close(), 2_000),
+    settledWithin(retire(main, keys, identity.id), 2_000),
+    !announcedUp || settledWithin(publishEvent(main, keys, { type: "worker.down", id: identity.id }), 2_000),
+  ]);
+  if (!answered.every(Boolean))
     log(
       "shutdown: Redis did not answer the stop; the heartbeat expires on its own, jobs not handed back are redelivered by the stalled check and claims end on their TTL",
     );
-  await Promise.all([closeRedis(main), closeRedis(claims)]);
+  // Within STOP_AFTER_JOBS_MS of the jobs' wait, with the 2 s above (lib/rebuilds/definitions.ts).
+  await Promise.all([closeRedis(main, 1_000), closeRedis(claims, 1_000)]);
   const stuck = abandonedInputReads();
   // process.exit would wait for the thread pool, where those reads may be blocked for good: the
   // exit ends with SIGKILL then (lib/rebuilds/version.ts).
   if (stuck > 0) log(`shutdown: ${stuck} input read(s) stuck in a system call (a hung mount?); ending with SIGKILL`);
   if (upkeepStuck) {
-    log("shutdown: ending with SIGKILL (the upkeep may be stuck in a system call)");
-    process.kill(process.pid, "SIGKILL");
+    log(
+      "shutdown: ending with SIGKILL (the upkeep may be stuck in a system call, or waiting on a Redis that does not answer)",
+    );
+    // From an exit listener, the last one added: the earlier ones (the step cgroups' parent is
+    // removed by one) still run; only the wait for the thread pool is cut short.
+    process.once("exit", () => process.kill(process.pid, "SIGKILL"));
   }
   process.exit(0);
 }

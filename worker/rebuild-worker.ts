@@ -7,6 +7,7 @@ import { DelayedError, UnrecoverableError, WaitingError, Worker, type Job } from
 import type { Redis } from "ioredis";
 import {
   backoffStrategyFor,
+  handBackUnstarted,
   jobRetention,
   queuePrefix,
   REBUILD_QUEUE,
@@ -123,8 +124,16 @@ export function startRebuildWorker(
       // A job BullMQ fetched just as the worker began to stop (its fetch was under way) is handed
       // back untouched: no run record (it never ran: the history must not show an attempt), its
       // waiting-trigger marker kept (it still waits), no claim asked for.
-      log(`job ${jobId}: fetched as the worker stopped; handed back without running`);
-      await job.moveToWait(token).catch((error: unknown) => log(`job ${jobId}: not handed back: ${String(error)}`));
+      // The attempt BullMQ counted at the fetch is taken back: the next run is still attempt 1.
+      // Not handed back (an error, a lock that is no longer this worker's): the stalled check
+      // hands it back once this worker's lock has run out.
+      const outcome = !token
+        ? "not handed back (no lock token)"
+        : await handBackUnstarted(deps.connection, job, worker.toKey(jobId), token).then(
+            (done) => (done ? "handed back without running" : "not handed back (its lock is another's)"),
+            (error: unknown) => `not handed back: ${String(error)}`,
+          );
+      log(`job ${jobId}: fetched as the worker stopped; ${outcome}`);
       throw new WaitingError();
     }
     const pickup: Pickup = { abort: new AbortController() };

@@ -874,3 +874,11 @@ export function shutdownWaitMs(definitions: Pick<Definitions, "rebuilds">): numb
   }
   return longestGrace + SHUTDOWN_SLACK_MS;
 }
+
+/**
+ * What a worker's stop may take after its jobs' wait: its last words to Redis (queue close,
+ * retire, `worker.down`: 2 s at most, side by side) and QUIT (1 s), each bounded so a frozen
+ * Redis cannot hold the exit. Whoever stops a worker waits `shutdownWaitMs + STOP_AFTER_JOBS_MS`
+ * before a SIGKILL (npm start does).
+ */
+export const STOP_AFTER_JOBS_MS = 5_000;

@@ -3,9 +3,11 @@
  * BullMQ keys share claimwatch's hash tag (`{prefix}:rebuilds:*`), which keeps them in one slot
  * on Redis Cluster and lets one prefix isolate a test.
  */
-import type { JobsOptions } from "bullmq";
+import type { Job, JobsOptions } from "bullmq";
 import { z } from "zod";
 import type { RedisKeys } from "../redis/keys";
+import { runScript, type ScriptingClient } from "../redis/scripts";
+import { UNCOUNT_UNSTARTED } from "./scripts";
 import { DEFAULT_RETENTION_CONFIG, type Definitions, type RebuildDefinition, type Retention } from "./definitions";
 import { VERSION_PATTERN } from "./version";
 
@@ -76,4 +78,22 @@ export function schedulerIdOf(rebuild: string, tenant: string | undefined): stri
 export function scheduledTickOf(jobId: string | undefined): { schedulerId: string; tickAt: number } | null {
   const match = /^repeat:(sched\.[^:]+):(\d+)$/.exec(jobId ?? "");
   return match ? { schedulerId: match[1]!, tickAt: Number(match[2]) } : null;
+}
+
+/**
+ * Hands a job this worker fetched but will not run back to waiting as if it had never been
+ * fetched: the attempt BullMQ counted is taken back (UNCOUNT_UNSTARTED, under the job's lock),
+ * then the job moves to waiting. `jobKey` is BullMQ's key of the job hash (`worker.toKey(id)`).
+ * False when the lock is not `token`'s any more (nothing changed: the job is another's).
+ */
+export async function handBackUnstarted(
+  client: ScriptingClient,
+  job: Pick<Job, "moveToWait">,
+  jobKey: string,
+  token: string,
+): Promise<boolean> {
+  const taken = await runScript(client, UNCOUNT_UNSTARTED, [`${jobKey}:lock`, jobKey], [token]);
+  if (taken !== 1) return false;
+  await job.moveToWait(token);
+  return true;
 }

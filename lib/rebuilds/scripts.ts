@@ -1,4 +1,4 @@
-/** Scripts of on-demand triggers (lib/rebuilds/trigger.ts). */
+/** Scripts of the rebuild queue: on-demand triggers (lib/rebuilds/trigger.ts), hand-backs (lib/rebuilds/queue.ts). */
 import { typedScript } from "../redis/scripts";
 
 export const REQUEST_ID_RENAME = typedScript<string>()({
@@ -17,5 +17,29 @@ local named = redis.call('GET', KEYS[1])
 if not named or named == ARGV[1] then named = ARGV[2] end
 redis.call('SET', KEYS[1], named, 'PX', ARGV[3])
 return named
+`,
+});
+
+/**
+ * BullMQ counts an attempt as started when a worker fetches the job (`ats`, the job's
+ * attemptsStarted); a hand-back to waiting does not take it back. A job fetched by a worker that
+ * is already stopping never ran: counted, it would number the next run attempt 2 and pass the
+ * "first attempt" checks a paused schedule's tick gets (lib/rebuilds/schedules.ts).
+ */
+export const UNCOUNT_UNSTARTED = typedScript<0 | 1>()({
+  command: "claimwatchUncountUnstarted",
+  keys: ["jobLock", "job"],
+  lua: `
+--[[ Takes back the attempt BullMQ counted when this worker fetched a job it will not run, before
+the job goes back to waiting: only while this worker still holds the job's lock, so no other
+fetch of it can be counted in between.
+KEYS[1] job lock STRING (BullMQ's: the fetching worker's token)   KEYS[2] job HASH (field ats)
+ARGV[1] the lock token
+Returns 1 when taken back (or nothing was counted), 0 when the lock is not this token's (nothing changed)
+]]
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local started = tonumber(redis.call('HGET', KEYS[2], 'ats') or '0') or 0
+if started > 0 then redis.call('HINCRBY', KEYS[2], 'ats', -1) end
+return 1
 `,
 });

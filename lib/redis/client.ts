@@ -78,7 +78,10 @@ export async function closeRedis(client: Redis | undefined, waitMs = QUIT_WAIT_M
     client.disconnect();
     return;
   }
-  // A refused QUIT (the connection dropped meanwhile) counts as answered: nothing is left to close.
-  const answered = await settledWithin(client.quit(), waitMs);
-  if (!answered) client.disconnect();
+  await settledWithin(client.quit(), waitMs);
+  // Unanswered, or refused: a client with a commandTimeout rejects the QUIT of a frozen server
+  // ("Command timed out") and stays connected. Commands already written still reach the server
+  // (ioredis half-closes the socket); only their answers are not waited for.
+  // (`status` is read again: the QUIT above may have ended the connection.)
+  if ((client.status as string) !== "end") client.disconnect();
 }

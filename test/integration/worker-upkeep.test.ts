@@ -51,3 +51,41 @@ test("an upkeep held up by a hung disk is said in the log after 30 s, the beats 
     assert.equal(await worker.stop(), 0, worker.output());
   }
 });
+
+test("a stop while the upkeep is stuck on a hung disk ends with SIGKILL, after the exit's cleanup (the step cgroups' parent removed)", async (t) => {
+  const outputDir = bed.definitions.rebuilds.get("tiles")!.outputPath;
+  fs.mkdirSync(outputDir, { recursive: true });
+  const worker = await bed.startWorker();
+  const parent = /step containment: cgroup: .*\((\/sys\/fs\/cgroup\/[^)]+)\)/.exec(worker.output())?.[1];
+  if (parent) assert.ok(fs.existsSync(parent), `the worker made ${parent}`);
+  else t.diagnostic("no cgroup containment here: only the exit is checked");
+  // Every open of the output directory (the repair's) now takes 10 minutes: past any stop.
+  const release = await injectInto(t, worker.pid, [
+    "-e",
+    "trace=openat",
+    "-e",
+    "inject=openat:delay_enter=600000000",
+    "-P",
+    outputDir,
+  ]);
+  try {
+    await worker.waitFor(/upkeep after the heartbeat still running after \d+ s \(a hung disk/, 60_000);
+    worker.child.kill("SIGTERM");
+    await worker.waitFor(/shutdown: ending with SIGKILL \(the upkeep may be stuck/, 120_000);
+  } finally {
+    // The killed worker's thread held in the delayed call goes only once the tracer lets go.
+    release();
+  }
+  // A hang limit, not a timing goal: the stop's own bounds add up to well under a minute.
+  const exited = await Promise.race([
+    new Promise<NodeJS.Signals | number | null>((resolve) =>
+      worker.child.exitCode !== null || worker.child.signalCode !== null
+        ? resolve(worker.child.signalCode ?? worker.child.exitCode)
+        : worker.child.once("exit", (code, signal) => resolve(signal ?? code)),
+    ),
+    new Promise<"hung">((resolve) => setTimeout(() => resolve("hung"), 120_000)),
+  ]);
+  if (exited === "hung") await worker.stop("SIGKILL");
+  assert.equal(exited, "SIGKILL", worker.output());
+  if (parent) assert.equal(fs.existsSync(parent), false, `${parent} removed by the exit's cleanup`);
+});

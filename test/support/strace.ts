@@ -13,8 +13,14 @@ import type { TestContext } from "node:test";
 export async function injectInto(t: TestContext, pid: number, args: string[]): Promise<() => void> {
   const threads = fs.readdirSync(`/proc/${pid}/task`).flatMap((tid) => ["-p", tid]);
   const tracer = spawn("strace", ["-qq", "-f", ...threads, ...args, "-o", "/dev/null"], { stdio: "ignore" });
+  // SIGINT detaches; a tracer that does not go within 2 s (one holding a tracee that was killed
+  // in a delayed call keeps it, and its open files, until it lets go) is SIGKILLed.
   const stop = () => {
-    if (tracer.exitCode === null && tracer.signalCode === null) tracer.kill("SIGINT");
+    if (tracer.exitCode !== null || tracer.signalCode !== null) return;
+    tracer.kill("SIGINT");
+    setTimeout(() => {
+      if (tracer.exitCode === null && tracer.signalCode === null) tracer.kill("SIGKILL");
+    }, 2_000).unref();
   };
   t.after(stop);
   await new Promise((resolve) => setTimeout(resolve, 1_000)); // attached
