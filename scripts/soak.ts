@@ -35,7 +35,7 @@ import { parseArgs } from "node:util";
 import { Queue } from "bullmq";
 import type { Redis } from "ioredis";
 import { listClaims } from "../lib/claims";
-import { loadDefinitions } from "../lib/rebuilds/definitions";
+import { loadDefinitions, shutdownWaitMs, STOP_AFTER_JOBS_MS } from "../lib/rebuilds/definitions";
 import { queuePrefix, REBUILD_QUEUE } from "../lib/rebuilds/queue";
 import { closeRedis, createRedis } from "../lib/redis/client";
 import { redisKeys } from "../lib/redis/keys";
@@ -279,7 +279,7 @@ async function main(): Promise<Figures> {
   if (sentinel) env.CLAIMWATCH_TRIGGER_REPLICAS = String(SoakSentinelRedis.REPLICAS);
   if (soak.claimsRedis) env.CLAIMS_REDIS_URL = soak.claimsRedis.url;
   else delete env.CLAIMS_REDIS_URL;
-  const pool = new WorkerPool(env, dirs.logs, events, clockSkews);
+  const pool = new WorkerPool(env, dirs.logs, events, clockSkews, shutdownWaitMs(definitions) + STOP_AFTER_JOBS_MS);
   soak.pool = pool;
   await Promise.all(Array.from({ length: workerCount }, () => pool.start()));
   say(

@@ -493,6 +493,11 @@ export class WorkerPool {
      * turn as they start: hosts whose clocks disagree. Monotonic clocks stay real.
      */
     private readonly clockSkews: string[] = ["0"],
+    /**
+     * How long a stop may take before its SIGKILL: what `npm start` gives a worker (its jobs'
+     * wait + STOP_AFTER_JOBS_MS). A stop that needs longer is a `worker-stop-timeout` (hung_stops).
+     */
+    readonly stopGraceMs = 20_000,
   ) {}
 
   /** Workers that are up and not leaving (paused ones included). */
@@ -577,7 +582,7 @@ export class WorkerPool {
   }
 
   /** SIGCONT + SIGTERM, SIGKILL after `graceMs`; resolves when it exited. */
-  async stop(worker: SoakWorker, graceMs = 20_000): Promise<void> {
+  async stop(worker: SoakWorker, graceMs = this.stopGraceMs): Promise<void> {
     worker.leaving = true;
     if (worker.exitedAt !== null) return;
     this.signal(worker, "SIGCONT");

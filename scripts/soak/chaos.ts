@@ -15,10 +15,13 @@
  *   redis     SIGTERM redis-server (AOF everysec, fsynced on shutdown), 0.3–2.5 s down, start
  *             it again on the same port with the same data
  *   redis-freeze  SIGSTOP the main redis-server for 1.5–4 s (a hung host: connections stay open,
- *             nothing is answered), and deploy a busy worker 0.3 s into it: its stop cannot hand
- *             anything back until the thaw, and must still end (a stop that outlives the soak's
- *             grace is a `worker-stop-timeout`, counted as hung_stops). Not with `--redis
- *             sentinel`, where a frozen primary is a failover the sentinels start on their own
+ *             nothing is answered), and deploy a busy worker 0.3 s into it
+ *   redis-freeze-long  the same for 3 s longer than a stop may take (the pool's stop grace, what
+ *             `npm start` gives a worker): the deployed worker's stop cannot hand anything back
+ *             and must still end on its own, frozen throughout (a stop that outlives the grace
+ *             is a `worker-stop-timeout`, counted as hung_stops). Meanwhile every heartbeat,
+ *             claim and job lock runs out. Both: not with `--redis sentinel`, where a frozen
+ *             primary is a failover the sentinels start on their own
  *   redis-crash  the same with SIGKILL: AOF everysec may lose its last second of writes (issue 14);
  *             with a separate claims Redis (`--claims separate`) it is the claims Redis that
  *             crashes — with `--claims-persistence rdb`, losing everything since its last snapshot
@@ -79,6 +82,7 @@ export type ChaosKind =
   | "redis"
   | "redis-crash"
   | "redis-freeze"
+  | "redis-freeze-long"
   | "force-release"
   | "fence-disk"
   | "disk-full";
@@ -129,6 +133,7 @@ export function chaosPlan(startedAt: number, durationMs: number, random: () => n
     [0.75, "force-release"],
     [0.52, "disk-full"],
     [0.32, "redis-freeze"],
+    [0.82, "redis-freeze-long"],
   ];
   if (durationMs >= 120_000) guaranteed.push([0.9, "redis"]);
   const plan: ChaosAction[] = guaranteed.map(([fraction, kind]) => ({ at: startedAt + fraction * durationMs, kind }));
@@ -197,18 +202,19 @@ export async function runChaos(options: ChaosOptions, plan: ChaosAction[]): Prom
       await target.restart(300 + random() * 2_200, events, { crash: action.kind === "redis-crash" });
       continue;
     }
-    if (action.kind === "redis-freeze") {
+    if (action.kind === "redis-freeze" || action.kind === "redis-freeze-long") {
       if (!(options.redis instanceof SoakRedis)) {
         events.record("chaos-skip", { action: action.kind, why: "a Sentinel group: a frozen primary is a failover" });
         continue;
       }
       // Chosen before the freeze: the running-runs index is in the Redis about to be frozen.
       const victim = await chooseVictim(options, "deploy");
-      const freeze = options.redis.freeze(1_500 + random() * 2_500, events);
+      const ms = action.kind === "redis-freeze-long" ? pool.stopGraceMs + 3_000 : 1_500 + random() * 2_500;
+      const freeze = options.redis.freeze(ms, events);
       await sleep(300);
       if (victim && !victim.worker.leaving && victim.worker.exitedAt === null) {
         const jobs = victim.running.map((r) => ({ jobId: r.jobId, attempt: r.attempt, runId: r.id }));
-        events.record("deploy", { pid: victim.worker.pid, workerId: victim.worker.id, jobs, during: "redis-freeze" });
+        events.record("deploy", { pid: victim.worker.pid, workerId: victim.worker.id, jobs, during: action.kind });
         track(pool.stop(victim.worker));
         replace();
       }

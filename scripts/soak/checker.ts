@@ -289,7 +289,7 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
         ? `Sentinel failovers: ${failovers.length} (${failovers.map((e) => `${e.crash ? "primary killed" : "asked"}, ${(Number(e.ms) / 1000).toFixed(1)} s to a new primary`).join("; ")}); `
         : "") +
       `Redis freezes: ${freezes.length} (${freezes.map((e) => `${(Number(e.ms) / 1000).toFixed(1)} s`).join(", ") || "-"}; ` +
-      `${deploys.filter((d) => d.during === "redis-freeze").length} deploy(s) during one); ` +
+      `${deploys.filter((d) => typeof d.during === "string" && d.during.startsWith("redis-freeze")).length} deploy(s) during one); ` +
       `stops SIGKILLed after the grace (hung): ${hungStops.length}${hungStops.length ? ` (${hungStops.map((e) => `pid ${String(e.pid)} at ${at(e.t)}`).join(", ")})` : ""}; ` +
       `disk refusing fence records: ${fenceDisks.length} window(s) (${fenceDisks.map((e) => `${at(e.t)} for ${(Number(e.ms) / 1000).toFixed(1)} s`).join(", ") || "-"}), ` +
       `${refusedRecords.length} publish(es) left in Redis only, their attempts failed as transient; ` +
