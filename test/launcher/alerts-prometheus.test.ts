@@ -91,7 +91,9 @@ const find = (alerts: AlertmanagerAlert[], alertname: string, rebuild?: string) 
 
 test("skips ≥ N and a stale claim (worker paused) fire in Alertmanager, and resolve after SIGCONT and the run", async () => {
   const first = await bed.trigger("held", { version: "v1" });
-  await bed.waitForRun((r) => r.jobId === first && r.status === "running", 60_000);
+  // Holding the claim (a fence), not only running: a record runs from before the claim is taken,
+  // and a duplicate sent then could take the claim first and leave `first` the one that skips.
+  await bed.waitForRun((r) => r.jobId === first && r.status === "running" && r.fence !== null, 60_000);
   for (let i = 0; i < 2; i++) {
     const again = await bed.trigger("held", { version: "v1" });
     await bed.waitForRun((r) => r.jobId === again && r.status === "skipped", 60_000, `skip ${i + 1}`);
