@@ -126,7 +126,8 @@ export function startRebuildWorker(
       // waiting-trigger marker kept (it still waits), no claim asked for.
       // The attempt BullMQ counted at the fetch is taken back: the next run is still attempt 1.
       // Not handed back (an error, a lock that is no longer this worker's): the stalled check
-      // hands it back once this worker's lock has run out.
+      // hands it back once this worker's lock has run out (the count then stays: a gap in the
+      // attempt numbers, no more).
       const outcome = !token
         ? "not handed back (no lock token)"
         : await handBackUnstarted(deps.connection, job, worker.toKey(jobId), token).then(

@@ -136,8 +136,9 @@ let exitHooked = false;
 /**
  * Once a read was left behind: a process that exits while any is still stuck ends with SIGKILL
  * instead of hanging in `process.exit` (the worker, and the web server after a preview). Exit
- * listeners added after this one (none in claimwatch: the step cgroups' is added at start) do not
- * run then, and a supervisor sees the exit as killed.
+ * listeners added after this one do not run then (the step cgroups' is added at start, before
+ * it; the worker's stop adds its own SIGKILL listener last), and a supervisor sees the exit as
+ * killed.
  */
 function endStuckProcessesOnExit(): void {
   if (exitHooked) return;

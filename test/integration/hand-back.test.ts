@@ -1,0 +1,74 @@
+/**
+ * A job fetched by a worker that is already stopping goes back to waiting as if never fetched
+ * (`handBackUnstarted`): the attempt BullMQ counted at the fetch is taken back, once per fetch —
+ * also when the reply to that call is lost and ioredis sends it again — and only while the
+ * fetching worker still holds the job's lock.
+ */
+import assert from "node:assert/strict";
+import { after, test } from "node:test";
+import { Queue, Worker } from "bullmq";
+import { closeRedis, createRedis } from "../../lib/redis/client";
+import { redisKeys } from "../../lib/redis/keys";
+import { handBackUnstarted, queuePrefix, REBUILD_QUEUE } from "../../lib/rebuilds/queue";
+import { replyLosingClient } from "../support/reply-losing";
+import { startTestRedis, stopTestRedis, uniquePrefix } from "../support/redis";
+
+const server = await startTestRedis();
+const main = createRedis(`redis://127.0.0.1:${server.port}`, "worker");
+const keys = redisKeys(uniquePrefix("handback"));
+const queue = new Queue(REBUILD_QUEUE, { connection: main, prefix: queuePrefix(keys) });
+// No processor: jobs are fetched by hand, each fetch with its own lock token.
+const fetcher = new Worker(REBUILD_QUEUE, null, { connection: main, prefix: queuePrefix(keys), lockDuration: 30_000 });
+after(async () => {
+  await fetcher.close();
+  await queue.close();
+  await closeRedis(main);
+  await stopTestRedis(server);
+});
+
+/** Adds a job and fetches it `times` times (each fetch but the last handed back with BullMQ's own moveToWait). */
+async function fetchedTimes(name: string, times: number) {
+  await queue.add(name, { n: name }, { jobId: name });
+  for (let i = 1; ; i++) {
+    const token = `${name}-fetch-${i}`;
+    const job = await fetcher.getNextJob(token);
+    assert.ok(job && job.id === name, `fetch ${i} of ${name}`);
+    if (i === times) return { job, token };
+    await job.moveToWait(token);
+  }
+}
+
+test("a job fetched once and handed back unstarted waits with no attempt counted", async () => {
+  const { job, token } = await fetchedTimes("once", 1);
+  assert.equal(job.attemptsStarted, 1, "BullMQ counted the fetch");
+  assert.equal(await handBackUnstarted(main, job, fetcher.toKey(job.id!), token), true);
+  const after = await queue.getJob("once");
+  assert.equal(await after?.getState(), "waiting");
+  assert.equal(after?.attemptsStarted, 0);
+  await after?.remove(); // out of the way of the next tests' fetches
+});
+
+test("a lost reply resent: the attempt is taken back once, not twice (a job that had started before keeps that start)", async () => {
+  const { job, token } = await fetchedTimes("resent", 2);
+  assert.equal(job.attemptsStarted, 2);
+  const lossy = await replyLosingClient(server.port, token);
+  try {
+    assert.equal(await handBackUnstarted(lossy.main, job, fetcher.toKey(job.id!), token), true);
+    assert.ok(lossy.cut(), "the first reply was dropped and the call sent again");
+  } finally {
+    await lossy.close();
+  }
+  const after = await queue.getJob("resent");
+  assert.equal(await after?.getState(), "waiting");
+  assert.equal(after?.attemptsStarted, 1, "one start taken back: the earlier fetch still counts");
+  await after?.remove();
+});
+
+test("a lock that is not the token's any more: nothing changes, the job is not moved", async () => {
+  const { job, token } = await fetchedTimes("stale", 1);
+  assert.equal(await handBackUnstarted(main, job, fetcher.toKey(job.id!), `${token}-not-mine`), false);
+  const after = await queue.getJob("stale");
+  assert.equal(await after?.getState(), "active");
+  assert.equal(after?.attemptsStarted, 1);
+  await job.moveToWait(token);
+});
