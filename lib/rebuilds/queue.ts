@@ -3,6 +3,7 @@
  * BullMQ keys share claimwatch's hash tag (`{prefix}:rebuilds:*`), which keeps them in one slot
  * on Redis Cluster and lets one prefix isolate a test.
  */
+import crypto from "node:crypto";
 import type { Job, JobsOptions } from "bullmq";
 import { z } from "zod";
 import type { RedisKeys } from "../redis/keys";
@@ -92,7 +93,8 @@ export async function handBackUnstarted(
   jobKey: string,
   token: string,
 ): Promise<boolean> {
-  const taken = await runScript(client, UNCOUNT_UNSTARTED, [`${jobKey}:lock`, jobKey], [token]);
+  const call = crypto.randomUUID();
+  const taken = await runScript(client, UNCOUNT_UNSTARTED, [`${jobKey}:lock`, jobKey], [token, call]);
   if (taken !== 1) return false;
   await job.moveToWait(token);
   return true;

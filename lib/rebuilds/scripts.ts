@@ -33,16 +33,17 @@ export const UNCOUNT_UNSTARTED = typedScript<0 | 1>()({
 --[[ Takes back the attempt BullMQ counted when this worker fetched a job it will not run, before
 the job goes back to waiting. Only while this worker still holds the job's lock: then no other
 fetch of it has been counted since this one (a lock that ran out leaves the count as it is: a gap
-in the attempt numbers, never a number used twice). Once per fetch: the fetch's token is marked
-on the job (field cwUncounted), so a resend of this call after a lost reply changes nothing.
+in the attempt numbers, never a number used twice). Once per call: the call's own id is marked on
+the job (field cwUncounted), so a resend of this call after a lost reply changes nothing. (Not
+the lock token: BullMQ gives a worker's next fetch the same token.)
 KEYS[1] job lock STRING (BullMQ's: the fetching worker's token)   KEYS[2] job HASH (fields ats, cwUncounted)
-ARGV[1] the lock token (BullMQ's, one per fetch)
+ARGV[1] the lock token   ARGV[2] an id unique to this call (its resends carry the same)
 Returns 1 when taken back (now or by an earlier send of this call; also when nothing was counted),
 0 when the lock is not this token's (nothing changed)
 ]]
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-if redis.call('HGET', KEYS[2], 'cwUncounted') == ARGV[1] then return 1 end
-redis.call('HSET', KEYS[2], 'cwUncounted', ARGV[1])
+if redis.call('HGET', KEYS[2], 'cwUncounted') == ARGV[2] then return 1 end
+redis.call('HSET', KEYS[2], 'cwUncounted', ARGV[2])
 local started = tonumber(redis.call('HGET', KEYS[2], 'ats') or '0') or 0
 if started > 0 then redis.call('HINCRBY', KEYS[2], 'ats', -1) end
 return 1

@@ -71,4 +71,18 @@ test("a lock that is not the token's any more: nothing changes, the job is not m
   assert.equal(await after?.getState(), "active");
   assert.equal(after?.attemptsStarted, 1);
   await job.moveToWait(token);
+  await (await queue.getJob("stale"))?.remove();
+});
+
+test("two fetches with one token (BullMQ reuses a slot's token for its next fetch): each is taken back", async () => {
+  await queue.add("same-token", { n: 1 }, { jobId: "same-token" });
+  for (let i = 0; i < 2; i++) {
+    const job = await fetcher.getNextJob("slot-token");
+    assert.ok(job && job.id === "same-token", `fetch ${i + 1}`);
+    assert.equal(await handBackUnstarted(main, job, fetcher.toKey(job.id!), "slot-token"), true);
+  }
+  const after = await queue.getJob("same-token");
+  assert.equal(await after?.getState(), "waiting");
+  assert.equal(after?.attemptsStarted, 0);
+  await after?.remove();
 });
