@@ -110,6 +110,28 @@ export function startRebuildWorker(
     signal?: AbortSignal,
   ): Promise<RebuildJobResult> => {
     const jobId = job.id!;
+    if (allAbortedFor !== null) {
+      // A job BullMQ fetched just as the worker began to stop (its fetch was under way) is handed
+      // back untouched, also one whose earlier pickup still runs here (the stop aborted that one;
+      // deferring this fetch instead would keep its attempt counted): no run record (it never
+      // ran: the history must not show an attempt), its waiting-trigger marker kept (it still
+      // waits), no claim asked for. The attempt BullMQ counted at the fetch is taken back: the
+      // next run is still attempt 1. Not moved back (an error, a lock that is no longer this
+      // worker's): the stalled check hands it back once this worker's lock has run out.
+      const outcome = !token
+        ? "not handed back (no lock token)"
+        : await handBackUnstarted(deps.connection, job, worker.toKey(jobId), token).then(
+            (handBack) =>
+              handBack.kind === "handed-back"
+                ? "handed back without running"
+                : handBack.kind === "not-ours"
+                  ? "not handed back (its lock is another's)"
+                  : `its attempt taken back, but not moved to waiting (${handBack.error}): the stalled check hands it back`,
+            (error: unknown) => `not handed back: ${String(error)}`,
+          );
+      log(`job ${jobId}: fetched as the worker stopped; ${outcome}`);
+      throw new WaitingError();
+    }
     const earlier = pickups.get(jobId);
     if (earlier) {
       // This worker still runs an earlier pickup of the job, which lost its job lock (this pickup
@@ -119,23 +141,6 @@ export function startRebuildWorker(
       log(`job ${jobId}: ${reason}`);
       earlier.abort.abort(LOCK_LOST_REASON);
       return defer(job, token, Date.now() + DEFER_MIN_MS, reason);
-    }
-    if (allAbortedFor !== null) {
-      // A job BullMQ fetched just as the worker began to stop (its fetch was under way) is handed
-      // back untouched: no run record (it never ran: the history must not show an attempt), its
-      // waiting-trigger marker kept (it still waits), no claim asked for.
-      // The attempt BullMQ counted at the fetch is taken back: the next run is still attempt 1.
-      // Not handed back (an error, a lock that is no longer this worker's): the stalled check
-      // hands it back once this worker's lock has run out (the count then stays: a gap in the
-      // attempt numbers, no more).
-      const outcome = !token
-        ? "not handed back (no lock token)"
-        : await handBackUnstarted(deps.connection, job, worker.toKey(jobId), token).then(
-            (done) => (done ? "handed back without running" : "not handed back (its lock is another's)"),
-            (error: unknown) => `not handed back: ${String(error)}`,
-          );
-      log(`job ${jobId}: fetched as the worker stopped; ${outcome}`);
-      throw new WaitingError();
     }
     const pickup: Pickup = { abort: new AbortController() };
     pickups.set(jobId, pickup);

@@ -81,21 +81,36 @@ export function scheduledTickOf(jobId: string | undefined): { schedulerId: strin
   return match ? { schedulerId: match[1]!, tickAt: Number(match[2]) } : null;
 }
 
+/** What became of a job handed back unstarted (`handBackUnstarted`). */
+export type HandBackOutcome =
+  /** Back in waiting, its fetch's attempt taken back. */
+  | { kind: "handed-back" }
+  /** The lock is not the token's any more: nothing changed, the job is another's. */
+  | { kind: "not-ours" }
+  /**
+   * The attempt was taken back but the move to waiting failed: the job stays active under this
+   * worker's lock until the stalled check hands it back (no attempt counted for this fetch).
+   */
+  | { kind: "not-moved"; error: string };
+
 /**
  * Hands a job this worker fetched but will not run back to waiting as if it had never been
  * fetched: the attempt BullMQ counted is taken back (UNCOUNT_UNSTARTED, under the job's lock),
  * then the job moves to waiting. `jobKey` is BullMQ's key of the job hash (`worker.toKey(id)`).
- * False when the lock is not `token`'s any more (nothing changed: the job is another's).
+ * Throws only when the take-back itself failed (nothing changed then, or the stalled check's
+ * redelivery keeps the count).
  */
 export async function handBackUnstarted(
   client: ScriptingClient,
   job: Pick<Job, "moveToWait">,
   jobKey: string,
   token: string,
-): Promise<boolean> {
+): Promise<HandBackOutcome> {
   const call = crypto.randomUUID();
   const taken = await runScript(client, UNCOUNT_UNSTARTED, [`${jobKey}:lock`, jobKey], [token, call]);
-  if (taken !== 1) return false;
-  await job.moveToWait(token);
-  return true;
+  if (taken !== 1) return { kind: "not-ours" };
+  return job.moveToWait(token).then(
+    (): HandBackOutcome => ({ kind: "handed-back" }),
+    (error: unknown): HandBackOutcome => ({ kind: "not-moved", error: String(error) }),
+  );
 }

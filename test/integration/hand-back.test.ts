@@ -41,7 +41,7 @@ async function fetchedTimes(name: string, times: number) {
 test("a job fetched once and handed back unstarted waits with no attempt counted", async () => {
   const { job, token } = await fetchedTimes("once", 1);
   assert.equal(job.attemptsStarted, 1, "BullMQ counted the fetch");
-  assert.equal(await handBackUnstarted(main, job, fetcher.toKey(job.id!), token), true);
+  assert.deepEqual(await handBackUnstarted(main, job, fetcher.toKey(job.id!), token), { kind: "handed-back" });
   const after = await queue.getJob("once");
   assert.equal(await after?.getState(), "waiting");
   assert.equal(after?.attemptsStarted, 0);
@@ -53,7 +53,7 @@ test("a lost reply resent: the attempt is taken back once, not twice (a job that
   assert.equal(job.attemptsStarted, 2);
   const lossy = await replyLosingClient(server.port, token);
   try {
-    assert.equal(await handBackUnstarted(lossy.main, job, fetcher.toKey(job.id!), token), true);
+    assert.deepEqual(await handBackUnstarted(lossy.main, job, fetcher.toKey(job.id!), token), { kind: "handed-back" });
     assert.ok(lossy.cut(), "the first reply was dropped and the call sent again");
   } finally {
     await lossy.close();
@@ -66,7 +66,9 @@ test("a lost reply resent: the attempt is taken back once, not twice (a job that
 
 test("a lock that is not the token's any more: nothing changes, the job is not moved", async () => {
   const { job, token } = await fetchedTimes("stale", 1);
-  assert.equal(await handBackUnstarted(main, job, fetcher.toKey(job.id!), `${token}-not-mine`), false);
+  assert.deepEqual(await handBackUnstarted(main, job, fetcher.toKey(job.id!), `${token}-not-mine`), {
+    kind: "not-ours",
+  });
   const after = await queue.getJob("stale");
   assert.equal(await after?.getState(), "active");
   assert.equal(after?.attemptsStarted, 1);
@@ -79,10 +81,22 @@ test("two fetches with one token (BullMQ reuses a slot's token for its next fetc
   for (let i = 0; i < 2; i++) {
     const job = await fetcher.getNextJob("slot-token");
     assert.ok(job && job.id === "same-token", `fetch ${i + 1}`);
-    assert.equal(await handBackUnstarted(main, job, fetcher.toKey(job.id!), "slot-token"), true);
+    assert.deepEqual(await handBackUnstarted(main, job, fetcher.toKey(job.id!), "slot-token"), { kind: "handed-back" });
   }
   const after = await queue.getJob("same-token");
   assert.equal(await after?.getState(), "waiting");
   assert.equal(after?.attemptsStarted, 0);
   await after?.remove();
+});
+
+test("taken back but not moved (the move to waiting failed): the outcome says so, the job stays active under its lock", async () => {
+  const { job, token } = await fetchedTimes("not-moved", 1);
+  const failingMove = { moveToWait: () => Promise.reject(new Error("connection is closed")) };
+  const outcome = await handBackUnstarted(main, failingMove, fetcher.toKey(job.id!), token);
+  assert.deepEqual(outcome, { kind: "not-moved", error: "Error: connection is closed" });
+  const after = await queue.getJob("not-moved");
+  assert.equal(await after?.getState(), "active", "the stalled check hands it back once the lock runs out");
+  assert.equal(after?.attemptsStarted, 0, "the fetch's attempt was taken back");
+  await job.moveToWait(token);
+  await (await queue.getJob("not-moved"))?.remove();
 });

@@ -33,6 +33,13 @@ before(async () => {
       timeLimit: "2m",
       steps: [slowStep(12)],
     },
+    // A step that ignores SIGTERM: an aborted pickup of it runs on for its kill grace.
+    stubborn: {
+      output: "out/stubborn",
+      claim: { ttl: "30s", refreshEvery: "1s" },
+      timeLimit: "2m",
+      steps: [{ name: "work", run: ["sh", "-c", "trap '' TERM; sleep 12"], killGrace: "8s" }],
+    },
   });
 });
 after(() => bed.close());
@@ -333,6 +340,63 @@ test("a job fetched after the stop began is handed back untouched: no run record
   try {
     const done = await bed.waitForRun((r) => r.jobId === jobId && r.status === "rebuilt", 30_000, "the job rebuilt");
     assert.equal(done.attempt, 1, "the first run is attempt 1");
+  } finally {
+    await next.stop();
+  }
+});
+
+test("a stopping worker that fetches a job its aborted earlier pickup still runs hands it back, not defers it", async () => {
+  // In process, as above. The earlier pickup is aborted by the stop and runs on for its step's
+  // kill grace; meanwhile its job loses its lock (here: moved back to waiting with that pickup's
+  // own token, as the stalled check would once the lock ran out) and this worker fetches it again.
+  const lines: string[] = [];
+  const { worker, running } = startRebuildWorker(
+    {
+      connection: bed.main,
+      main: bed.main,
+      claims: bed.claims,
+      keys: bed.keys,
+      definitions: bed.definitions,
+      worker: newWorkerIdentity(APP_VERSION),
+      log: (line) => lines.push(line),
+    },
+    { ...DEFAULT_WORKER_OPTIONS, concurrency: 2 },
+  );
+  let jobId: string;
+  try {
+    await worker.waitUntilReady();
+    jobId = await bed.trigger("stubborn", { version: "v-earlier-stopping" });
+    const first = await bed.waitForRun((r) => r.jobId === jobId && r.status === "running" && r.fence !== null, 15_000);
+    assert.equal(first.attempt, 1);
+    running.abortAll("shutdown");
+    const token = await bed.main.get(`${worker.toKey(jobId)}:lock`);
+    assert.ok(token, "the earlier pickup holds the job's lock");
+    await (await bed.queue.getJob(jobId))!.moveToWait(token);
+    const deadline = Date.now() + 30_000;
+    while (!lines.some((line) => line.includes(`job ${jobId}: fetched as the worker stopped`))) {
+      assert.ok(Date.now() < deadline, `the worker fetched the job again:\n${lines.join("\n")}`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    assert.ok(running.ids().includes(jobId), "the earlier pickup still ran when the job was fetched again");
+  } finally {
+    await worker.close();
+  }
+  assert.ok(
+    lines.some((line) => line.includes(`job ${jobId}: fetched as the worker stopped; handed back without running`)),
+    lines.join("\n"),
+  );
+  const job = await bed.queue.getJob(jobId);
+  assert.equal(await job?.getState(), "waiting", "waiting for the next worker, not delayed behind a deferral");
+  assert.equal(job?.attemptsStarted, 1, "only the earlier pickup's attempt counts");
+  const next = await bed.startWorker();
+  try {
+    const done = await bed.waitForRun(
+      (r) => r.jobId === jobId && r.attempt > 1 && r.status !== "running",
+      60_000,
+      "the next attempt ended",
+    );
+    assert.equal(done.attempt, 2, JSON.stringify(done));
+    assert.equal(done.status, "rebuilt", JSON.stringify(done));
   } finally {
     await next.stop();
   }
