@@ -38,7 +38,7 @@ before(async () => {
       output: "out/stubborn",
       claim: { ttl: "30s", refreshEvery: "1s" },
       timeLimit: "2m",
-      steps: [{ name: "work", run: ["sh", "-c", "trap '' TERM; sleep 12"], killGrace: "8s" }],
+      steps: [{ name: "work", run: ["sh", "-c", "trap '' TERM; sleep 6"], killGrace: "4s" }],
     },
   });
 });
