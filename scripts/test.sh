@@ -25,17 +25,20 @@ check() {
   local name=$1 limit=$2
   shift 2
   echo "=== $name"
+  local start=$SECONDS
   if timeout --kill-after=10 "$limit" "$@"; then
     passed=$((passed + 1))
   else
     failed=$((failed + 1))
     failures+=("$name")
   fi
+  echo "--- $name: $((SECONDS - start)) s"
 }
 
 # Check steps side by side: `together NAME LIMIT COMMAND…` queues one, `together_run` starts
 # them all, waits, and reports each (its output, then pass or fail) in the order queued. Each
-# keeps its own time limit. For steps that mostly wait (the soaks' chaos and drains).
+# keeps its own time limit. For steps that mostly wait (the soaks' chaos and drains), not for the
+# static checks and the build: each keeps a core busy.
 queued_names=()
 queued_commands=()
 together() {
@@ -45,12 +48,19 @@ together() {
 together_run() {
   local i pids=()
   for i in "${!queued_commands[@]}"; do
-    (eval "${queued_commands[$i]}" >"$together/$i.log" 2>&1; echo $? >"$together/$i.status") &
+    (
+      start=$SECONDS
+      eval "${queued_commands[$i]}" >"$together/$i.log" 2>&1
+      echo $? >"$together/$i.status"
+      echo $((SECONDS - start)) >"$together/$i.seconds"
+    ) &
     pids+=($!)
   done
+  local start=$SECONDS
   wait "${pids[@]}"
+  echo "--- ${#pids[@]} steps side by side: $((SECONDS - start)) s"
   for i in "${!queued_names[@]}"; do
-    echo "=== ${queued_names[$i]} (ran side by side)"
+    echo "=== ${queued_names[$i]} (ran side by side, $(cat "$together/$i.seconds") s)"
     cat "$together/$i.log"
     if [ "$(cat "$together/$i.status")" = 0 ]; then
       passed=$((passed + 1))
@@ -68,8 +78,10 @@ suite() {
   local name=$1 limit=$2
   shift 2
   echo "=== $name"
+  local start=$SECONDS
   timeout --kill-after=10 "$limit" "$@" 2>&1 | tee "$log"
   local status=${PIPESTATUS[0]}
+  echo "--- $name: $((SECONDS - start)) s"
   local p f
   # node:test prints "ℹ pass N" (spec) or "# pass N" (tap); Playwright prints "N passed" / "N failed".
   p=$(grep -aoE '^(ℹ|#) pass [0-9]+' "$log" | tail -1 | grep -oE '[0-9]+$')
