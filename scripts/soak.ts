@@ -60,21 +60,44 @@ import { runTriggerStream } from "./soak/triggers";
 import { EscapeSampler } from "./soak/escapees";
 import { PublishWatcher } from "./soak/watcher";
 
-const { values: args } = parseArgs({
-  options: {
-    seconds: { type: "string" },
-    workers: { type: "string", default: "3" },
-    quick: { type: "boolean", default: false },
-    seed: { type: "string" },
-    keep: { type: "boolean", default: false },
-    claims: { type: "string", default: "shared" },
-    "claims-persistence": { type: "string", default: "aof" },
-    "retention-builds": { type: "string" },
-    "input-faults": { type: "string" },
-    "clock-skews": { type: "string", default: "0,-20s,+20s" },
-    redis: { type: "string", default: "single" },
-  },
-});
+const USAGE =
+  "usage: soak [--seconds N≥10] [--workers K≥2] [--quick] [--seed S] [--keep]\n" +
+  "            [--claims shared|separate] [--claims-persistence aof|rdb (separate only)] [--retention-builds N≥0]\n" +
+  "            [--input-faults P (0≤P<1: a step's input read fails with EIO with probability P)]\n" +
+  "            [--clock-skews 0,-20s,+20s (the workers' wall clocks in turn, libfaketime; 0: real)]\n" +
+  "            [--redis single|sentinel (a primary, two replicas and three sentinels: restarts are failovers; claims shared only)]\n";
+/** Bad arguments: one line naming what is wrong, then the usage; exit 2. */
+function usageError(problem: string): never {
+  process.stderr.write(`soak: ${problem}\n${USAGE}`);
+  process.exit(2);
+}
+
+const { values: args } = (() => {
+  try {
+    return parseArgs({
+      options: {
+        seconds: { type: "string" },
+        workers: { type: "string", default: "3" },
+        quick: { type: "boolean", default: false },
+        seed: { type: "string" },
+        keep: { type: "boolean", default: false },
+        claims: { type: "string", default: "shared" },
+        "claims-persistence": { type: "string", default: "aof" },
+        "retention-builds": { type: "string" },
+        "input-faults": { type: "string" },
+        "clock-skews": { type: "string", default: "0,-20s,+20s" },
+        redis: { type: "string", default: "single" },
+        help: { type: "boolean", default: false },
+      },
+    });
+  } catch (error) {
+    return usageError(error instanceof Error ? error.message : String(error));
+  }
+})();
+if (args.help) {
+  process.stdout.write(USAGE);
+  process.exit(0);
+}
 const inputFaults = args["input-faults"] === undefined ? 0 : Number(args["input-faults"]);
 const separateClaims = args.claims === "separate";
 const sentinel = args.redis === "sentinel";
@@ -84,30 +107,32 @@ const seconds = Number(args.seconds ?? (args.quick ? 45 : 300));
 const clockSkews = (args["clock-skews"] ?? "0").split(",").map((skew) => skew.trim());
 const workerCount = Number(args.workers);
 const seed = args.seed !== undefined ? Number(args.seed) : Math.floor(Math.random() * 2 ** 31);
-if (
-  !Number.isFinite(seconds) ||
-  seconds < 10 ||
-  !Number.isInteger(workerCount) ||
-  workerCount < 2 ||
-  !Number.isFinite(seed) ||
-  !["shared", "separate"].includes(args.claims ?? "") ||
-  !["single", "sentinel"].includes(args.redis ?? "") ||
-  (sentinel && separateClaims) ||
-  !["aof", "rdb"].includes(claimsPersistence ?? "") ||
-  (claimsPersistence === "rdb" && !separateClaims) ||
-  (retentionBuilds !== undefined && (!Number.isInteger(retentionBuilds) || retentionBuilds < 0)) ||
-  !(inputFaults >= 0 && inputFaults < 1) ||
-  !clockSkews.every((skew) => /^(0|[+-]\d+[smh])$/.test(skew))
-) {
-  process.stderr.write(
-    "usage: soak [--seconds N≥10] [--workers K≥2] [--quick] [--seed S] [--keep]\n" +
-      "            [--claims shared|separate] [--claims-persistence aof|rdb (separate only)] [--retention-builds N≥0]\n" +
-      "            [--input-faults P (0≤P<1: a step's input read fails with EIO with probability P)]\n" +
-      "            [--clock-skews 0,-20s,+20s (the workers' wall clocks in turn, libfaketime; 0: real)]\n" +
-      "            [--redis single|sentinel (a primary, two replicas and three sentinels: restarts are failovers; claims shared only)]\n",
-  );
-  process.exit(2);
-}
+const argumentProblem: [boolean, string][] = [
+  [!Number.isFinite(seconds) || seconds < 10, `--seconds must be a number ≥ 10 (got ${args.seconds})`],
+  [!Number.isInteger(workerCount) || workerCount < 2, `--workers must be a whole number ≥ 2 (got ${args.workers})`],
+  [!Number.isFinite(seed), `--seed must be a number (got ${args.seed})`],
+  [!["shared", "separate"].includes(args.claims ?? ""), `--claims must be shared or separate (got ${args.claims})`],
+  [!["single", "sentinel"].includes(args.redis ?? ""), `--redis must be single or sentinel (got ${args.redis})`],
+  [sentinel && separateClaims, "--redis sentinel runs with --claims shared only"],
+  [
+    !["aof", "rdb"].includes(claimsPersistence ?? ""),
+    `--claims-persistence must be aof or rdb (got ${claimsPersistence})`,
+  ],
+  [claimsPersistence === "rdb" && !separateClaims, "--claims-persistence rdb needs --claims separate"],
+  [
+    retentionBuilds !== undefined && (!Number.isInteger(retentionBuilds) || retentionBuilds < 0),
+    `--retention-builds must be a whole number ≥ 0 (got ${args["retention-builds"]})`,
+  ],
+  [
+    !(inputFaults >= 0 && inputFaults < 1),
+    `--input-faults must be a probability, 0 ≤ P < 1 (got ${args["input-faults"]})`,
+  ],
+  [
+    !clockSkews.every((skew) => /^(0|[+-]\d+[smh])$/.test(skew)),
+    `--clock-skews must be a comma-separated list of 0 or ±N[s|m|h] (got ${args["clock-skews"]})`,
+  ],
+];
+for (const [wrong, problem] of argumentProblem) if (wrong) usageError(problem);
 /** Longest wait for the queue to empty and the claims to go after the chaos phase. */
 // A failover late in a Sentinel run stops writes for up to ~20 s, and every worker then waits a
 // heartbeat TTL of good beats before it closes others' abandoned records (BEAT_STREAK).
