@@ -115,8 +115,8 @@ export function startRebuildWorker(
       // back untouched, also one whose earlier pickup still runs here (the stop aborted that one;
       // deferring this fetch instead would keep its attempt counted): no run record (it never
       // ran: the history must not show an attempt), its waiting-trigger marker kept (it still
-      // waits), no claim asked for. The attempt BullMQ counted at the fetch is taken back: the
-      // next run is still attempt 1. Not moved back (an error, a lock that is no longer this
+      // waits), no claim asked for. The attempt BullMQ counted at the fetch is taken back: no
+      // attempt number is spent on it. Not moved back (an error, a lock that is no longer this
       // worker's): the stalled check hands it back once this worker's lock has run out.
       const outcome = !token
         ? "not handed back (no lock token)"
@@ -125,7 +125,7 @@ export function startRebuildWorker(
               handBack.kind === "handed-back"
                 ? "handed back without running"
                 : handBack.kind === "not-ours"
-                  ? "not handed back (its lock is another's)"
+                  ? "not handed back (its lock is not this fetch's any more)"
                   : `its attempt taken back, but not moved to waiting (${handBack.error}): the stalled check hands it back`,
             (error: unknown) => `not handed back: ${String(error)}`,
           );

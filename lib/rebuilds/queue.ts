@@ -88,8 +88,10 @@ export type HandBackOutcome =
   /** The lock is not the token's any more: nothing changed, the job is another's. */
   | { kind: "not-ours" }
   /**
-   * The attempt was taken back but the move to waiting failed: the job stays active under this
-   * worker's lock until the stalled check hands it back (no attempt counted for this fetch).
+   * The attempt was taken back but the move to waiting failed (or its reply was lost: then it
+   * may have moved): the job stays active under this worker's lock until the stalled check hands
+   * it back. No attempt is counted for this fetch, but the stalled check counts a stall
+   * (`maxStalledCount`), as for any job whose worker went away.
    */
   | { kind: "not-moved"; error: string };
 
@@ -97,8 +99,8 @@ export type HandBackOutcome =
  * Hands a job this worker fetched but will not run back to waiting as if it had never been
  * fetched: the attempt BullMQ counted is taken back (UNCOUNT_UNSTARTED, under the job's lock),
  * then the job moves to waiting. `jobKey` is BullMQ's key of the job hash (`worker.toKey(id)`).
- * Throws only when the take-back itself failed (nothing changed then, or the stalled check's
- * redelivery keeps the count).
+ * Throws only when the take-back call failed; if it ran nonetheless (a lost reply), the count
+ * is taken back and the stalled check hands the job back once the lock runs out.
  */
 export async function handBackUnstarted(
   client: ScriptingClient,

@@ -5,6 +5,7 @@
  */
 import assert from "node:assert/strict";
 import fs from "node:fs";
+import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { Worker } from "bullmq";
@@ -17,6 +18,9 @@ import { DEFAULT_WORKER_OPTIONS, startRebuildWorker } from "../../worker/rebuild
 import { createTestBed, slowStep, type TestBed } from "../support/stack";
 
 let bed: TestBed;
+/** The stubborn step touches `<this>/<run id>` once it ignores SIGTERM. */
+const trappedDir = fs.mkdtempSync(path.join(os.tmpdir(), "cw-trapped-"));
+after(() => fs.rmSync(trappedDir, { recursive: true, force: true }));
 before(async () => {
   bed = await createTestBed({
     slow: {
@@ -38,7 +42,13 @@ before(async () => {
       output: "out/stubborn",
       claim: { ttl: "30s", refreshEvery: "1s" },
       timeLimit: "2m",
-      steps: [{ name: "work", run: ["sh", "-c", "trap '' TERM; sleep 6"], killGrace: "4s" }],
+      steps: [
+        {
+          name: "work",
+          run: ["sh", "-c", `trap '' TERM; touch "${trappedDir}/$CLAIMWATCH_RUN_ID"; sleep 6`],
+          killGrace: "4s",
+        },
+      ],
     },
   });
 });
@@ -368,6 +378,11 @@ test("a stopping worker that fetches a job its aborted earlier pickup still runs
     jobId = await bed.trigger("stubborn", { version: "v-earlier-stopping" });
     const first = await bed.waitForRun((r) => r.jobId === jobId && r.status === "running" && r.fence !== null, 15_000);
     assert.equal(first.attempt, 1);
+    // The stop must find the step already deaf to SIGTERM, or the pickup would end at once.
+    while (!fs.existsSync(path.join(trappedDir, first.id))) {
+      assert.ok(Date.now() - first.createdAt < 30_000, "the step ignores SIGTERM");
+      await new Promise((r) => setTimeout(r, 20));
+    }
     running.abortAll("shutdown");
     const token = await bed.main.get(`${worker.toKey(jobId)}:lock`);
     assert.ok(token, "the earlier pickup holds the job's lock");
@@ -397,6 +412,9 @@ test("a stopping worker that fetches a job its aborted earlier pickup still runs
     );
     assert.equal(done.attempt, 2, JSON.stringify(done));
     assert.equal(done.status, "rebuilt", JSON.stringify(done));
+    // The whole history: the stopped pickup's attempt, then the next worker's; nothing between.
+    const history = (await bed.runsOfJob(jobId)).map((r) => `a${r.attempt} ${r.status}`).sort();
+    assert.deepEqual(history, ["a1 aborted", "a2 rebuilt"]);
   } finally {
     await next.stop();
   }
