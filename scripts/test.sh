@@ -113,7 +113,10 @@ suite() {
   fi
 }
 
-NODE_TEST=(node --import tsx --test --test-reporter=spec --test-force-exit --test-timeout=600000)
+# spec for the tests; then each file's time, slowest first (scripts/test-file-times.mjs).
+NODE_TEST=(node --import tsx --test --test-reporter=spec --test-reporter-destination=stdout
+  --test-reporter=./scripts/test-file-times.mjs --test-reporter-destination=stdout
+  --test-force-exit --test-timeout=600000)
 
 check "system packages (redis-server, faketime, strace, openssl, chromium, prometheus, alertmanager)" 1200 node --import tsx scripts/ensure-system-packages.ts
 CHROMIUM_PATH=$(command -v chromium || echo /usr/bin/chromium)
