@@ -1,9 +1,8 @@
 /**
  * A node:test reporter for `npm test`: at the end of the run, each test file's time (the sum of
  * its top-level tests; its hooks, such as starting a redis-server, are not in it), slowest
- * first. Files run three at a time in the order given, so scripts/test.sh starts the slowest
- * first. (Arrival times of events say nothing here: the runner reports files in order, each
- * after the ones before it.)
+ * first: what bounds a step that runs files three at a time. (Arrival times of events say
+ * nothing here: the runner reports files in order, each after the ones before it.)
  *
  * JavaScript, not TypeScript: node loads reporters before `--import tsx` applies. The table is
  * written at once (a synchronous write to stdout) on the run's first summary diagnostic
