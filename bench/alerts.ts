@@ -29,8 +29,9 @@ import { parseDefinitions } from "../lib/rebuilds/definitions";
 import { queuePrefix, REBUILD_QUEUE } from "../lib/rebuilds/queue";
 import { startRedisServer } from "../lib/redis/embedded";
 import { redisKeys } from "../lib/redis/keys";
+import { numberFromEnv } from "./env";
 
-const SAMPLES = Number(process.env.BENCH_SAMPLES ?? 25);
+const SAMPLES = numberFromEnv("BENCH_SAMPLES", 25, { min: 1 });
 const REBUILDS = 100;
 const TENANTS = 10;
 

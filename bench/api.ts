@@ -65,11 +65,12 @@ import { importRunInto } from "../lib/runs/writer";
 import { runIdOf } from "../lib/runs/types";
 import { FLEET, FLEET_REBUILDS, FLEET_TARGETS, FLEET_TENANTS, REBUILDS, ROWS, runRecord, TARGETS } from "./run-shape";
 import { descendantPids, isRunning, waitForLine, waitUntilGone } from "../test/support/processes";
+import { numberFromEnv } from "./env";
 
-const REQUESTS = Number(process.env.BENCH_REQUESTS ?? 300);
-const RUNS_SMALL = Number(process.env.BENCH_RUNS_SMALL ?? 1_000);
-const RUNS_LARGE = Number(process.env.BENCH_RUNS_LARGE ?? 1_000_000);
-const CLAIMS = Number(process.env.BENCH_CLAIMS ?? 10_000);
+const REQUESTS = numberFromEnv("BENCH_REQUESTS", 300, { min: 1 });
+const RUNS_SMALL = numberFromEnv("BENCH_RUNS_SMALL", 1_000, { min: 1 });
+const RUNS_LARGE = numberFromEnv("BENCH_RUNS_LARGE", 1_000_000, { min: 1 });
+const CLAIMS = numberFromEnv("BENCH_CLAIMS", 10_000, { min: 1 });
 const GOAL = 1.5;
 /**
  * Records per pipeline, and pipelines in flight while seeding. Seeding is bound by this process
@@ -79,7 +80,7 @@ const SEED_BATCH = 500;
 const SEED_IN_FLIGHT = 4;
 const CLAIMS_IN_FLIGHT = 200;
 /** Seconds the large seeding may take; what is seeded by then is measured (and reported as such). */
-const SEED_BUDGET_S = Number(process.env.BENCH_SEED_BUDGET_S ?? 180);
+const SEED_BUDGET_S = numberFromEnv("BENCH_SEED_BUDGET_S", 180, { min: 1, integer: false });
 const PREFIX = "bench";
 /** A viewer may make every call measured here; the server is told this token (CLAIMWATCH_VIEWER_TOKEN). */
 const VIEWER_TOKEN = "bench-api-viewer-token-0123456789";

@@ -39,9 +39,10 @@ import { acquireClaim, claimName, releaseClaim } from "../lib/claims/index";
 import { newClaimToken } from "../lib/claims/token";
 import { startRedisServer } from "../lib/redis/embedded";
 import { redisKeys } from "../lib/redis/keys";
+import { numberFromEnv } from "./env";
 
-const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 12);
-const CYCLES = Number(process.env.BENCH_CYCLES ?? 1_000);
+const ROUNDS = numberFromEnv("BENCH_ROUNDS", 12, { min: 1 });
+const CYCLES = numberFromEnv("BENCH_CYCLES", 1_000, { min: 1 });
 const AOF = process.env.BENCH_AOF === "1";
 const TTL_MS = 30_000;
 

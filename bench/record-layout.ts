@@ -39,8 +39,9 @@ import type { FinalRunStatus } from "../lib/runs/transitions";
 import { RUN_STATUSES, type RunRecord } from "../lib/runs/types";
 import { importRunInto } from "../lib/runs/writer";
 import { runRecord } from "./run-shape";
+import { numberFromEnv } from "./env";
 
-const RECORDS = Number(process.env.BENCH_RECORDS ?? 200_000);
+const RECORDS = numberFromEnv("BENCH_RECORDS", 200_000, { min: 1 });
 const BATCH = 500;
 
 type Seeded = RunRecord & { status: FinalRunStatus };

@@ -5,9 +5,10 @@
  */
 import type { FinalRunStatus } from "../lib/runs/transitions";
 import { runIdOf, type RunRecord } from "../lib/runs/types";
+import { numberFromEnv } from "./env";
 
-export const FLEET_REBUILDS = Number(process.env.BENCH_FLEET_REBUILDS ?? 100);
-export const FLEET_TENANTS = Number(process.env.BENCH_FLEET_TENANTS ?? 100);
+export const FLEET_REBUILDS = numberFromEnv("BENCH_FLEET_REBUILDS", 100, { min: 1 });
+export const FLEET_TENANTS = numberFromEnv("BENCH_FLEET_TENANTS", 100, { min: 1 });
 /** Run records are spread over this window (newest now), as a month of history would be. */
 const HISTORY_MS = 30 * 86_400_000;
 

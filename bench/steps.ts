@@ -15,8 +15,9 @@ import path from "node:path";
 import type { RunStep } from "../lib/rebuilds/definitions";
 import { detectContainment } from "../lib/rebuilds/steps/containment";
 import { runCommandStep } from "../lib/rebuilds/steps/run-step";
+import { numberFromEnv } from "./env";
 
-const SAMPLES = Number(process.env.BENCH_STEPS ?? 200);
+const SAMPLES = numberFromEnv("BENCH_STEPS", 200, { min: 1 });
 const containment = detectContainment();
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), "cw-bench-steps-"));
 const step: RunStep = { name: "noop", run: ["true"], transientExitCodes: [], killGrace: 5_000, limits: {} };

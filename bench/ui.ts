@@ -34,9 +34,10 @@ import { freePort, startRedisServer, type RedisServerHandle } from "../lib/redis
 import { redisKeys, type RedisKeys } from "../lib/redis/keys";
 import { writeTestRun as upsertRun } from "../test/support/runs";
 import { descendantPids, isRunning, waitForLine, waitUntilGone } from "../test/support/processes";
+import { numberFromEnv } from "./env";
 
-const CHANGES = Number(process.env.BENCH_CHANGES ?? 30);
-const SSE_CLIENTS = Number(process.env.BENCH_SSE_CLIENTS ?? 100);
+const CHANGES = numberFromEnv("BENCH_CHANGES", 30, { min: 1 });
+const SSE_CLIENTS = numberFromEnv("BENCH_SSE_CLIENTS", 100, { min: 1 });
 const GOAL_MS = 300;
 const PREFIX = "benchui";
 const VIEWER_TOKEN = "bench-ui-viewer-token-0123456789";

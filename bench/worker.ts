@@ -70,11 +70,13 @@ import { readRun } from "../lib/runs/records";
 import type { RunRecord } from "../lib/runs/types";
 import { newWorkerIdentity } from "../lib/workers/heartbeat";
 import { DEFAULT_WORKER_OPTIONS, startRebuildWorker } from "../worker/rebuild-worker";
+import { listFromEnv, numberFromEnv } from "./env";
 
-type Side = "raw" | "floor" | "naive" | "pipeline" | "repeat";
+const SIDES = ["raw", "floor", "naive", "pipeline", "repeat"] as const;
+type Side = (typeof SIDES)[number];
 
-const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
-const SCALE = Number(process.env.BENCH_SCALE ?? 1);
+const ROUNDS = numberFromEnv("BENCH_ROUNDS", 3, { min: 1 });
+const SCALE = numberFromEnv("BENCH_SCALE", 1, { min: 0.01, integer: false });
 const JOBS: Record<Side, Record<number, number>> = {
   raw: { 1: Math.round(4_000 * SCALE), 16: Math.round(10_000 * SCALE) },
   floor: { 1: Math.round(3_000 * SCALE), 16: Math.round(8_000 * SCALE) },
@@ -82,9 +84,9 @@ const JOBS: Record<Side, Record<number, number>> = {
   pipeline: { 1: Math.round(1_200 * SCALE), 16: Math.round(3_000 * SCALE) },
   repeat: { 1: Math.round(2_000 * SCALE), 16: Math.round(5_000 * SCALE) },
 };
-const KILLS = Number(process.env.BENCH_KILLS ?? 3);
+const KILLS = numberFromEnv("BENCH_KILLS", 3);
 const AOF = process.env.BENCH_AOF === "1";
-const ONLY = (process.env.BENCH_ONLY ?? "").split(",").filter(Boolean) as Side[];
+const ONLY = listFromEnv("BENCH_ONLY", SIDES);
 const CONCURRENCIES = [1, 16] as const;
 /** Distinct outputs (one rebuild each) the jobs are spread over; > 2 × the highest concurrency. */
 const OUTPUTS = 64;
@@ -338,8 +340,6 @@ async function diskFloorUs(bench: Bench, count: number): Promise<number> {
   }
   return ((performance.now() - started) * 1000) / count;
 }
-
-const SIDES: readonly Side[] = ["raw", "floor", "naive", "pipeline", "repeat"];
 
 /**
  * Round trips a client makes: each command sent on its own, each pipeline or MULTI sent (one
@@ -645,9 +645,6 @@ async function killToResume(bench: Bench): Promise<number[]> {
 
 /** BENCH_ONLY: the named sides alone, ROUNDS rounds at each concurrency (for a CPU profile of one side). */
 async function onlySides(bench: Bench, sides: readonly Side[]): Promise<void> {
-  const unknown = sides.filter((side) => !SIDES.includes(side));
-  if (unknown.length > 0)
-    throw new Error(`BENCH_ONLY: unknown side(s) ${unknown.join(", ")} (sides: ${SIDES.join(", ")})`);
   for (const side of sides) await runPhase(bench, side, 16, 300, `warm-${side}`);
   const perSide: Record<string, number[]> = {};
   for (let round = 1; round <= ROUNDS; round++) {
