@@ -16,6 +16,7 @@ import { APP_VERSION } from "../../lib/version";
 import { newWorkerIdentity } from "../../lib/workers/heartbeat";
 import { DEFAULT_WORKER_OPTIONS, startRebuildWorker } from "../../worker/rebuild-worker";
 import { createTestBed, slowStep, type TestBed } from "../support/stack";
+import { until } from "../support/until";
 
 let bed: TestBed;
 /** The stubborn step touches `<this>/<run id>` once it ignores SIGTERM. */
@@ -305,9 +306,11 @@ test("SIGTERM mid-run with Redis frozen (SIGSTOP) throughout: the worker still e
   }
 });
 
-test("a job fetched after the stop began is handed back untouched: no run record, no attempt, still waiting", async () => {
-  // In process: the window (a fetch under way as SIGTERM arrives) is too narrow to hit with a
-  // signal on cue. `abortAll` is what the worker's stop calls before it closes the BullMQ worker.
+/**
+ * A rebuild worker in this process (for windows too narrow to hit with a signal on cue), its log
+ * lines kept; `logged` waits until a line contains `text`, failing with the log.
+ */
+function inProcessWorker(concurrency: number) {
   const lines: string[] = [];
   const { worker, running } = startRebuildWorker(
     {
@@ -319,18 +322,25 @@ test("a job fetched after the stop began is handed back untouched: no run record
       worker: newWorkerIdentity(APP_VERSION),
       log: (line) => lines.push(line),
     },
-    { ...DEFAULT_WORKER_OPTIONS, concurrency: 1 },
+    { ...DEFAULT_WORKER_OPTIONS, concurrency },
   );
+  const logged = (text: string, what: string) =>
+    until(what, async () => lines.some((line) => line.includes(text)), 30_000).catch((error: Error) =>
+      assert.fail(`${error.message}:\n${lines.join("\n")}`),
+    );
+  return { worker, running, lines, logged };
+}
+
+test("a job fetched after the stop began is handed back untouched: no run record, no attempt, still waiting", async () => {
+  // In process: the window (a fetch under way as SIGTERM arrives) is too narrow to hit with a
+  // signal on cue. `abortAll` is what the worker's stop calls before it closes the BullMQ worker.
+  const { worker, running, lines, logged } = inProcessWorker(1);
   let jobId: string;
   try {
     await worker.waitUntilReady();
     running.abortAll("shutdown");
     jobId = await bed.trigger("slow", { version: "v-fetched-stopping" });
-    const deadline = Date.now() + 30_000;
-    while (!lines.some((line) => line.includes(`job ${jobId}: fetched as the worker stopped`))) {
-      assert.ok(Date.now() < deadline, `the worker fetched the job:\n${lines.join("\n")}`);
-      await new Promise((r) => setTimeout(r, 20));
-    }
+    await logged(`job ${jobId}: fetched as the worker stopped`, "the worker fetched the job");
   } finally {
     await worker.close();
   }
@@ -359,19 +369,7 @@ test("a stopping worker that fetches a job its aborted earlier pickup still runs
   // In process, as above. The earlier pickup is aborted by the stop and runs on for its step's
   // kill grace; meanwhile its job loses its lock (here: moved back to waiting with that pickup's
   // own token, as the stalled check would once the lock ran out) and this worker fetches it again.
-  const lines: string[] = [];
-  const { worker, running } = startRebuildWorker(
-    {
-      connection: bed.main,
-      main: bed.main,
-      claims: bed.claims,
-      keys: bed.keys,
-      definitions: bed.definitions,
-      worker: newWorkerIdentity(APP_VERSION),
-      log: (line) => lines.push(line),
-    },
-    { ...DEFAULT_WORKER_OPTIONS, concurrency: 2 },
-  );
+  const { worker, running, lines, logged } = inProcessWorker(2);
   let jobId: string;
   try {
     await worker.waitUntilReady();
@@ -379,19 +377,12 @@ test("a stopping worker that fetches a job its aborted earlier pickup still runs
     const first = await bed.waitForRun((r) => r.jobId === jobId && r.status === "running" && r.fence !== null, 15_000);
     assert.equal(first.attempt, 1);
     // The stop must find the step already deaf to SIGTERM, or the pickup would end at once.
-    while (!fs.existsSync(path.join(trappedDir, first.id))) {
-      assert.ok(Date.now() - first.createdAt < 30_000, "the step ignores SIGTERM");
-      await new Promise((r) => setTimeout(r, 20));
-    }
+    await until("the step ignores SIGTERM", async () => fs.existsSync(path.join(trappedDir, first.id)), 30_000);
     running.abortAll("shutdown");
     const token = await bed.main.get(`${worker.toKey(jobId)}:lock`);
     assert.ok(token, "the earlier pickup holds the job's lock");
     await (await bed.queue.getJob(jobId))!.moveToWait(token);
-    const deadline = Date.now() + 30_000;
-    while (!lines.some((line) => line.includes(`job ${jobId}: fetched as the worker stopped`))) {
-      assert.ok(Date.now() < deadline, `the worker fetched the job again:\n${lines.join("\n")}`);
-      await new Promise((r) => setTimeout(r, 20));
-    }
+    await logged(`job ${jobId}: fetched as the worker stopped`, "the worker fetched the job again");
     assert.ok(running.ids().includes(jobId), "the earlier pickup still ran when the job was fetched again");
   } finally {
     await worker.close();

@@ -1,5 +1,5 @@
 /** Process helpers for tests that start real processes and must prove they stopped them. */
-import type { ChildProcess } from "node:child_process";
+import { execFile, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
 
 /** All descendants of `pid` (children, grandchildren …), read from /proc. */
@@ -79,5 +79,25 @@ export function waitForLine(child: ChildProcess, pattern: RegExp, timeoutMs: num
     child.stdout?.on("data", onData);
     child.stderr?.on("data", onData);
     child.once("exit", onExit);
+  });
+}
+
+/**
+ * Runs a TypeScript entry point (`node --import tsx script args…`) to its end, without a shell:
+ * its exit status (null when a signal or the 60 s limit ended it) and its output.
+ */
+export function runTsx(
+  script: string,
+  args: string[] = [],
+  env: Record<string, string> = {},
+): Promise<{ status: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile(
+      process.execPath,
+      ["--import", "tsx", script, ...args],
+      { encoding: "utf8", timeout: 60_000, env: { ...process.env, ...env } },
+      (error, stdout, stderr) =>
+        resolve({ status: error ? (typeof error.code === "number" ? error.code : null) : 0, stdout, stderr }),
+    );
   });
 }

@@ -1,19 +1,10 @@
 /** The soak's command line: bad arguments get one line naming what is wrong, the usage, exit 2. */
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
 import { describe, test } from "node:test";
+import { runTsx } from "../support/processes";
 
 /** The soak run with `args`; it exits before it starts anything. */
-const soak = (...args: string[]) =>
-  new Promise<{ status: number | null; stdout: string; stderr: string }>((resolve) => {
-    execFile(
-      process.execPath,
-      ["--import", "tsx", "scripts/soak.ts", ...args],
-      { encoding: "utf8", timeout: 60_000 },
-      (error, stdout, stderr) =>
-        resolve({ status: error ? (typeof error.code === "number" ? error.code : null) : 0, stdout, stderr }),
-    );
-  });
+const soak = (...args: string[]) => runTsx("scripts/soak.ts", args);
 
 // Side by side: each case is a Node start-up (≈ 2 s), nothing else.
 describe("soak arguments", { concurrency: true }, () => {
