@@ -71,6 +71,7 @@ import type { RunRecord } from "../lib/runs/types";
 import { newWorkerIdentity } from "../lib/workers/heartbeat";
 import { DEFAULT_WORKER_OPTIONS, startRebuildWorker } from "../worker/rebuild-worker";
 import { listFromEnv, numberFromEnv } from "./env";
+import { entryArguments } from "../lib/launcher/bundle.mjs";
 
 const SIDES = ["raw", "floor", "naive", "pipeline", "repeat"] as const;
 type Side = (typeof SIDES)[number];
@@ -483,8 +484,9 @@ interface WorkerProcess {
   output(): string;
 }
 
-function startWorkerProcess(bench: Bench, env: NodeJS.ProcessEnv): Promise<WorkerProcess> {
-  const child = spawn(process.execPath, ["--import", "tsx", "worker/index.ts"], {
+async function startWorkerProcess(bench: Bench, env: NodeJS.ProcessEnv): Promise<WorkerProcess> {
+  // As `npm start` runs it: its bundle (lib/launcher/bundle.mjs).
+  const child = spawn(process.execPath, await entryArguments("worker/index.ts"), {
     env,
     stdio: ["ignore", "pipe", "pipe"],
   });

@@ -18,7 +18,15 @@ import {
   type RedisServerHandle,
 } from "../lib/redis/embedded";
 import { ensureProgram, ProgramMissingError, REDIS_SERVER } from "../lib/system/packages";
-import { browserUrl, ensureBuild, startWeb, startWorker, waitForHttp, type Child } from "../lib/launcher/children";
+import {
+  browserUrl,
+  ensureBuild,
+  startWeb,
+  startWorker,
+  waitForHttp,
+  workerArguments,
+  type Child,
+} from "../lib/launcher/children";
 import {
   clearLauncherState,
   currentBootId,
@@ -111,8 +119,9 @@ if (config.operatorTokens.length + config.viewerTokens.length > 0) {
     : `log in with the operator token in ${operatorTokenPath(config.dataDir)}`;
 }
 
+const workerNodeArguments = await workerArguments(say);
 const web = startWeb(root, config, env);
-const worker = startWorker(root, env);
+const worker = startWorker(root, env, workerNodeArguments);
 const children: Child[] = [worker, web];
 fs.mkdirSync(config.dataDir, { recursive: true });
 writeLauncherState(config.dataDir, {

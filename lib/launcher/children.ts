@@ -7,6 +7,7 @@ import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import type { Config } from "../config";
+import { entryArguments } from "./bundle.mjs";
 
 export interface Child {
   name: string;
@@ -75,8 +76,13 @@ export function startWeb(root: string, config: Config, env: NodeJS.ProcessEnv): 
   );
 }
 
-export function startWorker(root: string, env: NodeJS.ProcessEnv): Child {
-  return startChild("worker", process.execPath, ["--import", "tsx", path.join(root, "worker", "index.ts")], root, env);
+/** The worker's Node arguments: its bundle (./bundle.mjs), or its TypeScript through tsx. */
+export function workerArguments(say: (line: string) => void): Promise<string[]> {
+  return entryArguments("worker/index.ts", say);
+}
+
+export function startWorker(root: string, env: NodeJS.ProcessEnv, nodeArguments: string[]): Child {
+  return startChild("worker", process.execPath, nodeArguments, root, env);
 }
 
 /** Waits until the server answers HTTP (any status) or the child exits. */

@@ -14,6 +14,7 @@ import { startRedisServer, type RedisServerHandle } from "../../lib/redis/embedd
 import { skewedClockEnv } from "../faults/clock";
 import { adminClient, askPrimaryPort, pollUntil, startSentinelGroup, untilInSync } from "../faults/sentinel";
 import { STEP_SCRIPT } from "./step-script";
+import { entryArguments } from "../../lib/launcher/bundle.mjs";
 
 export const REPO_ROOT = fileURLToPath(new URL("../..", import.meta.url));
 
@@ -512,7 +513,8 @@ export class WorkerPool {
   /** Spawns a worker; resolves when it printed "ready" (or rejects after `timeoutMs`). */
   async start(timeoutMs = 40_000): Promise<SoakWorker> {
     const skew = this.clockSkews[this.all.length % this.clockSkews.length] ?? "0";
-    const child = spawn(process.execPath, ["--import", "tsx", path.join(REPO_ROOT, "worker/index.ts")], {
+    // As `npm start` runs it: its bundle (lib/launcher/bundle.mjs).
+    const child = spawn(process.execPath, await entryArguments("worker/index.ts"), {
       cwd: REPO_ROOT,
       env: skew === "0" ? this.env : { ...this.env, ...skewedClockEnv(skew) },
       stdio: ["ignore", "pipe", "pipe"],

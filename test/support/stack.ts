@@ -22,6 +22,7 @@ import { readRun } from "../../lib/runs/records";
 import type { RunRecord } from "../../lib/runs/types";
 import { startTestRedis, uniquePrefix, type TestRedis } from "./redis";
 import { freePort } from "../../lib/redis/embedded";
+import { entryArguments } from "../../lib/launcher/bundle.mjs";
 import { newWorkerIdentity } from "../../lib/workers/heartbeat";
 import { descendantPids, waitForLine, waitUntilGone } from "./processes";
 
@@ -106,7 +107,8 @@ export async function createTestBed(
     definitions: loaded.definitions,
     env,
     async startWorker(extraEnv: Record<string, string> = {}, { until = /ready: / } = {}) {
-      const child = spawn(process.execPath, ["--import", "tsx", "worker/index.ts"], {
+      // As `npm start` runs it: its bundle (lib/launcher/bundle.mjs), built by the first start.
+      const child = spawn(process.execPath, await entryArguments("worker/index.ts"), {
         env: { ...env, ...extraEnv },
         stdio: ["ignore", "pipe", "pipe"],
       });

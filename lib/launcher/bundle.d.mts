@@ -1,0 +1,3 @@
+/** Types of bundle.mjs (plain JavaScript, so bin/claimwatch.mjs runs it without tsx). */
+export function bundled(entry: string, onBuild?: (line: string) => void): Promise<string | null>;
+export function entryArguments(entry: string, onBuild?: (line: string) => void): Promise<string[]>;
