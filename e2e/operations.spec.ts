@@ -65,8 +65,20 @@ test("cancel a running slow-archive on its rebuild page: cancelled, claim gone, 
   await row.getByRole("button", { name: `Cancel: job ${jobId}` }).click();
   const form = row.getByRole("form", { name: `Cancel: job ${jobId}` });
   await form.getByLabel("Reason (for the audit log)").fill("wrong input (e2e)");
+  const answered = page.waitForResponse(
+    (r) => r.request().method() === "POST" && r.url().endsWith(`/api/jobs/${encodeURIComponent(jobId)}/cancel`),
+  );
   await form.getByRole("button", { name: "Cancel job" }).click();
-  await expect(row.getByRole("status")).toContainText("Cancelling");
+  expect(((await (await answered).json()) as { status: string }).status).toBe("cancelling");
+  // The answer shows until the worker has stopped the job: slow-archive's step exits on SIGTERM
+  // at once, so the row may already have turned failed, saying why (that row replaces the one
+  // with the answer; both are what an operator should see).
+  await expect(
+    row
+      .getByRole("status")
+      .filter({ hasText: "Cancelling" })
+      .or(row.locator('[data-field="why"]').filter({ hasText: "cancelled by alice (operator): wrong input (e2e)" })),
+  ).toBeVisible();
 
   // slow-archive's step exits on SIGTERM; killGrace (5 s) bounds it otherwise. The record is
   // written after the claim's release, so the claim is gone when the run says cancelled.
@@ -79,6 +91,8 @@ test("cancel a running slow-archive on its rebuild page: cancelled, claim gone, 
   await expect
     .poll(async () => (await queueOf(request, "slow-archive")).jobs.find((j) => j.jobId === jobId)?.state)
     .toBe("failed");
+  await expect(row).toHaveAttribute("data-state", "failed");
+  await expect(row.locator('[data-field="why"]')).toContainText("cancelled by alice (operator): wrong input (e2e)");
   expect((await runsOfJob(request, jobId)).map((r) => r.status)).toEqual(["cancelled"]);
   cancelledRun = (await runsOfJob(request, jobId))[0]!;
   expect(cancelledRun.reason).toBe("cancelled by alice (operator): wrong input (e2e)");
