@@ -76,6 +76,8 @@ if (previous) {
 }
 
 if (!ensureBuild(root, say)) fail("`next build` failed; see the output above");
+// Before the embedded Redis starts: a stop while the worker's bundle builds leaves nothing running.
+const workerNodeArguments = await workerArguments(say);
 
 let redis: RedisServerHandle | undefined;
 const env: NodeJS.ProcessEnv = { ...process.env };
@@ -119,7 +121,6 @@ if (config.operatorTokens.length + config.viewerTokens.length > 0) {
     : `log in with the operator token in ${operatorTokenPath(config.dataDir)}`;
 }
 
-const workerNodeArguments = await workerArguments(say);
 const web = startWeb(root, config, env);
 const worker = startWorker(root, env, workerNodeArguments);
 const children: Child[] = [worker, web];
