@@ -2,7 +2,7 @@
  * The version of a rebuild's inputs, read in a child process of `claimwatch trigger` (its
  * preview, ./preview-version.ts): a read stuck in the kernel (a FIFO nobody writes to, a hung
  * mount) then holds the child's thread, not the CLI's. Reads for at most <limit ms>, as the
- * dashboard's preview does. Usage: node --import tsx cli/hash-inputs.ts <limit ms> <input>… ;
+ * dashboard's preview does. Usage: node --import tsx cli/hash-inputs.ts <limit ms> <input>… (or its bundle);
  * prints one JSON line, `{"version": "…"}` or `{"error": "…", "timedOut": bool}`, and is then
  * SIGKILLed by the CLI (with a stuck read it could not exit by itself).
  */

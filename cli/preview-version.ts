@@ -8,9 +8,10 @@
 import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { PREVIEW_INPUTS_MS } from "../lib/api/rebuilds";
+import { bundled } from "../lib/launcher/bundle.mjs";
 
 const CHILD = fileURLToPath(new URL("./hash-inputs.ts", import.meta.url));
-/** The child's start-up (tsx) on a loaded machine, on top of its read. */
+/** The child's start-up (its bundle's first build, or tsx) on a loaded machine, on top of its read. */
 const START_MS = 30_000;
 
 /** The inputs' version, or why the preview cannot tell (the dashboard's 400 wording). */
@@ -18,14 +19,13 @@ export async function previewVersion(
   inputPaths: readonly string[],
   limitMs = PREVIEW_INPUTS_MS,
 ): Promise<{ version: string } | { error: string }> {
-  // tsx by its resolved location: the CLI may run from any directory.
-  const child = spawn(
-    process.execPath,
-    ["--import", import.meta.resolve("tsx"), CHILD, String(limitMs), ...inputPaths],
-    {
-      stdio: ["ignore", "pipe", "ignore"],
-    },
-  );
+  // Its bundle, as the CLI's own (../lib/launcher/bundle.mjs), else tsx by its resolved
+  // location: the CLI may run from any directory.
+  const bundle = await bundled("cli/hash-inputs.ts");
+  const start = bundle ? [bundle] : ["--import", import.meta.resolve("tsx"), CHILD];
+  const child = spawn(process.execPath, [...start, String(limitMs), ...inputPaths], {
+    stdio: ["ignore", "pipe", "ignore"],
+  });
   let output = "";
   let timer: NodeJS.Timeout | undefined;
   // Its answer line, not its exit: a child whose abandoned read is stuck never exits by itself.
