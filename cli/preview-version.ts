@@ -6,11 +6,9 @@
  * SIGKILL (exit 137) instead of with its own exit code.
  */
 import { spawn } from "node:child_process";
-import { fileURLToPath } from "node:url";
 import { PREVIEW_INPUTS_MS } from "../lib/api/rebuilds";
-import { bundled } from "../lib/launcher/bundle.mjs";
+import { entryArguments } from "../lib/launcher/bundle.mjs";
 
-const CHILD = fileURLToPath(new URL("./hash-inputs.ts", import.meta.url));
 /** The child's start-up (its bundle's first build, or tsx) on a loaded machine, on top of its read. */
 const START_MS = 30_000;
 
@@ -19,10 +17,9 @@ export async function previewVersion(
   inputPaths: readonly string[],
   limitMs = PREVIEW_INPUTS_MS,
 ): Promise<{ version: string } | { error: string }> {
-  // Its bundle, as the CLI's own (../lib/launcher/bundle.mjs), else tsx by its resolved
-  // location: the CLI may run from any directory.
-  const bundle = await bundled("cli/hash-inputs.ts");
-  const start = bundle ? [bundle] : ["--import", import.meta.resolve("tsx"), CHILD];
+  // ./hash-inputs.ts from its bundle, as the CLI's own, else through tsx (by its resolved
+  // location: the CLI may run from any directory).
+  const start = await entryArguments("cli/hash-inputs.ts");
   const child = spawn(process.execPath, [...start, String(limitMs), ...inputPaths], {
     stdio: ["ignore", "pipe", "ignore"],
   });

@@ -26,8 +26,14 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..");
 /** Read by esbuild besides the sources, or deciding how it builds: a change rebuilds too. */
 const ALSO_READ = ["tsconfig.json", "package.json", "lib/launcher/bundle.mjs"];
-/** Bundles no stamp names any more are removed once this old (a start may be about to load one). */
+/**
+ * A bundle's mtime is when it was last current (built, or named by a stamp until a newer one
+ * replaced it); one that no stamp names is removed once this old: a start that was handed it
+ * just before has long loaded it.
+ */
 const OLD_BUNDLE_MS = 10 * 60_000;
+/** esbuild's one service in this process serves every build: stopped when the last one ends. */
+let buildsRunning = 0;
 
 /** A JSON file, or null. */
 function readJson(file) {
@@ -82,7 +88,8 @@ function ownImportMetaUrl(esbuild, root) {
           tsconfigRaw: fs.readFileSync(path.join(root, "tsconfig.json"), "utf8"),
           define: { "import.meta.url": JSON.stringify(pathToFileURL(args.path).href) },
         });
-        return { contents: compiled.code, loader: "js" };
+        // Still TypeScript to the bundler (valid as such), which lets a type-only re-export pass.
+        return { contents: compiled.code, loader: /^[cm]?tsx?$/.test(extension) ? "ts" : "js" };
       });
     },
   };
@@ -94,10 +101,21 @@ function writeAtomically(file, contents) {
   fs.renameSync(temporary, file);
 }
 
-/** Bundles of `name` that the stamp does not name, old enough that no start is about to load them. */
-function removeOldBundles(cache, name, current) {
+/** Marks `file` current now (see OLD_BUNDLE_MS); gone already is fine. */
+function touch(file) {
+  try {
+    const now = new Date();
+    fs.utimesSync(file, now, now);
+  } catch {
+    // removed meanwhile
+  }
+}
+
+/** Bundles of `name` that neither this build nor the stamp names, not current for OLD_BUNDLE_MS. */
+function removeOldBundles(cache, name, current, stampFile) {
+  const stamped = readJson(stampFile)?.bundle;
   for (const file of fs.readdirSync(cache)) {
-    if (!file.startsWith(`${name}.`) || !file.endsWith(".mjs") || file === current) continue;
+    if (!file.startsWith(`${name}.`) || !file.endsWith(".mjs") || file === current || file === stamped) continue;
     const full = path.join(cache, file);
     try {
       if (Date.now() - fs.statSync(full).mtimeMs > OLD_BUNDLE_MS) fs.rmSync(full, { force: true });
@@ -124,6 +142,7 @@ async function build(entry, name, stampFile, onBuild, { root, cache }) {
   }
   const started = performance.now();
   const startedAt = Date.now();
+  buildsRunning++;
   try {
     const result = await esbuild.build({
       absWorkingDir: root,
@@ -146,21 +165,27 @@ async function build(entry, name, stampFile, onBuild, { root, cache }) {
     const contents = result.outputFiles[0].contents;
     // The name ends in .mjs: Node's package-type lookup stops at node_modules, so .js would be CommonJS.
     const bundle = `${name}.${createHash("sha256").update(contents).digest("hex").slice(0, 16)}.mjs`;
-    if (!fs.existsSync(path.join(cache, bundle))) writeAtomically(path.join(cache, bundle), contents);
+    if (fs.existsSync(path.join(cache, bundle))) touch(path.join(cache, bundle));
+    else writeAtomically(path.join(cache, bundle), contents);
     // A source saved while esbuild read the sources may not be in this bundle: it is used this
-    // once, but not stamped, so the next start builds again.
-    if (inputs.every(([, mtimeMs]) => mtimeMs < startedAt - 1_000)) {
+    // once, but not stamped, so the next start builds again. (An mtime later than now is a
+    // clock's, not an edit during the build: stamped, or every start would build.)
+    const finishedAt = Date.now();
+    if (inputs.every(([, mtimeMs]) => mtimeMs < startedAt - 1_000 || mtimeMs > finishedAt + 1_000)) {
+      const replaced = readJson(stampFile)?.bundle;
       writeAtomically(stampFile, JSON.stringify({ root, esbuild: esbuild.version, bundle, inputs }));
+      if (replaced && replaced !== bundle) touch(path.join(cache, replaced)); // current until now
     }
-    removeOldBundles(cache, name, bundle);
+    removeOldBundles(cache, name, bundle, stampFile);
     onBuild(`bundle ${entry}: built in ${Math.round(performance.now() - started)} ms (${inputs.length} files)`);
     return path.join(cache, bundle);
   } catch (error) {
     onBuild(`bundle ${entry}: could not build it (${error.message.split("\n")[0]}); running it through tsx`);
     return null;
   } finally {
-    // esbuild's service process would otherwise stay a child of this one for its whole life.
-    await esbuild.stop();
+    // esbuild's service process would otherwise stay a child of this one for its whole life;
+    // stopping it under another build in flight would leave that one unanswered for good.
+    if (--buildsRunning === 0) await esbuild.stop();
   }
 }
 

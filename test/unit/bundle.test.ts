@@ -136,3 +136,36 @@ test("a source that does not compile: null (the caller runs tsx), saying why", a
   assert.match(lines.join("\n"), /bundle src\/main\.ts: could not build it \(.+\); running it through tsx/);
   await until("no esbuild service left running", async () => esbuildLeft().length === 0, 10_000);
 });
+
+test("two entries built at once in one process: both finish (one esbuild service, stopped after the last)", async () => {
+  const root = path.join(scratch, "g");
+  const cache = path.join(root, "cache");
+  project(root);
+  fs.writeFileSync(path.join(root, "src", "other.ts"), "console.log(JSON.stringify({ other: true }));");
+  fs.utimesSync(path.join(root, "src", "other.ts"), HOUR_AGO, HOUR_AGO);
+  const hang = new Promise<"hung">((resolve) => setTimeout(() => resolve("hung"), 30_000).unref());
+  const both = await Promise.race([
+    Promise.all([
+      bundled("src/main.ts", undefined, { root, cache }),
+      bundled("src/other.ts", undefined, { root, cache }),
+    ]),
+    hang,
+  ]);
+  assert.notEqual(both, "hung", "a build was left unanswered");
+  const [main, other] = both as (string | null)[];
+  assert.ok(main && other);
+  assert.equal(run(other).other, true);
+  await until("no esbuild service left running", async () => esbuildLeft().length === 0, 10_000);
+});
+
+test("a source with an mtime in the future (a skewed clock) is stamped: the next start reuses the bundle", async () => {
+  const root = path.join(scratch, "h");
+  const cache = path.join(root, "cache");
+  project(root);
+  const later = new Date(Date.now() + 3_600_000);
+  fs.utimesSync(path.join(root, "src", "where.ts"), later, later);
+  const lines: string[] = [];
+  const first = await bundled("src/main.ts", (line) => lines.push(line), { root, cache });
+  assert.equal(await bundled("src/main.ts", (line) => lines.push(line), { root, cache }), first);
+  assert.equal(lines.filter((line) => line.includes("built in")).length, 1, lines.join("\n"));
+});
