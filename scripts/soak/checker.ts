@@ -530,7 +530,7 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
         const pid = Number((readJsonOrNull(path.join(buildsDir, name)) as { pid?: unknown } | null)?.pid);
         if (!killedPids.has(pid)) leftBehind.push(`${label}/builds/${name} (pid ${pid || "?"})`);
       }
-      for (const name of fs.readdirSync(output)) {
+      for (const name of fs.existsSync(output) ? fs.readdirSync(output) : []) {
         if (!/^\.(current-|published-fence-writing\.)/.test(name)) continue;
         const mtime = fs.lstatSync(path.join(output, name), { throwIfNoEntry: false })?.mtimeMs;
         if (mtime === undefined || !killedJustAfter(mtime)) leftBehind.push(`${label}/${name}`);

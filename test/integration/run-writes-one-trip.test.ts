@@ -23,6 +23,7 @@ import { beginAttemptResult as beginAttempt, testAttempt } from "../support/runs
 import { runRebuild, type RebuildJob } from "../../lib/rebuilds/run-rebuild";
 import { createTestBed, rebuildDepsOf, slowStep, type TestBed } from "../support/stack";
 import { startTestRedis, stopTestRedis, uniquePrefix } from "../support/redis";
+import { until } from "../support/until";
 
 const server = await startTestRedis();
 const client = new Redis(server.url);
@@ -231,6 +232,21 @@ test("the run event's head, completed with any status, is the JSON of the record
   }
 });
 
+/**
+ * The job's state once BullMQ has moved it on from active: the worker records the run before it
+ * throws, and BullMQ fails (or retries) the job after that — read at once, it may still be active.
+ */
+async function settledState(bed: TestBed, jobId: string): Promise<string> {
+  return until(
+    `job ${jobId} no longer active`,
+    async () => {
+      const state = await (await bed.queue.getJob(jobId))?.getState();
+      return state !== "active" && state;
+    },
+    30_000,
+  );
+}
+
 test("a worker that picks up jobs whose cancel raced the pickup ends them cancelled: no claim, no build, no retry", async () => {
   const bed = await createTestBed({ c: { output: "out/c", steps: [slowStep(0)] } });
   beds.push(bed);
@@ -257,8 +273,7 @@ test("a worker that picks up jobs whose cancel raced the pickup ends them cancel
     assert.equal(run.buildHash, null, "nothing built");
   }
   for (const jobId of [repeat, fresh]) {
-    const job = await bed.queue.getJob(jobId);
-    assert.equal(await job?.getState(), "failed", "a cancel is not retried");
+    assert.equal(await settledState(bed, jobId), "failed", "a cancel is not retried");
     assert.equal((await bed.runsOfJob(jobId)).length, 1, "one attempt");
   }
   assert.equal(await bed.claims.zcard(bed.keys.claimRegistry), 0, "no claim held");
@@ -281,8 +296,7 @@ test("a cancel that raced the pickup of a job whose inputs cannot be read: cance
   );
   assert.equal(run.status, "cancelled", `record: ${run.status} (${run.reason})`);
   assert.match(run.reason ?? "", /cancelled by ops: replacing the input/);
-  const job = await bed.queue.getJob(jobId);
-  assert.equal(await job?.getState(), "failed", "a cancel is not retried");
+  assert.equal(await settledState(bed, jobId), "failed", "a cancel is not retried");
   assert.equal((await bed.runsOfJob(jobId)).length, 1);
   await worker.stop();
 });
