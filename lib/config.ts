@@ -181,6 +181,13 @@ const envSchema = z.object({
     .transform(Number)
     .refine((n) => n <= 600_000, "must be a whole number of milliseconds from 0 to 600000")
     .optional(),
+  CLAIMWATCH_UPKEEP_SLOW_MS: z
+    .string()
+    .trim()
+    .regex(/^\d+$/, "must be a whole number of milliseconds from 1000 to 3600000")
+    .transform(Number)
+    .refine((n) => n >= 1_000 && n <= 3_600_000, "must be a whole number of milliseconds from 1000 to 3600000")
+    .default(30_000),
   CLAIMWATCH_OPERATOR_TOKEN: tokenList("operator").optional(),
   CLAIMWATCH_VIEWER_TOKEN: tokenList("viewer").optional(),
   CLAIMWATCH_PUBLIC_URL: publicUrl.optional(),
@@ -214,6 +221,8 @@ export interface Config {
    * (INPUTS_VISIBLE_AFTER_MS in lib/rebuilds/run-rebuild.ts).
    */
   inputsVisibleAfterMs: number | undefined;
+  /** A worker's upkeep after a beat running this long is said in its log, heartbeat and the health report. */
+  upkeepSlowMs: number;
   /**
    * Replicas of the main Redis that must hold a requested rebuild (WAIT) before it is answered
    * as queued; 0: the primary's answer is enough (lib/redis/replicas.ts).
@@ -295,6 +304,7 @@ export function parseConfig(env: Record<string, string | undefined>, cwd: string
       keyPrefix: e.CLAIMWATCH_KEY_PREFIX,
       workerConcurrency: e.CLAIMWATCH_WORKER_CONCURRENCY,
       inputsVisibleAfterMs: e.CLAIMWATCH_INPUTS_VISIBLE_AFTER_MS,
+      upkeepSlowMs: e.CLAIMWATCH_UPKEEP_SLOW_MS,
       triggerReplicas: e.CLAIMWATCH_TRIGGER_REPLICAS,
       operatorTokens,
       viewerTokens,

@@ -30,7 +30,7 @@ import { describeRedisTarget } from "../lib/redis/url";
 import { RedisNotConfiguredError, resolveRedisUrls } from "../lib/redis/connections";
 import { settledWithin } from "../lib/settled-within";
 import { APP_VERSION } from "../lib/version";
-import { beat, HEARTBEAT_EVERY_MS, newWorkerIdentity, retire, UPKEEP_SLOW_MS } from "../lib/workers/heartbeat";
+import { beat, HEARTBEAT_EVERY_MS, newWorkerIdentity, retire } from "../lib/workers/heartbeat";
 import { DEFAULT_WORKER_OPTIONS, startRebuildWorker } from "./rebuild-worker";
 
 const config = loadConfigOrExit("claimwatch-worker");
@@ -103,7 +103,7 @@ async function heartbeat(): Promise<void> {
   try {
     const upkeepRunningMs = upkeep ? performance.now() - upkeepStartedAt : 0;
     ({ judgesOthers } = await beat(main, keys, identity, running.ids().join(",") || null, {
-      upkeepRunningMs: upkeepRunningMs >= UPKEEP_SLOW_MS ? upkeepRunningMs : null,
+      upkeepRunningMs: upkeepRunningMs >= config.upkeepSlowMs ? upkeepRunningMs : null,
     }));
   } catch (error) {
     if (!lastBeatFailed) log(`heartbeat failed (will keep trying): ${describeError(error)}`);
@@ -129,7 +129,7 @@ const secondsSince = (at: number) => Math.round((performance.now() - at) / 1000)
 
 /** Said once per upkeep: until it ends, no other worker's dead run is closed by this one, no `current` repaired, no records trimmed. */
 function sayIfUpkeepSlow(): void {
-  if (upkeepSlowSaid || performance.now() - upkeepStartedAt < UPKEEP_SLOW_MS) return;
+  if (upkeepSlowSaid || performance.now() - upkeepStartedAt < config.upkeepSlowMs) return;
   upkeepSlowSaid = true;
   log(
     `upkeep after the heartbeat still running after ${secondsSince(upkeepStartedAt)} s (a hung disk or an unanswered Redis command?); no sweep, repair or maintenance runs until it ends`,

@@ -94,7 +94,7 @@ export async function missedTickProblems(
 /**
  * Live workers that can only contain steps — or their steps with limits — by process group (a
  * setsid daemon escapes it), and live workers whose upkeep after a beat has run for
- * `UPKEEP_SLOW_MS` or more (held up: it closes no dead worker's runs, repairs no `current`).
+ * `CLAIMWATCH_UPKEEP_SLOW_MS` (30 s) or more (held up: it closes no dead worker's runs, repairs no `current`).
  */
 export async function liveWorkerProblems(
   main: Pick<Redis, "zrangebyscore" | "pipeline" | "multi" | "zcount">,

@@ -73,14 +73,11 @@ export interface WorkerStatus extends WorkerIdentity {
   heartbeatAt: number;
   /**
    * At its last beat, how long the worker's upkeep after a beat (sweep, repair, maintenance) had
-   * been running, when that was `UPKEEP_SLOW_MS` or more (a hung disk, an unanswered Redis
+   * been running, when that was `CLAIMWATCH_UPKEEP_SLOW_MS` (30 s) or more (a hung disk, an unanswered Redis
    * command); `null` otherwise. Measured on the worker's monotonic clock (a duration, not a time).
    */
   upkeepRunningMs: number | null;
 }
-
-/** An upkeep running this long is said in the worker's log, its heartbeat and the health report. */
-export const UPKEEP_SLOW_MS = 30_000;
 
 type HeartbeatClient = ScriptingClient & Pick<Redis, "multi" | "zcount" | "zrangebyscore" | "pipeline" | "time">;
 

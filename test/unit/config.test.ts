@@ -22,6 +22,7 @@ test("defaults: loopback, port 3000, embedded Redis, files relative to the worki
     keyPrefix: "claimwatch",
     workerConcurrency: 4,
     inputsVisibleAfterMs: undefined,
+    upkeepSlowMs: 30_000,
     triggerReplicas: 0,
     operatorTokens: [],
     viewerTokens: [],
@@ -98,6 +99,22 @@ test("CLAIMWATCH_INPUTS_VISIBLE_AFTER_MS: whole milliseconds 0-600000, unset lea
   const unset = parseConfig({}, "/x");
   assert.ok(unset.ok);
   assert.equal(unset.config.inputsVisibleAfterMs, undefined);
+});
+
+test("CLAIMWATCH_UPKEEP_SLOW_MS: whole milliseconds 1000-3600000, 30 s when unset", () => {
+  for (const bad of ["0", "999", "1.5", "30s", "3600001", "-5"]) {
+    assert.equal(
+      errorOf({ CLAIMWATCH_UPKEEP_SLOW_MS: bad })?.variable,
+      "CLAIMWATCH_UPKEEP_SLOW_MS",
+      JSON.stringify(bad),
+    );
+  }
+  const set = parseConfig({ CLAIMWATCH_UPKEEP_SLOW_MS: " 5000 " }, "/x");
+  assert.ok(set.ok);
+  assert.equal(set.config.upkeepSlowMs, 5_000);
+  const unset = parseConfig({}, "/x");
+  assert.ok(unset.ok);
+  assert.equal(unset.config.upkeepSlowMs, 30_000);
 });
 
 test("tokens: comma-separated, optional name, never echoed in errors", () => {
