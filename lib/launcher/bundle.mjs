@@ -111,11 +111,14 @@ function touch(file) {
   }
 }
 
-/** Bundles of `name` that neither this build nor the stamp names, not current for OLD_BUNDLE_MS. */
+/**
+ * Bundles of `name` that neither this build nor the stamp names, not current for OLD_BUNDLE_MS,
+ * and temporary files of `name` as old (a start killed between its write and its rename).
+ */
 function removeOldBundles(cache, name, current, stampFile) {
   const stamped = readJson(stampFile)?.bundle;
   for (const file of fs.readdirSync(cache)) {
-    if (!file.startsWith(`${name}.`) || !file.endsWith(".mjs") || file === current || file === stamped) continue;
+    if (!file.startsWith(`${name}.`) || !/\.(mjs|tmp)$/.test(file) || file === current || file === stamped) continue;
     const full = path.join(cache, file);
     try {
       if (Date.now() - fs.statSync(full).mtimeMs > OLD_BUNDLE_MS) fs.rmSync(full, { force: true });

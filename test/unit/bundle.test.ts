@@ -169,3 +169,33 @@ test("a source with an mtime in the future (a skewed clock) is stamped: the next
   assert.equal(await bundled("src/main.ts", (line) => lines.push(line), { root, cache }), first);
   assert.equal(lines.filter((line) => line.includes("built in")).length, 1, lines.join("\n"));
 });
+
+test("a build removes the entry's bundles and temporary files unused for 10 minutes; the current ones and recent ones stay", async () => {
+  const root = path.join(scratch, "old");
+  const cache = path.join(root, "cache");
+  project(root);
+  const first = (await bundled("src/main.ts", undefined, { root, cache }))!;
+  const name = path.basename(first).split(".")[0]!;
+  const aged = (file: string) => {
+    fs.writeFileSync(path.join(cache, file), "");
+    fs.utimesSync(path.join(cache, file), HOUR_AGO, HOUR_AGO);
+  };
+  aged(`${name}.0123456789abcdef.mjs`); // a bundle no start has used for an hour
+  aged(`${name}.0123456789abcdef.mjs.4242-abc.tmp`); // a start killed between write and rename
+  fs.writeFileSync(path.join(cache, `${name}.fedcba9876543210.mjs.4343-def.tmp`), ""); // a build under way
+  aged(`other-entry.0123456789abcdef.mjs`); // another entry's: not this build's to judge
+
+  project(root, "changed");
+  const second = await bundled("src/main.ts", undefined, { root, cache });
+  assert.ok(second && second !== first);
+  assert.deepEqual(
+    fs.readdirSync(cache).sort(),
+    [
+      `${name}.fedcba9876543210.mjs.4343-def.tmp`,
+      path.basename(first),
+      path.basename(second),
+      `${name}.json`,
+      "other-entry.0123456789abcdef.mjs",
+    ].sort(),
+  );
+});
