@@ -125,8 +125,10 @@ export function startRebuildWorker(
               handBack.kind === "handed-back"
                 ? "handed back without running"
                 : handBack.kind === "not-ours"
-                  ? "not handed back (its lock is not this fetch's any more)"
-                  : `its attempt taken back, but not moved to waiting (${handBack.error}): the stalled check hands it back`,
+                  ? "not handed back (its lock is another fetch's now)"
+                  : handBack.kind === "lock-gone"
+                    ? "not handed back (its lock ran out: the stalled check hands it back)"
+                    : `its attempt taken back, but not moved to waiting (${handBack.error}): the stalled check hands it back`,
             (error: unknown) => `not handed back: ${String(error)}`,
           );
       log(`job ${jobId}: fetched as the worker stopped; ${outcome}`);

@@ -85,8 +85,10 @@ export function scheduledTickOf(jobId: string | undefined): { schedulerId: strin
 export type HandBackOutcome =
   /** Back in waiting, its fetch's attempt taken back. */
   | { kind: "handed-back" }
-  /** The lock is not the token's any more: nothing changed, the job is another's. */
+  /** Another fetch holds the lock: nothing changed, the job is another's. */
   | { kind: "not-ours" }
+  /** No lock is held any more (it ran out): nothing changed; the stalled check hands the job back. */
+  | { kind: "lock-gone" }
   /**
    * The attempt was taken back but the move to waiting failed (or its reply was lost: then it
    * may have moved): the job stays active under this worker's lock until the stalled check hands
@@ -110,7 +112,8 @@ export async function handBackUnstarted(
 ): Promise<HandBackOutcome> {
   const call = crypto.randomUUID();
   const taken = await runScript(client, UNCOUNT_UNSTARTED, [`${jobKey}:lock`, jobKey], [token, call]);
-  if (taken !== 1) return { kind: "not-ours" };
+  if (taken === 0) return { kind: "not-ours" };
+  if (taken === 2) return { kind: "lock-gone" };
   return job.moveToWait(token).then(
     (): HandBackOutcome => ({ kind: "handed-back" }),
     (error: unknown): HandBackOutcome => ({ kind: "not-moved", error: String(error) }),

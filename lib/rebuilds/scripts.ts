@@ -26,7 +26,7 @@ return named
  * is already stopping never ran: counted, it would number the next run attempt 2 and pass the
  * "first attempt" checks a paused schedule's tick gets (lib/rebuilds/schedules.ts).
  */
-export const UNCOUNT_UNSTARTED = typedScript<0 | 1>()({
+export const UNCOUNT_UNSTARTED = typedScript<0 | 1 | 2>()({
   command: "claimwatchUncountUnstarted",
   keys: ["jobLock", "job"],
   lua: `
@@ -39,9 +39,11 @@ the lock token: BullMQ gives a worker's next fetch the same token.)
 KEYS[1] job lock STRING (BullMQ's: the fetching worker's token)   KEYS[2] job HASH (fields ats, cwUncounted)
 ARGV[1] the lock token   ARGV[2] an id unique to this call (its resends carry the same)
 Returns 1 when taken back (now or by an earlier send of this call; also when nothing was counted),
-0 when the lock is not this token's (nothing changed)
+0 when another token holds the lock, 2 when no lock is held (it ran out): nothing changed in either
 ]]
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local holder = redis.call('GET', KEYS[1])
+if holder == false then return 2 end
+if holder ~= ARGV[1] then return 0 end
 if redis.call('HGET', KEYS[2], 'cwUncounted') == ARGV[2] then return 1 end
 redis.call('HSET', KEYS[2], 'cwUncounted', ARGV[2])
 local started = tonumber(redis.call('HGET', KEYS[2], 'ats') or '0') or 0

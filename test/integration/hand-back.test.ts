@@ -76,6 +76,18 @@ test("a lock that is not the token's any more: nothing changes, the job is not m
   await (await queue.getJob("stale"))?.remove();
 });
 
+test("a lock that ran out: nothing changes, the outcome says the lock is gone (not another fetch's)", async () => {
+  const { job, token } = await fetchedTimes("lock-gone", 1);
+  await main.del(`${fetcher.toKey(job.id!)}:lock`); // as when lockDuration passes with no renewal
+  assert.deepEqual(await handBackUnstarted(main, job, fetcher.toKey(job.id!), token), { kind: "lock-gone" });
+  const after = await queue.getJob("lock-gone");
+  assert.equal(await after?.getState(), "active", "left to the stalled check");
+  assert.equal(after?.attemptsStarted, 1, "the fetch's attempt stays counted");
+  await main.set(`${fetcher.toKey(job.id!)}:lock`, token);
+  await job.moveToWait(token);
+  await (await queue.getJob("lock-gone"))?.remove();
+});
+
 test("two fetches with one token (BullMQ reuses a slot's token for its next fetch): each is taken back", async () => {
   await queue.add("same-token", { n: 1 }, { jobId: "same-token" });
   for (let i = 0; i < 2; i++) {
