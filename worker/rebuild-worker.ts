@@ -127,7 +127,7 @@ export function startRebuildWorker(
                 : handBack.kind === "not-ours"
                   ? "not handed back (its lock is another fetch's now)"
                   : handBack.kind === "lock-gone"
-                    ? "not handed back (its lock ran out: the stalled check hands it back)"
+                    ? "not handed back (its lock ran out: the job is the stalled check's)"
                     : `its attempt taken back, but not moved to waiting (${handBack.error}): the stalled check hands it back`,
             (error: unknown) => `not handed back: ${String(error)}`,
           );

@@ -8,6 +8,7 @@ import type { Job, JobsOptions } from "bullmq";
 import { z } from "zod";
 import type { RedisKeys } from "../redis/keys";
 import { runScript, type ScriptingClient } from "../redis/scripts";
+import { replyCode } from "../redis/replies";
 import { UNCOUNT_UNSTARTED } from "./scripts";
 import { DEFAULT_RETENTION_CONFIG, type Definitions, type RebuildDefinition, type Retention } from "./definitions";
 import { VERSION_PATTERN } from "./version";
@@ -87,7 +88,10 @@ export type HandBackOutcome =
   | { kind: "handed-back" }
   /** Another fetch holds the lock: nothing changed, the job is another's. */
   | { kind: "not-ours" }
-  /** No lock is held any more (it ran out): nothing changed; the stalled check hands the job back. */
+  /**
+   * No lock is held any more (it ran out, or the job left active meanwhile): nothing changed; a
+   * job still active is the stalled check's (back to waiting, or failed past its stall limit).
+   */
   | { kind: "lock-gone" }
   /**
    * The attempt was taken back but the move to waiting failed (or its reply was lost: then it
@@ -112,8 +116,9 @@ export async function handBackUnstarted(
 ): Promise<HandBackOutcome> {
   const call = crypto.randomUUID();
   const taken = await runScript(client, UNCOUNT_UNSTARTED, [`${jobKey}:lock`, jobKey], [token, call]);
-  if (taken === 0) return { kind: "not-ours" };
-  if (taken === 2) return { kind: "lock-gone" };
+  const reply = replyCode(UNCOUNT_UNSTARTED.command, taken);
+  if (reply === "missing") return { kind: "lock-gone" };
+  if (reply !== "done") return { kind: "not-ours" };
   return job.moveToWait(token).then(
     (): HandBackOutcome => ({ kind: "handed-back" }),
     (error: unknown): HandBackOutcome => ({ kind: "not-moved", error: String(error) }),

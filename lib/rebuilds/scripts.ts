@@ -1,5 +1,6 @@
 /** Scripts of the rebuild queue: on-demand triggers (lib/rebuilds/trigger.ts), hand-backs (lib/rebuilds/queue.ts). */
 import { typedScript } from "../redis/scripts";
+import { REPLY } from "../redis/replies";
 
 export const REQUEST_ID_RENAME = typedScript<string>()({
   command: "claimwatchRequestIdRename",
@@ -26,7 +27,7 @@ return named
  * is already stopping never ran: counted, it would number the next run attempt 2 and pass the
  * "first attempt" checks a paused schedule's tick gets (lib/rebuilds/schedules.ts).
  */
-export const UNCOUNT_UNSTARTED = typedScript<0 | 1 | 2>()({
+export const UNCOUNT_UNSTARTED = typedScript<number>()({
   command: "claimwatchUncountUnstarted",
   keys: ["jobLock", "job"],
   lua: `
@@ -34,20 +35,22 @@ export const UNCOUNT_UNSTARTED = typedScript<0 | 1 | 2>()({
 the job goes back to waiting. Only while this worker still holds the job's lock: then no other
 fetch of it has been counted since this one (a lock that ran out leaves the count as it is: a gap
 in the attempt numbers, never a number used twice). Once per call: the call's own id is marked on
-the job (field cwUncounted), so a resend of this call after a lost reply changes nothing. (Not
-the lock token: BullMQ gives a worker's next fetch the same token.)
+the job (field cwUncounted), so a resend of this call after a lost reply changes nothing, also
+when the lock ran out in between. (Not the lock token: BullMQ gives a worker's next fetch the same
+token.)
 KEYS[1] job lock STRING (BullMQ's: the fetching worker's token)   KEYS[2] job HASH (fields ats, cwUncounted)
 ARGV[1] the lock token   ARGV[2] an id unique to this call (its resends carry the same)
-Returns 1 when taken back (now or by an earlier send of this call; also when nothing was counted),
-0 when another token holds the lock, 2 when no lock is held (it ran out): nothing changed in either
+Returns ${REPLY.done} when taken back (now or by an earlier send of this call; also when nothing was counted),
+${REPLY.notOwner} when another token holds the lock, ${REPLY.missing} when no lock is held (it ran out):
+nothing changed in either
 ]]
+if redis.call('HGET', KEYS[2], 'cwUncounted') == ARGV[2] then return ${REPLY.done} end
 local holder = redis.call('GET', KEYS[1])
-if holder == false then return 2 end
-if holder ~= ARGV[1] then return 0 end
-if redis.call('HGET', KEYS[2], 'cwUncounted') == ARGV[2] then return 1 end
+if holder == false then return ${REPLY.missing} end
+if holder ~= ARGV[1] then return ${REPLY.notOwner} end
 redis.call('HSET', KEYS[2], 'cwUncounted', ARGV[2])
 local started = tonumber(redis.call('HGET', KEYS[2], 'ats') or '0') or 0
 if started > 0 then redis.call('HINCRBY', KEYS[2], 'ats', -1) end
-return 1
+return ${REPLY.done}
 `,
 });

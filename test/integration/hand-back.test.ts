@@ -10,6 +10,8 @@ import { Queue, Worker } from "bullmq";
 import { closeRedis, createRedis } from "../../lib/redis/client";
 import { redisKeys } from "../../lib/redis/keys";
 import { handBackUnstarted, queuePrefix, REBUILD_QUEUE } from "../../lib/rebuilds/queue";
+import { UNCOUNT_UNSTARTED } from "../../lib/rebuilds/scripts";
+import { runScript } from "../../lib/redis/scripts";
 import { replyLosingClient } from "../support/reply-losing";
 import { startTestRedis, stopTestRedis, uniquePrefix } from "../support/redis";
 
@@ -86,6 +88,21 @@ test("a lock that ran out: nothing changes, the outcome says the lock is gone (n
   await main.set(`${fetcher.toKey(job.id!)}:lock`, token);
   await job.moveToWait(token);
   await (await queue.getJob("lock-gone"))?.remove();
+});
+
+test("a resend after the lock ran out still answers taken back, and takes back nothing more", async () => {
+  const { job, token } = await fetchedTimes("resend-after-expiry", 2);
+  const jobKey = fetcher.toKey(job.id!);
+  assert.equal(await runScript(main, UNCOUNT_UNSTARTED, [`${jobKey}:lock`, jobKey], [token, "call-1"]), 1);
+  await main.del(`${jobKey}:lock`); // the reply was lost, and the lock ran out before the resend
+  assert.equal(await runScript(main, UNCOUNT_UNSTARTED, [`${jobKey}:lock`, jobKey], [token, "call-1"]), 1);
+  assert.equal((await queue.getJob("resend-after-expiry"))?.attemptsStarted, 1, "one start taken back, once");
+  // A new call (another id) with no lock: nothing changes.
+  assert.equal(await runScript(main, UNCOUNT_UNSTARTED, [`${jobKey}:lock`, jobKey], [token, "call-2"]), -2);
+  assert.equal((await queue.getJob("resend-after-expiry"))?.attemptsStarted, 1);
+  await main.set(`${jobKey}:lock`, token);
+  await job.moveToWait(token);
+  await (await queue.getJob("resend-after-expiry"))?.remove();
 });
 
 test("two fetches with one token (BullMQ reuses a slot's token for its next fetch): each is taken back", async () => {
