@@ -48,7 +48,7 @@ const PACKED_STEP = /^([A-Za-z0-9_.-]{1,200}):([rdfa]):(-?\d{1,15}):(\d{0,15})$/
  * A record's steps as one short string: `<first start>|<name>:<status letter>:<start − first
  * start>:<duration>` per step, comma-separated (the duration empty while the step runs), e.g.
  * `1796244013849|prepare:d:0:200,work:d:200:804`. A quarter of the JSON's size, which keeps a
- * record of ten steps under the Redis listpack limit for a field (`hash-max-listpack-value`,
+ * record of ten steps of short names under the Redis listpack limit for a field (`hash-max-listpack-value`,
  * 256 in the embedded Redis) — a record over it is stored as a hash table, at several times
  * the memory. Steps the form cannot carry exactly (another name, a time that is not a whole
  * millisecond) are written as JSON, which `decodeSteps` reads too (as it reads every record
@@ -58,12 +58,16 @@ export function encodeSteps(steps: readonly StepRecord[]): string {
   if (steps.length === 0) return "";
   const first = steps[0]!.startedAt;
   const whole = (n: number) => Number.isSafeInteger(n);
+  // Offsets and durations within the decoder's 15 digits; a status it knows (not `toString`).
+  const fits = (n: number) => Number.isSafeInteger(n) && Math.abs(n) < 1e15;
   const packable = steps.every(
     (step) =>
       PACKABLE_STEP_NAME.test(step.name) &&
-      step.status in STEP_STATUS_LETTERS &&
+      Object.hasOwn(STEP_STATUS_LETTERS, step.status) &&
       whole(step.startedAt) &&
-      (step.finishedAt === null || (whole(step.finishedAt) && step.finishedAt >= step.startedAt)),
+      fits(step.startedAt - first) &&
+      (step.finishedAt === null ||
+        (whole(step.finishedAt) && step.finishedAt >= step.startedAt && fits(step.finishedAt - step.startedAt))),
   );
   if (!packable) return JSON.stringify(steps);
   const packed = steps.map(

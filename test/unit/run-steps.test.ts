@@ -45,6 +45,12 @@ test("steps the packed form cannot carry exactly are JSON, and read back", () =>
     [{ name: "a:b", status: "done", startedAt: T, finishedAt: T + 1 }],
     [{ name: "frac", status: "done", startedAt: T + 0.5, finishedAt: T + 1 }],
     [{ name: "backwards", status: "done", startedAt: T, finishedAt: T - 1 }],
+    [{ name: "long", status: "done", startedAt: 0, finishedAt: 9e15 }],
+    [
+      { name: "first", status: "done", startedAt: 0, finishedAt: 1 },
+      { name: "far", status: "done", startedAt: 2e15, finishedAt: 2e15 + 1 },
+    ],
+    [{ name: "odd-status", status: "toString", startedAt: T, finishedAt: T + 1 }],
   ] as StepRecord[][]) {
     const written = encodeSteps(odd);
     assert.ok(written.startsWith("["), written);
