@@ -3,6 +3,7 @@
  * server and the worker. A bad value is reported as one line naming the variable; callers at
  * the process edge print it and exit with code 2 (`exitOnConfigError`).
  */
+import net from "node:net";
 import path from "node:path";
 import { z } from "zod";
 import { parseRedisUrl, redactRedisUrl, withDatabase } from "./redis/url";
@@ -26,11 +27,18 @@ const port = z
   .transform(Number)
   .refine((n) => n >= 1 && n <= 65535, "must be a whole number from 1 to 65535");
 
+/** A DNS host name (RFC 1123): dot-separated labels of letters, digits and inner '-', 253 characters at most. */
+const HOST_NAME =
+  /^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/;
+
 const host = z
   .string()
   .trim()
   .min(1, "must not be empty")
-  .regex(/^[A-Za-z0-9.:[\]-]+$/, "must be a host name or IP address, e.g. 127.0.0.1 or 0.0.0.0");
+  .refine(
+    (value) => net.isIP(value.replace(/^\[(.*)\]$/, "$1")) !== 0 || HOST_NAME.test(value),
+    "must be a host name or IP address, e.g. 127.0.0.1 or 0.0.0.0",
+  );
 
 /**
  * The dashboard's address as browsers see it behind a reverse proxy: its origin is accepted for

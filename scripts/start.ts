@@ -18,6 +18,7 @@ import {
   type RedisServerHandle,
 } from "../lib/redis/embedded";
 import { ensureProgram, ProgramMissingError, REDIS_SERVER } from "../lib/system/packages";
+import { exitUnlessListenable } from "../lib/launcher/listen-check";
 import {
   browserUrl,
   ensureBuild,
@@ -75,6 +76,8 @@ if (previous) {
   clearLauncherState(config.dataDir);
 }
 
+// Where the dashboard will listen, before anything starts (after the orphans: one may hold the port).
+await exitUnlessListenable("claimwatch", config.host, config.port);
 if (!ensureBuild(root, say)) fail("`next build` failed; see the output above");
 // Before the embedded Redis starts: a stop while the worker's bundle builds leaves nothing running.
 const workerNodeArguments = await workerArguments(say);

@@ -7,6 +7,7 @@ import { fileURLToPath } from "node:url";
 import { CONFIG_EXIT_CODE, loadConfigOrExit } from "../lib/config";
 import { resolveRedisUrls, RedisNotConfiguredError } from "../lib/redis/connections";
 import { browserUrl, ensureBuild, startWeb, waitForHttp } from "../lib/launcher/children";
+import { exitUnlessListenable } from "../lib/launcher/listen-check";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const say = (line: string) => process.stdout.write(`[claimwatch-web] ${line}\n`);
@@ -20,6 +21,7 @@ try {
   process.stderr.write(`[claimwatch-web] ${error.message}\n`);
   process.exit(CONFIG_EXIT_CODE);
 }
+await exitUnlessListenable("claimwatch-web", config.host, config.port);
 if (!ensureBuild(root, say)) process.exit(1);
 
 const web = startWeb(root, config, { ...process.env, REDIS_URL: redisUrl });

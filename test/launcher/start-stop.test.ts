@@ -3,8 +3,9 @@
  * all of them with exit 0 and nothing left behind; a second start finds the data again.
  */
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import fs from "node:fs";
+import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { after, test } from "node:test";
@@ -129,4 +130,54 @@ test("npm start after a launcher was SIGKILLed stops exactly what that launcher 
     assert.deepEqual(await waitUntilGone(left, 1_000), [], "every process the dead launcher left is gone");
     assert.equal((await fetch(`${url}/api/health`)).status, 200, "and the new start serves");
   });
+});
+
+test("npm start refuses a PORT in use and a HOST that is not this machine's before it starts anything: one line naming the variable", async () => {
+  const busy = net.createServer();
+  await new Promise<void>((resolve) => busy.listen(0, "127.0.0.1", () => resolve()));
+  const busyPort = (busy.address() as net.AddressInfo).port;
+  const token = "alice:aaaaaaaaaaaaaaaaaaaa";
+  const cases = [
+    { env: { PORT: String(busyPort) }, code: 1, line: new RegExp(`^claimwatch: PORT: ${busyPort} is already in use`) },
+    {
+      env: { HOST: "192.0.2.1", CLAIMWATCH_OPERATOR_TOKEN: token },
+      code: 2,
+      line: /^claimwatch: configuration error: HOST: 192\.0\.2\.1 is not an address of this machine/,
+    },
+    {
+      env: { HOST: "not..a..host", CLAIMWATCH_OPERATOR_TOKEN: token },
+      code: 2,
+      line: /^claimwatch: configuration error: HOST: must be a host name or IP address/,
+    },
+  ];
+  try {
+    for (const { env: extra, code, line } of cases) {
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-launcher-refused-"));
+      try {
+        const env: NodeJS.ProcessEnv = {
+          ...process.env,
+          PORT: String(await freePort()),
+          CLAIMWATCH_DATA_DIR: dir,
+          ...extra,
+        };
+        delete env.REDIS_URL;
+        const result = spawnSync(process.execPath, ["--import", "tsx", "scripts/start.ts"], {
+          env,
+          encoding: "utf8",
+          timeout: 60_000,
+        });
+        const said = JSON.stringify(extra);
+        assert.equal(result.status, code, `${said}: ${result.stderr}`);
+        const lines = result.stderr.trim().split("\n");
+        assert.equal(lines.length, 1, `${said}: one line: ${result.stderr}`);
+        assert.match(lines[0]!, line, said);
+        assert.equal(readEmbeddedState(dir), undefined, `${said}: no embedded Redis started`);
+        assert.deepEqual(fs.readdirSync(dir), [], `${said}: nothing written to the data dir`);
+      } finally {
+        fs.rmSync(dir, { recursive: true, force: true });
+      }
+    }
+  } finally {
+    busy.close();
+  }
 });

@@ -194,6 +194,27 @@ test("binding to a non-loopback HOST without tokens is refused, naming HOST", ()
   assert.ok(parseConfig({ HOST: "::1" }, "/x").ok);
 });
 
+test("HOST: an IP address (IPv6 bracketed or not) or a DNS host name; anything else names HOST, also with tokens set", () => {
+  const tokens = { CLAIMWATCH_OPERATOR_TOKEN: "alice:aaaaaaaaaaaaaaaaaaaa" };
+  for (const good of ["127.0.0.1", "0.0.0.0", "::", "::1", "[::1]", "fe80::1", "localhost", "claims-1.example.com"]) {
+    assert.ok(parseConfig({ HOST: good, ...tokens }, "/x").ok, good);
+  }
+  for (const bad of [
+    "not..a..host",
+    "-lead",
+    "trail-.example",
+    "under_score",
+    "host:80",
+    "a b",
+    "[127.0.0.1",
+    "x".repeat(64),
+  ]) {
+    const error = errorOf({ HOST: bad, ...tokens });
+    assert.equal(error?.variable, "HOST", bad);
+    assert.match(error!.message, /must be a host name or IP address/, bad);
+  }
+});
+
 test("an empty variable counts as unset", () => {
   const result = parseConfig({ PORT: "", REDIS_URL: "" }, "/x");
   assert.ok(result.ok);
