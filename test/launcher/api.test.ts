@@ -14,6 +14,7 @@ import { idempotencyKey } from "../../lib/rebuilds/version";
 import { DEFAULT_RETENTION } from "../../lib/runs/records";
 import { importRunInto } from "../../lib/runs/writer";
 import { createTestBed, startWebServer, type TestBed } from "../support/stack";
+import { until } from "../support/until";
 
 const OPERATOR_TOKEN = "api-test-operator-token-0123456789";
 let bed: TestBed;
@@ -708,6 +709,15 @@ test("a published build found changed shows on its rebuild and in the health pro
     );
     const workers = (await call("GET", "/api/workers")).body.workers as { id: string; containment: string }[];
     assert.equal(workers.find((w) => w.id === weak.id)?.containment, "process-group");
+    // An anonymous probe gets how many, not what (checks at most 5 s old: poll past that).
+    const anonymousProblems = async () =>
+      ((await (await fetch(`${base}/api/health`)).json()) as { problems: string[] }).problems;
+    await until("an anonymous probe counts them", async () =>
+      /^\d+ problem\(s\); log in to see them$/.test((await anonymousProblems())[0] ?? ""),
+    );
+    const counted = await anonymousProblems();
+    assert.equal(counted.length, 1, counted.join("\n"));
+    assert.ok(Number(/^(\d+)/.exec(counted[0]!)![1]) >= 2, counted[0]);
   } finally {
     await bed.main.del(bed.keys.changedBuilds);
     await retire(bed.main, bed.keys, weak.id);

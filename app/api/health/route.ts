@@ -10,7 +10,8 @@ export const dynamic = "force-dynamic";
 /**
  * Public (load balancers probe it): 200 when both Redis servers answer, 503 otherwise (with the
  * error shape beside the report); always within ~2 s. Anonymous callers get the verdict without
- * details (no hosts, paths or keys); a logged-in viewer gets the reasons the banner shows.
+ * details (no hosts, paths or keys; how many problems, from checks at most 5 s old); a logged-in
+ * viewer gets the reasons the banner shows.
  */
 export async function GET(request: Request): Promise<Response> {
   let identified: boolean;
@@ -20,7 +21,7 @@ export async function GET(request: Request): Promise<Response> {
   } catch {
     identified = false;
   }
-  const reply = healthReply(await currentHealth({ operational: identified }), identified);
+  const reply = healthReply(await currentHealth({ anonymous: !identified }), identified);
   return json(reply.body, reply.status);
 }
 
