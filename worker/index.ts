@@ -22,6 +22,7 @@ import { closeAbandonedRuns, type SweepCursor } from "../lib/runs/abandoned";
 import { startTimelineBackfill } from "../lib/runs/timeline-backfill";
 import { trimAllRuns } from "../lib/runs/trim";
 import { pruneAbandonedWorkDirs } from "../lib/rebuilds/output";
+import { removeLiveWorkDirs } from "../lib/rebuilds/work-dirs";
 import { pruneOldBuilds } from "../lib/rebuilds/prune";
 import { syncSchedules } from "../lib/rebuilds/schedules";
 import { closeRedis, createRedis } from "../lib/redis/client";
@@ -242,11 +243,22 @@ async function shutdown(signal: NodeJS.Signals): Promise<void> {
   // commands and never answers, and the stop must end anyway. What it could not say is said by
   // time instead: the heartbeat expires, BullMQ's stalled check hands the jobs back, the claims
   // run out on their TTL.
-  const answered = await Promise.all([
+  // Beside them, the work dirs of attempts that have not ended (held on a Redis that does not
+  // answer): their steps are stopped, and no attempt of this process will remove them now.
+  const leftDirs = removeLiveWorkDirs();
+  const [dirsRemoved, ...answered] = await Promise.all([
+    settledWithin(leftDirs, 2_000),
     settledWithin(queue.close(), 2_000),
     settledWithin(retire(main, keys, identity.id), 2_000),
     !announcedUp || settledWithin(publishEvent(main, keys, { type: "worker.down", id: identity.id }), 2_000),
   ]);
+  if (!dirsRemoved) {
+    log(
+      "shutdown: the work dirs of unfinished attempts were not removed within 2 s (a hung disk?); ending with SIGKILL",
+    );
+  } else if ((await leftDirs) > 0) {
+    log(`shutdown: removed the work dirs of ${await leftDirs} unfinished attempt(s)`);
+  }
   if (!answered.every(Boolean))
     log(
       "shutdown: Redis did not answer the stop; the heartbeat expires on its own, jobs not handed back are redelivered by the stalled check and claims end on their TTL",
@@ -257,12 +269,14 @@ async function shutdown(signal: NodeJS.Signals): Promise<void> {
   // process.exit would wait for the thread pool, where those reads may be blocked for good: the
   // exit ends with SIGKILL then (lib/rebuilds/version.ts).
   if (stuck > 0) log(`shutdown: ${stuck} input read(s) stuck in a system call (a hung mount?); ending with SIGKILL`);
-  if (upkeepStuck) {
-    log(
-      "shutdown: ending with SIGKILL (the upkeep may be stuck in a system call, or waiting on a Redis that does not answer)",
-    );
-    // From an exit listener, the last one added: the earlier ones (the step cgroups' parent is
-    // removed by one) still run; only the wait for the thread pool is cut short.
+  if (upkeepStuck || !dirsRemoved) {
+    if (upkeepStuck)
+      log(
+        "shutdown: ending with SIGKILL (the upkeep may be stuck in a system call, or waiting on a Redis that does not answer)",
+      );
+    // A removal still in the thread pool would hold process.exit as well. From an exit listener,
+    // the last one added: the earlier ones (the step cgroups' parent is removed by one) still
+    // run; only the wait for the thread pool is cut short.
     process.once("exit", () => process.kill(process.pid, "SIGKILL"));
   }
   process.exit(0);

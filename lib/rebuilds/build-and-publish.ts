@@ -15,6 +15,7 @@ import type { StepRecord } from "../runs/types";
 import { holdAfterLastRefreshMs, outputDirOf, type RebuildDefinition } from "./definitions";
 import { markHolding, otherHolders, ReissuedFenceError, type HoldingMark } from "./holding-marks";
 import { hashDirectory, makeDirectory, promoteBuild, workDirOf } from "./output";
+import { trackWorkDir } from "./work-dirs";
 import { FenceNotRecordedError, markFenceGranted, pointCurrentAtRecord, recordPublishedFence } from "./published-fence";
 import { isTransient } from "./classify-failure";
 import { TransientStepError, type StepContext } from "./steps/context";
@@ -80,6 +81,7 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
   // first, and the second's build could hold the first's late writes.
   const workDir = workDirOf(outputDir, `${context.runId}-f${held.fence}-${held.token.slice(-6)}`);
   recorder.update({ fence: held.fence });
+  const untrack = trackWorkDir(workDir);
   const [rebuiltBy, created] = await Promise.allSettled([
     context.alreadyRebuiltBy?.() ?? null,
     freshDirectory(workDir),
@@ -87,9 +89,13 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
   // A version rebuilt meanwhile is skipped whatever became of the work dir (a failing disk).
   if (rebuiltBy.status === "fulfilled" && rebuiltBy.value) {
     await fs.rm(workDir, { recursive: true, force: true }).catch(() => {});
+    untrack();
     return { status: "already-rebuilt", rebuiltBy: rebuiltBy.value };
   }
-  if (created.status === "rejected") throw created.reason;
+  if (created.status === "rejected") {
+    untrack();
+    throw created.reason;
+  }
   // Longest this holder may run on once it stops knowing it holds the claim (holding-marks.ts).
   const holdMs = holdAfterLastRefreshMs(definition);
   let mark: HoldingMark | undefined;
@@ -246,6 +252,7 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
     // The steps have stopped (they are awaited): this holder runs nothing more under the claim.
     stopTouching();
     await mark?.remove();
+    untrack();
   }
 }
 

@@ -284,6 +284,13 @@ test("SIGTERM mid-run with Redis frozen (SIGSTOP) throughout: the worker still e
   assert.notEqual(code, "hung", `the worker exits with Redis frozen:\n${worker.output()}`);
   assert.match(worker.output(), /SIGTERM: stopping; handing back/);
   assert.match(worker.output(), /shutdown: Redis did not answer the stop/, "the log says what the stop could not do");
+  // Nothing of the stopped attempt is left in the output's work area (its steps were stopped; a
+  // dir whose attempt could not end is removed by the stop itself).
+  const workArea = path.join(bed.definitions.rebuilds.get("slow")!.outputPath, ".work");
+  const left = fs.existsSync(workArea)
+    ? fs.readdirSync(workArea).filter((name) => name.startsWith(`${first.id}-`))
+    : [];
+  assert.deepEqual(left, [], "no work dir of the stopped attempt left");
   // The job is not lost: once Redis answers again, the stalled check hands it to the next worker.
   const next = await bed.startWorker();
   try {
