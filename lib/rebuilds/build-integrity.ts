@@ -178,8 +178,11 @@ export async function changedBuildProblems(client: Pick<Redis, "hgetall">, keys:
   return (await listChangedBuilds(client, keys)).map((build) => {
     const output = `${build.rebuild}${build.tenant ? `/${build.tenant}` : ""}`;
     const found = `found ${new Date(build.foundAt).toISOString()} by ${build.foundBy}`;
-    return build.kind === "unsynced"
-      ? `The disk lost a write under ${output}: build ${build.expected} could not be read or synced (EIO), so a rebuild moved it aside to ${build.path} and replaced it (${found}); check the disk (dmesg, SMART), then delete it (it is read-only): chmod -R u+w ${build.path} && rm -rf ${build.path}`
-      : `Published build of ${output} changed on disk: ${build.path} no longer matches its hash (${found}); run npx claimwatch verify ${build.rebuild}${build.tenant ? ` ${build.tenant}` : ""}`;
+    const remove = `chmod -R u+w ${build.path} && rm -rf ${build.path}`;
+    if (build.kind === "unsynced")
+      return `The disk lost a write under ${output}: build ${build.expected} could not be read or synced (EIO), so a rebuild moved it aside to ${build.path} and replaced it (${found}); check the disk (dmesg, SMART), then delete it (it is read-only): ${remove}`;
+    if (build.kind === "changed")
+      return `A published build of ${output} had changed on disk: a rebuild moved it aside to ${build.path} and published whole bytes of build ${build.expected} (${found}); find what wrote into it, then delete it (it is read-only): ${remove}`;
+    return `Published build of ${output} changed on disk: ${build.path} no longer matches its hash (${found}); run npx claimwatch verify ${build.rebuild}${build.tenant ? ` ${build.tenant}` : ""}, and rebuild its version with force to replace it`;
   });
 }

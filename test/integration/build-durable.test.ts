@@ -16,10 +16,13 @@ import os from "node:os";
 import path from "node:path";
 import { after, before, test, type TestContext } from "node:test";
 import { fileURLToPath } from "node:url";
-import { changedBuildProblems, checkPublishedBuilds } from "../../lib/rebuilds/build-integrity";
+import { changedBuildProblems, checkPublishedBuilds, recordChangedBuild } from "../../lib/rebuilds/build-integrity";
 import { BUILD_HASH, readCurrent } from "../../lib/rebuilds/output";
 import { readPublishedFence } from "../../lib/rebuilds/published-fence";
+import { closeRedis, createRedis } from "../../lib/redis/client";
+import { redisKeys } from "../../lib/redis/keys";
 import { createTestBed } from "../support/stack";
+import { startTestRedis, stopTestRedis, uniquePrefix } from "../support/redis";
 import { injectInto } from "../support/strace";
 
 const HOST = fileURLToPath(new URL("../support/promote-host.ts", import.meta.url));
@@ -465,4 +468,33 @@ test("a build moved aside whose promote then failed (builds/ could not be synced
   fs.rmSync(path.join(buildsDir, aside[0]!), { force: true });
   await checkPublishedBuilds(bed.main, bed.keys, bed.definitions, "test");
   assert.deepEqual(await changedBuildProblems(bed.main, bed.keys), [], "cleared once removed");
+});
+
+test("each changed build's problem says what to do: a moved-aside copy is deleted (verify no longer finds it), a build changed in place is verified and rebuilt", async (t) => {
+  const server = await startTestRedis();
+  const main = createRedis(`redis://127.0.0.1:${server.port}`, "worker");
+  const keys = redisKeys(uniquePrefix("changed-text"));
+  t.after(async () => {
+    await closeRedis(main);
+    await stopTestRedis(server);
+  });
+  const base = { rebuild: "tiles", tenant: null, expected: "a".repeat(32), foundAt: Date.now(), foundBy: "test" };
+  const movedAside = `/srv/out/tiles/builds/.changed-${"a".repeat(32)}-1-ab`;
+  const inPlace = `/srv/out/tiles/builds/${"b".repeat(32)}`;
+  await recordChangedBuild(main, keys, { ...base, kind: "changed", path: movedAside, actual: "(moved aside)" });
+  await recordChangedBuild(main, keys, { ...base, path: inPlace, actual: "c".repeat(32) });
+  try {
+    const problems = await changedBuildProblems(main, keys);
+    const aside = problems.find((p) => p.includes(movedAside))!;
+    assert.match(aside, /a rebuild moved it aside/);
+    assert.ok(aside.includes(`chmod -R u+w ${movedAside} && rm -rf ${movedAside}`), aside);
+    assert.doesNotMatch(aside, /verify/);
+    const changed = problems.find((p) => p.includes(inPlace))!;
+    assert.match(
+      changed,
+      /no longer matches its hash .*run npx claimwatch verify tiles, and rebuild its version with force/,
+    );
+  } finally {
+    await main.hdel(keys.changedBuilds, movedAside, inPlace);
+  }
 });
