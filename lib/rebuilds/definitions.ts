@@ -22,8 +22,14 @@ const DURATION_MESSAGE = "must be a duration like 500ms, 90s, 10m, 2h, 1d or 1h3
 const duration = z
   .string()
   .regex(/^(?:\d+(?:ms|s|m|h|d))+$/, DURATION_MESSAGE)
-  .refine((text) => parseDuration(text) !== undefined, { message: DURATION_MESSAGE })
-  .transform((text) => parseDuration(text)!);
+  .transform((text, ctx) => {
+    const ms = parseDuration(text);
+    if (ms !== undefined) return ms;
+    // Written as a duration, but zero or past what a number holds exactly.
+    const message = /[1-9]/.test(text) ? "is too long (at most 9007199254740991ms)" : "must be longer than 0 (e.g. 1s)";
+    ctx.addIssue({ code: "custom", message });
+    return z.NEVER;
+  });
 
 /** Durations that drive a timer: Node timers overflow above 2^31-1 ms (~24.8 days) and fire at once. */
 const timerDuration = duration.refine((ms) => ms <= MAX_TIMER_MS, { message: "must be at most 24d (a timer limit)" });

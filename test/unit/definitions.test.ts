@@ -49,6 +49,12 @@ test("each rejection names the path and the problem", () => {
     ],
     [{ p: { ...base, extra: true } }, /rebuilds\.p: unknown key 'extra'/],
     [{ p: { ...base, claim: { ttl: "soon" } } }, /rebuilds\.p\.claim\.ttl: must be a duration/],
+    [{ p: { ...base, claim: { ttl: "0s" } } }, /rebuilds\.p\.claim\.ttl: must be longer than 0 \(e\.g\. 1s\)$/],
+    [{ p: { ...base, idempotency: { ttl: "0m0s" } } }, /rebuilds\.p\.idempotency\.ttl: must be longer than 0/],
+    [
+      { p: { ...base, idempotency: { ttl: "99999999999999999d" } } },
+      /rebuilds\.p\.idempotency\.ttl: is too long \(at most 9007199254740991ms\)$/,
+    ],
     [{ p: { ...base, timeLimit: "30d" } }, /rebuilds\.p\.timeLimit: must be at most 24d \(a timer limit\)/],
     [{ p: base, q: base }, /rebuilds\.q\.output: is also the output of rebuild 'p'/],
     [{ p: base, q: { ...base, output: "out/inner" } }, /rebuilds\.q\.output: is nested with the output of rebuild 'p'/],
