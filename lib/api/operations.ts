@@ -15,7 +15,7 @@ import { RUN_ID_PATTERN } from "../runs/types";
 import type { WebContext } from "../web/context";
 import { RETRYABLE_STATUSES } from "../runs/transitions";
 import { badRequest, notFound, refusal, type Reply } from "./errors";
-import { checkRebuildFilter } from "./rebuild-input";
+import { checkRebuildFilter, rebuildOfUrl } from "./rebuild-input";
 import { peekJsonBody } from "./input";
 
 /** BullMQ job ids as claimwatch makes them (`run-<uuid>`, `repeat:sched.<name>:<ms>`). */
@@ -139,7 +139,7 @@ export async function changeScheduleAsOperator(
   body: z.output<typeof scheduleBody>,
   actor: string,
 ): Promise<Extract<ScheduleChangeResult, { status: "done" }>> {
-  if (!NAME.test(rebuild)) throw notFound(`no rebuild named '${rebuild.slice(0, 80)}'`);
+  rebuildOfUrl(context.definitions, rebuild);
   const { connections } = context;
   const result = await changeSchedule(
     { queue: context.queue, main: connections.main, keys: connections.keys, definitions: context.definitions },

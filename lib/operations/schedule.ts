@@ -6,7 +6,7 @@
 import type { Queue } from "bullmq";
 import type { Redis } from "ioredis";
 import { appendAudit } from "../audit/append";
-import { tenantProblem, tenantsOf, type Definitions } from "../rebuilds/definitions";
+import { tenantProblem, tenantsOf, unknownRebuildProblem, type Definitions } from "../rebuilds/definitions";
 import { pauseSchedule, resumeSchedule } from "../rebuilds/schedules";
 import type { RedisKeys } from "../redis/keys";
 import type { ScriptingClient } from "../redis/scripts";
@@ -40,9 +40,14 @@ export async function changeSchedule(
   change: ScheduleChange,
 ): Promise<ScheduleChangeResult> {
   const definition = deps.definitions.rebuilds.get(change.rebuild);
-  if (!definition) return { status: "unknown-rebuild", message: `no rebuild named '${change.rebuild}'` };
+  if (!definition)
+    return { status: "unknown-rebuild", message: unknownRebuildProblem(deps.definitions, change.rebuild) };
   if (!definition.schedule) {
-    return { status: "not-scheduled", message: `${change.rebuild} has no schedule (it runs on demand only)` };
+    const scheduled = [...deps.definitions.rebuilds.values()].filter((d) => d.schedule).map((d) => d.name);
+    return {
+      status: "not-scheduled",
+      message: `rebuild '${change.rebuild}' has no schedule (it runs on demand only); scheduled rebuilds: ${scheduled.join(", ") || "(none)"}`,
+    };
   }
   // Without a tenant, a rebuild with tenants means all of them.
   if (change.tenant !== undefined || !definition.tenants) {

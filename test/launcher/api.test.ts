@@ -432,8 +432,14 @@ test("a tenant in a body or query string that the rebuild does not have is a 400
   assertError(
     await call("POST", "/api/rebuilds/nope/schedule", { action: "pause", reason: "typo check" }),
     404,
-    /no rebuild named 'nope'/,
+    /^no rebuild named 'nope'; rebuilds: .*nightly/,
     "not-found",
+  );
+  assertError(
+    await call("POST", "/api/rebuilds/slow/schedule", { action: "pause", reason: "typo check" }),
+    400,
+    /^rebuild 'slow' has no schedule \(it runs on demand only\); scheduled rebuilds: nightly/,
+    "bad-request",
   );
   // A refused resume is audited as a resume (the action is the body's), and counted as one.
   assertError(
