@@ -244,7 +244,7 @@ function ForceReleaseDialog({ claim, onClose }: { claim: ApiClaim; onClose: (mes
     mutationFn: () =>
       apiFetch<ReleaseOutcome>(
         "/api/claims/release",
-        { method: "POST", body: JSON.stringify({ name: claim.name, token: claim.token, reason }) },
+        { method: "POST", body: JSON.stringify({ name: claim.name, token: claim.token, reason: oneLine(reason) }) },
         [409],
       ),
     onSuccess: (result) => {
@@ -348,3 +348,6 @@ function ForceReleaseDialog({ claim, onClose }: { claim: ApiClaim; onClose: (mes
     </div>
   );
 }
+
+/** The textarea's lines as one (the audit log keeps a reason on one line; the API refuses line breaks). */
+const oneLine = (text: string) => text.replace(/\s*[\r\n\t]+\s*/g, " ");

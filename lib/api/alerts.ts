@@ -5,6 +5,7 @@ import { publicOriginOf } from "../alerts/start";
 import { queueTestNotification } from "../alerts/test-notification";
 import type { WebContext } from "../web/context";
 import { ApiError, notFound } from "./errors";
+import { reasonText } from "./input";
 
 export function getAlerts(context: WebContext): Promise<AlertsView> {
   const { connections, definitions } = context;
@@ -13,7 +14,7 @@ export function getAlerts(context: WebContext): Promise<AlertsView> {
 
 export const testNotificationBody = z.strictObject({
   receiver: z.string().min(1, "must name a receiver").max(64, "must be at most 64 characters"),
-  reason: z.string().max(500, "must be at most 500 characters").default(""),
+  reason: reasonText().default(""),
 });
 
 /**

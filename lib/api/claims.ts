@@ -1,6 +1,6 @@
 /** Claims as the API and the Claims page show them. */
 import { z } from "zod";
-import { limitParam, searchParam } from "./input";
+import { limitParam, reasonText, searchParam } from "./input";
 import {
   forceReleaseClaim,
   listClaims,
@@ -116,7 +116,7 @@ export async function getClaims(
 export const releaseBody = z.strictObject({
   name: z.string().min(1, "must not be empty").max(1_100),
   token: z.string().min(1, "must not be empty").max(300),
-  reason: z.string().trim().min(3, "must say why (at least 3 characters)").max(500),
+  reason: reasonText(3),
 });
 
 export type ReleaseOutcome =

@@ -99,6 +99,25 @@ export const limitParam = (max: number, fallback: number) =>
     .refine((n) => n >= 1 && n <= max, `must be a whole number from 1 to ${max}`)
     .default(fallback);
 
+/** Longest reason (force release, cancel, retry, schedule change, trigger, test notification). */
+export const MAX_REASON_LENGTH = 500;
+
+/**
+ * An operator's reason, for the audit log and whoever reads it there (the dashboard, `claimwatch
+ * audit`, a notification): trimmed, at most 500 characters, on one line without control
+ * characters (a line break could pass for another entry in a text listing). `minimum`: the
+ * characters a required reason needs.
+ */
+export const reasonText = (minimum = 0) => {
+  const text = z.string().trim();
+  return (
+    (minimum > 0 ? text.min(minimum, `must say why (at least ${minimum} characters)`) : text)
+      .max(MAX_REASON_LENGTH, `must be at most ${MAX_REASON_LENGTH} characters`)
+      // eslint-disable-next-line no-control-regex
+      .regex(/^[^\x00-\x1f\x7f]*$/, "must be one line without control characters")
+  );
+};
+
 /** Longest search text (`q`) a list accepts. */
 export const MAX_SEARCH_LENGTH = 100;
 

@@ -16,12 +16,12 @@ import type { WebContext } from "../web/context";
 import { RETRYABLE_STATUSES } from "../runs/transitions";
 import { badRequest, notFound, refusal, type Reply } from "./errors";
 import { checkRebuildFilter, rebuildOfUrl } from "./rebuild-input";
-import { peekJsonBody } from "./input";
+import { peekJsonBody, reasonText } from "./input";
 
 /** BullMQ job ids as claimwatch makes them (`run-<uuid>`, `repeat:sched.<name>:<ms>`). */
 export const JOB_ID_PATTERN = /^[A-Za-z0-9_.:-]{1,200}$/;
 
-const reason = z.string().trim().min(3, "must say why (at least 3 characters)").max(500);
+const reason = reasonText(3);
 
 export const cancelBody = z.strictObject({ reason });
 

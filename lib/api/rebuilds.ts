@@ -12,7 +12,7 @@ import { hashInputs, idempotencyKey, InputHashCache, VERSION_PATTERN } from "../
 import { decideRun } from "../rebuilds/decide";
 import { listRunSummariesMany } from "../runs/list";
 import { searchRebuildRows, type RebuildRow } from "../rebuilds/search";
-import { limitParam, searchParam } from "./input";
+import { limitParam, reasonText, searchParam } from "./input";
 import { readRunFinishedAt } from "../runs/records";
 import type { RunRecord } from "../runs/types";
 import type { WebContext } from "../web/context";
@@ -209,7 +209,7 @@ export const triggerBody = z.strictObject({
   tenant: z.string().regex(NAME, "must be a tenant name").optional(),
   version: z.string().regex(VERSION_PATTERN, "must be 1-128 letters, digits or . _ : + -").optional(),
   force: z.boolean().optional(),
-  reason: z.string().trim().max(500).optional(),
+  reason: reasonText().optional(),
   /** One id per "Rebuild now" preview: the same id submitted twice queues one job. */
   requestId: z.string().regex(REQUEST_ID_PATTERN, "must be 8-64 letters, digits, _ or -").optional(),
 });

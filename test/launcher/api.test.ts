@@ -117,6 +117,21 @@ test("POST /api/claims/release: malformed, oversized, mistyped and unknown-field
     /unknown field 'admin'/,
   );
   assertError(await call("POST", "/api/claims/release", { name: "output:/x", token: "t" }), 400, /^reason: /);
+  // A reason is one line for the audit log: a line break or another control character is refused,
+  // by every route that takes one; so is one over 500 characters.
+  for (const [route, body] of [
+    ["/api/claims/release", { name: "output:/x", token: "t" }],
+    ["/api/rebuilds/slow/runs", {}],
+    ["/api/jobs/run-x/cancel", {}],
+  ] as const) {
+    for (const [reason, problem] of [
+      ["fine\nforged entry", /^reason: must be one line without control characters/],
+      ["bell \u0007", /^reason: must be one line without control characters/],
+      ["x".repeat(501), /^reason: must be at most 500 characters/],
+    ] as const) {
+      assertError(await call("POST", route, { ...body, reason }), 400, problem);
+    }
+  }
   assertError(
     await call("POST", "/api/claims/release", { name: "output:/../etc", token: "t", reason: "because" }),
     400,
