@@ -116,7 +116,10 @@ if (!config.redisUrl) {
 // Access: configured tokens, or an operator token generated once into the data dir.
 let loginHint: string;
 if (config.operatorTokens.length + config.viewerTokens.length > 0) {
-  loginHint = "log in with a token from CLAIMWATCH_OPERATOR_TOKEN / CLAIMWATCH_VIEWER_TOKEN";
+  loginHint =
+    config.operatorTokens.length === 0
+      ? "log in with a token from CLAIMWATCH_VIEWER_TOKEN (no CLAIMWATCH_OPERATOR_TOKEN is set: nobody can force release, trigger, cancel, retry or pause)"
+      : "log in with a token from CLAIMWATCH_OPERATOR_TOKEN / CLAIMWATCH_VIEWER_TOKEN";
 } else {
   const { token, created } = ensureGeneratedOperatorToken(config.dataDir);
   loginHint = created
