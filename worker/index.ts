@@ -22,7 +22,7 @@ import { closeAbandonedRuns, type SweepCursor } from "../lib/runs/abandoned";
 import { startTimelineBackfill } from "../lib/runs/timeline-backfill";
 import { trimAllRuns } from "../lib/runs/trim";
 import { pruneAbandonedWorkDirs } from "../lib/rebuilds/output";
-import { removeLiveWorkDirs } from "../lib/rebuilds/work-dirs";
+import { removeTakenWorkDirs, takeLiveWorkDirs } from "../lib/rebuilds/work-dirs";
 import { pruneOldBuilds } from "../lib/rebuilds/prune";
 import { syncSchedules } from "../lib/rebuilds/schedules";
 import { closeRedis, createRedis } from "../lib/redis/client";
@@ -244,37 +244,43 @@ async function shutdown(signal: NodeJS.Signals): Promise<void> {
   // time instead: the heartbeat expires, BullMQ's stalled check hands the jobs back, the claims
   // run out on their TTL.
   // Beside them, the work dirs of attempts that have not ended (held on a Redis that does not
-  // answer): their steps are stopped, and no attempt of this process will remove them now.
-  const leftDirs = removeLiveWorkDirs();
-  const [dirsRemoved, ...answered] = await Promise.all([
-    settledWithin(leftDirs, 2_000),
+  // answer, or sealing a big build): taken from their attempts by a rename (lib/rebuilds/work-dirs.ts).
+  const taking = takeLiveWorkDirs();
+  const [dirsTaken, ...answered] = await Promise.all([
+    settledWithin(taking, 2_000),
     settledWithin(queue.close(), 2_000),
     settledWithin(retire(main, keys, identity.id), 2_000),
     !announcedUp || settledWithin(publishEvent(main, keys, { type: "worker.down", id: identity.id }), 2_000),
   ]);
-  if (!dirsRemoved) {
+  let removingDirs: Promise<void> = Promise.resolve();
+  if (!dirsTaken) {
     log(
-      "shutdown: the work dirs of unfinished attempts were not removed within 2 s (a hung disk?); ending with SIGKILL",
+      "shutdown: the work dirs of unfinished attempts could not be moved aside within 2 s (a hung disk?); ending with SIGKILL",
     );
-  } else if ((await leftDirs) > 0) {
-    log(`shutdown: removed the work dirs of ${await leftDirs} unfinished attempt(s)`);
+  } else {
+    const taken = await taking;
+    if (taken.length > 0) {
+      log(`shutdown: removing the work dirs of ${taken.length} unfinished attempt(s)`);
+      removingDirs = removeTakenWorkDirs(taken);
+    }
   }
   if (!answered.every(Boolean))
     log(
       "shutdown: Redis did not answer the stop; the heartbeat expires on its own, jobs not handed back are redelivered by the stalled check and claims end on their TTL",
     );
   // Within STOP_AFTER_JOBS_MS of the jobs' wait, with the 2 s above (lib/rebuilds/definitions.ts).
-  await Promise.all([closeRedis(main, 1_000), closeRedis(claims, 1_000)]);
+  // The taken work dirs' delete gets the same second; one cut short is left to the prune.
+  await Promise.all([closeRedis(main, 1_000), closeRedis(claims, 1_000), settledWithin(removingDirs, 1_000)]);
   const stuck = abandonedInputReads();
   // process.exit would wait for the thread pool, where those reads may be blocked for good: the
   // exit ends with SIGKILL then (lib/rebuilds/version.ts).
   if (stuck > 0) log(`shutdown: ${stuck} input read(s) stuck in a system call (a hung mount?); ending with SIGKILL`);
-  if (upkeepStuck || !dirsRemoved) {
+  if (upkeepStuck || !dirsTaken) {
     if (upkeepStuck)
       log(
         "shutdown: ending with SIGKILL (the upkeep may be stuck in a system call, or waiting on a Redis that does not answer)",
       );
-    // A removal still in the thread pool would hold process.exit as well. From an exit listener,
+    // A rename still in the thread pool would hold process.exit as well. From an exit listener,
     // the last one added: the earlier ones (the step cgroups' parent is removed by one) still
     // run; only the wait for the thread pool is cut short.
     process.once("exit", () => process.kill(process.pid, "SIGKILL"));

@@ -45,13 +45,20 @@ export async function checkListen(host: string, port: number): Promise<ListenChe
         configError: true,
       };
     case "ENOTFOUND":
-    case "EAI_AGAIN":
     case "EAI_NONAME":
       return {
         ok: false,
         variable: "HOST",
         problem: `${host} does not resolve to an address (${error.code}): use an address of this machine, 127.0.0.1 or 0.0.0.0`,
         configError: true,
+      };
+    case "EAI_AGAIN":
+      // DNS not answering yet (early in a boot): worth a supervisor's retry, not a config error.
+      return {
+        ok: false,
+        variable: "HOST",
+        problem: `${host} could not be resolved now (EAI_AGAIN: DNS did not answer); try again, or use an IP address`,
+        configError: false,
       };
     default:
       return {

@@ -5,14 +5,14 @@ import { missedTickProblems, staleClaimProblems, liveWorkerProblems } from "../h
 import { changedBuildProblems } from "../rebuilds/build-integrity";
 import { getWebContext, type WebContext } from "./context";
 
-/** How long an anonymous probe's operational checks are reused (load balancers probe often). */
+/** How often an anonymous probe starts the operational checks anew (load balancers probe often). */
 export const ANONYMOUS_CHECKS_REUSED_MS = 5_000;
 
 /**
  * The web server's health report, never throws. Logged-in callers get the operational checks
- * (stale claims, missed ticks, changed builds, workers) made now; anonymous probes get them as
- * made for a probe at most ANONYMOUS_CHECKS_REUSED_MS ago (they see only their count; this keeps
- * a probe cheap however often it comes).
+ * (stale claims, missed ticks, changed builds, workers) made now; anonymous probes get the last
+ * ones that finished, started anew at most every ANONYMOUS_CHECKS_REUSED_MS in the background
+ * (they see only their count): a probe costs no more than the Redis checks, and answers as fast.
  */
 export async function currentHealth(options: { anonymous?: boolean } = {}): Promise<HealthReport> {
   let context;
@@ -24,17 +24,24 @@ export async function currentHealth(options: { anonymous?: boolean } = {}): Prom
   return healthReportOf(context, options.anonymous ? { operational: reusedOperational } : {});
 }
 
-type Operational = { problems: string[]; alertsFiring: number | undefined };
+/** `complete`: every check answered within the deadline (else `problems` lacks what did not). */
+type Operational = { problems: string[]; alertsFiring: number | undefined; complete: boolean };
 type OperationalContext = Pick<WebContext, "connections" | "definitions">;
-let lastOperational: { at: number; checks: Promise<Operational> } | undefined;
+/** The last complete checks made for anonymous probes, and the run under way or last started. */
+let lastComplete: Operational | undefined;
+let lastStarted: { at: number; checks: Promise<Operational> } | undefined;
 
-/** The last probe's operational checks while they are recent (or still under way), else new ones. */
+/** The last complete checks (only the first probe waits, for its own); started anew when due. */
 function reusedOperational(context: OperationalContext): Promise<Operational> {
   const now = performance.now();
-  if (!lastOperational || now - lastOperational.at >= ANONYMOUS_CHECKS_REUSED_MS) {
-    lastOperational = { at: now, checks: operationalChecks(context) };
+  if (!lastStarted || now - lastStarted.at >= ANONYMOUS_CHECKS_REUSED_MS) {
+    const checks = operationalChecks(context).then((result) => {
+      if (result.complete) lastComplete = result;
+      return result;
+    });
+    lastStarted = { at: now, checks };
   }
-  return lastOperational.checks;
+  return lastComplete ? Promise.resolve(lastComplete) : lastStarted.checks;
 }
 
 /** The same report for a given context (the CLI's `status`); never throws. */
@@ -54,6 +61,8 @@ export async function healthReportOf(
 
 /** Stale claims, missed ticks, changed builds, held-up workers and firing alerts; each bounded by HEALTH_DEADLINE_MS. */
 async function operationalChecks({ connections, definitions }: OperationalContext): Promise<Operational> {
+  const late = <T>() =>
+    new Promise<null>((resolve) => setTimeout(resolve, HEALTH_DEADLINE_MS, null)) as Promise<T | null>;
   const [problems, alertsFiring] = await Promise.all([
     Promise.race([
       Promise.all([
@@ -62,12 +71,13 @@ async function operationalChecks({ connections, definitions }: OperationalContex
         changedBuildProblems(connections.main, connections.keys),
         liveWorkerProblems(connections.main, connections.keys),
       ]).then((lists) => lists.flat()),
-      new Promise<string[]>((resolve) => setTimeout(resolve, HEALTH_DEADLINE_MS, [])),
-    ]).catch(() => []),
-    Promise.race([
-      connections.main.hlen(connections.keys.alertsFiring),
-      new Promise<undefined>((resolve) => setTimeout(resolve, HEALTH_DEADLINE_MS, undefined)),
-    ]).catch(() => undefined),
+      late<string[]>(),
+    ]).catch(() => null),
+    Promise.race([connections.main.hlen(connections.keys.alertsFiring), late<number>()]).catch(() => null),
   ]);
-  return { problems, alertsFiring };
+  return {
+    problems: problems ?? [],
+    alertsFiring: alertsFiring ?? undefined,
+    complete: problems !== null && alertsFiring !== null,
+  };
 }
