@@ -159,6 +159,17 @@ const keyPrefix = z
     "must be 1-32 characters of letters, digits, '_' or '-' (it becomes a Redis hash tag)",
   );
 
+/** A whole number from `min` to `max` (of `unit`), written in decimal digits. */
+const wholeNumber = (min: number, max: number, unit?: string) => {
+  const message = `must be a whole number${unit ? ` of ${unit}` : ""} from ${min} to ${max}`;
+  return z
+    .string()
+    .trim()
+    .regex(/^\d+$/, message)
+    .transform(Number)
+    .refine((n) => n >= min && n <= max, message);
+};
+
 /** Environment variables, exactly as an operator writes them. */
 const envSchema = z.object({
   REDIS_URL: redisUrl.optional(),
@@ -168,34 +179,10 @@ const envSchema = z.object({
   CLAIMWATCH_CONFIG: z.string().trim().min(1, "must not be empty").default("./claimwatch.yaml"),
   CLAIMWATCH_DATA_DIR: z.string().trim().min(1, "must not be empty").default("./.data"),
   CLAIMWATCH_KEY_PREFIX: keyPrefix.default("claimwatch"),
-  CLAIMWATCH_WORKER_CONCURRENCY: z
-    .string()
-    .trim()
-    .regex(/^\d+$/, "must be a whole number from 1 to 256")
-    .transform(Number)
-    .refine((n) => n >= 1 && n <= 256, "must be a whole number from 1 to 256")
-    .default(4),
-  CLAIMWATCH_TRIGGER_REPLICAS: z
-    .string()
-    .trim()
-    .regex(/^\d+$/, "must be a whole number of replicas from 0 to 15")
-    .transform(Number)
-    .refine((n) => n <= 15, "must be a whole number of replicas from 0 to 15")
-    .default(0),
-  CLAIMWATCH_INPUTS_VISIBLE_AFTER_MS: z
-    .string()
-    .trim()
-    .regex(/^\d+$/, "must be a whole number of milliseconds from 0 to 600000")
-    .transform(Number)
-    .refine((n) => n <= 600_000, "must be a whole number of milliseconds from 0 to 600000")
-    .optional(),
-  CLAIMWATCH_UPKEEP_SLOW_MS: z
-    .string()
-    .trim()
-    .regex(/^\d+$/, "must be a whole number of milliseconds from 1000 to 3600000")
-    .transform(Number)
-    .refine((n) => n >= 1_000 && n <= 3_600_000, "must be a whole number of milliseconds from 1000 to 3600000")
-    .default(30_000),
+  CLAIMWATCH_WORKER_CONCURRENCY: wholeNumber(1, 256).default(4),
+  CLAIMWATCH_TRIGGER_REPLICAS: wholeNumber(0, 15, "replicas").default(0),
+  CLAIMWATCH_INPUTS_VISIBLE_AFTER_MS: wholeNumber(0, 600_000, "milliseconds").optional(),
+  CLAIMWATCH_UPKEEP_SLOW_MS: wholeNumber(1_000, 3_600_000, "milliseconds").default(30_000),
   CLAIMWATCH_OPERATOR_TOKEN: tokenList("operator").optional(),
   CLAIMWATCH_VIEWER_TOKEN: tokenList("viewer").optional(),
   CLAIMWATCH_PUBLIC_URL: publicUrl.optional(),

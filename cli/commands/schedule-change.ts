@@ -9,7 +9,7 @@ import { describeZodError } from "../../lib/api/errors";
 import { auditRefused } from "../../lib/api/handler";
 import { changeScheduleAsOperator, scheduleBody } from "../../lib/api/operations";
 import { rebuildLabel, table } from "../../lib/cli/format";
-import { tenantProblem, unknownRebuildProblem } from "../../lib/rebuilds/definitions";
+import { noScheduleProblem, tenantProblem, unknownRebuildProblem } from "../../lib/rebuilds/definitions";
 import { EXIT, usageError } from "../outcome";
 import { auditingRefusals, connect, loadSetup, operatorActor } from "../session";
 import type { CommandSpec } from "./spec";
@@ -47,12 +47,7 @@ export function scheduleCommand(action: "pause" | "resume"): CommandSpec {
         };
         const definition = setup.definitions.rebuilds.get(rebuild!);
         if (!definition) return await refuse(unknownRebuildProblem(setup.definitions, rebuild!));
-        if (!definition.schedule) {
-          const scheduled = [...setup.definitions.rebuilds.values()].filter((d) => d.schedule).map((d) => d.name);
-          return await refuse(
-            `rebuild '${rebuild}' has no schedule (it runs on demand only); scheduled rebuilds: ${scheduled.join(", ") || "(none)"}`,
-          );
-        }
+        if (!definition.schedule) return await refuse(noScheduleProblem(setup.definitions, rebuild!));
         // Without a tenant, a rebuild with tenants means all of them (as the API has it).
         if (tenant !== undefined || !definition.tenants) {
           const problem = tenantProblem(definition, tenant);

@@ -6,7 +6,13 @@
 import type { Queue } from "bullmq";
 import type { Redis } from "ioredis";
 import { appendAudit } from "../audit/append";
-import { tenantProblem, tenantsOf, unknownRebuildProblem, type Definitions } from "../rebuilds/definitions";
+import {
+  noScheduleProblem,
+  tenantProblem,
+  tenantsOf,
+  unknownRebuildProblem,
+  type Definitions,
+} from "../rebuilds/definitions";
 import { pauseSchedule, resumeSchedule } from "../rebuilds/schedules";
 import type { RedisKeys } from "../redis/keys";
 import type { ScriptingClient } from "../redis/scripts";
@@ -43,11 +49,7 @@ export async function changeSchedule(
   if (!definition)
     return { status: "unknown-rebuild", message: unknownRebuildProblem(deps.definitions, change.rebuild) };
   if (!definition.schedule) {
-    const scheduled = [...deps.definitions.rebuilds.values()].filter((d) => d.schedule).map((d) => d.name);
-    return {
-      status: "not-scheduled",
-      message: `rebuild '${change.rebuild}' has no schedule (it runs on demand only); scheduled rebuilds: ${scheduled.join(", ") || "(none)"}`,
-    };
+    return { status: "not-scheduled", message: noScheduleProblem(deps.definitions, change.rebuild) };
   }
   // Without a tenant, a rebuild with tenants means all of them.
   if (change.tenant !== undefined || !definition.tenants) {

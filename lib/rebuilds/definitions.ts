@@ -819,6 +819,12 @@ export function unknownRebuildProblem(definitions: Pick<Definitions, "rebuilds">
   return `no rebuild named '${oneLine(name).slice(0, 80)}'; rebuilds: ${known.join(", ") || "(none)"}`;
 }
 
+/** Why a rebuild without a schedule cannot be paused or resumed, naming the ones that have one. */
+export function noScheduleProblem(definitions: Pick<Definitions, "rebuilds">, name: string): string {
+  const scheduled = [...definitions.rebuilds.values()].filter((d) => d.schedule).map((d) => d.name);
+  return `rebuild '${name}' has no schedule (it runs on demand only); scheduled rebuilds: ${scheduled.join(", ") || "(none)"}`;
+}
+
 /** The claim-relevant tenants of a rebuild: its tenants, or one unnamed "tenant". */
 export function tenantsOf(rebuild: RebuildDefinition): (string | undefined)[] {
   return rebuild.tenants ?? [undefined];
