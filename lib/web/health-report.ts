@@ -7,6 +7,12 @@ import { getWebContext, type WebContext } from "./context";
 
 /** How often an anonymous probe starts the operational checks anew (load balancers probe often). */
 export const ANONYMOUS_CHECKS_REUSED_MS = 5_000;
+/**
+ * The oldest complete checks an anonymous probe is answered with: past it (the checks have kept
+ * timing out, e.g. a slow Redis) a probe waits for the run under way, whose report says what did
+ * not answer, instead of a count from minutes ago.
+ */
+export const ANONYMOUS_CHECKS_MAX_AGE_MS = 60_000;
 
 /**
  * The web server's health report, never throws. Logged-in callers get the operational checks
@@ -24,25 +30,38 @@ export async function currentHealth(options: { anonymous?: boolean } = {}): Prom
   return healthReportOf(context, options.anonymous ? { operational: reusedOperational } : {});
 }
 
-/** `complete`: every check answered within the deadline (else `problems` lacks what did not). */
-type Operational = { problems: string[]; alertsFiring: number | undefined; complete: boolean };
+/** `complete`: every check answered within the deadline (else `problems` says what did not). */
+export type Operational = { problems: string[]; alertsFiring: number | undefined; complete: boolean };
 type OperationalContext = Pick<WebContext, "connections" | "definitions">;
-/** The last complete checks made for anonymous probes, and the run under way or last started. */
-let lastComplete: Operational | undefined;
-let lastStarted: { at: number; checks: Promise<Operational> } | undefined;
 
-/** The last complete checks (only the first probe waits, for its own); started anew when due. */
-function reusedOperational(context: OperationalContext): Promise<Operational> {
-  const now = performance.now();
-  if (!lastStarted || now - lastStarted.at >= ANONYMOUS_CHECKS_REUSED_MS) {
-    const checks = operationalChecks(context).then((result) => {
-      if (result.complete) lastComplete = result;
-      return result;
-    });
-    lastStarted = { at: now, checks };
-  }
-  return lastComplete ? Promise.resolve(lastComplete) : lastStarted.checks;
+/**
+ * `check` reused for anonymous probes: its last complete result while younger than
+ * ANONYMOUS_CHECKS_MAX_AGE_MS, started anew at most every ANONYMOUS_CHECKS_REUSED_MS in the
+ * background; only the first probe (or one after the last complete result aged out) waits, for
+ * the run under way. `clock` in ms (a test's own).
+ */
+export function reusedChecks<C>(
+  check: (context: C) => Promise<Operational>,
+  clock: () => number = () => performance.now(),
+): (context: C) => Promise<Operational> {
+  let lastComplete: { at: number; result: Operational } | undefined;
+  let lastStarted: { at: number; checks: Promise<Operational> } | undefined;
+  return (context) => {
+    const now = clock();
+    if (!lastStarted || now - lastStarted.at >= ANONYMOUS_CHECKS_REUSED_MS) {
+      const checks = check(context).then((result) => {
+        if (result.complete) lastComplete = { at: now, result };
+        return result;
+      });
+      lastStarted = { at: now, checks };
+    }
+    return lastComplete && now - lastComplete.at < ANONYMOUS_CHECKS_MAX_AGE_MS
+      ? Promise.resolve(lastComplete.result)
+      : lastStarted.checks;
+  };
 }
+
+const reusedOperational = reusedChecks((context: OperationalContext) => operationalChecks(context));
 
 /** The same report for a given context (the CLI's `status`); never throws. */
 export async function healthReportOf(
@@ -59,25 +78,45 @@ export async function healthReportOf(
   return { ...report, problems: [...report.problems, ...problems], ...(alertsFiring ? { alertsFiring } : {}) };
 }
 
+const OPERATIONAL_CHECKS = "the checks for stale claims, missed ticks, changed builds and held-up workers";
+export const OPERATIONAL_CHECKS_LATE = `${OPERATIONAL_CHECKS} did not answer within ${HEALTH_DEADLINE_MS / 1000} s (is the main Redis slow?)`;
+
 /** Stale claims, missed ticks, changed builds, held-up workers and firing alerts; each bounded by HEALTH_DEADLINE_MS. */
-async function operationalChecks({ connections, definitions }: OperationalContext): Promise<Operational> {
-  const late = <T>() =>
-    new Promise<null>((resolve) => setTimeout(resolve, HEALTH_DEADLINE_MS, null)) as Promise<T | null>;
-  const [problems, alertsFiring] = await Promise.all([
-    Promise.race([
-      Promise.all([
-        staleClaimProblems(connections.main, connections.claims, connections.keys),
-        missedTickProblems(connections.main, connections.keys, definitions),
-        changedBuildProblems(connections.main, connections.keys),
-        liveWorkerProblems(connections.main, connections.keys),
-      ]).then((lists) => lists.flat()),
-      late<string[]>(),
-    ]).catch(() => null),
-    Promise.race([connections.main.hlen(connections.keys.alertsFiring), late<number>()]).catch(() => null),
+function operationalChecks({ connections, definitions }: OperationalContext): Promise<Operational> {
+  return answeredWithin(
+    Promise.all([
+      staleClaimProblems(connections.main, connections.claims, connections.keys),
+      missedTickProblems(connections.main, connections.keys, definitions),
+      changedBuildProblems(connections.main, connections.keys),
+      liveWorkerProblems(connections.main, connections.keys),
+    ]).then((lists) => lists.flat()),
+    connections.main.hlen(connections.keys.alertsFiring),
+    HEALTH_DEADLINE_MS,
+  );
+}
+
+/** The checks' problems and the firing alerts' count as far as they answered within `deadlineMs`. */
+export async function answeredWithin(
+  problems: Promise<string[]>,
+  alertsFiring: Promise<number>,
+  deadlineMs: number,
+): Promise<Operational> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<"late">((resolve) => (timer = setTimeout(resolve, deadlineMs, "late")));
+  const [answered, firing] = await Promise.all([
+    Promise.race([problems, late]).catch((error: unknown) => new Error(describeError(error))),
+    Promise.race([alertsFiring, late]).catch(() => "late" as const),
   ]);
+  clearTimeout(timer);
   return {
-    problems: problems ?? [],
-    alertsFiring: alertsFiring ?? undefined,
-    complete: problems !== null && alertsFiring !== null,
+    // Checks that did not answer are a problem, not a clean bill.
+    problems:
+      answered === "late"
+        ? [OPERATIONAL_CHECKS_LATE]
+        : answered instanceof Error
+          ? [`${OPERATIONAL_CHECKS} failed: ${answered.message}`]
+          : answered,
+    alertsFiring: typeof firing === "number" ? firing : undefined,
+    complete: Array.isArray(answered) && typeof firing === "number",
   };
 }
