@@ -1,7 +1,9 @@
 /**
  * `npm start`: everything on one machine. Builds the dashboard when no build exists, starts the
  * embedded Redis (unless REDIS_URL is set), the Next.js server and one worker, prints the URL.
- * Ctrl-C or SIGTERM stops them in order — worker, web, Redis — and exits 0.
+ * A child that exits on its own is started again (lib/launcher/restarts.ts: with a growing delay;
+ * one that keeps exiting stops everything, exit 1). Ctrl-C or SIGTERM stops them in order —
+ * worker, web, Redis — and exits 0.
  */
 import fs from "node:fs";
 import path from "node:path";
@@ -27,7 +29,9 @@ import {
   waitForHttp,
   workerArguments,
   type Child,
+  type ChildExit,
 } from "../lib/launcher/children";
+import { describeExit, RestartBudget } from "../lib/launcher/restarts";
 import {
   clearLauncherState,
   currentBootId,
@@ -83,6 +87,7 @@ if (!ensureBuild(root, say)) fail("`next build` failed; see the output above");
 const workerNodeArguments = await workerArguments(say);
 
 let redis: RedisServerHandle | undefined;
+let redisBinary = "";
 const env: NodeJS.ProcessEnv = { ...process.env };
 if (!config.redisUrl) {
   const running = readEmbeddedState(config.dataDir);
@@ -91,15 +96,14 @@ if (!config.redisUrl) {
       `another claimwatch is already using ${config.dataDir} (its embedded Redis is pid ${running.pid}); stop it first or set CLAIMWATCH_DATA_DIR`,
     );
   }
-  let binary: string;
   try {
-    binary = ensureProgram(REDIS_SERVER, say);
+    redisBinary = ensureProgram(REDIS_SERVER, say);
   } catch (error) {
     if (error instanceof ProgramMissingError) fail(error.message);
     throw error;
   }
   try {
-    redis = await startRedisServer({ dir: path.join(config.dataDir, "redis"), binary });
+    redis = await startRedisServer({ dir: path.join(config.dataDir, "redis"), binary: redisBinary });
   } catch (error) {
     fail(`could not start the embedded Redis: ${(error as Error).message}`);
   }
@@ -127,21 +131,128 @@ if (config.operatorTokens.length + config.viewerTokens.length > 0) {
     : `log in with the operator token in ${operatorTokenPath(config.dataDir)}`;
 }
 
-const web = startWeb(root, config, env);
-const worker = startWorker(root, env, workerNodeArguments);
-const children: Child[] = [worker, web];
-fs.mkdirSync(config.dataDir, { recursive: true });
-writeLauncherState(config.dataDir, {
-  bootId: currentBootId(),
-  launcher: ownedProcess("launcher", process.pid),
-  children: [
-    ownedProcess("worker", worker.process.pid!),
-    ownedProcess("web", web.process.pid!),
-    ...(redis ? [ownedProcess("redis", redis.pid)] : []),
-  ],
+let shuttingDown = false;
+
+/** A child as the supervisor sees it (the worker, the web server, the embedded Redis). */
+interface Running {
+  pid: number;
+  exited: Promise<ChildExit>;
+  stop(graceMs: number): Promise<void>;
+}
+
+const asRunning = (child: Child): Running => ({
+  pid: child.process.pid ?? -1,
+  exited: child.exited,
+  stop: (graceMs) => child.stop(graceMs),
 });
 
-let shuttingDown = false;
+function redisRunning(handle: RedisServerHandle): Running {
+  const exited = new Promise<ChildExit>((resolve) => {
+    if (handle.child.exitCode !== null || handle.child.signalCode !== null) {
+      resolve({ code: handle.child.exitCode, signal: handle.child.signalCode });
+    } else handle.child.once("exit", (code, signal) => resolve({ code, signal }));
+  });
+  return { pid: handle.pid, exited, stop: (graceMs) => handle.stop(graceMs) };
+}
+
+/**
+ * One child kept running: started again when it exits on its own (lib/launcher/restarts.ts says
+ * when, and when to give up and stop everything instead).
+ */
+class Supervised {
+  private budget = new RestartBudget();
+  private timer: NodeJS.Timeout | undefined;
+  private starting: Promise<void> | undefined;
+
+  constructor(
+    readonly label: string,
+    public current: Running,
+    private readonly startAgain: () => Promise<Running>,
+  ) {
+    this.watch(current);
+  }
+
+  private watch(running: Running): void {
+    void running.exited.then((exit) => this.exited(running, exit));
+  }
+
+  private exited(running: Running, exit: ChildExit): void {
+    if (shuttingDown || running !== this.current) return;
+    // A child that refused its configuration (exit 2, its one line above) would refuse it again.
+    if (exit.code === CONFIG_EXIT_CODE && this.label !== "embedded Redis") {
+      void shutdown(`the ${this.label} refused its configuration (above)`, CONFIG_EXIT_CODE);
+      return;
+    }
+    const decision = this.budget.exited(Date.now());
+    const what = `the ${this.label} (pid ${running.pid}) ${describeExit(exit)}`;
+    if (!decision.restart) {
+      void shutdown(`${what}, its ${decision.exits}th unexpected end within ${decision.windowMs / 1000} s`, 1);
+      return;
+    }
+    say(`${what}; starting it again in ${decision.delayMs / 1000} s (restart ${decision.restartNumber})`);
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      if (shuttingDown) return;
+      this.starting = this.start(running).finally(() => (this.starting = undefined));
+    }, decision.delayMs);
+  }
+
+  private async start(previous: Running): Promise<void> {
+    let next: Running;
+    try {
+      next = await this.startAgain();
+    } catch (error) {
+      say(`could not start the ${this.label} again: ${(error as Error).message}`);
+      return this.exited(previous, { code: null, signal: null });
+    }
+    this.current = next;
+    if (shuttingDown) return; // shutdown waits for this start, then stops `next`
+    recordLauncherState();
+    say(`the ${this.label} is running again (pid ${next.pid})`);
+    this.watch(next);
+  }
+
+  /** Cancels a restart that is due, waits for one under way, then stops the child. */
+  async stop(graceMs: number): Promise<void> {
+    clearTimeout(this.timer);
+    await this.starting;
+    await this.current.stop(graceMs);
+  }
+}
+
+const worker = new Supervised("worker", asRunning(startWorker(root, env, workerNodeArguments)), async () =>
+  asRunning(startWorker(root, env, workerNodeArguments)),
+);
+const firstWeb = startWeb(root, config, env);
+const web = new Supervised("web server", asRunning(firstWeb), async () => asRunning(startWeb(root, config, env)));
+const embedded = redis
+  ? new Supervised("embedded Redis", redisRunning(redis), async () => {
+      // The same port and data (AOF): the worker and the web server reconnect to it.
+      redis = await startRedisServer({
+        dir: path.join(config.dataDir, "redis"),
+        binary: redisBinary,
+        port: redis!.port,
+      });
+      writeEmbeddedState(config.dataDir, redis);
+      return redisRunning(redis);
+    })
+  : undefined;
+
+/** The children's pids now, for the next start's cleanup after a launcher that died. */
+function recordLauncherState(): void {
+  fs.mkdirSync(config.dataDir, { recursive: true });
+  writeLauncherState(config.dataDir, {
+    bootId: currentBootId(),
+    launcher: ownedProcess("launcher", process.pid),
+    children: [
+      ownedProcess("worker", worker.current.pid),
+      ownedProcess("web", web.current.pid),
+      ...(embedded ? [ownedProcess("redis", embedded.current.pid)] : []),
+    ],
+  });
+}
+recordLauncherState();
+
 async function shutdown(reason: string, exitCode: number): Promise<never> {
   if (!shuttingDown) {
     shuttingDown = true;
@@ -150,8 +261,8 @@ async function shutdown(reason: string, exitCode: number): Promise<never> {
     // own shutdown wait follows the longest killGrace; SIGKILL only after that (its steps die with it).
     await worker.stop(shutdownWaitMs(definitions) + STOP_AFTER_JOBS_MS);
     await web.stop(10_000);
-    if (redis) {
-      await redis.stop(10_000);
+    if (embedded) {
+      await embedded.stop(10_000);
       clearEmbeddedState(config.dataDir);
     }
     clearLauncherState(config.dataDir);
@@ -164,21 +275,9 @@ async function shutdown(reason: string, exitCode: number): Promise<never> {
 process.on("SIGINT", () => void shutdown("SIGINT", 0));
 process.on("SIGTERM", () => void shutdown("SIGTERM", 0));
 process.on("SIGHUP", () => void shutdown("SIGHUP", 0));
-for (const child of children) {
-  void child.exited.then((code) => {
-    // A child that refused its configuration (exit 2, its one line above) makes the launcher's exit 2 too.
-    const exitCode = code === CONFIG_EXIT_CODE ? CONFIG_EXIT_CODE : 1;
-    if (!shuttingDown) void shutdown(`the ${child.name} process exited unexpectedly (code ${code})`, exitCode);
-  });
-}
-if (redis) {
-  redis.child.once("exit", (code) => {
-    if (!shuttingDown) void shutdown(`the embedded Redis exited unexpectedly (code ${code})`, 1);
-  });
-}
 
 const url = browserUrl(config);
-if ((await waitForHttp(`${url}/api/health`, web, 60_000)) && !shuttingDown) {
+if ((await waitForHttp(`${url}/api/health`, firstWeb, 60_000)) && !shuttingDown) {
   say(`claimwatch is running at ${url}  (Ctrl-C to stop)`);
   say(loginHint);
 } else if (!shuttingDown) {

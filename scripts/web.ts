@@ -31,7 +31,7 @@ const stop = async () => {
 };
 process.on("SIGINT", () => void stop());
 process.on("SIGTERM", () => void stop());
-void web.exited.then((code) => process.exit(code ?? 1));
+void web.exited.then(({ code }) => process.exit(code ?? 1));
 if (await waitForHttp(`${browserUrl(config)}/api/health`, web, 60_000)) {
   say(`dashboard at ${browserUrl(config)}`);
 }

@@ -9,10 +9,16 @@ import path from "node:path";
 import type { Config } from "../config";
 import { entryArguments } from "./bundle.mjs";
 
+/** How a child ended: its exit code, or the signal that killed it (both null: it never started). */
+export interface ChildExit {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+}
+
 export interface Child {
   name: string;
   process: ChildProcess;
-  exited: Promise<number | null>;
+  exited: Promise<ChildExit>;
   /** SIGTERM, then SIGKILL after `graceMs`. Resolves when the process is gone. Idempotent. */
   stop(graceMs: number): Promise<void>;
 }
@@ -39,9 +45,9 @@ export function ensureBuild(root: string, say: (line: string) => void): boolean 
 
 function startChild(name: string, command: string, args: string[], root: string, env: NodeJS.ProcessEnv): Child {
   const child = spawn(command, args, { cwd: root, env, stdio: "inherit", detached: true });
-  const exited = new Promise<number | null>((resolve) => {
-    child.once("exit", (code, signal) => resolve(code ?? (signal ? 128 : null)));
-    child.once("error", () => resolve(null));
+  const exited = new Promise<ChildExit>((resolve) => {
+    child.once("exit", (code, signal) => resolve({ code, signal }));
+    child.once("error", () => resolve({ code: null, signal: null }));
   });
   let stopping: Promise<void> | undefined;
   return {

@@ -10,6 +10,7 @@ import os from "node:os";
 import path from "node:path";
 import { after, test } from "node:test";
 import { Redis } from "ioredis";
+import { readLauncherState } from "../../lib/launcher/state";
 import { freePort, readEmbeddedState } from "../../lib/redis/embedded";
 import { descendantPids, isRunning, waitForLine, waitUntilGone } from "../support/processes";
 
@@ -44,7 +45,7 @@ async function runOnce(
   const exited = new Promise<number | null>((resolve) => launcher.once("exit", (code) => resolve(code)));
   let printed = "";
   launcher.stdout.on("data", (chunk: Buffer) => (printed += chunk.toString()));
-  let children: number[];
+  let children: number[] | undefined;
   try {
     const line = await waitForLine(launcher, /claimwatch is running at/, 120_000);
     assert.ok(line.includes(`http://127.0.0.1:${port}`), line);
@@ -54,6 +55,8 @@ async function runOnce(
     assert.ok(children.includes(state.pid), "the embedded Redis is the launcher's child");
     await body(`http://127.0.0.1:${port}`, state.url, () => printed);
   } finally {
+    // With what the launcher started again after a kill (the body's), if any.
+    children = [...new Set([...(children ?? []), ...descendantPids(launcher.pid!)])];
     launcher.kill(signal);
   }
   assert.equal(await exited, 0, `npm start exits 0 on ${signal}`);
@@ -97,6 +100,101 @@ test("npm start serves a healthy dashboard, stops cleanly on SIGTERM, and finds 
     assert.equal(await client.get("launcher-test:survives"), "yes", "data written before the restart is still there");
     await client.quit();
   });
+});
+
+/** The pid the launcher recorded for its child `name` (it rewrites the record after each restart). */
+const childPid = (name: string) => readLauncherState(dataDir)?.children.find((c) => c.name === name)?.pid;
+
+async function healthOf(url: string): Promise<{ status: number; workers: number | null }> {
+  try {
+    const response = await fetch(`${url}/api/health`, { signal: AbortSignal.timeout(5_000) });
+    return { status: response.status, workers: ((await response.json()) as { workers: number | null }).workers };
+  } catch {
+    return { status: 0, workers: null };
+  }
+}
+
+test("npm start starts a killed worker, web server and embedded Redis again; the dashboard and the data survive", async () => {
+  await runOnce("SIGTERM", async (url, redisUrl, output) => {
+    const said = (pattern: RegExp) => waitUntil(() => pattern.test(output()), 60_000);
+
+    // The worker (kill -9, as the OOM killer does): a new one, which beats.
+    const worker = childPid("worker")!;
+    process.kill(worker, "SIGKILL");
+    await said(
+      new RegExp(`the worker \\(pid ${worker}\\) was killed by SIGKILL; starting it again in 1 s \\(restart 1\\)`),
+    );
+    await said(/the worker is running again \(pid \d+\)/);
+    const newWorker = childPid("worker")!;
+    assert.notEqual(newWorker, worker, "the launcher's record names the new worker");
+    assert.ok(isRunning(newWorker));
+    for (let i = 0; i < 150 && (await healthOf(url)).workers !== 1; i++) await new Promise((r) => setTimeout(r, 200));
+
+    // The embedded Redis: the same port and data.
+    const client = new Redis(redisUrl, { maxRetriesPerRequest: null });
+    client.on("error", () => {}); // refused while the Redis is down: the commands wait
+    try {
+      await client.set("launcher-test:restart", "kept");
+      await new Promise((r) => setTimeout(r, 1_500)); // past the AOF's fsync of every second
+      const redis = childPid("redis")!;
+      process.kill(redis, "SIGKILL");
+      await said(new RegExp(`the embedded Redis \\(pid ${redis}\\) was killed by SIGKILL; starting it again in 1 s`));
+      await said(/the embedded Redis is running again \(pid \d+\)/);
+      assert.equal(readEmbeddedState(dataDir)?.pid, childPid("redis"), "the embedded Redis record names the new one");
+      assert.equal(readEmbeddedState(dataDir)?.url, redisUrl, "on the same port");
+      assert.equal(await client.get("launcher-test:restart"), "kept", "with the data written before the kill");
+    } finally {
+      client.disconnect();
+    }
+
+    // The web server.
+    const web = childPid("web")!;
+    process.kill(web, "SIGKILL");
+    await said(new RegExp(`the web server \\(pid ${web}\\) was killed by SIGKILL; starting it again in 1 s`));
+    await said(/the web server is running again \(pid \d+\)/);
+
+    // Everything answers again: the dashboard, both Redis connections, a live worker.
+    let health = await healthOf(url);
+    for (let i = 0; i < 300 && !(health.status === 200 && health.workers === 1); i++) {
+      await new Promise((r) => setTimeout(r, 200));
+      health = await healthOf(url);
+    }
+    assert.deepEqual(health, { status: 200, workers: 1 }, output());
+    assert.doesNotMatch(output(), /stopping worker/, "nothing was stopped");
+  });
+});
+
+test("npm start stops everything when a child keeps exiting (a crash loop), exit 1", async () => {
+  const { launcher } = await spawnLauncher();
+  const exited = new Promise<number | null>((resolve) => launcher.once("exit", (code) => resolve(code)));
+  let printed = "";
+  launcher.stdout.on("data", (chunk: Buffer) => (printed += chunk.toString()));
+  const seen = new Set<number>();
+  let others: number[] | undefined;
+  try {
+    await waitForLine(launcher, /claimwatch is running at/, 120_000);
+    others = descendantPids(launcher.pid!);
+    // Kill each worker it starts, as a worker that crashes at once would end.
+    while (launcher.exitCode === null && seen.size < 5) {
+      const pid = childPid("worker");
+      if (pid && !seen.has(pid) && isRunning(pid)) {
+        seen.add(pid);
+        process.kill(pid, "SIGKILL");
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.equal(await exited, 1, printed);
+  } finally {
+    if (launcher.exitCode === null) launcher.kill("SIGTERM");
+  }
+  assert.match(
+    printed,
+    /the worker \(pid \d+\) was killed by SIGKILL, its 5th unexpected end within 120 s: stopping worker, web server and embedded Redis/,
+  );
+  assert.match(printed, /starting it again in 8 s \(restart 4\)/);
+  assert.equal(readEmbeddedState(dataDir), undefined, "the embedded Redis record is cleared");
+  assert.equal(readLauncherState(dataDir), undefined, "the launcher's record is cleared");
+  assert.deepEqual(await waitUntilGone([...(others ?? []), ...seen], 5_000), [], "nothing it started is left");
 });
 
 test("a second npm start on the same data dir is refused while the first runs", async () => {
