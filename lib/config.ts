@@ -6,6 +6,7 @@
 import net from "node:net";
 import path from "node:path";
 import { z } from "zod";
+import "./zod-messages";
 import { parseRedisUrl, redactRedisUrl, withDatabase } from "./redis/url";
 
 export const CONFIG_EXIT_CODE = 2;

@@ -3,6 +3,7 @@
  * unknown names) are ApiErrors; anything else becomes a 500 without internals in the message.
  */
 import type { ZodError } from "zod";
+import "../zod-messages";
 
 import { ApiError } from "../http/errors";
 

@@ -8,6 +8,7 @@ import path from "node:path";
 import { CronExpressionParser } from "cron-parser";
 import { CST, isMap, isScalar, isSeq, LineCounter, parseDocument, Parser, type Document, type YAMLError } from "yaml";
 import { z } from "zod";
+import "../zod-messages";
 import { alertsSchema, rebuildAlertsSchema, type AlertsConfig } from "../alerts/config";
 import { tryClaimName } from "../claims/name";
 import { parseDuration } from "./duration";

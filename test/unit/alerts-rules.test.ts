@@ -112,7 +112,7 @@ test("alerts config: a rule given as a mapping is judged as a mapping; its bad s
   }
   // Both problems of one rule mapping are reported, each at its own path.
   assert.deepEqual(refusal({ rules: { skips: { atLeast: "x", severity: "loud" } } }).split("\n"), [
-    "claimwatch.yaml: alerts.rules.skips.atLeast: Invalid input: expected number, received string",
+    "claimwatch.yaml: alerts.rules.skips.atLeast: must be a number, not a string",
     "claimwatch.yaml: alerts.rules.skips.severity: must be one of critical, warning, info",
   ]);
   // Per rebuild: rebuilds.<name>.alerts.runLong.
