@@ -41,7 +41,9 @@ export function errorResponse(error: unknown): Response {
   const name = error instanceof Error ? error.name : "";
   const message = error instanceof Error ? error.message : "";
   const unavailable =
-    /Redis|ECONNREFUSED|Connection|Command timed out|Stream isn't writeable/i.test(`${name} ${message}`) ||
+    /Redis|ECONNREFUSED|Connection|Command timed out|Stream isn't writeable|MaxRetriesPerRequest|max retries per request/i.test(
+      `${name} ${message}`,
+    ) ||
     // A Sentinel group between primaries, or a primary that lost its replicas
     // (min-replicas-to-write), or a blocked command (WAIT) of a primary being demoted: the
     // caller may send it again.

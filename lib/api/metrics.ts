@@ -25,7 +25,12 @@ export async function metricsResponse(request: Request): Promise<Response> {
       (await authenticateHeaders(context.config, request.headers, context.sessions)) !== null;
     if (!allowed) {
       return Response.json(
-        { error: { code: "unauthorized", message: "send Authorization: Bearer <CLAIMWATCH_METRICS_TOKEN> or log in" } },
+        {
+          error: {
+            code: "unauthenticated",
+            message: "send Authorization: Bearer <CLAIMWATCH_METRICS_TOKEN> or log in",
+          },
+        },
         {
           status: 401,
           headers: { "www-authenticate": 'Bearer realm="claimwatch metrics"', "cache-control": "no-store" },

@@ -52,7 +52,8 @@ const lastConnectionErrors = new WeakMap<object, string>();
 /**
  * A failed command in one line. A command refused because there is no connection says only that
  * ("Reached the max retries per request limit", "Connection is closed"): then the connection's
- * own error names the address and the cause.
+ * own error names the address and the cause, or, before it has one, "no connection (reconnecting)"
+ * (ioredis's words name its options, which mean nothing to an operator).
  */
 export function describeRedisFailure(client: object, error: unknown): string {
   const described = describeError(error);
@@ -60,7 +61,8 @@ export function describeRedisFailure(client: object, error: unknown): string {
   const noConnection =
     (error instanceof Error && error.name === "MaxRetriesPerRequestError") ||
     /Connection is closed|Stream isn't writeable|max retries per request/i.test(described);
-  return noConnection && connection ? `no connection: ${connection}` : described;
+  if (!noConnection) return described;
+  return connection ? `no connection: ${connection}` : "no connection (reconnecting)";
 }
 
 /** How long `closeRedis` waits for the server's answer to QUIT before dropping the connection. */
