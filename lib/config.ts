@@ -87,8 +87,14 @@ const tokenList = (role: string) =>
       for (const [i, part] of value
         .split(",")
         .map((p) => p.trim())
-        .filter(Boolean)
         .entries()) {
+        if (part === "") {
+          ctx.addIssue({
+            code: "custom",
+            message: `entry ${i + 1} is empty (a comma too many?): give name:token entries separated by single commas`,
+          });
+          return z.NEVER;
+        }
         const colon = part.indexOf(":");
         const name = colon > 0 ? part.slice(0, colon) : `${role}-${i + 1}`;
         const token = colon > 0 ? part.slice(colon + 1) : part;

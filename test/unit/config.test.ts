@@ -134,6 +134,12 @@ test("tokens: comma-separated, optional name, never echoed in errors", () => {
   const error = errorOf({ CLAIMWATCH_OPERATOR_TOKEN: "alice:short" });
   assert.equal(error?.variable, "CLAIMWATCH_OPERATOR_TOKEN");
   assert.ok(!error!.message.includes("short"), error!.message);
+  // An empty entry is a mistake, not "no tokens" (a lone comma generated an operator token).
+  for (const value of [",", "alice:aaaaaaaaaaaaaaaa1,,bob:bbbbbbbbbbbbbbbb2", "alice:aaaaaaaaaaaaaaaa1,"]) {
+    const empty = errorOf({ CLAIMWATCH_OPERATOR_TOKEN: value });
+    assert.equal(empty?.variable, "CLAIMWATCH_OPERATOR_TOKEN", value);
+    assert.match(empty!.message, /^CLAIMWATCH_OPERATOR_TOKEN: entry \d is empty \(a comma too many\?\)/, value);
+  }
 });
 
 test("a token name used twice is refused, naming the variable and the name (the audit log could not tell them apart)", () => {
