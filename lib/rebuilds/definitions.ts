@@ -11,7 +11,7 @@ import { z } from "zod";
 import "../zod-messages";
 import { alertsSchema, rebuildAlertsSchema, type AlertsConfig } from "../alerts/config";
 import { tryClaimName } from "../claims/name";
-import { parseDuration } from "./duration";
+import { formatDuration, parseDuration } from "./duration";
 import { NAME_PATTERN as NAME } from "../names";
 
 /** Rebuild and tenant names end up in claim names, job ids and URLs: keep them plain. */
@@ -232,6 +232,13 @@ const rebuildSchema = z
         code: "custom",
         path: ["claim", "refreshEvery"],
         message: "must be at most half of claim.ttl, so one missed refresh does not lose the claim",
+      });
+    }
+    if (rebuild.retries.backoff > rebuild.retries.maxBackoff) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["retries", "backoff"],
+        message: `must be at most retries.maxBackoff (${formatDuration(rebuild.retries.maxBackoff)}): the first retry's wait, which doubles up to maxBackoff`,
       });
     }
     if (rebuild.tenants && new Set(rebuild.tenants).size !== rebuild.tenants.length) {

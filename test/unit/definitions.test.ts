@@ -48,6 +48,14 @@ test("each rejection names the path and the problem", () => {
       /rebuilds\.p\.claim\.refreshEvery: must be at most half/,
     ],
     [{ p: { ...base, extra: true } }, /rebuilds\.p: unknown key 'extra'/],
+    [
+      { p: { ...base, retries: { backoff: "30m", maxBackoff: "10m" } } },
+      /rebuilds\.p\.retries\.backoff: must be at most retries\.maxBackoff \(10m\)/,
+    ],
+    [
+      { p: { ...base, retries: { backoff: "20m" } } },
+      /rebuilds\.p\.retries\.backoff: must be at most retries\.maxBackoff \(10m\)/,
+    ],
     [{ p: { ...base, claim: { ttl: "soon" } } }, /rebuilds\.p\.claim\.ttl: must be a duration/],
     [{ p: { ...base, claim: { ttl: "0s" } } }, /rebuilds\.p\.claim\.ttl: must be longer than 0 \(e\.g\. 1s\)$/],
     [{ p: { ...base, idempotency: { ttl: "0m0s" } } }, /rebuilds\.p\.idempotency\.ttl: must be longer than 0/],
