@@ -136,7 +136,7 @@ export function evaluateRules(snapshot: AlertSnapshot, config: AlertsConfig, con
         severity: rules.runFailed.severity,
         subject: `${series.rebuild}|${series.tenant ?? ""}`,
         labels: { rebuild: series.rebuild, tenant: series.tenant, claim: claimOf(context.definitions, series) },
-        summary: `Rebuild ${label(series.rebuild, series.tenant)} failed (attempt ${failed.attempt} of ${attempts})`,
+        summary: runFailedSummary(label(series.rebuild, series.tenant), failed, attempts),
         description: failed.reason || "failed",
         page: `/runs/${encodeURIComponent(failed.id)}`,
         since: null,
@@ -279,4 +279,15 @@ function claimOf(definitions: Definitions, series: { rebuild: string; tenant: st
     claims.set(key, claim);
   }
   return claim;
+}
+
+/** A failed run's alert summary: a transient failure alerts only on its last attempt; any other is not retried. */
+export function runFailedSummary(
+  rebuild: string,
+  failed: { attempt: number; reason: string },
+  attempts: number,
+): string {
+  return failed.reason.startsWith("transient:")
+    ? `Rebuild ${rebuild} failed on its last attempt (${failed.attempt} of ${attempts})`
+    : `Rebuild ${rebuild} failed (attempt ${failed.attempt}; not retried: a permanent failure)`;
 }

@@ -51,7 +51,8 @@ export function classifyFailure(
     return {
       kind: "fail",
       status: "aborted",
-      reason: "BullMQ job lock lost (worker stalled); the job is redelivered",
+      reason:
+        "BullMQ job lock lost (the worker stalled, or its Redis restarted or failed over); the job is redelivered",
       message: "job lock lost",
       retry: true,
       forgetRebuilt: false,

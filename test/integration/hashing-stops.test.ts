@@ -191,7 +191,10 @@ test("a job whose lock is lost while it is stuck opening its input: recorded abo
   );
   const run = await readRun(bed.main, bed.keys, "lock-lost-while-reading-a1");
   assert.equal(run?.status, "aborted");
-  assert.equal(run?.reason, "BullMQ job lock lost (worker stalled); the job is redelivered");
+  assert.equal(
+    run?.reason,
+    "BullMQ job lock lost (the worker stalled, or its Redis restarted or failed over); the job is redelivered",
+  );
   assert.equal(abandonedInputReads(), 1, "the open is left behind, counted");
   // Let the open through (it would hold this process's exit), and see it counted no more.
   fs.closeSync(fs.openSync(fifoOf("slow-input-lock"), fs.constants.O_WRONLY | fs.constants.O_NONBLOCK));

@@ -5,7 +5,7 @@ import { receiverEnvWarnings, receiversOf, RULE_NAMES } from "../../lib/alerts/c
 import { planChanges } from "../../lib/alerts/commit";
 import { backoffMs, BACKOFF_CAP_MS } from "../../lib/alerts/outbox";
 import { alertmanagerAlert, signBody, slackMessage, webhookBody } from "../../lib/alerts/receivers";
-import { EVALUATOR_CLAIM, evaluateRules } from "../../lib/alerts/rules";
+import { EVALUATOR_CLAIM, evaluateRules, runFailedSummary } from "../../lib/alerts/rules";
 import type { AlertSnapshot } from "../../lib/alerts/snapshot";
 import type { Delivery } from "../../lib/alerts/types";
 import type { ClaimHolder } from "../../lib/claims/types";
@@ -317,6 +317,10 @@ test("rules: stale for long enough, skips at the threshold, failed for good, lon
     outcome.active.find((a) => a.id === "runFailed|parcels|")!.annotations.link,
     "https://claims.example.com/runs/p-a4",
   );
+  assert.equal(
+    outcome.active.find((a) => a.id === "runFailed|parcels|")!.annotations.summary,
+    "Rebuild parcels failed on its last attempt (4 of 4)",
+  );
   assert.deepEqual(outcome.missed, [{ series: "tiles|acme", count: 1, upTo: now - 700_000 }]);
 });
 
@@ -465,4 +469,15 @@ test("rules: the skips alert of an output reached through a symlink names its re
     fs.rmSync(linked, { force: true });
     fs.rmSync(real, { recursive: true, force: true });
   }
+});
+
+test("runFailed's summary says whether the failure is retried: a transient one on its last attempt, a permanent one never", () => {
+  assert.equal(
+    runFailedSummary("parcels", { attempt: 4, reason: "transient: EIO" }, 4),
+    "Rebuild parcels failed on its last attempt (4 of 4)",
+  );
+  assert.equal(
+    runFailedSummary("tiles/acme", { attempt: 1, reason: "step pack exited with code 3" }, 2),
+    "Rebuild tiles/acme failed (attempt 1; not retried: a permanent failure)",
+  );
 });
