@@ -101,8 +101,8 @@ export async function cancelJob(deps: CancelDeps, input: CancelRequestInput): Pr
     };
   }
 
-  const request = { actor, reason, at: Date.now() };
-  await writeCancelRequest(main, keys, jobId, request);
+  // An earlier cancel's request stays in force (the run record names it); this one is audited.
+  const request = await writeCancelRequest(main, keys, jobId, { actor, reason, at: Date.now() });
   if (WAITING.has(state)) {
     try {
       await job.remove();

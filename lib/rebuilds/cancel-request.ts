@@ -26,13 +26,21 @@ const cancelRequest = z.object({
 });
 export type CancelRequest = z.output<typeof cancelRequest>;
 
+/**
+ * Stores an operator's cancel request unless the job has one already: the first request is the
+ * one its run record names (a second cancel does not rewrite who cancelled it, or why). Returns
+ * the request in force: `request` itself, or the earlier one.
+ */
 export async function writeCancelRequest(
-  client: Pick<Redis, "set">,
+  client: Pick<Redis, "set" | "get">,
   keys: RedisKeys,
   jobId: string,
   request: CancelRequest,
-): Promise<void> {
-  await client.set(keys.cancelRequest(jobId), JSON.stringify(request), "PX", CANCEL_REQUEST_TTL_MS);
+): Promise<CancelRequest> {
+  const key = keys.cancelRequest(jobId);
+  // Two commands, not SET NX GET (Redis 7 only): the request is never removed while a job lives.
+  if ((await client.set(key, JSON.stringify(request), "PX", CANCEL_REQUEST_TTL_MS, "NX")) === "OK") return request;
+  return parseCancelRequest(await client.get(key)) ?? request;
 }
 
 /**
