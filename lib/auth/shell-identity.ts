@@ -30,7 +30,7 @@ export function identifyShellOperator(config: Config, env: Record<string, string
       return {
         ok: false,
         identity: null,
-        problem: `this needs an operator identity: set ${SHELL_TOKEN_VARIABLE} to an operator token, or run where the data dir's token file ${file} can be read (the first \`npm start\` writes it)`,
+        problem: `this needs an operator identity: set ${SHELL_TOKEN_VARIABLE} to an operator token, or run where the data dir's token file ${file} can be read (the first \`npm start\` writes it when no tokens are configured; when the server has CLAIMWATCH_OPERATOR_TOKEN or CLAIMWATCH_VIEWER_TOKEN, run this with the server's environment)`,
       };
     }
   }
