@@ -3,6 +3,7 @@
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import Link from "next/link";
 import { useEffect, useState } from "react";
+import { EVALUATOR_CLAIM } from "@/lib/alerts/evaluator-claim";
 import { describeStale, staleReasons } from "@/lib/claims/stale";
 import type { ApiClaim, ApiClaimPage, ReleaseOutcome } from "@/lib/api/claims";
 import { apiFetch, claimsQuery, LIVE_POLL_MS, queryKeys, rebuildHref, rereadChanged } from "@/lib/ui/queries";
@@ -112,7 +113,9 @@ export function ClaimsTable({ initial, initialQ = "" }: { initial: ApiClaimPage 
               <tr key={claim.name} data-claim={claim.name} className="border-t border-slate-100 align-top">
                 <td className="px-3 py-2">
                   <div className="font-medium">
-                    {claim.rebuild ? (
+                    {claim.name === EVALUATOR_CLAIM ? (
+                      <span title="elects the one process that evaluates the alert rules">alerts evaluator</span>
+                    ) : claim.rebuild ? (
                       <Link className="text-sky-700 underline" href={rebuildHref(claim.rebuild, claim.tenant)}>
                         {claim.rebuild}
                         {claim.tenant ? ` / ${claim.tenant}` : ""}
@@ -124,10 +127,18 @@ export function ClaimsTable({ initial, initialQ = "" }: { initial: ApiClaimPage 
                   <div className="font-mono text-xs text-slate-500" title={claim.name}>
                     {claim.name}
                   </div>
-                  <div className="text-xs text-slate-500">version {claim.version ?? "?"}</div>
+                  {claim.name === EVALUATOR_CLAIM ? (
+                    <div className="text-xs text-slate-500">
+                      held by the {claim.rebuild === "web" ? "web server" : "worker"}
+                    </div>
+                  ) : (
+                    <div className="text-xs text-slate-500">version {claim.version ?? "?"}</div>
+                  )}
                 </td>
                 <td className="px-3 py-2 text-xs">
-                  <div className="font-medium">{claim.holder.workerId ?? "?"}</div>
+                  <div className="font-medium">
+                    {claim.holder.workerId || (claim.rebuild === "web" ? "web server" : "?")}
+                  </div>
                   <div>
                     {claim.holder.host} · pid {claim.holder.pid}
                   </div>
@@ -147,9 +158,18 @@ export function ClaimsTable({ initial, initialQ = "" }: { initial: ApiClaimPage 
                   ) : null}
                 </td>
                 <td className="px-3 py-2 font-mono" data-field="ttl" data-ttl-ms={Math.max(0, Math.round(ttlLeft))}>
-                  <TtlBar leftMs={Math.max(0, ttlLeft)} ttlMs={claim.ttlMs} stale={stale} />
+                  <TtlBar
+                    leftMs={Math.min(claim.ttlMs ?? Infinity, Math.max(0, ttlLeft))}
+                    ttlMs={claim.ttlMs}
+                    stale={stale}
+                  />
                   {formatDurationMs(Math.max(0, ttlLeft))}
-                  <span className="text-xs text-slate-500"> / {formatDurationMs(claim.ttlMs)}</span>
+                  {/* A force release sets its own expiry (the holder's time to stop), which may pass the TTL. */}
+                  {claim.revoked ? (
+                    <span className="text-xs text-slate-500"> until free</span>
+                  ) : (
+                    <span className="text-xs text-slate-500"> / {formatDurationMs(claim.ttlMs)}</span>
+                  )}
                 </td>
                 <td className="px-3 py-2" data-field="skips">
                   {claim.consecutiveSkips}

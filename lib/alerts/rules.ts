@@ -4,6 +4,7 @@
  * One owner per rule: the Alerts page, Alertmanager, Slack and webhooks all see these.
  */
 import { claimName } from "../claims/name";
+import { EVALUATOR_CLAIM } from "./evaluator-claim";
 import { describeStale } from "../claims/stale";
 import { safetyProblems } from "../health/redis-safety";
 import { tenantsOf, type Definitions } from "../rebuilds/definitions";
@@ -14,7 +15,7 @@ import type { AlertSnapshot } from "./snapshot";
 import type { ActiveAlert } from "./types";
 
 /** The claim the evaluating process holds (lib/alerts/evaluator); never alerted on itself. */
-export const EVALUATOR_CLAIM = claimName("claimwatch-alerts-evaluator");
+export { EVALUATOR_CLAIM };
 
 export interface RuleOutcome {
   active: ActiveAlert[];
