@@ -48,3 +48,19 @@ test("typing in the Runs search box narrows the rebuilds the runs come from", as
   await expect(page.locator('[data-field="runs-search"]')).toHaveText("Runs of 1 rebuild matching “incid”.");
   await expect(page.locator("tr[data-run]").filter({ hasNotText: "incidents" })).toHaveCount(0);
 });
+
+test("a link whose filter cannot be used says so above the list instead of listing everything silently", async ({
+  page,
+}) => {
+  const { url } = stack();
+  const long = "a".repeat(101);
+  for (const path of [`/rebuilds?q=${long}`, `/claims?q=${long}`, `/runs?q=${long}`, "/runs?status=done"]) {
+    await page.goto(`${url}${path}`);
+    const problem = page.getByTestId("link-problem");
+    await expect(problem, path).toBeVisible();
+    await expect(problem, path).toContainText(path.includes("status") ? "status: must be one of" : "q: ");
+    await expect(problem, path).toContainText("showing everything");
+  }
+  await page.goto(`${url}/rebuilds?q=incidents`);
+  await expect(page.getByTestId("link-problem")).toHaveCount(0);
+});

@@ -1,3 +1,4 @@
+import { LinkProblem } from "@/components/link-problem";
 import { EndedClaims } from "@/components/claim-trail";
 import { ClaimsTable } from "@/components/claims-table";
 import { claimsQuery, getClaims, type ApiClaimPage } from "@/lib/api/claims";
@@ -16,6 +17,7 @@ export default async function ClaimsPage({
   const raw = (await searchParams).q;
   const parsed = claimsQuery.shape.q.safeParse(typeof raw === "string" ? raw : undefined);
   const q = parsed.success ? (parsed.data ?? "") : "";
+  const linkProblem = parsed.success ? null : `q: ${parsed.error.issues[0]?.message ?? "not valid"}`;
   let initial: ApiClaimPage | null = null;
   try {
     initial = await getClaims(getWebContext(), { limit: 100, ...(q ? { q } : {}) });
@@ -27,6 +29,7 @@ export default async function ClaimsPage({
       <h1 id="page-title" className="text-xl font-semibold">
         Claims
       </h1>
+      <LinkProblem problem={linkProblem} />
       <ClaimsTable initial={initial} initialQ={q} />
       <EndedClaims />
     </section>

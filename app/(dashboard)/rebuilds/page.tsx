@@ -1,3 +1,4 @@
+import { LinkProblem } from "@/components/link-problem";
 import { RebuildsTable } from "@/components/rebuilds-table";
 import { getRebuildsPage, rebuildsQuery, type ApiRebuildPage } from "@/lib/api/rebuilds";
 import { getWebContext } from "@/lib/web/context";
@@ -15,6 +16,7 @@ export default async function RebuildsPage({
   const raw = (await searchParams).q;
   const parsed = rebuildsQuery.shape.q.safeParse(typeof raw === "string" ? raw : undefined);
   const q = parsed.success ? (parsed.data ?? "") : "";
+  const linkProblem = parsed.success ? null : `q: ${parsed.error.issues[0]?.message ?? "not valid"}`;
   let initial: ApiRebuildPage | null = null;
   try {
     // The API's default page size: the one the table asks for (REBUILDS_PAGE).
@@ -27,6 +29,7 @@ export default async function RebuildsPage({
       <h1 id="page-title" className="text-xl font-semibold">
         Rebuilds
       </h1>
+      <LinkProblem problem={linkProblem} />
       <RebuildsTable initial={initial} initialQ={q} />
     </section>
   );

@@ -1,3 +1,5 @@
+import { LinkProblem } from "@/components/link-problem";
+import { describeZodError } from "@/lib/api/errors";
 import { RunCharts } from "@/components/run-charts";
 import { RunsTable } from "@/components/runs-table";
 import { getRuns, runsQuery } from "@/lib/api/runs";
@@ -14,6 +16,7 @@ export default async function RunsPage({ searchParams }: { searchParams: Promise
   const raw = Object.fromEntries(Object.entries(params).filter((e): e is [string, string] => typeof e[1] === "string"));
   const parsed = runsQuery.safeParse(raw);
   const filter = parsed.success ? parsed.data : { limit: 25 };
+  const linkProblem = parsed.success ? null : describeZodError(parsed.error).replace(/^body: /, "");
   const { limit: _limit, cursor: _cursor, ...initialFilter } = filter as typeof filter & { cursor?: string };
   let initial: RunPage | null = null;
   let rebuilds: { name: string; tenants: string[] | null }[] = [];
@@ -29,6 +32,7 @@ export default async function RunsPage({ searchParams }: { searchParams: Promise
       <h1 id="page-title" className="text-xl font-semibold">
         Runs
       </h1>
+      <LinkProblem problem={linkProblem} />
       <RunCharts />
       <RunsTable initial={initial} initialFilter={initialFilter} rebuilds={rebuilds} />
     </section>
