@@ -416,11 +416,38 @@ function unionBranchIssues(issue: z.core.$ZodIssue): z.core.$ZodIssue[] {
 function schemaProblems(raw: unknown, issues: z.core.$ZodIssue[], lineOf: LineOf | undefined): DefinitionsProblem[] {
   const problems: DefinitionsProblem[] = [];
   const seen = new Set<string>();
-  for (const issue of issues.flatMap(unionBranchIssues)) {
+  const all = issues.flatMap(unionBranchIssues);
+  // A misspelt key (`outptu:`) is one problem, not two: the unknown key names the missing one it
+  // was meant as, and that one is not reported as required on its own.
+  const missing = all.filter(
+    (issue) => issue.code === "invalid_type" && issue.path.length > 0 && valueAt(raw, issue.path) === undefined,
+  );
+  const meantAs = (parent: PropertyKey[], key: string): string | undefined => {
+    for (const issue of missing) {
+      const wanted = String(issue.path.at(-1));
+      if (issuePath(issue.path.slice(0, -1)) !== issuePath(parent)) continue;
+      if (editDistance(key.toLowerCase(), wanted.toLowerCase()) <= (wanted.length >= 5 ? 2 : 1)) return wanted;
+    }
+    return undefined;
+  };
+  const suppressed = new Set<string>();
+  for (const issue of all.filter((i) => i.code === "unrecognized_keys")) {
+    for (const key of issue.keys) {
+      const wanted = meantAs(issue.path, key);
+      if (wanted) suppressed.add(issuePath([...issue.path, wanted]));
+    }
+  }
+  for (const issue of all) {
     let message = issue.message;
     let linePath: PropertyKey[] = issue.path;
+    if (issue.code === "invalid_type" && suppressed.has(issuePath(issue.path))) continue;
     if (issue.code === "unrecognized_keys") {
-      message = `unknown key ${issue.keys.map((k) => `'${k}'`).join(", ")}`;
+      message = `unknown key ${issue.keys
+        .map((k) => {
+          const wanted = meantAs(issue.path, k);
+          return wanted ? `'${k}' (did you mean '${wanted}'?)` : `'${k}'`;
+        })
+        .join(", ")}`;
       if (issue.keys[0] !== undefined) linePath = [...issue.path, issue.keys[0]];
     }
     if (issue.code === "invalid_key") message = `invalid name: ${issue.issues[0]?.message ?? message}`;

@@ -47,7 +47,7 @@ test("each rejection names the path and the problem", () => {
       { p: { ...base, claim: { ttl: "10s", refreshEvery: "6s" } } },
       /rebuilds\.p\.claim\.refreshEvery: must be at most half/,
     ],
-    [{ p: { ...base, extra: true } }, /rebuilds\.p: unknown key 'extra'/],
+    [{ p: { ...base, extra: true } }, /rebuilds\.p: unknown key 'extra'$/],
     [
       { p: { ...base, retries: { backoff: "30m", maxBackoff: "10m" } } },
       /rebuilds\.p\.retries\.backoff: must be at most retries\.maxBackoff \(10m\)/,
@@ -432,4 +432,20 @@ test("a step that says its kind gets that kind's error, and each of its problems
   const both = withStep({ run: ["x"], tiles: { input: "a.geojson", layer: "l" } });
   assert.ok(!both.ok);
   assert.match(both.error.message, /steps\[0\]: a step needs a name and exactly one of `run`/);
+});
+
+test("a misspelt required key is one problem that names the key it was meant as", () => {
+  const { output, ...withoutOutput } = base as { output: string } & Record<string, unknown>;
+  const { steps, ...withoutSteps } = base as { steps: unknown } & Record<string, unknown>;
+  for (const [rebuild, line] of [
+    [
+      { ...withoutOutput, outptu: output },
+      "claimwatch.yaml: rebuilds.p: unknown key 'outptu' (did you mean 'output'?)",
+    ],
+    [{ ...withoutSteps, stpes: steps }, "claimwatch.yaml: rebuilds.p: unknown key 'stpes' (did you mean 'steps'?)"],
+  ] as const) {
+    const result = parseDefinitions({ rebuilds: { p: rebuild } }, "/srv/claimwatch.yaml");
+    assert.ok(!result.ok);
+    assert.equal(result.error.message, line);
+  }
 });
