@@ -456,6 +456,13 @@ function schemaProblems(raw: unknown, issues: z.core.$ZodIssue[], lineOf: LineOf
       const what = issue.expected === "array" ? "list" : issue.expected;
       message = `is required (${/^[aeiou]/.test(what) ? "an" : "a"} ${what})`;
     }
+    // YAML's word for an object; the whole file is one with a `rebuilds:` section.
+    if (issue.code === "invalid_type" && issue.expected === "object") {
+      message = message.replace(
+        /^must be an object/,
+        issue.path.length === 0 ? `must be a YAML mapping with a 'rebuilds:' section` : "must be a mapping",
+      );
+    }
     if (issue.path.length === 1 && issue.path[0] === "rebuilds" && valueAt(raw, issue.path) === undefined) {
       message = `is missing: the file must have a 'rebuilds:' section with at least one rebuild (${EXAMPLE_REBUILD})`;
     }

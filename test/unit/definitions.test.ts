@@ -449,3 +449,17 @@ test("a misspelt required key is one problem that names the key it was meant as"
     assert.equal(result.error.message, line);
   }
 });
+
+test("a file that is not a mapping (a binary file read as text, a list) says what the file must be", () => {
+  for (const [raw, shape] of [
+    ["\u0000\u0001binary", "a string"],
+    [[1, 2], "a list"],
+  ] as const) {
+    const result = parseDefinitions(raw, "/srv/claimwatch.yaml");
+    assert.ok(!result.ok);
+    assert.equal(
+      result.error.message,
+      `claimwatch.yaml: must be a YAML mapping with a 'rebuilds:' section, not ${shape}`,
+    );
+  }
+});
