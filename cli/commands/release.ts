@@ -2,6 +2,7 @@
  * `claimwatch release <claim> --token T --reason R`: the owner-checked force release of the Claims
  * page (lib/claims/force-release), audited with the operator's name.
  */
+import { EVALUATOR_CLAIM } from "../../lib/alerts/evaluator-claim";
 import { auditRefused } from "../../lib/api/handler";
 import { describeZodError } from "../../lib/api/errors";
 import { releaseBody, releaseClaimAsOperator } from "../../lib/api/claims";
@@ -40,7 +41,9 @@ export const release: CommandSpec = {
             json: result,
             human: [
               `Released ${name} (audit entry ${result.auditId}).`,
-              `Its holder is told to stop: the running attempt is aborted and retried (deferred, no attempt spent) once it has stopped, at the latest in ${Math.ceil((result.releaseWindowMs + DEFER_MIN_MS) / 1000)} s; to stop the rebuild for good, \`claimwatch cancel\` its job instead.`,
+              name === EVALUATOR_CLAIM
+                ? "It elects the process that evaluates the alert rules (no rebuild, no job): its holder stops evaluating, and a live web server or worker takes the evaluation over once the claim is free."
+                : `Its holder is told to stop: the running attempt is aborted and retried (deferred, no attempt spent) once it has stopped, at the latest in ${Math.ceil((result.releaseWindowMs + DEFER_MIN_MS) / 1000)} s; to stop the rebuild for good, \`claimwatch cancel\` its job instead.`,
               `Nobody else can take the claim until the holder has stopped, at the latest in ${Math.ceil(result.releaseWindowMs / 1000)} s.`,
             ],
           };
