@@ -26,7 +26,6 @@ import {
   ensureBuild,
   startWeb,
   startWorker,
-  waitForHttp,
   workerArguments,
   type Child,
   type ChildExit,
@@ -103,7 +102,16 @@ if (!config.redisUrl) {
     throw error;
   }
   try {
-    redis = await startRedisServer({ dir: path.join(config.dataDir, "redis"), binary: redisBinary });
+    redis = await startRedisServer({
+      dir: path.join(config.dataDir, "redis"),
+      binary: redisBinary,
+      onSpawned: (pid) =>
+        writeLauncherState(config.dataDir, {
+          bootId: currentBootId(),
+          launcher: ownedProcess("launcher", process.pid),
+          children: [ownedProcess("redis", pid)],
+        }),
+    });
   } catch (error) {
     fail(`could not start the embedded Redis: ${(error as Error).message}`);
   }
@@ -157,7 +165,8 @@ function redisRunning(handle: RedisServerHandle): Running {
 
 /**
  * One child kept running: started again when it exits on its own (lib/launcher/restarts.ts says
- * when, and when to give up and stop everything instead).
+ * when, and when to give up and stop everything instead). `afterStart` records a new child where
+ * others look for it, before anything else sees it.
  */
 class Supervised {
   private budget = new RestartBudget();
@@ -168,25 +177,28 @@ class Supervised {
     readonly label: string,
     public current: Running,
     private readonly startAgain: () => Promise<Running>,
+    private readonly afterStart: (running: Running) => void = () => {},
   ) {
     this.watch(current);
   }
 
   private watch(running: Running): void {
-    void running.exited.then((exit) => this.exited(running, exit));
+    void running.exited.then((exit) =>
+      this.exited(running, `the ${this.label} (pid ${running.pid}) ${describeExit(exit)}`, exit.code),
+    );
   }
 
-  private exited(running: Running, exit: ChildExit): void {
+  /** `what`: "the worker (pid 7) was killed by SIGKILL", or why a new one could not start. */
+  private exited(running: Running, what: string, code: number | null): void {
     if (shuttingDown || running !== this.current) return;
     // A child that refused its configuration (exit 2, its one line above) would refuse it again.
-    if (exit.code === CONFIG_EXIT_CODE && this.label !== "embedded Redis") {
+    if (code === CONFIG_EXIT_CODE && this.label !== "embedded Redis") {
       void shutdown(`the ${this.label} refused its configuration (above)`, CONFIG_EXIT_CODE);
       return;
     }
     const decision = this.budget.exited(Date.now());
-    const what = `the ${this.label} (pid ${running.pid}) ${describeExit(exit)}`;
     if (!decision.restart) {
-      void shutdown(`${what}, its ${decision.exits}th unexpected end within ${decision.windowMs / 1000} s`, 1);
+      void shutdown(`${what}; it ended ${decision.exits} times within ${decision.windowMs / 1000} s`, 1);
       return;
     }
     say(`${what}; starting it again in ${decision.delayMs / 1000} s (restart ${decision.restartNumber})`);
@@ -202,12 +214,18 @@ class Supervised {
     try {
       next = await this.startAgain();
     } catch (error) {
-      say(`could not start the ${this.label} again: ${(error as Error).message}`);
-      return this.exited(previous, { code: null, signal: null });
+      return this.exited(previous, `the ${this.label} could not be started again (${(error as Error).message})`, null);
     }
     this.current = next;
-    if (shuttingDown) return; // shutdown waits for this start, then stops `next`
-    recordLauncherState();
+    // Recorded even when a shutdown began meanwhile (it stops `next` only after this start): a
+    // launcher killed before then must leave nothing the next start cannot find.
+    try {
+      this.afterStart(next);
+      recordLauncherState();
+    } catch (error) {
+      say(`could not record the new ${this.label} (pid ${next.pid}): ${(error as Error).message}`);
+    }
+    if (shuttingDown) return;
     say(`the ${this.label} is running again (pid ${next.pid})`);
     this.watch(next);
   }
@@ -223,31 +241,41 @@ class Supervised {
 const worker = new Supervised("worker", asRunning(startWorker(root, env, workerNodeArguments)), async () =>
   asRunning(startWorker(root, env, workerNodeArguments)),
 );
-const firstWeb = startWeb(root, config, env);
-const web = new Supervised("web server", asRunning(firstWeb), async () => asRunning(startWeb(root, config, env)));
+const web = new Supervised("web server", asRunning(startWeb(root, config, env)), async () =>
+  asRunning(startWeb(root, config, env)),
+);
 const embedded = redis
-  ? new Supervised("embedded Redis", redisRunning(redis), async () => {
-      // The same port and data (AOF): the worker and the web server reconnect to it.
-      redis = await startRedisServer({
-        dir: path.join(config.dataDir, "redis"),
-        binary: redisBinary,
-        port: redis!.port,
-      });
-      writeEmbeddedState(config.dataDir, redis);
-      return redisRunning(redis);
-    })
+  ? new Supervised(
+      "embedded Redis",
+      redisRunning(redis),
+      async () => {
+        // The same port and data (AOF): the worker and the web server reconnect to it.
+        redis = await startRedisServer({
+          dir: path.join(config.dataDir, "redis"),
+          binary: redisBinary,
+          port: redis!.port,
+          onSpawned: (pid) => recordLauncherState({ redis: pid }),
+        });
+        return redisRunning(redis);
+      },
+      () => writeEmbeddedState(config.dataDir, redis!),
+    )
   : undefined;
 
-/** The children's pids now, for the next start's cleanup after a launcher that died. */
-function recordLauncherState(): void {
+/**
+ * The children's pids now, for the next start's cleanup after a launcher that died; `redis`: a
+ * Redis spawned but not answering yet (a restart loading its AOF), recorded in its place.
+ */
+function recordLauncherState(spawned: { redis?: number } = {}): void {
   fs.mkdirSync(config.dataDir, { recursive: true });
+  const redisPid = spawned.redis ?? embedded?.current.pid;
   writeLauncherState(config.dataDir, {
     bootId: currentBootId(),
     launcher: ownedProcess("launcher", process.pid),
     children: [
       ownedProcess("worker", worker.current.pid),
       ownedProcess("web", web.current.pid),
-      ...(embedded ? [ownedProcess("redis", embedded.current.pid)] : []),
+      ...(redisPid !== undefined ? [ownedProcess("redis", redisPid)] : []),
     ],
   });
 }
@@ -277,7 +305,24 @@ process.on("SIGTERM", () => void shutdown("SIGTERM", 0));
 process.on("SIGHUP", () => void shutdown("SIGHUP", 0));
 
 const url = browserUrl(config);
-if ((await waitForHttp(`${url}/api/health`, firstWeb, 60_000)) && !shuttingDown) {
+
+/**
+ * Waits until the dashboard answers HTTP (any status), through restarts of the web server (one
+ * that dies while starting is started again, as later), or until a shutdown began.
+ */
+async function waitForAnswer(target: string, timeoutMs: number): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline && !shuttingDown) {
+    try {
+      await fetch(target, { signal: AbortSignal.timeout(2_500) });
+      return true;
+    } catch {
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  }
+  return false;
+}
+if ((await waitForAnswer(`${url}/api/health`, 60_000)) && !shuttingDown) {
   say(`claimwatch is running at ${url}  (Ctrl-C to stop)`);
   say(loginHint);
 } else if (!shuttingDown) {

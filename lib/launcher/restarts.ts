@@ -1,7 +1,8 @@
 /**
  * When `npm start` starts a child again that exited on its own (a worker killed by the OOM
  * killer or `kill -9`, a crashed web server, a killed embedded Redis): 1 s after the first exit,
- * then after a delay that doubles up to RESTART_POLICY.maxDelayMs, and never more than
+ * then after a delay that doubles (capped at `maxDelayMs`, which the default policy's five exits
+ * do not reach: 1, 2, 4, 8 s), and never more than
  * `maxExits` times within `windowMs` — a child that keeps exiting (a crash loop) stops the
  * launcher instead, so a supervisor above it (systemd, a container runtime) sees the failure.
  * Exits older than `windowMs` are forgotten: a child that stayed up that long starts again from

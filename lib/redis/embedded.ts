@@ -29,6 +29,12 @@ export interface RedisServerOptions {
    * `dir`, which Sentinel rewrites as it learns. No persistence or memory options apply. Tests.
    */
   sentinelConfig?: string[];
+  /**
+   * Called with the server's pid as soon as it is spawned, before it answers (loading a large AOF
+   * takes seconds): `npm start` records it then, so a launcher killed meanwhile leaves nothing the
+   * next start cannot find.
+   */
+  onSpawned?: (pid: number) => void;
 }
 
 export interface RedisServerHandle {
@@ -142,6 +148,7 @@ async function spawnAndWait(binary: string, port: number, options: RedisServerOp
         detached: true,
       })
     : spawn(binary, args, { stdio: ["ignore", "pipe", "pipe"], detached: true });
+  if (child.pid !== undefined) options.onSpawned?.(child.pid);
   let output = "";
   const collect = (chunk: Buffer) => {
     output = (output + chunk.toString()).slice(-4_000);

@@ -189,7 +189,7 @@ test("npm start stops everything when a child keeps exiting (a crash loop), exit
   }
   assert.match(
     printed,
-    /the worker \(pid \d+\) was killed by SIGKILL, its 5th unexpected end within 120 s: stopping worker, web server and embedded Redis/,
+    /the worker \(pid \d+\) was killed by SIGKILL; it ended 5 times within 120 s: stopping worker, web server and embedded Redis/,
   );
   assert.match(printed, /starting it again in 8 s \(restart 4\)/);
   assert.equal(readEmbeddedState(dataDir), undefined, "the embedded Redis record is cleared");
