@@ -1,9 +1,10 @@
 "use client";
 
-import { useQueryClient } from "@tanstack/react-query";
+import { useQuery, useQueryClient } from "@tanstack/react-query";
 import { createContext, useContext, useEffect, useRef, useState, type ReactNode } from "react";
 import type { DeliveredEvent } from "@/lib/events/types";
 import { LiveCache } from "@/lib/ui/live-cache";
+import { healthQuery } from "@/lib/ui/queries";
 
 type LiveState = "connecting" | "live" | "offline";
 
@@ -81,22 +82,39 @@ export function usePollEvery(ms: number): number | false {
   return useContext(LiveContext) === "live" ? false : ms;
 }
 
-/** The header's indicator: live, or not (and that the page polls meanwhile). */
+/**
+ * The header's indicator: live, or not (and that the page polls meanwhile). Connected to a server
+ * whose Redis does not answer is not live either: no change can reach the page until it is back
+ * (the health report, which the banner shows too, says so).
+ */
 export function LiveStatus() {
   const state = useContext(LiveContext);
-  const live = state === "live";
+  const { data: health } = useQuery({ ...healthQuery(), refetchInterval: false });
+  const redisDown = health !== undefined && !health.ok;
+  const live = state === "live" && !redisDown;
+  const text = live
+    ? "Live"
+    : state === "live"
+      ? "Not live: Redis unreachable"
+      : state === "connecting"
+        ? "Connecting…"
+        : "Not live: polling";
   return (
     <span
       role="status"
       aria-label="Live updates"
-      data-live={state}
+      data-live={redisDown && state === "live" ? "redis-down" : state}
       className={`flex items-center gap-1 text-xs ${live ? "text-emerald-700" : "text-amber-800"}`}
       title={
-        live ? "Changes are pushed to this page as they happen" : "Live updates are down: refreshing every few seconds"
+        live
+          ? "Changes are pushed to this page as they happen"
+          : state === "live"
+            ? "Connected, but a Redis does not answer: nothing changes here until it is back (see the banner)"
+            : "Live updates are down: refreshing every few seconds"
       }
     >
       <span aria-hidden className={`inline-block h-2 w-2 rounded-full ${live ? "bg-emerald-500" : "bg-amber-500"}`} />
-      {live ? "Live" : state === "connecting" ? "Connecting…" : "Not live: polling"}
+      {text}
     </span>
   );
 }

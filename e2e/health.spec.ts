@@ -45,6 +45,10 @@ test("stopping the Redis turns the banner red and /api/health 503; it recovers a
     // The open page notices by itself (polling), without a reload.
     await expect(banner).toHaveAttribute("data-health", "problem");
     await expect(banner).toContainText("Redis is unreachable");
+    // Connected to the server is not live while its Redis does not answer: the header says so.
+    const live = page.getByRole("status", { name: "Live updates" });
+    await expect(live).not.toHaveAttribute("data-live", "live");
+    await expect(live).toContainText("Not live");
     await page.screenshot({ path: testInfo.outputPath("redis-down.png"), fullPage: true });
   } finally {
     process.kill(redisPid, "SIGCONT");
