@@ -27,10 +27,8 @@ import {
   startWeb,
   startWorker,
   workerArguments,
-  type Child,
-  type ChildExit,
 } from "../lib/launcher/children";
-import { describeExit, RestartBudget } from "../lib/launcher/restarts";
+import { runningChild, runningRedis, Supervised } from "../lib/launcher/supervised";
 import {
   clearLauncherState,
   currentBootId,
@@ -141,125 +139,45 @@ if (config.operatorTokens.length + config.viewerTokens.length > 0) {
 
 let shuttingDown = false;
 
-/** A child as the supervisor sees it (the worker, the web server, the embedded Redis). */
-interface Running {
-  pid: number;
-  exited: Promise<ChildExit>;
-  stop(graceMs: number): Promise<void>;
-}
-
-const asRunning = (child: Child): Running => ({
-  pid: child.process.pid ?? -1,
-  exited: child.exited,
-  stop: (graceMs) => child.stop(graceMs),
+const supervision = {
+  stopping: () => shuttingDown,
+  giveUp: (reason: string, exitCode: number) => void shutdown(reason, exitCode),
+  record: () => recordLauncherState(),
+  say,
+};
+const worker = new Supervised({
+  ...supervision,
+  label: "worker",
+  first: runningChild(startWorker(root, env, workerNodeArguments)),
+  startAgain: async () => runningChild(startWorker(root, env, workerNodeArguments)),
 });
-
-function redisRunning(handle: RedisServerHandle): Running {
-  const exited = new Promise<ChildExit>((resolve) => {
-    if (handle.child.exitCode !== null || handle.child.signalCode !== null) {
-      resolve({ code: handle.child.exitCode, signal: handle.child.signalCode });
-    } else handle.child.once("exit", (code, signal) => resolve({ code, signal }));
-  });
-  return { pid: handle.pid, exited, stop: (graceMs) => handle.stop(graceMs) };
-}
-
-/**
- * One child kept running: started again when it exits on its own (lib/launcher/restarts.ts says
- * when, and when to give up and stop everything instead). `afterStart` records a new child where
- * others look for it, before anything else sees it.
- */
-class Supervised {
-  private budget = new RestartBudget();
-  private timer: NodeJS.Timeout | undefined;
-  private starting: Promise<void> | undefined;
-
-  constructor(
-    readonly label: string,
-    public current: Running,
-    private readonly startAgain: () => Promise<Running>,
-    private readonly afterStart: (running: Running) => void = () => {},
-  ) {
-    this.watch(current);
-  }
-
-  private watch(running: Running): void {
-    void running.exited.then((exit) =>
-      this.exited(running, `the ${this.label} (pid ${running.pid}) ${describeExit(exit)}`, exit.code),
-    );
-  }
-
-  /** `what`: "the worker (pid 7) was killed by SIGKILL", or why a new one could not start. */
-  private exited(running: Running, what: string, code: number | null): void {
-    if (shuttingDown || running !== this.current) return;
-    // A child that refused its configuration (exit 2, its one line above) would refuse it again.
-    if (code === CONFIG_EXIT_CODE && this.label !== "embedded Redis") {
-      void shutdown(`the ${this.label} refused its configuration (above)`, CONFIG_EXIT_CODE);
-      return;
-    }
-    const decision = this.budget.exited(Date.now());
-    if (!decision.restart) {
-      void shutdown(`${what}; it ended ${decision.exits} times within ${decision.windowMs / 1000} s`, 1);
-      return;
-    }
-    say(`${what}; starting it again in ${decision.delayMs / 1000} s (restart ${decision.restartNumber})`);
-    this.timer = setTimeout(() => {
-      this.timer = undefined;
-      if (shuttingDown) return;
-      this.starting = this.start(running).finally(() => (this.starting = undefined));
-    }, decision.delayMs);
-  }
-
-  private async start(previous: Running): Promise<void> {
-    let next: Running;
-    try {
-      next = await this.startAgain();
-    } catch (error) {
-      return this.exited(previous, `the ${this.label} could not be started again (${(error as Error).message})`, null);
-    }
-    this.current = next;
-    // Recorded even when a shutdown began meanwhile (it stops `next` only after this start): a
-    // launcher killed before then must leave nothing the next start cannot find.
-    try {
-      this.afterStart(next);
-      recordLauncherState();
-    } catch (error) {
-      say(`could not record the new ${this.label} (pid ${next.pid}): ${(error as Error).message}`);
-    }
-    if (shuttingDown) return;
-    say(`the ${this.label} is running again (pid ${next.pid})`);
-    this.watch(next);
-  }
-
-  /** Cancels a restart that is due, waits for one under way, then stops the child. */
-  async stop(graceMs: number): Promise<void> {
-    clearTimeout(this.timer);
-    await this.starting;
-    await this.current.stop(graceMs);
-  }
-}
-
-const worker = new Supervised("worker", asRunning(startWorker(root, env, workerNodeArguments)), async () =>
-  asRunning(startWorker(root, env, workerNodeArguments)),
-);
-const web = new Supervised("web server", asRunning(startWeb(root, config, env)), async () =>
-  asRunning(startWeb(root, config, env)),
-);
+const web = new Supervised({
+  ...supervision,
+  label: "web server",
+  first: runningChild(startWeb(root, config, env)),
+  startAgain: async () => runningChild(startWeb(root, config, env)),
+});
 const embedded = redis
-  ? new Supervised(
-      "embedded Redis",
-      redisRunning(redis),
-      async () => {
-        // The same port and data (AOF): the worker and the web server reconnect to it.
+  ? new Supervised({
+      ...supervision,
+      label: "embedded Redis",
+      first: runningRedis(redis),
+      // The same port and data (AOF): the worker and the web server reconnect to it.
+      startAgain: async () => {
         redis = await startRedisServer({
           dir: path.join(config.dataDir, "redis"),
           binary: redisBinary,
           port: redis!.port,
           onSpawned: (pid) => recordLauncherState({ redis: pid }),
         });
-        return redisRunning(redis);
+        return runningRedis(redis);
       },
-      () => writeEmbeddedState(config.dataDir, redis!),
-    )
+      record: () => {
+        writeEmbeddedState(config.dataDir, redis!);
+        recordLauncherState();
+      },
+      configExits: false,
+    })
   : undefined;
 
 /**
