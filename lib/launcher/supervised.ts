@@ -7,7 +7,7 @@
 import { CONFIG_EXIT_CODE } from "../config";
 import type { RedisServerHandle } from "../redis/embedded";
 import type { Child, ChildExit } from "./children";
-import { describeExit, RestartBudget } from "./restarts";
+import { describeExit, RestartBudget, type RestartPolicy } from "./restarts";
 
 /** A child as the supervisor sees it. */
 export interface Running {
@@ -45,15 +45,18 @@ export interface SupervisedOptions {
   say: (line: string) => void;
   /** Whether an exit with CONFIG_EXIT_CODE means "refused its configuration" (not for Redis). */
   configExits?: boolean;
+  /** When to start it again (default RESTART_POLICY). */
+  policy?: RestartPolicy;
 }
 
 export class Supervised {
   current: Running;
-  private readonly budget = new RestartBudget();
+  private readonly budget: RestartBudget;
   private timer: NodeJS.Timeout | undefined;
   private starting: Promise<void> | undefined;
 
   constructor(private readonly options: SupervisedOptions) {
+    this.budget = new RestartBudget(options.policy);
     this.current = options.first;
     this.watch(options.first);
   }
