@@ -109,7 +109,9 @@ function RebuildRow({ rebuild, open, onToggle }: { rebuild: ApiRebuild; open: bo
             >
               {build.kind === "unsynced"
                 ? "The disk lost a write; build moved aside: "
-                : "Published build changed on disk: "}
+                : build.kind === "missing"
+                  ? "Published build missing from disk (rebuild with force): "
+                  : "Published build changed on disk: "}
               <span className="font-mono">{build.path}</span>
             </div>
           ))}

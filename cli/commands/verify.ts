@@ -3,7 +3,7 @@
  * a rebuild's output (each tenant's, or one) and compares it with its name. Needs no Redis.
  */
 import { outputDirOf, tenantProblem, tenantsOf, unknownRebuildProblem } from "../../lib/rebuilds/definitions";
-import { verifyBuilds } from "../../lib/rebuilds/output";
+import { MISSING_BUILD, verifyBuilds } from "../../lib/rebuilds/output";
 import { EXIT, usageError } from "../outcome";
 import { loadSetup } from "../session";
 import type { CommandSpec } from "./spec";
@@ -32,7 +32,11 @@ export const verify: CommandSpec = {
       exitCode: changed.length > 0 ? EXIT.refused : EXIT.ok,
       json: { rebuild: name, tenant: tenant ?? null, checked, changed },
       human: [
-        ...changed.map((build) => `CHANGED ${build.path} (hashes to ${build.actual})`),
+        ...changed.map((build) =>
+          build.actual === MISSING_BUILD
+            ? `MISSING ${build.path} (current points at it; rebuild its version with force)`
+            : `CHANGED ${build.path} (hashes to ${build.actual})`,
+        ),
         `${checked} build(s) checked, ${changed.length} changed`,
       ],
     };

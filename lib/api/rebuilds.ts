@@ -49,7 +49,7 @@ export interface ApiRebuild {
   tenantCount: number | null;
   /** Published builds of this output found changed on disk (build-integrity.ts); usually empty. */
   /** Builds moved aside or found changed (build-integrity.ts): `unsynced` when the disk lost a write. */
-  changedBuilds: { kind: "changed" | "unsynced"; path: string; foundAt: number; foundBy: string }[];
+  changedBuilds: { kind: "changed" | "unsynced" | "missing"; path: string; foundAt: number; foundBy: string }[];
 }
 
 export function nextRunAt(definition: RebuildDefinition, from = new Date()): string | null {

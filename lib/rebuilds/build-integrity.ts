@@ -21,9 +21,10 @@ export const CHECK_EVERY_MS = 10 * 60_000;
 export interface ChangedBuild {
   /**
    * `changed`: its bytes no longer hash to its name. `unsynced`: reading or syncing it failed with
-   * EIO (a lost write), so its bytes cannot be trusted; moved aside. Absent in older records: changed.
+   * EIO (a lost write), so its bytes cannot be trusted; moved aside. `missing`: `current` points at
+   * it and it is gone (deleted). Absent in older records: changed.
    */
-  kind?: "changed" | "unsynced";
+  kind?: "changed" | "unsynced" | "missing";
   path: string;
   rebuild: string;
   tenant: string | null;
@@ -119,6 +120,10 @@ export async function checkPublishedBuilds(
       (error: NodeJS.ErrnoException) => error.code !== "ENOENT" && error.code !== "ENOTDIR",
     );
     const name = path.basename(known.path);
+    if (known.kind === "missing") {
+      // Cleared once it is published again, or `current` points elsewhere.
+      if (!exists && (await readCurrent(path.dirname(path.dirname(known.path)))) === name) continue;
+    }
     let whole = false;
     if (exists && BUILD_HASH.test(name)) {
       // Re-hashed under the output's check lease, like `current`: once per period across workers.
@@ -158,6 +163,7 @@ export async function checkPublishedBuilds(
     const { changed } = await verifyBuilds(outputDir, current);
     for (const build of changed) {
       await recordChangedBuild(client, keys, {
+        ...(build.missing ? { kind: "missing" as const } : {}),
         path: buildDirOf(outputDir, current),
         rebuild: rebuild.name,
         tenant: tenant ?? null,
@@ -166,7 +172,11 @@ export async function checkPublishedBuilds(
         foundAt: Date.now(),
         foundBy: workerId,
       });
-      lines.push(`PUBLISHED BUILD CHANGED: ${build.path} now hashes to ${build.actual}`);
+      lines.push(
+        build.missing
+          ? `PUBLISHED BUILD MISSING: ${build.path} (current points at it)`
+          : `PUBLISHED BUILD CHANGED: ${build.path} now hashes to ${build.actual}`,
+      );
     }
     break;
   }
@@ -181,6 +191,8 @@ export async function changedBuildProblems(client: Pick<Redis, "hgetall">, keys:
     const remove = `chmod -R u+w ${build.path} && rm -rf ${build.path}`;
     if (build.kind === "unsynced")
       return `The disk lost a write under ${output}: build ${build.expected} could not be read or synced (EIO), so a rebuild moved it aside to ${build.path} and replaced it (${found}); check the disk (dmesg, SMART), then delete it (it is read-only): ${remove}`;
+    if (build.kind === "missing")
+      return `The published build of ${output} is missing from disk: current points at ${build.path}, which is gone (${found}); rebuild its version with force to publish it again (a repeat without force is skipped as already rebuilt)`;
     if (build.kind === "changed")
       return `A published build of ${output} had changed on disk: a rebuild moved it aside to ${build.path} and published whole bytes of build ${build.expected} (${found}); find what wrote into it, then delete it (it is read-only): ${remove}`;
     return `Published build of ${output} changed on disk: ${build.path} no longer matches its hash (${found}); run npx claimwatch verify ${build.rebuild}${build.tenant ? ` ${build.tenant}` : ""}, and rebuild its version with force to replace it`;

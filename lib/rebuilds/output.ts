@@ -356,18 +356,39 @@ async function unsealDirectories(dir: string): Promise<void> {
 }
 
 /** Every build of an output whose bytes no longer hash to its name (path, expected, actual). */
+/** What `verifyBuilds` says of a build; `missing`: `current` points at it, and it is not there. */
+export interface ChangedBuildBytes {
+  path: string;
+  expected: string;
+  actual: string;
+  missing?: true;
+}
+
+/** `actual` of a published build that is gone (deleted from under `current`). */
+export const MISSING_BUILD = "(missing: current points at it)";
+
 export async function verifyBuilds(
   outputDir: string,
   only?: string,
-): Promise<{ checked: number; changed: { path: string; expected: string; actual: string }[] }> {
+): Promise<{ checked: number; changed: ChangedBuildBytes[] }> {
   const buildsDir = path.join(outputDir, "builds");
+  const changed: ChangedBuildBytes[] = [];
   let names: string[];
   try {
     names = (await fs.readdir(buildsDir)).filter((name) => BUILD_HASH.test(name) && (!only || name === only));
   } catch {
-    return { checked: 0, changed: [] };
+    names = [];
   }
-  const changed: { path: string; expected: string; actual: string }[] = [];
+  // The published build itself must be there: deleted from under `current` is not "nothing to check".
+  const current = await readCurrent(outputDir);
+  if (current && (!only || only === current) && !names.includes(current)) {
+    const dir = path.join(buildsDir, current);
+    const there = await fs.lstat(dir).then(
+      () => true,
+      (error: NodeJS.ErrnoException) => error.code !== "ENOENT" && error.code !== "ENOTDIR",
+    );
+    if (!there) changed.push({ path: dir, expected: current, actual: MISSING_BUILD, missing: true });
+  }
   for (const name of names.sort()) {
     const dir = path.join(buildsDir, name);
     const actual = await hashDirectory(dir).catch((error: unknown) => {
@@ -376,7 +397,7 @@ export async function verifyBuilds(
     });
     if (actual !== name) changed.push({ path: dir, expected: name, actual });
   }
-  return { checked: names.length, changed };
+  return { checked: names.length + changed.filter((c) => c.missing).length, changed };
 }
 
 /** The hash `current` points at, or null when there is no (valid) `current`. */
