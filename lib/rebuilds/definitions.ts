@@ -21,7 +21,15 @@ const nameSchema = (what: string) =>
 const MAX_TIMER_MS = 2_147_483_647;
 const DURATION_MESSAGE = "must be a duration like 500ms, 90s, 10m, 2h, 1d or 1h30m";
 const duration = z
-  .string()
+  .string({
+    // A bare number (`killGrace: 5`) has no unit: seconds or milliseconds would be a guess.
+    error: (issue) =>
+      issue.input === undefined
+        ? undefined
+        : typeof issue.input === "number"
+          ? `${DURATION_MESSAGE} (a number alone has no unit: write ${issue.input}s or ${issue.input}ms)`
+          : DURATION_MESSAGE,
+  })
   .regex(/^(?:\d+(?:ms|s|m|h|d))+$/, DURATION_MESSAGE)
   .transform((text, ctx) => {
     const ms = parseDuration(text);
@@ -111,6 +119,12 @@ const KNOWN_PLACEHOLDERS: ReadonlySet<string> = new Set(PLACEHOLDER_NAMES);
  */
 const PLACEHOLDER_LIKE = /(?<![$%@#]|\\[A-Za-z])\{([A-Za-z_][A-Za-z0-9_]*)\}/g;
 const PLACEHOLDER_LIST = PLACEHOLDER_NAMES.map((name) => `{${name}}`).join(" ");
+/** Words (folded) a step has as environment variables, not placeholders (lib/rebuilds/steps). */
+const STEP_VARIABLES: Record<string, string> = {
+  fence: "CLAIMWATCH_FENCE",
+  runid: "CLAIMWATCH_RUN_ID",
+  run: "CLAIMWATCH_RUN_ID",
+};
 /** Words of claimwatch's own vocabulary a step might expect as placeholders (compared folded). */
 const CLAIMWATCH_WORDS = new Set(
   ["run", "runid", "job", "jobid", "attempt", "fence", "build", "buildhash", "hash", "claim", "input", "inputs"].concat(
@@ -118,14 +132,18 @@ const CLAIMWATCH_WORDS = new Set(
   ),
 );
 
-/** Edit distance, for short words. */
+/** Edit distance for short words, a swap of two neighbours counting as one edit (`wokr` → `work`). */
 function editDistance(a: string, b: string): number {
+  let before: number[] = [];
   let previous = Array.from({ length: b.length + 1 }, (_, j) => j);
   for (let i = 1; i <= a.length; i++) {
     const row = [i];
     for (let j = 1; j <= b.length; j++) {
       row[j] = Math.min(previous[j]! + 1, row[j - 1]! + 1, previous[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1])
+        row[j] = Math.min(row[j]!, before[j - 2]! + 1);
     }
+    before = previous;
     previous = row;
   }
   return previous[b.length]!;
@@ -145,6 +163,8 @@ function mistakenPlaceholder(word: string): string | null {
     if (folded.length >= 3 && editDistance(folded, known) <= (known.length > 5 ? 2 : 1))
       return ` (did you mean {${known}}?)`;
   }
+  const variable = STEP_VARIABLES[folded];
+  if (variable) return ` (not a placeholder: a step reads it from $${variable})`;
   return CLAIMWATCH_WORDS.has(folded) ? "" : null;
 }
 
@@ -232,6 +252,18 @@ const rebuildSchema = z
         code: "custom",
         path: ["claim", "refreshEvery"],
         message: "must be at most half of claim.ttl, so one missed refresh does not lose the claim",
+      });
+    }
+    if (!rebuild.tenants) {
+      rebuild.steps.forEach((step, i) => {
+        if (JSON.stringify(step).includes("{tenant}")) {
+          ctx.addIssue({
+            code: "custom",
+            path: ["steps", i],
+            message:
+              "uses {tenant}, but this rebuild has no tenants (it would be empty): list them under tenants, or leave it out",
+          });
+        }
       });
     }
     if (rebuild.retries.backoff > rebuild.retries.maxBackoff) {

@@ -57,6 +57,10 @@ test("each rejection names the path and the problem", () => {
       /rebuilds\.p\.retries\.backoff: must be at most retries\.maxBackoff \(10m\)/,
     ],
     [{ p: { ...base, claim: { ttl: "soon" } } }, /rebuilds\.p\.claim\.ttl: must be a duration/],
+    [
+      { p: { ...base, claim: { ttl: 90 } } },
+      /rebuilds\.p\.claim\.ttl: must be a duration like .* \(a number alone has no unit: write 90s or 90ms\)$/,
+    ],
     [{ p: { ...base, claim: { ttl: "0s" } } }, /rebuilds\.p\.claim\.ttl: must be longer than 0 \(e\.g\. 1s\)$/],
     [{ p: { ...base, idempotency: { ttl: "0m0s" } } }, /rebuilds\.p\.idempotency\.ttl: must be longer than 0/],
     [
@@ -366,7 +370,20 @@ test("an unknown placeholder meant for claimwatch (a misspelt one, a word of cla
     [{ run: ["x"], env: { OUT: "{out}" } }, "rebuilds.p.steps[0].env.OUT", "{out}", " (did you mean {output}?)"],
     [{ run: ["x"], cwd: "{work_dir}" }, "rebuilds.p.steps[0].cwd", "{work_dir}", " (did you mean {work}?)"],
     [{ run: ["x", "{tenat}"] }, "rebuilds.p.steps[0].run[1]", "{tenat}", " (did you mean {tenant}?)"],
-    [{ run: ["x", "--fence={fence}"] }, "rebuilds.p.steps[0].run[1]", "{fence}", ""],
+    [
+      { run: ["x", "--fence={fence}"] },
+      "rebuilds.p.steps[0].run[1]",
+      "{fence}",
+      " (not a placeholder: a step reads it from $CLAIMWATCH_FENCE)",
+    ],
+    [{ run: ["x", "{wokr}/a"] }, "rebuilds.p.steps[0].run[1]", "{wokr}", " (did you mean {work}?)"],
+    [
+      { run: ["x", "{runId}"] },
+      "rebuilds.p.steps[0].run[1]",
+      "{runId}",
+      " (not a placeholder: a step reads it from $CLAIMWATCH_RUN_ID)",
+    ],
+    [{ run: ["x", "{job}"] }, "rebuilds.p.steps[0].run[1]", "{job}", ""],
   ];
   for (const [fields, where, token, suggestion] of cases) {
     const result = withStep(fields);
@@ -390,7 +407,7 @@ test("braces that are the program's own syntax are left to it", () => {
     ["git", "rev-parse", "@{upstream}", "HEAD@{1}"],
     ["grep", "-P", "\\p{Lu}\\x{e9}", "a{2,3}"],
     ["ruby", "-e", 'puts "#{x}"'],
-    ["echo", "{work}{output}{version}{tenant}{rebuild}", "{{work}}"],
+    ["echo", "{work}{output}{version}{rebuild}", "{{work}}"],
   ];
   for (const run of fine) {
     const result = withStep({ run, env: { A: "${B}" }, cwd: "{work}/x" });
@@ -462,4 +479,18 @@ test("a file that is not a mapping (a binary file read as text, a list) says wha
       `claimwatch.yaml: must be a YAML mapping with a 'rebuilds:' section, not ${shape}`,
     );
   }
+});
+
+test("{tenant} in a rebuild without tenants is refused (it would be empty), and accepted in one with tenants", () => {
+  const refused = withStep({ run: ["echo", "{tenant}"] });
+  assert.ok(!refused.ok);
+  assert.equal(
+    refused.error.message,
+    "claimwatch.yaml: rebuilds.p.steps[0]: uses {tenant}, but this rebuild has no tenants (it would be empty): list them under tenants, or leave it out",
+  );
+  const tenanted = parseDefinitions(
+    { rebuilds: { p: { ...base, tenants: ["acme"], steps: [{ name: "s", run: ["echo", "{tenant}"] }] } } },
+    "/srv/claimwatch.yaml",
+  );
+  assert.ok(tenanted.ok, tenanted.ok ? "" : tenanted.error.message);
 });
