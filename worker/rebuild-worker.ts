@@ -21,6 +21,7 @@ import { DEFER_MIN_MS } from "../lib/rebuilds/decide";
 import { writeDeferNote } from "../lib/rebuilds/defer-note";
 import { RebuildError, runRebuild, type RebuildDeps, type RebuildOutcome } from "../lib/rebuilds/run-rebuild";
 import { lockRenewTimeFor, stepWarden, wardenSilenceFor } from "../lib/rebuilds/steps/warden";
+import { LOCK_LOST_ABORT_REASON } from "../lib/rebuilds/steps/context";
 
 export interface RebuildWorkerOptions {
   concurrency: number;
@@ -60,9 +61,6 @@ export interface RunningJobs {
 interface Pickup {
   abort: AbortController;
 }
-
-/** The job signal's reason when the pickup lost its BullMQ job lock (classify-failure reads it). */
-const LOCK_LOST_REASON = "lock-lost";
 
 export function startRebuildWorker(
   deps: RebuildDeps & { connection: Redis },
@@ -141,7 +139,7 @@ export function startRebuildWorker(
       // gone — it starts nothing beside it, not even a record.
       const reason = "picked up again while its earlier pickup still runs on this worker; stopping that one, deferred";
       log(`job ${jobId}: ${reason}`);
-      earlier.abort.abort(LOCK_LOST_REASON);
+      earlier.abort.abort(LOCK_LOST_ABORT_REASON);
       return defer(job, token, Date.now() + DEFER_MIN_MS, reason);
     }
     const pickup: Pickup = { abort: new AbortController() };
@@ -242,7 +240,7 @@ export function startRebuildWorker(
   worker.on("lockRenewalFailed", (ids: string[]) => {
     for (const id of ids) {
       log(`job ${id}: job lock lost; aborting it`);
-      abortJob(id, LOCK_LOST_REASON);
+      abortJob(id, LOCK_LOST_ABORT_REASON);
     }
   });
   worker.on("error", (error) => log(`worker error: ${error.message}`));

@@ -7,7 +7,7 @@ import { ClaimLostError } from "../claims";
 import type { FinalRunStatus } from "../runs/transitions";
 import { CANCEL_ABORT_REASON } from "./cancel-request";
 import { FenceNotRecordedError } from "./published-fence";
-import { StepFailedError, TransientStepError, WorkerStalledError } from "./steps/context";
+import { LOCK_LOST_ABORT_REASON, StepFailedError, TransientStepError, WorkerStalledError } from "./steps/context";
 import { TRANSIENT_ERRNO } from "./steps/run-step";
 
 export type FailureClass =
@@ -47,7 +47,7 @@ export function classifyFailure(
   if (error instanceof WorkerStalledError) {
     return { kind: "hand-back", status: "aborted", reason: `${error.message}; the job is handed back to the queue` };
   }
-  if (jobReason === "lock-lost") {
+  if (jobReason === LOCK_LOST_ABORT_REASON) {
     return {
       kind: "fail",
       status: "aborted",

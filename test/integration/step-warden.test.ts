@@ -172,6 +172,36 @@ describe("real workers: the same job's next attempt takes the claim over at once
   });
   after(() => bed.close());
 
+  test("a worker SIGSTOPped alone past its job lock: its run record names the step warden's kill, not the lost lock", async () => {
+    const alone = await bed.startWorker();
+    try {
+      const jobId = await bed.trigger("steady", { version: "v-alone" });
+      const running = await bed.waitForRun(
+        (r) => r.jobId === jobId && r.status === "running" && r.fence !== null,
+        30_000,
+        "the step running",
+      );
+      await until(
+        () => fs.existsSync(journal()) && fs.readFileSync(journal(), "utf8").includes(running.id),
+        30_000,
+        "the step's first write",
+      );
+      // Past the 5 s job lock: the warden kills the step at 3 s, the lock runs out meanwhile.
+      process.kill(alone.pid, "SIGSTOP");
+      await new Promise((r) => setTimeout(r, 7_000));
+      process.kill(alone.pid, "SIGCONT");
+      const ended = await bed.waitForRun((r) => r.id === running.id && r.status !== "running", 60_000, "its end");
+      assert.equal(ended.status, "aborted", JSON.stringify(ended));
+      assert.match(
+        ended.reason ?? "",
+        /killed by the step warden: the worker did not run for \d+ ms/,
+        ended.reason ?? "",
+      );
+    } finally {
+      await alone.stop();
+    }
+  });
+
   test("a worker SIGSTOPped mid-step: the old step's last write comes before the next attempt's first", async () => {
     const stuck = await bed.startWorker();
     const jobId = await bed.trigger("steady", { version: "v-stuck" });

@@ -35,6 +35,9 @@ export class TransientStepError extends Error {
   }
 }
 
+/** The job signal's reason when BullMQ's job lock was lost (worker/rebuild-worker.ts aborts with it). */
+export const LOCK_LOST_ABORT_REASON = "lock-lost";
+
 /**
  * This worker stopped running long enough during the attempt (event loop blocked, process
  * SIGSTOPped) that its job lock may have run out: its steps were ended by the step warden, or

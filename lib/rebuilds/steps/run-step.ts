@@ -14,6 +14,7 @@ import type { RunStep } from "../definitions";
 import { CGROUP_JOIN_FAILED_LINE, detectContainment, StepCgroups, type Containment } from "./containment";
 import {
   expandPlaceholders,
+  LOCK_LOST_ABORT_REASON,
   StepFailedError,
   TransientStepError,
   WorkerStalledError,
@@ -315,6 +316,11 @@ export async function runCommandStep(
   if (cgroupsLeft.length > 0)
     context.log(`[${step.name}] could not remove cgroup(s) ${cgroupsLeft.join(", ")}: processes still in them`);
 
+  // The stall that made the warden kill the step also let BullMQ's job lock run out: the record
+  // names the cause (the stall), not its consequence. Other aborts (a deploy, a cancel, the time
+  // limit, a lost claim) say themselves.
+  if (wardenKill && context.signal.aborted && context.signal.reason === LOCK_LOST_ABORT_REASON)
+    throw new WorkerStalledError(`step ${step.name} was killed by the step warden: ${wardenKill}`);
   context.signal.throwIfAborted();
   if (stalledAtSpawn !== null)
     throw new WorkerStalledError(`step ${step.name} was killed as it started: ${stalledAtSpawn}`);
