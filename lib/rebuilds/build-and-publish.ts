@@ -18,7 +18,7 @@ import { hashDirectory, makeDirectory, promoteBuild, workDirOf } from "./output"
 import { trackWorkDir } from "./work-dirs";
 import { FenceNotRecordedError, markFenceGranted, pointCurrentAtRecord, recordPublishedFence } from "./published-fence";
 import { isTransient } from "./classify-failure";
-import { TransientStepError, WorkerStalledError, type StepContext } from "./steps/context";
+import { LOCK_LOST_ABORT_REASON, TransientStepError, WorkerStalledError, type StepContext } from "./steps/context";
 import { runCommandStep } from "./steps/run-step";
 import { stepWarden } from "./steps/warden";
 import { runTilesStep } from "./steps/tiles-step";
@@ -247,7 +247,8 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
     await fs.rm(workDir, { recursive: true, force: true }).catch(() => {});
     // Report the claim loss or the job's abort reason rather than the AbortError it caused; but a
     // stall the step warden ended names its cause (the lost job lock is its consequence).
-    if (signal.aborted && !(error instanceof WorkerStalledError)) throw signal.reason ?? error;
+    const stallLostTheLock = error instanceof WorkerStalledError && signal.reason === LOCK_LOST_ABORT_REASON;
+    if (signal.aborted && !stallLostTheLock) throw signal.reason ?? error;
     throw error;
   } finally {
     // The steps have stopped (they are awaited): this holder runs nothing more under the claim.

@@ -9,6 +9,7 @@
  * it stays listed until an operator removes it.
  */
 import fs from "node:fs/promises";
+import os from "node:os";
 import path from "node:path";
 import type { Redis } from "ioredis";
 import type { RedisKeys } from "../redis/keys";
@@ -32,6 +33,11 @@ export interface ChangedBuild {
   actual: string;
   foundAt: number;
   foundBy: string;
+  /**
+   * `missing` only: the host whose disk lacks it (outputs may be on each host's own disk); only
+   * workers on that host look at it again.
+   */
+  host?: string;
 }
 
 export async function recordChangedBuild(client: Pick<Redis, "hset">, keys: RedisKeys, build: ChangedBuild) {
@@ -115,31 +121,39 @@ export async function checkPublishedBuilds(
   const reported = await listChangedBuilds(client, keys);
   for (const known of reported) {
     // Only a build that is not there any more is cleared: an unreadable one (EIO, EACCES) stays.
+    let changedAt: number | null = null;
     const exists = await fs.stat(known.path).then(
-      () => true,
+      (stat) => ((changedAt = stat.ctimeMs), true),
       (error: NodeJS.ErrnoException) => error.code !== "ENOENT" && error.code !== "ENOTDIR",
     );
     const name = path.basename(known.path);
     if (known.kind === "missing") {
-      // Cleared once it is published again, or `current` points elsewhere.
-      if (!exists && (await readCurrent(path.dirname(path.dirname(known.path)))) === name) continue;
+      lines.push(...(await recheckMissing(client, keys, known, exists)));
+      continue;
     }
     let whole = false;
     if (exists && BUILD_HASH.test(name)) {
-      // Re-hashed under the output's check lease, like `current`: once per period across workers.
-      const lease = await client.set(
-        keys.buildCheckLease(known.rebuild, known.tenant ?? undefined),
-        workerId,
-        "PX",
-        CHECK_EVERY_MS,
-        "NX",
-      );
+      // Re-hashed under the output's check lease, like `current`: once per period across workers;
+      // at once when the directory was replaced since the finding (a rebuild published it again:
+      // the promote renames a new one in).
+      const replaced = changedAt !== null && changedAt > known.foundAt;
+      const lease = replaced
+        ? "OK"
+        : await client.set(
+            keys.buildCheckLease(known.rebuild, known.tenant ?? undefined),
+            workerId,
+            "PX",
+            CHECK_EVERY_MS,
+            "NX",
+          );
       if (lease !== "OK") continue;
       // A build that cannot be read is not whole.
       whole = await verifyBuilds(path.dirname(path.dirname(known.path)), name).then(
         (verified) => verified.changed.length === 0,
         () => false,
       );
+      // Replaced, and changed again: found now (the next look waits for the lease).
+      if (replaced && !whole) await recordChangedBuild(client, keys, { ...known, foundAt: Date.now() });
     }
     if (!exists || whole) {
       await client.hdel(keys.changedBuilds, known.path);
@@ -162,8 +176,9 @@ export async function checkPublishedBuilds(
     rotation = (rotation + i + 1) % outputs.length;
     const { changed } = await verifyBuilds(outputDir, current);
     for (const build of changed) {
+      if (build.missing && known.has(build.path)) continue; // reported already (its first finding stays)
       await recordChangedBuild(client, keys, {
-        ...(build.missing ? { kind: "missing" as const } : {}),
+        ...(build.missing ? { kind: "missing" as const, host: os.hostname() } : {}),
         path: buildDirOf(outputDir, current),
         rebuild: rebuild.name,
         tenant: tenant ?? null,
@@ -181,6 +196,37 @@ export async function checkPublishedBuilds(
     break;
   }
   return lines;
+}
+
+/**
+ * A `missing` report looked at again (on the host whose disk lacked it): cleared once `current`
+ * points elsewhere, or once the build is back and whole (re-hashed at once, without the check's
+ * lease: it was just published again or restored); back but not whole, it is a changed build.
+ */
+async function recheckMissing(
+  client: Pick<Redis, "hset" | "hdel">,
+  keys: RedisKeys,
+  known: ChangedBuild,
+  exists: boolean,
+): Promise<string[]> {
+  if (known.host !== undefined && known.host !== os.hostname()) return [];
+  const name = path.basename(known.path);
+  const outputDir = path.dirname(path.dirname(known.path));
+  if ((await readCurrent(outputDir)) !== name) {
+    await client.hdel(keys.changedBuilds, known.path);
+    return [`missing build ${known.path}: current points elsewhere now`];
+  }
+  if (!exists) return [];
+  const verified = await verifyBuilds(outputDir, name).catch(() => null);
+  const changed = verified ? verified.changed[0] : { actual: "(unreadable)" };
+  if (!changed) {
+    await client.hdel(keys.changedBuilds, known.path);
+    return [`missing build ${known.path} is back and whole`];
+  }
+  // Changed in place (no kind: `changed` names a copy a rebuild moved aside).
+  const { host: _host, kind: _kind, ...rest } = known;
+  await recordChangedBuild(client, keys, { ...rest, actual: changed.actual, foundAt: Date.now() });
+  return [`PUBLISHED BUILD CHANGED: ${known.path} is back but hashes to ${changed.actual}`];
 }
 
 /** Banner lines for changed builds. */

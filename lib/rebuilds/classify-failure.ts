@@ -42,21 +42,25 @@ export function classifyFailure(
   }
   if (jobReason === CANCEL_ABORT_REASON) return { kind: "cancelled", reason: "cancelled by an operator" };
   if (error instanceof ClaimLostError) return { kind: "claim-lost", reason: `claim lost: ${error.message}` };
-  // The worker stalled (not the job's fault): back to the queue without a failed attempt; if
-  // the lock has run out meanwhile, the attempt BullMQ already handed it to goes on.
-  if (error instanceof WorkerStalledError) {
-    return { kind: "hand-back", status: "aborted", reason: `${error.message}; the job is handed back to the queue` };
-  }
+  // The job lock is gone (this pickup's token is refused): the job is BullMQ's to redeliver. The
+  // reason names the stall when the step warden ended the step for it (its cause).
   if (jobReason === LOCK_LOST_ABORT_REASON) {
     return {
       kind: "fail",
       status: "aborted",
       reason:
-        "BullMQ job lock lost (the worker stalled, or its Redis restarted or failed over); the job is redelivered",
+        error instanceof WorkerStalledError
+          ? `${error.message}; its BullMQ job lock ran out meanwhile: the job is redelivered`
+          : "BullMQ job lock lost (the worker stalled, or its Redis restarted or failed over); the job is redelivered",
       message: "job lock lost",
       retry: true,
       forgetRebuilt: false,
     };
+  }
+  // The worker stalled (not the job's fault): back to the queue without a failed attempt; if
+  // the lock has run out meanwhile, the attempt BullMQ already handed it to goes on.
+  if (error instanceof WorkerStalledError) {
+    return { kind: "hand-back", status: "aborted", reason: `${error.message}; the job is handed back to the queue` };
   }
   if (isTimeout(error)) {
     const reason = `time limit of ${context.timeLimitMs} ms exceeded`;

@@ -63,11 +63,20 @@ test("a published build deleted from under current: verify exits 1 naming it, th
   await checkPublishedBuilds(bed.main, bed.keys, bed.definitions, "test");
   assert.equal((await changedBuildProblems(bed.main, bed.keys)).length, 1, "listed while it is missing");
 
-  // A repeat without force is skipped (already rebuilt); with force it is published again.
+  // Back on disk but with other bytes (a partial restore): a changed build, not a missing one.
+  fs.mkdirSync(buildDir);
+  fs.writeFileSync(path.join(buildDir, "out.txt"), "restored wrong\n");
+  await checkPublishedBuilds(bed.main, bed.keys, bed.definitions, "test");
+  const changed = await changedBuildProblems(bed.main, bed.keys);
+  assert.equal(changed.length, 1, changed.join(" | "));
+  assert.match(changed[0]!, /^Published build of gone changed on disk: .* no longer matches its hash/);
+  fs.rmSync(buildDir, { recursive: true, force: true });
+
+  // A repeat without force is skipped (already rebuilt); with force it is published again, and
+  // the next check clears the report at once (no wait for the check's 10-minute lease).
   assert.equal((await rebuilt("v1")).status, "skipped");
   assert.equal((await rebuilt("v1", true)).status, "rebuilt");
   assert.equal(fs.readFileSync(path.join(outputDir, "current", "out.txt"), "utf8"), "built v1\n");
-  await bed.main.del(lease);
   const after = await checkPublishedBuilds(bed.main, bed.keys, bed.definitions, "test");
   assert.deepEqual(
     await changedBuildProblems(bed.main, bed.keys),

@@ -6,7 +6,12 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { classifyFailure } from "../../lib/rebuilds/classify-failure";
-import { StepFailedError, TransientStepError, WorkerStalledError } from "../../lib/rebuilds/steps/context";
+import {
+  LOCK_LOST_ABORT_REASON,
+  StepFailedError,
+  TransientStepError,
+  WorkerStalledError,
+} from "../../lib/rebuilds/steps/context";
 
 const live = { jobSignal: new AbortController().signal, timeLimitMs: 60_000 };
 
@@ -14,6 +19,26 @@ test("a worker stall (the step warden's kill) hands the job back without spendin
   const failure = classifyFailure(new WorkerStalledError("step s was killed by the step warden: …"), live);
   assert.equal(failure.kind, "hand-back");
   assert.match(failure.kind === "hand-back" ? failure.reason : "", /step warden.*handed back/);
+});
+
+test("a stall that also lost the job lock: BullMQ redelivers the job (as for any lost lock), and the reason names the stall", () => {
+  const controller = new AbortController();
+  controller.abort(LOCK_LOST_ABORT_REASON);
+  const jobSignal = controller.signal;
+  const stalled = classifyFailure(
+    new WorkerStalledError("step s was killed by the step warden: the worker did not run for 5012 ms"),
+    {
+      ...live,
+      jobSignal,
+    },
+  );
+  assert.ok(stalled.kind === "fail" && stalled.retry && stalled.status === "aborted", JSON.stringify(stalled));
+  assert.equal(
+    stalled.reason,
+    "step s was killed by the step warden: the worker did not run for 5012 ms; its BullMQ job lock ran out meanwhile: the job is redelivered",
+  );
+  const lost = classifyFailure(new Error("aborted"), { ...live, jobSignal });
+  assert.ok(lost.kind === "fail" && /^BullMQ job lock lost/.test(lost.reason), JSON.stringify(lost));
 });
 
 test("a shutdown hands the job back", () => {
