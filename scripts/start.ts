@@ -21,13 +21,7 @@ import {
 } from "../lib/redis/embedded";
 import { ensureProgram, ProgramMissingError, REDIS_SERVER } from "../lib/system/packages";
 import { exitUnlessListenable } from "../lib/launcher/listen-check";
-import {
-  browserUrl,
-  ensureBuild,
-  startWeb,
-  startWorker,
-  workerArguments,
-} from "../lib/launcher/children";
+import { browserUrl, ensureBuild, startWeb, startWorker, workerArguments } from "../lib/launcher/children";
 import { runningChild, runningRedis, Supervised } from "../lib/launcher/supervised";
 import {
   clearLauncherState,
