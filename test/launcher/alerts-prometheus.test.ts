@@ -139,6 +139,11 @@ test("/metrics: token or viewer only, promtool-clean, scraped by Prometheus and 
   assert.equal(asViewer.status, 200);
   // A claim held by a process that is no worker: listed with its TTL, and stale (holder not live).
   const held = claimName(bed.definitions.rebuilds.get("held")!.outputPath);
+  // The run before released it right after its final record (a round trip of its own).
+  await until(
+    "the held claim released by the run before",
+    async () => (await bed.claims.exists(bed.keys.claim(held))) === 0,
+  );
   const grant = await acquireClaim(
     bed.claims,
     bed.keys,
