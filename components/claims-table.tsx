@@ -109,11 +109,14 @@ export function ClaimsTable({ initial, initialQ = "" }: { initial: ApiClaimPage 
                 );
             const stale = claim.stale || overdue.length > 0;
             const staleReason = claim.staleReason ?? describeStale(overdue);
+            // The alerts evaluator's claim: no rebuild; its holder's `rebuild` field is its role (web, worker).
+            const evaluatorHeldBy =
+              claim.name === EVALUATOR_CLAIM ? (claim.rebuild === "web" ? "web server" : "worker") : null;
             return (
               <tr key={claim.name} data-claim={claim.name} className="border-t border-slate-100 align-top">
                 <td className="px-3 py-2">
                   <div className="font-medium">
-                    {claim.name === EVALUATOR_CLAIM ? (
+                    {evaluatorHeldBy ? (
                       <span title="elects the one process that evaluates the alert rules">alerts evaluator</span>
                     ) : claim.rebuild ? (
                       <Link className="text-sky-700 underline" href={rebuildHref(claim.rebuild, claim.tenant)}>
@@ -127,18 +130,14 @@ export function ClaimsTable({ initial, initialQ = "" }: { initial: ApiClaimPage 
                   <div className="font-mono text-xs text-slate-500" title={claim.name}>
                     {claim.name}
                   </div>
-                  {claim.name === EVALUATOR_CLAIM ? (
-                    <div className="text-xs text-slate-500">
-                      held by the {claim.rebuild === "web" ? "web server" : "worker"}
-                    </div>
+                  {evaluatorHeldBy ? (
+                    <div className="text-xs text-slate-500">held by the {evaluatorHeldBy}</div>
                   ) : (
                     <div className="text-xs text-slate-500">version {claim.version ?? "?"}</div>
                   )}
                 </td>
                 <td className="px-3 py-2 text-xs">
-                  <div className="font-medium">
-                    {claim.holder.workerId || (claim.rebuild === "web" ? "web server" : "?")}
-                  </div>
+                  <div className="font-medium">{claim.holder.workerId || evaluatorHeldBy || "?"}</div>
                   <div>
                     {claim.holder.host} · pid {claim.holder.pid}
                   </div>

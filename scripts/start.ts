@@ -21,7 +21,7 @@ import {
 } from "../lib/redis/embedded";
 import { ensureProgram, ProgramMissingError, REDIS_SERVER } from "../lib/system/packages";
 import { exitUnlessListenable } from "../lib/launcher/listen-check";
-import { browserUrl, ensureBuild, startWeb, startWorker, workerArguments } from "../lib/launcher/children";
+import { browserUrl, ensureBuild, startWeb, startWorker, waitForHttp, workerArguments } from "../lib/launcher/children";
 import { runningChild, runningRedis, Supervised } from "../lib/launcher/supervised";
 import {
   clearLauncherState,
@@ -218,23 +218,8 @@ process.on("SIGHUP", () => void shutdown("SIGHUP", 0));
 
 const url = browserUrl(config);
 
-/**
- * Waits until the dashboard answers HTTP (any status), through restarts of the web server (one
- * that dies while starting is started again, as later), or until a shutdown began.
- */
-async function waitForAnswer(target: string, timeoutMs: number): Promise<boolean> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline && !shuttingDown) {
-    try {
-      await fetch(target, { signal: AbortSignal.timeout(2_500) });
-      return true;
-    } catch {
-      await new Promise((r) => setTimeout(r, 200));
-    }
-  }
-  return false;
-}
-if ((await waitForAnswer(`${url}/api/health`, 60_000)) && !shuttingDown) {
+// Through restarts of the web server (one that dies while starting is started again, as later).
+if ((await waitForHttp(`${url}/api/health`, () => shuttingDown, 60_000)) && !shuttingDown) {
   say(`claimwatch is running at ${url}  (Ctrl-C to stop)`);
   say(loginHint);
 } else if (!shuttingDown) {

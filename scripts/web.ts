@@ -32,6 +32,8 @@ const stop = async () => {
 process.on("SIGINT", () => void stop());
 process.on("SIGTERM", () => void stop());
 void web.exited.then(({ code }) => process.exit(code ?? 1));
-if (await waitForHttp(`${browserUrl(config)}/api/health`, web, 60_000)) {
+let exited = false;
+void web.exited.then(() => (exited = true));
+if (await waitForHttp(`${browserUrl(config)}/api/health`, () => exited, 60_000)) {
   say(`dashboard at ${browserUrl(config)}`);
 }

@@ -91,12 +91,13 @@ export function startWorker(root: string, env: NodeJS.ProcessEnv, nodeArguments:
   return startChild("worker", process.execPath, nodeArguments, root, env);
 }
 
-/** Waits until the server answers HTTP (any status) or the child exits. */
-export async function waitForHttp(url: string, child: Child, timeoutMs: number): Promise<boolean> {
-  let exited = false;
-  void child.exited.then(() => (exited = true));
+/**
+ * Waits until the server answers HTTP (any status); false after `timeoutMs`, or once `givenUp()`
+ * (its only process exited; a launcher that restarts it gives up only when it stops).
+ */
+export async function waitForHttp(url: string, givenUp: () => boolean, timeoutMs: number): Promise<boolean> {
   const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline && !exited) {
+  while (Date.now() < deadline && !givenUp()) {
     try {
       await fetch(url, { signal: AbortSignal.timeout(2_500) });
       return true;

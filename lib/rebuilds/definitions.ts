@@ -149,6 +149,9 @@ function editDistance(a: string, b: string): number {
   return previous[b.length]!;
 }
 
+/** Whether `word` is one slip from `known` (two for a word longer than 5): a misspelling of it. */
+const nearMiss = (word: string, known: string) => editDistance(word, known) <= (known.length > 5 ? 2 : 1);
+
 /**
  * Whether an unknown `{word}` was surely meant as a placeholder: a known one in another case or
  * spelling (`{Version}`, `{wrk}`, `{tenat}`), cut short or lengthened (`{out}`, `{work_dir}`), or a
@@ -160,8 +163,7 @@ function mistakenPlaceholder(word: string): string | null {
     if (folded === known || (folded.length >= 3 && (known.startsWith(folded) || folded.startsWith(known)))) {
       return ` (did you mean {${known}}?)`;
     }
-    if (folded.length >= 3 && editDistance(folded, known) <= (known.length > 5 ? 2 : 1))
-      return ` (did you mean {${known}}?)`;
+    if (folded.length >= 3 && nearMiss(folded, known)) return ` (did you mean {${known}}?)`;
   }
   const variable = STEP_VARIABLES[folded];
   if (variable) return ` (not a placeholder: a step reads it from $${variable})`;
@@ -458,7 +460,7 @@ function schemaProblems(raw: unknown, issues: z.core.$ZodIssue[], lineOf: LineOf
     for (const issue of missing) {
       const wanted = String(issue.path.at(-1));
       if (issuePath(issue.path.slice(0, -1)) !== issuePath(parent)) continue;
-      if (editDistance(key.toLowerCase(), wanted.toLowerCase()) <= (wanted.length >= 5 ? 2 : 1)) return wanted;
+      if (nearMiss(key.toLowerCase(), wanted.toLowerCase())) return wanted;
     }
     return undefined;
   };

@@ -355,7 +355,6 @@ async function unsealDirectories(dir: string): Promise<void> {
   }
 }
 
-/** Every build of an output whose bytes no longer hash to its name (path, expected, actual). */
 /** What `verifyBuilds` says of a build; `missing`: `current` points at it, and it is not there. */
 export interface ChangedBuildBytes {
   path: string;
@@ -367,6 +366,10 @@ export interface ChangedBuildBytes {
 /** `actual` of a published build that is gone (deleted from under `current`). */
 export const MISSING_BUILD = "(missing: current points at it)";
 
+/**
+ * Every build of an output whose bytes no longer hash to its name, and the one `current` points at
+ * when it is gone. `checked` counts both.
+ */
 export async function verifyBuilds(
   outputDir: string,
   only?: string,
@@ -380,6 +383,7 @@ export async function verifyBuilds(
     names = [];
   }
   // The published build itself must be there: deleted from under `current` is not "nothing to check".
+  let checked = names.length;
   const current = await readCurrent(outputDir);
   if (current && (!only || only === current) && !names.includes(current)) {
     const dir = path.join(buildsDir, current);
@@ -387,7 +391,10 @@ export async function verifyBuilds(
       () => true,
       (error: NodeJS.ErrnoException) => error.code !== "ENOENT" && error.code !== "ENOTDIR",
     );
-    if (!there) changed.push({ path: dir, expected: current, actual: MISSING_BUILD, missing: true });
+    if (!there) {
+      changed.push({ path: dir, expected: current, actual: MISSING_BUILD, missing: true });
+      checked += 1;
+    }
   }
   for (const name of names.sort()) {
     const dir = path.join(buildsDir, name);
@@ -397,7 +404,7 @@ export async function verifyBuilds(
     });
     if (actual !== name) changed.push({ path: dir, expected: name, actual });
   }
-  return { checked: names.length + changed.filter((c) => c.missing).length, changed };
+  return { checked, changed };
 }
 
 /** The hash `current` points at, or null when there is no (valid) `current`. */

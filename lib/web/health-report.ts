@@ -61,7 +61,7 @@ export function reusedChecks<C>(
   };
 }
 
-const reusedOperational = reusedChecks((context: OperationalContext) => operationalChecks(context));
+const reusedOperational = reusedChecks(operationalChecks);
 
 /** The same report for a given context (the CLI's `status`); never throws. */
 export async function healthReportOf(
@@ -104,7 +104,7 @@ export async function answeredWithin(
   let timer: NodeJS.Timeout | undefined;
   const late = new Promise<"late">((resolve) => (timer = setTimeout(resolve, deadlineMs, "late")));
   const [answered, firing] = await Promise.all([
-    Promise.race([problems, late]).catch((error: unknown) => new Error(describeError(error))),
+    Promise.race([problems, late]).catch((error: unknown) => ({ failed: describeError(error) })),
     Promise.race([alertsFiring, late]).catch(() => "late" as const),
   ]);
   clearTimeout(timer);
@@ -113,8 +113,8 @@ export async function answeredWithin(
     problems:
       answered === "late"
         ? [OPERATIONAL_CHECKS_LATE]
-        : answered instanceof Error
-          ? [`${OPERATIONAL_CHECKS} failed: ${answered.message}`]
+        : "failed" in answered
+          ? [`${OPERATIONAL_CHECKS} failed: ${answered.failed}`]
           : answered,
     alertsFiring: typeof firing === "number" ? firing : undefined,
     complete: Array.isArray(answered) && typeof firing === "number",
