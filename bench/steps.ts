@@ -6,14 +6,18 @@
  *
  * Env: BENCH_STEPS (samples per side, default 200); CLAIMWATCH_STEP_CONTAINMENT picks the mode
  * (`cgroup`, `pid-namespace`, `process-group`; default: the strongest, as the worker does).
+ * As root, steps also see their output's published builds read-only (a mount namespace per step:
+ * `unshare --mount`, `sh` and `mount` before the program); the same containment without that
+ * shield is measured beside it, so its cost shows on its own.
  * Last line: RESULT step_overhead_ms=<median containment − median plain> containment=<mode>
+ *   unshielded_overhead_ms=<the same without the read-only builds> builds=<read-only|writable>
  */
 import { spawn } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import type { RunStep } from "../lib/rebuilds/definitions";
-import { detectContainment } from "../lib/rebuilds/steps/containment";
+import { detectContainment, type Containment } from "../lib/rebuilds/steps/containment";
 import { runCommandStep } from "../lib/rebuilds/steps/run-step";
 import { numberFromEnv } from "./env";
 
@@ -42,9 +46,17 @@ async function plain(): Promise<number> {
   return performance.now() - start;
 }
 
-async function contained(): Promise<number> {
+const unshielded: Containment = {
+  ...containment,
+  builds: { shielded: false, why: "measured without it" },
+  ...(containment.forLimitedSteps && {
+    forLimitedSteps: { ...containment.forLimitedSteps, builds: { shielded: false, why: "measured without it" } },
+  }),
+};
+
+async function contained(under: Containment = containment): Promise<number> {
   const start = performance.now();
-  await runCommandStep(step, context, containment);
+  await runCommandStep(step, context, under);
   return performance.now() - start;
 }
 
@@ -58,20 +70,23 @@ const p95 = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(v
 for (let i = 0; i < 10; i++) {
   await plain();
   await contained();
+  await contained(unshielded);
 }
 const plainMs: number[] = [];
 const containedMs: number[] = [];
+const unshieldedMs: number[] = [];
+const sides = [
+  async () => plainMs.push(await plain()),
+  async () => containedMs.push(await contained()),
+  async () => unshieldedMs.push(await contained(unshielded)),
+];
 for (let i = 0; i < SAMPLES; i++) {
-  if (i % 2 === 0) {
-    plainMs.push(await plain());
-    containedMs.push(await contained());
-  } else {
-    containedMs.push(await contained());
-    plainMs.push(await plain());
-  }
+  // Each round in another order (of the three rotations), so drift hits every side alike.
+  for (let k = 0; k < sides.length; k++) await sides[(i + k) % sides.length]!();
 }
 fs.rmSync(dir, { recursive: true, force: true });
 const overhead = median(containedMs) - median(plainMs);
+const unshieldedOverhead = median(unshieldedMs) - median(plainMs);
 console.log(`containment: ${containment.mode} (${containment.detail})`);
 console.log(
   `plain spawn:  median ${median(plainMs).toFixed(2)} ms, p95 ${p95(plainMs).toFixed(2)} ms (${SAMPLES} samples)`,
@@ -79,4 +94,9 @@ console.log(
 console.log(
   `contained:    median ${median(containedMs).toFixed(2)} ms, p95 ${p95(containedMs).toFixed(2)} ms (${SAMPLES} samples)`,
 );
-console.log(`RESULT step_overhead_ms=${overhead.toFixed(2)} containment=${containment.mode}`);
+console.log(
+  `unshielded:   median ${median(unshieldedMs).toFixed(2)} ms, p95 ${p95(unshieldedMs).toFixed(2)} ms (${SAMPLES} samples)`,
+);
+console.log(
+  `RESULT step_overhead_ms=${overhead.toFixed(2)} containment=${containment.mode} unshielded_overhead_ms=${unshieldedOverhead.toFixed(2)} builds=${containment.builds.shielded ? "read-only" : "writable"}`,
+);

@@ -58,6 +58,15 @@ test("the host offers a cgroup per step (CI runs as root with a writable cgroup 
   assert.equal(auto.mode, "cgroup", auto.detail);
   assert.equal(auto.forLimitedSteps?.mode, "pid-namespace", auto.detail);
   assert.equal(detectContainment("pid-namespace").mode, "pid-namespace");
+  // As root, steps see published builds read-only (a mount namespace per step) in both strong modes.
+  if (process.getuid?.() === 0) {
+    assert.equal(auto.builds.shielded, true, auto.detail);
+    assert.equal(auto.forLimitedSteps?.builds.shielded, true, auto.detail);
+    assert.match(auto.detail, /published builds read-only to steps/);
+    const group = detectContainment("process-group");
+    assert.equal(group.builds.shielded, false);
+    assert.match(group.detail, /a root step could write into published builds/);
+  }
 });
 
 for (const mode of MODES)
@@ -126,6 +135,52 @@ for (const mode of MODES)
       assert.equal(error, null);
       assert.ok(ctx.lines.some((l) => l.endsWith("started")));
       assert.deepEqual(pidsWithMarker(marker), []);
+    });
+
+    test("a root step sees published builds read-only: a write into one, or a new build, fails (EROFS); its work dir stays writable", async (t) => {
+      if (process.getuid?.() !== 0) return t.skip("write bits already stop a non-root step");
+      assert.equal(containment.builds.shielded, true, containment.detail);
+      const outputDir = fs.mkdtempSync(path.join(bed.dir, "output-"));
+      const build = path.join(outputDir, "builds", "h1");
+      fs.mkdirSync(build, { recursive: true });
+      fs.writeFileSync(path.join(build, "tile"), "published\n");
+      fs.chmodSync(path.join(build, "tile"), 0o444);
+      fs.chmodSync(build, 0o555);
+      fs.symlinkSync("builds/h1", path.join(outputDir, "current"));
+      const script = [
+        'echo changed > "$OUT/current/tile" && echo wrote-current',
+        'echo changed > "$OUT/builds/h1/tile" && echo wrote-build',
+        'mkdir "$OUT/builds/h2" && echo made-build',
+        'rm -f "$OUT/builds/h1/tile" && echo removed',
+        'echo mine > "$CLAIMWATCH_WORK/out.txt" && echo wrote-work',
+        'cat "$OUT/current/tile"',
+      ].join("\n");
+      const ctx = context(new AbortController().signal);
+      const error = await runCommandStep(
+        step(script, { env: { OUT: outputDir } }),
+        { ...ctx, outputDir },
+        containment,
+      ).then(
+        () => null,
+        (e: unknown) => e as Error,
+      );
+      assert.equal(error, null);
+      const out = ctx.lines.filter((l) => !l.includes("stderr")).map((l) => l.replace(/^\[s\] /, ""));
+      assert.deepEqual(out, ["wrote-work", "published"], ctx.lines.join("\n"));
+      assert.ok(
+        ctx.lines.some((l) => /Read-only file system/.test(l)),
+        ctx.lines.join("\n"),
+      );
+      assert.equal(fs.readFileSync(path.join(build, "tile"), "utf8"), "published\n");
+      assert.deepEqual(fs.readdirSync(path.join(outputDir, "builds")), ["h1"]);
+      assert.equal(fs.readFileSync(path.join(ctx.workDir, "out.txt"), "utf8"), "mine\n");
+      // The read-only mount was the step's own: the worker's view of builds/ is unchanged.
+      const mounts = fs.readFileSync("/proc/self/mountinfo", "utf8");
+      assert.ok(
+        !mounts.includes(path.join(outputDir, "builds")),
+        "the step's mount leaked into the worker's namespace",
+      );
+      fs.writeFileSync(path.join(outputDir, "builds", "worker-can-write"), "");
     });
 
     test("exit codes and signals of the program come through", async () => {

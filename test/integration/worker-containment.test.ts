@@ -76,6 +76,23 @@ before(async () => {
         },
       ],
     },
+    intruder: {
+      output: "out/intruder",
+      claim: { ttl: "3s", refreshEvery: "1s" },
+      retries: { attempts: 1, backoff: "1s", maxBackoff: "1s" },
+      // Builds its work dir, then (once a build is published) appends to it through `current`.
+      steps: [
+        {
+          name: "write",
+          run: [
+            "sh",
+            "-c",
+            'echo built > "$CLAIMWATCH_WORK/v.txt"\n[ ! -e "$0/current" ] || echo tampered >> "$0/current/v.txt"',
+            "{output}",
+          ],
+        },
+      ],
+    },
     deaf: {
       output: "out/deaf",
       claim: { ttl: "5s", refreshEvery: "1s" },
@@ -122,6 +139,27 @@ test("a step's leftover writers never touch the published build; nothing of the 
   } finally {
     await worker.stop();
   }
+});
+
+test("a step running as root cannot write into its output's published build (a read-only mount of builds/)", async () => {
+  const output = bed.definitions.rebuilds.get("intruder")!.outputPath;
+  const worker = await bed.startWorker();
+  try {
+    const first = await bed.trigger("intruder");
+    const published = await bed.waitForRun((r) => r.jobId === first && r.status === "rebuilt", 30_000);
+    const again = await bed.trigger("intruder", { force: true });
+    const refused = await bed.waitForRun((r) => r.jobId === again && ["rebuilt", "failed"].includes(r.status), 30_000);
+    assert.equal(refused.status, "failed", "the step's write into the published build succeeded");
+    assert.match(String(refused.reason), /step write exited/);
+    assert.equal(await readCurrent(output), published.buildHash);
+    // CI runs as root: the worker says what it enforces.
+    if (process.getuid?.() === 0) assert.match(worker.output(), /published builds read-only to steps/);
+  } finally {
+    await worker.stop();
+  }
+  const current = (await readCurrent(output))!;
+  assert.equal(fs.readFileSync(path.join(output, "current", "v.txt"), "utf8"), "built\n");
+  assert.equal(await hashDirectory(path.join(output, "builds", current)), current, "the published build changed");
 });
 
 test("verify and the worker's check find a byte changed in a published build", async () => {

@@ -6,11 +6,14 @@
  */
 import fs from "node:fs";
 import os from "node:os";
+import path from "node:path";
 import { killAllSteps, runCommandStep } from "../../lib/rebuilds/steps/run-step";
 import { startStandInWorker } from "./stand-in-worker";
 import { stepContext } from "./step-context";
 
 const containment = await startStandInWorker(process.argv[2], 0);
+/** The step's work and output directory (a root worker makes `builds/` in it), removed at the end. */
+const scratch = fs.mkdtempSync(path.join(os.tmpdir(), "cw-step-host-"));
 const hoard: number[] = [];
 for (;;) {
   try {
@@ -22,7 +25,7 @@ for (;;) {
 fs.closeSync(hoard.pop()!);
 const running = runCommandStep(
   { name: "s", run: ["true"], transientExitCodes: [], killGrace: 3_000, limits: {} },
-  stepContext(os.tmpdir()),
+  stepContext(scratch),
   containment,
 ); // the spawn ran synchronously
 for (const fd of hoard) fs.closeSync(fd);
@@ -35,4 +38,5 @@ const stepCgroups = parent && fs.existsSync(parent) ? fs.readdirSync(parent).fil
 process.stdout.write(
   `${JSON.stringify({ error: error?.name ?? null, message: error?.message ?? null, live: killAllSteps(), stepCgroups })}\n`,
 );
+fs.rmSync(scratch, { recursive: true, force: true });
 process.exit(0);

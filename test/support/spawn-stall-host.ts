@@ -8,12 +8,15 @@
 import { spawn } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
+import path from "node:path";
 import { runCommandStep, stepTestHooks } from "../../lib/rebuilds/steps/run-step";
 import { startStandInWorker } from "./stand-in-worker";
 import { stepContext } from "./step-context";
 
 const [mode, file] = process.argv.slice(2) as [string, string];
 const containment = await startStandInWorker(mode, 1_000);
+/** The step's work and output directory (a root worker makes `builds/` in it), removed at the end. */
+const scratch = fs.mkdtempSync(path.join(os.tmpdir(), "cw-step-host-"));
 stepTestHooks.beforeSpawn = () => {
   stepTestHooks.beforeSpawn = undefined;
   spawn("sh", ["-c", `sleep 2.5; kill -CONT ${process.pid}`], { detached: true, stdio: "ignore" }).unref();
@@ -27,7 +30,7 @@ const error = await runCommandStep(
     killGrace: 3_000,
     limits: {},
   },
-  stepContext(os.tmpdir(), { attemptBegan: performance.now() }),
+  stepContext(scratch, { attemptBegan: performance.now() }),
   containment,
 ).then(
   () => null,
@@ -37,4 +40,5 @@ await new Promise((r) => setTimeout(r, 1_500)); // the program would have touche
 process.stdout.write(
   `${JSON.stringify({ error: error?.name ?? null, message: error?.message ?? null, touched: fs.existsSync(file) })}\n`,
 );
+fs.rmSync(scratch, { recursive: true, force: true });
 process.exit(0);

@@ -66,6 +66,7 @@
  */
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
+import os from "node:os";
 import path from "node:path";
 import { cgroupMounts, prepareStepCgroups, type StepCgroupPlace } from "./step-cgroup";
 
@@ -93,28 +94,57 @@ export interface Containment {
    * spawn would not hold from the program's first instruction.
    */
   forLimitedSteps?: Containment;
+  /** Whether steps see `builds/` read-only (a mount namespace per step, root only). */
+  builds: BuildsShield;
 }
 
 export type LimitController = "memory" | "pids";
+
+/**
+ * A step's view of its output's published builds. Write bits (builds are made read-only when
+ * promoted) stop a step running as the worker's user from writing into them by mistake; they do
+ * not stop root. So a root worker runs each step in a mount namespace of its own (`unshare
+ * --mount`, private propagation) in which `<output>/builds` is bind-mounted read-only: a write
+ * into a published build, or through `current`, fails with EROFS. Only a step that remounts on
+ * purpose (root may) gets past it. `shielded`: this host can make that namespace; else `why`.
+ */
+export type BuildsShield = { shielded: true } | { shielded: false; why: string };
 
 /** Printed by INIT (stderr) when it cannot join a step cgroup; it then exits 125. */
 export const CGROUP_JOIN_FAILED_LINE = "claimwatch-init: cannot join the step's cgroup";
 
 const JOIN_CGROUPS = `cg=$1; shift; IFS=:; for d in $cg; do echo 0 > "$d/cgroup.procs" || { echo "${CGROUP_JOIN_FAILED_LINE} $d" >&2; exit 125; }; done; unset IFS`;
 
+/** Printed (stderr) when a step's `builds/` cannot be mounted read-only; the step then exits 125. */
+export const SHIELD_FAILED_LINE = "claimwatch-init: cannot mount the output's builds/ read-only";
+
+/** Mounts its first argument (when not empty) read-only over itself, in the step's own mount namespace. */
+const SHIELD_BUILDS = `ro=$1; shift; [ -z "$ro" ] || mount --bind -o ro -- "$ro" "$ro" || { echo "${SHIELD_FAILED_LINE}: $ro" >&2; exit 125; }`;
+
 /**
- *   sh -c INIT init <cgroup dirs, ':'-separated, or ''> <program> [args…]
- * The init of a PID namespace: joins the step's cgroups, runs the program in its foreground and
+ *   unshare --mount -- sh -c SHIELD_EXEC shield <builds dir> <program> [args…]
+ * `cgroup` mode's shield: `unshare` and `sh` exec in place, so the process the worker spawned (in
+ * the step's cgroup) becomes the program itself, as it is without the shield.
+ */
+export const SHIELD_EXEC = [SHIELD_BUILDS, 'exec "$@"'].join("\n");
+
+/** The argv prefix that runs SHIELD_EXEC in a mount namespace of its own (`cgroup` mode). */
+export const SHIELD_PREFIX = ["unshare", "--mount", "--", "sh", "-c", SHIELD_EXEC, "shield"] as const;
+
+/**
+ *   sh -c INIT init <cgroup dirs, ':'-separated, or ''> <builds dir to shield, or ''> <program> [args…]
+ * The init of a PID namespace: joins the step's cgroups, mounts the output's `builds/` read-only
+ * (with `--mount`: `BuildsShield`), runs the program in its foreground and
  * exits with its status (128 + signal when it was killed; 127: not found). It sets no trap: as
  * pid 1 of the namespace it gets no signal but SIGKILL anyway (SIGTERM goes to the program), and
  * the program inherits every signal at its default. `exit` after it keeps `sh` from exec'ing the
  * program in its own place (the program must not be pid 1: pid 1 ignores unhandled signals).
  */
-export const namespaceInit = [JOIN_CGROUPS, '"$@"', "exit $?"].join("\n");
+export const namespaceInit = [JOIN_CGROUPS, SHIELD_BUILDS, '"$@"', "exit $?"].join("\n");
 
 /**
- *   sh -c INIT init <cgroup dirs, ':'-separated, or ''> <program> [args…]
- * The init of process-group mode (a normal process, not pid 1).
+ *   sh -c INIT init <cgroup dirs, ':'-separated, or ''> '' <program> [args…]
+ * The init of process-group mode (a normal process, not pid 1; no mount namespace, so nothing to shield).
  * Joins the step's cgroups (`0` is "the writing process"), starts the program, passes SIGTERM on
  * to it (also one that came before it was forked), and exits with the program's status (128 +
  * signal when it was killed; 127: program not found). The program's stdin is /dev/null (so is
@@ -125,6 +155,7 @@ export const namespaceInit = [JOIN_CGROUPS, '"$@"', "exit $?"].join("\n");
 export function groupInit(resetSignals: boolean): string {
   return [
     JOIN_CGROUPS,
+    "shift", // the builds dir to shield: always '' (no mount namespace here)
     "c=; t=",
     'trap \'t=1; [ -n "$c" ] && kill -TERM "$c" 2>/dev/null\' TERM',
     "trap '' INT HUP QUIT",
@@ -189,9 +220,41 @@ export function checkContainmentRequest(requested: string = process.env.CLAIMWAT
 
 function detectUncached(forced: string, pid: number): Containment {
   checkContainmentRequest(forced);
+  const found = detectMode(forced, pid);
+  return { ...found, detail: `${found.detail}${shieldDetail(found.builds)}` };
+}
+
+/** What the `step containment:` line adds about published builds (nothing for a non-root worker). */
+function shieldDetail(builds: BuildsShield): string {
+  if (builds.shielded) return "; published builds read-only to steps (a mount namespace per step)";
+  return process.getuid?.() === 0 ? `; a root step could write into published builds (${builds.why})` : "";
+}
+
+/**
+ * Whether a root worker can give each step a mount namespace with `builds/` read-only: probed on
+ * a scratch directory (the mount, then a write that must fail). Non-root: not needed.
+ */
+function probeBuildsShield(): BuildsShield {
+  if (process.getuid?.() !== 0)
+    return { shielded: false, why: "not root: write bits keep steps out of published builds" };
+  let dir: string | null = null;
+  try {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-shield-"));
+    const probe = `${SHIELD_BUILDS}\n! touch "$1/probe" 2>/dev/null`;
+    if (works(["unshare", "--mount", "--", "sh", "-c", probe, "probe", dir, dir])) return { shielded: true };
+  } catch {
+    // no scratch directory: reported as not shielded
+  } finally {
+    if (dir) fs.rmSync(dir, { recursive: true, force: true });
+  }
+  return { shielded: false, why: "no read-only mount namespace can be made here (unshare --mount failed)" };
+}
+
+function detectMode(forced: string, pid: number): Containment {
   const limits = detectLimitControllers();
   const weaker = forced === "process-group" ? processGroup(limits, "forced by CLAIMWATCH_STEP_CONTAINMENT") : null;
   if (weaker) return weaker;
+  const shield = probeBuildsShield();
   let cgroupUnavailable: string | null = null;
   const refused = cgroupModeRefusedFor(pid);
   if (refused !== null && forced === "cgroup") {
@@ -202,7 +265,7 @@ function detectUncached(forced: string, pid: number): Containment {
     const place = prepareStepCgroups();
     if ("unavailable" in place) cgroupUnavailable = place.unavailable;
     else {
-      const forLimitedSteps = pidNamespace(limits) ?? processGroup(limits, "no PID namespace can be made here");
+      const forLimitedSteps = pidNamespace(limits, shield) ?? processGroup(limits, "no PID namespace can be made here");
       return {
         mode: "cgroup",
         prefix: [],
@@ -214,13 +277,14 @@ function detectUncached(forced: string, pid: number): Containment {
         limits,
         stepCgroups: place,
         forLimitedSteps,
+        builds: shield,
       };
     }
     if (forced === "cgroup") {
       throw new ContainmentConfigError(`CLAIMWATCH_STEP_CONTAINMENT=cgroup: not available here: ${cgroupUnavailable}`);
     }
   }
-  const namespace = pidNamespace(limits);
+  const namespace = pidNamespace(limits, shield);
   if (namespace) return withCgroupReason(namespace, cgroupUnavailable);
   if (forced === "pid-namespace") {
     throw new ContainmentConfigError(
@@ -243,21 +307,34 @@ function withCgroupReason(containment: Containment, cgroupUnavailable: string | 
     : { ...containment, detail: `${containment.detail}; no cgroup per step: ${cgroupUnavailable}` };
 }
 
-function pidNamespace(limits: Partial<Record<LimitController, string>>): Containment | null {
-  const candidates: { prefix: string[]; detail: string }[] = [
+function pidNamespace(limits: Partial<Record<LimitController, string>>, shield: BuildsShield): Containment | null {
+  const unshielded: BuildsShield = shield.shielded
+    ? { shielded: false, why: "no mount namespace beside the PID namespace (unshare --mount failed)" }
+    : shield;
+  const candidates: { prefix: string[]; detail: string; builds: BuildsShield }[] = [
+    ...(shield.shielded
+      ? [
+          {
+            prefix: ["unshare", "--mount", "--pid", "--fork", "--kill-child", "--"],
+            detail: "a PID namespace per step (unshare, root)",
+            builds: shield,
+          },
+        ]
+      : []),
     {
       prefix: ["unshare", "--pid", "--fork", "--kill-child", "--"],
       detail: "a PID namespace per step (unshare, root)",
+      builds: unshielded,
     },
     {
       prefix: ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--kill-child", "--"],
       detail: "a PID namespace per step (unshare in a user namespace)",
+      builds: unshielded,
     },
   ];
-  for (const candidate of candidates) {
-    if (works([...candidate.prefix, "true"])) {
-      return { mode: "pid-namespace", prefix: candidate.prefix, init: namespaceInit, detail: candidate.detail, limits };
-    }
+  for (const { prefix, detail, builds } of candidates) {
+    if (works([...prefix, "true"]))
+      return { mode: "pid-namespace", prefix, init: namespaceInit, detail, limits, builds };
   }
   return null;
 }
@@ -269,6 +346,7 @@ function processGroup(limits: Partial<Record<LimitController, string>>, why: str
     init: groupInit(works(["env", "--default-signal", "true"])),
     detail: `process group only (${why}): a setsid daemon can outlive its step`,
     limits,
+    builds: { shielded: false, why: "process-group containment has no mount namespace" },
   };
 }
 

@@ -11,7 +11,14 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import type { RunStep } from "../definitions";
-import { CGROUP_JOIN_FAILED_LINE, detectContainment, StepCgroups, type Containment } from "./containment";
+import {
+  CGROUP_JOIN_FAILED_LINE,
+  detectContainment,
+  SHIELD_FAILED_LINE,
+  SHIELD_PREFIX,
+  StepCgroups,
+  type Containment,
+} from "./containment";
 import {
   expandPlaceholders,
   LOCK_LOST_ABORT_REASON,
@@ -25,8 +32,8 @@ import { STEP_OF_VARIABLE, stepWarden } from "./warden";
 
 /** Longest log line kept; longer lines are cut (binary output must not flood the log). */
 const MAX_LINE = 2_000;
-/** The init's exit code for a program that could not be started (sh: "not found"). */
-const NOT_STARTED = 127;
+/** A shell's exit codes (the init's, the shield's) for a program it could not start: not executable, not found. */
+const NOT_STARTED = [126, 127];
 /**
  * After the program ended, how long its output pipes may stay open (process-group mode: a
  * daemon that escaped the group may hold them). A PID namespace closes them when it ends.
@@ -133,6 +140,12 @@ export async function runCommandStep(
     [STEP_OF_VARIABLE]: String(process.pid),
   };
 
+  // A root step sees its output's published builds read-only (containment.ts, `BuildsShield`).
+  const shielded = containment.builds.shielded ? path.join(context.outputDir, "builds") : "";
+  // The worker's holding mark made (and synced) it before the first step; for other callers it
+  // is made here. Synchronously: nothing may come between the checks below and the spawn.
+  if (shielded) fs.mkdirSync(shielded, { recursive: true });
+
   let cgroups: StepCgroups | null = null;
   if (step.limits.memory !== undefined || step.limits.pids !== undefined) {
     try {
@@ -172,14 +185,17 @@ export async function runCommandStep(
     detached: true, // a process group of its own
   };
   const argv = containment.stepCgroups
-    ? [program!]
-    : [...containment.prefix, "sh", "-c", containment.init, "init", cgroups?.joinArgument ?? ""];
+    ? shielded
+      ? [...SHIELD_PREFIX, shielded]
+      : []
+    : [...containment.prefix, "sh", "-c", containment.init, "init", cgroups?.joinArgument ?? "", shielded];
   let child: ChildProcess;
   let stepCgroup: StepCgroup | null = null;
   // The warden ends the step if this worker dies or stops running (warden.ts).
   let wardenId: string | null = null;
   if (containment.stepCgroups) {
-    // `cgroup` mode: the program itself, born in the step's cgroup (step-cgroup.ts).
+    // `cgroup` mode: the program itself (shielded: `unshare` and `sh`, which exec it), born in the
+    // step's cgroup (step-cgroup.ts).
     try {
       stepCgroup = StepCgroup.create(containment.stepCgroups);
     } catch (error) {
@@ -188,7 +204,11 @@ export async function runCommandStep(
     wardenId = stepWarden.watchCgroup(stepCgroup.dir); // before this worker enters it
     stepTestHooks.beforeSpawn?.();
     try {
-      child = stepCgroup.spawnInside(() => spawn(program!, args, options));
+      child = stepCgroup.spawnInside(() =>
+        argv.length > 0
+          ? spawn(argv[0]!, [...argv.slice(1), program!, ...args], options)
+          : spawn(program!, args, options),
+      );
     } catch (error) {
       // Entering the cgroup failed, or spawn threw (bad arguments): nothing runs.
       stepWarden.forget(wardenId);
@@ -238,6 +258,7 @@ export async function runCommandStep(
   liveSteps.add(live);
   if (stalledAtSpawn !== null) killStep(live);
   let joinFailed = false;
+  let shieldFailed = false;
   const pipeLines = (stream: NodeJS.ReadableStream, label: string) => {
     let rest = "";
     stream.setEncoding("utf8");
@@ -246,6 +267,7 @@ export async function runCommandStep(
       rest = lines.pop() ?? "";
       for (const line of lines) {
         if (label && cgroups && line.startsWith(CGROUP_JOIN_FAILED_LINE)) joinFailed = true;
+        if (label && shielded && line.startsWith(SHIELD_FAILED_LINE)) shieldFailed = true;
         context.log(`[${step.name}${label}] ${line.slice(0, MAX_LINE)}`);
       }
       if (rest.length > MAX_LINE) {
@@ -345,9 +367,12 @@ export async function runCommandStep(
   }
   if (limitHit) throw new StepFailedError(`step ${step.name} ${limitHit}`);
   if (outcome.code === 0) return;
-  if (outcome.code === NOT_STARTED)
+  // Only where a shell started the program (unshielded `cgroup` mode spawns it itself).
+  if (outcome.code !== null && NOT_STARTED.includes(outcome.code) && argv.length > 0)
     throw new StepFailedError(`step ${step.name}: program not found or not executable: ${program}`);
   if (outcome.code === 125 && joinFailed) throw new TransientStepError(`step ${step.name}: could not join its cgroup`);
+  if (outcome.code === 125 && shieldFailed)
+    throw new TransientStepError(`step ${step.name}: not started: could not mount ${shielded} read-only for it`);
   if (outcome.code !== null && step.transientExitCodes.includes(outcome.code)) {
     throw new TransientStepError(`step ${step.name} exited ${outcome.code} (declared transient)`);
   }
