@@ -60,6 +60,26 @@ export function WorkersTable({ initial }: { initial: { workers: WorkerStatus[]; 
                 <ContainmentBadge mode="process-group" />
               </>
             ) : null}
+            {w.publishedBuilds === "writable" ? (
+              <>
+                {"; "}
+                <span
+                  className="rounded bg-amber-100 px-1.5 py-0.5 text-amber-900"
+                  data-published-builds="writable"
+                  title="This worker runs steps as root and cannot give them a read-only view of published builds (no mount namespace there): a step could change a published build"
+                >
+                  builds writable by root steps
+                </span>
+              </>
+            ) : w.publishedBuilds === "read-only" ? (
+              <span
+                className="text-slate-500"
+                data-published-builds="read-only"
+                title="Runs steps as root, each in a mount namespace where its output's published builds are read-only"
+              >
+                ; builds read-only to steps
+              </span>
+            ) : null}
           </td>
         </tr>
       ))}

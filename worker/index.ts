@@ -13,7 +13,7 @@ import { describeError } from "../lib/describe-error";
 import { abandonedInputReads } from "../lib/rebuilds/version";
 import { publishEvent } from "../lib/events/publish";
 import { loadDefinitionsOrExit, shutdownWaitMs } from "../lib/rebuilds/definitions";
-import { ContainmentConfigError, detectContainment } from "../lib/rebuilds/steps/containment";
+import { ContainmentConfigError, detectContainment, publishedBuildsToSteps } from "../lib/rebuilds/steps/containment";
 import { killAllSteps } from "../lib/rebuilds/steps/run-step";
 import { queuePrefix, REBUILD_QUEUE } from "../lib/rebuilds/queue";
 import { checkPublishedBuilds } from "../lib/rebuilds/build-integrity";
@@ -57,7 +57,11 @@ try {
   process.stderr.write(`claimwatch-worker: configuration error: ${error.message}\n`);
   process.exit(CONFIG_EXIT_CODE);
 }
-const identity = newWorkerIdentity(APP_VERSION, containment.mode, containment.forLimitedSteps?.mode);
+const identity = newWorkerIdentity(APP_VERSION, {
+  containment: containment.mode,
+  limitedStepsContainment: containment.forLimitedSteps?.mode,
+  publishedBuilds: publishedBuildsToSteps(containment),
+});
 const log = (line: string) => process.stdout.write(`[worker ${identity.id}] ${line}\n`);
 
 const queue = new Queue(REBUILD_QUEUE, { connection: main, prefix: queuePrefix(keys) });

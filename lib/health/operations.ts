@@ -93,7 +93,8 @@ export async function missedTickProblems(
 
 /**
  * Live workers that can only contain steps — or their steps with limits — by process group (a
- * setsid daemon escapes it), and live workers whose upkeep after a beat has run for
+ * setsid daemon escapes it), root workers whose steps could write into published builds, and
+ * live workers whose upkeep after a beat has run for
  * `CLAIMWATCH_UPKEEP_SLOW_MS` (30 s) or more (held up: it closes no dead worker's runs, repairs no `current`).
  */
 export async function liveWorkerProblems(
@@ -113,6 +114,11 @@ export async function liveWorkerProblems(
   if (weakLimited.length > 0)
     problems.push(
       `Worker${weakLimited.length === 1 ? "" : "s"} ${weakLimited.map((w) => w.id).join(", ")} can contain steps with memory/pids limits only by process group (no PID namespace there): such a step's setsid daemon can outlive it (see README, step containment)`,
+    );
+  const exposed = live.filter((w) => w.publishedBuilds === "writable");
+  if (exposed.length > 0)
+    problems.push(
+      `Worker${exposed.length === 1 ? "" : "s"} ${exposed.map((w) => w.id).join(", ")} run${exposed.length === 1 ? "s" : ""} steps as root without a read-only view of published builds (no mount namespace there): a step could change a published build; the build check and claimwatch verify would find it (see README, published builds never change)`,
     );
   for (const worker of live) {
     if (worker.upkeepRunningMs === null) continue;

@@ -63,7 +63,16 @@ export interface WorkerIdentity {
    * them in the next mode; process-group where no PID namespace can be made).
    */
   limitedStepsContainment?: StepContainment;
+  /**
+   * What its steps can do to published builds, where it matters: `read-only` (a root worker's
+   * steps see `builds/` read-only) or `writable` (a root worker that cannot do that: a root step
+   * could change a published build). Absent for a non-root worker (write bits keep its steps out)
+   * and for one of a version that did not report it.
+   */
+  publishedBuilds?: PublishedBuildsToSteps;
 }
+
+export type PublishedBuildsToSteps = "read-only" | "writable";
 
 /** `unknown`: a worker of a version that did not report it. */
 export type StepContainment = "cgroup" | "pid-namespace" | "process-group" | "unknown";
@@ -87,8 +96,11 @@ const REGISTRY_KEEP_MS = 86_400_000;
 /** A worker id safe to put in a key: `host-pid-xxxx`. */
 export function newWorkerIdentity(
   version: string,
-  containment: StepContainment = "unknown",
-  limitedStepsContainment?: StepContainment,
+  {
+    containment = "unknown",
+    limitedStepsContainment,
+    publishedBuilds,
+  }: Partial<Pick<WorkerIdentity, "containment" | "limitedStepsContainment" | "publishedBuilds">> = {},
 ): WorkerIdentity {
   const host = os.hostname();
   const safeHost = host.replace(/[^A-Za-z0-9_.-]/g, "_").slice(0, 64) || "host";
@@ -100,6 +112,7 @@ export function newWorkerIdentity(
     version,
     containment,
     ...(limitedStepsContainment && limitedStepsContainment !== containment ? { limitedStepsContainment } : {}),
+    ...(publishedBuilds ? { publishedBuilds } : {}),
   };
 }
 
@@ -119,6 +132,7 @@ export async function beat(
     version: worker.version,
     containment: worker.containment,
     limitedStepsContainment: worker.limitedStepsContainment ?? "",
+    publishedBuilds: worker.publishedBuilds ?? "",
     currentJob: currentJob ?? "",
     upkeepRunningMs: upkeepRunningMs === null ? "" : String(Math.round(upkeepRunningMs)),
   };
@@ -183,6 +197,9 @@ export async function listLiveWorkersAt(
       version: h.version ?? "",
       containment: asContainment(h.containment),
       ...(h.limitedStepsContainment ? { limitedStepsContainment: asContainment(h.limitedStepsContainment) } : {}),
+      ...(h.publishedBuilds === "read-only" || h.publishedBuilds === "writable"
+        ? { publishedBuilds: h.publishedBuilds }
+        : {}),
       currentJob: h.currentJob || null,
       heartbeatAt: Number(h.heartbeatAt),
       upkeepRunningMs: h.upkeepRunningMs ? Number(h.upkeepRunningMs) : null,

@@ -83,9 +83,9 @@ test("a scheduled tick without a run is reported as missed, once the scheduler e
 
 test("a worker whose limited steps would run in a process group (cgroup mode, no PID namespace) is reported, as is a process-group worker; a fully contained one is not", async () => {
   const keys = redisKeys(uniquePrefix());
-  const strong = newWorkerIdentity("test", "cgroup", "pid-namespace");
-  const weakLimited = newWorkerIdentity("test", "cgroup", "process-group");
-  const weak = newWorkerIdentity("test", "process-group", undefined);
+  const strong = newWorkerIdentity("test", { containment: "cgroup", limitedStepsContainment: "pid-namespace" });
+  const weakLimited = newWorkerIdentity("test", { containment: "cgroup", limitedStepsContainment: "process-group" });
+  const weak = newWorkerIdentity("test", { containment: "process-group" });
   for (const worker of [strong, weakLimited, weak]) await beat(main, keys, worker, null);
   const listed = await listLiveWorkers(main, keys);
   assert.equal(listed.find((w) => w.id === weakLimited.id)?.limitedStepsContainment, "process-group");
@@ -97,10 +97,25 @@ test("a worker whose limited steps would run in a process group (cgroup mode, no
   assert.ok(!problems.join("\n").includes(strong.id));
 });
 
+test("a root worker whose steps could write into published builds is reported; one whose steps see them read-only, or a non-root one, is not", async () => {
+  const keys = redisKeys(uniquePrefix());
+  const exposed = newWorkerIdentity("test", { containment: "cgroup", publishedBuilds: "writable" });
+  const shielded = newWorkerIdentity("test", { containment: "cgroup", publishedBuilds: "read-only" });
+  const nonRoot = newWorkerIdentity("test", { containment: "pid-namespace" });
+  for (const worker of [exposed, shielded, nonRoot]) await beat(main, keys, worker, null);
+  const listed = await listLiveWorkers(main, keys);
+  assert.equal(listed.find((w) => w.id === exposed.id)?.publishedBuilds, "writable");
+  assert.equal(listed.find((w) => w.id === shielded.id)?.publishedBuilds, "read-only");
+  assert.equal(listed.find((w) => w.id === nonRoot.id)?.publishedBuilds, undefined);
+  const problems = await liveWorkerProblems(main, keys);
+  assert.equal(problems.length, 1, problems.join("\n"));
+  assert.ok(problems[0]!.includes(exposed.id) && problems[0]!.includes("could change a published build"), problems[0]);
+});
+
 test("a worker whose upkeep after a beat has run 30 s or more is reported with how long; one whose upkeep is not held up is not", async () => {
   const keys = redisKeys(uniquePrefix());
-  const held = newWorkerIdentity("test", "cgroup");
-  const fine = newWorkerIdentity("test", "cgroup");
+  const held = newWorkerIdentity("test", { containment: "cgroup" });
+  const fine = newWorkerIdentity("test", { containment: "cgroup" });
   await beat(main, keys, held, null, { upkeepRunningMs: 95_000 });
   await beat(main, keys, fine, null);
   const listed = await listLiveWorkers(main, keys);

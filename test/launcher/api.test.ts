@@ -709,7 +709,7 @@ test("a published build found changed shows on its rebuild and in the health pro
     foundAt: Date.now(),
     foundBy: "worker-x",
   });
-  const weak = newWorkerIdentity("test", "process-group");
+  const weak = newWorkerIdentity("test", { containment: "process-group" });
   await beat(bed.main, bed.keys, weak, null);
   try {
     const rebuilds = (await call("GET", "/api/rebuilds")).body.rebuilds as {

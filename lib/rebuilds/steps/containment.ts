@@ -224,6 +224,16 @@ function detectUncached(forced: string, pid: number): Containment {
   return { ...found, detail: `${found.detail}${shieldDetail(found.builds)}` };
 }
 
+/**
+ * What a worker reports of its steps' view of published builds (its heartbeat): `read-only`, or
+ * `writable` for a root worker without the shield (limited steps included); none for a non-root one.
+ */
+export function publishedBuildsToSteps(containment: Containment): "read-only" | "writable" | undefined {
+  if (process.getuid?.() !== 0) return undefined;
+  const limited = containment.forLimitedSteps ?? containment;
+  return containment.builds.shielded && limited.builds.shielded ? "read-only" : "writable";
+}
+
 /** What the `step containment:` line adds about published builds (nothing for a non-root worker). */
 function shieldDetail(builds: BuildsShield): string {
   if (builds.shielded) return "; published builds read-only to steps (a mount namespace per step)";
