@@ -22,8 +22,66 @@ export const PUBLISHING_FIELD = "publishing";
  */
 export const PUBLISHING_PROTECTED_MS = 120_000;
 
-/** Log lines kept per run (the newest). */
+/**
+ * Log lines kept per run: the newest, after — once lines were dropped — one line saying how many
+ * (`logDroppedLine`, always the first). Kept so in Redis (`RUN_LOG_LUA`) and in a writer's
+ * buffer of lines not sent yet (`keepNewestLines`).
+ */
 export const RUN_LOG_LINES = 500;
+
+/** The start of the line that stands for a run log's dropped lines. */
+const DROPPED_PREFIX = "… ";
+const DROPPED_TAIL = " earlier lines not kept: a run log keeps its newest ";
+
+/** The first line of a run log that dropped `count` earlier lines. */
+export function logDroppedLine(count: number): string {
+  return `${DROPPED_PREFIX}${count}${DROPPED_TAIL}${RUN_LOG_LINES - 1}`;
+}
+
+/** The lines a `logDroppedLine` stands for; null for any other line. */
+function droppedCount(line: string | undefined): number | null {
+  if (!line?.startsWith(DROPPED_PREFIX)) return null;
+  const match = /^(\d+) earlier lines not kept/.exec(line.slice(DROPPED_PREFIX.length));
+  return match ? Number(match[1]) : null;
+}
+
+/** `lines` cut to RUN_LOG_LINES: the newest, after one line counting what was dropped. */
+export function keepNewestLines(lines: readonly string[]): string[] {
+  if (lines.length <= RUN_LOG_LINES) return [...lines];
+  let cut = lines.length - (RUN_LOG_LINES - 1);
+  let dropped = lines.slice(0, cut).reduce((sum, line) => sum + (droppedCount(line) ?? 1), 0);
+  const next = droppedCount(lines[cut]);
+  if (next !== null) {
+    dropped += next;
+    cut += 1;
+  }
+  return [logDroppedLine(dropped), ...lines.slice(cut)];
+}
+
+/**
+ * Lua: `appendLog(key, lines, from, to)` appends `lines[from..to]` to a run log LIST and cuts
+ * it as `keepNewestLines` does.
+ */
+export const RUN_LOG_LUA = `
+local function droppedCount(line)
+  if type(line) ~= 'string' then return nil end
+  return tonumber(string.match(line, '^${DROPPED_PREFIX}(%d+) earlier lines not kept'))
+end
+local function appendLog(key, lines, from, to)
+  local length = redis.call('RPUSH', key, unpack(lines, from, to))
+  if length <= ${RUN_LOG_LINES} then return end
+  local cut = length - ${RUN_LOG_LINES - 1}
+  local dropped = 0
+  for _, line in ipairs(redis.call('LRANGE', key, 0, cut - 1)) do dropped = dropped + (droppedCount(line) or 1) end
+  local nextCount = droppedCount(redis.call('LINDEX', key, cut))
+  if nextCount then
+    dropped = dropped + nextCount
+    cut = cut + 1
+  end
+  redis.call('LTRIM', key, cut, -1)
+  redis.call('LPUSH', key, '${DROPPED_PREFIX}' .. dropped .. '${DROPPED_TAIL}${RUN_LOG_LINES - 1}')
+end
+`;
 
 export interface RunRetention {
   /** Records kept per rebuild (and per rebuild+tenant). */

@@ -24,12 +24,13 @@
  */
 import { RUN_REPLY } from "../redis/replies";
 import { PUBLISH_EVENT_LUA, SERVER_NOW, typedScript, type LuaScript } from "../redis/scripts";
-import { PUBLISHING_FIELD, PUBLISHING_PROTECTED_MS, RUN_LOG_LINES } from "./records";
+import { PUBLISHING_FIELD, PUBLISHING_PROTECTED_MS, RUN_LOG_LUA } from "./records";
 import { TIMELINE_BACKFILL_CURSOR, TIMELINE_COUNT_LUA, TIMELINE_COUNT_RECORD } from "./timeline-counters";
 import { transitionsLua } from "./transitions";
 
 const COMMON = `
 ${SERVER_NOW}
+${RUN_LOG_LUA}
 ${transitionsLua()}
 ${TIMELINE_COUNT_LUA}
 -- The statuses whose index keys follow the base indexes, in order (a comma-separated ARGV).
@@ -260,8 +261,7 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   redis.call('DEL', KEYS[1])
   redis.call('HSET', KEYS[1], 'displacedBegins', displaced)
   if startedAt then redis.call('HSET', KEYS[1], 'startedAt', startedAt) end
-  redis.call('RPUSH', KEYS[9], ARGV[14] .. (stored[2] or '?') .. ' (its worker stopped beating)')
-  redis.call('LTRIM', KEYS[9], -${RUN_LOG_LINES}, -1)
+  appendLog(KEYS[9], {ARGV[14] .. (stored[2] or '?') .. ' (its worker stopped beating)'}, 1, 1)
   redis.call('PEXPIRE', KEYS[9], ARGV[4])
 end
 local stray = ''
@@ -357,7 +357,7 @@ KEYS[8 ..] indexes (status moves only): ARGV[3] base indexes, then as many per s
 ARGV[1] runId   ARGV[2] record TTL ms   ARGV[3] n   ARGV[4] new status, '' for fields only
 ARGV[5] idempotency: 'set' (to runId, PX ARGV[6]) | 'del' (only if it names this runId: another
   run's key stays) | ''   ARGV[6] idempotency TTL ms
-ARGV[7] log lines kept   ARGV[8] L: log lines that follow   ARGV[9] statuses with index keys
+ARGV[7] unused (a log keeps RUN_LOG_LINES lines: appendLog)   ARGV[8] L: log lines that follow   ARGV[9] statuses with index keys
 ARGV[10] timeline counters of the run's place (JSON, timeline-counters.ts; '' without a status move)
 ARGV[11] the record's event (JSON, written when the record is written; '' for none)
 ARGV[12] the log's event (JSON, written when lines are appended; '' for none)
@@ -408,8 +408,7 @@ if FINAL[current] and current == to then
   end
 end
 if lines > 0 then
-  redis.call('RPUSH', KEYS[2], unpack(ARGV, 14, 13 + lines))
-  redis.call('LTRIM', KEYS[2], -tonumber(ARGV[7]), -1)
+  appendLog(KEYS[2], ARGV, 14, 13 + lines)
   redis.call('PEXPIRE', KEYS[2], ARGV[2])
 end
 if FINAL[current] then return {${RUN_REPLY.final}, cancel} end

@@ -17,6 +17,7 @@ import { abandonRun } from "./abandoned";
 import {
   fieldPairs,
   indexLayout,
+  keepNewestLines,
   RUN_LOG_LINES,
   recordTtlMs,
   runPlaceOf,
@@ -399,7 +400,7 @@ export async function writeRunReading(
       write.status ?? "",
       write.idempotency?.change ?? "",
       write.idempotency?.ttlMs ?? 0,
-      RUN_LOG_LINES,
+      "", // unused: a run log's length is built into the script (appendLog)
       lines.length,
       layout.statuses,
       write.status ? timelineSpec(keys, run, retention) : "",
@@ -479,7 +480,7 @@ export class RunRecorder {
 
   log(line: string): void {
     this.lines.push(`${new Date().toISOString()} ${line}`);
-    if (this.lines.length > RUN_LOG_LINES) this.lines.splice(0, this.lines.length - RUN_LOG_LINES);
+    if (this.lines.length > RUN_LOG_LINES) this.lines = keepNewestLines(this.lines);
     this.sendSoon(this.options.flushEveryMs ?? 500);
   }
 

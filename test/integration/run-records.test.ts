@@ -13,7 +13,7 @@ import { abandonRun, closeAbandonedRuns, SWEEP_BATCH } from "../../lib/runs/aban
 import { serverNow } from "../../lib/redis/time";
 import { HEARTBEAT_TTL_MS } from "../../lib/workers/heartbeat";
 import { listRunSummaries, listRuns } from "../../lib/runs/list";
-import { DEFAULT_RETENTION, readRun, readRunLog } from "../../lib/runs/records";
+import { DEFAULT_RETENTION, logDroppedLine, readRun, readRunLog, RUN_LOG_LINES } from "../../lib/runs/records";
 import { RUN_WRITE } from "../../lib/runs/scripts";
 import { trimRuns } from "../../lib/runs/trim";
 import { RUN_STATUSES } from "../../lib/runs/types";
@@ -209,6 +209,38 @@ test("the recorder coalesces updates and log lines and sends the last of them wi
   // Retention applies to every write, not only the final one.
   const ttl = await client.pttl(keys.run(a1.runId));
   assert.ok(ttl > 0 && ttl <= 3_600_000 + 86_400_000, `record TTL from the configured retention (got ${ttl})`);
+});
+
+test("a run log keeps its newest lines after one line that counts the dropped ones, in Redis and in the recorder's buffer", async () => {
+  const keys = redisKeys(uniquePrefix());
+  const store = storeOf(keys);
+  const a1 = attempt("chatty", 1);
+  await beginAttempt(store, a1, { mode: { kind: "running" } });
+  const lines = (from: number, count: number) => Array.from({ length: count }, (_, i) => `line ${from + i}`);
+  // Three writes: 300 lines (all kept), 300 more (101 dropped), 1 more (1 more dropped).
+  await writeRun(store, a1, { logLines: lines(0, 300) });
+  assert.equal((await readRunLog(client, keys, a1.runId)).length, 300);
+  await writeRun(store, a1, { logLines: lines(300, 300) });
+  let log = await readRunLog(client, keys, a1.runId);
+  assert.equal(log.length, RUN_LOG_LINES);
+  assert.equal(log[0], logDroppedLine(101));
+  assert.deepEqual([log[1], log.at(-1)], ["line 101", "line 599"]);
+  await writeRun(store, a1, { logLines: ["line 600"] });
+  log = await readRunLog(client, keys, a1.runId);
+  assert.equal(log.length, RUN_LOG_LINES);
+  assert.deepEqual([log[0], log[1], log.at(-1)], [logDroppedLine(102), "line 102", "line 600"]);
+
+  // A recorder that buffered more than a log keeps between two writes sends its own count, and
+  // the log adds it to its own.
+  const recorder = new RunRecorder(store, a1);
+  for (let i = 0; i < 1_200; i++) recorder.log(`buffered ${i}`);
+  assert.equal(await recorder.finish("failed", { reason: "boom" }), "written");
+  log = await readRunLog(client, keys, a1.runId);
+  assert.equal(log.length, RUN_LOG_LINES);
+  // Dropped: the 102 counted before, the 499 lines that were kept, and 701 of the 1 200 buffered.
+  assert.equal(log[0], logDroppedLine(102 + 499 + 701));
+  assert.match(log[1]!, / buffered 701$/);
+  assert.match(log.at(-1)!, / buffered 1199$/);
 });
 
 test("a final record whose write failed keeps its fields and log lines for the next try", async () => {
