@@ -63,9 +63,10 @@ test("the host offers a cgroup per step (CI runs as root with a writable cgroup 
     assert.equal(auto.builds.shielded, true, auto.detail);
     assert.equal(auto.forLimitedSteps?.builds.shielded, true, auto.detail);
     assert.match(auto.detail, /published builds read-only to steps/);
+    // The shield does not depend on the mode: a process group gets it too.
     const group = detectContainment("process-group");
-    assert.equal(group.builds.shielded, false);
-    assert.match(group.detail, /a root step could write into published builds/);
+    assert.equal(group.builds.shielded, true, group.detail);
+    assert.match(group.detail, /published builds read-only to steps/);
   }
 });
 
@@ -183,10 +184,38 @@ for (const mode of MODES)
       fs.writeFileSync(path.join(outputDir, "builds", "worker-can-write"), "");
     });
 
+    test("the step's environment reaches the program: a PATH of its own, and names the wrappers' shells use", async () => {
+      const marker = newMarker();
+      const env = { PATH: "/nonexistent", ro: "mine", cg: "mine", d: "mine" };
+      const { error, ctx } = await runWith("", marker, new AbortController().signal, {
+        run: ["/usr/bin/env"],
+        env: { ...env, [marker.name]: marker.value },
+      });
+      assert.equal(error, null, ctx.lines.join("\n"));
+      const seen = new Map(ctx.lines.map((l) => l.replace(/^\[s\] /, "").split(/=(.*)/s) as [string, string]));
+      for (const [name, value] of Object.entries(env)) assert.equal(seen.get(name), value, name);
+      if (mode === "cgroup") {
+        // A name that is no shell identifier: dash would drop it (the namespace's init still does).
+        const dotted = await runWith("", marker, new AbortController().signal, {
+          run: ["/usr/bin/printenv", "spring.profiles.active"],
+          env: { "spring.profiles.active": "prod", [marker.name]: marker.value },
+        });
+        assert.equal(dotted.error, null, dotted.ctx.lines.join("\n"));
+        assert.deepEqual(dotted.ctx.lines, ["[s] prod"]);
+      }
+    });
+
     test("exit codes and signals of the program come through", async () => {
       const marker = newMarker();
       const transient = await runWith("exit 75", marker, new AbortController().signal, { transientExitCodes: [75] });
       assert.equal(transient.error?.name, "TransientStepError");
+      // 126 and 127 from the program itself are its own codes, not "not found".
+      for (const code of [126, 127]) {
+        const own = await runWith(`exit ${code}`, marker, new AbortController().signal, { transientExitCodes: [code] });
+        assert.equal(own.error?.name, "TransientStepError", String(own.error));
+        const plain = await runWith(`exit ${code}`, marker, new AbortController().signal);
+        assert.match(String(plain.error?.message), new RegExp(`exited ${code}`));
+      }
       const killed = await runWith("kill -9 $$", marker, new AbortController().signal);
       assert.match(String(killed.error?.message), /killed by SIGKILL/);
       const missing = await runWith("", marker, new AbortController().signal, { run: ["/no/such/program"] });

@@ -103,48 +103,50 @@ export type LimitController = "memory" | "pids";
 /**
  * A step's view of its output's published builds. Write bits (builds are made read-only when
  * promoted) stop a step running as the worker's user from writing into them by mistake; they do
- * not stop root. So a root worker runs each step in a mount namespace of its own (`unshare
- * --mount`, private propagation) in which `<output>/builds` is bind-mounted read-only: a write
- * into a published build, or through `current`, fails with EROFS. Only a step that remounts on
- * purpose (root may) gets past it. `shielded`: this host can make that namespace; else `why`.
+ * not stop root. So a root worker starts each `run` step in a mount namespace of its own in which
+ * `<output>/builds` is bind-mounted read-only (`SHIELD_EXEC`): a write into a published build, or
+ * through `current`, fails with EROFS. It stops mistakes, not a step set on it: root can remount,
+ * mount the filesystem again or reach the worker's view through /proc. `shielded`: this host can
+ * make that namespace, and `prefix` starts a step in it; else `why` not.
  */
-export type BuildsShield = { shielded: true } | { shielded: false; why: string };
-
+export type BuildsShield = { shielded: true; prefix: string[] } | { shielded: false; why: string };
 /** Printed by INIT (stderr) when it cannot join a step cgroup; it then exits 125. */
 export const CGROUP_JOIN_FAILED_LINE = "claimwatch-init: cannot join the step's cgroup";
 
-const JOIN_CGROUPS = `cg=$1; shift; IFS=:; for d in $cg; do echo 0 > "$d/cgroup.procs" || { echo "${CGROUP_JOIN_FAILED_LINE} $d" >&2; exit 125; }; done; unset IFS`;
+/**
+ * At most two directories (memory, pids), `a` or `a:b`; split without IFS and with one variable
+ * named so no step's environment variable is shadowed (the program inherits the init's).
+ */
+const JOIN_CGROUPS = `for claimwatch_cg in "\${1%%:*}" "\${1#*:}"; do [ -z "$claimwatch_cg" ] || echo 0 > "$claimwatch_cg/cgroup.procs" || { echo "${CGROUP_JOIN_FAILED_LINE} $claimwatch_cg" >&2; exit 125; }; done; unset claimwatch_cg; shift`;
 
 /** Printed (stderr) when a step's `builds/` cannot be mounted read-only; the step then exits 125. */
-export const SHIELD_FAILED_LINE = "claimwatch-init: cannot mount the output's builds/ read-only";
-
-/** Mounts its first argument (when not empty) read-only over itself, in the step's own mount namespace. */
-const SHIELD_BUILDS = `ro=$1; shift; [ -z "$ro" ] || mount --bind -o ro -- "$ro" "$ro" || { echo "${SHIELD_FAILED_LINE}: $ro" >&2; exit 125; }`;
+export const SHIELD_FAILED_LINE = "claimwatch-shield: cannot mount the output's builds/ read-only";
 
 /**
- *   unshare --mount -- sh -c SHIELD_EXEC shield <builds dir> <program> [args…]
- * `cgroup` mode's shield: `unshare` and `sh` exec in place, so the process the worker spawned (in
- * the step's cgroup) becomes the program itself, as it is without the shield.
+ *   unshare --mount --propagation slave -- bash -c SHIELD_EXEC claimwatch-shield <mount> <builds dir> <command> [args…]
+ * Mounts `<builds dir>` read-only over itself (with what is mounted under it), then execs the
+ * command in place: in `cgroup` mode the program (so the process the worker spawned in the step's
+ * cgroup becomes the program, as without the shield), in a namespace the `unshare --pid …` that
+ * makes it (so the mount is done before the namespace's init and program exist: a SIGTERM for the
+ * program can never hit `mount`). bash, not sh: dash drops environment variables whose names are
+ * no shell identifiers (`spring.profiles.active`); positional parameters only, so no shell
+ * variable shadows one of the step's. `slave`: unmounts on the host still reach the step.
  */
-export const SHIELD_EXEC = [SHIELD_BUILDS, 'exec "$@"'].join("\n");
-
-/** The argv prefix that runs SHIELD_EXEC in a mount namespace of its own (`cgroup` mode). */
-export const SHIELD_PREFIX = ["unshare", "--mount", "--", "sh", "-c", SHIELD_EXEC, "shield"] as const;
+const SHIELD_EXEC = `"$1" --rbind -o ro -- "$2" "$2" || { echo "${SHIELD_FAILED_LINE}: $2" >&2; exit 125; }; shift 2; exec "$@"`;
 
 /**
- *   sh -c INIT init <cgroup dirs, ':'-separated, or ''> <builds dir to shield, or ''> <program> [args…]
- * The init of a PID namespace: joins the step's cgroups, mounts the output's `builds/` read-only
- * (with `--mount`: `BuildsShield`), runs the program in its foreground and
+ *   sh -c INIT init <cgroup dirs, ':'-separated, or ''> <program> [args…]
+ * The init of a PID namespace: joins the step's cgroups, runs the program in its foreground and
  * exits with its status (128 + signal when it was killed; 127: not found). It sets no trap: as
  * pid 1 of the namespace it gets no signal but SIGKILL anyway (SIGTERM goes to the program), and
  * the program inherits every signal at its default. `exit` after it keeps `sh` from exec'ing the
  * program in its own place (the program must not be pid 1: pid 1 ignores unhandled signals).
  */
-export const namespaceInit = [JOIN_CGROUPS, SHIELD_BUILDS, '"$@"', "exit $?"].join("\n");
+export const namespaceInit = [JOIN_CGROUPS, '"$@"', "exit $?"].join("\n");
 
 /**
- *   sh -c INIT init <cgroup dirs, ':'-separated, or ''> '' <program> [args…]
- * The init of process-group mode (a normal process, not pid 1; no mount namespace, so nothing to shield).
+ *   sh -c INIT init <cgroup dirs, ':'-separated, or ''> <program> [args…]
+ * The init of process-group mode (a normal process, not pid 1).
  * Joins the step's cgroups (`0` is "the writing process"), starts the program, passes SIGTERM on
  * to it (also one that came before it was forked), and exits with the program's status (128 +
  * signal when it was killed; 127: program not found). The program's stdin is /dev/null (so is
@@ -155,7 +157,6 @@ export const namespaceInit = [JOIN_CGROUPS, SHIELD_BUILDS, '"$@"', "exit $?"].jo
 export function groupInit(resetSignals: boolean): string {
   return [
     JOIN_CGROUPS,
-    "shift", // the builds dir to shield: always '' (no mount namespace here)
     "c=; t=",
     'trap \'t=1; [ -n "$c" ] && kill -TERM "$c" 2>/dev/null\' TERM',
     "trap '' INT HUP QUIT",
@@ -221,7 +222,7 @@ export function checkContainmentRequest(requested: string = process.env.CLAIMWAT
 function detectUncached(forced: string, pid: number): Containment {
   checkContainmentRequest(forced);
   const found = detectMode(forced, pid);
-  return { ...found, detail: `${found.detail}${shieldDetail(found.builds)}` };
+  return { ...found, detail: `${found.detail}${shieldDetail(found)}` };
 }
 
 /**
@@ -235,36 +236,84 @@ export function publishedBuildsToSteps(containment: Containment): "read-only" | 
 }
 
 /** What the `step containment:` line adds about published builds (nothing for a non-root worker). */
-function shieldDetail(builds: BuildsShield): string {
-  if (builds.shielded) return "; published builds read-only to steps (a mount namespace per step)";
-  return process.getuid?.() === 0 ? `; a root step could write into published builds (${builds.why})` : "";
+function shieldDetail(containment: Containment): string {
+  const seen = publishedBuildsToSteps(containment);
+  if (seen === "read-only") return "; published builds read-only to steps (a mount namespace per step)";
+  if (seen === undefined) return "";
+  const why = [containment.builds, containment.forLimitedSteps?.builds].find((b) => b && !b.shielded);
+  return `; a root step could write into published builds (${why && !why.shielded ? why.why : "no mount namespace"})`;
+}
+
+/**
+ * The path of a program the worker starts for its steps, found once on the worker's own PATH (a
+ * step's `env` may set another PATH, which must not change what runs around the step); the bare
+ * name when it is not found (the probes then fail).
+ */
+export function programPath(name: string): string {
+  const dirs = [
+    ...(process.env.PATH ?? "").split(":"),
+    "/usr/local/sbin",
+    "/usr/local/bin",
+    "/usr/sbin",
+    "/usr/bin",
+    "/sbin",
+    "/bin",
+  ];
+  for (const dir of dirs) {
+    if (!dir.startsWith("/")) continue;
+    const candidate = path.join(dir, name);
+    try {
+      fs.accessSync(candidate, fs.constants.X_OK);
+      if (fs.statSync(candidate).isFile()) return candidate;
+    } catch {
+      // not here
+    }
+  }
+  return name;
 }
 
 /**
  * Whether a root worker can give each step a mount namespace with `builds/` read-only: probed on
- * a scratch directory (the mount, then a write that must fail). Non-root: not needed.
+ * a scratch directory with the very prefix steps get (the mount, then a write that must fail).
+ * Non-root: not needed.
  */
 function probeBuildsShield(): BuildsShield {
   if (process.getuid?.() !== 0)
     return { shielded: false, why: "not root: write bits keep steps out of published builds" };
+  const prefix = [
+    programPath("unshare"),
+    "--mount",
+    "--propagation",
+    "slave",
+    "--",
+    programPath("bash"),
+    "-c",
+    SHIELD_EXEC,
+    "claimwatch-shield",
+    programPath("mount"),
+  ];
   let dir: string | null = null;
   try {
     dir = fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-shield-"));
-    const probe = `${SHIELD_BUILDS}\n! touch "$1/probe" 2>/dev/null`;
-    if (works(["unshare", "--mount", "--", "sh", "-c", probe, "probe", dir, dir])) return { shielded: true };
+    const writeFails = ["sh", "-c", '! touch "$1/probe" 2>/dev/null', "probe", dir];
+    if (works([...prefix, dir, ...writeFails])) return { shielded: true, prefix };
   } catch {
     // no scratch directory: reported as not shielded
   } finally {
     if (dir) fs.rmSync(dir, { recursive: true, force: true });
   }
-  return { shielded: false, why: "no read-only mount namespace can be made here (unshare --mount failed)" };
+  return {
+    shielded: false,
+    why: "no mount namespace with a read-only bind mount can be made here (unshare --mount, bash or mount failed)",
+  };
 }
 
 function detectMode(forced: string, pid: number): Containment {
   const limits = detectLimitControllers();
-  const weaker = forced === "process-group" ? processGroup(limits, "forced by CLAIMWATCH_STEP_CONTAINMENT") : null;
-  if (weaker) return weaker;
   const shield = probeBuildsShield();
+  const weaker =
+    forced === "process-group" ? processGroup(limits, shield, "forced by CLAIMWATCH_STEP_CONTAINMENT") : null;
+  if (weaker) return weaker;
   let cgroupUnavailable: string | null = null;
   const refused = cgroupModeRefusedFor(pid);
   if (refused !== null && forced === "cgroup") {
@@ -275,7 +324,8 @@ function detectMode(forced: string, pid: number): Containment {
     const place = prepareStepCgroups();
     if ("unavailable" in place) cgroupUnavailable = place.unavailable;
     else {
-      const forLimitedSteps = pidNamespace(limits, shield) ?? processGroup(limits, "no PID namespace can be made here");
+      const forLimitedSteps =
+        pidNamespace(limits, shield) ?? processGroup(limits, shield, "no PID namespace can be made here");
       return {
         mode: "cgroup",
         prefix: [],
@@ -304,6 +354,7 @@ function detectMode(forced: string, pid: number): Containment {
   return withCgroupReason(
     processGroup(
       limits,
+      shield,
       "no PID namespace can be made here (unshare failed; as non-root the kernel must allow user namespaces)",
     ),
     cgroupUnavailable,
@@ -317,46 +368,45 @@ function withCgroupReason(containment: Containment, cgroupUnavailable: string | 
     : { ...containment, detail: `${containment.detail}; no cgroup per step: ${cgroupUnavailable}` };
 }
 
-function pidNamespace(limits: Partial<Record<LimitController, string>>, shield: BuildsShield): Containment | null {
-  const unshielded: BuildsShield = shield.shielded
-    ? { shielded: false, why: "no mount namespace beside the PID namespace (unshare --mount failed)" }
-    : shield;
-  const candidates: { prefix: string[]; detail: string; builds: BuildsShield }[] = [
-    ...(shield.shielded
-      ? [
-          {
-            prefix: ["unshare", "--mount", "--pid", "--fork", "--kill-child", "--"],
-            detail: "a PID namespace per step (unshare, root)",
-            builds: shield,
-          },
-        ]
-      : []),
+function pidNamespace(limits: Partial<Record<LimitController, string>>, builds: BuildsShield): Containment | null {
+  const unshare = programPath("unshare");
+  const candidates: { prefix: string[]; detail: string }[] = [
     {
-      prefix: ["unshare", "--pid", "--fork", "--kill-child", "--"],
+      prefix: [unshare, "--pid", "--fork", "--kill-child", "--"],
       detail: "a PID namespace per step (unshare, root)",
-      builds: unshielded,
     },
     {
-      prefix: ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--kill-child", "--"],
+      prefix: [unshare, "--user", "--map-root-user", "--pid", "--fork", "--kill-child", "--"],
       detail: "a PID namespace per step (unshare in a user namespace)",
-      builds: unshielded,
     },
   ];
-  for (const { prefix, detail, builds } of candidates) {
-    if (works([...prefix, "true"]))
-      return { mode: "pid-namespace", prefix, init: namespaceInit, detail, limits, builds };
+  for (const candidate of candidates) {
+    if (works([...candidate.prefix, "true"])) {
+      return {
+        mode: "pid-namespace",
+        prefix: candidate.prefix,
+        init: namespaceInit,
+        detail: candidate.detail,
+        limits,
+        builds,
+      };
+    }
   }
   return null;
 }
 
-function processGroup(limits: Partial<Record<LimitController, string>>, why: string): Containment {
+function processGroup(
+  limits: Partial<Record<LimitController, string>>,
+  builds: BuildsShield,
+  why: string,
+): Containment {
   return {
     mode: "process-group",
     prefix: [],
     init: groupInit(works(["env", "--default-signal", "true"])),
     detail: `process group only (${why}): a setsid daemon can outlive its step`,
     limits,
-    builds: { shielded: false, why: "process-group containment has no mount namespace" },
+    builds,
   };
 }
 

@@ -14,8 +14,8 @@ import type { RunStep } from "../definitions";
 import {
   CGROUP_JOIN_FAILED_LINE,
   detectContainment,
+  programPath,
   SHIELD_FAILED_LINE,
-  SHIELD_PREFIX,
   StepCgroups,
   type Containment,
 } from "./containment";
@@ -34,6 +34,11 @@ import { STEP_OF_VARIABLE, stepWarden } from "./warden";
 const MAX_LINE = 2_000;
 /** A shell's exit codes (the init's, the shield's) for a program it could not start: not executable, not found. */
 const NOT_STARTED = [126, 127];
+/** What that shell (dash as `init`, bash as `claimwatch-shield`, or `env`) says then, on stderr. */
+const SHELL_NOT_STARTED =
+  /^(?:(?:init|claimwatch-shield): (?:line )?\d+: (?:exec: )?.*: (?:not found|No such file or directory|Permission denied|cannot execute.*)|env: .*: (?:No such file or directory|Permission denied))$/;
+/** The shell the init runs in (found on the worker's PATH, not the step's). */
+const SH = programPath("sh");
 /**
  * After the program ended, how long its output pipes may stay open (process-group mode: a
  * daemon that escaped the group may hold them). A PID namespace closes them when it ends.
@@ -142,9 +147,10 @@ export async function runCommandStep(
 
   // A root step sees its output's published builds read-only (containment.ts, `BuildsShield`).
   const shielded = containment.builds.shielded ? path.join(context.outputDir, "builds") : "";
+  const shield = containment.builds.shielded ? [...containment.builds.prefix, shielded] : [];
   // The worker's holding mark made (and synced) it before the first step; for other callers it
   // is made here. Synchronously: nothing may come between the checks below and the spawn.
-  if (shielded) fs.mkdirSync(shielded, { recursive: true });
+  if (shielded) makeBuildsDir(step.name, shielded);
 
   let cgroups: StepCgroups | null = null;
   if (step.limits.memory !== undefined || step.limits.pids !== undefined) {
@@ -185,10 +191,8 @@ export async function runCommandStep(
     detached: true, // a process group of its own
   };
   const argv = containment.stepCgroups
-    ? shielded
-      ? [...SHIELD_PREFIX, shielded]
-      : []
-    : [...containment.prefix, "sh", "-c", containment.init, "init", cgroups?.joinArgument ?? "", shielded];
+    ? shield
+    : [...shield, ...containment.prefix, SH, "-c", containment.init, "init", cgroups?.joinArgument ?? ""];
   let child: ChildProcess;
   let stepCgroup: StepCgroup | null = null;
   // The warden ends the step if this worker dies or stops running (warden.ts).
@@ -259,6 +263,9 @@ export async function runCommandStep(
   if (stalledAtSpawn !== null) killStep(live);
   let joinFailed = false;
   let shieldFailed = false;
+  // The shell that starts the program (init, shield) said it could not: 126 or 127 is then its
+  // own exit code, not the program's.
+  let shellNotStarted = false;
   const pipeLines = (stream: NodeJS.ReadableStream, label: string) => {
     let rest = "";
     stream.setEncoding("utf8");
@@ -268,6 +275,7 @@ export async function runCommandStep(
       for (const line of lines) {
         if (label && cgroups && line.startsWith(CGROUP_JOIN_FAILED_LINE)) joinFailed = true;
         if (label && shielded && line.startsWith(SHIELD_FAILED_LINE)) shieldFailed = true;
+        if (label && argv.length > 0 && SHELL_NOT_STARTED.test(line)) shellNotStarted = true;
         context.log(`[${step.name}${label}] ${line.slice(0, MAX_LINE)}`);
       }
       if (rest.length > MAX_LINE) {
@@ -367,12 +375,13 @@ export async function runCommandStep(
   }
   if (limitHit) throw new StepFailedError(`step ${step.name} ${limitHit}`);
   if (outcome.code === 0) return;
-  // Only where a shell started the program (unshielded `cgroup` mode spawns it itself).
-  if (outcome.code !== null && NOT_STARTED.includes(outcome.code) && argv.length > 0)
+  if (outcome.code !== null && NOT_STARTED.includes(outcome.code) && shellNotStarted)
     throw new StepFailedError(`step ${step.name}: program not found or not executable: ${program}`);
   if (outcome.code === 125 && joinFailed) throw new TransientStepError(`step ${step.name}: could not join its cgroup`);
   if (outcome.code === 125 && shieldFailed)
-    throw new TransientStepError(`step ${step.name}: not started: could not mount ${shielded} read-only for it`);
+    throw new StepFailedError(
+      `step ${step.name}: not started: ${shielded} could not be mounted read-only for it (see the run log)`,
+    );
   if (outcome.code !== null && step.transientExitCodes.includes(outcome.code)) {
     throw new TransientStepError(`step ${step.name} exited ${outcome.code} (declared transient)`);
   }
@@ -386,6 +395,18 @@ export async function runCommandStep(
           : `exited ${outcome.code}`
     }`,
   );
+}
+
+/** Makes `<output>/builds` for the shield's mount, or fails the step saying why. */
+function makeBuildsDir(stepName: string, dir: string): void {
+  try {
+    fs.mkdirSync(dir, { recursive: true });
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    const message = `step ${stepName}: not started: cannot make ${dir}: ${(error as Error).message}`;
+    if (code === "EEXIST" || code === "ENOTDIR") throw new StepFailedError(message);
+    throw new TransientStepError(message);
+  }
 }
 
 /** Test-only hooks (never set in production). */
