@@ -14,6 +14,7 @@ import { ensureGeneratedOperatorToken, operatorTokenPath } from "../lib/auth/cre
 import { loadDefinitionsOrExit, shutdownWaitMs, STOP_AFTER_JOBS_MS } from "../lib/rebuilds/definitions";
 import {
   clearEmbeddedState,
+  lastEmbeddedPort,
   readEmbeddedState,
   startRedisServer,
   writeEmbeddedState,
@@ -97,6 +98,8 @@ if (!config.redisUrl) {
     redis = await startRedisServer({
       dir: path.join(config.dataDir, "redis"),
       binary: redisBinary,
+      // Its last port when free: `npm run worker`/`web` started beside an earlier start find it.
+      preferredPort: lastEmbeddedPort(config.dataDir),
       onSpawned: (pid) =>
         writeLauncherState(config.dataDir, {
           bootId: currentBootId(),

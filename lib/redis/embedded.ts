@@ -13,6 +13,11 @@ export interface RedisServerOptions {
   dir: string;
   /** Loopback port; a free one is picked when omitted. */
   port?: number;
+  /**
+   * Without `port`: the port to use when it is free (`npm start` asks for its last one, so
+   * workers and dashboards started beside it on that machine find it again after a restart).
+   */
+  preferredPort?: number;
   /** Extra `redis-server` arguments, e.g. `["--maxmemory-policy", "allkeys-lru"]`. */
   extraArgs?: string[];
   /** Binary to run; default: `redis-server` found on PATH. */
@@ -46,13 +51,13 @@ export interface RedisServerHandle {
   stop(graceMs?: number): Promise<void>;
 }
 
-/** A TCP port on 127.0.0.1 that was free a moment ago. */
-export function freePort(): Promise<number> {
+/** A TCP port on 127.0.0.1 that was free a moment ago: `wanted` when it is, else any. */
+export function freePort(wanted = 0): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = net.createServer();
     server.unref();
-    server.on("error", reject);
-    server.listen(0, "127.0.0.1", () => {
+    server.on("error", (error) => (wanted ? freePort().then(resolve, reject) : reject(error)));
+    server.listen(wanted, "127.0.0.1", () => {
       const address = server.address();
       server.close(() => {
         if (address && typeof address === "object") resolve(address.port);
@@ -99,7 +104,7 @@ export async function startRedisServer(options: RedisServerOptions): Promise<Red
 
   let lastError: Error | undefined;
   for (let attempt = 0; attempt < 5; attempt++) {
-    const port = options.port ?? (await freePort());
+    const port = options.port ?? (await freePort(attempt === 0 ? (options.preferredPort ?? 0) : 0));
     try {
       return await spawnAndWait(binary, port, options);
     } catch (error) {
@@ -210,12 +215,31 @@ export function embeddedStatePath(dataDir: string): string {
   return path.join(dataDir, "embedded-redis.json");
 }
 
-export function writeEmbeddedState(dataDir: string, server: Pick<RedisServerHandle, "pid" | "url">): void {
+export function writeEmbeddedState(
+  dataDir: string,
+  server: Pick<RedisServerHandle, "pid" | "url"> & Partial<Pick<RedisServerHandle, "port">>,
+): void {
   fs.writeFileSync(embeddedStatePath(dataDir), JSON.stringify({ pid: server.pid, url: server.url }) + "\n");
+  if (server.port) fs.writeFileSync(lastPortPath(dataDir), `${server.port}\n`);
 }
 
 export function clearEmbeddedState(dataDir: string): void {
   fs.rmSync(embeddedStatePath(dataDir), { force: true });
+}
+
+/** Where `npm start` keeps the port its embedded Redis last had (kept across stops). */
+function lastPortPath(dataDir: string): string {
+  return path.join(dataDir, "embedded-redis.port");
+}
+
+/** The port the embedded Redis of `dataDir` last had, if known. */
+export function lastEmbeddedPort(dataDir: string): number | undefined {
+  try {
+    const port = Number(fs.readFileSync(lastPortPath(dataDir), "utf8").trim());
+    return Number.isInteger(port) && port > 0 && port < 65536 ? port : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 export type EmbeddedLookup =

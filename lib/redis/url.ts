@@ -69,6 +69,9 @@ export function parseRedisUrl(value: string): ParsedRedisUrl {
   }
   const db = url.pathname.replace(/^\//, "");
   if (db !== "" && !DB.test(db)) return { ok: false, problem: "database in the path must be a number from 0 to 15" };
+  // The client decodes them (a bare `%` would throw there, in every process, at connect time).
+  if (decode(url.username) === null || decode(url.password) === null)
+    return { ok: false, problem: "user or password is not valid percent-encoding (write % as %25)" };
   return { ok: true, target: { kind: "direct", url: trimmed, tls: url.protocol === "rediss:", db: Number(db || 0) } };
 }
 
@@ -104,7 +107,7 @@ function parseSentinelUrl(value: string): ParsedRedisUrl {
     const username = decode(colon < 0 ? userinfo : userinfo.slice(0, colon));
     const password = colon < 0 ? "" : decode(userinfo.slice(colon + 1));
     if (username === null || password === null)
-      return { ok: false, problem: "user or password is not valid percent-encoding" };
+      return { ok: false, problem: "user or password is not valid percent-encoding (write % as %25)" };
     // As in redis:// URLs: `user@` alone is a user without password, `:pw@` the default user.
     if (username) target.username = username;
     if (password) target.password = password;

@@ -65,7 +65,9 @@ async function runOnce(
 }
 
 test("npm start serves a healthy dashboard, stops cleanly on SIGTERM, and finds its data again after SIGINT restart", async () => {
+  let firstRedisUrl = "";
   await runOnce("SIGTERM", async (url, redisUrl, output) => {
+    firstRedisUrl = redisUrl;
     // First start: an operator token is generated (0600) and a login link printed once.
     const tokenFile = path.join(dataDir, "operator-token");
     assert.equal(fs.statSync(tokenFile).mode & 0o777, 0o600);
@@ -94,6 +96,9 @@ test("npm start serves a healthy dashboard, stops cleanly on SIGTERM, and finds 
   });
 
   await runOnce("SIGINT", async (_url, redisUrl, output) => {
+    // The same port again (it is free): a worker or dashboard started beside the first start
+    // with `npm run worker`/`web` reconnects to it.
+    assert.equal(redisUrl, firstRedisUrl, "the embedded Redis is on its last port again");
     await waitUntil(() => output().includes("log in with the operator token in"));
     assert.ok(!output().includes("#token="), "the login link is printed only once");
     const client = new Redis(redisUrl);

@@ -87,6 +87,8 @@ for (const [bad, problem] of [
   ["redis+sentinel://h/m?role=slave", /unknown parameter "role"/],
   ["rediss+sentinel://h/m", /TLS to a Sentinel group is not supported/],
   ["redis://h:6379/16", /database in the path/],
+  ["redis://cw:50%off@h:6379/0", /not valid percent-encoding \(write % as %25\)/],
+  ["rediss://c%wuser:pw@h:6379", /not valid percent-encoding/],
   ["sentinel://h/m", /must be a URL like/],
 ] as const) {
   test(`${bad} is refused with the reason`, () => {
