@@ -2,7 +2,7 @@
 
 import { useQuery, useQueryClient } from "@tanstack/react-query";
 import { createContext, useContext, useEffect, useRef, useState, type ReactNode } from "react";
-import type { DeliveredEvent } from "@/lib/events/types";
+import { UNAUTHENTICATED_EVENT, type DeliveredEvent } from "@/lib/events/types";
 import { LiveCache } from "@/lib/ui/live-cache";
 import { healthQuery } from "@/lib/ui/queries";
 
@@ -48,6 +48,12 @@ export function LiveEvents({ children }: { children: ReactNode }) {
         wasLive = true;
         setState("live");
         if (!info.resumed) live.refreshAll();
+      });
+      // The session ended (logged out elsewhere, expired): to the login page.
+      source.addEventListener(UNAUTHENTICATED_EVENT, () => {
+        stopped = true;
+        source?.close();
+        window.location.assign("/login");
       });
       source.onmessage = (message: MessageEvent<string>) => {
         if (message.lastEventId) lastId = message.lastEventId;

@@ -1,4 +1,5 @@
 /** `GET /api/events`: the web process's one event hub, streamed to this caller. */
+import { authenticateHeaders } from "../auth/guard";
 import { EventHub } from "../events/hub";
 import { eventStreamResponse, EventsUnavailableError } from "../events/sse";
 import { currentHealth } from "../web/health-report";
@@ -19,7 +20,10 @@ export function eventHub(context: WebContext): EventHub {
 
 export async function streamEvents(context: WebContext, request: Request): Promise<Response> {
   try {
-    return await eventStreamResponse(eventHub(context), request);
+    return await eventStreamResponse(eventHub(context), request, {
+      stillAuthorized: async () =>
+        (await authenticateHeaders(context.config, request.headers, context.sessions)) !== null,
+    });
   } catch (error) {
     if (error instanceof EventsUnavailableError) throw new ApiError(503, "events-unavailable", error.message);
     throw error;

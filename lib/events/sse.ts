@@ -11,6 +11,7 @@
  */
 import type { EventHub, HubMessage, StreamPosition } from "./hub";
 import { formatPosition, parsePosition } from "./hub";
+import { UNAUTHENTICATED_EVENT } from "./types";
 
 export const HEARTBEAT_EVERY_MS = 15_000;
 /** Bytes queued for one slow client before it is cut off (it reconnects and resumes). */
@@ -37,7 +38,19 @@ function frame(message: HubMessage): string {
 }
 
 /** Throws `EventsUnavailableError` when the hub cannot start (the route answers 503). */
-export async function eventStreamResponse(hub: EventHub, request: Request): Promise<Response> {
+export async function eventStreamResponse(
+  hub: EventHub,
+  request: Request,
+  {
+    stillAuthorized,
+  }: {
+    /**
+     * Asked at every heartbeat: false (a logout revoked the session, or it expired) ends the
+     * stream with an `unauthenticated` event, so a logged-out page stops receiving changes.
+     */
+    stillAuthorized?: () => Promise<boolean>;
+  } = {},
+): Promise<Response> {
   let timer: ReturnType<typeof setTimeout> | undefined;
   try {
     await Promise.race([
@@ -80,9 +93,22 @@ export async function eventStreamResponse(hub: EventHub, request: Request): Prom
       });
       // The heartbeat: a comment, and the newest health report (the page keeps the newer one).
       const heartbeat = setInterval(() => {
-        const health = hub.latestHealth;
-        send(`: ping ${Date.now()}\n\n`);
-        if (health) send(frame({ id: null, event: { type: "health", report: health, at: Date.now() } }));
+        void (async () => {
+          // An answer that fails (Redis down) keeps the stream: the page shows that state itself.
+          if (stillAuthorized && !(await stillAuthorized().catch(() => true))) {
+            send(`event: ${UNAUTHENTICATED_EVENT}\ndata: {}\n\n`);
+            cleanup();
+            try {
+              controller.close();
+            } catch {
+              // already closed
+            }
+            return;
+          }
+          const health = hub.latestHealth;
+          send(`: ping ${Date.now()}\n\n`);
+          if (health) send(frame({ id: null, event: { type: "health", report: health, at: Date.now() } }));
+        })();
       }, HEARTBEAT_EVERY_MS);
       cleanup = () => {
         if (closed) return;

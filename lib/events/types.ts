@@ -54,3 +54,6 @@ export type DeliveredEvent = ClaimwatchEvent & { at: number };
 
 /** Which stream an event was stored in. */
 export type StreamName = "main" | "claims";
+
+/** The SSE event that ends a stream whose caller's session ended (lib/events/sse.ts). */
+export const UNAUTHENTICATED_EVENT = "unauthenticated";

@@ -114,6 +114,9 @@ export async function apiFetch<T>(url: string, init: RequestInit = {}, acceptSta
     },
   });
   const body = (await response.json().catch(() => null)) as unknown;
+  // The session ended (a logout in another tab, expiry): the dashboard's pages need a login.
+  if (response.status === 401 && typeof window !== "undefined" && window.location.pathname !== "/login")
+    window.location.assign("/login");
   if (!response.ok && !acceptStatus.includes(response.status)) {
     const error = (body as { error?: { code?: string; message?: string } } | null)?.error;
     throw new ApiRequestError(

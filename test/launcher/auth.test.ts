@@ -7,6 +7,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { createTestBed, startWebServer, type TestBed } from "../support/stack";
+import { until } from "../support/until";
 
 const TOKENS = {
   operator: "auth-test-operator-0123456789",
@@ -251,6 +252,32 @@ test("a cookie session: httpOnly SameSite=Strict; a cross-origin POST with it is
   assert.match(page.headers.get("location") ?? "", /\/login$/);
   const audit = await send("GET", "/api/audit", { token: TOKENS.operator });
   assert.match(audit.text, /"action":"logout"/);
+});
+
+test("a live-event stream opened with a session ends, saying so, once that session is logged out", async () => {
+  const login = await send("POST", "/api/auth/login", { body: { token: TOKENS.viewer } });
+  const cookie = (login.headers.get("set-cookie") ?? "").split(";")[0]!;
+  const controller = new AbortController();
+  const stream = await fetch(`${base}/api/events`, { headers: { cookie }, signal: controller.signal });
+  assert.equal(stream.status, 200);
+  let text = "";
+  const reading = (async () => {
+    const decoder = new TextDecoder();
+    for await (const chunk of stream.body!) text += decoder.decode(chunk as Uint8Array, { stream: true });
+  })();
+  try {
+    await until("the stream's ready event", async () => text.includes("event: ready"), 10_000);
+    const logout = await send("POST", "/api/auth/logout", { cookie, body: {} });
+    assert.equal(logout.status, 200);
+    // At the next heartbeat (15 s): the event, then the end of the stream.
+    await Promise.race([
+      reading,
+      new Promise((_, reject) => setTimeout(() => reject(new Error(`stream still open:\n${text}`)), 30_000)),
+    ]);
+    assert.match(text, /event: unauthenticated\n/);
+  } finally {
+    controller.abort();
+  }
 });
 
 test("repeated bad logins are slowed down and audited as refused", async () => {
