@@ -2,6 +2,7 @@
 
 import { useQuery } from "@tanstack/react-query";
 import Link from "next/link";
+import { useSearchParams } from "next/navigation";
 import { useState } from "react";
 import type { RunPage } from "@/lib/runs/list";
 import { RUN_STATUSES, type RunStatus } from "@/lib/runs/types";
@@ -16,14 +17,43 @@ import { replaceUrlParam, SearchBox } from "./search-box";
 export interface RunsTableProps {
   initial: RunPage | null;
   initialFilter: RunsFilter & { jobId?: string };
+  /** The page the URL names (`?cursor=`): Back, a reload or a shared link open that page again. */
+  initialCursor?: string;
   rebuilds: { name: string; tenants: string[] | null }[];
 }
 
-export function RunsTable({ initial, initialFilter, rebuilds }: RunsTableProps) {
+export function RunsTable({ initial, initialFilter, initialCursor, rebuilds }: RunsTableProps) {
   const [filter, setFilter] = useState<RunsFilter & { jobId?: string }>(initialFilter);
-  const [cursors, setCursors] = useState<string[]>([]);
+  // The page the URL names now: after Back or Forward the router may render this page from its
+  // cache, with the props of another URL.
+  const urlCursor = useSearchParams().get("cursor") ?? "";
+  // The pages walked to from the newest (each an older page's cursor); the last is shown.
+  const [cursors, setCursors] = useState<string[]>(urlCursor ? [urlCursor] : []);
   const query = { ...filter, ...(cursors.length ? { cursor: cursors[cursors.length - 1] } : {}) };
-  const isInitial = cursors.length === 0 && JSON.stringify(filter) === JSON.stringify(initialFilter);
+  const isInitial =
+    (cursors.at(-1) ?? "") === (initialCursor ?? "") && JSON.stringify(filter) === JSON.stringify(initialFilter);
+  // A page is a history entry (`?cursor=`): Back and Forward walk the pages, and a run opened
+  // from a page comes back to it.
+  const page = (next: string[]) => {
+    setCursors(next);
+    const url = new URL(window.location.href);
+    const cursor = next.at(-1);
+    if (cursor) url.searchParams.set("cursor", cursor);
+    else url.searchParams.delete("cursor");
+    window.history.pushState(null, "", url);
+  };
+  // Back or Forward to another page: the walk follows the URL (set while rendering, as React
+  // advises for state that follows a changed input).
+  const [followed, setFollowed] = useState(urlCursor);
+  if (followed !== urlCursor) {
+    setFollowed(urlCursor);
+    setCursors((walked) => {
+      if ((walked.at(-1) ?? "") === urlCursor) return walked;
+      if (!urlCursor) return [];
+      const at = walked.indexOf(urlCursor);
+      return at >= 0 ? walked.slice(0, at + 1) : [...walked, urlCursor];
+    });
+  }
   const { data, error } = useQuery({
     ...runsQuery(query),
     refetchInterval: usePollEvery(LIVE_POLL_MS),
@@ -32,6 +62,7 @@ export function RunsTable({ initial, initialFilter, rebuilds }: RunsTableProps) 
   const tenants = rebuilds.find((r) => r.name === filter.rebuild)?.tenants ?? null;
   const change = (next: RunsFilter & { jobId?: string }) => {
     setCursors([]);
+    replaceUrlParam("cursor", undefined);
     const kept = Object.fromEntries(Object.entries(next).filter(([, v]) => v)) as RunsFilter;
     setFilter(kept);
     // The URL keeps the filter (replaced in place), so a link shares it.
@@ -145,7 +176,7 @@ export function RunsTable({ initial, initialFilter, rebuilds }: RunsTableProps) 
       </DataTable>
       <div className="flex gap-2 text-sm">
         {cursors.length > 0 ? (
-          <button type="button" className="rounded border px-2 py-1" onClick={() => setCursors(cursors.slice(0, -1))}>
+          <button type="button" className="rounded border px-2 py-1" onClick={() => page(cursors.slice(0, -1))}>
             Newer
           </button>
         ) : null}
@@ -153,7 +184,7 @@ export function RunsTable({ initial, initialFilter, rebuilds }: RunsTableProps) 
           <button
             type="button"
             className="rounded border px-2 py-1"
-            onClick={() => setCursors([...cursors, data.nextCursor!])}
+            onClick={() => page([...cursors, data.nextCursor!])}
           >
             Older
           </button>

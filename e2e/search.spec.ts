@@ -5,6 +5,8 @@
  * incidents/globex, slow-archive).
  */
 import { expect, test } from "@playwright/test";
+import { seedRunInto } from "../test/support/runs";
+import { stackRedisForSpec } from "./support/live";
 import { stack, operatorHeaders } from "./support/stack";
 
 test.use({ extraHTTPHeaders: operatorHeaders() });
@@ -63,4 +65,55 @@ test("a link whose filter cannot be used says so above the list instead of listi
   }
   await page.goto(`${url}/rebuilds?q=incidents`);
   await expect(page.getByTestId("link-problem")).toHaveCount(0);
+});
+
+const redis = stackRedisForSpec();
+
+test("the Runs page a list was paged to is in the URL: a run opened from it, Back and a reload come back to it", async ({
+  page,
+}) => {
+  const { url } = stack();
+  // 30 skipped runs of incidents/globex, two days old (out of the charts' 24 h): older than any
+  // other of its runs, so the oldest is on the second page.
+  const startedAt = Date.now() - 2 * 86_400_000;
+  const tx = redis.main.multi();
+  for (let attempt = 1; attempt <= 30; attempt++) {
+    seedRunInto(tx, redis.keys, {
+      id: `e2e-paging-${attempt}-a1`,
+      jobId: `e2e-paging-${attempt}`,
+      attempt: 1,
+      rebuild: "incidents",
+      tenant: "globex",
+      createdAt: startedAt,
+      startedAt: startedAt + attempt * 1_000,
+      finishedAt: startedAt + attempt * 1_000 + 500,
+      durationMs: 500,
+      status: "skipped",
+    });
+  }
+  await tx.exec();
+  await page.goto(`${url}/runs?rebuild=incidents&tenant=globex&status=skipped`);
+  const rows = page.locator("tr[data-run]");
+  const oldest = page.locator('tr[data-run="e2e-paging-1-a1"]');
+  await expect(rows).toHaveCount(25);
+  await expect(oldest).toHaveCount(0);
+  await page.getByRole("button", { name: "Older" }).click();
+  await expect(oldest).toHaveCount(1);
+  await expect(page).toHaveURL(/[?&]cursor=/);
+  const older = page.url();
+
+  await page.getByRole("link", { name: "e2e-paging-1-a1", exact: true }).click();
+  await expect(page).toHaveURL(/\/runs\/e2e-paging-1-a1$/);
+  await page.goBack();
+  await expect(page).toHaveURL(older);
+  await expect(oldest).toHaveCount(1);
+  await page.reload();
+  await expect(oldest).toHaveCount(1);
+
+  await page.goBack(); // from the older page to the newest
+  await expect(page).not.toHaveURL(/cursor=/);
+  await expect(rows).toHaveCount(25);
+  await expect(oldest).toHaveCount(0);
+  await page.goForward();
+  await expect(oldest).toHaveCount(1);
 });

@@ -17,13 +17,13 @@ export default async function RunsPage({ searchParams }: { searchParams: Promise
   const parsed = runsQuery.safeParse(raw);
   const filter = parsed.success ? parsed.data : { limit: 25 };
   const linkProblem = parsed.success ? null : describeZodError(parsed.error).replace(/^body: /, "");
-  const { limit: _limit, cursor: _cursor, ...initialFilter } = filter as typeof filter & { cursor?: string };
+  const { limit: _limit, cursor, ...initialFilter } = filter as typeof filter & { cursor?: string };
   let initial: RunPage | null = null;
   let rebuilds: { name: string; tenants: string[] | null }[] = [];
   try {
     const context = getWebContext();
     rebuilds = [...context.definitions.rebuilds.values()].map((d) => ({ name: d.name, tenants: d.tenants ?? null }));
-    initial = await getRuns(context, { ...initialFilter, limit: 25 });
+    initial = await getRuns(context, { ...initialFilter, limit: 25, ...(cursor ? { cursor } : {}) });
   } catch {
     // Redis down or a bad filter in the URL: the table loads (and reports) from the browser.
   }
@@ -34,7 +34,7 @@ export default async function RunsPage({ searchParams }: { searchParams: Promise
       </h1>
       <LinkProblem problem={linkProblem} />
       <RunCharts />
-      <RunsTable initial={initial} initialFilter={initialFilter} rebuilds={rebuilds} />
+      <RunsTable initial={initial} initialFilter={initialFilter} initialCursor={cursor} rebuilds={rebuilds} />
     </section>
   );
 }
