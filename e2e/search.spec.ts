@@ -5,6 +5,7 @@
  * incidents/globex, slow-archive).
  */
 import { expect, test } from "@playwright/test";
+import { appendAudit } from "../lib/audit/append";
 import { seedRunInto } from "../test/support/runs";
 import { stackRedisForSpec } from "./support/live";
 import { stack, operatorHeaders } from "./support/stack";
@@ -116,4 +117,43 @@ test("the Runs page a list was paged to is in the URL: a run opened from it, Bac
   await expect(oldest).toHaveCount(0);
   await page.goForward();
   await expect(oldest).toHaveCount(1);
+});
+
+test("the Audit log pages to older entries (Older, ?cursor=) and says when a link's entry cannot be used", async ({
+  page,
+}) => {
+  const { url } = stack();
+  // 110 entries after everything before: a page holds 100, so the first of them is on the next.
+  await appendAudit(redis.main, redis.keys, {
+    actor: "e2e-pager",
+    action: "trigger",
+    reason: "e2e oldest of 110",
+    result: "refused",
+    detail: {},
+  });
+  for (let i = 1; i < 110; i++)
+    await appendAudit(redis.main, redis.keys, {
+      actor: "e2e-pager",
+      action: "trigger",
+      reason: `e2e ${i}`,
+      result: "refused",
+      detail: {},
+    });
+  await page.goto(`${url}/audit`);
+  const rows = page.getByRole("table", { name: "Audit log" }).locator("tbody tr");
+  const oldest = page.getByRole("cell", { name: "e2e oldest of 110", exact: true });
+  await expect(rows).toHaveCount(100);
+  await expect(oldest).toHaveCount(0);
+  await page.getByRole("link", { name: "Older" }).click();
+  await expect(page).toHaveURL(/\/audit\?cursor=/);
+  await expect(oldest).toHaveCount(1);
+  await page.reload();
+  await expect(oldest).toHaveCount(1);
+  await page.goBack();
+  await expect(rows).toHaveCount(100);
+  await expect(oldest).toHaveCount(0);
+
+  await page.goto(`${url}/audit?entry=bogus`);
+  await expect(page.getByTestId("link-problem")).toContainText("entry: must be an audit entry id");
+  await expect(rows).toHaveCount(100);
 });

@@ -55,7 +55,8 @@ export const queryKeys = {
   workers: () => [...queryKeys.all, "workers"] as const,
   audit: {
     all: () => [...queryKeys.all, "audit"] as const,
-    page: (entry: string | null = null) => [...queryKeys.audit.all(), { entry }] as const,
+    page: (entry: string | null = null, cursor: string | null = null) =>
+      [...queryKeys.audit.all(), { entry, cursor }] as const,
   },
   alerts: () => [...queryKeys.all, "alerts"] as const,
 };
@@ -236,10 +237,21 @@ export const workersQuery = () =>
   });
 
 /** The newest entries, or (`entry`: a link to one entry) the page that starts with that entry. */
-export const auditQuery = (entry: string | null = null) =>
+export const auditQuery = ({
+  entry = null,
+  cursor = null,
+  limit = 100,
+}: { entry?: string | null; cursor?: string | null; limit?: number } = {}) =>
   queryOptions({
-    queryKey: queryKeys.audit.page(entry),
-    queryFn: () => apiFetch<AuditPage>(withQuery("/api/audit", { limit: "100", ...(entry ? { entry } : {}) })),
+    queryKey: queryKeys.audit.page(entry, cursor),
+    queryFn: () =>
+      apiFetch<AuditPage>(
+        withQuery("/api/audit", {
+          limit: String(limit),
+          ...(entry ? { entry } : {}),
+          ...(cursor ? { cursor } : {}),
+        }),
+      ),
     refetchInterval: 5_000,
     placeholderData: keepPreviousData,
   });
