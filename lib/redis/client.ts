@@ -58,9 +58,14 @@ const lastConnectionErrors = new WeakMap<object, string>();
 export function describeRedisFailure(client: object, error: unknown): string {
   const described = describeError(error);
   const connection = lastConnectionErrors.get(client);
+  // A command that timed out on a client that is not connected (a Sentinel group that names no
+  // such master, a refused password: its sentinels are asked until the command's timeout) waited
+  // for the connection, not for the server.
+  const notConnected = (client as { status?: string }).status !== "ready";
   const noConnection =
     (error instanceof Error && error.name === "MaxRetriesPerRequestError") ||
-    /Connection is closed|Stream isn't writeable|max retries per request/i.test(described);
+    /Connection is closed|Stream isn't writeable|max retries per request/i.test(described) ||
+    (notConnected && connection !== undefined && /Command timed out/.test(described));
   if (!noConnection) return described;
   return connection ? `no connection: ${connection}` : "no connection (reconnecting)";
 }

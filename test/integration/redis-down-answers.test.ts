@@ -7,6 +7,7 @@
 import assert from "node:assert/strict";
 import { after, test } from "node:test";
 import { errorResponse } from "../../lib/api/errors";
+import { inspectRedis } from "../../lib/health/redis-safety";
 import { closeRedis, createRedis, describeRedisFailure } from "../../lib/redis/client";
 import { startTestRedis, stopTestRedis } from "../support/redis";
 
@@ -43,5 +44,24 @@ test("a command refused for want of a connection is a 503 unavailable, described
     }
   } finally {
     for (const { client } of clients) await closeRedis(client);
+  }
+});
+
+test("a Sentinel URL that cannot connect (no such master name) is described by the sentinels' own answer, not 'Command timed out'", async () => {
+  const data = await startTestRedis();
+  const sentinel = await startTestRedis([], {
+    sentinelConfig: [`sentinel monitor cw 127.0.0.1 ${data.port} 1`],
+  });
+  const client = createRedis(`redis+sentinel://127.0.0.1:${sentinel.port}/nosuchmaster`, "probe", "sentinel-typo");
+  try {
+    const inspected = await inspectRedis(client);
+    assert.equal(inspected.ok, false);
+    const error = inspected.ok ? "" : inspected.error;
+    assert.ok(!/^Command timed out$/.test(error), error);
+    assert.match(error, /No such master with that name|sentinels/i, error);
+  } finally {
+    client.disconnect();
+    await stopTestRedis(sentinel);
+    await stopTestRedis(data);
   }
 });
