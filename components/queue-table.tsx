@@ -10,13 +10,23 @@ import { CancelJobButton } from "./operations";
 import { StatusBadge } from "./status-badge";
 import { Time } from "./time";
 
-const STATE_STYLE: Record<QueueEntry["state"], string> = {
+const STATE_STYLE: Record<ShownState, string> = {
   active: "bg-sky-100 text-sky-800 ring-sky-300",
   waiting: "bg-slate-100 text-slate-700 ring-slate-300",
   prioritized: "bg-slate-100 text-slate-700 ring-slate-300",
   delayed: "bg-amber-50 text-amber-800 ring-amber-300",
   failed: "bg-red-100 text-red-800 ring-red-300",
+  cancelled: "bg-violet-50 text-violet-800 ring-violet-300",
 };
+
+/** A job an operator cancelled ends in BullMQ's failed set: shown as cancelled, not as a failure. */
+type ShownState = QueueEntry["state"] | "cancelled";
+
+function shownState(job: QueueEntry): ShownState {
+  if (job.state !== "failed") return job.state;
+  const cancelled = job.lastRun?.status === "cancelled" || /^cancelled by /.test(job.failedReason ?? "");
+  return cancelled ? "cancelled" : "failed";
+}
 
 /**
  * The queue: what runs, what waits (and until when, and why), what failed lately. It polls even
@@ -51,7 +61,7 @@ export function QueueTable({
       {data ? (
         <p className="text-xs text-slate-600" data-field="queue-counts">
           Whole queue: {data.counts.active} active, {data.counts.waiting + data.counts.prioritized} waiting,{" "}
-          {data.counts.delayed} delayed, {data.counts.failed} failed (kept)
+          {data.counts.delayed} delayed, {data.counts.failed} failed or cancelled (kept)
         </p>
       ) : null}
       <DataTable
@@ -64,7 +74,7 @@ export function QueueTable({
             key={`${job.state}:${job.jobId}`}
             className="border-t border-slate-100 align-top"
             data-job={job.jobId}
-            data-state={job.state}
+            data-state={shownState(job)}
           >
             <td className="px-3 py-2 font-mono text-xs break-all">
               <Link className="text-sky-700 underline" href={`/runs?jobId=${encodeURIComponent(job.jobId)}`}>
@@ -99,9 +109,9 @@ export function QueueTable({
             ) : null}
             <td className="px-3 py-2">
               <span
-                className={`inline-flex rounded px-2 py-0.5 text-xs font-medium ring-1 ring-inset ${STATE_STYLE[job.state]}`}
+                className={`inline-flex rounded px-2 py-0.5 text-xs font-medium ring-1 ring-inset ${STATE_STYLE[shownState(job)]}`}
               >
-                {job.state}
+                {shownState(job)}
               </span>
               {job.cancelRequested ? (
                 <div className="mt-1 text-xs text-violet-800" data-field="cancel-requested">
@@ -113,7 +123,7 @@ export function QueueTable({
               <WhenWhy job={job} serverTime={data!.serverTime} />
             </td>
             <td className="px-3 py-2 text-xs">
-              {job.attemptsMade} failed of {job.attempts}
+              {shownState(job) === "cancelled" ? "cancelled" : `${job.attemptsMade} failed`} of {job.attempts}
               <div className="text-slate-500">{job.attemptsStarted} started</div>
             </td>
             <td className="px-3 py-2 text-xs">
@@ -131,7 +141,20 @@ export function QueueTable({
               )}
             </td>
             <td className="px-3 py-2">
-              {job.state !== "failed" ? <CancelJobButton jobId={job.jobId} what={`job ${job.jobId}`} /> : null}
+              {job.state === "failed" ? null : job.waitReason?.kind === "scheduled-tick" ? (
+                // A tick is not cancelled (the schedule makes the next one): it is paused.
+                job.rebuild ? (
+                  <Link
+                    className="text-xs text-sky-700 underline"
+                    href={`${rebuildHref(job.rebuild, job.tenant)}#${job.tenant ? `schedule-${job.tenant}` : "schedule"}`}
+                    title="A schedule's next tick cannot be cancelled: pause the schedule on its rebuild's page"
+                  >
+                    pause schedule
+                  </Link>
+                ) : null
+              ) : (
+                <CancelJobButton jobId={job.jobId} what={`job ${job.jobId}`} />
+              )}
             </td>
           </tr>
         ))}
@@ -144,7 +167,9 @@ function WhenWhy({ job, serverTime }: { job: QueueEntry; serverTime: number }) {
   if (job.state === "failed") {
     return (
       <>
-        <div className="text-red-800">{job.failedReason ?? "failed"}</div>
+        <div className={shownState(job) === "cancelled" ? "text-violet-800" : "text-red-800"}>
+          {job.failedReason ?? "failed"}
+        </div>
         {job.finishedAt ? <Time at={job.finishedAt} /> : null}
       </>
     );

@@ -206,7 +206,11 @@ function EntryCard({ entry, linkTenant }: { entry: ApiRebuild; linkTenant: boole
       </div>
       <dl className="grid grid-cols-[9rem_1fr] gap-x-3 gap-y-1 text-sm">
         <dt className="text-slate-500">Schedule</dt>
-        <dd data-field="schedule-state" className="flex flex-wrap items-start gap-2">
+        <dd
+          id={entry.tenant ? `schedule-${entry.tenant}` : "schedule"}
+          data-field="schedule-state"
+          className="flex flex-wrap items-start gap-2"
+        >
           {entry.schedule ? (
             <>
               {paused ? (
