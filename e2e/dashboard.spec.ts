@@ -148,6 +148,13 @@ test("a frozen worker's claim turns Stale; force release marks it releasing and 
     const entry = page.locator('tr[data-action="force-release"][data-result="done"]');
     await expect(entry).toContainText("worker frozen at 02:00 (e2e)");
     await shot(page, "audit", testInfo);
+
+    // Past its heartbeat's TTL the frozen worker is not live, and not forgotten either: the
+    // Workers page lists it as having stopped beating without shutting down.
+    await page.goto(`${stack().url}/workers`);
+    await expect(page.locator('[data-field="silent-workers"] [data-silent-worker]')).toContainText(`-${pid}-`, {
+      timeout: 30_000,
+    });
   } finally {
     process.kill(pid, "SIGCONT");
   }

@@ -4,7 +4,8 @@
  */
 import type { Redis } from "ioredis";
 import type { RedisKeys } from "../redis/keys";
-import { countLiveWorkers } from "../workers/heartbeat";
+import { formatDurationMs } from "../ui/format";
+import { countWorkers, type SilentWorker } from "../workers/heartbeat";
 import { inspectRedis, safetyProblems, type RedisSafety } from "./redis-safety";
 
 export const HEALTH_DEADLINE_MS = 1_800;
@@ -47,12 +48,21 @@ export async function checkHealth(probes: HealthProbes, deadlineMs = HEALTH_DEAD
   const [redis, claimsRedis, workers] = await Promise.all([
     bounded(inspectRedis(probes.main), late, deadlineMs),
     bounded(inspectRedis(probes.claims), late, deadlineMs),
-    bounded<number | null>(countLiveWorkers(probes.main, probes.keys), null, deadlineMs),
+    bounded<Awaited<ReturnType<typeof countWorkers>> | null>(countWorkers(probes.main, probes.keys), null, deadlineMs),
   ]);
   const problems = [...safetyProblems("Redis", redis), ...safetyProblems("Claims Redis", claimsRedis)];
   const ok = redis.ok && claimsRedis.ok;
-  if (ok && workers === 0) problems.push("No worker is running: rebuilds will wait in the queue");
-  return { ok, redis, claimsRedis, workers, problems, checkedAt };
+  if (ok && workers?.live === 0) problems.push(noWorkerProblem(workers.silent, workers.serverTime));
+  return { ok, redis, claimsRedis, workers: workers?.live ?? null, problems, checkedAt };
+}
+
+/** No live worker; what the silent ones of the last hour tell (paused, killed, cut off). `now`: Redis clock. */
+function noWorkerProblem(silent: SilentWorker[], now: number): string {
+  const base = "No worker is running: rebuilds will wait in the queue";
+  const last = silent[0];
+  if (!last) return base;
+  const more = silent.length > 1 ? ` (and ${silent.length - 1} more)` : "";
+  return `${base}. Worker ${last.id}${more} stopped beating ${formatDurationMs(Math.max(0, now - last.lastBeatAt))} ago without shutting down: paused (SIGSTOP, a frozen container), killed or cut off from Redis (see Workers)`;
 }
 
 /** An unconfigured process reports like an unreachable Redis, with the reason. */

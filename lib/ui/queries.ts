@@ -12,7 +12,7 @@ import type { ApiRunPage, RunDetail } from "../api/runs";
 import type { Timeline } from "../api/timeline";
 import type { HealthReport } from "../health/health";
 import type { RunStatus } from "../runs/types";
-import type { WorkerStatus } from "../workers/heartbeat";
+import type { SilentWorker, WorkerStatus } from "../workers/heartbeat";
 
 export interface RunsFilter {
   /** Rebuild name search (`q` of /api/runs). */
@@ -231,7 +231,7 @@ export const runQuery = (id: string) =>
 export const workersQuery = () =>
   queryOptions({
     queryKey: queryKeys.workers(),
-    queryFn: () => apiFetch<{ workers: WorkerStatus[]; serverTime: number }>("/api/workers"),
+    queryFn: () => apiFetch<{ workers: WorkerStatus[]; silent: SilentWorker[]; serverTime: number }>("/api/workers"),
     refetchInterval: LIVE_POLL_MS,
     placeholderData: keepPreviousData,
   });

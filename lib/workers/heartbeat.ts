@@ -150,24 +150,50 @@ export async function retire(client: HeartbeatClient, keys: RedisKeys, workerId:
   await client.multi().del(keys.workerHeartbeat(workerId)).zrem(keys.workerRegistry, workerId).exec();
 }
 
-export async function countLiveWorkers(client: Pick<Redis, "pipeline">, keys: RedisKeys): Promise<number> {
-  const { ids } = await liveWorkerIds(client, keys);
-  return ids.length;
+/** How long a worker that stopped beating without retiring is listed as silent (Workers page, health). */
+export const SILENT_LISTED_MS = 3_600_000;
+
+/**
+ * A worker that stopped beating without shutting down (a clean stop retires it): paused
+ * (SIGSTOP, a frozen container), killed, or cut off from Redis. Only its id (`host-pid-xxxx`)
+ * and its last beat are left: its heartbeat hash expired with the beats.
+ */
+export interface SilentWorker {
+  id: string;
+  /** Its last heartbeat (Redis clock, ms). */
+  lastBeatAt: number;
 }
 
-/** Ids of live workers and the Redis time they were judged at: one pipeline (TIME + registry). */
+/** Live workers, and the silent ones of the last hour (newest first), judged at `serverTime` (Redis clock). */
+export async function countWorkers(
+  client: Pick<Redis, "pipeline">,
+  keys: RedisKeys,
+): Promise<{ live: number; silent: SilentWorker[]; serverTime: number }> {
+  const { ids, silent, now } = await liveWorkerIds(client, keys);
+  return { live: ids.length, silent, serverTime: now };
+}
+
+/**
+ * Ids of live workers, the silent ones, and the Redis time they were judged at: one pipeline
+ * (TIME + registry).
+ */
 async function liveWorkerIds(
   client: Pick<Redis, "pipeline">,
   keys: RedisKeys,
-): Promise<{ ids: string[]; now: number }> {
+): Promise<{ ids: string[]; silent: SilentWorker[]; now: number }> {
   const replies = (await client.pipeline().time().zrange(keys.workerRegistry, "0", "-1", "WITHSCORES").exec()) ?? [];
   const failed = replies.find(([error]) => error);
   if (failed) throw failed[0];
   const now = timeReplyMs(replies[0]![1] as [string, string]);
   const rows = replies[1]![1] as string[];
   const ids: string[] = [];
-  for (let i = 0; i + 1 < rows.length; i += 2) if (Number(rows[i + 1]) >= now - HEARTBEAT_TTL_MS) ids.push(rows[i]!);
-  return { ids, now };
+  const silent: SilentWorker[] = [];
+  for (let i = 0; i + 1 < rows.length; i += 2) {
+    const lastBeatAt = Number(rows[i + 1]);
+    if (lastBeatAt >= now - HEARTBEAT_TTL_MS) ids.push(rows[i]!);
+    else if (lastBeatAt >= now - SILENT_LISTED_MS) silent.push({ id: rows[i]!, lastBeatAt });
+  }
+  return { ids, silent: silent.sort((a, b) => b.lastBeatAt - a.lastBeatAt), now };
 }
 
 /** Live workers, newest beat first: one pipeline (TIME + registry) plus one of HGETALLs. */
@@ -179,9 +205,9 @@ export async function listLiveWorkers(client: Pick<Redis, "pipeline">, keys: Red
 export async function listLiveWorkersAt(
   client: Pick<Redis, "pipeline">,
   keys: RedisKeys,
-): Promise<{ workers: WorkerStatus[]; serverTime: number }> {
-  const { ids, now } = await liveWorkerIds(client, keys);
-  if (ids.length === 0) return { workers: [], serverTime: now };
+): Promise<{ workers: WorkerStatus[]; silent: SilentWorker[]; serverTime: number }> {
+  const { ids, silent, now } = await liveWorkerIds(client, keys);
+  if (ids.length === 0) return { workers: [], silent, serverTime: now };
   const pipeline = client.pipeline();
   for (const id of ids) pipeline.hgetall(keys.workerHeartbeat(id));
   const replies = (await pipeline.exec()) ?? [];
@@ -205,7 +231,7 @@ export async function listLiveWorkersAt(
       upkeepRunningMs: h.upkeepRunningMs ? Number(h.upkeepRunningMs) : null,
     });
   }
-  return { workers: workers.sort((a, b) => b.heartbeatAt - a.heartbeatAt), serverTime: now };
+  return { workers: workers.sort((a, b) => b.heartbeatAt - a.heartbeatAt), silent, serverTime: now };
 }
 
 function asContainment(value: string | undefined): StepContainment {

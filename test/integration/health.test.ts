@@ -4,7 +4,7 @@ import { createRedis, closeRedis } from "../../lib/redis/client";
 import { redisKeys } from "../../lib/redis/keys";
 import { checkHealth } from "../../lib/health/health";
 import { inspectRedis, safetyProblems, triggerReplicaProblems } from "../../lib/health/redis-safety";
-import { beat, newWorkerIdentity, retire } from "../../lib/workers/heartbeat";
+import { beat, listLiveWorkersAt, newWorkerIdentity, retire } from "../../lib/workers/heartbeat";
 import { startTestRedis, stopTestRedis, uniquePrefix } from "../support/redis";
 
 test("a safe Redis: reachable, noeviction, AOF; live workers are counted", async () => {
@@ -36,7 +36,30 @@ test("a safe Redis: reachable, noeviction, AOF; live workers are counted", async
     assert.deepEqual(during.problems, []);
 
     await retire(client, keys, worker.id);
-    assert.equal((await checkHealth({ main: client, claims: client, keys })).workers, 0);
+    const retired = await checkHealth({ main: client, claims: client, keys });
+    assert.equal(retired.workers, 0);
+    assert.deepEqual(retired.problems, ["No worker is running: rebuilds will wait in the queue"], "a clean stop");
+
+    // One that stopped beating without retiring (paused, killed): its last beat 40 s ago (its
+    // heartbeat hash expired with it). Named in the problem and listed as silent.
+    const paused = newWorkerIdentity("test");
+    await beat(client, keys, paused, null);
+    const [seconds] = await client.time();
+    await client.zadd(keys.workerRegistry, Number(seconds) * 1000 - 40_000, paused.id);
+    await client.del(keys.workerHeartbeat(paused.id));
+    const silent = await checkHealth({ main: client, claims: client, keys });
+    assert.equal(silent.workers, 0);
+    assert.match(
+      silent.problems[0] ?? "",
+      new RegExp(
+        `^No worker is running: rebuilds will wait in the queue\\. Worker ${paused.id} stopped beating 4\\d s ago without shutting down: paused`,
+      ),
+    );
+    const listed = await listLiveWorkersAt(client, keys);
+    assert.deepEqual(
+      listed.silent.map((w) => w.id),
+      [paused.id],
+    );
   } finally {
     await closeRedis(client);
     await stopTestRedis(server);
