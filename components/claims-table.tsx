@@ -290,6 +290,9 @@ function ForceReleaseDialog({ claim, onClose }: { claim: ApiClaim; onClose: (mes
         aria-modal="true"
         aria-labelledby="release-title"
         className="w-full max-w-lg rounded bg-white p-5 shadow-lg"
+        onKeyDown={(event) => {
+          if (event.key === "Escape") onClose(null);
+        }}
       >
         <h2 id="release-title" className="text-lg font-semibold">
           Force release this claim?
@@ -344,6 +347,8 @@ function ForceReleaseDialog({ claim, onClose }: { claim: ApiClaim; onClose: (mes
         </label>
         <textarea
           id="release-reason"
+          // Opened with the keyboard or the mouse, the dialog's first field has the focus.
+          autoFocus
           className="mt-1 w-full rounded border border-slate-300 p-2 text-sm"
           rows={2}
           value={reason}

@@ -251,6 +251,9 @@ export function RebuildNowForm({ rebuild, onDone }: { rebuild: ApiRebuild; onDon
         event.preventDefault();
         trigger.mutate();
       }}
+      onKeyDown={(event) => {
+        if (event.key === "Escape") onDone();
+      }}
     >
       <label className="flex flex-col">
         <span className="text-xs text-slate-600">Version (optional)</span>

@@ -193,8 +193,14 @@ test("force release with a token that changed hands says so and releases nothing
 
   await page.goto(`${url}/claims`);
   const row = page.locator("tr[data-claim]", { hasText: "slow-archive" });
-  await row.getByRole("button", { name: "Force release" }).click();
+  // By keyboard: Enter opens the dialog with the focus in its reason; Escape closes it.
+  await row.getByRole("button", { name: "Force release" }).focus();
+  await page.keyboard.press("Enter");
   const dialog = page.getByRole("dialog", { name: "Force release this claim?" });
+  await expect(dialog.getByLabel("Reason (for the audit log)")).toBeFocused();
+  await page.keyboard.press("Escape");
+  await expect(dialog).toHaveCount(0);
+  await row.getByRole("button", { name: "Force release" }).click();
   const shownToken = await dialog.locator('[data-field="token"]').textContent();
 
   // Meanwhile: another operator releases it and a new rebuild takes the claim.

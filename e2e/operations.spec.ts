@@ -237,7 +237,9 @@ test("force release says when the attempt is retried and offers cancel; the abor
   await request.post(api(`/api/jobs/${encodeURIComponent(jobId)}/cancel`), { data: { reason: "e2e clean-up" } });
 });
 
-test("an unknown rebuild or tenant page is a 404 that names the valid ones", async ({ page }) => {
+test("an unknown rebuild or tenant page is a 404 that names the valid ones; an unknown run a 404 too", async ({
+  page,
+}) => {
   const unknown = await page.goto(api("/rebuilds/nope"));
   expect(unknown?.status()).toBe(404);
   await expect(page.getByRole("heading", { name: "Rebuild not found" })).toBeVisible();
@@ -253,4 +255,9 @@ test("an unknown rebuild or tenant page is a 404 that names the valid ones", asy
   ).toBeVisible();
   await page.getByRole("list", { name: "Its pages" }).getByRole("link", { name: "incidents / acme" }).click();
   await expect(page.getByRole("heading", { name: "Rebuild incidents / acme" })).toBeVisible();
+
+  // So is a run no record has (trimmed, or a mistyped link).
+  const run = await page.goto(api("/runs/run-doesnotexist-a1"));
+  expect(run?.status()).toBe(404);
+  await expect(page.getByRole("heading", { name: "No such run" })).toBeVisible();
 });

@@ -1,5 +1,7 @@
 import Link from "next/link";
+import { notFound } from "next/navigation";
 import { RunDetailView } from "@/components/run-detail";
+import { ApiError } from "@/lib/api/errors";
 import { getRunDetail, type RunDetail } from "@/lib/api/runs";
 import { getWebContext } from "@/lib/web/context";
 import { requireViewer } from "@/lib/web/identity";
@@ -12,8 +14,9 @@ export default async function RunPage({ params }: { params: Promise<{ id: string
   let initial: RunDetail | null = null;
   try {
     initial = await getRunDetail(getWebContext(), id);
-  } catch {
-    // Unknown run or Redis down: the client view shows the API's message.
+  } catch (error) {
+    if (error instanceof ApiError && error.status === 404) notFound();
+    // Redis down: the banner says so; the view retries from the browser.
   }
   return (
     <section aria-labelledby="page-title" className="space-y-4">
