@@ -135,6 +135,20 @@ export function ClaimsTable({ initial, initialQ = "" }: { initial: ApiClaimPage 
                   ) : (
                     <div className="text-xs text-slate-500">version {claim.version ?? "?"}</div>
                   )}
+                  {/* A narrow screen shows the name and the action; what decides the action, here too. */}
+                  <div className="mt-1 text-xs sm:hidden" data-field="narrow-state">
+                    <span
+                      className={
+                        claim.revoked ? "text-amber-900" : stale ? "font-semibold text-red-800" : "text-emerald-700"
+                      }
+                    >
+                      {claim.revoked ? "Releasing" : stale ? "Stale" : "live"}
+                    </span>
+                    {" · TTL "}
+                    {formatDurationMs(Math.max(0, ttlLeft))}
+                    {" · "}
+                    {claim.holder.workerId || evaluatorHeldBy || "?"}
+                  </div>
                 </td>
                 <td className="px-3 py-2 text-xs">
                   <div className="font-medium">{claim.holder.workerId || evaluatorHeldBy || "?"}</div>

@@ -45,7 +45,7 @@ export function RebuildDetailView({
         <h2 id="definition-title" className="font-semibold">
           Definition
         </h2>
-        <dl className="mt-2 grid grid-cols-[9rem_1fr] gap-x-3 gap-y-1 text-sm">
+        <dl className="mt-2 grid grid-cols-[7rem_minmax(0,1fr)] sm:grid-cols-[9rem_minmax(0,1fr)] gap-x-3 gap-y-1 text-sm">
           <dt className="text-slate-500">Output</dt>
           <dd className="font-mono text-xs break-all" data-field="output">
             {definition.output} <span className="text-slate-500">({definition.outputPath})</span>
@@ -204,7 +204,7 @@ function EntryCard({ entry, linkTenant }: { entry: ApiRebuild; linkTenant: boole
           </button>
         ) : null}
       </div>
-      <dl className="grid grid-cols-[9rem_1fr] gap-x-3 gap-y-1 text-sm">
+      <dl className="grid grid-cols-[7rem_minmax(0,1fr)] sm:grid-cols-[9rem_minmax(0,1fr)] gap-x-3 gap-y-1 text-sm">
         <dt className="text-slate-500">Schedule</dt>
         <dd
           id={entry.tenant ? `schedule-${entry.tenant}` : "schedule"}
@@ -256,7 +256,7 @@ function EntryCard({ entry, linkTenant }: { entry: ApiRebuild; linkTenant: boole
         <dt className="text-slate-500">Last run</dt>
         <dd className="text-xs">
           {entry.lastRun ? (
-            <span className="inline-flex items-center gap-2">
+            <span className="inline-flex flex-wrap items-center gap-2">
               <StatusBadge status={entry.lastRun.status} />
               <Link className="text-sky-700 underline" href={`/runs/${entry.lastRun.id}`}>
                 started <Time at={entry.lastRun.startedAt} />

@@ -17,6 +17,7 @@ const SLOTS = 30;
  */
 export function RunStrip({ runs, label }: { runs: ApiRebuild["recentRuns"]; label: string }) {
   if (runs.length === 0) return <span className="text-xs text-slate-500">no runs yet</span>;
+  const timed = runs.some((r) => r.durationMs !== null && r.durationMs > 0);
   const longest = Math.max(1, ...runs.map((r) => r.durationMs ?? 0));
   const x = scaleBand<number>({ domain: [...Array(SLOTS).keys()], range: [0, WIDTH], padding: 0.2 });
   const height = scaleSqrt<number>({ domain: [0, longest], range: [3, HEIGHT - 2] });
@@ -25,13 +26,15 @@ export function RunStrip({ runs, label }: { runs: ApiRebuild["recentRuns"]; labe
   for (const run of runs) counts.set(run.status, (counts.get(run.status) ?? 0) + 1);
   const summary = [...counts].map(([status, n]) => `${n} ${status}`).join(", ");
   return (
-    <div className="flex items-end gap-2">
+    <div className="flex flex-wrap items-end gap-x-2">
+      {/* Scales down (viewBox) where the page is narrower than the strip: the newest runs are at the right. */}
       <svg
         width={WIDTH}
         height={HEIGHT}
+        viewBox={`0 0 ${WIDTH} ${HEIGHT}`}
         role="img"
         aria-label={`last ${runs.length} runs of ${label}: ${summary}`}
-        className="block shrink-0"
+        className="block h-auto max-w-full min-w-0"
         data-chart="run-strip"
       >
         <line x1={0} x2={WIDTH} y1={HEIGHT - 0.5} y2={HEIGHT - 0.5} className="stroke-slate-300" />
@@ -54,9 +57,11 @@ export function RunStrip({ runs, label }: { runs: ApiRebuild["recentRuns"]; labe
           );
         })}
       </svg>
-      <span className="text-xs whitespace-nowrap text-slate-500" title="height scale: the longest of these runs">
-        ≤ {formatDurationMs(longest)}
-      </span>
+      {timed ? (
+        <span className="text-xs whitespace-nowrap text-slate-500" title="height scale: the longest of these runs">
+          ≤ {formatDurationMs(longest)}
+        </span>
+      ) : null}
     </div>
   );
 }

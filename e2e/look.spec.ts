@@ -20,7 +20,16 @@ async function pages(page: Page): Promise<string[]> {
   const body = (await (await page.request.get(`${url}/api/runs?limit=1`, { headers: operatorHeaders() })).json()) as {
     runs: RunRecord[];
   };
-  const list = ["/claims", "/rebuilds", "/runs", "/workers", "/audit"];
+  const list = [
+    "/claims",
+    "/rebuilds",
+    "/rebuilds/slow-archive",
+    "/rebuilds/incidents/acme",
+    "/queue",
+    "/runs",
+    "/workers",
+    "/audit",
+  ];
   if (body.runs[0]) list.push(`/runs/${body.runs[0].id}`);
   return list;
 }

@@ -21,6 +21,7 @@ import { repairCurrentLinks } from "../lib/rebuilds/repair";
 import { closeAbandonedRuns, type SweepCursor } from "../lib/runs/abandoned";
 import { startTimelineBackfill } from "../lib/runs/timeline-backfill";
 import { trimAllRuns } from "../lib/runs/trim";
+import { resendFinalWrite } from "../lib/runs/writer";
 import { pruneAbandonedWorkDirs } from "../lib/rebuilds/output";
 import { removeTakenWorkDirs, takeLiveWorkDirs } from "../lib/rebuilds/work-dirs";
 import { pruneOldBuilds } from "../lib/rebuilds/prune";
@@ -145,7 +146,18 @@ async function upkeepAfterBeat(judgesOthers: boolean): Promise<void> {
   try {
     // The sweep first, right after the beat: RUN_ABANDON wants the sweeper's last beat recent
     // (BEAT_STREAK.freshMs).
-    const self = { workerId: identity.id, activeJobIds: () => running.ids(), judgesOthers, cursor: sweepCursor };
+    const self = {
+      workerId: identity.id,
+      activeJobIds: () => running.ids(),
+      judgesOthers,
+      cursor: sweepCursor,
+      // Its own record back in flight though the attempt ended (the main Redis lost the write).
+      resendFinal: async (runId: string) => {
+        const result = await resendFinalWrite(runId);
+        if (result === "written") log(`wrote the final record of run ${runId} again (the main Redis had lost it)`);
+        return result;
+      },
+    };
     for (const runId of await closeAbandonedRuns({ client: main, keys, retention }, self))
       log(`closed abandoned run ${runId}`);
     for (const line of await repairCurrentLinks(claims, keys, definitions)) log(line);

@@ -17,7 +17,7 @@ import { queueVariadicScript, runVariadicScript, scriptPipeline } from "../redis
 import { indexLayout, runPlaceOf } from "./records";
 import { RUN_ABANDON } from "./scripts";
 import { timelineSpec } from "./timeline-counters";
-import type { RunRef, RunStore } from "./writer";
+import type { RunRef, RunStore, WriteResult } from "./writer";
 import { BEAT_STREAK } from "../workers/heartbeat";
 
 /** The statuses an abandoned run moves between. */
@@ -85,6 +85,12 @@ export interface SweepingWorker {
   judgesOthers?: boolean;
   /** Kept by the sweeping worker from one sweep to the next; without, every sweep reads the first page. */
   cursor?: SweepCursor;
+  /**
+   * Sends again the final write the sweeper sent lately for one of its own runs (writer.ts
+   * `resendFinalWrite`), or null when it has none: a main Redis that lost the write brought the
+   * record back in flight, and the attempt's own ending, not "aborted", is what happened.
+   */
+  resendFinal?: (runId: string) => Promise<WriteResult | null>;
 }
 
 /**
@@ -124,11 +130,25 @@ export async function closeAbandonedRuns(
   for (const id of ids) lookup.hmget(keys.run(id), "workerId", "jobId", "rebuild", "tenant");
   const replies = (await lookup.exec()) ?? [];
   const active = new Set(self?.activeJobIds() ?? []);
+  // Its own runs whose job it no longer runs, and whose final write it sent: sent again (a Redis
+  // that lost it), and closed that way rather than aborted. Any other answer: the sweep goes on.
+  const resent = new Set<string>();
+  if (self?.resendFinal) {
+    const resend = self.resendFinal;
+    await Promise.all(
+      ids.map(async (runId, i) => {
+        const [workerId, jobId] = (replies[i]?.[1] as (string | null)[] | undefined) ?? [];
+        if (workerId !== self.workerId || !jobId || active.has(jobId)) return;
+        const result = await resend(runId).catch(() => null);
+        if (result === "written" || result === "final") resent.add(runId);
+      }),
+    );
+  }
   const pipeline = scriptPipeline(client, [RUN_ABANDON]);
   const queued: string[] = [];
   ids.forEach((runId, i) => {
     const [workerId, jobId, rebuild, tenant] = (replies[i]?.[1] as (string | null)[] | undefined) ?? [];
-    if (!workerId || !jobId) return;
+    if (!workerId || !jobId || resent.has(runId)) return;
     const mine = workerId === self?.workerId;
     if (mine && active.has(jobId)) return;
     if (!mine && self?.judgesOthers === false) return;

@@ -427,6 +427,37 @@ const WRITE_RESULTS = new Map<number, WriteResult>([
 ]);
 
 /**
+ * The final writes this process sent lately, by run id, without their log lines (kept small): a
+ * main Redis that loses an acknowledged write (a failover to a replica that had not received it,
+ * a crash with `appendfsync everysec`) brings the record back `running`, and this worker's own
+ * sweep would close it `aborted` ("may be published") though the attempt ended — `rebuilt`, say.
+ * The sweep sends the same write again instead (`resendFinalWrite`; its `writeId` makes a repeat
+ * of an applied write a no-op). Kept SENT_FINALS_KEPT_MS, at most SENT_FINALS_MAX.
+ */
+const sentFinals = new Map<string, { store: RunStore; run: RunRef; write: RunWrite; at: number }>();
+const SENT_FINALS_KEPT_MS = 15 * 60_000;
+const SENT_FINALS_MAX = 1_000;
+
+function rememberFinal(store: RunStore, run: RunRef, write: RunWrite): void {
+  sentFinals.delete(run.runId); // re-inserted last: the map's order is the sending order
+  sentFinals.set(run.runId, { store, run, write: { ...write, logLines: [] }, at: Date.now() });
+  for (const [runId, sent] of sentFinals) {
+    if (sentFinals.size <= SENT_FINALS_MAX && Date.now() - sent.at <= SENT_FINALS_KEPT_MS) break;
+    sentFinals.delete(runId);
+  }
+}
+
+/**
+ * Sends again the final write this process sent lately for `runId` (without its log lines):
+ * what the script said, or null when none is kept (never sent here, or too long ago).
+ */
+export async function resendFinalWrite(runId: string): Promise<WriteResult | null> {
+  const sent = sentFinals.get(runId);
+  if (!sent || Date.now() - sent.at > SENT_FINALS_KEPT_MS) return null;
+  return writeRun(sent.store, sent.run, sent.write);
+}
+
+/**
  * An attempt's record after it began: `update` and `log` queue changes without waiting (one
  * write in flight; changes made meanwhile are merged and sent when it lands, log lines at the
  * latest after `flushEveryMs`), `finish` sends what is queued with the final status.
@@ -508,6 +539,7 @@ export class RunRecorder {
     };
     this.fields = null;
     this.lines = [];
+    rememberFinal(this.store, this.run, write);
     return writeRun(this.store, this.run, write).catch((error: unknown) => {
       // Kept for a second try of the final record (its fields and lines would be lost otherwise).
       this.fields = { ...write.fields, ...this.fields };

@@ -20,6 +20,7 @@ import { RUN_STATUSES } from "../../lib/runs/types";
 import {
   beginAttempt as beginOwnedAttempt,
   recordVersion,
+  resendFinalWrite,
   RunRecorder,
   writeRun,
   type AttemptIdentity,
@@ -505,6 +506,57 @@ test("intermediate writes carry the configured retention", async () => {
   const limit = 60_000 + 86_400_000;
   assert.ok((await client.pttl(keys.run(a1.runId))) <= limit, "record");
   assert.ok((await client.pttl(keys.runLog(a1.runId))) <= limit, "log");
+});
+
+/**
+ * Every key of `keys`' prefix as it is now; the returned function puts them back (keys made since
+ * are deleted): what a failover to a replica that had not received the writes since does.
+ */
+async function snapshotPrefix(keys: RedisKeys): Promise<() => Promise<void>> {
+  const pattern = `${keys.workerRegistry.slice(0, keys.workerRegistry.indexOf(":") + 1)}*`;
+  const list = async () => {
+    const found: string[] = [];
+    let cursor = "0";
+    do {
+      const [next, batch] = await client.scan(cursor, "MATCH", pattern, "COUNT", 1000);
+      found.push(...batch);
+      cursor = next;
+    } while (cursor !== "0");
+    return found;
+  };
+  const saved = await Promise.all(
+    (await list()).map(async (key) => ({ key, dump: await client.dumpBuffer(key), ttl: await client.pttl(key) })),
+  );
+  return async () => {
+    for (const key of await list()) await client.del(key);
+    for (const { key, dump, ttl } of saved) if (dump) await client.restore(key, ttl > 0 ? ttl : 0, dump, "REPLACE");
+  };
+}
+
+test("a final record the main Redis lost (a failover) is written again by its worker's sweep, not closed aborted", async () => {
+  const keys = redisKeys(uniquePrefix());
+  const store = storeOf(keys);
+  const a1 = attempt("lost-final", 1, "self");
+  const begun = await beginOwnedAttempt(store, a1, { mode: { kind: "running" } });
+  await client.hset(keys.workerHeartbeat("self"), "id", "self");
+  const lose = await snapshotPrefix(keys);
+  const recorder = new RunRecorder(store, a1);
+  recorder.ownedBy(begun.beginId);
+  assert.equal(await recorder.finish("rebuilt", { buildHash: "b-lost" }), "written");
+  await lose(); // the replica promoted had the record still running
+  assert.equal((await readRun(client, keys, a1.runId))?.status, "running");
+
+  const sweeper = { workerId: "self", activeJobIds: () => [], resendFinal: resendFinalWrite };
+  assert.deepEqual(await closeAbandonedRuns(store, sweeper), [], "nothing closed as abandoned");
+  const record = await readRun(client, keys, a1.runId);
+  assert.deepEqual([record?.status, record?.buildHash], ["rebuilt", "b-lost"]);
+  assert.deepEqual(await statusesListing(keys, a1.runId), onlyIn("rebuilt"));
+
+  // Without the kept write (another process's run, or too long ago) the sweep closes it aborted.
+  const b1 = attempt("lost-elsewhere", 1, "self");
+  await beginAttempt(store, b1, { mode: { kind: "running" } });
+  assert.deepEqual(await closeAbandonedRuns(store, sweeper), [b1.runId]);
+  assert.equal((await readRun(client, keys, b1.runId))?.status, "aborted");
 });
 
 test("the sweep closes in-flight runs of workers without a heartbeat, and the sweeping worker's own whose job it no longer runs; only those", async () => {

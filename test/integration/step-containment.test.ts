@@ -128,6 +128,20 @@ for (const mode of MODES)
       assert.deepEqual(pidsWithMarker(marker), []);
     });
 
+    test("an abort right after the spawn (the shield still mounting, no init yet) reaches the program, or it never starts", async () => {
+      const marker = newMarker();
+      const controller = new AbortController();
+      const started = performance.now();
+      // The spawn happens before runWith's first await: the abort lands while the step starts.
+      const running = runWith("trap 'exit 0' TERM\nsleep 60 &\nwait", marker, controller.signal, { killGrace: 60_000 });
+      controller.abort(new Error("deploy"));
+      const { error } = await running;
+      assert.match(String(error?.message), /deploy/);
+      // A SIGTERM sent to the shield or its mount would be lost: the step would wait out its grace.
+      assert.ok(performance.now() - started < 30_000, "the program did not get its SIGTERM");
+      assert.deepEqual(pidsWithMarker(marker), []);
+    });
+
     test("a daemon holding stdout does not hang the step (setsid sleep 600 & echo started)", async () => {
       const marker = newMarker();
       const { error, ctx } = await runWith("setsid sleep 600 & echo started", marker, new AbortController().signal, {
@@ -209,6 +223,14 @@ for (const mode of MODES)
       const marker = newMarker();
       const transient = await runWith("exit 75", marker, new AbortController().signal, { transientExitCodes: [75] });
       assert.equal(transient.error?.name, "TransientStepError");
+      // A program's own "not found" line after its first is its own, with its declared code.
+      const inner = await runWith(
+        "echo starting >&2; echo \"env: 'python3': No such file or directory\" >&2; exit 127",
+        marker,
+        new AbortController().signal,
+        { transientExitCodes: [127] },
+      );
+      assert.equal(inner.error?.name, "TransientStepError", String(inner.error));
       // 126 and 127 from the program itself are its own codes, not "not found".
       for (const code of [126, 127]) {
         const own = await runWith(`exit ${code}`, marker, new AbortController().signal, { transientExitCodes: [code] });

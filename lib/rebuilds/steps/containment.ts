@@ -124,7 +124,8 @@ export const SHIELD_FAILED_LINE = "claimwatch-shield: cannot mount the output's 
 
 /**
  *   unshare --mount --propagation slave -- bash -c SHIELD_EXEC claimwatch-shield <mount> <builds dir> <command> [args…]
- * Mounts `<builds dir>` read-only over itself (with what is mounted under it), then execs the
+ * Mounts `<builds dir>` read-only over itself (`--bind`, not `--rbind`: a mount under it would
+ * stay writable; it is hidden instead), then execs the
  * command in place: in `cgroup` mode the program (so the process the worker spawned in the step's
  * cgroup becomes the program, as without the shield), in a namespace the `unshare --pid …` that
  * makes it (so the mount is done before the namespace's init and program exist: a SIGTERM for the
@@ -132,7 +133,10 @@ export const SHIELD_FAILED_LINE = "claimwatch-shield: cannot mount the output's 
  * no shell identifiers (`spring.profiles.active`); positional parameters only, so no shell
  * variable shadows one of the step's. `slave`: unmounts on the host still reach the step.
  */
-const SHIELD_EXEC = `"$1" --rbind -o ro -- "$2" "$2" || { echo "${SHIELD_FAILED_LINE}: $2" >&2; exit 125; }; shift 2; exec "$@"`;
+const SHIELD_EXEC = `"$1" --bind -o ro -- "$2" "$2" || { echo "${SHIELD_FAILED_LINE}: $2" >&2; exit 125; }; shift 2; exec -- "$@"`;
+
+/** The shield's `$0`: how run-step.ts tells the shield (still mounting) from what it execs. */
+export const SHIELD_NAME = "claimwatch-shield";
 
 /**
  *   sh -c INIT init <cgroup dirs, ':'-separated, or ''> <program> [args…]
@@ -289,7 +293,7 @@ function probeBuildsShield(): BuildsShield {
     programPath("bash"),
     "-c",
     SHIELD_EXEC,
-    "claimwatch-shield",
+    SHIELD_NAME,
     programPath("mount"),
   ];
   let dir: string | null = null;

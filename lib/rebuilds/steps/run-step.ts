@@ -16,6 +16,7 @@ import {
   detectContainment,
   programPath,
   SHIELD_FAILED_LINE,
+  SHIELD_NAME,
   StepCgroups,
   type Containment,
 } from "./containment";
@@ -36,7 +37,7 @@ const MAX_LINE = 2_000;
 const NOT_STARTED = [126, 127];
 /** What that shell (dash as `init`, bash as `claimwatch-shield`, or `env`) says then, on stderr. */
 const SHELL_NOT_STARTED =
-  /^(?:(?:init|claimwatch-shield): (?:line )?\d+: (?:exec: )?.*: (?:not found|No such file or directory|Permission denied|cannot execute.*)|env: .*: (?:No such file or directory|Permission denied))$/;
+  /^(?:(?:init|claimwatch-shield): (?:line )?\d+: (?:exec: )?.*: (?:not found|No such file or directory|Permission denied|Is a directory|cannot execute.*)|env: .*: (?:No such file or directory|Permission denied))$/;
 /** The shell the init runs in (found on the worker's PATH, not the step's). */
 const SH = programPath("sh");
 /**
@@ -71,8 +72,19 @@ export function killAllSteps(): number {
  */
 function initPid(step: LiveStep): number | null {
   const pid = step.child.pid!;
+  // The shield still runs (mounting builds/ read-only, `mount` its child): no init yet.
+  if (step.containment.builds.shielded && inShield(pid)) return null;
   if (step.containment.mode !== "pid-namespace") return pid;
   return firstChild(pid);
+}
+
+/** Whether `pid` is still the shield (`unshare --mount`, then bash), not yet what it execs. */
+function inShield(pid: number): boolean {
+  try {
+    return fs.readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").includes(SHIELD_NAME);
+  } catch {
+    return false; // gone: nothing to wait for
+  }
 }
 
 function firstChild(pid: number): number | null {
@@ -87,7 +99,8 @@ function firstChild(pid: number): number | null {
 /**
  * SIGTERM to the program alone: in a namespace the init's only child (its init, pid 1, would not
  * get it); in process-group mode the init, which passes it on; in `cgroup` mode the program
- * itself (the spawned process). Retried until the program exists.
+ * itself (the spawned process). Retried until the program exists (never sent to the shield or its
+ * `mount`: the program it starts would not get it).
  */
 function terminateStep(step: LiveStep, until: () => boolean): void {
   const init = initPid(step);
@@ -105,17 +118,23 @@ function terminateStep(step: LiveStep, until: () => boolean): void {
 
 /**
  * SIGKILL: `cgroup.kill` of the step's cgroup; in a namespace to its init (the kernel ends
- * everything in it, and `unshare` exits only after that); else to the whole process group.
+ * everything in it, and `unshare` exits only after that) and to the whole process group; else to
+ * the whole process group.
  */
 function killStep(step: LiveStep): void {
   if (step.cgroup) return step.cgroup.kill();
   const pid = step.child.pid!;
   const init = step.containment.mode === "pid-namespace" ? initPid(step) : null;
   try {
-    // No init yet in a namespace: `unshare` and a child it may be forking this instant share its
-    // process group (the spawn is detached), so the group goes; --kill-child ends the namespace.
     if (init !== null) process.kill(init, "SIGKILL");
-    else process.kill(-pid, "SIGKILL");
+  } catch {
+    // ended meanwhile
+  }
+  try {
+    // Also the group (the spawn is detached): with no init yet, `unshare`, the shield and a child
+    // either may be forking this instant share it (a child read a moment ago may be gone, and the
+    // init not yet read); --kill-child ends a namespace made meanwhile.
+    process.kill(-pid, "SIGKILL");
   } catch {
     // ended meanwhile
   }
@@ -266,6 +285,7 @@ export async function runCommandStep(
   // The shell that starts the program (init, shield) said it could not: 126 or 127 is then its
   // own exit code, not the program's.
   let shellNotStarted = false;
+  let stderrLines = 0;
   const pipeLines = (stream: NodeJS.ReadableStream, label: string) => {
     let rest = "";
     stream.setEncoding("utf8");
@@ -275,7 +295,10 @@ export async function runCommandStep(
       for (const line of lines) {
         if (label && cgroups && line.startsWith(CGROUP_JOIN_FAILED_LINE)) joinFailed = true;
         if (label && shielded && line.startsWith(SHIELD_FAILED_LINE)) shieldFailed = true;
-        if (label && argv.length > 0 && SHELL_NOT_STARTED.test(line)) shellNotStarted = true;
+        // Only the step's first stderr line: a shell that could not start the program says so
+        // before anything else runs (a program's own "env: …: No such file" later is its own).
+        if (label && argv.length > 0 && stderrLines === 0 && SHELL_NOT_STARTED.test(line)) shellNotStarted = true;
+        if (label) stderrLines += 1;
         context.log(`[${step.name}${label}] ${line.slice(0, MAX_LINE)}`);
       }
       if (rest.length > MAX_LINE) {
