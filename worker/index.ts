@@ -154,7 +154,8 @@ async function upkeepAfterBeat(judgesOthers: boolean): Promise<void> {
       // Its own record back in flight though the attempt ended (the main Redis lost the write).
       resendFinal: async (runId: string) => {
         const result = await resendFinalWrite(runId);
-        if (result === "written") log(`wrote the final record of run ${runId} again (the main Redis had lost it)`);
+        if (result === "written")
+          log(`sent the final record of run ${runId} again: it was in flight, as if the main Redis had lost it`);
         return result;
       },
     };

@@ -132,6 +132,8 @@ export async function closeAbandonedRuns(
   const active = new Set(self?.activeJobIds() ?? []);
   // Its own runs whose job it no longer runs, and whose final write it sent: sent again (a Redis
   // that lost it), and closed that way rather than aborted. Any other answer: the sweep goes on.
+  // A resend that failed (a Redis error, likeliest right after a failover) leaves the record for
+  // the next sweep: the write is kept, and aborting it now would say what did not happen.
   const resent = new Set<string>();
   if (self?.resendFinal) {
     const resend = self.resendFinal;
@@ -139,8 +141,8 @@ export async function closeAbandonedRuns(
       ids.map(async (runId, i) => {
         const [workerId, jobId] = (replies[i]?.[1] as (string | null)[] | undefined) ?? [];
         if (workerId !== self.workerId || !jobId || active.has(jobId)) return;
-        const result = await resend(runId).catch(() => null);
-        if (result === "written" || result === "final") resent.add(runId);
+        const result = await resend(runId).catch(() => "failed" as const);
+        if (result === "written" || result === "final" || result === "failed") resent.add(runId);
       }),
     );
   }

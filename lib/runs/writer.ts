@@ -438,13 +438,25 @@ const sentFinals = new Map<string, { store: RunStore; run: RunRef; write: RunWri
 const SENT_FINALS_KEPT_MS = 15 * 60_000;
 const SENT_FINALS_MAX = 1_000;
 
-function rememberFinal(store: RunStore, run: RunRef, write: RunWrite): void {
+/**
+ * Keeps `write` as the run's final write while it is sent; returns what to do with the answer: a
+ * write the record refused (another pickup's, final already, gone) is not what the record holds,
+ * so the earlier kept write, if any, stands again. A failed send stays kept (it may have landed).
+ */
+function rememberFinal(store: RunStore, run: RunRef, write: RunWrite): (result: WriteResult) => void {
+  const earlier = sentFinals.get(run.runId);
   sentFinals.delete(run.runId); // re-inserted last: the map's order is the sending order
-  sentFinals.set(run.runId, { store, run, write: { ...write, logLines: [] }, at: Date.now() });
+  const kept = { store, run, write: { ...write, logLines: [] }, at: Date.now() };
+  sentFinals.set(run.runId, kept);
   for (const [runId, sent] of sentFinals) {
     if (sentFinals.size <= SENT_FINALS_MAX && Date.now() - sent.at <= SENT_FINALS_KEPT_MS) break;
     sentFinals.delete(runId);
   }
+  return (result) => {
+    if (result === "written" || sentFinals.get(run.runId) !== kept) return;
+    if (earlier) sentFinals.set(run.runId, earlier);
+    else sentFinals.delete(run.runId);
+  };
 }
 
 /**
@@ -539,13 +551,19 @@ export class RunRecorder {
     };
     this.fields = null;
     this.lines = [];
-    rememberFinal(this.store, this.run, write);
-    return writeRun(this.store, this.run, write).catch((error: unknown) => {
-      // Kept for a second try of the final record (its fields and lines would be lost otherwise).
-      this.fields = { ...write.fields, ...this.fields };
-      this.lines = [...(write.logLines ?? []), ...this.lines];
-      throw error;
-    });
+    const answered = rememberFinal(this.store, this.run, write);
+    return writeRun(this.store, this.run, write).then(
+      (result) => {
+        answered(result);
+        return result;
+      },
+      (error: unknown) => {
+        // Kept for a second try of the final record (its fields and lines would be lost otherwise).
+        this.fields = { ...write.fields, ...this.fields };
+        this.lines = [...(write.logLines ?? []), ...this.lines];
+        throw error;
+      },
+    );
   }
 
   /** Sends within `delayMs`: an earlier timer stands, a later one is brought forward. */

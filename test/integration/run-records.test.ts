@@ -546,6 +546,15 @@ test("a final record the main Redis lost (a failover) is written again by its wo
   await lose(); // the replica promoted had the record still running
   assert.equal((await readRun(client, keys, a1.runId))?.status, "running");
 
+  // A resend that fails (READONLY right after the failover): left for the next sweep, not aborted.
+  const failing = {
+    workerId: "self",
+    activeJobIds: () => [],
+    resendFinal: () => Promise.reject(new Error("READONLY You can't write against a read only replica.")),
+  };
+  assert.deepEqual(await closeAbandonedRuns(store, failing), []);
+  assert.equal((await readRun(client, keys, a1.runId))?.status, "running");
+
   const sweeper = { workerId: "self", activeJobIds: () => [], resendFinal: resendFinalWrite };
   assert.deepEqual(await closeAbandonedRuns(store, sweeper), [], "nothing closed as abandoned");
   const record = await readRun(client, keys, a1.runId);
