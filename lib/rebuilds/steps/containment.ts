@@ -110,6 +110,7 @@ export type LimitController = "memory" | "pids";
  * make that namespace, and `prefix` starts a step in it; else `why` not.
  */
 export type BuildsShield = { shielded: true; prefix: string[] } | { shielded: false; why: string };
+
 /** Printed by INIT (stderr) when it cannot join a step cgroup; it then exits 125. */
 export const CGROUP_JOIN_FAILED_LINE = "claimwatch-init: cannot join the step's cgroup";
 

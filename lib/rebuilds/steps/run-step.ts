@@ -217,8 +217,8 @@ export async function runCommandStep(
   // The warden ends the step if this worker dies or stops running (warden.ts).
   let wardenId: string | null = null;
   if (containment.stepCgroups) {
-    // `cgroup` mode: the program itself (shielded: `unshare` and `sh`, which exec it), born in the
-    // step's cgroup (step-cgroup.ts).
+    // `cgroup` mode: the program itself (shielded: `unshare` and `bash` first, which exec it), born
+    // in the step's cgroup (step-cgroup.ts).
     try {
       stepCgroup = StepCgroup.create(containment.stepCgroups);
     } catch (error) {
