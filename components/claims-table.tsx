@@ -142,7 +142,8 @@ export function ClaimsTable({ initial, initialQ = "" }: { initial: ApiClaimPage 
                         claim.revoked ? "text-amber-900" : stale ? "font-semibold text-red-800" : "text-emerald-700"
                       }
                     >
-                      {claim.revoked ? "Releasing" : stale ? "Stale" : "live"}
+                      {/* Lower case: the State column's badge keeps the one "Stale" of the row. */}
+                      {claim.revoked ? "releasing" : stale ? "stale" : "live"}
                     </span>
                     {" · TTL "}
                     {formatDurationMs(Math.max(0, ttlLeft))}
