@@ -582,11 +582,11 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   // a crash between the two observations, and a later observation at the old fence or higher —
   // is Redis data loss that claimwatch repaired, reported apart; any other dip counts.
   // A failover (`--redis sentinel`) loses what the replica had not received, like a crash.
-  const crashes = events.filter((e) => e.kind === "redis-crash" || e.kind === "redis-failover").map((e) => e.t);
+  // "Between" means the loss window (the crash until the old server is down) overlaps the two:
+  // the watcher can read a write the crash then loses in the moment before the server dies.
   const pointerDips: string[] = [];
   const forgottenAndRestored = (claim: string, fromT: number, toT: number, top: number): boolean =>
-    crashes.some((t) => t > fromT && t < toT) &&
-    pointerEvents.some((e) => e.claim === claim && e.t > toT && Number(e.fence) >= top);
+    isRepairedCrashDip(events, { claim, fromT, toT, top });
   const pointerWrong: string[] = [];
   for (const ref of claimRefs()) {
     const label = claimLabel(ref);
@@ -1096,6 +1096,38 @@ function countDeferred(logDir: string): number {
 }
 
 // --- small helpers -------------------------------------------------------------------------
+
+/**
+ * When Redis could lose writes it had acknowledged: from a crash (SIGKILL) until the killed
+ * server is down, or from a crash or asked failover until the new primary serves. A write made
+ * before a window's end may be gone after it; nothing written after it is lost by it.
+ */
+export function redisLossWindows(events: SoakEvent[]): { from: number; to: number }[] {
+  const windows: { from: number; to: number }[] = [];
+  for (const [index, e] of events.entries()) {
+    const failover = e.kind === "redis-failover-asked" || (e.kind === "redis-crash" && e.failover === true);
+    if (e.kind !== "redis-crash" && !failover) continue;
+    const endKind = failover ? "redis-failover" : "redis-down";
+    const end = events.slice(index + 1).find((x) => x.kind === endKind && (failover || x.role === e.role));
+    windows.push({ from: e.t, to: end?.t ?? e.t });
+  }
+  return windows;
+}
+
+/**
+ * A pointer read at fence `top` (at `fromT`), then lower (at `toT`): Redis data loss that
+ * claimwatch repaired when a loss window overlaps the two reads and a later read is back at
+ * `top` or higher. Anything else is a rollback.
+ */
+export function isRepairedCrashDip(
+  events: SoakEvent[],
+  dip: { claim: string; fromT: number; toT: number; top: number },
+): boolean {
+  return (
+    redisLossWindows(events).some((w) => w.to > dip.fromT && w.from < dip.toT) &&
+    events.some((e) => e.kind === "pointer" && e.claim === dip.claim && e.t > dip.toT && Number(e.fence) >= dip.top)
+  );
+}
 
 export function readEvents(file: string): SoakEvent[] {
   if (!fs.existsSync(file)) return [];
