@@ -6,8 +6,8 @@
  *
  * Env: BENCH_STEPS (samples per side, default 200); CLAIMWATCH_STEP_CONTAINMENT picks the mode
  * (`cgroup`, `pid-namespace`, `process-group`; default: the strongest, as the worker does).
- * As root, steps also see their output's published builds read-only (a mount namespace per step:
- * `unshare --mount`, `sh` and `mount` before the program); the same containment without that
+ * As root, steps also see their output's published builds read-only (a mount namespace per worker,
+ * builds-namespace.ts: `nsenter` before the program); the same containment without that
  * shield is measured beside it, so its cost shows on its own.
  * Last line: RESULT step_overhead_ms=<median containment − median plain> containment=<mode>
  *   unshielded_overhead_ms=<the same without the read-only builds> builds=<read-only|writable>

@@ -251,7 +251,7 @@ test("a run page shows step output and a final status; parcels shows its build h
   // What the worker enforces on its steps: a cgroup per step here (CI runs as root, cgroup v2 writable).
   const workers = (await (await request.get(`${url}/api/workers`)).json()) as { workers: { containment: string }[] };
   expect(workers.workers[0]!.containment).toBe("cgroup");
-  // As root, each step sees its output's published builds read-only (a mount namespace per step).
+  // As root, each step sees its output's published builds read-only (a mount namespace per worker).
   await expect(page.locator('[data-containment="cgroup"]')).toHaveText("cgroup per step; builds read-only to steps");
   expect((workers.workers[0] as { publishedBuilds?: string }).publishedBuilds).toBe("read-only");
   await shot(page, "workers", testInfo);

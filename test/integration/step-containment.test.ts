@@ -12,9 +12,11 @@ import { describe, test } from "node:test";
 import type { RunStep } from "../../lib/rebuilds/definitions";
 import { detectContainment, type Containment } from "../../lib/rebuilds/steps/containment";
 import type { StepContext } from "../../lib/rebuilds/steps/context";
-import { runCommandStep } from "../../lib/rebuilds/steps/run-step";
+import { buildsNamespace } from "../../lib/rebuilds/steps/builds-namespace";
+import { runCommandStep, stepTestHooks } from "../../lib/rebuilds/steps/run-step";
 import { newMarker, pidsWithMarker, waitUntilNoMarker } from "../support/markers";
 import { stepTestBed } from "../support/step-bed";
+import { until } from "../support/until";
 
 const bed = stepTestBed("cw-contain-");
 /** Every test below runs under both strong modes; the worker picks `cgroup` on this host. */
@@ -58,7 +60,7 @@ test("the host offers a cgroup per step (CI runs as root with a writable cgroup 
   assert.equal(auto.mode, "cgroup", auto.detail);
   assert.equal(auto.forLimitedSteps?.mode, "pid-namespace", auto.detail);
   assert.equal(detectContainment("pid-namespace").mode, "pid-namespace");
-  // As root, steps see published builds read-only (a mount namespace per step) in both strong modes.
+  // As root, steps see published builds read-only (a mount namespace per worker) in both strong modes.
   if (process.getuid?.() === 0) {
     assert.equal(auto.builds.shielded, true, auto.detail);
     assert.equal(auto.forLimitedSteps?.builds.shielded, true, auto.detail);
@@ -128,16 +130,20 @@ for (const mode of MODES)
       assert.deepEqual(pidsWithMarker(marker), []);
     });
 
-    test("an abort right after the spawn (the shield still mounting, no init yet) reaches the program, or it never starts", async () => {
+    test("an abort right after the spawn (nsenter not yet exec'd, no init yet) reaches the program, or it never starts", async () => {
       const marker = newMarker();
       const controller = new AbortController();
       const started = performance.now();
-      // The spawn happens before runWith's first await: the abort lands while the step starts.
-      const running = runWith("trap 'exit 0' TERM\nsleep 60 &\nwait", marker, controller.signal, { killGrace: 60_000 });
-      controller.abort(new Error("deploy"));
-      const { error } = await running;
+      // The abort lands in the turn right after the spawn, while the step starts.
+      stepTestHooks.beforeSpawn = () => {
+        stepTestHooks.beforeSpawn = undefined;
+        setImmediate(() => controller.abort(new Error("deploy")));
+      };
+      const { error } = await runWith("trap 'exit 0' TERM\nsleep 60 &\nwait", marker, controller.signal, {
+        killGrace: 60_000,
+      });
       assert.match(String(error?.message), /deploy/);
-      // A SIGTERM sent to the shield or its mount would be lost: the step would wait out its grace.
+      // A SIGTERM that reached no program would be lost: the step would wait out its grace.
       assert.ok(performance.now() - started < 30_000, "the program did not get its SIGTERM");
       assert.deepEqual(pidsWithMarker(marker), []);
     });
@@ -196,6 +202,45 @@ for (const mode of MODES)
         "the step's mount leaked into the worker's namespace",
       );
       fs.writeFileSync(path.join(outputDir, "builds", "worker-can-write"), "");
+    });
+
+    test("builds stay read-only to the next step after a step unmounts them, the directory is made again, or the namespace's holder dies", async (t) => {
+      if (process.getuid?.() !== 0) return t.skip("write bits already stop a non-root step");
+      const outputDir = fs.mkdtempSync(path.join(bed.dir, "output-"));
+      const builds = path.join(outputDir, "builds");
+      fs.mkdirSync(builds);
+      const tries = async (script: string) => {
+        const ctx = context(new AbortController().signal);
+        const error = await runCommandStep(
+          step(script, { env: { OUT: outputDir } }),
+          { ...ctx, outputDir },
+          containment,
+        ).then(
+          () => null,
+          (e: unknown) => e as Error,
+        );
+        assert.equal(error, null, ctx.lines.join("\n"));
+        return ctx.lines.filter((l) => !l.includes("stderr")).map((l) => l.replace(/^\[s\] /, ""));
+      };
+      const write = 'touch "$OUT/builds/x" 2>/dev/null && echo wrote || echo refused';
+      assert.deepEqual(await tries(write), ["refused"]);
+      // A root step takes the mount away (it is shared by the worker's steps): the next gets it back.
+      assert.deepEqual(await tries(`umount "$OUT/builds" && echo unmounted; ${write}`), ["unmounted", "wrote"]);
+      fs.rmSync(path.join(builds, "x"));
+      assert.deepEqual(await tries(write), ["refused"]);
+      // builds/ removed and made again (a new directory: the old mount went with the old one).
+      fs.rmSync(builds, { recursive: true });
+      fs.mkdirSync(builds);
+      assert.deepEqual(await tries(write), ["refused"]);
+      // The holder of the namespace dies: the next step gets a new namespace, as read-only.
+      const holder = buildsNamespace.holderPid;
+      assert.ok(holder !== null);
+      process.kill(holder, "SIGKILL");
+      await until("the holder's end", async () => buildsNamespace.holderPid !== holder, 10_000);
+      assert.deepEqual(await tries(write), ["refused"]);
+      assert.notEqual(buildsNamespace.holderPid, holder);
+      assert.deepEqual(fs.readdirSync(builds), []);
+      assert.ok(!fs.readFileSync("/proc/self/mountinfo", "utf8").includes(builds), "a mount leaked to the worker");
     });
 
     test("the step's environment reaches the program: a PATH of its own, and names the wrappers' shells use", async () => {
@@ -323,9 +368,19 @@ describe("a worker that dies while its step runs", () => {
       await waitForLine(host, env.STEP_ABORT_AFTER_MS ? /^aborted/ : /^running/, 60_000);
       await new Promise((r) => setTimeout(r, 300));
       assert.ok(pidsWithMarker(marker).length >= 3, "the step and its children run");
+      // As root, the holder of the host's namespace for read-only builds (`cat`, its child).
+      const holders = fs
+        .readFileSync(`/proc/${host.pid}/task/${host.pid}/children`, "utf8")
+        .trim()
+        .split(/\s+/)
+        .filter((pid) => pid && fs.readlinkSync(`/proc/${pid}/exe`).endsWith("/cat"));
+      assert.equal(holders.length, process.getuid?.() === 0 ? 1 : 0, "one holder of the builds namespace");
       host.kill("SIGKILL");
       // killGrace is 30 s: only the pipe watcher ends them within a few seconds.
-      return await waitUntilNoMarker(marker, 5_000);
+      const result = await waitUntilNoMarker(marker, 5_000);
+      // The holder ends with its worker (end of file on its stdin).
+      await until("the holder's end", async () => holders.every((pid) => !fs.existsSync(`/proc/${pid}`)), 5_000);
+      return result;
     } finally {
       fs.rmSync(dir, { recursive: true, force: true });
     }
@@ -334,7 +389,10 @@ describe("a worker that dies while its step runs", () => {
 
   for (const mode of MODES) {
     test(`${mode}: killed during an abort's grace period: the step still dies at once (the warden ignores the SIGTERM)`, async () => {
-      const { alive } = await hostAndKill(deaf, { STEP_ABORT_AFTER_MS: "300", CLAIMWATCH_STEP_CONTAINMENT: mode });
+      const { alive } = await hostAndKill(`echo up; ${deaf}`, {
+        STEP_ABORT_AFTER_MS: "300",
+        CLAIMWATCH_STEP_CONTAINMENT: mode,
+      });
       assert.deepEqual(alive, []);
     });
 

@@ -1,7 +1,7 @@
 /**
  * A stand-in worker for containment tests: runs one `run` step with runCommandStep (the worker's
  * own code), prints "running" once the step is up and "aborted" after it aborted it (when
- * STEP_ABORT_AFTER_MS is set), and otherwise waits; at the end "step ended: ok" or the error.
+ * STEP_ABORT_AFTER_MS is set: that long after the step's first output line), and otherwise waits; at the end "step ended: ok" or the error.
  * Tests SIGKILL, SIGSTOP or block this process to see what its step does when its worker dies
  * or stops running.
  *   node --import tsx test/support/step-host.ts <script> <killGraceMs>
@@ -40,13 +40,18 @@ if (blockMs > 0) {
 const dir = process.env.STEP_HOST_DIR ?? fs.mkdtempSync(path.join(os.tmpdir(), "cw-step-host-"));
 if (!process.env.STEP_HOST_DIR) process.on("exit", () => fs.rmSync(dir, { recursive: true, force: true }));
 const controller = new AbortController();
+// STEP_ABORT_AFTER_MS after the step's first output line (the program runs then: its start may
+// take a while on a loaded host, and an abort before it would start nothing).
 const abortAfter = Number(process.env.STEP_ABORT_AFTER_MS ?? NaN);
-if (Number.isFinite(abortAfter)) {
+let abortArmed = false;
+const armAbort = () => {
+  if (!Number.isFinite(abortAfter) || abortArmed) return;
+  abortArmed = true;
   setTimeout(() => {
     controller.abort(new Error("aborted by the host"));
     process.stdout.write("aborted\n");
   }, abortAfter);
-}
+};
 setTimeout(() => process.stdout.write("running\n"), 200);
 const attemptBegan = performance.now();
 // A stall after the attempt began and before its step (STEP_HOST_BLOCK_BEFORE_MS): the beat
@@ -70,7 +75,7 @@ await runCommandStep(
     runId: "host-a1",
     fence: 1,
     attemptBegan,
-    log: () => {},
+    log: armAbort,
     progress: () => {},
   },
 ).then(

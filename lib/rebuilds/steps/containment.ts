@@ -94,7 +94,7 @@ export interface Containment {
    * spawn would not hold from the program's first instruction.
    */
   forLimitedSteps?: Containment;
-  /** Whether steps see `builds/` read-only (a mount namespace per step, root only). */
+  /** Whether steps see `builds/` read-only (a mount namespace per worker, root only). */
   builds: BuildsShield;
 }
 
@@ -103,13 +103,13 @@ export type LimitController = "memory" | "pids";
 /**
  * A step's view of its output's published builds. Write bits (builds are made read-only when
  * promoted) stop a step running as the worker's user from writing into them by mistake; they do
- * not stop root. So a root worker starts each `run` step in a mount namespace of its own in which
- * `<output>/builds` is bind-mounted read-only (`SHIELD_EXEC`): a write into a published build, or
- * through `current`, fails with EROFS. It stops mistakes, not a step set on it: root can remount,
- * mount the filesystem again or reach the worker's view through /proc. `shielded`: this host can
- * make that namespace, and `prefix` starts a step in it; else `why` not.
+ * not stop root. So a root worker starts each `run` step in a mount namespace (one per worker,
+ * builds-namespace.ts) in which `<output>/builds` is bind-mounted read-only: a write into a
+ * published build, or through `current`, fails with EROFS. It stops mistakes, not a step set on
+ * it: root can remount, mount the filesystem again or reach the worker's view through /proc.
+ * `shielded`: this host can make that namespace; else `why` not.
  */
-export type BuildsShield = { shielded: true; prefix: string[] } | { shielded: false; why: string };
+export type BuildsShield = { shielded: true } | { shielded: false; why: string };
 
 /** Printed by INIT (stderr) when it cannot join a step cgroup; it then exits 125. */
 export const CGROUP_JOIN_FAILED_LINE = "claimwatch-init: cannot join the step's cgroup";
@@ -119,25 +119,6 @@ export const CGROUP_JOIN_FAILED_LINE = "claimwatch-init: cannot join the step's 
  * named so no step's environment variable is shadowed (the program inherits the init's).
  */
 const JOIN_CGROUPS = `for claimwatch_cg in "\${1%%:*}" "\${1#*:}"; do [ -z "$claimwatch_cg" ] || echo 0 > "$claimwatch_cg/cgroup.procs" || { echo "${CGROUP_JOIN_FAILED_LINE} $claimwatch_cg" >&2; exit 125; }; done; unset claimwatch_cg; shift`;
-
-/** Printed (stderr) when a step's `builds/` cannot be mounted read-only; the step then exits 125. */
-export const SHIELD_FAILED_LINE = "claimwatch-shield: cannot mount the output's builds/ read-only";
-
-/**
- *   unshare --mount --propagation slave -- bash -c SHIELD_EXEC claimwatch-shield <mount> <builds dir> <command> [args…]
- * Mounts `<builds dir>` read-only over itself (`--bind`, not `--rbind`: a mount under it would
- * stay writable; it is hidden instead), then execs the
- * command in place: in `cgroup` mode the program (so the process the worker spawned in the step's
- * cgroup becomes the program, as without the shield), in a namespace the `unshare --pid …` that
- * makes it (so the mount is done before the namespace's init and program exist: a SIGTERM for the
- * program can never hit `mount`). bash, not sh: dash drops environment variables whose names are
- * no shell identifiers (`spring.profiles.active`); positional parameters only, so no shell
- * variable shadows one of the step's. `slave`: unmounts on the host still reach the step.
- */
-const SHIELD_EXEC = `"$1" --bind -o ro -- "$2" "$2" || { echo "${SHIELD_FAILED_LINE}: $2" >&2; exit 125; }; shift 2; exec -- "$@"`;
-
-/** The shield's `$0`: how run-step.ts tells the shield (still mounting) from what it execs. */
-export const SHIELD_NAME = "claimwatch-shield";
 
 /**
  *   sh -c INIT init <cgroup dirs, ':'-separated, or ''> <program> [args…]
@@ -243,7 +224,7 @@ export function publishedBuildsToSteps(containment: Containment): "read-only" | 
 /** What the `step containment:` line adds about published builds (nothing for a non-root worker). */
 function shieldDetail(containment: Containment): string {
   const seen = publishedBuildsToSteps(containment);
-  if (seen === "read-only") return "; published builds read-only to steps (a mount namespace per step)";
+  if (seen === "read-only") return "; published builds read-only to steps (a mount namespace per worker)";
   if (seen === undefined) return "";
   const why = [containment.builds, containment.forLimitedSteps?.builds].find((b) => b && !b.shielded);
   return `; a root step could write into published builds (${why && !why.shielded ? why.why : "no mount namespace"})`;
@@ -278,30 +259,22 @@ export function programPath(name: string): string {
 }
 
 /**
- * Whether a root worker can give each step a mount namespace with `builds/` read-only: probed on
- * a scratch directory with the very prefix steps get (the mount, then a write that must fail).
+ * Whether a root worker can give its steps a mount namespace with `builds/` read-only: probed on
+ * a scratch directory with the programs steps get (builds-namespace.ts): `unshare --mount`, a
+ * read-only bind mount, `nsenter` into that namespace, then a write that must fail.
  * Non-root: not needed.
  */
 function probeBuildsShield(): BuildsShield {
   if (process.getuid?.() !== 0)
     return { shielded: false, why: "not root: write bits keep steps out of published builds" };
-  const prefix = [
-    programPath("unshare"),
-    "--mount",
-    "--propagation",
-    "slave",
-    "--",
-    programPath("bash"),
-    "-c",
-    SHIELD_EXEC,
-    SHIELD_NAME,
-    programPath("mount"),
-  ];
+  const probe =
+    '"$2" --bind -o ro -- "$1" "$1" && exec "$3" "--mount=/proc/$$/ns/mnt" "--wd=$1" -- "$4" -c \'! touch probe 2>/dev/null\'';
   let dir: string | null = null;
   try {
     dir = fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-shield-"));
-    const writeFails = ["sh", "-c", '! touch "$1/probe" 2>/dev/null', "probe", dir];
-    if (works([...prefix, dir, ...writeFails])) return { shielded: true, prefix };
+    const argv = [programPath("unshare"), "--mount", "--propagation", "slave", "--", programPath("sh"), "-c", probe];
+    const args = ["probe", dir, programPath("mount"), programPath("nsenter"), programPath("sh")];
+    if (works([...argv, ...args]) && !fs.existsSync(path.join(dir, "probe"))) return { shielded: true };
   } catch {
     // no scratch directory: reported as not shielded
   } finally {
@@ -309,7 +282,7 @@ function probeBuildsShield(): BuildsShield {
   }
   return {
     shielded: false,
-    why: "no mount namespace with a read-only bind mount can be made here (unshare --mount, bash or mount failed)",
+    why: "no mount namespace with a read-only bind mount can be made here (unshare --mount, mount or nsenter failed)",
   };
 }
 

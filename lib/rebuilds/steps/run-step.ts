@@ -11,15 +11,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import type { RunStep } from "../definitions";
-import {
-  CGROUP_JOIN_FAILED_LINE,
-  detectContainment,
-  programPath,
-  SHIELD_FAILED_LINE,
-  SHIELD_NAME,
-  StepCgroups,
-  type Containment,
-} from "./containment";
+import { CGROUP_JOIN_FAILED_LINE, detectContainment, programPath, StepCgroups, type Containment } from "./containment";
 import {
   expandPlaceholders,
   LOCK_LOST_ABORT_REASON,
@@ -28,16 +20,17 @@ import {
   WorkerStalledError,
   type StepContext,
 } from "./context";
+import { buildsNamespace, BuildsNamespaceError, NSENTER_FAILED } from "./builds-namespace";
 import { StepCgroup } from "./step-cgroup";
 import { STEP_OF_VARIABLE, stepWarden } from "./warden";
 
 /** Longest log line kept; longer lines are cut (binary output must not flood the log). */
 const MAX_LINE = 2_000;
-/** A shell's exit codes (the init's, the shield's) for a program it could not start: not executable, not found. */
+/** A starter's exit codes (the init's, nsenter's) for a program it could not start: not executable, not found. */
 const NOT_STARTED = [126, 127];
-/** What that shell (dash as `init`, bash as `claimwatch-shield`, or `env`) says then, on stderr. */
+/** What that starter (dash as `init`, `env`, or nsenter into the builds namespace) says then, on stderr. */
 const SHELL_NOT_STARTED =
-  /^(?:(?:init|claimwatch-shield): (?:line )?\d+: (?:exec: )?.*: (?:not found|No such file or directory|Permission denied|Is a directory|cannot execute.*)|env: .*: (?:No such file or directory|Permission denied))$/;
+  /^(?:init: \d+: .*: (?:not found|No such file or directory|Permission denied|Is a directory|cannot execute.*)|env: .*: (?:No such file or directory|Permission denied)|nsenter: failed to execute .*: (?:No such file or directory|Permission denied|Is a directory|Exec format error))$/;
 /** The shell the init runs in (found on the worker's PATH, not the step's). */
 const SH = programPath("sh");
 /**
@@ -72,19 +65,8 @@ export function killAllSteps(): number {
  */
 function initPid(step: LiveStep): number | null {
   const pid = step.child.pid!;
-  // The shield still runs (mounting builds/ read-only, `mount` its child): no init yet.
-  if (step.containment.builds.shielded && inShield(pid)) return null;
   if (step.containment.mode !== "pid-namespace") return pid;
   return firstChild(pid);
-}
-
-/** Whether `pid` is still the shield (`unshare --mount`, then bash), not yet what it execs. */
-function inShield(pid: number): boolean {
-  try {
-    return fs.readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").includes(SHIELD_NAME);
-  } catch {
-    return false; // gone: nothing to wait for
-  }
 }
 
 function firstChild(pid: number): number | null {
@@ -99,8 +81,8 @@ function firstChild(pid: number): number | null {
 /**
  * SIGTERM to the program alone: in a namespace the init's only child (its init, pid 1, would not
  * get it); in process-group mode the init, which passes it on; in `cgroup` mode the program
- * itself (the spawned process). Retried until the program exists (never sent to the shield or its
- * `mount`: the program it starts would not get it).
+ * itself (the spawned process; shielded, nsenter until it execs the program: a SIGTERM then ends
+ * the step before its program starts). Retried until the init's child exists.
  */
 function terminateStep(step: LiveStep, until: () => boolean): void {
   const init = initPid(step);
@@ -131,8 +113,8 @@ function killStep(step: LiveStep): void {
     // ended meanwhile
   }
   try {
-    // Also the group (the spawn is detached): with no init yet, `unshare`, the shield and a child
-    // either may be forking this instant share it (a child read a moment ago may be gone, and the
+    // Also the group (the spawn is detached): with no init yet, `unshare` and a child it may be
+    // forking this instant share it (a child read a moment ago may be gone, and the
     // init not yet read); --kill-child ends a namespace made meanwhile.
     process.kill(-pid, "SIGKILL");
   } catch {
@@ -164,12 +146,24 @@ export async function runCommandStep(
     [STEP_OF_VARIABLE]: String(process.pid),
   };
 
-  // A root step sees its output's published builds read-only (containment.ts, `BuildsShield`).
+  // A root step sees its output's published builds read-only (containment.ts, `BuildsShield`):
+  // it starts with `nsenter` into the worker's namespace for that (builds-namespace.ts).
   const shielded = containment.builds.shielded ? path.join(context.outputDir, "builds") : "";
-  const shield = containment.builds.shielded ? [...containment.builds.prefix, shielded] : [];
-  // The worker's holding mark made (and synced) it before the first step; for other callers it
-  // is made here. Synchronously: nothing may come between the checks below and the spawn.
-  if (shielded) makeBuildsDir(step.name, shielded);
+  let shield: string[] = [];
+  if (shielded) {
+    // The worker's holding mark made (and synced) it before the first step; for other callers it
+    // is made here.
+    makeBuildsDir(step.name, shielded);
+    try {
+      shield = await buildsNamespace.enter(shielded, cwd);
+    } catch (error) {
+      const message = `step ${step.name}: not started: ${(error as Error).message}`;
+      if (error instanceof BuildsNamespaceError && error.mountRefused) throw new StepFailedError(message);
+      throw new TransientStepError(message);
+    }
+    // Nothing asynchronous from here to the spawn.
+    context.signal.throwIfAborted();
+  }
 
   let cgroups: StepCgroups | null = null;
   if (step.limits.memory !== undefined || step.limits.pids !== undefined) {
@@ -217,7 +211,7 @@ export async function runCommandStep(
   // The warden ends the step if this worker dies or stops running (warden.ts).
   let wardenId: string | null = null;
   if (containment.stepCgroups) {
-    // `cgroup` mode: the program itself (shielded: `unshare` and `bash` first, which exec it), born
+    // `cgroup` mode: the program itself (shielded: `nsenter` first, which execs it), born
     // in the step's cgroup (step-cgroup.ts).
     try {
       stepCgroup = StepCgroup.create(containment.stepCgroups);
@@ -281,9 +275,11 @@ export async function runCommandStep(
   liveSteps.add(live);
   if (stalledAtSpawn !== null) killStep(live);
   let joinFailed = false;
-  let shieldFailed = false;
-  // The shell that starts the program (init, shield) said it could not: 126 or 127 is then its
-  // own exit code, not the program's.
+  // nsenter could not enter the builds namespace (its holder ended meanwhile): its exit code 1
+  // is then its own, not the program's.
+  let enterFailed = false;
+  // The starter of the program (init, nsenter) said it could not: 126 or 127 is then its own
+  // exit code, not the program's.
   let shellNotStarted = false;
   let stderrLines = 0;
   const pipeLines = (stream: NodeJS.ReadableStream, label: string) => {
@@ -294,9 +290,9 @@ export async function runCommandStep(
       rest = lines.pop() ?? "";
       for (const line of lines) {
         if (label && cgroups && line.startsWith(CGROUP_JOIN_FAILED_LINE)) joinFailed = true;
-        if (label && shielded && line.startsWith(SHIELD_FAILED_LINE)) shieldFailed = true;
-        // Only the step's first stderr line: a shell that could not start the program says so
+        // Only the step's first stderr line: a starter that could not start the program says so
         // before anything else runs (a program's own "env: …: No such file" later is its own).
+        if (label && shielded && stderrLines === 0 && NSENTER_FAILED.test(line)) enterFailed = true;
         if (label && argv.length > 0 && stderrLines === 0 && SHELL_NOT_STARTED.test(line)) shellNotStarted = true;
         if (label) stderrLines += 1;
         context.log(`[${step.name}${label}] ${line.slice(0, MAX_LINE)}`);
@@ -391,6 +387,8 @@ export async function runCommandStep(
         throw new StepFailedError(`step ${step.name}: its working directory ${cwd} does not exist`);
       throw new StepFailedError(`step ${step.name}: program not found or not executable: ${program}`);
     }
+    if (code === "ENOENT" && !fs.existsSync(cwd))
+      throw new StepFailedError(`step ${step.name}: its working directory ${cwd} does not exist`);
     if (code === "ENOENT")
       throw new StepFailedError(`step ${step.name}: cannot start ${argv[0]} (is util-linux installed?)`);
     if (code && TRANSIENT_ERRNO.has(code)) throw new TransientStepError(`step ${step.name}: ${outcome.error.message}`);
@@ -401,9 +399,9 @@ export async function runCommandStep(
   if (outcome.code !== null && NOT_STARTED.includes(outcome.code) && shellNotStarted)
     throw new StepFailedError(`step ${step.name}: program not found or not executable: ${program}`);
   if (outcome.code === 125 && joinFailed) throw new TransientStepError(`step ${step.name}: could not join its cgroup`);
-  if (outcome.code === 125 && shieldFailed)
-    throw new StepFailedError(
-      `step ${step.name}: not started: ${shielded} could not be mounted read-only for it (see the run log)`,
+  if (outcome.code === 1 && enterFailed)
+    throw new TransientStepError(
+      `step ${step.name}: not started: it could not enter the worker's namespace for read-only builds (see the run log)`,
     );
   if (outcome.code !== null && step.transientExitCodes.includes(outcome.code)) {
     throw new TransientStepError(`step ${step.name} exited ${outcome.code} (declared transient)`);
