@@ -18,7 +18,7 @@ import type { RedisKeys } from "../redis/keys";
 import type { ScriptingClient } from "../redis/scripts";
 
 export interface ScheduleDeps {
-  queue: Pick<Queue, "upsertJobScheduler" | "removeJobScheduler" | "getJobs">;
+  queue: Pick<Queue, "upsertJobScheduler" | "removeJobScheduler" | "getJobScheduler" | "getJobState" | "getJobs">;
   main: ScriptingClient & Pick<Redis, "hget" | "hset" | "hdel" | "set">;
   keys: RedisKeys;
   definitions: Definitions;

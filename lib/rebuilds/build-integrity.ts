@@ -119,7 +119,17 @@ export async function checkPublishedBuilds(
   // Earlier findings first: one that was re-published or pruned since is cleared.
   // A build moved aside by promoteBuild stays listed until an operator removes it.
   const reported = await listChangedBuilds(client, keys);
+  const defined = new Set(outputs.map(({ rebuild, tenant }) => `${rebuild.name}/${tenant ?? ""}`));
   for (const known of reported) {
+    // A rebuild or tenant taken out of the definitions: its outputs are no longer watched, and the
+    // report's advice (verify it, rebuild it with force) could not be followed.
+    if (!defined.has(`${known.rebuild}/${known.tenant ?? ""}`)) {
+      await client.hdel(keys.changedBuilds, known.path);
+      lines.push(
+        `changed build ${known.path}: ${known.rebuild}${known.tenant ? `/${known.tenant}` : ""} is no longer defined, no longer watched`,
+      );
+      continue;
+    }
     // Only a build that is not there any more is cleared: an unreadable one (EIO, EACCES) stays.
     let changedAt: number | null = null;
     const exists = await fs.stat(known.path).then(

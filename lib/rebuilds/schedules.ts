@@ -13,6 +13,7 @@
  * still picks one up does not run it (worker/rebuild-worker.ts). Resuming upserts the scheduler
  * and moves `schedulerSince` to now: ticks while paused are not missed ticks.
  */
+import { isDeepStrictEqual } from "node:util";
 import type { Queue } from "bullmq";
 import type { Redis } from "ioredis";
 import { z } from "zod";
@@ -21,7 +22,7 @@ import { parseStoredJson } from "../redis/stored-json";
 import { tenantsOf, type Definitions, type RebuildDefinition } from "./definitions";
 import { jobOptionsFor, schedulerIdOf, scheduledTickOf, type RebuildJobData } from "./queue";
 
-type SchedulerQueue = Pick<Queue, "upsertJobScheduler" | "removeJobScheduler">;
+type SchedulerQueue = Pick<Queue, "upsertJobScheduler" | "removeJobScheduler" | "getJobScheduler" | "getJobState">;
 type PauseClient = Pick<Redis, "hget" | "hset" | "hdel" | "set">;
 
 /** Where schedules live: BullMQ's job schedulers, and the pauses in Redis. */
@@ -95,11 +96,11 @@ export async function upsertSchedule(
     trigger: "schedule",
   };
   const { attempts, backoff, removeOnComplete, removeOnFail } = jobOptionsFor(definition, definitions.retention);
-  await queue.upsertJobScheduler(
-    id,
-    { pattern: definition.schedule.cron, tz: definition.schedule.tz },
-    { name: definition.name, data, opts: { attempts, backoff, removeOnComplete, removeOnFail } },
-  );
+  const repeat = { pattern: definition.schedule.cron, tz: definition.schedule.tz };
+  const template = { name: definition.name, data, opts: { attempts, backoff, removeOnComplete, removeOnFail } };
+  // An upsert replaces the scheduler's pending tick with the next one from now: a tick that fell
+  // due while no worker ran would be lost. So a scheduler as wanted, with its tick pending, stays.
+  if (!(await schedulerIsCurrent(queue, id, repeat, template))) await queue.upsertJobScheduler(id, repeat, template);
   if (await readSchedulePause(client, keys, definition.name, tenant)) {
     await queue.removeJobScheduler(id);
     return false;
@@ -108,6 +109,29 @@ export async function upsertSchedule(
   if (options.resumed) await client.set(keys.schedulerSince(id), String(Date.now()));
   else await client.set(keys.schedulerSince(id), String(Date.now()), "NX");
   return true;
+}
+
+/**
+ * Whether BullMQ holds scheduler `id` as wanted (the same cron, time zone and job template) and
+ * its next tick is still pending (delayed, or waiting for a worker). Anything else — no
+ * scheduler, a changed one, a tick that is gone — is upserted.
+ */
+async function schedulerIsCurrent(
+  queue: SchedulerQueue,
+  id: string,
+  repeat: { pattern: string; tz?: string },
+  template: { name: string; data: RebuildJobData; opts: Record<string, unknown> },
+): Promise<boolean> {
+  const existing = await queue.getJobScheduler(id);
+  if (!existing || existing.next === undefined || existing.next === null) return false;
+  if (existing.pattern !== repeat.pattern || (existing.tz ?? undefined) !== (repeat.tz ?? undefined)) return false;
+  if (existing.name !== template.name || !isDeepStrictEqual(existing.template?.data, template.data)) return false;
+  const opts = (existing.template?.opts ?? {}) as Record<string, unknown>;
+  for (const [name, value] of Object.entries(template.opts)) {
+    if (!isDeepStrictEqual(opts[name], value)) return false;
+  }
+  const state = await queue.getJobState(`repeat:${id}:${existing.next}`);
+  return state === "delayed" || state === "waiting" || state === "prioritized";
 }
 
 export async function readSchedulePause(

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
 import { test } from "node:test";
-import { changedBuildProblems, checkPublishedBuilds } from "../../lib/rebuilds/build-integrity";
+import { changedBuildProblems, checkPublishedBuilds, recordChangedBuild } from "../../lib/rebuilds/build-integrity";
 import { MISSING_BUILD, readCurrent, verifyBuilds } from "../../lib/rebuilds/output";
 import { createTestBed } from "../support/stack";
 
@@ -84,4 +84,35 @@ test("a published build deleted from under current: verify exits 1 naming it, th
     `cleared once whole again: ${after.join(" | ")}`,
   );
   assert.deepEqual(await verifyBuilds(outputDir), { checked: 1, changed: [] });
+});
+
+test("a changed build of a tenant (or rebuild) taken out of the definitions is no longer reported: its advice could not be followed", async (t) => {
+  const bed = await createTestBed({
+    kept: { output: "out/kept", tenants: ["acme"], steps: [{ name: "s", run: ["true"] }] },
+  });
+  t.after(() => bed.close());
+  const report = (rebuild: string, tenant: string | null) => {
+    const dir = path.join(bed.dir, "out", rebuild, tenant ?? "", "builds", "0".repeat(32));
+    fs.mkdirSync(dir, { recursive: true });
+    fs.writeFileSync(path.join(dir, "f"), "changed\n");
+    return recordChangedBuild(bed.main, bed.keys, {
+      path: dir,
+      rebuild,
+      tenant,
+      expected: "0".repeat(32),
+      actual: "1".repeat(32),
+      foundAt: Date.now(),
+      foundBy: "test",
+    });
+  };
+  await report("kept", "acme");
+  await report("kept", "initech"); // a tenant removed since
+  await report("dropped", null); // a rebuild removed since
+  // The defined one is re-hashed under its lease: held, so it stays as found.
+  await bed.main.set(bed.keys.buildCheckLease("kept", "acme"), "other", "PX", 60_000);
+  const lines = await checkPublishedBuilds(bed.main, bed.keys, bed.definitions, "test");
+  assert.deepEqual(lines.filter((line) => line.includes("no longer defined")).length, 2, lines.join(" | "));
+  const problems = await changedBuildProblems(bed.main, bed.keys);
+  assert.equal(problems.length, 1, problems.join(" | "));
+  assert.match(problems[0]!, /kept\/acme/);
 });

@@ -2,6 +2,8 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { createTestBed, type TestBed } from "../support/stack";
+import { until } from "../support/until";
+import { syncSchedules } from "../../lib/rebuilds/schedules";
 
 let bed: TestBed;
 before(async () => {
@@ -40,6 +42,34 @@ test("two processes upserting the same schedule: one scheduler, one job per tick
   } finally {
     await a.stop();
     await b.stop();
+  }
+});
+
+test("a tick that fell due while no worker ran is not replaced by the next worker's start: it runs", async () => {
+  // A worker upserts the scheduler, then stops; its next tick falls due with nobody to take it.
+  const first = await bed.startWorker();
+  await first.stop();
+  const scheduler = await bed.queue.getJobScheduler("sched.ticking");
+  const due = Number(scheduler?.next);
+  assert.ok(due > 0, "the scheduler has a next tick");
+  const tickJob = `repeat:sched.ticking:${due}`;
+  while (Date.now() < due + 2_500) await new Promise((r) => setTimeout(r, 250));
+  assert.equal(await bed.queue.getJobState(tickJob), "delayed", "due, not taken");
+  // What every process does at its start, before its workers take jobs: it must leave that tick
+  // in place (an upsert would replace it with the next one from now).
+  const synced = await syncSchedules(bed.queue, bed.definitions, bed.main, bed.keys);
+  assert.deepEqual(synced.upserted, ["sched.ticking"]);
+  assert.equal(await bed.queue.getJobState(tickJob), "delayed", "the due tick is still there");
+  const second = await bed.startWorker();
+  try {
+    const ran = await until(
+      `a run of the due tick ${tickJob}`,
+      async () => (await bed.allRuns()).find((r) => r.jobId === tickJob),
+      30_000,
+    );
+    assert.equal(ran.trigger, "schedule");
+  } finally {
+    await second.stop();
   }
 });
 
