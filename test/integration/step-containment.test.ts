@@ -5,6 +5,7 @@
  * on files, never on logs.
  */
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -202,6 +203,49 @@ for (const mode of MODES)
         "the step's mount leaked into the worker's namespace",
       );
       fs.writeFileSync(path.join(outputDir, "builds", "worker-can-write"), "");
+    });
+
+    test("the namespace is the worker's view: a relative path from the work dir finds builds read-only, a step's own mounts do not reach the next step, the worker's new mounts do", async (t) => {
+      if (process.getuid?.() !== 0) return t.skip("write bits already stop a non-root step");
+      const outputDir = fs.mkdtempSync(path.join(bed.dir, "output-"));
+      fs.mkdirSync(path.join(outputDir, "builds", "h1"), { recursive: true });
+      const run = async (script: string, name: string) => {
+        const workDir = path.join(outputDir, ".work", name);
+        fs.mkdirSync(workDir, { recursive: true });
+        const ctx = context(new AbortController().signal);
+        const error = await runCommandStep(
+          step(script, { env: { OUT: outputDir } }),
+          { ...ctx, outputDir, workDir },
+          containment,
+        ).then(
+          () => null,
+          (e: unknown) => e as Error,
+        );
+        assert.equal(error, null, ctx.lines.join("\n"));
+        return ctx.lines.filter((l) => !l.includes("stderr")).map((l) => l.replace(/^\[s\] /, ""));
+      };
+      // From its default working directory, `..` climbs inside the namespace, not the worker's view.
+      assert.deepEqual(
+        await run(
+          "touch ../../builds/h1/rel 2>/dev/null && echo wrote || echo refused; mkdir ../../builds/h2 2>/dev/null && echo made || echo refused",
+          "r1",
+        ),
+        ["refused", "refused"],
+      );
+      assert.deepEqual(fs.readdirSync(path.join(outputDir, "builds")), ["h1"]);
+      // A step mounts a tmpfs over the work directories (and leaves it): the next step's writes
+      // must land where the worker reads them.
+      assert.deepEqual(await run('mount -t tmpfs scratch "$OUT/.work" && echo mounted', "r2"), ["mounted"]);
+      assert.deepEqual(await run('echo built > "$CLAIMWATCH_WORK/artifact" && echo wrote', "r3"), ["wrote"]);
+      assert.equal(fs.readFileSync(path.join(outputDir, ".work", "r3", "artifact"), "utf8"), "built\n");
+      // The worker mounts something after the namespace was made: the next step sees it.
+      const data = path.join(outputDir, "data");
+      fs.mkdirSync(data);
+      execFileSync("mount", ["-t", "tmpfs", "late", data]);
+      t.after(() => execFileSync("umount", ["-l", data]));
+      fs.writeFileSync(path.join(data, "seen"), "yes\n");
+      assert.deepEqual(await run('cat "$OUT/data/seen"', "r4"), ["yes"]);
+      assert.ok(!fs.readFileSync("/proc/self/mountinfo", "utf8").includes(path.join(outputDir, "builds")));
     });
 
     test("builds stay read-only to the next step after a step unmounts them, the directory is made again, or the namespace's holder dies", async (t) => {

@@ -261,20 +261,24 @@ export function programPath(name: string): string {
 /**
  * Whether a root worker can give its steps a mount namespace with `builds/` read-only: probed on
  * a scratch directory with the programs steps get (builds-namespace.ts): `unshare --mount`, a
- * read-only bind mount, `nsenter` into that namespace, then a write that must fail.
- * Non-root: not needed.
+ * read-only bind mount of `<dir>/builds`, `nsenter --wdns` into that namespace in `<dir>/work`,
+ * then writes that must fail, by an absolute and by a relative path. Non-root: not needed.
  */
 function probeBuildsShield(): BuildsShield {
   if (process.getuid?.() !== 0)
     return { shielded: false, why: "not root: write bits keep steps out of published builds" };
-  const probe =
-    '"$2" --bind -o ro -- "$1" "$1" && exec "$3" "--mount=/proc/$$/ns/mnt" "--wd=$1" -- "$4" -c \'! touch probe 2>/dev/null\'';
+  const probe = [
+    '"$2" --bind -o ro -- "$1/builds" "$1/builds" || exit 1',
+    'exec "$3" "--mount=/proc/$$/ns/mnt" "--wdns=$1/work" -- "$4" -c \'! touch "$1/builds/a" 2>/dev/null && ! touch ../builds/r 2>/dev/null\' probe "$1"',
+  ].join("\n");
   let dir: string | null = null;
   try {
     dir = fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-shield-"));
+    fs.mkdirSync(path.join(dir, "builds"));
+    fs.mkdirSync(path.join(dir, "work"));
     const argv = [programPath("unshare"), "--mount", "--propagation", "slave", "--", programPath("sh"), "-c", probe];
     const args = ["probe", dir, programPath("mount"), programPath("nsenter"), programPath("sh")];
-    if (works([...argv, ...args]) && !fs.existsSync(path.join(dir, "probe"))) return { shielded: true };
+    if (works([...argv, ...args]) && fs.readdirSync(path.join(dir, "builds")).length === 0) return { shielded: true };
   } catch {
     // no scratch directory: reported as not shielded
   } finally {

@@ -20,7 +20,7 @@ import {
   WorkerStalledError,
   type StepContext,
 } from "./context";
-import { buildsNamespace, BuildsNamespaceError, NSENTER_FAILED } from "./builds-namespace";
+import { buildsNamespace, BuildsNamespaceError, nsenterFailed, type NamespaceEntry } from "./builds-namespace";
 import { StepCgroup } from "./step-cgroup";
 import { STEP_OF_VARIABLE, stepWarden } from "./warden";
 
@@ -149,13 +149,17 @@ export async function runCommandStep(
   // A root step sees its output's published builds read-only (containment.ts, `BuildsShield`):
   // it starts with `nsenter` into the worker's namespace for that (builds-namespace.ts).
   const shielded = containment.builds.shielded ? path.join(context.outputDir, "builds") : "";
-  let shield: string[] = [];
+  let entry: NamespaceEntry | null = null;
   if (shielded) {
     // The worker's holding mark made (and synced) it before the first step; for other callers it
     // is made here.
     makeBuildsDir(step.name, shielded);
     try {
-      shield = await buildsNamespace.enter(shielded, cwd);
+      // Checked in the turn of the spawn: nothing can retire that holder in between.
+      for (let tries = 1; !entry || !buildsNamespace.isCurrent(entry); tries++) {
+        if (tries > 3) throw new Error("its namespace for read-only builds kept ending as it was entered");
+        entry = await buildsNamespace.enter(shielded, cwd);
+      }
     } catch (error) {
       const message = `step ${step.name}: not started: ${(error as Error).message}`;
       if (error instanceof BuildsNamespaceError && error.mountRefused) throw new StepFailedError(message);
@@ -164,6 +168,7 @@ export async function runCommandStep(
     // Nothing asynchronous from here to the spawn.
     context.signal.throwIfAborted();
   }
+  const shield = entry?.prefix ?? [];
 
   let cgroups: StepCgroups | null = null;
   if (step.limits.memory !== undefined || step.limits.pids !== undefined) {
@@ -292,7 +297,7 @@ export async function runCommandStep(
         if (label && cgroups && line.startsWith(CGROUP_JOIN_FAILED_LINE)) joinFailed = true;
         // Only the step's first stderr line: a starter that could not start the program says so
         // before anything else runs (a program's own "env: …: No such file" later is its own).
-        if (label && shielded && stderrLines === 0 && NSENTER_FAILED.test(line)) enterFailed = true;
+        if (label && shielded && stderrLines === 0 && nsenterFailed(line)) enterFailed = true;
         if (label && argv.length > 0 && stderrLines === 0 && SHELL_NOT_STARTED.test(line)) shellNotStarted = true;
         if (label) stderrLines += 1;
         context.log(`[${step.name}${label}] ${line.slice(0, MAX_LINE)}`);
@@ -399,10 +404,12 @@ export async function runCommandStep(
   if (outcome.code !== null && NOT_STARTED.includes(outcome.code) && shellNotStarted)
     throw new StepFailedError(`step ${step.name}: program not found or not executable: ${program}`);
   if (outcome.code === 125 && joinFailed) throw new TransientStepError(`step ${step.name}: could not join its cgroup`);
-  if (outcome.code === 1 && enterFailed)
+  if (outcome.code === 1 && enterFailed) {
+    buildsNamespace.retireEntry(entry!, "a step could not enter it");
     throw new TransientStepError(
       `step ${step.name}: not started: it could not enter the worker's namespace for read-only builds (see the run log)`,
     );
+  }
   if (outcome.code !== null && step.transientExitCodes.includes(outcome.code)) {
     throw new TransientStepError(`step ${step.name} exited ${outcome.code} (declared transient)`);
   }
