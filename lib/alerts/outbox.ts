@@ -147,16 +147,16 @@ export class OutboxPump {
       receiver.url,
       firing.map((alert) => alertmanagerAlert(alert, now + 4 * this.config.repeatEvery)),
     );
-    if (!result.ok) {
-      this.lastRepost.delete(receiver.name); // try again at the next pump
-      await this.setStatus({
-        receiver: receiver.name,
-        status: "failed",
-        at: now,
-        deliveryId: "re-post",
-        error: result.error,
-      });
-    }
+    if (!result.ok) this.lastRepost.delete(receiver.name); // try again at the next pump
+    // Its last delivery either way (no delivery of its own waits: the lane is idle), so a receiver
+    // back after a failure shows as delivering again.
+    await this.setStatus({
+      receiver: receiver.name,
+      status: result.ok ? "delivered" : "failed",
+      at: now,
+      deliveryId: "re-post",
+      error: result.ok ? null : result.error,
+    });
   }
 
   private async finish(delivery: Delivery, result: SendResult, now: number, drop = false): Promise<void> {

@@ -100,7 +100,7 @@ export function evaluateRules(snapshot: AlertSnapshot, config: AlertsConfig, con
         severity: rules.claimStale.severity,
         subject: claim.name,
         labels: { rebuild, tenant, claim: claim.name },
-        summary: `Claim ${label(rebuild, tenant, claim.name)} stale for ${Math.floor(staleFor / 60_000)} min`,
+        summary: `Claim ${label(rebuild, tenant, claim.name)} stale for ${roughDuration(staleFor)}`,
         description: `${describeStale(claim.stale)}; holder ${claim.holder.workerId ?? "?"} on ${claim.holder.host ?? "?"} (pid ${claim.holder.pid ?? "?"}), fence ${claim.holder.fence ?? "?"}. Consider a force release.`,
         page: "/claims",
         since: claim.staleSince,
@@ -146,19 +146,36 @@ export function evaluateRules(snapshot: AlertSnapshot, config: AlertsConfig, con
   }
 
   if (rules.runLong) {
+    // One alert per rebuild and tenant (the documented labels), about its longest run: the next
+    // attempt of a job (a takeover) keeps the alert rather than resolving it and firing another.
+    const long = new Map<
+      string,
+      { run: (typeof snapshot.running)[number]; startedAt: number; over: number; count: number }
+    >();
     for (const run of snapshot.running) {
       const override = context.definitions.rebuilds.get(run.rebuild)?.alerts?.runLong;
       if (override === false) continue;
       const over = override?.over ?? rules.runLong.over;
       const startedAt = run.startedAt ?? run.createdAt;
       if (now - startedAt <= over) continue;
+      const key = `${run.rebuild}|${run.tenant ?? ""}`;
+      const seen = long.get(key);
+      if (!seen) long.set(key, { run, startedAt, over, count: 1 });
+      else {
+        seen.count += 1;
+        if (startedAt < seen.startedAt) Object.assign(seen, { run, startedAt });
+      }
+    }
+    for (const [subject, { run, startedAt, over, count }] of long) {
       push({
         rule: "runLong",
         severity: rules.runLong.severity,
-        subject: run.id,
-        labels: { rebuild: run.rebuild, tenant: run.tenant, claim: claimOf(context.definitions, run), run: run.id },
+        subject,
+        labels: { rebuild: run.rebuild, tenant: run.tenant, claim: claimOf(context.definitions, run) },
         summary: `Run of ${label(run.rebuild, run.tenant)} running for over ${formatDuration(over)}`,
-        description: `Run ${run.id} started ${new Date(startedAt).toISOString()}.`,
+        description:
+          `Run ${run.id} started ${new Date(startedAt).toISOString()}.` +
+          (count > 1 ? ` ${count - 1} more of its runs are over ${formatDuration(over)} too.` : ""),
         page: `/runs/${encodeURIComponent(run.id)}`,
         since: startedAt + over,
       });
@@ -291,4 +308,13 @@ export function runFailedSummary(
   return failed.reason.startsWith("transient:")
     ? `Rebuild ${rebuild} failed on its last attempt (${failed.attempt} of ${attempts})`
     : `Rebuild ${rebuild} failed (attempt ${failed.attempt}; not retried: a permanent failure)`;
+}
+
+/** `45 s`, `12 min`, `3 h 5 min`: how long, for a summary. */
+export function roughDuration(ms: number): string {
+  const seconds = Math.max(0, Math.floor(ms / 1_000));
+  if (seconds < 60) return `${seconds} s`;
+  const minutes = Math.floor(seconds / 60);
+  if (minutes < 60) return `${minutes} min`;
+  return `${Math.floor(minutes / 60)} h${minutes % 60 ? ` ${minutes % 60} min` : ""}`;
 }

@@ -96,7 +96,7 @@ export async function collectMetrics(sources: MetricsSources): Promise<{ content
   const ttl = gauge("claimwatch_claim_ttl_seconds", "Remaining lifetime of each held claim.");
   const stale = gauge(
     "claimwatch_claim_stale",
-    "Held claims that look stale, by reason (refresh-overdue: no refresh for two intervals; holder-not-live: holder worker has no heartbeat).",
+    "Held claims that look stale, each counted once, under its main reason (holder-not-live: its worker has no heartbeat; else refresh-overdue: no refresh for two intervals).",
   );
   const skips = gauge("claimwatch_consecutive_skips", "Consecutive skips of a claim (reset by a completed rebuild).");
   const reasonLabels = {
@@ -120,7 +120,9 @@ export async function collectMetrics(sources: MetricsSources): Promise<{ content
     const owner = ownerOf(claim.name, claim.holder);
     active.inc(owner);
     ttl.append(`${labelPair("claim", claim.name)},${owner}`, Math.max(0, claim.pttlMs) / 1000);
-    for (const reason of claim.stale) stale.inc(`${owner},${reasonLabels[reason.kind]}`);
+    // Once per claim (a sum is the number of stale claims): a dead holder explains an overdue refresh.
+    const main = claim.stale.find((r) => r.kind === "holder-not-live") ?? claim.stale[0];
+    if (main) stale.inc(`${owner},${reasonLabels[main.kind]}`);
   };
 
   // The claims pages, the job counts and the main Redis' reads all at once: the pages only need

@@ -223,3 +223,41 @@ test("stale claims census: exactly the full census' stale claims (overdue, near-
   assert.ok(!full.claims.some((claim) => claim.name === "output:no-meta"));
   await assert.rejects(readClaimCensus(redis, keys, undefined, { onlyStale: true }));
 });
+
+test("Alertmanager re-posts: a failed one shows on the receiver's status, the next one that lands clears it", async () => {
+  const { OutboxPump } = await import("../../lib/alerts/outbox");
+  const { startHttpReceiver } = await import("../support/http-receiver");
+  const receiver = await startHttpReceiver();
+  const main = client();
+  const keys = redisKeys(uniquePrefix("repost"));
+  const firing = {
+    id: "skips|c",
+    labels: alert("a").labels,
+    annotations: alert("a").annotations,
+    startsAt: Date.now(),
+  };
+  await main.hset(keys.alertsFiring, firing.id, JSON.stringify(firing));
+  const pump = new OutboxPump(
+    main,
+    keys,
+    [{ kind: "alertmanager", name: "am", url: receiver.url }],
+    { repeatEvery: 50 },
+    process.env,
+    () => {},
+  );
+  const statusAfterPump = async () => {
+    await new Promise((r) => setTimeout(r, 60)); // past repeatEvery
+    await pump.pump(() => true);
+    await pump.settled();
+    return JSON.parse((await main.hget(keys.alertsReceivers, "am")) ?? "null") as {
+      status: string;
+      error: string | null;
+    };
+  };
+  receiver.setMode("/api/v2/alerts", "fail");
+  assert.equal((await statusAfterPump()).status, "failed");
+  receiver.setMode("/api/v2/alerts", "ok");
+  const back = await statusAfterPump();
+  assert.deepEqual([back.status, back.error], ["delivered", null]);
+  assert.ok(receiver.requests.filter((r) => r.path === "/api/v2/alerts").length >= 2);
+});

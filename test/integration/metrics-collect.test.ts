@@ -88,11 +88,13 @@ test("collectMetrics: counters, cumulative histogram, claim TTL, stale and skips
     { workerId: "gone", rebuild: "tiles", tenant: "acme" },
     {
       ttlMs: 60_000,
-      refreshEveryMs: 10_000,
+      refreshEveryMs: 50,
     },
   );
   assert.equal(grant.status, "acquired");
   await client.hset(keys.claimSkips, tiles, "3");
+  // Stale for both reasons (no heartbeat of "gone", no refresh for two intervals): counted once.
+  await new Promise((r) => setTimeout(r, 300));
 
   const { body, contentType } = await collectMetrics({ main: client, claims: client, keys, definitions, queue });
   assert.match(contentType, /^text\/plain; version=0\.0\.4/);

@@ -267,6 +267,8 @@ test("rules: stale for long enough, skips at the threshold, failed for good, lon
       ],
       running: [
         { id: "long-a1", rebuild: "parcels", tenant: null, startedAt: now - 3_700_000, createdAt: 0 },
+        // The next attempt of the same job (a takeover), still running too: one alert, the longest.
+        { id: "long-a2", rebuild: "parcels", tenant: null, startedAt: now - 3_650_000, createdAt: 0 },
         { id: "tiles-a1", rebuild: "tiles", tenant: "acme", startedAt: now - 700_000, createdAt: 0 },
       ],
       workersLive: 0,
@@ -296,13 +298,18 @@ test("rules: stale for long enough, skips at the threshold, failed for good, lon
     `claimStale|${parcels}`,
     "redisUnsafe|main",
     "runFailed|parcels|", // transient but attempt 4 of 4: failed for good
-    "runLong|long-a1",
-    "runLong|tiles-a1", // tiles overrides runLong.over to 10m
+    "runLong|parcels|",
+    "runLong|tiles|acme", // tiles overrides runLong.over to 10m
     "scheduleMissed|tiles|acme",
     `skips|${parcels}`,
     "workerMissing",
   ]);
+  const long = outcome.active.find((a) => a.id === "runLong|parcels|")!;
+  assert.deepEqual(Object.keys(long.labels).sort(), ["alertname", "claim", "rebuild", "service", "severity", "tenant"]);
+  assert.match(long.annotations.description, /^Run long-a1 started .* 1 more of its runs are over 1h too\.$/);
+  assert.equal(long.annotations.link, "https://claims.example.com/runs/long-a1");
   const stale = outcome.active.find((a) => a.labels.alertname === "claimStale")!;
+  assert.match(stale.annotations.summary, /stale for 6 min$/);
   assert.deepEqual(
     {
       rebuild: stale.labels.rebuild,
@@ -480,4 +487,16 @@ test("runFailed's summary says whether the failure is retried: a transient one o
     runFailedSummary("tiles/acme", { attempt: 1, reason: "step pack exited with code 3" }, 2),
     "Rebuild tiles/acme failed (attempt 1; not retried: a permanent failure)",
   );
+});
+
+test("summaries say how long in the unit that fits: seconds, minutes, hours and minutes", async () => {
+  const { roughDuration } = await import("../../lib/alerts/rules");
+  assert.deepEqual([15_000, 59_999, 60_000, 3_599_000, 3_600_000, 11_100_000].map(roughDuration), [
+    "15 s",
+    "59 s",
+    "1 min",
+    "59 min",
+    "1 h",
+    "3 h 5 min",
+  ]);
 });
