@@ -173,10 +173,27 @@ export function receiverEnvWarnings(alerts: AlertsConfig, env: Readonly<Record<s
       receiver.kind === "slack"
         ? [receiver.webhookUrlEnv, "webhookUrlEnv", "nothing is sent"]
         : [receiver.secretEnv, "secretEnv", "nothing is sent unsigned"];
-    if (env[variable]) continue;
+    const value = env[variable];
+    if (value && receiver.kind === "slack" && !isHttpUrl(value)) {
+      // Not echoed: the URL is the secret.
+      warnings.push(
+        `alerts: receiver '${receiver.name}': ${variable} (${setting}) is not an http(s) URL; its deliveries fail (nothing is sent) while this process evaluates`,
+      );
+      continue;
+    }
+    if (value) continue;
     warnings.push(
       `alerts: receiver '${receiver.name}': ${variable} (${setting}) is not set in this process's environment; its deliveries fail (${consequence}) while this process evaluates`,
     );
   }
   return warnings;
+}
+
+function isHttpUrl(value: string): boolean {
+  try {
+    const url = new URL(value);
+    return url.protocol === "https:" || url.protocol === "http:";
+  } catch {
+    return false;
+  }
 }

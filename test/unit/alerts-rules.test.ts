@@ -151,6 +151,10 @@ test("alerts config: a receiver whose secret variable is unset in this process i
     "alerts: receiver 'slack': SLACK_WEBHOOK_URL (webhookUrlEnv) is not set in this process's environment; its deliveries fail (nothing is sent) while this process evaluates",
     "alerts: receiver 'ops': HOOK_SECRET (secretEnv) is not set in this process's environment; its deliveries fail (nothing is sent unsigned) while this process evaluates",
   ]);
+  // Set but no URL (a typo in the scheme): said at start, without the value (it is the secret).
+  assert.deepEqual(receiverEnvWarnings(alerts, { SLACK_WEBHOOK_URL: "https//hooks.slack.com/x", HOOK_SECRET: "s" }), [
+    "alerts: receiver 'slack': SLACK_WEBHOOK_URL (webhookUrlEnv) is not an http(s) URL; its deliveries fail (nothing is sent) while this process evaluates",
+  ]);
 });
 
 const holder = (over: Partial<ClaimHolder>): ClaimHolder => ({
