@@ -151,6 +151,12 @@ function editDistance(a: string, b: string): number {
 
 /** Whether `word` is one slip from `known` (two for a word longer than 5): a misspelling of it. */
 const nearMiss = (word: string, known: string) => editDistance(word, known) <= (known.length > 5 ? 2 : 1);
+/** A key written as `known`: a near miss, or it without (or with) a short ending (`webhookUrl` for `webhookUrlEnv`). */
+const meantAsKey = (key: string, known: string) =>
+  nearMiss(key, known) ||
+  (Math.min(key.length, known.length) >= 4 &&
+    Math.abs(key.length - known.length) <= 3 &&
+    (known.startsWith(key) || key.startsWith(known)));
 
 /**
  * Whether an unknown `{word}` was surely meant as a placeholder: a known one in another case or
@@ -460,7 +466,7 @@ function schemaProblems(raw: unknown, issues: z.core.$ZodIssue[], lineOf: LineOf
     for (const issue of missing) {
       const wanted = String(issue.path.at(-1));
       if (issuePath(issue.path.slice(0, -1)) !== issuePath(parent)) continue;
-      if (nearMiss(key.toLowerCase(), wanted.toLowerCase())) return wanted;
+      if (meantAsKey(key.toLowerCase(), wanted.toLowerCase())) return wanted;
     }
     return undefined;
   };

@@ -128,10 +128,14 @@ test("alerts config: a rule given as a mapping is judged as a mapping; its bad s
     refusal({ receivers: [{ slack: { webhookUrlEnv: "S" }, webhook: { url: "http://x", secretEnv: "X" } }] }),
     /alerts\.receivers\[0\]: a receiver is exactly one of/,
   );
-  // A misspelt setting of a receiver of a known kind: what is missing and what is unknown, there.
+  // A misspelt setting of a receiver of a known kind (a short ending left off): one problem, named.
   assert.deepEqual(refusal({ receivers: [{ slack: { webhookUrl: "https://hooks" } }] }).split("\n"), [
+    "claimwatch.yaml: alerts.receivers[0].slack: unknown key 'webhookUrl' (did you mean 'webhookUrlEnv'?)",
+  ]);
+  // An unrelated unknown key beside a missing one: both.
+  assert.deepEqual(refusal({ receivers: [{ slack: { colour: "red" } }] }).split("\n"), [
     "claimwatch.yaml: alerts.receivers[0].slack.webhookUrlEnv: is required (a string)",
-    "claimwatch.yaml: alerts.receivers[0].slack: unknown key 'webhookUrl'",
+    "claimwatch.yaml: alerts.receivers[0].slack: unknown key 'colour'",
   ]);
 });
 
