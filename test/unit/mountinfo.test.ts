@@ -1,22 +1,36 @@
-/** The builds namespace's check of its mount table (builds-namespace.ts): the topmost mount counts. */
+/** The builds namespace's reading of mount tables (builds-namespace.ts). */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { topmostMountIsReadOnly } from "../../lib/rebuilds/steps/builds-namespace";
+import { mountsOf } from "../../lib/rebuilds/steps/builds-namespace";
 
-const line = (id: number, point: string, options: string) =>
-  `${id} 1 8:1 /x ${point} ${options} shared:1 - ext4 /dev/sda1 rw`;
+const line = (id: number, point: string, options: string, tags = "shared:1") =>
+  `${id} 1 8:1 /x ${point} ${options} ${tags} - ext4 /dev/sda1 rw`;
 
-test("the topmost mount at a path decides; escaped paths are read as the kernel wrote them", () => {
-  const table = [
-    line(20, "/", "rw,relatime"),
-    line(30, "/out/builds", "ro,relatime"),
-    line(31, "/out/b\\040c/builds", "ro,relatime"),
-    line(32, "/other/builds", "ro,relatime"),
-    line(33, "/other/builds", "rw,relatime"),
-  ].join("\n");
-  assert.equal(topmostMountIsReadOnly(table, "/out/builds"), true);
-  assert.equal(topmostMountIsReadOnly(table, "/out/b c/builds"), true);
-  assert.equal(topmostMountIsReadOnly(table, "/other/builds"), false, "a writable mount over the read-only one");
-  assert.equal(topmostMountIsReadOnly(table, "/none/builds"), false, "no mount there");
-  assert.equal(topmostMountIsReadOnly(table, "/out"), false, "a parent is no mount of its own");
+test("mounts: points unescaped as the kernel wrote them, read-only read from the options, in table order", () => {
+  const mounts = mountsOf(
+    [
+      line(20, "/", "rw,relatime"),
+      line(30, "/out/builds", "ro,relatime"),
+      line(31, "/out/b\\040c/builds", "ro,relatime"),
+      line(33, "/other/builds", "rw,relatime", ""),
+      "not a mount line",
+    ].join("\n"),
+  );
+  assert.deepEqual(
+    mounts.map((m) => [m.point, m.readOnly]),
+    [
+      ["/", false],
+      ["/out/builds", true],
+      ["/out/b c/builds", true],
+      ["/other/builds", false],
+    ],
+  );
+});
+
+test("a mount's key is the same in a copy of the namespace: ids and peer groups aside", () => {
+  const [worker] = mountsOf(line(20, "/srv", "rw,relatime", "shared:1"));
+  const [copy] = mountsOf(`412 399 8:1 /x /srv rw,relatime master:1 - ext4 /dev/sda1 rw`);
+  assert.equal(worker!.key, copy!.key);
+  const [readOnly] = mountsOf(line(20, "/srv", "ro,relatime"));
+  assert.notEqual(worker!.key, readOnly!.key);
 });

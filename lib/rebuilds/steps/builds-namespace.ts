@@ -16,10 +16,15 @@
  *
  * The namespace must stay what a fresh one would be: the worker's view, plus the read-only
  * binds. So before every step both mount tables are read, the worker's and the holder's, and
- * compared with what they were after the holder's last own change; any difference — a step
- * that mounted or unmounted something (it would reach every later step), a mount the host made
- * or removed since (a private root propagates nothing) — retires the holder, and a new one is
- * made (its binds again). A retired holder is killed; steps still in its namespace run on.
+ * compared as sets of mounts (root, mount point, options, filesystem, source; not the ids and
+ * peer groups, which differ in a copy), the holder's without its binds: any difference — a step
+ * that mounted or unmounted something (it would reach every later step), a mount the worker's
+ * view gained or lost that did not propagate (a private root propagates nothing), also while the
+ * holder was being made — retires the holder, and a new one is made (its binds again). A bind
+ * that is gone (a step unmounted it) is made again. Mount changes that propagate cost nothing.
+ * No comparison runs while a bind is being made. A retired holder is killed; steps still in its
+ * namespace run on. A step's mount reaches the steps running beside it until the next step
+ * starts: the shield stops mistakes, not a step set on changing mounts.
  *
  * The worker keeps the holder's namespace open (`/proc/<worker>/fd/<n>`, closed a minute after
  * the holder is retired), so a holder pid that ended and was reused can never name another
@@ -37,7 +42,7 @@ const run = promisify(execFile);
 const HOLDER_READY_MS = 10_000;
 /** A retired holder's namespace stays open this long (a step's nsenter may still be opening it). */
 const RETIRED_FD_KEPT_MS = 60_000;
-/** Holders made for one step at most (each change of a mount table retires one). */
+/** Holders made for one step at most (each difference of the mount tables retires one). */
 const MAX_HOLDERS_PER_STEP = 3;
 
 /** What a failed shield says: the step is not started. */
@@ -45,7 +50,7 @@ export class BuildsNamespaceError extends Error {
   override name = "BuildsNamespaceError";
   constructor(
     message: string,
-    /** The mount itself was refused (no retry helps), not the namespace's making. */
+    /** `mount` itself refused the bind in a live namespace (no retry helps). */
     readonly mountRefused: boolean,
   ) {
     super(message);
@@ -62,15 +67,12 @@ interface Holder {
   child: ChildProcess;
   pid: number;
   generation: number;
-  /** The holder's namespace, open in the worker. */
+  /** The holder's namespace, open in the worker (closed once, a while after the holder ended). */
   fd: number;
-  /** The worker's mount table when the holder was made. */
-  workerTable: string;
-  /** The holder's mount table after its last own change (a bind). */
-  holderTable: string;
-  /** `builds/` directories mounted read-only in it. */
+  fdClosing: boolean;
+  /** `builds/` directories bound read-only in it. */
   mounted: Set<string>;
-  /** Its mounts, one at a time (each re-reads the table after it). */
+  /** Its binds, one at a time. */
   mounting: Promise<void>;
   ended: string | null;
 }
@@ -81,6 +83,7 @@ export class BuildsNamespace {
   private generations = 0;
 
   constructor(
+    private readonly options: { retiredFdKeptMs: number } = { retiredFdKeptMs: RETIRED_FD_KEPT_MS },
     private readonly programs = {
       unshare: programPath("unshare"),
       nsenter: programPath("nsenter"),
@@ -97,22 +100,27 @@ export class BuildsNamespace {
   async enter(builds: string, cwd: string): Promise<NamespaceEntry> {
     // The mount table names the real path (`mount` resolves symbolic links in it).
     const buildsDir = fs.realpathSync(builds);
-    for (let made = 0; ; made++) {
+    const made = new Set<number>();
+    for (;;) {
       const holder = await this.liveHolder();
-      if (holder.mounted.has(buildsDir) && this.unchanged(holder)) {
-        return { prefix: this.prefixOf(holder, `--wdns=${cwd}`), generation: holder.generation };
-      }
-      if (!holder.mounted.has(buildsDir) && this.unchanged(holder)) {
-        await this.mountIn(holder, buildsDir);
-        continue; // checked again: the table after the mount is the new reference
-      }
-      this.retire(holder, "a mount table changed");
-      if (made + 1 >= MAX_HOLDERS_PER_STEP) {
+      made.add(holder.generation);
+      if (made.size > MAX_HOLDERS_PER_STEP) {
+        this.retire(holder, "its mount tables kept changing");
         throw new BuildsNamespaceError(
           `the mount tables kept changing: ${MAX_HOLDERS_PER_STEP} namespaces for read-only builds made in turn`,
           false,
         );
       }
+      await holder.mounting; // no comparison while a bind is being made
+      if (holder.ended !== null) continue;
+      if (!this.sameView(holder)) {
+        this.retire(holder, "its mounts differ from the worker's");
+        continue;
+      }
+      if (holder.mounted.has(buildsDir)) {
+        return { prefix: this.prefixOf(holder, `--wdns=${cwd}`), generation: holder.generation };
+      }
+      await this.mountIn(holder, buildsDir); // then compared again
     }
   }
 
@@ -136,20 +144,34 @@ export class BuildsNamespace {
   }
 
   /**
-   * Both mount tables as they were after the holder's last own change. Read synchronously: two
-   * small reads of /proc (tens of microseconds) cost less than two trips through the thread pool.
+   * Whether the holder's mounts, without its read-only binds, are the worker's. A bind no longer
+   * there (or no longer read-only on top) is forgotten, to be made again. Read synchronously: two
+   * small reads of /proc cost less than two trips through the thread pool.
    */
-  private unchanged(holder: Holder): boolean {
-    const worker = readTable("self");
-    const held = readTable(holder.pid);
-    return holder.ended === null && worker === holder.workerTable && held === holder.holderTable;
+  private sameView(holder: Holder): boolean {
+    const held = mountsOf(readTable(holder.pid));
+    if (held.length === 0) return false; // gone
+    for (const dir of holder.mounted) {
+      const top = held.findLastIndex((mount) => mount.point === dir);
+      if (top >= 0 && held[top]!.readOnly) held.splice(top, 1);
+      else holder.mounted.delete(dir);
+    }
+    const worker = mountsOf(readTable("self"));
+    return sameMounts(held, worker);
   }
 
   private retire(holder: Holder, why: string): void {
-    if (this.holder === holder) this.holder = null;
     holder.ended ??= `retired: ${why}`;
+    if (this.holder === holder) this.holder = null;
     holder.child.kill("SIGKILL");
-    setTimeout(() => fs.close(holder.fd, () => {}), RETIRED_FD_KEPT_MS).unref();
+    this.closeLater(holder);
+  }
+
+  /** Once per holder: a step's nsenter may still be opening the namespace for a moment. */
+  private closeLater(holder: Holder): void {
+    if (holder.fdClosing) return;
+    holder.fdClosing = true;
+    setTimeout(() => fs.close(holder.fd, () => {}), this.options.retiredFdKeptMs).unref();
   }
 
   private async liveHolder(): Promise<Holder> {
@@ -159,11 +181,14 @@ export class BuildsNamespace {
   }
 
   private async startHolder(): Promise<Holder> {
+    // Its own environment: nothing of the worker's (a step's marker, a secret) in a long-lived process.
+    const env: Record<string, string> = { PATH: process.env.PATH ?? "/usr/bin:/bin" };
     const child: ChildProcess = spawn(
       this.programs.unshare,
       ["--mount", "--propagation", "slave", "--", this.programs.cat],
       {
         cwd: "/",
+        env: env as NodeJS.ProcessEnv,
         stdio: ["pipe", "ignore", "ignore"],
       },
     );
@@ -173,9 +198,10 @@ export class BuildsNamespace {
     child.once("error", (error) => (ended ??= error.message));
     child.once("exit", (code, signal) => {
       ended ??= `it exited ${code ?? signal}`;
-      if (holder) holder.ended ??= ended;
-      if (holder && this.holder === holder) this.holder = null;
-      if (holder) setTimeout(() => fs.close(holder!.fd, () => {}), RETIRED_FD_KEPT_MS).unref();
+      if (!holder) return;
+      holder.ended ??= ended;
+      if (this.holder === holder) this.holder = null;
+      this.closeLater(holder);
     });
     child.unref();
     (child.stdin as unknown as { unref?: () => void } | null)?.unref?.();
@@ -187,89 +213,97 @@ export class BuildsNamespace {
       await new Promise((resolve) => setImmediate(resolve));
       throw notMade(ended ?? "no process");
     }
-    // Ready once `cat` runs in a namespace of its own: unshare has made it and set its
-    // propagation (a mount made before that could reach the worker's own view).
+    // Ready once `cat` runs in a namespace of its own whose mounts are no longer shared: unshare
+    // has made it and set its propagation (a bind made before that could reach the worker's view).
     const cat = fs.realpathSync(this.programs.cat);
     const own = fs.statSync("/proc/self/ns/mnt").ino;
     const deadline = Date.now() + HOLDER_READY_MS;
+    let fd: number;
     for (;;) {
       if (ended !== null) throw notMade(ended);
-      let ready = false;
       try {
-        ready = fs.readlinkSync(`/proc/${pid}/exe`) === cat && fs.statSync(`/proc/${pid}/ns/mnt`).ino !== own;
+        if (
+          fs.readlinkSync(`/proc/${pid}/exe`) === cat &&
+          fs.statSync(`/proc/${pid}/ns/mnt`).ino !== own &&
+          !/ shared:\d+/.test(readTable(pid))
+        ) {
+          // In this same turn: not reaped (`ended` would be set), so the pid is still the holder's.
+          fd = fs.openSync(`/proc/${pid}/ns/mnt`, "r");
+          break;
+        }
       } catch {
         // not yet, or gone (seen above in a later turn)
       }
-      if (ready) break;
       if (Date.now() > deadline) {
         child.kill("SIGKILL");
         throw notMade(`not ready within ${HOLDER_READY_MS} ms`);
       }
       await new Promise((resolve) => setTimeout(resolve, 2));
     }
-    // In this same turn: not reaped (`ended` would be set), so the pid is still the holder's.
-    const fd = fs.openSync(`/proc/${pid}/ns/mnt`, "r");
-    if (fs.fstatSync(fd).ino === own) {
-      fs.closeSync(fd);
-      child.kill("SIGKILL");
-      throw notMade("its namespace is the worker's own");
-    }
-    const workerTable = readTable("self");
-    const holderTable = readTable(pid);
     holder = {
       child,
       pid,
       generation: ++this.generations,
       fd,
-      workerTable,
-      holderTable,
+      fdClosing: false,
       mounted: new Set(),
       mounting: Promise.resolve(),
       ended,
     };
-    if (ended !== null) {
-      setTimeout(() => fs.close(fd, () => {}), RETIRED_FD_KEPT_MS).unref();
-      throw notMade(ended);
+    if (fs.fstatSync(fd).ino === own) {
+      this.retire(holder, "its namespace is the worker's own");
+      throw notMade("its namespace is the worker's own");
     }
     this.holder = holder;
     return holder;
   }
 
-  /** Mounts `buildsDir` read-only in the holder's namespace (one mount at a time per holder). */
+  /** Binds `buildsDir` read-only in the holder's namespace (one bind at a time per holder). */
   private mountIn(holder: Holder, buildsDir: string): Promise<void> {
     const next = holder.mounting.then(async () => {
       if (holder.mounted.has(buildsDir) || holder.ended !== null) return;
+      const argv = [
+        ...this.prefixOf(holder).slice(1),
+        this.programs.mount,
+        "--bind",
+        "-o",
+        "ro",
+        "--",
+        buildsDir,
+        buildsDir,
+      ];
       try {
-        await run(this.programs.nsenter, [
-          ...this.prefixOf(holder).slice(1),
-          this.programs.mount,
-          "--bind",
-          "-o",
-          "ro",
-          "--",
-          buildsDir,
-          buildsDir,
-        ]);
+        await run(this.programs.nsenter, argv);
       } catch (error) {
-        const stderr = String((error as { stderr?: string }).stderr ?? "").trim();
-        const why = stderr.split("\n")[0] || (error as Error).message;
-        throw new BuildsNamespaceError(`cannot mount ${buildsDir} read-only: ${why}`, holder.ended === null);
+        const failure = error as { code?: unknown; stderr?: string; message: string };
+        const why =
+          String(failure.stderr ?? "")
+            .trim()
+            .split("\n")[0] || failure.message;
+        // Refused for good only when `mount` itself answered, in a namespace that still lives;
+        // anything else (a holder that ended, nsenter's own failure, no process) is retried.
+        const refused =
+          typeof failure.code === "number" &&
+          why.startsWith("mount: ") &&
+          holder.ended === null &&
+          readTable(holder.pid) !== "";
+        if (!refused) this.retire(holder, `a bind failed: ${why}`);
+        throw new BuildsNamespaceError(`cannot mount ${buildsDir} read-only: ${why}`, refused);
       }
-      const held = readTable(holder.pid);
       if (holder.ended !== null) return; // the next look makes a new holder
-      if (!topmostMountIsReadOnly(held, buildsDir)) {
-        this.retire(holder, `${buildsDir} is not read-only after its mount`);
-        throw new BuildsNamespaceError(`cannot mount ${buildsDir} read-only: the mount is not read-only`, true);
+      const top = mountsOf(readTable(holder.pid)).findLast((mount) => mount.point === buildsDir);
+      if (!top?.readOnly) {
+        this.retire(holder, `${buildsDir} is not read-only after its bind`);
+        throw new BuildsNamespaceError(`cannot mount ${buildsDir} read-only: the bind is not read-only on top`, false);
       }
       holder.mounted.add(buildsDir);
-      holder.holderTable = held;
     });
     holder.mounting = next.catch(() => {});
     return next;
   }
 }
 
-/** A process's mount table, or "" when it cannot be read (gone: a difference). */
+/** A process's mount table, or "" when it cannot be read (gone). */
 function readTable(pid: number | "self"): string {
   try {
     return fs.readFileSync(`/proc/${pid}/mountinfo`, "utf8");
@@ -278,18 +312,37 @@ function readTable(pid: number | "self"): string {
   }
 }
 
-/**
- * Whether, in a `/proc/<pid>/mountinfo` table, the last (topmost) mount whose mount point is `dir`
- * has the `ro` option; false when none is.
- */
-export function topmostMountIsReadOnly(mountinfo: string, dir: string): boolean {
-  let readOnly: boolean | null = null;
+interface Mount {
+  point: string;
+  readOnly: boolean;
+  /** What makes it this mount, in any namespace: root, point, options, filesystem, source, superblock options. */
+  key: string;
+}
+
+/** The mounts of a mountinfo table, in its order. */
+export function mountsOf(mountinfo: string): Mount[] {
+  const mounts: Mount[] = [];
   for (const line of mountinfo.split("\n")) {
     const fields = line.split(" ");
-    if (fields.length < 6 || unescapeMountField(fields[4]!) !== dir) continue;
-    readOnly = fields[5]!.split(",").includes("ro");
+    const separator = fields.indexOf("-", 6);
+    if (fields.length < 10 || separator < 0) continue;
+    const [root, point, options] = [fields[3]!, unescapeMountField(fields[4]!), fields[5]!];
+    const [type, source, superOptions] = fields.slice(separator + 1);
+    mounts.push({
+      point,
+      readOnly: options.split(",").includes("ro"),
+      key: [root, fields[4], options, type, source, superOptions].join(" "),
+    });
   }
-  return readOnly === true;
+  return mounts;
+}
+
+/** The same mounts, each as often (order and ids aside). */
+function sameMounts(a: Mount[], b: Mount[]): boolean {
+  if (a.length !== b.length) return false;
+  const keys = (mounts: Mount[]) => mounts.map((mount) => mount.key).sort();
+  const [x, y] = [keys(a), keys(b)];
+  return x.every((key, i) => key === y[i]);
 }
 
 /** mountinfo writes space, tab, newline and backslash as octal escapes (`\040`). */

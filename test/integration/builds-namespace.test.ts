@@ -1,0 +1,62 @@
+/**
+ * The worker's namespace for read-only builds (builds-namespace.ts) under concurrent steps and
+ * retirements, as root: binds in flight do not retire the namespace, and a retired namespace's
+ * descriptor is closed exactly once (a second close would close whatever reused the number).
+ */
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { mock, test } from "node:test";
+import { BuildsNamespace } from "../../lib/rebuilds/steps/builds-namespace";
+import { until } from "../support/until";
+
+const root = process.getuid?.() === 0;
+
+function outputs(n: number): string[] {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "cw-builds-ns-"));
+  return Array.from({ length: n }, (_, i) => {
+    const builds = path.join(dir, `out-${i}`, "builds");
+    fs.mkdirSync(builds, { recursive: true });
+    return builds;
+  });
+}
+
+test(
+  "steps of many outputs entering at once: their binds are made one at a time and retire nothing",
+  { skip: !root },
+  async () => {
+    const namespace = new BuildsNamespace();
+    const dirs = outputs(6);
+    const entries = await Promise.all([...dirs, ...dirs, ...dirs].map((dir) => namespace.enter(dir, "/")));
+    assert.deepEqual(new Set(entries.map((e) => e.generation)).size, 1, "one namespace for all");
+    assert.ok(entries.every((e) => namespace.isCurrent(e)));
+    const table = fs.readFileSync(`/proc/${namespace.holderPid}/mountinfo`, "utf8");
+    for (const dir of dirs) assert.ok(table.includes(` ${dir} ro,`), `${dir} bound read-only`);
+    assert.ok(!fs.readFileSync("/proc/self/mountinfo", "utf8").includes(dirs[0]!), "no bind in the worker's view");
+  },
+);
+
+test("a retired namespace's descriptor is closed once, later; the live one stays open", { skip: !root }, async (t) => {
+  const closes = new Map<number, number>();
+  const close = fs.close;
+  mock.method(fs, "close", (fd: number, callback: (error: NodeJS.ErrnoException | null) => void) => {
+    closes.set(fd, (closes.get(fd) ?? 0) + 1);
+    return close(fd, callback);
+  });
+  t.after(() => mock.restoreAll());
+  const namespace = new BuildsNamespace({ retiredFdKeptMs: 50 });
+  const [dir] = outputs(1);
+  const first = await namespace.enter(dir!, "/");
+  const firstFd = Number(/fd\/(\d+)$/.exec(first.prefix[1]!)![1]);
+  namespace.retireEntry(first, "test"); // SIGKILL: its exit comes too, and must not close it again
+  await until("the holder's exit", async () => namespace.holderPid === null, 10_000);
+  const second = await namespace.enter(dir!, "/");
+  assert.notEqual(second.generation, first.generation);
+  const secondFd = Number(/fd\/(\d+)$/.exec(second.prefix[1]!)![1]);
+  await new Promise((r) => setTimeout(r, 300));
+  assert.equal(closes.get(firstFd), 1, "closed once");
+  assert.equal(closes.get(secondFd) ?? 0, firstFd === secondFd ? 1 : 0, "the live one is not closed");
+  assert.equal(fs.fstatSync(secondFd).ino, fs.statSync(`/proc/${namespace.holderPid}/ns/mnt`).ino);
+  assert.ok(namespace.isCurrent(second));
+});
