@@ -193,8 +193,11 @@ async function describeRows(
   });
 }
 
-/** Statuses of a run that did not start work: a skip decided at once, or a job still waiting. */
-const NOT_STARTED = new Set<RunRecord["status"]>(["queued", "skipped"]);
+/**
+ * Statuses of a run that did not start work: a skip decided at once, a job still waiting, or an
+ * attempt deferred behind another version's claim (it started nothing either).
+ */
+const NOT_STARTED = new Set<RunRecord["status"]>(["queued", "skipped", "deferred"]);
 
 export function lastStarted<T extends Pick<RunRecord, "status" | "startedAt">>(runs: T[]): T | null {
   let best: T | null = null;

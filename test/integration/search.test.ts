@@ -243,6 +243,15 @@ test("rebuilds: a row's live state comes with the page (recent runs, claim, skip
       status: "rebuilt",
     });
   }
+  // Deferred behind the newest build's claim, later: started nothing, so it is not the last run.
+  seedRunInto(tx, keys, {
+    id: "acme-3-a2",
+    rebuild: "archive",
+    tenant: "acme",
+    createdAt: now - 5_000,
+    startedAt: now - 4_000,
+    status: "deferred",
+  });
   await tx.exec();
   await acquireClaim(
     claims,
@@ -256,7 +265,7 @@ test("rebuilds: a row's live state comes with the page (recent runs, claim, skip
   const globex = page.rebuilds.find((r) => r.tenant === "globex")!;
   assert.deepEqual(
     acme.recentRuns.map((r) => r.id),
-    ["acme-0-a1", "acme-1-a1", "acme-2-a1"],
+    ["acme-0-a1", "acme-1-a1", "acme-2-a1", "acme-3-a2"],
   );
   assert.equal(acme.lastRun?.id, "acme-2-a1");
   assert.equal(acme.claim, null);
