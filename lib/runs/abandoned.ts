@@ -39,6 +39,7 @@ export async function abandonRun(store: RunStore, run: RunRef, reason: string): 
       keys.run(run.runId),
       keys.metricsCounters,
       keys.run(run.runId),
+      keys.events,
     ],
     layout.keys,
     [
@@ -164,6 +165,7 @@ export async function closeAbandonedRuns(
         keys.workerHeartbeat(workerId),
         keys.metricsCounters,
         self ? keys.workerHeartbeat(self.workerId) : keys.run(runId),
+        keys.events,
       ],
       layout.keys,
       [

@@ -110,10 +110,64 @@ local function mayHavePublished(runKey, heartbeatPrefix)
   if not at or nowMs - at >= ${PUBLISHING_PROTECTED_MS} then return false end
   return not workerGone(runKey, heartbeatPrefix)
 end
+-- A record's steps (records.ts encodeSteps: packed, or JSON) with each one still running closed
+-- as aborted now, written back in their form; returned as a list for the event (nil: none).
+local function closeSteps(runKey)
+  local raw = redis.call('HGET', runKey, 'steps')
+  if not raw or raw == '' then return nil end
+  local closed = false
+  if string.sub(raw, 1, 1) == '[' then
+    local ok, steps = pcall(cjson.decode, raw)
+    if not ok or type(steps) ~= 'table' or #steps == 0 then return nil end
+    for _, step in ipairs(steps) do
+      if type(step) == 'table' and step.status == 'running' then
+        step.status = 'aborted'
+        step.finishedAt = math.max(nowMs, tonumber(step.startedAt) or nowMs)
+        closed = true
+      end
+    end
+    if closed then redis.call('HSET', runKey, 'steps', cjson.encode(steps)) end
+    return steps
+  end
+  local bar = string.find(raw, '|', 1, true)
+  local first = bar and tonumber(string.sub(raw, 1, bar - 1))
+  if not first then return nil end
+  local STATUS = { r = 'running', d = 'done', f = 'failed', a = 'aborted' }
+  local parts, steps = {}, {}
+  for part in string.gmatch(string.sub(raw, bar + 1), '[^,]+') do
+    local name, letter, offset, duration = string.match(part, '^([%w_.%-]+):([rdfa]):(%-?%d+):(%d*)$')
+    if not name then return nil end
+    local startedAt = first + tonumber(offset)
+    if letter == 'r' and duration == '' then
+      -- Its start is its worker's clock, now the Redis clock: never a negative duration.
+      duration = string.format('%d', math.max(0, nowMs - startedAt))
+      letter = 'a'
+      closed = true
+    end
+    parts[#parts + 1] = name .. ':' .. letter .. ':' .. offset .. ':' .. duration
+    local finishedAt = cjson.null
+    if duration ~= '' then finishedAt = startedAt + tonumber(duration) end
+    steps[#steps + 1] = { name = name, status = STATUS[letter], startedAt = startedAt, finishedAt = finishedAt }
+  end
+  if #steps == 0 then return nil end
+  if closed then redis.call('HSET', runKey, 'steps', string.sub(raw, 1, bar) .. table.concat(parts, ',')) end
+  return steps
+end
+-- The live stream's entry for a record closed as aborted (lib/events "run"), steps included.
+local function abortedEvent(runKey, runId, steps)
+  local f = redis.call('HMGET', runKey, 'rebuild', 'tenant', 'reason', 'finishedAt', 'durationMs')
+  local run = { id = runId, rebuild = f[1] or '', status = 'aborted', reason = f[3] or '',
+    finishedAt = tonumber(f[4]) or cjson.null, tenant = cjson.null }
+  if f[2] and f[2] ~= '' then run.tenant = f[2] end
+  if tonumber(f[5]) then run.durationMs = tonumber(f[5]) end
+  if steps then run.steps = steps end
+  return cjson.encode({ type = 'run', run = run })
+end
 -- A record still queued or running moves to aborted; any other is left alone. Returns 1 | 0.
 -- One that was about to publish says so in its reason, and whether its worker had stopped
--- beating ('gone': checked by the caller): the build may be published.
-local function abandon(runKey, runId, reason, first, n, gone)
+-- beating ('gone': checked by the caller): the build may be published. Its steps still running
+-- are closed as aborted, and the live stream (eventsKey) hears of it.
+local function abandon(runKey, runId, reason, first, n, gone, eventsKey)
   local status = redis.call('HGET', runKey, 'status')
   if not status or not ALLOWED[status]['aborted'] then return 0 end
   local score = redis.call('ZSCORE', KEYS[first], runId) or nowMs
@@ -133,6 +187,8 @@ local function abandon(runKey, runId, reason, first, n, gone)
   -- Nobody saw it end: counted, but its duration is no run's (it ran until it died or stalled).
   countFinal(runKey, 'aborted', score, finishTimes(runKey), nil, nowMs)
   moveStatus(first, n, runId, status, 'aborted', score)
+  local steps = closeSteps(runKey)
+  publish(eventsKey, abortedEvent(runKey, runId, steps))
   return 1
 end
 `;
@@ -274,7 +330,7 @@ if open and open ~= runId and not laterOpen then
   if open == previousId then
     -- Left running while it may have published and its worker beats: it ends its record itself.
     if not mayHavePublished(KEYS[3], ARGV[13]) then
-      abandon(KEYS[3], previousId, ARGV[8], FIRST, n, workerGone(KEYS[3], ARGV[13]))
+      abandon(KEYS[3], previousId, ARGV[8], FIRST, n, workerGone(KEYS[3], ARGV[13]), KEYS[7])
     end
   else
     stray = open
@@ -517,14 +573,16 @@ return {${RUN_REPLY.began}, '', cancel}
 
 export const RUN_ABANDON = typedScript<number>()({
   command: "claimwatchRunAbandon",
-  keys: ["run", "openAttempt", "workerHeartbeat", "runCounters", "sweeperHeartbeat"],
+  keys: ["run", "openAttempt", "workerHeartbeat", "runCounters", "sweeperHeartbeat", "events"],
   variadicKeys: true,
   lua: `
---[[ Close an attempt nobody will finish: queued or running → aborted, atomically.
+--[[ Close an attempt nobody will finish: queued or running → aborted, atomically (its steps still
+running closed too, and the live stream told).
 KEYS[1] run HASH   KEYS[2] openAttempt STRING of its job   KEYS[3] workerHeartbeat HASH of the
 worker the caller saw on the record   KEYS[4] runCounters HASH behind /metrics (lib/metrics/counters)
 KEYS[5] workerHeartbeat HASH of the sweeping worker (with ARGV[9])
-KEYS[6 ..] indexes: ARGV[2] base indexes, then as many per status in ARGV[5]
+KEYS[6] events STREAM (lib/events): the record's event is written here
+KEYS[7 ..] indexes: ARGV[2] base indexes, then as many per status in ARGV[5]
 ARGV[1] runId   ARGV[2] n   ARGV[3] reason
 ARGV[4] workerId the caller saw: '' closes it whatever its worker; otherwise only if the record
   still names that worker and the worker's heartbeat has expired (on the Redis clock)
@@ -562,7 +620,7 @@ elseif mayHavePublished(KEYS[1], ARGV[8]) then
 end
 -- Gone: its heartbeat was found expired above, or (closing whatever its worker) is now.
 local gone = ARGV[7] ~= '1' and (ARGV[4] ~= '' or workerGone(KEYS[1], ARGV[8]))
-local closed = abandon(KEYS[1], ARGV[1], ARGV[3], 6, tonumber(ARGV[2]), gone)
+local closed = abandon(KEYS[1], ARGV[1], ARGV[3], 7, tonumber(ARGV[2]), gone, KEYS[6])
 if closed == 1 and redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
 if closed == 1 then return ${RUN_REPLY.written} end
 return ${RUN_REPLY.no}

@@ -13,7 +13,14 @@ import { abandonRun, closeAbandonedRuns, SWEEP_BATCH } from "../../lib/runs/aban
 import { serverNow } from "../../lib/redis/time";
 import { HEARTBEAT_TTL_MS } from "../../lib/workers/heartbeat";
 import { listRunSummaries, listRuns } from "../../lib/runs/list";
-import { DEFAULT_RETENTION, logDroppedLine, readRun, readRunLog, RUN_LOG_LINES } from "../../lib/runs/records";
+import {
+  DEFAULT_RETENTION,
+  logDroppedLine,
+  readRun,
+  readRunLog,
+  RUN_LOG_LINES,
+  toFields,
+} from "../../lib/runs/records";
 import { RUN_WRITE } from "../../lib/runs/scripts";
 import { trimRuns } from "../../lib/runs/trim";
 import { RUN_STATUSES } from "../../lib/runs/types";
@@ -661,4 +668,43 @@ test("with more runs in flight than a sweep reads, the sweeps page on: a dead wo
   assert.deepEqual(await closeAbandonedRuns(store, { ...sweeper, cursor }), ["zz-dead-a1"]);
   assert.equal(cursor.running, 0, "a short page: back to the start");
   assert.equal((await readRun(client, keys, "zz-dead-a1"))?.status, "aborted");
+});
+
+test("a record closed as abandoned: its running step is closed as aborted (in either stored form), and the live stream hears of it", async () => {
+  const keys = redisKeys(uniquePrefix());
+  const store = storeOf(keys);
+  const started = Date.now() - 5_000;
+  const steps = [
+    { name: "fetch", status: "done" as const, startedAt: started, finishedAt: started + 1_000 },
+    { name: "tile", status: "running" as const, startedAt: started + 1_000, finishedAt: null },
+  ];
+  // Packed (a plain name), and JSON (a name the packed form cannot carry).
+  for (const [job, name] of [
+    ["packed", "tile"],
+    ["json", "tile step"],
+  ] as const) {
+    const run = attempt(job, 1, "gone");
+    await beginAttempt(store, run, { mode: { kind: "running" } });
+    await client.hset(keys.run(run.runId), toFields({ steps: [steps[0]!, { ...steps[1]!, name }] }));
+    const before = await client.xlen(keys.events);
+    assert.deepEqual(await closeAbandonedRuns(store), [run.runId]);
+    const record = await readRun(client, keys, run.runId);
+    assert.equal(record?.status, "aborted");
+    assert.deepEqual(
+      record?.steps.map((s) => [s.name, s.status, s.finishedAt !== null && s.finishedAt >= s.startedAt]),
+      [
+        ["fetch", "done", true],
+        [name, "aborted", true],
+      ],
+    );
+    const entries = await client.xrange(keys.events, "-", "+");
+    assert.equal(entries.length, before + 1, "one event for the close");
+    const event = JSON.parse(entries.at(-1)![1][1]!) as { type: string; run: Record<string, unknown> };
+    assert.equal(event.type, "run");
+    assert.deepEqual(
+      [event.run.id, event.run.status, event.run.rebuild, event.run.tenant, event.run.reason],
+      [run.runId, "aborted", "tiles", "acme", record?.reason],
+    );
+    assert.deepEqual(event.run.steps, record?.steps);
+  }
 });
