@@ -246,6 +246,34 @@ for (const mode of MODES)
       fs.writeFileSync(path.join(data, "seen"), "yes\n");
       assert.deepEqual(await run('cat "$OUT/data/seen"', "r4"), ["yes"]);
       assert.ok(!fs.readFileSync("/proc/self/mountinfo", "utf8").includes(path.join(outputDir, "builds")));
+      // A shared mount over the output (a disk mounted late) propagates into the namespace and
+      // hides its bind there: the next step must still find builds/ read-only.
+      const shared = fs.mkdtempSync(path.join(bed.dir, "shared-"));
+      execFileSync("mount", ["--bind", shared, shared]);
+      execFileSync("mount", ["--make-shared", shared]);
+      // Every mount stacked there (the bind, the tmpfs), before the bed's directory is removed.
+      t.after(() => execFileSync("sh", ["-c", 'while mountpoint -q "$1"; do umount -l "$1"; done', "unmount", shared]));
+      fs.mkdirSync(path.join(shared, "out", "builds"), { recursive: true });
+      const sharedOut = path.join(shared, "out");
+      const write = 'touch "$OUT/builds/x" 2>/dev/null && echo wrote || echo refused';
+      const runIn = async (out: string) => {
+        const ctx = context(new AbortController().signal);
+        const error = await runCommandStep(
+          step(write, { env: { OUT: out } }),
+          { ...ctx, outputDir: out },
+          containment,
+        ).then(
+          () => null,
+          (e: unknown) => e as Error,
+        );
+        assert.equal(error, null, ctx.lines.join("\n"));
+        return ctx.lines.filter((l) => !l.includes("stderr")).map((l) => l.replace(/^\[s\] /, ""));
+      };
+      assert.deepEqual(await runIn(sharedOut), ["refused"]);
+      execFileSync("mount", ["-t", "tmpfs", "late-disk", shared]);
+      fs.mkdirSync(path.join(shared, "out", "builds"), { recursive: true });
+      assert.deepEqual(await runIn(sharedOut), ["refused"]);
+      assert.deepEqual(fs.readdirSync(path.join(sharedOut, "builds")), []);
     });
 
     test("builds stay read-only to the next step after a step unmounts them, the directory is made again, or the namespace's holder dies", async (t) => {

@@ -34,3 +34,14 @@ test("a mount's key is the same in a copy of the namespace: ids and peer groups 
   const [readOnly] = mountsOf(line(20, "/srv", "ro,relatime"));
   assert.notEqual(worker!.key, readOnly!.key);
 });
+
+test("a bind of a mount namespace's file is told apart (a new namespace never gets a copy of it)", () => {
+  const [snap, proc] = mountsOf(
+    [
+      "600 25 0:4 mnt:[4026532281] /run/snapd/ns/lxd.mnt rw - nsfs nsfs rw",
+      "601 25 0:4 net:[4026532282] /run/netns/a rw - nsfs nsfs rw",
+    ].join("\n"),
+  );
+  assert.equal(snap!.namespaceFile, true);
+  assert.equal(proc!.namespaceFile, false, "a network namespace's file is copied like any mount");
+});

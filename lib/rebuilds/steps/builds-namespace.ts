@@ -40,8 +40,13 @@ const run = promisify(execFile);
 
 /** How long a new holder gets to make its namespace (a loaded host: generous). */
 const HOLDER_READY_MS = 10_000;
-/** A retired holder's namespace stays open this long (a step's nsenter may still be opening it). */
-const RETIRED_FD_KEPT_MS = 60_000;
+/**
+ * A retired holder's namespace stays open this long: a step's nsenter may still be about to open
+ * it (stopped with its process group, a frozen cgroup), and its number must not be another's
+ * meanwhile. At most RETIRED_FDS_KEPT are kept; beyond that the oldest is closed early.
+ */
+const RETIRED_FD_KEPT_MS = 10 * 60_000;
+const RETIRED_FDS_KEPT = 256;
 /** Holders made for one step at most (each difference of the mount tables retires one). */
 const MAX_HOLDERS_PER_STEP = 3;
 
@@ -81,6 +86,8 @@ export class BuildsNamespace {
   private holder: Holder | null = null;
   private starting: Promise<Holder> | null = null;
   private generations = 0;
+  /** Retired holders' namespaces still open, oldest first: fd → its close. */
+  private readonly retiredFds = new Map<number, () => void>();
 
   constructor(
     private readonly options: { retiredFdKeptMs: number } = { retiredFdKeptMs: RETIRED_FD_KEPT_MS },
@@ -152,11 +159,14 @@ export class BuildsNamespace {
     const held = mountsOf(readTable(holder.pid));
     if (held.length === 0) return false; // gone
     for (const dir of holder.mounted) {
+      // In place only if writing there fails as a read-only filesystem, seen from inside: a
+      // mount over a parent (propagated from the worker's view) would hide the bind.
       const top = held.findLastIndex((mount) => mount.point === dir);
-      if (top >= 0 && held[top]!.readOnly) held.splice(top, 1);
-      else holder.mounted.delete(dir);
+      if (top >= 0 && held[top]!.readOnly && readOnlyInside(holder.pid, dir)) held.splice(top, 1);
+      else holder.mounted.delete(dir); // made again, or (hidden: its line stays) the holder retired
     }
-    const worker = mountsOf(readTable("self"));
+    // A bind of a mount namespace's file is never copied into a new namespace (nor propagated).
+    const worker = mountsOf(readTable("self")).filter((mount) => !mount.namespaceFile);
     return sameMounts(held, worker);
   }
 
@@ -167,11 +177,19 @@ export class BuildsNamespace {
     this.closeLater(holder);
   }
 
-  /** Once per holder: a step's nsenter may still be opening the namespace for a moment. */
+  /** Once per holder, later (RETIRED_FD_KEPT_MS). */
   private closeLater(holder: Holder): void {
     if (holder.fdClosing) return;
     holder.fdClosing = true;
-    setTimeout(() => fs.close(holder.fd, () => {}), this.options.retiredFdKeptMs).unref();
+    const close = () => {
+      if (!this.retiredFds.delete(holder.fd)) return;
+      clearTimeout(timer);
+      fs.close(holder.fd, () => {});
+    };
+    const timer = setTimeout(close, this.options.retiredFdKeptMs);
+    timer.unref();
+    this.retiredFds.set(holder.fd, close);
+    if (this.retiredFds.size > RETIRED_FDS_KEPT) this.retiredFds.values().next().value?.();
   }
 
   private async liveHolder(): Promise<Holder> {
@@ -282,17 +300,19 @@ export class BuildsNamespace {
             .split("\n")[0] || failure.message;
         // Refused for good only when `mount` itself answered, in a namespace that still lives;
         // anything else (a holder that ended, nsenter's own failure, no process) is retried.
+        // (The view checked again: a mount changed meanwhile is a new namespace's to try.)
         const refused =
           typeof failure.code === "number" &&
           why.startsWith("mount: ") &&
           holder.ended === null &&
-          readTable(holder.pid) !== "";
+          fs.existsSync(buildsDir) &&
+          this.sameView(holder);
         if (!refused) this.retire(holder, `a bind failed: ${why}`);
         throw new BuildsNamespaceError(`cannot mount ${buildsDir} read-only: ${why}`, refused);
       }
       if (holder.ended !== null) return; // the next look makes a new holder
       const top = mountsOf(readTable(holder.pid)).findLast((mount) => mount.point === buildsDir);
-      if (!top?.readOnly) {
+      if (!top?.readOnly || !readOnlyInside(holder.pid, buildsDir)) {
         this.retire(holder, `${buildsDir} is not read-only after its bind`);
         throw new BuildsNamespaceError(`cannot mount ${buildsDir} read-only: the bind is not read-only on top`, false);
       }
@@ -312,9 +332,21 @@ function readTable(pid: number | "self"): string {
   }
 }
 
+/** Whether `dir`, seen from inside the holder's namespace, refuses writes as a read-only filesystem. */
+function readOnlyInside(pid: number, dir: string): boolean {
+  try {
+    fs.accessSync(`/proc/${pid}/root${dir}`, fs.constants.W_OK);
+    return false;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === "EROFS";
+  }
+}
+
 interface Mount {
   point: string;
   readOnly: boolean;
+  /** A bind of a mount namespace's file (`nsfs`, root `mnt:[…]`; snapd keeps some). */
+  namespaceFile: boolean;
   /** What makes it this mount, in any namespace: root, point, options, filesystem, source, superblock options. */
   key: string;
 }
@@ -331,6 +363,7 @@ export function mountsOf(mountinfo: string): Mount[] {
     mounts.push({
       point,
       readOnly: options.split(",").includes("ro"),
+      namespaceFile: type === "nsfs" && root.startsWith("mnt:["),
       key: [root, fields[4], options, type, source, superOptions].join(" "),
     });
   }
@@ -354,13 +387,13 @@ function unescapeMountField(field: string): string {
  * The first stderr line of an nsenter that could not enter the worker's namespace for builds, or
  * not find the step's working directory in it (its exit code is then 1, not the program's).
  */
-export function nsenterFailed(line: string): boolean {
+export function nsenterFailed(line: string, cwd: string): boolean {
   const fd = `/proc/${process.pid}/fd/`;
   return (
     line.startsWith(`nsenter: cannot open ${fd}`) ||
-    line.startsWith("nsenter: reassociate to namespace 'ns/mnt' failed") ||
-    line.startsWith("nsenter: cannot open current working directory") ||
-    line.startsWith("nsenter: cannot change directory to")
+    line.startsWith("nsenter: reassociate to namespace 'ns/mnt' failed: ") ||
+    line.startsWith("nsenter: cannot open current working directory: ") ||
+    line.startsWith(`nsenter: cannot change directory to ${cwd}: `)
   );
 }
 

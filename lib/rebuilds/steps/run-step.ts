@@ -297,7 +297,7 @@ export async function runCommandStep(
         if (label && cgroups && line.startsWith(CGROUP_JOIN_FAILED_LINE)) joinFailed = true;
         // Only the step's first stderr line: a starter that could not start the program says so
         // before anything else runs (a program's own "env: …: No such file" later is its own).
-        if (label && shielded && stderrLines === 0 && nsenterFailed(line)) enterFailed = true;
+        if (label && shielded && stderrLines === 0 && nsenterFailed(line, cwd)) enterFailed = true;
         if (label && argv.length > 0 && stderrLines === 0 && SHELL_NOT_STARTED.test(line)) shellNotStarted = true;
         if (label) stderrLines += 1;
         context.log(`[${step.name}${label}] ${line.slice(0, MAX_LINE)}`);
