@@ -5,6 +5,7 @@
  * fenced publish in Redis; then `<output>/current` follows. Progress and step states go to the
  * run record through the attempt's `RunRecorder`.
  */
+import { redisClock } from "../redis/clock";
 import fs from "node:fs/promises";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Redis } from "ioredis";
@@ -116,7 +117,8 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
       signal.throwIfAborted();
       // A holder that was paused may learn here that its claim is gone, before its timers run.
       held.throwIfLost();
-      const record: StepRecord = { name: step.name, status: "running", startedAt: Date.now(), finishedAt: null };
+      // Step times on the Redis clock (as its run's are): a worker's own clock may be off.
+      const record: StepRecord = { name: step.name, status: "running", startedAt: redisClock.now(), finishedAt: null };
       steps.push(record);
       recorder.update({ steps, progress: index / stepCount });
       const stepContext: StepContext = {
@@ -157,7 +159,7 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
         record.status = signal.aborted ? "aborted" : "failed";
         throw error;
       } finally {
-        record.finishedAt = Date.now();
+        record.finishedAt = Math.max(record.startedAt, redisClock.now());
       }
     }
     recorder.update({ steps, progress: 1 });

@@ -5,6 +5,8 @@
  * every "now" it is judged against is the Redis server's (`TIME`): a worker whose clock is
  * behind or ahead is judged by the same clock as the others.
  */
+import { redisClock } from "../redis/clock";
+import { serverNow } from "../redis/time";
 import os from "node:os";
 import crypto from "node:crypto";
 import type { Redis } from "ioredis";
@@ -124,11 +126,17 @@ export async function beat(
   currentJob: string | null,
   { upkeepRunningMs = null }: { upkeepRunningMs?: number | null } = {},
 ): Promise<Beat> {
+  if (!redisClock.learned()) {
+    // The first beat's start time is on the Redis clock too: the offset measured before it.
+    const sent = Date.now();
+    redisClock.learn(await serverNow(client), sent, Date.now());
+  }
   const fields: Record<string, string> = {
     id: worker.id,
     host: worker.host,
     pid: String(worker.pid),
-    startedAt: String(worker.startedAt),
+    // Its local start on the Redis clock, as the last beat measured it (compared with others').
+    startedAt: String(redisClock.fromLocal(worker.startedAt)),
     version: worker.version,
     containment: worker.containment,
     limitedStepsContainment: worker.limitedStepsContainment ?? "",
@@ -136,12 +144,14 @@ export async function beat(
     currentJob: currentJob ?? "",
     upkeepRunningMs: upkeepRunningMs === null ? "" : String(Math.round(upkeepRunningMs)),
   };
+  const sentAt = Date.now();
   const [at, streakSince] = await runScript(
     client,
     WORKER_BEAT,
     [keys.workerHeartbeat(worker.id), keys.workerRegistry],
     [worker.id, HEARTBEAT_TTL_MS, REGISTRY_KEEP_MS, BEAT_STREAK.maxGapMs, ...Object.entries(fields).flat()],
   );
+  redisClock.learn(at, sentAt, Date.now());
   return { at, streakSince, judgesOthers: at - streakSince >= BEAT_STREAK.requiredMs };
 }
 

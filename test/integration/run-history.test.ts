@@ -226,7 +226,21 @@ test("a worker whose clock is 30 s behind is live and its claim not stale: both 
     const claim = page.claims.find((c) => c.holder.jobId === jobId);
     assert.ok(claim, "its claim is listed");
     assert.deepEqual(claim.stale, [], "not stale");
-    await bed.waitForRun((r) => r.jobId === jobId && r.status === "rebuilt", 30_000);
+    // Its start, on the Redis clock too (the beat measured the offset): not 30 s in the past.
+    assert.ok(Math.abs(mine.startedAt - Date.now()) < 20_000, `started ${Date.now() - mine.startedAt} ms ago`);
+    const done = await bed.waitForRun((r) => r.jobId === jobId && r.status === "rebuilt", 30_000);
+    // Its step's times on the run's clock (Redis): within the run, not 30 s before it.
+    const [step] = done.steps;
+    assert.ok(step && step.finishedAt !== null, JSON.stringify(done.steps));
+    const slack = 2_000; // the offset is measured over a round trip; the run's times are Redis's own
+    assert.ok(
+      step.startedAt >= done.startedAt! - slack,
+      `step ${step.startedAt - done.startedAt!} ms after the run's start`,
+    );
+    assert.ok(
+      step.finishedAt <= done.finishedAt! + slack,
+      `step ends ${step.finishedAt - done.finishedAt!} ms after the run`,
+    );
   } finally {
     await skewed.stop();
   }
