@@ -72,9 +72,14 @@ export async function trimAllRuns(
 ): Promise<number> {
   let removed = 0;
   for (const rebuild of definitions.rebuilds.values()) {
-    removed += await trimRuns(client, keys, { rebuild: rebuild.name, tenant: null, retention });
+    // `runs` is per tenant where there are tenants: one tenant's many runs never trim another's
+    // few. Each tenant first; then the rebuild as a whole keeps that many per tenant (records of
+    // tenants no longer defined stay bounded), and the age limit.
     for (const tenant of rebuild.tenants ?? [])
       removed += await trimRuns(client, keys, { rebuild: rebuild.name, tenant, retention });
+    const tenants = rebuild.tenants?.length ?? 0;
+    const whole = tenants > 0 ? { ...retention, maxPerRebuild: retention.maxPerRebuild * tenants } : retention;
+    removed += await trimRuns(client, keys, { rebuild: rebuild.name, tenant: null, retention: whole });
   }
   return removed;
 }

@@ -22,7 +22,7 @@ import {
   toFields,
 } from "../../lib/runs/records";
 import { RUN_WRITE } from "../../lib/runs/scripts";
-import { trimRuns } from "../../lib/runs/trim";
+import { trimAllRuns, trimRuns } from "../../lib/runs/trim";
 import { RUN_STATUSES } from "../../lib/runs/types";
 import {
   beginAttempt as beginOwnedAttempt,
@@ -707,4 +707,19 @@ test("a record closed as abandoned: its running step is closed as aborted (in ei
     );
     assert.deepEqual(event.run.steps, record?.steps);
   }
+});
+
+test("trimming by count is per tenant where there are tenants: one tenant's many runs never trim another's few", async () => {
+  const keys = redisKeys(uniquePrefix());
+  const store = storeOf(keys);
+  const skipped = (job: string, tenant: string) =>
+    beginAttempt(store, testAttempt(job, 1, { tenant }), { mode: { kind: "final", status: "skipped", reason: "dup" } });
+  for (let i = 0; i < 2; i++) await skipped(`acme${i}`, "acme"); // the older, few
+  for (let i = 0; i < 6; i++) await skipped(`globex${i}`, "globex"); // the newer, many
+  const retention = { ...DEFAULT_RETENTION, maxPerRebuild: 3 };
+  const definitions = { rebuilds: new Map([["tiles", { name: "tiles", tenants: ["acme", "globex"] }]]) };
+  await trimAllRuns(client, keys, definitions, retention);
+  const kept = await client.zrange(keys.runIndex({ rebuild: "tiles" }), "0", "-1");
+  assert.deepEqual(kept.filter((id) => id.startsWith("acme")).sort(), ["acme0-a1", "acme1-a1"]);
+  assert.equal(kept.filter((id) => id.startsWith("globex")).length, 3);
 });
