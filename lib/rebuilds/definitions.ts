@@ -291,7 +291,7 @@ const rebuildSchema = z
   });
 
 const retentionSchema = z.strictObject({
-  /** Run records kept per rebuild (and per rebuild + tenant). */
+  /** Run records kept per rebuild, per tenant for a rebuild with tenants. */
   runs: z.number().int().min(10).max(1_000_000).default(10_000),
   /** Run records older than this are removed. */
   runAge: duration.default(30 * 86_400_000),
