@@ -138,9 +138,9 @@ local function closeSteps(runKey)
     local name, letter, offset, duration = string.match(part, '^([%w_.%-]+):([rdfa]):(%-?%d+):(%d*)$')
     if not name then return nil end
     local startedAt = first + tonumber(offset)
-    if letter == 'r' and duration == '' then
-      -- Its start is its worker's clock, now the Redis clock: never a negative duration.
-      duration = string.format('%d', math.max(0, nowMs - startedAt))
+    if letter == 'r' then
+      -- Its start is on its worker's estimate of the Redis clock: never a negative duration.
+      if duration == '' then duration = string.format('%d', math.max(0, nowMs - startedAt)) end
       letter = 'a'
       closed = true
     end

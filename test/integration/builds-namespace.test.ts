@@ -9,7 +9,6 @@ import os from "node:os";
 import path from "node:path";
 import { mock, test } from "node:test";
 import { BuildsNamespace } from "../../lib/rebuilds/steps/builds-namespace";
-import { until } from "../support/until";
 
 const root = process.getuid?.() === 0;
 
@@ -37,26 +36,35 @@ test(
   },
 );
 
-test("a retired namespace's descriptor is closed once, later; the live one stays open", { skip: !root }, async (t) => {
-  const closes = new Map<number, number>();
-  const close = fs.close;
-  mock.method(fs, "close", (fd: number, callback: (error: NodeJS.ErrnoException | null) => void) => {
-    closes.set(fd, (closes.get(fd) ?? 0) + 1);
-    return close(fd, callback);
-  });
-  t.after(() => mock.restoreAll());
-  const namespace = new BuildsNamespace({ retiredFdKeptMs: 50 });
-  const [dir] = outputs(1);
-  const first = await namespace.enter(dir!, "/");
-  const firstFd = Number(/fd\/(\d+)$/.exec(first.prefix[1]!)![1]);
-  namespace.retireEntry(first, "test"); // SIGKILL: its exit comes too, and must not close it again
-  await until("the holder's exit", async () => namespace.holderPid === null, 10_000);
-  const second = await namespace.enter(dir!, "/");
-  assert.notEqual(second.generation, first.generation);
-  const secondFd = Number(/fd\/(\d+)$/.exec(second.prefix[1]!)![1]);
-  await new Promise((r) => setTimeout(r, 300));
-  assert.equal(closes.get(firstFd), 1, "closed once");
-  assert.equal(closes.get(secondFd) ?? 0, firstFd === secondFd ? 1 : 0, "the live one is not closed");
-  assert.equal(fs.fstatSync(secondFd).ino, fs.statSync(`/proc/${namespace.holderPid}/ns/mnt`).ino);
-  assert.ok(namespace.isCurrent(second));
-});
+test(
+  "a retired namespace's descriptor is closed once, and only when no step it was handed to is still out (its number could name a newer namespace)",
+  { skip: !root },
+  async (t) => {
+    const closes = new Map<number, number>();
+    const close = fs.close;
+    mock.method(fs, "close", (fd: number, callback: (error: NodeJS.ErrnoException | null) => void) => {
+      closes.set(fd, (closes.get(fd) ?? 0) + 1);
+      return close(fd, callback);
+    });
+    t.after(() => mock.restoreAll());
+    const namespace = new BuildsNamespace();
+    const [dir] = outputs(1);
+    const fdOf = (entry: { prefix: string[] }) => Number(/fd\/(\d+)$/.exec(entry.prefix[1]!)![1]);
+    const first = await namespace.enter(dir!, "/");
+    const late = await namespace.enter(dir!, "/"); // a step whose nsenter has not opened it yet
+    first.release();
+    namespace.retireEntry(late, "test"); // SIGKILL: its exit comes too, and must not close it again
+    await new Promise((r) => setTimeout(r, 200));
+    assert.equal(closes.get(fdOf(late)) ?? 0, 0, "kept open while a step may still enter it");
+    const second = await namespace.enter(dir!, "/");
+    assert.notEqual(fdOf(second), fdOf(late), "a newer namespace never gets the number of one still handed out");
+    late.release();
+    late.release(); // a second release changes nothing
+    await new Promise((r) => setTimeout(r, 100));
+    assert.equal(closes.get(fdOf(late)), 1, "closed once, when released");
+    assert.equal(closes.get(fdOf(second)) ?? 0, 0, "the live one is not closed");
+    assert.equal(fs.fstatSync(fdOf(second)).ino, fs.statSync(`/proc/${namespace.holderPid}/ns/mnt`).ino);
+    assert.ok(namespace.isCurrent(second));
+    second.release();
+  },
+);

@@ -40,13 +40,6 @@ const run = promisify(execFile);
 
 /** How long a new holder gets to make its namespace (a loaded host: generous). */
 const HOLDER_READY_MS = 10_000;
-/**
- * A retired holder's namespace stays open this long: a step's nsenter may still be about to open
- * it (stopped with its process group, a frozen cgroup), and its number must not be another's
- * meanwhile. At most RETIRED_FDS_KEPT are kept; beyond that the oldest is closed early.
- */
-const RETIRED_FD_KEPT_MS = 10 * 60_000;
-const RETIRED_FDS_KEPT = 256;
 /** Holders made for one step at most (each difference of the mount tables retires one). */
 const MAX_HOLDERS_PER_STEP = 3;
 
@@ -62,10 +55,15 @@ export class BuildsNamespaceError extends Error {
   }
 }
 
-/** A step's way into the namespace: the argv to put in front of it, and which holder's it is. */
+/**
+ * A step's way into the namespace: the argv to put in front of it, and which holder's it is.
+ * Released once the step has ended (or was not started): until then the holder's descriptor
+ * stays open, so its number can never name a newer namespace for a step whose nsenter is late.
+ */
 export interface NamespaceEntry {
   prefix: string[];
   generation: number;
+  release(): void;
 }
 
 interface Holder {
@@ -74,7 +72,9 @@ interface Holder {
   generation: number;
   /** The holder's namespace, open in the worker (closed once, a while after the holder ended). */
   fd: number;
-  fdClosing: boolean;
+  fdClosed: boolean;
+  /** Entries handed out and not released: the descriptor stays open while any is. */
+  users: number;
   /** `builds/` directories bound read-only in it. */
   mounted: Set<string>;
   /** Its binds, one at a time. */
@@ -86,11 +86,8 @@ export class BuildsNamespace {
   private holder: Holder | null = null;
   private starting: Promise<Holder> | null = null;
   private generations = 0;
-  /** Retired holders' namespaces still open, oldest first: fd → its close. */
-  private readonly retiredFds = new Map<number, () => void>();
 
   constructor(
-    private readonly options: { retiredFdKeptMs: number } = { retiredFdKeptMs: RETIRED_FD_KEPT_MS },
     private readonly programs = {
       unshare: programPath("unshare"),
       nsenter: programPath("nsenter"),
@@ -125,7 +122,15 @@ export class BuildsNamespace {
         continue;
       }
       if (holder.mounted.has(buildsDir)) {
-        return { prefix: this.prefixOf(holder, `--wdns=${cwd}`), generation: holder.generation };
+        holder.users += 1;
+        let released = false;
+        const release = () => {
+          if (released) return;
+          released = true;
+          holder.users -= 1;
+          this.closeIfUnused(holder);
+        };
+        return { prefix: this.prefixOf(holder, `--wdns=${cwd}`), generation: holder.generation, release };
       }
       await this.mountIn(holder, buildsDir); // then compared again
     }
@@ -156,7 +161,13 @@ export class BuildsNamespace {
    * small reads of /proc cost less than two trips through the thread pool.
    */
   private sameView(holder: Holder): boolean {
-    const held = mountsOf(readTable(holder.pid));
+    // A mount that propagates between the two reads is a difference once: read again to be sure.
+    return this.sameViewOnce(holder) || this.sameViewOnce(holder);
+  }
+
+  private sameViewOnce(holder: Holder): boolean {
+    // A bind of a mount namespace's file is never copied into a new namespace (nor propagated).
+    const held = mountsOf(readTable(holder.pid)).filter((mount) => !mount.namespaceFile);
     if (held.length === 0) return false; // gone
     for (const dir of holder.mounted) {
       // In place only if writing there fails as a read-only filesystem, seen from inside: a
@@ -165,7 +176,6 @@ export class BuildsNamespace {
       if (top >= 0 && held[top]!.readOnly && readOnlyInside(holder.pid, dir)) held.splice(top, 1);
       else holder.mounted.delete(dir); // made again, or (hidden: its line stays) the holder retired
     }
-    // A bind of a mount namespace's file is never copied into a new namespace (nor propagated).
     const worker = mountsOf(readTable("self")).filter((mount) => !mount.namespaceFile);
     return sameMounts(held, worker);
   }
@@ -174,22 +184,14 @@ export class BuildsNamespace {
     holder.ended ??= `retired: ${why}`;
     if (this.holder === holder) this.holder = null;
     holder.child.kill("SIGKILL");
-    this.closeLater(holder);
+    this.closeIfUnused(holder);
   }
 
-  /** Once per holder, later (RETIRED_FD_KEPT_MS). */
-  private closeLater(holder: Holder): void {
-    if (holder.fdClosing) return;
-    holder.fdClosing = true;
-    const close = () => {
-      if (!this.retiredFds.delete(holder.fd)) return;
-      clearTimeout(timer);
-      fs.close(holder.fd, () => {});
-    };
-    const timer = setTimeout(close, this.options.retiredFdKeptMs);
-    timer.unref();
-    this.retiredFds.set(holder.fd, close);
-    if (this.retiredFds.size > RETIRED_FDS_KEPT) this.retiredFds.values().next().value?.();
+  /** Once per holder, when it ended and no entry of it is out (a step's nsenter may be late). */
+  private closeIfUnused(holder: Holder): void {
+    if (holder.fdClosed || holder.ended === null || holder.users > 0) return;
+    holder.fdClosed = true;
+    fs.close(holder.fd, () => {});
   }
 
   private async liveHolder(): Promise<Holder> {
@@ -219,7 +221,7 @@ export class BuildsNamespace {
       if (!holder) return;
       holder.ended ??= ended;
       if (this.holder === holder) this.holder = null;
-      this.closeLater(holder);
+      this.closeIfUnused(holder);
     });
     child.unref();
     (child.stdin as unknown as { unref?: () => void } | null)?.unref?.();
@@ -263,7 +265,8 @@ export class BuildsNamespace {
       pid,
       generation: ++this.generations,
       fd,
-      fdClosing: false,
+      fdClosed: false,
+      users: 0,
       mounted: new Set(),
       mounting: Promise.resolve(),
       ended,

@@ -157,6 +157,8 @@ export async function runCommandStep(
     try {
       // Checked in the turn of the spawn: nothing can retire that holder in between.
       for (let tries = 1; !entry || !buildsNamespace.isCurrent(entry); tries++) {
+        entry?.release();
+        entry = null;
         if (tries > 3) throw new Error("its namespace for read-only builds kept ending as it was entered");
         entry = await buildsNamespace.enter(shielded, cwd);
       }
@@ -166,263 +168,269 @@ export async function runCommandStep(
       throw new TransientStepError(message);
     }
     // Nothing asynchronous from here to the spawn.
+    if (context.signal.aborted) entry.release();
     context.signal.throwIfAborted();
   }
   const shield = entry?.prefix ?? [];
-
-  let cgroups: StepCgroups | null = null;
-  if (step.limits.memory !== undefined || step.limits.pids !== undefined) {
-    try {
-      cgroups = StepCgroups.create(containment, cgroupName(context.runId, step.name), step.limits);
-    } catch (error) {
-      // A kernel refusal (EAGAIN, ENOSPC from cgroup.max.descendants, EBUSY, ENOMEM) may clear;
-      // a limit this host cannot enforce at all will not.
-      const code = (error as NodeJS.ErrnoException).code;
-      if (code)
-        throw new TransientStepError(
-          `step ${step.name}: cannot make its limit cgroup (${code}): ${(error as Error).message}`,
-        );
-      throw new StepFailedError(`step ${step.name}: ${(error as Error).message}`);
-    }
-  }
-  // Nothing starts under a claim this worker may have lost while it stalled, nor unwatched. A
-  // stall from here to the spawn is caught right after it (`stalledAtSpawn`).
-  const checkedAt = performance.now();
-  if (context.attemptBegan !== undefined) {
-    try {
-      stepWarden.throwIfStalled(context.attemptBegan, `step ${step.name} not started`);
-    } catch (error) {
-      void cgroups?.remove();
-      throw error;
-    }
-  }
-  if (!stepWarden.ready()) {
-    void cgroups?.remove();
-    throw new TransientStepError(
-      `step ${step.name}: not started, the step warden is not running (see the worker's log)`,
-    );
-  }
-  const options = {
-    cwd,
-    env,
-    stdio: ["ignore", "pipe", "pipe"] as ["ignore", "pipe", "pipe"],
-    detached: true, // a process group of its own
-  };
-  const argv = containment.stepCgroups
-    ? shield
-    : [...shield, ...containment.prefix, SH, "-c", containment.init, "init", cgroups?.joinArgument ?? ""];
-  let child: ChildProcess;
-  let stepCgroup: StepCgroup | null = null;
-  // The warden ends the step if this worker dies or stops running (warden.ts).
-  let wardenId: string | null = null;
-  if (containment.stepCgroups) {
-    // `cgroup` mode: the program itself (shielded: `nsenter` first, which execs it), born
-    // in the step's cgroup (step-cgroup.ts).
-    try {
-      stepCgroup = StepCgroup.create(containment.stepCgroups);
-    } catch (error) {
-      throw new TransientStepError(`step ${step.name}: cannot make its cgroup: ${(error as Error).message}`);
-    }
-    wardenId = stepWarden.watchCgroup(stepCgroup.dir); // before this worker enters it
-    stepTestHooks.beforeSpawn?.();
-    try {
-      child = stepCgroup.spawnInside(() =>
-        argv.length > 0
-          ? spawn(argv[0]!, [...argv.slice(1), program!, ...args], options)
-          : spawn(program!, args, options),
-      );
-    } catch (error) {
-      // Entering the cgroup failed, or spawn threw (bad arguments): nothing runs.
-      stepWarden.forget(wardenId);
-      void stepCgroup.remove();
-      throw spawnThrew(step.name, error);
-    }
-    // The warden found this worker inside a step's cgroup (stopped mid-spawn): the child may have
-    // been born in `worker-held`. It dies now; the warden killed the step's cgroup already.
-    if (stepCgroup.heldByWarden()) stepCgroup.killHeld();
-  } else {
-    stepTestHooks.beforeSpawn?.();
-    try {
-      child = spawn(argv[0]!, [...argv.slice(1), program!, ...args], options);
-    } catch (error) {
-      void cgroups?.remove();
-      throw spawnThrew(step.name, error);
-    }
-    if (child.pid !== undefined) wardenId = stepWarden.watch(child.pid, containment.mode === "process-group");
-  }
-  // No pipes to read it by (EMFILE, ENFILE: Node gave up before the fork; no pid either). A
-  // failed spawn with its pipes (ENOENT, EACCES: no pid) takes the path below, via `error`.
-  if (!child.stdout || !child.stderr) {
-    const failed = child;
-    const error = await new Promise<Error | null>((resolve) => {
-      failed.once("error", resolve); // emitted on the next tick
-      setImmediate(() => resolve(null));
-    });
-    if (failed.pid !== undefined) killStep({ child: failed, containment, cgroup: stepCgroup });
-    if (stepCgroup && !(await stepCgroup.remove()))
-      context.log(`[${step.name}] could not remove its cgroup ${stepCgroup.dir}: processes still in it`);
-    if (wardenId !== null) stepWarden.forget(wardenId);
-    await cgroups?.remove();
-    const code = (error as NodeJS.ErrnoException | null)?.code ?? "no process or no output pipes";
-    throw new TransientStepError(`step ${step.name}: not started (${code}): ${error?.message ?? "spawn failed"}`);
-  }
-  // This worker stopped running between the check above and the spawn: the warden may have
-  // killed the (empty) cgroup and forgotten it, or the claim may be lost. The step dies now and
-  // the job goes back (below), whether or not the warden acted.
-  const stall = stepWarden.stalledSince(checkedAt);
-  const wardenActed = wardenId !== null ? stepWarden.reportedKill(wardenId) : null;
-  const stalledAtSpawn =
-    wardenActed ??
-    (stall !== null
-      ? `this worker did not run for ${Math.round(stall)} ms as it started the step: the step warden may have ended the step's watch, and the job lock may have run out`
-      : null);
-  const live: LiveStep = { child, containment, cgroup: stepCgroup };
-  liveSteps.add(live);
-  if (stalledAtSpawn !== null) killStep(live);
-  let joinFailed = false;
-  // nsenter could not enter the builds namespace (its holder ended meanwhile): its exit code 1
-  // is then its own, not the program's.
-  let enterFailed = false;
-  // The starter of the program (init, nsenter) said it could not: 126 or 127 is then its own
-  // exit code, not the program's.
-  let shellNotStarted = false;
-  let stderrLines = 0;
-  const pipeLines = (stream: NodeJS.ReadableStream, label: string) => {
-    let rest = "";
-    stream.setEncoding("utf8");
-    stream.on("data", (chunk: string) => {
-      const lines = (rest + chunk).split("\n");
-      rest = lines.pop() ?? "";
-      for (const line of lines) {
-        if (label && cgroups && line.startsWith(CGROUP_JOIN_FAILED_LINE)) joinFailed = true;
-        // Only the step's first stderr line: a starter that could not start the program says so
-        // before anything else runs (a program's own "env: …: No such file" later is its own).
-        if (label && shielded && stderrLines === 0 && nsenterFailed(line, cwd)) enterFailed = true;
-        if (label && argv.length > 0 && stderrLines === 0 && SHELL_NOT_STARTED.test(line)) shellNotStarted = true;
-        if (label) stderrLines += 1;
-        context.log(`[${step.name}${label}] ${line.slice(0, MAX_LINE)}`);
-      }
-      if (rest.length > MAX_LINE) {
-        context.log(`[${step.name}${label}] ${rest.slice(0, MAX_LINE)}`);
-        rest = "";
-      }
-    });
-    stream.on("end", () => rest && context.log(`[${step.name}${label}] ${rest.slice(0, MAX_LINE)}`));
-  };
-  pipeLines(child.stdout!, "");
-  pipeLines(child.stderr!, " stderr");
-
-  let killTimer: NodeJS.Timeout | undefined;
-  let exited = false;
-  let forgotten = false;
-  const onAbort = () => {
-    if (exited) return; // ended already: its PIDs may be reused; the exit path killed the rest
-    context.log(`[${step.name}] aborting: SIGTERM, SIGKILL in ${step.killGrace} ms`);
-    terminateStep(live, () => exited);
-    killTimer = setTimeout(() => killStep(live), step.killGrace);
-  };
-  context.signal.addEventListener("abort", onAbort, { once: true });
-
-  let outcome: { code: number | null; signal: NodeJS.Signals | null; error?: Error };
-  /** A cgroup of the step that still held processes after it was killed (uninterruptible I/O). */
-  let cgroupLeft: string | null = null;
   try {
-    outcome = await new Promise((resolve) => {
-      child.once("error", (error) => resolve({ code: null, signal: null, error }));
-      // The step ends with its program, not with its output pipes: see DRAIN_MS.
-      child.once("exit", (code, signal) => {
-        // Its PID may be reused from now on (a step cgroup stays the warden's until removed): no
-        // PID-based kill after this (the abort's timer, killAllSteps); the exit path below kills
-        // what is left.
-        exited = true;
-        if (killTimer) clearTimeout(killTimer);
-        liveSteps.delete(live);
-        if (wardenId !== null && !stepCgroup) stepWarden.forget(wardenId);
-        forgotten = !stepCgroup;
-        // As a shell would report it (today's init did): 128 + signal.
-        const signalNumber = signal ? os.constants.signals[signal] : undefined;
-        resolve(signalNumber === undefined ? { code, signal } : { code: 128 + signalNumber, signal });
+    let cgroups: StepCgroups | null = null;
+    if (step.limits.memory !== undefined || step.limits.pids !== undefined) {
+      try {
+        cgroups = StepCgroups.create(containment, cgroupName(context.runId, step.name), step.limits);
+      } catch (error) {
+        // A kernel refusal (EAGAIN, ENOSPC from cgroup.max.descendants, EBUSY, ENOMEM) may clear;
+        // a limit this host cannot enforce at all will not.
+        const code = (error as NodeJS.ErrnoException).code;
+        if (code)
+          throw new TransientStepError(
+            `step ${step.name}: cannot make its limit cgroup (${code}): ${(error as Error).message}`,
+          );
+        throw new StepFailedError(`step ${step.name}: ${(error as Error).message}`);
+      }
+    }
+    // Nothing starts under a claim this worker may have lost while it stalled, nor unwatched. A
+    // stall from here to the spawn is caught right after it (`stalledAtSpawn`).
+    const checkedAt = performance.now();
+    if (context.attemptBegan !== undefined) {
+      try {
+        stepWarden.throwIfStalled(context.attemptBegan, `step ${step.name} not started`);
+      } catch (error) {
+        void cgroups?.remove();
+        throw error;
+      }
+    }
+    if (!stepWarden.ready()) {
+      void cgroups?.remove();
+      throw new TransientStepError(
+        `step ${step.name}: not started, the step warden is not running (see the worker's log)`,
+      );
+    }
+    const options = {
+      cwd,
+      env,
+      stdio: ["ignore", "pipe", "pipe"] as ["ignore", "pipe", "pipe"],
+      detached: true, // a process group of its own
+    };
+    const argv = containment.stepCgroups
+      ? shield
+      : [...shield, ...containment.prefix, SH, "-c", containment.init, "init", cgroups?.joinArgument ?? ""];
+    let child: ChildProcess;
+    let stepCgroup: StepCgroup | null = null;
+    // The warden ends the step if this worker dies or stops running (warden.ts).
+    let wardenId: string | null = null;
+    if (containment.stepCgroups) {
+      // `cgroup` mode: the program itself (shielded: `nsenter` first, which execs it), born
+      // in the step's cgroup (step-cgroup.ts).
+      try {
+        stepCgroup = StepCgroup.create(containment.stepCgroups);
+      } catch (error) {
+        throw new TransientStepError(`step ${step.name}: cannot make its cgroup: ${(error as Error).message}`);
+      }
+      wardenId = stepWarden.watchCgroup(stepCgroup.dir); // before this worker enters it
+      stepTestHooks.beforeSpawn?.();
+      try {
+        child = stepCgroup.spawnInside(() =>
+          argv.length > 0
+            ? spawn(argv[0]!, [...argv.slice(1), program!, ...args], options)
+            : spawn(program!, args, options),
+        );
+      } catch (error) {
+        // Entering the cgroup failed, or spawn threw (bad arguments): nothing runs.
+        stepWarden.forget(wardenId);
+        void stepCgroup.remove();
+        throw spawnThrew(step.name, error);
+      }
+      // The warden found this worker inside a step's cgroup (stopped mid-spawn): the child may have
+      // been born in `worker-held`. It dies now; the warden killed the step's cgroup already.
+      if (stepCgroup.heldByWarden()) stepCgroup.killHeld();
+    } else {
+      stepTestHooks.beforeSpawn?.();
+      try {
+        child = spawn(argv[0]!, [...argv.slice(1), program!, ...args], options);
+      } catch (error) {
+        void cgroups?.remove();
+        throw spawnThrew(step.name, error);
+      }
+      if (child.pid !== undefined) wardenId = stepWarden.watch(child.pid, containment.mode === "process-group");
+    }
+    // No pipes to read it by (EMFILE, ENFILE: Node gave up before the fork; no pid either). A
+    // failed spawn with its pipes (ENOENT, EACCES: no pid) takes the path below, via `error`.
+    if (!child.stdout || !child.stderr) {
+      const failed = child;
+      const error = await new Promise<Error | null>((resolve) => {
+        failed.once("error", resolve); // emitted on the next tick
+        setImmediate(() => resolve(null));
       });
-    });
-    exited = true;
-    // Process-group and cgroup mode: whatever the program left goes with it (and a daemon's
-    // hold on the output pipes with it).
-    if (containment.mode !== "pid-namespace") killStep(live);
-    await drained(child);
-  } finally {
-    context.signal.removeEventListener("abort", onAbort);
-    if (killTimer) clearTimeout(killTimer);
-    liveSteps.delete(live);
-    if (stepCgroup && !(await stepCgroup.remove())) {
-      cgroupLeft = stepCgroup.dir;
-      context.log(`[${step.name}] could not remove its cgroup ${stepCgroup.dir}: processes still in it`);
+      if (failed.pid !== undefined) killStep({ child: failed, containment, cgroup: stepCgroup });
+      if (stepCgroup && !(await stepCgroup.remove()))
+        context.log(`[${step.name}] could not remove its cgroup ${stepCgroup.dir}: processes still in it`);
+      if (wardenId !== null) stepWarden.forget(wardenId);
+      await cgroups?.remove();
+      const code = (error as NodeJS.ErrnoException | null)?.code ?? "no process or no output pipes";
+      throw new TransientStepError(`step ${step.name}: not started (${code}): ${error?.message ?? "spawn failed"}`);
     }
-    if (wardenId !== null && !forgotten) stepWarden.forget(wardenId); // a spawn error: no exit event
-  }
-  // Killed by the warden: this worker stopped running past its limit (the job goes back; its
-  // lock may be another attempt's already) — never the program's own failure.
-  const wardenKill =
-    wardenId !== null && (outcome.signal === "SIGKILL" || outcome.code === 137)
-      ? await stepWarden.killedBecause(wardenId)
-      : null;
-  const limitHit = cgroups?.limitHit() ?? null;
-  const cgroupsLeft = (await cgroups?.remove()) ?? [];
-  if (cgroupsLeft.length > 0)
-    context.log(`[${step.name}] could not remove cgroup(s) ${cgroupsLeft.join(", ")}: processes still in them`);
+    // This worker stopped running between the check above and the spawn: the warden may have
+    // killed the (empty) cgroup and forgotten it, or the claim may be lost. The step dies now and
+    // the job goes back (below), whether or not the warden acted.
+    const stall = stepWarden.stalledSince(checkedAt);
+    const wardenActed = wardenId !== null ? stepWarden.reportedKill(wardenId) : null;
+    const stalledAtSpawn =
+      wardenActed ??
+      (stall !== null
+        ? `this worker did not run for ${Math.round(stall)} ms as it started the step: the step warden may have ended the step's watch, and the job lock may have run out`
+        : null);
+    const live: LiveStep = { child, containment, cgroup: stepCgroup };
+    liveSteps.add(live);
+    if (stalledAtSpawn !== null) killStep(live);
+    let joinFailed = false;
+    // nsenter could not enter the builds namespace (its holder ended meanwhile): its exit code 1
+    // is then its own, not the program's.
+    let enterFailed = false;
+    // The starter of the program (init, nsenter) said it could not: 126 or 127 is then its own
+    // exit code, not the program's.
+    let shellNotStarted = false;
+    let stderrLines = 0;
+    const pipeLines = (stream: NodeJS.ReadableStream, label: string) => {
+      let rest = "";
+      stream.setEncoding("utf8");
+      stream.on("data", (chunk: string) => {
+        const lines = (rest + chunk).split("\n");
+        rest = lines.pop() ?? "";
+        for (const line of lines) {
+          if (label && cgroups && line.startsWith(CGROUP_JOIN_FAILED_LINE)) joinFailed = true;
+          // Only the step's first stderr line: a starter that could not start the program says so
+          // before anything else runs (a program's own "env: …: No such file" later is its own).
+          if (label && shielded && stderrLines === 0 && nsenterFailed(line, cwd)) enterFailed = true;
+          if (label && argv.length > 0 && stderrLines === 0 && SHELL_NOT_STARTED.test(line)) shellNotStarted = true;
+          if (label) stderrLines += 1;
+          context.log(`[${step.name}${label}] ${line.slice(0, MAX_LINE)}`);
+        }
+        if (rest.length > MAX_LINE) {
+          context.log(`[${step.name}${label}] ${rest.slice(0, MAX_LINE)}`);
+          rest = "";
+        }
+      });
+      stream.on("end", () => rest && context.log(`[${step.name}${label}] ${rest.slice(0, MAX_LINE)}`));
+    };
+    pipeLines(child.stdout!, "");
+    pipeLines(child.stderr!, " stderr");
 
-  // The stall that made the warden kill the step also let BullMQ's job lock run out: the record
-  // names the cause (the stall), not its consequence. Other aborts (a deploy, a cancel, the time
-  // limit, a lost claim) say themselves.
-  if (wardenKill && context.signal.aborted && context.signal.reason === LOCK_LOST_ABORT_REASON)
-    throw new WorkerStalledError(`step ${step.name} was killed by the step warden: ${wardenKill}`);
-  context.signal.throwIfAborted();
-  if (stalledAtSpawn !== null)
-    throw new WorkerStalledError(`step ${step.name} was killed as it started: ${stalledAtSpawn}`);
-  if (wardenKill) throw new WorkerStalledError(`step ${step.name} was killed by the step warden: ${wardenKill}`);
-  // A process of the step may still write: nothing of this attempt may be hashed or published.
-  const left = cgroupLeft ?? cgroupsLeft[0];
-  if (left !== undefined)
-    throw new TransientStepError(
-      `step ${step.name}: its cgroup ${left} could not be emptied and removed after the step was killed (a process in uninterruptible I/O?): nothing of this attempt is published while one of its processes may run`,
-    );
-  if (outcome.error) {
-    const code = (outcome.error as NodeJS.ErrnoException).code;
-    if (stepCgroup && (code === "ENOENT" || code === "EACCES" || code === "ENOTDIR" || code === "ELOOP")) {
-      if (!fs.existsSync(cwd))
-        throw new StepFailedError(`step ${step.name}: its working directory ${cwd} does not exist`);
-      throw new StepFailedError(`step ${step.name}: program not found or not executable: ${program}`);
+    let killTimer: NodeJS.Timeout | undefined;
+    let exited = false;
+    let forgotten = false;
+    const onAbort = () => {
+      if (exited) return; // ended already: its PIDs may be reused; the exit path killed the rest
+      context.log(`[${step.name}] aborting: SIGTERM, SIGKILL in ${step.killGrace} ms`);
+      terminateStep(live, () => exited);
+      killTimer = setTimeout(() => killStep(live), step.killGrace);
+    };
+    context.signal.addEventListener("abort", onAbort, { once: true });
+
+    let outcome: { code: number | null; signal: NodeJS.Signals | null; error?: Error };
+    /** A cgroup of the step that still held processes after it was killed (uninterruptible I/O). */
+    let cgroupLeft: string | null = null;
+    try {
+      outcome = await new Promise((resolve) => {
+        child.once("error", (error) => resolve({ code: null, signal: null, error }));
+        // The step ends with its program, not with its output pipes: see DRAIN_MS.
+        child.once("exit", (code, signal) => {
+          // Its PID may be reused from now on (a step cgroup stays the warden's until removed): no
+          // PID-based kill after this (the abort's timer, killAllSteps); the exit path below kills
+          // what is left.
+          exited = true;
+          if (killTimer) clearTimeout(killTimer);
+          liveSteps.delete(live);
+          if (wardenId !== null && !stepCgroup) stepWarden.forget(wardenId);
+          forgotten = !stepCgroup;
+          // As a shell would report it (today's init did): 128 + signal.
+          const signalNumber = signal ? os.constants.signals[signal] : undefined;
+          resolve(signalNumber === undefined ? { code, signal } : { code: 128 + signalNumber, signal });
+        });
+      });
+      exited = true;
+      // Process-group and cgroup mode: whatever the program left goes with it (and a daemon's
+      // hold on the output pipes with it).
+      if (containment.mode !== "pid-namespace") killStep(live);
+      await drained(child);
+    } finally {
+      context.signal.removeEventListener("abort", onAbort);
+      if (killTimer) clearTimeout(killTimer);
+      liveSteps.delete(live);
+      if (stepCgroup && !(await stepCgroup.remove())) {
+        cgroupLeft = stepCgroup.dir;
+        context.log(`[${step.name}] could not remove its cgroup ${stepCgroup.dir}: processes still in it`);
+      }
+      if (wardenId !== null && !forgotten) stepWarden.forget(wardenId); // a spawn error: no exit event
     }
-    if (code === "ENOENT" && !fs.existsSync(cwd))
-      throw new StepFailedError(`step ${step.name}: its working directory ${cwd} does not exist`);
-    if (code === "ENOENT")
-      throw new StepFailedError(`step ${step.name}: cannot start ${argv[0]} (is util-linux installed?)`);
-    if (code && TRANSIENT_ERRNO.has(code)) throw new TransientStepError(`step ${step.name}: ${outcome.error.message}`);
-    throw new StepFailedError(`step ${step.name}: ${outcome.error.message}`);
-  }
-  if (limitHit) throw new StepFailedError(`step ${step.name} ${limitHit}`);
-  if (outcome.code === 0) return;
-  if (outcome.code !== null && NOT_STARTED.includes(outcome.code) && shellNotStarted)
-    throw new StepFailedError(`step ${step.name}: program not found or not executable: ${program}`);
-  if (outcome.code === 125 && joinFailed) throw new TransientStepError(`step ${step.name}: could not join its cgroup`);
-  if (outcome.code === 1 && enterFailed) {
-    buildsNamespace.retireEntry(entry!, "a step could not enter it");
-    throw new TransientStepError(
-      `step ${step.name}: not started: it could not enter the worker's namespace for read-only builds (see the run log)`,
+    // Killed by the warden: this worker stopped running past its limit (the job goes back; its
+    // lock may be another attempt's already) — never the program's own failure.
+    const wardenKill =
+      wardenId !== null && (outcome.signal === "SIGKILL" || outcome.code === 137)
+        ? await stepWarden.killedBecause(wardenId)
+        : null;
+    const limitHit = cgroups?.limitHit() ?? null;
+    const cgroupsLeft = (await cgroups?.remove()) ?? [];
+    if (cgroupsLeft.length > 0)
+      context.log(`[${step.name}] could not remove cgroup(s) ${cgroupsLeft.join(", ")}: processes still in them`);
+
+    // The stall that made the warden kill the step also let BullMQ's job lock run out: the record
+    // names the cause (the stall), not its consequence. Other aborts (a deploy, a cancel, the time
+    // limit, a lost claim) say themselves.
+    if (wardenKill && context.signal.aborted && context.signal.reason === LOCK_LOST_ABORT_REASON)
+      throw new WorkerStalledError(`step ${step.name} was killed by the step warden: ${wardenKill}`);
+    context.signal.throwIfAborted();
+    if (stalledAtSpawn !== null)
+      throw new WorkerStalledError(`step ${step.name} was killed as it started: ${stalledAtSpawn}`);
+    if (wardenKill) throw new WorkerStalledError(`step ${step.name} was killed by the step warden: ${wardenKill}`);
+    // A process of the step may still write: nothing of this attempt may be hashed or published.
+    const left = cgroupLeft ?? cgroupsLeft[0];
+    if (left !== undefined)
+      throw new TransientStepError(
+        `step ${step.name}: its cgroup ${left} could not be emptied and removed after the step was killed (a process in uninterruptible I/O?): nothing of this attempt is published while one of its processes may run`,
+      );
+    if (outcome.error) {
+      const code = (outcome.error as NodeJS.ErrnoException).code;
+      if (stepCgroup && (code === "ENOENT" || code === "EACCES" || code === "ENOTDIR" || code === "ELOOP")) {
+        if (!fs.existsSync(cwd))
+          throw new StepFailedError(`step ${step.name}: its working directory ${cwd} does not exist`);
+        throw new StepFailedError(`step ${step.name}: program not found or not executable: ${program}`);
+      }
+      if (code === "ENOENT" && !fs.existsSync(cwd))
+        throw new StepFailedError(`step ${step.name}: its working directory ${cwd} does not exist`);
+      if (code === "ENOENT")
+        throw new StepFailedError(`step ${step.name}: cannot start ${argv[0]} (is util-linux installed?)`);
+      if (code && TRANSIENT_ERRNO.has(code))
+        throw new TransientStepError(`step ${step.name}: ${outcome.error.message}`);
+      throw new StepFailedError(`step ${step.name}: ${outcome.error.message}`);
+    }
+    if (limitHit) throw new StepFailedError(`step ${step.name} ${limitHit}`);
+    if (outcome.code === 0) return;
+    if (outcome.code !== null && NOT_STARTED.includes(outcome.code) && shellNotStarted)
+      throw new StepFailedError(`step ${step.name}: program not found or not executable: ${program}`);
+    if (outcome.code === 125 && joinFailed)
+      throw new TransientStepError(`step ${step.name}: could not join its cgroup`);
+    if (outcome.code === 1 && enterFailed) {
+      buildsNamespace.retireEntry(entry!, "a step could not enter it");
+      throw new TransientStepError(
+        `step ${step.name}: not started: it could not enter the worker's namespace for read-only builds (see the run log)`,
+      );
+    }
+    if (outcome.code !== null && step.transientExitCodes.includes(outcome.code)) {
+      throw new TransientStepError(`step ${step.name} exited ${outcome.code} (declared transient)`);
+    }
+    const killedBy = outcome.code !== null && outcome.code > 128 ? signalName(outcome.code - 128) : null;
+    throw new StepFailedError(
+      `step ${step.name} ${
+        outcome.code === null
+          ? `was killed by ${outcome.signal}`
+          : killedBy
+            ? `was killed by ${killedBy}`
+            : `exited ${outcome.code}`
+      }`,
     );
+  } finally {
+    entry?.release(); // the step ended, or never started
   }
-  if (outcome.code !== null && step.transientExitCodes.includes(outcome.code)) {
-    throw new TransientStepError(`step ${step.name} exited ${outcome.code} (declared transient)`);
-  }
-  const killedBy = outcome.code !== null && outcome.code > 128 ? signalName(outcome.code - 128) : null;
-  throw new StepFailedError(
-    `step ${step.name} ${
-      outcome.code === null
-        ? `was killed by ${outcome.signal}`
-        : killedBy
-          ? `was killed by ${killedBy}`
-          : `exited ${outcome.code}`
-    }`,
-  );
 }
 
 /** Makes `<output>/builds` for the shield's mount, or fails the step saying why. */
