@@ -7,13 +7,19 @@ import assert from "node:assert/strict";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { mock, test } from "node:test";
+import { after, mock, test } from "node:test";
 import { BuildsNamespace } from "../../lib/rebuilds/steps/builds-namespace";
 
 const root = process.getuid?.() === 0;
 
+const dirs: string[] = [];
+after(() => {
+  for (const dir of dirs) fs.rmSync(dir, { recursive: true, force: true });
+});
+
 function outputs(n: number): string[] {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "cw-builds-ns-"));
+  dirs.push(dir);
   return Array.from({ length: n }, (_, i) => {
     const builds = path.join(dir, `out-${i}`, "builds");
     fs.mkdirSync(builds, { recursive: true });
