@@ -21,7 +21,7 @@ import { repairCurrentLinks } from "../lib/rebuilds/repair";
 import { closeAbandonedRuns, type SweepCursor } from "../lib/runs/abandoned";
 import { startTimelineBackfill } from "../lib/runs/timeline-backfill";
 import { trimAllRuns } from "../lib/runs/trim";
-import { resendFinalWrite } from "../lib/runs/writer";
+import { flushUnansweredFinals, resendFinalWrite } from "../lib/runs/writer";
 import { pruneAbandonedWorkDirs } from "../lib/rebuilds/output";
 import { removeTakenWorkDirs, takeLiveWorkDirs } from "../lib/rebuilds/work-dirs";
 import { pruneOldBuilds } from "../lib/rebuilds/prune";
@@ -102,6 +102,8 @@ let stopping = false;
 let upkeep: Promise<void> | null = null;
 /** How long a stop waits for an upkeep under way (a prune holding an output's claim) to end. */
 const UPKEEP_STOP_WAIT_MS = 10_000;
+/** How long a stopping worker sends unanswered final records again (beside its other 2 s of stop work). */
+const FINALS_FLUSH_MS = 2_500;
 let upkeepStartedAt = 0;
 let upkeepSlowSaid = false;
 async function heartbeat(): Promise<void> {
@@ -263,11 +265,18 @@ async function shutdown(signal: NodeJS.Signals): Promise<void> {
   // Beside them, the work dirs of attempts that have not ended (held on a Redis that does not
   // answer, or sealing a big build): taken from their attempts by a rename (lib/rebuilds/work-dirs.ts).
   const taking = takeLiveWorkDirs();
+  // Beside them too: final records Redis never answered (a failover's NOREPLICAS as an attempt
+  // ended), sent again while there is time; the process would take them along (writer.ts).
+  const flushing = flushUnansweredFinals(FINALS_FLUSH_MS).then((runIds) => {
+    for (const runId of runIds)
+      log(`shutdown: sent the final record of run ${runId} again (Redis had not answered it)`);
+  });
   const [dirsTaken, ...answered] = await Promise.all([
     settledWithin(taking, 2_000),
     settledWithin(queue.close(), 2_000),
     settledWithin(retire(main, keys, identity.id), 2_000),
     !announcedUp || settledWithin(publishEvent(main, keys, { type: "worker.down", id: identity.id }), 2_000),
+    settledWithin(flushing, FINALS_FLUSH_MS + 500),
   ]);
   let removingDirs: Promise<void> = Promise.resolve();
   if (!dirsTaken) {
@@ -285,7 +294,7 @@ async function shutdown(signal: NodeJS.Signals): Promise<void> {
     log(
       "shutdown: Redis did not answer the stop; the heartbeat expires on its own, jobs not handed back are redelivered by the stalled check and claims end on their TTL",
     );
-  // Within STOP_AFTER_JOBS_MS of the jobs' wait, with the 2 s above (lib/rebuilds/definitions.ts).
+  // Within STOP_AFTER_JOBS_MS of the jobs' wait, with the 3 s above (lib/rebuilds/definitions.ts).
   // The taken work dirs' delete gets the same second; one cut short is left to the prune.
   await Promise.all([closeRedis(main, 1_000), closeRedis(claims, 1_000), settledWithin(removingDirs, 1_000)]);
   const stuck = abandonedInputReads();

@@ -434,7 +434,10 @@ const WRITE_RESULTS = new Map<number, WriteResult>([
  * The sweep sends the same write again instead (`resendFinalWrite`; its `writeId` makes a repeat
  * of an applied write a no-op). Kept SENT_FINALS_KEPT_MS, at most SENT_FINALS_MAX.
  */
-const sentFinals = new Map<string, { store: RunStore; run: RunRef; write: RunWrite; at: number }>();
+const sentFinals = new Map<
+  string,
+  { store: RunStore; run: RunRef; write: RunWrite; at: number; answered: WriteResult | null }
+>();
 const SENT_FINALS_KEPT_MS = 15 * 60_000;
 const SENT_FINALS_MAX = 1_000;
 
@@ -446,13 +449,14 @@ const SENT_FINALS_MAX = 1_000;
 function rememberFinal(store: RunStore, run: RunRef, write: RunWrite): (result: WriteResult) => void {
   const earlier = sentFinals.get(run.runId);
   sentFinals.delete(run.runId); // re-inserted last: the map's order is the sending order
-  const kept = { store, run, write: { ...write, logLines: [] }, at: Date.now() };
+  const kept = { store, run, write: { ...write, logLines: [] }, at: Date.now(), answered: null as WriteResult | null };
   sentFinals.set(run.runId, kept);
   for (const [runId, sent] of sentFinals) {
     if (sentFinals.size <= SENT_FINALS_MAX && Date.now() - sent.at <= SENT_FINALS_KEPT_MS) break;
     sentFinals.delete(runId);
   }
   return (result) => {
+    kept.answered = result;
     if (result === "written" || sentFinals.get(run.runId) !== kept) return;
     if (earlier) sentFinals.set(run.runId, earlier);
     else sentFinals.delete(run.runId);
@@ -466,7 +470,32 @@ function rememberFinal(store: RunStore, run: RunRef, write: RunWrite): (result: 
 export async function resendFinalWrite(runId: string): Promise<WriteResult | null> {
   const sent = sentFinals.get(runId);
   if (!sent || Date.now() - sent.at > SENT_FINALS_KEPT_MS) return null;
-  return writeRun(sent.store, sent.run, sent.write);
+  const result = await writeRun(sent.store, sent.run, sent.write);
+  sent.answered = result;
+  return result;
+}
+
+/**
+ * A stopping worker's last try at the final writes Redis never answered (refused: a failover's
+ * NOREPLICAS, a connection lost): sent again until each is answered or `withinMs` has passed. Its
+ * sweep would have sent them again later; a process that exits takes them along, and the next
+ * attempt would close the record `aborted` ("may be published") though it ended — `rebuilt`, say.
+ * Returns the run ids written now.
+ */
+export async function flushUnansweredFinals(withinMs: number): Promise<string[]> {
+  const deadline = Date.now() + withinMs;
+  const written: string[] = [];
+  for (;;) {
+    const pending = [...sentFinals.entries()].filter(([, sent]) => sent.answered === null);
+    if (pending.length === 0 || Date.now() >= deadline) return written;
+    await Promise.all(
+      pending.map(async ([runId]) => {
+        const result = await resendFinalWrite(runId).catch(() => null);
+        if (result === "written") written.push(runId);
+      }),
+    );
+    if (pending.some(([, sent]) => sent.answered === null)) await new Promise((r) => setTimeout(r, 250));
+  }
 }
 
 /**

@@ -26,6 +26,7 @@ import { trimAllRuns, trimRuns } from "../../lib/runs/trim";
 import { RUN_STATUSES } from "../../lib/runs/types";
 import {
   beginAttempt as beginOwnedAttempt,
+  flushUnansweredFinals,
   recordVersion,
   resendFinalWrite,
   RunRecorder,
@@ -722,4 +723,25 @@ test("trimming by count is per tenant where there are tenants: one tenant's many
   const kept = await client.zrange(keys.runIndex({ rebuild: "tiles" }), "0", "-1");
   assert.deepEqual(kept.filter((id) => id.startsWith("acme")).sort(), ["acme0-a1", "acme1-a1"]);
   assert.equal(kept.filter((id) => id.startsWith("globex")).length, 3);
+});
+
+test("a final record Redis refused (NOREPLICAS, as after a failover) is sent again by a stopping worker's flush once Redis takes writes", async (t) => {
+  const keys = redisKeys(uniquePrefix());
+  const store = storeOf(keys);
+  const a1 = attempt("norepl", 1);
+  await beginAttempt(store, a1, { mode: { kind: "running" } });
+  // A primary that wants a replica it does not have refuses every write, as a Sentinel group's
+  // new primary did while its replicas resynced.
+  await client.config("SET", "min-replicas-to-write", "1");
+  t.after(() => client.config("SET", "min-replicas-to-write", "0"));
+  const recorder = new RunRecorder(store, a1);
+  await assert.rejects(recorder.finish("rebuilt", { buildHash: "b-norepl" }), /NOREPLICAS/);
+  assert.equal((await readRun(client, keys, a1.runId))?.status, "running");
+  // Still refused: the flush tries until its time is up, and writes nothing.
+  assert.deepEqual(await flushUnansweredFinals(300), []);
+  setTimeout(() => void client.config("SET", "min-replicas-to-write", "0"), 200);
+  assert.deepEqual(await flushUnansweredFinals(5_000), [a1.runId]);
+  const record = await readRun(client, keys, a1.runId);
+  assert.deepEqual([record?.status, record?.buildHash], ["rebuilt", "b-norepl"]);
+  assert.deepEqual(await flushUnansweredFinals(1_000), [], "answered: not sent again");
 });
