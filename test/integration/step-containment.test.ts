@@ -76,6 +76,20 @@ test("the host offers a cgroup per step (CI runs as root with a writable cgroup 
 for (const mode of MODES)
   describe(`step containment (${mode})`, () => {
     const containment = detectContainment(mode);
+    /** `script` as a step of the output `outputDir` ($OUT), in `workDir` if given; it must succeed: its stdout lines. */
+    const stdoutOf = async (script: string, outputDir: string, workDir?: string): Promise<string[]> => {
+      const ctx = context(new AbortController().signal);
+      const error = await runCommandStep(
+        step(script, { env: { OUT: outputDir } }),
+        { ...ctx, outputDir, ...(workDir ? { workDir } : {}) },
+        containment,
+      ).then(
+        () => null,
+        (e: unknown) => e as Error,
+      );
+      assert.equal(error, null, ctx.lines.join("\n"));
+      return ctx.lines.filter((l) => !l.includes("stderr")).map((l) => l.replace(/^\[s\] /, ""));
+    };
     const runWith = (
       script: string,
       marker: { name: string; value: string },
@@ -209,20 +223,10 @@ for (const mode of MODES)
       if (process.getuid?.() !== 0) return t.skip("write bits already stop a non-root step");
       const outputDir = fs.mkdtempSync(path.join(bed.dir, "output-"));
       fs.mkdirSync(path.join(outputDir, "builds", "h1"), { recursive: true });
-      const run = async (script: string, name: string) => {
+      const run = (script: string, name: string) => {
         const workDir = path.join(outputDir, ".work", name);
         fs.mkdirSync(workDir, { recursive: true });
-        const ctx = context(new AbortController().signal);
-        const error = await runCommandStep(
-          step(script, { env: { OUT: outputDir } }),
-          { ...ctx, outputDir, workDir },
-          containment,
-        ).then(
-          () => null,
-          (e: unknown) => e as Error,
-        );
-        assert.equal(error, null, ctx.lines.join("\n"));
-        return ctx.lines.filter((l) => !l.includes("stderr")).map((l) => l.replace(/^\[s\] /, ""));
+        return stdoutOf(script, outputDir, workDir);
       };
       // From its default working directory, `..` climbs inside the namespace, not the worker's view.
       assert.deepEqual(
@@ -256,19 +260,7 @@ for (const mode of MODES)
       fs.mkdirSync(path.join(shared, "out", "builds"), { recursive: true });
       const sharedOut = path.join(shared, "out");
       const write = 'touch "$OUT/builds/x" 2>/dev/null && echo wrote || echo refused';
-      const runIn = async (out: string) => {
-        const ctx = context(new AbortController().signal);
-        const error = await runCommandStep(
-          step(write, { env: { OUT: out } }),
-          { ...ctx, outputDir: out },
-          containment,
-        ).then(
-          () => null,
-          (e: unknown) => e as Error,
-        );
-        assert.equal(error, null, ctx.lines.join("\n"));
-        return ctx.lines.filter((l) => !l.includes("stderr")).map((l) => l.replace(/^\[s\] /, ""));
-      };
+      const runIn = (out: string) => stdoutOf(write, out);
       assert.deepEqual(await runIn(sharedOut), ["refused"]);
       execFileSync("mount", ["-t", "tmpfs", "late-disk", shared]);
       fs.mkdirSync(path.join(shared, "out", "builds"), { recursive: true });
@@ -281,19 +273,7 @@ for (const mode of MODES)
       const outputDir = fs.mkdtempSync(path.join(bed.dir, "output-"));
       const builds = path.join(outputDir, "builds");
       fs.mkdirSync(builds);
-      const tries = async (script: string) => {
-        const ctx = context(new AbortController().signal);
-        const error = await runCommandStep(
-          step(script, { env: { OUT: outputDir } }),
-          { ...ctx, outputDir },
-          containment,
-        ).then(
-          () => null,
-          (e: unknown) => e as Error,
-        );
-        assert.equal(error, null, ctx.lines.join("\n"));
-        return ctx.lines.filter((l) => !l.includes("stderr")).map((l) => l.replace(/^\[s\] /, ""));
-      };
+      const tries = (script: string) => stdoutOf(script, outputDir);
       const write = 'touch "$OUT/builds/x" 2>/dev/null && echo wrote || echo refused';
       assert.deepEqual(await tries(write), ["refused"]);
       // A root step takes the mount away (it is shared by the worker's steps): the next gets it back.
