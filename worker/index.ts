@@ -17,6 +17,7 @@ import { ContainmentConfigError, detectContainment, publishedBuildsToSteps } fro
 import { killAllSteps } from "../lib/rebuilds/steps/run-step";
 import { queuePrefix, REBUILD_QUEUE } from "../lib/rebuilds/queue";
 import { checkPublishedBuilds } from "../lib/rebuilds/build-integrity";
+import { publishedByRun } from "../lib/rebuilds/published-by-run";
 import { repairCurrentLinks } from "../lib/rebuilds/repair";
 import { closeAbandonedRuns, type SweepCursor } from "../lib/runs/abandoned";
 import { startTimelineBackfill } from "../lib/runs/timeline-backfill";
@@ -160,6 +161,9 @@ async function upkeepAfterBeat(judgesOthers: boolean): Promise<void> {
           log(`sent the final record of run ${runId} again: it was in flight, as if the main Redis had lost it`);
         return result;
       },
+      // A record that was about to publish: closed rebuilt when the claims Redis names its publish.
+      publishedBy: (run: { runId: string; rebuild: string | null; tenant: string | null }) =>
+        publishedByRun({ claims, keys, definitions }, run),
     };
     for (const runId of await closeAbandonedRuns({ client: main, keys, retention }, self))
       log(`closed abandoned run ${runId}`);

@@ -29,6 +29,7 @@ export {
 export {
   publishFenced,
   readPublished,
+  readPublishedByRun,
   type PublishedPointer,
   type PublishRequest,
   type PublishResult,

@@ -30,7 +30,7 @@ import {
   type ClaimHolder,
 } from "../claims";
 import type { RedisKeys } from "../redis/keys";
-import { DEFAULT_RETENTION, runPlaceOf, type RunRetention } from "../runs/records";
+import { DEFAULT_RETENTION, publishingMark, runPlaceOf, type RunRetention } from "../runs/records";
 import type { FinalRunStatus } from "../runs/transitions";
 import { runIdOf, type RunRecord, type StepRecord } from "../runs/types";
 import {
@@ -58,6 +58,7 @@ import { classifyFailure, isTransient } from "./classify-failure";
 import { decideRun, DEFER_MAX_MS, DEFER_MIN_MS } from "./decide";
 import { outputDirOf, stopWithinMs, tenantProblem, type Definitions, type RebuildDefinition } from "./definitions";
 import { PRUNING_VERSION } from "./prune";
+import { publishedByRun } from "./published-by-run";
 import { FenceNotRecordedError, readFenceFloor } from "./published-fence";
 import { rebuildJobData, type RebuildJobData } from "./queue";
 import { recordScheduledTick } from "./schedule-ticks";
@@ -322,6 +323,16 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
   if (!definition) return failEarly(`unknown rebuild '${data.rebuild}' (not in the definitions file)`, false);
   const tenantError = tenantProblem(definition, data.tenant);
   if (tenantError) return failEarly(tenantError, false);
+  // The previous attempt, which this one's first record closes if it is still in flight: the
+  // claims Redis says whether it published (its final record then never written: a worker
+  // stopped, Redis refused or lost the write), so that it is closed rebuilt, not aborted.
+  if (identity.previousRunId) {
+    identity.previousPublished = await publishedByRun(deps, {
+      runId: identity.previousRunId,
+      rebuild: data.rebuild,
+      tenant: data.tenant ?? null,
+    });
+  }
   const cancelledBefore = cancellationOf(job);
   if (cancelledBefore) {
     // Cancelled before it started (found when the job was picked up): one record, no work.
@@ -862,7 +873,7 @@ class RebuildAttempt {
   private async beforePublish(publishing: { fence: number; buildHash: string }): Promise<void> {
     // Written with the check: from now on nobody else calls this record aborted while this
     // worker beats (a pause between the publish and the final record is not a death).
-    this.recorder.update({ publishing: `${publishing.fence} ${publishing.buildHash}` });
+    this.recorder.update({ publishing: publishingMark(publishing) });
     const synced = await this.recorder.sync().catch((error: unknown) => {
       this.log(`the record's owner check before the publish failed (publishing anyway): ${String(error)}`);
       return null;

@@ -14,7 +14,7 @@
 import type { Redis } from "ioredis";
 import { RUN_REPLY } from "../redis/replies";
 import { queueVariadicScript, runVariadicScript, scriptPipeline } from "../redis/scripts";
-import { indexLayout, runPlaceOf } from "./records";
+import { indexLayout, PUBLISHING_FIELD, runPlaceOf } from "./records";
 import { RUN_ABANDON } from "./scripts";
 import { timelineSpec } from "./timeline-counters";
 import type { RunRef, RunStore, WriteResult } from "./writer";
@@ -51,6 +51,7 @@ export async function abandonRun(store: RunStore, run: RunRef, reason: string): 
       timelineSpec(keys, run, store.retention),
       "",
       keys.workerHeartbeatPrefix,
+      "",
       "",
       "",
     ],
@@ -92,6 +93,14 @@ export interface SweepingWorker {
    * record back in flight, and the attempt's own ending, not "aborted", is what happened.
    */
   resendFinal?: (runId: string) => Promise<WriteResult | null>;
+  /**
+   * What the claims Redis's published pointer says `run` published, as a record's publishing mark
+   * ("<fence> <build>", lib/rebuilds/published-by-run.ts), or null (another run's publish, none,
+   * not known): asked only for a record that was about to publish. A record whose mark it is
+   * published and only its final write was lost: it is closed rebuilt, naming its build, not
+   * aborted ("may be published").
+   */
+  publishedBy?: (run: { runId: string; rebuild: string | null; tenant: string | null }) => Promise<string | null>;
 }
 
 /**
@@ -128,7 +137,7 @@ export async function closeAbandonedRuns(
     return [];
   }
   const lookup = client.pipeline();
-  for (const id of ids) lookup.hmget(keys.run(id), "workerId", "jobId", "rebuild", "tenant");
+  for (const id of ids) lookup.hmget(keys.run(id), "workerId", "jobId", "rebuild", "tenant", PUBLISHING_FIELD);
   const replies = (await lookup.exec()) ?? [];
   const active = new Set(self?.activeJobIds() ?? []);
   // Its own runs whose job it no longer runs, and whose final write it sent: sent again (a Redis
@@ -147,6 +156,19 @@ export async function closeAbandonedRuns(
       }),
     );
   }
+  // What the claims Redis says of the records that were about to publish (their runs' pointers).
+  const publishedMarks = new Map<string, string>();
+  if (self?.publishedBy) {
+    const publishedBy = self.publishedBy;
+    await Promise.all(
+      ids.map(async (runId, i) => {
+        const [workerId, jobId, rebuild, tenant, publishing] = (replies[i]?.[1] as (string | null)[] | undefined) ?? [];
+        if (!workerId || !jobId || !publishing || resent.has(runId)) return;
+        const mark = await publishedBy({ runId, rebuild: rebuild ?? null, tenant: tenant ?? null }).catch(() => null);
+        if (mark === publishing) publishedMarks.set(runId, mark);
+      }),
+    );
+  }
   const pipeline = scriptPipeline(client, [RUN_ABANDON]);
   const queued: string[] = [];
   ids.forEach((runId, i) => {
@@ -155,7 +177,12 @@ export async function closeAbandonedRuns(
     const mine = workerId === self?.workerId;
     if (mine && active.has(jobId)) return;
     if (!mine && self?.judgesOthers === false) return;
-    const layout = indexLayout(keys, runPlaceOf(rebuild, tenant), ABANDON_STATUSES);
+    const published = publishedMarks.get(runId);
+    const layout = indexLayout(
+      keys,
+      runPlaceOf(rebuild, tenant),
+      published === undefined ? ABANDON_STATUSES : [...ABANDON_STATUSES, "rebuilt"],
+    );
     queueVariadicScript(
       pipeline,
       RUN_ABANDON,
@@ -181,6 +208,7 @@ export async function closeAbandonedRuns(
         keys.workerHeartbeatPrefix,
         self ? BEAT_STREAK.requiredMs : "",
         BEAT_STREAK.freshMs,
+        published === undefined ? "" : published,
       ],
     );
     queued.push(runId);

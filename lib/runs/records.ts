@@ -15,6 +15,9 @@ import { RUN_STATUSES, type RunRecord, type RunStatus, type StepRecord } from ".
  * While its worker beats, nobody else closes that record (scripts.ts, mayHavePublished).
  */
 export const PUBLISHING_FIELD = "publishing";
+/** The value of PUBLISHING_FIELD for a publish of `buildHash` with `fence`. */
+export const publishingMark = (publishing: { fence: number; buildHash: string }) =>
+  `${publishing.fence} ${publishing.buildHash}`;
 /**
  * How long after that check the record is left to its attempt while its worker beats: a publish,
  * the fence record's fsyncs and the swap take seconds; an attempt stuck there longer (a hung

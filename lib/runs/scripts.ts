@@ -153,13 +153,18 @@ local function closeSteps(runKey)
   if closed then redis.call('HSET', runKey, 'steps', string.sub(raw, 1, bar) .. table.concat(parts, ',')) end
   return steps
 end
--- The live stream's entry for a record closed as aborted (lib/events "run"), steps included.
-local function abortedEvent(runKey, runId, steps)
-  local f = redis.call('HMGET', runKey, 'rebuild', 'tenant', 'reason', 'finishedAt', 'durationMs')
-  local run = { id = runId, rebuild = f[1] or '', status = 'aborted', reason = f[3] or '',
+-- The live stream's entry for a record closed by someone else than its attempt (lib/events "run"):
+-- aborted, or rebuilt with its build; steps included.
+local function closedEvent(runKey, runId, status, steps)
+  local f = redis.call('HMGET', runKey, 'rebuild', 'tenant', 'reason', 'finishedAt', 'durationMs', 'fence', 'buildHash')
+  local run = { id = runId, rebuild = f[1] or '', status = status, reason = f[3] or '',
     finishedAt = tonumber(f[4]) or cjson.null, tenant = cjson.null }
   if f[2] and f[2] ~= '' then run.tenant = f[2] end
   if tonumber(f[5]) then run.durationMs = tonumber(f[5]) end
+  if status == 'rebuilt' then
+    run.fence = tonumber(f[6]) or cjson.null
+    run.buildHash = f[7] or cjson.null
+  end
   if steps then run.steps = steps end
   return cjson.encode({ type = 'run', run = run })
 end
@@ -167,15 +172,27 @@ end
 -- One that was about to publish says so in its reason, and whether its worker had stopped
 -- beating ('gone': checked by the caller): the build may be published. Its steps still running
 -- are closed as aborted, and the live stream (eventsKey) hears of it.
-local function abandon(runKey, runId, reason, first, n, gone, eventsKey)
+-- 'published' (from the caller: '' or what the claims Redis's published pointer says this run
+-- published, as a publishing mark: lib/rebuilds/published-by-run.ts): when it is the record's own
+-- mark, the publish happened and only the final record was lost (refused by a Redis after a
+-- failover, or its worker stopped before it could write it): the record ends rebuilt, naming its
+-- build and fence.
+local function abandon(runKey, runId, reason, first, n, gone, eventsKey, published)
   local status = redis.call('HGET', runKey, 'status')
   if not status or not ALLOWED[status]['aborted'] then return 0 end
   local score = redis.call('ZSCORE', KEYS[first], runId) or nowMs
   local publishing = redis.call('HGET', runKey, '${PUBLISHING_FIELD}')
+  local closedAs = 'aborted'
   if publishing and publishing ~= '' then
     local fence, build = string.match(publishing, '^(%S+) (%S+)$')
     local what = 'publishing build ' .. (build or '?') .. ' (fence ' .. (fence or '?') .. ')'
-    if gone then
+    if published and published ~= '' and publishing == published and build and ALLOWED[status]['rebuilt'] then
+      closedAs = 'rebuilt'
+      reason = 'published build ' .. build .. ' (fence ' .. fence .. '; the claims Redis names this run), but ' ..
+        'its final record was never written (its worker stopped, or Redis refused or lost the write); ' ..
+        'closed when ' .. reason
+      redis.call('HSET', runKey, 'fence', fence, 'buildHash', build)
+    elseif gone then
       reason = reason .. '; its worker had stopped beating after it passed its check before ' .. what ..
         ': that build may be published'
     else
@@ -183,12 +200,13 @@ local function abandon(runKey, runId, reason, first, n, gone, eventsKey)
         ' and did not end its record: that build may be published'
     end
   end
-  redis.call('HSET', runKey, 'status', 'aborted', 'reason', reason)
-  -- Nobody saw it end: counted, but its duration is no run's (it ran until it died or stalled).
-  countFinal(runKey, 'aborted', score, finishTimes(runKey), nil, nowMs)
-  moveStatus(first, n, runId, status, 'aborted', score)
+  redis.call('HSET', runKey, 'status', closedAs, 'reason', reason)
+  -- Nobody saw it end: counted, but its duration is no run's (it ran until it died or stalled, or
+  -- until it published and then ended unseen).
+  countFinal(runKey, closedAs, score, finishTimes(runKey), nil, nowMs)
+  moveStatus(first, n, runId, status, closedAs, score)
   local steps = closeSteps(runKey)
-  publish(eventsKey, abortedEvent(runKey, runId, steps))
+  publish(eventsKey, closedEvent(runKey, runId, closedAs, steps))
   return 1
 end
 `;
@@ -233,7 +251,10 @@ ARGV[12] the record's event up to its status: the script appends the status it w
 ARGV[13] worker heartbeat key prefix (keys.workerHeartbeatPrefix): the one key this script names
   itself, from the workerId of a record in flight, to ask whether its worker still beats
 ARGV[14] the takeover's log line up to the earlier pickup's name (the caller's time)
-ARGV[15..] record field/value pairs, with 'beginId' (unique to the call within its worker,
+ARGV[15] what the claims Redis's published pointer says the previous attempt published, as a
+  publishing mark ("<fence> <build>"), or '': a previous attempt closed here whose mark it is ends
+  rebuilt (abandon)
+ARGV[16..] record field/value pairs, with 'beginId' (unique to the call within its worker,
   'workerId'): a resend of the call finds its own record and answers what it did
 A record another call began (the same attempt picked up twice: the queue's Redis lost a pickup)
 is taken over while it is in flight only when that call's worker has stopped beating (its
@@ -268,7 +289,7 @@ ${COMMON}
 local runId, jobId, previousId = ARGV[1], ARGV[2], ARGV[3]
 local n, mode = tonumber(ARGV[5]), ARGV[6]
 local FIRST = 10
-local FIELDS = 15
+local FIELDS = 16
 setStatuses(ARGV[10])
 setTimeline(ARGV[11], KEYS[8])
 if ARGV[9] == '1' and redis.call('GET', KEYS[5]) == jobId then redis.call('DEL', KEYS[5]) end
@@ -330,7 +351,7 @@ if open and open ~= runId and not laterOpen then
   if open == previousId then
     -- Left running while it may have published and its worker beats: it ends its record itself.
     if not mayHavePublished(KEYS[3], ARGV[13]) then
-      abandon(KEYS[3], previousId, ARGV[8], FIRST, n, workerGone(KEYS[3], ARGV[13]), KEYS[7])
+      abandon(KEYS[3], previousId, ARGV[8], FIRST, n, workerGone(KEYS[3], ARGV[13]), KEYS[7], ARGV[15])
     end
   else
     stray = open
@@ -576,8 +597,8 @@ export const RUN_ABANDON = typedScript<number>()({
   keys: ["run", "openAttempt", "workerHeartbeat", "runCounters", "sweeperHeartbeat", "events"],
   variadicKeys: true,
   lua: `
---[[ Close an attempt nobody will finish: queued or running → aborted, atomically (its steps still
-running closed too, and the live stream told).
+--[[ Close an attempt nobody will finish: queued or running → aborted (or rebuilt: ARGV[11]),
+atomically (its steps still running closed too, and the live stream told).
 KEYS[1] run HASH   KEYS[2] openAttempt STRING of its job   KEYS[3] workerHeartbeat HASH of the
 worker the caller saw on the record   KEYS[4] runCounters HASH behind /metrics (lib/metrics/counters)
 KEYS[5] workerHeartbeat HASH of the sweeping worker (with ARGV[9])
@@ -597,7 +618,9 @@ ARGV[9] with ARGV[4] another worker's: the sweeper (KEYS[5]) judges it dead only
   beatStreakSince; BEAT_STREAK in lib/workers/heartbeat.ts): after a write outage every heartbeat
   expired, live or not, and a sweep resent after one finds its beat old. '' asks nothing (a
   caller that is no worker)
-Returns ${RUN_REPLY.written} aborted | ${RUN_REPLY.no} left alone (final, or its worker is live or changed, or the sweeper's streak too short or its last beat too old) | ${RUN_REPLY.missing} missing
+ARGV[11] what the claims Redis's published pointer says this run published, as a publishing
+  mark ("<fence> <build>"), or '': a record whose mark it is ends rebuilt (abandon)
+Returns ${RUN_REPLY.written} aborted (or rebuilt, ARGV[11]) | ${RUN_REPLY.no} left alone (final, or its worker is live or changed, or the sweeper's streak too short or its last beat too old) | ${RUN_REPLY.missing} missing
 ]]
 ${COMMON}
 setStatuses(ARGV[5])
@@ -620,7 +643,7 @@ elseif mayHavePublished(KEYS[1], ARGV[8]) then
 end
 -- Gone: its heartbeat was found expired above, or (closing whatever its worker) is now.
 local gone = ARGV[7] ~= '1' and (ARGV[4] ~= '' or workerGone(KEYS[1], ARGV[8]))
-local closed = abandon(KEYS[1], ARGV[1], ARGV[3], 7, tonumber(ARGV[2]), gone, KEYS[6])
+local closed = abandon(KEYS[1], ARGV[1], ARGV[3], 7, tonumber(ARGV[2]), gone, KEYS[6], ARGV[11])
 if closed == 1 and redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
 if closed == 1 then return ${RUN_REPLY.written} end
 return ${RUN_REPLY.no}

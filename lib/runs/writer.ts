@@ -44,6 +44,13 @@ export interface AttemptIdentity extends RunPlace {
   attempt: number;
   /** The job's previous attempt's run id (null for the first). */
   previousRunId: string | null;
+  /**
+   * What the claims Redis's published pointer says the previous attempt published, as a record's
+   * publishing mark ("<fence> <build>", lib/rebuilds/published-by-run.ts), read before this
+   * attempt's first record, or null: a previous attempt this one closes whose mark is this one
+   * published, and ends `rebuilt` rather than aborted.
+   */
+  previousPublished?: string | null;
   /** The rebuild name as the job gave it (shown even when it names no known rebuild). */
   rebuildName: string;
   /** When the job was created (ms); shown, never used for ordering. */
@@ -141,13 +148,14 @@ export async function beginAttempt(
       : mode.kind === "running"
         ? ["running", "cancelled"]
         : [mode.status, "cancelled"];
-  // A later attempt may close the previous one (queued or running → aborted); a record in flight
-  // that another pickup of this attempt began is taken over from its status (queued or running).
-  const layout = indexLayout(
-    keys,
-    attempt,
-    attempt.previousRunId ? [...own, "queued", "running", "aborted"] : [...own, "queued", "running"],
-  );
+  // A later attempt may close the previous one (queued or running → aborted, or rebuilt when the
+  // claims Redis names its publish); a record in flight that another pickup of this attempt began
+  // is taken over from its status (queued or running).
+  const previousPublished = (attempt.previousRunId && attempt.previousPublished) || null;
+  const closing: RunStatus[] = attempt.previousRunId
+    ? ["aborted", ...(previousPublished ? ["rebuilt" as const] : [])]
+    : [];
+  const layout = indexLayout(keys, attempt, [...own, "queued", "running", ...closing]);
   const fields = fieldPairs({
     jobId: attempt.jobId,
     attempt: attempt.attempt,
@@ -202,6 +210,7 @@ export async function beginAttempt(
       }),
       keys.workerHeartbeatPrefix,
       `${new Date().toISOString()} record taken over by worker ${attempt.workerId} (the same attempt picked up again) from worker `,
+      previousPublished ?? "",
       ...fields,
       "beginId",
       beginId,

@@ -16,11 +16,14 @@ import { CANCEL_ABORT_REASON } from "../../lib/rebuilds/cancel-request";
 import { outputDirOf } from "../../lib/rebuilds/definitions";
 import { idempotencyKey } from "../../lib/rebuilds/version";
 import { RebuildError, runRebuild, type RebuildDeps, type RebuildJob } from "../../lib/rebuilds/run-rebuild";
+import { publishedByRun } from "../../lib/rebuilds/published-by-run";
+import { serverNow } from "../../lib/redis/time";
 import { DEFAULT_RETENTION, readRun, runPlaceOf } from "../../lib/runs/records";
 import { abandonRun, closeAbandonedRuns } from "../../lib/runs/abandoned";
 import { trimRuns } from "../../lib/runs/trim";
 import { beginAttempt, writeRun } from "../../lib/runs/writer";
 import { runIdOf } from "../../lib/runs/types";
+import { HEARTBEAT_TTL_MS } from "../../lib/workers/heartbeat";
 import { createTestBed, rebuildDepsOf, slowStep, type TestBed } from "../support/stack";
 
 let bed: TestBed;
@@ -76,6 +79,16 @@ before(async () => {
       output: "out/paused-publisher",
       claim: { ttl: "30s", refreshEvery: "1s" },
       steps: [{ name: "write", run: ["sh", "-c", 'echo "$CLAIMWATCH_RUN_ID" > "$CLAIMWATCH_WORK/v"'] }],
+    },
+    "unseen-publisher": {
+      output: "out/unseen-publisher",
+      claim: { ttl: "30s", refreshEvery: "1s" },
+      steps: [{ name: "write", run: ["sh", "-c", 'echo "$CLAIMWATCH_RUN_ID" > "$CLAIMWATCH_WORK/v"'] }],
+    },
+    "swept-publisher": {
+      output: "out/swept-publisher",
+      claim: { ttl: "30s", refreshEvery: "1s" },
+      steps: [{ name: "write", run: ["sh", "-c", "true"] }],
     },
   });
   deps = rebuildDepsOf(bed);
@@ -605,15 +618,15 @@ test("an attempt that stopped beating after its check before the publish is clos
 });
 
 /** The first attempt of `jobId` begun on `workerId`, past its check before a publish (the marker written). */
-async function markedFirstAttempt(jobId: string, workerId: string) {
+async function markedFirstAttempt(jobId: string, workerId: string, rebuild = "paused-publisher") {
   const store = { client: bed.main, keys: bed.keys, retention: deps.retention ?? DEFAULT_RETENTION };
   const identity = {
-    ...runPlaceOf("paused-publisher", undefined),
+    ...runPlaceOf(rebuild, undefined),
     runId: runIdOf(jobId, 1),
     jobId,
     attempt: 1,
     previousRunId: null,
-    rebuildName: "paused-publisher",
+    rebuildName: rebuild,
     createdAt: Date.now(),
     trigger: "api" as const,
     workerId,
@@ -662,4 +675,101 @@ test("a record past its check before a publish is not taken over by another pick
     record?.reason ?? "",
     /its worker had stopped beating after it passed its check before publishing build (ab){16} \(fence 7\)/,
   );
+});
+
+test("an attempt that published, its worker gone before its final record was written, is closed rebuilt by the job's next attempt: the claims Redis's pointer names its publish", async () => {
+  const jobId = "order-unseen-publish";
+  const runId = runIdOf(jobId, 1);
+  // No heartbeat of its worker: it stopped (a deploy) after the publish, its final write refused.
+  const gated = claimsPausedAfterPublish();
+  try {
+    const first = runRebuild({ ...deps, claims: gated.claims }, job(jobId, "unseen-publisher", 1, lockHeld)).catch(
+      (error: unknown) => error,
+    );
+    await Promise.race([
+      gated.publishedNow,
+      first.then((outcome) => assert.fail(`ended before its publish: ${JSON.stringify(outcome)}`)),
+    ]);
+    const pointer = await bed.claims.hgetall(bed.keys.published(claimOf("unseen-publisher")));
+    assert.equal(pointer.runId, runId, "the claims Redis names the run");
+    // The next attempt: cancelled before it starts (it ends at its first record), which closes the previous one.
+    const controller = new AbortController();
+    controller.abort(CANCEL_ABORT_REASON);
+    const next = await runRebuild(
+      deps,
+      job(jobId, "unseen-publisher", 2, { ...lockHeld, signal: controller.signal, cancelRequest: () => null }),
+    );
+    assert.equal(next.status, "cancelled");
+    const record = await readRun(bed.main, bed.keys, runId);
+    assert.equal(record?.status, "rebuilt", `the history says it published: ${record?.reason}`);
+    assert.equal(record?.fence, Number(pointer.fence));
+    assert.equal(record?.buildHash, pointer.value);
+    assert.match(
+      record?.reason ?? "",
+      new RegExp(
+        `^published build ${pointer.value} \\(fence ${pointer.fence}; the claims Redis names this run\\), but its final record was never written .*closed when worker died or stalled .*attempt 2$`,
+      ),
+    );
+    assert.ok(!(record?.steps ?? []).some((step) => step.status === "running"), "no step left running");
+    gated.release();
+    await first;
+    assert.equal((await readRun(bed.main, bed.keys, runId))?.status, "rebuilt", "its own late write changes nothing");
+  } finally {
+    gated.release();
+  }
+});
+
+test("the sweep closes a dead worker's record that was about to publish rebuilt only when the claims Redis's pointer names that run and that build; otherwise aborted, saying the build may be published", async () => {
+  const build = "ab".repeat(16);
+  const name = claimOf("swept-publisher");
+  // The sweeper's own heartbeat: a streak of a whole TTL, its last beat a second ago (BEAT_STREAK).
+  const now = await serverNow(bed.main);
+  await bed.main.hset(bed.keys.workerHeartbeat("sweeper"), {
+    id: "sweeper",
+    heartbeatAt: now - 1_000,
+    beatStreakSince: now - 2 * HEARTBEAT_TTL_MS,
+  });
+  const sweeper = {
+    workerId: "sweeper",
+    activeJobIds: () => [],
+    judgesOthers: true,
+    publishedBy: (run: { runId: string; rebuild: string | null; tenant: string | null }) =>
+      publishedByRun({ claims: bed.claims, keys: bed.keys, definitions: bed.definitions }, run),
+  };
+  const cases = [
+    { jobId: "swept-named", pointer: { fence: 7, value: build, by: "named" }, status: "rebuilt" },
+    { jobId: "swept-other-run", pointer: { fence: 7, value: build, by: "another" }, status: "aborted" },
+    { jobId: "swept-other-build", pointer: { fence: 7, value: "cd".repeat(16), by: "named" }, status: "aborted" },
+    { jobId: "swept-other-fence", pointer: { fence: 8, value: build, by: "named" }, status: "aborted" },
+  ] as const;
+  try {
+    for (const { jobId, pointer, status } of cases) {
+      const { store, identity } = await markedFirstAttempt(jobId, "gone-publisher", "swept-publisher");
+      await bed.claims.hset(bed.keys.published(name), {
+        fence: pointer.fence,
+        value: pointer.value,
+        runId: pointer.by === "named" ? identity.runId : runIdOf("someone-else", 1),
+        publishedAt: now,
+      });
+      assert.ok((await closeAbandonedRuns(store, sweeper)).includes(identity.runId), `${jobId}: closed`);
+      const record = await readRun(bed.main, bed.keys, identity.runId);
+      assert.equal(record?.status, status, `${jobId}: ${record?.reason}`);
+      if (status === "rebuilt") {
+        assert.equal(record?.fence, 7);
+        assert.equal(record?.buildHash, build);
+        assert.match(record?.reason ?? "", /^published build (ab){16} \(fence 7; the claims Redis names this run\)/);
+        const [, rebuiltIndexed] = await Promise.all([
+          bed.main.zscore(bed.keys.runIndex({ status: "running" }), identity.runId),
+          bed.main.zscore(bed.keys.runIndex({ status: "rebuilt" }), identity.runId),
+        ]);
+        assert.ok(rebuiltIndexed !== null, "listed under rebuilt");
+      } else {
+        assert.match(record?.reason ?? "", /that build may be published/);
+      }
+      assert.equal(await bed.main.zscore(bed.keys.runIndex({ status: "running" }), identity.runId), null);
+    }
+  } finally {
+    await bed.claims.del(bed.keys.published(name));
+    await bed.main.del(bed.keys.workerHeartbeat("sweeper"));
+  }
 });
