@@ -14,7 +14,7 @@
 import type { Redis } from "ioredis";
 import { RUN_REPLY } from "../redis/replies";
 import { queueVariadicScript, runVariadicScript, scriptPipeline } from "../redis/scripts";
-import { indexLayout, PUBLISHING_FIELD, runPlaceOf } from "./records";
+import { indexLayout, proves, PUBLISHING_FIELD, runPlaceOf } from "./records";
 import { RUN_ABANDON } from "./scripts";
 import { timelineSpec } from "./timeline-counters";
 import type { RunRef, RunStore, WriteResult } from "./writer";
@@ -94,11 +94,11 @@ export interface SweepingWorker {
    */
   resendFinal?: (runId: string) => Promise<WriteResult | null>;
   /**
-   * What the claims Redis's published pointer says `run` published, as a record's publishing mark
-   * ("<fence> <build>", lib/rebuilds/published-by-run.ts), or null (another run's publish, none,
-   * not known): asked only for a record that was about to publish. A record whose mark it is
-   * published and only its final write was lost: it is closed rebuilt, naming its build, not
-   * aborted ("may be published").
+   * What `run` published, when the claims Redis's pointer and the output's durable fence record
+   * agree on it (lib/rebuilds/published-by-run.ts, a `publishedProof`), or null (none, another
+   * run's, not known): asked only for a record about to be closed that was about to publish. A
+   * record whose publish it proves lost only its final write: it is closed rebuilt, naming its
+   * build, not aborted ("may be published").
    */
   publishedBy?: (run: { runId: string; rebuild: string | null; tenant: string | null }) => Promise<string | null>;
 }
@@ -156,16 +156,20 @@ export async function closeAbandonedRuns(
       }),
     );
   }
-  // What the claims Redis says of the records that were about to publish (their runs' pointers).
-  const publishedMarks = new Map<string, string>();
+  // Whether the records about to be closed that were about to publish did (published-by-run.ts).
+  const closes = (workerId: string, jobId: string) => {
+    const mine = workerId === self?.workerId;
+    return mine ? !active.has(jobId) : self?.judgesOthers !== false;
+  };
+  const publishedProofs = new Map<string, string>();
   if (self?.publishedBy) {
     const publishedBy = self.publishedBy;
     await Promise.all(
       ids.map(async (runId, i) => {
         const [workerId, jobId, rebuild, tenant, publishing] = (replies[i]?.[1] as (string | null)[] | undefined) ?? [];
-        if (!workerId || !jobId || !publishing || resent.has(runId)) return;
-        const mark = await publishedBy({ runId, rebuild: rebuild ?? null, tenant: tenant ?? null }).catch(() => null);
-        if (mark === publishing) publishedMarks.set(runId, mark);
+        if (!workerId || !jobId || !publishing || resent.has(runId) || !closes(workerId, jobId)) return;
+        const proof = await publishedBy({ runId, rebuild: rebuild ?? null, tenant: tenant ?? null }).catch(() => null);
+        if (proof && proves(proof, publishing)) publishedProofs.set(runId, proof);
       }),
     );
   }
@@ -173,11 +177,9 @@ export async function closeAbandonedRuns(
   const queued: string[] = [];
   ids.forEach((runId, i) => {
     const [workerId, jobId, rebuild, tenant] = (replies[i]?.[1] as (string | null)[] | undefined) ?? [];
-    if (!workerId || !jobId || resent.has(runId)) return;
+    if (!workerId || !jobId || resent.has(runId) || !closes(workerId, jobId)) return;
     const mine = workerId === self?.workerId;
-    if (mine && active.has(jobId)) return;
-    if (!mine && self?.judgesOthers === false) return;
-    const published = publishedMarks.get(runId);
+    const published = publishedProofs.get(runId);
     const layout = indexLayout(
       keys,
       runPlaceOf(rebuild, tenant),

@@ -19,6 +19,15 @@ export const PUBLISHING_FIELD = "publishing";
 export const publishingMark = (publishing: { fence: number; buildHash: string }) =>
   `${publishing.fence} ${publishing.buildHash}`;
 /**
+ * A publish that took, as the record scripts take it from whoever closes a record for its attempt
+ * (lib/rebuilds/published-by-run.ts): its publishing mark, then when it was published (ms, the
+ * claims Redis's clock): "<fence> <build> <publishedAt>".
+ */
+export const publishedProof = (published: { fence: number; buildHash: string; publishedAt: number }) =>
+  `${publishingMark(published)} ${Math.round(published.publishedAt)}`;
+/** Whether `proof` (publishedProof) is of the publish `mark` (PUBLISHING_FIELD) was about to make. */
+export const proves = (proof: string, mark: string | null | undefined) => !!mark && proof.startsWith(`${mark} `);
+/**
  * How long after that check the record is left to its attempt while its worker beats: a publish,
  * the fence record's fsyncs and the swap take seconds; an attempt stuck there longer (a hung
  * disk) is closed like a dead one, its reason naming the build it may have published.

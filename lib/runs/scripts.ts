@@ -172,22 +172,26 @@ end
 -- One that was about to publish says so in its reason, and whether its worker had stopped
 -- beating ('gone': checked by the caller): the build may be published. Its steps still running
 -- are closed as aborted, and the live stream (eventsKey) hears of it.
--- 'published' (from the caller: '' or what the claims Redis's published pointer says this run
--- published, as a publishing mark: lib/rebuilds/published-by-run.ts): when it is the record's own
--- mark, the publish happened and only the final record was lost (refused by a Redis after a
--- failover, or its worker stopped before it could write it): the record ends rebuilt, naming its
--- build and fence.
+-- 'published' (from the caller: '' or a publish the claims Redis's pointer names the run with and
+-- the output's durable fence record does not contradict, as records.ts publishedProof
+-- "<fence> <build> <publishedAt>": lib/rebuilds/published-by-run.ts): when it is of the record's own mark, the publish happened and
+-- only the final record was lost (refused by a Redis after a failover, or its worker stopped
+-- before it could write it): the record ends rebuilt, naming its build and fence, finished when it
+-- published (on the claims Redis's clock, when that lies between its start and now).
 local function abandon(runKey, runId, reason, first, n, gone, eventsKey, published)
   local status = redis.call('HGET', runKey, 'status')
   if not status or not ALLOWED[status]['aborted'] then return 0 end
   local score = redis.call('ZSCORE', KEYS[first], runId) or nowMs
   local publishing = redis.call('HGET', runKey, '${PUBLISHING_FIELD}')
   local closedAs = 'aborted'
+  local publishedAt = nil
   if publishing and publishing ~= '' then
     local fence, build = string.match(publishing, '^(%S+) (%S+)$')
     local what = 'publishing build ' .. (build or '?') .. ' (fence ' .. (fence or '?') .. ')'
-    if published and published ~= '' and publishing == published and build and ALLOWED[status]['rebuilt'] then
+    local provenFence, provenBuild, provenAt = string.match(published or '', '^(%S+) (%S+) (%d+)$')
+    if build and provenFence == fence and provenBuild == build and ALLOWED[status]['rebuilt'] then
       closedAs = 'rebuilt'
+      publishedAt = tonumber(provenAt)
       reason = 'published build ' .. build .. ' (fence ' .. fence .. '; the claims Redis names this run), but ' ..
         'its final record was never written (its worker stopped, or Redis refused or lost the write); ' ..
         'closed when ' .. reason
@@ -201,9 +205,21 @@ local function abandon(runKey, runId, reason, first, n, gone, eventsKey, publish
     end
   end
   redis.call('HSET', runKey, 'status', closedAs, 'reason', reason)
-  -- Nobody saw it end: counted, but its duration is no run's (it ran until it died or stalled, or
-  -- until it published and then ended unseen).
-  countFinal(runKey, closedAs, score, finishTimes(runKey), nil, nowMs)
+  local startedAt = tonumber(redis.call('HGET', runKey, 'startedAt'))
+  if closedAs == 'rebuilt' and startedAt and publishedAt and publishedAt >= startedAt and publishedAt <= nowMs then
+    -- It ran until it published: that is its finish and its duration.
+    redis.call('HSET', runKey, 'finishedAt', publishedAt, 'durationMs', publishedAt - startedAt)
+    countFinal(runKey, closedAs, score, publishedAt - startedAt, publishedAt - startedAt, publishedAt)
+  else
+    -- Nobody saw it end: counted, but its duration is no run's (it ran until it died or stalled,
+    -- or until it published and then ended unseen, when that moment is not known).
+    local durationMs = finishTimes(runKey)
+    if closedAs == 'rebuilt' then
+      durationMs = nil
+      redis.call('HDEL', runKey, 'durationMs')
+    end
+    countFinal(runKey, closedAs, score, durationMs, nil, nowMs)
+  end
   moveStatus(first, n, runId, status, closedAs, score)
   local steps = closeSteps(runKey)
   publish(eventsKey, closedEvent(runKey, runId, closedAs, steps))
@@ -251,9 +267,9 @@ ARGV[12] the record's event up to its status: the script appends the status it w
 ARGV[13] worker heartbeat key prefix (keys.workerHeartbeatPrefix): the one key this script names
   itself, from the workerId of a record in flight, to ask whether its worker still beats
 ARGV[14] the takeover's log line up to the earlier pickup's name (the caller's time)
-ARGV[15] what the claims Redis's published pointer says the previous attempt published, as a
-  publishing mark ("<fence> <build>"), or '': a previous attempt closed here whose mark it is ends
-  rebuilt (abandon)
+ARGV[15] what the previous attempt published (records.ts publishedProof: "<fence> <build>
+  <publishedAt>", lib/rebuilds/published-by-run.ts), or '': a previous attempt closed here whose
+  mark it proves ends rebuilt (abandon)
 ARGV[16..] record field/value pairs, with 'beginId' (unique to the call within its worker,
   'workerId'): a resend of the call finds its own record and answers what it did
 A record another call began (the same attempt picked up twice: the queue's Redis lost a pickup)
@@ -618,8 +634,8 @@ ARGV[9] with ARGV[4] another worker's: the sweeper (KEYS[5]) judges it dead only
   beatStreakSince; BEAT_STREAK in lib/workers/heartbeat.ts): after a write outage every heartbeat
   expired, live or not, and a sweep resent after one finds its beat old. '' asks nothing (a
   caller that is no worker)
-ARGV[11] what the claims Redis's published pointer says this run published, as a publishing
-  mark ("<fence> <build>"), or '': a record whose mark it is ends rebuilt (abandon)
+ARGV[11] what this run published (records.ts publishedProof: "<fence> <build> <publishedAt>",
+  lib/rebuilds/published-by-run.ts), or '': a record whose mark it proves ends rebuilt (abandon)
 Returns ${RUN_REPLY.written} aborted (or rebuilt, ARGV[11]) | ${RUN_REPLY.no} left alone (final, or its worker is live or changed, or the sweeper's streak too short or its last beat too old) | ${RUN_REPLY.missing} missing
 ]]
 ${COMMON}

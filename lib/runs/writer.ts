@@ -45,10 +45,10 @@ export interface AttemptIdentity extends RunPlace {
   /** The job's previous attempt's run id (null for the first). */
   previousRunId: string | null;
   /**
-   * What the claims Redis's published pointer says the previous attempt published, as a record's
-   * publishing mark ("<fence> <build>", lib/rebuilds/published-by-run.ts), read before this
-   * attempt's first record, or null: a previous attempt this one closes whose mark is this one
-   * published, and ends `rebuilt` rather than aborted.
+   * What the previous attempt published, when the claims Redis's pointer and the output's durable
+   * fence record agree on it (a `publishedProof`, lib/rebuilds/published-by-run.ts), read before
+   * this attempt's first record, or null: a previous attempt this one closes whose publish it
+   * proves ends `rebuilt` rather than aborted.
    */
   previousPublished?: string | null;
   /** The rebuild name as the job gave it (shown even when it names no known rebuild). */

@@ -371,12 +371,15 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   // its fence twice: "not published"), or whose fence record the disk refused (fence-disk: its
   // attempt failed as transient), moved the Redis pointer only, and says so in its record. A
   // holder killed between its publish and its final record is closed once its worker stops
-  // beating, and its record names the build it was publishing: accepted only for a worker the
-  // soak SIGKILLed (a paused one's attempt must end its own record: RELIABILITY.md).
+  // beating: `rebuilt` when the claims Redis's pointer still names it (published-by-run.ts), else
+  // `aborted`, its record naming the build it was publishing. That is accepted only for a worker
+  // the soak SIGKILLed (a paused one's attempt must end its own record: RELIABILITY.md), and only
+  // when the closer could not have seen the publish (abortedPublishExcused).
   const killedWorkers = new Set(events.filter((e) => e.kind === "kill").map((e) => String(e.workerId)));
   const namesItsPublish = (record: RunRecord | undefined, runId: string) =>
     record?.status === "aborted" &&
     killedWorkers.has(record.workerId ?? "") &&
+    abortedPublishExcused(events, { claim: claimLabel(record), runId, closedAt: record.finishedAt ?? Infinity }) &&
     pointerEvents.some(
       (e) =>
         e.runId === runId &&
@@ -1127,6 +1130,35 @@ export function isRepairedCrashDip(
     redisLossWindows(events).some((w) => w.to > dip.fromT && w.from < dip.toT) &&
     events.some((e) => e.kind === "pointer" && e.claim === dip.claim && e.t > dip.toT && Number(e.fence) >= dip.top)
   );
+}
+
+/**
+ * Whether a run that published (a pointer read named it) may be closed `aborted` by someone else
+ * than its attempt: the closer asks the claims Redis's pointer first, and a pointer still naming
+ * the run closes it `rebuilt` (lib/rebuilds/published-by-run.ts). Excused when the watcher saw
+ * the pointer name another run (or none: a crash, a repair's restore) before the close (2 s for
+ * its sampling), or when any Redis fault (restart, freeze, crash, failover) fell between 2 s
+ * before the publish was seen and 1 s after the close: the closer's read (1 s at most) may have
+ * failed or been answered by a server that had lost the publish.
+ */
+export function abortedPublishExcused(
+  events: SoakEvent[],
+  run: { claim: string; runId: string; closedAt: number },
+): boolean {
+  const publishedAt = events.find((e) => e.kind === "pointer" && e.runId === run.runId)?.t;
+  if (publishedAt === undefined) return true;
+  const movedOn = events.some(
+    (e) =>
+      e.kind === "pointer" &&
+      e.claim === run.claim &&
+      e.t > publishedAt &&
+      e.t <= run.closedAt + 2_000 &&
+      e.runId !== run.runId,
+  );
+  const redisFault = events.some(
+    (e) => e.kind.startsWith("redis") && e.t >= publishedAt - 2_000 && e.t <= run.closedAt + 1_000,
+  );
+  return movedOn || redisFault;
 }
 
 export function readEvents(file: string): SoakEvent[] {

@@ -17,6 +17,7 @@ import { outputDirOf } from "../../lib/rebuilds/definitions";
 import { idempotencyKey } from "../../lib/rebuilds/version";
 import { RebuildError, runRebuild, type RebuildDeps, type RebuildJob } from "../../lib/rebuilds/run-rebuild";
 import { publishedByRun } from "../../lib/rebuilds/published-by-run";
+import { recordPublishedFence } from "../../lib/rebuilds/published-fence";
 import { serverNow } from "../../lib/redis/time";
 import { DEFAULT_RETENTION, readRun, runPlaceOf } from "../../lib/runs/records";
 import { abandonRun, closeAbandonedRuns } from "../../lib/runs/abandoned";
@@ -618,7 +619,12 @@ test("an attempt that stopped beating after its check before the publish is clos
 });
 
 /** The first attempt of `jobId` begun on `workerId`, past its check before a publish (the marker written). */
-async function markedFirstAttempt(jobId: string, workerId: string, rebuild = "paused-publisher") {
+async function markedFirstAttempt(
+  jobId: string,
+  workerId: string,
+  rebuild = "paused-publisher",
+  mark = `7 ${"ab".repeat(16)}`,
+) {
   const store = { client: bed.main, keys: bed.keys, retention: deps.retention ?? DEFAULT_RETENTION };
   const identity = {
     ...runPlaceOf(rebuild, undefined),
@@ -635,7 +641,7 @@ async function markedFirstAttempt(jobId: string, workerId: string, rebuild = "pa
   const begun = await beginAttempt(store, identity, { mode: { kind: "running" } });
   assert.equal(begun.status, "began");
   const marked = await writeRun(store, identity, {
-    fields: { publishing: `7 ${"ab".repeat(16)}` },
+    fields: { publishing: mark },
     owner: begun.beginId,
   });
   assert.equal(marked, "written");
@@ -719,9 +725,10 @@ test("an attempt that published, its worker gone before its final record was wri
   }
 });
 
-test("the sweep closes a dead worker's record that was about to publish rebuilt only when the claims Redis's pointer names that run and that build; otherwise aborted, saying the build may be published", async () => {
-  const build = "ab".repeat(16);
+test("the sweep closes a dead worker's record that was about to publish rebuilt only when the claims Redis's pointer names that run, fence and build and the output's fence record does not contradict it; otherwise aborted, saying the build may be published", async () => {
+  const [b, c] = ["ab".repeat(16), "cd".repeat(16)];
   const name = claimOf("swept-publisher");
+  const outputDir = outputDirOf(bed.definitions.rebuilds.get("swept-publisher")!, undefined);
   // The sweeper's own heartbeat: a streak of a whole TTL, its last beat a second ago (BEAT_STREAK).
   const now = await serverNow(bed.main);
   await bed.main.hset(bed.keys.workerHeartbeat("sweeper"), {
@@ -736,35 +743,53 @@ test("the sweep closes a dead worker's record that was about to publish rebuilt 
     publishedBy: (run: { runId: string; rebuild: string | null; tenant: string | null }) =>
       publishedByRun({ claims: bed.claims, keys: bed.keys, definitions: bed.definitions }, run),
   };
+  // In order: the output's fence record only goes up (fence 7 = b, then 8 = b).
   const cases = [
-    { jobId: "swept-named", pointer: { fence: 7, value: build, by: "named" }, status: "rebuilt" },
-    { jobId: "swept-other-run", pointer: { fence: 7, value: build, by: "another" }, status: "aborted" },
-    { jobId: "swept-other-build", pointer: { fence: 7, value: "cd".repeat(16), by: "named" }, status: "aborted" },
-    { jobId: "swept-other-fence", pointer: { fence: 8, value: build, by: "named" }, status: "aborted" },
+    // Its publish, its fence not recorded yet (the worker stopped before): repair records it.
+    { jobId: "swept-unrecorded", mark: [6, b], pointer: [6, b, "named"], record: null, status: "rebuilt" },
+    { jobId: "swept-named", mark: [7, b], pointer: [7, b, "named"], record: [7, b], status: "rebuilt" },
+    { jobId: "swept-other-run", mark: [7, b], pointer: [7, b, "another"], record: null, status: "aborted" },
+    { jobId: "swept-other-mark", mark: [7, c], pointer: [7, b, "named"], record: null, status: "aborted" },
+    // The claims Redis granted fence 8 twice: the disk recorded b first, this run published c.
+    { jobId: "swept-granted-twice", mark: [8, c], pointer: [8, c, "named"], record: [8, b], status: "aborted" },
+    // The disk recorded fence 8 already: the claims Redis lost it and granted 7 again.
+    { jobId: "swept-behind", mark: [7, c], pointer: [7, c, "named"], record: null, status: "aborted" },
   ] as const;
   try {
-    for (const { jobId, pointer, status } of cases) {
-      const { store, identity } = await markedFirstAttempt(jobId, "gone-publisher", "swept-publisher");
+    for (const { jobId, mark, pointer, record: fenceRecord, status } of cases) {
+      const { store, identity } = await markedFirstAttempt(
+        jobId,
+        "gone-publisher",
+        "swept-publisher",
+        `${mark[0]} ${mark[1]}`,
+      );
+      if (fenceRecord) {
+        fs.mkdirSync(outputDir, { recursive: true });
+        await recordPublishedFence(outputDir, fenceRecord[0], fenceRecord[1]);
+      }
+      const publishedAt = await serverNow(bed.main); // after its start, before the close
       await bed.claims.hset(bed.keys.published(name), {
-        fence: pointer.fence,
-        value: pointer.value,
-        runId: pointer.by === "named" ? identity.runId : runIdOf("someone-else", 1),
-        publishedAt: now,
+        fence: pointer[0],
+        value: pointer[1],
+        runId: pointer[2] === "named" ? identity.runId : runIdOf("someone-else", 1),
+        publishedAt,
       });
       assert.ok((await closeAbandonedRuns(store, sweeper)).includes(identity.runId), `${jobId}: closed`);
       const record = await readRun(bed.main, bed.keys, identity.runId);
       assert.equal(record?.status, status, `${jobId}: ${record?.reason}`);
       if (status === "rebuilt") {
-        assert.equal(record?.fence, 7);
-        assert.equal(record?.buildHash, build);
-        assert.match(record?.reason ?? "", /^published build (ab){16} \(fence 7; the claims Redis names this run\)/);
-        const [, rebuiltIndexed] = await Promise.all([
-          bed.main.zscore(bed.keys.runIndex({ status: "running" }), identity.runId),
-          bed.main.zscore(bed.keys.runIndex({ status: "rebuilt" }), identity.runId),
-        ]);
-        assert.ok(rebuiltIndexed !== null, "listed under rebuilt");
+        assert.equal(record?.fence, mark[0]);
+        assert.equal(record?.buildHash, mark[1]);
+        assert.match(
+          record?.reason ?? "",
+          new RegExp(`^published build ${mark[1]} \\(fence ${mark[0]}; the claims Redis names this run\\)`),
+        );
+        assert.equal(record?.finishedAt, publishedAt, "it finished when it published");
+        assert.equal(record?.durationMs, publishedAt - (record?.startedAt ?? 0));
+        assert.notEqual(await bed.main.zscore(bed.keys.runIndex({ status: "rebuilt" }), identity.runId), null);
       } else {
         assert.match(record?.reason ?? "", /that build may be published/);
+        assert.equal((await bed.main.zscore(bed.keys.runIndex({ status: "aborted" }), identity.runId)) !== null, true);
       }
       assert.equal(await bed.main.zscore(bed.keys.runIndex({ status: "running" }), identity.runId), null);
     }

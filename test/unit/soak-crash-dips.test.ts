@@ -7,7 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { isRepairedCrashDip, redisLossWindows } from "../../scripts/soak/checker";
+import { abortedPublishExcused, isRepairedCrashDip, redisLossWindows } from "../../scripts/soak/checker";
 import type { SoakEvent } from "../../scripts/soak/bed";
 
 const pointer = (t: number, fence: number): SoakEvent => ({ t, kind: "pointer", claim: "tiles", fence });
@@ -58,5 +58,40 @@ describe("soak checker: pointer dips after a Redis crash", () => {
       { from: 1_000, to: 2_300 },
       { from: 5_000, to: 6_900 },
     ]);
+  });
+});
+
+describe("soak checker: a killed holder's publish closed aborted", () => {
+  const published = (t: number, runId: string | null, fence: number): SoakEvent => ({
+    t,
+    kind: "pointer",
+    claim: "tiles",
+    fence,
+    value: "ab".repeat(16),
+    runId,
+  });
+  const run = { claim: "tiles", runId: "job-7-a1", closedAt: 30_000 };
+
+  test("the pointer still named the run when it was closed, no Redis fault: the closer should have said rebuilt", () => {
+    assert.equal(abortedPublishExcused([published(10_000, "job-7-a1", 5)], run), false);
+  });
+
+  test("another run published before the close: excused", () => {
+    const events = [published(10_000, "job-7-a1", 5), published(25_000, "job-8-a1", 6)];
+    assert.equal(abortedPublishExcused(events, run), true);
+  });
+
+  test("another run published only well after the close: not excused", () => {
+    const events = [published(10_000, "job-7-a1", 5), published(40_000, "job-8-a1", 6)];
+    assert.equal(abortedPublishExcused(events, run), false);
+  });
+
+  test("a Redis fault around the publish or the close: excused", () => {
+    for (const t of [9_000, 20_000, 30_500]) {
+      const events = byTime([published(10_000, "job-7-a1", 5), { t, kind: "redis-freeze", pid: 1 }]);
+      assert.equal(abortedPublishExcused(events, run), true, `a freeze at ${t}`);
+    }
+    const late = byTime([published(10_000, "job-7-a1", 5), { t: 35_000, kind: "redis-freeze", pid: 1 }]);
+    assert.equal(abortedPublishExcused(late, run), false, "a freeze after the close explains nothing");
   });
 });
