@@ -161,7 +161,7 @@ async function upkeepAfterBeat(judgesOthers: boolean): Promise<void> {
           log(`sent the final record of run ${runId} again: it was in flight, as if the main Redis had lost it`);
         return result;
       },
-      // A record that was about to publish: closed rebuilt when the claims Redis names its publish.
+      // A record that was about to publish: closed rebuilt when its publish is proven.
       publishedBy: (run: { runId: string; rebuild: string | null; tenant: string | null }) =>
         publishedByRun({ claims, keys, definitions }, run),
     };

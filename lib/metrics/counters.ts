@@ -49,8 +49,12 @@ local function countRun(key, series, status, durationMs, finishedAt)
     redis.call('HINCRBYFLOAT', key, 'dursum|' .. series, string.format('%.3f', seconds))
     redis.call('HINCRBY', key, 'durcount|' .. series, 1)
   end
-  if status == 'rebuilt' then
-    redis.call('HSET', key, 'lastsuccess|' .. series, string.format('%.0f', finishedAt))
+  -- Only ever forward: a run closed late (its final record lost) may have published before the
+  -- last success counted since; one whose publish time is not known (finishedAt nil) claims none.
+  if status == 'rebuilt' and finishedAt then
+    local field = 'lastsuccess|' .. series
+    local last = tonumber(redis.call('HGET', key, field))
+    if not last or finishedAt > last then redis.call('HSET', key, field, string.format('%.0f', finishedAt)) end
   end
 end
 `;

@@ -323,16 +323,11 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
   if (!definition) return failEarly(`unknown rebuild '${data.rebuild}' (not in the definitions file)`, false);
   const tenantError = tenantProblem(definition, data.tenant);
   if (tenantError) return failEarly(tenantError, false);
-  // The previous attempt, which this one's first record closes if it is still in flight: the
-  // claims Redis says whether it published (its final record then never written: a worker
+  // A run of this job that this attempt's first record closes (the previous attempt, or an
+  // earlier one in flight): whether it published (its final record then never written: a worker
   // stopped, Redis refused or lost the write), so that it is closed rebuilt, not aborted.
-  if (identity.previousRunId) {
-    identity.previousPublished = await publishedByRun(deps, {
-      runId: identity.previousRunId,
-      rebuild: data.rebuild,
-      tenant: data.tenant ?? null,
-    });
-  }
+  identity.publishProof = (earlier: string) =>
+    publishedByRun(deps, { runId: earlier, rebuild: data.rebuild, tenant: data.tenant ?? null });
   const cancelledBefore = cancellationOf(job);
   if (cancelledBefore) {
     // Cancelled before it started (found when the job was picked up): one record, no work.

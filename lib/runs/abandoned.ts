@@ -14,7 +14,7 @@
 import type { Redis } from "ioredis";
 import { RUN_REPLY } from "../redis/replies";
 import { queueVariadicScript, runVariadicScript, scriptPipeline } from "../redis/scripts";
-import { indexLayout, proves, PUBLISHING_FIELD, runPlaceOf } from "./records";
+import { indexLayout, proofArg, proves, PUBLISHING_FIELD, runPlaceOf, UNPROVEN, type PublishProof } from "./records";
 import { RUN_ABANDON } from "./scripts";
 import { timelineSpec } from "./timeline-counters";
 import type { RunRef, RunStore, WriteResult } from "./writer";
@@ -26,10 +26,17 @@ const ABANDON_STATUSES = ["queued", "running", "aborted"] as const;
 /**
  * Closes `run` as aborted if it is still queued or running (whoever ran it), unless it passed its
  * check before a publish and its worker still beats (it may have published: it ends it itself).
+ * With a proven `proof` of its publish it ends rebuilt; with an unknown one, a record that was
+ * about to publish is left alone (the sweep asks again).
  */
-export async function abandonRun(store: RunStore, run: RunRef, reason: string): Promise<boolean> {
+export async function abandonRun(
+  store: RunStore,
+  run: RunRef,
+  reason: string,
+  proof: PublishProof = UNPROVEN,
+): Promise<boolean> {
   const { keys } = store;
-  const layout = indexLayout(keys, run, ABANDON_STATUSES);
+  const layout = indexLayout(keys, run, proof.kind === "proven" ? [...ABANDON_STATUSES, "rebuilt"] : ABANDON_STATUSES);
   const reply = await runVariadicScript(
     store.client,
     RUN_ABANDON,
@@ -53,11 +60,27 @@ export async function abandonRun(store: RunStore, run: RunRef, reason: string): 
       keys.workerHeartbeatPrefix,
       "",
       "",
-      "",
+      proofArg(proof),
     ],
   );
   return reply === RUN_REPLY.written;
 }
+
+/**
+ * How long sweeps leave a dead worker's record that was about to publish while whether it
+ * published stays unknown (the claims Redis or the output's disk does not answer): then it is
+ * closed aborted, "that build may be published", rather than left running.
+ */
+export const PROOF_PATIENCE_MS = 5 * 60_000;
+/** When this process's sweeps first could not tell whether a run published, by run id (local clock). */
+const unknownSince = new Map<string, number>();
+const stillPatient = (runId: string): boolean => {
+  const now = Date.now();
+  for (const [id, since] of unknownSince) if (now - since > 2 * PROOF_PATIENCE_MS) unknownSince.delete(id);
+  const since = unknownSince.get(runId) ?? now;
+  unknownSince.set(runId, since);
+  return now - since < PROOF_PATIENCE_MS;
+};
 
 /** In-flight records looked at per sweep and status (the running index holds only runs in flight). */
 export const SWEEP_BATCH = 200;
@@ -94,13 +117,12 @@ export interface SweepingWorker {
    */
   resendFinal?: (runId: string) => Promise<WriteResult | null>;
   /**
-   * What `run` published, when the claims Redis's pointer and the output's durable fence record
-   * agree on it (lib/rebuilds/published-by-run.ts, a `publishedProof`), or null (none, another
-   * run's, not known): asked only for a record about to be closed that was about to publish. A
-   * record whose publish it proves lost only its final write: it is closed rebuilt, naming its
-   * build, not aborted ("may be published").
+   * Whether `run` published (lib/rebuilds/published-by-run.ts), asked only for a record about to
+   * be closed that was about to publish. Proven: only its final write was lost, and it is closed
+   * rebuilt, naming its build, not aborted ("may be published"). Unknown: left for a later sweep,
+   * for at most PROOF_PATIENCE_MS.
    */
-  publishedBy?: (run: { runId: string; rebuild: string | null; tenant: string | null }) => Promise<string | null>;
+  publishedBy?: (run: { runId: string; rebuild: string | null; tenant: string | null }) => Promise<PublishProof>;
 }
 
 /**
@@ -161,15 +183,17 @@ export async function closeAbandonedRuns(
     const mine = workerId === self?.workerId;
     return mine ? !active.has(jobId) : self?.judgesOthers !== false;
   };
-  const publishedProofs = new Map<string, string>();
+  const proofs = new Map<string, PublishProof>();
   if (self?.publishedBy) {
     const publishedBy = self.publishedBy;
     await Promise.all(
       ids.map(async (runId, i) => {
         const [workerId, jobId, rebuild, tenant, publishing] = (replies[i]?.[1] as (string | null)[] | undefined) ?? [];
         if (!workerId || !jobId || !publishing || resent.has(runId) || !closes(workerId, jobId)) return;
-        const proof = await publishedBy({ runId, rebuild: rebuild ?? null, tenant: tenant ?? null }).catch(() => null);
-        if (proof && proves(proof, publishing)) publishedProofs.set(runId, proof);
+        const proof = await publishedBy({ runId, rebuild: rebuild ?? null, tenant: tenant ?? null }).catch(
+          (): PublishProof => ({ kind: "unknown" }),
+        );
+        proofs.set(runId, proof.kind === "proven" && !proves(proof.proof, publishing) ? UNPROVEN : proof);
       }),
     );
   }
@@ -179,11 +203,12 @@ export async function closeAbandonedRuns(
     const [workerId, jobId, rebuild, tenant] = (replies[i]?.[1] as (string | null)[] | undefined) ?? [];
     if (!workerId || !jobId || resent.has(runId) || !closes(workerId, jobId)) return;
     const mine = workerId === self?.workerId;
-    const published = publishedProofs.get(runId);
+    const proof = proofs.get(runId) ?? UNPROVEN;
+    if (proof.kind === "unknown" && stillPatient(runId)) return;
     const layout = indexLayout(
       keys,
       runPlaceOf(rebuild, tenant),
-      published === undefined ? ABANDON_STATUSES : [...ABANDON_STATUSES, "rebuilt"],
+      proof.kind === "proven" ? [...ABANDON_STATUSES, "rebuilt"] : ABANDON_STATUSES,
     );
     queueVariadicScript(
       pipeline,
@@ -210,7 +235,8 @@ export async function closeAbandonedRuns(
         keys.workerHeartbeatPrefix,
         self ? BEAT_STREAK.requiredMs : "",
         BEAT_STREAK.freshMs,
-        published === undefined ? "" : published,
+        // Past the patience an unknown proof closes it aborted ("may be published").
+        proof.kind === "proven" ? proof.proof : "",
       ],
     );
     queued.push(runId);

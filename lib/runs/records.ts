@@ -28,6 +28,18 @@ export const publishedProof = (published: { fence: number; buildHash: string; pu
 /** Whether `proof` (publishedProof) is of the publish `mark` (PUBLISHING_FIELD) was about to make. */
 export const proves = (proof: string, mark: string | null | undefined) => !!mark && proof.startsWith(`${mark} `);
 /**
+ * Whether a run whose record someone else than its attempt closes published
+ * (lib/rebuilds/published-by-run.ts): `proven` (closed rebuilt), `unproven` (no such publish, or
+ * none provable here: closed aborted, "that build may be published"), or `unknown` (the claims
+ * Redis or the output's disk did not answer, or failed: a record that was about to publish is
+ * left to a later sweep).
+ */
+export type PublishProof = { kind: "proven"; proof: string } | { kind: "unproven" } | { kind: "unknown" };
+export const UNPROVEN: PublishProof = { kind: "unproven" };
+/** A PublishProof as the record scripts take it: the proof, '?' for unknown, '' for unproven. */
+export const proofArg = (proof: PublishProof) =>
+  proof.kind === "proven" ? proof.proof : proof.kind === "unknown" ? "?" : "";
+/**
  * How long after that check the record is left to its attempt while its worker beats: a publish,
  * the fence record's fsyncs and the swap take seconds; an attempt stuck there longer (a hung
  * disk) is closed like a dead one, its reason naming the build it may have published.

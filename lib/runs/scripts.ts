@@ -177,12 +177,15 @@ end
 -- "<fence> <build> <publishedAt>": lib/rebuilds/published-by-run.ts): when it is of the record's own mark, the publish happened and
 -- only the final record was lost (refused by a Redis after a failover, or its worker stopped
 -- before it could write it): the record ends rebuilt, naming its build and fence, finished when it
--- published (on the claims Redis's clock, when that lies between its start and now).
+-- published (on the claims Redis's clock, when that lies between its start and now). '?': whether
+-- it published is not known; a record that was about to publish is left alone (returns 0).
 local function abandon(runKey, runId, reason, first, n, gone, eventsKey, published)
   local status = redis.call('HGET', runKey, 'status')
   if not status or not ALLOWED[status]['aborted'] then return 0 end
   local score = redis.call('ZSCORE', KEYS[first], runId) or nowMs
   local publishing = redis.call('HGET', runKey, '${PUBLISHING_FIELD}')
+  -- Whether it published is not known (the caller's reads went unanswered): left to the sweep.
+  if published == '?' and publishing and publishing ~= '' then return 0 end
   local closedAs = 'aborted'
   local publishedAt = nil
   if publishing and publishing ~= '' then
@@ -214,11 +217,13 @@ local function abandon(runKey, runId, reason, first, n, gone, eventsKey, publish
     -- Nobody saw it end: counted, but its duration is no run's (it ran until it died or stalled,
     -- or until it published and then ended unseen, when that moment is not known).
     local durationMs = finishTimes(runKey)
+    local finishedAt = nowMs
     if closedAs == 'rebuilt' then
-      durationMs = nil
+      -- No last success claimed either: when it published is not known.
+      durationMs, finishedAt = nil, nil
       redis.call('HDEL', runKey, 'durationMs')
     end
-    countFinal(runKey, closedAs, score, durationMs, nil, nowMs)
+    countFinal(runKey, closedAs, score, durationMs, nil, finishedAt)
   end
   moveStatus(first, n, runId, status, closedAs, score)
   local steps = closeSteps(runKey)
@@ -267,9 +272,10 @@ ARGV[12] the record's event up to its status: the script appends the status it w
 ARGV[13] worker heartbeat key prefix (keys.workerHeartbeatPrefix): the one key this script names
   itself, from the workerId of a record in flight, to ask whether its worker still beats
 ARGV[14] the takeover's log line up to the earlier pickup's name (the caller's time)
-ARGV[15] what the previous attempt published (records.ts publishedProof: "<fence> <build>
-  <publishedAt>", lib/rebuilds/published-by-run.ts), or '': a previous attempt closed here whose
-  mark it proves ends rebuilt (abandon)
+ARGV[15] what the previous attempt published (records.ts proofArg: a publishedProof "<fence>
+  <build> <publishedAt>", '?' not known, '' unproven; lib/rebuilds/published-by-run.ts): a previous
+  attempt closed here whose mark it proves ends rebuilt; with '?' one that was about to publish is
+  left to the sweep (abandon)
 ARGV[16..] record field/value pairs, with 'beginId' (unique to the call within its worker,
   'workerId'): a resend of the call finds its own record and answers what it did
 A record another call began (the same attempt picked up twice: the queue's Redis lost a pickup)
@@ -634,8 +640,9 @@ ARGV[9] with ARGV[4] another worker's: the sweeper (KEYS[5]) judges it dead only
   beatStreakSince; BEAT_STREAK in lib/workers/heartbeat.ts): after a write outage every heartbeat
   expired, live or not, and a sweep resent after one finds its beat old. '' asks nothing (a
   caller that is no worker)
-ARGV[11] what this run published (records.ts publishedProof: "<fence> <build> <publishedAt>",
-  lib/rebuilds/published-by-run.ts), or '': a record whose mark it proves ends rebuilt (abandon)
+ARGV[11] what this run published (records.ts proofArg: a publishedProof "<fence> <build>
+  <publishedAt>", '?' not known, '' unproven; lib/rebuilds/published-by-run.ts): a record whose
+  mark it proves ends rebuilt; with '?' one that was about to publish is left alone (abandon)
 Returns ${RUN_REPLY.written} aborted (or rebuilt, ARGV[11]) | ${RUN_REPLY.no} left alone (final, or its worker is live or changed, or the sweeper's streak too short or its last beat too old) | ${RUN_REPLY.missing} missing
 ]]
 ${COMMON}

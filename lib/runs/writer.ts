@@ -18,10 +18,13 @@ import {
   fieldPairs,
   indexLayout,
   keepNewestLines,
+  proofArg,
   RUN_LOG_LINES,
   recordTtlMs,
   runPlaceOf,
   toFields,
+  UNPROVEN,
+  type PublishProof,
   type RunPlace,
   type RunRetention,
 } from "./records";
@@ -45,12 +48,12 @@ export interface AttemptIdentity extends RunPlace {
   /** The job's previous attempt's run id (null for the first). */
   previousRunId: string | null;
   /**
-   * What the previous attempt published, when the claims Redis's pointer and the output's durable
-   * fence record agree on it (a `publishedProof`, lib/rebuilds/published-by-run.ts), read before
-   * this attempt's first record, or null: a previous attempt this one closes whose publish it
-   * proves ends `rebuilt` rather than aborted.
+   * Whether a run of this job that this attempt's first record closes (the previous attempt, or
+   * an earlier one still in flight) published (lib/rebuilds/published-by-run.ts): asked for the
+   * previous attempt before RUN_BEGIN, and for an earlier one it returns. Proven: it ends
+   * `rebuilt`; unknown: one that was about to publish is left to the sweep. Without: unproven.
    */
-  previousPublished?: string | null;
+  publishProof?: (runId: string) => Promise<PublishProof>;
   /** The rebuild name as the job gave it (shown even when it names no known rebuild). */
   rebuildName: string;
   /** When the job was created (ms); shown, never used for ordering. */
@@ -148,12 +151,13 @@ export async function beginAttempt(
       : mode.kind === "running"
         ? ["running", "cancelled"]
         : [mode.status, "cancelled"];
-  // A later attempt may close the previous one (queued or running → aborted, or rebuilt when the
-  // claims Redis names its publish); a record in flight that another pickup of this attempt began
+  // A later attempt may close the previous one (queued or running → aborted, or rebuilt when its
+  // publish is proven); a record in flight that another pickup of this attempt began
   // is taken over from its status (queued or running).
-  const previousPublished = (attempt.previousRunId && attempt.previousPublished) || null;
+  const previousProof =
+    attempt.previousRunId && attempt.publishProof ? await attempt.publishProof(attempt.previousRunId) : UNPROVEN;
   const closing: RunStatus[] = attempt.previousRunId
-    ? ["aborted", ...(previousPublished ? ["rebuilt" as const] : [])]
+    ? ["aborted", ...(previousProof.kind === "proven" ? ["rebuilt" as const] : [])]
     : [];
   const layout = indexLayout(keys, attempt, [...own, "queued", "running", ...closing]);
   const fields = fieldPairs({
@@ -210,7 +214,7 @@ export async function beginAttempt(
       }),
       keys.workerHeartbeatPrefix,
       `${new Date().toISOString()} record taken over by worker ${attempt.workerId} (the same attempt picked up again) from worker `,
-      previousPublished ?? "",
+      proofArg(previousProof),
       ...fields,
       "beginId",
       beginId,
@@ -218,8 +222,10 @@ export async function beginAttempt(
   );
   const [code, detail, stray, cancel] = reply;
   if (stray) {
-    // The job's attempt in flight was not the previous one (that one never began): close it too.
-    await abandonRun(store, { ...attempt, runId: stray }, ABANDONED_REASON(attempt.attempt));
+    // The job's attempt in flight was not the previous one (that one never began): close it too,
+    // rebuilt when it is proven to have published; unknown: one about to publish is left to the sweep.
+    const strayProof = attempt.publishProof ? await attempt.publishProof(stray) : UNPROVEN;
+    await abandonRun(store, { ...attempt, runId: stray }, ABANDONED_REASON(attempt.attempt), strayProof);
   }
   const cancelRequest = cancel ? cancel : null;
   switch (code) {

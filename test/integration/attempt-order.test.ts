@@ -17,7 +17,7 @@ import { outputDirOf } from "../../lib/rebuilds/definitions";
 import { idempotencyKey } from "../../lib/rebuilds/version";
 import { RebuildError, runRebuild, type RebuildDeps, type RebuildJob } from "../../lib/rebuilds/run-rebuild";
 import { publishedByRun } from "../../lib/rebuilds/published-by-run";
-import { recordPublishedFence } from "../../lib/rebuilds/published-fence";
+import { readPublishedFence, recordPublishedFence } from "../../lib/rebuilds/published-fence";
 import { serverNow } from "../../lib/redis/time";
 import { DEFAULT_RETENTION, readRun, runPlaceOf } from "../../lib/runs/records";
 import { abandonRun, closeAbandonedRuns } from "../../lib/runs/abandoned";
@@ -726,9 +726,11 @@ test("an attempt that published, its worker gone before its final record was wri
 });
 
 test("the sweep closes a dead worker's record that was about to publish rebuilt only when the claims Redis's pointer names that run, fence and build and the output's fence record does not contradict it; otherwise aborted, saying the build may be published", async () => {
-  const [b, c] = ["ab".repeat(16), "cd".repeat(16)];
+  const [b, c, e] = ["ab".repeat(16), "cd".repeat(16), "ef".repeat(16)];
   const name = claimOf("swept-publisher");
   const outputDir = outputDirOf(bed.definitions.rebuilds.get("swept-publisher")!, undefined);
+  // This machine holds builds b and c (promoted before their publish), not e.
+  for (const hash of [b, c]) fs.mkdirSync(path.join(outputDir, "builds", hash), { recursive: true });
   // The sweeper's own heartbeat: a streak of a whole TTL, its last beat a second ago (BEAT_STREAK).
   const now = await serverNow(bed.main);
   await bed.main.hset(bed.keys.workerHeartbeat("sweeper"), {
@@ -754,6 +756,8 @@ test("the sweep closes a dead worker's record that was about to publish rebuilt 
     { jobId: "swept-granted-twice", mark: [8, c], pointer: [8, c, "named"], record: [8, b], status: "aborted" },
     // The disk recorded fence 8 already: the claims Redis lost it and granted 7 again.
     { jobId: "swept-behind", mark: [7, c], pointer: [7, c, "named"], record: null, status: "aborted" },
+    // A build this machine does not hold: nothing here can prove (or record) the publish.
+    { jobId: "swept-not-held", mark: [9, e], pointer: [9, e, "named"], record: null, status: "aborted" },
   ] as const;
   try {
     for (const { jobId, mark, pointer, record: fenceRecord, status } of cases) {
@@ -763,10 +767,7 @@ test("the sweep closes a dead worker's record that was about to publish rebuilt 
         "swept-publisher",
         `${mark[0]} ${mark[1]}`,
       );
-      if (fenceRecord) {
-        fs.mkdirSync(outputDir, { recursive: true });
-        await recordPublishedFence(outputDir, fenceRecord[0], fenceRecord[1]);
-      }
+      if (fenceRecord) await recordPublishedFence(outputDir, fenceRecord[0], fenceRecord[1]);
       const publishedAt = await serverNow(bed.main); // after its start, before the close
       await bed.claims.hset(bed.keys.published(name), {
         fence: pointer[0],
@@ -786,6 +787,8 @@ test("the sweep closes a dead worker's record that was about to publish rebuilt 
         );
         assert.equal(record?.finishedAt, publishedAt, "it finished when it published");
         assert.equal(record?.durationMs, publishedAt - (record?.startedAt ?? 0));
+        const recorded = await readPublishedFence(outputDir);
+        assert.ok(recorded && recorded.fence >= mark[0], "the fence is on disk (recorded by the closer if need be)");
         assert.notEqual(await bed.main.zscore(bed.keys.runIndex({ status: "rebuilt" }), identity.runId), null);
       } else {
         assert.match(record?.reason ?? "", /that build may be published/);
@@ -796,5 +799,41 @@ test("the sweep closes a dead worker's record that was about to publish rebuilt 
   } finally {
     await bed.claims.del(bed.keys.published(name));
     await bed.main.del(bed.keys.workerHeartbeat("sweeper"));
+  }
+});
+
+test("a dead worker's record that was about to publish is left running while whether it published is not known (the claims Redis or the disk does not answer), by the sweep and by the job's next attempt", async () => {
+  const jobId = "order-unknown-proof";
+  const { store, identity } = await markedFirstAttempt(
+    jobId,
+    "gone-unknown",
+    "swept-publisher",
+    `5 ${"ab".repeat(16)}`,
+  );
+  const now = await serverNow(bed.main);
+  await bed.main.hset(bed.keys.workerHeartbeat("sweeper-unknown"), {
+    id: "sweeper-unknown",
+    heartbeatAt: now - 1_000,
+    beatStreakSince: now - 2 * HEARTBEAT_TTL_MS,
+  });
+  try {
+    const unknown = async () => ({ kind: "unknown" as const });
+    const sweeper = { workerId: "sweeper-unknown", activeJobIds: () => [], judgesOthers: true, publishedBy: unknown };
+    assert.deepEqual(await closeAbandonedRuns(store, sweeper), [], "not closed");
+    const next = await beginAttempt(
+      store,
+      { ...identity, runId: runIdOf(jobId, 2), attempt: 2, previousRunId: identity.runId, publishProof: unknown },
+      { mode: { kind: "running" } },
+    );
+    assert.equal(next.status, "began");
+    assert.equal((await readRun(bed.main, bed.keys, identity.runId))?.status, "running", "left to a later sweep");
+    // Answered at last (unproven here: the pointer names no such run): closed aborted.
+    const answered = { ...sweeper, publishedBy: async () => ({ kind: "unproven" as const }) };
+    assert.ok((await closeAbandonedRuns(store, answered)).includes(identity.runId));
+    const record = await readRun(bed.main, bed.keys, identity.runId);
+    assert.equal(record?.status, "aborted");
+    assert.match(record?.reason ?? "", /that build may be published/);
+  } finally {
+    await bed.main.del(bed.keys.workerHeartbeat("sweeper-unknown"));
   }
 });
