@@ -164,7 +164,7 @@ export function RetryRunButton({ runId }: { runId: string }) {
           </>
         ) : result.status === "not-retryable" ? (
           `Not retried: the run is ${result.runStatus}.`
-        ) : result.status === "unknown-rebuild" ? (
+        ) : result.status === "unknown-rebuild" || result.status === "request-id-reused" ? (
           `Not retried: ${result.message}`
         ) : (
           "Not retried."

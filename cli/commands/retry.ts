@@ -66,7 +66,8 @@ export const retry: CommandSpec = {
             result,
           );
         case "unknown-rebuild":
-          return refused("unknown-rebuild", `not retried: ${result.message} (audit entry ${result.auditId})`, result);
+        case "request-id-reused":
+          return refused(result.status, `not retried: ${result.message} (audit entry ${result.auditId})`, result);
         case "not-replicated":
           return refused("not-replicated", `${result.message} (audit entry ${result.auditId})`, result);
         case "not-found": // not returned: retryAsOperator throws the 404 (audited above)

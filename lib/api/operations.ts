@@ -94,8 +94,8 @@ export async function retryAsOperator(
 }
 
 /**
- * 202 queued (or deduplicated: the same request's job); 409 not retryable, or its rebuild is
- * gone; 503 queued but not yet on the replicas asked for (send it again).
+ * 202 queued (or deduplicated: the same request's job); 409 not retryable, its rebuild is
+ * gone, or the request id named another request; 503 queued but not yet on the replicas asked for (send it again).
  */
 export function retryReply(result: RetryResult): Reply {
   switch (result.status) {
@@ -108,6 +108,7 @@ export function retryReply(result: RetryResult): Reply {
         `not retried: run ${result.runId} is ${result.runStatus}; only ${listed(RETRYABLE_STATUSES)} runs are retried`,
       );
     case "unknown-rebuild":
+    case "request-id-reused":
       return refusal(result, `not retried: ${result.message}`);
     case "not-replicated": // queued on the primary only: a failover now could lose it
       return { status: 503, body: { error: { code: result.status, message: result.message }, ...result } };

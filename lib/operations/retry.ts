@@ -33,7 +33,9 @@ export type RetryResult =
   /** The run is not failed, aborted or cancelled (still running, or it did its work). */
   | { status: "not-retryable"; runId: string; runStatus: RunStatus; auditId: string }
   /** Its rebuild or tenant is no longer in the definitions. */
-  | { status: "unknown-rebuild"; runId: string; message: string; auditId: string };
+  | { status: "unknown-rebuild"; runId: string; message: string; auditId: string }
+  /** The request id named another request lately (lib/rebuilds/trigger): nothing queued. */
+  | { status: "request-id-reused"; runId: string; message: string; auditId: string };
 
 export async function retryRun(
   deps: RetryDeps,
@@ -74,5 +76,6 @@ export async function retryRun(
     return { status: result.status, runId, jobId: result.jobId, auditId };
   }
   const auditId = await audit("refused", { outcome: result.status, message: result.message });
+  if (result.status === "request-id-reused") return { status: result.status, runId, message: result.message, auditId };
   return { status: "unknown-rebuild", runId, message: result.message, auditId };
 }

@@ -24,7 +24,9 @@ export interface TriggerRequest {
   requestedBy?: string;
   /**
    * The caller's id for this request (a form's submit): the same id again within
-   * `REQUEST_ID_TTL_MS` answers with the job it queued, whatever the queue holds by then.
+   * `REQUEST_ID_TTL_MS` answers with the job it queued, whatever the queue holds by then. The same
+   * id for another request (another rebuild, tenant, version, force or retried run) is refused
+   * (`request-id-reused`): answering it with the first request's job would drop it unseen.
    */
   requestId?: string;
   /** The run this job retries (lib/operations/retry). */
@@ -43,6 +45,8 @@ export type TriggerResult =
   | { status: "unknown-tenant"; message: string }
   | { status: "invalid-version"; message: string }
   | { status: "invalid-request-id"; message: string }
+  /** The request id named another request within REQUEST_ID_TTL_MS: nothing queued. */
+  | { status: "request-id-reused"; message: string }
   | { status: "not-replicated"; jobId: string; replicas: number; acknowledged: number; message: string };
 
 /** How long a request id is remembered: a form resubmitted later than this queues again. */
@@ -87,8 +91,18 @@ export async function triggerRebuild(
       .update(`${request.requestedBy ?? ""}\u0000${request.requestId}`)
       .digest("hex");
     requestKey = keys.triggerRequest(hash);
-    if (!(await client.set(requestKey, jobId, "PX", REQUEST_ID_TTL_MS, "NX"))) {
-      const earlier = await client.get(requestKey);
+    const what = requestFingerprint(name, request);
+    if (!(await client.set(requestKey, namedJob(jobId, what), "PX", REQUEST_ID_TTL_MS, "NX"))) {
+      const stored = await client.get(requestKey);
+      const earlier = stored === null ? null : jobOfRequest(stored);
+      if (stored !== null && !sameRequest(stored, what)) {
+        return {
+          status: "request-id-reused",
+          message:
+            `requestId '${request.requestId}' was used within the last ${REQUEST_ID_TTL_MS / 60_000} min for another ` +
+            "request (another rebuild, tenant, version, force or retried run): nothing was queued; a new request needs a new id",
+        };
+      }
       // With replicas asked for, a request sent again after "not replicated" may find the id a
       // failover kept and the job it lost: then it queues, rather than answer with nothing. Not
       // without (a job cancelled or pruned meanwhile is gone too, and must stay gone), nor for a
@@ -100,12 +114,19 @@ export async function triggerRebuild(
         !(await client.exists(keys.cancelRequest(earlier)));
       if (earlier && !lost) {
         // A write before the WAIT: replicas that acknowledge it have the earlier job too.
-        if (request.replicas) await client.set(requestKey, earlier, "PX", REQUEST_ID_TTL_MS, "XX");
+        if (request.replicas) await client.set(requestKey, stored!, "PX", REQUEST_ID_TTL_MS, "XX");
         return replicated(client, request, epoch, { status: "deduplicated", jobId: earlier });
       }
       // Only if the id still names the lost job (or expired meanwhile): of two submits of one id
       // at once, one queues and the other is answered with its job.
-      const named = await runScript(client, REQUEST_ID_RENAME, [requestKey], [earlier ?? "", jobId, REQUEST_ID_TTL_MS]);
+      const named = jobOfRequest(
+        await runScript(
+          client,
+          REQUEST_ID_RENAME,
+          [requestKey],
+          [stored ?? "", namedJob(jobId, what), REQUEST_ID_TTL_MS],
+        ),
+      );
       if (named !== jobId) {
         // The other resend's job may not be queued yet, or never (it joined a waiting job, or its
         // server died): answer with it only once it exists; else "not replicated", sent again.
@@ -128,7 +149,8 @@ export async function triggerRebuild(
     // Never fold a request into a job an operator is cancelling: it would be lost with it.
     const cancelling = existing ? await client.exists(keys.cancelRequest(existing)) : 0;
     if (existing && !cancelling && WAITING_STATES.has(await queue.getJobState(existing))) {
-      if (requestKey) await client.set(requestKey, existing, "PX", REQUEST_ID_TTL_MS);
+      if (requestKey)
+        await client.set(requestKey, namedJob(existing, requestFingerprint(name, request)), "PX", REQUEST_ID_TTL_MS);
       // A write before the WAIT (replication is ordered: what acknowledges it has the job too).
       else if (request.replicas) await client.pexpire(pendingKey, PENDING_TTL_MS);
       return replicated(client, request, epoch, { status: "deduplicated", jobId: existing });
@@ -148,6 +170,23 @@ export async function triggerRebuild(
   void publishEvent(client, keys, { type: "run.queued", jobId, rebuild: name, tenant: tenant ?? null });
   return replicated(client, request, epoch, { status: "queued", jobId });
 }
+
+/**
+ * What a request id stands for, besides its job: the request's rebuild, tenant, version, force and
+ * retried run, hashed (16 hex digits). Stored after the job id: "<job id> <fingerprint>".
+ */
+function requestFingerprint(name: string, request: TriggerRequest): string {
+  const what = [name, request.tenant ?? "", request.version ?? "", request.force ? "1" : "", request.retryOf ?? ""];
+  return crypto.createHash("sha256").update(JSON.stringify(what)).digest("hex").slice(0, 16);
+}
+const namedJob = (jobId: string, fingerprint: string) => `${jobId} ${fingerprint}`;
+/** The job a request id's value names (earlier versions stored the job id alone). */
+const jobOfRequest = (stored: string) => stored.split(" ", 1)[0]!;
+/** Whether a stored request id stands for the request `fingerprint` is of (one stored by an earlier version: taken as it). */
+const sameRequest = (stored: string, fingerprint: string) => {
+  const storedFingerprint = stored.split(" ")[1];
+  return storedFingerprint === undefined || storedFingerprint === fingerprint;
+};
 
 /**
  * `answer` once `request.replicas` replicas have what this connection wrote (the job, or for a

@@ -306,11 +306,11 @@ test("with replicas asked for, two submits of one request id at once whose job a
   const first = await triggerRebuild(bed.queue, bed.main, bed.keys, bed.definitions, "flaky", request);
   const lostId = (first as { jobId: string }).jobId;
   await bed.queue.remove(lostId); // the id kept, the job lost (as above)
-  // Sent again twice at once (two tabs retrying after "not replicated"); one of them changed
-  // (force), so the "waiting trigger" marker cannot fold them together: only the id can.
+  // Sent again twice at once (two tabs retrying after "not replicated"): the one that does not
+  // rename the id is answered from it, before the "waiting trigger" marker is looked at.
   const answers = await Promise.all([
     triggerRebuild(bed.queue, bed.main, bed.keys, bed.definitions, "flaky", { ...request, replicas: 1 }),
-    triggerRebuild(bed.queue, bed.main, bed.keys, bed.definitions, "flaky", { ...request, force: true, replicas: 1 }),
+    triggerRebuild(bed.queue, bed.main, bed.keys, bed.definitions, "flaky", { ...request, replicas: 1 }),
   ]);
   const named = answers.map((answer) => (answer as { jobId?: string }).jobId);
   assert.equal(named[0], named[1], `both answered with one job: ${JSON.stringify(answers)}`);
@@ -320,17 +320,45 @@ test("with replicas asked for, two submits of one request id at once whose job a
   assert.deepEqual(queued, [named[0]], "one job queued for the two submits");
 });
 
-test("one job per request id: a double submit of Rebuild now queues once", async () => {
+test("one job per request id: a double submit of Rebuild now queues once; the same id for another request is refused, never answered with the first request's job", async () => {
   const request = { version: "r1", requestId: "form-0123456789" };
   const first = await triggerRebuild(bed.queue, bed.main, bed.keys, bed.definitions, "flaky", request);
-  const second = await triggerRebuild(bed.queue, bed.main, bed.keys, bed.definitions, "flaky", {
-    ...request,
-    force: true, // even a changed request with the same id answers with the first job
-  });
+  const second = await triggerRebuild(bed.queue, bed.main, bed.keys, bed.definitions, "flaky", request);
   assert.equal(first.status, "queued");
   assert.deepEqual(second, { status: "deduplicated", jobId: (first as { jobId: string }).jobId });
+  const countJobs = async () => (await bed.queue.getJobs(["waiting", "delayed", "prioritized", "active"])).length;
+  const before = await countJobs();
+  // Another version, a forced run, another rebuild, a retry of a run: each another request.
+  for (const [rebuild, changed] of [
+    ["flaky", { ...request, version: "r2" }],
+    ["flaky", { ...request, force: true }],
+    ["ticking", request],
+    ["flaky", { ...request, retryOf: "run-x-a1" }],
+  ] as const) {
+    const reused = await triggerRebuild(bed.queue, bed.main, bed.keys, bed.definitions, rebuild, changed);
+    assert.equal(reused.status, "request-id-reused", JSON.stringify(reused));
+    assert.match(
+      (reused as { message: string }).message,
+      /requestId 'form-0123456789' was used .* for another request/,
+    );
+  }
+  assert.equal(await countJobs(), before, "nothing queued for them");
   const bad = await triggerRebuild(bed.queue, bed.main, bed.keys, bed.definitions, "flaky", { requestId: "a b" });
   assert.equal(bad.status, "invalid-request-id");
+});
+
+test("a request id stored by an earlier version (the job id alone) is taken as this request: a resend during a rolling deploy answers with its job", async () => {
+  const request = { version: "r-old", requestId: "form-old-0123456789" };
+  const first = await triggerRebuild(bed.queue, bed.main, bed.keys, bed.definitions, "flaky", request);
+  const jobId = (first as { jobId: string }).jobId;
+  const keysNamingIt: string[] = [];
+  for (const k of await bed.main.keys(bed.keys.triggerRequest("*"))) {
+    if ((await bed.main.get(k))?.startsWith(`${jobId} `)) keysNamingIt.push(k);
+  }
+  assert.equal(keysNamingIt.length, 1, "its id names the job, then the request");
+  await bed.main.set(keysNamingIt[0]!, jobId, "KEEPTTL"); // as an earlier version wrote it
+  const again = await triggerRebuild(bed.queue, bed.main, bed.keys, bed.definitions, "flaky", request);
+  assert.deepEqual(again, { status: "deduplicated", jobId });
 });
 
 test("with replicas asked for, a request id whose job is gone (a failover kept the id, lost the job) queues again, never answers with a job that does not exist", async () => {
