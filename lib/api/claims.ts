@@ -14,6 +14,8 @@ import { FORCE_RELEASE_MARGIN_MS } from "../claims/force-release";
 import { describeStale, staleSince } from "../claims/stale";
 import { DEFER_MIN_MS } from "../rebuilds/decide";
 import { checkClaimName } from "../claims/name";
+import { runPlaceOf } from "../runs/records";
+import { noteForceRelease } from "../runs/writer";
 import { listLiveWorkers } from "../workers/heartbeat";
 import type { WebContext } from "../web/context";
 import { badRequest, refusal, type Reply } from "./errors";
@@ -149,6 +151,18 @@ export async function releaseClaimAsOperator(
     };
   }
   if (result.status === "released" || result.status === "releasing") {
+    const { holder } = result;
+    if (result.status === "released" && holder.runId && holder.jobId) {
+      // Its run record names the release, for whoever closes it if the holder never answers.
+      const { retention } = context.definitions;
+      const store = {
+        client: connections.main,
+        keys: connections.keys,
+        retention: { maxPerRebuild: retention.runs, maxAgeMs: retention.runAge },
+      };
+      const run = { ...runPlaceOf(holder.rebuild, holder.tenant), runId: holder.runId, jobId: holder.jobId };
+      await noteForceRelease(store, run, { actor, reason: body.reason, auditId: result.auditId }).catch(() => {});
+    }
     return { status: result.status, auditId: result.auditId, releaseWindowMs: result.releaseWindowMs };
   }
   return { status: "missing", auditId: result.auditId };

@@ -39,6 +39,8 @@ export const UNPROVEN: PublishProof = { kind: "unproven" };
 /** A PublishProof as the record scripts take it: the proof, '?' for unknown, '' for unproven. */
 export const proofArg = (proof: PublishProof) =>
   proof.kind === "proven" ? proof.proof : proof.kind === "unknown" ? "?" : "";
+/** The record field that names an operator's force release of the attempt's claim (`forceReleasedBy`). */
+export const FORCE_RELEASED_FIELD = "forceReleasedBy";
 /**
  * How long after that check the record is left to its attempt while its worker beats: a publish,
  * the fence record's fsyncs and the swap take seconds; an attempt stuck there longer (a hung

@@ -24,7 +24,7 @@
  */
 import { RUN_REPLY } from "../redis/replies";
 import { PUBLISH_EVENT_LUA, SERVER_NOW, typedScript, type LuaScript } from "../redis/scripts";
-import { PUBLISHING_FIELD, PUBLISHING_PROTECTED_MS, RUN_LOG_LUA } from "./records";
+import { FORCE_RELEASED_FIELD, PUBLISHING_FIELD, PUBLISHING_PROTECTED_MS, RUN_LOG_LUA } from "./records";
 import { TIMELINE_BACKFILL_CURSOR, TIMELINE_COUNT_LUA, TIMELINE_COUNT_RECORD } from "./timeline-counters";
 import { transitionsLua } from "./transitions";
 
@@ -182,6 +182,11 @@ end
 local function abandon(runKey, runId, reason, first, n, gone, eventsKey, published)
   local status = redis.call('HGET', runKey, 'status')
   if not status or not ALLOWED[status]['aborted'] then return 0 end
+  -- An operator force-released its claim while it ran (its worker paused or dead since): said first.
+  local released = redis.call('HGET', runKey, '${FORCE_RELEASED_FIELD}')
+  if released and released ~= '' then
+    reason = 'an operator force-released its claim (' .. released .. '); ' .. reason
+  end
   local score = redis.call('ZSCORE', KEYS[first], runId) or nowMs
   local publishing = redis.call('HGET', runKey, '${PUBLISHING_FIELD}')
   -- Whether it published is not known (the caller's reads went unanswered): left to the sweep.
@@ -355,12 +360,15 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   -- Nothing of the earlier pickup's stays (steps, fence, build, version and the ids of its
   -- calls, whose resends would otherwise find their own): only its start, and its begin's name.
   local startedAt = redis.call('HGET', KEYS[1], 'startedAt')
+  local released = redis.call('HGET', KEYS[1], '${FORCE_RELEASED_FIELD}')
+  local why = ' (its worker stopped beating)'
+  if released and released ~= '' then why = why .. '; an operator had force-released its claim (' .. released .. ')' end
   if displaced ~= '' then displaced = displaced .. ',' end
   displaced = displaced .. (stored[2] or '') .. '/' .. (stored[1] or '')
   redis.call('DEL', KEYS[1])
   redis.call('HSET', KEYS[1], 'displacedBegins', displaced)
   if startedAt then redis.call('HSET', KEYS[1], 'startedAt', startedAt) end
-  appendLog(KEYS[9], {ARGV[14] .. (stored[2] or '?') .. ' (its worker stopped beating)'}, 1, 1)
+  appendLog(KEYS[9], {ARGV[14] .. (stored[2] or '?') .. why}, 1, 1)
   redis.call('PEXPIRE', KEYS[9], ARGV[4])
 end
 local stray = ''

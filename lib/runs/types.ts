@@ -52,6 +52,12 @@ export interface RunRecord {
    * carries it, harmlessly).
    */
   publishing?: string;
+  /**
+   * "by <actor>: “<reason>”; audit entry <id>": an operator force-released the attempt's claim
+   * while it ran (records.ts FORCE_RELEASED_FIELD); named in the reason of a record someone else
+   * closes for it (the next attempt, the sweep). Not read back into a record.
+   */
+  forceReleasedBy?: string;
 }
 
 /** Run id: job id + attempt, made safe for keys and URLs (scheduler job ids contain ':'). */

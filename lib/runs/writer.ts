@@ -363,6 +363,23 @@ export interface RunWrite {
   owner?: string;
 }
 
+/**
+ * An operator force-released the claim of the attempt `run` (its holder, as the claim named it):
+ * its record, if still in flight, says so (`forceReleasedBy`, and a log line), so that whoever
+ * closes it for a holder that never answers (paused, dead) names the release in its reason.
+ */
+export async function noteForceRelease(
+  store: RunStore,
+  run: RunRef,
+  release: { actor: string; reason: string; auditId: string },
+): Promise<WriteResult> {
+  const note = `by ${release.actor}: “${release.reason}”; audit entry ${release.auditId}`;
+  return writeRun(store, run, {
+    fields: { forceReleasedBy: note },
+    logLines: [`${new Date().toISOString()} claim force-released ${note}`],
+  });
+}
+
 /** One write of an attempt's record (status move, fields, log lines, idempotency key). */
 export async function writeRun(store: RunStore, run: RunRef, write: RunWrite): Promise<WriteResult> {
   return (await writeRunReading(store, run, write)).result;

@@ -11,7 +11,12 @@ import fs from "node:fs";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { acquireClaim, claimName, forceReleaseClaim, readClaim, releaseClaim, readPublished } from "../../lib/claims";
+import { releaseClaimAsOperator } from "../../lib/api/claims";
+import { DEFAULT_RETENTION, readRun, readRunLog, runPlaceOf } from "../../lib/runs/records";
 import { isFinalStatus } from "../../lib/runs/transitions";
+import { runIdOf } from "../../lib/runs/types";
+import { beginAttempt } from "../../lib/runs/writer";
+import type { WebContext } from "../../lib/web/context";
 import { pidsWithMarker } from "../support/markers";
 import { createTestBed, type TestBed } from "../support/stack";
 import { until } from "../support/until";
@@ -141,5 +146,64 @@ test("a force release noticed only by the refused publish defers the job; the ve
     t.diagnostic(`first attempt: ${await assertRebuiltInTheEnd(jobId, "b2", otherToken)}`);
   } finally {
     await worker.stop();
+  }
+});
+
+test("an operator's force release of a holder that never answers (paused, dead): its run record names the release, and so does the reason of whoever closes it", async () => {
+  const jobId = "force-release-unanswered";
+  const store = { client: bed.main, keys: bed.keys, retention: DEFAULT_RETENTION };
+  const identity = (attempt: number) => ({
+    ...runPlaceOf("gated", undefined),
+    runId: runIdOf(jobId, attempt),
+    jobId,
+    attempt,
+    previousRunId: attempt > 1 ? runIdOf(jobId, attempt - 1) : null,
+    rebuildName: "gated",
+    createdAt: Date.now(),
+    trigger: "api" as const,
+    workerId: attempt === 1 ? "paused-worker" : "next-worker", // no heartbeat: it stopped beating
+    host: "h",
+  });
+  assert.equal((await beginAttempt(store, identity(1), { mode: { kind: "running" } })).status, "began");
+  const grant = await acquireClaim(
+    bed.claims,
+    bed.keys,
+    claim(),
+    { jobId, runId: runIdOf(jobId, 1), version: "p1", rebuild: "gated", workerId: "paused-worker" },
+    { ttlMs: 60_000, refreshEveryMs: 1_000 },
+  );
+  assert.equal(grant.status, "acquired");
+  if (grant.status !== "acquired") return;
+  const context = {
+    connections: { main: bed.main, claims: bed.claims, keys: bed.keys },
+    definitions: bed.definitions,
+  } as unknown as WebContext;
+  try {
+    const released = await releaseClaimAsOperator(
+      context,
+      { name: claim(), token: grant.token, reason: "looked stuck" },
+      "night-operator",
+    );
+    assert.equal(released.status, "released");
+    const auditId = (released as { auditId: string }).auditId;
+    const log = await readRunLog(bed.main, bed.keys, runIdOf(jobId, 1));
+    assert.ok(
+      log.some((line) =>
+        line.endsWith(`claim force-released by night-operator: “looked stuck”; audit entry ${auditId}`),
+      ),
+      log.join("\n"),
+    );
+    // The holder never answers; the job's next attempt closes its record.
+    assert.equal((await beginAttempt(store, identity(2), { mode: { kind: "running" } })).status, "began");
+    const record = await readRun(bed.main, bed.keys, runIdOf(jobId, 1));
+    assert.equal(record?.status, "aborted");
+    assert.match(
+      record?.reason ?? "",
+      new RegExp(
+        `^an operator force-released its claim \\(by night-operator: “looked stuck”; audit entry ${auditId}\\); worker died or stalled`,
+      ),
+    );
+  } finally {
+    await releaseClaim(bed.claims, bed.keys, claim(), grant.token).catch(() => {});
   }
 });
