@@ -55,6 +55,16 @@ export function RunDetailView({ initial, id }: { initial: RunDetail | null; id: 
     ["Finished", run.finishedAt ? <Time key="f" at={run.finishedAt} absolute /> : null],
     ["Duration", formatDurationMs(run.durationMs)],
     [
+      "Made current later",
+      run.madeCurrentLater ? (
+        <span key="mcl" data-field="made-current-later">
+          its build {run.madeCurrentLater.buildHash} (fence {run.madeCurrentLater.fence}), by repair at{" "}
+          <Time at={run.madeCurrentLater.at} absolute />: its publish was in the claims Redis, and the disk took its
+          fence record later
+        </span>
+      ) : null,
+    ],
+    [
       "Force released",
       run.forceRelease ? (
         <span key="fr">

@@ -18,11 +18,11 @@ import { killAllSteps } from "../lib/rebuilds/steps/run-step";
 import { queuePrefix, REBUILD_QUEUE } from "../lib/rebuilds/queue";
 import { checkPublishedBuilds } from "../lib/rebuilds/build-integrity";
 import { publishedByRun } from "../lib/rebuilds/published-by-run";
-import { repairCurrentLinks } from "../lib/rebuilds/repair";
+import { repairCurrentLinks, type OnMadeCurrent } from "../lib/rebuilds/repair";
 import { closeAbandonedRuns, type SweepCursor } from "../lib/runs/abandoned";
 import { startTimelineBackfill } from "../lib/runs/timeline-backfill";
 import { trimAllRuns } from "../lib/runs/trim";
-import { flushUnansweredFinals, resendFinalWrite } from "../lib/runs/writer";
+import { flushUnansweredFinals, noteMadeCurrent, resendFinalWrite } from "../lib/runs/writer";
 import { pruneAbandonedWorkDirs } from "../lib/rebuilds/output";
 import { removeTakenWorkDirs, takeLiveWorkDirs } from "../lib/rebuilds/work-dirs";
 import { pruneOldBuilds } from "../lib/rebuilds/prune";
@@ -167,7 +167,16 @@ async function upkeepAfterBeat(judgesOthers: boolean): Promise<void> {
     };
     for (const runId of await closeAbandonedRuns({ client: main, keys, retention }, self))
       log(`closed abandoned run ${runId}`);
-    for (const line of await repairCurrentLinks(claims, keys, definitions)) log(line);
+    // A run whose build repair made current though its record ended otherwise (a full disk) says so.
+    const noteOnRun: OnMadeCurrent = async ({ runId, fence, buildHash, definition }) =>
+      (await noteMadeCurrent({ client: main, keys }, runId, {
+        fence,
+        buildHash,
+        idempotencyTtlMs: definition.idempotency.ttl,
+      }))
+        ? `run ${runId}'s record now says its build was made current later (it had ended without a publish of its own)`
+        : null;
+    for (const line of await repairCurrentLinks(claims, keys, definitions, noteOnRun)) log(line);
     const sinceMaintenance = running.processed() - processedAtMaintenance;
     const busy = sinceMaintenance >= MAINTENANCE_AFTER_JOBS;
     const settled = sinceMaintenance > 0 && running.ids().length === 0;

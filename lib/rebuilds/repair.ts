@@ -9,17 +9,30 @@ import type { RedisKeys } from "../redis/keys";
 import { PUBLISHED_RESTORE, runScript, type ScriptingClient } from "../redis/scripts";
 import type { Redis } from "ioredis";
 import { serverNow } from "../redis/time";
-import { outputDirOf, tenantsOf, type Definitions } from "./definitions";
+import { outputDirOf, tenantsOf, type Definitions, type RebuildDefinition } from "./definitions";
 import { buildDirOf, readCurrent, BUILD_HASH } from "./output";
 import { pointCurrentAtRecord, readPublishedFence, recordPublishedFence } from "./published-fence";
 
 /** How old a published pointer must be before `current` is made to follow it. */
 export const REPAIR_AFTER_MS = 10_000;
 
+/**
+ * A repair that made `current` a run's build (the pointer names the run): told to the caller, who
+ * notes it on a run record that ended without saying so (lib/runs/writer.ts `noteMadeCurrent`).
+ * Returns a line for the log, or null.
+ */
+export type OnMadeCurrent = (made: {
+  runId: string;
+  fence: number;
+  buildHash: string;
+  definition: RebuildDefinition;
+}) => Promise<string | null>;
+
 export async function repairCurrentLinks(
   client: ScriptingClient & Pick<Redis, "hgetall" | "time">,
   keys: RedisKeys,
   definitions: Definitions,
+  onMadeCurrent?: OnMadeCurrent,
 ): Promise<string[]> {
   const repaired: string[] = [];
   // publishedAt is on the claims server's clock: judge its age by that clock, not this host's.
@@ -99,6 +112,15 @@ export async function repairCurrentLinks(
           repaired.push(
             `repaired ${outputDir}/current: ${current ?? "(none)"} -> ${published.value} (fence ${published.fence})`,
           );
+          if (published.runId && onMadeCurrent) {
+            const said = await onMadeCurrent({
+              runId: published.runId,
+              fence: published.fence,
+              buildHash: published.value,
+              definition,
+            }).catch((error: unknown) => `the run record of ${published.runId} not told: ${String(error)}`);
+            if (said) repaired.push(said);
+          }
         })().catch((error: unknown) => {
           // One output's failing disk (its record unreadable) holds up no other output.
           repaired.push(`NOT repairing ${outputDirOf(definition, tenant)}: ${String(error)}`);

@@ -233,7 +233,15 @@ export function fromFields(hash: Record<string, string>): RunRecord | null {
     progress: Number(hash.progress ?? 0),
     steps,
     retryOf: str(hash.retryOf),
+    madeCurrentLater: madeCurrentLaterOf(hash[MADE_CURRENT_LATER_FIELD]),
   };
+}
+
+/** The record field of `madeCurrentLater`: "<fence> <build hash> <ms>" (RUN_NOTE_MADE_CURRENT). */
+export const MADE_CURRENT_LATER_FIELD = "madeCurrentLater";
+function madeCurrentLaterOf(raw: string | undefined): RunRecord["madeCurrentLater"] {
+  const match = /^(\d+) (\S+) (\d+)$/.exec(raw ?? "");
+  return match ? { fence: Number(match[1]), buildHash: match[2]!, at: Number(match[3]) } : null;
 }
 
 /** Where a run is listed: with a rebuild of null (a job whose data named no valid rebuild) only in the global indexes. */

@@ -24,7 +24,13 @@
  */
 import { RUN_REPLY } from "../redis/replies";
 import { PUBLISH_EVENT_LUA, SERVER_NOW, typedScript, type LuaScript } from "../redis/scripts";
-import { FORCE_RELEASED_FIELD, PUBLISHING_FIELD, PUBLISHING_PROTECTED_MS, RUN_LOG_LUA } from "./records";
+import {
+  FORCE_RELEASED_FIELD,
+  MADE_CURRENT_LATER_FIELD,
+  PUBLISHING_FIELD,
+  PUBLISHING_PROTECTED_MS,
+  RUN_LOG_LUA,
+} from "./records";
 import { TIMELINE_BACKFILL_CURSOR, TIMELINE_COUNT_LUA, TIMELINE_COUNT_RECORD } from "./timeline-counters";
 import { transitionsLua } from "./transitions";
 
@@ -722,12 +728,47 @@ return ${RUN_REPLY.written}
 `,
 });
 
+export const RUN_NOTE_MADE_CURRENT = typedScript<number>()({
+  command: "claimwatchRunNoteMadeCurrent",
+  keys: ["run", "runLog", "events", "idempotency"],
+  lua: `
+--[[ A record that ended without a publish of its own (failed: its fence record refused by a full
+disk) whose build repair has since made current: the record says so, its status unchanged (a final
+status never changes), and the version counts as rebuilt by it.
+KEYS[1] run HASH   KEYS[2] runLog LIST   KEYS[3] events STREAM (lib/events)
+KEYS[4] idempotency STRING of the run's version (KEYS[1] again for none)
+ARGV[1] "<fence> <build hash>"   ARGV[2] the log line   ARGV[3] runId
+ARGV[4] idempotency TTL ms ('' for none): the key is set to the run only if no run holds it
+Returns ${RUN_REPLY.written} noted | ${RUN_REPLY.no} not noted (rebuilt, in flight, or noted already) | ${RUN_REPLY.missing} missing
+]]
+${COMMON}
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then return ${RUN_REPLY.missing} end
+if not FINAL[status] or status == 'rebuilt' then return ${RUN_REPLY.no} end
+if redis.call('HEXISTS', KEYS[1], '${MADE_CURRENT_LATER_FIELD}') == 1 then return ${RUN_REPLY.no} end
+redis.call('HSET', KEYS[1], '${MADE_CURRENT_LATER_FIELD}', ARGV[1] .. ' ' .. string.format('%.0f', nowMs))
+appendLog(KEYS[2], {ARGV[2]}, 1, 1)
+-- The log lives as long as the record (a log made here would otherwise never expire).
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
+if ARGV[4] ~= '' and KEYS[4] ~= KEYS[1] then redis.call('SET', KEYS[4], ARGV[3], 'PX', ARGV[4], 'NX') end
+local f = redis.call('HMGET', KEYS[1], 'rebuild', 'tenant')
+local run = { id = ARGV[3], rebuild = f[1] or '', tenant = cjson.null, status = status }
+if f[2] and f[2] ~= '' then run.tenant = f[2] end
+local fence, build = string.match(ARGV[1], '^(%d+) (%S+)$')
+run.madeCurrentLater = { fence = tonumber(fence), buildHash = build, at = nowMs }
+publish(KEYS[3], cjson.encode({ type = 'run', run = run }))
+return ${RUN_REPLY.written}
+`,
+});
+
 export const RUN_SCRIPTS: readonly LuaScript[] = [
   RUN_BEGIN,
   RUN_WRITE,
   RUN_VERSION,
   RUN_ABANDON,
   RUN_TRIM,
+  RUN_NOTE_MADE_CURRENT,
   TIMELINE_COUNT_RECORD,
   TIMELINE_BACKFILL_CURSOR,
 ];

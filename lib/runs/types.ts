@@ -47,6 +47,12 @@ export interface RunRecord {
   /** The run an operator retried with this job (Retry: same rebuild, tenant and version, forced). */
   retryOf?: string | null;
   /**
+   * Its build became `current` after the record had ended without saying so (its publish was in
+   * the claims Redis, its fence record refused by a full disk, and repair finished it once the disk
+   * took it): when, with which fence and build. The status stays what the attempt recorded.
+   */
+  madeCurrentLater?: { fence: number; buildHash: string; at: number } | null;
+  /**
    * "<fence> <build hash>": written by the attempt's owner check right before its publish
    * (records.ts PUBLISHING_FIELD); not read back into a record (the live event of that write
    * carries it, harmlessly).

@@ -7,12 +7,12 @@
  * final record, and a record that was trimmed is never recreated half-empty.
  */
 import crypto from "node:crypto";
-import type { ChainableCommander } from "ioredis";
+import type { ChainableCommander, Redis } from "ioredis";
 import { encodeEvent } from "../events/publish";
 import type { StoredEvent } from "../events/types";
 import type { RedisKeys } from "../redis/keys";
 import { RUN_REPLY } from "../redis/replies";
-import { runVariadicScript, type ScriptingClient } from "../redis/scripts";
+import { runScript, runVariadicScript, type ScriptingClient } from "../redis/scripts";
 import { abandonRun } from "./abandoned";
 import {
   fieldPairs,
@@ -28,7 +28,7 @@ import {
   type RunPlace,
   type RunRetention,
 } from "./records";
-import { RUN_BEGIN, RUN_VERSION, RUN_WRITE } from "./scripts";
+import { RUN_BEGIN, RUN_NOTE_MADE_CURRENT, RUN_VERSION, RUN_WRITE } from "./scripts";
 import { queueTimelineCount, timelineSpec } from "./timeline-counters";
 import type { FinalRunStatus } from "./transitions";
 import { RUN_STATUSES, type RunRecord, type RunStatus, type RunTrigger } from "./types";
@@ -378,6 +378,34 @@ export async function noteForceRelease(
     fields: { forceReleasedBy: note },
     logLines: [`${new Date().toISOString()} claim force-released ${note}`],
   });
+}
+
+/**
+ * Repair made `current` the build of `runId` (the claims Redis's pointer names it) though its
+ * record ended otherwise — failed, its fence record refused by a full disk: the record says so
+ * (`madeCurrentLater`, a log line, its live event), and its version counts as rebuilt by it (the
+ * idempotency key, for `idempotencyTtlMs`, unless another run holds it). A record that is rebuilt,
+ * in flight, gone or noted already is left alone. True when noted.
+ */
+export async function noteMadeCurrent(
+  store: Pick<RunStore, "client" | "keys"> & { client: Pick<Redis, "hget"> },
+  runId: string,
+  made: { fence: number; buildHash: string; idempotencyTtlMs: number },
+): Promise<boolean> {
+  const { client, keys } = store;
+  const key = await client.hget(keys.run(runId), "idempotencyKey");
+  const reply = await runScript(
+    client,
+    RUN_NOTE_MADE_CURRENT,
+    [keys.run(runId), keys.runLog(runId), keys.events, key ? keys.idempotency(key) : keys.run(runId)],
+    [
+      `${made.fence} ${made.buildHash}`,
+      `${new Date().toISOString()} its build ${made.buildHash} (fence ${made.fence}) was made current by repair: its publish was in the claims Redis, and the output's disk took its fence record later`,
+      runId,
+      key ? made.idempotencyTtlMs : "",
+    ],
+  );
+  return reply === RUN_REPLY.written;
 }
 
 /** One write of an attempt's record (status move, fields, log lines, idempotency key). */

@@ -233,10 +233,22 @@ test("the disk fills after the steps, before the publish: current stays; with ro
 
   fs.rmSync(filler);
   await bed.queue.resume();
-  const rebuilt = await bed.waitForRun((r) => r.jobId === jobId && r.status === "rebuilt", 30_000);
+  // A later attempt publishes — or, on a machine slow enough that repair (10 s after the publish)
+  // came first and made the refused attempt's build current, skips as already rebuilt by it.
+  const ended = await bed.waitForRun(
+    (r) => r.jobId === jobId && (r.status === "rebuilt" || (r.status === "skipped" && r.attempt > refused.attempt)),
+    30_000,
+  );
+  const rebuilt =
+    ended.status === "rebuilt"
+      ? ended
+      : {
+          ...ended,
+          buildHash: (await bed.runsOfJob(jobId)).find((r) => r.id === refused.id)?.madeCurrentLater?.buildHash ?? null,
+        };
   assert.notEqual(await readCurrent(output), currentBefore, "current moved to the new build");
   assert.equal(await readCurrent(output), rebuilt.buildHash);
-  const runs = await bed.runsOfJob(jobId);
+  const runs = (await bed.runsOfJob(jobId)).filter((r) => r.status !== "skipped");
   assert.ok(
     runs.filter((r) => r.id !== rebuilt.id).every((r) => r.status === "failed" && r.reason?.startsWith("transient:")),
     JSON.stringify(runs.map((r) => [r.attempt, r.status, r.reason])),
@@ -244,4 +256,41 @@ test("the disk fills after the steps, before the publish: current stays; with ro
   assert.deepEqual(leftovers(), [], "no work dir, holding mark or half-written file left");
   assert.deepEqual(await changedBuilds(), []);
   assert.equal(worker.child.exitCode, null, "the worker is still up");
+});
+
+test("a publish whose fence record the full disk refused, made current later by repair: the failed run's record says so, and its version counts as rebuilt", async (t) => {
+  if (!disk) return t.skip(mountRefused);
+  worker ??= await bed.startWorker();
+  const filler = path.join(output, "filler");
+  fs.rmSync(path.join(output, "filled-once"), { force: true }); // the step fills the disk once more
+
+  const jobId = await bed.trigger("fill", { version: "late-g" });
+  const refused = await bed.waitForRun((r) => r.jobId === jobId && r.status === "failed", 30_000);
+  assert.match(refused.reason ?? "", /could not be recorded on disk .*: not durable, current not moved/);
+  // No next attempt (the queue paused): the disk gets room again, and repair finishes the publish.
+  await bed.queue.pause();
+  try {
+    fs.rmSync(filler);
+    const noted = await bed.waitForRun(
+      (r) => r.id === refused.id && r.madeCurrentLater !== null && r.madeCurrentLater !== undefined,
+      60_000,
+      "the failed run's record saying its build was made current",
+    );
+    assert.equal(noted.status, "failed", "a final status never changes");
+    assert.equal(await readCurrent(output), noted.madeCurrentLater!.buildHash, "current serves its build");
+    assert.equal(
+      noted.madeCurrentLater!.buildHash,
+      await bed.claims.hget(bed.keys.published(claimName(bed.definitions.rebuilds.get("fill")!.claimPath)), "value"),
+    );
+  } finally {
+    await bed.queue.resume();
+  }
+  // Its version counts as rebuilt by it: the job's next attempt skips.
+  const next = await bed.waitForRun((r) => r.jobId === jobId && r.attempt > refused.attempt, 30_000);
+  const settled = await bed.waitForRun(
+    (r) => r.id === next.id && r.status !== "running" && r.status !== "queued",
+    30_000,
+  );
+  assert.equal(settled.status, "skipped", `${settled.status}: ${settled.reason}`);
+  assert.match(settled.reason ?? "", new RegExp(`already rebuilt by run ${refused.id}`));
 });
