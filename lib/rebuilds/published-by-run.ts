@@ -15,8 +15,11 @@ import { outputDirOf, tenantProblem, type Definitions } from "./definitions";
 import { buildDirOf } from "./output";
 import { recordPublishedFence } from "./published-fence";
 
-/** How long the claims Redis and the output's disk are waited for when asked whether a run published. */
-const PUBLISHED_BY_RUN_READ_MS = 1_000;
+/**
+ * How long the claims Redis and the output's disk are waited for when asked whether a run
+ * published (a read, and the fence record's write with its fsyncs): past it the answer is unknown.
+ */
+const PUBLISHED_BY_RUN_READ_MS = 5_000;
 
 /**
  * Whether `run` published, for whoever closes its record instead of its attempt. Proven when the
@@ -43,16 +46,20 @@ export async function publishedByRun(
     if (!pointer) return UNPROVEN;
     const outputDir = outputDirOf(definition, tenant);
     // Asynchronously: a hung disk must not stop the worker's event loop.
-    const held = await fs.stat(buildDirOf(outputDir, pointer.value)).then(
-      () => true,
-      (error: NodeJS.ErrnoException) => {
-        if (error.code === "ENOENT" || error.code === "ENOTDIR") return false;
-        throw error;
-      },
-    );
-    if (!held) return UNPROVEN;
+    const held = () =>
+      fs.stat(buildDirOf(outputDir, pointer.value)).then(
+        () => true,
+        (error: NodeJS.ErrnoException) => {
+          if (error.code === "ENOENT" || error.code === "ENOTDIR") return false;
+          throw error;
+        },
+      );
+    if (!(await held())) return UNPROVEN;
     const recorded = await recordPublishedFence(outputDir, pointer.fence, pointer.value);
     if (recorded.status !== "recorded") return UNPROVEN;
+    // Still here once its fence is recorded (pruning may have taken a build the pointer no longer
+    // protected): else no machine could make it current.
+    if (!(await held())) return UNPROVEN;
     const proof = publishedProof({ fence: pointer.fence, buildHash: pointer.value, publishedAt: pointer.publishedAt });
     return { kind: "proven", proof };
   })().catch((): PublishProof => UNKNOWN);

@@ -68,19 +68,11 @@ export async function abandonRun(
 
 /**
  * How long sweeps leave a dead worker's record that was about to publish while whether it
- * published stays unknown (the claims Redis or the output's disk does not answer): then it is
- * closed aborted, "that build may be published", rather than left running.
+ * published stays unknown (the claims Redis or the output's disk does not answer), counted from
+ * its check before the publish (`publishingAt`, on the Redis clock, so every sweeper counts
+ * alike): then it is closed aborted, "that build may be published", rather than left running.
  */
 export const PROOF_PATIENCE_MS = 5 * 60_000;
-/** When this process's sweeps first could not tell whether a run published, by run id (local clock). */
-const unknownSince = new Map<string, number>();
-const stillPatient = (runId: string): boolean => {
-  const now = Date.now();
-  for (const [id, since] of unknownSince) if (now - since > 2 * PROOF_PATIENCE_MS) unknownSince.delete(id);
-  const since = unknownSince.get(runId) ?? now;
-  unknownSince.set(runId, since);
-  return now - since < PROOF_PATIENCE_MS;
-};
 
 /** In-flight records looked at per sweep and status (the running index holds only runs in flight). */
 export const SWEEP_BATCH = 200;
@@ -159,7 +151,8 @@ export async function closeAbandonedRuns(
     return [];
   }
   const lookup = client.pipeline();
-  for (const id of ids) lookup.hmget(keys.run(id), "workerId", "jobId", "rebuild", "tenant", PUBLISHING_FIELD);
+  for (const id of ids)
+    lookup.hmget(keys.run(id), "workerId", "jobId", "rebuild", "tenant", PUBLISHING_FIELD, `${PUBLISHING_FIELD}At`);
   const replies = (await lookup.exec()) ?? [];
   const active = new Set(self?.activeJobIds() ?? []);
   // Its own runs whose job it no longer runs, and whose final write it sent: sent again (a Redis
@@ -178,22 +171,49 @@ export async function closeAbandonedRuns(
       }),
     );
   }
-  // Whether the records about to be closed that were about to publish did (published-by-run.ts).
+  // Whether the records about to be closed that were about to publish did (published-by-run.ts),
+  // asked only once their worker is gone (another's) or no longer runs their job (its own): never
+  // while a live publisher may still be writing its own fence record beside it.
   const closes = (workerId: string, jobId: string) => {
     const mine = workerId === self?.workerId;
     return mine ? !active.has(jobId) : self?.judgesOthers !== false;
   };
+  const marked = ids
+    .map((runId, i) => {
+      const [workerId, jobId, rebuild, tenant, publishing, publishingAt] =
+        (replies[i]?.[1] as (string | null)[] | undefined) ?? [];
+      return { runId, workerId, jobId, rebuild, tenant, publishing, publishingAt: Number(publishingAt) };
+    })
+    .filter(
+      (r): r is typeof r & { workerId: string; jobId: string; publishing: string } =>
+        !!r.workerId && !!r.jobId && !!r.publishing && !resent.has(r.runId) && closes(r.workerId, r.jobId),
+    );
   const proofs = new Map<string, PublishProof>();
-  if (self?.publishedBy) {
+  if (self?.publishedBy && marked.length > 0) {
     const publishedBy = self.publishedBy;
+    const liveness = client.pipeline();
+    liveness.time();
+    for (const r of marked) liveness.exists(keys.workerHeartbeat(r.workerId));
+    const answers = (await liveness.exec()) ?? [];
+    const [seconds, micros] = (answers[0]?.[1] as [string, string] | undefined) ?? ["0", "0"];
+    const nowMs = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
     await Promise.all(
-      ids.map(async (runId, i) => {
-        const [workerId, jobId, rebuild, tenant, publishing] = (replies[i]?.[1] as (string | null)[] | undefined) ?? [];
-        if (!workerId || !jobId || !publishing || resent.has(runId) || !closes(workerId, jobId)) return;
-        const proof = await publishedBy({ runId, rebuild: rebuild ?? null, tenant: tenant ?? null }).catch(
+      marked.map(async (r, i) => {
+        const beating = answers[i + 1]?.[1] === 1;
+        // Its worker beats: RUN_ABANDON leaves it; should the beat expire meanwhile, the next sweep
+        // asks (closed now without the proof, it would say aborted).
+        if (beating && r.workerId !== self.workerId) return proofs.set(r.runId, { kind: "unknown" });
+        const proof = await publishedBy({ runId: r.runId, rebuild: r.rebuild ?? null, tenant: r.tenant ?? null }).catch(
           (): PublishProof => ({ kind: "unknown" }),
         );
-        proofs.set(runId, proof.kind === "proven" && !proves(proof.proof, publishing) ? UNPROVEN : proof);
+        if (proof.kind === "proven" && !proves(proof.proof, r.publishing)) proofs.set(r.runId, UNPROVEN);
+        // Not known for too long since its check before the publish: closed aborted.
+        else if (
+          proof.kind === "unknown" &&
+          nowMs - (Number.isFinite(r.publishingAt) ? r.publishingAt : 0) >= PROOF_PATIENCE_MS
+        )
+          proofs.set(r.runId, UNPROVEN);
+        else proofs.set(r.runId, proof);
       }),
     );
   }
@@ -204,7 +224,7 @@ export async function closeAbandonedRuns(
     if (!workerId || !jobId || resent.has(runId) || !closes(workerId, jobId)) return;
     const mine = workerId === self?.workerId;
     const proof = proofs.get(runId) ?? UNPROVEN;
-    if (proof.kind === "unknown" && stillPatient(runId)) return;
+    if (proof.kind === "unknown") return; // a later sweep asks again
     const layout = indexLayout(
       keys,
       runPlaceOf(rebuild, tenant),

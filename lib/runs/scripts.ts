@@ -283,11 +283,7 @@ ARGV[12] the record's event up to its status: the script appends the status it w
 ARGV[13] worker heartbeat key prefix (keys.workerHeartbeatPrefix): the one key this script names
   itself, from the workerId of a record in flight, to ask whether its worker still beats
 ARGV[14] the takeover's log line up to the earlier pickup's name (the caller's time)
-ARGV[15] what the previous attempt published (records.ts proofArg: a publishedProof "<fence>
-  <build> <publishedAt>", '?' not known, '' unproven; lib/rebuilds/published-by-run.ts): a previous
-  attempt closed here whose mark it proves ends rebuilt; with '?' one that was about to publish is
-  left to the sweep (abandon)
-ARGV[16..] record field/value pairs, with 'beginId' (unique to the call within its worker,
+ARGV[15..] record field/value pairs, with 'beginId' (unique to the call within its worker,
   'workerId'): a resend of the call finds its own record and answers what it did
 A record another call began (the same attempt picked up twice: the queue's Redis lost a pickup)
 is taken over while it is in flight only when that call's worker has stopped beating (its
@@ -302,8 +298,10 @@ taking the record back; a line naming it is appended to the run's log; then it i
 mode says. A final record is left alone (exists, detail its status).
 A final status (begun so, or the previous attempt closed) is counted in the timeline and run
 counters. The job's attempt in flight (KEYS[2]) is closed as aborted when it is the previous attempt
-(unless it passed its check before a publish and its worker still beats: mayHavePublished);
-another earlier one ("stray") is returned for the caller to close with RUN_ABANDON. A later one
+(unless it passed its check before a publish and its worker still beats: mayHavePublished; one
+that passed that check with its worker gone, or stuck there too long, is returned as a stray: the
+caller closes it with the proof of its publish); another earlier one ("stray") is returned for
+the caller to close with RUN_ABANDON. A later one
 (this attempt lost its job lock before its first write, and the job was picked up again) is left
 alone and stays the attempt in flight: records go one way, like takeovers.
 A job with a cancel request (KEYS[6]) begins and ends cancelled, whatever the mode (unless the
@@ -322,7 +320,7 @@ ${COMMON}
 local runId, jobId, previousId = ARGV[1], ARGV[2], ARGV[3]
 local n, mode = tonumber(ARGV[5]), ARGV[6]
 local FIRST = 10
-local FIELDS = 16
+local FIELDS = 15
 setStatuses(ARGV[10])
 setTimeline(ARGV[11], KEYS[8])
 if ARGV[9] == '1' and redis.call('GET', KEYS[5]) == jobId then redis.call('DEL', KEYS[5]) end
@@ -387,7 +385,14 @@ if open and open ~= runId and not laterOpen then
   if open == previousId then
     -- Left running while it may have published and its worker beats: it ends its record itself.
     if not mayHavePublished(KEYS[3], ARGV[13]) then
-      abandon(KEYS[3], previousId, ARGV[8], FIRST, n, workerGone(KEYS[3], ARGV[13]), KEYS[7], ARGV[15])
+      -- One that was about to publish is the caller's to close, with the proof of its publish
+      -- (lib/rebuilds/published-by-run.ts): returned as a stray.
+      local marked = redis.call('HGET', KEYS[3], '${PUBLISHING_FIELD}')
+      if marked and marked ~= '' then
+        stray = open
+      else
+        abandon(KEYS[3], previousId, ARGV[8], FIRST, n, workerGone(KEYS[3], ARGV[13]), KEYS[7], '')
+      end
     end
   else
     stray = open

@@ -18,7 +18,6 @@ import {
   fieldPairs,
   indexLayout,
   keepNewestLines,
-  proofArg,
   RUN_LOG_LINES,
   recordTtlMs,
   runPlaceOf,
@@ -48,10 +47,11 @@ export interface AttemptIdentity extends RunPlace {
   /** The job's previous attempt's run id (null for the first). */
   previousRunId: string | null;
   /**
-   * Whether a run of this job that this attempt's first record closes (the previous attempt, or
-   * an earlier one still in flight) published (lib/rebuilds/published-by-run.ts): asked for the
-   * previous attempt before RUN_BEGIN, and for an earlier one it returns. Proven: it ends
-   * `rebuilt`; unknown: one that was about to publish is left to the sweep. Without: unproven.
+   * Whether a run of this job that this attempt's first record closes published
+   * (lib/rebuilds/published-by-run.ts): asked for one RUN_BEGIN returns because it was about to
+   * publish (the previous attempt, or an earlier one in flight) — once its worker is gone, or it
+   * has been stuck there too long. Proven: it ends `rebuilt`; unknown: left to the sweep. Without:
+   * unproven.
    */
   publishProof?: (runId: string) => Promise<PublishProof>;
   /** The rebuild name as the job gave it (shown even when it names no known rebuild). */
@@ -151,15 +151,15 @@ export async function beginAttempt(
       : mode.kind === "running"
         ? ["running", "cancelled"]
         : [mode.status, "cancelled"];
-  // A later attempt may close the previous one (queued or running → aborted, or rebuilt when its
-  // publish is proven); a record in flight that another pickup of this attempt began
-  // is taken over from its status (queued or running).
-  const previousProof =
-    attempt.previousRunId && attempt.publishProof ? await attempt.publishProof(attempt.previousRunId) : UNPROVEN;
-  const closing: RunStatus[] = attempt.previousRunId
-    ? ["aborted", ...(previousProof.kind === "proven" ? ["rebuilt" as const] : [])]
-    : [];
-  const layout = indexLayout(keys, attempt, [...own, "queued", "running", ...closing]);
+  // A later attempt may close the previous one (queued or running → aborted; one that was about to
+  // publish is returned to be closed with the proof of its publish, as a stray); a record in
+  // flight that another pickup of this attempt began is taken over from its status (queued or
+  // running).
+  const layout = indexLayout(
+    keys,
+    attempt,
+    attempt.previousRunId ? [...own, "queued", "running", "aborted"] : [...own, "queued", "running"],
+  );
   const fields = fieldPairs({
     jobId: attempt.jobId,
     attempt: attempt.attempt,
@@ -214,7 +214,6 @@ export async function beginAttempt(
       }),
       keys.workerHeartbeatPrefix,
       `${new Date().toISOString()} record taken over by worker ${attempt.workerId} (the same attempt picked up again) from worker `,
-      proofArg(previousProof),
       ...fields,
       "beginId",
       beginId,
@@ -222,8 +221,10 @@ export async function beginAttempt(
   );
   const [code, detail, stray, cancel] = reply;
   if (stray) {
-    // The job's attempt in flight was not the previous one (that one never began): close it too,
-    // rebuilt when it is proven to have published; unknown: one about to publish is left to the sweep.
+    // The job's attempt in flight was not the previous one (that one never began), or it is the
+    // previous one and was about to publish: closed here, rebuilt when it is proven to have
+    // published (only now is the proof asked: its worker is gone, or it was stuck there too long);
+    // unknown: left to the sweep.
     const strayProof = attempt.publishProof ? await attempt.publishProof(stray) : UNPROVEN;
     await abandonRun(store, { ...attempt, runId: stray }, ABANDONED_REASON(attempt.attempt), strayProof);
   }

@@ -837,3 +837,49 @@ test("a dead worker's record that was about to publish is left running while whe
     await bed.main.del(bed.keys.workerHeartbeat("sweeper-unknown"));
   }
 });
+
+test("whether a record that was about to publish did is never asked while its worker beats (the live publisher writes its own fence record), by the sweep or by the job's next attempt", async () => {
+  const jobId = "order-live-publisher";
+  const { store, identity } = await markedFirstAttempt(
+    jobId,
+    "live-publisher",
+    "swept-publisher",
+    `4 ${"ab".repeat(16)}`,
+  );
+  const now = await serverNow(bed.main);
+  await bed.main.hset(bed.keys.workerHeartbeat("sweeper-live"), {
+    id: "sweeper-live",
+    heartbeatAt: now - 1_000,
+    beatStreakSince: now - 2 * HEARTBEAT_TTL_MS,
+  });
+  await bed.main.set(bed.keys.workerHeartbeat("live-publisher"), "1", "PX", 60_000);
+  const asked: string[] = [];
+  const ask = async (runId: string) => {
+    asked.push(runId);
+    return { kind: "unproven" as const };
+  };
+  try {
+    const sweeper = {
+      workerId: "sweeper-live",
+      activeJobIds: () => [],
+      judgesOthers: true,
+      publishedBy: (run: { runId: string }) => ask(run.runId),
+    };
+    assert.deepEqual(await closeAbandonedRuns(store, sweeper), []);
+    const next = await beginAttempt(
+      store,
+      { ...identity, runId: runIdOf(jobId, 2), attempt: 2, previousRunId: identity.runId, publishProof: ask },
+      { mode: { kind: "running" } },
+    );
+    assert.equal(next.status, "began");
+    assert.deepEqual(asked, [], "not asked");
+    assert.equal((await readRun(bed.main, bed.keys, identity.runId))?.status, "running", "left to its attempt");
+    // Its worker stops beating: the next sweep asks, and closes it.
+    await bed.main.del(bed.keys.workerHeartbeat("live-publisher"));
+    assert.ok((await closeAbandonedRuns(store, sweeper)).includes(identity.runId));
+    assert.deepEqual(asked, [identity.runId]);
+    assert.equal((await readRun(bed.main, bed.keys, identity.runId))?.status, "aborted");
+  } finally {
+    await bed.main.del(bed.keys.workerHeartbeat("sweeper-live"), bed.keys.workerHeartbeat("live-publisher"));
+  }
+});
