@@ -618,6 +618,16 @@ test("an attempt that stopped beating after its check before the publish is clos
   }
 });
 
+/** A sweeping worker's own heartbeat: a streak of a whole TTL, its last beat a second ago (BEAT_STREAK). */
+async function sweeperBeats(workerId: string): Promise<void> {
+  const now = await serverNow(bed.main);
+  await bed.main.hset(bed.keys.workerHeartbeat(workerId), {
+    id: workerId,
+    heartbeatAt: now - 1_000,
+    beatStreakSince: now - 2 * HEARTBEAT_TTL_MS,
+  });
+}
+
 /** The first attempt of `jobId` begun on `workerId`, past its check before a publish (the marker written). */
 async function markedFirstAttempt(
   jobId: string,
@@ -731,13 +741,7 @@ test("the sweep closes a dead worker's record that was about to publish rebuilt 
   const outputDir = outputDirOf(bed.definitions.rebuilds.get("swept-publisher")!, undefined);
   // This machine holds builds b and c (promoted before their publish), not e.
   for (const hash of [b, c]) fs.mkdirSync(path.join(outputDir, "builds", hash), { recursive: true });
-  // The sweeper's own heartbeat: a streak of a whole TTL, its last beat a second ago (BEAT_STREAK).
-  const now = await serverNow(bed.main);
-  await bed.main.hset(bed.keys.workerHeartbeat("sweeper"), {
-    id: "sweeper",
-    heartbeatAt: now - 1_000,
-    beatStreakSince: now - 2 * HEARTBEAT_TTL_MS,
-  });
+  await sweeperBeats("sweeper");
   const sweeper = {
     workerId: "sweeper",
     activeJobIds: () => [],
@@ -810,12 +814,7 @@ test("a dead worker's record that was about to publish is left running while whe
     "swept-publisher",
     `5 ${"ab".repeat(16)}`,
   );
-  const now = await serverNow(bed.main);
-  await bed.main.hset(bed.keys.workerHeartbeat("sweeper-unknown"), {
-    id: "sweeper-unknown",
-    heartbeatAt: now - 1_000,
-    beatStreakSince: now - 2 * HEARTBEAT_TTL_MS,
-  });
+  await sweeperBeats("sweeper-unknown");
   try {
     const unknown = async () => ({ kind: "unknown" as const });
     const sweeper = { workerId: "sweeper-unknown", activeJobIds: () => [], judgesOthers: true, publishedBy: unknown };
@@ -846,12 +845,7 @@ test("whether a record that was about to publish did is never asked while its wo
     "swept-publisher",
     `4 ${"ab".repeat(16)}`,
   );
-  const now = await serverNow(bed.main);
-  await bed.main.hset(bed.keys.workerHeartbeat("sweeper-live"), {
-    id: "sweeper-live",
-    heartbeatAt: now - 1_000,
-    beatStreakSince: now - 2 * HEARTBEAT_TTL_MS,
-  });
+  await sweeperBeats("sweeper-live");
   await bed.main.set(bed.keys.workerHeartbeat("live-publisher"), "1", "PX", 60_000);
   const asked: string[] = [];
   const ask = async (runId: string) => {
