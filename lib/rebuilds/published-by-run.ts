@@ -9,7 +9,7 @@ import fs from "node:fs/promises";
 import type { Redis } from "ioredis";
 import { claimName, readPublishedByRun } from "../claims";
 import type { RedisKeys } from "../redis/keys";
-import { publishedProof, UNPROVEN, type PublishProof } from "../runs/records";
+import { publishedProof, UNKNOWN, UNPROVEN, type PublishProof } from "../runs/records";
 import { settledWithin } from "../settled-within";
 import { outputDirOf, tenantProblem, type Definitions } from "./definitions";
 import { buildDirOf } from "./output";
@@ -65,5 +65,3 @@ export async function publishedByRun(
   })().catch((): PublishProof => UNKNOWN);
   return (await settledWithin(read, PUBLISHED_BY_RUN_READ_MS)) ? read : UNKNOWN;
 }
-
-const UNKNOWN: PublishProof = { kind: "unknown" };

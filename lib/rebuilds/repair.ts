@@ -112,7 +112,9 @@ export async function repairCurrentLinks(
           repaired.push(
             `repaired ${outputDir}/current: ${current ?? "(none)"} -> ${published.value} (fence ${published.fence})`,
           );
-          if (published.runId && onMadeCurrent) {
+          // Only when `current` names that build now: the swap follows a newer fence recorded
+          // meanwhile (its publisher's, whose own record says so).
+          if (published.runId && onMadeCurrent && (await readCurrent(outputDir)) === published.value) {
             const said = await onMadeCurrent({
               runId: published.runId,
               fence: published.fence,

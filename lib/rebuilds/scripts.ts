@@ -9,9 +9,9 @@ export const REQUEST_ID_RENAME = typedScript<string>()({
 --[[ A request id names a job a failover lost (the id kept, the job not): a retry of the request
 gives the id its own new job, but only if the id still names the lost one (or nothing). Two
 retries of one id at once: one renames it, the other is answered with that one's job.
-KEYS[1] triggerRequest STRING (the job id the request queued, then its fingerprint: trigger.ts), PX ttl
-ARGV[1] the value naming the lost job   ARGV[2] the value naming this retry's job   ARGV[3] ttl ms
-Returns the value the request id holds now: ARGV[2] when this retry took it, else the other
+KEYS[1] triggerRequest STRING (the job id the request queued), PX ttl
+ARGV[1] the lost job id   ARGV[2] this retry's job id   ARGV[3] ttl ms
+Returns the job id the request names now: ARGV[2] when this retry took it, else the other
 retry's (written again, so a WAIT after this call covers it)
 ]]
 local named = redis.call('GET', KEYS[1])

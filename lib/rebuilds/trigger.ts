@@ -91,11 +91,20 @@ export async function triggerRebuild(
       .update(`${request.requestedBy ?? ""}\u0000${request.requestId}`)
       .digest("hex");
     requestKey = keys.triggerRequest(hash);
+    // What the id stands for, beside it (its value stays the bare job id, as earlier versions read
+    // it during a rolling deploy): set with the id, kept when another request holds it.
+    const whatKey = keys.triggerRequestWhat(hash);
     const what = requestFingerprint(name, request);
-    if (!(await client.set(requestKey, namedJob(jobId, what), "PX", REQUEST_ID_TTL_MS, "NX"))) {
-      const stored = await client.get(requestKey);
-      const earlier = stored === null ? null : jobOfRequest(stored);
-      if (stored !== null && !sameRequest(stored, what)) {
+    const [taken, whatTaken] = await Promise.all([
+      client.set(requestKey, jobId, "PX", REQUEST_ID_TTL_MS, "NX"),
+      client.set(whatKey, what, "PX", REQUEST_ID_TTL_MS, "NX"),
+    ]);
+    if (!taken) {
+      const earlier = await client.get(requestKey);
+      // Held by another request: refused. None stored beside an earlier id (an earlier version's,
+      // or one whose fingerprint expired first): taken as this request.
+      const storedWhat = whatTaken ? what : await client.get(whatKey);
+      if (earlier !== null && storedWhat !== null && storedWhat !== what) {
         return {
           status: "request-id-reused",
           message:
@@ -114,19 +123,13 @@ export async function triggerRebuild(
         !(await client.exists(keys.cancelRequest(earlier)));
       if (earlier && !lost) {
         // A write before the WAIT: replicas that acknowledge it have the earlier job too.
-        if (request.replicas) await client.set(requestKey, stored!, "PX", REQUEST_ID_TTL_MS, "XX");
+        if (request.replicas) await client.set(requestKey, earlier, "PX", REQUEST_ID_TTL_MS, "XX");
         return replicated(client, request, epoch, { status: "deduplicated", jobId: earlier });
       }
       // Only if the id still names the lost job (or expired meanwhile): of two submits of one id
       // at once, one queues and the other is answered with its job.
-      const named = jobOfRequest(
-        await runScript(
-          client,
-          REQUEST_ID_RENAME,
-          [requestKey],
-          [stored ?? "", namedJob(jobId, what), REQUEST_ID_TTL_MS],
-        ),
-      );
+      const named = await runScript(client, REQUEST_ID_RENAME, [requestKey], [earlier ?? "", jobId, REQUEST_ID_TTL_MS]);
+      await client.set(whatKey, what, "PX", REQUEST_ID_TTL_MS);
       if (named !== jobId) {
         // The other resend's job may not be queued yet, or never (it joined a waiting job, or its
         // server died): answer with it only once it exists; else "not replicated", sent again.
@@ -149,8 +152,7 @@ export async function triggerRebuild(
     // Never fold a request into a job an operator is cancelling: it would be lost with it.
     const cancelling = existing ? await client.exists(keys.cancelRequest(existing)) : 0;
     if (existing && !cancelling && WAITING_STATES.has(await queue.getJobState(existing))) {
-      if (requestKey)
-        await client.set(requestKey, namedJob(existing, requestFingerprint(name, request)), "PX", REQUEST_ID_TTL_MS);
+      if (requestKey) await client.set(requestKey, existing, "PX", REQUEST_ID_TTL_MS);
       // A write before the WAIT (replication is ordered: what acknowledges it has the job too).
       else if (request.replicas) await client.pexpire(pendingKey, PENDING_TTL_MS);
       return replicated(client, request, epoch, { status: "deduplicated", jobId: existing });
@@ -172,21 +174,13 @@ export async function triggerRebuild(
 }
 
 /**
- * What a request id stands for, besides its job: the request's rebuild, tenant, version, force and
- * retried run, hashed (16 hex digits). Stored after the job id: "<job id> <fingerprint>".
+ * What a request id stands for, besides its job (keys.triggerRequestWhat): the request's rebuild,
+ * tenant, version, force and retried run, hashed (16 hex digits).
  */
 function requestFingerprint(name: string, request: TriggerRequest): string {
   const what = [name, request.tenant ?? "", request.version ?? "", request.force ? "1" : "", request.retryOf ?? ""];
   return crypto.createHash("sha256").update(JSON.stringify(what)).digest("hex").slice(0, 16);
 }
-const namedJob = (jobId: string, fingerprint: string) => `${jobId} ${fingerprint}`;
-/** The job a request id's value names (earlier versions stored the job id alone). */
-const jobOfRequest = (stored: string) => stored.split(" ", 1)[0]!;
-/** Whether a stored request id stands for the request `fingerprint` is of (one stored by an earlier version: taken as it). */
-const sameRequest = (stored: string, fingerprint: string) => {
-  const storedFingerprint = stored.split(" ")[1];
-  return storedFingerprint === undefined || storedFingerprint === fingerprint;
-};
 
 /**
  * `answer` once `request.replicas` replicas have what this connection wrote (the job, or for a

@@ -134,6 +134,8 @@ export function redisKeys(prefix: string) {
      * id, so a caller-chosen id never becomes a key name and one caller cannot answer another's.
      */
     triggerRequest: (hash: string) => `${tag}:trigger-request:${hash}`,
+    /** STRING: what that request id stands for (its rebuild, tenant, version, force: hashed), as long as the id. */
+    triggerRequestWhat: (hash: string) => `${tag}:trigger-request-what:${hash}`,
     /**
      * STRING (JSON: actor, reason, at, auditId) with a TTL: an operator asked to cancel this job.
      * Written by the API, read by the worker that runs the job (lib/operations/cancel); it outlives

@@ -14,7 +14,16 @@
 import type { Redis } from "ioredis";
 import { RUN_REPLY } from "../redis/replies";
 import { queueVariadicScript, runVariadicScript, scriptPipeline } from "../redis/scripts";
-import { indexLayout, proofArg, proves, PUBLISHING_FIELD, runPlaceOf, UNPROVEN, type PublishProof } from "./records";
+import {
+  indexLayout,
+  proofArg,
+  proves,
+  PUBLISHING_FIELD,
+  runPlaceOf,
+  UNKNOWN,
+  UNPROVEN,
+  type PublishProof,
+} from "./records";
 import { RUN_ABANDON } from "./scripts";
 import { timelineSpec } from "./timeline-counters";
 import type { RunRef, RunStore, WriteResult } from "./writer";
@@ -66,14 +75,6 @@ export async function abandonRun(
   return reply === RUN_REPLY.written;
 }
 
-/**
- * How long sweeps leave a dead worker's record that was about to publish while whether it
- * published stays unknown (the claims Redis or the output's disk does not answer), counted from
- * its check before the publish (`publishingAt`, on the Redis clock, so every sweeper counts
- * alike): then it is closed aborted, "that build may be published", rather than left running.
- */
-export const PROOF_PATIENCE_MS = 5 * 60_000;
-
 /** In-flight records looked at per sweep and status (the running index holds only runs in flight). */
 export const SWEEP_BATCH = 200;
 
@@ -112,7 +113,7 @@ export interface SweepingWorker {
    * Whether `run` published (lib/rebuilds/published-by-run.ts), asked only for a record about to
    * be closed that was about to publish. Proven: only its final write was lost, and it is closed
    * rebuilt, naming its build, not aborted ("may be published"). Unknown: left for a later sweep,
-   * for at most PROOF_PATIENCE_MS.
+   * until PROOF_PATIENCE_MS after its check before the publish (records.ts).
    */
   publishedBy?: (run: { runId: string; rebuild: string | null; tenant: string | null }) => Promise<PublishProof>;
 }
@@ -151,8 +152,7 @@ export async function closeAbandonedRuns(
     return [];
   }
   const lookup = client.pipeline();
-  for (const id of ids)
-    lookup.hmget(keys.run(id), "workerId", "jobId", "rebuild", "tenant", PUBLISHING_FIELD, `${PUBLISHING_FIELD}At`);
+  for (const id of ids) lookup.hmget(keys.run(id), "workerId", "jobId", "rebuild", "tenant", PUBLISHING_FIELD);
   const replies = (await lookup.exec()) ?? [];
   const active = new Set(self?.activeJobIds() ?? []);
   // Its own runs whose job it no longer runs, and whose final write it sent: sent again (a Redis
@@ -180,9 +180,8 @@ export async function closeAbandonedRuns(
   };
   const marked = ids
     .map((runId, i) => {
-      const [workerId, jobId, rebuild, tenant, publishing, publishingAt] =
-        (replies[i]?.[1] as (string | null)[] | undefined) ?? [];
-      return { runId, workerId, jobId, rebuild, tenant, publishing, publishingAt: Number(publishingAt) };
+      const [workerId, jobId, rebuild, tenant, publishing] = (replies[i]?.[1] as (string | null)[] | undefined) ?? [];
+      return { runId, workerId, jobId, rebuild, tenant, publishing };
     })
     .filter(
       (r): r is typeof r & { workerId: string; jobId: string; publishing: string } =>
@@ -192,28 +191,18 @@ export async function closeAbandonedRuns(
   if (self?.publishedBy && marked.length > 0) {
     const publishedBy = self.publishedBy;
     const liveness = client.pipeline();
-    liveness.time();
     for (const r of marked) liveness.exists(keys.workerHeartbeat(r.workerId));
     const answers = (await liveness.exec()) ?? [];
-    const [seconds, micros] = (answers[0]?.[1] as [string, string] | undefined) ?? ["0", "0"];
-    const nowMs = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
     await Promise.all(
       marked.map(async (r, i) => {
-        const beating = answers[i + 1]?.[1] === 1;
-        // Its worker beats: RUN_ABANDON leaves it; should the beat expire meanwhile, the next sweep
-        // asks (closed now without the proof, it would say aborted).
-        if (beating && r.workerId !== self.workerId) return proofs.set(r.runId, { kind: "unknown" });
+        const beating = answers[i]?.[1] === 1;
+        // Its worker beats: RUN_ABANDON leaves it; should the beat expire meanwhile, unknown keeps it
+        // for the next sweep to ask (closed now without the proof, it would say aborted).
+        if (beating && r.workerId !== self.workerId) return proofs.set(r.runId, UNKNOWN);
         const proof = await publishedBy({ runId: r.runId, rebuild: r.rebuild ?? null, tenant: r.tenant ?? null }).catch(
           (): PublishProof => ({ kind: "unknown" }),
         );
-        if (proof.kind === "proven" && !proves(proof.proof, r.publishing)) proofs.set(r.runId, UNPROVEN);
-        // Not known for too long since its check before the publish: closed aborted.
-        else if (
-          proof.kind === "unknown" &&
-          nowMs - (Number.isFinite(r.publishingAt) ? r.publishingAt : 0) >= PROOF_PATIENCE_MS
-        )
-          proofs.set(r.runId, UNPROVEN);
-        else proofs.set(r.runId, proof);
+        proofs.set(r.runId, proof.kind === "proven" && !proves(proof.proof, r.publishing) ? UNPROVEN : proof);
       }),
     );
   }
@@ -223,8 +212,8 @@ export async function closeAbandonedRuns(
     const [workerId, jobId, rebuild, tenant] = (replies[i]?.[1] as (string | null)[] | undefined) ?? [];
     if (!workerId || !jobId || resent.has(runId) || !closes(workerId, jobId)) return;
     const mine = workerId === self?.workerId;
+    // Unknown: RUN_ABANDON leaves it for a later sweep, until PROOF_PATIENCE_MS after its check.
     const proof = proofs.get(runId) ?? UNPROVEN;
-    if (proof.kind === "unknown") return; // a later sweep asks again
     const layout = indexLayout(
       keys,
       runPlaceOf(rebuild, tenant),
@@ -255,8 +244,7 @@ export async function closeAbandonedRuns(
         keys.workerHeartbeatPrefix,
         self ? BEAT_STREAK.requiredMs : "",
         BEAT_STREAK.freshMs,
-        // Past the patience an unknown proof closes it aborted ("may be published").
-        proof.kind === "proven" ? proof.proof : "",
+        proofArg(proof),
       ],
     );
     queued.push(runId);

@@ -36,6 +36,13 @@ export const proves = (proof: string, mark: string | null | undefined) => !!mark
  */
 export type PublishProof = { kind: "proven"; proof: string } | { kind: "unproven" } | { kind: "unknown" };
 export const UNPROVEN: PublishProof = { kind: "unproven" };
+export const UNKNOWN: PublishProof = { kind: "unknown" };
+/**
+ * How long a record that was about to publish is left running while whether it published stays
+ * unknown, counted from its check before the publish (`publishingAt`, on the Redis clock, so every
+ * closer counts alike): then it is closed aborted, "that build may be published".
+ */
+export const PROOF_PATIENCE_MS = 5 * 60_000;
 /** A PublishProof as the record scripts take it: the proof, '?' for unknown, '' for unproven. */
 export const proofArg = (proof: PublishProof) =>
   proof.kind === "proven" ? proof.proof : proof.kind === "unknown" ? "?" : "";

@@ -28,6 +28,7 @@ import {
   FORCE_RELEASED_FIELD,
   MADE_CURRENT_LATER_FIELD,
   PUBLISHING_FIELD,
+  PROOF_PATIENCE_MS,
   PUBLISHING_PROTECTED_MS,
   RUN_LOG_LUA,
 } from "./records";
@@ -184,7 +185,8 @@ end
 -- only the final record was lost (refused by a Redis after a failover, or its worker stopped
 -- before it could write it): the record ends rebuilt, naming its build and fence, finished when it
 -- published (on the claims Redis's clock, when that lies between its start and now). '?': whether
--- it published is not known; a record that was about to publish is left alone (returns 0).
+-- it published is not known; a record that was about to publish is left alone (returns 0) until
+-- PROOF_PATIENCE_MS after its check before the publish, on the Redis clock.
 local function abandon(runKey, runId, reason, first, n, gone, eventsKey, published)
   local status = redis.call('HGET', runKey, 'status')
   if not status or not ALLOWED[status]['aborted'] then return 0 end
@@ -195,8 +197,12 @@ local function abandon(runKey, runId, reason, first, n, gone, eventsKey, publish
   end
   local score = redis.call('ZSCORE', KEYS[first], runId) or nowMs
   local publishing = redis.call('HGET', runKey, '${PUBLISHING_FIELD}')
-  -- Whether it published is not known (the caller's reads went unanswered): left to the sweep.
-  if published == '?' and publishing and publishing ~= '' then return 0 end
+  -- Whether it published is not known (the caller's reads went unanswered, or it may not ask): left
+  -- to a later sweep until ${PROOF_PATIENCE_MS / 60_000} min after its check before the publish, then closed aborted.
+  if published == '?' and publishing and publishing ~= '' then
+    local checkedAt = tonumber(redis.call('HGET', runKey, '${PUBLISHING_FIELD}At'))
+    if checkedAt and nowMs - checkedAt < ${PROOF_PATIENCE_MS} then return 0 end
+  end
   local closedAs = 'aborted'
   local publishedAt = nil
   if publishing and publishing ~= '' then

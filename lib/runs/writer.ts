@@ -22,6 +22,7 @@ import {
   recordTtlMs,
   runPlaceOf,
   toFields,
+  UNKNOWN,
   UNPROVEN,
   type PublishProof,
   type RunPlace,
@@ -222,10 +223,14 @@ export async function beginAttempt(
   const [code, detail, stray, cancel] = reply;
   if (stray) {
     // The job's attempt in flight was not the previous one (that one never began), or it is the
-    // previous one and was about to publish: closed here, rebuilt when it is proven to have
-    // published (only now is the proof asked: its worker is gone, or it was stuck there too long);
-    // unknown: left to the sweep.
-    const strayProof = attempt.publishProof ? await attempt.publishProof(stray) : UNPROVEN;
+    // previous one and was about to publish: closed here, rebuilt when proven to have published.
+    // Only the previous attempt's proof is asked — RUN_BEGIN returned it because its worker is
+    // gone, or it was stuck at the publish too long. An earlier stray's worker may be live and
+    // writing its own fence record: unknown, so one that was about to publish is left to the
+    // sweep, which asks once its worker is gone.
+    // (A caller that cannot ask — no `publishProof` — closes the previous one aborted, "may be published".)
+    const strayProof =
+      stray !== attempt.previousRunId ? UNKNOWN : attempt.publishProof ? await attempt.publishProof(stray) : UNPROVEN;
     await abandonRun(store, { ...attempt, runId: stray }, ABANDONED_REASON(attempt.attempt), strayProof);
   }
   const cancelRequest = cancel ? cancel : null;

@@ -347,16 +347,17 @@ test("one job per request id: a double submit of Rebuild now queues once; the sa
   assert.equal(bad.status, "invalid-request-id");
 });
 
-test("a request id stored by an earlier version (the job id alone) is taken as this request: a resend during a rolling deploy answers with its job", async () => {
+test("a request id stored by an earlier version (no fingerprint beside it) is taken as this request: a resend during a rolling deploy answers with its job", async () => {
   const request = { version: "r-old", requestId: "form-old-0123456789" };
   const first = await triggerRebuild(bed.queue, bed.main, bed.keys, bed.definitions, "flaky", request);
   const jobId = (first as { jobId: string }).jobId;
   const keysNamingIt: string[] = [];
-  for (const k of await bed.main.keys(bed.keys.triggerRequest("*"))) {
-    if ((await bed.main.get(k))?.startsWith(`${jobId} `)) keysNamingIt.push(k);
+  for (const key of await bed.main.keys(bed.keys.triggerRequest("*"))) {
+    if ((await bed.main.get(key)) === jobId) keysNamingIt.push(key);
   }
-  assert.equal(keysNamingIt.length, 1, "its id names the job, then the request");
-  await bed.main.set(keysNamingIt[0]!, jobId, "KEEPTTL"); // as an earlier version wrote it
+  assert.equal(keysNamingIt.length, 1, "its id names the bare job id (as earlier versions read it)");
+  const hash = keysNamingIt[0]!.slice(bed.keys.triggerRequest("").length);
+  assert.equal(await bed.main.del(bed.keys.triggerRequestWhat(hash)), 1, "a fingerprint beside it");
   const again = await triggerRebuild(bed.queue, bed.main, bed.keys, bed.definitions, "flaky", request);
   assert.deepEqual(again, { status: "deduplicated", jobId });
 });
