@@ -2,21 +2,52 @@
 import { typedScript } from "../redis/scripts";
 import { REPLY } from "../redis/replies";
 
+export const REQUEST_ID_TAKE = typedScript<[taken: number, jobId: string, held: "same" | "other"]>()({
+  command: "claimwatchRequestIdTake",
+  keys: ["triggerRequest", "triggerRequestWhat"],
+  lua: `
+--[[ A request id taken for this request's job, or what holds it, in one step.
+KEYS[1] triggerRequest STRING: the job id the request queued (the bare id: earlier versions read it)
+KEYS[2] triggerRequestWhat STRING: the request's fingerprint (trigger.ts requestFingerprint)
+ARGV[1] this request's job id   ARGV[2] its fingerprint   ARGV[3] ttl ms
+Returns {1, ARGV[1], 'same'} taken: both written
+  | {0, the job id it holds, 'same'} held by this request (its fingerprint; or none stored, an
+    earlier version's id: this request's fingerprint is stored with it now)
+  | {0, the job id it holds, 'other'} held by another request (nothing written)
+]]
+if redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3], 'NX') then
+  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+  return {1, ARGV[1], 'same'}
+end
+local held = redis.call('GET', KEYS[1])
+local what = redis.call('GET', KEYS[2])
+if what and what ~= ARGV[2] then return {0, held, 'other'} end
+if not what then
+  local ttl = redis.call('PTTL', KEYS[1])
+  if ttl <= 0 then ttl = tonumber(ARGV[3]) end
+  redis.call('SET', KEYS[2], ARGV[2], 'PX', ttl)
+end
+return {0, held, 'same'}
+`,
+});
+
 export const REQUEST_ID_RENAME = typedScript<string>()({
   command: "claimwatchRequestIdRename",
-  keys: ["triggerRequest"],
+  keys: ["triggerRequest", "triggerRequestWhat"],
   lua: `
 --[[ A request id names a job a failover lost (the id kept, the job not): a retry of the request
 gives the id its own new job, but only if the id still names the lost one (or nothing). Two
 retries of one id at once: one renames it, the other is answered with that one's job.
 KEYS[1] triggerRequest STRING (the job id the request queued), PX ttl
-ARGV[1] the lost job id   ARGV[2] this retry's job id   ARGV[3] ttl ms
+KEYS[2] triggerRequestWhat STRING (the request's fingerprint), written again with it
+ARGV[1] the lost job id   ARGV[2] this retry's job id   ARGV[3] ttl ms   ARGV[4] the fingerprint
 Returns the job id the request names now: ARGV[2] when this retry took it, else the other
 retry's (written again, so a WAIT after this call covers it)
 ]]
 local named = redis.call('GET', KEYS[1])
 if not named or named == ARGV[1] then named = ARGV[2] end
 redis.call('SET', KEYS[1], named, 'PX', ARGV[3])
+redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[3])
 return named
 `,
 });

@@ -13,7 +13,7 @@ import { acknowledgedReplicas, connectionEpoch, REPLICA_WAIT_MS } from "../redis
 import { publishEvent } from "../events/publish";
 import { tenantProblem, unknownRebuildProblem, type Definitions } from "./definitions";
 import { jobOptionsFor, type RebuildJobData } from "./queue";
-import { REQUEST_ID_RENAME } from "./scripts";
+import { REQUEST_ID_RENAME, REQUEST_ID_TAKE } from "./scripts";
 import { VERSION_PATTERN } from "./version";
 
 export interface TriggerRequest {
@@ -82,6 +82,7 @@ export async function triggerRebuild(
 
   // One job per request id: a double submit (two clicks, a retried POST) gets the first job back.
   let requestKey: string | null = null;
+  let whatKey: string | null = null;
   if (request.requestId !== undefined) {
     if (!REQUEST_ID_PATTERN.test(request.requestId)) {
       return { status: "invalid-request-id", message: "requestId must be 8-64 letters, digits, _ or -" };
@@ -91,20 +92,19 @@ export async function triggerRebuild(
       .update(`${request.requestedBy ?? ""}\u0000${request.requestId}`)
       .digest("hex");
     requestKey = keys.triggerRequest(hash);
-    // What the id stands for, beside it (its value stays the bare job id, as earlier versions read
-    // it during a rolling deploy): set with the id, kept when another request holds it.
-    const whatKey = keys.triggerRequestWhat(hash);
+    // What the id stands for is kept beside it (its value stays the bare job id, as earlier
+    // versions read it during a rolling deploy), taken with it in one script.
+    whatKey = keys.triggerRequestWhat(hash);
     const what = requestFingerprint(name, request);
-    const [taken, whatTaken] = await Promise.all([
-      client.set(requestKey, jobId, "PX", REQUEST_ID_TTL_MS, "NX"),
-      client.set(whatKey, what, "PX", REQUEST_ID_TTL_MS, "NX"),
-    ]);
+    const [taken, held, holder] = await runScript(
+      client,
+      REQUEST_ID_TAKE,
+      [requestKey, whatKey],
+      [jobId, what, REQUEST_ID_TTL_MS],
+    );
     if (!taken) {
-      const earlier = await client.get(requestKey);
-      // Held by another request: refused. None stored beside an earlier id (an earlier version's,
-      // or one whose fingerprint expired first): taken as this request.
-      const storedWhat = whatTaken ? what : await client.get(whatKey);
-      if (earlier !== null && storedWhat !== null && storedWhat !== what) {
+      const earlier: string | null = held || null;
+      if (holder === "other") {
         return {
           status: "request-id-reused",
           message:
@@ -123,13 +123,20 @@ export async function triggerRebuild(
         !(await client.exists(keys.cancelRequest(earlier)));
       if (earlier && !lost) {
         // A write before the WAIT: replicas that acknowledge it have the earlier job too.
-        if (request.replicas) await client.set(requestKey, earlier, "PX", REQUEST_ID_TTL_MS, "XX");
+        if (request.replicas) {
+          await client.set(requestKey, earlier, "PX", REQUEST_ID_TTL_MS, "XX");
+          await client.pexpire(whatKey, REQUEST_ID_TTL_MS); // the two live as long
+        }
         return replicated(client, request, epoch, { status: "deduplicated", jobId: earlier });
       }
       // Only if the id still names the lost job (or expired meanwhile): of two submits of one id
       // at once, one queues and the other is answered with its job.
-      const named = await runScript(client, REQUEST_ID_RENAME, [requestKey], [earlier ?? "", jobId, REQUEST_ID_TTL_MS]);
-      await client.set(whatKey, what, "PX", REQUEST_ID_TTL_MS);
+      const named = await runScript(
+        client,
+        REQUEST_ID_RENAME,
+        [requestKey, whatKey],
+        [earlier ?? "", jobId, REQUEST_ID_TTL_MS, what],
+      );
       if (named !== jobId) {
         // The other resend's job may not be queued yet, or never (it joined a waiting job, or its
         // server died): answer with it only once it exists; else "not replicated", sent again.
@@ -152,7 +159,10 @@ export async function triggerRebuild(
     // Never fold a request into a job an operator is cancelling: it would be lost with it.
     const cancelling = existing ? await client.exists(keys.cancelRequest(existing)) : 0;
     if (existing && !cancelling && WAITING_STATES.has(await queue.getJobState(existing))) {
-      if (requestKey) await client.set(requestKey, existing, "PX", REQUEST_ID_TTL_MS);
+      if (requestKey && whatKey) {
+        await client.set(requestKey, existing, "PX", REQUEST_ID_TTL_MS);
+        await client.pexpire(whatKey, REQUEST_ID_TTL_MS); // the two live as long
+      }
       // A write before the WAIT (replication is ordered: what acknowledges it has the job too).
       else if (request.replicas) await client.pexpire(pendingKey, PENDING_TTL_MS);
       return replicated(client, request, epoch, { status: "deduplicated", jobId: existing });

@@ -20,7 +20,7 @@ import {
   proves,
   PUBLISHING_FIELD,
   runPlaceOf,
-  UNKNOWN,
+  NOT_ASKED,
   UNPROVEN,
   type PublishProof,
 } from "./records";
@@ -196,9 +196,9 @@ export async function closeAbandonedRuns(
     await Promise.all(
       marked.map(async (r, i) => {
         const beating = answers[i]?.[1] === 1;
-        // Its worker beats: RUN_ABANDON leaves it; should the beat expire meanwhile, unknown keeps it
-        // for the next sweep to ask (closed now without the proof, it would say aborted).
-        if (beating && r.workerId !== self.workerId) return proofs.set(r.runId, UNKNOWN);
+        // Its worker beats: RUN_ABANDON leaves it; should the beat expire meanwhile, not asked keeps
+        // it for the next sweep to ask (closed now without the proof, it would say aborted).
+        if (beating && r.workerId !== self.workerId) return proofs.set(r.runId, NOT_ASKED);
         const proof = await publishedBy({ runId: r.runId, rebuild: r.rebuild ?? null, tenant: r.tenant ?? null }).catch(
           (): PublishProof => ({ kind: "unknown" }),
         );

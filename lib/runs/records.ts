@@ -34,18 +34,34 @@ export const proves = (proof: string, mark: string | null | undefined) => !!mark
  * Redis or the output's disk did not answer, or failed: a record that was about to publish is
  * left to a later sweep).
  */
-export type PublishProof = { kind: "proven"; proof: string } | { kind: "unproven" } | { kind: "unknown" };
+export type PublishProof =
+  | { kind: "proven"; proof: string }
+  | { kind: "unproven" }
+  | { kind: "unknown" }
+  /** Not asked (its worker may be live, writing its own fence record): a marked record is left alone. */
+  | { kind: "not-asked" };
 export const UNPROVEN: PublishProof = { kind: "unproven" };
 export const UNKNOWN: PublishProof = { kind: "unknown" };
+export const NOT_ASKED: PublishProof = { kind: "not-asked" };
 /**
  * How long a record that was about to publish is left running while whether it published stays
  * unknown, counted from its check before the publish (`publishingAt`, on the Redis clock, so every
  * closer counts alike): then it is closed aborted, "that build may be published".
  */
 export const PROOF_PATIENCE_MS = 5 * 60_000;
-/** A PublishProof as the record scripts take it: the proof, '?' for unknown, '' for unproven. */
-export const proofArg = (proof: PublishProof) =>
-  proof.kind === "proven" ? proof.proof : proof.kind === "unknown" ? "?" : "";
+/** A PublishProof as the record scripts take it: the proof, '?' unknown, '-' not asked, '' unproven. */
+export function proofArg(proof: PublishProof): string {
+  switch (proof.kind) {
+    case "proven":
+      return proof.proof;
+    case "unknown":
+      return "?";
+    case "not-asked":
+      return "-";
+    case "unproven":
+      return "";
+  }
+}
 /** The record field that names an operator's force release of the attempt's claim (`forceReleasedBy`). */
 export const FORCE_RELEASED_FIELD = "forceReleasedBy";
 /**

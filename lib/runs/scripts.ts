@@ -186,7 +186,8 @@ end
 -- before it could write it): the record ends rebuilt, naming its build and fence, finished when it
 -- published (on the claims Redis's clock, when that lies between its start and now). '?': whether
 -- it published is not known; a record that was about to publish is left alone (returns 0) until
--- PROOF_PATIENCE_MS after its check before the publish, on the Redis clock.
+-- PROOF_PATIENCE_MS after its check before the publish, on the Redis clock. '-': not asked (its
+-- worker may be live); a record that was about to publish is left alone.
 local function abandon(runKey, runId, reason, first, n, gone, eventsKey, published)
   local status = redis.call('HGET', runKey, 'status')
   if not status or not ALLOWED[status]['aborted'] then return 0 end
@@ -203,6 +204,9 @@ local function abandon(runKey, runId, reason, first, n, gone, eventsKey, publish
     local checkedAt = tonumber(redis.call('HGET', runKey, '${PUBLISHING_FIELD}At'))
     if checkedAt and nowMs - checkedAt < ${PROOF_PATIENCE_MS} then return 0 end
   end
+  -- Not asked (its worker may be live, writing its own fence record): left to the sweep, which asks
+  -- once that worker is gone.
+  if published == '-' and publishing and publishing ~= '' then return 0 end
   local closedAs = 'aborted'
   local publishedAt = nil
   if publishing and publishing ~= '' then

@@ -22,7 +22,7 @@ import {
   recordTtlMs,
   runPlaceOf,
   toFields,
-  UNKNOWN,
+  NOT_ASKED,
   UNPROVEN,
   type PublishProof,
   type RunPlace,
@@ -226,11 +226,11 @@ export async function beginAttempt(
     // previous one and was about to publish: closed here, rebuilt when proven to have published.
     // Only the previous attempt's proof is asked — RUN_BEGIN returned it because its worker is
     // gone, or it was stuck at the publish too long. An earlier stray's worker may be live and
-    // writing its own fence record: unknown, so one that was about to publish is left to the
+    // writing its own fence record: not asked, so one that was about to publish is left to the
     // sweep, which asks once its worker is gone.
     // (A caller that cannot ask — no `publishProof` — closes the previous one aborted, "may be published".)
     const strayProof =
-      stray !== attempt.previousRunId ? UNKNOWN : attempt.publishProof ? await attempt.publishProof(stray) : UNPROVEN;
+      stray !== attempt.previousRunId ? NOT_ASKED : attempt.publishProof ? await attempt.publishProof(stray) : UNPROVEN;
     await abandonRun(store, { ...attempt, runId: stray }, ABANDONED_REASON(attempt.attempt), strayProof);
   }
   const cancelRequest = cancel ? cancel : null;

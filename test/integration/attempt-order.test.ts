@@ -878,3 +878,35 @@ test("whether a record that was about to publish did is never asked while its wo
     await bed.main.del(bed.keys.workerHeartbeat("sweeper-live"), bed.keys.workerHeartbeat("live-publisher"));
   }
 });
+
+test("an earlier attempt still in flight that was about to publish is not asked about by a later attempt (its worker may be live): left to the sweep, whatever its age", async () => {
+  const jobId = "order-earlier-stray";
+  const { store, identity } = await markedFirstAttempt(
+    jobId,
+    "stray-publisher",
+    "swept-publisher",
+    `3 ${"ab".repeat(16)}`,
+  );
+  // Its check long ago: past any patience.
+  const [seconds] = await bed.main.time();
+  await bed.main.hset(bed.keys.run(identity.runId), "publishingAt", String(Number(seconds) * 1000 - 600_000));
+  const asked: string[] = [];
+  // Attempt 3 begins (attempt 2 never did): attempt 1 is an earlier stray.
+  const third = await beginAttempt(
+    store,
+    {
+      ...identity,
+      runId: runIdOf(jobId, 3),
+      attempt: 3,
+      previousRunId: runIdOf(jobId, 2),
+      publishProof: async (runId: string) => {
+        asked.push(runId);
+        return { kind: "unproven" as const };
+      },
+    },
+    { mode: { kind: "running" } },
+  );
+  assert.equal(third.status, "began");
+  assert.deepEqual(asked, [], "not asked");
+  assert.equal((await readRun(bed.main, bed.keys, identity.runId))?.status, "running", "left to the sweep");
+});

@@ -347,6 +347,18 @@ test("one job per request id: a double submit of Rebuild now queues once; the sa
   assert.equal(bad.status, "invalid-request-id");
 });
 
+test("two different requests sent at once with one request id: one is queued, the other refused — never answered with the other's job", async () => {
+  for (let round = 0; round < 5; round++) {
+    const requestId = `form-both-${round}-0123456789`;
+    const answers = await Promise.all([
+      triggerRebuild(bed.queue, bed.main, bed.keys, bed.definitions, "flaky", { version: `both-a${round}`, requestId }),
+      triggerRebuild(bed.queue, bed.main, bed.keys, bed.definitions, "flaky", { version: `both-b${round}`, requestId }),
+    ]);
+    const statuses = answers.map((answer) => answer.status).sort();
+    assert.deepEqual(statuses, ["queued", "request-id-reused"], JSON.stringify(answers));
+  }
+});
+
 test("a request id stored by an earlier version (no fingerprint beside it) is taken as this request: a resend during a rolling deploy answers with its job", async () => {
   const request = { version: "r-old", requestId: "form-old-0123456789" };
   const first = await triggerRebuild(bed.queue, bed.main, bed.keys, bed.definitions, "flaky", request);
