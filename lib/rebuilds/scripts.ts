@@ -31,7 +31,7 @@ return {0, held, 'same'}
 `,
 });
 
-export const REQUEST_ID_RENAME = typedScript<string>()({
+export const REQUEST_ID_RENAME = typedScript<[jobId: string, held: "same" | "other"]>()({
   command: "claimwatchRequestIdRename",
   keys: ["triggerRequest", "triggerRequestWhat"],
   lua: `
@@ -39,16 +39,23 @@ export const REQUEST_ID_RENAME = typedScript<string>()({
 gives the id its own new job, but only if the id still names the lost one (or nothing). Two
 retries of one id at once: one renames it, the other is answered with that one's job.
 KEYS[1] triggerRequest STRING (the job id the request queued), PX ttl
-KEYS[2] triggerRequestWhat STRING (the request's fingerprint), written again with it
+KEYS[2] triggerRequestWhat STRING (the request's fingerprint), written with it when this retry takes it
 ARGV[1] the lost job id   ARGV[2] this retry's job id   ARGV[3] ttl ms   ARGV[4] the fingerprint
-Returns the job id the request names now: ARGV[2] when this retry took it, else the other
-retry's (written again, so a WAIT after this call covers it)
+Returns {job id the request id names now, 'same' | 'other'}: ARGV[2] when this retry took it,
+else the other retry's (written again, so a WAIT after this call covers it), 'other' when that
+one is another request's (the id expired meanwhile and another request took it: nothing written)
 ]]
 local named = redis.call('GET', KEYS[1])
-if not named or named == ARGV[1] then named = ARGV[2] end
+if not named or named == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[3])
+  return {ARGV[2], 'same'}
+end
+local what = redis.call('GET', KEYS[2])
+if what and what ~= ARGV[4] then return {named, 'other'} end
 redis.call('SET', KEYS[1], named, 'PX', ARGV[3])
-redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[3])
-return named
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return {named, 'same'}
 `,
 });
 

@@ -104,14 +104,7 @@ export async function triggerRebuild(
     );
     if (!taken) {
       const earlier: string | null = held || null;
-      if (holder === "other") {
-        return {
-          status: "request-id-reused",
-          message:
-            `requestId '${request.requestId}' was used within the last ${REQUEST_ID_TTL_MS / 60_000} min for another ` +
-            "request (another rebuild, tenant, version, force or retried run): nothing was queued; a new request needs a new id",
-        };
-      }
+      if (holder === "other") return reusedRequestId(request.requestId);
       // With replicas asked for, a request sent again after "not replicated" may find the id a
       // failover kept and the job it lost: then it queues, rather than answer with nothing. Not
       // without (a job cancelled or pruned meanwhile is gone too, and must stay gone), nor for a
@@ -131,12 +124,13 @@ export async function triggerRebuild(
       }
       // Only if the id still names the lost job (or expired meanwhile): of two submits of one id
       // at once, one queues and the other is answered with its job.
-      const named = await runScript(
+      const [named, namedHolder] = await runScript(
         client,
         REQUEST_ID_RENAME,
         [requestKey, whatKey],
         [earlier ?? "", jobId, REQUEST_ID_TTL_MS, what],
       );
+      if (namedHolder === "other") return reusedRequestId(request.requestId);
       if (named !== jobId) {
         // The other resend's job may not be queued yet, or never (it joined a waiting job, or its
         // server died): answer with it only once it exists; else "not replicated", sent again.
@@ -182,6 +176,14 @@ export async function triggerRebuild(
   void publishEvent(client, keys, { type: "run.queued", jobId, rebuild: name, tenant: tenant ?? null });
   return replicated(client, request, epoch, { status: "queued", jobId });
 }
+
+/** A request id that named another request lately: refused, nothing queued. */
+const reusedRequestId = (requestId: string): TriggerResult => ({
+  status: "request-id-reused",
+  message:
+    `requestId '${requestId}' was used within the last ${REQUEST_ID_TTL_MS / 60_000} min for another ` +
+    "request (another rebuild, tenant, version, force or retried run): nothing was queued; a new request needs a new id",
+});
 
 /**
  * What a request id stands for, besides its job (keys.triggerRequestWhat): the request's rebuild,

@@ -36,7 +36,8 @@ const ABANDON_STATUSES = ["queued", "running", "aborted"] as const;
  * Closes `run` as aborted if it is still queued or running (whoever ran it), unless it passed its
  * check before a publish and its worker still beats (it may have published: it ends it itself).
  * With a proven `proof` of its publish it ends rebuilt; with an unknown one, a record that was
- * about to publish is left alone (the sweep asks again).
+ * about to publish is left alone until PROOF_PATIENCE_MS after its check (the sweep asks again);
+ * not asked, it is left alone (the sweep asks once its worker is gone).
  */
 export async function abandonRun(
   store: RunStore,

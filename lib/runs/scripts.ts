@@ -670,8 +670,9 @@ ARGV[9] with ARGV[4] another worker's: the sweeper (KEYS[5]) judges it dead only
   expired, live or not, and a sweep resent after one finds its beat old. '' asks nothing (a
   caller that is no worker)
 ARGV[11] what this run published (records.ts proofArg: a publishedProof "<fence> <build>
-  <publishedAt>", '?' not known, '' unproven; lib/rebuilds/published-by-run.ts): a record whose
-  mark it proves ends rebuilt; with '?' one that was about to publish is left alone (abandon)
+  <publishedAt>", '?' not known, '-' not asked, '' unproven; lib/rebuilds/published-by-run.ts): a
+  record whose mark it proves ends rebuilt; with '?' one that was about to publish is left alone
+  until PROOF_PATIENCE_MS after its check, with '-' whatever its age (abandon)
 Returns ${RUN_REPLY.written} aborted (or rebuilt, ARGV[11]) | ${RUN_REPLY.no} left alone (final, or its worker is live or changed, or the sweeper's streak too short or its last beat too old) | ${RUN_REPLY.missing} missing
 ]]
 ${COMMON}
