@@ -29,7 +29,6 @@ export {
 export {
   publishFenced,
   readPublished,
-  readPublishedByRun,
   type PublishedPointer,
   type PublishRequest,
   type PublishResult,

@@ -89,18 +89,3 @@ export async function readPublished(
     publishedAt: toNumberOrNull(hash.publishedAt) ?? 0,
   };
 }
-
-/**
- * What `runId` published of `name`, while the published pointer still names that run (no newer
- * publish since, and the claims Redis kept it), or `null`. A pointer a repair put back names no
- * run. Asked before a run whose final record was never written is closed (lib/runs/abandoned.ts).
- */
-export async function readPublishedByRun(
-  client: Pick<Redis, "hgetall">,
-  keys: RedisKeys,
-  name: string,
-  runId: string,
-): Promise<PublishedPointer | null> {
-  const pointer = await readPublished(client, keys, name);
-  return pointer && pointer.runId === runId ? pointer : null;
-}

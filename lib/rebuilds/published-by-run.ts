@@ -7,7 +7,7 @@
  */
 import fs from "node:fs/promises";
 import type { Redis } from "ioredis";
-import { claimName, readPublishedByRun } from "../claims";
+import { claimName, readPublished } from "../claims";
 import type { RedisKeys } from "../redis/keys";
 import { publishedProof, UNKNOWN, UNPROVEN, type PublishProof } from "../runs/records";
 import { settledWithin } from "../settled-within";
@@ -42,8 +42,9 @@ export async function publishedByRun(
   if (!definition || tenantProblem(definition, tenant)) return UNPROVEN;
   const name = claimName(definition.claimPath, tenant);
   const read = (async (): Promise<PublishProof> => {
-    const pointer = await readPublishedByRun(deps.claims, deps.keys, name, run.runId);
-    if (!pointer) return UNPROVEN;
+    // A pointer a repair put back names no run.
+    const pointer = await readPublished(deps.claims, deps.keys, name);
+    if (pointer?.runId !== run.runId) return UNPROVEN;
     const outputDir = outputDirOf(definition, tenant);
     // Asynchronously: a hung disk must not stop the worker's event loop.
     const held = () =>

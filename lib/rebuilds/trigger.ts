@@ -117,8 +117,10 @@ export async function triggerRebuild(
       if (earlier && !lost) {
         // A write before the WAIT: replicas that acknowledge it have the earlier job too.
         if (request.replicas) {
-          await client.set(requestKey, earlier, "PX", REQUEST_ID_TTL_MS, "XX");
-          await client.pexpire(whatKey, REQUEST_ID_TTL_MS); // the two live as long
+          await Promise.all([
+            client.set(requestKey, earlier, "PX", REQUEST_ID_TTL_MS, "XX"),
+            client.pexpire(whatKey, REQUEST_ID_TTL_MS), // the two live as long
+          ]);
         }
         return replicated(client, request, epoch, { status: "deduplicated", jobId: earlier });
       }
@@ -154,8 +156,10 @@ export async function triggerRebuild(
     const cancelling = existing ? await client.exists(keys.cancelRequest(existing)) : 0;
     if (existing && !cancelling && WAITING_STATES.has(await queue.getJobState(existing))) {
       if (requestKey && whatKey) {
-        await client.set(requestKey, existing, "PX", REQUEST_ID_TTL_MS);
-        await client.pexpire(whatKey, REQUEST_ID_TTL_MS); // the two live as long
+        await Promise.all([
+          client.set(requestKey, existing, "PX", REQUEST_ID_TTL_MS),
+          client.pexpire(whatKey, REQUEST_ID_TTL_MS), // the two live as long
+        ]);
       }
       // A write before the WAIT (replication is ordered: what acknowledges it has the job too).
       else if (request.replicas) await client.pexpire(pendingKey, PENDING_TTL_MS);

@@ -14,16 +14,7 @@
 import type { Redis } from "ioredis";
 import { RUN_REPLY } from "../redis/replies";
 import { queueVariadicScript, runVariadicScript, scriptPipeline } from "../redis/scripts";
-import {
-  indexLayout,
-  proofArg,
-  proves,
-  PUBLISHING_FIELD,
-  runPlaceOf,
-  NOT_ASKED,
-  UNPROVEN,
-  type PublishProof,
-} from "./records";
+import { indexLayout, proofArg, PUBLISHING_FIELD, runPlaceOf, NOT_ASKED, UNPROVEN, type PublishProof } from "./records";
 import { RUN_ABANDON } from "./scripts";
 import { timelineSpec } from "./timeline-counters";
 import type { RunRef, RunStore, WriteResult } from "./writer";
@@ -203,7 +194,8 @@ export async function closeAbandonedRuns(
         const proof = await publishedBy({ runId: r.runId, rebuild: r.rebuild ?? null, tenant: r.tenant ?? null }).catch(
           (): PublishProof => ({ kind: "unknown" }),
         );
-        proofs.set(r.runId, proof.kind === "proven" && !proves(proof.proof, r.publishing) ? UNPROVEN : proof);
+        // A proof of another publish than the record's mark is told apart by RUN_ABANDON itself.
+        proofs.set(r.runId, proof);
       }),
     );
   }

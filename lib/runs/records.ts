@@ -25,8 +25,6 @@ export const publishingMark = (publishing: { fence: number; buildHash: string })
  */
 export const publishedProof = (published: { fence: number; buildHash: string; publishedAt: number }) =>
   `${publishingMark(published)} ${Math.round(published.publishedAt)}`;
-/** Whether `proof` (publishedProof) is of the publish `mark` (PUBLISHING_FIELD) was about to make. */
-export const proves = (proof: string, mark: string | null | undefined) => !!mark && proof.startsWith(`${mark} `);
 /**
  * Whether a run whose record someone else than its attempt closes published
  * (lib/rebuilds/published-by-run.ts): `proven` (closed rebuilt), `unproven` (no such publish, or

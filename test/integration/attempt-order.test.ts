@@ -618,6 +618,12 @@ test("an attempt that stopped beating after its check before the publish is clos
   }
 });
 
+/** A marked record's check before its publish, moved `ms` into the past on the Redis clock. */
+async function checkedAgo(runId: string, ms: number): Promise<void> {
+  const [seconds] = await bed.main.time();
+  await bed.main.hset(bed.keys.run(runId), "publishingAt", String(Number(seconds) * 1000 - ms));
+}
+
 /** A sweeping worker's own heartbeat: a streak of a whole TTL, its last beat a second ago (BEAT_STREAK). */
 async function sweeperBeats(workerId: string): Promise<void> {
   const now = await serverNow(bed.main);
@@ -664,8 +670,7 @@ test("a record past its check before a publish is left to its attempt only so lo
   await bed.main.set(bed.keys.workerHeartbeat("stuck-worker"), "1", "PX", 60_000);
   try {
     // Its check three minutes ago on the Redis clock (a hung disk since): past the limit.
-    const [seconds] = await bed.main.time();
-    await bed.main.hset(bed.keys.run(identity.runId), "publishingAt", String(Number(seconds) * 1000 - 180_000));
+    await checkedAgo(identity.runId, 180_000);
     assert.equal((await nextAttemptBegins(jobId, "paused-publisher")).status, "began");
     const record = await readRun(bed.main, bed.keys, identity.runId);
     assert.equal(record?.status, "aborted");
@@ -827,8 +832,7 @@ test("a dead worker's record that was about to publish is left running while whe
     assert.equal(next.status, "began");
     assert.equal((await readRun(bed.main, bed.keys, identity.runId))?.status, "running", "left to a later sweep");
     // Not known for 5 minutes since its check before the publish (on the Redis clock): closed aborted.
-    const [seconds] = await bed.main.time();
-    await bed.main.hset(bed.keys.run(identity.runId), "publishingAt", String(Number(seconds) * 1000 - 301_000));
+    await checkedAgo(identity.runId, 301_000);
     assert.ok((await closeAbandonedRuns(store, sweeper)).includes(identity.runId), "closed past the patience");
     const record = await readRun(bed.main, bed.keys, identity.runId);
     assert.equal(record?.status, "aborted");
@@ -888,8 +892,7 @@ test("an earlier attempt still in flight that was about to publish is not asked 
     `3 ${"ab".repeat(16)}`,
   );
   // Its check long ago: past any patience.
-  const [seconds] = await bed.main.time();
-  await bed.main.hset(bed.keys.run(identity.runId), "publishingAt", String(Number(seconds) * 1000 - 600_000));
+  await checkedAgo(identity.runId, 600_000);
   const asked: string[] = [];
   // Attempt 3 begins (attempt 2 never did): attempt 1 is an earlier stray.
   const third = await beginAttempt(
