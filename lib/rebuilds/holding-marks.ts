@@ -96,11 +96,19 @@ export async function markHolding(
     await fs.rm(file, { force: true }).catch(() => {});
     throw namingFile(file, error);
   });
+  // Set once the holder's steps have stopped: a refresh already under way when the mark is removed
+  // touches nothing (it is not an error that the mark is gone then).
+  let removed = false;
   return {
     fence,
     // In place ("r+": never created again once removed, never truncated under a reader).
     touch: async () => {
-      const handle = await fs.open(file, "r+");
+      if (removed) return;
+      const handle = await fs.open(file, "r+").catch((error: NodeJS.ErrnoException) => {
+        if (removed && error.code === "ENOENT") return null;
+        throw error;
+      });
+      if (handle === null) return;
       try {
         await handle.write(bytes, 0, "utf8").catch((error: unknown) => {
           throw namingFile(file, error);
@@ -109,7 +117,10 @@ export async function markHolding(
         await handle.close();
       }
     },
-    remove: () => fs.rm(file, { force: true }).catch(() => {}),
+    remove: () => {
+      removed = true;
+      return fs.rm(file, { force: true }).catch(() => {});
+    },
   };
 }
 

@@ -50,7 +50,18 @@ test("a fresh mark of another holder is waited out for its own hold; a stale one
   assert.ok((await otherHolders(output, b)).waitMs > 8_000);
   await a.remove();
   assert.deepEqual(await otherHolders(output, b), { waitMs: 0, fences: [], highestFence: 0 });
-  await assert.rejects(a.touch(), /ENOENT/, "a removed mark is not written again by a late touch");
+  // A refresh under way when its holder removed the mark touches nothing, and is no error.
+  await a.touch();
+  assert.deepEqual(await otherHolders(output, b), { waitMs: 0, fences: [], highestFence: 0 }, "not written again");
+});
+
+test("a mark removed by someone else (a higher fence's publish, a hand) fails its holder's next touch", async () => {
+  const output = newOutput();
+  const mark = await markHolding(output, 4, "host:1:dddddddddddddddddddddddddddddddd", 9_000);
+  const name = fs.readdirSync(path.join(output, "builds")).find((n) => n.startsWith(".holding-fence@4."))!;
+  fs.rmSync(path.join(output, "builds", name));
+  await assert.rejects(mark.touch(), /ENOENT/);
+  assert.ok(!fs.existsSync(path.join(output, "builds", name)), "not created again");
 });
 
 test("a fresh mark whose holder's process is gone (this host) is not waited for; one of a live process is", async () => {
