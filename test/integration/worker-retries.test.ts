@@ -34,6 +34,33 @@ before(async () => {
       retries: { attempts: 3, backoff: "200ms", maxBackoff: "1s" },
       steps: [{ name: "fail", run: ["sh", "-c", "echo broken >&2; exit 3"] }],
     },
+    // Fails with 75 its first four attempts (a line per attempt in {output}/attempts), then succeeds.
+    doubling: {
+      output: "out/doubling",
+      claim: { ttl: "4s", refreshEvery: "1s" },
+      timeLimit: "1m",
+      retries: { attempts: 6, backoff: "400ms", maxBackoff: "1s" },
+      steps: [
+        {
+          name: "flaky",
+          run: [
+            "sh",
+            "-c",
+            'echo x >> "$0/attempts"; if [ "$(wc -l < "$0/attempts")" -le 4 ]; then exit 75; fi; echo ok > "$CLAIMWATCH_WORK/out"',
+            "{output}",
+          ],
+          transientExitCodes: [75],
+        },
+      ],
+    },
+    // Always fails transiently: its retries must stop at its attempts.
+    hopeless: {
+      output: "out/hopeless",
+      claim: { ttl: "4s", refreshEvery: "1s" },
+      timeLimit: "1m",
+      retries: { attempts: 3, backoff: "100ms", maxBackoff: "200ms" },
+      steps: [{ name: "flaky", run: ["sh", "-c", "exit 75"], transientExitCodes: [75] }],
+    },
     toggled: {
       output: "out/toggled",
       claim: { ttl: "4s", refreshEvery: "1s" },
@@ -72,6 +99,55 @@ test("a transient failure on the first attempt is retried after the configured b
     await until("the job completed", async () => (await bed.queue.getJobState(jobId)) === "completed", 10_000);
     const job = await bed.queue.getJob(jobId);
     assert.equal(job?.attemptsMade, 2);
+  } finally {
+    await worker.stop();
+  }
+});
+
+test("retries wait the backoff doubled each time, up to the cap (not a fixed delay, not uncapped)", async () => {
+  const fs = await import("node:fs");
+  fs.mkdirSync(bed.definitions.rebuilds.get("doubling")!.outputPath, { recursive: true });
+  const worker = await bed.startWorker();
+  try {
+    const jobId = await bed.trigger("doubling", { version: "d1" });
+    await bed.waitForRun((r) => r.jobId === jobId && r.status === "rebuilt", 40_000);
+    const runs = await bed.runsOfJob(jobId);
+    assert.deepEqual(
+      runs.map((r) => r.status),
+      ["failed", "failed", "failed", "failed", "rebuilt"],
+    );
+    const gaps = runs.slice(1).map((run, i) => run.startedAt! - runs[i]!.finishedAt!);
+    // 400, 800, then the 1 s cap twice (uncapped it would be 1.6 s and 3.2 s). A gap may be
+    // longer than its backoff by the pickup's delay, never shorter.
+    const slack = 50;
+    assert.ok(gaps[0]! >= 400 - slack, `first gap ${gaps[0]} ms ≥ 400`);
+    assert.ok(gaps[1]! >= 800 - slack, `second gap ${gaps[1]} ms ≥ 800: doubled, not fixed`);
+    assert.ok(gaps[2]! >= 1000 - slack && gaps[3]! >= 1000 - slack, `capped gaps ${gaps[2]}, ${gaps[3]} ms ≥ 1000`);
+    assert.ok(gaps[3]! < 2_500, `fourth gap ${gaps[3]} ms: capped at 1 s, not 3.2 s`);
+  } finally {
+    await worker.stop();
+  }
+});
+
+test("a step that always fails transiently is retried exactly its attempts, then the job fails", async () => {
+  const worker = await bed.startWorker();
+  try {
+    const jobId = await bed.trigger("hopeless", { version: "h1" });
+    await until("the job failed", async () => (await bed.queue.getJobState(jobId)) === "failed", 30_000);
+    const job = await bed.queue.getJob(jobId);
+    assert.equal(job?.attemptsMade, 3);
+    // Longer than any backoff it could still have: no fourth attempt comes.
+    await new Promise((r) => setTimeout(r, 1_000));
+    const runs = await bed.runsOfJob(jobId);
+    assert.deepEqual(
+      runs.map((r) => [r.attempt, r.status]),
+      [
+        [1, "failed"],
+        [2, "failed"],
+        [3, "failed"],
+      ],
+    );
+    for (const run of runs) assert.match(run.reason ?? "", /^transient: step flaky exited 75/);
   } finally {
     await worker.stop();
   }
