@@ -4,6 +4,8 @@
  * the waiting trigger dropped if it is this job's. Drives `runRebuild` against a real Redis.
  */
 import assert from "node:assert/strict";
+import fs from "node:fs";
+import path from "node:path";
 import { after, before, test } from "node:test";
 import { acquireClaim, claimName, releaseClaim } from "../../lib/claims";
 import { runRebuild, type RebuildDeps, type RebuildJob } from "../../lib/rebuilds/run-rebuild";
@@ -39,6 +41,21 @@ function job(version: string, force = false): RebuildJob {
 
 /** The claim the worker takes: named for the definition's (resolved) output path. */
 const claimOfTiles = () => claimName(bed.definitions.rebuilds.get("tiles")!.claimPath);
+/** Every entry under `dir` (builds, `current`, fence records, work dirs): its kind, size, mtime, link target. */
+function snapshotTree(dir: string): Record<string, string> {
+  const entries: Record<string, string> = {};
+  const walk = (at: string) => {
+    for (const name of fs.readdirSync(at)) {
+      const file = path.join(at, name);
+      const stat = fs.lstatSync(file);
+      const kind = stat.isSymbolicLink() ? `link ${fs.readlinkSync(file)}` : stat.isDirectory() ? "dir" : "file";
+      entries[path.relative(dir, file)] = `${kind} ${stat.size} ${stat.mtimeMs}`;
+      if (stat.isDirectory()) walk(file);
+    }
+  };
+  walk(dir);
+  return entries;
+}
 const fenceOf = async () => Number((await bed.claims.get(bed.keys.claimFence(claimOfTiles()))) ?? 0);
 
 test("a repeat is skipped as already-rebuilt, recorded and indexed as a skip, without taking the claim", async () => {
@@ -48,8 +65,15 @@ test("a repeat is skipped as already-rebuilt, recorded and indexed as a skip, wi
   const fence = await fenceOf();
   assert.ok(fence >= 1);
 
+  const output = bed.definitions.rebuilds.get("tiles")!.outputPath;
+  const before = snapshotTree(output);
+  assert.ok(Object.keys(before).some((entry) => entry.startsWith("builds/")) && "current" in before, "a build and current to compare");
+  const published = await bed.claims.hgetall(bed.keys.published(name));
   const repeatJob = job("v1");
   const repeat = await runRebuild(deps, repeatJob);
+  // It writes nothing: no build, no work dir, no mark, `current` and the published pointer as they were.
+  assert.deepEqual(snapshotTree(output), before, "the output is untouched");
+  assert.deepEqual(await bed.claims.hgetall(bed.keys.published(name)), published);
   assert.deepEqual(repeat, {
     status: "skipped",
     reason: "already-rebuilt",
