@@ -92,6 +92,30 @@ test("eviction and missing persistence are reported as problems, not as outages"
   }
 });
 
+test("a separate claims Redis that evicts is named as the claims Redis; the safe main Redis is not blamed", async () => {
+  const main = await startTestRedis();
+  const claimsServer = await startTestRedis(["--maxmemory-policy", "allkeys-lru"]);
+  const mainClient = createRedis(main.url, "probe");
+  const claimsClient = createRedis(claimsServer.url, "probe");
+  try {
+    const report = await checkHealth({ main: mainClient, claims: claimsClient, keys: redisKeys(uniquePrefix()) });
+    assert.equal(report.redis.ok && report.redis.evictionPolicy, "noeviction");
+    assert.equal(report.claimsRedis.ok && report.claimsRedis.evictionPolicy, "allkeys-lru");
+    assert.ok(
+      report.problems.includes(
+        "Claims Redis uses maxmemory-policy allkeys-lru: locks can be evicted under memory pressure (set noeviction)",
+      ),
+      report.problems.join("; "),
+    );
+    assert.ok(!report.problems.some((p) => p.startsWith("Redis uses")), report.problems.join("; "));
+  } finally {
+    await closeRedis(mainClient);
+    await closeRedis(claimsClient);
+    await stopTestRedis(main);
+    await stopTestRedis(claimsServer);
+  }
+});
+
 test("RDB-only persistence is reported as rdb", async () => {
   const server = await startTestRedis(["--appendonly", "no", "--save", "900 1"]);
   const client = createRedis(server.url, "probe");
