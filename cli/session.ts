@@ -79,6 +79,8 @@ export async function connect(setup: Setup): Promise<CliContext> {
       );
     }
   }
+  // A trigger's queued time, a schedule's next tick: on the Redis clock (lib/redis/clock.ts).
+  await context.clockReady;
   return context;
 }
 

@@ -28,6 +28,7 @@ import { removeTakenWorkDirs, takeLiveWorkDirs } from "../lib/rebuilds/work-dirs
 import { pruneOldBuilds } from "../lib/rebuilds/prune";
 import { syncSchedules } from "../lib/rebuilds/schedules";
 import { closeRedis, createRedis } from "../lib/redis/client";
+import { measureRedisClock, redisClock, useAsProcessClock } from "../lib/redis/clock";
 import { redisKeys } from "../lib/redis/keys";
 import { describeRedisTarget } from "../lib/redis/url";
 import { RedisNotConfiguredError, resolveRedisUrls } from "../lib/redis/connections";
@@ -83,7 +84,8 @@ const { worker, running } = startRebuildWorker(
     retention,
     ...(config.inputsVisibleAfterMs === undefined ? {} : { inputsVisibleAfterMs: config.inputsVisibleAfterMs }),
   },
-  { ...DEFAULT_WORKER_OPTIONS, concurrency },
+  // Jobs are taken once this process's clock is the Redis clock (below).
+  { ...DEFAULT_WORKER_OPTIONS, concurrency, autorun: false },
 );
 
 /**
@@ -177,6 +179,7 @@ async function upkeepAfterBeat(judgesOthers: boolean): Promise<void> {
         ? `run ${runId}'s record now says its build was made current later (it had ended without a publish of its own)`
         : null;
     for (const line of await repairCurrentLinks(claims, keys, definitions, noteOnRun)) log(line);
+    await checkSchedules();
     const sinceMaintenance = running.processed() - processedAtMaintenance;
     const busy = sinceMaintenance >= MAINTENANCE_AFTER_JOBS;
     const settled = sinceMaintenance > 0 && running.ids().length === 0;
@@ -202,13 +205,32 @@ async function upkeepAfterBeat(judgesOthers: boolean): Promise<void> {
 
 async function syncSchedulesAndSay(): Promise<void> {
   try {
-    const { upserted, removed, paused } = await syncSchedules(queue, definitions, main, keys);
+    const { upserted, removed, paused, failed } = await syncSchedules(queue, definitions, main, keys);
     log(
       `schedules: ${upserted.length} upserted${removed.length ? `, removed ${removed.join(", ")}` : ""}${paused.length ? `; paused by an operator: ${paused.join(", ")}` : ""}`,
     );
+    for (const { id, message } of failed)
+      log(`could not upsert schedule ${id} (checked again every minute): ${message}`);
   } catch (error) {
-    log(`could not sync schedules (will run jobs anyway): ${describeError(error)}`);
+    log(`could not sync schedules (will run jobs anyway; checked again every minute): ${describeError(error)}`);
   }
+}
+
+/**
+ * Every minute, each schedule is checked for its next tick: a tick job lost (a Redis crash that
+ * lost its last writes, a worker that died as it queued the next one, an upsert refused at start)
+ * would end the schedule for good, until some worker started again. Found without one, it is
+ * upserted: the next tick from now is queued (what fell due meanwhile shows as missed ticks).
+ */
+const SCHEDULE_CHECK_EVERY_MS = 60_000;
+/** The start-up's sync is the first check (monotonic clock: `Date.now` becomes the Redis clock). */
+let lastScheduleCheck = performance.now();
+async function checkSchedules(): Promise<void> {
+  if (stopping || performance.now() - lastScheduleCheck < SCHEDULE_CHECK_EVERY_MS) return;
+  lastScheduleCheck = performance.now();
+  const { repaired, failed } = await syncSchedules(queue, definitions, main, keys);
+  for (const id of repaired) log(`schedule ${id} had no next tick queued: upserted again`);
+  for (const { id, message } of failed) log(`could not upsert schedule ${id} (checked again in a minute): ${message}`);
 }
 
 /** Published builds re-hashed now and then (one output per minute at most; build-integrity.ts). */
@@ -334,6 +356,17 @@ process.on("SIGINT", (signal) => void shutdown(signal));
 log(`starting: version ${APP_VERSION}, pid ${process.pid}, Redis ${describeRedisTarget(urls.main)}`);
 
 await heartbeat();
+// BullMQ compares its delays and schedule ticks with the clock of each process that looks at them:
+// this process's `Date.now` becomes the Redis clock (lib/redis/clock.ts) before it takes a job or
+// upserts a schedule. The first beat measured it; a Redis that did not answer is asked until it does.
+while (!stopping && !redisClock.learned()) {
+  await settledWithin(measureRedisClock(main), 2_000);
+  if (!redisClock.learned()) await new Promise((r) => setTimeout(r, 1_000));
+}
+if (!stopping) {
+  useAsProcessClock();
+  worker.run().catch((error: unknown) => log(`worker stopped taking jobs: ${describeError(error)}`));
+}
 if (!stopping) {
   announcedUp = true;
   void publishEvent(main, keys, { type: "worker.up", id: identity.id, host: identity.host, pid: identity.pid });

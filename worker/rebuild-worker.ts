@@ -32,6 +32,8 @@ export interface RebuildWorkerOptions {
    */
   lockDuration: number;
   stalledInterval: number;
+  /** Start taking jobs at once (BullMQ's `autorun`, default true); false: the caller calls `worker.run()`. */
+  autorun?: boolean;
 }
 
 export const DEFAULT_WORKER_OPTIONS: RebuildWorkerOptions = {
@@ -226,6 +228,7 @@ export function startRebuildWorker(
     // Renewals at most a quarter of the lock apart: the step warden's limit depends on it.
     lockRenewTime: lockRenewTimeFor(options.lockDuration),
     stalledInterval: options.stalledInterval,
+    autorun: options.autorun ?? true,
     // A job whose worker died is redelivered; dying twice (a deploy, then a crash) is no reason
     // to give up on it — the claim and the fence keep redeliveries harmless.
     maxStalledCount: 5,

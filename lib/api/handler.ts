@@ -38,6 +38,8 @@ export function route<Args extends unknown[]>(
     let action = typeof rules.mutation === "function" ? undefined : rules.mutation;
     try {
       context = getWebContext();
+      // Times this request writes or compares with other processes' (BullMQ's among them) are on the Redis clock.
+      await context.clockReady;
       // From a copy: the handler reads the body itself.
       if (typeof rules.mutation === "function") action = await rules.mutation(request.clone());
       identity = await authorize(context.config, request, rules.role, Boolean(rules.mutation), context.sessions);

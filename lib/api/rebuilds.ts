@@ -52,7 +52,7 @@ export interface ApiRebuild {
   changedBuilds: { kind: "changed" | "unsynced" | "missing"; path: string; foundAt: number; foundBy: string }[];
 }
 
-export function nextRunAt(definition: RebuildDefinition, from = new Date()): string | null {
+export function nextRunAt(definition: RebuildDefinition, from = new Date(Date.now())): string | null {
   if (!definition.schedule) return null;
   return CronExpressionParser.parse(definition.schedule.cron, { tz: definition.schedule.tz, currentDate: from })
     .next()

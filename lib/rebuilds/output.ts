@@ -13,6 +13,7 @@ import { createReadStream } from "node:fs";
 import fs from "node:fs/promises";
 import path from "node:path";
 import { holdAfterLastRefreshMs, outputDirOf, tenantsOf, type Definitions } from "./definitions";
+import { hostNow } from "../redis/clock";
 
 export const BUILD_HASH = /^[0-9a-f]{32}$/;
 
@@ -510,7 +511,7 @@ export function outputTempName(outputDir: string, prefix: OutputTempPrefix): str
  * `outputTempName`) once older than `ageMs`. A writer paused longer than that finds its file gone
  * and fails (its rename or link answers ENOENT), as a failing disk would have made it.
  */
-export async function pruneLeftTemps(outputDir: string, ageMs: number, now = Date.now()): Promise<string[]> {
+export async function pruneLeftTemps(outputDir: string, ageMs: number, now = hostNow()): Promise<string[]> {
   const entries = await fs.readdir(outputDir).catch(() => [] as string[]);
   return removeOldTemps(outputDir, entries, ageMs, now);
 }

@@ -50,45 +50,65 @@ export async function syncSchedules(
   definitions: Definitions,
   client: PauseClient & Pick<Redis, "del">,
   keys: RedisKeys,
-): Promise<{ upserted: string[]; removed: string[]; paused: string[] }> {
+): Promise<SyncedSchedules> {
   const wanted = new Set<string>();
-  const upserted: string[] = [];
-  const paused: string[] = [];
+  const synced: SyncedSchedules = { upserted: [], repaired: [], paused: [], failed: [], removed: [] };
   for (const definition of definitions.rebuilds.values()) {
     if (!definition.schedule) continue;
     for (const tenant of tenantsOf(definition)) {
       const id = schedulerIdOf(definition.name, tenant);
       wanted.add(id);
-      if (await upsertSchedule({ queue, client, keys, definitions }, definition, tenant)) upserted.push(id);
-      else paused.push(id);
+      // One schedule that cannot be upserted (Redis refused it) does not keep the others from theirs.
+      try {
+        const outcome = await upsertSchedule({ queue, client, keys, definitions }, definition, tenant);
+        if (outcome === "paused") synced.paused.push(id);
+        if (outcome === "current" || outcome === "upserted") synced.upserted.push(id);
+        if (outcome === "upserted") synced.repaired.push(id);
+      } catch (error) {
+        synced.failed.push({ id, message: error instanceof Error ? error.message : String(error) });
+      }
     }
   }
-  const removed: string[] = [];
   for (const scheduler of await queue.getJobSchedulers(0, -1)) {
     const id = scheduler.key ?? scheduler.id;
     if (id?.startsWith("sched.") && !wanted.has(id)) {
       await queue.removeJobScheduler(id);
       await client.del(keys.schedulerSince(id));
-      removed.push(id);
+      synced.removed.push(id);
     }
   }
-  return { upserted, removed, paused };
+  return synced;
+}
+
+/** What `syncSchedules` did, by scheduler id. */
+export interface SyncedSchedules {
+  /** Scheduled (not paused): upserted, or found as wanted with its next tick pending. */
+  upserted: string[];
+  /** Of those, the ones that needed an upsert: new, changed, or without a pending next tick. */
+  repaired: string[];
+  /** Paused by an operator: no scheduler. */
+  paused: string[];
+  /** Not upserted: what Redis or BullMQ answered. */
+  failed: { id: string; message: string }[];
+  /** Schedulers no longer in the definitions, removed. */
+  removed: string[];
 }
 
 /**
- * Upserts one scheduler unless its schedule is paused; returns whether it is scheduled. The
- * pause is read after the upsert (see the file header): a pause seen then removes it again.
+ * Upserts one scheduler unless its schedule is paused: `paused`, `current` (as wanted, its next
+ * tick pending: left alone) or `upserted` (`not-scheduled`: the rebuild has no schedule). The pause is read after the upsert (see the file
+ * header): a pause seen then removes it again.
  */
 export async function upsertSchedule(
   store: ScheduleStore & { definitions: Definitions },
   definition: RebuildDefinition,
   tenant: string | undefined,
   options: { resumed?: boolean } = {},
-): Promise<boolean> {
+): Promise<"not-scheduled" | "paused" | "current" | "upserted"> {
   const { queue, client, keys, definitions } = store;
-  if (!definition.schedule) return false;
+  if (!definition.schedule) return "not-scheduled";
   const id = schedulerIdOf(definition.name, tenant);
-  if (await readSchedulePause(client, keys, definition.name, tenant)) return false;
+  if (await readSchedulePause(client, keys, definition.name, tenant)) return "paused";
   const data: RebuildJobData = {
     rebuild: definition.name,
     ...(tenant ? { tenant } : {}),
@@ -100,15 +120,16 @@ export async function upsertSchedule(
   const template = { name: definition.name, data, opts: { attempts, backoff, removeOnComplete, removeOnFail } };
   // An upsert replaces the scheduler's pending tick with the next one from now: a tick that fell
   // due while no worker ran would be lost. So a scheduler as wanted, with its tick pending, stays.
-  if (!(await schedulerIsCurrent(queue, id, repeat, template))) await queue.upsertJobScheduler(id, repeat, template);
+  const current = await schedulerIsCurrent(queue, id, repeat, template);
+  if (!current) await queue.upsertJobScheduler(id, repeat, template);
   if (await readSchedulePause(client, keys, definition.name, tenant)) {
     await queue.removeJobScheduler(id);
-    return false;
+    return "paused";
   }
   // Ticks before this cannot have been missed: the first upsert, or the end of a pause.
   if (options.resumed) await client.set(keys.schedulerSince(id), String(Date.now()));
   else await client.set(keys.schedulerSince(id), String(Date.now()), "NX");
-  return true;
+  return current ? "current" : "upserted";
 }
 
 /**

@@ -8,6 +8,7 @@ import fsp from "node:fs/promises";
 import path from "node:path";
 import { StepFailedError, TransientStepError } from "./steps/context";
 import { TRANSIENT_ERRNO } from "./steps/run-step";
+import { hostNow } from "../redis/clock";
 
 /**
  * Input hashes already computed, keyed by the input paths and trusted while every file's
@@ -55,7 +56,8 @@ export class InputHashCache {
 
   private readonly reading = new Map<string, Promise<string>>();
 
-  store(key: string, fingerprint: string, hash: string, newestChangeMs: number, now = Date.now()): void {
+  store(key: string, fingerprint: string, hash: string, newestChangeMs: number, now = hostNow()): void {
+    // Against file times this host stamped: its own clock, not the Redis clock (lib/redis/clock.ts).
     if (now - newestChangeMs <= this.settleMs) return;
     this.entries.delete(key); // an update moves to the newest end (and evicts nothing)
     if (this.entries.size >= this.maxEntries) this.entries.delete(this.entries.keys().next().value!);

@@ -214,7 +214,7 @@ export async function beginAttempt(
         ...options.fields,
       }),
       keys.workerHeartbeatPrefix,
-      `${new Date().toISOString()} record taken over by worker ${attempt.workerId} (the same attempt picked up again) from worker `,
+      `${new Date(Date.now()).toISOString()} record taken over by worker ${attempt.workerId} (the same attempt picked up again) from worker `,
       ...fields,
       "beginId",
       beginId,
@@ -382,7 +382,7 @@ export async function noteForceRelease(
   const note = `by ${release.actor}: “${release.reason}”; audit entry ${release.auditId}`;
   return writeRun(store, run, {
     fields: { forceReleasedBy: note },
-    logLines: [`${new Date().toISOString()} claim force-released ${note}`],
+    logLines: [`${new Date(Date.now()).toISOString()} claim force-released ${note}`],
   });
 }
 
@@ -406,7 +406,7 @@ export async function noteMadeCurrent(
     [keys.run(runId), keys.runLog(runId), keys.events, key ? keys.idempotency(key) : keys.run(runId)],
     [
       `${made.fence} ${made.buildHash}`,
-      `${new Date().toISOString()} its build ${made.buildHash} (fence ${made.fence}) was made current by repair: its publish was in the claims Redis, and the output's disk took its fence record later`,
+      `${new Date(Date.now()).toISOString()} its build ${made.buildHash} (fence ${made.fence}) was made current by repair: its publish was in the claims Redis, and the output's disk took its fence record later`,
       runId,
       key ? made.idempotencyTtlMs : "",
     ],
@@ -617,7 +617,7 @@ export class RunRecorder {
   }
 
   log(line: string): void {
-    this.lines.push(`${new Date().toISOString()} ${line}`);
+    this.lines.push(`${new Date(Date.now()).toISOString()} ${line}`);
     if (this.lines.length > RUN_LOG_LINES) this.lines = keepNewestLines(this.lines);
     this.sendSoon(this.options.flushEveryMs ?? 500);
   }

@@ -10,6 +10,7 @@ import type { HealthProbes } from "../health/health";
 import { loadDefinitions, type Definitions } from "../rebuilds/definitions";
 import { queuePrefix, REBUILD_QUEUE } from "../rebuilds/queue";
 import { closeRedis, createRedis } from "../redis/client";
+import { syncProcessClock } from "../redis/clock";
 import { openConnections, type Connections } from "../redis/connections";
 
 export interface WebContext {
@@ -20,6 +21,11 @@ export interface WebContext {
   /** Logged-out session ids, asked over the probe connection (each check bounded, see session.ts). */
   sessions: SessionRevocations;
   queue: Queue;
+  /**
+   * This process's clock made the Redis clock (lib/redis/clock.ts: BullMQ's times compared across
+   * hosts), measured again every 30 s: settled once measured, or after 2 s without an answer.
+   */
+  clockReady: Promise<void>;
 }
 
 const holder = globalThis as typeof globalThis & { __claimwatchWeb?: WebContext };
@@ -50,6 +56,7 @@ export function openContext(
   const sessions = sessionRevocations(probeMain, connections.keys);
   const queue = new Queue(REBUILD_QUEUE, { connection: connections.main, prefix: queuePrefix(connections.keys) });
   queue.on("error", () => {}); // failures surface through the calls that hit them
+  const clock = syncProcessClock(probeMain);
   return {
     config,
     definitions,
@@ -57,7 +64,9 @@ export function openContext(
     probes,
     sessions,
     queue,
+    clockReady: clock.ready,
     async close() {
+      clock.stop();
       await queue.close().catch(() => {});
       await Promise.all([connections.close(), closeRedis(probeMain), closeRedis(probeClaims)]);
     },

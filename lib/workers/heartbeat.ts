@@ -5,8 +5,7 @@
  * every "now" it is judged against is the Redis server's (`TIME`): a worker whose clock is
  * behind or ahead is judged by the same clock as the others.
  */
-import { redisClock } from "../redis/clock";
-import { serverNow } from "../redis/time";
+import { hostNow, measureRedisClock, redisClock } from "../redis/clock";
 import os from "node:os";
 import crypto from "node:crypto";
 import type { Redis } from "ioredis";
@@ -56,6 +55,7 @@ export interface WorkerIdentity {
   id: string;
   host: string;
   pid: number;
+  /** When the process started, on the host clock (`hostNow`): each beat sends it on the Redis clock. */
   startedAt: number;
   version: string;
   /** How this worker contains its steps' processes (lib/rebuilds/steps/containment.ts). */
@@ -110,7 +110,7 @@ export function newWorkerIdentity(
     id: `${safeHost}-${process.pid}-${crypto.randomBytes(2).toString("hex")}`,
     host,
     pid: process.pid,
-    startedAt: Date.now(),
+    startedAt: hostNow(),
     version,
     containment,
     ...(limitedStepsContainment && limitedStepsContainment !== containment ? { limitedStepsContainment } : {}),
@@ -126,11 +126,8 @@ export async function beat(
   currentJob: string | null,
   { upkeepRunningMs = null }: { upkeepRunningMs?: number | null } = {},
 ): Promise<Beat> {
-  if (!redisClock.learned()) {
-    // The first beat's start time is on the Redis clock too: the offset measured before it.
-    const sent = Date.now();
-    redisClock.learn(await serverNow(client), sent, Date.now());
-  }
+  // The first beat's start time is on the Redis clock too: the offset measured before it.
+  if (!redisClock.learned()) await measureRedisClock(client);
   const fields: Record<string, string> = {
     id: worker.id,
     host: worker.host,
@@ -144,14 +141,14 @@ export async function beat(
     currentJob: currentJob ?? "",
     upkeepRunningMs: upkeepRunningMs === null ? "" : String(Math.round(upkeepRunningMs)),
   };
-  const sentAt = Date.now();
+  const sentAt = hostNow();
   const [at, streakSince] = await runScript(
     client,
     WORKER_BEAT,
     [keys.workerHeartbeat(worker.id), keys.workerRegistry],
     [worker.id, HEARTBEAT_TTL_MS, REGISTRY_KEEP_MS, BEAT_STREAK.maxGapMs, ...Object.entries(fields).flat()],
   );
-  redisClock.learn(at, sentAt, Date.now());
+  redisClock.learn(at, sentAt, hostNow());
   return { at, streakSince, judgesOthers: at - streakSince >= BEAT_STREAK.requiredMs };
 }
 

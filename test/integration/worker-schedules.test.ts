@@ -73,6 +73,25 @@ test("a tick that fell due while no worker ran is not replaced by the next worke
   }
 });
 
+test("a schedule whose next tick is gone (a lost write, a worker that died queueing it) is found and upserted again; one as wanted is left alone", async () => {
+  const first = await syncSchedules(bed.queue, bed.definitions, bed.main, bed.keys);
+  assert.deepEqual(first.failed, []);
+  const again = await syncSchedules(bed.queue, bed.definitions, bed.main, bed.keys);
+  assert.deepEqual(again.repaired, [], "a scheduler with its tick pending is not touched");
+  const scheduler = await bed.queue.getJobScheduler("sched.ticking");
+  const tick = await bed.queue.getJob(`repeat:sched.ticking:${scheduler?.next}`);
+  assert.ok(tick?.id, "the next tick is queued");
+  // As a crash that lost the write would leave it: no job, the scheduler still naming it.
+  await bed.main.zrem(bed.queue.toKey("delayed"), tick.id);
+  await bed.main.del(bed.queue.toKey(tick.id));
+  assert.equal(await bed.queue.getJobState(tick.id), "unknown");
+  const healed = await syncSchedules(bed.queue, bed.definitions, bed.main, bed.keys);
+  assert.deepEqual(healed.repaired, ["sched.ticking"]);
+  const next = (await bed.queue.getJobScheduler("sched.ticking"))?.next;
+  assert.ok(next, "a next tick again");
+  assert.equal(await bed.queue.getJobState(`repeat:sched.ticking:${next}`), "delayed");
+});
+
 test("a schedule removed from the definitions is removed at the next start", async () => {
   const fs = await import("node:fs");
   const { stringify } = await import("yaml");

@@ -542,12 +542,13 @@ test("a refused operation is a 409 in the error shape, its outcome kept beside t
   assert.equal(retired.body.status, "unknown-rebuild");
 
   const nightly = bed.definitions.rebuilds.get("nightly")!;
-  assert.ok(
+  assert.notEqual(
     await upsertSchedule(
       { queue: bed.queue, client: bed.main, keys: bed.keys, definitions: bed.definitions },
       nightly,
       undefined,
     ),
+    "paused",
   );
   const tick = (await bed.queue.getDelayed()).find((job) => job.id?.startsWith("repeat:sched.nightly:"));
   assert.ok(tick?.id, "the schedule's next tick waits in the queue");

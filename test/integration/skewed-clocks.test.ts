@@ -1,0 +1,99 @@
+/**
+ * BullMQ under host clocks that disagree (libfaketime): its delays and schedule ticks are compared
+ * with the clock of whichever process looks at them, so claimwatch's processes run BullMQ on the
+ * Redis clock (lib/redis/clock.ts). Before, a worker a minute ahead ran every tick a minute early
+ * and, once it stopped, left a minute with no tick; a process behind that resumed a schedule
+ * queued a tick in the past (or failed: its id was taken), and showed a next run already past.
+ */
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { after, before, test } from "node:test";
+import { fileURLToPath } from "node:url";
+import { scheduledTickOf } from "../../lib/rebuilds/queue";
+import { serverNow } from "../../lib/redis/time";
+import { skewedClockEnv } from "../../scripts/faults/clock";
+import { createTestBed, type TestBed } from "../support/stack";
+import { until } from "../support/until";
+
+const HOST = fileURLToPath(new URL("../support/schedule-host.ts", import.meta.url));
+
+let bed: TestBed;
+before(async () => {
+  bed = await createTestBed({
+    ticking: {
+      output: "out/ticking",
+      schedule: { cron: "*/2 * * * * *", tz: "UTC" }, // every 2 s (BullMQ accepts a seconds field)
+      claim: { ttl: "4s", refreshEvery: "1s" },
+      timeLimit: "1m",
+      idempotency: { ttl: "1s" },
+      steps: [{ name: "noop", run: ["true"] }],
+    },
+  });
+});
+after(() => bed.close());
+
+/** The schedule's runs: tick time (from the job id) and start (Redis clock). */
+async function scheduledRuns(): Promise<{ tick: number; startedAt: number; id: string }[]> {
+  return (await bed.allRuns())
+    .filter((run) => run.trigger === "schedule" && run.startedAt !== null)
+    .map((run) => ({ tick: scheduledTickOf(run.jobId)!.tickAt, startedAt: run.startedAt!, id: run.id }))
+    .sort((a, b) => a.tick - b.tick);
+}
+
+test("a worker a minute ahead runs no tick early, and the schedule goes on ticking once it stops", async () => {
+  const real = await bed.startWorker();
+  const ahead = await bed.startWorker(skewedClockEnv("+60s"));
+  let stoppedAt = 0;
+  try {
+    await new Promise((r) => setTimeout(r, 10_000));
+    await ahead.stop();
+    stoppedAt = await serverNow(bed.main);
+    // Ticks keep coming after it stopped: not a minute's gap.
+    await until(
+      "two ticks run after the worker ahead stopped",
+      async () => (await scheduledRuns()).filter((run) => run.startedAt > stoppedAt).length >= 2,
+      15_000,
+    );
+  } finally {
+    await ahead.stop();
+    await real.stop();
+  }
+  const runs = await scheduledRuns();
+  assert.ok(runs.length >= 5, `several ticks ran (${runs.length})`);
+  for (const run of runs)
+    assert.ok(
+      run.startedAt >= run.tick - 50,
+      `run ${run.id} of the ${run.tick} tick started ${run.tick - run.startedAt} ms early`,
+    );
+  assert.equal(new Set(runs.map((run) => run.tick)).size, runs.length, "no tick ran twice");
+});
+
+test("a process a minute behind resumes a schedule: the next tick is ahead of the Redis clock, as is the next run it shows", async () => {
+  const host = (action: "pause" | "resume") => {
+    const ran = spawnSync(process.execPath, ["--import", "tsx", HOST, action, "ticking"], {
+      env: { ...bed.env, ...skewedClockEnv("-60s") },
+      encoding: "utf8",
+      timeout: 60_000,
+    });
+    assert.equal(ran.status, 0, ran.stderr);
+    return JSON.parse(ran.stdout.trim().split("\n").at(-1)!) as {
+      outcome: { status?: string; error?: string };
+      next: number | null;
+      nextRunAt: string | null;
+      hostNow: number;
+    };
+  };
+  const paused = host("pause");
+  assert.equal(paused.outcome.status, "done", JSON.stringify(paused.outcome));
+  assert.ok((await serverNow(bed.main)) - paused.hostNow > 55_000, "the host's clock is a minute behind");
+
+  const before = await serverNow(bed.main);
+  const resumed = host("resume");
+  assert.equal(resumed.outcome.status, "done", JSON.stringify(resumed.outcome));
+  assert.ok(
+    resumed.next !== null && resumed.next >= before,
+    `the next tick (${resumed.next}) is not in the past (${before})`,
+  );
+  const shown = Date.parse(resumed.nextRunAt ?? "");
+  assert.ok(shown >= before && shown <= before + 60_000, `the next run shown (${resumed.nextRunAt}) is ahead`);
+});
