@@ -61,8 +61,22 @@ export function route<Args extends unknown[]>(
         await auditRefusal(context, action, who, request, `${error.status} ${error.code}: ${error.message}`).catch(
           () => {},
         );
+        return errorResponse(error);
       }
-      return errorResponse(error);
+      const response = errorResponse(error);
+      // An allowed mutation that ended in an error may have changed part of what it was asked
+      // (a schedule's pause dropped, its scheduler not upserted): the audit log says it was tried.
+      if (action && context && identity) {
+        const { error: said } = (await response.clone().json()) as { error: { code: string; message: string } };
+        await appendAudit(context.connections.main, context.connections.keys, {
+          actor: actorOf(identity),
+          action,
+          reason: `${response.status} ${said.code}: ${said.message}`,
+          result: "failed",
+          detail: { path: new URL(request.url).pathname, method: request.method },
+        }).catch(() => {});
+      }
+      return response;
     }
   };
 }
