@@ -31,10 +31,55 @@ export function hasBuild(root: string): boolean {
   return fs.existsSync(path.join(root, ".next", "BUILD_ID"));
 }
 
-/** Runs `next build` when no build exists. Returns false when the build failed. */
+/** What the dashboard's build is made from (paths from the root): a change to one builds it again. */
+const DASHBOARD_SOURCES = [
+  "app",
+  "components",
+  "lib",
+  "public",
+  "instrumentation.ts",
+  "proxy.ts",
+  "next.config.ts",
+  "postcss.config.mjs",
+  "tsconfig.json",
+  "package.json",
+  "package-lock.json",
+];
+
+/**
+ * A source of the dashboard changed after its build (its mtime later than `.next/BUILD_ID`'s,
+ * both stamped by the same filesystem): the first such path found, or null. An upgrade in place
+ * (`git pull`, `npm ci`) leaves the old build behind, which would serve the old API beside the
+ * new worker.
+ */
+export function changedSinceBuild(root: string): string | null {
+  const builtAt = fs.statSync(path.join(root, ".next", "BUILD_ID")).mtimeMs;
+  const newer = (relative: string): string | null => {
+    const stat = fs.statSync(path.join(root, relative), { throwIfNoEntry: false });
+    if (!stat) return null;
+    if (!stat.isDirectory()) return stat.mtimeMs > builtAt ? relative : null;
+    // A directory's mtime moves when an entry is added, removed or renamed in it.
+    if (stat.mtimeMs > builtAt) return relative;
+    for (const name of fs.readdirSync(path.join(root, relative))) {
+      const found = newer(path.join(relative, name));
+      if (found) return found;
+    }
+    return null;
+  };
+  for (const source of DASHBOARD_SOURCES) {
+    const found = newer(source);
+    if (found) return found;
+  }
+  return null;
+}
+
+/** Runs `next build` when no build exists, or its sources changed since. Returns false when the build failed. */
 export function ensureBuild(root: string, say: (line: string) => void): boolean {
-  if (hasBuild(root)) return true;
-  say("No build of the dashboard yet: running `next build` (once; takes about a minute) …");
+  if (hasBuild(root)) {
+    const changed = changedSinceBuild(root);
+    if (!changed) return true;
+    say(`The dashboard's sources changed since its build (${changed}; an upgrade?): running \`next build\` again …`);
+  } else say("No build of the dashboard yet: running `next build` (once; takes about a minute) …");
   const result = spawnSync(process.execPath, [nextBin(root), "build"], {
     cwd: root,
     stdio: "inherit",
