@@ -80,7 +80,7 @@ export async function connect(setup: Setup): Promise<CliContext> {
     }
   }
   // A trigger's queued time, a schedule's next tick: on the Redis clock (lib/redis/clock.ts).
-  await context.clockReady;
+  await context.clockReady();
   return context;
 }
 

@@ -26,7 +26,7 @@ import { flushUnansweredFinals, noteMadeCurrent, resendFinalWrite } from "../lib
 import { pruneAbandonedWorkDirs } from "../lib/rebuilds/output";
 import { removeTakenWorkDirs, takeLiveWorkDirs } from "../lib/rebuilds/work-dirs";
 import { pruneOldBuilds } from "../lib/rebuilds/prune";
-import { syncSchedules } from "../lib/rebuilds/schedules";
+import { repairSchedules, syncSchedules } from "../lib/rebuilds/schedules";
 import { closeRedis, createRedis } from "../lib/redis/client";
 import { measureRedisClock, redisClock, useAsProcessClock } from "../lib/redis/clock";
 import { redisKeys } from "../lib/redis/keys";
@@ -109,13 +109,17 @@ const UPKEEP_STOP_WAIT_MS = 10_000;
 const FINALS_FLUSH_MS = 2_500;
 let upkeepStartedAt = 0;
 let upkeepSlowSaid = false;
+/** The beat under way (or the last one): the stop retires the heartbeat after it, never before. */
+let beating: Promise<unknown> = Promise.resolve();
 async function heartbeat(): Promise<void> {
   let judgesOthers: boolean;
   try {
     const upkeepRunningMs = upkeep ? performance.now() - upkeepStartedAt : 0;
-    ({ judgesOthers } = await beat(main, keys, identity, running.ids().join(",") || null, {
+    const sent = beat(main, keys, identity, running.ids().join(",") || null, {
       upkeepRunningMs: upkeepRunningMs >= config.upkeepSlowMs ? upkeepRunningMs : null,
-    }));
+    });
+    beating = sent.catch(() => {});
+    ({ judgesOthers } = await sent);
   } catch (error) {
     if (!lastBeatFailed) log(`heartbeat failed (will keep trying): ${describeError(error)}`);
     lastBeatFailed = true;
@@ -217,20 +221,28 @@ async function syncSchedulesAndSay(): Promise<void> {
 }
 
 /**
- * Every minute, each schedule is checked for its next tick: a tick job lost (a Redis crash that
- * lost its last writes, a worker that died as it queued the next one, an upsert refused at start)
- * would end the schedule for good, until some worker started again. Found without one, it is
- * upserted: the next tick from now is queued (what fell due meanwhile shows as missed ticks).
+ * Every minute, each schedule is checked for its next tick (`repairSchedules`): a tick lost (a
+ * Redis crash that lost its last writes, a worker that died as it queued the next one, an upsert
+ * refused at start) would end the schedule for good, until some worker started again.
  */
 const SCHEDULE_CHECK_EVERY_MS = 60_000;
 /** The start-up's sync is the first check (monotonic clock: `Date.now` becomes the Redis clock). */
 let lastScheduleCheck = performance.now();
+let lastScheduleCheckFailed = false;
 async function checkSchedules(): Promise<void> {
   if (stopping || performance.now() - lastScheduleCheck < SCHEDULE_CHECK_EVERY_MS) return;
   lastScheduleCheck = performance.now();
-  const { repaired, failed } = await syncSchedules(queue, definitions, main, keys);
-  for (const id of repaired) log(`schedule ${id} had no next tick queued: upserted again`);
-  for (const { id, message } of failed) log(`could not upsert schedule ${id} (checked again in a minute): ${message}`);
+  try {
+    const { repaired, failed } = await repairSchedules(queue, definitions, main, keys);
+    for (const id of repaired) log(`schedule ${id} had no next tick queued: upserted again`);
+    for (const { id, message } of failed)
+      log(`could not upsert schedule ${id} (checked again in a minute): ${message}`);
+    lastScheduleCheckFailed = false;
+  } catch (error) {
+    // Said once; the rest of the upkeep goes on.
+    if (!lastScheduleCheckFailed) log(`could not check the schedules (again in a minute): ${describeError(error)}`);
+    lastScheduleCheckFailed = true;
+  }
 }
 
 /** Published builds re-hashed now and then (one output per minute at most; build-integrity.ts). */
@@ -309,7 +321,12 @@ async function shutdown(signal: NodeJS.Signals): Promise<void> {
   const [dirsTaken, ...answered] = await Promise.all([
     settledWithin(taking, 2_000),
     settledWithin(queue.close(), 2_000),
-    settledWithin(retire(main, keys, identity.id), 2_000),
+    // After a beat still under way (a first beat waits for a TIME answer before it writes): a
+    // retire sent first would be undone by it, the worker listed live until its heartbeat expires.
+    settledWithin(
+      beating.then(() => retire(main, keys, identity.id)),
+      2_000,
+    ),
     !announcedUp || settledWithin(publishEvent(main, keys, { type: "worker.down", id: identity.id }), 2_000),
     settledWithin(flushing, FINALS_FLUSH_MS + 500),
   ]);

@@ -3,7 +3,7 @@
  * (no middleware is trusted to have done it), applies the CSRF and rate-limit rules to mutations,
  * audits refused mutations, and turns thrown errors into `{"error":{"code","message"}}`.
  */
-import { appendAudit, type AuditAction } from "../audit";
+import { appendAudit, failureWasAudited, type AuditAction } from "../audit";
 import { AccessDenied, authorize, type Identity, type Requirement } from "../auth/guard";
 import { takeToken } from "../auth/rate-limit";
 import { getWebContext, type WebContext } from "../web/context";
@@ -35,11 +35,13 @@ export function route<Args extends unknown[]>(
   return async (request, ...args) => {
     let context: WebContext | undefined;
     let identity: Identity | null = null;
+    /** The handler ran (past the checks and the rate limit): a failure then may have changed something. */
+    let handlerStarted = false;
     let action = typeof rules.mutation === "function" ? undefined : rules.mutation;
     try {
       context = getWebContext();
       // Times this request writes or compares with other processes' (BullMQ's among them) are on the Redis clock.
-      await context.clockReady;
+      await context.clockReady();
       // From a copy: the handler reads the body itself.
       if (typeof rules.mutation === "function") action = await rules.mutation(request.clone());
       identity = await authorize(context.config, request, rules.role, Boolean(rules.mutation), context.sessions);
@@ -54,6 +56,7 @@ export function route<Args extends unknown[]>(
           );
         }
       }
+      handlerStarted = true;
       return await handler(context, request, identity, ...args);
     } catch (error) {
       if (action && context && error instanceof ApiError && error.status < 500) {
@@ -66,7 +69,9 @@ export function route<Args extends unknown[]>(
       const response = errorResponse(error);
       // An allowed mutation that ended in an error may have changed part of what it was asked
       // (a schedule's pause dropped, its scheduler not upserted): the audit log says it was tried.
-      if (action && context && identity) {
+      // Not with Redis unreachable (503: the entry could not be written either, and would hold the
+      // answer up), and not twice (force release audits its own failures).
+      if (action && context && identity && handlerStarted && response.status !== 503 && !failureWasAudited(error)) {
         const { error: said } = (await response.clone().json()) as { error: { code: string; message: string } };
         await appendAudit(context.connections.main, context.connections.keys, {
           actor: actorOf(identity),

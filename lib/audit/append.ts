@@ -24,3 +24,14 @@ export async function appendAudit(client: ScriptingClient, keys: RedisKeys, entr
   ]); // prettier-ignore
   return String(id);
 }
+
+const auditedFailures = new WeakSet<object>();
+
+/** Marks an error whose operation audited its failure itself: the API's route wrapper does not again. */
+export function noteAuditedFailure(error: unknown): void {
+  if (typeof error === "object" && error !== null) auditedFailures.add(error);
+}
+
+export function failureWasAudited(error: unknown): boolean {
+  return typeof error === "object" && error !== null && auditedFailures.has(error);
+}

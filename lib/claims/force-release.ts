@@ -13,7 +13,7 @@
  * are not atomic: the release happens first, and an audit write that fails is thrown to the
  * operator after the release took effect.
  */
-import { appendAudit } from "../audit/append";
+import { appendAudit, noteAuditedFailure } from "../audit/append";
 import { claimEvents } from "../events/claim-events";
 import type { RedisKeys } from "../redis/keys";
 import { CLAIM_FORCE_RELEASE, META_FIELDS, REVOKED_PREFIX, runScript, type ScriptingClient } from "../redis/scripts";
@@ -93,6 +93,7 @@ export async function forceReleaseClaim(
     );
   } catch (error) {
     await audit("failed", { name, token, error: String(error) }).catch(() => {});
+    noteAuditedFailure(error);
     throw error;
   }
   if (!Array.isArray(reply)) throw unexpectedReply("force-release", reply);

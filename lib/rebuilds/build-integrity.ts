@@ -33,6 +33,8 @@ export interface ChangedBuild {
   actual: string;
   foundAt: number;
   foundBy: string;
+  /** The build directory's ctime when found (the filesystem's clock; absent when it was not there). */
+  dirChangedAt?: number;
   /**
    * `missing` only: the host whose disk lacks it (outputs may be on each host's own disk); only
    * workers on that host look at it again.
@@ -41,7 +43,14 @@ export interface ChangedBuild {
 }
 
 export async function recordChangedBuild(client: Pick<Redis, "hset">, keys: RedisKeys, build: ChangedBuild) {
-  await client.hset(keys.changedBuilds, build.path, JSON.stringify(build));
+  // Its directory's change time as the filesystem stamped it: a later change (a re-publish renames
+  // a new one in) is told by comparing two such times, never this host's or Redis's clock.
+  const dirChangedAt = build.dirChangedAt ?? (await fs.stat(build.path).catch(() => null))?.ctimeMs;
+  await client.hset(
+    keys.changedBuilds,
+    build.path,
+    JSON.stringify(dirChangedAt === undefined ? build : { ...build, dirChangedAt }),
+  );
 }
 
 /** A build `promoteBuild` moved aside: `builds/.<kind>-<hash>-<time>-<random>` (output.ts). */
@@ -146,7 +155,8 @@ export async function checkPublishedBuilds(
       // Re-hashed under the output's check lease, like `current`: once per period across workers;
       // at once when the directory was replaced since the finding (a rebuild published it again:
       // the promote renames a new one in).
-      const replaced = changedAt !== null && changedAt > known.foundAt;
+      // (Findings of earlier versions have no directory time: their finder's clock, as before.)
+      const replaced = changedAt !== null && changedAt > (known.dirChangedAt ?? known.foundAt);
       const lease = replaced
         ? "OK"
         : await client.set(

@@ -13,6 +13,7 @@
  * still picks one up does not run it (worker/rebuild-worker.ts). Resuming upserts the scheduler
  * and moves `schedulerSince` to now: ticks while paused are not missed ticks.
  */
+import crypto from "node:crypto";
 import { isDeepStrictEqual } from "node:util";
 import type { Queue } from "bullmq";
 import type { Redis } from "ioredis";
@@ -77,7 +78,63 @@ export async function syncSchedules(
       synced.removed.push(id);
     }
   }
+  // The definitions that started last name the schedules (what the minute checks may repair).
+  await client.set(keys.scheduleDefinitions, schedulesDigest(definitions));
   return synced;
+}
+
+/** A digest of every schedule the definitions ask for: id, cron, time zone, job template. */
+export function schedulesDigest(definitions: Definitions): string {
+  const wanted: unknown[] = [];
+  for (const definition of definitions.rebuilds.values()) {
+    if (!definition.schedule) continue;
+    for (const tenant of tenantsOf(definition)) {
+      const { id, repeat, template } = schedulerSpec(definition, tenant, definitions);
+      wanted.push([id, repeat, template]);
+    }
+  }
+  return crypto.createHash("sha256").update(JSON.stringify(wanted)).digest("hex");
+}
+
+/**
+ * The minute check of a running worker (worker/index.ts): a schedule whose next tick is gone — a
+ * crash that lost its last writes, a worker that died as it queued the next tick — would end for
+ * good until some process started again. Such a scheduler is upserted (the next tick from now
+ * is queued; what fell due meanwhile shows as missed ticks). Nothing is removed, and a scheduler
+ * other definitions wrote (a rolling deploy: the worker that started last decides, at its start)
+ * is left as it is: when the definitions that started last are this worker's, a missing
+ * scheduler is upserted too; when Redis lost the digest (and so its state), this is a start's sync.
+ */
+export async function repairSchedules(
+  queue: SchedulerQueue & Pick<Queue, "getJobSchedulers">,
+  definitions: Definitions,
+  client: PauseClient & Pick<Redis, "del" | "get">,
+  keys: RedisKeys,
+): Promise<{ repaired: string[]; failed: { id: string; message: string }[] }> {
+  const stored = await client.get(keys.scheduleDefinitions);
+  if (stored === null) {
+    const { repaired, failed } = await syncSchedules(queue, definitions, client, keys);
+    return { repaired, failed };
+  }
+  const ours = stored === schedulesDigest(definitions);
+  const result = { repaired: [] as string[], failed: [] as { id: string; message: string }[] };
+  for (const definition of definitions.rebuilds.values()) {
+    if (!definition.schedule) continue;
+    for (const tenant of tenantsOf(definition)) {
+      const { id, repeat, template } = schedulerSpec(definition, tenant, definitions);
+      try {
+        const existing = await queue.getJobScheduler(id);
+        if (!existing && !ours) continue;
+        if (existing && !sameScheduler(existing, repeat, template)) continue;
+        if (existing && (await tickPending(queue, id, existing.next))) continue;
+        if ((await upsertSchedule({ queue, client, keys, definitions }, definition, tenant)) === "upserted")
+          result.repaired.push(id);
+      } catch (error) {
+        result.failed.push({ id, message: error instanceof Error ? error.message : String(error) });
+      }
+    }
+  }
+  return result;
 }
 
 /** What `syncSchedules` did, by scheduler id. */
@@ -109,15 +166,7 @@ export async function upsertSchedule(
   if (!definition.schedule) return "not-scheduled";
   const id = schedulerIdOf(definition.name, tenant);
   if (await readSchedulePause(client, keys, definition.name, tenant)) return "paused";
-  const data: RebuildJobData = {
-    rebuild: definition.name,
-    ...(tenant ? { tenant } : {}),
-    force: false,
-    trigger: "schedule",
-  };
-  const { attempts, backoff, removeOnComplete, removeOnFail } = jobOptionsFor(definition, definitions.retention);
-  const repeat = { pattern: definition.schedule.cron, tz: definition.schedule.tz };
-  const template = { name: definition.name, data, opts: { attempts, backoff, removeOnComplete, removeOnFail } };
+  const { repeat, template } = schedulerSpec(definition, tenant, definitions);
   // An upsert replaces the scheduler's pending tick with the next one from now: a tick that fell
   // due while no worker ran would be lost. So a scheduler as wanted, with its tick pending, stays.
   const current = await schedulerIsCurrent(queue, id, repeat, template);
@@ -132,27 +181,70 @@ export async function upsertSchedule(
   return current ? "current" : "upserted";
 }
 
+interface SchedulerSpec {
+  id: string;
+  repeat: { pattern: string; tz?: string };
+  template: { name: string; data: RebuildJobData; opts: Record<string, unknown> };
+}
+
+/** The BullMQ job scheduler a scheduled rebuild (and tenant) asks for. */
+function schedulerSpec(
+  definition: RebuildDefinition,
+  tenant: string | undefined,
+  definitions: Definitions,
+): SchedulerSpec {
+  const data: RebuildJobData = {
+    rebuild: definition.name,
+    ...(tenant ? { tenant } : {}),
+    force: false,
+    trigger: "schedule",
+  };
+  const { attempts, backoff, removeOnComplete, removeOnFail } = jobOptionsFor(definition, definitions.retention);
+  return {
+    id: schedulerIdOf(definition.name, tenant),
+    repeat: { pattern: definition.schedule!.cron, tz: definition.schedule!.tz },
+    template: { name: definition.name, data, opts: { attempts, backoff, removeOnComplete, removeOnFail } },
+  };
+}
+
+type StoredScheduler = NonNullable<Awaited<ReturnType<Queue["getJobScheduler"]>>>;
+
+/** Whether BullMQ holds a scheduler as `repeat` and `template` ask (the same cron, time zone and job template). */
+function sameScheduler(
+  existing: StoredScheduler,
+  repeat: SchedulerSpec["repeat"],
+  template: SchedulerSpec["template"],
+): boolean {
+  if (existing.pattern !== repeat.pattern || (existing.tz ?? undefined) !== (repeat.tz ?? undefined)) return false;
+  if (existing.name !== template.name || !isDeepStrictEqual(existing.template?.data, template.data)) return false;
+  const opts = (existing.template?.opts ?? {}) as Record<string, unknown>;
+  return Object.entries(template.opts).every(([name, value]) => isDeepStrictEqual(opts[name], value));
+}
+
 /**
- * Whether BullMQ holds scheduler `id` as wanted (the same cron, time zone and job template) and
- * its next tick is still pending (delayed, or waiting for a worker). Anything else — no
- * scheduler, a changed one, a tick that is gone — is upserted.
+ * Whether scheduler `id`'s next tick is still to run: delayed, or waiting for a worker. One a
+ * worker has taken should have been followed by the next already (a worker queues it as it takes
+ * one); an upsert meanwhile is harmless (the worker's own write of the next tick then does nothing).
+ */
+async function tickPending(queue: SchedulerQueue, id: string, next: number | null | undefined): Promise<boolean> {
+  if (next === undefined || next === null) return false;
+  const state = await queue.getJobState(`repeat:${id}:${next}`);
+  return state === "delayed" || state === "waiting" || state === "prioritized";
+}
+
+/**
+ * Whether BullMQ holds scheduler `id` as wanted and its next tick is still pending. Anything else
+ * — no scheduler, a changed one, a tick that is gone — is upserted.
  */
 async function schedulerIsCurrent(
   queue: SchedulerQueue,
   id: string,
-  repeat: { pattern: string; tz?: string },
-  template: { name: string; data: RebuildJobData; opts: Record<string, unknown> },
+  repeat: SchedulerSpec["repeat"],
+  template: SchedulerSpec["template"],
 ): Promise<boolean> {
   const existing = await queue.getJobScheduler(id);
-  if (!existing || existing.next === undefined || existing.next === null) return false;
-  if (existing.pattern !== repeat.pattern || (existing.tz ?? undefined) !== (repeat.tz ?? undefined)) return false;
-  if (existing.name !== template.name || !isDeepStrictEqual(existing.template?.data, template.data)) return false;
-  const opts = (existing.template?.opts ?? {}) as Record<string, unknown>;
-  for (const [name, value] of Object.entries(template.opts)) {
-    if (!isDeepStrictEqual(opts[name], value)) return false;
-  }
-  const state = await queue.getJobState(`repeat:${id}:${existing.next}`);
-  return state === "delayed" || state === "waiting" || state === "prioritized";
+  if (!existing || !sameScheduler(existing, repeat, template)) return false;
+  return tickPending(queue, id, existing.next);
 }
 
 export async function readSchedulePause(

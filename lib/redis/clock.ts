@@ -1,8 +1,13 @@
 /**
  * This process's estimate of the Redis clock (lib/redis/time.ts: the one clock for anything
- * compared between processes): the host's clock plus the offset measured from a `TIME` answer
- * (the server's time against the middle of its round trip; the worker's heartbeat measures it at
- * every beat, other processes with `syncProcessClock`). Before the first measure the offset is 0.
+ * compared between processes): the Redis time of one `TIME` answer plus the monotonic time since
+ * (`performance.now()`), so steps of the host's clock do not move it. Answers come from the
+ * worker's heartbeat (every beat) or `syncProcessClock` (web server, CLI). The server read its
+ * clock somewhere between the send and the answer: taken as `MAX_SAMPLE_RTT_MS / 2` before the
+ * answer at most (a command queued through an outage is read by the server when it comes back,
+ * just before it answers, not halfway through the outage). Once one answer is learned, a later
+ * one whose round trip took longer than `MAX_SAMPLE_RTT_MS` is used only when none was for a
+ * minute (a slow link). Before the first answer the estimate is the host clock.
  *
  * BullMQ compares times of different processes: a delayed job (a retry's backoff, a deferral, a
  * schedule's next tick) is due when the clock of whichever worker looks is past the time the
@@ -13,9 +18,10 @@
  * `Date.now` (`useAsProcessClock`) once it is measured, before BullMQ runs there. Times compared
  * with file times the host stamped (an input's mtime) use `hostNow`.
  *
- * A new measure moves the offset forward at once; backward it is slewed (a tenth of the time
- * passing), so `Date.now` never steps back: BullMQ renews job locks by `Date.now` differences,
- * and a clock stepped back would hold the renewals off for as long.
+ * A new answer moves the estimate forward at once, and back at once by up to `MAX_BACK_STEP_MS`;
+ * a larger step back (the Redis clock itself went back: a failover to a host behind) is slewed at
+ * half speed: BullMQ renews job locks by `Date.now` differences, and a clock stepped far back
+ * would hold the renewals off for as long.
  */
 import type { Redis } from "ioredis";
 import { timeReplyMs } from "./time";
@@ -23,45 +29,72 @@ import { timeReplyMs } from "./time";
 /** The host's clock, whatever `Date.now` becomes. */
 export const hostNow: () => number = Date.now;
 
-/** How fast a backward correction is slewed: this much of the time passing. */
-const SLEW_RATE = 0.1;
+/** A `TIME` answer that took longer than this is not used. */
+export const MAX_SAMPLE_RTT_MS = 250;
+/** The estimate may step back this far at once (a quarter of BullMQ's default 5 s job lock, at most). */
+const MAX_BACK_STEP_MS = 1_000;
+/** How fast a larger step back is slewed in: this much of the time passing. */
+const SLEW_RATE = 0.5;
 
-let offsetMs = 0;
-let targetMs = 0;
+/** A slow answer is used when no prompt one was for this long (the monotonic clock drifts). */
+const SLOW_SAMPLE_AFTER_MS = 60_000;
+
+/** Redis ms at monotonic ms `anchorMono` (from the last used answer). */
+let anchorRedis = 0;
+let anchorMono = 0;
+/** Still to be taken off the estimate (a step back being slewed in), and since when. */
+let behindMs = 0;
 let slewedAt = 0;
 let learned = false;
+/** Monotonic ms of the last answer used. */
+let learnedAt = 0;
 let installed = false;
+let waiters: (() => void)[] = [];
 
-/** The offset now, a backward correction slewed in since the last call. */
-function currentOffset(host: number): number {
-  if (offsetMs > targetMs) offsetMs = Math.max(targetMs, offsetMs - Math.max(0, host - slewedAt) * SLEW_RATE);
-  slewedAt = host;
-  return offsetMs;
+function estimate(mono: number): number {
+  if (behindMs > 0) {
+    behindMs = Math.max(0, behindMs - (mono - slewedAt) * SLEW_RATE);
+    slewedAt = mono;
+  }
+  return anchorRedis + (mono - anchorMono) + behindMs;
 }
 
 export const redisClock = {
-  /** Learns the offset from one answer: the server's `serverMs`, asked at `sentAt`, answered at `answeredAt` (`hostNow` ms). */
-  learn(serverMs: number, sentAt: number, answeredAt: number): void {
-    if (!Number.isFinite(serverMs) || answeredAt < sentAt) return;
-    const measured = Math.round(serverMs - (sentAt + answeredAt) / 2);
-    currentOffset(hostNow());
-    targetMs = measured;
-    // Forward at once; backward at once only while nothing reads it as the process clock.
-    if (measured > offsetMs || !installed) offsetMs = measured;
-    learned = true;
+  /**
+   * Learns from one answer: the server's `serverMs`, asked at `sentAt` and answered at
+   * `answeredAt` (`performance.now()` ms). False when not used (its round trip too long).
+   */
+  learn(serverMs: number, sentAt: number, answeredAt: number): boolean {
+    const rtt = answeredAt - sentAt;
+    if (!Number.isFinite(serverMs) || rtt < 0) return false;
+    const mono = performance.now();
+    if (learned && rtt > MAX_SAMPLE_RTT_MS && mono - learnedAt < SLOW_SAMPLE_AFTER_MS) return false;
+    const before = learned ? estimate(mono) : 0;
+    anchorRedis = serverMs;
+    anchorMono = answeredAt - Math.min(rtt, MAX_SAMPLE_RTT_MS) / 2;
+    learnedAt = mono;
+    const after = anchorRedis + (mono - anchorMono);
+    // Back by more than a step may go while the process runs BullMQ: the rest is slewed in.
+    behindMs = installed && before - after > MAX_BACK_STEP_MS ? before - after - MAX_BACK_STEP_MS : 0;
+    slewedAt = mono;
+    if (!learned) {
+      learned = true;
+      for (const wake of waiters) wake();
+      waiters = [];
+    }
+    return true;
   },
-  /** Whether an offset was measured yet. */
+  /** Whether an answer was learned yet. */
   learned(): boolean {
     return learned;
   },
-  /** Now, on the Redis clock as far as this process knows it (ms). */
+  /** Now, on the Redis clock as far as this process knows it (ms); the host clock before the first answer. */
   now(): number {
-    const host = hostNow();
-    return host + currentOffset(host);
+    return learned ? Math.round(estimate(performance.now())) : hostNow();
   },
   /** A host time (ms, `hostNow`) on the Redis clock. */
   fromLocal(localMs: number): number {
-    return localMs + offsetMs;
+    return localMs + (redisClock.now() - hostNow());
   },
   /** Whether `Date.now` is this clock in this process. */
   isProcessClock(): boolean {
@@ -69,16 +102,16 @@ export const redisClock = {
   },
 };
 
-/** One `TIME` round trip, learned. */
-export async function measureRedisClock(client: Pick<Redis, "time">): Promise<void> {
-  const sentAt = hostNow();
+/** One `TIME` round trip, learned (unless it took too long). */
+export async function measureRedisClock(client: Pick<Redis, "time">): Promise<boolean> {
+  const sentAt = performance.now();
   const reply = (await client.time()) as unknown as [string, string];
-  redisClock.learn(timeReplyMs(reply), sentAt, hostNow());
+  return redisClock.learn(timeReplyMs(reply), sentAt, performance.now());
 }
 
 /**
  * Makes `Date.now` the Redis clock in this whole process (BullMQ's times included). Call once an
- * offset is learned and before BullMQ runs here; later measures keep it.
+ * answer is learned and before BullMQ runs here; later answers keep it.
  */
 export function useAsProcessClock(): void {
   if (installed) return;
@@ -87,24 +120,39 @@ export function useAsProcessClock(): void {
 }
 
 /**
- * For a process without a heartbeat (web server, CLI): measures the Redis clock now (bounded by
- * `withinMs`: a Redis that does not answer leaves the host clock in place until one does), makes
- * it the process clock, and measures again every `everyMs` (unref'd). Resolves when the first
- * measure is in or given up; `stop()` ends the measuring.
+ * For a process without a heartbeat (web server, CLI): measures the Redis clock, makes it the
+ * process clock at the first answer, and measures again every `everyMs` (every second until the
+ * first answer; unref'd). `ready()` resolves once it is the process clock, or after `withinMs`
+ * without an answer (a Redis that does not answer: the host clock meanwhile); `stop()` ends it.
  */
 export function syncProcessClock(
   client: Pick<Redis, "time">,
   { withinMs = 2_000, everyMs = 30_000 }: { withinMs?: number; everyMs?: number } = {},
-): { ready: Promise<void>; stop(): void } {
+): { ready(): Promise<void>; stop(): void } {
+  let timer: NodeJS.Timeout | undefined;
+  let stopped = false;
   const measure = async () => {
-    await measureRedisClock(client);
-    useAsProcessClock();
+    if (stopped) return;
+    if (await measureRedisClock(client).catch(() => false)) useAsProcessClock();
+    if (stopped) return;
+    timer = setTimeout(() => void measure(), installed ? everyMs : 1_000);
+    timer.unref?.();
   };
-  const timer = setInterval(() => void measure().catch(() => {}), everyMs);
-  timer.unref?.();
-  const ready = Promise.race([
-    measure().catch(() => {}),
-    new Promise<void>((resolve) => setTimeout(resolve, withinMs).unref?.()),
-  ]);
-  return { ready, stop: () => clearInterval(timer) };
+  void measure();
+  return {
+    ready: () =>
+      installed
+        ? Promise.resolve()
+        : new Promise<void>((resolve) => {
+            waiters.push(resolve);
+            setTimeout(() => {
+              waiters = waiters.filter((waiter) => waiter !== resolve);
+              resolve();
+            }, withinMs).unref?.();
+          }),
+    stop: () => {
+      stopped = true;
+      clearTimeout(timer);
+    },
+  };
 }

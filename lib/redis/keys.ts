@@ -152,6 +152,13 @@ export function redisKeys(prefix: string) {
      * removed from BullMQ and not upserted again until resumed (lib/rebuilds/schedules).
      */
     pausedSchedules: `${tag}:sched-paused`,
+    /**
+     * STRING, no TTL: a digest of the schedules the definitions of the worker that started last
+     * ask for (lib/rebuilds/schedules.ts `schedulesDigest`): the minute check of a worker whose
+     * definitions differ (a rolling deploy) repairs only what both agree on; gone, Redis lost its
+     * state and the check syncs as a start does.
+     */
+    scheduleDefinitions: `${tag}:sched-definitions`,
     /** STRING: when a scheduler was first upserted (ms); ticks before it cannot have been missed. */
     schedulerSince: (schedulerId: string) => `${tag}:sched-since:${schedulerId}`,
     /**

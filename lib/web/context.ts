@@ -23,9 +23,9 @@ export interface WebContext {
   queue: Queue;
   /**
    * This process's clock made the Redis clock (lib/redis/clock.ts: BullMQ's times compared across
-   * hosts), measured again every 30 s: settled once measured, or after 2 s without an answer.
+   * hosts), measured again every 30 s: settles once it is, or after 2 s without an answer.
    */
-  clockReady: Promise<void>;
+  clockReady(): Promise<void>;
 }
 
 const holder = globalThis as typeof globalThis & { __claimwatchWeb?: WebContext };

@@ -141,14 +141,14 @@ export async function beat(
     currentJob: currentJob ?? "",
     upkeepRunningMs: upkeepRunningMs === null ? "" : String(Math.round(upkeepRunningMs)),
   };
-  const sentAt = hostNow();
+  const sentAt = performance.now();
   const [at, streakSince] = await runScript(
     client,
     WORKER_BEAT,
     [keys.workerHeartbeat(worker.id), keys.workerRegistry],
     [worker.id, HEARTBEAT_TTL_MS, REGISTRY_KEEP_MS, BEAT_STREAK.maxGapMs, ...Object.entries(fields).flat()],
   );
-  redisClock.learn(at, sentAt, hostNow());
+  redisClock.learn(at, sentAt, performance.now());
   return { at, streakSince, judgesOthers: at - streakSince >= BEAT_STREAK.requiredMs };
 }
 

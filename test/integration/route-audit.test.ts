@@ -11,7 +11,7 @@ import { after, test } from "node:test";
 import { stringify } from "yaml";
 import { route } from "../../lib/api/handler";
 import { ApiError } from "../../lib/api/errors";
-import { listAudit } from "../../lib/audit";
+import { listAudit, noteAuditedFailure } from "../../lib/audit";
 import { parseConfig } from "../../lib/config";
 import { loadDefinitions } from "../../lib/rebuilds/definitions";
 import { openContext, type WebContext } from "../../lib/web/context";
@@ -59,6 +59,18 @@ test("an allowed mutation that fails is audited as failed; a refused one as refu
       throw new ApiError(409, "conflict", "not now");
     });
     assert.equal((await refusing(post())).status, 409);
+
+    // Not twice (an operation that audited its failure itself), not with Redis unreachable (503).
+    const auditedItself = route({ role: "operator", mutation: "trigger" }, async () => {
+      const error = new Error("its own entry says so");
+      noteAuditedFailure(error);
+      throw error;
+    });
+    assert.equal((await auditedItself(post())).status, 500);
+    const unreachable = route({ role: "operator", mutation: "trigger" }, async () => {
+      throw new Error("connect ECONNREFUSED 127.0.0.1:6380");
+    });
+    assert.equal((await unreachable(post())).status, 503);
 
     const { entries } = await listAudit(context.connections.main, context.connections.keys, { limit: 10 });
     assert.deepEqual(

@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { createTestBed, type TestBed } from "../support/stack";
 import { until } from "../support/until";
-import { syncSchedules } from "../../lib/rebuilds/schedules";
+import { repairSchedules, syncSchedules } from "../../lib/rebuilds/schedules";
 
 let bed: TestBed;
 before(async () => {
@@ -73,23 +73,41 @@ test("a tick that fell due while no worker ran is not replaced by the next worke
   }
 });
 
-test("a schedule whose next tick is gone (a lost write, a worker that died queueing it) is found and upserted again; one as wanted is left alone", async () => {
+test("the minute check: a lost next tick is queued again; a scheduler other definitions wrote, or removed, is left alone; with Redis's state lost it syncs as a start", async () => {
   const first = await syncSchedules(bed.queue, bed.definitions, bed.main, bed.keys);
   assert.deepEqual(first.failed, []);
-  const again = await syncSchedules(bed.queue, bed.definitions, bed.main, bed.keys);
-  assert.deepEqual(again.repaired, [], "a scheduler with its tick pending is not touched");
-  const scheduler = await bed.queue.getJobScheduler("sched.ticking");
-  const tick = await bed.queue.getJob(`repeat:sched.ticking:${scheduler?.next}`);
-  assert.ok(tick?.id, "the next tick is queued");
+  const again = await repairSchedules(bed.queue, bed.definitions, bed.main, bed.keys);
+  assert.deepEqual(again, { repaired: [], failed: [] }, "a scheduler with its tick pending is not touched");
   // As a crash that lost the write would leave it: no job, the scheduler still naming it.
-  await bed.main.zrem(bed.queue.toKey("delayed"), tick.id);
-  await bed.main.del(bed.queue.toKey(tick.id));
-  assert.equal(await bed.queue.getJobState(tick.id), "unknown");
-  const healed = await syncSchedules(bed.queue, bed.definitions, bed.main, bed.keys);
-  assert.deepEqual(healed.repaired, ["sched.ticking"]);
-  const next = (await bed.queue.getJobScheduler("sched.ticking"))?.next;
-  assert.ok(next, "a next tick again");
-  assert.equal(await bed.queue.getJobState(`repeat:sched.ticking:${next}`), "delayed");
+  const loseNextTick = async () => {
+    const next = (await bed.queue.getJobScheduler("sched.ticking"))?.next;
+    const id = `repeat:sched.ticking:${next}`;
+    await bed.main.zrem(bed.queue.toKey("delayed"), id);
+    await bed.main.del(bed.queue.toKey(id));
+    assert.equal(await bed.queue.getJobState(id), "unknown");
+  };
+  const nextPending = async () => {
+    const next = (await bed.queue.getJobScheduler("sched.ticking"))?.next;
+    return next !== undefined && (await bed.queue.getJobState(`repeat:sched.ticking:${next}`)) === "delayed";
+  };
+  await loseNextTick();
+  assert.deepEqual((await repairSchedules(bed.queue, bed.definitions, bed.main, bed.keys)).repaired, ["sched.ticking"]);
+  assert.ok(await nextPending(), "a next tick again");
+
+  // A worker of other definitions started last (a rolling deploy): a lost tick of a scheduler both
+  // agree on is still queued again, but a scheduler it removed is not brought back.
+  await bed.main.set(bed.keys.scheduleDefinitions, "another-version");
+  await loseNextTick();
+  assert.deepEqual((await repairSchedules(bed.queue, bed.definitions, bed.main, bed.keys)).repaired, ["sched.ticking"]);
+  await bed.queue.removeJobScheduler("sched.ticking");
+  assert.deepEqual((await repairSchedules(bed.queue, bed.definitions, bed.main, bed.keys)).repaired, []);
+  assert.equal(await bed.queue.getJobScheduler("sched.ticking"), undefined, "not brought back");
+
+  // The digest gone with the rest of Redis's state: the check syncs as a start does.
+  await bed.main.del(bed.keys.scheduleDefinitions);
+  assert.deepEqual((await repairSchedules(bed.queue, bed.definitions, bed.main, bed.keys)).repaired, ["sched.ticking"]);
+  assert.ok(await nextPending());
+  assert.notEqual(await bed.main.get(bed.keys.scheduleDefinitions), null);
 });
 
 test("a schedule removed from the definitions is removed at the next start", async () => {

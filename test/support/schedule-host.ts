@@ -23,7 +23,7 @@ const loaded = loadDefinitions(config.definitionsPath);
 if (!loaded.ok) throw loaded.error;
 const context = openContext(config, loaded.definitions, "schedule-host");
 try {
-  await context.clockReady;
+  await context.clockReady();
   const deps = {
     queue: context.queue,
     main: context.connections.main,
