@@ -48,6 +48,7 @@ export async function abandonRun(
       keys.metricsCounters,
       keys.run(run.runId),
       keys.events,
+      keys.workerRegistry,
     ],
     layout.keys,
     [
@@ -222,6 +223,7 @@ export async function closeAbandonedRuns(
         keys.metricsCounters,
         self ? keys.workerHeartbeat(self.workerId) : keys.run(runId),
         keys.events,
+        keys.workerRegistry,
       ],
       layout.keys,
       [

@@ -103,6 +103,13 @@ local function workerGone(runKey, heartbeatPrefix)
   local workerId = redis.call('HGET', runKey, 'workerId')
   return not workerId or workerId == '' or redis.call('EXISTS', heartbeatPrefix .. workerId) == 0
 end
+-- The last heartbeat (Redis clock, ms) of a record's worker, from the workers' registry ZSET; nil
+-- when not known. A dead worker's attempt ran (at least) until then.
+local function lastBeatOf(runKey, registryKey)
+  local workerId = redis.call('HGET', runKey, 'workerId')
+  if not workerId or workerId == '' then return nil end
+  return tonumber(redis.call('ZSCORE', registryKey, workerId))
+end
 -- Whether a record may name a publish nobody else can know about: its attempt passed the owner
 -- check right before its publish ('${PUBLISHING_FIELD}': the fence and build it was about to publish,
 -- written by that check, at '${PUBLISHING_FIELD}At' on the Redis clock), its worker still beats,
@@ -119,7 +126,8 @@ local function mayHavePublished(runKey, heartbeatPrefix)
 end
 -- A record's steps (records.ts encodeSteps: packed, or JSON) with each one still running closed
 -- as aborted now, written back in their form; returned as a list for the event (nil: none).
-local function closeSteps(runKey)
+local function closeSteps(runKey, at)
+  at = at or nowMs
   local raw = redis.call('HGET', runKey, 'steps')
   if not raw or raw == '' then return nil end
   local closed = false
@@ -129,7 +137,7 @@ local function closeSteps(runKey)
     for _, step in ipairs(steps) do
       if type(step) == 'table' and step.status == 'running' then
         step.status = 'aborted'
-        step.finishedAt = math.max(nowMs, tonumber(step.startedAt) or nowMs)
+        step.finishedAt = math.max(at, tonumber(step.startedAt) or at)
         closed = true
       end
     end
@@ -147,7 +155,7 @@ local function closeSteps(runKey)
     local startedAt = first + tonumber(offset)
     if letter == 'r' then
       -- Its start is on its worker's estimate of the Redis clock: never a negative duration.
-      if duration == '' then duration = string.format('%d', math.max(0, nowMs - startedAt)) end
+      if duration == '' then duration = string.format('%d', math.max(0, at - startedAt)) end
       letter = 'a'
       closed = true
     end
@@ -188,7 +196,9 @@ end
 -- it published is not known; a record that was about to publish is left alone (returns 0) until
 -- PROOF_PATIENCE_MS after its check before the publish, on the Redis clock. '-': not asked (its
 -- worker may be live); a record that was about to publish is left alone.
-local function abandon(runKey, runId, reason, first, n, gone, eventsKey, published)
+-- 'lastSeenAt' (nil: not known or not asked): the last heartbeat of the record's worker, which
+-- died or stalled: an aborted record finishes then (or at its start, if later), not now.
+local function abandon(runKey, runId, reason, first, n, gone, eventsKey, published, lastSeenAt)
   local status = redis.call('HGET', runKey, 'status')
   if not status or not ALLOWED[status]['aborted'] then return 0 end
   -- An operator force-released its claim while it ran (its worker paused or dead since): said first.
@@ -230,10 +240,19 @@ local function abandon(runKey, runId, reason, first, n, gone, eventsKey, publish
   end
   redis.call('HSET', runKey, 'status', closedAs, 'reason', reason)
   local startedAt = tonumber(redis.call('HGET', runKey, 'startedAt'))
+  -- When it was last seen running (set below when its worker's last beat tells), else nil: now.
+  local seenUntil = nil
   if closedAs == 'rebuilt' and startedAt and publishedAt and publishedAt >= startedAt and publishedAt <= nowMs then
     -- It ran until it published: that is its finish and its duration.
     redis.call('HSET', runKey, 'finishedAt', publishedAt, 'durationMs', publishedAt - startedAt)
     countFinal(runKey, closedAs, score, publishedAt - startedAt, publishedAt - startedAt, publishedAt)
+  elseif closedAs == 'aborted' and lastSeenAt and startedAt and lastSeenAt <= nowMs then
+    -- Its worker died or stalled after its last heartbeat (or after it began this attempt, when
+    -- that was later): it ran until then at least, not until this close. Its steps still running
+    -- are closed then too.
+    seenUntil = math.max(lastSeenAt, startedAt)
+    redis.call('HSET', runKey, 'finishedAt', seenUntil, 'durationMs', seenUntil - startedAt)
+    countFinal(runKey, closedAs, score, seenUntil - startedAt, nil, seenUntil)
   else
     -- Nobody saw it end: counted, but its duration is no run's (it ran until it died or stalled,
     -- or until it published and then ended unseen, when that moment is not known).
@@ -247,7 +266,7 @@ local function abandon(runKey, runId, reason, first, n, gone, eventsKey, publish
     countFinal(runKey, closedAs, score, durationMs, nil, finishedAt)
   end
   moveStatus(first, n, runId, status, closedAs, score)
-  local steps = closeSteps(runKey)
+  local steps = closeSteps(runKey, seenUntil)
   publish(eventsKey, closedEvent(runKey, runId, closedAs, steps))
   return 1
 end
@@ -265,6 +284,7 @@ export const RUN_BEGIN = typedScript<[code: number, detail: string, stray: strin
     "events",
     "runCounters",
     "runLog",
+    "workerRegistry",
   ],
   variadicKeys: true,
   lua: `
@@ -278,7 +298,9 @@ KEYS[6] cancelRequest STRING: an operator's cancel request for the job (read onl
 KEYS[7] events STREAM (lib/events): the record's event is written here
 KEYS[8] runCounters HASH behind /metrics (lib/metrics/counters)
 KEYS[9] runLog LIST of the run: a takeover appends a line saying from whom
-KEYS[10 ..] indexes: ARGV[5] base indexes, then as many per status in ARGV[10]
+KEYS[10] workerRegistry ZSET workerId → last heartbeat: a previous attempt closed here (its job
+  lock lapsed: its worker died or stalled) is closed as finished at its worker's last beat
+KEYS[11 ..] indexes: ARGV[5] base indexes, then as many per status in ARGV[10]
 ARGV[1] runId   ARGV[2] jobId   ARGV[3] previous attempt's run id   ARGV[4] record TTL ms
 ARGV[5] n (base indexes)   ARGV[6] mode: 'check' (already rebuilt → skipped, else running),
   'running', or a final status (an attempt that ends where it begins)
@@ -329,7 +351,7 @@ Returns {code, detail, stray, cancel}: cancel is the job's cancel request ('' fo
 ${COMMON}
 local runId, jobId, previousId = ARGV[1], ARGV[2], ARGV[3]
 local n, mode = tonumber(ARGV[5]), ARGV[6]
-local FIRST = 10
+local FIRST = 11
 local FIELDS = 15
 setStatuses(ARGV[10])
 setTimeline(ARGV[11], KEYS[8])
@@ -401,7 +423,7 @@ if open and open ~= runId and not laterOpen then
       if marked and marked ~= '' then
         stray = open
       else
-        abandon(KEYS[3], previousId, ARGV[8], FIRST, n, workerGone(KEYS[3], ARGV[13]), KEYS[7], '')
+        abandon(KEYS[3], previousId, ARGV[8], FIRST, n, workerGone(KEYS[3], ARGV[13]), KEYS[7], '', lastBeatOf(KEYS[3], KEYS[10]))
       end
     end
   else
@@ -645,7 +667,7 @@ return {${RUN_REPLY.began}, '', cancel}
 
 export const RUN_ABANDON = typedScript<number>()({
   command: "claimwatchRunAbandon",
-  keys: ["run", "openAttempt", "workerHeartbeat", "runCounters", "sweeperHeartbeat", "events"],
+  keys: ["run", "openAttempt", "workerHeartbeat", "runCounters", "sweeperHeartbeat", "events", "workerRegistry"],
   variadicKeys: true,
   lua: `
 --[[ Close an attempt nobody will finish: queued or running → aborted (or rebuilt: ARGV[11]),
@@ -654,7 +676,9 @@ KEYS[1] run HASH   KEYS[2] openAttempt STRING of its job   KEYS[3] workerHeartbe
 worker the caller saw on the record   KEYS[4] runCounters HASH behind /metrics (lib/metrics/counters)
 KEYS[5] workerHeartbeat HASH of the sweeping worker (with ARGV[9])
 KEYS[6] events STREAM (lib/events): the record's event is written here
-KEYS[7 ..] indexes: ARGV[2] base indexes, then as many per status in ARGV[5]
+KEYS[7] workerRegistry ZSET workerId → last heartbeat: a record whose worker is gone is closed as
+  finished at its last beat (it ran until then, not until this close)
+KEYS[8 ..] indexes: ARGV[2] base indexes, then as many per status in ARGV[5]
 ARGV[1] runId   ARGV[2] n   ARGV[3] reason
 ARGV[4] workerId the caller saw: '' closes it whatever its worker; otherwise only if the record
   still names that worker and the worker's heartbeat has expired (on the Redis clock)
@@ -696,7 +720,7 @@ elseif mayHavePublished(KEYS[1], ARGV[8]) then
 end
 -- Gone: its heartbeat was found expired above, or (closing whatever its worker) is now.
 local gone = ARGV[7] ~= '1' and (ARGV[4] ~= '' or workerGone(KEYS[1], ARGV[8]))
-local closed = abandon(KEYS[1], ARGV[1], ARGV[3], 7, tonumber(ARGV[2]), gone, KEYS[6], ARGV[11])
+local closed = abandon(KEYS[1], ARGV[1], ARGV[3], 8, tonumber(ARGV[2]), gone, KEYS[6], ARGV[11], gone and lastBeatOf(KEYS[1], KEYS[7]) or nil)
 if closed == 1 and redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
 if closed == 1 then return ${RUN_REPLY.written} end
 return ${RUN_REPLY.no}

@@ -189,6 +189,7 @@ export async function beginAttempt(
       keys.events,
       keys.metricsCounters,
       keys.runLog(attempt.runId),
+      keys.workerRegistry,
     ],
     layout.keys,
     [

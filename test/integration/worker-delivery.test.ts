@@ -12,6 +12,7 @@ import { Worker } from "bullmq";
 import { claimName, readPublished } from "../../lib/claims";
 import { queuePrefix, REBUILD_QUEUE } from "../../lib/rebuilds/queue";
 import { hashDirectory, readCurrent } from "../../lib/rebuilds/output";
+import { serverNow } from "../../lib/redis/time";
 import { APP_VERSION } from "../../lib/version";
 import { newWorkerIdentity } from "../../lib/workers/heartbeat";
 import { DEFAULT_WORKER_OPTIONS, startRebuildWorker } from "../../worker/rebuild-worker";
@@ -104,6 +105,7 @@ test("SIGKILL mid-run: another worker completes the rebuild and current is whole
   const survivor = workers.find((w) => w !== victim)!;
   assert.ok(victim, `the running record names one of the workers (${running.workerId})`);
   try {
+    const killedAt = await serverNow(bed.main);
     assert.equal(await victim.stop("SIGKILL"), null);
     const done = await bed.waitForRun(
       (r) => r.jobId === jobId && r.status === "rebuilt",
@@ -111,6 +113,14 @@ test("SIGKILL mid-run: another worker completes the rebuild and current is whole
       "rebuilt run after the kill",
     );
     assert.ok(done.attempt > running.attempt, "completed by a later attempt");
+    // The killed attempt ran until its worker's last sign of life, not until someone closed it.
+    const killed = await bed.waitForRun((r) => r.id === running.id && r.status === "aborted", 20_000);
+    assert.ok(
+      killed.finishedAt !== null && killed.finishedAt >= killed.startedAt! && killed.finishedAt <= killedAt,
+      `finished ${killed.finishedAt! - killedAt} ms after the kill`,
+    );
+    for (const step of killed.steps ?? [])
+      assert.ok(step.finishedAt !== null && step.finishedAt <= killedAt, `step ${step.name} ends by the kill`);
     // The final record is written before BullMQ moves the job to completed: wait for that too.
     let finishedOn: number | undefined;
     for (let i = 0; i < 100 && finishedOn === undefined; i++) {
