@@ -94,7 +94,7 @@ const { worker, running } = startRebuildWorker(
  */
 const MAINTENANCE_EVERY_MS = 60_000;
 const MAINTENANCE_AFTER_JOBS = 100;
-let lastMaintenance = 0;
+let lastMaintenance = -MAINTENANCE_EVERY_MS; // monotonic ms: the first upkeep maintains
 let processedAtMaintenance = 0;
 let lastBeatFailed = false;
 let lastUpkeepFailed = false;
@@ -189,8 +189,8 @@ async function upkeepAfterBeat(judgesOthers: boolean): Promise<void> {
     const settled = sinceMaintenance > 0 && running.ids().length === 0;
     // Not once the worker is stopping (its jobs handed back count as processed): a prune then
     // would take claims the stop must not leave held.
-    if (!stopping && (busy || settled || Date.now() - lastMaintenance >= MAINTENANCE_EVERY_MS)) {
-      lastMaintenance = Date.now();
+    if (!stopping && (busy || settled || performance.now() - lastMaintenance >= MAINTENANCE_EVERY_MS)) {
+      lastMaintenance = performance.now();
       processedAtMaintenance = running.processed();
       await trimAllRuns(main, keys, definitions, retention);
       await pruneAbandonedWorkDirs(definitions);

@@ -79,6 +79,7 @@ export class EventHub {
   private expiryTimer: ReturnType<typeof setInterval> | undefined;
   private lastHealth: { key: string; report: HealthReport } | null = null;
   /** Claims seen in events: name → token and when (local clock) it ends without a refresh. */
+  /** `endsAt`: a local deadline (`performance.now()`). */
   private readonly tracked = new Map<string, { token: string; endsAt: number }>();
 
   constructor(private readonly sources: HubSources) {}
@@ -208,18 +209,18 @@ export class EventHub {
     switch (event.type) {
       case "claim.acquired":
         if (this.tracked.size < TRACKED_CLAIMS_MAX) {
-          this.tracked.set(event.name, { token: event.token, endsAt: Date.now() + event.ttlMs });
+          this.tracked.set(event.name, { token: event.token, endsAt: performance.now() + event.ttlMs });
         }
         break;
       case "claim.refreshed": {
         const claim = this.tracked.get(event.name);
-        if (claim?.token === event.token) claim.endsAt = Date.now() + event.ttlMs;
+        if (claim?.token === event.token) claim.endsAt = performance.now() + event.ttlMs;
         break;
       }
       case "claim.revoked": {
         // Taken until its holder acknowledges (`claim.released`) or the window ends (expired).
         const claim = this.tracked.get(event.name);
-        if (claim?.token === event.token) claim.endsAt = Date.now() + event.windowMs;
+        if (claim?.token === event.token) claim.endsAt = performance.now() + event.windowMs;
         break;
       }
       case "claim.lost":
@@ -267,7 +268,7 @@ export class EventHub {
   private checkingExpiries = false;
   private async checkExpiries(): Promise<void> {
     if (this.checkingExpiries) return;
-    const now = Date.now();
+    const now = performance.now();
     const due = [...this.tracked].filter(([, c]) => c.endsAt + EXPIRY_GRACE_MS < now).slice(0, 1_000);
     if (due.length === 0) return;
     this.checkingExpiries = true;
@@ -279,7 +280,7 @@ export class EventHub {
         const [error, holder] = replies[i] ?? [new Error("no reply"), null];
         if (error) return;
         if (holder === claim.token || holder === `${REVOKED_PREFIX}${claim.token}`) {
-          claim.endsAt = Date.now() + 1_000; // refreshed, its event not seen yet: look again soon
+          claim.endsAt = performance.now() + 1_000; // refreshed, its event not seen yet: look again soon
           return;
         }
         this.tracked.delete(name);

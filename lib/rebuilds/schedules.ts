@@ -79,9 +79,15 @@ export async function syncSchedules(
     }
   }
   // The definitions that started last name the schedules (what the minute checks may repair).
-  await client.set(keys.scheduleDefinitions, schedulesDigest(definitions));
+  await client.set(keys.scheduleDefinitions, schedulesDigest(definitions), "PX", SCHEDULE_DIGEST_TTL_MS);
   return synced;
 }
+
+/**
+ * How long the digest of the definitions that started last outlives the last worker that runs
+ * them (each one's minute check keeps it): then another version's worker syncs as a start does.
+ */
+export const SCHEDULE_DIGEST_TTL_MS = 180_000;
 
 /** A digest of every schedule the definitions ask for: id, cron, time zone, job template. */
 export function schedulesDigest(definitions: Definitions): string {
@@ -103,12 +109,13 @@ export function schedulesDigest(definitions: Definitions): string {
  * is queued; what fell due meanwhile shows as missed ticks). Nothing is removed, and a scheduler
  * other definitions wrote (a rolling deploy: the worker that started last decides, at its start)
  * is left as it is: when the definitions that started last are this worker's, a missing
- * scheduler is upserted too; when Redis lost the digest (and so its state), this is a start's sync.
+ * scheduler is upserted too; when the digest is gone (Redis lost its state, or no worker of the
+ * definitions that wrote it has run for `SCHEDULE_DIGEST_TTL_MS`), this is a start's sync.
  */
 export async function repairSchedules(
   queue: SchedulerQueue & Pick<Queue, "getJobSchedulers">,
   definitions: Definitions,
-  client: PauseClient & Pick<Redis, "del" | "get">,
+  client: PauseClient & Pick<Redis, "del" | "get" | "pexpire">,
   keys: RedisKeys,
 ): Promise<{ repaired: string[]; failed: { id: string; message: string }[] }> {
   const stored = await client.get(keys.scheduleDefinitions);
@@ -117,6 +124,9 @@ export async function repairSchedules(
     return { repaired, failed };
   }
   const ours = stored === schedulesDigest(definitions);
+  // Kept while a worker of those definitions runs: an older one that started again after a deploy
+  // names its schedules only until it is gone (its digest then expires, and a start's sync follows).
+  if (ours) await client.pexpire(keys.scheduleDefinitions, SCHEDULE_DIGEST_TTL_MS);
   const result = { repaired: [] as string[], failed: [] as { id: string; message: string }[] };
   for (const definition of definitions.rebuilds.values()) {
     if (!definition.schedule) continue;

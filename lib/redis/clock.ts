@@ -18,10 +18,12 @@
  * `Date.now` (`useAsProcessClock`) once it is measured, before BullMQ runs there. Times compared
  * with file times the host stamped (an input's mtime) use `hostNow`.
  *
- * A new answer moves the estimate forward at once, and back at once by up to `MAX_BACK_STEP_MS`;
- * a larger step back (the Redis clock itself went back: a failover to a host behind) is slewed at
- * half speed: BullMQ renews job locks by `Date.now` differences, and a clock stepped far back
- * would hold the renewals off for as long.
+ * Once it is the process clock, it never steps back: an answer that puts it ahead (a round trip's
+ * noise, or a Redis clock that went back: a failover to a host behind) is slewed in at half
+ * speed, so `Date.now` keeps rising (BullMQ renews job locks by `Date.now` differences: its
+ * quarter-lock renewals then come at half-lock intervals, still inside the lock). Only a gap
+ * over `MAX_SLEW_MS` is stepped back at once: slewing it would leave this process that far ahead
+ * of others for twice as long, running their delayed jobs early. Forward, it steps at once.
  */
 import type { Redis } from "ioredis";
 import { timeReplyMs } from "./time";
@@ -31,10 +33,10 @@ export const hostNow: () => number = Date.now;
 
 /** A `TIME` answer that took longer than this is not used. */
 export const MAX_SAMPLE_RTT_MS = 250;
-/** The estimate may step back this far at once (a quarter of BullMQ's default 5 s job lock, at most). */
-const MAX_BACK_STEP_MS = 1_000;
-/** How fast a larger step back is slewed in: this much of the time passing. */
+/** How fast the process clock slews back to the estimate: this much of the time passing. */
 const SLEW_RATE = 0.5;
+/** A larger gap back is stepped at once (a job lock may lapse: the claim and the fence keep a repeat harmless). */
+const MAX_SLEW_MS = 30_000;
 
 /** A slow answer is used when no prompt one was for this long (the monotonic clock drifts). */
 const SLOW_SAMPLE_AFTER_MS = 60_000;
@@ -42,7 +44,7 @@ const SLOW_SAMPLE_AFTER_MS = 60_000;
 /** Redis ms at monotonic ms `anchorMono` (from the last used answer). */
 let anchorRedis = 0;
 let anchorMono = 0;
-/** Still to be taken off the estimate (a step back being slewed in), and since when. */
+/** How far the process clock is ahead of the estimate (being slewed in), and since when. */
 let behindMs = 0;
 let slewedAt = 0;
 let learned = false;
@@ -69,19 +71,15 @@ export const redisClock = {
     if (!Number.isFinite(serverMs) || rtt < 0) return false;
     const mono = performance.now();
     if (learned && rtt > MAX_SAMPLE_RTT_MS && mono - learnedAt < SLOW_SAMPLE_AFTER_MS) return false;
-    const before = learned ? estimate(mono) : 0;
+    const shown = learned ? estimate(mono) : 0;
     anchorRedis = serverMs;
     anchorMono = answeredAt - Math.min(rtt, MAX_SAMPLE_RTT_MS) / 2;
     learnedAt = mono;
-    const after = anchorRedis + (mono - anchorMono);
-    // Back by more than a step may go while the process runs BullMQ: the rest is slewed in.
-    behindMs = installed && before - after > MAX_BACK_STEP_MS ? before - after - MAX_BACK_STEP_MS : 0;
+    const ahead = shown - (anchorRedis + (mono - anchorMono));
+    // While it is the process clock, what it has shown stands: the estimate catches up with it.
+    behindMs = installed && ahead > 0 && ahead <= MAX_SLEW_MS ? ahead : 0;
     slewedAt = mono;
-    if (!learned) {
-      learned = true;
-      for (const wake of waiters) wake();
-      waiters = [];
-    }
+    learned = true;
     return true;
   },
   /** Whether an answer was learned yet. */
@@ -117,6 +115,8 @@ export function useAsProcessClock(): void {
   if (installed) return;
   installed = true;
   Date.now = redisClock.now;
+  for (const wake of waiters) wake();
+  waiters = [];
 }
 
 /**

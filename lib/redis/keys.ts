@@ -153,10 +153,10 @@ export function redisKeys(prefix: string) {
      */
     pausedSchedules: `${tag}:sched-paused`,
     /**
-     * STRING, no TTL: a digest of the schedules the definitions of the worker that started last
-     * ask for (lib/rebuilds/schedules.ts `schedulesDigest`): the minute check of a worker whose
-     * definitions differ (a rolling deploy) repairs only what both agree on; gone, Redis lost its
-     * state and the check syncs as a start does.
+     * STRING with a TTL (kept by the workers whose definitions it names): a digest of the schedules
+     * the definitions of the worker that started last ask for (lib/rebuilds/schedules.ts
+     * `schedulesDigest`): the minute check of a worker whose definitions differ (a rolling deploy)
+     * repairs only what both agree on; gone, the check syncs as a start does.
      */
     scheduleDefinitions: `${tag}:sched-definitions`,
     /** STRING: when a scheduler was first upserted (ms); ticks before it cannot have been missed. */

@@ -516,10 +516,16 @@ const SENT_FINALS_MAX = 1_000;
 function rememberFinal(store: RunStore, run: RunRef, write: RunWrite): (result: WriteResult) => void {
   const earlier = sentFinals.get(run.runId);
   sentFinals.delete(run.runId); // re-inserted last: the map's order is the sending order
-  const kept = { store, run, write: { ...write, logLines: [] }, at: Date.now(), answered: null as WriteResult | null };
+  const kept = {
+    store,
+    run,
+    write: { ...write, logLines: [] },
+    at: performance.now(),
+    answered: null as WriteResult | null,
+  };
   sentFinals.set(run.runId, kept);
   for (const [runId, sent] of sentFinals) {
-    if (sentFinals.size <= SENT_FINALS_MAX && Date.now() - sent.at <= SENT_FINALS_KEPT_MS) break;
+    if (sentFinals.size <= SENT_FINALS_MAX && performance.now() - sent.at <= SENT_FINALS_KEPT_MS) break;
     sentFinals.delete(runId);
   }
   return (result) => {
@@ -536,7 +542,7 @@ function rememberFinal(store: RunStore, run: RunRef, write: RunWrite): (result: 
  */
 export async function resendFinalWrite(runId: string): Promise<WriteResult | null> {
   const sent = sentFinals.get(runId);
-  if (!sent || Date.now() - sent.at > SENT_FINALS_KEPT_MS) return null;
+  if (!sent || performance.now() - sent.at > SENT_FINALS_KEPT_MS) return null;
   const result = await writeRun(sent.store, sent.run, sent.write);
   sent.answered = result;
   return result;
@@ -550,11 +556,11 @@ export async function resendFinalWrite(runId: string): Promise<WriteResult | nul
  * Returns the run ids written now.
  */
 export async function flushUnansweredFinals(withinMs: number): Promise<string[]> {
-  const deadline = Date.now() + withinMs;
+  const deadline = performance.now() + withinMs;
   const written: string[] = [];
   for (;;) {
     const pending = [...sentFinals.entries()].filter(([, sent]) => sent.answered === null);
-    if (pending.length === 0 || Date.now() >= deadline) return written;
+    if (pending.length === 0 || performance.now() >= deadline) return written;
     await Promise.all(
       pending.map(async ([runId]) => {
         const result = await resendFinalWrite(runId).catch(() => null);

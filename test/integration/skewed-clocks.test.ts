@@ -62,7 +62,8 @@ test("a worker a minute ahead runs no tick early, and the schedule goes on ticki
   assert.ok(runs.length >= 5, `several ticks ran (${runs.length})`);
   for (const run of runs)
     assert.ok(
-      run.startedAt >= run.tick - 50,
+      // The estimate may be ahead of Redis by up to half a round trip it still uses (125 ms).
+      run.startedAt >= run.tick - 150,
       `run ${run.id} of the ${run.tick} tick started ${run.tick - run.startedAt} ms early`,
     );
   assert.equal(new Set(runs.map((run) => run.tick)).size, runs.length, "no tick ran twice");

@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { createTestBed, type TestBed } from "../support/stack";
 import { until } from "../support/until";
-import { repairSchedules, syncSchedules } from "../../lib/rebuilds/schedules";
+import { repairSchedules, SCHEDULE_DIGEST_TTL_MS, syncSchedules } from "../../lib/rebuilds/schedules";
 
 let bed: TestBed;
 before(async () => {
@@ -78,6 +78,8 @@ test("the minute check: a lost next tick is queued again; a scheduler other defi
   assert.deepEqual(first.failed, []);
   const again = await repairSchedules(bed.queue, bed.definitions, bed.main, bed.keys);
   assert.deepEqual(again, { repaired: [], failed: [] }, "a scheduler with its tick pending is not touched");
+  const ttl = await bed.main.pttl(bed.keys.scheduleDefinitions);
+  assert.ok(ttl > 0 && ttl <= SCHEDULE_DIGEST_TTL_MS, `the digest lives while its workers run (${ttl} ms)`);
   // As a crash that lost the write would leave it: no job, the scheduler still naming it.
   const loseNextTick = async () => {
     const next = (await bed.queue.getJobScheduler("sched.ticking"))?.next;

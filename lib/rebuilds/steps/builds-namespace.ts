@@ -237,7 +237,7 @@ export class BuildsNamespace {
     // has made it and set its propagation (a bind made before that could reach the worker's view).
     const cat = fs.realpathSync(this.programs.cat);
     const own = fs.statSync("/proc/self/ns/mnt").ino;
-    const deadline = Date.now() + HOLDER_READY_MS;
+    const deadline = performance.now() + HOLDER_READY_MS;
     let fd: number;
     for (;;) {
       if (ended !== null) throw notMade(ended);
@@ -254,7 +254,7 @@ export class BuildsNamespace {
       } catch {
         // not yet, or gone (seen above in a later turn)
       }
-      if (Date.now() > deadline) {
+      if (performance.now() > deadline) {
         child.kill("SIGKILL");
         throw notMade(`not ready within ${HOLDER_READY_MS} ms`);
       }
