@@ -26,7 +26,7 @@ import { flushUnansweredFinals, noteMadeCurrent, resendFinalWrite } from "../lib
 import { pruneAbandonedWorkDirs } from "../lib/rebuilds/output";
 import { removeTakenWorkDirs, takeLiveWorkDirs } from "../lib/rebuilds/work-dirs";
 import { pruneOldBuilds } from "../lib/rebuilds/prune";
-import { repairSchedules, syncSchedules } from "../lib/rebuilds/schedules";
+import { keepScheduleDigest, repairSchedules, syncSchedules } from "../lib/rebuilds/schedules";
 import { closeRedis, createRedis } from "../lib/redis/client";
 import { measureRedisClock, redisClock, useAsProcessClock } from "../lib/redis/clock";
 import { redisKeys } from "../lib/redis/keys";
@@ -127,6 +127,7 @@ async function heartbeat(): Promise<void> {
   }
   if (lastBeatFailed) log("heartbeat restored");
   lastBeatFailed = false;
+  keepDigestBesideBeat();
   // One upkeep at a time: a slow one (a big prune, a slow disk) is not run again beside itself;
   // the beats go on. None starts once the worker is stopping.
   if (upkeep) return sayIfUpkeepSlow();
@@ -226,6 +227,16 @@ async function syncSchedulesAndSay(): Promise<void> {
  * refused at start) would end the schedule for good, until some worker started again.
  */
 const SCHEDULE_CHECK_EVERY_MS = 60_000;
+/**
+ * The schedules digest of this worker's definitions is kept alive beside the beat, not in the
+ * upkeep (a long prune there would let it expire, and a worker of other definitions take over).
+ */
+let lastDigestKeep = performance.now();
+function keepDigestBesideBeat(): void {
+  if (stopping || !announcedUp || performance.now() - lastDigestKeep < SCHEDULE_CHECK_EVERY_MS / 2) return;
+  lastDigestKeep = performance.now();
+  void keepScheduleDigest(main, keys, definitions, { take: false }).catch(() => {});
+}
 /** The start-up's sync is the first check (monotonic clock: `Date.now` becomes the Redis clock). */
 let lastScheduleCheck = performance.now();
 let lastScheduleCheckFailed = false;

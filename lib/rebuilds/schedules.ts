@@ -21,7 +21,9 @@ import { z } from "zod";
 import type { RedisKeys } from "../redis/keys";
 import { parseStoredJson } from "../redis/stored-json";
 import { tenantsOf, type Definitions, type RebuildDefinition } from "./definitions";
+import { runScript, type ScriptingClient } from "../redis/scripts";
 import { jobOptionsFor, schedulerIdOf, scheduledTickOf, type RebuildJobData } from "./queue";
+import { SCHEDULE_DIGEST_KEEP } from "./scripts";
 
 type SchedulerQueue = Pick<Queue, "upsertJobScheduler" | "removeJobScheduler" | "getJobScheduler" | "getJobState">;
 type PauseClient = Pick<Redis, "hget" | "hset" | "hdel" | "set">;
@@ -85,9 +87,28 @@ export async function syncSchedules(
 
 /**
  * How long the digest of the definitions that started last outlives the last worker that runs
- * them (each one's minute check keeps it): then another version's worker syncs as a start does.
+ * them (each one keeps it, beside its heartbeat): then another version's worker syncs as a start does.
  */
 export const SCHEDULE_DIGEST_TTL_MS = 180_000;
+
+/**
+ * Keeps the digest alive when it names `definitions` (`kept`); with `take`, sets it when it is
+ * gone (`taken`: the caller syncs as a start does); else `other`. One round trip.
+ */
+export async function keepScheduleDigest(
+  client: ScriptingClient,
+  keys: RedisKeys,
+  definitions: Definitions,
+  { take }: { take: boolean },
+): Promise<"kept" | "taken" | "other"> {
+  const reply = await runScript(
+    client,
+    SCHEDULE_DIGEST_KEEP,
+    [keys.scheduleDefinitions],
+    [schedulesDigest(definitions), SCHEDULE_DIGEST_TTL_MS, take ? "1" : ""],
+  );
+  return reply === 1 ? "kept" : reply === 2 ? "taken" : "other";
+}
 
 /** A digest of every schedule the definitions ask for: id, cron, time zone, job template. */
 export function schedulesDigest(definitions: Definitions): string {
@@ -115,18 +136,16 @@ export function schedulesDigest(definitions: Definitions): string {
 export async function repairSchedules(
   queue: SchedulerQueue & Pick<Queue, "getJobSchedulers">,
   definitions: Definitions,
-  client: PauseClient & Pick<Redis, "del" | "get" | "pexpire">,
+  client: PauseClient & ScriptingClient & Pick<Redis, "del">,
   keys: RedisKeys,
 ): Promise<{ repaired: string[]; failed: { id: string; message: string }[] }> {
-  const stored = await client.get(keys.scheduleDefinitions);
-  if (stored === null) {
+  // Taken when gone (one worker of all: the others see it theirs, or another's, then).
+  const digest = await keepScheduleDigest(client, keys, definitions, { take: true });
+  if (digest === "taken") {
     const { repaired, failed } = await syncSchedules(queue, definitions, client, keys);
     return { repaired, failed };
   }
-  const ours = stored === schedulesDigest(definitions);
-  // Kept while a worker of those definitions runs: an older one that started again after a deploy
-  // names its schedules only until it is gone (its digest then expires, and a start's sync follows).
-  if (ours) await client.pexpire(keys.scheduleDefinitions, SCHEDULE_DIGEST_TTL_MS);
+  const ours = digest === "kept";
   const result = { repaired: [] as string[], failed: [] as { id: string; message: string }[] };
   for (const definition of definitions.rebuilds.values()) {
     if (!definition.schedule) continue;

@@ -92,3 +92,27 @@ if started > 0 then redis.call('HINCRBY', KEYS[2], 'ats', -1) end
 return ${REPLY.done}
 `,
 });
+
+export const SCHEDULE_DIGEST_KEEP = typedScript<number>()({
+  command: "claimwatchScheduleDigestKeep",
+  keys: ["scheduleDefinitions"],
+  lua: `
+--[[ The digest of the definitions that started last (lib/rebuilds/schedules.ts), kept by a worker
+whose definitions it names; taken by one when it is gone, if ARGV[3] is '1'.
+KEYS[1] scheduleDefinitions STRING with a TTL
+ARGV[1] this worker's digest   ARGV[2] ttl ms   ARGV[3] '1': take it when gone
+Returns 1 kept (it is this worker's: its TTL renewed) | 2 taken (it was gone: set to this
+worker's; the caller syncs as a start does) | 0 another's, or gone and not taken (nothing written)
+]]
+local stored = redis.call('GET', KEYS[1])
+if stored == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+if not stored and ARGV[3] == '1' then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 2
+end
+return 0
+`,
+});

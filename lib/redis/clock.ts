@@ -1,13 +1,15 @@
 /**
  * This process's estimate of the Redis clock (lib/redis/time.ts: the one clock for anything
- * compared between processes): the Redis time of one `TIME` answer plus the monotonic time since
- * (`performance.now()`), so steps of the host's clock do not move it. Answers come from the
+ * compared between processes): Redis time at a monotonic moment (`performance.now()`) plus the
+ * monotonic time since, so steps of the host's clock do not move it. Answers come from the
  * worker's heartbeat (every beat) or `syncProcessClock` (web server, CLI). The server read its
- * clock somewhere between the send and the answer: taken as `MAX_SAMPLE_RTT_MS / 2` before the
- * answer at most (a command queued through an outage is read by the server when it comes back,
- * just before it answers, not halfway through the outage). Once one answer is learned, a later
- * one whose round trip took longer than `MAX_SAMPLE_RTT_MS` is used only when none was for a
- * minute (a slow link). Before the first answer the estimate is the host clock.
+ * clock somewhere between the send and the answer (monotonic times of this process): an answer
+ * inside that window says the estimate is right and changes nothing; one outside moves the
+ * estimate to the window's nearest edge, the least change it proves. So an answer that waited
+ * long (queued through an outage, or read after this process was paused) moves nothing it cannot
+ * prove. The first answer is taken as read `MAX_SAMPLE_RTT_MS / 2` before it came at most (a
+ * command queued through an outage is read when Redis is back, just before it answers). Before
+ * the first answer the estimate is the host clock.
  *
  * BullMQ compares times of different processes: a delayed job (a retry's backoff, a deferral, a
  * schedule's next tick) is due when the clock of whichever worker looks is past the time the
@@ -18,12 +20,14 @@
  * `Date.now` (`useAsProcessClock`) once it is measured, before BullMQ runs there. Times compared
  * with file times the host stamped (an input's mtime) use `hostNow`.
  *
- * Once it is the process clock, it never steps back: an answer that puts it ahead (a round trip's
- * noise, or a Redis clock that went back: a failover to a host behind) is slewed in at half
- * speed, so `Date.now` keeps rising (BullMQ renews job locks by `Date.now` differences: its
- * quarter-lock renewals then come at half-lock intervals, still inside the lock). Only a gap
- * over `MAX_SLEW_MS` is stepped back at once: slewing it would leave this process that far ahead
- * of others for twice as long, running their delayed jobs early. Forward, it steps at once.
+ * Once it is the process clock, it never steps back: an answer that puts it ahead (a Redis clock
+ * that went back: a failover to a host behind) is slewed in, `Date.now` running at 9/10 speed
+ * until the estimate catches up. BullMQ renews job locks by `Date.now` differences: its
+ * quarter-lock renewals then come at most 1/9 later, inside the step warden's margin
+ * (steps/warden.ts). Only a gap over `MAX_SLEW_MS` is stepped back at once: slewing it would
+ * leave this process that far ahead of the others for ten times as long, running their delayed
+ * jobs early (a job lock may lapse then: the claim and the fence keep a repeat harmless).
+ * Forward, it steps at once.
  */
 import type { Redis } from "ioredis";
 import { timeReplyMs } from "./time";
@@ -31,55 +35,64 @@ import { timeReplyMs } from "./time";
 /** The host's clock, whatever `Date.now` becomes. */
 export const hostNow: () => number = Date.now;
 
-/** A `TIME` answer that took longer than this is not used. */
+/** The first answer is taken as read at most half this before it came. */
 export const MAX_SAMPLE_RTT_MS = 250;
 /** How fast the process clock slews back to the estimate: this much of the time passing. */
-const SLEW_RATE = 0.5;
-/** A larger gap back is stepped at once (a job lock may lapse: the claim and the fence keep a repeat harmless). */
-const MAX_SLEW_MS = 30_000;
+export const SLEW_RATE = 0.1;
+/** A larger gap back is stepped at once. */
+export const MAX_SLEW_MS = 10_000;
 
-/** A slow answer is used when no prompt one was for this long (the monotonic clock drifts). */
-const SLOW_SAMPLE_AFTER_MS = 60_000;
-
-/** Redis ms at monotonic ms `anchorMono` (from the last used answer). */
+/** Redis ms at monotonic ms `anchorMono`. */
 let anchorRedis = 0;
 let anchorMono = 0;
 /** How far the process clock is ahead of the estimate (being slewed in), and since when. */
 let behindMs = 0;
 let slewedAt = 0;
 let learned = false;
-/** Monotonic ms of the last answer used. */
-let learnedAt = 0;
 let installed = false;
 let waiters: (() => void)[] = [];
 
-function estimate(mono: number): number {
+/** The estimate at monotonic `mono`, without the slew. */
+function estimateAt(mono: number): number {
+  return anchorRedis + (mono - anchorMono);
+}
+
+/** The process clock at monotonic `mono`: the estimate, plus what is still being slewed in. */
+function shownAt(mono: number): number {
   if (behindMs > 0) {
     behindMs = Math.max(0, behindMs - (mono - slewedAt) * SLEW_RATE);
     slewedAt = mono;
   }
-  return anchorRedis + (mono - anchorMono) + behindMs;
+  return estimateAt(mono) + behindMs;
 }
 
 export const redisClock = {
   /**
    * Learns from one answer: the server's `serverMs`, asked at `sentAt` and answered at
-   * `answeredAt` (`performance.now()` ms). False when not used (its round trip too long).
+   * `answeredAt` (`performance.now()` ms). True when it moved the estimate (or was the first).
    */
   learn(serverMs: number, sentAt: number, answeredAt: number): boolean {
     const rtt = answeredAt - sentAt;
     if (!Number.isFinite(serverMs) || rtt < 0) return false;
     const mono = performance.now();
-    if (learned && rtt > MAX_SAMPLE_RTT_MS && mono - learnedAt < SLOW_SAMPLE_AFTER_MS) return false;
-    const shown = learned ? estimate(mono) : 0;
+    if (!learned) {
+      anchorRedis = serverMs;
+      anchorMono = answeredAt - Math.min(rtt, MAX_SAMPLE_RTT_MS) / 2;
+      learned = true;
+      return true;
+    }
+    // Read no earlier than the send and no later than the answer: the least move it proves.
+    let at: number;
+    if (serverMs > estimateAt(answeredAt)) at = answeredAt;
+    else if (serverMs < estimateAt(sentAt)) at = sentAt;
+    else return false;
+    const shown = shownAt(mono);
     anchorRedis = serverMs;
-    anchorMono = answeredAt - Math.min(rtt, MAX_SAMPLE_RTT_MS) / 2;
-    learnedAt = mono;
-    const ahead = shown - (anchorRedis + (mono - anchorMono));
+    anchorMono = at;
+    const ahead = shown - estimateAt(mono);
     // While it is the process clock, what it has shown stands: the estimate catches up with it.
     behindMs = installed && ahead > 0 && ahead <= MAX_SLEW_MS ? ahead : 0;
     slewedAt = mono;
-    learned = true;
     return true;
   },
   /** Whether an answer was learned yet. */
@@ -88,7 +101,7 @@ export const redisClock = {
   },
   /** Now, on the Redis clock as far as this process knows it (ms); the host clock before the first answer. */
   now(): number {
-    return learned ? Math.round(estimate(performance.now())) : hostNow();
+    return learned ? Math.round(shownAt(performance.now())) : hostNow();
   },
   /** A host time (ms, `hostNow`) on the Redis clock. */
   fromLocal(localMs: number): number {
@@ -100,7 +113,7 @@ export const redisClock = {
   },
 };
 
-/** One `TIME` round trip, learned (unless it took too long). */
+/** One `TIME` round trip, learned (true: it moved the estimate, or was the first). */
 export async function measureRedisClock(client: Pick<Redis, "time">): Promise<boolean> {
   const sentAt = performance.now();
   const reply = (await client.time()) as unknown as [string, string];
@@ -133,7 +146,8 @@ export function syncProcessClock(
   let stopped = false;
   const measure = async () => {
     if (stopped) return;
-    if (await measureRedisClock(client).catch(() => false)) useAsProcessClock();
+    await measureRedisClock(client).catch(() => false);
+    if (redisClock.learned()) useAsProcessClock();
     if (stopped) return;
     timer = setTimeout(() => void measure(), installed ? everyMs : 1_000);
     timer.unref?.();

@@ -103,6 +103,39 @@ local function workerGone(runKey, heartbeatPrefix)
   local workerId = redis.call('HGET', runKey, 'workerId')
   return not workerId or workerId == '' or redis.call('EXISTS', heartbeatPrefix .. workerId) == 0
 end
+-- The latest time a record's steps name (a start or an end: its worker ran then), or nil.
+local function latestStepTime(runKey)
+  local raw = redis.call('HGET', runKey, 'steps')
+  if not raw or raw == '' then return nil end
+  local latest = nil
+  local function saw(t)
+    t = tonumber(t)
+    if t and (not latest or t > latest) then latest = t end
+  end
+  if string.sub(raw, 1, 1) == '[' then
+    local ok, steps = pcall(cjson.decode, raw)
+    if ok and type(steps) == 'table' then
+      for _, step in ipairs(steps) do
+        if type(step) == 'table' then
+          saw(step.startedAt)
+          saw(step.finishedAt)
+        end
+      end
+    end
+    return latest
+  end
+  local bar = string.find(raw, '|', 1, true)
+  local first = bar and tonumber(string.sub(raw, 1, bar - 1))
+  if not first then return nil end
+  for part in string.gmatch(string.sub(raw, bar + 1), '[^,]+') do
+    local offset, duration = string.match(part, ':[rdfa]:(%-?%d+):(%d*)$')
+    if offset then
+      saw(first + tonumber(offset))
+      if duration ~= '' then saw(first + tonumber(offset) + tonumber(duration)) end
+    end
+  end
+  return latest
+end
 -- The last heartbeat (Redis clock, ms) of a record's worker, from the workers' registry ZSET; nil
 -- when not known. A dead worker's attempt ran (at least) until then.
 local function lastBeatOf(runKey, registryKey)
@@ -197,7 +230,9 @@ end
 -- PROOF_PATIENCE_MS after its check before the publish, on the Redis clock. '-': not asked (its
 -- worker may be live); a record that was about to publish is left alone.
 -- 'lastSeenAt' (nil: not known or not asked): the last heartbeat of the record's worker, which
--- died or stalled: an aborted record finishes then (or at its start, if later), not now.
+-- died or stalled (RUN_BEGIN passes it also while that worker still beats: the attempt's job lock
+-- lapsed, its pickup is stalled or gone): an aborted record finishes when it was last seen
+-- running (that beat, or a later time the record names), not now.
 local function abandon(runKey, runId, reason, first, n, gone, eventsKey, published, lastSeenAt)
   local status = redis.call('HGET', runKey, 'status')
   if not status or not ALLOWED[status]['aborted'] then return 0 end
@@ -247,10 +282,11 @@ local function abandon(runKey, runId, reason, first, n, gone, eventsKey, publish
     redis.call('HSET', runKey, 'finishedAt', publishedAt, 'durationMs', publishedAt - startedAt)
     countFinal(runKey, closedAs, score, publishedAt - startedAt, publishedAt - startedAt, publishedAt)
   elseif closedAs == 'aborted' and lastSeenAt and startedAt and lastSeenAt <= nowMs then
-    -- Its worker died or stalled after its last heartbeat (or after it began this attempt, when
-    -- that was later): it ran until then at least, not until this close. Its steps still running
-    -- are closed then too.
-    seenUntil = math.max(lastSeenAt, startedAt)
+    -- Its worker died or stalled after it was last seen (its last heartbeat, its start, a step's
+    -- start or end, its check before a publish: the latest): it ran until then at least, not
+    -- until this close. Its steps still running are closed then too.
+    seenUntil = math.min(nowMs, math.max(lastSeenAt, startedAt, latestStepTime(runKey) or 0,
+      tonumber(redis.call('HGET', runKey, '${PUBLISHING_FIELD}At')) or 0))
     redis.call('HSET', runKey, 'finishedAt', seenUntil, 'durationMs', seenUntil - startedAt)
     countFinal(runKey, closedAs, score, seenUntil - startedAt, nil, seenUntil)
   else

@@ -8,7 +8,7 @@ import { Redis } from "ioredis";
 import { ALL_SCRIPTS } from "../../lib/redis/scripts";
 import { RUN_SCRIPTS } from "../../lib/runs/scripts";
 import { WORKER_BEAT } from "../../lib/workers/scripts";
-import { REQUEST_ID_RENAME, UNCOUNT_UNSTARTED } from "../../lib/rebuilds/scripts";
+import { REQUEST_ID_RENAME, SCHEDULE_DIGEST_KEEP, UNCOUNT_UNSTARTED } from "../../lib/rebuilds/scripts";
 import { startTestRedis, stopTestRedis, type TestRedis } from "../support/redis";
 
 let server: TestRedis;
@@ -22,7 +22,14 @@ after(async () => {
   await stopTestRedis(server);
 });
 
-for (const script of [...ALL_SCRIPTS, ...RUN_SCRIPTS, WORKER_BEAT, REQUEST_ID_RENAME, UNCOUNT_UNSTARTED]) {
+for (const script of [
+  ...ALL_SCRIPTS,
+  ...RUN_SCRIPTS,
+  WORKER_BEAT,
+  REQUEST_ID_RENAME,
+  UNCOUNT_UNSTARTED,
+  SCHEDULE_DIGEST_KEEP,
+]) {
   test(`${script.command} compiles and documents its KEYS, ARGV and return values`, async () => {
     await client.script("LOAD", script.lua); // rejects with the compile error
     const header = /^\s*--\[\[([\s\S]*?)\]\]/.exec(script.lua)?.[1] ?? "";

@@ -105,8 +105,8 @@ test("SIGKILL mid-run: another worker completes the rebuild and current is whole
   const survivor = workers.find((w) => w !== victim)!;
   assert.ok(victim, `the running record names one of the workers (${running.workerId})`);
   try {
-    const killedAt = await serverNow(bed.main);
     assert.equal(await victim.stop("SIGKILL"), null);
+    const killedAt = await serverNow(bed.main); // the process has exited by now
     const done = await bed.waitForRun(
       (r) => r.jobId === jobId && r.status === "rebuilt",
       40_000,

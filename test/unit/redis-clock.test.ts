@@ -1,17 +1,24 @@
 /**
  * The Redis clock estimate (lib/redis/clock.ts) that becomes `Date.now` in processes driving
- * BullMQ: what each answer moves, which answers are not used, and that a step back is slewed once
- * it is the process clock. One sequence (the module's state is the process's).
+ * BullMQ: what each answer moves (only what it proves), and that as the process clock it never
+ * steps back but slews, unless the gap is too wide. One sequence (the module's state is the process's).
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { hostNow, MAX_SAMPLE_RTT_MS, redisClock, useAsProcessClock } from "../../lib/redis/clock";
+import {
+  hostNow,
+  MAX_SAMPLE_RTT_MS,
+  MAX_SLEW_MS,
+  redisClock,
+  SLEW_RATE,
+  useAsProcessClock,
+} from "../../lib/redis/clock";
 
 const near = (actual: number, expected: number, within: number, what: string) =>
   assert.ok(Math.abs(actual - expected) <= within, `${what}: ${actual} is not within ${within} ms of ${expected}`);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-test("answers move the estimate: a queued first one read near its answer, slow ones unused; as the process clock forward at once, back only by slewing (an hour back at once)", async () => {
+test("answers move the estimate only as far as they prove; as the process clock it never steps back but slews, unless the gap is too wide", async () => {
   near(redisClock.now(), hostNow(), 5, "before any answer: the host clock");
   assert.equal(redisClock.learned(), false);
 
@@ -22,16 +29,19 @@ test("answers move the estimate: a queued first one read near its answer, slow o
   assert.equal(redisClock.learn(server, at - 60_000, at), true);
   near(redisClock.now(), server + MAX_SAMPLE_RTT_MS / 2, 50, "a queued answer");
 
-  // Prompt answers; the estimate follows each (back by up to a second at once).
+  // A prompt answer half a second back: moved (not the process clock yet: at once).
   at = performance.now();
   assert.equal(redisClock.learn(server - 500, at - 2, at), true);
   near(redisClock.now(), server - 500, 50, "back by 500 ms, at once");
   near(redisClock.fromLocal(hostNow()), redisClock.now(), 5, "a host time on the Redis clock");
 
-  // Once learned, a slow answer (queued through a Redis restart) is not used.
+  // An answer that waited a minute (read after this process was paused) and agrees with the
+  // estimate somewhere in its window: it proves nothing new, and moves nothing.
   at = performance.now();
-  assert.equal(redisClock.learn(server + 30_000, at - 10_000, at), false);
-  near(redisClock.now(), server - 500, 50, "unchanged by a slow answer");
+  const sentLongAgo = at - 70_000;
+  const readThen = redisClock.now() - (at - sentLongAgo) + 5;
+  assert.equal(redisClock.learn(readThen, sentLongAgo, at), false);
+  near(redisClock.now(), server - 500, 50, "unchanged by a stale answer");
 
   useAsProcessClock();
   assert.equal(Date.now, redisClock.now, "Date.now is the Redis clock");
@@ -44,33 +54,34 @@ test("answers move the estimate: a queued first one read near its answer, slow o
   near(Date.now(), server + 10_000, 50, "forward at once");
 
   // Five seconds back (a failover to a host behind): nothing shown is taken back; the clock runs
-  // at half speed until the estimate catches up, whatever more answers say meanwhile.
+  // at 9/10 speed until the estimate catches up, whatever more answers say meanwhile.
   let shown = Date.now();
-  at = performance.now();
-  const target = server + 10_000 - 5_000;
-  redisClock.learn(target, at - 2, at);
+  const backAt = performance.now();
+  const target = shown - 5_000;
+  redisClock.learn(target, backAt - 2, backAt); // read at the window's start, the least move back
   assert.ok(Date.now() >= shown, "no step back");
   shown = Date.now();
   const started = performance.now();
   await sleep(300);
   at = performance.now();
-  redisClock.learn(target + (at - started), at - 2, at); // the same clock again, mid-slew
+  // The same clock again, read inside this answer's window: nothing new.
+  assert.equal(redisClock.learn(target + (at - 1 - (backAt - 2)), at - 2, at), false, "nothing new mid-slew");
   assert.ok(Date.now() >= shown, "no step back at a second answer mid-slew");
   await sleep(300);
   const elapsed = performance.now() - started;
-  near(Date.now() - shown, elapsed / 2, 40, "half speed while slewing");
+  near(Date.now() - shown, elapsed * (1 - SLEW_RATE), 40, "9/10 speed while slewing");
 
-  // Round-trip noise a few ms back: never a step back either.
+  // Answers a few ms back: never a step back either.
   for (let i = 0; i < 20; i++) {
     const before = Date.now();
     at = performance.now();
     redisClock.learn(before - 3, at - 1, at);
-    assert.ok(Date.now() >= before, `no step back for noise (${i})`);
+    assert.ok(Date.now() >= before, `no step back for a few ms (${i})`);
   }
 
-  // An hour back: stepped at once (slewing it would leave this process an hour ahead of others for two).
+  // Over MAX_SLEW_MS back: stepped at once (slewing it would leave this process that far ahead of others for long).
   at = performance.now();
-  const hourBack = Date.now() - 3_600_000;
-  redisClock.learn(hourBack, at - 2, at);
-  near(Date.now(), hourBack, 50, "stepped back an hour");
+  const farBack = Date.now() - 2 * MAX_SLEW_MS;
+  redisClock.learn(farBack, at - 2, at);
+  near(Date.now(), farBack, 50, "stepped back");
 });
