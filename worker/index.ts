@@ -235,7 +235,7 @@ let lastDigestKeep = performance.now();
 function keepDigestBesideBeat(): void {
   if (stopping || !announcedUp || performance.now() - lastDigestKeep < SCHEDULE_CHECK_EVERY_MS / 2) return;
   lastDigestKeep = performance.now();
-  void keepScheduleDigest(main, keys, definitions, { take: false }).catch(() => {});
+  void keepScheduleDigest(main, keys, definitions, "keep").catch(() => {});
 }
 /** The start-up's sync is the first check (monotonic clock: `Date.now` becomes the Redis clock). */
 let lastScheduleCheck = performance.now();

@@ -92,20 +92,21 @@ export async function syncSchedules(
 export const SCHEDULE_DIGEST_TTL_MS = 180_000;
 
 /**
- * Keeps the digest alive when it names `definitions` (`kept`); with `take`, sets it when it is
- * gone (`taken`: the caller syncs as a start does); else `other`. One round trip.
+ * `keep`: keeps the digest alive when it names `definitions` (`kept`, else `other`); `take`: the
+ * same, and sets it when it is gone (`taken`: the caller syncs as a start does); `drop`: deletes
+ * it if it names `definitions` (a sync after `taken` failed). One round trip.
  */
 export async function keepScheduleDigest(
   client: ScriptingClient,
   keys: RedisKeys,
   definitions: Definitions,
-  { take }: { take: boolean },
+  mode: "keep" | "take" | "drop",
 ): Promise<"kept" | "taken" | "other"> {
   const reply = await runScript(
     client,
     SCHEDULE_DIGEST_KEEP,
     [keys.scheduleDefinitions],
-    [schedulesDigest(definitions), SCHEDULE_DIGEST_TTL_MS, take ? "1" : ""],
+    [schedulesDigest(definitions), SCHEDULE_DIGEST_TTL_MS, mode],
   );
   return reply === 1 ? "kept" : reply === 2 ? "taken" : "other";
 }
@@ -140,10 +141,16 @@ export async function repairSchedules(
   keys: RedisKeys,
 ): Promise<{ repaired: string[]; failed: { id: string; message: string }[] }> {
   // Taken when gone (one worker of all: the others see it theirs, or another's, then).
-  const digest = await keepScheduleDigest(client, keys, definitions, { take: true });
+  const digest = await keepScheduleDigest(client, keys, definitions, "take");
   if (digest === "taken") {
-    const { repaired, failed } = await syncSchedules(queue, definitions, client, keys);
-    return { repaired, failed };
+    try {
+      const { repaired, failed } = await syncSchedules(queue, definitions, client, keys);
+      return { repaired, failed };
+    } catch (error) {
+      // Not synced: the digest must not say so (the next check, here or elsewhere, syncs again).
+      await keepScheduleDigest(client, keys, definitions, "drop").catch(() => {});
+      throw error;
+    }
   }
   const ours = digest === "kept";
   const result = { repaired: [] as string[], failed: [] as { id: string; message: string }[] };

@@ -98,18 +98,27 @@ export const SCHEDULE_DIGEST_KEEP = typedScript<number>()({
   keys: ["scheduleDefinitions"],
   lua: `
 --[[ The digest of the definitions that started last (lib/rebuilds/schedules.ts), kept by a worker
-whose definitions it names; taken by one when it is gone, if ARGV[3] is '1'.
+whose definitions it names; taken by one when it is gone; dropped by the one that took it when
+its sync failed (so the next check syncs again).
 KEYS[1] scheduleDefinitions STRING with a TTL
-ARGV[1] this worker's digest   ARGV[2] ttl ms   ARGV[3] '1': take it when gone
-Returns 1 kept (it is this worker's: its TTL renewed) | 2 taken (it was gone: set to this
-worker's; the caller syncs as a start does) | 0 another's, or gone and not taken (nothing written)
+ARGV[1] this worker's digest   ARGV[2] ttl ms
+ARGV[3] 'keep' | 'take' (keep, or take it when gone) | 'drop' (delete it if it is this worker's)
+Returns 1 kept (it is this worker's: its TTL renewed), or dropped | 2 taken (it was gone: set to
+this worker's; the caller syncs as a start does) | 0 another's, or gone (nothing written)
 ]]
 local stored = redis.call('GET', KEYS[1])
+if ARGV[3] == 'drop' then
+  if stored == ARGV[1] then
+    redis.call('DEL', KEYS[1])
+    return 1
+  end
+  return 0
+end
 if stored == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end
-if not stored and ARGV[3] == '1' then
+if not stored and ARGV[3] == 'take' then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return 2
 end

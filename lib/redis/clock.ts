@@ -122,7 +122,9 @@ export async function measureRedisClock(client: Pick<Redis, "time">): Promise<bo
 
 /**
  * Makes `Date.now` the Redis clock in this whole process (BullMQ's times included). Call once an
- * answer is learned and before BullMQ runs here; later answers keep it.
+ * answer is learned and before BullMQ runs here; later answers keep it. (A web server whose Redis
+ * did not answer at first switches later: its clock may step once then, back too. It renews no
+ * job locks: it runs no BullMQ worker.)
  */
 export function useAsProcessClock(): void {
   if (installed) return;

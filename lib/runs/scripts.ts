@@ -281,7 +281,7 @@ local function abandon(runKey, runId, reason, first, n, gone, eventsKey, publish
     -- It ran until it published: that is its finish and its duration.
     redis.call('HSET', runKey, 'finishedAt', publishedAt, 'durationMs', publishedAt - startedAt)
     countFinal(runKey, closedAs, score, publishedAt - startedAt, publishedAt - startedAt, publishedAt)
-  elseif closedAs == 'aborted' and lastSeenAt and startedAt and lastSeenAt <= nowMs then
+  elseif closedAs == 'aborted' and lastSeenAt and startedAt and lastSeenAt <= nowMs and startedAt <= nowMs then
     -- Its worker died or stalled after it was last seen (its last heartbeat, its start, a step's
     -- start or end, its check before a publish: the latest): it ran until then at least, not
     -- until this close. Its steps still running are closed then too.
