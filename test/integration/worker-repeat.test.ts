@@ -67,7 +67,10 @@ test("a repeat is skipped as already-rebuilt, recorded and indexed as a skip, wi
 
   const output = bed.definitions.rebuilds.get("tiles")!.outputPath;
   const before = snapshotTree(output);
-  assert.ok(Object.keys(before).some((entry) => entry.startsWith("builds/")) && "current" in before, "a build and current to compare");
+  assert.ok(
+    Object.keys(before).some((entry) => entry.startsWith("builds/")) && "current" in before,
+    "a build and current to compare",
+  );
   const published = await bed.claims.hgetall(bed.keys.published(name));
   const repeatJob = job("v1");
   const repeat = await runRebuild(deps, repeatJob);
