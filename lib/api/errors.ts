@@ -35,9 +35,16 @@ export function refusal<Outcome extends { status: string }>(outcome: Outcome, me
 }
 
 export function errorResponse(error: unknown): Response {
-  if (error instanceof ApiError) {
-    return Response.json({ error: { code: error.code, message: error.message } }, { status: error.status });
-  }
+  const { status, code, message } = publicErrorOf(error);
+  return Response.json({ error: { code, message } }, { status });
+}
+
+/**
+ * What an error is answered with: an ApiError as it says; Redis away as a 503; anything else a 500
+ * without internals in its message (logged here, with its stack).
+ */
+export function publicErrorOf(error: unknown): { status: number; code: string; message: string } {
+  if (error instanceof ApiError) return { status: error.status, code: error.code, message: error.message };
   const name = error instanceof Error ? error.name : "";
   const message = error instanceof Error ? error.message : "";
   const unavailable =
@@ -49,11 +56,8 @@ export function errorResponse(error: unknown): Response {
     // caller may send it again.
     /^(NOREPLICAS|READONLY|MASTERDOWN|LOADING|UNBLOCKED) /.test(message);
   if (unavailable || name === "RedisNotConfiguredError") {
-    return Response.json(
-      { error: { code: "unavailable", message: "Redis is unreachable; see /api/health" } },
-      { status: 503 },
-    );
+    return { status: 503, code: "unavailable", message: "Redis is unreachable; see /api/health" };
   }
   console.error("[claimwatch-web] unexpected error:", error);
-  return Response.json({ error: { code: "internal", message: "internal error; see the server log" } }, { status: 500 });
+  return { status: 500, code: "internal", message: "internal error; see the server log" };
 }

@@ -7,7 +7,7 @@ import { appendAudit, failureWasAudited, type AuditAction } from "../audit";
 import { AccessDenied, authorize, type Identity, type Requirement } from "../auth/guard";
 import { takeToken } from "../auth/rate-limit";
 import { getWebContext, type WebContext } from "../web/context";
-import { ApiError, errorResponse } from "./errors";
+import { ApiError, errorResponse, publicErrorOf } from "./errors";
 
 export function json(data: unknown, status = 200, headers: Record<string, string> = {}): Response {
   return Response.json(data, { status, headers: { "cache-control": "no-store", ...headers } });
@@ -66,22 +66,21 @@ export function route<Args extends unknown[]>(
         );
         return errorResponse(error);
       }
-      const response = errorResponse(error);
+      const { status, code, message } = publicErrorOf(error);
       // An allowed mutation that ended in an error may have changed part of what it was asked
       // (a schedule's pause dropped, its scheduler not upserted): the audit log says it was tried.
       // Not with Redis unreachable (503: the entry could not be written either, and would hold the
       // answer up), and not twice (force release audits its own failures).
-      if (action && context && identity && handlerStarted && response.status !== 503 && !failureWasAudited(error)) {
-        const { error: said } = (await response.clone().json()) as { error: { code: string; message: string } };
+      if (action && context && identity && handlerStarted && status !== 503 && !failureWasAudited(error)) {
         await appendAudit(context.connections.main, context.connections.keys, {
           actor: actorOf(identity),
           action,
-          reason: `${response.status} ${said.code}: ${said.message}`,
+          reason: `${status} ${code}: ${message}`,
           result: "failed",
           detail: { path: new URL(request.url).pathname, method: request.method },
         }).catch(() => {});
       }
-      return response;
+      return Response.json({ error: { code, message } }, { status });
     }
   };
 }

@@ -18,6 +18,7 @@ import { isDeepStrictEqual } from "node:util";
 import type { Queue } from "bullmq";
 import type { Redis } from "ioredis";
 import { z } from "zod";
+import { describeError } from "../describe-error";
 import type { RedisKeys } from "../redis/keys";
 import { parseStoredJson } from "../redis/stored-json";
 import { tenantsOf, type Definitions, type RebuildDefinition } from "./definitions";
@@ -56,20 +57,16 @@ export async function syncSchedules(
 ): Promise<SyncedSchedules> {
   const wanted = new Set<string>();
   const synced: SyncedSchedules = { upserted: [], repaired: [], paused: [], failed: [], removed: [] };
-  for (const definition of definitions.rebuilds.values()) {
-    if (!definition.schedule) continue;
-    for (const tenant of tenantsOf(definition)) {
-      const id = schedulerIdOf(definition.name, tenant);
-      wanted.add(id);
-      // One schedule that cannot be upserted (Redis refused it) does not keep the others from theirs.
-      try {
-        const outcome = await upsertSchedule({ queue, client, keys, definitions }, definition, tenant);
-        if (outcome === "paused") synced.paused.push(id);
-        if (outcome === "current" || outcome === "upserted") synced.upserted.push(id);
-        if (outcome === "upserted") synced.repaired.push(id);
-      } catch (error) {
-        synced.failed.push({ id, message: error instanceof Error ? error.message : String(error) });
-      }
+  for (const { definition, tenant, spec } of wantedSchedules(definitions)) {
+    wanted.add(spec.id);
+    // One schedule that cannot be upserted (Redis refused it) does not keep the others from theirs.
+    try {
+      const outcome = await upsertSchedule({ queue, client, keys, definitions }, definition, tenant);
+      if (outcome === "paused") synced.paused.push(spec.id);
+      if (outcome === "current" || outcome === "upserted") synced.upserted.push(spec.id);
+      if (outcome === "upserted") synced.repaired.push(spec.id);
+    } catch (error) {
+      synced.failed.push({ id: spec.id, message: describeError(error) });
     }
   }
   for (const scheduler of await queue.getJobSchedulers(0, -1)) {
@@ -113,15 +110,19 @@ export async function keepScheduleDigest(
 
 /** A digest of every schedule the definitions ask for: id, cron, time zone, job template. */
 export function schedulesDigest(definitions: Definitions): string {
-  const wanted: unknown[] = [];
+  const wanted = [...wantedSchedules(definitions)].map(({ spec }) => [spec.id, spec.repeat, spec.template]);
+  return crypto.createHash("sha256").update(JSON.stringify(wanted)).digest("hex");
+}
+
+/** Every schedule the definitions ask for: one per scheduled rebuild and tenant, with its scheduler. */
+function* wantedSchedules(
+  definitions: Definitions,
+): Generator<{ definition: RebuildDefinition; tenant: string | undefined; spec: SchedulerSpec }> {
   for (const definition of definitions.rebuilds.values()) {
     if (!definition.schedule) continue;
-    for (const tenant of tenantsOf(definition)) {
-      const { id, repeat, template } = schedulerSpec(definition, tenant, definitions);
-      wanted.push([id, repeat, template]);
-    }
+    for (const tenant of tenantsOf(definition))
+      yield { definition, tenant, spec: schedulerSpec(definition, tenant, definitions) };
   }
-  return crypto.createHash("sha256").update(JSON.stringify(wanted)).digest("hex");
 }
 
 /**
@@ -154,20 +155,16 @@ export async function repairSchedules(
   }
   const ours = digest === "kept";
   const result = { repaired: [] as string[], failed: [] as { id: string; message: string }[] };
-  for (const definition of definitions.rebuilds.values()) {
-    if (!definition.schedule) continue;
-    for (const tenant of tenantsOf(definition)) {
-      const { id, repeat, template } = schedulerSpec(definition, tenant, definitions);
-      try {
-        const existing = await queue.getJobScheduler(id);
-        if (!existing && !ours) continue;
-        if (existing && !sameScheduler(existing, repeat, template)) continue;
-        if (existing && (await tickPending(queue, id, existing.next))) continue;
-        if ((await upsertSchedule({ queue, client, keys, definitions }, definition, tenant)) === "upserted")
-          result.repaired.push(id);
-      } catch (error) {
-        result.failed.push({ id, message: error instanceof Error ? error.message : String(error) });
-      }
+  for (const { definition, tenant, spec } of wantedSchedules(definitions)) {
+    try {
+      const existing = await queue.getJobScheduler(spec.id);
+      if (!existing && !ours) continue;
+      if (existing && !sameScheduler(existing, spec.repeat, spec.template)) continue;
+      if (existing && (await tickPending(queue, spec.id, existing.next))) continue;
+      if ((await upsertSchedule({ queue, client, keys, definitions }, definition, tenant)) === "upserted")
+        result.repaired.push(spec.id);
+    } catch (error) {
+      result.failed.push({ id: spec.id, message: describeError(error) });
     }
   }
   return result;
@@ -189,8 +186,8 @@ export interface SyncedSchedules {
 
 /**
  * Upserts one scheduler unless its schedule is paused: `paused`, `current` (as wanted, its next
- * tick pending: left alone) or `upserted` (`not-scheduled`: the rebuild has no schedule). The pause is read after the upsert (see the file
- * header): a pause seen then removes it again.
+ * tick pending: left alone) or `upserted` (`not-scheduled`: the rebuild has no schedule). The
+ * pause is read after the upsert (see the file header): a pause seen then removes it again.
  */
 export async function upsertSchedule(
   store: ScheduleStore & { definitions: Definitions },

@@ -12,7 +12,7 @@ import { fileURLToPath } from "node:url";
 import { scheduledTickOf } from "../../lib/rebuilds/queue";
 import { serverNow } from "../../lib/redis/time";
 import { skewedClockEnv } from "../../scripts/faults/clock";
-import { createTestBed, type TestBed } from "../support/stack";
+import { createTestBed, tickingEvery2s, type TestBed } from "../support/stack";
 import { until } from "../support/until";
 
 const HOST = fileURLToPath(new URL("../support/schedule-host.ts", import.meta.url));
@@ -20,14 +20,7 @@ const HOST = fileURLToPath(new URL("../support/schedule-host.ts", import.meta.ur
 let bed: TestBed;
 before(async () => {
   bed = await createTestBed({
-    ticking: {
-      output: "out/ticking",
-      schedule: { cron: "*/2 * * * * *", tz: "UTC" }, // every 2 s (BullMQ accepts a seconds field)
-      claim: { ttl: "4s", refreshEvery: "1s" },
-      timeLimit: "1m",
-      idempotency: { ttl: "1s" },
-      steps: [{ name: "noop", run: ["true"] }],
-    },
+    ticking: tickingEvery2s(),
   });
 });
 after(() => bed.close());

@@ -1,21 +1,14 @@
 /** Schedules: every process upserts them; N processes still give one job per tick. */
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { createTestBed, type TestBed } from "../support/stack";
+import { createTestBed, tickingEvery2s, type TestBed } from "../support/stack";
 import { until } from "../support/until";
 import { repairSchedules, SCHEDULE_DIGEST_TTL_MS, syncSchedules } from "../../lib/rebuilds/schedules";
 
 let bed: TestBed;
 before(async () => {
   bed = await createTestBed({
-    ticking: {
-      output: "out/ticking",
-      schedule: { cron: "*/2 * * * * *", tz: "UTC" }, // every 2 s (BullMQ accepts a seconds field)
-      claim: { ttl: "4s", refreshEvery: "1s" },
-      timeLimit: "1m",
-      idempotency: { ttl: "1s" },
-      steps: [{ name: "noop", run: ["true"] }],
-    },
+    ticking: tickingEvery2s(),
   });
 });
 after(() => bed.close());

@@ -179,6 +179,18 @@ export function rebuildDepsOf(bed: TestBed): RebuildDeps {
   };
 }
 
+/** A rebuild scheduled every 2 s (BullMQ accepts a seconds field), with a step that does nothing. */
+export function tickingEvery2s() {
+  return {
+    output: "out/ticking",
+    schedule: { cron: "*/2 * * * * *", tz: "UTC" },
+    claim: { ttl: "4s", refreshEvery: "1s" },
+    timeLimit: "1m",
+    idempotency: { ttl: "1s" },
+    steps: [{ name: "noop", run: ["true"] }],
+  };
+}
+
 export function slowStep(seconds: number, name = "work") {
   return {
     name,
