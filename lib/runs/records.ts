@@ -255,6 +255,7 @@ export function fromFields(hash: Record<string, string>): RunRecord | null {
     steps,
     retryOf: str(hash.retryOf),
     madeCurrentLater: madeCurrentLaterOf(hash[MADE_CURRENT_LATER_FIELD]),
+    ...(hash.closedAt ? { closedAt: Number(hash.closedAt) } : {}),
   };
 }
 

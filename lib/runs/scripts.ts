@@ -273,7 +273,8 @@ local function abandon(runKey, runId, reason, first, n, gone, eventsKey, publish
         ' and did not end its record: that build may be published'
     end
   end
-  redis.call('HSET', runKey, 'status', closedAs, 'reason', reason)
+  -- When someone else closed it (its finish may be earlier: when it was last seen running).
+  redis.call('HSET', runKey, 'status', closedAs, 'reason', reason, 'closedAt', nowMs)
   local startedAt = tonumber(redis.call('HGET', runKey, 'startedAt'))
   -- When it was last seen running (set below when its worker's last beat tells), else nil: now.
   local seenUntil = nil

@@ -53,6 +53,11 @@ export interface RunRecord {
    */
   madeCurrentLater?: { fence: number; buildHash: string; at: number } | null;
   /**
+   * When someone else than its attempt closed it (the sweep, the job's next attempt; Redis clock):
+   * its `finishedAt` is when it was last seen running, which may be earlier.
+   */
+  closedAt?: number;
+  /**
    * "<fence> <build hash>": written by the attempt's owner check right before its publish
    * (records.ts PUBLISHING_FIELD); not read back into a record (the live event of that write
    * carries it, harmlessly).

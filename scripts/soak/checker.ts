@@ -379,7 +379,11 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   const namesItsPublish = (record: RunRecord | undefined, runId: string) =>
     record?.status === "aborted" &&
     killedWorkers.has(record.workerId ?? "") &&
-    abortedPublishExcused(events, { claim: claimLabel(record), runId, closedAt: record.finishedAt ?? Infinity }) &&
+    abortedPublishExcused(events, {
+      claim: claimLabel(record),
+      runId,
+      closedAt: record.closedAt ?? record.finishedAt ?? Infinity,
+    }) &&
     pointerEvents.some(
       (e) =>
         e.runId === runId &&

@@ -119,6 +119,7 @@ test("SIGKILL mid-run: another worker completes the rebuild and current is whole
       killed.finishedAt !== null && killed.finishedAt >= killed.startedAt! && killed.finishedAt <= killedAt,
       `finished ${killed.finishedAt! - killedAt} ms after the kill`,
     );
+    assert.ok(killed.closedAt !== undefined && killed.closedAt >= killedAt, "closed after the kill, and says when");
     for (const step of killed.steps ?? [])
       assert.ok(step.finishedAt !== null && step.finishedAt <= killedAt, `step ${step.name} ends by the kill`);
     // The final record is written before BullMQ moves the job to completed: wait for that too.
