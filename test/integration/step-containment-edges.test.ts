@@ -3,14 +3,16 @@
  * mode (it would collect its steps' zombies); a worker stopped between announcing a step and
  * spawning it does not run the step unwatched; a step whose cgroup cannot be emptied fails
  * instead of succeeding; a spawn with no process or no pipes (EMFILE) leaks nothing, and one
- * the kernel refuses for its size (E2BIG) fails for good.
+ * the kernel refuses for its size (E2BIG) fails for good; a burst of mount changes on the host
+ * while a step enters the namespace for read-only builds does not fail the step.
  */
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import { test } from "node:test";
 import type { RunStep } from "../../lib/rebuilds/definitions";
+import { BuildsNamespace } from "../../lib/rebuilds/steps/builds-namespace";
 import { ContainmentConfigError, detectContainment } from "../../lib/rebuilds/steps/containment";
 import { runCommandStep } from "../../lib/rebuilds/steps/run-step";
 import { stepTestBed } from "../support/step-bed";
@@ -117,3 +119,43 @@ for (const mode of ["cgroup", "pid-namespace"]) {
     assert.match(String(error?.message), /larger than the kernel accepts \(E2BIG\)/);
   });
 }
+
+test("a burst of the worker's own mount changes while a step enters the read-only builds namespace is ridden out (four holders retired in turn, the fifth is used)", async (t) => {
+  if (process.getuid?.() !== 0) return t.skip("no namespace for read-only builds when not root");
+  const builds = path.join(dir, "churn-output", "builds");
+  const cwd = path.join(dir, "churn-output", ".work");
+  const churn = path.join(dir, "churn-disk");
+  for (const d of [builds, cwd, churn]) fs.mkdirSync(d, { recursive: true });
+  const namespace = new BuildsNamespace();
+  // The root mount is private on this host: a mount made or removed here never reaches a holder's
+  // copy, so every change below is a difference. One per holder, each made while the holder
+  // binds builds/ (after its first comparison, before its second), for the first four holders.
+  const holdersSeen = new Set<number>();
+  let toggles = 0;
+  let spinning = true;
+  const spin = () => {
+    const pid = namespace.holderPid;
+    if (pid !== null && !holdersSeen.has(pid) && toggles < 4) {
+      holdersSeen.add(pid);
+      if (toggles % 2 === 0) execFileSync("mount", ["-t", "tmpfs", "cw-churn", churn]);
+      else execFileSync("umount", [churn]);
+      toggles += 1;
+    }
+    if (spinning) setImmediate(spin);
+  };
+  setImmediate(spin);
+  t.after(() => {
+    spinning = false;
+    if (toggles % 2 === 1) execFileSync("umount", ["-l", churn]);
+  });
+  const entry = await namespace.enter(builds, cwd);
+  spinning = false;
+  try {
+    assert.equal(toggles, 4, "the mounts changed under four holders");
+    assert.equal(entry.generation, 5, "four holders retired for the changes, the fifth used");
+    assert.ok(namespace.isCurrent(entry));
+  } finally {
+    entry.release();
+    namespace.retireEntry(entry, "the test is over");
+  }
+});

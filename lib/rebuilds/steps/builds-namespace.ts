@@ -37,11 +37,19 @@ import { promisify } from "node:util";
 import { programPath } from "./containment";
 
 const run = promisify(execFile);
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 /** How long a new holder gets to make its namespace (a loaded host: generous). */
 const HOLDER_READY_MS = 10_000;
-/** Holders made for one step at most (each difference of the mount tables retires one). */
-const MAX_HOLDERS_PER_STEP = 3;
+/**
+ * Holders made for one step at most (each difference of the mount tables retires one). Where the
+ * root mount is private (nothing propagates), every mount or unmount elsewhere on the host is a
+ * difference: a burst of them (a disk set up or torn down) is ridden out by waiting a little
+ * longer before each holder after the second (`REMAKE_PAUSES_MS`, about 1.5 s in all), so only
+ * mounts that keep changing for that long fail the step (a transient failure: it is retried).
+ */
+const MAX_HOLDERS_PER_STEP = 6;
+const REMAKE_PAUSES_MS = [0, 0, 100, 200, 400, 800];
 
 /** What a failed shield says: the step is not started. */
 export class BuildsNamespaceError extends Error {
@@ -106,15 +114,18 @@ export class BuildsNamespace {
     const buildsDir = fs.realpathSync(builds);
     const made = new Set<number>();
     for (;;) {
+      if (!this.holder || this.holder.ended !== null) {
+        if (made.size >= MAX_HOLDERS_PER_STEP) {
+          throw new BuildsNamespaceError(
+            `the mount tables kept changing: ${MAX_HOLDERS_PER_STEP} namespaces for read-only builds made in turn`,
+            false,
+          );
+        }
+        const pause = REMAKE_PAUSES_MS[made.size] ?? 0;
+        if (pause > 0) await sleep(pause); // none before the first: a step's holder starts in its own turn
+      }
       const holder = await this.liveHolder();
       made.add(holder.generation);
-      if (made.size > MAX_HOLDERS_PER_STEP) {
-        this.retire(holder, "its mount tables kept changing");
-        throw new BuildsNamespaceError(
-          `the mount tables kept changing: ${MAX_HOLDERS_PER_STEP} namespaces for read-only builds made in turn`,
-          false,
-        );
-      }
       await holder.mounting; // no comparison while a bind is being made
       if (holder.ended !== null) continue;
       if (!this.sameView(holder)) {
