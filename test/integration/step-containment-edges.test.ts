@@ -7,12 +7,11 @@
  * while a step enters the namespace for read-only builds does not fail the step.
  */
 import assert from "node:assert/strict";
-import { execFileSync, spawn } from "node:child_process";
+import { spawn } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import { test } from "node:test";
 import type { RunStep } from "../../lib/rebuilds/definitions";
-import { BuildsNamespace } from "../../lib/rebuilds/steps/builds-namespace";
 import { ContainmentConfigError, detectContainment } from "../../lib/rebuilds/steps/containment";
 import { runCommandStep } from "../../lib/rebuilds/steps/run-step";
 import { stepTestBed } from "../support/step-bed";
@@ -122,40 +121,24 @@ for (const mode of ["cgroup", "pid-namespace"]) {
 
 test("a burst of the worker's own mount changes while a step enters the read-only builds namespace is ridden out (four holders retired in turn, the fifth is used)", async (t) => {
   if (process.getuid?.() !== 0) return t.skip("no namespace for read-only builds when not root");
-  const builds = path.join(dir, "churn-output", "builds");
-  const cwd = path.join(dir, "churn-output", ".work");
-  const churn = path.join(dir, "churn-disk");
-  for (const d of [builds, cwd, churn]) fs.mkdirSync(d, { recursive: true });
-  const namespace = new BuildsNamespace();
-  // The root mount is private on this host: a mount made or removed here never reaches a holder's
-  // copy, so every change below is a difference. One per holder, each made while the holder
-  // binds builds/ (after its first comparison, before its second), for the first four holders.
-  const holdersSeen = new Set<number>();
-  let toggles = 0;
-  let spinning = true;
-  const spin = () => {
-    const pid = namespace.holderPid;
-    if (pid !== null && !holdersSeen.has(pid) && toggles < 4) {
-      holdersSeen.add(pid);
-      if (toggles % 2 === 0) execFileSync("mount", ["-t", "tmpfs", "cw-churn", churn]);
-      else execFileSync("umount", [churn]);
-      toggles += 1;
-    }
-    if (spinning) setImmediate(spin);
-  };
-  setImmediate(spin);
-  t.after(() => {
-    spinning = false;
-    if (toggles % 2 === 1) execFileSync("umount", ["-l", churn]);
-  });
-  const entry = await namespace.enter(builds, cwd);
-  spinning = false;
-  try {
-    assert.equal(toggles, 4, "the mounts changed under four holders");
-    assert.equal(entry.generation, 5, "four holders retired for the changes, the fifth used");
-    assert.ok(namespace.isCurrent(entry));
-  } finally {
-    entry.release();
-    namespace.retireEntry(entry, "the test is over");
-  }
+  // In a mount namespace of its own with private propagation: every change it makes is a
+  // difference for its holders (none propagates), and no other test's mount reaches it.
+  const { stdout, stderr } = await runHost([
+    "unshare",
+    "--mount",
+    "--propagation",
+    "private",
+    "--",
+    process.execPath,
+    "--import",
+    "tsx",
+    "test/support/namespace-churn-host.ts",
+    fs.mkdtempSync(path.join(dir, "churn-")),
+    "4",
+  ]);
+  const result = JSON.parse(stdout.trim() || "{}") as Record<string, unknown>;
+  assert.equal(result.error, null, `${stdout}${stderr}`);
+  assert.equal(result.toggles, 4, "the mounts changed under four holders");
+  assert.equal(result.generation, 5, "four holders retired for the changes, the fifth used");
+  assert.equal(result.current, true);
 });

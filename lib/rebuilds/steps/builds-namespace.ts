@@ -33,11 +33,11 @@
  */
 import { execFile, spawn, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
+import { setTimeout as sleep } from "node:timers/promises";
 import { promisify } from "node:util";
 import { programPath } from "./containment";
 
 const run = promisify(execFile);
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 /** How long a new holder gets to make its namespace (a loaded host: generous). */
 const HOLDER_READY_MS = 10_000;
@@ -109,23 +109,26 @@ export class BuildsNamespace {
    * exist). The caller spawns in the same turn as it checks `isCurrent` (nothing can retire the
    * holder between).
    */
-  async enter(builds: string, cwd: string): Promise<NamespaceEntry> {
+  async enter(builds: string, cwd: string, signal?: AbortSignal): Promise<NamespaceEntry> {
     // The mount table names the real path (`mount` resolves symbolic links in it).
     const buildsDir = fs.realpathSync(builds);
     const made = new Set<number>();
+    const keptChanging = () =>
+      new BuildsNamespaceError(
+        `the mount tables kept changing: ${MAX_HOLDERS_PER_STEP} namespaces for read-only builds made in turn`,
+        false,
+      );
     for (;;) {
-      if (!this.holder || this.holder.ended !== null) {
-        if (made.size >= MAX_HOLDERS_PER_STEP) {
-          throw new BuildsNamespaceError(
-            `the mount tables kept changing: ${MAX_HOLDERS_PER_STEP} namespaces for read-only builds made in turn`,
-            false,
-          );
-        }
+      signal?.throwIfAborted();
+      if (!this.starting && (!this.holder || this.holder.ended !== null)) {
+        if (made.size >= MAX_HOLDERS_PER_STEP) throw keptChanging();
         const pause = REMAKE_PAUSES_MS[made.size] ?? 0;
-        if (pause > 0) await sleep(pause); // none before the first: a step's holder starts in its own turn
+        // None before the first: a step's holder starts in its own turn.
+        if (pause > 0) await sleep(pause, undefined, signal ? { signal } : {});
       }
       const holder = await this.liveHolder();
       made.add(holder.generation);
+      if (made.size > MAX_HOLDERS_PER_STEP) throw keptChanging(); // one another step made: not retired
       await holder.mounting; // no comparison while a bind is being made
       if (holder.ended !== null) continue;
       if (!this.sameView(holder)) {

@@ -160,9 +160,12 @@ export async function runCommandStep(
         entry?.release();
         entry = null;
         if (tries > 3) throw new Error("its namespace for read-only builds kept ending as it was entered");
-        entry = await buildsNamespace.enter(shielded, cwd);
+        entry = await buildsNamespace.enter(shielded, cwd, context.signal);
       }
     } catch (error) {
+      // Aborted meanwhile (a lost claim, a time limit, a stop): that is the step's end, not the namespace.
+      entry?.release();
+      context.signal.throwIfAborted();
       const message = `step ${step.name}: not started: ${(error as Error).message}`;
       if (error instanceof BuildsNamespaceError && error.mountRefused) throw new StepFailedError(message);
       throw new TransientStepError(message);
