@@ -17,7 +17,13 @@ import { holdAfterLastRefreshMs, outputDirOf, type RebuildDefinition } from "./d
 import { markHolding, otherHolders, ReissuedFenceError, type HoldingMark } from "./holding-marks";
 import { hashDirectory, makeDirectory, promoteBuild, workDirOf } from "./output";
 import { trackWorkDir } from "./work-dirs";
-import { FenceNotRecordedError, markFenceGranted, pointCurrentAtRecord, recordPublishedFence } from "./published-fence";
+import {
+  FenceNotRecordedError,
+  markFenceGranted,
+  pointCurrentAtRecord,
+  readNewestRequest,
+  recordPublishedFence,
+} from "./published-fence";
 import { isTransient } from "./classify-failure";
 import { LOCK_LOST_ABORT_REASON, TransientStepError, WorkerStalledError, type StepContext } from "./steps/context";
 import { runCommandStep } from "./steps/run-step";
@@ -32,6 +38,11 @@ export interface BuildContext {
   tenant: string | undefined;
   version: string;
   runId: string;
+  /**
+   * When the request this attempt serves was made (ms, the Redis clock): its build is not
+   * published over a later request's (`later-request`). Absent: not compared.
+   */
+  requestedAt?: number;
   held: HeldClaim;
   /** The job's signal (shutdown, lost job lock). */
   jobSignal: AbortSignal;
@@ -63,6 +74,8 @@ export interface BuildContext {
 export type BuildResult =
   | { status: "published"; buildHash: string }
   | { status: "superseded"; buildHash: string; newestFence: number }
+  /** A request made after this one's (at `requestedAt`) is published already: not published. */
+  | { status: "later-request"; buildHash: string; requestedAt: number }
   | { status: "already-rebuilt"; rebuiltBy: string }
   /**
    * The publish went through in Redis, but this fence is recorded beside the output with another
@@ -198,28 +211,43 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
     // past an operator's cancel must find the cancel when it wakes.
     await context.beforePublish?.({ fence: held.fence, buildHash });
     signal.throwIfAborted();
+    // A later request's build is published already: the record beside the output says so also
+    // when the claims Redis lost it (a job that a crash of the queue's Redis brought back after a
+    // newer version was published must not put the output back to it).
+    const { requestedAt } = context;
+    const newestOnDisk = requestedAt === undefined ? null : await readNewestRequest(outputDir);
+    if (requestedAt !== undefined && newestOnDisk !== null && newestOnDisk > requestedAt) {
+      recorder.log(laterRequestNote(buildHash, requestedAt, newestOnDisk));
+      return { status: "later-request", buildHash, requestedAt: newestOnDisk };
+    }
     const published = await publishRetried(context, buildHash);
     if (published.status === "superseded") {
       recorder.log(`publish refused: fence ${held.fence} < newest ${published.newestFence}`);
       return { status: "superseded", buildHash, newestFence: published.newestFence };
     }
+    if (published.status === "later-request") {
+      recorder.log(laterRequestNote(buildHash, requestedAt!, published.requestedAt));
+      return { status: "later-request", buildHash, requestedAt: published.requestedAt };
+    }
     // Durable before `current` follows: a claims Redis that forgets this publish cannot lead to
     // this fence being granted again or `current` being moved back (published-fence.ts).
-    const recorded = await recordPublishedFence(outputDir, held.fence, buildHash).catch((error: unknown) => {
-      // A full or failing disk. `current` must not name a build whose fence is not on disk: a
-      // claims Redis that then lost this publish would read an older pointer, and repair would
-      // move `current` back to it (the record would not say otherwise). Nor is the request done:
-      // the publish is in Redis only. Another attempt publishes again (repair may record this
-      // fence and move `current` meanwhile, once the disk takes it).
-      recorder.log(
-        `WARNING: published build ${buildHash} (fence ${held.fence}), but the fence could not be recorded beside the output: ${String(error)}`,
-      );
-      throw new FenceNotRecordedError(
-        `published build ${buildHash} (fence ${held.fence}) in the claims Redis, but its fence could not be recorded on disk (${error instanceof Error ? error.message : String(error)}): not durable, current not moved`,
-        buildHash,
-        { cause: error },
-      );
-    });
+    const recorded = await recordPublishedFence(outputDir, held.fence, buildHash, requestedAt).catch(
+      (error: unknown) => {
+        // A full or failing disk. `current` must not name a build whose fence is not on disk: a
+        // claims Redis that then lost this publish would read an older pointer, and repair would
+        // move `current` back to it (the record would not say otherwise). Nor is the request done:
+        // the publish is in Redis only. Another attempt publishes again (repair may record this
+        // fence and move `current` meanwhile, once the disk takes it).
+        recorder.log(
+          `WARNING: published build ${buildHash} (fence ${held.fence}), but the fence could not be recorded beside the output: ${String(error)}`,
+        );
+        throw new FenceNotRecordedError(
+          `published build ${buildHash} (fence ${held.fence}) in the claims Redis, but its fence could not be recorded on disk (${error instanceof Error ? error.message : String(error)}): not durable, current not moved`,
+          buildHash,
+          { cause: error },
+        );
+      },
+    );
     // A holder paused between its publish and this point (then force-released, or past its TTL)
     // must not move `current` back over a newer fence's build.
     if (recorded.status === "newer") {
@@ -313,9 +341,21 @@ const MAX_WAIT_HOLDS = 3;
  * as published, never as failed with the pointer moved. When Redis stays away the outcome is
  * unknown: a transient error, so another attempt (a new fence) settles it.
  */
+/** The log line of a build not published because a later request's is. */
+function laterRequestNote(buildHash: string, requestedAt: number, newest: number): string {
+  return `build ${buildHash} not published: this request was made at ${new Date(requestedAt).toISOString()}, and the build of a later request (made at ${new Date(newest).toISOString()}) is published already; current stays`;
+}
+
 async function publishRetried(context: BuildContext, buildHash: string): Promise<PublishResult> {
   const { held } = context;
-  const request = { name: held.name, fence: held.fence, token: held.token, value: buildHash, runId: context.runId };
+  const request = {
+    name: held.name,
+    fence: held.fence,
+    token: held.token,
+    value: buildHash,
+    runId: context.runId,
+    ...(context.requestedAt !== undefined ? { requestedAt: context.requestedAt } : {}),
+  };
   for (let attempt = 1; ; attempt++) {
     try {
       return await publishFenced(context.claims, context.keys, request);

@@ -177,6 +177,7 @@ const holder = (over: Partial<ClaimHolder>): ClaimHolder => ({
   acquiredAt: 0,
   refreshedAt: 0,
   stopWithinMs: null,
+  requestedAt: null,
   revokedBy: null,
   revokedAt: null,
   ...over,

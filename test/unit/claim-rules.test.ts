@@ -51,6 +51,7 @@ const holder: ClaimHolder = {
   acquiredAt: 10_000,
   refreshedAt: 10_000,
   stopWithinMs: null,
+  requestedAt: null,
   revokedBy: null,
   revokedAt: null,
 };
