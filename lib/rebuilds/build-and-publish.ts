@@ -55,10 +55,13 @@ export interface BuildContext {
   /** Called just before the fenced publish (an operator's cancel is looked for then; it aborts `jobSignal`). */
   beforePublish?: (publishing: { fence: number; buildHash: string }) => Promise<void>;
   /**
-   * Who rebuilt this version meanwhile (its run id), or null: asked alongside the work dir's
-   * creation, before any step; a run id ends the attempt there (`already-rebuilt`). Must not reject.
+   * What changed since the attempt began, asked once under the claim alongside the work dir's
+   * creation, before any step: who rebuilt this version meanwhile (its run id, which ends the
+   * attempt there: `already-rebuilt`), and when a later trigger of the same request last folded
+   * into this job while it waited (it answers that request too: its publish carries that time).
+   * Must not reject.
    */
-  alreadyRebuiltBy?: () => Promise<string | null>;
+  lookAgain?: () => Promise<{ rebuiltBy: string | null; askedAgainAt: number | null }>;
   /**
    * A build of this hash was found changed on disk, or unreadable or unsyncable (a lost write),
    * and moved aside to `path` (build-integrity.ts).
@@ -74,8 +77,8 @@ export interface BuildContext {
 export type BuildResult =
   | { status: "published"; buildHash: string }
   | { status: "superseded"; buildHash: string; newestFence: number }
-  /** A request made after this one's (at `requestedAt`) is published already: not published. */
-  | { status: "later-request"; buildHash: string; requestedAt: number }
+  /** A request made after this one's (`askedAt`) is published already (made at `requestedAt`): not published. */
+  | { status: "later-request"; buildHash: string; requestedAt: number; askedAt: number }
   | { status: "already-rebuilt"; rebuiltBy: string }
   /**
    * The publish went through in Redis, but this fence is recorded beside the output with another
@@ -96,16 +99,17 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
   const workDir = workDirOf(outputDir, `${context.runId}-f${held.fence}-${held.token.slice(-6)}`);
   recorder.update({ fence: held.fence });
   const untrack = trackWorkDir(workDir);
-  const [rebuiltBy, created] = await Promise.allSettled([
-    context.alreadyRebuiltBy?.() ?? null,
-    freshDirectory(workDir),
-  ]);
+  const [looked, created] = await Promise.allSettled([context.lookAgain?.() ?? null, freshDirectory(workDir)]);
+  const since = looked.status === "fulfilled" ? looked.value : null;
   // A version rebuilt meanwhile is skipped whatever became of the work dir (a failing disk).
-  if (rebuiltBy.status === "fulfilled" && rebuiltBy.value) {
+  if (since?.rebuiltBy) {
     await fs.rm(workDir, { recursive: true, force: true }).catch(() => {});
     untrack();
-    return { status: "already-rebuilt", rebuiltBy: rebuiltBy.value };
+    return { status: "already-rebuilt", rebuiltBy: since.rebuiltBy };
   }
+  // The job answers every request folded into it: its publish is as late as the last of them.
+  const requestedAt =
+    context.requestedAt === undefined ? undefined : Math.max(context.requestedAt, since?.askedAgainAt ?? 0);
   if (created.status === "rejected") {
     untrack();
     throw created.reason;
@@ -214,20 +218,18 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
     // A later request's build is published already: the record beside the output says so also
     // when the claims Redis lost it (a job that a crash of the queue's Redis brought back after a
     // newer version was published must not put the output back to it).
-    const { requestedAt } = context;
     const newestOnDisk = requestedAt === undefined ? null : await readNewestRequest(outputDir);
-    if (requestedAt !== undefined && newestOnDisk !== null && newestOnDisk > requestedAt) {
-      recorder.log(laterRequestNote(buildHash, requestedAt, newestOnDisk));
-      return { status: "later-request", buildHash, requestedAt: newestOnDisk };
+    const published: PublishResult =
+      requestedAt !== undefined && newestOnDisk !== null && newestOnDisk > requestedAt
+        ? { status: "later-request", requestedAt: newestOnDisk, publishedFence: 0 }
+        : await publishRetried(context, buildHash, requestedAt);
+    if (published.status === "later-request") {
+      recorder.log(laterRequestNote(buildHash, requestedAt!, published.requestedAt));
+      return { status: "later-request", buildHash, requestedAt: published.requestedAt, askedAt: requestedAt! };
     }
-    const published = await publishRetried(context, buildHash);
     if (published.status === "superseded") {
       recorder.log(`publish refused: fence ${held.fence} < newest ${published.newestFence}`);
       return { status: "superseded", buildHash, newestFence: published.newestFence };
-    }
-    if (published.status === "later-request") {
-      recorder.log(laterRequestNote(buildHash, requestedAt!, published.requestedAt));
-      return { status: "later-request", buildHash, requestedAt: published.requestedAt };
     }
     // Durable before `current` follows: a claims Redis that forgets this publish cannot lead to
     // this fence being granted again or `current` being moved back (published-fence.ts).
@@ -346,7 +348,11 @@ function laterRequestNote(buildHash: string, requestedAt: number, newest: number
   return `build ${buildHash} not published: this request was made at ${new Date(requestedAt).toISOString()}, and the build of a later request (made at ${new Date(newest).toISOString()}) is published already; current stays`;
 }
 
-async function publishRetried(context: BuildContext, buildHash: string): Promise<PublishResult> {
+async function publishRetried(
+  context: BuildContext,
+  buildHash: string,
+  requestedAt: number | undefined,
+): Promise<PublishResult> {
   const { held } = context;
   const request = {
     name: held.name,
@@ -354,7 +360,7 @@ async function publishRetried(context: BuildContext, buildHash: string): Promise
     token: held.token,
     value: buildHash,
     runId: context.runId,
-    ...(context.requestedAt !== undefined ? { requestedAt: context.requestedAt } : {}),
+    ...(requestedAt !== undefined ? { requestedAt } : {}),
   };
   for (let attempt = 1; ; attempt++) {
     try {

@@ -621,13 +621,18 @@ class RebuildAttempt {
             steps: this.steps,
             ...(this.job.progress ? { progress: this.job.progress } : {}),
             beforePublish: (publishing) => this.beforePublish(publishing),
-            // Checked again under the claim: another run may have finished this version since
-            // the record began. Asked once the claim is granted (a run that released it had
-            // marked the version first), alongside the work dir's creation. A failed lookup
-            // counts as "not rebuilt": the claim keeps the repeat harmless.
-            ...(data.force
-              ? {}
-              : { alreadyRebuiltBy: () => deps.main.get(deps.keys.idempotency(this.idemKey)).catch(() => null) }),
+            // Looked at again under the claim: another run may have finished this version since
+            // the record began (a run that released the claim had marked the version first), and
+            // a later trigger may have folded into this job while it waited. Asked once the claim
+            // is granted, alongside the work dir's creation. A failed lookup counts as "not
+            // rebuilt" (the claim keeps the repeat harmless) and "not asked again".
+            lookAgain: async () => {
+              const askedAgainKey = deps.keys.askedAgain(this.job.id);
+              const [rebuiltBy, asked] = data.force
+                ? [null, await deps.main.get(askedAgainKey).catch(() => null)]
+                : await deps.main.mget(deps.keys.idempotency(this.idemKey), askedAgainKey).catch(() => [null, null]);
+              return { rebuiltBy: rebuiltBy ?? null, askedAgainAt: Number(asked) || null };
+            },
             onChangedBuild: (found) =>
               recordChangedBuild(deps.main, deps.keys, {
                 ...found,
@@ -705,7 +710,7 @@ class RebuildAttempt {
       await this.finish("superseded", {
         fence: result.fence,
         buildHash: built.buildHash,
-        reason: `superseded by a later request: the build of a request made at ${later} is published already; this one (made at ${new Date(this.job.requestedAt!).toISOString()}) is not published over it, and current stays`,
+        reason: `superseded by a later request: the build of a request made at ${later} is published already; this one (made at ${new Date(built.askedAt).toISOString()}) is not published over it, and current stays`,
       });
       return {
         status: "superseded-by-later-request",

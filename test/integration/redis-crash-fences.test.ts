@@ -60,6 +60,8 @@ async function crashBed(name: string, yamlOf: (name: string) => string = simpleR
     dataDir,
     definitions,
     keys,
+    /** The id the next `attempt` gives its job. */
+    nextJobId: () => `${name}-${jobs + 1}`,
     output: definitions.rebuilds.get(name)!.outputPath,
     claim: claimName(definitions.rebuilds.get(name)!.claimPath),
     attempt,
@@ -114,6 +116,26 @@ test("a request a Redis crash brought back after a later request's build was pub
     const later = await attempt(client, "vA", askedB + 1_000);
     assert.equal(later.status, "rebuilt", JSON.stringify(later));
     assert.notEqual(await readCurrent(output), published);
+  } finally {
+    await closeRedis(client);
+  }
+});
+
+test("a job asked for again while it waited (a trigger folded into it) publishes over a build of a request made between: its publish is as late as the last request it answers", async () => {
+  const { server, keys, output, attempt, nextJobId } = await crashBed("folded");
+  const client = createRedis(server.url, "worker", "folded-1");
+  try {
+    const askedA = Date.now() - 60_000;
+    const b = await attempt(client, "vB", askedA + 10_000);
+    assert.equal(b.status, "rebuilt", JSON.stringify(b));
+    // Job A was made before B's request, and asked for again after it.
+    await client.set(keys.askedAgain(nextJobId()), String(askedA + 20_000));
+    const a = await attempt(client, "vA", askedA);
+    assert.equal(a.status, "rebuilt", JSON.stringify(a));
+    assert.equal(await readCurrent(output), (a as { buildHash: string }).buildHash);
+    // Not asked again: the same older request is superseded.
+    const stale = await attempt(client, "vC", askedA);
+    assert.equal(stale.status, "superseded-by-later-request", JSON.stringify(stale));
   } finally {
     await closeRedis(client);
   }
