@@ -10,7 +10,7 @@ import { CancelJobButton } from "./operations";
 import { StatusBadge } from "./status-badge";
 import { Time } from "./time";
 
-const STATE_STYLE: Record<ShownState, string> = {
+const STATE_STYLE: Record<QueueEntry["state"], string> = {
   active: "bg-sky-100 text-sky-800 ring-sky-300",
   waiting: "bg-slate-100 text-slate-700 ring-slate-300",
   prioritized: "bg-slate-100 text-slate-700 ring-slate-300",
@@ -18,15 +18,6 @@ const STATE_STYLE: Record<ShownState, string> = {
   failed: "bg-red-100 text-red-800 ring-red-300",
   cancelled: "bg-violet-50 text-violet-800 ring-violet-300",
 };
-
-/** A job an operator cancelled ends in BullMQ's failed set: shown as cancelled, not as a failure. */
-type ShownState = QueueEntry["state"] | "cancelled";
-
-function shownState(job: QueueEntry): ShownState {
-  if (job.state !== "failed") return job.state;
-  const cancelled = job.lastRun?.status === "cancelled" || /^cancelled by /.test(job.failedReason ?? "");
-  return cancelled ? "cancelled" : "failed";
-}
 
 /**
  * The queue: what runs, what waits (and until when, and why), what failed lately. It polls even
@@ -74,7 +65,7 @@ export function QueueTable({
             key={`${job.state}:${job.jobId}`}
             className="border-t border-slate-100 align-top"
             data-job={job.jobId}
-            data-state={shownState(job)}
+            data-state={job.state}
           >
             <td className="px-3 py-2 font-mono text-xs break-all">
               <Link className="text-sky-700 underline" href={`/runs?jobId=${encodeURIComponent(job.jobId)}`}>
@@ -109,9 +100,9 @@ export function QueueTable({
             ) : null}
             <td className="px-3 py-2">
               <span
-                className={`inline-flex rounded px-2 py-0.5 text-xs font-medium ring-1 ring-inset ${STATE_STYLE[shownState(job)]}`}
+                className={`inline-flex rounded px-2 py-0.5 text-xs font-medium ring-1 ring-inset ${STATE_STYLE[job.state]}`}
               >
-                {shownState(job)}
+                {job.state}
               </span>
               {job.cancelRequested ? (
                 <div className="mt-1 text-xs text-violet-800" data-field="cancel-requested">
@@ -123,7 +114,7 @@ export function QueueTable({
               <WhenWhy job={job} serverTime={data!.serverTime} />
             </td>
             <td className="px-3 py-2 text-xs">
-              {shownState(job) === "cancelled" ? "cancelled" : `${job.attemptsMade} failed`} of {job.attempts}
+              {job.state === "cancelled" ? "cancelled" : `${job.attemptsMade} failed`} of {job.attempts}
               <div className="text-slate-500">{job.attemptsStarted} started</div>
             </td>
             <td className="px-3 py-2 text-xs">
@@ -141,7 +132,8 @@ export function QueueTable({
               )}
             </td>
             <td className="px-3 py-2">
-              {job.state === "failed" ? null : job.waitReason?.kind === "scheduled-tick" ? (
+              {job.state === "failed" || job.state === "cancelled" ? null : job.waitReason?.kind ===
+                "scheduled-tick" ? (
                 // A tick is not cancelled (the schedule makes the next one): it is paused.
                 job.rebuild ? (
                   <Link
@@ -164,10 +156,10 @@ export function QueueTable({
 }
 
 function WhenWhy({ job, serverTime }: { job: QueueEntry; serverTime: number }) {
-  if (job.state === "failed") {
+  if (job.state === "failed" || job.state === "cancelled") {
     return (
       <>
-        <div className={shownState(job) === "cancelled" ? "text-violet-800" : "text-red-800"}>
+        <div className={job.state === "cancelled" ? "text-violet-800" : "text-red-800"}>
           {job.failedReason ?? "failed"}
         </div>
         {job.finishedAt ? <Time at={job.finishedAt} /> : null}

@@ -14,7 +14,7 @@ import type { CommandSpec } from "./spec";
 const WAIT_KIND = { backoff: "backoff", deferred: "deferred", "scheduled-tick": "scheduled", queued: "queued" };
 
 function why(job: QueueEntry): string {
-  if (job.state === "failed") return orDash(job.failedReason);
+  if (job.state === "failed" || job.state === "cancelled") return orDash(job.failedReason);
   if (job.state === "active") {
     const running = job.lastRun ? `running as ${job.lastRun.id}` : "running";
     return job.cancelRequested ? `${running}; cancel requested by ${job.cancelRequested.actor}` : running;
@@ -73,7 +73,10 @@ export const queue: CommandSpec = {
         }),
         limit,
       );
-      const counts = QUEUE_VIEW_STATES.map((state) => `${view.counts[state]} ${state}`).join(", ");
+      // BullMQ's counts: its failed set holds the cancelled jobs too.
+      const counts = QUEUE_VIEW_STATES.map(
+        (state) => `${view.counts[state]} ${state === "failed" ? "failed or cancelled" : state}`,
+      ).join(", ");
       const human = [
         // The counts are the whole queue's (lib/operations/queue-view); the rows follow the filter.
         rebuild
@@ -87,7 +90,7 @@ export const queue: CommandSpec = {
                 job.jobId,
                 rebuildLabel(job.rebuild, job.tenant),
                 // As the Queue page says it: attempts failed of those allowed (a running first attempt is 0 of n).
-                `${job.attemptsMade} of ${job.attempts}`,
+                job.state === "cancelled" ? `cancelled of ${job.attempts}` : `${job.attemptsMade} of ${job.attempts}`,
                 time(job.createdAt),
                 nextAttempt(job, view.serverTime),
                 why(job),

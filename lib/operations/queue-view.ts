@@ -15,6 +15,11 @@ import { runIdOf, type RunStatus } from "../runs/types";
 
 export const QUEUE_VIEW_STATES = ["active", "waiting", "prioritized", "delayed", "failed"] as const;
 export type QueueViewState = (typeof QUEUE_VIEW_STATES)[number];
+/**
+ * A listed job's state: BullMQ's, except that a job an operator cancelled (it ends in BullMQ's
+ * failed set) is `cancelled`, not `failed`, wherever the queue is shown (page, API, CLI).
+ */
+export type QueueEntryState = QueueViewState | "cancelled";
 
 /** Jobs read per state; failed: the newest this many. */
 const PER_STATE = 200;
@@ -38,7 +43,7 @@ export type WaitReason =
 
 export interface QueueEntry {
   jobId: string;
-  state: QueueViewState;
+  state: QueueEntryState;
   rebuild: string | null;
   tenant: string | null;
   version: string | null;
@@ -129,9 +134,11 @@ export async function readQueueView(
     const note = parseDeferNote(replies[i * PER_JOB + 3]?.[1] as string | null);
     // The note belongs to the delay it was written with (moveToDelayed to its `until`).
     const deferNote = note && nextAttemptAt !== null && Math.abs(note.until - nextAttemptAt) <= 1 ? note : null;
+    const cancelled =
+      state === "failed" && (lastRun?.status === "cancelled" || /^cancelled by /.test(job.failedReason ?? ""));
     return {
       jobId: job.id!,
-      state,
+      state: cancelled ? "cancelled" : state,
       rebuild: data.success ? data.data.rebuild : null,
       tenant: data.success ? (data.data.tenant ?? null) : null,
       version: data.success ? (data.data.version ?? null) : null,

@@ -107,6 +107,11 @@ test("cancel a running rebuild: steps killed, claim released within killGrace + 
       (await bed.runsOfJob(jobId)).map((r) => r.status),
       ["cancelled"],
     );
+    // The queue (API, page and CLI read this view) says cancelled, not failed.
+    const shown = (await readQueueView(bed.queue, bed.main, bed.keys, { rebuild: "slow" })).jobs.find(
+      (j) => j.jobId === jobId,
+    );
+    assert.equal(shown?.state, "cancelled");
     const { alive } = await waitUntilNoMarker(marker, 2_000);
     assert.deepEqual(alive, [], "no process of the step is left");
 
