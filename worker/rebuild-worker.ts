@@ -174,9 +174,6 @@ export function startRebuildWorker(
         id: jobId,
         attempt: Math.max(1, job.attemptsStarted),
         createdAt: job.timestamp,
-        // A job added to run later (a scheduled tick: BullMQ's delay at its creation, which its
-        // deferrals and retries do not change) was asked for when it was due.
-        requestedAt: job.timestamp + Math.max(0, job.opts.delay ?? 0),
         data: job.data,
         signal: jobSignal,
         cancelRequest: () => cancels.requestFor(jobId),

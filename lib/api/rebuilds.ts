@@ -2,7 +2,7 @@
 import { CronExpressionParser } from "cron-parser";
 import { z } from "zod";
 import { appendAudit } from "../audit";
-import { claimName, readClaim, readClaimsByName, readPublished, readSkipsMany } from "../claims";
+import { claimName, readClaim, readClaimsByName, readSkipsMany } from "../claims";
 import { listChangedBuilds } from "../rebuilds/build-integrity";
 import { tenantProblem, tenantsOf, type RebuildDefinition } from "../rebuilds/definitions";
 import { readSchedulePauses, type SchedulePause } from "../rebuilds/schedules";
@@ -312,15 +312,13 @@ export async function previewRun(
   }
   // The worker's decision on what it would see now (decideRun), read in one round trip each.
   const force = query.force === "true";
-  const claimed = claimName(definition.claimPath, query.tenant);
-  const [rebuiltBy, claim, published] = await Promise.all([
+  const [rebuiltBy, claim] = await Promise.all([
     force
       ? Promise.resolve(null)
       : connections.main.get(connections.keys.idempotency(idempotencyKey(name, query.tenant, version))),
-    readClaim(connections.claims, connections.keys, claimed),
-    readPublished(connections.claims, connections.keys, claimed),
+    readClaim(connections.claims, connections.keys, claimName(definition.claimPath, query.tenant)),
   ]);
-  const decision = decideRun({ version, force, rebuiltBy, claim, newestPublishedRequestAt: published?.requestedAt });
+  const decision = decideRun({ version, force, rebuiltBy, claim });
   switch (decision.action) {
     case "skip": {
       if (decision.reason === "already-rebuilt") {

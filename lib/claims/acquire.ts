@@ -50,7 +50,6 @@ export async function acquireClaim(
     tenant: meta.tenant ?? "",
     version: meta.version ?? "",
     ...(meta.stopWithinMs ? { stopWithinMs: Math.ceil(meta.stopWithinMs) } : {}),
-    ...(meta.requestedAt !== undefined ? { requestedAt: meta.requestedAt } : {}),
   };
   const reply = await runScript(
     client,

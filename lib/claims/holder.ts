@@ -30,7 +30,6 @@ export function holderFromHash(hash: Record<string, string>): ClaimHolder {
     acquiredAt: toNumberOrNull(hash.acquiredAt),
     refreshedAt: toNumberOrNull(hash.refreshedAt),
     stopWithinMs: toNumberOrNull(identity.stopWithinMs),
-    requestedAt: toNumberOrNull(identity.requestedAt),
     revokedBy: stringOrNull(hash.revokedBy),
     revokedAt: toNumberOrNull(hash.revokedAt),
   };
@@ -80,7 +79,6 @@ export interface HolderIdentity {
   version: string;
   /** Absent: 0 (the holder stops as soon as it notices). */
   stopWithinMs?: number;
-  requestedAt?: number;
 }
 
 function parseIdentity(json: string | undefined): Partial<Record<keyof HolderIdentity, unknown>> {

@@ -19,11 +19,6 @@ export interface PublishRequest {
   /** What is published: a build id, content hash or output path. */
   value: string;
   runId?: string;
-  /**
-   * When the request behind this publish was made (ms, the Redis clock): a publish is refused
-   * when a later request's build is published already (`later-request`). Absent: not compared.
-   */
-  requestedAt?: number;
 }
 
 export type PublishResult =
@@ -42,12 +37,6 @@ export type PublishResult =
       newestFence: number;
       /** Fence of what is published now (0: nothing yet). */
       publishedFence: number;
-    }
-  | {
-      /** A request made after this one's (at `requestedAt`) is published already: nothing changed. */
-      status: "later-request";
-      requestedAt: number;
-      publishedFence: number;
     };
 
 export interface PublishedPointer {
@@ -55,8 +44,6 @@ export interface PublishedPointer {
   value: string;
   runId: string | null;
   publishedAt: number;
-  /** When the newest request any publish was for was made (ms), when known. */
-  requestedAt: number | null;
 }
 
 export async function publishFenced(
@@ -72,7 +59,7 @@ export async function publishFenced(
     client,
     FENCED_PUBLISH,
     [keys.claimFence(request.name), keys.published(request.name), keys.claimSkips, keys.claim(request.name)],
-    [request.fence, request.value, request.runId ?? "", request.name, request.token, request.requestedAt ?? ""],
+    [request.fence, request.value, request.runId ?? "", request.name, request.token],
   );
   if (!Array.isArray(reply)) throw unexpectedReply("publish", reply);
   const [code] = reply;
@@ -83,9 +70,6 @@ export async function publishFenced(
     if (client.hincrby)
       await recordFencingRejection(client as Pick<Redis, "hincrby">, keys, request.name).catch(() => {});
     return { status: "superseded", newestFence: Number(reply[1]), publishedFence: Number(reply[2]) };
-  }
-  if (code === REPLY.laterRequest) {
-    return { status: "later-request", requestedAt: Number(reply[1]), publishedFence: Number(reply[2]) };
   }
   throw unexpectedReply("publish", reply);
 }
@@ -103,6 +87,5 @@ export async function readPublished(
     value: hash.value,
     runId: hash.runId || null,
     publishedAt: toNumberOrNull(hash.publishedAt) ?? 0,
-    requestedAt: toNumberOrNull(hash.requestedAt),
   };
 }

@@ -31,12 +31,6 @@ export interface ClaimMetadata {
    */
   stopWithinMs?: number;
   /**
-   * When the request this holder serves was made (ms, the Redis clock). A contender for the same
-   * version skips on this holder only while no later request's build is published: else its
-   * publish will be refused (FENCED_PUBLISH) and the contender must build itself.
-   */
-  requestedAt?: number;
-  /**
    * Keep this claim's trail (lib/claims/trail.ts): acquired, refreshed late, released, expired…
    * Default true; housekeeping claims (pruning builds, alert evaluation) say false.
    */
@@ -64,8 +58,6 @@ export interface ClaimHolder {
   refreshedAt: number | null;
   /** What the holder declared as its stop time (`ClaimMetadata.stopWithinMs`). */
   stopWithinMs: number | null;
-  /** When the request it serves was made (`ClaimMetadata.requestedAt`); null when it did not say. */
-  requestedAt: number | null;
   /** Set while an operator's force release waits for this holder to stop: who released it. */
   revokedBy: string | null;
   /** Claims-server time of that force release. */

@@ -17,13 +17,7 @@ import { holdAfterLastRefreshMs, outputDirOf, type RebuildDefinition } from "./d
 import { markHolding, otherHolders, ReissuedFenceError, type HoldingMark } from "./holding-marks";
 import { hashDirectory, makeDirectory, promoteBuild, workDirOf } from "./output";
 import { trackWorkDir } from "./work-dirs";
-import {
-  FenceNotRecordedError,
-  markFenceGranted,
-  pointCurrentAtRecord,
-  readNewestRequest,
-  recordPublishedFence,
-} from "./published-fence";
+import { FenceNotRecordedError, markFenceGranted, pointCurrentAtRecord, recordPublishedFence } from "./published-fence";
 import { isTransient } from "./classify-failure";
 import { LOCK_LOST_ABORT_REASON, TransientStepError, WorkerStalledError, type StepContext } from "./steps/context";
 import { runCommandStep } from "./steps/run-step";
@@ -38,11 +32,6 @@ export interface BuildContext {
   tenant: string | undefined;
   version: string;
   runId: string;
-  /**
-   * When the request this attempt serves was made (ms, the Redis clock): its build is not
-   * published over a later request's (`later-request`). Absent: not compared.
-   */
-  requestedAt?: number;
   held: HeldClaim;
   /** The job's signal (shutdown, lost job lock). */
   jobSignal: AbortSignal;
@@ -55,13 +44,10 @@ export interface BuildContext {
   /** Called just before the fenced publish (an operator's cancel is looked for then; it aborts `jobSignal`). */
   beforePublish?: (publishing: { fence: number; buildHash: string }) => Promise<void>;
   /**
-   * What changed since the attempt began, asked once under the claim alongside the work dir's
-   * creation, before any step: who rebuilt this version meanwhile (its run id, which ends the
-   * attempt there: `already-rebuilt`), and when a later trigger of the same request last folded
-   * into this job while it waited (it answers that request too: its publish carries that time).
-   * Must not reject.
+   * Who rebuilt this version meanwhile (its run id), or null: asked alongside the work dir's
+   * creation, before any step; a run id ends the attempt there (`already-rebuilt`). Must not reject.
    */
-  lookAgain?: () => Promise<{ rebuiltBy: string | null; askedAgainAt: number | null }>;
+  alreadyRebuiltBy?: () => Promise<string | null>;
   /**
    * A build of this hash was found changed on disk, or unreadable or unsyncable (a lost write),
    * and moved aside to `path` (build-integrity.ts).
@@ -77,8 +63,6 @@ export interface BuildContext {
 export type BuildResult =
   | { status: "published"; buildHash: string }
   | { status: "superseded"; buildHash: string; newestFence: number }
-  /** A request made after this one's (`askedAt`) is published already (made at `requestedAt`): not published. */
-  | { status: "later-request"; buildHash: string; requestedAt: number; askedAt: number }
   | { status: "already-rebuilt"; rebuiltBy: string }
   /**
    * The publish went through in Redis, but this fence is recorded beside the output with another
@@ -99,17 +83,16 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
   const workDir = workDirOf(outputDir, `${context.runId}-f${held.fence}-${held.token.slice(-6)}`);
   recorder.update({ fence: held.fence });
   const untrack = trackWorkDir(workDir);
-  const [looked, created] = await Promise.allSettled([context.lookAgain?.() ?? null, freshDirectory(workDir)]);
-  const since = looked.status === "fulfilled" ? looked.value : null;
+  const [rebuiltBy, created] = await Promise.allSettled([
+    context.alreadyRebuiltBy?.() ?? null,
+    freshDirectory(workDir),
+  ]);
   // A version rebuilt meanwhile is skipped whatever became of the work dir (a failing disk).
-  if (since?.rebuiltBy) {
+  if (rebuiltBy.status === "fulfilled" && rebuiltBy.value) {
     await fs.rm(workDir, { recursive: true, force: true }).catch(() => {});
     untrack();
-    return { status: "already-rebuilt", rebuiltBy: since.rebuiltBy };
+    return { status: "already-rebuilt", rebuiltBy: rebuiltBy.value };
   }
-  // The job answers every request folded into it: its publish is as late as the last of them.
-  const requestedAt =
-    context.requestedAt === undefined ? undefined : Math.max(context.requestedAt, since?.askedAgainAt ?? 0);
   if (created.status === "rejected") {
     untrack();
     throw created.reason;
@@ -215,41 +198,28 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
     // past an operator's cancel must find the cancel when it wakes.
     await context.beforePublish?.({ fence: held.fence, buildHash });
     signal.throwIfAborted();
-    // A later request's build is published already: the record beside the output says so also
-    // when the claims Redis lost it (a job that a crash of the queue's Redis brought back after a
-    // newer version was published must not put the output back to it).
-    const newestOnDisk = requestedAt === undefined ? null : await readNewestRequest(outputDir);
-    const published: PublishResult =
-      requestedAt !== undefined && newestOnDisk !== null && newestOnDisk > requestedAt
-        ? { status: "later-request", requestedAt: newestOnDisk, publishedFence: 0 }
-        : await publishRetried(context, buildHash, requestedAt);
-    if (published.status === "later-request") {
-      recorder.log(laterRequestNote(buildHash, requestedAt!, published.requestedAt));
-      return { status: "later-request", buildHash, requestedAt: published.requestedAt, askedAt: requestedAt! };
-    }
+    const published = await publishRetried(context, buildHash);
     if (published.status === "superseded") {
       recorder.log(`publish refused: fence ${held.fence} < newest ${published.newestFence}`);
       return { status: "superseded", buildHash, newestFence: published.newestFence };
     }
     // Durable before `current` follows: a claims Redis that forgets this publish cannot lead to
     // this fence being granted again or `current` being moved back (published-fence.ts).
-    const recorded = await recordPublishedFence(outputDir, held.fence, buildHash, requestedAt).catch(
-      (error: unknown) => {
-        // A full or failing disk. `current` must not name a build whose fence is not on disk: a
-        // claims Redis that then lost this publish would read an older pointer, and repair would
-        // move `current` back to it (the record would not say otherwise). Nor is the request done:
-        // the publish is in Redis only. Another attempt publishes again (repair may record this
-        // fence and move `current` meanwhile, once the disk takes it).
-        recorder.log(
-          `WARNING: published build ${buildHash} (fence ${held.fence}), but the fence could not be recorded beside the output: ${String(error)}`,
-        );
-        throw new FenceNotRecordedError(
-          `published build ${buildHash} (fence ${held.fence}) in the claims Redis, but its fence could not be recorded on disk (${error instanceof Error ? error.message : String(error)}): not durable, current not moved`,
-          buildHash,
-          { cause: error },
-        );
-      },
-    );
+    const recorded = await recordPublishedFence(outputDir, held.fence, buildHash).catch((error: unknown) => {
+      // A full or failing disk. `current` must not name a build whose fence is not on disk: a
+      // claims Redis that then lost this publish would read an older pointer, and repair would
+      // move `current` back to it (the record would not say otherwise). Nor is the request done:
+      // the publish is in Redis only. Another attempt publishes again (repair may record this
+      // fence and move `current` meanwhile, once the disk takes it).
+      recorder.log(
+        `WARNING: published build ${buildHash} (fence ${held.fence}), but the fence could not be recorded beside the output: ${String(error)}`,
+      );
+      throw new FenceNotRecordedError(
+        `published build ${buildHash} (fence ${held.fence}) in the claims Redis, but its fence could not be recorded on disk (${error instanceof Error ? error.message : String(error)}): not durable, current not moved`,
+        buildHash,
+        { cause: error },
+      );
+    });
     // A holder paused between its publish and this point (then force-released, or past its TTL)
     // must not move `current` back over a newer fence's build.
     if (recorded.status === "newer") {
@@ -343,25 +313,9 @@ const MAX_WAIT_HOLDS = 3;
  * as published, never as failed with the pointer moved. When Redis stays away the outcome is
  * unknown: a transient error, so another attempt (a new fence) settles it.
  */
-/** The log line of a build not published because a later request's is. */
-function laterRequestNote(buildHash: string, requestedAt: number, newest: number): string {
-  return `build ${buildHash} not published: this request was made at ${new Date(requestedAt).toISOString()}, and the build of a later request (made at ${new Date(newest).toISOString()}) is published already; current stays`;
-}
-
-async function publishRetried(
-  context: BuildContext,
-  buildHash: string,
-  requestedAt: number | undefined,
-): Promise<PublishResult> {
+async function publishRetried(context: BuildContext, buildHash: string): Promise<PublishResult> {
   const { held } = context;
-  const request = {
-    name: held.name,
-    fence: held.fence,
-    token: held.token,
-    value: buildHash,
-    runId: context.runId,
-    ...(requestedAt !== undefined ? { requestedAt } : {}),
-  };
+  const request = { name: held.name, fence: held.fence, token: held.token, value: buildHash, runId: context.runId };
   for (let attempt = 1; ; attempt++) {
     try {
       return await publishFenced(context.claims, context.keys, request);

@@ -1,6 +1,6 @@
 /**
  * The one decision of what a run of (rebuild, tenant, version) does now: skip it (already
- * rebuilt, or the same version is being built by a holder whose publish will not be refused), wait for another version's holder, take the
+ * rebuilt, or the same version is being built), wait for another version's holder, take the
  * claim over from an earlier attempt of the same job (or end, when a later one holds it), or build. The worker decides with it on
  * what its scripts saw (the attempt's first record write, the claim acquire); the "Rebuild
  * now" preview decides with it on what it reads. Neither words the rules again.
@@ -20,15 +20,9 @@ export interface RunSituation {
   /** The claim on the output, if held. */
   claim: {
     holder: Pick<ClaimHolder, "version" | "jobId" | "workerId" | "host"> &
-      Partial<Pick<ClaimHolder, "revokedAt" | "attempt" | "requestedAt">>;
+      Partial<Pick<ClaimHolder, "revokedAt" | "attempt">>;
     pttlMs: number;
   } | null;
-  /**
-   * When the newest request any publish of the output was for was made (the claims Redis's
-   * pointer), if known. A holder whose request is older will have its publish refused (a later
-   * request's build is published): building the same version, it is no reason to skip.
-   */
-  newestPublishedRequestAt?: number | null;
   /** The deciding job's id (the preview has none). */
   jobId?: string;
   /** Which attempt of that job decides (BullMQ's attemptsStarted). */
@@ -46,8 +40,6 @@ export type RunDecision =
       waitMs: number;
       /** The holder was force-released and is stopping: the name is free when it has. */
       releasing?: true;
-      /** The holder builds this version, but its publish will be refused: a later request's build is published. */
-      holderOutdated?: true;
     }
   | { action: "take-over"; heldBy: string }
   /** A later attempt of the deciding job holds the claim: it carries the request on, this one ends. */
@@ -77,11 +69,6 @@ export function decideRun(situation: RunSituation): RunDecision {
     return { action: later ? "superseded" : "take-over", heldBy };
   }
   if (claim.holder.version === situation.version) {
-    const asked = claim.holder.requestedAt;
-    const newest = situation.newestPublishedRequestAt;
-    if (asked !== null && asked !== undefined && newest !== null && newest !== undefined && newest > asked) {
-      return { ...defer, holderOutdated: true };
-    }
     return { action: "skip", reason: "claim-held", heldBy, pttlMs: claim.pttlMs };
   }
   return defer;

@@ -42,12 +42,6 @@ export interface PublishedFence {
   fence: number;
   /** The build published with that fence. */
   hash: string;
-  /**
-   * When the newest request any recorded publish was for was made (ms, the Redis clock), when
-   * known: kept in the legacy file (`requestedAt`, the maximum; older versions ignore it). An
-   * older request's build is never published over a later one's (FENCED_PUBLISH).
-   */
-  requestedAt?: number;
 }
 
 /**
@@ -75,20 +69,8 @@ export async function readPublishedFence(outputDir: string): Promise<PublishedFe
     if (hash === GONE && listing < 5) continue;
     const known = hash === GONE ? "" : hash;
     // An entry that cannot be read, tied with the legacy file: the legacy file names the build.
-    return {
-      fence: top,
-      hash: known === "" && legacy?.fence === top ? legacy.hash : known,
-      ...(legacy?.requestedAt !== undefined ? { requestedAt: legacy.requestedAt } : {}),
-    };
+    return { fence: top, hash: known === "" && legacy?.fence === top ? legacy.hash : known };
   }
-}
-
-/**
- * When the newest request published to `outputDir` was made (ms), or null when unknown (nothing
- * recorded, an earlier version's record, an unreadable file): one small read, before a publish.
- */
-export async function readNewestRequest(outputDir: string): Promise<number | null> {
-  return (await readLegacy(outputDir).catch(() => null))?.requestedAt ?? null;
 }
 
 /** `readEntryHash` of an entry removed since it was listed. */
@@ -180,12 +162,7 @@ async function readLegacy(outputDir: string): Promise<PublishedFence | null> {
     const parsed = JSON.parse(text) as Partial<PublishedFence>;
     if (!Number.isSafeInteger(parsed.fence) || (parsed.fence ?? 0) <= 0) return null;
     if (typeof parsed.hash !== "string" || !BUILD_HASH.test(parsed.hash)) return null;
-    const { requestedAt } = parsed;
-    return {
-      fence: parsed.fence!,
-      hash: parsed.hash,
-      ...(Number.isSafeInteger(requestedAt) && requestedAt! > 0 ? { requestedAt: requestedAt! } : {}),
-    };
+    return { fence: parsed.fence!, hash: parsed.hash };
   } catch {
     return null;
   }
@@ -245,13 +222,7 @@ export type FenceRecord = { status: "recorded" } | { status: "newer" | "fence-re
  * a pointer its publisher could not record. Resolves once the record is on disk; throws when the
  * disk does not take it (full, failing).
  */
-export async function recordPublishedFence(
-  outputDir: string,
-  fence: number,
-  hash: string,
-  /** When the publish's request was made (ms), when known: kept as the newest request (`PublishedFence`). */
-  requestedAt?: number,
-): Promise<FenceRecord> {
+export async function recordPublishedFence(outputDir: string, fence: number, hash: string): Promise<FenceRecord> {
   const known = await readPublishedFence(outputDir);
   if (known && known.fence > fence) return { status: "newer", known };
   const entry = path.join(outputDir, `${ENTRY_PREFIX}${fence}`);
@@ -288,7 +259,7 @@ export async function recordPublishedFence(
   }
   // Best effort: the entries are the record; a legacy file that cannot be replaced (a directory in
   // its place, a failing write) costs only workers of the earlier version their floor.
-  await writeLegacy(outputDir, fence, hash, requestedAt).catch(() => {});
+  await writeLegacy(outputDir, fence, hash).catch(() => {});
   await syncPath(outputDir);
   // A higher fence recorded while this one was written keeps `current`; lower ones can go.
   const names = await fs.readdir(outputDir);
@@ -314,14 +285,12 @@ export async function recordPublishedFence(
  * The legacy file, for workers of earlier versions (they read only it): replaced by rename, as
  * they do, unless it says `fence` or more. Synced with the directory by the caller.
  */
-async function writeLegacy(outputDir: string, fence: number, hash: string, requestedAt?: number): Promise<void> {
+async function writeLegacy(outputDir: string, fence: number, hash: string): Promise<void> {
   // Unreadable now: it may hold a higher fence; not replaced (readLegacy throws, the caller goes on).
-  const legacy = await readLegacy(outputDir);
-  if ((legacy?.fence ?? 0) >= fence) return;
-  const newest = Math.max(legacy?.requestedAt ?? 0, requestedAt ?? 0);
+  if (((await readLegacy(outputDir))?.fence ?? 0) >= fence) return;
   const temp = outputTempName(outputDir, ".published-fence-writing.");
   try {
-    await writeSynced(temp, JSON.stringify(newest > 0 ? { fence, hash, requestedAt: newest } : { fence, hash }), "w");
+    await writeSynced(temp, JSON.stringify({ fence, hash }), "w");
     await fs.rename(temp, path.join(outputDir, LEGACY_FILE));
   } finally {
     await fs.rm(temp, { force: true }).catch(() => {});

@@ -60,7 +60,7 @@ export async function repairCurrentLinks(
               client,
               PUBLISHED_RESTORE,
               [keys.published(name), keys.claimFence(name)],
-              [durable.fence, durable.hash, durable.requestedAt ?? ""],
+              [durable.fence, durable.hash],
             );
             if (restored === 1) {
               repaired.push(
@@ -88,12 +88,9 @@ export async function repairCurrentLinks(
           // Its publisher could not record the fence (a full or failing disk): recorded first,
           // so `current` never names a build whose fence a Redis crash could take back.
           if (!durable || durable.fence < published.fence) {
-            const recorded = await recordPublishedFence(
-              outputDir,
-              published.fence,
-              published.value,
-              published.requestedAt ?? undefined,
-            ).catch((error: unknown) => String(error));
+            const recorded = await recordPublishedFence(outputDir, published.fence, published.value).catch(
+              (error: unknown) => String(error),
+            );
             if (typeof recorded === "string" || recorded.status !== "recorded") {
               repaired.push(
                 `NOT repairing ${outputDir}/current: the published fence ${published.fence} (${published.value}) could not be recorded beside it: ${typeof recorded === "string" ? recorded : recorded.status}`,

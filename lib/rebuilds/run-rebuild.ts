@@ -24,7 +24,6 @@ import {
   ClaimLostError,
   claimName,
   readClaim,
-  readPublished,
   readClaimTrail,
   recordSkip,
   withClaim,
@@ -87,12 +86,6 @@ export interface RebuildJob {
   attempt: number;
   /** When the job was created (ms). */
   createdAt: number;
-  /**
-   * When its request was made (ms, the Redis clock): its creation, or for a job that was added to
-   * run later (a scheduled tick) when it was due. Its build is not published over the build of a
-   * later request (the attempt ends `superseded`). Absent: not compared.
-   */
-  requestedAt?: number;
   data: unknown;
   /**
    * BullMQ's job signal: aborted on shutdown ("shutdown"), a lost job lock ("lock-lost") or an
@@ -124,8 +117,6 @@ export type RebuildOutcome =
   | { status: "rebuilt"; runId: string; version: string; buildHash: string; fence: number }
   | { status: "skipped"; reason: "already-rebuilt" | "claim-held"; runId: string; version: string; heldBy?: string }
   | { status: "superseded"; runId: string; version: string; fence: number; newestFence: number }
-  /** A later request's build is published already (made at `laterRequestAt`): this one's is not. */
-  | { status: "superseded-by-later-request"; runId: string; version: string; laterRequestAt: number }
   /**
    * Run again at `until` (worker: moveToDelayed): another version holds the output, or another
    * pickup has this attempt's record. `note`: why, when no run record says it (the worker leaves
@@ -603,7 +594,6 @@ class RebuildAttempt {
           // An operator's force release keeps others out this long past our TTL (unless we
           // acknowledge sooner): our steps are SIGKILLed when their grace ends.
           stopWithinMs: stopWithinMs(definition),
-          ...(this.job.requestedAt !== undefined ? { requestedAt: this.job.requestedAt } : {}),
         },
         async (held) => {
           const built = await buildAndPublish({
@@ -613,7 +603,6 @@ class RebuildAttempt {
             tenant: data.tenant,
             version: this.version,
             runId: this.runId,
-            ...(this.job.requestedAt !== undefined ? { requestedAt: this.job.requestedAt } : {}),
             held,
             jobSignal: this.job.signal,
             attemptBegan: this.began,
@@ -621,18 +610,13 @@ class RebuildAttempt {
             steps: this.steps,
             ...(this.job.progress ? { progress: this.job.progress } : {}),
             beforePublish: (publishing) => this.beforePublish(publishing),
-            // Looked at again under the claim: another run may have finished this version since
-            // the record began (a run that released the claim had marked the version first), and
-            // a later trigger may have folded into this job while it waited. Asked once the claim
-            // is granted, alongside the work dir's creation. A failed lookup counts as "not
-            // rebuilt" (the claim keeps the repeat harmless) and "not asked again".
-            lookAgain: async () => {
-              const askedAgainKey = deps.keys.askedAgain(this.job.id);
-              const [rebuiltBy, asked] = data.force
-                ? [null, await deps.main.get(askedAgainKey).catch(() => null)]
-                : await deps.main.mget(deps.keys.idempotency(this.idemKey), askedAgainKey).catch(() => [null, null]);
-              return { rebuiltBy: rebuiltBy ?? null, askedAgainAt: Number(asked) || null };
-            },
+            // Checked again under the claim: another run may have finished this version since
+            // the record began. Asked once the claim is granted (a run that released it had
+            // marked the version first), alongside the work dir's creation. A failed lookup
+            // counts as "not rebuilt": the claim keeps the repeat harmless.
+            ...(data.force
+              ? {}
+              : { alreadyRebuiltBy: () => deps.main.get(deps.keys.idempotency(this.idemKey)).catch(() => null) }),
             onChangedBuild: (found) =>
               recordChangedBuild(deps.main, deps.keys, {
                 ...found,
@@ -703,22 +687,6 @@ class RebuildAttempt {
         buildHash: built.buildHash,
       });
     }
-    if (built.status === "later-request") {
-      // The request is answered: what it asked for is older than what is published. Not marked
-      // rebuilt (its version may be asked for again, by a request made later).
-      const later = new Date(built.requestedAt).toISOString();
-      await this.finish("superseded", {
-        fence: result.fence,
-        buildHash: built.buildHash,
-        reason: `superseded by a later request: the build of a request made at ${later} is published already; this one (made at ${new Date(built.askedAt).toISOString()}) is not published over it, and current stays`,
-      });
-      return {
-        status: "superseded-by-later-request",
-        runId: this.runId,
-        version: this.version,
-        laterRequestAt: built.requestedAt,
-      };
-    }
     // The publish reset the consecutive skips (FENCED_PUBLISH).
     if (!finalWritten) await this.finishRebuilt(result.fence, built.buildHash, result.tookOverFrom);
     return {
@@ -738,7 +706,6 @@ class RebuildAttempt {
       claim: { holder, pttlMs },
       jobId: this.job.id,
       attempt: this.job.attempt,
-      newestPublishedRequestAt: await this.newestPublishedRequestAt(holder),
     });
     if (decision.action === "skip" && decision.reason === "claim-held") {
       const { heldBy } = decision;
@@ -757,9 +724,7 @@ class RebuildAttempt {
       if (cancelled) return this.endCancelled(cancelled);
       const reason = decision.releasing
         ? `waits ${Math.round(decision.waitMs / 1000)} s: ${this.claim} was force-released and its holder ${decision.heldBy} is stopping`
-        : decision.holderOutdated
-          ? `waits ${Math.round(decision.waitMs / 1000)} s: ${this.claim} is held by ${decision.heldBy} building this version for an earlier request, which a later request's published build supersedes`
-          : `waits ${Math.round(decision.waitMs / 1000)} s: ${this.claim} is held by ${decision.heldBy} building ${decision.heldVersion ?? "?"}`;
+        : `waits ${Math.round(decision.waitMs / 1000)} s: ${this.claim} is held by ${decision.heldBy} building ${decision.heldVersion ?? "?"}`;
       this.log(`deferred: ${reason}`);
       await this.finish("deferred", { reason });
       return {
@@ -782,17 +747,6 @@ class RebuildAttempt {
       heldBy: holder.workerId ?? "?",
       version: this.version,
     };
-  }
-
-  /**
-   * For a holder building this attempt's version: when the newest request published was made
-   * (the claims Redis's pointer), so that the decision does not skip on a holder whose publish
-   * will be refused. Not read for another version's holder; null when unknown or unreadable.
-   */
-  private async newestPublishedRequestAt(holder: Pick<ClaimHolder, "version" | "requestedAt">): Promise<number | null> {
-    if (holder.version !== this.version || holder.requestedAt === null) return null;
-    const pointer = await readPublished(this.deps.claims, this.deps.keys, this.claim).catch(() => null);
-    return pointer?.requestedAt ?? null;
   }
 
   /**

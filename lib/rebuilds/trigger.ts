@@ -152,10 +152,6 @@ export async function triggerRebuild(
   // Claim the "waiting trigger" marker; if another trigger holds it and its job still waits, reuse it.
   if (!(await client.set(pendingKey, jobId, "PX", PENDING_TTL_MS, "NX"))) {
     const existing = await client.get(pendingKey);
-    // Before its state is looked at: a job found waiting then answers this request too, so its
-    // publish must not be refused as older than a request made before this one (FENCED_PUBLISH).
-    // One that started meanwhile is not joined (a new job is queued below), so it never misses this.
-    if (existing) await client.set(keys.askedAgain(existing), String(Date.now()), "PX", PENDING_TTL_MS);
     // Never fold a request into a job an operator is cancelling: it would be lost with it.
     const cancelling = existing ? await client.exists(keys.cancelRequest(existing)) : 0;
     if (existing && !cancelling && WAITING_STATES.has(await queue.getJobState(existing))) {

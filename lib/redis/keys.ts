@@ -143,12 +143,6 @@ export function redisKeys(prefix: string) {
      */
     cancelRequest: (jobId: string) => `${tag}:cancel:${jobId}`,
     /**
-     * STRING (ms) with a TTL: when a trigger of the same (rebuild, tenant, version, force) last
-     * folded into this waiting job (lib/rebuilds/trigger): the job answers that later request too,
-     * so a publish refused as older than a later request's is tried again with this time.
-     */
-    askedAgain: (jobId: string) => `${tag}:asked-again:${jobId}`,
-    /**
      * STRING (JSON: reason, until) with a TTL: why a job was deferred when no run record says it
      * (another pickup of the attempt has the record; lib/rebuilds/defer-note). Read by the queue view.
      */

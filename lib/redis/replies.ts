@@ -26,11 +26,6 @@ export const REPLY = {
    * releasing; nobody else can take the claim until it has (or the release window ran out).
    */
   revoked: -10,
-  /**
-   * A later request's build is published already (FENCED_PUBLISH): publishing an older request's
-   * build over it would put the output back to what was asked before.
-   */
-  laterRequest: -11,
 } as const;
 
 /** The run scripts' codes (lib/runs/scripts.ts): the shared ones plus how an attempt began. */

@@ -404,35 +404,25 @@ consecutive skips (a rebuild completed), in the same round trip.
 KEYS[1] claimFence (newest fence issued for the claim)   KEYS[2] published HASH
 KEYS[3] claimSkips HASH claim name → consecutive skips   KEYS[4] claim STRING holder token
 ARGV[1] caller's fence   ARGV[2] value (build id / path)   ARGV[3] runId   ARGV[4] claim name
-ARGV[5] caller's owner token   ARGV[6] when the caller's request was made (ms; '' unknown)
+ARGV[5] caller's owner token
 Moves the pointer only if the caller still holds the claim (its token: a force-released or
 expired holder is refused even while its fence is still the newest), its fence is the newest
-issued AND higher than the published fence, and no later request's build was published (the
-pointer's requestedAt: the newest request any publish was for; kept as the maximum).
+issued AND higher than the published fence.
 Returns
   {1, publishedAt}                     published
   {2, publishedAt}                     this fence already published this value (a retried call)
   {${REPLY.notOwner}, newestFence, publishedFence}    superseded or no longer the holder (nothing changed)
-  {${REPLY.laterRequest}, requestedAt, publishedFence}   a request made after the caller's was published (nothing changed)
 ]]
 local fence = tonumber(ARGV[1])
 local newest = tonumber(redis.call('GET', KEYS[1]) or '0')
-local current = redis.call('HMGET', KEYS[2], 'fence', 'value', 'publishedAt', 'requestedAt')
+local current = redis.call('HMGET', KEYS[2], 'fence', 'value', 'publishedAt')
 local publishedFence = tonumber(current[1] or '0')
 if fence == publishedFence and current[2] == ARGV[2] then return {2, current[3]} end
 if fence ~= newest or fence <= publishedFence or redis.call('GET', KEYS[4]) ~= ARGV[5] then
   return {${REPLY.notOwner}, newest, publishedFence}
 end
-local requested = tonumber(ARGV[6])
-local newestRequest = tonumber(current[4] or '')
-if requested and newestRequest and newestRequest > requested then
-  return {${REPLY.laterRequest}, current[4], publishedFence}
-end
 ${SERVER_NOW}
 redis.call('HSET', KEYS[2], 'fence', ARGV[1], 'value', ARGV[2], 'runId', ARGV[3], 'publishedAt', nowMs)
-if requested and not (newestRequest and newestRequest >= requested) then
-  redis.call('HSET', KEYS[2], 'requestedAt', ARGV[6])
-end
 redis.call('HDEL', KEYS[3], ARGV[4])
 return {1, nowMs}
 `,
@@ -447,17 +437,12 @@ asynchronous replica promoted): the output's durable record (published-fence.ts)
 published hash H; if the pointer is older (or gone), or at fence N with another build (Redis lost
 writes and granted N twice: the build recorded first is the output's), it becomes {N, H} again,
 and the fence counter is raised to at least N (no fence used for a publish is granted again).
-The newest request published (requestedAt, FENCED_PUBLISH) is raised to the durable one too.
 KEYS[1] published HASH   KEYS[2] claimFence STRING
-ARGV[1] durable fence   ARGV[2] durable hash   ARGV[3] durable newest request (ms; '' unknown)
+ARGV[1] durable fence   ARGV[2] durable hash
 Returns 1 restored | 0 the pointer is newer, or already {N, H} (nothing changed)
 ]]
 local fence = tonumber(ARGV[1])
 if tonumber(redis.call('GET', KEYS[2]) or '0') < fence then redis.call('SET', KEYS[2], fence) end
-local requested = tonumber(ARGV[3] or '')
-if requested and not ((tonumber(redis.call('HGET', KEYS[1], 'requestedAt') or '') or 0) >= requested) then
-  redis.call('HSET', KEYS[1], 'requestedAt', ARGV[3])
-end
 local pointer = redis.call('HMGET', KEYS[1], 'fence', 'value')
 local pointerFence = tonumber(pointer[1] or '0') or 0
 if pointerFence > fence or (pointerFence == fence and pointer[2] == ARGV[2]) then return 0 end

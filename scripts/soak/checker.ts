@@ -85,8 +85,6 @@ export interface Figures {
   reissued: number;
   /** Issue 14: the Redis pointer or `current` moved to a build of a lower fence than one already published. */
   rolledBack: number;
-  /** A rebuilt run, in fence order, asked for before one published with a lower fence (an older request over a later one). */
-  olderOverLater: number;
   /** Issue 14: a requested version not published whose job ended because its claim was lost (not a real failure). */
   dropped: number;
   /**
@@ -646,8 +644,7 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
     }
   }
   const flips = crossTenantFlips(events, buildMeta);
-  // Versions, not requests: an older version asked for again later (again, force) publishes after
-  // a newer one; an older request never does (olderOverLater, must be zero).
+  // Last fence wins, not newest version: a deferred older version can publish after a newer one.
   let olderAfterNewer = 0;
   const endsOlder: string[] = [];
   for (const ref of claimRefs()) {
@@ -663,36 +660,6 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
     if (final && (versionOf(final) ?? "") < newestVersion)
       endsOlder.push(`${claimLabel(ref)} ends at ${versionOf(final)} after ${newestVersion}`);
   }
-
-  // A request's build is never published over the build of a later request (FENCED_PUBLISH): in
-  // fence order, no rebuilt run of an output was asked for before one published with a lower
-  // fence. The soak adds no job to run later, so a record's createdAt is when it was asked for.
-  // Before the rule, a job a Redis crash brought back after a newer version was published (its
-  // completion lost), or an older request deferred behind a newer one, published over it.
-  const olderOverLater: string[] = [];
-  for (const ref of claimRefs()) {
-    const rebuilt = records
-      .filter((r) => r.status === "rebuilt" && r.rebuild === ref.rebuild && (r.tenant ?? undefined) === ref.tenant)
-      .sort((a, b) => (a.fence ?? 0) - (b.fence ?? 0));
-    let latest: RunRecord | undefined;
-    for (const run of rebuilt) {
-      if (latest && run.createdAt < latest.createdAt) {
-        olderOverLater.push(
-          `${claimLabel(ref)}: ${run.id} (${versionOf(run)}, asked ${at(run.createdAt)}) published with fence ${run.fence} after ${latest.id} (${versionOf(latest)}, asked ${at(latest.createdAt)}, fence ${latest.fence})`,
-        );
-      } else latest = run;
-    }
-  }
-  // A request ended superseded by a later request's publish is answered by it (not dropped).
-  const answeredByLater = (key: string): boolean => {
-    const [label = ""] = key.split(" ");
-    const ended = records.filter(
-      (r) => `${claimLabel(r)} ${versionOf(r)}` === key && /^superseded by a later request/.test(r.reason ?? ""),
-    );
-    return ended.some((r) =>
-      records.some((p) => p.status === "rebuilt" && claimLabel(p) === label && p.createdAt > r.createdAt),
-    );
-  };
 
   // --- issue 14: reissued fences, rollbacks, dropped requests --------------------------------
   // Two attempts of different jobs recorded with one fence on one claim: the fence was granted
@@ -758,7 +725,6 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
       ([key, reason]) =>
         !publishedVersions.has(key) &&
         !coveredByNewer(key, failedSince.get(key) ?? Infinity) &&
-        !answeredByLater(key) &&
         /^superseded|claim lost|publish refused/.test(reason),
     )
     .map(([key, reason]) => `${key}: ${reason}`);
@@ -769,7 +735,7 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   );
   for (const left of leftBehind.slice(0, 8)) lines.push(`    left behind: ${left}`);
   lines.push(
-    `publishes of an older version after a newer one (asked for again later): ${olderAfterNewer}` +
+    `publishes of an older version after a newer one (last fence wins): ${olderAfterNewer}` +
       (endsOlder.length ? `; ${endsOlder.join(", ")}` : ""),
   );
   lines.push(
@@ -830,8 +796,6 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   for (const r of reissued.slice(0, 8)) lines.push(`    ${r}`);
   lines.push(`  pointer or current moved to a lower fence (rolled back): ${rolledBack.length}`);
   for (const r of rolledBack.slice(0, 8)) lines.push(`    ${r}`);
-  lines.push(`  builds of a request published over a later request's build: ${olderOverLater.length}`);
-  for (const o of olderOverLater.slice(0, 8)) lines.push(`    ${o}`);
   lines.push(`  requested versions dropped after a lost claim: ${dropped.length}`);
   for (const d of dropped.slice(0, 8)) lines.push(`    ${d}`);
   lines.push(`  run records not in a final status after the drain: ${leftRunning.length}`);
@@ -865,7 +829,6 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
       miscounted: miscounted.length,
       reissued: reissued.length,
       rolledBack: rolledBack.length,
-      olderOverLater: olderOverLater.length,
       dropped: dropped.length,
       earlyBegins,
       readsCut,

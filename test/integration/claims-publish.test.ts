@@ -45,7 +45,6 @@ test("the newest grant publishes; older fences are superseded; nothing issued is
     value: "v2",
     runId: "run-2",
     publishedAt: 0,
-    requestedAt: null,
   });
   assert.ok(Math.abs(pointer!.publishedAt - Date.now()) < 5_000);
 
@@ -118,43 +117,4 @@ test("a holder whose claim was force-released (or expired) cannot publish, thoug
   assert.equal((await publishFenced(client, keys, { name, ...third, value: "late" })).status, "superseded");
   await client.set(keys.claim(name), third.token);
   assert.equal((await publishFenced(client, keys, { name, ...third, value: "mine" })).status, "published");
-});
-
-test("a request's build is not published over a later request's: the pointer keeps the newest request it published", async () => {
-  const keys = redisKeys(uniquePrefix());
-  const name = claimName("p/order");
-  const grant = async () => grantOf(await acquireClaim(client, keys, name, { jobId: "j" }, timing));
-  const later = await grant();
-  assert.equal(
-    (await publishFenced(client, keys, { name, ...later, value: "later", requestedAt: 2_000 })).status,
-    "published",
-  );
-  assert.equal((await readPublished(client, keys, name))?.requestedAt, 2_000);
-  // An older request with a newer grant (deferred behind it, or brought back by a crash): refused.
-  const older = await grant();
-  assert.deepEqual(await publishFenced(client, keys, { name, ...older, value: "older", requestedAt: 1_000 }), {
-    status: "later-request",
-    requestedAt: 2_000,
-    publishedFence: later.fence,
-  });
-  assert.equal((await readPublished(client, keys, name))?.value, "later", "a refused publish changes nothing");
-  // A request of unknown time (an earlier version's worker) is not compared, and does not lower it.
-  const unknown = await grant();
-  assert.equal((await publishFenced(client, keys, { name, ...unknown, value: "unknown" })).status, "published");
-  assert.equal((await readPublished(client, keys, name))?.requestedAt, 2_000);
-  // The same moment, or later: published, and the newest request moves up.
-  const same = await grant();
-  assert.equal(
-    (await publishFenced(client, keys, { name, ...same, value: "same", requestedAt: 2_000 })).status,
-    "published",
-  );
-  const newest = await grant();
-  assert.equal(
-    (await publishFenced(client, keys, { name, ...newest, value: "newest", requestedAt: 3_000 })).status,
-    "published",
-  );
-  assert.deepEqual(await readPublished(client, keys, name).then((p) => p && [p.value, p.requestedAt]), [
-    "newest",
-    3_000,
-  ]);
 });

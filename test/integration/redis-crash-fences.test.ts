@@ -44,13 +44,12 @@ async function crashBed(name: string, yamlOf: (name: string) => string = simpleR
   const definitions = loaded.definitions;
   const keys = redisKeys(name);
   let jobs = 0;
-  const attempt = (client: ReturnType<typeof createRedis>, version: string, requestedAt?: number) => {
+  const attempt = (client: ReturnType<typeof createRedis>, version: string) => {
     const deps: RebuildDeps = { main: client, claims: client, keys, definitions, worker: newWorkerIdentity("t") };
     return runRebuild(deps, {
       id: `${name}-${++jobs}`,
       attempt: 1,
-      createdAt: requestedAt ?? Date.now(),
-      ...(requestedAt !== undefined ? { requestedAt } : {}),
+      createdAt: Date.now(),
       data: { rebuild: name, version, trigger: "api" },
       signal: new AbortController().signal,
     });
@@ -60,8 +59,6 @@ async function crashBed(name: string, yamlOf: (name: string) => string = simpleR
     dataDir,
     definitions,
     keys,
-    /** The id the next `attempt` gives its job. */
-    nextJobId: () => `${name}-${jobs + 1}`,
     output: definitions.rebuilds.get(name)!.outputPath,
     claim: claimName(definitions.rebuilds.get(name)!.claimPath),
     attempt,
@@ -84,62 +81,6 @@ async function crashAndRestart(server: RedisServerHandle, dataDir: string): Prom
   servers.push(restarted);
   return restarted;
 }
-
-test("a request a Redis crash brought back after a later request's build was published (its completion lost) is superseded: current stays at the later build, and the record says why", async () => {
-  const { server: first, dataDir, keys, output, claim: name, attempt } = await crashBed("archive");
-  let client = createRedis(first.url, "worker", "crash-order-1");
-  await client.save(); // the snapshot the restart comes back to: nothing published, nothing rebuilt
-  const askedA = Date.now() - 60_000;
-  const askedB = askedA + 30_000;
-  const a = await attempt(client, "vA", askedA);
-  assert.equal(a.status, "rebuilt", JSON.stringify(a));
-  const b = await attempt(client, "vB", askedB);
-  assert.equal(b.status, "rebuilt", JSON.stringify(b));
-  const published = (b as Extract<typeof b, { status: "rebuilt" }>).buildHash;
-  assert.equal(await readCurrent(output), published);
-  // The claims Redis's pointer names the newest request it published.
-  assert.equal((await readPublished(client, keys, name))?.requestedAt, askedB);
-  await closeRedis(client);
-
-  // The crash takes back both publishes and vA's "rebuilt": its job is delivered again.
-  const second = await crashAndRestart(first, dataDir);
-  client = createRedis(second.url, "worker", "crash-order-2");
-  try {
-    assert.equal(await readPublished(client, keys, name), null, "the crash lost the pointer");
-    const again = await attempt(client, "vA", askedA);
-    assert.equal(again.status, "superseded-by-later-request", JSON.stringify(again));
-    assert.equal(await readCurrent(output), published, "current went back to the older request's build");
-    const record = await client.hgetall(keys.run((again as { runId: string }).runId));
-    assert.equal(record.status, "superseded");
-    assert.match(record.reason ?? "", /^superseded by a later request: the build of a request made at /);
-    // Asked later than everything published: it is published.
-    const later = await attempt(client, "vA", askedB + 1_000);
-    assert.equal(later.status, "rebuilt", JSON.stringify(later));
-    assert.notEqual(await readCurrent(output), published);
-  } finally {
-    await closeRedis(client);
-  }
-});
-
-test("a job asked for again while it waited (a trigger folded into it) publishes over a build of a request made between: its publish is as late as the last request it answers", async () => {
-  const { server, keys, output, attempt, nextJobId } = await crashBed("folded");
-  const client = createRedis(server.url, "worker", "folded-1");
-  try {
-    const askedA = Date.now() - 60_000;
-    const b = await attempt(client, "vB", askedA + 10_000);
-    assert.equal(b.status, "rebuilt", JSON.stringify(b));
-    // Job A was made before B's request, and asked for again after it.
-    await client.set(keys.askedAgain(nextJobId()), String(askedA + 20_000));
-    const a = await attempt(client, "vA", askedA);
-    assert.equal(a.status, "rebuilt", JSON.stringify(a));
-    assert.equal(await readCurrent(output), (a as { buildHash: string }).buildHash);
-    // Not asked again: the same older request is superseded.
-    const stale = await attempt(client, "vC", askedA);
-    assert.equal(stale.status, "superseded-by-later-request", JSON.stringify(stale));
-  } finally {
-    await closeRedis(client);
-  }
-});
 
 test("after a claims Redis lost its recent writes: no fence used for a publish is granted again, current is not rolled back", async () => {
   const { server: first, dataDir, definitions, keys, output, claim: name, attempt } = await crashBed("tiles");

@@ -177,7 +177,6 @@ const holder = (over: Partial<ClaimHolder>): ClaimHolder => ({
   acquiredAt: 0,
   refreshedAt: 0,
   stopWithinMs: null,
-  requestedAt: null,
   revokedBy: null,
   revokedAt: null,
   ...over,

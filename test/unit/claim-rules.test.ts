@@ -51,7 +51,6 @@ const holder: ClaimHolder = {
   acquiredAt: 10_000,
   refreshedAt: 10_000,
   stopWithinMs: null,
-  requestedAt: null,
   revokedBy: null,
   revokedAt: null,
 };

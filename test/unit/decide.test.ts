@@ -70,33 +70,3 @@ test("takeovers go one way: an earlier attempt never takes the claim from a late
     "defer",
   );
 });
-
-test("the same version held for an earlier request than the newest one published is no skip: its publish will be refused, so the run waits and builds itself", () => {
-  const situation = (requestedAt: number | null, newest: number | null | undefined) =>
-    decideRun({
-      version: "v2",
-      force: false,
-      rebuiltBy: null,
-      claim: { holder: holder({ requestedAt }), pttlMs: 4_000 },
-      jobId: "job-c",
-      newestPublishedRequestAt: newest,
-    });
-  assert.deepEqual(situation(1_000, 2_000), {
-    action: "defer",
-    heldBy: "w-1",
-    heldVersion: "v2",
-    pttlMs: 4_000,
-    waitMs: 4_100,
-    holderOutdated: true,
-  });
-  // Asked at or after the newest request published, or either time unknown: a skip, as before.
-  for (const [asked, newest] of [
-    [2_000, 2_000],
-    [3_000, 2_000],
-    [null, 2_000],
-    [1_000, null],
-    [1_000, undefined],
-  ] as const) {
-    assert.equal(situation(asked, newest).action, "skip", `asked ${asked}, newest ${newest}`);
-  }
-});
