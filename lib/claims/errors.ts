@@ -24,8 +24,10 @@ export class ClaimLostError extends Error {
     readonly claimName: string,
     cause: ClaimLossCause,
     readonly fence: number,
+    /** What else the holder knows of it (a deadline passed because the refreshes' own work failed). */
+    detail?: string,
   ) {
-    super(`lost claim ${claimName} (fence ${fence}): ${describeLoss(cause)}`, { cause });
+    super(`lost claim ${claimName} (fence ${fence}): ${describeLoss(cause)}${detail ? `; ${detail}` : ""}`, { cause });
     this.name = "ClaimLostError";
   }
 }

@@ -78,6 +78,8 @@ export class ClaimKeeper implements HeldClaim {
   private deadlineTimer: ReturnType<typeof setTimeout> | undefined;
   private stopped = false;
   private readonly refreshListeners = new Set<() => Promise<void> | void>();
+  /** Why the last refresh that reached Redis did not extend the deadline (a listener failed), if it did not. */
+  private listenerFailure: string | null = null;
 
   private readonly client: ScriptingClient;
   private readonly keys: RedisKeys;
@@ -135,7 +137,10 @@ export class ClaimKeeper implements HeldClaim {
 
   /** Loses the claim if the deadline passed; true when the claim is lost (for any reason). */
   private deadlinePassed(): boolean {
-    if (!this.controller.signal.aborted && performance.now() >= this.deadline) this.lose("deadline");
+    if (!this.controller.signal.aborted && performance.now() >= this.deadline) {
+      const why = this.listenerFailure;
+      this.lose("deadline", why ? `the refreshes reached Redis, but ${why}` : undefined);
+    }
     return this.controller.signal.aborted;
   }
 
@@ -214,10 +219,12 @@ export class ClaimKeeper implements HeldClaim {
       const settled = await Promise.allSettled([...this.refreshListeners].map(async (listener) => listener()));
       const failed = settled.find((outcome) => outcome.status === "rejected");
       if (failed) {
+        this.listenerFailure = describeListenerFailure(failed.reason);
         if (!this.stopped && !this.controller.signal.aborted)
           this.emit({ type: "refresh-listener-failed", error: failed.reason });
         return false;
       }
+      this.listenerFailure = null;
       if (this.stopped || this.controller.signal.aborted) return false;
     }
     this.deadline = Math.max(this.deadline, sentAt + this.timing.ttlMs);
@@ -228,9 +235,9 @@ export class ClaimKeeper implements HeldClaim {
     return true;
   }
 
-  private lose(cause: ClaimLossCause): void {
+  private lose(cause: ClaimLossCause, detail?: string): void {
     if (this.controller.signal.aborted) return;
-    const error = new ClaimLostError(this.name, cause, this.fence);
+    const error = new ClaimLostError(this.name, cause, this.fence, detail);
     clearTimeout(this.refreshTimer);
     clearTimeout(this.deadlineTimer);
     this.controller.abort(error);
@@ -245,4 +252,9 @@ export class ClaimKeeper implements HeldClaim {
       // ignored: events are informational
     }
   }
+}
+
+/** A failed refresh listener's error, for a lost claim's reason (the holding mark's write names its file). */
+function describeListenerFailure(error: unknown): string {
+  return `what each refresh must also do failed: ${error instanceof Error ? error.message : String(error)}`;
 }

@@ -12,12 +12,18 @@ import type { Redis } from "ioredis";
 import { publishFenced, type HeldClaim, type PublishResult } from "../claims";
 import type { RedisKeys } from "../redis/keys";
 import type { RunRecorder } from "../runs/writer";
-import type { StepRecord } from "../runs/types";
+import { runIdOf, type StepRecord } from "../runs/types";
 import { holdAfterLastRefreshMs, outputDirOf, type RebuildDefinition } from "./definitions";
 import { markHolding, otherHolders, ReissuedFenceError, type HoldingMark } from "./holding-marks";
 import { hashDirectory, makeDirectory, promoteBuild, workDirOf } from "./output";
 import { trackWorkDir } from "./work-dirs";
-import { FenceNotRecordedError, markFenceGranted, pointCurrentAtRecord, recordPublishedFence } from "./published-fence";
+import {
+  FenceNotRecordedError,
+  markFenceGranted,
+  pointCurrentAtRecord,
+  readPublishedJobs,
+  recordPublishedFence,
+} from "./published-fence";
 import { isTransient } from "./classify-failure";
 import { LOCK_LOST_ABORT_REASON, TransientStepError, WorkerStalledError, type StepContext } from "./steps/context";
 import { runCommandStep } from "./steps/run-step";
@@ -49,6 +55,17 @@ export interface BuildContext {
    */
   alreadyRebuiltBy?: () => Promise<string | null>;
   /**
+   * The BullMQ job this attempt belongs to. Every publish keeps its run id beside the output
+   * (`readPublishedJobs`), and before any step an attempt looks for an earlier run of its job
+   * there: a job the queue's Redis brought back after it published (a crash lost its completion,
+   * and maybe its idempotency key) publishes nothing again — a build asked for since (another
+   * version) would be put back to this older one — unless `publishFinished` says that run's
+   * publish did not finish (its record says failed: the disk refused its fence, it is retried).
+   */
+  jobId?: string;
+  /** Whether the run `runId` of this job, listed beside the output, finished its publish. Must not reject. */
+  publishFinished?: (runId: string) => Promise<boolean>;
+  /**
    * A build of this hash was found changed on disk, or unreadable or unsyncable (a lost write),
    * and moved aside to `path` (build-integrity.ts).
    */
@@ -64,6 +81,8 @@ export type BuildResult =
   | { status: "published"; buildHash: string }
   | { status: "superseded"; buildHash: string; newestFence: number }
   | { status: "already-rebuilt"; rebuiltBy: string }
+  /** A run of this job published here already (the output's record of the runs that published). */
+  | { status: "published-before"; runId: string }
   /**
    * The publish went through in Redis, but this fence is recorded beside the output with another
    * build (the claims Redis lost writes and granted it twice): not published; `current` stays.
@@ -83,10 +102,16 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
   const workDir = workDirOf(outputDir, `${context.runId}-f${held.fence}-${held.token.slice(-6)}`);
   recorder.update({ fence: held.fence });
   const untrack = trackWorkDir(workDir);
-  const [rebuiltBy, created] = await Promise.allSettled([
+  const [rebuiltBy, publishedBefore, created] = await Promise.allSettled([
     context.alreadyRebuiltBy?.() ?? null,
+    context.jobId ? earlierPublishOf(context, outputDir) : null,
     freshDirectory(workDir),
   ]);
+  if (publishedBefore.status === "fulfilled" && publishedBefore.value) {
+    await fs.rm(workDir, { recursive: true, force: true }).catch(() => {});
+    untrack();
+    return { status: "published-before", runId: publishedBefore.value };
+  }
   // A version rebuilt meanwhile is skipped whatever became of the work dir (a failing disk).
   if (rebuiltBy.status === "fulfilled" && rebuiltBy.value) {
     await fs.rm(workDir, { recursive: true, force: true }).catch(() => {});
@@ -205,7 +230,12 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
     }
     // Durable before `current` follows: a claims Redis that forgets this publish cannot lead to
     // this fence being granted again or `current` being moved back (published-fence.ts).
-    const recorded = await recordPublishedFence(outputDir, held.fence, buildHash).catch((error: unknown) => {
+    const recorded = await recordPublishedFence(
+      outputDir,
+      held.fence,
+      buildHash,
+      context.jobId ? context.runId : undefined,
+    ).catch((error: unknown) => {
       // A full or failing disk. `current` must not name a build whose fence is not on disk: a
       // claims Redis that then lost this publish would read an older pointer, and repair would
       // move `current` back to it (the record would not say otherwise). Nor is the request done:
@@ -347,4 +377,15 @@ async function freshDirectory(dir: string): Promise<void> {
   if (created) return;
   await fs.rm(dir, { recursive: true, force: true });
   await fs.mkdir(dir);
+}
+
+/**
+ * The run of this attempt's job that published to `outputDir` and finished its publish, or null:
+ * the newest of the job's runs the output lists (`readPublishedJobs`).
+ */
+async function earlierPublishOf(context: BuildContext, outputDir: string): Promise<string | null> {
+  const ofThisJob = runIdOf(context.jobId!, 1).replace(/-a1$/, "");
+  const earlier = (await readPublishedJobs(outputDir)).findLast((runId) => runId.replace(/-a\d+$/, "") === ofThisJob);
+  if (!earlier) return null;
+  return (await (context.publishFinished?.(earlier) ?? Promise.resolve(true))) ? earlier : null;
 }

@@ -33,8 +33,15 @@ import { BUILD_HASH, buildDirOf, ensureBuildsDir, namingFile, outputTempName, po
 const GRANTED_PREFIX = ".granted-fence@";
 const GRANTED = /^\.granted-fence@([1-9]\d{0,15})$/;
 
-/** Earlier versions' record: one JSON file, `{"fence":<n>,"hash":"<hash>"}`, replaced by rename. */
+/**
+ * Earlier versions' record: one JSON file, `{"fence":<n>,"hash":"<hash>"}`, replaced by rename.
+ * It also keeps `jobs`, the run ids of the last publishes here, newest last (earlier versions
+ * ignore the field): a job the queue's Redis brought back after it published (a crash lost its
+ * completion) finds its run there and publishes nothing again (`readPublishedJobs`).
+ */
 const LEGACY_FILE = ".published-fence";
+/** The `jobs` list is cut, oldest first, to keep the file this small (READ_LIMIT reads it whole). */
+const JOBS_MAX_BYTES = 2_048;
 const ENTRY_PREFIX = ".published-fence@";
 const ENTRY = /^\.published-fence@([1-9]\d{0,15})$/;
 
@@ -63,7 +70,8 @@ export async function readPublishedFence(outputDir: string): Promise<PublishedFe
     const legacy = names.includes(LEGACY_FILE) ? await readLegacy(outputDir) : null;
     const top = fencesIn(names)[0];
     // An entry wins a tie: the first build recorded with a fence is its build.
-    if (top === undefined || (legacy && legacy.fence > top)) return legacy;
+    if (top === undefined || (legacy && legacy.fence > top))
+      return legacy && { fence: legacy.fence, hash: legacy.hash };
     const hash = await readEntryHash(outputDir, top);
     // Gone since the listing: a writer of a higher fence removed it. Listed again.
     if (hash === GONE && listing < 5) continue;
@@ -71,6 +79,14 @@ export async function readPublishedFence(outputDir: string): Promise<PublishedFe
     // An entry that cannot be read, tied with the legacy file: the legacy file names the build.
     return { fence: top, hash: known === "" && legacy?.fence === top ? legacy.hash : known };
   }
+}
+
+/**
+ * The run ids of the last publishes to `outputDir` (the legacy file's `jobs`), newest last;
+ * empty when none are recorded or the file cannot be read. One small read, before any step.
+ */
+export async function readPublishedJobs(outputDir: string): Promise<string[]> {
+  return (await readLegacy(outputDir).catch(() => null))?.jobs ?? [];
 }
 
 /** `readEntryHash` of an entry removed since it was listed. */
@@ -150,7 +166,7 @@ async function readEntryHash(outputDir: string, fence: number): Promise<string |
  * an older worker may have recorded a higher fence there, and counting it as absent would lower
  * the floor.
  */
-async function readLegacy(outputDir: string): Promise<PublishedFence | null> {
+async function readLegacy(outputDir: string): Promise<(PublishedFence & { jobs: string[] }) | null> {
   let text: string;
   try {
     text = await readSmallFile(path.join(outputDir, LEGACY_FILE));
@@ -159,10 +175,11 @@ async function readLegacy(outputDir: string): Promise<PublishedFence | null> {
     throw error;
   }
   try {
-    const parsed = JSON.parse(text) as Partial<PublishedFence>;
+    const parsed = JSON.parse(text) as Partial<PublishedFence> & { jobs?: unknown };
     if (!Number.isSafeInteger(parsed.fence) || (parsed.fence ?? 0) <= 0) return null;
     if (typeof parsed.hash !== "string" || !BUILD_HASH.test(parsed.hash)) return null;
-    return { fence: parsed.fence!, hash: parsed.hash };
+    const jobs = Array.isArray(parsed.jobs) ? parsed.jobs.filter((job): job is string => typeof job === "string") : [];
+    return { fence: parsed.fence!, hash: parsed.hash, jobs };
   } catch {
     return null;
   }
@@ -222,7 +239,13 @@ export type FenceRecord = { status: "recorded" } | { status: "newer" | "fence-re
  * a pointer its publisher could not record. Resolves once the record is on disk; throws when the
  * disk does not take it (full, failing).
  */
-export async function recordPublishedFence(outputDir: string, fence: number, hash: string): Promise<FenceRecord> {
+export async function recordPublishedFence(
+  outputDir: string,
+  fence: number,
+  hash: string,
+  /** The run that published (kept in the legacy file's `jobs`), when known. */
+  runId?: string,
+): Promise<FenceRecord> {
   const known = await readPublishedFence(outputDir);
   if (known && known.fence > fence) return { status: "newer", known };
   const entry = path.join(outputDir, `${ENTRY_PREFIX}${fence}`);
@@ -259,7 +282,7 @@ export async function recordPublishedFence(outputDir: string, fence: number, has
   }
   // Best effort: the entries are the record; a legacy file that cannot be replaced (a directory in
   // its place, a failing write) costs only workers of the earlier version their floor.
-  await writeLegacy(outputDir, fence, hash).catch(() => {});
+  await writeLegacy(outputDir, fence, hash, runId).catch(() => {});
   await syncPath(outputDir);
   // A higher fence recorded while this one was written keeps `current`; lower ones can go.
   const names = await fs.readdir(outputDir);
@@ -285,12 +308,15 @@ export async function recordPublishedFence(outputDir: string, fence: number, has
  * The legacy file, for workers of earlier versions (they read only it): replaced by rename, as
  * they do, unless it says `fence` or more. Synced with the directory by the caller.
  */
-async function writeLegacy(outputDir: string, fence: number, hash: string): Promise<void> {
+async function writeLegacy(outputDir: string, fence: number, hash: string, runId?: string): Promise<void> {
   // Unreadable now: it may hold a higher fence; not replaced (readLegacy throws, the caller goes on).
-  if (((await readLegacy(outputDir))?.fence ?? 0) >= fence) return;
+  const legacy = await readLegacy(outputDir);
+  if ((legacy?.fence ?? 0) >= fence) return;
+  const jobs = [...(legacy?.jobs ?? []).filter((run) => run !== runId), ...(runId ? [runId] : [])];
+  while (jobs.length > 1 && JSON.stringify(jobs).length > JOBS_MAX_BYTES) jobs.shift();
   const temp = outputTempName(outputDir, ".published-fence-writing.");
   try {
-    await writeSynced(temp, JSON.stringify({ fence, hash }), "w");
+    await writeSynced(temp, JSON.stringify(jobs.length ? { fence, hash, jobs } : { fence, hash }), "w");
     await fs.rename(temp, path.join(outputDir, LEGACY_FILE));
   } finally {
     await fs.rm(temp, { force: true }).catch(() => {});

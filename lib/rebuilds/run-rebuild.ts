@@ -603,6 +603,11 @@ class RebuildAttempt {
             tenant: data.tenant,
             version: this.version,
             runId: this.runId,
+            jobId: this.job.id,
+            // Its record gone (lost with the Redis that lost the job's completion), or ended any
+            // way but failed (a publish whose fence record the disk refused ends failed, retried).
+            publishFinished: async (runId) =>
+              (await deps.main.hget(deps.keys.run(runId), "status").catch(() => null)) !== "failed",
             held,
             jobSignal: this.job.signal,
             attemptBegan: this.began,
@@ -671,6 +676,14 @@ class RebuildAttempt {
     const built = result.value as BuildResult;
     if (built.status === "already-rebuilt") {
       await this.finish("skipped", { reason: `already-rebuilt: already rebuilt by run ${built.rebuiltBy}` });
+      return { status: "skipped", reason: "already-rebuilt", runId: this.runId, version: this.version };
+    }
+    if (built.status === "published-before") {
+      // A repeat: the queue's Redis lost that this job had finished (a crash, a failover). Its
+      // build is not published again: another version may have been published since.
+      await this.finish("skipped", {
+        reason: `already-rebuilt: run ${built.runId} of this job published its build here before (the output's record of the runs that published); the queue's Redis had lost that it finished`,
+      });
       return { status: "skipped", reason: "already-rebuilt", runId: this.runId, version: this.version };
     }
     if (built.status === "fence-reused") {

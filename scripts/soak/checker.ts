@@ -85,6 +85,8 @@ export interface Figures {
   reissued: number;
   /** Issue 14: the Redis pointer or `current` moved to a build of a lower fence than one already published. */
   rolledBack: number;
+  /** A job that published again after another job's publish on its output (a repeat that changed the output). */
+  republished: number;
   /** Issue 14: a requested version not published whose job ended because its claim was lost (not a real failure). */
   dropped: number;
   /**
@@ -661,6 +663,35 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
       endsOlder.push(`${claimLabel(ref)} ends at ${versionOf(final)} after ${newestVersion}`);
   }
 
+  // A repeat is harmless: no job publishes again once another job published after it (a job the
+  // queue's Redis brought back after it published, its completion lost, put the output back to
+  // its older build; helper-103). From the watcher's pointers, by the job in their run ids.
+  const republished: string[] = [];
+  for (const [claim, seen] of groupBy(
+    pointerEvents.filter((e) => typeof e.runId === "string" && e.runId !== ""),
+    (e) => String(e.claim),
+  )) {
+    const jobOf = (e: SoakEvent) => String(e.runId).replace(/-a\d+$/, "");
+    // job → the fence it last published with, and the run that did. A publish its run did not
+    // end as rebuilt (its fence record refused by the disk: not durable, retried) is not done.
+    const fencesOf = new Map<string, { fence: number; runId: string }>();
+    let last: SoakEvent | undefined;
+    for (const e of [...seen].sort((a, b) => Number(a.t) - Number(b.t))) {
+      const job = jobOf(e);
+      const earlier = fencesOf.get(job);
+      const earlierRecord = earlier ? recordById.get(earlier.runId) : undefined;
+      const done = earlier !== undefined && (earlierRecord === undefined || earlierRecord.status === "rebuilt");
+      const before = earlier?.fence;
+      if (done && before !== undefined && last && jobOf(last) !== job && Number(e.fence) > before) {
+        republished.push(
+          `${claim}: job ${job} published again with fence ${String(e.fence)} at ${at(Number(e.t))}, after ${String(last.runId)} (fence ${String(last.fence)}); it had published with fence ${before}`,
+        );
+      }
+      if (Number(e.fence) > (before ?? 0)) fencesOf.set(job, { fence: Number(e.fence), runId: String(e.runId) });
+      last = e;
+    }
+  }
+
   // --- issue 14: reissued fences, rollbacks, dropped requests --------------------------------
   // Two attempts of different jobs recorded with one fence on one claim: the fence was granted
   // twice (a takeover by the same job gets a new fence, so it never counts). The rule (issue 14)
@@ -796,6 +827,8 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   for (const r of reissued.slice(0, 8)) lines.push(`    ${r}`);
   lines.push(`  pointer or current moved to a lower fence (rolled back): ${rolledBack.length}`);
   for (const r of rolledBack.slice(0, 8)) lines.push(`    ${r}`);
+  lines.push(`  jobs that published again after another job's publish (a repeat not harmless): ${republished.length}`);
+  for (const r of republished.slice(0, 8)) lines.push(`    ${r}`);
   lines.push(`  requested versions dropped after a lost claim: ${dropped.length}`);
   for (const d of dropped.slice(0, 8)) lines.push(`    ${d}`);
   lines.push(`  run records not in a final status after the drain: ${leftRunning.length}`);
@@ -829,6 +862,7 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
       miscounted: miscounted.length,
       reissued: reissued.length,
       rolledBack: rolledBack.length,
+      republished: republished.length,
       dropped: dropped.length,
       earlyBegins,
       readsCut,

@@ -293,3 +293,33 @@ test("Redis stopped while a claim is held: the local deadline aborts within TTL 
     cutOff.disconnect();
   }
 });
+
+test("refreshes that reach Redis while the holder's own refresh work fails (a read-only disk): the claim is lost at its deadline, and the loss says why", async () => {
+  const keys = redisKeys(uniquePrefix());
+  const name = claimName("w/listener");
+  await assert.rejects(
+    withClaim(
+      client,
+      keys,
+      name,
+      { jobId: "j" },
+      async (claim) => {
+        claim.whenRefreshed(() => {
+          throw Object.assign(new Error("EROFS: read-only file system, utime '/out/builds/.holding-fence@1'"), {
+            code: "EROFS",
+          });
+        });
+        return untilAborted(claim);
+      },
+      { ttlMs: 600, refreshEveryMs: 150 },
+    ),
+    (error: unknown) => {
+      isLoss("deadline")(error);
+      assert.match(
+        (error as Error).message,
+        /no refresh succeeded within the TTL; the refreshes reached Redis, but what each refresh must also do failed: EROFS: read-only file system/,
+      );
+      return true;
+    },
+  );
+});

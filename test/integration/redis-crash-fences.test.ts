@@ -44,10 +44,11 @@ async function crashBed(name: string, yamlOf: (name: string) => string = simpleR
   const definitions = loaded.definitions;
   const keys = redisKeys(name);
   let jobs = 0;
-  const attempt = (client: ReturnType<typeof createRedis>, version: string) => {
+  /** An attempt of a new job, or of the job `jobId` again (delivered again). */
+  const attempt = (client: ReturnType<typeof createRedis>, version: string, jobId?: string) => {
     const deps: RebuildDeps = { main: client, claims: client, keys, definitions, worker: newWorkerIdentity("t") };
     return runRebuild(deps, {
-      id: `${name}-${++jobs}`,
+      id: jobId ?? `${name}-${++jobs}`,
       attempt: 1,
       createdAt: Date.now(),
       data: { rebuild: name, version, trigger: "api" },
@@ -81,6 +82,37 @@ async function crashAndRestart(server: RedisServerHandle, dataDir: string): Prom
   servers.push(restarted);
   return restarted;
 }
+
+test("a job a crash of the Redis brought back after it published, with another version published since: it publishes nothing again, current stays at the newer build, and its record says why", async () => {
+  const { server: first, dataDir, keys, output, attempt } = await crashBed("repeat");
+  let client = createRedis(first.url, "worker", "crash-repeat-1");
+  await client.save(); // the snapshot the restart comes back to: nothing published, nothing finished
+  const a = await attempt(client, "vA", "job-a");
+  assert.equal(a.status, "rebuilt", JSON.stringify(a));
+  const b = await attempt(client, "vB", "job-b");
+  assert.equal(b.status, "rebuilt", JSON.stringify(b));
+  const published = (b as Extract<typeof b, { status: "rebuilt" }>).buildHash;
+  assert.equal(await readCurrent(output), published);
+  await closeRedis(client);
+
+  // The crash takes back both publishes, both records and vA's "rebuilt": job-a is delivered again.
+  const second = await crashAndRestart(first, dataDir);
+  client = createRedis(second.url, "worker", "crash-repeat-2");
+  try {
+    const again = await attempt(client, "vA", "job-a");
+    assert.equal(again.status, "skipped", JSON.stringify(again));
+    assert.equal(await readCurrent(output), published, "current went back to the repeated job's older build");
+    const record = await client.hgetall(keys.run((again as { runId: string }).runId));
+    assert.equal(record.status, "skipped");
+    assert.match(record.reason ?? "", /^already-rebuilt: run job-a-a1 of this job published its build here before/);
+    // A new request for vA is another request: it is built and published (the newest fence wins).
+    const asked = await attempt(client, "vA");
+    assert.equal(asked.status, "rebuilt", JSON.stringify(asked));
+    assert.equal(await readCurrent(output), (a as { buildHash: string }).buildHash);
+  } finally {
+    await closeRedis(client);
+  }
+});
 
 test("after a claims Redis lost its recent writes: no fence used for a publish is granted again, current is not rolled back", async () => {
   const { server: first, dataDir, definitions, keys, output, claim: name, attempt } = await crashBed("tiles");

@@ -53,3 +53,13 @@ test("a declared transient step failure is retried; a bad exit code is not", () 
   const permanent = classifyFailure(new StepFailedError("step s exited 2"), live);
   assert.ok(permanent.kind === "fail" && !permanent.retry);
 });
+
+test("the worker's own writes refused by a full, failing or read-only disk are retried (ENOSPC, EIO, EROFS); a missing directory is not", () => {
+  const errno = (code: string) => Object.assign(new Error(`${code}: mkdir '/out/.work/x'`), { code });
+  for (const code of ["ENOSPC", "EDQUOT", "EIO", "EROFS"]) {
+    const failure = classifyFailure(errno(code), live);
+    assert.ok(failure.kind === "fail" && failure.retry, `${code}: ${JSON.stringify(failure)}`);
+  }
+  const missing = classifyFailure(errno("ENOENT"), live);
+  assert.ok(missing.kind === "fail" && !missing.retry);
+});

@@ -505,4 +505,7 @@ export const TRANSIENT_ERRNO = new Set([
   "ENFILE",
   "ENOSPC",
   "EDQUOT",
+  // A filesystem remounted read-only (by the kernel after an error, or for maintenance): it is
+  // writable again once remounted, as a full disk is once space is freed.
+  "EROFS",
 ]);
