@@ -1,3 +1,4 @@
+import path from "node:path";
 import { z } from "zod";
 import { appendAudit } from "../audit";
 import { readAlertsView, type AlertsView } from "../alerts/read";
@@ -36,7 +37,11 @@ export async function sendTestNotification(
     publicOriginOf(config),
   );
   if (result.status === "not-configured") {
-    throw new ApiError(409, "not-configured", "alerts are not configured: claimwatch.yaml has no alerts: section");
+    throw new ApiError(
+      409,
+      "not-configured",
+      `alerts are not configured: ${path.basename(config.definitionsPath)} has no alerts: section`,
+    );
   }
   if (result.status === "unknown-receiver") {
     throw notFound(

@@ -20,28 +20,32 @@ const nameSchema = (what: string) =>
 
 const MAX_TIMER_MS = 2_147_483_647;
 const DURATION_MESSAGE = "must be a duration like 500ms, 90s, 10m, 2h, 1d or 1h30m";
-const duration = z
-  .string({
-    // A bare number (`killGrace: 5`) has no unit: seconds or milliseconds would be a guess.
-    error: (issue) =>
-      issue.input === undefined
-        ? undefined
-        : typeof issue.input === "number"
-          ? `${DURATION_MESSAGE} (a number alone has no unit: write ${issue.input}s or ${issue.input}ms)`
-          : DURATION_MESSAGE,
-  })
-  .regex(/^(?:\d+(?:ms|s|m|h|d))+$/, DURATION_MESSAGE)
-  .transform((text, ctx) => {
-    const ms = parseDuration(text);
-    if (ms !== undefined) return ms;
-    // Written as a duration, but zero or past what a number holds exactly.
-    const message = /[1-9]/.test(text) ? "is too long (at most 9007199254740991ms)" : "must be longer than 0 (e.g. 1s)";
-    ctx.addIssue({ code: "custom", message });
-    return z.NEVER;
-  });
+/** A duration; `tooLong`: what one past what a number holds exactly is told (the field's real limit). */
+const durationUpTo = (tooLong: string) =>
+  z
+    .string({
+      // A bare number (`killGrace: 5`) has no unit: seconds or milliseconds would be a guess.
+      error: (issue) =>
+        issue.input === undefined
+          ? undefined
+          : typeof issue.input === "number"
+            ? `${DURATION_MESSAGE} (a number alone has no unit: write ${issue.input}s or ${issue.input}ms)`
+            : DURATION_MESSAGE,
+    })
+    .regex(/^(?:\d+(?:ms|s|m|h|d))+$/, DURATION_MESSAGE)
+    .transform((text, ctx) => {
+      const ms = parseDuration(text);
+      if (ms !== undefined) return ms;
+      // Written as a duration, but zero or past what a number holds exactly.
+      const message = /[1-9]/.test(text) ? tooLong : "must be longer than 0 (e.g. 1s)";
+      ctx.addIssue({ code: "custom", message });
+      return z.NEVER;
+    });
+const duration = durationUpTo("is too long (at most 9007199254740991ms)");
 
 /** Durations that drive a timer: Node timers overflow above 2^31-1 ms (~24.8 days) and fire at once. */
-const timerDuration = duration.refine((ms) => ms <= MAX_TIMER_MS, { message: "must be at most 24d (a timer limit)" });
+const TIMER_TOO_LONG = "must be at most 24d (a timer limit)";
+const timerDuration = durationUpTo(TIMER_TOO_LONG).refine((ms) => ms <= MAX_TIMER_MS, { message: TIMER_TOO_LONG });
 
 const BYTE_UNITS: Record<string, number> = { "": 1, B: 1, K: 1024, KI: 1024, KIB: 1024, KB: 1024 };
 for (const [prefix, power] of [

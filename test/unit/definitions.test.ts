@@ -68,6 +68,11 @@ test("each rejection names the path and the problem", () => {
       /rebuilds\.p\.idempotency\.ttl: is too long \(at most 9007199254740991ms\)$/,
     ],
     [{ p: { ...base, timeLimit: "30d" } }, /rebuilds\.p\.timeLimit: must be at most 24d \(a timer limit\)/],
+    // Past what a number holds exactly: still the timer's limit, not 2^53 ms (helper-102).
+    [
+      { p: { ...base, claim: { ttl: "99999999999999999999s" } } },
+      /rebuilds\.p\.claim\.ttl: must be at most 24d \(a timer limit\)$/,
+    ],
     [{ p: base, q: base }, /rebuilds\.q\.output: is also the output of rebuild 'p'/],
     [{ p: base, q: { ...base, output: "out/inner" } }, /rebuilds\.q\.output: is nested with the output of rebuild 'p'/],
     [{ p: { ...base, schedule: { cron: "0 25 * * *" } } }, /rebuilds\.p\.schedule\.cron: is not a cron expression/],
