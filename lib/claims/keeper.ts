@@ -198,6 +198,9 @@ export class ClaimKeeper implements HeldClaim {
   private sendRefresh(): ReturnType<typeof refreshClaim> {
     return refreshClaim(this.client, this.keys, this.name, this.token, this.timing.ttlMs, {
       liveEvent: this.liveEvents,
+    }).catch((error: unknown) => {
+      this.listenerFailure = null; // the last refresh did not reach Redis: a listener is not why
+      throw error;
     });
   }
 

@@ -59,11 +59,13 @@ export interface BuildContext {
    * (`readPublishedJobs`), and before any step an attempt looks for an earlier run of its job
    * there: a job the queue's Redis brought back after it published (a crash lost its completion,
    * and maybe its idempotency key) publishes nothing again — a build asked for since (another
-   * version) would be put back to this older one — unless `publishFinished` says that run's
-   * publish did not finish (its record says failed: the disk refused its fence, it is retried).
+   * version) would be put back to this older one — unless `publishFinished` says otherwise.
    */
   jobId?: string;
-  /** Whether the run `runId` of this job, listed beside the output, finished its publish. Must not reject. */
+  /**
+   * Whether the run `runId` of this job, listed beside the output as having published this
+   * version, finished its publish and nothing asked for the job since. Must not reject.
+   */
   publishFinished?: (runId: string) => Promise<boolean>;
   /**
    * A build of this hash was found changed on disk, or unreadable or unsyncable (a lost write),
@@ -234,7 +236,7 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
       outputDir,
       held.fence,
       buildHash,
-      context.jobId ? context.runId : undefined,
+      context.jobId ? { runId: context.runId, version: context.version } : undefined,
     ).catch((error: unknown) => {
       // A full or failing disk. `current` must not name a build whose fence is not on disk: a
       // claims Redis that then lost this publish would read an older pointer, and repair would
@@ -380,12 +382,15 @@ async function freshDirectory(dir: string): Promise<void> {
 }
 
 /**
- * The run of this attempt's job that published to `outputDir` and finished its publish, or null:
- * the newest of the job's runs the output lists (`readPublishedJobs`).
+ * The run of this attempt's job that published this same version to `outputDir` and finished its
+ * publish, or null: the newest such run the output lists (`readPublishedJobs`). Another version
+ * (a job without one that read changed inputs) is new work, not a repeat.
  */
 async function earlierPublishOf(context: BuildContext, outputDir: string): Promise<string | null> {
   const ofThisJob = runIdOf(context.jobId!, 1).replace(/-a1$/, "");
-  const earlier = (await readPublishedJobs(outputDir)).findLast((runId) => runId.replace(/-a\d+$/, "") === ofThisJob);
+  const earlier = (await readPublishedJobs(outputDir)).findLast(
+    (run) => run.version === context.version && run.runId.replace(/-a\d+$/, "") === ofThisJob,
+  );
   if (!earlier) return null;
-  return (await (context.publishFinished?.(earlier) ?? Promise.resolve(true))) ? earlier : null;
+  return (await (context.publishFinished?.(earlier.runId) ?? Promise.resolve(false))) ? earlier.runId : null;
 }

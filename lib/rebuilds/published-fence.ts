@@ -35,9 +35,9 @@ const GRANTED = /^\.granted-fence@([1-9]\d{0,15})$/;
 
 /**
  * Earlier versions' record: one JSON file, `{"fence":<n>,"hash":"<hash>"}`, replaced by rename.
- * It also keeps `jobs`, the run ids of the last publishes here, newest last (earlier versions
- * ignore the field): a job the queue's Redis brought back after it published (a crash lost its
- * completion) finds its run there and publishes nothing again (`readPublishedJobs`).
+ * It also keeps `jobs`, "<run id> <version>" of the last publishes here, newest last (earlier
+ * versions ignore the field): a job the queue's Redis brought back after it published (a crash
+ * lost its completion) finds its run there and publishes nothing again (`readPublishedJobs`).
  */
 const LEGACY_FILE = ".published-fence";
 /** The `jobs` list is cut, oldest first, to keep the file this small (READ_LIMIT reads it whole). */
@@ -81,12 +81,22 @@ export async function readPublishedFence(outputDir: string): Promise<PublishedFe
   }
 }
 
+/** A publish the output lists: the run that made it and the version it built. */
+export interface PublishedRun {
+  runId: string;
+  version: string;
+}
+
 /**
- * The run ids of the last publishes to `outputDir` (the legacy file's `jobs`), newest last;
- * empty when none are recorded or the file cannot be read. One small read, before any step.
+ * The last publishes to `outputDir` (the legacy file's `jobs`), newest last; empty when none are
+ * recorded or the file cannot be read. One small read, before any step.
  */
-export async function readPublishedJobs(outputDir: string): Promise<string[]> {
-  return (await readLegacy(outputDir).catch(() => null))?.jobs ?? [];
+export async function readPublishedJobs(outputDir: string): Promise<PublishedRun[]> {
+  const lines = (await readLegacy(outputDir).catch(() => null))?.jobs ?? [];
+  return lines.flatMap((line) => {
+    const at = line.indexOf(" ");
+    return at > 0 ? [{ runId: line.slice(0, at), version: line.slice(at + 1) }] : [];
+  });
 }
 
 /** `readEntryHash` of an entry removed since it was listed. */
@@ -243,8 +253,8 @@ export async function recordPublishedFence(
   outputDir: string,
   fence: number,
   hash: string,
-  /** The run that published (kept in the legacy file's `jobs`), when known. */
-  runId?: string,
+  /** The run that published and its version (kept in the legacy file's `jobs`), when known. */
+  published?: PublishedRun,
 ): Promise<FenceRecord> {
   const known = await readPublishedFence(outputDir);
   if (known && known.fence > fence) return { status: "newer", known };
@@ -282,7 +292,7 @@ export async function recordPublishedFence(
   }
   // Best effort: the entries are the record; a legacy file that cannot be replaced (a directory in
   // its place, a failing write) costs only workers of the earlier version their floor.
-  await writeLegacy(outputDir, fence, hash, runId).catch(() => {});
+  await writeLegacy(outputDir, fence, hash, published).catch(() => {});
   await syncPath(outputDir);
   // A higher fence recorded while this one was written keeps `current`; lower ones can go.
   const names = await fs.readdir(outputDir);
@@ -308,11 +318,12 @@ export async function recordPublishedFence(
  * The legacy file, for workers of earlier versions (they read only it): replaced by rename, as
  * they do, unless it says `fence` or more. Synced with the directory by the caller.
  */
-async function writeLegacy(outputDir: string, fence: number, hash: string, runId?: string): Promise<void> {
+async function writeLegacy(outputDir: string, fence: number, hash: string, published?: PublishedRun): Promise<void> {
   // Unreadable now: it may hold a higher fence; not replaced (readLegacy throws, the caller goes on).
   const legacy = await readLegacy(outputDir);
   if ((legacy?.fence ?? 0) >= fence) return;
-  const jobs = [...(legacy?.jobs ?? []).filter((run) => run !== runId), ...(runId ? [runId] : [])];
+  const entry = published ? `${published.runId} ${published.version}` : null;
+  const jobs = [...(legacy?.jobs ?? []).filter((line) => line !== entry), ...(entry ? [entry] : [])];
   while (jobs.length > 1 && JSON.stringify(jobs).length > JOBS_MAX_BYTES) jobs.shift();
   const temp = outputTempName(outputDir, ".published-fence-writing.");
   try {

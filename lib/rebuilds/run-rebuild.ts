@@ -604,10 +604,18 @@ class RebuildAttempt {
             version: this.version,
             runId: this.runId,
             jobId: this.job.id,
-            // Its record gone (lost with the Redis that lost the job's completion), or ended any
-            // way but failed (a publish whose fence record the disk refused ends failed, retried).
-            publishFinished: async (runId) =>
-              (await deps.main.hget(deps.keys.run(runId), "status").catch(() => null)) !== "failed",
+            // Finished: its record says rebuilt, or is gone (lost with the Redis that lost the
+            // job's completion; this very attempt's id is that run's when the crash took its
+            // record and its pickup: the record is this attempt's own now). Any other status
+            // (failed: the disk refused its fence record) is not. A trigger folded into the job
+            // since asked for it again. A lookup that fails counts as not finished.
+            publishFinished: async (runId) => {
+              const [status, askedAgain] = await Promise.all([
+                runId === this.runId ? null : deps.main.hget(deps.keys.run(runId), "status"),
+                deps.main.exists(deps.keys.askedAgain(this.job.id)),
+              ]).catch(() => ["failed", 1] as const);
+              return (status === null || status === "rebuilt") && askedAgain === 0;
+            },
             held,
             jobSignal: this.job.signal,
             attemptBegan: this.began,

@@ -152,6 +152,10 @@ export async function triggerRebuild(
   // Claim the "waiting trigger" marker; if another trigger holds it and its job still waits, reuse it.
   if (!(await client.set(pendingKey, jobId, "PX", PENDING_TTL_MS, "NX"))) {
     const existing = await client.get(pendingKey);
+    // Before its state is looked at: a job found waiting answers this request too, so a run of
+    // it that published before (the queue's Redis brought it back) must not end it unpublished.
+    // A job that started meanwhile is not joined (a new job is queued below).
+    if (existing) await client.set(keys.askedAgain(existing), String(Date.now()), "PX", PENDING_TTL_MS);
     // Never fold a request into a job an operator is cancelling: it would be lost with it.
     const cancelling = existing ? await client.exists(keys.cancelRequest(existing)) : 0;
     if (existing && !cancelling && WAITING_STATES.has(await queue.getJobState(existing))) {

@@ -143,6 +143,12 @@ export function redisKeys(prefix: string) {
      */
     cancelRequest: (jobId: string) => `${tag}:cancel:${jobId}`,
     /**
+     * STRING (ms) with a TTL: a trigger of the same (rebuild, tenant, version, force) folded into
+     * this waiting job (lib/rebuilds/trigger), which then answers that later request too: a run of
+     * it that published before (a crash brought the job back) is no reason to publish nothing.
+     */
+    askedAgain: (jobId: string) => `${tag}:asked-again:${jobId}`,
+    /**
      * STRING (JSON: reason, until) with a TTL: why a job was deferred when no run record says it
      * (another pickup of the attempt has the record; lib/rebuilds/defer-note). Read by the queue view.
      */

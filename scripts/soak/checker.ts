@@ -682,7 +682,16 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
       const earlierRecord = earlier ? recordById.get(earlier.runId) : undefined;
       const done = earlier !== undefined && (earlierRecord === undefined || earlierRecord.status === "rebuilt");
       const before = earlier?.fence;
-      if (done && before !== undefined && last && jobOf(last) !== job && Number(e.fence) > before) {
+      // A trigger folded into the job after that publish asked for it again: publishing is its due.
+      const askedAgain =
+        earlier !== undefined &&
+        triggers.some(
+          (t) =>
+            t.status === "deduplicated" &&
+            String(t.jobId) === job &&
+            Number(t.t) > Number(seen.find((x) => x.runId === earlier.runId)?.t ?? Infinity),
+        );
+      if (done && !askedAgain && before !== undefined && last && jobOf(last) !== job && Number(e.fence) > before) {
         republished.push(
           `${claim}: job ${job} published again with fence ${String(e.fence)} at ${at(Number(e.t))}, after ${String(last.runId)} (fence ${String(last.fence)}); it had published with fence ${before}`,
         );

@@ -7,6 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
+import { Queue } from "bullmq";
 import { acquireClaim, claimName, readClaim, releaseClaim } from "../../lib/claims";
 import { listAudit } from "../../lib/audit";
 import { missedTickProblems } from "../../lib/health/operations";
@@ -16,9 +17,10 @@ import { retryRun } from "../../lib/operations/retry";
 import { changeSchedule } from "../../lib/operations/schedule";
 import { CANCEL_POLL_MS } from "../../lib/rebuilds/cancel-request";
 import { writeDeferNote } from "../../lib/rebuilds/defer-note";
-import { scheduledTickOf } from "../../lib/rebuilds/queue";
+import { queuePrefix, REBUILD_QUEUE, scheduledTickOf } from "../../lib/rebuilds/queue";
 import { readSchedulePause } from "../../lib/rebuilds/schedules";
 import { triggerRebuild } from "../../lib/rebuilds/trigger";
+import { redisKeys } from "../../lib/redis/keys";
 import { isFinalStatus } from "../../lib/runs/transitions";
 import { killMarkedProcesses, newMarker, pidsWithMarker, waitUntilNoMarker } from "../support/markers";
 import { createTestBed, type TestBed } from "../support/stack";
@@ -398,4 +400,22 @@ test("with replicas asked for, a request id whose job is gone (a failover kept t
   assert.notEqual(await bed.queue.getJobState(jobId), "unknown", "the job it names exists");
   const third = await triggerRebuild(bed.queue, bed.main, bed.keys, bed.definitions, "flaky", request);
   assert.deepEqual(third, { status: "deduplicated", jobId }, "and the id now names it");
+});
+
+test("a trigger that folds into a waiting job of the same request marks the job as asked for again (a run of it that published before, the queue's Redis having lost its completion, does not end it unpublished)", async (t) => {
+  // A queue no worker reads: the first job stays waiting.
+  const keys = redisKeys(`fold-${Date.now().toString(36)}`);
+  const queue = new Queue(REBUILD_QUEUE, { connection: bed.main, prefix: queuePrefix(keys) });
+  t.after(() => queue.close());
+  const first = await triggerRebuild(queue, bed.main, keys, bed.definitions, "flaky", { version: "f1" });
+  assert.equal(first.status, "queued");
+  const jobId = (first as { jobId: string }).jobId;
+  assert.equal(await bed.main.exists(keys.askedAgain(jobId)), 0, "asked once: no mark");
+  const second = await triggerRebuild(queue, bed.main, keys, bed.definitions, "flaky", { version: "f1" });
+  assert.deepEqual(second, { status: "deduplicated", jobId });
+  assert.equal(await bed.main.exists(keys.askedAgain(jobId)), 1);
+  // Another version is another request: its own job.
+  const other = await triggerRebuild(queue, bed.main, keys, bed.definitions, "flaky", { version: "f2" });
+  assert.equal(other.status, "queued");
+  assert.equal(await bed.main.exists(keys.askedAgain((other as { jobId: string }).jobId)), 0);
 });

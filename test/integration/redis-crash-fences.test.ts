@@ -87,6 +87,8 @@ test("a job a crash of the Redis brought back after it published, with another v
   const { server: first, dataDir, keys, output, attempt } = await crashBed("repeat");
   let client = createRedis(first.url, "worker", "crash-repeat-1");
   await client.save(); // the snapshot the restart comes back to: nothing published, nothing finished
+  const c = await attempt(client, "vC", "job-c");
+  assert.equal(c.status, "rebuilt", JSON.stringify(c));
   const a = await attempt(client, "vA", "job-a");
   assert.equal(a.status, "rebuilt", JSON.stringify(a));
   const b = await attempt(client, "vB", "job-b");
@@ -105,6 +107,13 @@ test("a job a crash of the Redis brought back after it published, with another v
     const record = await client.hgetall(keys.run((again as { runId: string }).runId));
     assert.equal(record.status, "skipped");
     assert.match(record.reason ?? "", /^already-rebuilt: run job-a-a1 of this job published its build here before/);
+    // Asked for again after the crash (a trigger folded into the waiting job): it publishes. So
+    // does a job whose version is another than the one its run published (changed inputs).
+    await client.set(keys.askedAgain("job-b"), String(Date.now()));
+    const folded = await attempt(client, "vB", "job-b");
+    assert.equal(folded.status, "rebuilt", JSON.stringify(folded));
+    const changed = await attempt(client, "vC2", "job-c");
+    assert.equal(changed.status, "rebuilt", JSON.stringify(changed));
     // A new request for vA is another request: it is built and published (the newest fence wins).
     const asked = await attempt(client, "vA");
     assert.equal(asked.status, "rebuilt", JSON.stringify(asked));
