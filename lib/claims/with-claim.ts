@@ -7,7 +7,7 @@ import { claimEvents } from "../events/claim-events";
 import type { RedisKeys } from "../redis/keys";
 import type { ScriptingClient } from "../redis/scripts";
 import { acquireClaim } from "./acquire";
-import type { ClaimLostError } from "./errors";
+import { ClaimLostError } from "./errors";
 import { ClaimKeeper, type ClaimKeeperEvent, type HeldClaim } from "./keeper";
 import { releaseClaim } from "./release";
 import { assertClaimTiming } from "./timing";
@@ -114,7 +114,8 @@ export async function withClaim<T>(
   }
 
   const lost = keeper.lostError ?? null;
-  if (!outcome.ok) throw lost ?? outcome.error;
+  // `fn`'s own account of the loss (it may say more of why: a stall the step warden saw) wins.
+  if (!outcome.ok) throw lost && !(outcome.error instanceof ClaimLostError) ? lost : outcome.error;
   return {
     status: "done",
     value: outcome.value,

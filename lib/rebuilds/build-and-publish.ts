@@ -9,7 +9,7 @@ import { redisClock } from "../redis/clock";
 import fs from "node:fs/promises";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Redis } from "ioredis";
-import { publishFenced, type HeldClaim, type PublishResult } from "../claims";
+import { ClaimLostError, publishFenced, type HeldClaim, type PublishResult } from "../claims";
 import type { RedisKeys } from "../redis/keys";
 import type { RunRecorder } from "../runs/writer";
 import { runIdOf, type StepRecord } from "../runs/types";
@@ -282,6 +282,12 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
     // Report the claim loss or the job's abort reason rather than the AbortError it caused; but a
     // stall the step warden ended names its cause (the lost job lock is its consequence).
     const stallLostTheLock = error instanceof WorkerStalledError && signal.reason === LOCK_LOST_ABORT_REASON;
+    // A claim that ran out while the worker stood still (SIGSTOP past the TTL): the loss is what
+    // the attempt acts on, and the stall the warden saw is why (helper-101).
+    const lost: unknown = signal.reason;
+    if (error instanceof WorkerStalledError && lost instanceof ClaimLostError && lost.cause === "deadline") {
+      throw new ClaimLostError(lost.claimName, lost.cause, lost.fence, error.message);
+    }
     if (signal.aborted && !stallLostTheLock) throw signal.reason ?? error;
     throw error;
   } finally {

@@ -323,3 +323,26 @@ test("refreshes that reach Redis while the holder's own refresh work fails (a re
     },
   );
 });
+
+test("work that tells more of its claim's loss (a ClaimLostError of its own: the stall the step warden saw) is what the caller gets", async () => {
+  const keys = redisKeys(uniquePrefix());
+  const name = claimName("w/told");
+  await assert.rejects(
+    withClaim(
+      client,
+      keys,
+      name,
+      { jobId: "j" },
+      async (claim) => {
+        claim.whenRefreshed(() => {
+          throw new Error("EROFS");
+        });
+        await untilAborted(claim).catch((lost: ClaimLostError) => {
+          throw new ClaimLostError(lost.claimName, lost.cause, lost.fence, "step s was killed by the step warden");
+        });
+      },
+      { ttlMs: 600, refreshEveryMs: 150 },
+    ),
+    /lost claim .*: no refresh succeeded within the TTL; step s was killed by the step warden$/,
+  );
+});
