@@ -64,9 +64,12 @@ export interface BuildContext {
   jobId?: string;
   /**
    * Whether the run `runId` of this job, listed beside the output as having published this
-   * version, finished its publish and nothing asked for the job since. Must not reject.
+   * version, finished its publish (the listing follows its fence record onto the disk). Must not
+   * reject.
    */
   publishFinished?: (runId: string) => Promise<boolean>;
+  /** The job's `askedAgain` mark now (a token: a request joined the job), or null. May reject. */
+  jobMark?: () => Promise<string | null>;
   /**
    * A build of this hash was found changed on disk, or unreadable or unsyncable (a lost write),
    * and moved aside to `path` (build-integrity.ts).
@@ -104,11 +107,14 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
   const workDir = workDirOf(outputDir, `${context.runId}-f${held.fence}-${held.token.slice(-6)}`);
   recorder.update({ fence: held.fence });
   const untrack = trackWorkDir(workDir);
+  // The job's mark (a request that joined it: trigger.ts), read once: its publish keeps it.
+  const jobMark = context.jobId && context.jobMark ? context.jobMark() : Promise.resolve(null);
   const [rebuiltBy, publishedBefore, created] = await Promise.allSettled([
     context.alreadyRebuiltBy?.() ?? null,
-    context.jobId ? earlierPublishOf(context, outputDir) : null,
+    context.jobId ? earlierPublishOf(context, outputDir, jobMark) : null,
     freshDirectory(workDir),
   ]);
+  const markSeen = await jobMark.catch(() => null);
   if (publishedBefore.status === "fulfilled" && publishedBefore.value) {
     await fs.rm(workDir, { recursive: true, force: true }).catch(() => {});
     untrack();
@@ -236,7 +242,7 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
       outputDir,
       held.fence,
       buildHash,
-      context.jobId ? { runId: context.runId, version: context.version } : undefined,
+      context.jobId ? { runId: context.runId, version: context.version, mark: markSeen } : undefined,
     ).catch((error: unknown) => {
       // A full or failing disk. `current` must not name a build whose fence is not on disk: a
       // claims Redis that then lost this publish would read an older pointer, and repair would
@@ -392,11 +398,17 @@ async function freshDirectory(dir: string): Promise<void> {
  * publish, or null: the newest such run the output lists (`readPublishedJobs`). Another version
  * (a job without one that read changed inputs) is new work, not a repeat.
  */
-async function earlierPublishOf(context: BuildContext, outputDir: string): Promise<string | null> {
+async function earlierPublishOf(
+  context: BuildContext,
+  outputDir: string,
+  mark: Promise<string | null>,
+): Promise<string | null> {
   const ofThisJob = runIdOf(context.jobId!, 1).replace(/-a1$/, "");
-  const earlier = (await readPublishedJobs(outputDir)).findLast(
+  const [listed, markNow] = await Promise.all([readPublishedJobs(outputDir), mark]);
+  const earlier = listed.findLast(
     (run) => run.version === context.version && run.runId.replace(/-a\d+$/, "") === ofThisJob,
   );
-  if (!earlier) return null;
+  // A request joined the job since that publish (a mark it did not see): the job publishes for it.
+  if (!earlier || (markNow !== null && markNow !== earlier.mark)) return null;
   return (await (context.publishFinished?.(earlier.runId) ?? Promise.resolve(false))) ? earlier.runId : null;
 }

@@ -35,7 +35,7 @@ const GRANTED = /^\.granted-fence@([1-9]\d{0,15})$/;
 
 /**
  * Earlier versions' record: one JSON file, `{"fence":<n>,"hash":"<hash>"}`, replaced by rename.
- * It also keeps `jobs`, "<run id> <version>" of the last publishes here, newest last (earlier
+ * It also keeps `jobs`, "<run id> <version> <mark>" of the last publishes here, newest last (earlier
  * versions ignore the field): a job the queue's Redis brought back after it published (a crash
  * lost its completion) finds its run there and publishes nothing again (`readPublishedJobs`).
  */
@@ -81,10 +81,12 @@ export async function readPublishedFence(outputDir: string): Promise<PublishedFe
   }
 }
 
-/** A publish the output lists: the run that made it and the version it built. */
+/** A publish the output lists: the run that made it, the version it built, the job's mark it saw. */
 export interface PublishedRun {
   runId: string;
   version: string;
+  /** The job's `askedAgain` token when that run began (null: none). */
+  mark: string | null;
 }
 
 /**
@@ -94,8 +96,8 @@ export interface PublishedRun {
 export async function readPublishedJobs(outputDir: string): Promise<PublishedRun[]> {
   const lines = (await readLegacy(outputDir).catch(() => null))?.jobs ?? [];
   return lines.flatMap((line) => {
-    const at = line.indexOf(" ");
-    return at > 0 ? [{ runId: line.slice(0, at), version: line.slice(at + 1) }] : [];
+    const [runId, version, mark] = line.split(" ");
+    return runId && version ? [{ runId, version, mark: mark && mark !== "-" ? mark : null }] : [];
   });
 }
 
@@ -322,7 +324,7 @@ async function writeLegacy(outputDir: string, fence: number, hash: string, publi
   // Unreadable now: it may hold a higher fence; not replaced (readLegacy throws, the caller goes on).
   const legacy = await readLegacy(outputDir);
   if ((legacy?.fence ?? 0) >= fence) return;
-  const entry = published ? `${published.runId} ${published.version}` : null;
+  const entry = published ? `${published.runId} ${published.version} ${published.mark ?? "-"}` : null;
   const jobs = [...(legacy?.jobs ?? []).filter((line) => line !== entry), ...(entry ? [entry] : [])];
   while (jobs.length > 1 && JSON.stringify(jobs).length > JOBS_MAX_BYTES) jobs.shift();
   const temp = outputTempName(outputDir, ".published-fence-writing.");

@@ -604,18 +604,16 @@ class RebuildAttempt {
             version: this.version,
             runId: this.runId,
             jobId: this.job.id,
-            // Finished: its record says rebuilt, or is gone (lost with the Redis that lost the
-            // job's completion; this very attempt's id is that run's when the crash took its
-            // record and its pickup: the record is this attempt's own now). Any other status
-            // (failed: the disk refused its fence record) is not. A trigger folded into the job
-            // since asked for it again. A lookup that fails counts as not finished.
+            // Listed only once its fence record was on disk: finished, unless its record says
+            // failed (the disk refused that record: retried); aborted, running or gone (a crash
+            // of this Redis took it and the job's completion) is finished. A lookup that fails
+            // counts as not finished (the attempt builds: a repeat, not a lost request).
             publishFinished: async (runId) => {
-              const [status, askedAgain] = await Promise.all([
-                runId === this.runId ? null : deps.main.hget(deps.keys.run(runId), "status"),
-                deps.main.exists(deps.keys.askedAgain(this.job.id)),
-              ]).catch(() => ["failed", 1] as const);
-              return (status === null || status === "rebuilt") && askedAgain === 0;
+              if (runId === this.runId) return true; // its record and pickup went with the crash
+              const status = await deps.main.hget(deps.keys.run(runId), "status").catch(() => "lookup-failed");
+              return status !== "failed" && status !== "lookup-failed";
             },
+            jobMark: () => deps.main.get(deps.keys.askedAgain(this.job.id)),
             held,
             jobSignal: this.job.signal,
             attemptBegan: this.began,
@@ -690,7 +688,7 @@ class RebuildAttempt {
       // A repeat: the queue's Redis lost that this job had finished (a crash, a failover). Its
       // build is not published again: another version may have been published since.
       await this.finish("skipped", {
-        reason: `already-rebuilt: run ${built.runId} of this job published its build here before (the output's record of the runs that published); the queue's Redis had lost that it finished`,
+        reason: `already-rebuilt: run ${built.runId} of this job published its build here before (the output's record of the runs that published); its completion was not recorded (the queue's Redis lost it, or its final record could not be written)`,
       });
       return { status: "skipped", reason: "already-rebuilt", runId: this.runId, version: this.version };
     }

@@ -143,9 +143,10 @@ export function redisKeys(prefix: string) {
      */
     cancelRequest: (jobId: string) => `${tag}:cancel:${jobId}`,
     /**
-     * STRING (ms) with a TTL: a trigger of the same (rebuild, tenant, version, force) folded into
-     * this waiting job (lib/rebuilds/trigger), which then answers that later request too: a run of
-     * it that published before (a crash brought the job back) is no reason to publish nothing.
+     * STRING (a random token) with a TTL: a trigger of the same (rebuild, tenant, version, force)
+     * joined this waiting job (lib/rebuilds/trigger), a new token each time. A publish keeps the
+     * token it saw beside the output: a run of the job that the queue's Redis brings back after
+     * it published publishes again only when the token is another (a request joined since).
      */
     askedAgain: (jobId: string) => `${tag}:asked-again:${jobId}`,
     /**

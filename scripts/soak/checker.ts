@@ -667,37 +667,45 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   // queue's Redis brought back after it published, its completion lost, put the output back to
   // its older build; helper-103). From the watcher's pointers, by the job in their run ids.
   const republished: string[] = [];
-  for (const [claim, seen] of groupBy(
-    pointerEvents.filter((e) => typeof e.runId === "string" && e.runId !== ""),
-    (e) => String(e.claim),
-  )) {
-    const jobOf = (e: SoakEvent) => String(e.runId).replace(/-a\d+$/, "");
-    // job → the fence it last published with, and the run that did. A publish its run did not
-    // end as rebuilt (its fence record refused by the disk: not durable, retried) is not done.
-    const fencesOf = new Map<string, { fence: number; runId: string }>();
-    let last: SoakEvent | undefined;
-    for (const e of [...seen].sort((a, b) => Number(a.t) - Number(b.t))) {
-      const job = jobOf(e);
-      const earlier = fencesOf.get(job);
-      const earlierRecord = earlier ? recordById.get(earlier.runId) : undefined;
-      const done = earlier !== undefined && (earlierRecord === undefined || earlierRecord.status === "rebuilt");
-      const before = earlier?.fence;
-      // A trigger folded into the job after that publish asked for it again: publishing is its due.
-      const askedAgain =
-        earlier !== undefined &&
-        triggers.some(
-          (t) =>
-            t.status === "deduplicated" &&
-            String(t.jobId) === job &&
-            Number(t.t) > Number(seen.find((x) => x.runId === earlier.runId)?.t ?? Infinity),
+  {
+    // Every publish known: the watcher's pointers (it polls: a quickly overwritten one can be
+    // missed) and the records that say rebuilt, by claim and fence.
+    const byClaim = new Map<string, Map<number, { runId: string; t: number }>>();
+    const note = (claim: string, fence: number, runId: string, t: number) => {
+      const fences = byClaim.get(claim) ?? new Map<number, { runId: string; t: number }>();
+      byClaim.set(claim, fences);
+      if (!fences.has(fence)) fences.set(fence, { runId, t });
+    };
+    for (const e of pointerEvents)
+      if (typeof e.runId === "string" && e.runId && typeof e.fence === "number")
+        note(String(e.claim), e.fence, e.runId, Number(e.t));
+    for (const r of records)
+      if (r.status === "rebuilt" && typeof r.fence === "number")
+        note(claimLabel(r), r.fence, r.id, r.finishedAt ?? r.startedAt ?? r.createdAt);
+    const jobOf = (runId: string) => runId.replace(/-a\d+$/, "");
+    for (const [claim, fences] of byClaim) {
+      const ordered = [...fences.entries()].sort((x, y) => x[0] - y[0]);
+      ordered.forEach(([fence, pub], i) => {
+        const job = jobOf(pub.runId);
+        // The job's previous publish, and whether another job published between the two.
+        const j = ordered.slice(0, i).findLastIndex(([, p]) => jobOf(p.runId) === job);
+        if (j < 0) return;
+        const [earlierFence, earlier] = ordered[j]!;
+        const between = ordered.slice(j + 1, i).find(([, p]) => jobOf(p.runId) !== job);
+        if (!between) return;
+        // Not done: its record says failed (the disk refused its fence record) or deferred (its
+        // fence was granted twice and another build recorded with it): the job goes on.
+        const status = recordById.get(earlier.runId)?.status;
+        if (status === "failed" || status === "deferred") return;
+        // A trigger folded into the job after that publish asked for it again.
+        const askedAgain = triggers.some(
+          (t) => t.status === "deduplicated" && String(t.jobId) === job && Number(t.t) > earlier.t,
         );
-      if (done && !askedAgain && before !== undefined && last && jobOf(last) !== job && Number(e.fence) > before) {
+        if (askedAgain) return;
         republished.push(
-          `${claim}: job ${job} published again with fence ${String(e.fence)} at ${at(Number(e.t))}, after ${String(last.runId)} (fence ${String(last.fence)}); it had published with fence ${before}`,
+          `${claim}: job ${job} published again with fence ${fence} at ${at(pub.t)} (it had with fence ${earlierFence}), after ${between[1].runId} (fence ${between[0]})`,
         );
-      }
-      if (Number(e.fence) > (before ?? 0)) fencesOf.set(job, { fence: Number(e.fence), runId: String(e.runId) });
-      last = e;
+      });
     }
   }
 

@@ -17,6 +17,7 @@ import { redisKeys } from "../../lib/redis/keys";
 import { loadDefinitions } from "../../lib/rebuilds/definitions";
 import { readCurrent } from "../../lib/rebuilds/output";
 import { repairCurrentLinks, REPAIR_AFTER_MS } from "../../lib/rebuilds/repair";
+import { idempotencyKey } from "../../lib/rebuilds/version";
 import { runRebuild, type RebuildDeps } from "../../lib/rebuilds/run-rebuild";
 import { newWorkerIdentity } from "../../lib/workers/heartbeat";
 
@@ -45,11 +46,11 @@ async function crashBed(name: string, yamlOf: (name: string) => string = simpleR
   const keys = redisKeys(name);
   let jobs = 0;
   /** An attempt of a new job, or of the job `jobId` again (delivered again). */
-  const attempt = (client: ReturnType<typeof createRedis>, version: string, jobId?: string) => {
+  const attempt = (client: ReturnType<typeof createRedis>, version: string, jobId?: string, attemptNo = 1) => {
     const deps: RebuildDeps = { main: client, claims: client, keys, definitions, worker: newWorkerIdentity("t") };
     return runRebuild(deps, {
       id: jobId ?? `${name}-${++jobs}`,
-      attempt: 1,
+      attempt: attemptNo,
       createdAt: Date.now(),
       data: { rebuild: name, version, trigger: "api" },
       signal: new AbortController().signal,
@@ -86,6 +87,8 @@ async function crashAndRestart(server: RedisServerHandle, dataDir: string): Prom
 test("a job a crash of the Redis brought back after it published, with another version published since: it publishes nothing again, current stays at the newer build, and its record says why", async () => {
   const { server: first, dataDir, keys, output, attempt } = await crashBed("repeat");
   let client = createRedis(first.url, "worker", "crash-repeat-1");
+  // A request joined job-a while it waited (a double submit): its mark is in the snapshot too.
+  await client.set(keys.askedAgain("job-a"), "joined-before-its-run");
   await client.save(); // the snapshot the restart comes back to: nothing published, nothing finished
   const c = await attempt(client, "vC", "job-c");
   assert.equal(c.status, "rebuilt", JSON.stringify(c));
@@ -118,6 +121,28 @@ test("a job a crash of the Redis brought back after it published, with another v
     const asked = await attempt(client, "vA");
     assert.equal(asked.status, "rebuilt", JSON.stringify(asked));
     assert.equal(await readCurrent(output), (a as { buildHash: string }).buildHash);
+  } finally {
+    await closeRedis(client);
+  }
+});
+
+test("a job that published, then came back as its next attempt with its run's record closed aborted (a snapshot caught it mid-run): it publishes nothing again", async () => {
+  const { server, keys, output, attempt } = await crashBed("midrun");
+  const client = createRedis(server.url, "worker", "midrun-1");
+  try {
+    const a = await attempt(client, "vA", "job-m");
+    assert.equal(a.status, "rebuilt", JSON.stringify(a));
+    const b = await attempt(client, "vB", "job-n");
+    assert.equal(b.status, "rebuilt", JSON.stringify(b));
+    // What the restored Redis holds: job-m's run closed aborted (its worker gone, the pointer
+    // naming another run: no proof of its publish), its "rebuilt" key gone.
+    await client.hset(keys.run((a as { runId: string }).runId), "status", "aborted");
+    assert.equal(await client.del(keys.idempotency(idempotencyKey("midrun", undefined, "vA"))), 1);
+    const again = await attempt(client, "vA", "job-m", 2);
+    assert.equal(again.status, "skipped", JSON.stringify(again));
+    const record = await client.hgetall(keys.run((again as { runId: string }).runId));
+    assert.match(record.reason ?? "", /^already-rebuilt: run job-m-a1 of this job published its build here before/);
+    assert.equal(await readCurrent(output), (b as { buildHash: string }).buildHash);
   } finally {
     await closeRedis(client);
   }
