@@ -19,6 +19,8 @@ export interface PublishRequest {
   /** What is published: a build id, content hash or output path. */
   value: string;
   runId?: string;
+  /** "<run id> <version> <mark>": kept in the name's list of recent publishes (keys.publishedRuns). */
+  listed?: string;
 }
 
 export type PublishResult =
@@ -58,8 +60,14 @@ export async function publishFenced(
   const reply = await runScript(
     client,
     FENCED_PUBLISH,
-    [keys.claimFence(request.name), keys.published(request.name), keys.claimSkips, keys.claim(request.name)],
-    [request.fence, request.value, request.runId ?? "", request.name, request.token],
+    [
+      keys.claimFence(request.name),
+      keys.published(request.name),
+      keys.claimSkips,
+      keys.claim(request.name),
+      keys.publishedRuns(request.name),
+    ],
+    [request.fence, request.value, request.runId ?? "", request.name, request.token, request.listed ?? ""],
   );
   if (!Array.isArray(reply)) throw unexpectedReply("publish", reply);
   const [code] = reply;

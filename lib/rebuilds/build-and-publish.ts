@@ -21,6 +21,8 @@ import {
   FenceNotRecordedError,
   markFenceGranted,
   pointCurrentAtRecord,
+  parsePublishedRuns,
+  publishedRunEntry,
   readPublishedJobs,
   recordPublishedFence,
 } from "./published-fence";
@@ -231,7 +233,7 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
     // past an operator's cancel must find the cancel when it wakes.
     await context.beforePublish?.({ fence: held.fence, buildHash });
     signal.throwIfAborted();
-    const published = await publishRetried(context, buildHash);
+    const published = await publishRetried(context, buildHash, markSeen);
     if (published.status === "superseded") {
       recorder.log(`publish refused: fence ${held.fence} < newest ${published.newestFence}`);
       return { status: "superseded", buildHash, newestFence: published.newestFence };
@@ -357,9 +359,16 @@ const MAX_WAIT_HOLDS = 3;
  * as published, never as failed with the pointer moved. When Redis stays away the outcome is
  * unknown: a transient error, so another attempt (a new fence) settles it.
  */
-async function publishRetried(context: BuildContext, buildHash: string): Promise<PublishResult> {
+async function publishRetried(context: BuildContext, buildHash: string, mark: string | null): Promise<PublishResult> {
   const { held } = context;
-  const request = { name: held.name, fence: held.fence, token: held.token, value: buildHash, runId: context.runId };
+  const request = {
+    name: held.name,
+    fence: held.fence,
+    token: held.token,
+    value: buildHash,
+    runId: context.runId,
+    ...(context.jobId ? { listed: publishedRunEntry({ runId: context.runId, version: context.version, mark }) } : {}),
+  };
   for (let attempt = 1; ; attempt++) {
     try {
       return await publishFenced(context.claims, context.keys, request);
@@ -404,8 +413,17 @@ async function earlierPublishOf(
   mark: Promise<string | null>,
 ): Promise<string | null> {
   const ofThisJob = runIdOf(context.jobId!, 1).replace(/-a1$/, "");
-  const [listed, markNow] = await Promise.all([readPublishedJobs(outputDir), mark]);
-  const earlier = listed.findLast(
+  // The output's list (on disk: it survives any Redis) and the claims Redis's (pushed by the
+  // publish itself: it knows a publish whose fence is not on the disk yet, its holder paused).
+  const [onDisk, inRedis, markNow] = await Promise.all([
+    readPublishedJobs(outputDir),
+    context.claims
+      .lrange(context.keys.publishedRuns(context.held.name), 0, -1)
+      .then((lines) => parsePublishedRuns(lines).reverse())
+      .catch(() => []),
+    mark,
+  ]);
+  const earlier = [...onDisk, ...inRedis].findLast(
     (run) => run.version === context.version && run.runId.replace(/-a\d+$/, "") === ofThisJob,
   );
   // A request joined the job since that publish (a mark it did not see): the job publishes for it.

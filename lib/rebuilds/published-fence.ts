@@ -94,7 +94,16 @@ export interface PublishedRun {
  * recorded or the file cannot be read. One small read, before any step.
  */
 export async function readPublishedJobs(outputDir: string): Promise<PublishedRun[]> {
-  const lines = (await readLegacy(outputDir).catch(() => null))?.jobs ?? [];
+  return parsePublishedRuns((await readLegacy(outputDir).catch(() => null))?.jobs ?? []);
+}
+
+/** A publish as a list entry: "<run id> <version> <mark or ->" (versions and run ids hold no space). */
+export function publishedRunEntry(run: PublishedRun): string {
+  return `${run.runId} ${run.version} ${run.mark ?? "-"}`;
+}
+
+/** List entries (`publishedRunEntry`) read back; malformed ones are left out. */
+export function parsePublishedRuns(lines: string[]): PublishedRun[] {
   return lines.flatMap((line) => {
     const [runId, version, mark] = line.split(" ");
     return runId && version ? [{ runId, version, mark: mark && mark !== "-" ? mark : null }] : [];
@@ -324,7 +333,7 @@ async function writeLegacy(outputDir: string, fence: number, hash: string, publi
   // Unreadable now: it may hold a higher fence; not replaced (readLegacy throws, the caller goes on).
   const legacy = await readLegacy(outputDir);
   if ((legacy?.fence ?? 0) >= fence) return;
-  const entry = published ? `${published.runId} ${published.version} ${published.mark ?? "-"}` : null;
+  const entry = published ? publishedRunEntry(published) : null;
   const jobs = [...(legacy?.jobs ?? []).filter((line) => line !== entry), ...(entry ? [entry] : [])];
   while (jobs.length > 1 && JSON.stringify(jobs).length > JOBS_MAX_BYTES) jobs.shift();
   const temp = outputTempName(outputDir, ".published-fence-writing.");

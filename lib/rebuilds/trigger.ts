@@ -152,13 +152,15 @@ export async function triggerRebuild(
   // Claim the "waiting trigger" marker; if another trigger holds it and its job still waits, reuse it.
   if (!(await client.set(pendingKey, jobId, "PX", PENDING_TTL_MS, "NX"))) {
     const existing = await client.get(pendingKey);
+    // A job found waiting answers this request too: a new mark (a token its publish keeps), so
+    // that a run of it the queue's Redis brings back after that publish, finding a mark it did not
+    // publish with, publishes again rather than leave this request unanswered. Set before the
+    // job's state is looked at: a pickup after that look sees it (helper-108). A job that is not
+    // joined (it started meanwhile) gets a mark too: at worst a repeat after a crash, never a loss.
+    if (existing) await client.set(keys.askedAgain(existing), crypto.randomUUID(), "PX", PENDING_TTL_MS);
     // Never fold a request into a job an operator is cancelling: it would be lost with it.
     const cancelling = existing ? await client.exists(keys.cancelRequest(existing)) : 0;
     if (existing && !cancelling && WAITING_STATES.has(await queue.getJobState(existing))) {
-      // The job answers this request too: a new mark (a token its publish keeps beside the
-      // output), so that a run of it the queue's Redis brings back after that publish, finding a
-      // mark it did not publish with, publishes again rather than end this request unanswered.
-      await client.set(keys.askedAgain(existing), crypto.randomUUID(), "PX", PENDING_TTL_MS);
       if (requestKey && whatKey) {
         await Promise.all([
           client.set(requestKey, existing, "PX", REQUEST_ID_TTL_MS),

@@ -65,6 +65,12 @@ export function redisKeys(prefix: string) {
     claimsEnded: `${tag}:claims-ended`,
     /** HASH: what is published for a claim name now (fence, value, runId, publishedAt). */
     published: (name: string) => `${tag}:published:${name}`,
+    /**
+     * LIST, capped (newest first): "<run id> <version> <mark>" of the last publishes of a claim
+     * name, pushed by the publish itself (FENCED_PUBLISH): a run of a job that published here is
+     * known at once, before its fence reaches the disk's list (published-fence.ts).
+     */
+    publishedRuns: (name: string) => `${tag}:published-runs:${name}`,
 
     // --- access control (main Redis; see lib/auth) ---------------------------------------
     /** STRING counter with a TTL: mutations of one identity in the current window. */

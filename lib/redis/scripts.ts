@@ -395,16 +395,20 @@ return 1
 `,
 });
 
+/** Publishes of a claim name kept in its `publishedRuns` list. */
+export const PUBLISHED_RUNS_KEPT = 32;
+
 export const FENCED_PUBLISH = {
   command: "claimwatchFencedPublish",
-  keys: ["claimFence", "published", "claimSkips", "claim"],
+  keys: ["claimFence", "published", "claimSkips", "claim", "publishedRuns"],
   lua: `
 --[[ Fenced compare-and-set of the published pointer; a publish also resets the claim's
 consecutive skips (a rebuild completed), in the same round trip.
 KEYS[1] claimFence (newest fence issued for the claim)   KEYS[2] published HASH
 KEYS[3] claimSkips HASH claim name → consecutive skips   KEYS[4] claim STRING holder token
+KEYS[5] publishedRuns LIST (newest first, the last ${PUBLISHED_RUNS_KEPT})
 ARGV[1] caller's fence   ARGV[2] value (build id / path)   ARGV[3] runId   ARGV[4] claim name
-ARGV[5] caller's owner token
+ARGV[5] caller's owner token   ARGV[6] "<run id> <version> <mark>" pushed on KEYS[5] ('' none)
 Moves the pointer only if the caller still holds the claim (its token: a force-released or
 expired holder is refused even while its fence is still the newest), its fence is the newest
 issued AND higher than the published fence.
@@ -424,6 +428,10 @@ end
 ${SERVER_NOW}
 redis.call('HSET', KEYS[2], 'fence', ARGV[1], 'value', ARGV[2], 'runId', ARGV[3], 'publishedAt', nowMs)
 redis.call('HDEL', KEYS[3], ARGV[4])
+if ARGV[6] and ARGV[6] ~= '' then
+  redis.call('LPUSH', KEYS[5], ARGV[6])
+  redis.call('LTRIM', KEYS[5], 0, ${PUBLISHED_RUNS_KEPT - 1})
+end
 return {1, nowMs}
 `,
 } as const satisfies LuaScript;

@@ -127,7 +127,7 @@ test("a job a crash of the Redis brought back after it published, with another v
 });
 
 test("a job that published, then came back as its next attempt with its run's record closed aborted (a snapshot caught it mid-run): it publishes nothing again", async () => {
-  const { server, keys, output, attempt } = await crashBed("midrun");
+  const { server, keys, output, claim, attempt } = await crashBed("midrun");
   const client = createRedis(server.url, "worker", "midrun-1");
   try {
     const a = await attempt(client, "vA", "job-m");
@@ -138,6 +138,16 @@ test("a job that published, then came back as its next attempt with its run's re
     // naming another run: no proof of its publish), its "rebuilt" key gone.
     await client.hset(keys.run((a as { runId: string }).runId), "status", "aborted");
     assert.equal(await client.del(keys.idempotency(idempotencyKey("midrun", undefined, "vA"))), 1);
+    // Nor is its run on the disk's list (as when its holder paused between its publish and its
+    // fence record): the claims Redis's list, pushed by the publish itself, names it.
+    const legacy = path.join(output, ".published-fence");
+    const { jobs, ...rest } = JSON.parse(fs.readFileSync(legacy, "utf8")) as { jobs?: string[] };
+    assert.ok(
+      jobs?.some((line) => line.startsWith("job-m-a1 vA ")),
+      JSON.stringify(jobs),
+    );
+    fs.writeFileSync(legacy, JSON.stringify(rest));
+    assert.ok((await client.lrange(keys.publishedRuns(claim), 0, -1)).some((line) => line.startsWith("job-m-a1 vA ")));
     const again = await attempt(client, "vA", "job-m", 2);
     assert.equal(again.status, "skipped", JSON.stringify(again));
     const record = await client.hgetall(keys.run((again as { runId: string }).runId));
