@@ -604,14 +604,15 @@ class RebuildAttempt {
             version: this.version,
             runId: this.runId,
             jobId: this.job.id,
-            // Listed only once its fence record was on disk: finished, unless its record says
-            // failed (the disk refused that record: retried); aborted, running or gone (a crash
-            // of this Redis took it and the job's completion) is finished. A lookup that fails
+            // Listed once it published: finished, unless its record says failed (the disk refused
+            // its fence record: retried) or deferred (its fence was granted twice and another
+            // build recorded with it: it runs again); aborted, running or gone (a crash of this
+            // Redis took it and the job's completion) is finished. A lookup that fails
             // counts as not finished (the attempt builds: a repeat, not a lost request).
             publishFinished: async (runId) => {
               if (runId === this.runId) return true; // its record and pickup went with the crash
               const status = await deps.main.hget(deps.keys.run(runId), "status").catch(() => "lookup-failed");
-              return status !== "failed" && status !== "lookup-failed";
+              return status !== "failed" && status !== "deferred" && status !== "lookup-failed";
             },
             jobMark: () => deps.main.get(deps.keys.askedAgain(this.job.id)),
             held,
