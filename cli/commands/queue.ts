@@ -73,10 +73,8 @@ export const queue: CommandSpec = {
         }),
         limit,
       );
-      // BullMQ's counts: its failed set holds the cancelled jobs too.
-      const counts = QUEUE_VIEW_STATES.map(
-        (state) => `${view.counts[state]} ${state === "failed" ? "failed or cancelled" : state}`,
-      ).join(", ");
+      // BullMQ's counts (its failed set holds the cancelled jobs too; the rows say which).
+      const counts = QUEUE_VIEW_STATES.map((state) => `${view.counts[state]} ${state}`).join(", ");
       const human = [
         // The counts are the whole queue's (lib/operations/queue-view); the rows follow the filter.
         rebuild

@@ -345,6 +345,8 @@ function allowedKey(key: string): boolean {
   // A request id's job (hashed: never the id itself), and cancel requests of the jobs queued here.
   if (/^trigger-request:[0-9a-f]{64}$/.test(key.slice(keys.tag.length + 1))) return true;
   if (/^cancel:run-[0-9a-f-]{36}$/.test(key.slice(keys.tag.length + 1))) return true;
+  // A trigger that joined a waiting job marks it (lib/rebuilds/trigger: keys.askedAgain).
+  if (/^asked-again:run-[0-9a-f-]{36}$/.test(key.slice(keys.tag.length + 1))) return true;
   // BullMQ's own keys under the queue prefix: `{prefix}:rebuilds:<job id or list name>`.
   const queue = `${keys.tag}:rebuilds:`;
   return key.startsWith(queue) && /^[A-Za-z0-9_:-]{1,80}$/.test(key.slice(queue.length));
@@ -357,8 +359,8 @@ function allowedClaimsKey(key: string): boolean {
   for (const definition of bed.definitions.rebuilds.values()) {
     for (const tenant of tenantsOf(definition)) {
       const name = claimName(definition.claimPath, tenant);
-      if ([keys.claim(name), keys.claimMeta(name), keys.claimFence(name), keys.published(name)].includes(key))
-        return true;
+      const named = [keys.claim(name), keys.claimMeta(name), keys.claimFence(name), keys.published(name)];
+      if ([...named, keys.publishedRuns(name)].includes(key)) return true;
     }
   }
   return false;
