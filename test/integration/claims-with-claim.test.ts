@@ -294,54 +294,46 @@ test("Redis stopped while a claim is held: the local deadline aborts within TTL 
   }
 });
 
-test("refreshes that reach Redis while the holder's own refresh work fails (a read-only disk): the claim is lost at its deadline, and the loss says why", async () => {
-  const keys = redisKeys(uniquePrefix());
-  const name = claimName("w/listener");
-  await assert.rejects(
-    withClaim(
-      client,
-      keys,
-      name,
-      { jobId: "j" },
-      async (claim) => {
-        claim.whenRefreshed(() => {
-          throw Object.assign(new Error("EROFS: read-only file system, utime '/out/builds/.holding-fence@1'"), {
-            code: "EROFS",
-          });
-        });
-        return untilAborted(claim);
-      },
-      { ttlMs: 600, refreshEveryMs: 150 },
-    ),
-    (error: unknown) => {
-      isLoss("deadline")(error);
-      assert.match(
-        (error as Error).message,
-        /no refresh succeeded within the TTL; the refreshes reached Redis, but what each refresh must also do failed: EROFS: read-only file system/,
-      );
-      return true;
+/**
+ * A holder whose refreshes reach Redis while its own refresh work (a `whenRefreshed` listener)
+ * throws `listenerError`: the claim runs out at its deadline, and `work` sees the loss.
+ */
+function holdWithFailingRefreshWork(label: string, listenerError: Error, work: (claim: HeldClaim) => Promise<never>) {
+  return withClaim(
+    client,
+    redisKeys(uniquePrefix()),
+    claimName(label),
+    { jobId: "j" },
+    async (claim) => {
+      claim.whenRefreshed(() => {
+        throw listenerError;
+      });
+      return work(claim);
     },
+    { ttlMs: 600, refreshEveryMs: 150 },
   );
+}
+
+test("refreshes that reach Redis while the holder's own refresh work fails (a read-only disk): the claim is lost at its deadline, and the loss says why", async () => {
+  const readOnly = Object.assign(new Error("EROFS: read-only file system, utime '/out/builds/.holding-fence@1'"), {
+    code: "EROFS",
+  });
+  await assert.rejects(holdWithFailingRefreshWork("w/listener", readOnly, untilAborted), (error: unknown) => {
+    isLoss("deadline")(error);
+    assert.match(
+      (error as Error).message,
+      /no refresh succeeded within the TTL; the refreshes reached Redis, but what each refresh must also do failed: EROFS: read-only file system/,
+    );
+    return true;
+  });
 });
 
 test("work that tells more of its claim's loss (a ClaimLostError of its own: the stall the step warden saw) is what the caller gets", async () => {
-  const keys = redisKeys(uniquePrefix());
-  const name = claimName("w/told");
   await assert.rejects(
-    withClaim(
-      client,
-      keys,
-      name,
-      { jobId: "j" },
-      async (claim) => {
-        claim.whenRefreshed(() => {
-          throw new Error("EROFS");
-        });
-        await untilAborted(claim).catch((lost: ClaimLostError) => {
-          throw new ClaimLostError(lost.claimName, lost.cause, lost.fence, "step s was killed by the step warden");
-        });
-      },
-      { ttlMs: 600, refreshEveryMs: 150 },
+    holdWithFailingRefreshWork("w/told", new Error("EROFS"), (claim) =>
+      untilAborted(claim).catch((lost: ClaimLostError) => {
+        throw new ClaimLostError(lost.claimName, lost.cause, lost.fence, "step s was killed by the step warden");
+      }),
     ),
     /lost claim .*: no refresh succeeded within the TTL; step s was killed by the step warden$/,
   );
