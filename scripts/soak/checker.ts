@@ -394,6 +394,15 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
           `its worker had stopped beating after it passed its check before publishing build ${e.value} `,
         ),
     );
+  // A later attempt of the same job that found the publish listed (the publish script lists its
+  // run) and skipped says so: "already-rebuilt: run <id> of this job published its build here
+  // before". Its record tells the publish, whatever the earlier record could not prove.
+  const laterRecordNamesIt = (runId: string) =>
+    records.some(
+      (r) =>
+        r.status === "skipped" &&
+        (r.reason ?? "").startsWith(`already-rebuilt: run ${runId} of this job published its build here before`),
+    );
   const unrecordedPublishes = [
     ...new Set(pointerEvents.map((e) => (typeof e.runId === "string" ? e.runId : "")).filter(Boolean)),
   ]
@@ -402,7 +411,8 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
       ({ runId, record }) =>
         record?.status !== "rebuilt" &&
         !REDIS_ONLY_PUBLISH.test(record?.reason ?? "") &&
-        !namesItsPublish(record, runId),
+        !namesItsPublish(record, runId) &&
+        !laterRecordNamesIt(runId),
     );
   // Every attempt that reached a final status is counted once in the run counters behind
   // /metrics, by the script that made it final (lib/metrics/counters): the counters must match
