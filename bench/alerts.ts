@@ -126,7 +126,7 @@ try {
     definitions,
     config: definitions.alerts!,
     publicOrigin: "http://127.0.0.1:3000",
-    role: "(bench)",
+    role: "worker",
   });
 
   if (session) {

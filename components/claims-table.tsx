@@ -3,7 +3,7 @@
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import Link from "next/link";
 import { useEffect, useState } from "react";
-import { EVALUATOR_CLAIM } from "@/lib/alerts/evaluator-claim";
+import { EVALUATOR_CLAIM, evaluatorHolderLabel } from "@/lib/alerts/evaluator-claim";
 import { describeStale, staleReasons } from "@/lib/claims/stale";
 import type { ApiClaim, ApiClaimPage, ReleaseOutcome } from "@/lib/api/claims";
 import { apiFetch, claimsQuery, LIVE_POLL_MS, queryKeys, rebuildHref, rereadChanged } from "@/lib/ui/queries";
@@ -110,8 +110,7 @@ export function ClaimsTable({ initial, initialQ = "" }: { initial: ApiClaimPage 
             const stale = claim.stale || overdue.length > 0;
             const staleReason = claim.staleReason ?? describeStale(overdue);
             // The alerts evaluator's claim: no rebuild; its holder's `rebuild` field is its role (web, worker).
-            const evaluatorHeldBy =
-              claim.name === EVALUATOR_CLAIM ? (claim.rebuild === "web" ? "web server" : "worker") : null;
+            const evaluatorHeldBy = claim.name === EVALUATOR_CLAIM ? evaluatorHolderLabel(claim.rebuild) : null;
             return (
               <tr key={claim.name} data-claim={claim.name} className="border-t border-slate-100 align-top">
                 <td className="px-3 py-2">

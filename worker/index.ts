@@ -420,7 +420,7 @@ if (definitions.alerts) {
       definitions,
       config,
       workerId: identity.id,
-      role: "(alerts evaluator)",
+      role: "worker",
       log,
     });
 }

@@ -16,6 +16,7 @@ import { commitChanges, isEmpty, planChanges, readAlertStateSince, type AlertSta
 import { OutboxPump } from "./outbox";
 import { EVALUATOR_CLAIM, evaluateRules } from "./rules";
 import { readAlertSnapshot, recordExpectedTicks, redisTime } from "./snapshot";
+import type { EvaluatorRole } from "./evaluator-claim";
 
 export interface EvaluatorDeps {
   main: Redis;
@@ -27,8 +28,8 @@ export interface EvaluatorDeps {
   publicOrigin: string;
   /** This process in the claim's metadata: a worker id (heartbeat-checked), or empty. */
   workerId?: string;
-  /** Shown in the claim's holder (`rebuild` field) on the Claims page. */
-  role: string;
+  /** Which process this is: stored as the claim holder's `rebuild` field, named on the Claims page. */
+  role: EvaluatorRole;
   env?: NodeJS.ProcessEnv;
   log?: (line: string) => void;
 }

@@ -19,7 +19,7 @@ export function startWebAlerting(): void {
         keys: connections.keys,
         definitions,
         config,
-        role: "(alerts evaluator)",
+        role: "web",
         log,
       });
     } catch (error) {

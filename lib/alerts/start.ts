@@ -8,6 +8,7 @@ import type { Definitions } from "../rebuilds/definitions";
 import type { RedisKeys } from "../redis/keys";
 import { receiverEnvWarnings } from "./config";
 import { AlertEvaluator } from "./evaluator";
+import type { EvaluatorRole } from "./evaluator-claim";
 
 export interface StartAlertingOptions {
   main: Redis;
@@ -16,7 +17,7 @@ export interface StartAlertingOptions {
   definitions: Definitions;
   config: Config;
   workerId?: string;
-  role: string;
+  role: EvaluatorRole;
   log: (line: string) => void;
 }
 

@@ -87,7 +87,7 @@ test("two evaluators on one Redis: one leads; a transition is recorded once; a s
       definitions,
       config: definitions.alerts!,
       publicOrigin: "http://127.0.0.1:3000",
-      role: "(test)",
+      role: "worker",
     });
   const [a, b] = [make(), make()];
   try {

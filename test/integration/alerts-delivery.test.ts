@@ -7,6 +7,7 @@
 import assert from "node:assert/strict";
 import crypto from "node:crypto";
 import { after, test } from "node:test";
+import { EVALUATOR_CLAIM } from "../../lib/alerts/evaluator-claim";
 import { claimName } from "../../lib/claims/name";
 import type { TestBed, TestWorker } from "../support/stack";
 import { startHttpReceiver } from "../support/http-receiver";
@@ -51,6 +52,11 @@ test("two workers: each transition reaches Slack and the webhook once, signed; k
   const leader = workers.find(evaluating);
   assert.ok(leader, "one worker evaluates");
   assert.equal(workers.filter(evaluating).length, 1, "exactly one worker evaluates");
+  // The Claims page names the evaluator's holder from this field (evaluatorHolderLabel).
+  const holder = JSON.parse((await bed.claims.hget(bed.keys.claimMeta(EVALUATOR_CLAIM), "holder")) ?? "{}") as {
+    rebuild?: string;
+  };
+  assert.equal(holder.rebuild, "worker");
   await leader.stop("SIGKILL");
   // The condition ends while nobody evaluates: the next evaluator must still deliver the resolve.
   await bed.claims.hdel(bed.keys.claimSkips, claim);

@@ -7,6 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { after, test } from "node:test";
+import { EVALUATOR_CLAIM } from "../../lib/alerts/evaluator-claim";
 import { claimName } from "../../lib/claims/name";
 import { createDeliveryBed, createFaultyReceiversBed, hookBodies, slackTexts } from "../support/alert-delivery";
 import { startHttpReceiver } from "../support/http-receiver";
@@ -40,6 +41,11 @@ test("two dashboards and two workers: each transition reaches Slack and the webh
   await new Promise((r) => setTimeout(r, 3_000)); // three evaluation cycles
   assert.equal(outputs().filter((output) => EVALUATING.test(output)).length, 1, "one process of four evaluates");
   const leader = webs.find((web) => EVALUATING.test(web.output()))!;
+  // The Claims page names the evaluator's holder from this field: "held by the web server".
+  const holder = JSON.parse((await bed.claims.hget(bed.keys.claimMeta(EVALUATOR_CLAIM), "holder")) ?? "{}") as {
+    rebuild?: string;
+  };
+  assert.equal(holder.rebuild, "web");
 
   const claim = claimName(bed.definitions.rebuilds.get("a")!.outputPath);
   const outboxEmpty = async () => (await bed.main.zcard(bed.keys.alertsOutbox)) === 0;
