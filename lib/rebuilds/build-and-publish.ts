@@ -255,7 +255,7 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
         `WARNING: published build ${buildHash} (fence ${held.fence}), but the fence could not be recorded beside the output: ${String(error)}`,
       );
       throw new FenceNotRecordedError(
-        `published build ${buildHash} (fence ${held.fence}) in the claims Redis, but its fence could not be recorded on disk (${error instanceof Error ? error.message : String(error)}): not durable, current not moved`,
+        `published build ${buildHash} (fence ${held.fence}) in the claims Redis, but its fence could not be recorded on disk (${error instanceof Error ? error.message : String(error)}): not durable, so this attempt left current where it was (repair moves it once the disk records the fence)`,
         buildHash,
         { cause: error },
       );

@@ -224,7 +224,10 @@ test("the disk fills after the steps, before the publish: current stays; with ro
   const refused = await bed.waitForRun((r) => r.jobId === jobId && r.status === "failed", 30_000);
   assert.match(refused.reason ?? "", /^transient: .*(ENOSPC|no space left on device)/i);
   assert.ok(fs.existsSync(filler), "the step filled the disk");
-  assert.match(refused.reason ?? "", /could not be recorded on disk .*: not durable, current not moved/);
+  assert.match(
+    refused.reason ?? "",
+    /could not be recorded on disk .*: not durable, so this attempt left current where it was/,
+  );
   assert.equal(await readCurrent(output), currentBefore, "the refused publish left current where it was");
   assert.deepEqual(await changedBuilds(), [], "every build under builds/ hashes to its name");
   await bed.queue.pause();
@@ -266,7 +269,10 @@ test("a publish whose fence record the full disk refused, made current later by 
 
   const jobId = await bed.trigger("fill", { version: "late-g" });
   const refused = await bed.waitForRun((r) => r.jobId === jobId && r.status === "failed", 30_000);
-  assert.match(refused.reason ?? "", /could not be recorded on disk .*: not durable, current not moved/);
+  assert.match(
+    refused.reason ?? "",
+    /could not be recorded on disk .*: not durable, so this attempt left current where it was/,
+  );
   // No next attempt (the queue paused): the disk gets room again, and repair finishes the publish.
   await bed.queue.pause();
   try {
