@@ -1,6 +1,7 @@
 /**
  * Request parsing for route handlers: size-capped JSON bodies and query strings, validated with
- * zod. Every failure is a 400 naming the field; unknown fields are refused.
+ * zod. Every failure is a 400 naming the field (a body over MAX_BODY_BYTES: 413); unknown fields are
+ * refused.
  */
 import { z, type ZodType } from "zod";
 import { ApiError, badRequest, describeZodError } from "./errors";
@@ -9,7 +10,7 @@ export const MAX_BODY_BYTES = 16 * 1024;
 
 export async function readJsonBody<T>(request: Request, schema: ZodType<T>): Promise<T> {
   const declared = Number(request.headers.get("content-length") ?? "0");
-  if (declared > MAX_BODY_BYTES) throw new ApiError(400, "too-large", `body: larger than ${MAX_BODY_BYTES} bytes`);
+  if (declared > MAX_BODY_BYTES) throw new ApiError(413, "too-large", `body: larger than ${MAX_BODY_BYTES} bytes`);
   const text = await readCapped(request);
   let raw: unknown;
   if (text.trim() === "") raw = {};
@@ -71,7 +72,7 @@ async function readCapped(request: Request): Promise<string> {
       // Not awaited: on a copy of the request (`request.clone()`, a tee), a cancel resolves only
       // once the other copy is cancelled too — the fuzzer's 20 kB body got no answer.
       void reader.cancel().catch(() => {});
-      throw new ApiError(400, "too-large", `body: larger than ${MAX_BODY_BYTES} bytes`);
+      throw new ApiError(413, "too-large", `body: larger than ${MAX_BODY_BYTES} bytes`);
     }
     chunks.push(value);
   }

@@ -99,11 +99,11 @@ test("GET /api/claims: an empty list, and bad paging is refused naming the field
   assertError(await call("GET", "/api/claims?limit=1&limit=2"), 400, /^limit: given more than once/);
 });
 
-test("POST /api/claims/release: malformed, oversized, mistyped and unknown-field bodies are 400; a free claim is 409 missing", async () => {
+test("POST /api/claims/release: malformed, mistyped and unknown-field bodies are 400, an oversized one 413; a free claim is 409 missing", async () => {
   assertError(await call("POST", "/api/claims/release", undefined, "{not json"), 400, /^body: malformed JSON/);
   assertError(
     await call("POST", "/api/claims/release", { name: "x", token: "t", reason: "x".repeat(20_000) }),
-    400,
+    413,
     /^body: larger than 16384 bytes/,
   );
   assertError(
