@@ -486,6 +486,11 @@ local startedAt = nowMs
 if takenOver then startedAt = tonumber(redis.call('HGET', KEYS[1], 'startedAt')) or nowMs end
 local score = nowMs
 if takenOver then score = tonumber(redis.call('ZSCORE', KEYS[FIRST], runId)) or nowMs end
+-- The job's creation time is the clock of the process that added it; one ahead of Redis's would
+-- make a run start before it was created: never later than the start (times here are Redis's).
+for i = 1, #fields - 1, 2 do
+  if fields[i] == 'createdAt' and (tonumber(fields[i + 1]) or 0) > startedAt then fields[i + 1] = startedAt end
+end
 local extra = {'id', runId, 'status', status, 'startedAt', startedAt}
 if FINAL[status] then
   extra[#extra + 1] = 'finishedAt'

@@ -99,6 +99,20 @@ test("an attempt begins running, moves through fields to a final status, and a f
   assert.equal(await client.exists(keys.runOpenAttempt("job")), 0, "no attempt in flight");
 });
 
+test("a job created by a host whose clock is ahead of Redis's: its record is not created after it started", async () => {
+  const keys = redisKeys(uniquePrefix());
+  const store = storeOf(keys);
+  const ahead = testAttempt("ahead", 1, { createdAt: (await serverNow(client)) + 60_000 });
+  await beginAttempt(store, ahead, { mode: { kind: "running" } });
+  const record = await readRun(client, keys, ahead.runId);
+  assert.ok(record?.startedAt, "started on the Redis clock");
+  assert.equal(record.createdAt, record.startedAt, "created no later than it started");
+  // A creation time behind the start (the usual case) is kept as given.
+  const behind = testAttempt("behind", 1, { createdAt: 1_000 });
+  await beginAttempt(store, behind, { mode: { kind: "running" } });
+  assert.equal((await readRun(client, keys, behind.runId))?.createdAt, 1_000);
+});
+
 test("a write to a record that is gone recreates nothing; a move outside the transitions is refused", async () => {
   const keys = redisKeys(uniquePrefix());
   const store = storeOf(keys);
