@@ -53,7 +53,19 @@ function outcomeOfError(error: unknown): Outcome {
   return failure(EXIT.refused, "failed", `failed: ${describeError(error)}`);
 }
 
-const argv = process.argv.slice(2);
+/**
+ * The arguments, with a `--json` given before the command (`claimwatch --json claims`) moved after
+ * it: the same request as `claimwatch claims --json` (commander knows the flag per command only).
+ */
+function withJsonAfterCommand(args: string[]): string[] {
+  const command = args.findIndex((arg) => !arg.startsWith("-"));
+  if (command <= 0 || !args.slice(0, command).includes("--json")) return args;
+  const rest = [...args.slice(0, command).filter((arg) => arg !== "--json"), ...args.slice(command)];
+  const separator = rest.indexOf("--");
+  return separator === -1 ? [...rest, "--json"] : [...rest.slice(0, separator), "--json", ...rest.slice(separator)];
+}
+
+const argv = withJsonAfterCommand(process.argv.slice(2));
 const wantsJson = argv.includes("--json");
 const program = new Command("claimwatch")
   .description("Operate claimwatch from a shell: health, claims, runs, the queue, and operator actions.")
@@ -89,7 +101,7 @@ try {
     program.outputHelp();
     process.exit(EXIT.usage);
   }
-  await program.parseAsync(process.argv);
+  await program.parseAsync(argv, { from: "user" });
 } catch (error) {
   if (error instanceof CommanderError) {
     const done = ["commander.helpDisplayed", "commander.help", "commander.version"].includes(error.code);

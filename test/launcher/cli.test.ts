@@ -313,6 +313,11 @@ test("runs --json lists run records with filters; a bad status is refused naming
     body.runs.some((r) => r.jobId === slowJobId && r.status === "running"),
     JSON.stringify(body.runs),
   );
+  // `--json` before the command is the same request.
+  const first = await cli(["--json", "runs", "--rebuild", "slow", "--limit", "5"]);
+  assert.equal(first.status, 0, first.stderr);
+  const firstBody = JSON.parse(first.stdout) as typeof body;
+  assert.ok(firstBody.runs.length >= 1 && firstBody.runs.every((r) => r.rebuild === "slow"), first.stdout);
   const bad = await cli(["runs", "--status", "bogus"]);
   assert.equal(bad.status, 2);
   assert.match(bad.stderr, /status: must be one of queued, running/);
