@@ -596,6 +596,11 @@ class RebuildAttempt {
           stopWithinMs: stopWithinMs(definition),
         },
         async (held) => {
+          // The version's idempotency key and the job's mark, read together once the claim is
+          // granted (one round trip): what buildAndPublish asks of each below.
+          let reads: Promise<(string | null)[]> | undefined;
+          const startReads = () =>
+            (reads ??= deps.main.mget(deps.keys.idempotency(this.idemKey), deps.keys.askedAgain(this.job.id)));
           const built = await buildAndPublish({
             claims: deps.claims,
             keys: deps.keys,
@@ -614,7 +619,7 @@ class RebuildAttempt {
               const status = await deps.main.hget(deps.keys.run(runId), "status").catch(() => "lookup-failed");
               return status !== "failed" && status !== "deferred" && status !== "lookup-failed";
             },
-            jobMark: () => deps.main.get(deps.keys.askedAgain(this.job.id)),
+            jobMark: async () => (await startReads())[1] ?? null,
             held,
             jobSignal: this.job.signal,
             attemptBegan: this.began,
@@ -628,7 +633,13 @@ class RebuildAttempt {
             // counts as "not rebuilt": the claim keeps the repeat harmless.
             ...(data.force
               ? {}
-              : { alreadyRebuiltBy: () => deps.main.get(deps.keys.idempotency(this.idemKey)).catch(() => null) }),
+              : {
+                  alreadyRebuiltBy: () =>
+                    startReads().then(
+                      ([rebuiltBy]) => rebuiltBy ?? null,
+                      () => null,
+                    ),
+                }),
             onChangedBuild: (found) =>
               recordChangedBuild(deps.main, deps.keys, {
                 ...found,
