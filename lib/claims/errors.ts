@@ -25,7 +25,7 @@ export class ClaimLostError extends Error {
     cause: ClaimLossCause,
     readonly fence: number,
     /** What else the holder knows of it (a deadline passed because the refreshes' own work failed). */
-    detail?: string,
+    readonly detail?: string,
   ) {
     super(`lost claim ${claimName} (fence ${fence}): ${describeLoss(cause)}${detail ? `; ${detail}` : ""}`, { cause });
     this.name = "ClaimLostError";

@@ -29,7 +29,7 @@ import {
 import { isTransient } from "./classify-failure";
 import { LOCK_LOST_ABORT_REASON, TransientStepError, WorkerStalledError, type StepContext } from "./steps/context";
 import { runCommandStep } from "./steps/run-step";
-import { stepWarden } from "./steps/warden";
+import { monotonicNowMs, stepWarden } from "./steps/warden";
 import { runTilesStep } from "./steps/tiles-step";
 
 export interface BuildContext {
@@ -192,9 +192,13 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
         record.status = "done";
       } catch (error) {
         record.status = signal.aborted ? "aborted" : "failed";
+        // Killed by the warden while this worker stood still: it ended then, not when the worker
+        // ran again to see it.
+        if (error instanceof WorkerStalledError && error.killedAt !== undefined)
+          record.finishedAt = redisClock.now() - Math.max(0, monotonicNowMs() - error.killedAt);
         throw error;
       } finally {
-        record.finishedAt = Math.max(record.startedAt, redisClock.now());
+        record.finishedAt = Math.max(record.startedAt, record.finishedAt ?? redisClock.now());
       }
     }
     recorder.update({ steps, progress: 1 });
@@ -290,11 +294,13 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
     // Report the claim loss or the job's abort reason rather than the AbortError it caused; but a
     // stall the step warden ended names its cause (the lost job lock is its consequence).
     const stallLostTheLock = error instanceof WorkerStalledError && signal.reason === LOCK_LOST_ABORT_REASON;
-    // A claim that ran out while the worker stood still (SIGSTOP past the TTL): the loss is what
-    // the attempt acts on, and the stall the warden saw is why (helper-101).
+    // A claim lost while the worker stood still (SIGSTOP past the TTL, or force-released then):
+    // the loss is what the attempt acts on, and the warden's kill of its step is told with it
+    // (helper-101, helper-110).
     const lost: unknown = signal.reason;
-    if (error instanceof WorkerStalledError && lost instanceof ClaimLostError && lost.cause === "deadline") {
-      throw new ClaimLostError(lost.claimName, lost.cause, lost.fence, error.message);
+    if (error instanceof WorkerStalledError && lost instanceof ClaimLostError) {
+      const detail = [lost.detail, error.message].filter(Boolean).join("; ");
+      throw new ClaimLostError(lost.claimName, lost.cause, lost.fence, detail);
     }
     if (signal.aborted && !stallLostTheLock) throw signal.reason ?? error;
     throw error;

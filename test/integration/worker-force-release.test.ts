@@ -207,3 +207,60 @@ test("an operator's force release of a holder that never answers (paused, dead):
     await releaseClaim(bed.claims, bed.keys, claim(), grant.token).catch(() => {});
   }
 });
+
+test("a holder SIGSTOPped mid-step and force-released meanwhile: its record names the release and the step warden's kill, and the step ends at the kill", async () => {
+  const worker = await bed.startWorker();
+  const version = "w1";
+  try {
+    const jobId = await bed.trigger("gated", { version });
+    const held = await until("the claim held for w1", async () => {
+      const info = await readClaim(bed.claims, bed.keys, claim());
+      return info?.holder.version === version ? info : null;
+    });
+    await until("the step running", async () => fs.existsSync(path.join(outputDir(), `started-${version}`)));
+    process.kill(worker.pid, "SIGSTOP");
+    const stoppedAt = Date.now();
+    let resumedAt = 0;
+    try {
+      // The warden kills the step after 3 s of the worker's silence.
+      await until(
+        "the step killed while the worker stands still",
+        async () => pidsWithMarker({ name: "CLAIMWATCH_VERSION", value: version }).length === 0,
+        30_000,
+      );
+      const released = await forceReleaseClaim({ claims: bed.claims, audit: bed.main }, bed.keys, {
+        name: claim(),
+        token: held.token,
+        actor: "night-operator",
+        reason: "looked stuck",
+      });
+      assert.equal(released.status, "released");
+      await new Promise((r) => setTimeout(r, Math.max(0, stoppedAt + 9_000 - Date.now())));
+    } finally {
+      resumedAt = Date.now();
+      process.kill(worker.pid, "SIGCONT");
+    }
+    const first = await until("the first attempt's final record", async () => {
+      const runs = await bed.runsOfJob(jobId);
+      return runs[0] && isFinalStatus(runs[0].status) ? runs[0] : null;
+    });
+    assert.notEqual(first.status, "rebuilt");
+    assert.match(
+      first.reason ?? "",
+      /killed by the step warden: the worker did not run for \d+ ms/,
+      first.reason ?? "",
+    );
+    const gate = first.steps.find((step) => step.name === "gate");
+    assert.ok(gate?.finishedAt, JSON.stringify(first.steps));
+    // It ended at the kill (≈ 3 s into the pause), not when the worker ran again to see it.
+    assert.ok(
+      gate.finishedAt < resumedAt - 3_000,
+      `step ended ${gate.finishedAt - stoppedAt} ms after the pause began; the worker resumed ${resumedAt - stoppedAt} ms after it`,
+    );
+    // The request is kept: the version is built once the gate opens.
+    fs.writeFileSync(path.join(outputDir(), `go-${version}`), "");
+    await bed.waitForRun((r) => r.jobId === jobId && r.status === "rebuilt", 90_000, "w1 rebuilt in the end");
+  } finally {
+    await worker.stop();
+  }
+});

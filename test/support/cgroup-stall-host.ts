@@ -33,7 +33,7 @@ const ownAfter = ownCgroup("self");
 const held = cgroup.heldByWarden();
 if (held) cgroup.killHeld();
 const childSignal = await Promise.race([exited, new Promise((r) => setTimeout(() => r("still running"), 5_000))]);
-const report = await stepWarden.killedBecause(id);
+const report = (await stepWarden.killedBecause(id))?.reason ?? null;
 await cgroup.remove();
 stepWarden.forget(id);
 process.stdout.write(`${JSON.stringify({ home, ownAfter, childCgroup, held, report, childSignal })}\n`);

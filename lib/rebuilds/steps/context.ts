@@ -44,7 +44,11 @@ export const LOCK_LOST_ABORT_REASON = "lock-lost";
  * none is started. Not the job's failure: the job is handed back without spending an attempt.
  */
 export class WorkerStalledError extends Error {
-  constructor(message: string) {
+  constructor(
+    message: string,
+    /** When the warden killed the step, on the host's monotonic clock (warden.ts `monotonicNowMs`). */
+    readonly killedAt?: number,
+  ) {
     super(message);
     this.name = "WorkerStalledError";
   }

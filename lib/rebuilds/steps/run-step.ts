@@ -278,7 +278,7 @@ export async function runCommandStep(
     const stall = stepWarden.stalledSince(checkedAt);
     const wardenActed = wardenId !== null ? stepWarden.reportedKill(wardenId) : null;
     const stalledAtSpawn =
-      wardenActed ??
+      wardenActed?.reason ??
       (stall !== null
         ? `this worker did not run for ${Math.round(stall)} ms as it started the step: the step warden may have ended the step's watch, and the job lock may have run out`
         : null);
@@ -380,11 +380,25 @@ export async function runCommandStep(
     // names the cause (the stall), not its consequence. Other aborts (a deploy, a cancel, the time
     // limit, a lost claim) say themselves.
     if (wardenKill && context.signal.aborted && context.signal.reason === LOCK_LOST_ABORT_REASON)
-      throw new WorkerStalledError(`step ${step.name} was killed by the step warden: ${wardenKill}`);
+      throw new WorkerStalledError(
+        `step ${step.name} was killed by the step warden: ${wardenKill.reason}`,
+        wardenKill.at,
+      );
+    // Any other abort (a force release, a lost claim, a cancel) of a step the warden killed: the
+    // attempt acts on the abort and tells the kill with it (build-and-publish.ts).
+    if (wardenKill && context.signal.aborted)
+      throw new WorkerStalledError(
+        `step ${step.name} was killed by the step warden: ${wardenKill.reason}`,
+        wardenKill.at,
+      );
     context.signal.throwIfAborted();
     if (stalledAtSpawn !== null)
       throw new WorkerStalledError(`step ${step.name} was killed as it started: ${stalledAtSpawn}`);
-    if (wardenKill) throw new WorkerStalledError(`step ${step.name} was killed by the step warden: ${wardenKill}`);
+    if (wardenKill)
+      throw new WorkerStalledError(
+        `step ${step.name} was killed by the step warden: ${wardenKill.reason}`,
+        wardenKill.at,
+      );
     // A process of the step may still write: nothing of this attempt may be hashed or published.
     const left = cgroupLeft ?? cgroupsLeft[0];
     if (left !== undefined)

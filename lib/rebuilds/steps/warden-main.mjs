@@ -16,7 +16,7 @@
  *                         `<parent>/worker-held` (WORKER_HELD in step-cgroup.ts), never killed.
  *   forget <id>           the step ended
  *   beat                  the worker's event loop ran
- * and writes `killed <id> <reason>` for each step it ends.
+ * and writes `killed <id> <monotonic ms> <reason>` for each step it ends.
  *
  * Two rules:
  *  - EOF: the worker died (SIGKILL, OOM, a crash): every step it ran dies now — the watched
@@ -143,7 +143,9 @@ function killStep(id, reason) {
     for (const init of childrenOf(step.pid)) send("SIGKILL", init);
     send("SIGKILL", step.pid);
   }
-  process.stdout.write(`killed ${id} ${reason}\n`);
+  // The moment on the host's monotonic clock (the same in every process here, and never faked):
+  // the worker learns of the kill only once it runs again, and dates the step's end by it.
+  process.stdout.write(`killed ${id} ${Number(process.hrtime.bigint() / 1_000_000n)} ${reason}\n`);
 }
 
 /** Processes that say they are steps of this worker (their environment), for the EOF sweep. */

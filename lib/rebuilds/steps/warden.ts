@@ -38,6 +38,17 @@ const MAX_REPORTS = 1_000;
 
 export const STEP_OF_VARIABLE = "CLAIMWATCH_STEP_OF";
 
+/** A step the warden killed: why, and when on the host's monotonic clock (`monotonicNowMs`). */
+export interface WardenKill {
+  reason: string;
+  at: number;
+}
+
+/** The host's monotonic clock in ms (CLOCK_MONOTONIC: one clock for every process on the host). */
+export function monotonicNowMs(): number {
+  return Number(process.hrtime.bigint() / 1_000_000n);
+}
+
 /**
  * The silence after which a worker's steps are killed, for a BullMQ lock of `lockDurationMs`:
  * before the earliest moment the lock can expire (¾ of it after the stall began, the renewal
@@ -62,8 +73,8 @@ function watchLine(id: string, step: Watched): string {
 class StepWarden {
   private child: ChildProcess | null = null;
   private readonly watched = new Map<string, Watched>();
-  private readonly reports = new Map<string, string>();
-  private readonly waiting = new Map<string, (reason: string) => void>();
+  private readonly reports = new Map<string, WardenKill>();
+  private readonly waiting = new Map<string, (kill: WardenKill) => void>();
   private beat: NodeJS.Timeout | undefined;
   private lastBeat = performance.now();
   /** The end of the last stall of at least `silence` ms, and how long it was. */
@@ -137,13 +148,13 @@ class StepWarden {
     this.send(`forget ${id}`);
   }
 
-  /** Why the warden killed this step, if its report has arrived already (kept for `killedBecause`); else null. */
-  reportedKill(id: string): string | null {
+  /** Why and when the warden killed this step, if its report has arrived already (kept for `killedBecause`); else null. */
+  reportedKill(id: string): WardenKill | null {
     return this.reports.get(id) ?? null;
   }
 
-  /** Why the warden killed this step, if it did (waits briefly for its report); else null. */
-  async killedBecause(id: string): Promise<string | null> {
+  /** Why and when the warden killed this step, if it did (waits briefly for its report); else null. */
+  async killedBecause(id: string): Promise<WardenKill | null> {
     const known = this.reports.get(id);
     this.reports.delete(id);
     if (known !== undefined || !this.child) return known ?? null;
@@ -152,10 +163,10 @@ class StepWarden {
         this.waiting.delete(id);
         resolve(null);
       }, REPORT_WAIT_MS);
-      this.waiting.set(id, (reason) => {
+      this.waiting.set(id, (kill) => {
         clearTimeout(timer);
         this.reports.delete(id);
-        resolve(reason);
+        resolve(kill);
       });
     });
   }
@@ -198,15 +209,16 @@ class StepWarden {
       const lines = (rest + chunk).split("\n");
       rest = lines.pop() ?? "";
       for (const line of lines) {
-        const match = /^killed (\S+) (.*)$/.exec(line);
+        const match = /^killed (\S+) (\d+) (.*)$/.exec(line);
         if (!match) continue;
-        const [, id, reason] = match as unknown as [string, string, string];
+        const [, id, at, reason] = match as unknown as [string, string, string, string];
+        const kill: WardenKill = { reason, at: Number(at) };
         const waiter = this.waiting.get(id);
         this.waiting.delete(id);
-        if (waiter) waiter(reason);
+        if (waiter) waiter(kill);
         else {
           // Kept until the step's exit asks (it may have been forgotten already): bounded.
-          this.reports.set(id, reason);
+          this.reports.set(id, kill);
           if (this.reports.size > MAX_REPORTS) this.reports.delete(this.reports.keys().next().value!);
         }
       }
