@@ -1,4 +1,5 @@
 /** `claimwatch claims`: the active claims, as the Claims page lists them. */
+import { EVALUATOR_CLAIM, evaluatorHolderLabel } from "../../lib/alerts/evaluator-claim";
 import { getClaims, type ApiClaim } from "../../lib/api/claims";
 import { MAX_CLAIMS_PAGE } from "../../lib/claims";
 import { duration, orDash, rebuildLabel, table } from "../../lib/cli/format";
@@ -33,7 +34,9 @@ export const claims: CommandSpec = {
             ["CLAIM", "REBUILD", "HOLDER", "FENCE", "TTL LEFT", "STATE", "TOKEN"],
             all.map((c) => [
               c.name,
-              rebuildLabel(c.rebuild, c.tenant),
+              c.name === EVALUATOR_CLAIM
+                ? `(alerts evaluator: ${evaluatorHolderLabel(c.rebuild)})`
+                : rebuildLabel(c.rebuild, c.tenant),
               holderOf(c),
               orDash(c.fence),
               duration(c.pttlMs),
