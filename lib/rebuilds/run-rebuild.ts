@@ -981,7 +981,7 @@ class RebuildAttempt {
     return this.finish(
       "rebuilt",
       { fence, buildHash, reason: tookOverFrom ? "took over from an earlier attempt" : null },
-      { change: "set", key: this.idemKey, ttlMs: this.definition.idempotency.ttl },
+      { change: "set", key: this.idemKey, ttlMs: this.definition.idempotency.ttl, fence },
     );
   }
 

@@ -131,6 +131,12 @@ export function redisKeys(prefix: string) {
     timelineBackfill: `${tag}:tl:backfill`,
     /** STRING with a TTL: "this (rebuild, tenant, version) was rebuilt by run X". Key: sha256. */
     idempotency: (hash: string) => `${tag}:idem:${hash}`,
+    /**
+     * STRING with a TTL: "<fence> <idempotency key>" of the version a (rebuild, tenant) published
+     * last (RUN_WRITE): publishing another version deletes that one's idempotency key, so a request
+     * for it builds again rather than being skipped while the output serves another version.
+     */
+    rebuiltNow: (rebuild: string, tenant: string | null | undefined) => `${tag}:rebuilt-now:${rebuild}:${tenant ?? ""}`,
     /** STRING: job id of a waiting trigger of (rebuild, tenant, version, force); collapses duplicates. */
     pendingTrigger: (rebuild: string, tenant: string | undefined, version: string | undefined, force: boolean) =>
       `${tag}:pending:${rebuild}:${tenant ?? ""}:${version ?? ""}:${force ? "force" : "plain"}`,

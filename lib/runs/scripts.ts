@@ -535,7 +535,7 @@ return {code, by or cancelReason or '', stray, cancel}
 
 export const RUN_WRITE = typedScript<[code: number, cancel: string]>()({
   command: "claimwatchRunWrite",
-  keys: ["run", "runLog", "openAttempt", "idempotency", "events", "runCounters", "cancelRequest"],
+  keys: ["run", "runLog", "openAttempt", "idempotency", "events", "runCounters", "cancelRequest", "rebuiltNow"],
   variadicKeys: true,
   lua: `
 --[[ Every later write of an attempt's record: fields, log lines, a status move, and with the
@@ -545,11 +545,16 @@ KEYS[5] events STREAM (lib/events): the write's events go here, with it
 KEYS[6] runCounters HASH behind /metrics (lib/metrics/counters)
 KEYS[7] cancelRequest STRING: the job's operator cancel request (read only: returned, so the
   owner check before a publish also looks for a cancel in the same round trip)
-KEYS[8 ..] indexes (status moves only): ARGV[3] base indexes, then as many per status in ARGV[9]
+KEYS[8] rebuiltNow STRING "<fence> <idempotency key>" of the version the run's (rebuild, tenant)
+  published last (with 'set' only; KEYS[1] again otherwise)
+KEYS[9 ..] indexes (status moves only): ARGV[3] base indexes, then as many per status in ARGV[9]
 ARGV[1] runId   ARGV[2] record TTL ms   ARGV[3] n   ARGV[4] new status, '' for fields only
 ARGV[5] idempotency: 'set' (to runId, PX ARGV[6]) | 'del' (only if it names this runId: another
   run's key stays) | ''   ARGV[6] idempotency TTL ms
-ARGV[7] unused (a log keeps RUN_LOG_LINES lines: appendLog)   ARGV[8] L: log lines that follow   ARGV[9] statuses with index keys
+ARGV[7] with 'set': the fence the run published with. A version counts as rebuilt while it is the
+  newest publish: a fence below KEYS[8]'s sets nothing (a newer publish of another version is
+  current), one above it deletes KEYS[8]'s idempotency key when it names another version
+ARGV[8] L: log lines that follow   ARGV[9] statuses with index keys
 ARGV[10] timeline counters of the run's place (JSON, timeline-counters.ts; '' without a status move)
 ARGV[11] the record's event (JSON, written when the record is written; '' for none)
 ARGV[12] the log's event (JSON, written when lines are appended; '' for none)
@@ -571,14 +576,24 @@ Returns {code, cancel}: cancel is the job's cancel request ('' for none)
 ]]
 ${COMMON}
 local runId, n, to = ARGV[1], tonumber(ARGV[3]), ARGV[4]
-local FIRST = 8
+local FIRST = 9
 setStatuses(ARGV[9])
 -- Read only, never in the way of the record's write: a key of another type reads as none.
 local cancel = redis.pcall('GET', KEYS[7])
 if type(cancel) ~= 'string' then cancel = '' end
 setTimeline(ARGV[10], KEYS[6])
 if ARGV[5] == 'set' then
-  redis.call('SET', KEYS[4], runId, 'PX', ARGV[6])
+  local fence = tonumber(ARGV[7])
+  local now = redis.pcall('GET', KEYS[8])
+  local nowFence, nowKey = string.match(type(now) == 'string' and now or '', '^(%d+) (.+)$')
+  if not (fence and nowFence and fence < tonumber(nowFence)) then
+    redis.call('SET', KEYS[4], runId, 'PX', ARGV[6])
+    if fence and KEYS[8] ~= KEYS[1] then
+      -- The version published before (same hash tag: the same slot) no longer counts as rebuilt.
+      if nowKey and nowKey ~= KEYS[4] then redis.call('DEL', nowKey) end
+      redis.call('SET', KEYS[8], ARGV[7] .. ' ' .. KEYS[4], 'PX', ARGV[6])
+    end
+  end
 elseif ARGV[5] == 'del' and redis.call('GET', KEYS[4]) == runId then
   redis.call('DEL', KEYS[4])
 end

@@ -356,7 +356,8 @@ export interface RunWrite {
   status?: "running" | FinalRunStatus;
   fields?: Partial<RunRecord>;
   logLines?: readonly string[];
-  idempotency?: { change: "set" | "del"; key: string; ttlMs: number };
+  /** `fence`, with `set`: the fence the run published with (the newest publish counts as rebuilt: RUN_WRITE). */
+  idempotency?: { change: "set" | "del"; key: string; ttlMs: number; fence?: number };
   /**
    * Names the write (stored in the record): the same write asked again once it was applied (a
    * retry after an error, a command resent after a reconnect) writes nothing a second time.
@@ -458,6 +459,9 @@ export async function writeRunReading(
       keys.events,
       keys.metricsCounters,
       keys.cancelRequest(run.jobId),
+      write.idempotency?.change === "set" && run.rebuild
+        ? keys.rebuiltNow(run.rebuild, run.tenant)
+        : keys.run(run.runId),
     ],
     layout.keys,
     [
@@ -467,7 +471,7 @@ export async function writeRunReading(
       write.status ?? "",
       write.idempotency?.change ?? "",
       write.idempotency?.ttlMs ?? 0,
-      "", // unused: a run log's length is built into the script (appendLog)
+      write.idempotency?.change === "set" ? (write.idempotency.fence ?? "") : "",
       lines.length,
       layout.statuses,
       write.status ? timelineSpec(keys, run, retention) : "",

@@ -113,6 +113,36 @@ test("a job created by a host whose clock is ahead of Redis's: its record is not
   assert.equal((await readRun(client, keys, behind.runId))?.createdAt, 1_000);
 });
 
+test("a version counts as rebuilt while it is its lane's newest publish: a higher fence of another version unmarks it, a lower one marks nothing", async () => {
+  const keys = redisKeys(uniquePrefix());
+  const store = storeOf(keys);
+  const finishAt = async (jobId: string, key: string, fence: number) => {
+    const run = attempt(jobId, 1);
+    await beginAttempt(store, run, { mode: { kind: "running" } });
+    const written = await writeRun(store, run, {
+      status: "rebuilt",
+      fields: { fence },
+      idempotency: { change: "set", key, ttlMs: 60_000, fence },
+    });
+    assert.equal(written, "written");
+    return run.runId;
+  };
+  const a = await finishAt("pub-a", "h-a", 5);
+  assert.equal(await client.get(keys.idempotency("h-a")), a);
+  // An older fence of another version, written after (deferred behind a, it published under it):
+  // its build is not what the lane serves, so a request for it must build.
+  await finishAt("pub-b-old", "h-b", 3);
+  assert.equal(await client.get(keys.idempotency("h-b")), null, "not the newest publish: not marked");
+  assert.equal(await client.get(keys.idempotency("h-a")), a, "the newest stays marked");
+  // A newer publish of another version: the one before no longer counts as rebuilt.
+  const b = await finishAt("pub-b", "h-b", 7);
+  assert.equal(await client.get(keys.idempotency("h-b")), b);
+  assert.equal(await client.get(keys.idempotency("h-a")), null, "a's build is no longer served: a's request builds");
+  // The same version again (a forced rebuild) keeps its mark.
+  const again = await finishAt("pub-b-again", "h-b", 8);
+  assert.equal(await client.get(keys.idempotency("h-b")), again);
+});
+
 test("a write to a record that is gone recreates nothing; a move outside the transitions is refused", async () => {
   const keys = redisKeys(uniquePrefix());
   const store = storeOf(keys);

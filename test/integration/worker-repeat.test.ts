@@ -134,6 +134,21 @@ test("a forced run of a rebuilt version takes the claim and rebuilds again", asy
   assert.equal(await fenceOf(), before + 1, "a new grant");
 });
 
+test("inputs back to an earlier version (A, B, A): the request for A builds and publishes it again; the output serves A", async () => {
+  const output = bed.definitions.rebuilds.get("tiles")!.outputPath;
+  const served = () => fs.readFileSync(path.join(output, "current", "v"), "utf8").trim();
+  assert.equal((await runRebuild(deps, job("back-a"))).status, "rebuilt");
+  assert.equal((await runRebuild(deps, job("back-b"))).status, "rebuilt");
+  assert.equal(served(), "back-b");
+  const again = await runRebuild(deps, job("back-a"));
+  assert.equal(again.status, "rebuilt", JSON.stringify(again));
+  assert.equal(served(), "back-a", "the output serves the version asked for last");
+  // Now A is what the output serves: its repeat is skipped, and B's request builds.
+  assert.equal((await runRebuild(deps, job("back-a"))).status, "skipped");
+  assert.equal((await runRebuild(deps, job("back-b"))).status, "rebuilt");
+  assert.equal(served(), "back-b");
+});
+
 test("a version that is not rebuilt is not recorded as a skip and goes on to the claim", async () => {
   // Another version holds the output: the job is deferred right after the check; its record
   // says so (a final "deferred"), never "skipped".
