@@ -524,6 +524,7 @@ class RebuildAttempt {
     if (!versioned || versioned.status === "closed") {
       const begun = await beginAttempt(this.store, this.identity, {
         mode: data.force ? { kind: "running" } : { kind: "check", idempotencyKey: this.idemKey },
+        builds: this.idemKey,
         fields,
         ...(data.force
           ? {}
@@ -875,6 +876,7 @@ class RebuildAttempt {
     return recordVersion(this.store, this.identity, {
       fields,
       idempotencyKey: this.data.force ? null : this.idemKey,
+      builds: this.idemKey,
       owner,
     }).catch(async (error: unknown) => {
       const message = `recording the attempt's version failed: ${String(error)}`;

@@ -40,6 +40,16 @@ ${SERVER_NOW}
 ${RUN_LOG_LUA}
 ${transitionsLua()}
 ${TIMELINE_COUNT_LUA}
+-- A build of a version begins in a lane (rebuild, tenant): the version the lane published last
+-- (rebuiltNow: "<fence> <its idempotency key>", RUN_WRITE) no longer counts as rebuilt unless it
+-- is this one, so a request for it that comes while this build runs builds again after it, not
+-- skipped while the output goes on to serve another version. (Same hash tag: the same slot.)
+local function unmarkOtherVersion(rebuiltNowKey, ownIdempotencyKey)
+  local now = redis.pcall('GET', rebuiltNowKey)
+  if type(now) ~= 'string' then return end
+  local nowKey = string.match(now, '^%d+ (.+)$')
+  if nowKey and nowKey ~= ownIdempotencyKey then redis.call('DEL', nowKey) end
+end
 -- The statuses whose index keys follow the base indexes, in order (a comma-separated ARGV).
 local POSITION = {}
 local function setStatuses(list)
@@ -322,6 +332,7 @@ export const RUN_BEGIN = typedScript<[code: number, detail: string, stray: strin
     "runCounters",
     "runLog",
     "workerRegistry",
+    "rebuiltNow",
   ],
   variadicKeys: true,
   lua: `
@@ -329,7 +340,8 @@ export const RUN_BEGIN = typedScript<[code: number, detail: string, stray: strin
 KEYS[1] run HASH (new, or one still in flight that another pickup of this attempt began)
 KEYS[2] openAttempt STRING: run id of the job's attempt in flight
 KEYS[3] previousRun HASH of the job's previous attempt (may not exist)
-KEYS[4] idempotency STRING: run id that rebuilt this (rebuild, tenant, version)
+KEYS[4] idempotency STRING: run id that rebuilt this (rebuild, tenant, version) (read in mode
+  'check'; with KEYS[11], this build's version)
 KEYS[5] pendingTrigger STRING: job id of a waiting trigger
 KEYS[6] cancelRequest STRING: an operator's cancel request for the job (read only)
 KEYS[7] events STREAM (lib/events): the record's event is written here
@@ -337,7 +349,10 @@ KEYS[8] runCounters HASH behind /metrics (lib/metrics/counters)
 KEYS[9] runLog LIST of the run: a takeover appends a line saying from whom
 KEYS[10] workerRegistry ZSET workerId → last heartbeat: a previous attempt closed here (its job
   lock lapsed: its worker died or stalled) is closed as finished at its worker's last beat
-KEYS[11 ..] indexes: ARGV[5] base indexes, then as many per status in ARGV[10]
+KEYS[11] rebuiltNow STRING of the run's lane, when this begin builds the version of KEYS[4]
+  (KEYS[1] again for none): begun running, the other version marked there is unmarked
+  (unmarkOtherVersion)
+KEYS[12 ..] indexes: ARGV[5] base indexes, then as many per status in ARGV[10]
 ARGV[1] runId   ARGV[2] jobId   ARGV[3] previous attempt's run id   ARGV[4] record TTL ms
 ARGV[5] n (base indexes)   ARGV[6] mode: 'check' (already rebuilt → skipped, else running),
   'running', or a final status (an attempt that ends where it begins)
@@ -388,7 +403,7 @@ Returns {code, detail, stray, cancel}: cancel is the job's cancel request ('' fo
 ${COMMON}
 local runId, jobId, previousId = ARGV[1], ARGV[2], ARGV[3]
 local n, mode = tonumber(ARGV[5]), ARGV[6]
-local FIRST = 11
+local FIRST = 12
 local FIELDS = 15
 setStatuses(ARGV[10])
 setTimeline(ARGV[11], KEYS[8])
@@ -508,6 +523,7 @@ if cancelReason then
 end
 for i = 1, #extra do fields[#fields + 1] = extra[i] end
 redis.call('HSET', KEYS[1], unpack(fields))
+if status == 'running' and KEYS[11] ~= KEYS[1] then unmarkOtherVersion(KEYS[11], KEYS[4]) end
 if laterOpen then
   -- KEYS[2] keeps naming the later attempt.
 elseif FINAL[status] then
@@ -644,7 +660,7 @@ return {${RUN_REPLY.written}, cancel}
 
 export const RUN_VERSION = typedScript<[code: number, detail: string, cancel: string]>()({
   command: "claimwatchRunVersion",
-  keys: ["run", "openAttempt", "idempotency", "cancelRequest", "events", "runCounters"],
+  keys: ["run", "openAttempt", "idempotency", "cancelRequest", "events", "runCounters", "rebuiltNow"],
   variadicKeys: true,
   lua: `
 --[[ The version of an attempt whose record began running before it was known (its inputs took
@@ -653,7 +669,9 @@ KEYS[1] run HASH   KEYS[2] openAttempt STRING of its job
 KEYS[3] idempotency STRING: run id that rebuilt this (rebuild, tenant, version)
 KEYS[4] cancelRequest STRING: an operator's cancel request for the job (read only)
 KEYS[5] events STREAM (lib/events)   KEYS[6] runCounters HASH behind /metrics
-KEYS[7 ..] indexes: ARGV[3] base indexes, then as many per status in ARGV[6]
+KEYS[7] rebuiltNow STRING of the run's lane (KEYS[1] again for none): still running with its
+  version, the other version marked there is unmarked (unmarkOtherVersion; KEYS[3] is this one's)
+KEYS[8 ..] indexes: ARGV[3] base indexes, then as many per status in ARGV[6]
 ARGV[1] runId   ARGV[2] record TTL ms   ARGV[3] n   ARGV[4] '1': check the idempotency key
 ARGV[5] reason prefix of an already-rebuilt skip (the rebuilding run id is appended)
 ARGV[6] statuses with index keys (comma-separated)   ARGV[7] timeline counters (JSON)
@@ -675,7 +693,7 @@ Returns {code, detail, cancel}: cancel is the job's cancel request ('' for none)
 ]]
 ${COMMON}
 local runId, n = ARGV[1], tonumber(ARGV[3])
-local FIRST = 7
+local FIRST = 8
 setStatuses(ARGV[6])
 setTimeline(ARGV[7], KEYS[6])
 local current = redis.call('HGET', KEYS[1], 'status')
@@ -715,6 +733,7 @@ end
 redis.call('HSET', KEYS[1], unpack(fields))
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 if status ~= 'running' then moveToFinal(KEYS[1], runId, 'running', status, FIRST, n, KEYS[2]) end
+if status == 'running' and KEYS[7] ~= KEYS[1] then unmarkOtherVersion(KEYS[7], KEYS[3]) end
 if ARGV[8] ~= '' then publish(KEYS[5], ARGV[8] .. status .. '"}}') end
 if by then return {${RUN_REPLY.alreadyRebuilt}, by, cancel} end
 if reason then return {${RUN_REPLY.cancelled}, reason, cancel} end
@@ -827,13 +846,16 @@ return ${RUN_REPLY.written}
 
 export const RUN_NOTE_MADE_CURRENT = typedScript<number>()({
   command: "claimwatchRunNoteMadeCurrent",
-  keys: ["run", "runLog", "events", "idempotency"],
+  keys: ["run", "runLog", "events", "idempotency", "rebuiltNow"],
   lua: `
 --[[ A record that ended without a publish of its own (failed: its fence record refused by a full
 disk) whose build repair has since made current: the record says so, its status unchanged (a final
 status never changes), and the version counts as rebuilt by it.
 KEYS[1] run HASH   KEYS[2] runLog LIST   KEYS[3] events STREAM (lib/events)
 KEYS[4] idempotency STRING of the run's version (KEYS[1] again for none)
+KEYS[5] rebuiltNow STRING of the run's lane (KEYS[1] again for none): as RUN_WRITE's final write,
+  a fence below the one there marks nothing; otherwise this version becomes the lane's, and the
+  version marked before is unmarked
 ARGV[1] "<fence> <build hash>"   ARGV[2] the log line   ARGV[3] runId
 ARGV[4] idempotency TTL ms ('' for none): the key is set to the run only if no run holds it
 Returns ${RUN_REPLY.written} noted | ${RUN_REPLY.no} not noted (rebuilt, in flight, or noted already) | ${RUN_REPLY.missing} missing
@@ -848,11 +870,21 @@ appendLog(KEYS[2], {ARGV[2]}, 1, 1)
 -- The log lives as long as the record (a log made here would otherwise never expire).
 local ttl = redis.call('PTTL', KEYS[1])
 if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
-if ARGV[4] ~= '' and KEYS[4] ~= KEYS[1] then redis.call('SET', KEYS[4], ARGV[3], 'PX', ARGV[4], 'NX') end
+local fence, build = string.match(ARGV[1], '^(%d+) (%S+)$')
+if ARGV[4] ~= '' and KEYS[4] ~= KEYS[1] then
+  local now = redis.pcall('GET', KEYS[5])
+  local nowFence, nowKey = string.match(type(now) == 'string' and now or '', '^(%d+) (.+)$')
+  if KEYS[5] == KEYS[1] or not (nowFence and tonumber(fence) < tonumber(nowFence)) then
+    redis.call('SET', KEYS[4], ARGV[3], 'PX', ARGV[4], 'NX')
+    if KEYS[5] ~= KEYS[1] then
+      if nowKey and nowKey ~= KEYS[4] then redis.call('DEL', nowKey) end
+      redis.call('SET', KEYS[5], fence .. ' ' .. KEYS[4], 'PX', ARGV[4])
+    end
+  end
+end
 local f = redis.call('HMGET', KEYS[1], 'rebuild', 'tenant')
 local run = { id = ARGV[3], rebuild = f[1] or '', tenant = cjson.null, status = status }
 if f[2] and f[2] ~= '' then run.tenant = f[2] end
-local fence, build = string.match(ARGV[1], '^(%d+) (%S+)$')
 run.madeCurrentLater = { fence = tonumber(fence), buildHash = build, at = nowMs }
 publish(KEYS[3], cjson.encode({ type = 'run', run = run }))
 return ${RUN_REPLY.written}

@@ -79,6 +79,11 @@ export interface BeginOptions {
   fields?: Partial<RunRecord>;
   /** The job's pending-trigger marker, dropped if it is still this job's. */
   pendingTrigger?: string;
+  /**
+   * The idempotency key of the version this begin builds (known at the begin, also when forced):
+   * begun running, another version its lane marked rebuilt is unmarked (RUN_BEGIN).
+   */
+  builds?: string;
 }
 
 export type BeginResult = (
@@ -183,13 +188,18 @@ export async function beginAttempt(
       keys.run(attempt.runId),
       keys.runOpenAttempt(attempt.jobId),
       keys.run(attempt.previousRunId ?? attempt.runId),
-      mode.kind === "check" ? keys.idempotency(mode.idempotencyKey) : keys.run(attempt.runId),
+      mode.kind === "check"
+        ? keys.idempotency(mode.idempotencyKey)
+        : options.builds
+          ? keys.idempotency(options.builds)
+          : keys.run(attempt.runId),
       options.pendingTrigger ?? keys.run(attempt.runId),
       keys.cancelRequest(attempt.jobId),
       keys.events,
       keys.metricsCounters,
       keys.runLog(attempt.runId),
       keys.workerRegistry,
+      options.builds && attempt.rebuild ? keys.rebuiltNow(attempt.rebuild, attempt.tenant) : keys.run(attempt.runId),
     ],
     layout.keys,
     [
@@ -284,7 +294,10 @@ export async function recordVersion(
   run: RunRef & { attempt: number; rebuildName: string; createdAt: number },
   options: {
     fields: Partial<RunRecord>;
+    /** Checked (already rebuilt → skipped); null: not checked (a forced attempt). */
     idempotencyKey: string | null;
+    /** The idempotency key of the version now known: still running, another version its lane marked rebuilt is unmarked. */
+    builds?: string;
     /** The `beginId` of the begin that made this attempt's record (BeginResult.beginId). */
     owner: string;
   },
@@ -297,10 +310,15 @@ export async function recordVersion(
     [
       keys.run(run.runId),
       keys.runOpenAttempt(run.jobId),
-      options.idempotencyKey ? keys.idempotency(options.idempotencyKey) : keys.run(run.runId),
+      options.idempotencyKey
+        ? keys.idempotency(options.idempotencyKey)
+        : options.builds
+          ? keys.idempotency(options.builds)
+          : keys.run(run.runId),
       keys.cancelRequest(run.jobId),
       keys.events,
       keys.metricsCounters,
+      options.builds && run.rebuild ? keys.rebuiltNow(run.rebuild, run.tenant) : keys.run(run.runId),
     ],
     layout.keys,
     [
@@ -396,16 +414,22 @@ export async function noteForceRelease(
  * in flight, gone or noted already is left alone. True when noted.
  */
 export async function noteMadeCurrent(
-  store: Pick<RunStore, "client" | "keys"> & { client: Pick<Redis, "hget"> },
+  store: Pick<RunStore, "client" | "keys"> & { client: Pick<Redis, "hmget"> },
   runId: string,
   made: { fence: number; buildHash: string; idempotencyTtlMs: number },
 ): Promise<boolean> {
   const { client, keys } = store;
-  const key = await client.hget(keys.run(runId), "idempotencyKey");
+  const [key, rebuild, tenant] = await client.hmget(keys.run(runId), "idempotencyKey", "rebuild", "tenant");
   const reply = await runScript(
     client,
     RUN_NOTE_MADE_CURRENT,
-    [keys.run(runId), keys.runLog(runId), keys.events, key ? keys.idempotency(key) : keys.run(runId)],
+    [
+      keys.run(runId),
+      keys.runLog(runId),
+      keys.events,
+      key ? keys.idempotency(key) : keys.run(runId),
+      key && rebuild ? keys.rebuiltNow(rebuild, tenant || null) : keys.run(runId),
+    ],
     [
       `${made.fence} ${made.buildHash}`,
       `${new Date(Date.now()).toISOString()} its build ${made.buildHash} (fence ${made.fence}) was made current by repair: its publish was in the claims Redis, and the output's disk took its fence record later`,

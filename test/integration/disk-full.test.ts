@@ -18,6 +18,7 @@ import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
 import { after, before, test } from "node:test";
+import { idempotencyKey } from "../../lib/rebuilds/version";
 import { claimName } from "../../lib/claims";
 import { hashDirectory, readCurrent } from "../../lib/rebuilds/output";
 import { fillToLastByte, mountSmallDisk, type SmallDisk } from "../../scripts/faults/small-disk";
@@ -284,6 +285,11 @@ test("a publish whose fence record the full disk refused, made current later by 
     );
     assert.equal(noted.status, "failed", "a final status never changes");
     assert.equal(await readCurrent(output), noted.madeCurrentLater!.buildHash, "current serves its build");
+    // Its version is the lane's now: another version's request builds (RUN_NOTE_MADE_CURRENT).
+    assert.equal(
+      await bed.main.get(bed.keys.rebuiltNow("fill", null)),
+      `${noted.madeCurrentLater!.fence} ${bed.keys.idempotency(idempotencyKey("fill", undefined, "late-g"))}`,
+    );
     assert.equal(
       noted.madeCurrentLater!.buildHash,
       await bed.claims.hget(bed.keys.published(claimName(bed.definitions.rebuilds.get("fill")!.claimPath)), "value"),

@@ -143,6 +143,51 @@ test("a version counts as rebuilt while it is its lane's newest publish: a highe
   assert.equal(await client.get(keys.idempotency("h-b")), again);
 });
 
+test("a build of another version begins (known at the begin, or once read): the version its lane marked rebuilt is unmarked, so its request builds after it", async () => {
+  const keys = redisKeys(uniquePrefix());
+  const store = storeOf(keys);
+  const published = attempt("lane-a", 1);
+  await beginAttempt(store, published, { mode: { kind: "check", idempotencyKey: "h-a" }, builds: "h-a" });
+  await writeRun(store, published, {
+    status: "rebuilt",
+    fields: { fence: 5 },
+    idempotency: { change: "set", key: "h-a", ttlMs: 60_000, fence: 5 },
+  });
+  // A's repeat while A is what the lane serves: skipped; a forced build of A unmarks nothing.
+  assert.equal(
+    (await beginAttempt(store, attempt("lane-a-repeat", 1), { mode: { kind: "check", idempotencyKey: "h-a" } })).status,
+    "already-rebuilt",
+  );
+  await beginAttempt(store, attempt("lane-a-forced", 1), { mode: { kind: "running" }, builds: "h-a" });
+  assert.equal(await client.get(keys.idempotency("h-a")), published.runId);
+  // B begins building: A no longer counts as rebuilt (the output is about to serve B).
+  const b = await beginAttempt(store, attempt("lane-b", 1), {
+    mode: { kind: "check", idempotencyKey: "h-b" },
+    builds: "h-b",
+  });
+  assert.equal(b.status, "began");
+  assert.equal(await client.get(keys.idempotency("h-a")), null);
+  assert.equal(
+    (await beginAttempt(store, attempt("lane-a-again", 1), { mode: { kind: "check", idempotencyKey: "h-a" } })).status,
+    "began",
+    "A's request during B's build is not skipped",
+  );
+  // The same when the version is known only after the inputs are read (RUN_VERSION).
+  await client.set(keys.idempotency("h-c"), "run-c");
+  await client.set(keys.rebuiltNow("tiles", "acme"), `9 ${keys.idempotency("h-c")}`);
+  const early = attempt("lane-d", 1);
+  const begun = await beginOwnedAttempt(store, early, { mode: { kind: "running" } });
+  assert.equal(await client.get(keys.idempotency("h-c")), "run-c", "no version yet: nothing unmarked");
+  const versioned = await recordVersion(store, early, {
+    fields: { version: "vd" },
+    idempotencyKey: "h-d",
+    builds: "h-d",
+    owner: begun.beginId,
+  });
+  assert.equal(versioned.status, "began");
+  assert.equal(await client.get(keys.idempotency("h-c")), null);
+});
+
 test("a write to a record that is gone recreates nothing; a move outside the transitions is refused", async () => {
   const keys = redisKeys(uniquePrefix());
   const store = storeOf(keys);
