@@ -2,7 +2,7 @@
 
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import Link from "next/link";
-import { useEffect, useState } from "react";
+import { useEffect, useRef, useState } from "react";
 import { EVALUATOR_CLAIM, evaluatorHolderLabel } from "@/lib/alerts/evaluator-claim";
 import { describeStale, staleReasons } from "@/lib/claims/stale";
 import type { ApiClaim, ApiClaimPage, ReleaseOutcome } from "@/lib/api/claims";
@@ -16,6 +16,7 @@ import { usePollEvery } from "./live-events";
 import { useCanOperate } from "./role";
 import { Time } from "./time";
 import { useNow, useRenderTime } from "./use-now";
+import { useDialogFocus } from "./use-dialog-focus";
 
 /**
  * Active claims, live: TTLs count down between polls from the server's PTTL and the time the
@@ -65,7 +66,18 @@ export function ClaimsTable({ initial, initialQ = "" }: { initial: ApiClaimPage 
           }}
         />
       </form>
-      {error ? <p className="text-sm text-red-700">Could not load claims: {error.message}</p> : null}
+      {error ? (
+        <p className="text-sm text-red-700" data-field="claims-error">
+          Could not load claims: {error.message}
+          {data ? (
+            <>
+              {" "}
+              The rows below are as last read <Time at={dataUpdatedAt} /> and cannot be acted on until the claims can be
+              read again.
+            </>
+          ) : null}
+        </p>
+      ) : null}
       {notice ? (
         <p role="alert" className="rounded border border-slate-300 bg-white px-3 py-2 text-sm">
           {notice}
@@ -223,11 +235,14 @@ export function ClaimsTable({ initial, initialQ = "" }: { initial: ApiClaimPage 
                   {canOperate && !claim.revoked ? (
                     <button
                       type="button"
+                      // Rows last read before a failed refresh may be out of date: no release from them.
+                      disabled={Boolean(error)}
+                      title={error ? "The claims could not be read again: this row may be out of date" : undefined}
                       onClick={() => {
                         setNotice(null);
                         setReleasing(claim);
                       }}
-                      className="rounded border border-red-300 px-2 py-1 text-xs text-red-800 hover:bg-red-50"
+                      className="rounded border border-red-300 px-2 py-1 text-xs text-red-800 hover:bg-red-50 disabled:opacity-50"
                     >
                       Force release
                     </button>
@@ -273,6 +288,10 @@ function TtlBar({ leftMs, ttlMs, stale }: { leftMs: number; ttlMs: number | null
 function ForceReleaseDialog({ claim, onClose }: { claim: ApiClaim; onClose: (message: string | null) => void }) {
   const queryClient = useQueryClient();
   const [reason, setReason] = useState("");
+  const dialog = useRef<HTMLDivElement>(null);
+  const keepFocus = useDialogFocus(dialog);
+  // A double click sends one release: `isPending` disables the button only once React re-renders.
+  const sent = useRef(false);
   const release = useMutation({
     mutationFn: () =>
       apiFetch<ReleaseOutcome>(
@@ -280,6 +299,9 @@ function ForceReleaseDialog({ claim, onClose }: { claim: ApiClaim; onClose: (mes
         { method: "POST", body: JSON.stringify({ name: claim.name, token: claim.token, reason: oneLine(reason) }) },
         [409],
       ),
+    onError: () => {
+      sent.current = false; // the operator may try again
+    },
     onSuccess: (result) => {
       rereadChanged(queryClient, "forceRelease");
       if (result.status === "released") {
@@ -300,12 +322,14 @@ function ForceReleaseDialog({ claim, onClose }: { claim: ApiClaim; onClose: (mes
   return (
     <div className="fixed inset-0 z-10 flex items-center justify-center bg-black/30">
       <div
+        ref={dialog}
         role="dialog"
         aria-modal="true"
         aria-labelledby="release-title"
         className="w-full max-w-lg rounded bg-white p-5 shadow-lg"
         onKeyDown={(event) => {
           if (event.key === "Escape") onClose(null);
+          else keepFocus(event);
         }}
       >
         <h2 id="release-title" className="text-lg font-semibold">
@@ -376,7 +400,11 @@ function ForceReleaseDialog({ claim, onClose }: { claim: ApiClaim; onClose: (mes
           <button
             type="button"
             disabled={reason.trim().length < 3 || release.isPending}
-            onClick={() => release.mutate()}
+            onClick={() => {
+              if (sent.current) return;
+              sent.current = true;
+              release.mutate();
+            }}
             className="rounded bg-red-700 px-3 py-1.5 text-sm font-medium text-white disabled:opacity-50"
           >
             Release claim

@@ -267,7 +267,12 @@ function EntryCard({ entry, linkTenant }: { entry: ApiRebuild; linkTenant: boole
             <span className="text-slate-500">none started</span>
           )}
         </dd>
-        <dt className="text-slate-500">Skips in a row</dt>
+        <dt
+          className="text-slate-500"
+          title="runs skipped in a row because the claim was held (claim-held); already-rebuilt skips do not count"
+        >
+          Claim-held skips in a row
+        </dt>
         <dd data-field="skips">{entry.consecutiveSkips}</dd>
         <dt className="text-slate-500">Last 30 runs</dt>
         <dd>
