@@ -171,8 +171,13 @@ function WhenWhy({ job, serverTime }: { job: QueueEntry; serverTime: number }) {
     <>
       {job.nextAttemptAt ? (
         <div data-field="next-attempt">
-          next attempt <Time at={job.nextAttemptAt} zone="utc" absolute /> (in{" "}
-          {formatDurationMs(Math.max(0, job.nextAttemptAt - serverTime))})
+          next attempt <Time at={job.nextAttemptAt} zone="utc" absolute />{" "}
+          {job.nextAttemptAt < serverTime - 1_000 ? (
+            // Past it and still waiting: no worker has picked it up (none running, or all busy).
+            <span className="text-amber-800">(overdue by {formatDurationMs(serverTime - job.nextAttemptAt)})</span>
+          ) : (
+            <>(in {formatDurationMs(Math.max(0, job.nextAttemptAt - serverTime))})</>
+          )}
         </div>
       ) : null}
       {job.waitReason ? (

@@ -22,8 +22,11 @@ function why(job: QueueEntry): string {
   return job.waitReason ? `${WAIT_KIND[job.waitReason.kind]}: ${job.waitReason.detail}` : "–";
 }
 
-function nextAttempt(job: QueueEntry, serverTime: number): string {
+export function nextAttempt(job: Pick<QueueEntry, "nextAttemptAt">, serverTime: number): string {
   if (job.nextAttemptAt === null) return "–";
+  // Past it and still waiting: no worker has picked it up (none running, or all busy).
+  if (job.nextAttemptAt < serverTime - 1_000)
+    return `${time(job.nextAttemptAt)} (overdue by ${duration(serverTime - job.nextAttemptAt)})`;
   return `${time(job.nextAttemptAt)} (in ${duration(Math.max(0, job.nextAttemptAt - serverTime))})`;
 }
 

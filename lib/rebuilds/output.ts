@@ -185,8 +185,10 @@ export async function promoteBuild(
     }
   }
   await fs.chmod(target, 0o555).catch(() => {});
-  // Touch it, so "newest builds" pruning keeps a build that was just re-published.
-  const now = new Date();
+  // Touch it, so "newest builds" pruning keeps a build that was just re-published. `Date.now` (the
+  // Redis clock in a worker: lib/redis/clock), not `new Date()` (the host's): builds published by
+  // hosts whose clocks disagree are ordered by when they were published.
+  const now = new Date(Date.now());
   await fs.utimes(target, now, now).catch(() => {});
   try {
     await syncPath(target);
