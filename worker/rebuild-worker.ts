@@ -175,6 +175,12 @@ export function startRebuildWorker(
         attempt: Math.max(1, job.attemptsStarted),
         createdAt: job.timestamp,
         data: job.data,
+        // BullMQ fails the job at this many failed tries (attemptsMade counts failures only:
+        // deferrals and hand-backs spend none).
+        lastTry:
+          job.attemptsMade + 1 >= (job.opts.attempts ?? 1)
+            ? { attempt: job.attemptsMade + 1, of: job.opts.attempts ?? 1 }
+            : null,
         signal: jobSignal,
         cancelRequest: () => cancels.requestFor(jobId),
         cancelFound: (request) => cancels.note(jobId, request),

@@ -110,6 +110,11 @@ export interface RebuildJob {
    * Redis). Absent: unknown, and the attempt acts as if it does (it keeps the request).
    */
   ownsLock?: () => Promise<boolean>;
+  /**
+   * A failure of this attempt that asks for a retry is the job's last (BullMQ fails the job):
+   * its record says so. Absent: unknown, nothing said.
+   */
+  lastTry?: { attempt: number; of: number } | null;
   progress?: (fraction: number) => void;
 }
 
@@ -945,9 +950,14 @@ class RebuildAttempt {
     }
     // A publish whose fence the disk refused is in the claims Redis: the record names its build.
     const publishedInRedis = error instanceof FenceNotRecordedError ? { buildHash: error.buildHash } : {};
+    // The job's last try: no retry follows, though the failure would allow one.
+    const last = failure.retry ? this.job.lastTry : null;
+    const reason = last
+      ? `${failure.reason}; no retry left (try ${last.attempt} of ${last.of}): the job failed`
+      : failure.reason;
     await this.finish(
       failure.status,
-      { reason: failure.reason, ...publishedInRedis },
+      { reason, ...publishedInRedis },
       failure.forgetRebuilt ? { change: "del", key: this.idemKey, ttlMs: 0 } : undefined,
     );
     throw new RebuildError(failure.message, failure.retry, this.runId, { cause: error });

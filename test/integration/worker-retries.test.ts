@@ -148,6 +148,12 @@ test("a step that always fails transiently is retried exactly its attempts, then
       ],
     );
     for (const run of runs) assert.match(run.reason ?? "", /^transient: step flaky exited 75/);
+    // Only the last says no retry follows.
+    assert.deepEqual(
+      runs.map((r) => /; no retry left \(try 3 of 3\): the job failed$/.test(r.reason ?? "")),
+      [false, false, true],
+      JSON.stringify(runs.map((r) => r.reason)),
+    );
   } finally {
     await worker.stop();
   }
