@@ -17,6 +17,7 @@ import { readRunFinishedAt } from "../runs/records";
 import type { RunRecord } from "../runs/types";
 import type { WebContext } from "../web/context";
 import { formatAbsolute } from "../ui/format";
+import { listLiveWorkers } from "../workers/heartbeat";
 import { toApiClaim, type ApiClaim } from "./claims";
 import { ApiError, badRequest, notFound } from "./errors";
 import { checkTenantField, rebuildOfUrl } from "./rebuild-input";
@@ -136,7 +137,10 @@ async function describeRows(
   // Skips outlive claims, so they are read for every name; claims in one pipeline for all.
   const [skips, claims, changed, pauses, recentRuns] = await Promise.all([
     readSkipsMany(connections.claims, connections.keys, names),
-    readClaimsByName(connections.claims, connections.keys, names),
+    // With the live workers, as the Claims page reads them: a holder that stopped beating is stale.
+    listLiveWorkers(connections.main, connections.keys).then((live) =>
+      readClaimsByName(connections.claims, connections.keys, names, { liveWorkerIds: new Set(live.map((w) => w.id)) }),
+    ),
     listChangedBuilds(connections.main, connections.keys),
     readSchedulePauses(connections.main, connections.keys),
     listRunSummariesMany(

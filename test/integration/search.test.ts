@@ -17,6 +17,7 @@ import { createRedis } from "../../lib/redis/client";
 import { redisKeys } from "../../lib/redis/keys";
 import { MAX_SEARCHED_REBUILDS } from "../../lib/runs/list";
 import type { WebContext } from "../../lib/web/context";
+import { beat, newWorkerIdentity } from "../../lib/workers/heartbeat";
 import { seedRunInto } from "../support/runs";
 import { startTestRedis, stopTestRedis, uniquePrefix } from "../support/redis";
 
@@ -335,4 +336,22 @@ test("runs: q finds the runs of every rebuild whose name matches, newest first, 
   // q replaces the rebuild filter; both at once is refused, naming q.
   await assert.rejects(query({ q: "fleet", rebuild: "tiles" }), /^ApiError: q: give either q or rebuild/);
   await assert.rejects(query({ q: "fleet", tenant: "acme" }), /^ApiError: tenant: /);
+});
+
+test("rebuilds: a claim whose holder stopped beating is stale on the rebuild's row, as on the Claims page", async () => {
+  const context = contextFor(uniquePrefix("stale-rows"));
+  const { keys } = context.connections;
+  const name = claimName("/srv/out/tiles");
+  const timing = { ttlMs: 120_000, refreshEveryMs: 30_000 };
+  const silent = await acquireClaim(claims, keys, name, { rebuild: "tiles", workerId: "paused-worker" }, timing);
+  assert.equal(silent.status, "acquired");
+  const row = async () => (await getRebuildsPage(context, { limit: 1, q: "tiles" })).rebuilds[0]!;
+  const held = (await row()).claim;
+  assert.ok(held, "the row shows the claim");
+  assert.equal(held.stale, true, "its holder has no heartbeat: stale");
+  assert.match(held.staleReason ?? "", /no live heartbeat/);
+  // The same holder beating: live.
+  const worker = { ...newWorkerIdentity("test"), id: "paused-worker" };
+  await beat(main, keys, worker, null);
+  assert.equal((await row()).claim?.stale, false);
 });
