@@ -49,7 +49,24 @@ export function RunDetailView({ initial, id }: { initial: RunDetail | null; id: 
     ],
     ["Build hash", run.buildHash],
     ["Idempotency key", run.idempotencyKey],
-    ["Worker", run.workerId ? `${run.workerId} on ${run.host}` : null],
+    [
+      "Worker",
+      run.workerId ? (
+        <span key="worker">
+          {run.workerId} on {run.host}
+          {run.workerSilentSince !== null ? (
+            <span className="block text-red-800" data-field="worker-silent">
+              silent: no heartbeat since <Time at={run.workerSilentSince} /> (paused, dead or cut off from Redis); see
+              its claim on the{" "}
+              <Link className="underline" href="/claims">
+                Claims
+              </Link>{" "}
+              page
+            </span>
+          ) : null}
+        </span>
+      ) : null,
+    ],
     ["Queued", <Time key="q" at={run.createdAt} absolute />],
     ["Started", run.startedAt ? <Time key="s" at={run.startedAt} absolute /> : null],
     ["Finished", run.finishedAt ? <Time key="f" at={run.finishedAt} absolute /> : null],

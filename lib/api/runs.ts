@@ -1,4 +1,5 @@
 /** Runs as the API and the Runs pages show them. */
+import { silentSince } from "../workers/heartbeat";
 import { z } from "zod";
 import { limitParam, searchParam } from "./input";
 import { isValidRunCursor, listRuns, MAX_SEARCHED_REBUILDS, type RunPage } from "../runs/list";
@@ -75,6 +76,8 @@ export interface RunDetail extends RunRecord {
   forceRelease: { auditId: string; actor: string; reason: string; at: number } | null;
   /** The same job's next attempt, once it has started (a force release's retry, a backoff's). */
   nextAttempt: { id: string; status: RunStatus } | null;
+  /** A run in flight whose worker stopped beating: its last beat (Redis clock); else null. */
+  workerSilentSince: number | null;
 }
 
 /** Final statuses an operator's force release can leave an attempt in (lib/rebuilds/run-rebuild). */
@@ -89,11 +92,13 @@ export async function getRunDetail(context: WebContext, runId: string): Promise<
     readRunLog(connections.main, connections.keys, runId, 200),
   ]);
   if (!run) throw notFound(`no run ${runId}`);
-  const [forceRelease, next] = await Promise.all([
+  const inFlight = run.status === "running" || run.status === "queued";
+  const [forceRelease, next, workerSilentSince] = await Promise.all([
     run.startedAt !== null && run.finishedAt !== null && ENDED_BY_RELEASE.has(run.status)
       ? findForceReleaseOfRun(connections.main, connections.keys, run.id, run.startedAt - 1_000, run.finishedAt)
       : null,
     readRun(connections.main, connections.keys, runIdOf(run.jobId, run.attempt + 1)),
+    inFlight && run.workerId ? silentSince(connections.main, connections.keys, run.workerId) : null,
   ]);
   return {
     ...run,
@@ -105,5 +110,6 @@ export async function getRunDetail(context: WebContext, runId: string): Promise<
       at: forceRelease.at,
     },
     nextAttempt: next && { id: next.id, status: next.status },
+    workerSilentSince,
   };
 }

@@ -181,6 +181,23 @@ export async function countWorkers(
 }
 
 /**
+ * When worker `id` last beat, if it has stopped (no beat within HEARTBEAT_TTL_MS on the Redis
+ * clock: paused, dead or cut off from Redis); null while it beats or when it never did. One pipeline.
+ */
+export async function silentSince(
+  client: Pick<Redis, "pipeline">,
+  keys: RedisKeys,
+  id: string,
+): Promise<number | null> {
+  const replies = (await client.pipeline().time().zscore(keys.workerRegistry, id).exec()) ?? [];
+  const failed = replies.find(([error]) => error);
+  if (failed) throw failed[0];
+  const now = timeReplyMs(replies[0]![1] as [string, string]);
+  const lastBeatAt = replies[1]![1] === null ? null : Number(replies[1]![1]);
+  return lastBeatAt !== null && lastBeatAt < now - HEARTBEAT_TTL_MS ? lastBeatAt : null;
+}
+
+/**
  * Ids of live workers, the silent ones, and the Redis time they were judged at: one pipeline
  * (TIME + registry).
  */

@@ -11,14 +11,14 @@ import { SEARCH_SCAN_MAX } from "../../lib/claims/list";
 import { errorResponse } from "../../lib/api/errors";
 import { readQuery } from "../../lib/api/input";
 import { getRebuildDetail, getRebuildsPage, MAX_DETAIL_TENANTS, rebuildsQuery } from "../../lib/api/rebuilds";
-import { getRuns, runsQuery } from "../../lib/api/runs";
+import { getRunDetail, getRuns, runsQuery } from "../../lib/api/runs";
 import { parseDefinitions } from "../../lib/rebuilds/definitions";
 import { createRedis } from "../../lib/redis/client";
 import { redisKeys } from "../../lib/redis/keys";
 import { MAX_SEARCHED_REBUILDS } from "../../lib/runs/list";
 import type { WebContext } from "../../lib/web/context";
 import { beat, newWorkerIdentity } from "../../lib/workers/heartbeat";
-import { seedRunInto } from "../support/runs";
+import { seedRunInto, writeTestRun } from "../support/runs";
 import { startTestRedis, stopTestRedis, uniquePrefix } from "../support/redis";
 
 const server = await startTestRedis();
@@ -354,4 +354,25 @@ test("rebuilds: a claim whose holder stopped beating is stale on the rebuild's r
   const worker = { ...newWorkerIdentity("test"), id: "paused-worker" };
   await beat(main, keys, worker, null);
   assert.equal((await row()).claim?.stale, false);
+});
+
+test("a run in flight whose worker stopped beating says so on its page; one whose worker beats does not", async () => {
+  const context = contextFor(uniquePrefix("silent-run"));
+  const { keys } = context.connections;
+  const now = Date.now();
+  await writeTestRun(main, keys, {
+    id: "run-silent-a1",
+    jobId: "run-silent",
+    rebuild: "tiles",
+    tenant: null,
+    status: "running",
+    workerId: "stopped-worker",
+    createdAt: now,
+    startedAt: now,
+  });
+  const lastBeat = now - 60_000;
+  await main.zadd(keys.workerRegistry, lastBeat, "stopped-worker");
+  assert.equal((await getRunDetail(context, "run-silent-a1")).workerSilentSince, lastBeat);
+  await beat(main, keys, { ...newWorkerIdentity("test"), id: "stopped-worker" }, "run-silent");
+  assert.equal((await getRunDetail(context, "run-silent-a1")).workerSilentSince, null, "beating again");
 });
