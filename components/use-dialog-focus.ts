@@ -10,9 +10,9 @@ const FOCUSABLE =
  * `onKeyDown` for Tab; the dialog keeps its own Escape.
  */
 export function useDialogFocus(dialog: RefObject<HTMLElement | null>): (event: KeyboardEvent) => void {
-  const opener = useRef<Element | null>(null);
+  // Read while the dialog first renders: by its effects, an autoFocus field has the focus already.
+  const opener = useRef<Element | null>(typeof document === "undefined" ? null : document.activeElement);
   useEffect(() => {
-    opener.current = document.activeElement;
     return () => {
       const back = opener.current;
       // After the dialog's own elements are gone: the opener may have been re-rendered meanwhile.

@@ -210,9 +210,29 @@ test("force release says when the attempt is retried and offers cancel; the abor
   await expect(
     dialog.locator('[data-field="cancel-instead"]').getByRole("button", { name: `Cancel: job ${jobId}` }),
   ).toBeVisible();
+  // The keyboard stays in the dialog: Tab from its last control comes back to its first; Escape
+  // closes it and gives the focus back to the button that opened it.
+  const forceRelease = row.getByRole("button", { name: "Force release" });
+  await dialog.getByRole("button", { name: "Close" }).focus();
+  await page.keyboard.press("Tab");
+  await page.keyboard.press("Tab");
+  expect(await dialog.evaluate((element) => element.contains(document.activeElement))).toBe(true);
+  await page.keyboard.press("Escape");
+  await expect(dialog).toBeHidden();
+  await expect(forceRelease).toBeFocused();
+  await forceRelease.click();
   await dialog.getByLabel("Reason (for the audit log)").fill("stuck at 02:00 (e2e)");
-  await dialog.getByRole("button", { name: "Release claim" }).click();
+  // A double click sends one release (the second was audited as a refusal by the same operator).
+  await dialog.getByRole("button", { name: "Release claim" }).dblclick();
   await expect(page.getByRole("alert").filter({ hasText: "Released" })).toBeVisible();
+  const audit = (await (await request.get(api("/api/audit?limit=50"))).json()) as {
+    entries: { action: string; reason: string; result: string }[];
+  };
+  expect(
+    audit.entries
+      .filter((e) => e.action === "force-release" && e.reason === "stuck at 02:00 (e2e)")
+      .map((e) => e.result),
+  ).toEqual(["done"]);
 
   // The holder stops at its next refresh (5 s) plus killGrace; the next attempt follows.
   const next = `${jobId}-a2`;

@@ -132,9 +132,10 @@ export function redisKeys(prefix: string) {
     /** STRING with a TTL: "this (rebuild, tenant, version) was rebuilt by run X". Key: sha256. */
     idempotency: (hash: string) => `${tag}:idem:${hash}`,
     /**
-     * STRING with a TTL: "<fence> <idempotency key>" of the version a (rebuild, tenant) published
-     * last (RUN_WRITE): publishing another version deletes that one's idempotency key, so a request
-     * for it builds again rather than being skipped while the output serves another version.
+     * HASH with a TTL, of a lane (rebuild, tenant): `key` the one idempotency key it marks rebuilt,
+     * `fence` the newest publish recorded, `building` the idempotency key of the newest build
+     * begun (lib/runs/scripts.ts laneBegins, lanePublished): a version counts as rebuilt only
+     * while the output serves it and no build of another version has begun since.
      */
     rebuiltNow: (rebuild: string, tenant: string | null | undefined) => `${tag}:rebuilt-now:${rebuild}:${tenant ?? ""}`,
     /** STRING: job id of a waiting trigger of (rebuild, tenant, version, force); collapses duplicates. */

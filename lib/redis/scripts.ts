@@ -9,7 +9,9 @@
  * carries is on one clock (the claims server's), whatever the clocks of the hosts calling it.
  * Scripts never build key names: every key they touch is passed in KEYS (Cluster safe) and is
  * built in `keys.ts` — except two readers that walk many keys of one hash tag, with prefixes
- * keys.ts gives them (CLAIM_CENSUS_PAGE; the timeline counters, lib/runs/timeline-counters.ts).
+ * keys.ts gives them (CLAIM_CENSUS_PAGE; the timeline counters, lib/runs/timeline-counters.ts),
+ * and the run scripts' lane mark (lib/runs/scripts.ts laneBegins, lanePublished), which deletes the
+ * idempotency key its lane HASH names (a key keys.ts built, of the same hash tag).
  */
 import type { ChainableCommander, Redis } from "ioredis";
 import { REPLY } from "./replies";

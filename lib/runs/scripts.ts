@@ -40,15 +40,40 @@ ${SERVER_NOW}
 ${RUN_LOG_LUA}
 ${transitionsLua()}
 ${TIMELINE_COUNT_LUA}
--- A build of a version begins in a lane (rebuild, tenant): the version the lane published last
--- (rebuiltNow: "<fence> <its idempotency key>", RUN_WRITE) no longer counts as rebuilt unless it
--- is this one, so a request for it that comes while this build runs builds again after it, not
--- skipped while the output goes on to serve another version. (Same hash tag: the same slot.)
-local function unmarkOtherVersion(rebuiltNowKey, ownIdempotencyKey)
-  local now = redis.pcall('GET', rebuiltNowKey)
-  if type(now) ~= 'string' then return end
-  local nowKey = string.match(now, '^%d+ (.+)$')
-  if nowKey and nowKey ~= ownIdempotencyKey then redis.call('DEL', nowKey) end
+-- A lane (rebuild, tenant) marks at most one version rebuilt (its idempotency key: skipped as
+-- already rebuilt), and only while that version is what the output serves and will serve. The
+-- lane's HASH (keys.rebuiltNow): 'key' the idempotency key marked, 'fence' the newest publish
+-- recorded, 'building' the idempotency key of the newest build begun. (The keys it names share
+-- the hash tag: the same slot.)
+-- A build of a version begins: another version marked no longer counts as rebuilt (a request
+-- for it during this build builds after it, rather than being skipped while the output goes on
+-- to serve this one); this build is the lane's newest.
+local function laneBegins(laneKey, ownKey, ttlMs)
+  local marked = redis.call('HGET', laneKey, 'key')
+  if marked and marked ~= ownKey then
+    redis.call('DEL', marked)
+    redis.call('HDEL', laneKey, 'key')
+  end
+  local fresh = redis.call('EXISTS', laneKey) == 0
+  redis.call('HSET', laneKey, 'building', ownKey)
+  if fresh then redis.call('PEXPIRE', laneKey, ttlMs) end
+end
+-- A run published its build with \`fence\` (its final write, or repair making it current): below
+-- the newest fence recorded, nothing (another publish came after it). Else the output serves it:
+-- another version's mark goes, and its own version is marked (SET ownKey runId PX ttl, NX when
+-- asked) unless a build of another version began since (that one publishes after it).
+local function lanePublished(laneKey, ownKey, runId, fence, ttlMs, nx)
+  local lane = redis.call('HMGET', laneKey, 'fence', 'key', 'building')
+  if lane[1] and fence < tonumber(lane[1]) then return end
+  redis.call('HSET', laneKey, 'fence', fence)
+  if lane[2] and lane[2] ~= ownKey then
+    redis.call('DEL', lane[2])
+    redis.call('HDEL', laneKey, 'key')
+  end
+  redis.call('PEXPIRE', laneKey, ttlMs)
+  if lane[3] and lane[3] ~= ownKey then return end
+  if nx then redis.call('SET', ownKey, runId, 'PX', ttlMs, 'NX') else redis.call('SET', ownKey, runId, 'PX', ttlMs) end
+  redis.call('HSET', laneKey, 'key', ownKey)
 end
 -- The statuses whose index keys follow the base indexes, in order (a comma-separated ARGV).
 local POSITION = {}
@@ -349,9 +374,8 @@ KEYS[8] runCounters HASH behind /metrics (lib/metrics/counters)
 KEYS[9] runLog LIST of the run: a takeover appends a line saying from whom
 KEYS[10] workerRegistry ZSET workerId → last heartbeat: a previous attempt closed here (its job
   lock lapsed: its worker died or stalled) is closed as finished at its worker's last beat
-KEYS[11] rebuiltNow STRING of the run's lane, when this begin builds the version of KEYS[4]
-  (KEYS[1] again for none): begun running, the other version marked there is unmarked
-  (unmarkOtherVersion)
+KEYS[11] rebuiltNow HASH of the run's lane, when this begin builds the version of KEYS[4]
+  (KEYS[1] again for none): begun running, it is the lane's newest build (laneBegins)
 KEYS[12 ..] indexes: ARGV[5] base indexes, then as many per status in ARGV[10]
 ARGV[1] runId   ARGV[2] jobId   ARGV[3] previous attempt's run id   ARGV[4] record TTL ms
 ARGV[5] n (base indexes)   ARGV[6] mode: 'check' (already rebuilt → skipped, else running),
@@ -523,7 +547,7 @@ if cancelReason then
 end
 for i = 1, #extra do fields[#fields + 1] = extra[i] end
 redis.call('HSET', KEYS[1], unpack(fields))
-if status == 'running' and KEYS[11] ~= KEYS[1] then unmarkOtherVersion(KEYS[11], KEYS[4]) end
+if status == 'running' and KEYS[11] ~= KEYS[1] then laneBegins(KEYS[11], KEYS[4], ARGV[4]) end
 if laterOpen then
   -- KEYS[2] keeps naming the later attempt.
 elseif FINAL[status] then
@@ -561,15 +585,13 @@ KEYS[5] events STREAM (lib/events): the write's events go here, with it
 KEYS[6] runCounters HASH behind /metrics (lib/metrics/counters)
 KEYS[7] cancelRequest STRING: the job's operator cancel request (read only: returned, so the
   owner check before a publish also looks for a cancel in the same round trip)
-KEYS[8] rebuiltNow STRING "<fence> <idempotency key>" of the version the run's (rebuild, tenant)
-  published last (with 'set' only; KEYS[1] again otherwise)
+KEYS[8] rebuiltNow HASH of the run's lane (rebuild, tenant) (with 'set' only; KEYS[1] again
+  otherwise): the mark follows its rules (lanePublished)
 KEYS[9 ..] indexes (status moves only): ARGV[3] base indexes, then as many per status in ARGV[9]
 ARGV[1] runId   ARGV[2] record TTL ms   ARGV[3] n   ARGV[4] new status, '' for fields only
 ARGV[5] idempotency: 'set' (to runId, PX ARGV[6]) | 'del' (only if it names this runId: another
   run's key stays) | ''   ARGV[6] idempotency TTL ms
-ARGV[7] with 'set': the fence the run published with. A version counts as rebuilt while it is the
-  newest publish: a fence below KEYS[8]'s sets nothing (a newer publish of another version is
-  current), one above it deletes KEYS[8]'s idempotency key when it names another version
+ARGV[7] with 'set': the fence the run published with ('' unknown: the key is set as it is)
 ARGV[8] L: log lines that follow   ARGV[9] statuses with index keys
 ARGV[10] timeline counters of the run's place (JSON, timeline-counters.ts; '' without a status move)
 ARGV[11] the record's event (JSON, written when the record is written; '' for none)
@@ -600,15 +622,10 @@ if type(cancel) ~= 'string' then cancel = '' end
 setTimeline(ARGV[10], KEYS[6])
 if ARGV[5] == 'set' then
   local fence = tonumber(ARGV[7])
-  local now = redis.pcall('GET', KEYS[8])
-  local nowFence, nowKey = string.match(type(now) == 'string' and now or '', '^(%d+) (.+)$')
-  if not (fence and nowFence and fence < tonumber(nowFence)) then
+  if fence and KEYS[8] ~= KEYS[1] then
+    lanePublished(KEYS[8], KEYS[4], runId, fence, ARGV[6], false)
+  else
     redis.call('SET', KEYS[4], runId, 'PX', ARGV[6])
-    if fence and KEYS[8] ~= KEYS[1] then
-      -- The version published before (same hash tag: the same slot) no longer counts as rebuilt.
-      if nowKey and nowKey ~= KEYS[4] then redis.call('DEL', nowKey) end
-      redis.call('SET', KEYS[8], ARGV[7] .. ' ' .. KEYS[4], 'PX', ARGV[6])
-    end
   end
 elseif ARGV[5] == 'del' and redis.call('GET', KEYS[4]) == runId then
   redis.call('DEL', KEYS[4])
@@ -669,8 +686,8 @@ KEYS[1] run HASH   KEYS[2] openAttempt STRING of its job
 KEYS[3] idempotency STRING: run id that rebuilt this (rebuild, tenant, version)
 KEYS[4] cancelRequest STRING: an operator's cancel request for the job (read only)
 KEYS[5] events STREAM (lib/events)   KEYS[6] runCounters HASH behind /metrics
-KEYS[7] rebuiltNow STRING of the run's lane (KEYS[1] again for none): still running with its
-  version, the other version marked there is unmarked (unmarkOtherVersion; KEYS[3] is this one's)
+KEYS[7] rebuiltNow HASH of the run's lane (KEYS[1] again for none): still running with its
+  version (KEYS[3]'s), it is the lane's newest build (laneBegins)
 KEYS[8 ..] indexes: ARGV[3] base indexes, then as many per status in ARGV[6]
 ARGV[1] runId   ARGV[2] record TTL ms   ARGV[3] n   ARGV[4] '1': check the idempotency key
 ARGV[5] reason prefix of an already-rebuilt skip (the rebuilding run id is appended)
@@ -733,7 +750,7 @@ end
 redis.call('HSET', KEYS[1], unpack(fields))
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 if status ~= 'running' then moveToFinal(KEYS[1], runId, 'running', status, FIRST, n, KEYS[2]) end
-if status == 'running' and KEYS[7] ~= KEYS[1] then unmarkOtherVersion(KEYS[7], KEYS[3]) end
+if status == 'running' and KEYS[7] ~= KEYS[1] then laneBegins(KEYS[7], KEYS[3], ARGV[2]) end
 if ARGV[8] ~= '' then publish(KEYS[5], ARGV[8] .. status .. '"}}') end
 if by then return {${RUN_REPLY.alreadyRebuilt}, by, cancel} end
 if reason then return {${RUN_REPLY.cancelled}, reason, cancel} end
@@ -853,9 +870,8 @@ disk) whose build repair has since made current: the record says so, its status 
 status never changes), and the version counts as rebuilt by it.
 KEYS[1] run HASH   KEYS[2] runLog LIST   KEYS[3] events STREAM (lib/events)
 KEYS[4] idempotency STRING of the run's version (KEYS[1] again for none)
-KEYS[5] rebuiltNow STRING of the run's lane (KEYS[1] again for none): as RUN_WRITE's final write,
-  a fence below the one there marks nothing; otherwise this version becomes the lane's, and the
-  version marked before is unmarked
+KEYS[5] rebuiltNow HASH of the run's lane (KEYS[1] again for none): the mark follows its rules,
+  as RUN_WRITE's (lanePublished)
 ARGV[1] "<fence> <build hash>"   ARGV[2] the log line   ARGV[3] runId
 ARGV[4] idempotency TTL ms ('' for none): the key is set to the run only if no run holds it
 Returns ${RUN_REPLY.written} noted | ${RUN_REPLY.no} not noted (rebuilt, in flight, or noted already) | ${RUN_REPLY.missing} missing
@@ -872,14 +888,10 @@ local ttl = redis.call('PTTL', KEYS[1])
 if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
 local fence, build = string.match(ARGV[1], '^(%d+) (%S+)$')
 if ARGV[4] ~= '' and KEYS[4] ~= KEYS[1] then
-  local now = redis.pcall('GET', KEYS[5])
-  local nowFence, nowKey = string.match(type(now) == 'string' and now or '', '^(%d+) (.+)$')
-  if KEYS[5] == KEYS[1] or not (nowFence and tonumber(fence) < tonumber(nowFence)) then
+  if KEYS[5] ~= KEYS[1] then
+    lanePublished(KEYS[5], KEYS[4], ARGV[3], tonumber(fence), ARGV[4], true)
+  else
     redis.call('SET', KEYS[4], ARGV[3], 'PX', ARGV[4], 'NX')
-    if KEYS[5] ~= KEYS[1] then
-      if nowKey and nowKey ~= KEYS[4] then redis.call('DEL', nowKey) end
-      redis.call('SET', KEYS[5], fence .. ' ' .. KEYS[4], 'PX', ARGV[4])
-    end
   end
 end
 local f = redis.call('HMGET', KEYS[1], 'rebuild', 'tenant')

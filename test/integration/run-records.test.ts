@@ -174,7 +174,7 @@ test("a build of another version begins (known at the begin, or once read): the 
   );
   // The same when the version is known only after the inputs are read (RUN_VERSION).
   await client.set(keys.idempotency("h-c"), "run-c");
-  await client.set(keys.rebuiltNow("tiles", "acme"), `9 ${keys.idempotency("h-c")}`);
+  await client.hset(keys.rebuiltNow("tiles", "acme"), { fence: 9, key: keys.idempotency("h-c") });
   const early = attempt("lane-d", 1);
   const begun = await beginOwnedAttempt(store, early, { mode: { kind: "running" } });
   assert.equal(await client.get(keys.idempotency("h-c")), "run-c", "no version yet: nothing unmarked");
@@ -186,6 +186,51 @@ test("a build of another version begins (known at the begin, or once read): the 
   });
   assert.equal(versioned.status, "began");
   assert.equal(await client.get(keys.idempotency("h-c")), null);
+});
+
+test("a late mark of a version whose publish came before another version's build began marks nothing; the later publish marks its own", async () => {
+  const keys = redisKeys(uniquePrefix());
+  const store = storeOf(keys);
+  const begin = async (jobId: string, key: string) => {
+    const run = attempt(jobId, 1);
+    assert.equal(
+      (await beginAttempt(store, run, { mode: { kind: "check", idempotencyKey: key }, builds: key })).status,
+      "began",
+    );
+    return run;
+  };
+  const publish = (run: AttemptIdentity, key: string, fence: number) =>
+    writeRun(store, run, {
+      status: "rebuilt",
+      fields: { fence },
+      idempotency: { change: "set", key, ttlMs: 60_000, fence },
+    });
+  const z = await begin("late-z", "h-z");
+  await publish(z, "h-z", 3);
+  // X builds A and publishes at fence 5; its final write is lost (written again later).
+  const x = await begin("late-x", "h-a");
+  // Y begins B meanwhile: the output will serve B.
+  const y = await begin("late-y", "h-b");
+  assert.equal(await client.get(keys.idempotency("h-z")), null, "Z unmarked when a build began");
+  // X's final write, sent again after Y began: A is not marked (B publishes after it).
+  assert.equal(await publish(x, "h-a", 5), "written");
+  assert.equal(await client.get(keys.idempotency("h-a")), null, "A not marked: a request for A builds");
+  assert.equal(
+    (
+      await beginAttempt(store, attempt("late-a-again", 1), {
+        mode: { kind: "check", idempotencyKey: "h-a" },
+        builds: "h-a",
+      })
+    ).status,
+    "began",
+  );
+  // Y publishes B at fence 6 (after the request for A began, which makes A the newest build).
+  await publish(y, "h-b", 6);
+  assert.equal(await client.get(keys.idempotency("h-b")), null, "A's build began after B's: B not marked");
+  assert.equal(await client.hget(keys.rebuiltNow("tiles", "acme"), "fence"), "6");
+  // A lower fence after it (an older publish's late write) changes nothing.
+  await publish(x, "h-a", 5);
+  assert.equal(await client.get(keys.idempotency("h-a")), null);
 });
 
 test("a write to a record that is gone recreates nothing; a move outside the transitions is refused", async () => {
