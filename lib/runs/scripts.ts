@@ -48,21 +48,30 @@ ${TIMELINE_COUNT_LUA}
 -- A build of a version begins: another version marked no longer counts as rebuilt (a request
 -- for it during this build builds after it, rather than being skipped while the output goes on
 -- to serve this one); this build is the lane's newest.
+-- A lane key of another type (a STRING an earlier build of this code wrote) is dropped, never an
+-- error after the record's write.
+local function laneHash(laneKey)
+  local kind = redis.call('TYPE', laneKey)
+  if type(kind) == 'table' then kind = kind.ok end
+  if kind ~= 'hash' and kind ~= 'none' then redis.call('DEL', laneKey) end
+end
 local function laneBegins(laneKey, ownKey, ttlMs)
+  laneHash(laneKey)
   local marked = redis.call('HGET', laneKey, 'key')
   if marked and marked ~= ownKey then
     redis.call('DEL', marked)
     redis.call('HDEL', laneKey, 'key')
   end
-  local fresh = redis.call('EXISTS', laneKey) == 0
   redis.call('HSET', laneKey, 'building', ownKey)
-  if fresh then redis.call('PEXPIRE', laneKey, ttlMs) end
+  -- It lives at least as long as this build's record: its 'building' must outlast the build.
+  if redis.call('PTTL', laneKey) < tonumber(ttlMs) then redis.call('PEXPIRE', laneKey, ttlMs) end
 end
 -- A run published its build with \`fence\` (its final write, or repair making it current): below
 -- the newest fence recorded, nothing (another publish came after it). Else the output serves it:
 -- another version's mark goes, and its own version is marked (SET ownKey runId PX ttl, NX when
 -- asked) unless a build of another version began since (that one publishes after it).
 local function lanePublished(laneKey, ownKey, runId, fence, ttlMs, nx)
+  laneHash(laneKey)
   local lane = redis.call('HMGET', laneKey, 'fence', 'key', 'building')
   if lane[1] and fence < tonumber(lane[1]) then return end
   redis.call('HSET', laneKey, 'fence', fence)
@@ -70,7 +79,7 @@ local function lanePublished(laneKey, ownKey, runId, fence, ttlMs, nx)
     redis.call('DEL', lane[2])
     redis.call('HDEL', laneKey, 'key')
   end
-  redis.call('PEXPIRE', laneKey, ttlMs)
+  if redis.call('PTTL', laneKey) < tonumber(ttlMs) then redis.call('PEXPIRE', laneKey, ttlMs) end
   if lane[3] and lane[3] ~= ownKey then return end
   if nx then redis.call('SET', ownKey, runId, 'PX', ttlMs, 'NX') else redis.call('SET', ownKey, runId, 'PX', ttlMs) end
   redis.call('HSET', laneKey, 'key', ownKey)
