@@ -22,6 +22,8 @@ export interface RunSituation {
     holder: Pick<ClaimHolder, "version" | "jobId" | "workerId" | "host"> &
       Partial<Pick<ClaimHolder, "revokedAt" | "attempt">>;
     pttlMs: number;
+    /** False: the holder's job is not being worked (no BullMQ lock); it carries no request on. */
+    jobWorked?: boolean;
   } | null;
   /** The deciding job's id (the preview has none). */
   jobId?: string;
@@ -68,7 +70,8 @@ export function decideRun(situation: RunSituation): RunDecision {
     const later = claim.holder.attempt && situation.attempt && claim.holder.attempt > situation.attempt;
     return { action: later ? "superseded" : "take-over", heldBy };
   }
-  if (claim.holder.version === situation.version) {
+  // The holder builds this version and its job is being worked: it carries this request.
+  if (claim.holder.version === situation.version && claim.jobWorked !== false) {
     return { action: "skip", reason: "claim-held", heldBy, pttlMs: claim.pttlMs };
   }
   return defer;

@@ -20,6 +20,11 @@ export function queuePrefix(keys: RedisKeys): string {
   return keys.tag;
 }
 
+/** BullMQ's lock of an active job (`<prefix>:<queue>:<id>:lock`): it exists while a worker works it. */
+export function jobLockKey(keys: RedisKeys, jobId: string): string {
+  return `${queuePrefix(keys)}:${REBUILD_QUEUE}:${jobId}:lock`;
+}
+
 export const rebuildJobData = z.strictObject({
   rebuild: z.string(),
   tenant: z.string().optional(),

@@ -8,6 +8,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { acquireClaim, claimName, releaseClaim } from "../../lib/claims";
+import { jobLockKey } from "../../lib/rebuilds/queue";
 import { runRebuild, type RebuildDeps, type RebuildJob } from "../../lib/rebuilds/run-rebuild";
 import { idempotencyKey } from "../../lib/rebuilds/version";
 import { listRuns } from "../../lib/runs/list";
@@ -176,4 +177,33 @@ test("a version that is not rebuilt is not recorded as a skip and goes on to the
   const fresh = job("v4");
   assert.equal((await runRebuild(deps, fresh)).status, "rebuilt");
   assert.equal(await fenceOf(), before + 1, "it took the claim");
+});
+
+test("a claim held for the same version carries the request only while its holder's job is worked (BullMQ's lock): else the job waits and builds", async () => {
+  const held = await acquireClaim(
+    bed.claims,
+    bed.keys,
+    claimOfTiles(),
+    { jobId: "run-holder", version: "v-same" },
+    { ttlMs: 30_000, refreshEveryMs: 10_000 },
+  );
+  assert.equal(held.status, "acquired");
+  const lock = jobLockKey(bed.keys, "run-holder");
+  try {
+    // Its job is worked: a claim-held skip.
+    await bed.main.set(lock, "holder-token", "PX", 30_000);
+    const trusted = await runRebuild(deps, job("v-same"));
+    assert.equal(trusted.status, "skipped", JSON.stringify(trusted));
+    // Its job lock is gone (its worker paused past it; the job redelivered, perhaps ended): this
+    // request is not left to it.
+    await bed.main.del(lock);
+    const waiting = job("v-same");
+    const outcome = await runRebuild(deps, waiting);
+    assert.equal(outcome.status, "deferred", JSON.stringify(outcome));
+    assert.equal((await readRun(bed.main, bed.keys, `${waiting.id}-a1`))?.status, "deferred");
+  } finally {
+    await bed.main.del(lock);
+    if (held.status === "acquired") await releaseClaim(bed.claims, bed.keys, claimOfTiles(), held.token);
+  }
+  assert.equal((await runRebuild(deps, job("v-same"))).status, "rebuilt", "once the output is free it builds");
 });
