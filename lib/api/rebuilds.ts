@@ -6,7 +6,7 @@ import { claimName, readClaim, readClaimsByName, readSkipsMany } from "../claims
 import { listChangedBuilds } from "../rebuilds/build-integrity";
 import { tenantProblem, tenantsOf, type RebuildDefinition } from "../rebuilds/definitions";
 import { readSchedulePauses, type SchedulePause } from "../rebuilds/schedules";
-import { schedulerIdOf } from "../rebuilds/queue";
+import { holderAttemptWorked, schedulerIdOf } from "../rebuilds/queue";
 import { REQUEST_ID_PATTERN, triggerRebuild } from "../rebuilds/trigger";
 import { hashInputs, idempotencyKey, InputHashCache, VERSION_PATTERN } from "../rebuilds/version";
 import { decideRun } from "../rebuilds/decide";
@@ -322,7 +322,12 @@ export async function previewRun(
       : connections.main.get(connections.keys.idempotency(idempotencyKey(name, query.tenant, version))),
     readClaim(connections.claims, connections.keys, claimName(definition.claimPath, query.tenant)),
   ]);
-  const decision = decideRun({ version, force, rebuiltBy, claim });
+  // The worker's rule: a same-version holder carries the request only while its attempt is worked.
+  const jobWorked =
+    claim && claim.holder.version === version
+      ? await holderAttemptWorked(connections.main, connections.keys, claim.holder)
+      : true;
+  const decision = decideRun({ version, force, rebuiltBy, claim: claim && { ...claim, jobWorked } });
   switch (decision.action) {
     case "skip": {
       if (decision.reason === "already-rebuilt") {

@@ -5,6 +5,7 @@
  */
 import crypto from "node:crypto";
 import type { Job, JobsOptions } from "bullmq";
+import type { Redis } from "ioredis";
 import { z } from "zod";
 import type { RedisKeys } from "../redis/keys";
 import { runScript, type ScriptingClient } from "../redis/scripts";
@@ -20,9 +21,41 @@ export function queuePrefix(keys: RedisKeys): string {
   return keys.tag;
 }
 
-/** BullMQ's lock of an active job (`<prefix>:<queue>:<id>:lock`): it exists while a worker works it. */
+/** BullMQ's hash of a job (`<prefix>:<queue>:<id>`); its `ats` field counts the attempts started. */
+export function jobKey(keys: RedisKeys, jobId: string): string {
+  return `${queuePrefix(keys)}:${REBUILD_QUEUE}:${jobId}`;
+}
+
+/** BullMQ's lock of an active job (`<job key>:lock`): it exists while a worker works it. */
 export function jobLockKey(keys: RedisKeys, jobId: string): string {
-  return `${queuePrefix(keys)}:${REBUILD_QUEUE}:${jobId}:lock`;
+  return `${jobKey(keys, jobId)}:lock`;
+}
+
+/**
+ * Whether a claim holder's attempt is the one its job is working now: the job's lock exists and
+ * the attempts it started (`ats`) are the holder's (a later attempt may be completing already).
+ * A same-version holder carries another job's request only then (lib/rebuilds/decide.ts
+ * `jobWorked`). A holder without a job (a test's, an earlier version's) counts as worked; a failed
+ * read does not (waiting costs one pickup; trusting a finished attempt can lose the request).
+ */
+export async function holderAttemptWorked(
+  client: Pick<Redis, "pipeline">,
+  keys: RedisKeys,
+  holder: { jobId?: string | null; attempt?: number | null | undefined },
+): Promise<boolean> {
+  if (!holder.jobId) return true;
+  try {
+    const replies = await client
+      .pipeline()
+      .exists(jobLockKey(keys, holder.jobId))
+      .hget(jobKey(keys, holder.jobId), "ats")
+      .exec();
+    if (!replies || replies.some(([error]) => error)) return false;
+    if (replies[0]![1] !== 1) return false;
+    return holder.attempt == null || Math.max(1, Number(replies[1]![1] ?? 0)) === holder.attempt;
+  } catch {
+    return false;
+  }
 }
 
 export const rebuildJobData = z.strictObject({

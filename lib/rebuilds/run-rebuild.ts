@@ -60,7 +60,7 @@ import { outputDirOf, stopWithinMs, tenantProblem, type Definitions, type Rebuil
 import { PRUNING_VERSION } from "./prune";
 import { publishedByRun } from "./published-by-run";
 import { FenceNotRecordedError, readFenceFloor } from "./published-fence";
-import { jobLockKey, rebuildJobData, type RebuildJobData } from "./queue";
+import { holderAttemptWorked, rebuildJobData, type RebuildJobData } from "./queue";
 import { recordScheduledTick } from "./schedule-ticks";
 import { hashInputs, idempotencyKey } from "./version";
 import { stepWarden } from "./steps/warden";
@@ -735,19 +735,13 @@ class RebuildAttempt {
     };
   }
 
-  /** Whether the holder's job is being worked now (its BullMQ lock exists); a failed read says yes. */
-  private async holderJobWorked(holder: ClaimHolder): Promise<boolean> {
-    if (!holder.jobId) return true; // not a job's (a test's, an earlier version's): trusted as before
-    const exists = await this.deps.main.exists(jobLockKey(this.deps.keys, holder.jobId)).catch(() => 1);
-    return exists === 1;
-  }
-
   private async onHeld(holder: ClaimHolder, pttlMs: number): Promise<RebuildOutcome> {
     // A same-version holder carries this request only while its job is being worked (BullMQ's
     // lock): one whose job lock is gone (its worker paused past it, the job redelivered and
     // perhaps ended already) may end without building, and two such skips, each trusting the
     // other's ended attempt, lost a request (soak, 2026-12-06). Then this job waits and builds.
-    const jobWorked = holder.version === this.version ? await this.holderJobWorked(holder) : true;
+    const jobWorked =
+      holder.version === this.version ? await holderAttemptWorked(this.deps.main, this.deps.keys, holder) : true;
     const decision = decideRun({
       version: this.version,
       force: true, // the already-rebuilt rule was applied when the attempt began

@@ -8,7 +8,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { acquireClaim, claimName, releaseClaim } from "../../lib/claims";
-import { jobLockKey } from "../../lib/rebuilds/queue";
+import { jobKey, jobLockKey } from "../../lib/rebuilds/queue";
 import { runRebuild, type RebuildDeps, type RebuildJob } from "../../lib/rebuilds/run-rebuild";
 import { idempotencyKey } from "../../lib/rebuilds/version";
 import { listRuns } from "../../lib/runs/list";
@@ -206,4 +206,28 @@ test("a claim held for the same version carries the request only while its holde
     if (held.status === "acquired") await releaseClaim(bed.claims, bed.keys, claimOfTiles(), held.token);
   }
   assert.equal((await runRebuild(deps, job("v-same"))).status, "rebuilt", "once the output is free it builds");
+});
+
+test("a same-version holder whose attempt is not its job's current one (a later attempt works the job) carries no request", async () => {
+  const held = await acquireClaim(
+    bed.claims,
+    bed.keys,
+    claimOfTiles(),
+    { jobId: "run-holder-2", version: "v-same-2", attempt: 2 },
+    { ttlMs: 30_000, refreshEveryMs: 10_000 },
+  );
+  assert.equal(held.status, "acquired");
+  const lock = jobLockKey(bed.keys, "run-holder-2");
+  try {
+    await bed.main.set(lock, "attempt-3-token", "PX", 30_000);
+    // Attempt 3 of the holder's job works it (completing, perhaps skipped): attempt 2 ends unbuilt.
+    await bed.main.hset(jobKey(bed.keys, "run-holder-2"), "ats", "3");
+    assert.equal((await runRebuild(deps, job("v-same-2"))).status, "deferred");
+    // Attempt 2 is the one working it: trusted.
+    await bed.main.hset(jobKey(bed.keys, "run-holder-2"), "ats", "2");
+    assert.equal((await runRebuild(deps, job("v-same-2"))).status, "skipped");
+  } finally {
+    await bed.main.del(lock, jobKey(bed.keys, "run-holder-2"));
+    if (held.status === "acquired") await releaseClaim(bed.claims, bed.keys, claimOfTiles(), held.token);
+  }
 });
