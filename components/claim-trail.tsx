@@ -90,9 +90,9 @@ function HolderOf({ entry }: { entry: TrailEntry }) {
   return (
     <>
       <div className="font-medium">{holder.workerId ?? "?"}</div>
-      {holder.version ? <div>version {holder.version}</div> : null}
+      {holder.version ? <div className="break-all">version {holder.version}</div> : null}
       {holder.runId ? (
-        <Link className="text-sky-700 underline" href={`/runs/${holder.runId}`}>
+        <Link className="break-all text-sky-700 underline" href={`/runs/${holder.runId}`}>
           run {holder.runId}
         </Link>
       ) : null}

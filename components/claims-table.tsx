@@ -144,7 +144,7 @@ export function ClaimsTable({ initial, initialQ = "" }: { initial: ApiClaimPage 
                   {evaluatorHeldBy ? (
                     <div className="text-xs text-slate-500">held by the {evaluatorHeldBy}</div>
                   ) : (
-                    <div className="text-xs text-slate-500">version {claim.version ?? "?"}</div>
+                    <div className="text-xs break-all text-slate-500">version {claim.version ?? "?"}</div>
                   )}
                   {/* A narrow screen shows the name and the action; what decides the action, here too. */}
                   <div className="mt-1 text-xs sm:hidden" data-field="narrow-state">

@@ -736,10 +736,11 @@ class RebuildAttempt {
   }
 
   private async onHeld(holder: ClaimHolder, pttlMs: number): Promise<RebuildOutcome> {
-    // A same-version holder carries this request only while its job is being worked (BullMQ's
-    // lock): one whose job lock is gone (its worker paused past it, the job redelivered and
-    // perhaps ended already) may end without building, and two such skips, each trusting the
-    // other's ended attempt, lost a request (soak, 2026-12-06). Then this job waits and builds.
+    // A same-version holder carries this request only while its attempt is the one its job works
+    // (holderAttemptWorked): one whose job lock is gone, or another attempt's (its worker paused
+    // past the lock, the job redelivered and perhaps ended already), may end without building,
+    // and two such skips, each trusting the other's ended attempt, lost a request (soak,
+    // 2026-12-06). Then this job waits and builds.
     const jobWorked =
       holder.version === this.version ? await holderAttemptWorked(this.deps.main, this.deps.keys, holder) : true;
     const decision = decideRun({
