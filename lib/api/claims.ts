@@ -16,7 +16,7 @@ import { DEFER_MIN_MS } from "../rebuilds/decide";
 import { checkClaimName } from "../claims/name";
 import { runPlaceOf } from "../runs/records";
 import { noteForceRelease } from "../runs/writer";
-import { listLiveWorkers } from "../workers/heartbeat";
+import { liveWorkerIdSet } from "../workers/heartbeat";
 import type { WebContext } from "../web/context";
 import { badRequest, refusal, type Reply } from "./errors";
 
@@ -105,12 +105,11 @@ export async function getClaims(
 ): Promise<ApiClaimPage> {
   const { connections } = context;
   if (query.cursor !== undefined && !checkClaimName(query.cursor).ok) throw badRequest("cursor: not a claim name");
-  const live = await listLiveWorkers(connections.main, connections.keys);
   const page = await listClaims(connections.claims, connections.keys, {
     limit: query.limit,
     cursor: query.cursor ?? null,
     search: query.q ?? null,
-    liveWorkerIds: new Set(live.map((w) => w.id)),
+    liveWorkerIds: await liveWorkerIdSet(connections.main, connections.keys),
   });
   return { claims: page.claims.map(toApiClaim), nextCursor: page.nextCursor, serverTime: page.serverTime };
 }

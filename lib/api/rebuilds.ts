@@ -17,7 +17,7 @@ import { readRunFinishedAt } from "../runs/records";
 import type { RunRecord } from "../runs/types";
 import type { WebContext } from "../web/context";
 import { formatAbsolute } from "../ui/format";
-import { listLiveWorkers } from "../workers/heartbeat";
+import { liveWorkerIdSet } from "../workers/heartbeat";
 import { toApiClaim, type ApiClaim } from "./claims";
 import { ApiError, badRequest, notFound } from "./errors";
 import { checkTenantField, rebuildOfUrl } from "./rebuild-input";
@@ -138,8 +138,8 @@ async function describeRows(
   const [skips, claims, changed, pauses, recentRuns] = await Promise.all([
     readSkipsMany(connections.claims, connections.keys, names),
     // With the live workers, as the Claims page reads them: a holder that stopped beating is stale.
-    listLiveWorkers(connections.main, connections.keys).then((live) =>
-      readClaimsByName(connections.claims, connections.keys, names, { liveWorkerIds: new Set(live.map((w) => w.id)) }),
+    liveWorkerIdSet(connections.main, connections.keys).then((liveWorkerIds) =>
+      readClaimsByName(connections.claims, connections.keys, names, { liveWorkerIds }),
     ),
     listChangedBuilds(connections.main, connections.keys),
     readSchedulePauses(connections.main, connections.keys),

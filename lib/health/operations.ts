@@ -11,7 +11,7 @@ import type { ScriptingPipelineClient } from "../redis/scripts";
 import type { RedisKeys } from "../redis/keys";
 import { tenantsOf, type Definitions } from "../rebuilds/definitions";
 import { schedulerIdOf } from "../rebuilds/queue";
-import { listLiveWorkers } from "../workers/heartbeat";
+import { listLiveWorkers, liveWorkerIdSet } from "../workers/heartbeat";
 import { describeStale, staleSince } from "../claims/stale";
 
 export const STALE_ALERT_MS = 5 * 60_000;
@@ -25,8 +25,8 @@ export async function staleClaimProblems(
   claims: ScriptingPipelineClient & Pick<Redis, "zrangebylex">,
   keys: RedisKeys,
 ): Promise<string[]> {
-  const live = await listLiveWorkers(main, keys);
-  const page = await listClaims(claims, keys, { limit: CLAIMS_CHECKED, liveWorkerIds: new Set(live.map((w) => w.id)) });
+  const liveWorkerIds = await liveWorkerIdSet(main, keys);
+  const page = await listClaims(claims, keys, { limit: CLAIMS_CHECKED, liveWorkerIds });
   const problems: string[] = [];
   for (const claim of page.claims) {
     if (claim.revoked) continue; // already force-released: the Claims page says it is releasing

@@ -181,6 +181,7 @@ export async function beginAttempt(
     ...options.fields,
   });
   const beginId = nextCallId();
+  const lane = laneKeysOf(keys, attempt, attempt.runId, options.builds);
   const reply = await runVariadicScript(
     store.client,
     RUN_BEGIN,
@@ -188,18 +189,14 @@ export async function beginAttempt(
       keys.run(attempt.runId),
       keys.runOpenAttempt(attempt.jobId),
       keys.run(attempt.previousRunId ?? attempt.runId),
-      mode.kind === "check"
-        ? keys.idempotency(mode.idempotencyKey)
-        : options.builds
-          ? keys.idempotency(options.builds)
-          : keys.run(attempt.runId),
+      mode.kind === "check" ? keys.idempotency(mode.idempotencyKey) : lane.version,
       options.pendingTrigger ?? keys.run(attempt.runId),
       keys.cancelRequest(attempt.jobId),
       keys.events,
       keys.metricsCounters,
       keys.runLog(attempt.runId),
       keys.workerRegistry,
-      options.builds && attempt.rebuild ? keys.rebuiltNow(attempt.rebuild, attempt.tenant) : keys.run(attempt.runId),
+      lane.mark,
     ],
     layout.keys,
     [
@@ -304,21 +301,18 @@ export async function recordVersion(
 ): Promise<VersionResult> {
   const { keys, retention } = store;
   const layout = indexLayout(keys, run, ["running", "skipped", "cancelled"]);
+  const lane = laneKeysOf(keys, run, run.runId, options.builds);
   const reply = await runVariadicScript(
     store.client,
     RUN_VERSION,
     [
       keys.run(run.runId),
       keys.runOpenAttempt(run.jobId),
-      options.idempotencyKey
-        ? keys.idempotency(options.idempotencyKey)
-        : options.builds
-          ? keys.idempotency(options.builds)
-          : keys.run(run.runId),
+      options.idempotencyKey ? keys.idempotency(options.idempotencyKey) : lane.version,
       keys.cancelRequest(run.jobId),
       keys.events,
       keys.metricsCounters,
-      options.builds && run.rebuild ? keys.rebuiltNow(run.rebuild, run.tenant) : keys.run(run.runId),
+      lane.mark,
     ],
     layout.keys,
     [
@@ -438,6 +432,23 @@ export async function noteMadeCurrent(
     ],
   );
   return reply === RUN_REPLY.written;
+}
+
+/**
+ * The lane keys of a build whose version is known (`builds`: its idempotency key): that key and
+ * the lane's mark HASH (RUN_BEGIN, RUN_VERSION: laneBegins); the run's own key in their place
+ * (the scripts' "none") without one.
+ */
+function laneKeysOf(
+  keys: RedisKeys,
+  place: RunPlace,
+  runId: string,
+  builds: string | undefined,
+): { version: string; mark: string } {
+  return {
+    version: builds ? keys.idempotency(builds) : keys.run(runId),
+    mark: builds && place.rebuild ? keys.rebuiltNow(place.rebuild, place.tenant) : keys.run(runId),
+  };
 }
 
 /** One write of an attempt's record (status move, fields, log lines, idempotency key). */

@@ -197,6 +197,11 @@ export async function silentSince(
   return lastBeatAt !== null && lastBeatAt < now - HEARTBEAT_TTL_MS ? lastBeatAt : null;
 }
 
+/** Ids of the live workers (one pipeline: TIME + registry), for judging claims' holders. */
+export async function liveWorkerIdSet(client: Pick<Redis, "pipeline">, keys: RedisKeys): Promise<Set<string>> {
+  return new Set((await liveWorkerIds(client, keys)).ids);
+}
+
 /**
  * Ids of live workers, the silent ones, and the Redis time they were judged at: one pipeline
  * (TIME + registry).

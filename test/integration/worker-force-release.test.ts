@@ -52,6 +52,29 @@ after(() => bed.close());
 const outputDir = () => bed.definitions.rebuilds.get("gated")!.outputPath;
 const claim = () => claimName(bed.definitions.rebuilds.get("gated")!.claimPath);
 
+/** The claim held for `version`, once its step runs (it touched `started-<version>`). */
+async function claimOnceStepRuns(version: string) {
+  const held = await until(`the claim held for ${version}`, async () => {
+    const info = await readClaim(bed.claims, bed.keys, claim());
+    return info?.holder.version === version ? info : null;
+  });
+  await until(`the step of ${version} running`, async () =>
+    fs.existsSync(path.join(outputDir(), `started-${version}`)),
+  );
+  return held;
+}
+
+/** An operator's force release of `token`'s claim (the token the Claims page showed). */
+async function forceRelease(token: string, actor: string, reason: string): Promise<void> {
+  const released = await forceReleaseClaim({ claims: bed.claims, audit: bed.main }, bed.keys, {
+    name: claim(),
+    token,
+    actor,
+    reason,
+  });
+  assert.equal(released.status, "released");
+}
+
 /**
  * Force-releases b1's live claim (the token the operator was shown) and lets "job A" take the
  * output — which it can only once the worker acknowledged. `meanwhile` runs between the two.
@@ -61,20 +84,8 @@ async function forceReleaseAndTakeOutput(
   otherJob: string,
   meanwhile: () => void = () => {},
 ): Promise<string> {
-  const held = await until(`the claim held for ${version}`, async () => {
-    const info = await readClaim(bed.claims, bed.keys, claim());
-    return info?.holder.version === version ? info : null;
-  });
-  await until(`the step of ${version} running`, async () =>
-    fs.existsSync(path.join(outputDir(), `started-${version}`)),
-  );
-  const released = await forceReleaseClaim({ claims: bed.claims, audit: bed.main }, bed.keys, {
-    name: claim(),
-    token: held.token,
-    actor: "test-operator",
-    reason: "looked dead",
-  });
-  assert.equal(released.status, "released");
+  const held = await claimOnceStepRuns(version);
+  await forceRelease(held.token, "test-operator", "looked dead");
   const acquireOther = () =>
     acquireClaim(
       bed.claims,
@@ -213,11 +224,7 @@ test("a holder SIGSTOPped mid-step and force-released meanwhile: its record name
   const version = "w1";
   try {
     const jobId = await bed.trigger("gated", { version });
-    const held = await until("the claim held for w1", async () => {
-      const info = await readClaim(bed.claims, bed.keys, claim());
-      return info?.holder.version === version ? info : null;
-    });
-    await until("the step running", async () => fs.existsSync(path.join(outputDir(), `started-${version}`)));
+    const held = await claimOnceStepRuns(version);
     process.kill(worker.pid, "SIGSTOP");
     const stoppedAt = Date.now();
     let resumedAt = 0;
@@ -228,13 +235,7 @@ test("a holder SIGSTOPped mid-step and force-released meanwhile: its record name
         async () => pidsWithMarker({ name: "CLAIMWATCH_VERSION", value: version }).length === 0,
         30_000,
       );
-      const released = await forceReleaseClaim({ claims: bed.claims, audit: bed.main }, bed.keys, {
-        name: claim(),
-        token: held.token,
-        actor: "night-operator",
-        reason: "looked stuck",
-      });
-      assert.equal(released.status, "released");
+      await forceRelease(held.token, "night-operator", "looked stuck");
       await new Promise((r) => setTimeout(r, Math.max(0, stoppedAt + 9_000 - Date.now())));
     } finally {
       resumedAt = Date.now();

@@ -150,18 +150,24 @@ test("inputs back to an earlier version (A, B, A): the request for A builds and 
   assert.equal(served(), "back-b");
 });
 
+/** Runs `fn` while the tiles claim is held by `holder` (a job of this test's making), then releases it. */
+async function whileTilesHeldBy(holder: Parameters<typeof acquireClaim>[3], fn: () => Promise<void>): Promise<void> {
+  const held = await acquireClaim(bed.claims, bed.keys, claimOfTiles(), holder, {
+    ttlMs: 30_000,
+    refreshEveryMs: 10_000,
+  });
+  assert.equal(held.status, "acquired");
+  try {
+    await fn();
+  } finally {
+    if (held.status === "acquired") await releaseClaim(bed.claims, bed.keys, claimOfTiles(), held.token);
+  }
+}
+
 test("a version that is not rebuilt is not recorded as a skip and goes on to the claim", async () => {
   // Another version holds the output: the job is deferred right after the check; its record
   // says so (a final "deferred"), never "skipped".
-  const other = await acquireClaim(
-    bed.claims,
-    bed.keys,
-    claimOfTiles(),
-    { jobId: "run-other", version: "v-other" },
-    { ttlMs: 30_000, refreshEveryMs: 10_000 },
-  );
-  assert.equal(other.status, "acquired");
-  try {
+  await whileTilesHeldBy({ jobId: "run-other", version: "v-other" }, async () => {
     const skippedBefore = await bed.main.zcard(bed.keys.runIndex({ status: "skipped" }));
     const waiting = job("v4");
     const outcome = await runRebuild(deps, waiting);
@@ -170,9 +176,7 @@ test("a version that is not rebuilt is not recorded as a skip and goes on to the
     assert.equal(record?.status, "deferred", "the attempt is recorded as deferred");
     assert.match(record?.reason ?? "", /held by .* building v-other/);
     assert.equal(await bed.main.zcard(bed.keys.runIndex({ status: "skipped" })), skippedBefore);
-  } finally {
-    if (other.status === "acquired") await releaseClaim(bed.claims, bed.keys, claimOfTiles(), other.token);
-  }
+  });
   const before = await fenceOf();
   const fresh = job("v4");
   assert.equal((await runRebuild(deps, fresh)).status, "rebuilt");
@@ -180,16 +184,8 @@ test("a version that is not rebuilt is not recorded as a skip and goes on to the
 });
 
 test("a claim held for the same version carries the request only while its holder's job is worked (BullMQ's lock): else the job waits and builds", async () => {
-  const held = await acquireClaim(
-    bed.claims,
-    bed.keys,
-    claimOfTiles(),
-    { jobId: "run-holder", version: "v-same" },
-    { ttlMs: 30_000, refreshEveryMs: 10_000 },
-  );
-  assert.equal(held.status, "acquired");
   const lock = jobLockKey(bed.keys, "run-holder");
-  try {
+  await whileTilesHeldBy({ jobId: "run-holder", version: "v-same" }, async () => {
     // Its job is worked: a claim-held skip.
     await bed.main.set(lock, "holder-token", "PX", 30_000);
     const trusted = await runRebuild(deps, job("v-same"));
@@ -201,24 +197,13 @@ test("a claim held for the same version carries the request only while its holde
     const outcome = await runRebuild(deps, waiting);
     assert.equal(outcome.status, "deferred", JSON.stringify(outcome));
     assert.equal((await readRun(bed.main, bed.keys, `${waiting.id}-a1`))?.status, "deferred");
-  } finally {
-    await bed.main.del(lock);
-    if (held.status === "acquired") await releaseClaim(bed.claims, bed.keys, claimOfTiles(), held.token);
-  }
+  }).finally(() => bed.main.del(lock));
   assert.equal((await runRebuild(deps, job("v-same"))).status, "rebuilt", "once the output is free it builds");
 });
 
 test("a same-version holder whose attempt is not its job's current one (a later attempt works the job) carries no request", async () => {
-  const held = await acquireClaim(
-    bed.claims,
-    bed.keys,
-    claimOfTiles(),
-    { jobId: "run-holder-2", version: "v-same-2", attempt: 2 },
-    { ttlMs: 30_000, refreshEveryMs: 10_000 },
-  );
-  assert.equal(held.status, "acquired");
   const lock = jobLockKey(bed.keys, "run-holder-2");
-  try {
+  await whileTilesHeldBy({ jobId: "run-holder-2", version: "v-same-2", attempt: 2 }, async () => {
     await bed.main.set(lock, "attempt-3-token", "PX", 30_000);
     // Attempt 3 of the holder's job works it (completing, perhaps skipped): attempt 2 ends unbuilt.
     await bed.main.hset(jobKey(bed.keys, "run-holder-2"), "ats", "3");
@@ -226,8 +211,5 @@ test("a same-version holder whose attempt is not its job's current one (a later 
     // Attempt 2 is the one working it: trusted.
     await bed.main.hset(jobKey(bed.keys, "run-holder-2"), "ats", "2");
     assert.equal((await runRebuild(deps, job("v-same-2"))).status, "skipped");
-  } finally {
-    await bed.main.del(lock, jobKey(bed.keys, "run-holder-2"));
-    if (held.status === "acquired") await releaseClaim(bed.claims, bed.keys, claimOfTiles(), held.token);
-  }
+  }).finally(() => bed.main.del(lock, jobKey(bed.keys, "run-holder-2")));
 });

@@ -14,7 +14,6 @@ import type { RunStep } from "../definitions";
 import { CGROUP_JOIN_FAILED_LINE, detectContainment, programPath, StepCgroups, type Containment } from "./containment";
 import {
   expandPlaceholders,
-  LOCK_LOST_ABORT_REASON,
   StepFailedError,
   TransientStepError,
   WorkerStalledError,
@@ -376,29 +375,18 @@ export async function runCommandStep(
     if (cgroupsLeft.length > 0)
       context.log(`[${step.name}] could not remove cgroup(s) ${cgroupsLeft.join(", ")}: processes still in them`);
 
-    // The stall that made the warden kill the step also let BullMQ's job lock run out: the record
-    // names the cause (the stall), not its consequence. Other aborts (a deploy, a cancel, the time
-    // limit, a lost claim) say themselves.
-    if (wardenKill && context.signal.aborted && context.signal.reason === LOCK_LOST_ABORT_REASON)
-      throw new WorkerStalledError(
-        `step ${step.name} was killed by the step warden: ${wardenKill.reason}`,
-        wardenKill.at,
-      );
-    // Any other abort (a force release, a lost claim, a cancel) of a step the warden killed: the
-    // attempt acts on the abort and tells the kill with it (build-and-publish.ts).
-    if (wardenKill && context.signal.aborted)
-      throw new WorkerStalledError(
-        `step ${step.name} was killed by the step warden: ${wardenKill.reason}`,
-        wardenKill.at,
-      );
+    const killedByWarden = wardenKill
+      ? new WorkerStalledError(`step ${step.name} was killed by the step warden: ${wardenKill.reason}`, wardenKill.at)
+      : null;
+    // A step the warden killed, then aborted: the stall that made the warden kill it also let
+    // BullMQ's job lock run out (the record names the cause, not its consequence); any other
+    // abort (a force release, a lost claim, a cancel) is what the attempt acts on, and it tells
+    // the kill with it (build-and-publish.ts).
+    if (killedByWarden && context.signal.aborted) throw killedByWarden;
     context.signal.throwIfAborted();
     if (stalledAtSpawn !== null)
       throw new WorkerStalledError(`step ${step.name} was killed as it started: ${stalledAtSpawn}`);
-    if (wardenKill)
-      throw new WorkerStalledError(
-        `step ${step.name} was killed by the step warden: ${wardenKill.reason}`,
-        wardenKill.at,
-      );
+    if (killedByWarden) throw killedByWarden;
     // A process of the step may still write: nothing of this attempt may be hashed or published.
     const left = cgroupLeft ?? cgroupsLeft[0];
     if (left !== undefined)
