@@ -45,6 +45,7 @@ import {
   type SoakDirs,
   type SoakEvent,
 } from "./bed";
+import { requestServed, type SeenPublish } from "./served";
 import { contentKey, META_FILE, metaContent, NO_TENANT, partContent, partCount, partFileName } from "./content";
 
 /** After SIGCONT, a worker gets this long to abort a step whose claim it lost. */
@@ -191,9 +192,13 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   const publishedVersions = new Set<string>(); // "<claim> <version>"
   // claim → each publish: its version and when it was seen (the record's finish, else the pointer's event)
   const publishesOf = new Map<string, { version: string; t: number }[]>();
+  // claim → each publish as the served-request rule reads it (soak/served.ts)
+  const seenPublishesOf = new Map<string, SeenPublish[]>();
   const pointerSeenAt = new Map<string, number>();
+  const pointerFenceOf = new Map<string, number>();
   for (const e of pointerEvents) {
     if (typeof e.runId === "string" && e.runId && !pointerSeenAt.has(e.runId)) pointerSeenAt.set(e.runId, Number(e.t));
+    if (typeof e.runId === "string" && e.runId && typeof e.fence === "number") pointerFenceOf.set(e.runId, e.fence);
   }
   for (const id of publishedRunIds) {
     const run = recordById.get(id) ?? null;
@@ -204,6 +209,12 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
     publishedVersions.add(`${label} ${version}`);
     const t = run?.finishedAt ?? pointerSeenAt.get(id) ?? Number.POSITIVE_INFINITY;
     publishesOf.set(label, [...(publishesOf.get(label) ?? []), { version, t }]);
+    const fence = run?.fence ?? pointerFenceOf.get(id);
+    if (typeof fence === "number")
+      seenPublishesOf.set(label, [
+        ...(seenPublishesOf.get(label) ?? []),
+        { version, fence, doneAt: t, ...(run?.startedAt ? { beganAt: run.startedAt } : {}) },
+      ]);
   }
 
   /**
@@ -226,7 +237,7 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   const resends = events.filter((e) => e.kind === "trigger-resent").length;
   const acceptedOnResend = triggers.filter((e) => e.resend).length;
   lines.push(
-    `triggers: ${triggers.length} accepted (${formatCounts(triggerModes, ["new", "again", "mid-run", "redeliver", "force"])}; ` +
+    `triggers: ${triggers.length} accepted (${formatCounts(triggerModes, ["new", "again", "mid-run", "redeliver", "force", "back"])}; ` +
       `${deduplicated} collapsed into a waiting job)${notAccepted ? `; ${notAccepted} not accepted (Redis down), not counted` : ""}` +
       (unreplicated
         ? `; ${unreplicated} answered not-replicated (fewer replicas than asked had the job), not counted`
@@ -478,9 +489,23 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
         : last.status
       : "no run";
     outcomes.set(outcome, (outcomes.get(outcome) ?? 0) + 1);
-    if (!problem && (covered || publishedVersions.has(key) || failedVersions.has(key))) continue;
+    // A version named by the caller must be published after the request, or be what the output
+    // served (nothing else under way) when the job ended without publishing: the stream asks for
+    // older versions again (`back`), so a publish before the request proves nothing.
+    const [label = "", version = ""] = key.split(" ");
+    const served = HASHED_REBUILDS.has(String(trigger.rebuild))
+      ? undefined
+      : requestServed({
+          publishes: seenPublishesOf.get(label) ?? [],
+          version,
+          requestedAt: Number(trigger.t),
+          ...(last && last.status !== "rebuilt" && last.finishedAt ? { endedAt: last.finishedAt } : {}),
+        });
+    const published = served ? served.served : publishedVersions.has(key);
+    if (!problem && (covered || published || failedVersions.has(key))) continue;
+    const unserved = served && !served.served ? served.why : undefined;
     lost.push(
-      `${key}${problem ? ` (${problem})` : ""} (${String(trigger.mode)}${trigger.hashed ? ", no version sent" : ""} at ${at(trigger.t)}, job ${jobId}, job state ${state}, ` +
+      `${key}${problem ? ` (${problem})` : ""}${unserved ? ` (${unserved})` : ""} (${String(trigger.mode)}${trigger.hashed ? ", no version sent" : ""} at ${at(trigger.t)}, job ${jobId}, job state ${state}, ` +
         `runs: ${runs.map((r) => `a${r.attempt} ${r.status}${r.reason ? ` "${r.reason}"` : ""}`).join("; ") || "none"})`,
     );
   }
@@ -793,7 +818,7 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   );
   for (const left of leftBehind.slice(0, 8)) lines.push(`    left behind: ${left}`);
   lines.push(
-    `publishes of an older version after a newer one (last fence wins): ${olderAfterNewer}` +
+    `publishes of an older version after a newer one (last fence wins, or asked for again: back): ${olderAfterNewer}` +
       (endsOlder.length ? `; ${endsOlder.join(", ")}` : ""),
   );
   lines.push(

@@ -8,7 +8,11 @@
  *               broker's second delivery of one message looks like (no trigger dedup)
  *   force       the newest version with `force` (skips "already rebuilt", never the claim):
  *               the same bytes again, so the same content-addressed build
+ *   back        an older version again (a caller rolling the output back to what it served
+ *               before: A → B → A); from then on `again`, `force` and `redeliver` repeat it,
+ *               until the next `new`. Only for rebuilds whose versions the caller names.
  *
+ * "The newest version" below is the one asked for last (`new` or `back`).
  * A rebuild with `hashedInputs` is triggered without a version: `new` first rewrites its input
  * file with the next version (an event `inputs` maps that content's hash to it), every mode sends
  * no version (the job reads whatever the input holds by then), except mid-run, which names the
@@ -43,7 +47,7 @@ import {
   type SoakClaimRef,
 } from "./bed";
 
-export type TriggerMode = "new" | "again" | "mid-run" | "redeliver" | "force";
+export type TriggerMode = "new" | "again" | "mid-run" | "redeliver" | "force" | "back";
 
 export interface TriggerStreamOptions {
   queue: Queue;
@@ -72,17 +76,20 @@ const RESENDS = 6;
 const RESEND_AFTER_MS = 2_000;
 
 const MODES: [TriggerMode, number][] = [
-  ["new", 0.4],
-  ["again", 0.16],
+  ["new", 0.36],
+  ["again", 0.14],
   ["mid-run", 0.16],
-  ["redeliver", 0.14],
-  ["force", 0.14],
+  ["redeliver", 0.12],
+  ["force", 0.12],
+  ["back", 0.1],
 ];
 
 export async function runTriggerStream(options: TriggerStreamOptions): Promise<void> {
   const { random, events } = options;
   const refs = claimRefs();
+  /** Per output: the highest version asked for, and the one asked for last (lower after a `back`). */
   const newest = new Map<string, number>();
+  const wanted = new Map<string, number>();
   const pick = <T>(items: T[]): T => items[Math.floor(random() * items.length)]!;
   const versionOf = (n: number) => `v${String(n).padStart(4, "0")}`;
 
@@ -224,6 +231,7 @@ export async function runTriggerStream(options: TriggerStreamOptions): Promise<v
   const sendNew = async (ref: SoakClaimRef, why?: string): Promise<void> => {
     const next = (newest.get(claimLabel(ref)) ?? 0) + 1;
     newest.set(claimLabel(ref), next);
+    wanted.set(claimLabel(ref), next);
     if (HASHED_REBUILDS.has(ref.rebuild)) await writeInput(ref.rebuild, versionOf(next));
     await send(ref, versionOf(next), "new", false, why);
   };
@@ -242,9 +250,16 @@ export async function runTriggerStream(options: TriggerStreamOptions): Promise<v
       }
       roll -= weight;
     }
-    const latest = newest.get(label);
+    const latest = wanted.get(label);
+    const highest = newest.get(label) ?? 0;
+    if (mode === "back" && (HASHED_REBUILDS.has(ref.rebuild) || highest < 2)) mode = "again";
     if (mode === "new" || latest === undefined) {
       await sendNew(ref);
+    } else if (mode === "back") {
+      // Mostly the version before the newest (A → B → A), sometimes any older one.
+      const older = random() < 0.6 ? highest - 1 : 1 + Math.floor(random() * (highest - 1));
+      wanted.set(label, older);
+      await send(ref, versionOf(older), "back");
     } else if (mode === "again") {
       await send(ref, versionOf(latest), "again");
       if (random() < 0.3) await send(ref, versionOf(latest), "again");
