@@ -26,6 +26,11 @@ export class ClaimLostError extends Error {
     readonly fence: number,
     /** What else the holder knows of it (a deadline passed because the refreshes' own work failed). */
     readonly detail?: string,
+    /**
+     * A build the holder published in the claims Redis before it learnt of the loss, whose fence
+     * the output's disk then refused (the run record names it: repair may make it current later).
+     */
+    readonly publishedBuildHash?: string,
   ) {
     super(`lost claim ${claimName} (fence ${fence}): ${describeLoss(cause)}${detail ? `; ${detail}` : ""}`, { cause });
     this.name = "ClaimLostError";

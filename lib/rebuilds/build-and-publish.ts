@@ -297,10 +297,17 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
     // A claim lost while the worker stood still (SIGSTOP past the TTL, or force-released then):
     // the loss is what the attempt acts on, and the warden's kill of its step is told with it
     // (helper-101, helper-110).
+    // So is a publish that went through in the claims Redis before the loss was noticed, whose
+    // fence record the disk then refused (a holder paused at its publish, then a full disk: the
+    // soak): the record says it published there, and names the build.
     const lost: unknown = signal.reason;
-    if (error instanceof WorkerStalledError && lost instanceof ClaimLostError) {
+    if (
+      (error instanceof WorkerStalledError || error instanceof FenceNotRecordedError) &&
+      lost instanceof ClaimLostError
+    ) {
       const detail = [lost.detail, error.message].filter(Boolean).join("; ");
-      throw new ClaimLostError(lost.claimName, lost.cause, lost.fence, detail);
+      const published = error instanceof FenceNotRecordedError ? error.buildHash : lost.publishedBuildHash;
+      throw new ClaimLostError(lost.claimName, lost.cause, lost.fence, detail, published);
     }
     if (signal.aborted && !stallLostTheLock) throw signal.reason ?? error;
     throw error;

@@ -950,7 +950,12 @@ class RebuildAttempt {
       return { status: "handed-back", runId: this.runId };
     }
     if (failure.kind === "claim-lost") {
-      const outcome = await this.afterLostClaim(failure.reason + (await this.forceReleasedBy(error)));
+      // A publish in the claims Redis before the loss was noticed (its fence refused by the disk).
+      const published = error instanceof ClaimLostError && error.publishedBuildHash;
+      const outcome = await this.afterLostClaim(
+        failure.reason + (await this.forceReleasedBy(error)),
+        published ? { buildHash: published } : {},
+      );
       if (outcome.status === "deferred" || outcome.status === "skipped" || outcome.status === "cancelled")
         return outcome;
       throw new Error(`unexpected outcome after a lost claim: ${outcome.status}`);

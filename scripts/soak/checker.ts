@@ -422,6 +422,8 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
       ({ runId, record }) =>
         record?.status !== "rebuilt" &&
         !REDIS_ONLY_PUBLISH.test(record?.reason ?? "") &&
+        // Repair made its build current later, and its record says so (RUN_NOTE_MADE_CURRENT).
+        !record?.madeCurrentLater &&
         !namesItsPublish(record, runId) &&
         !laterRecordNamesIt(runId),
     );

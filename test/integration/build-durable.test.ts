@@ -16,6 +16,7 @@ import os from "node:os";
 import path from "node:path";
 import { after, before, test, type TestContext } from "node:test";
 import { fileURLToPath } from "node:url";
+import { claimName, forceReleaseClaim, readClaim, readPublished } from "../../lib/claims";
 import { changedBuildProblems, checkPublishedBuilds, recordChangedBuild } from "../../lib/rebuilds/build-integrity";
 import { BUILD_HASH, readCurrent } from "../../lib/rebuilds/output";
 import { readPublishedFence } from "../../lib/rebuilds/published-fence";
@@ -24,6 +25,7 @@ import { redisKeys } from "../../lib/redis/keys";
 import { createTestBed } from "../support/stack";
 import { startTestRedis, stopTestRedis, uniquePrefix } from "../support/redis";
 import { injectInto } from "../support/strace";
+import { until } from "../support/until";
 
 const HOST = fileURLToPath(new URL("../support/promote-host.ts", import.meta.url));
 let root = "";
@@ -369,6 +371,67 @@ test("an output on a filesystem without hard links (link answers EPERM): the fen
     [".published-fence", `.published-fence@${run.fence}`],
     "no temporary file is left (the first is for workers of the earlier version)",
   );
+});
+
+test("a fence record held back, then refused, while an operator force-releases the claim after the publish: the record names the publish beside the loss, and the request is kept", async (t) => {
+  // Found by the soak (a holder paused right after its publish, its claim past its TTL, then a full
+  // disk): the record said only "claim lost … deferred", though its build was published in the
+  // claims Redis (and later made current by repair).
+  const name = "fence-late";
+  const bed = await createTestBed({
+    [name]: {
+      output: `out/${name}`,
+      claim: { ttl: "3s", refreshEvery: "1s" },
+      retries: { attempts: 3, backoff: "1s" },
+      steps: [{ name: "write", run: ["sh", "-c", "echo built > out.txt"] }],
+    },
+  });
+  t.after(() => bed.close());
+  const worker = await bed.startWorker();
+  t.after(() => worker.stop());
+  const outputDir = path.join(bed.dir, `out/${name}`);
+  fs.mkdirSync(path.join(outputDir, "builds"), { recursive: true });
+  const claim = claimName(bed.definitions.rebuilds.get(name)!.claimPath);
+  // Every link() of the worker (only the fence record links, after the fenced publish) waits 6 s,
+  // then fails.
+  const stopTracer = await injectInto(t, worker.pid, [
+    "-e",
+    "trace=link,linkat",
+    "-e",
+    "inject=link,linkat:error=EIO:delay_enter=6000000",
+  ]);
+  const jobId = await bed.trigger(name, { version: "v1" });
+  const published = await until("the publish in the claims Redis", async () => {
+    const pointer = await readPublished(bed.claims, bed.keys, claim);
+    return pointer?.runId?.startsWith(jobId) ? pointer : null;
+  });
+  const held = await readClaim(bed.claims, bed.keys, claim);
+  assert.ok(held, "the claim is still held while its fence record is written");
+  const released = await forceReleaseClaim({ claims: bed.claims, audit: bed.main }, bed.keys, {
+    name: claim,
+    token: held.token,
+    actor: "test-operator",
+    reason: "looked stuck",
+  });
+  assert.equal(released.status, "released");
+  const first = await bed.waitForRun((r) => r.jobId === jobId && r.status !== "running", 60_000, "the attempt ends");
+  stopTracer();
+  assert.equal(first.status, "deferred", `recorded ${first.status}: ${first.reason ?? ""}`);
+  assert.match(first.reason ?? "", /force-released/);
+  assert.match(
+    first.reason ?? "",
+    new RegExp(
+      `published build ${published.value} \\(fence ${published.fence}\\) in the claims Redis, but its fence could not be recorded on disk`,
+    ),
+  );
+  assert.equal(first.buildHash, published.value, "the record names the build it published in the claims Redis");
+  // The request is kept: a later attempt of the job publishes.
+  const rebuilt = await bed.waitForRun(
+    (r) => r.jobId === jobId && r.status === "rebuilt",
+    60_000,
+    "a later attempt publishes",
+  );
+  assert.ok(rebuilt.attempt > first.attempt);
 });
 
 test("a worker whose repeat finds an older build it cannot sync (a lost write): moved aside, replaced, and shown as a problem until an operator removes it", async (t) => {
