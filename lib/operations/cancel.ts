@@ -31,7 +31,7 @@ import { beginAttempt } from "../runs/writer";
 export interface CancelDeps {
   queue: Pick<Queue, "getJob">;
   /** Main Redis: cancel requests, run records, audit. */
-  main: ScriptingClient & Pick<Redis, "set" | "get" | "del" | "zrevrangebyscore" | "pipeline">;
+  main: ScriptingClient & Pick<Redis, "set" | "get" | "del" | "hget" | "zrevrangebyscore" | "pipeline">;
   keys: RedisKeys;
   retention?: RunRetention;
 }

@@ -62,7 +62,7 @@ export async function publishedByRun(
     // protected): else no machine could make it current.
     if (!(await held())) return UNPROVEN;
     const proof = publishedProof({ fence: pointer.fence, buildHash: pointer.value, publishedAt: pointer.publishedAt });
-    return { kind: "proven", proof };
+    return { kind: "proven", proof, idempotencyTtlMs: definition.idempotency.ttl };
   })().catch((): PublishProof => UNKNOWN);
   return (await settledWithin(read, PUBLISHED_BY_RUN_READ_MS)) ? read : UNKNOWN;
 }

@@ -38,6 +38,14 @@ export async function abandonRun(
 ): Promise<boolean> {
   const { keys } = store;
   const layout = indexLayout(keys, run, proof.kind === "proven" ? [...ABANDON_STATUSES, "rebuilt"] : ABANDON_STATUSES);
+  // A proven close marks its version: the record's idempotency key, read only then (rare).
+  const lane = provenLane(
+    keys,
+    run.runId,
+    proof,
+    proof.kind === "proven" ? await store.client.hget(keys.run(run.runId), "idempotencyKey") : null,
+    run,
+  );
   const reply = await runVariadicScript(
     store.client,
     RUN_ABANDON,
@@ -49,6 +57,7 @@ export async function abandonRun(
       keys.run(run.runId),
       keys.events,
       keys.workerRegistry,
+      ...lane.keys,
     ],
     layout.keys,
     [
@@ -63,9 +72,33 @@ export async function abandonRun(
       "",
       "",
       proofArg(proof),
+      lane.ttlMs,
     ],
   );
   return reply === RUN_REPLY.written;
+}
+
+/**
+ * What a close proven by `proof` marks (RUN_ABANDON KEYS[8], KEYS[9], ARGV[12]): the version's
+ * idempotency key and its lane, as the run's final write would have; the record's own key in
+ * their place (none) when not proven, or when the record has no idempotency key (a forced rebuild).
+ */
+function provenLane(
+  keys: RunStore["keys"],
+  runId: string,
+  proof: PublishProof,
+  idempotencyKey: string | null | undefined,
+  place: { rebuild?: string | null; tenant?: string | null },
+): { keys: [string, string]; ttlMs: number | "" } {
+  const none = keys.run(runId);
+  if (proof.kind !== "proven" || !proof.idempotencyTtlMs || !idempotencyKey) return { keys: [none, none], ttlMs: "" };
+  return {
+    keys: [
+      keys.idempotency(idempotencyKey),
+      place.rebuild ? keys.rebuiltNow(place.rebuild, place.tenant || null) : none,
+    ],
+    ttlMs: proof.idempotencyTtlMs,
+  };
 }
 
 /** In-flight records looked at per sweep and status (the running index holds only runs in flight). */
@@ -145,7 +178,8 @@ export async function closeAbandonedRuns(
     return [];
   }
   const lookup = client.pipeline();
-  for (const id of ids) lookup.hmget(keys.run(id), "workerId", "jobId", "rebuild", "tenant", PUBLISHING_FIELD);
+  for (const id of ids)
+    lookup.hmget(keys.run(id), "workerId", "jobId", "rebuild", "tenant", PUBLISHING_FIELD, "idempotencyKey");
   const replies = (await lookup.exec()) ?? [];
   const active = new Set(self?.activeJobIds() ?? []);
   // Its own runs whose job it no longer runs, and whose final write it sent: sent again (a Redis
@@ -203,11 +237,13 @@ export async function closeAbandonedRuns(
   const pipeline = scriptPipeline(client, [RUN_ABANDON]);
   const queued: string[] = [];
   ids.forEach((runId, i) => {
-    const [workerId, jobId, rebuild, tenant] = (replies[i]?.[1] as (string | null)[] | undefined) ?? [];
+    const [workerId, jobId, rebuild, tenant, , idempotencyKey] =
+      (replies[i]?.[1] as (string | null)[] | undefined) ?? [];
     if (!workerId || !jobId || resent.has(runId) || !closes(workerId, jobId)) return;
     const mine = workerId === self?.workerId;
     // Unknown: RUN_ABANDON leaves it for a later sweep, until PROOF_PATIENCE_MS after its check.
     const proof = proofs.get(runId) ?? UNPROVEN;
+    const lane = provenLane(keys, runId, proof, idempotencyKey, { rebuild, tenant });
     const layout = indexLayout(
       keys,
       runPlaceOf(rebuild, tenant),
@@ -224,6 +260,7 @@ export async function closeAbandonedRuns(
         self ? keys.workerHeartbeat(self.workerId) : keys.run(runId),
         keys.events,
         keys.workerRegistry,
+        ...lane.keys,
       ],
       layout.keys,
       [
@@ -240,6 +277,7 @@ export async function closeAbandonedRuns(
         self ? BEAT_STREAK.requiredMs : "",
         BEAT_STREAK.freshMs,
         proofArg(proof),
+        lane.ttlMs,
       ],
     );
     queued.push(runId);

@@ -33,7 +33,11 @@ export const publishedProof = (published: { fence: number; buildHash: string; pu
  * left to a later sweep).
  */
 export type PublishProof =
-  | { kind: "proven"; proof: string }
+  /**
+   * `idempotencyTtlMs`: how long its version counts as rebuilt (the rebuild's idempotency TTL): a
+   * close it proves marks the version and records its fence in the lane as its final write would.
+   */
+  | { kind: "proven"; proof: string; idempotencyTtlMs?: number }
   | { kind: "unproven" }
   | { kind: "unknown" }
   /** Not asked (its worker may be live, writing its own fence record): a marked record is left alone. */

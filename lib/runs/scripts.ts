@@ -769,18 +769,31 @@ return {${RUN_REPLY.began}, '', cancel}
 
 export const RUN_ABANDON = typedScript<number>()({
   command: "claimwatchRunAbandon",
-  keys: ["run", "openAttempt", "workerHeartbeat", "runCounters", "sweeperHeartbeat", "events", "workerRegistry"],
+  keys: [
+    "run",
+    "openAttempt",
+    "workerHeartbeat",
+    "runCounters",
+    "sweeperHeartbeat",
+    "events",
+    "workerRegistry",
+    "idempotency",
+    "rebuiltNow",
+  ],
   variadicKeys: true,
   lua: `
 --[[ Close an attempt nobody will finish: queued or running → aborted (or rebuilt: ARGV[11]),
-atomically (its steps still running closed too, and the live stream told).
+atomically (its steps still running closed too, and the live stream told). Closed rebuilt, its
+version is marked and its fence recorded in its lane as its final write would have (lanePublished).
 KEYS[1] run HASH   KEYS[2] openAttempt STRING of its job   KEYS[3] workerHeartbeat HASH of the
 worker the caller saw on the record   KEYS[4] runCounters HASH behind /metrics (lib/metrics/counters)
 KEYS[5] workerHeartbeat HASH of the sweeping worker (with ARGV[9])
 KEYS[6] events STREAM (lib/events): the record's event is written here
 KEYS[7] workerRegistry ZSET workerId → last heartbeat: a record whose worker is gone is closed as
   finished at its last beat (it ran until then, not until this close)
-KEYS[8 ..] indexes: ARGV[2] base indexes, then as many per status in ARGV[5]
+KEYS[8] idempotency STRING of the run's version (KEYS[1] again for none)
+KEYS[9] rebuiltNow HASH of the run's lane (KEYS[1] again for none): with a proven close
+KEYS[10 ..] indexes: ARGV[2] base indexes, then as many per status in ARGV[5]
 ARGV[1] runId   ARGV[2] n   ARGV[3] reason
 ARGV[4] workerId the caller saw: '' closes it whatever its worker; otherwise only if the record
   still names that worker and the worker's heartbeat has expired (on the Redis clock)
@@ -799,6 +812,8 @@ ARGV[11] what this run published (records.ts proofArg: a publishedProof "<fence>
   <publishedAt>", '?' not known, '-' not asked, '' unproven; lib/rebuilds/published-by-run.ts): a
   record whose mark it proves ends rebuilt; with '?' one that was about to publish is left alone
   until PROOF_PATIENCE_MS after its check, with '-' whatever its age (abandon)
+ARGV[12] idempotency TTL ms of a proven close ('' for none): the key is set to the run only if no
+  run holds it, and the lane follows RUN_WRITE's rules (below its newest recorded fence, nothing)
 Returns ${RUN_REPLY.written} aborted (or rebuilt, ARGV[11]) | ${RUN_REPLY.no} left alone (final, or its worker is live or changed, or the sweeper's streak too short or its last beat too old) | ${RUN_REPLY.missing} missing
 ]]
 ${COMMON}
@@ -822,8 +837,16 @@ elseif mayHavePublished(KEYS[1], ARGV[8]) then
 end
 -- Gone: its heartbeat was found expired above, or (closing whatever its worker) is now.
 local gone = ARGV[7] ~= '1' and (ARGV[4] ~= '' or workerGone(KEYS[1], ARGV[8]))
-local closed = abandon(KEYS[1], ARGV[1], ARGV[3], 8, tonumber(ARGV[2]), gone, KEYS[6], ARGV[11], gone and lastBeatOf(KEYS[1], KEYS[7]) or nil)
+local closed = abandon(KEYS[1], ARGV[1], ARGV[3], 10, tonumber(ARGV[2]), gone, KEYS[6], ARGV[11], gone and lastBeatOf(KEYS[1], KEYS[7]) or nil)
 if closed == 1 and redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
+if closed == 1 and ARGV[12] ~= '' and KEYS[8] ~= KEYS[1] and redis.call('HGET', KEYS[1], 'status') == 'rebuilt' then
+  local fence = tonumber(redis.call('HGET', KEYS[1], 'fence'))
+  if fence and KEYS[9] ~= KEYS[1] then
+    lanePublished(KEYS[9], KEYS[8], ARGV[1], fence, ARGV[12], true)
+  elseif fence then
+    redis.call('SET', KEYS[8], ARGV[1], 'PX', ARGV[12], 'NX')
+  end
+end
 if closed == 1 then return ${RUN_REPLY.written} end
 return ${RUN_REPLY.no}
 `,

@@ -35,7 +35,7 @@ import { RUN_STATUSES, type RunRecord, type RunStatus, type RunTrigger } from ".
 
 export interface RunStore {
   /** The main Redis. */
-  client: ScriptingClient;
+  client: ScriptingClient & Pick<Redis, "hget">;
   keys: RedisKeys;
   retention: RunRetention;
 }

@@ -732,6 +732,15 @@ test("an attempt that published, its worker gone before its final record was wri
       ),
     );
     assert.ok(!(record?.steps ?? []).some((step) => step.status === "running"), "no step left running");
+    // As its final write would have: its version counts as rebuilt, and its fence is the lane's
+    // (a late final write of an older publish cannot mark that version over it).
+    assert.ok(record?.idempotencyKey, "its version has an idempotency key");
+    const versionKey = bed.keys.idempotency(record.idempotencyKey);
+    assert.equal(await bed.main.get(versionKey), runId, "its version counts as rebuilt by it");
+    assert.deepEqual(await bed.main.hmget(bed.keys.rebuiltNow("unseen-publisher", null), "fence", "key"), [
+      pointer.fence,
+      versionKey,
+    ]);
     gated.release();
     await first;
     assert.equal((await readRun(bed.main, bed.keys, runId))?.status, "rebuilt", "its own late write changes nothing");
@@ -777,6 +786,8 @@ test("the sweep closes a dead worker's record that was about to publish rebuilt 
         `${mark[0]} ${mark[1]}`,
       );
       if (fenceRecord) await recordPublishedFence(outputDir, fenceRecord[0], fenceRecord[1]);
+      const versionKey = bed.keys.idempotency(`version-of-${jobId}`);
+      await bed.main.hset(bed.keys.run(identity.runId), "idempotencyKey", `version-of-${jobId}`);
       const publishedAt = await serverNow(bed.main); // after its start, before the close
       await bed.claims.hset(bed.keys.published(name), {
         fence: pointer[0],
@@ -799,15 +810,22 @@ test("the sweep closes a dead worker's record that was about to publish rebuilt 
         const recorded = await readPublishedFence(outputDir);
         assert.ok(recorded && recorded.fence >= mark[0], "the fence is on disk (recorded by the closer if need be)");
         assert.notEqual(await bed.main.zscore(bed.keys.runIndex({ status: "rebuilt" }), identity.runId), null);
+        // As its final write would have: its version counts as rebuilt, its fence is the lane's.
+        assert.equal(await bed.main.get(versionKey), identity.runId, `${jobId}: its version counts as rebuilt`);
+        assert.deepEqual(await bed.main.hmget(bed.keys.rebuiltNow("swept-publisher", null), "fence", "key"), [
+          String(mark[0]),
+          versionKey,
+        ]);
       } else {
         assert.match(record?.reason ?? "", /that build may be published/);
+        assert.equal(await bed.main.get(versionKey), null, `${jobId}: not marked rebuilt`);
         assert.equal((await bed.main.zscore(bed.keys.runIndex({ status: "aborted" }), identity.runId)) !== null, true);
       }
       assert.equal(await bed.main.zscore(bed.keys.runIndex({ status: "running" }), identity.runId), null);
     }
   } finally {
     await bed.claims.del(bed.keys.published(name));
-    await bed.main.del(bed.keys.workerHeartbeat("sweeper"));
+    await bed.main.del(bed.keys.workerHeartbeat("sweeper"), bed.keys.rebuiltNow("swept-publisher", null));
   }
 });
 
