@@ -2,7 +2,7 @@
 
 import { useQuery } from "@tanstack/react-query";
 import Link from "next/link";
-import { useState } from "react";
+import { useId, useRef, useState } from "react";
 import type { ApiRebuild, ApiRebuildDetail } from "@/lib/api/rebuilds";
 import { formatDurationMs } from "@/lib/ui/format";
 import { LIVE_POLL_MS, rebuildDetailQuery, rebuildHref } from "@/lib/ui/queries";
@@ -173,6 +173,8 @@ export function RebuildDetailView({
 function EntryCard({ entry, linkTenant }: { entry: ApiRebuild; linkTenant: boolean }) {
   const canOperate = useCanOperate();
   const [open, setOpen] = useState(false);
+  const panelId = useId();
+  const toggle = useRef<HTMLButtonElement>(null);
   const label = `${entry.name}${entry.tenant ? ` / ${entry.tenant}` : ""}`;
   const paused = entry.schedule?.paused ?? null;
   return (
@@ -195,7 +197,9 @@ function EntryCard({ entry, linkTenant }: { entry: ApiRebuild; linkTenant: boole
         {canOperate ? (
           <button
             type="button"
+            ref={toggle}
             aria-expanded={open}
+            aria-controls={open ? panelId : undefined}
             aria-label={`Rebuild now: ${label}`}
             onClick={() => setOpen(!open)}
             className="rounded bg-slate-900 px-2 py-1 text-xs font-medium text-white"
@@ -281,7 +285,14 @@ function EntryCard({ entry, linkTenant }: { entry: ApiRebuild; linkTenant: boole
       </dl>
       {open ? (
         <div className="rounded bg-slate-50 p-3">
-          <RebuildNowForm rebuild={entry} onDone={() => setOpen(false)} />
+          <RebuildNowForm
+            id={panelId}
+            rebuild={entry}
+            onDone={() => {
+              setOpen(false);
+              toggle.current?.focus();
+            }}
+          />
         </div>
       ) : null}
     </div>

@@ -2,7 +2,7 @@
 
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import Link from "next/link";
-import { useState } from "react";
+import { useId, useRef, useState } from "react";
 import type { ApiRebuild, ApiRebuildPage } from "@/lib/api/rebuilds";
 import {
   apiFetch,
@@ -84,6 +84,8 @@ export function RebuildsTable({ initial, initialQ = "" }: { initial: ApiRebuildP
 }
 
 function RebuildRow({ rebuild, open, onToggle }: { rebuild: ApiRebuild; open: boolean; onToggle: () => void }) {
+  const panelId = useId();
+  const toggle = useRef<HTMLButtonElement>(null);
   const canOperate = useCanOperate();
   const label = `${rebuild.name}${rebuild.tenant ? ` / ${rebuild.tenant}` : ""}`;
   return (
@@ -182,7 +184,9 @@ function RebuildRow({ rebuild, open, onToggle }: { rebuild: ApiRebuild; open: bo
           {canOperate ? (
             <button
               type="button"
+              ref={toggle}
               aria-expanded={open}
+              aria-controls={open ? panelId : undefined}
               aria-label={`Rebuild now: ${label}`}
               onClick={onToggle}
               className="rounded bg-slate-900 px-2 py-1 text-xs font-medium text-white"
@@ -195,7 +199,14 @@ function RebuildRow({ rebuild, open, onToggle }: { rebuild: ApiRebuild; open: bo
       {open ? (
         <tr className="bg-slate-50">
           <td colSpan={7} className="px-3 py-3">
-            <RebuildNowForm rebuild={rebuild} onDone={onToggle} />
+            <RebuildNowForm
+              id={panelId}
+              rebuild={rebuild}
+              onDone={() => {
+                onToggle();
+                toggle.current?.focus();
+              }}
+            />
           </td>
         </tr>
       ) : null}
@@ -210,8 +221,9 @@ const newRequestId = () => `ui-${crypto.randomUUID()}`;
  * Rebuild now: the preview says what would happen; a run the preview says will be skipped is
  * queued only through an explicit "Queue anyway". One request id per preview (version, force):
  * a second submit of the same preview — a double click, a resend — answers with the first job.
+ * `onDone` (Close, Escape) gives the focus back to the button that opened it.
  */
-export function RebuildNowForm({ rebuild, onDone }: { rebuild: ApiRebuild; onDone: () => void }) {
+export function RebuildNowForm({ id, rebuild, onDone }: { id: string; rebuild: ApiRebuild; onDone: () => void }) {
   const queryClient = useQueryClient();
   const [version, setVersion] = useState("");
   const [force, setForce] = useState(false);
@@ -245,6 +257,7 @@ export function RebuildNowForm({ rebuild, onDone }: { rebuild: ApiRebuild; onDon
   const skipped = p?.outcome === "skip";
   return (
     <form
+      id={id}
       className="flex flex-wrap items-end gap-3 text-sm"
       aria-label={`Rebuild ${rebuild.name}${rebuild.tenant ? ` / ${rebuild.tenant}` : ""} now`}
       onSubmit={(event) => {

@@ -107,10 +107,10 @@ export function RunCharts() {
             </button>
           ))}
         </div>
-        <label className="flex items-center gap-1 text-sm">
+        <label className="flex min-w-0 max-w-full items-center gap-1 text-sm">
           <span className="text-xs text-slate-600">Lanes</span>
           <select
-            className="rounded border border-slate-300 bg-white px-2 py-0.5"
+            className="max-w-full min-w-0 rounded border border-slate-300 bg-white px-2 py-0.5"
             value={rebuild ?? ""}
             onChange={(e) => setRebuild(e.target.value || null)}
           >
@@ -371,10 +371,10 @@ function TrendFrame(props: {
     <div className="space-y-2">
       <div className="flex flex-wrap items-center gap-3 text-sm">
         <h3 className="font-semibold">Duration trend</h3>
-        <label className="flex items-center gap-1">
+        <label className="flex min-w-0 max-w-full items-center gap-1">
           <span className="text-xs text-slate-600">Rebuild</span>
           <select
-            className="rounded border border-slate-300 bg-white px-2 py-0.5"
+            className="max-w-full min-w-0 rounded border border-slate-300 bg-white px-2 py-0.5"
             value={rebuild}
             onChange={(e) => props.onChoose(e.target.value)}
           >

@@ -82,10 +82,10 @@ export function RunsTable({ initial, initialFilter, initialCursor, rebuilds }: R
           // A search replaces the rebuild and tenant filters (the API takes one or the other).
           onSearch={(q) => change({ ...filter, q: q || undefined, rebuild: undefined, tenant: undefined })}
         />
-        <label className="flex flex-col">
+        <label className="flex min-w-0 max-w-full flex-col">
           <span className="text-xs text-slate-600">Rebuild</span>
           <select
-            className="rounded border border-slate-300 px-2 py-1"
+            className="max-w-full min-w-0 rounded border border-slate-300 px-2 py-1"
             value={filter.rebuild ?? ""}
             disabled={Boolean(filter.q)}
             title={filter.q ? "clear the search to pick one rebuild" : undefined}
@@ -97,10 +97,10 @@ export function RunsTable({ initial, initialFilter, initialCursor, rebuilds }: R
             ))}
           </select>
         </label>
-        <label className="flex flex-col">
+        <label className="flex min-w-0 max-w-full flex-col">
           <span className="text-xs text-slate-600">Tenant</span>
           <select
-            className="rounded border border-slate-300 px-2 py-1"
+            className="max-w-full min-w-0 rounded border border-slate-300 px-2 py-1"
             value={filter.tenant ?? ""}
             disabled={!tenants}
             onChange={(e) => change({ ...filter, tenant: e.target.value || undefined })}
@@ -111,10 +111,10 @@ export function RunsTable({ initial, initialFilter, initialCursor, rebuilds }: R
             ))}
           </select>
         </label>
-        <label className="flex flex-col">
+        <label className="flex min-w-0 max-w-full flex-col">
           <span className="text-xs text-slate-600">Status</span>
           <select
-            className="rounded border border-slate-300 px-2 py-1"
+            className="max-w-full min-w-0 rounded border border-slate-300 px-2 py-1"
             value={filter.status ?? ""}
             onChange={(e) => change({ ...filter, status: (e.target.value || undefined) as RunStatus | undefined })}
           >

@@ -256,3 +256,25 @@ test("a run page shows step output and a final status; parcels shows its build h
   expect((workers.workers[0] as { publishedBuilds?: string }).publishedBuilds).toBe("read-only");
   await shot(page, "workers", testInfo);
 });
+
+test("Rebuild now by keyboard: its button names the panel it opens; Escape or Close gives the focus back to that button", async ({
+  page,
+}) => {
+  const form = await openRebuildNow(page, "slow-archive");
+  const button = page.getByRole("button", { name: "Rebuild now: slow-archive" });
+  await expect(button).toHaveAttribute("aria-expanded", "true");
+  const panelId = await form.getAttribute("id");
+  expect(panelId).toBeTruthy();
+  await expect(button).toHaveAttribute("aria-controls", panelId!);
+  await form.getByLabel("Version (optional)").focus();
+  await page.keyboard.press("Escape");
+  await expect(form).toHaveCount(0);
+  await expect(button).toBeFocused();
+  await expect(button).toHaveAttribute("aria-expanded", "false");
+  await expect(button).not.toHaveAttribute("aria-controls");
+  // Open again from the keyboard; Close by its button.
+  await page.keyboard.press("Enter");
+  await form.getByRole("button", { name: "Close" }).click();
+  await expect(form).toHaveCount(0);
+  await expect(button).toBeFocused();
+});

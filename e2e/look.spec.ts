@@ -120,6 +120,19 @@ test.describe("as operator", () => {
           expect(box.x + box.width, `${path}: nav link off-screen`).toBeLessThanOrEqual(390);
         }
       }
+      // A picker holding a rebuild or tenant name of 64 characters (the longest allowed) stays on
+      // the screen: a select is as wide as its widest option (helper-110: the Runs page scrolled).
+      await page.goto(`${url}/runs`);
+      await expect(page.getByRole("heading", { level: 1 })).toBeVisible();
+      await expect(page.locator("main select").first()).toBeVisible();
+      const pickers = await page.evaluate(() => {
+        const selects = [...document.querySelectorAll<HTMLSelectElement>("main select")];
+        for (const select of selects) select.add(new Option("x".repeat(64), "long-name-option"));
+        return selects.length;
+      });
+      expect(pickers).toBeGreaterThanOrEqual(3);
+      const widened = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+      expect(widened, `/runs with 64-character names in its pickers overflows by ${widened} px`).toBeLessThanOrEqual(0);
       await page.goto(`${url}/rebuilds`);
       const button = page.getByRole("button", { name: "Rebuild now: slow-archive" });
       const box = (await button.boundingBox())!;
