@@ -38,7 +38,8 @@ export async function abandonRun(
 ): Promise<boolean> {
   const { keys } = store;
   const layout = indexLayout(keys, run, proof.kind === "proven" ? [...ABANDON_STATUSES, "rebuilt"] : ABANDON_STATUSES);
-  // A proven close marks its version: the record's idempotency key, read only then (rare).
+  // A proven close records its fence in its lane: the record's idempotency key (its version's
+  // mark, which another version's is told from), read only then (rare).
   const lane = provenLane(
     keys,
     run.runId,
@@ -79,9 +80,9 @@ export async function abandonRun(
 }
 
 /**
- * What a close proven by `proof` marks (RUN_ABANDON KEYS[8], KEYS[9], ARGV[12]): the version's
- * idempotency key and its lane, as the run's final write would have; the record's own key in
- * their place (none) when not proven, or when the record has no idempotency key (a forced rebuild).
+ * The lane a close proven by `proof` records its fence in (RUN_ABANDON KEYS[8], KEYS[9],
+ * ARGV[12]): its version's idempotency key (left as it is) and the lane HASH; the record's own key
+ * in their place (none) when not proven, or when the record has no idempotency key (a forced rebuild).
  */
 function provenLane(
   keys: RunStore["keys"],

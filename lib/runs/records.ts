@@ -34,8 +34,8 @@ export const publishedProof = (published: { fence: number; buildHash: string; pu
  */
 export type PublishProof =
   /**
-   * `idempotencyTtlMs`: how long its version counts as rebuilt (the rebuild's idempotency TTL): a
-   * close it proves marks the version and records its fence in the lane as its final write would.
+   * `idempotencyTtlMs`: the rebuild's idempotency TTL: a close it proves records its fence in its
+   * lane (kept at least that long), so that an older publish's late final write marks nothing.
    */
   | { kind: "proven"; proof: string; idempotencyTtlMs?: number }
   | { kind: "unproven" }

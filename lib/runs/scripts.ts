@@ -70,17 +70,24 @@ end
 -- the newest fence recorded, nothing (another publish came after it). Else the output serves it:
 -- another version's mark goes, and its own version is marked (SET ownKey runId PX ttl, NX when
 -- asked) unless a build of another version began since (that one publishes after it).
-local function lanePublished(laneKey, ownKey, runId, fence, ttlMs, nx)
+-- The first half alone (laneFenceSeen) records the fence and unmarks another version: true when
+-- the fence is not below the recorded one.
+local function laneFenceSeen(laneKey, ownKey, fence, ttlMs)
   laneHash(laneKey)
-  local lane = redis.call('HMGET', laneKey, 'fence', 'key', 'building')
-  if lane[1] and fence < tonumber(lane[1]) then return end
+  local lane = redis.call('HMGET', laneKey, 'fence', 'key')
+  if lane[1] and fence < tonumber(lane[1]) then return false end
   redis.call('HSET', laneKey, 'fence', fence)
   if lane[2] and lane[2] ~= ownKey then
     redis.call('DEL', lane[2])
     redis.call('HDEL', laneKey, 'key')
   end
   if redis.call('PTTL', laneKey) < tonumber(ttlMs) then redis.call('PEXPIRE', laneKey, ttlMs) end
-  if lane[3] and lane[3] ~= ownKey then return end
+  return true
+end
+local function lanePublished(laneKey, ownKey, runId, fence, ttlMs, nx)
+  if not laneFenceSeen(laneKey, ownKey, fence, ttlMs) then return end
+  local building = redis.call('HGET', laneKey, 'building')
+  if building and building ~= ownKey then return end
   if nx then redis.call('SET', ownKey, runId, 'PX', ttlMs, 'NX') else redis.call('SET', ownKey, runId, 'PX', ttlMs) end
   redis.call('HSET', laneKey, 'key', ownKey)
 end
@@ -784,14 +791,17 @@ export const RUN_ABANDON = typedScript<number>()({
   lua: `
 --[[ Close an attempt nobody will finish: queued or running → aborted (or rebuilt: ARGV[11]),
 atomically (its steps still running closed too, and the live stream told). Closed rebuilt, its
-version is marked and its fence recorded in its lane as its final write would have (lanePublished).
+fence is recorded in its lane and another version's mark dropped (laneFenceSeen), but its own
+version is not marked: the proof was read from the claims Redis before this write, and a publish
+of another version since (its final write not landed yet) is in no lane field, so a mark here
+could skip a request the output no longer serves (review helper-118). A build not needed, at most.
 KEYS[1] run HASH   KEYS[2] openAttempt STRING of its job   KEYS[3] workerHeartbeat HASH of the
 worker the caller saw on the record   KEYS[4] runCounters HASH behind /metrics (lib/metrics/counters)
 KEYS[5] workerHeartbeat HASH of the sweeping worker (with ARGV[9])
 KEYS[6] events STREAM (lib/events): the record's event is written here
 KEYS[7] workerRegistry ZSET workerId → last heartbeat: a record whose worker is gone is closed as
   finished at its last beat (it ran until then, not until this close)
-KEYS[8] idempotency STRING of the run's version (KEYS[1] again for none)
+KEYS[8] idempotency STRING of the run's version (KEYS[1] again for none): its own mark stays
 KEYS[9] rebuiltNow HASH of the run's lane (KEYS[1] again for none): with a proven close
 KEYS[10 ..] indexes: ARGV[2] base indexes, then as many per status in ARGV[5]
 ARGV[1] runId   ARGV[2] n   ARGV[3] reason
@@ -812,8 +822,8 @@ ARGV[11] what this run published (records.ts proofArg: a publishedProof "<fence>
   <publishedAt>", '?' not known, '-' not asked, '' unproven; lib/rebuilds/published-by-run.ts): a
   record whose mark it proves ends rebuilt; with '?' one that was about to publish is left alone
   until PROOF_PATIENCE_MS after its check, with '-' whatever its age (abandon)
-ARGV[12] idempotency TTL ms of a proven close ('' for none): the key is set to the run only if no
-  run holds it, and the lane follows RUN_WRITE's rules (below its newest recorded fence, nothing)
+ARGV[12] idempotency TTL ms of a proven close ('' for none): how long the lane lives at least;
+  below the lane's newest recorded fence, nothing
 Returns ${RUN_REPLY.written} aborted (or rebuilt, ARGV[11]) | ${RUN_REPLY.no} left alone (final, or its worker is live or changed, or the sweeper's streak too short or its last beat too old) | ${RUN_REPLY.missing} missing
 ]]
 ${COMMON}
@@ -839,13 +849,9 @@ end
 local gone = ARGV[7] ~= '1' and (ARGV[4] ~= '' or workerGone(KEYS[1], ARGV[8]))
 local closed = abandon(KEYS[1], ARGV[1], ARGV[3], 10, tonumber(ARGV[2]), gone, KEYS[6], ARGV[11], gone and lastBeatOf(KEYS[1], KEYS[7]) or nil)
 if closed == 1 and redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
-if closed == 1 and ARGV[12] ~= '' and KEYS[8] ~= KEYS[1] and redis.call('HGET', KEYS[1], 'status') == 'rebuilt' then
+if closed == 1 and ARGV[12] ~= '' and KEYS[9] ~= KEYS[1] and redis.call('HGET', KEYS[1], 'status') == 'rebuilt' then
   local fence = tonumber(redis.call('HGET', KEYS[1], 'fence'))
-  if fence and KEYS[9] ~= KEYS[1] then
-    lanePublished(KEYS[9], KEYS[8], ARGV[1], fence, ARGV[12], true)
-  elseif fence then
-    redis.call('SET', KEYS[8], ARGV[1], 'PX', ARGV[12], 'NX')
-  end
+  if fence then laneFenceSeen(KEYS[9], KEYS[8], fence, ARGV[12]) end
 end
 if closed == 1 then return ${RUN_REPLY.written} end
 return ${RUN_REPLY.no}

@@ -713,6 +713,9 @@ test("an attempt that published, its worker gone before its final record was wri
     ]);
     const pointer = await bed.claims.hgetall(bed.keys.published(claimOf("unseen-publisher")));
     assert.equal(pointer.runId, runId, "the claims Redis names the run");
+    // Another version was the lane's mark before this publish (its final write never came).
+    await bed.main.set(bed.keys.idempotency("another-version"), "an-earlier-run");
+    await bed.main.hset(bed.keys.rebuiltNow("unseen-publisher", null), "key", bed.keys.idempotency("another-version"));
     // The next attempt: cancelled before it starts (it ends at its first record), which closes the previous one.
     const controller = new AbortController();
     controller.abort(CANCEL_ABORT_REASON);
@@ -732,15 +735,16 @@ test("an attempt that published, its worker gone before its final record was wri
       ),
     );
     assert.ok(!(record?.steps ?? []).some((step) => step.status === "running"), "no step left running");
-    // As its final write would have: its version counts as rebuilt, and its fence is the lane's
-    // (a late final write of an older publish cannot mark that version over it).
+    // Its fence is the lane's (a late final write of an older publish cannot mark that version over
+    // it), and another version's mark is dropped; its own version is not marked (review helper-118:
+    // the proof may be older than a publish of another version whose final write has not landed).
     assert.ok(record?.idempotencyKey, "its version has an idempotency key");
-    const versionKey = bed.keys.idempotency(record.idempotencyKey);
-    assert.equal(await bed.main.get(versionKey), runId, "its version counts as rebuilt by it");
+    assert.equal(await bed.main.get(bed.keys.idempotency(record.idempotencyKey)), null, "not marked by the close");
     assert.deepEqual(await bed.main.hmget(bed.keys.rebuiltNow("unseen-publisher", null), "fence", "key"), [
       pointer.fence,
-      versionKey,
+      null,
     ]);
+    assert.equal(await bed.main.get(bed.keys.idempotency("another-version")), null, "another version unmarked");
     gated.release();
     await first;
     assert.equal((await readRun(bed.main, bed.keys, runId))?.status, "rebuilt", "its own late write changes nothing");
@@ -788,6 +792,10 @@ test("the sweep closes a dead worker's record that was about to publish rebuilt 
       if (fenceRecord) await recordPublishedFence(outputDir, fenceRecord[0], fenceRecord[1]);
       const versionKey = bed.keys.idempotency(`version-of-${jobId}`);
       await bed.main.hset(bed.keys.run(identity.runId), "idempotencyKey", `version-of-${jobId}`);
+      // Another version is the lane's mark: a proven close drops it.
+      const otherKey = bed.keys.idempotency(`other-than-${jobId}`);
+      await bed.main.set(otherKey, "an-earlier-run");
+      await bed.main.hset(bed.keys.rebuiltNow("swept-publisher", null), "key", otherKey);
       const publishedAt = await serverNow(bed.main); // after its start, before the close
       await bed.claims.hset(bed.keys.published(name), {
         fence: pointer[0],
@@ -810,18 +818,19 @@ test("the sweep closes a dead worker's record that was about to publish rebuilt 
         const recorded = await readPublishedFence(outputDir);
         assert.ok(recorded && recorded.fence >= mark[0], "the fence is on disk (recorded by the closer if need be)");
         assert.notEqual(await bed.main.zscore(bed.keys.runIndex({ status: "rebuilt" }), identity.runId), null);
-        // As its final write would have: its version counts as rebuilt, its fence is the lane's.
-        assert.equal(await bed.main.get(versionKey), identity.runId, `${jobId}: its version counts as rebuilt`);
+        // Its fence is the lane's, another version's mark is dropped, its own is not set.
         assert.deepEqual(await bed.main.hmget(bed.keys.rebuiltNow("swept-publisher", null), "fence", "key"), [
           String(mark[0]),
-          versionKey,
+          null,
         ]);
+        assert.equal(await bed.main.get(otherKey), null, `${jobId}: another version unmarked`);
       } else {
         assert.match(record?.reason ?? "", /that build may be published/);
-        assert.equal(await bed.main.get(versionKey), null, `${jobId}: not marked rebuilt`);
+        assert.equal(await bed.main.get(otherKey), "an-earlier-run", `${jobId}: the lane untouched`);
         assert.equal((await bed.main.zscore(bed.keys.runIndex({ status: "aborted" }), identity.runId)) !== null, true);
       }
       assert.equal(await bed.main.zscore(bed.keys.runIndex({ status: "running" }), identity.runId), null);
+      assert.equal(await bed.main.get(versionKey), null, `${jobId}: its version not marked by the close`);
     }
   } finally {
     await bed.claims.del(bed.keys.published(name));

@@ -16,6 +16,7 @@ import { listRunSummaries, listRuns } from "../../lib/runs/list";
 import {
   DEFAULT_RETENTION,
   logDroppedLine,
+  publishedProof,
   readRun,
   readRunLog,
   RUN_LOG_LINES,
@@ -238,6 +239,56 @@ test("a late mark of a version whose publish came before another version's build
   // A lower fence after it (an older publish's late write) changes nothing.
   await publish(x, "h-a", 5);
   assert.equal(await client.get(keys.idempotency("h-a")), null);
+});
+
+test("a run closed rebuilt from the proof of its publish records its fence in its lane and marks nothing: a request of its version begun since still builds (review helper-118)", async () => {
+  const keys = redisKeys(uniquePrefix());
+  const store = storeOf(keys);
+  const begin = async (jobId: string, key: string) => {
+    const run = attempt(jobId, 1);
+    assert.equal(
+      (await beginAttempt(store, run, { mode: { kind: "check", idempotencyKey: key }, builds: key })).status,
+      "began",
+    );
+    await client.hset(keys.run(run.runId), "idempotencyKey", key);
+    return run;
+  };
+  // A1 builds A and publishes with fence 5 (the claims Redis names it); its worker is killed
+  // before its final write.
+  const a1 = await begin("proof-a1", "h-a");
+  const build = "ab".repeat(16);
+  assert.equal(await writeRun(store, a1, { fields: { publishing: `5 ${build}` } }), "written");
+  // B begins, then A is asked for again (the lane's newest build); B publishes with fence 6, its
+  // final write not landed yet. A1 is closed from a proof read before B's publish.
+  await begin("proof-b", "h-b");
+  await begin("proof-a3", "h-a");
+  const proof = {
+    kind: "proven" as const,
+    proof: publishedProof({ fence: 5, buildHash: build, publishedAt: await serverNow(client) }),
+    idempotencyTtlMs: 60_000,
+  };
+  assert.equal(await abandonRun(store, a1, "its worker stopped", proof), true);
+  assert.equal((await readRun(client, keys, a1.runId))?.status, "rebuilt");
+  assert.equal(await client.hget(keys.rebuiltNow("tiles", "acme"), "fence"), "5", "its fence is the lane's");
+  assert.equal(await client.get(keys.idempotency("h-a")), null, "A is not marked: the output is about to serve B");
+  assert.equal(
+    (
+      await beginAttempt(store, attempt("proof-a4", 1), {
+        mode: { kind: "check", idempotencyKey: "h-a" },
+        builds: "h-a",
+      })
+    ).status,
+    "began",
+    "a request for A builds",
+  );
+  // An older publish's late final write after it (fence 4) marks nothing.
+  const old = await begin("proof-old", "h-z");
+  await writeRun(store, old, {
+    status: "rebuilt",
+    fields: { fence: 4 },
+    idempotency: { change: "set", key: "h-z", ttlMs: 60_000, fence: 4 },
+  });
+  assert.equal(await client.get(keys.idempotency("h-z")), null, "below the lane's fence: not marked");
 });
 
 test("a write to a record that is gone recreates nothing; a move outside the transitions is refused", async () => {
