@@ -210,10 +210,12 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
     const t = run?.finishedAt ?? pointerSeenAt.get(id) ?? Number.POSITIVE_INFINITY;
     publishesOf.set(label, [...(publishesOf.get(label) ?? []), { version, t }]);
     const fence = run?.fence ?? pointerFenceOf.get(id);
+    // Done by the earliest sight of it: a final write can land long after the publish (review helper-118).
+    const doneAt = Math.min(run?.finishedAt ?? Infinity, pointerSeenAt.get(id) ?? Infinity);
     if (typeof fence === "number")
       seenPublishesOf.set(label, [
         ...(seenPublishesOf.get(label) ?? []),
-        { version, fence, doneAt: t, ...(run?.startedAt ? { beganAt: run.startedAt } : {}) },
+        { version, fence, doneAt, ...(run?.startedAt ? { beganAt: run.startedAt } : {}) },
       ]);
   }
 
@@ -500,8 +502,11 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
       : requestServed({
           publishes: seenPublishesOf.get(label) ?? [],
           version,
-          requestedAt: Number(trigger.t),
-          ...(last && last.status !== "rebuilt" && last.finishedAt ? { endedAt: last.finishedAt } : {}),
+          // First sent: a resend answered with the same job counts from the first (review helper-118).
+          requestedAt: Number(trigger.sentAt ?? trigger.t),
+          ...(last && last.status !== "rebuilt" && last.finishedAt
+            ? { ended: { from: last.startedAt ?? last.createdAt, at: last.finishedAt } }
+            : {}),
         });
     const published = served ? served.served : publishedVersions.has(key);
     if (!problem && (covered || published || failedVersions.has(key))) continue;

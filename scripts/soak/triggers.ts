@@ -133,7 +133,10 @@ export async function runTriggerStream(options: TriggerStreamOptions): Promise<v
     explicit = false,
   ): Promise<void> => {
     const versionless = HASHED_REBUILDS.has(ref.rebuild) && !explicit;
+    // When the request was first sent: an answer on a resend may come after its job published.
+    const sentAt = Date.now();
     const fields = {
+      sentAt,
       rebuild: ref.rebuild,
       tenant: ref.tenant ?? null,
       // What the job must read at least: the input's version now (a newer one may be on its way).
