@@ -141,6 +141,15 @@ const supervision = {
   giveUp: (reason: string, exitCode: number) => void shutdown(reason, exitCode),
   record: () => recordLauncherState(),
   say,
+  // A worker or web server started again that refuses the definitions file (edited into a bad
+  // state while they ran) waits for the file to change; everything else keeps serving.
+  configStamp: {
+    what: config.definitionsPath,
+    now: () => {
+      const stat = fs.statSync(config.definitionsPath);
+      return `${stat.ino}:${stat.size}:${stat.mtimeMs}:${stat.ctimeMs}`;
+    },
+  },
 };
 const worker = new Supervised({
   ...supervision,

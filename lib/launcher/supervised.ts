@@ -2,7 +2,9 @@
  * One child of `npm start` kept running (the worker, the web server, the embedded Redis): started
  * again when it exits on its own — when, and when to give up instead, is lib/launcher/restarts.ts.
  * The launcher (scripts/start.ts) owns the shutdown: `stop()` cancels a restart that is due,
- * waits for one under way, then stops the child.
+ * waits for one under way, then stops the child. A child that refuses its configuration (exit 2:
+ * the definitions file was edited into a bad state while it ran) is started again once the file
+ * changes, while the others keep serving (with `configStamp`; without it, everything stops).
  */
 import { CONFIG_EXIT_CODE } from "../config";
 import type { RedisServerHandle } from "../redis/embedded";
@@ -45,6 +47,13 @@ export interface SupervisedOptions {
   say: (line: string) => void;
   /** Whether an exit with CONFIG_EXIT_CODE means "refused its configuration" (not for Redis). */
   configExits?: boolean;
+  /**
+   * The configuration a refusal waits to change: what it is named in the line that says so, and a
+   * stamp of it now (e.g. its file's mtime and size). Without it a refusal stops everything, exit 2.
+   */
+  configStamp?: { what: string; now: () => string };
+  /** How often the stamp is read while a refusal waits (default 1 s). */
+  configPollMs?: number;
   /** When to start it again (default RESTART_POLICY). */
   policy?: RestartPolicy;
 }
@@ -55,10 +64,22 @@ export class Supervised {
   private timer: NodeJS.Timeout | undefined;
   private starting: Promise<void> | undefined;
 
+  /** The configuration's stamp when the current child was started: a refusal waits for another. */
+  private startedWith: string | undefined;
+
   constructor(private readonly options: SupervisedOptions) {
     this.budget = new RestartBudget(options.policy);
     this.current = options.first;
+    this.startedWith = this.configNow();
     this.watch(options.first);
+  }
+
+  private configNow(): string | undefined {
+    try {
+      return this.options.configStamp?.now();
+    } catch {
+      return undefined; // unreadable (being replaced): any later stamp is a change
+    }
   }
 
   private watch(running: Running): void {
@@ -69,11 +90,19 @@ export class Supervised {
 
   /** `what`: "the worker (pid 7) was killed by SIGKILL", or why a new one could not start. */
   private exited(running: Running, what: string, code: number | null): void {
-    const { label, stopping, giveUp, say } = this.options;
+    const { label, stopping, giveUp, say, configStamp } = this.options;
     if (stopping() || running !== this.current) return;
-    // A child that refused its configuration (exit 2, its one line above) would refuse it again.
+    // A child that refused its configuration (exit 2, its one line above) would refuse it again
+    // until the configuration changes: the others keep serving meanwhile (the dashboard says no
+    // worker is live), and it is started again once the configuration changes. Not a crash: not
+    // counted in the restart budget.
     if (code === CONFIG_EXIT_CODE && (this.options.configExits ?? true)) {
-      return giveUp(`the ${label} refused its configuration (above)`, CONFIG_EXIT_CODE);
+      if (!configStamp) return giveUp(`the ${label} refused its configuration (above)`, CONFIG_EXIT_CODE);
+      say(
+        `the ${label} (pid ${running.pid}) refused its configuration (above); everything else keeps running: ` +
+          `fix ${configStamp.what}, and the ${label} is started again once it changes`,
+      );
+      return this.whenConfigChanges(running, this.startedWith);
     }
     const decision = this.budget.exited(Date.now());
     if (!decision.restart)
@@ -86,15 +115,29 @@ export class Supervised {
     }, decision.delayMs);
   }
 
+  /** Starts the child again once the configuration differs from `refused` (the one it was started with). */
+  private whenConfigChanges(running: Running, refused: string | undefined): void {
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      if (this.options.stopping()) return;
+      const now = this.configNow();
+      if (now === undefined || now === refused) return this.whenConfigChanges(running, refused);
+      this.options.say(`${this.options.configStamp!.what} changed: starting the ${this.options.label} again`);
+      this.starting = this.start(running).finally(() => (this.starting = undefined));
+    }, this.options.configPollMs ?? 1_000);
+  }
+
   private async start(previous: Running): Promise<void> {
     const { label, startAgain, record, stopping, say } = this.options;
     let next: Running;
+    const startedWith = this.configNow();
     try {
       next = await startAgain();
     } catch (error) {
       return this.exited(previous, `the ${label} could not be started again (${(error as Error).message})`, null);
     }
     this.current = next;
+    this.startedWith = startedWith;
     // Recorded even when a stop began meanwhile (it stops `next` only after this start): a
     // launcher killed before then must leave nothing the next start cannot find.
     try {

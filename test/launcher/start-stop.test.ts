@@ -26,9 +26,9 @@ const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-launcher-"));
 after(() => fs.rmSync(dataDir, { recursive: true, force: true }));
 
 /** `npm start` on the shared data dir and a free port, with its embedded Redis (REDIS_URL unset). */
-async function spawnLauncher() {
+async function spawnLauncher(extraEnv: Record<string, string> = {}) {
   const port = await freePort();
-  const env: NodeJS.ProcessEnv = { ...process.env, PORT: String(port), CLAIMWATCH_DATA_DIR: dataDir };
+  const env: NodeJS.ProcessEnv = { ...process.env, PORT: String(port), CLAIMWATCH_DATA_DIR: dataDir, ...extraEnv };
   delete env.REDIS_URL;
   const launcher = spawn(process.execPath, ["--import", "tsx", "scripts/start.ts"], {
     env,
@@ -40,8 +40,9 @@ async function spawnLauncher() {
 async function runOnce(
   signal: NodeJS.Signals,
   body: (url: string, redisUrl: string, output: () => string) => Promise<void>,
+  extraEnv: Record<string, string> = {},
 ) {
-  const { port, launcher } = await spawnLauncher();
+  const { port, launcher } = await spawnLauncher(extraEnv);
   const exited = new Promise<number | null>((resolve) => launcher.once("exit", (code) => resolve(code)));
   let printed = "";
   launcher.stdout.on("data", (chunk: Buffer) => (printed += chunk.toString()));
@@ -167,6 +168,48 @@ test("npm start starts a killed worker, web server and embedded Redis again; the
     assert.deepEqual(health, { status: 200, workers: 1 }, output());
     assert.doesNotMatch(output(), /stopping worker/, "nothing was stopped");
   });
+});
+
+test("a worker started again that refuses its definitions file (edited into a bad state while it ran): the dashboard stays up, and the worker starts again once the file is fixed", async () => {
+  const configDir = fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-launcher-config-"));
+  const file = path.join(configDir, "claimwatch.yaml");
+  const good = fs.readFileSync("claimwatch.yaml", "utf8");
+  fs.writeFileSync(file, good);
+  try {
+    await runOnce(
+      "SIGTERM",
+      async (url, _redisUrl, output) => {
+        const said = (pattern: RegExp) => waitUntil(() => pattern.test(output()), 60_000);
+        // A typo saved while everything runs (nothing reads it yet), then the worker dies (kill -9).
+        fs.writeFileSync(file, good.replace(/^rebuilds:/m, "rebuildz:"));
+        const worker = childPid("worker")!;
+        process.kill(worker, "SIGKILL");
+        await said(
+          /the worker \(pid \d+\) refused its configuration \(above\); everything else keeps running: fix .*claimwatch\.yaml, and the worker is started again once it changes/,
+        );
+        // The dashboard answers, and says no worker is live.
+        let health = await healthOf(url);
+        for (let i = 0; i < 150 && !(health.status === 200 && health.workers === 0); i++) {
+          await new Promise((r) => setTimeout(r, 200));
+          health = await healthOf(url);
+        }
+        assert.deepEqual(health, { status: 200, workers: 0 }, output());
+        // Fixed: the worker starts again and beats.
+        fs.writeFileSync(file, good);
+        await said(/claimwatch\.yaml changed: starting the worker again/);
+        await said(/the worker is running again \(pid \d+\)/);
+        for (let i = 0; i < 300 && !(health.status === 200 && health.workers === 1); i++) {
+          await new Promise((r) => setTimeout(r, 200));
+          health = await healthOf(url);
+        }
+        assert.deepEqual(health, { status: 200, workers: 1 }, output());
+        assert.doesNotMatch(output(), /stopping worker/, "nothing was stopped");
+      },
+      { CLAIMWATCH_CONFIG: file },
+    );
+  } finally {
+    fs.rmSync(configDir, { recursive: true, force: true });
+  }
 });
 
 test("npm start stops everything when a child keeps exiting (a crash loop), exit 1", async () => {

@@ -1,7 +1,8 @@
 /**
  * npm start's supervision of one child (lib/launcher/supervised.ts), with stand-in children (the
- * launcher test kills real ones): started again after an exit, given up on in a crash loop or a
- * refused configuration, and never started again once the launcher stops.
+ * launcher test kills real ones): started again after an exit, given up on in a crash loop (or a
+ * refused configuration when there is no configuration to watch; else started again once it
+ * changes), and never started again once the launcher stops.
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
@@ -28,7 +29,7 @@ function child(pid: number) {
   return running;
 }
 
-function bed(options: { configExits?: boolean; failStarts?: number } = {}) {
+function bed(options: { configExits?: boolean; failStarts?: number; stamp?: () => string } = {}) {
   const lines: string[] = [];
   const gaveUp: [string, number][] = [];
   const started: ReturnType<typeof child>[] = [];
@@ -54,6 +55,7 @@ function bed(options: { configExits?: boolean; failStarts?: number } = {}) {
     say: (line) => lines.push(line),
     policy: FAST,
     ...(options.configExits === undefined ? {} : { configExits: options.configExits }),
+    ...(options.stamp ? { configStamp: { what: "claimwatch.yaml", now: options.stamp }, configPollMs: 5 } : {}),
   });
   return { supervised, first, started, lines, gaveUp, recorded, stop: () => (stopping = true) };
 }
@@ -98,6 +100,39 @@ test("a refused configuration (exit 2) is not retried: exit 2; unless the child'
   redis.first.end({ code: 2, signal: null });
   await sleep(30);
   assert.equal(redis.started.length, 1);
+});
+
+test("a refused configuration with a stamp to watch: the others keep running, it is started again once the configuration changes (not a crash)", async () => {
+  let stamp = "v1";
+  const b = bed({ stamp: () => stamp });
+  b.first.end({ code: 2, signal: null });
+  await sleep(40);
+  assert.deepEqual(b.gaveUp, [], "nothing else is stopped");
+  assert.equal(b.started.length, 0, "not started again while the configuration is unchanged");
+  assert.equal(
+    b.lines[0],
+    "the worker (pid 1) refused its configuration (above); everything else keeps running: fix claimwatch.yaml, and the worker is started again once it changes",
+  );
+  stamp = "v2";
+  await sleep(40);
+  assert.equal(b.started.length, 1);
+  assert.equal(b.lines[1], "claimwatch.yaml changed: starting the worker again");
+  // Refused again, more often than the crash budget allows: still waiting, never given up on.
+  for (let i = 0; i < 4; i++) {
+    b.started[b.started.length - 1]!.end({ code: 2, signal: null });
+    stamp = `v${3 + i}`;
+    await sleep(40);
+  }
+  assert.equal(b.started.length, 5);
+  assert.deepEqual(b.gaveUp, []);
+  // A stop while it waits: nothing starts after it.
+  b.started[4]!.end({ code: 2, signal: null });
+  await sleep(20);
+  b.stop();
+  await b.supervised.stop(1_000);
+  stamp = "v9";
+  await sleep(40);
+  assert.equal(b.started.length, 5, "nothing started after the stop");
 });
 
 test("a start that fails counts as another end, named as such", async () => {
