@@ -601,13 +601,16 @@ KEYS[5] events STREAM (lib/events): the write's events go here, with it
 KEYS[6] runCounters HASH behind /metrics (lib/metrics/counters)
 KEYS[7] cancelRequest STRING: the job's operator cancel request (read only: returned, so the
   owner check before a publish also looks for a cancel in the same round trip)
-KEYS[8] rebuiltNow HASH of the run's lane (rebuild, tenant) (with 'set' only; KEYS[1] again
-  otherwise): the mark follows its rules (lanePublished)
+KEYS[8] rebuiltNow HASH of the run's lane (rebuild, tenant) (with 'set' or 'fence' only; KEYS[1]
+  again otherwise): the mark follows its rules (lanePublished; 'fence': laneFenceSeen)
 KEYS[9 ..] indexes (status moves only): ARGV[3] base indexes, then as many per status in ARGV[9]
 ARGV[1] runId   ARGV[2] record TTL ms   ARGV[3] n   ARGV[4] new status, '' for fields only
 ARGV[5] idempotency: 'set' (to runId, PX ARGV[6]) | 'del' (only if it names this runId: another
-  run's key stays) | ''   ARGV[6] idempotency TTL ms
-ARGV[7] with 'set': the fence the run published with ('' unknown: the key is set as it is)
+  run's key stays) | 'fence' (the fence recorded in the lane, another version's mark dropped, its
+  own version not marked: a final write sent again after Redis lost it, when the output may serve
+  a newer publish the lane no longer knows) | ''   ARGV[6] idempotency TTL ms
+ARGV[7] with 'set' or 'fence': the fence the run published with ('' unknown: with 'set' the key is
+  set as it is, with 'fence' nothing)
 ARGV[8] L: log lines that follow   ARGV[9] statuses with index keys
 ARGV[10] timeline counters of the run's place (JSON, timeline-counters.ts; '' without a status move)
 ARGV[11] the record's event (JSON, written when the record is written; '' for none)
@@ -643,6 +646,9 @@ if ARGV[5] == 'set' then
   else
     redis.call('SET', KEYS[4], runId, 'PX', ARGV[6])
   end
+elseif ARGV[5] == 'fence' then
+  local fence = tonumber(ARGV[7])
+  if fence and KEYS[8] ~= KEYS[1] then laneFenceSeen(KEYS[8], KEYS[4], fence, ARGV[6]) end
 elseif ARGV[5] == 'del' and redis.call('GET', KEYS[4]) == runId then
   redis.call('DEL', KEYS[4])
 end

@@ -369,7 +369,12 @@ export interface RunWrite {
   fields?: Partial<RunRecord>;
   logLines?: readonly string[];
   /** `fence`, with `set`: the fence the run published with (the newest publish counts as rebuilt: RUN_WRITE). */
-  idempotency?: { change: "set" | "del"; key: string; ttlMs: number; fence?: number };
+  /**
+   * `set` marks the version rebuilt by this run (its lane's rules, with `fence`); `fence` only
+   * records `fence` in the lane and drops another version's mark (a final write sent again after
+   * Redis lost it: the output may serve a newer publish by then); `del` unmarks it if it names this run.
+   */
+  idempotency?: { change: "set" | "fence" | "del"; key: string; ttlMs: number; fence?: number };
   /**
    * Names the write (stored in the record): the same write asked again once it was applied (a
    * retry after an error, a command resent after a reconnect) writes nothing a second time.
@@ -494,7 +499,7 @@ export async function writeRunReading(
       keys.events,
       keys.metricsCounters,
       keys.cancelRequest(run.jobId),
-      write.idempotency?.change === "set" && run.rebuild
+      (write.idempotency?.change === "set" || write.idempotency?.change === "fence") && run.rebuild
         ? keys.rebuiltNow(run.rebuild, run.tenant)
         : keys.run(run.runId),
     ],
@@ -506,7 +511,9 @@ export async function writeRunReading(
       write.status ?? "",
       write.idempotency?.change ?? "",
       write.idempotency?.ttlMs ?? 0,
-      write.idempotency?.change === "set" ? (write.idempotency.fence ?? "") : "",
+      write.idempotency?.change === "set" || write.idempotency?.change === "fence"
+        ? (write.idempotency.fence ?? "")
+        : "",
       lines.length,
       layout.statuses,
       write.status ? timelineSpec(keys, run, retention) : "",
@@ -577,12 +584,18 @@ function rememberFinal(store: RunStore, run: RunRef, write: RunWrite): (result: 
 
 /**
  * Sends again the final write this process sent lately for `runId` (without its log lines):
- * what the script said, or null when none is kept (never sent here, or too long ago).
+ * what the script said, or null when none is kept (never sent here, or too long ago). A version
+ * the write marked rebuilt is not marked again, only its fence recorded in the lane: the output
+ * may serve a newer publish by now whose record the same loss took (black-box helper-116: a
+ * request for the older version was then skipped).
  */
 export async function resendFinalWrite(runId: string): Promise<WriteResult | null> {
   const sent = sentFinals.get(runId);
   if (!sent || performance.now() - sent.at > SENT_FINALS_KEPT_MS) return null;
-  const result = await writeRun(sent.store, sent.run, sent.write);
+  const { idempotency } = sent.write;
+  const write: RunWrite =
+    idempotency?.change === "set" ? { ...sent.write, idempotency: { ...idempotency, change: "fence" } } : sent.write;
+  const result = await writeRun(sent.store, sent.run, write);
   sent.answered = result;
   return result;
 }

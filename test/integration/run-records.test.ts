@@ -768,6 +768,40 @@ test("a final record the main Redis lost (a failover) is written again by its wo
   assert.equal((await readRun(client, keys, b1.runId))?.status, "aborted");
 });
 
+test("a final write sent again after the main Redis lost it records its fence in the lane but does not mark its version again: the output may serve a newer publish the same loss took (black-box helper-116)", async () => {
+  const keys = redisKeys(uniquePrefix());
+  const store = storeOf(keys);
+  const a1 = attempt("resent-older", 1, "self");
+  const begun = await beginOwnedAttempt(store, a1, { mode: { kind: "running" } });
+  await client.hset(keys.workerHeartbeat("self"), "id", "self");
+  const lose = await snapshotPrefix(keys);
+  const recorder = new RunRecorder(store, a1);
+  recorder.ownedBy(begun.beginId);
+  assert.equal(
+    await recorder.finish(
+      "rebuilt",
+      { buildHash: "b-s8", fence: 32 },
+      { change: "set", key: "h-s8", ttlMs: 60_000, fence: 32 },
+    ),
+    "written",
+  );
+  assert.equal(await client.get(keys.idempotency("h-s8")), a1.runId);
+  // s9 published after it with fence 34; a crash of the main Redis took both records, the marks
+  // and the lane (the output serves s9: the claims Redis and the disk say so).
+  await lose();
+  const sweeper = { workerId: "self", activeJobIds: () => [], resendFinal: resendFinalWrite };
+  assert.deepEqual(await closeAbandonedRuns(store, sweeper), [], "written again, not closed as abandoned");
+  assert.equal((await readRun(client, keys, a1.runId))?.status, "rebuilt");
+  assert.equal(await client.get(keys.idempotency("h-s8")), null, "s8 not marked again");
+  assert.equal(await client.hget(keys.rebuiltNow("tiles", "acme"), "fence"), "32", "its fence is the lane's");
+  assert.equal(
+    (await beginAttempt(store, attempt("resent-s8-again", 1), { mode: { kind: "check", idempotencyKey: "h-s8" } }))
+      .status,
+    "began",
+    "a request for s8 builds",
+  );
+});
+
 test("the sweep closes in-flight runs of workers without a heartbeat, and the sweeping worker's own whose job it no longer runs; only those", async () => {
   const keys = redisKeys(uniquePrefix());
   const store = storeOf(keys);
