@@ -12,6 +12,7 @@ import { serverNow } from "../redis/time";
 import { outputDirOf, tenantsOf, type Definitions, type RebuildDefinition } from "./definitions";
 import { buildDirOf, readCurrent, BUILD_HASH } from "./output";
 import { pointCurrentAtRecord, readPublishedFence, recordPublishedFence } from "./published-fence";
+import { recordCurrentLag, type CurrentLagOutcome } from "./current-lag";
 
 /** How old a published pointer must be before `current` is made to follow it. */
 export const REPAIR_AFTER_MS = 10_000;
@@ -29,21 +30,28 @@ export type OnMadeCurrent = (made: {
 }) => Promise<string | null>;
 
 export async function repairCurrentLinks(
-  client: ScriptingClient & Pick<Redis, "hgetall" | "time">,
+  client: ScriptingClient & Pick<Redis, "hgetall" | "time" | "hget" | "hset" | "hdel">,
   keys: RedisKeys,
   definitions: Definitions,
   onMadeCurrent?: OnMadeCurrent,
 ): Promise<string[]> {
   const repaired: string[] = [];
+  // Each output's `current`: following its published build, or lagging because repair fails
+  // (recorded for the health report: current-lag.ts).
+  const outcomes: CurrentLagOutcome[] = [];
   // publishedAt is on the claims server's clock: judge its age by that clock, not this host's.
   const now = await serverNow(client);
   const checks: Promise<void>[] = [];
   for (const definition of definitions.rebuilds.values()) {
     for (const tenant of tenantsOf(definition)) {
+      const outputDir = outputDirOf(definition, tenant);
+      let lagging: { fence: number; build: string } | undefined;
+      const lags = (reason: string) => {
+        if (lagging) outcomes.push({ outputDir, lag: { reason, ...lagging } });
+      };
       checks.push(
         (async () => {
           const name = claimName(definition.claimPath, tenant);
-          const outputDir = outputDirOf(definition, tenant);
           let published = await readPublished(client, keys, name);
           // The claims Redis forgot a publish this output recorded durably: put the pointer back.
           const durable = await readPublishedFence(outputDir);
@@ -76,7 +84,8 @@ export async function repairCurrentLinks(
           // This machine may not hold that build (outputs on local disks): nothing to repair here.
           if (!fs.existsSync(buildDirOf(outputDir, published.value))) return;
           const current = await readCurrent(outputDir);
-          if (current === published.value) return;
+          if (current === published.value) return void outcomes.push({ outputDir, lag: null });
+          lagging = { fence: published.fence, build: published.value };
           // A pointer older than the fence this output is known to have published means the
           // claims Redis lost writes: `current` never moves back to it (published-fence.ts).
           if (durable && published.fence < durable.fence) {
@@ -92,6 +101,9 @@ export async function repairCurrentLinks(
               (error: unknown) => String(error),
             );
             if (typeof recorded === "string" || recorded.status !== "recorded") {
+              lags(
+                `its fence record could not be written: ${typeof recorded === "string" ? recorded : recorded.status}`,
+              );
               repaired.push(
                 `NOT repairing ${outputDir}/current: the published fence ${published.fence} (${published.value}) could not be recorded beside it: ${typeof recorded === "string" ? recorded : recorded.status}`,
               );
@@ -102,6 +114,7 @@ export async function repairCurrentLinks(
           // since is its publisher's to point `current` at (a swap now would put it back).
           const record = await readPublishedFence(outputDir);
           if (record?.fence === published.fence && record.hash === "") {
+            lags("its fence record cannot be read");
             repaired.push(
               `NOT repairing ${outputDir}/current: the record of fence ${published.fence} cannot be read (a failing disk?)`,
             );
@@ -109,6 +122,7 @@ export async function repairCurrentLinks(
           }
           if (record?.fence !== published.fence || record.hash !== published.value) return;
           await pointCurrentAtRecord(outputDir, published.fence, published.value);
+          outcomes.push({ outputDir, lag: null });
           repaired.push(
             `repaired ${outputDir}/current: ${current ?? "(none)"} -> ${published.value} (fence ${published.fence})`,
           );
@@ -125,11 +139,15 @@ export async function repairCurrentLinks(
           }
         })().catch((error: unknown) => {
           // One output's failing disk (its record unreadable) holds up no other output.
-          repaired.push(`NOT repairing ${outputDirOf(definition, tenant)}: ${String(error)}`);
+          lags(String(error));
+          repaired.push(`NOT repairing ${outputDir}: ${String(error)}`);
         }),
       );
     }
   }
   await Promise.all(checks);
+  await recordCurrentLag(client, keys, outcomes, now).catch((error: unknown) =>
+    repaired.push(`could not record which outputs' current lags behind their published build: ${String(error)}`),
+  );
   return repaired;
 }

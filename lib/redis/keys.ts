@@ -187,6 +187,13 @@ export function redisKeys(prefix: string) {
      * check finds the build whole again or gone (lib/rebuilds/build-integrity).
      */
     changedBuilds: `${tag}:builds-changed`,
+    /**
+     * HASH "<host> <output dir>" → JSON of an output whose `current` lags behind its published
+     * build because repair keeps failing there (a failing disk): since, at (last seen), reason,
+     * fence, build. Written by each worker's repair, cleared once `current` follows
+     * (lib/rebuilds/current-lag.ts). In the claims Redis, beside the pointers.
+     */
+    currentLagging: `${tag}:current-lagging`,
     /** STRING with a TTL: one worker re-hashes one output's `current` build per period. */
     buildCheckLease: (rebuild: string, tenant: string | undefined) => `${tag}:build-check:${rebuild}:${tenant ?? ""}`,
     /** ZSET runId → the scheduled tick it ran for (ms); a tick without a run is a missed one. */

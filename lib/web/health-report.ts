@@ -3,6 +3,8 @@ import { checkHealth, HEALTH_DEADLINE_MS, unconfiguredHealth, type HealthReport 
 import { triggerReplicaProblems } from "../health/redis-safety";
 import { missedTickProblems, staleClaimProblems, liveWorkerProblems } from "../health/operations";
 import { changedBuildProblems } from "../rebuilds/build-integrity";
+import { currentLagProblems } from "../rebuilds/current-lag";
+import { serverNow } from "../redis/time";
 import { getWebContext, type WebContext } from "./context";
 
 /** How often an anonymous probe starts the operational checks anew (load balancers probe often). */
@@ -78,16 +80,18 @@ export async function healthReportOf(
   return { ...report, problems: [...report.problems, ...problems], ...(alertsFiring ? { alertsFiring } : {}) };
 }
 
-const OPERATIONAL_CHECKS = "the checks for stale claims, missed ticks, changed builds and held-up workers";
+const OPERATIONAL_CHECKS =
+  "the checks for stale claims, missed ticks, changed builds, outputs whose current lags and held-up workers";
 export const OPERATIONAL_CHECKS_LATE = `${OPERATIONAL_CHECKS} did not answer within ${HEALTH_DEADLINE_MS / 1000} s (is the main Redis slow?)`;
 
-/** Stale claims, missed ticks, changed builds, held-up workers and firing alerts; each bounded by HEALTH_DEADLINE_MS. */
+/** Stale claims, missed ticks, changed builds, lagging outputs, held-up workers and firing alerts; each bounded by HEALTH_DEADLINE_MS. */
 function operationalChecks({ connections, definitions }: OperationalContext): Promise<Operational> {
   return answeredWithin(
     Promise.all([
       staleClaimProblems(connections.main, connections.claims, connections.keys),
       missedTickProblems(connections.main, connections.keys, definitions),
       changedBuildProblems(connections.main, connections.keys),
+      serverNow(connections.claims).then((now) => currentLagProblems(connections.claims, connections.keys, now)),
       liveWorkerProblems(connections.main, connections.keys),
     ]).then((lists) => lists.flat()),
     connections.main.hlen(connections.keys.alertsFiring),

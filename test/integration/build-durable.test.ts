@@ -26,6 +26,8 @@ import { createTestBed } from "../support/stack";
 import { startTestRedis, stopTestRedis, uniquePrefix } from "../support/redis";
 import { injectInto } from "../support/strace";
 import { until } from "../support/until";
+import { currentLagProblems } from "../../lib/rebuilds/current-lag";
+import { serverNow } from "../../lib/redis/time";
 
 const HOST = fileURLToPath(new URL("../support/promote-host.ts", import.meta.url));
 let root = "";
@@ -266,6 +268,15 @@ async function publishedWhileDiskFails(
   // Repair waits REPAIR_AFTER_MS (10 s) after a publish before it touches `current`; the next
   // attempt waits for its 2 s backoff.
   assert.equal(await readCurrent(outputDir), null, "current stays while the disk fails");
+  if (expect === "rebuilt") {
+    // Repair keeps failing while the disk does: the health report names the output (black-box
+    // helper-116: it said "No problems" while current lagged behind the published build).
+    const lagging = await until("the health report naming the lagging current", async () => {
+      const problems = await currentLagProblems(bed.claims, bed.keys, await serverNow(bed.claims));
+      return problems.find((p) => p.startsWith(`${outputDir}/current`)) ?? null;
+    });
+    assert.match(lagging, new RegExp(`still serves an older build than the published ${first.buildHash}`));
+  }
   stopTracer();
   if (expect === "rebuilt") {
     assert.equal(first.status, "rebuilt", `recorded ${first.status}: ${first.reason ?? ""}`);
@@ -289,6 +300,10 @@ async function publishedWhileDiskFails(
   while ((await readCurrent(outputDir)) !== published.buildHash && Date.now() < deadline)
     await new Promise((r) => setTimeout(r, 250));
   assert.equal(await readCurrent(outputDir), published.buildHash, "current follows the published build");
+  await until("the health report no longer naming the output", async () => {
+    const problems = await currentLagProblems(bed.claims, bed.keys, await serverNow(bed.claims));
+    return !problems.some((p) => p.startsWith(`${outputDir}/current`));
+  });
   const record = await readPublishedFence(outputDir);
   assert.ok(
     record && record.fence >= published.fence!,
