@@ -50,6 +50,15 @@ export const status: CommandSpec = {
         `claimwatch is ${report.ok ? "up" : "DOWN"}: Redis ${describeSource(context.connections.urls)}`,
         safety("Redis", report.redis),
         safety("Claims Redis", report.claimsRedis),
+        // What a crash of the claims Redis may lose, as the dashboard's banner always says it.
+        ...(report.claimsRedis.ok
+          ? [
+              `Claims Redis durability: ${report.claimsRedis.durability.level}: ${report.claimsRedis.durability.detail}` +
+                (report.claimsRedis.durability.level === "durable"
+                  ? ""
+                  : " (published fences are also kept beside each output, so a lost write cannot reissue a fence or roll back current)"),
+            ]
+          : []),
         `Workers: ${report.workers ?? "unknown"}`,
         ...(report.alertsFiring ? [`Alerts firing: ${report.alertsFiring}`] : []),
         ...(paused?.length

@@ -143,6 +143,8 @@ test("status --json is the health report: both Redis servers answer, a worker ru
   assert.equal(human.status, 0, human.stderr);
   assert.match(human.stdout, /^claimwatch is up: Redis from REDIS_URL$/m);
   assert.match(human.stdout, /^Workers: 1$/m);
+  // What a crash of the claims Redis may lose, as the banner always says it (black-box helper-116).
+  assert.match(human.stdout, /^Claims Redis durability: (durable|replicated|lossy|unknown): .+$/m);
 });
 
 test("trigger prints the preview, queues as the operator and is audited", async () => {
