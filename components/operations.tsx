@@ -164,6 +164,8 @@ export function RetryRunButton({ runId }: { runId: string }) {
           </>
         ) : result.status === "not-retryable" ? (
           `Not retried: the run is ${result.runStatus}.`
+        ) : result.status === "job-went-on" ? (
+          `Not retried: its job went on (attempt ${result.laterRunId} is ${result.laterStatus}).`
         ) : result.status === "unknown-rebuild" || result.status === "request-id-reused" ? (
           `Not retried: ${result.message}`
         ) : (

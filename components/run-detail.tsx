@@ -115,7 +115,8 @@ export function RunDetailView({ initial, id }: { initial: RunDetail | null; id: 
       ) : null,
     ],
   ];
-  const retryable = (RETRYABLE_STATUSES as readonly string[]).includes(run.status);
+  // Only the job's last attempt: one its job went on from is not retried (its next attempt is shown).
+  const retryable = (RETRYABLE_STATUSES as readonly string[]).includes(run.status) && !run.nextAttempt;
   return (
     <div className="space-y-4">
       <div className="flex flex-wrap items-start gap-3">

@@ -65,6 +65,12 @@ export const retry: CommandSpec = {
             `not retried: run ${runId} is ${result.runStatus}; only ${listed(RETRYABLE_STATUSES)} runs are retried (audit entry ${result.auditId})`,
             result,
           );
+        case "job-went-on":
+          return refused(
+            "job-went-on",
+            `not retried: run ${runId}'s job went on: its next attempt ${result.laterRunId} is ${result.laterStatus} (retry the job's last attempt if it did not rebuild; audit entry ${result.auditId})`,
+            result,
+          );
         case "unknown-rebuild":
         case "request-id-reused":
           return refused(result.status, `not retried: ${result.message} (audit entry ${result.auditId})`, result);

@@ -107,6 +107,11 @@ export function retryReply(result: RetryResult): Reply {
         result,
         `not retried: run ${result.runId} is ${result.runStatus}; only ${listed(RETRYABLE_STATUSES)} runs are retried`,
       );
+    case "job-went-on":
+      return refusal(
+        result,
+        `not retried: run ${result.runId}'s job went on: its next attempt ${result.laterRunId} is ${result.laterStatus} (retry the job's last attempt if it did not rebuild)`,
+      );
     case "unknown-rebuild":
     case "request-id-reused":
       return refusal(result, `not retried: ${result.message}`);

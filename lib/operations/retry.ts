@@ -1,6 +1,7 @@
 /**
  * An operator retries a run that ended without its result: failed, aborted (time limit) or
- * cancelled. The retry is a new job of the same rebuild, tenant and version, forced (the
+ * cancelled, and was its job's last attempt (an attempt its job went on from — retried by the
+ * queue, and maybe rebuilt since — is not retried: that would force a rebuild nobody needs). The retry is a new job of the same rebuild, tenant and version, forced (the
  * idempotency key must not skip it; the claim still applies), whose runs link back to the run
  * retried (`retryOf`). A run without a recorded version (it failed before its inputs were read)
  * is retried with the version of the inputs now. Audited.
@@ -13,6 +14,7 @@ import { triggerRebuild } from "../rebuilds/trigger";
 import type { RedisKeys } from "../redis/keys";
 import type { ScriptingClient } from "../redis/scripts";
 import { readRun } from "../runs/records";
+import { runIdOf } from "../runs/types";
 import { RETRYABLE_STATUSES } from "../runs/transitions";
 import type { RunStatus } from "../runs/types";
 
@@ -32,6 +34,8 @@ export type RetryResult =
   | { status: "not-found"; runId: string }
   /** The run is not failed, aborted or cancelled (still running, or it did its work). */
   | { status: "not-retryable"; runId: string; runStatus: RunStatus; auditId: string }
+  /** Its job went on: a later attempt began (`laterRunId`, now `laterStatus`); retry that one if need be. */
+  | { status: "job-went-on"; runId: string; laterRunId: string; laterStatus: RunStatus; auditId: string }
   /** Its rebuild or tenant is no longer in the definitions. */
   | { status: "unknown-rebuild"; runId: string; message: string; auditId: string }
   /** The request id named another request lately (lib/rebuilds/trigger): nothing queued. */
@@ -56,6 +60,11 @@ export async function retryRun(
   if (!(RETRYABLE_STATUSES as readonly RunStatus[]).includes(run.status)) {
     const auditId = await audit("refused", { outcome: "not-retryable", runStatus: run.status });
     return { status: "not-retryable", runId, runStatus: run.status, auditId };
+  }
+  const later = await readRun(main, keys, runIdOf(run.jobId, run.attempt + 1));
+  if (later) {
+    const auditId = await audit("refused", { outcome: "job-went-on", laterRunId: later.id, laterStatus: later.status });
+    return { status: "job-went-on", runId, laterRunId: later.id, laterStatus: later.status, auditId };
   }
   const result = await triggerRebuild(deps.queue, main, keys, deps.definitions, run.rebuild, {
     ...(run.tenant ? { tenant: run.tenant } : {}),

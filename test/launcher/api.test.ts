@@ -526,6 +526,14 @@ test("a refused operation is a 409 in the error shape, its outcome kept beside t
     importRunInto(seed, bed.keys, finishedRun(id, rebuild, status, at), DEFAULT_RETENTION);
   history("refusal-done", "slow", "rebuilt");
   history("refusal-retired", "retired", "failed"); // its rebuild is no longer defined
+  // A job whose first attempt failed and whose second rebuilt (the queue retried it).
+  history("refusal-went-on", "slow", "failed");
+  importRunInto(
+    seed,
+    bed.keys,
+    { ...finishedRun("refusal-went-on", "slow", "rebuilt", at + 1_000), id: "refusal-went-on-a2", attempt: 2 },
+    DEFAULT_RETENTION,
+  );
   await seed.exec();
 
   const rebuilt = await call("POST", "/api/runs/refusal-done-a1/retry", { reason: "once more" });
@@ -537,6 +545,15 @@ test("a refused operation is a 409 in the error shape, its outcome kept beside t
   );
   assert.equal(rebuilt.body.status, "not-retryable");
   assert.equal(rebuilt.body.runStatus, "rebuilt");
+  // An attempt its job went on from (helper-117: it queued a forced rebuild of an output its job had rebuilt).
+  const wentOn = await call("POST", "/api/runs/refusal-went-on-a1/retry", { reason: "once more" });
+  assertError(
+    wentOn,
+    409,
+    /^not retried: run refusal-went-on-a1's job went on: its next attempt refusal-went-on-a2 is rebuilt \(retry the job's last attempt if it did not rebuild\)$/,
+    "job-went-on",
+  );
+  assert.equal(wentOn.body.laterRunId, "refusal-went-on-a2");
   const retired = await call("POST", "/api/runs/refusal-retired-a1/retry", { reason: "once more" });
   assertError(retired, 409, /^not retried: .*retired/, "unknown-rebuild");
   assert.equal(retired.body.status, "unknown-rebuild");
