@@ -64,7 +64,19 @@ test("a link whose filter cannot be used says so above the list instead of listi
     await expect(problem, path).toContainText(path.includes("status") ? "status: must be one of" : "q: ");
     await expect(problem, path).toContainText("showing everything");
   }
+  // A bad cursor or limit is named too, as the API names it (helper-117: the pages ignored them).
+  for (const [path, text] of [
+    ["/claims?cursor=a%20b", "cursor: not a claim name"],
+    ["/claims?limit=-4", "limit: "],
+    ["/rebuilds?cursor=xx", "cursor: must be a cursor from a previous page"],
+    ["/rebuilds?limit=-4", "limit: "],
+  ] as const) {
+    await page.goto(`${url}${path}`);
+    await expect(page.getByTestId("link-problem"), path).toContainText(text);
+  }
   await page.goto(`${url}/rebuilds?q=incidents`);
+  await expect(page.getByTestId("link-problem")).toHaveCount(0);
+  await page.goto(`${url}/claims?q=incidents&limit=20`);
   await expect(page.getByTestId("link-problem")).toHaveCount(0);
 });
 

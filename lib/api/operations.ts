@@ -31,7 +31,8 @@ export async function cancelAsOperator(
   body: z.output<typeof cancelBody>,
   actor: string,
 ): Promise<CancelResult> {
-  if (!JOB_ID_PATTERN.test(jobId)) throw notFound("no such job");
+  // Named as an unknown job id is named (a not-found alike: nothing by that id), cut to a line.
+  if (!JOB_ID_PATTERN.test(jobId)) throw notFound(`no job ${JSON.stringify(jobId.slice(0, 80))}`);
   const { connections } = context;
   return cancelJob(
     { queue: context.queue, main: connections.main, keys: connections.keys },

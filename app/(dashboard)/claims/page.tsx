@@ -2,6 +2,8 @@ import { LinkProblem } from "@/components/link-problem";
 import { EndedClaims } from "@/components/claim-trail";
 import { ClaimsTable } from "@/components/claims-table";
 import { claimsQuery, getClaims, type ApiClaimPage } from "@/lib/api/claims";
+import { describeZodError } from "@/lib/api/errors";
+import { checkClaimName } from "@/lib/claims/name";
 import { getWebContext } from "@/lib/web/context";
 import { requireViewer } from "@/lib/web/identity";
 
@@ -14,10 +16,19 @@ export default async function ClaimsPage({
   searchParams: Promise<Record<string, string | string[]>>;
 }) {
   await requireViewer();
-  const raw = (await searchParams).q;
-  const parsed = claimsQuery.shape.q.safeParse(typeof raw === "string" ? raw : undefined);
+  const params = await searchParams;
+  const parsed = claimsQuery.shape.q.safeParse(typeof params.q === "string" ? params.q : undefined);
   const q = parsed.success ? (parsed.data ?? "") : "";
-  const linkProblem = parsed.success ? null : `q: ${parsed.error.issues[0]?.message ?? "not valid"}`;
+  // Every parameter of the link is checked as the API checks it (a bad cursor or limit too), and
+  // a problem is said above the list rather than ignored (black-box helper-117).
+  const whole = claimsQuery.safeParse(
+    Object.fromEntries(Object.entries(params).filter((e): e is [string, string] => typeof e[1] === "string")),
+  );
+  const linkProblem = !whole.success
+    ? describeZodError(whole.error).replace(/^body: /, "")
+    : whole.data.cursor !== undefined && !checkClaimName(whole.data.cursor).ok
+      ? "cursor: not a claim name"
+      : null;
   let initial: ApiClaimPage | null = null;
   try {
     initial = await getClaims(getWebContext(), { limit: 100, ...(q ? { q } : {}) });

@@ -1,5 +1,6 @@
 import { LinkProblem } from "@/components/link-problem";
 import { RebuildsTable } from "@/components/rebuilds-table";
+import { describeZodError } from "@/lib/api/errors";
 import { getRebuildsPage, rebuildsQuery, type ApiRebuildPage } from "@/lib/api/rebuilds";
 import { getWebContext } from "@/lib/web/context";
 import { requireViewer } from "@/lib/web/identity";
@@ -13,10 +14,15 @@ export default async function RebuildsPage({
   searchParams: Promise<Record<string, string | string[]>>;
 }) {
   await requireViewer();
-  const raw = (await searchParams).q;
-  const parsed = rebuildsQuery.shape.q.safeParse(typeof raw === "string" ? raw : undefined);
+  const params = await searchParams;
+  const parsed = rebuildsQuery.shape.q.safeParse(typeof params.q === "string" ? params.q : undefined);
   const q = parsed.success ? (parsed.data ?? "") : "";
-  const linkProblem = parsed.success ? null : `q: ${parsed.error.issues[0]?.message ?? "not valid"}`;
+  // Every parameter of the link is checked as the API checks it (a bad cursor or limit too), and
+  // a problem is said above the list rather than ignored (black-box helper-117).
+  const whole = rebuildsQuery.safeParse(
+    Object.fromEntries(Object.entries(params).filter((e): e is [string, string] => typeof e[1] === "string")),
+  );
+  const linkProblem = whole.success ? null : describeZodError(whole.error).replace(/^body: /, "");
   let initial: ApiRebuildPage | null = null;
   try {
     // The API's default page size: the one the table asks for (REBUILDS_PAGE).
