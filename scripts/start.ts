@@ -11,7 +11,12 @@ import { fileURLToPath } from "node:url";
 import { CONFIG_EXIT_CODE, loadConfigOrExit } from "../lib/config";
 import { checkContainmentRequest, ContainmentConfigError } from "../lib/rebuilds/steps/containment";
 import { ensureGeneratedOperatorToken, operatorTokenPath } from "../lib/auth/credentials";
-import { loadDefinitionsOrExit, shutdownWaitMs, STOP_AFTER_JOBS_MS } from "../lib/rebuilds/definitions";
+import {
+  loadDefinitions,
+  loadDefinitionsOrExit,
+  shutdownWaitMs,
+  STOP_AFTER_JOBS_MS,
+} from "../lib/rebuilds/definitions";
 import {
   clearEmbeddedState,
   lastEmbeddedPort,
@@ -142,12 +147,17 @@ const supervision = {
   record: () => recordLauncherState(),
   say,
   // A worker or web server started again that refuses the definitions file (edited into a bad
-  // state while they ran) waits for the file to change; everything else keeps serving.
-  configStamp: {
+  // state while they ran: this launcher's own check refuses it too) waits for the file to load;
+  // everything else keeps serving. Any other refusal stops everything, exit 2.
+  configCheck: {
     what: config.definitionsPath,
-    now: () => {
+    stamp: () => {
       const stat = fs.statSync(config.definitionsPath);
       return `${stat.ino}:${stat.size}:${stat.mtimeMs}:${stat.ctimeMs}`;
+    },
+    problem: () => {
+      const loaded = loadDefinitions(config.definitionsPath, config.definitionsSource);
+      return loaded.ok ? null : loaded.error.message;
     },
   },
 };

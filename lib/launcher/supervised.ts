@@ -2,9 +2,10 @@
  * One child of `npm start` kept running (the worker, the web server, the embedded Redis): started
  * again when it exits on its own — when, and when to give up instead, is lib/launcher/restarts.ts.
  * The launcher (scripts/start.ts) owns the shutdown: `stop()` cancels a restart that is due,
- * waits for one under way, then stops the child. A child that refuses its configuration (exit 2:
- * the definitions file was edited into a bad state while it ran) is started again once the file
- * changes, while the others keep serving (with `configStamp`; without it, everything stops).
+ * waits for one under way, then stops the child. A child that refuses its configuration (exit 2)
+ * because the definitions file was edited into a bad state while it ran (the launcher's own check
+ * of the file says so now) is started again once that check passes, while the others keep serving;
+ * any other refusal (the host's containment, the environment) stops everything, exit 2, as before.
  */
 import { CONFIG_EXIT_CODE } from "../config";
 import type { RedisServerHandle } from "../redis/embedded";
@@ -48,11 +49,14 @@ export interface SupervisedOptions {
   /** Whether an exit with CONFIG_EXIT_CODE means "refused its configuration" (not for Redis). */
   configExits?: boolean;
   /**
-   * The configuration a refusal waits to change: what it is named in the line that says so, and a
-   * stamp of it now (e.g. its file's mtime and size). Without it a refusal stops everything, exit 2.
+   * The configuration a refusal may be about: what it is named in the lines that say so, a stamp
+   * of it (e.g. its file's mtime and size) and the launcher's own check of it (the problem, or null
+   * when it loads). An exit 2 while the check finds a problem waits for the check to pass; while it
+   * passes, a refusal is taken as the configuration's only if the stamp changed since the child
+   * started (fixed meanwhile: started again once). Without it a refusal stops everything, exit 2.
    */
-  configStamp?: { what: string; now: () => string };
-  /** How often the stamp is read while a refusal waits (default 1 s). */
+  configCheck?: { what: string; stamp: () => string; problem: () => string | null };
+  /** How often the check runs while a refusal waits (default 1 s). */
   configPollMs?: number;
   /** When to start it again (default RESTART_POLICY). */
   policy?: RestartPolicy;
@@ -76,9 +80,17 @@ export class Supervised {
 
   private configNow(): string | undefined {
     try {
-      return this.options.configStamp?.now();
+      return this.options.configCheck?.stamp();
     } catch {
       return undefined; // unreadable (being replaced): any later stamp is a change
+    }
+  }
+
+  private configProblem(): string | null {
+    try {
+      return this.options.configCheck?.problem() ?? null;
+    } catch (error) {
+      return String(error);
     }
   }
 
@@ -90,19 +102,32 @@ export class Supervised {
 
   /** `what`: "the worker (pid 7) was killed by SIGKILL", or why a new one could not start. */
   private exited(running: Running, what: string, code: number | null): void {
-    const { label, stopping, giveUp, say, configStamp } = this.options;
+    const { label, stopping, giveUp, say, configCheck } = this.options;
     if (stopping() || running !== this.current) return;
     // A child that refused its configuration (exit 2, its one line above) would refuse it again
-    // until the configuration changes: the others keep serving meanwhile (the dashboard says no
-    // worker is live), and it is started again once the configuration changes. Not a crash: not
-    // counted in the restart budget.
+    // until the configuration is fixed: when the launcher's own check of the definitions file
+    // refuses it too (edited into a bad state while everything ran), the others keep serving (the
+    // dashboard says no worker is live) and it is started again once the check passes. Not a
+    // crash: not counted in the restart budget. Any other refusal stops everything, exit 2.
     if (code === CONFIG_EXIT_CODE && (this.options.configExits ?? true)) {
-      if (!configStamp) return giveUp(`the ${label} refused its configuration (above)`, CONFIG_EXIT_CODE);
+      const refused = `the ${label} refused its configuration (above)`;
+      if (!configCheck) return giveUp(refused, CONFIG_EXIT_CODE);
+      const problem = this.configProblem();
+      if (problem === null) {
+        // Fixed since the child started (the stamp moved): started again once.
+        const now = this.configNow();
+        if (now !== undefined && now !== this.startedWith) {
+          say(`${refused}; ${configCheck.what} changed since it started and loads now: starting it again`);
+          this.starting = this.start(running).finally(() => (this.starting = undefined));
+          return;
+        }
+        return giveUp(refused, CONFIG_EXIT_CODE);
+      }
       say(
-        `the ${label} (pid ${running.pid}) refused its configuration (above); everything else keeps running: ` +
-          `fix ${configStamp.what}, and the ${label} is started again once it changes`,
+        `${refused}: ${problem}; everything else keeps running: fix ${configCheck.what}, ` +
+          `and the ${label} is started again once it loads`,
       );
-      return this.whenConfigChanges(running, this.startedWith);
+      return this.whenConfigLoads(running);
     }
     const decision = this.budget.exited(Date.now());
     if (!decision.restart)
@@ -115,14 +140,13 @@ export class Supervised {
     }, decision.delayMs);
   }
 
-  /** Starts the child again once the configuration differs from `refused` (the one it was started with). */
-  private whenConfigChanges(running: Running, refused: string | undefined): void {
+  /** Starts the child again once the launcher's check of the configuration passes. */
+  private whenConfigLoads(running: Running): void {
     this.timer = setTimeout(() => {
       this.timer = undefined;
       if (this.options.stopping()) return;
-      const now = this.configNow();
-      if (now === undefined || now === refused) return this.whenConfigChanges(running, refused);
-      this.options.say(`${this.options.configStamp!.what} changed: starting the ${this.options.label} again`);
+      if (this.configProblem() !== null) return this.whenConfigLoads(running);
+      this.options.say(`${this.options.configCheck!.what} loads now: starting the ${this.options.label} again`);
       this.starting = this.start(running).finally(() => (this.starting = undefined));
     }, this.options.configPollMs ?? 1_000);
   }

@@ -185,7 +185,7 @@ test("a worker started again that refuses its definitions file (edited into a ba
         const worker = childPid("worker")!;
         process.kill(worker, "SIGKILL");
         await said(
-          /the worker \(pid \d+\) refused its configuration \(above\); everything else keeps running: fix .*claimwatch\.yaml, and the worker is started again once it changes/,
+          /the worker refused its configuration \(above\): claimwatch\.yaml:\d+: .*rebuildz.*; everything else keeps running: fix .*claimwatch\.yaml, and the worker is started again once it loads/,
         );
         // The dashboard answers, and says no worker is live.
         let health = await healthOf(url);
@@ -196,7 +196,7 @@ test("a worker started again that refuses its definitions file (edited into a ba
         assert.deepEqual(health, { status: 200, workers: 0 }, output());
         // Fixed: the worker starts again and beats.
         fs.writeFileSync(file, good);
-        await said(/claimwatch\.yaml changed: starting the worker again/);
+        await said(/claimwatch\.yaml loads now: starting the worker again/);
         await said(/the worker is running again \(pid \d+\)/);
         for (let i = 0; i < 300 && !(health.status === 200 && health.workers === 1); i++) {
           await new Promise((r) => setTimeout(r, 200));

@@ -29,7 +29,9 @@ function child(pid: number) {
   return running;
 }
 
-function bed(options: { configExits?: boolean; failStarts?: number; stamp?: () => string } = {}) {
+function bed(
+  options: { configExits?: boolean; failStarts?: number; stamp?: () => string; problem?: () => string | null } = {},
+) {
   const lines: string[] = [];
   const gaveUp: [string, number][] = [];
   const started: ReturnType<typeof child>[] = [];
@@ -55,7 +57,12 @@ function bed(options: { configExits?: boolean; failStarts?: number; stamp?: () =
     say: (line) => lines.push(line),
     policy: FAST,
     ...(options.configExits === undefined ? {} : { configExits: options.configExits }),
-    ...(options.stamp ? { configStamp: { what: "claimwatch.yaml", now: options.stamp }, configPollMs: 5 } : {}),
+    ...(options.stamp
+      ? {
+          configCheck: { what: "claimwatch.yaml", stamp: options.stamp, problem: options.problem ?? (() => null) },
+          configPollMs: 5,
+        }
+      : {}),
   });
   return { supervised, first, started, lines, gaveUp, recorded, stop: () => (stopping = true) };
 }
@@ -102,37 +109,59 @@ test("a refused configuration (exit 2) is not retried: exit 2; unless the child'
   assert.equal(redis.started.length, 1);
 });
 
-test("a refused configuration with a stamp to watch: the others keep running, it is started again once the configuration changes (not a crash)", async () => {
+test("a refused configuration the launcher's check refuses too: the others keep running, it is started again once the check passes (not a crash)", async () => {
+  let problem: string | null = "claimwatch.yaml:3: rebuildz: unknown key";
   let stamp = "v1";
-  const b = bed({ stamp: () => stamp });
+  const b = bed({ stamp: () => stamp, problem: () => problem });
   b.first.end({ code: 2, signal: null });
   await sleep(40);
   assert.deepEqual(b.gaveUp, [], "nothing else is stopped");
-  assert.equal(b.started.length, 0, "not started again while the configuration is unchanged");
+  assert.equal(b.started.length, 0, "not started again while the check refuses");
   assert.equal(
     b.lines[0],
-    "the worker (pid 1) refused its configuration (above); everything else keeps running: fix claimwatch.yaml, and the worker is started again once it changes",
+    "the worker refused its configuration (above): claimwatch.yaml:3: rebuildz: unknown key; everything else keeps running: fix claimwatch.yaml, and the worker is started again once it loads",
   );
+  problem = null;
   stamp = "v2";
   await sleep(40);
   assert.equal(b.started.length, 1);
-  assert.equal(b.lines[1], "claimwatch.yaml changed: starting the worker again");
+  assert.equal(b.lines[1], "claimwatch.yaml loads now: starting the worker again");
   // Refused again, more often than the crash budget allows: still waiting, never given up on.
   for (let i = 0; i < 4; i++) {
+    problem = "bad again";
     b.started[b.started.length - 1]!.end({ code: 2, signal: null });
-    stamp = `v${3 + i}`;
+    await sleep(20);
+    problem = null;
     await sleep(40);
   }
   assert.equal(b.started.length, 5);
   assert.deepEqual(b.gaveUp, []);
   // A stop while it waits: nothing starts after it.
+  problem = "bad";
   b.started[4]!.end({ code: 2, signal: null });
   await sleep(20);
   b.stop();
   await b.supervised.stop(1_000);
-  stamp = "v9";
+  problem = null;
   await sleep(40);
   assert.equal(b.started.length, 5, "nothing started after the stop");
+});
+
+test("a refusal the launcher's check does not share (the host's containment, the environment) stops everything, exit 2; unless the file was fixed since the child started", async () => {
+  let stamp = "v1";
+  const b = bed({ stamp: () => stamp });
+  b.first.end({ code: 2, signal: null });
+  await sleep(30);
+  assert.equal(b.started.length, 0);
+  assert.deepEqual(b.gaveUp, [["the worker refused its configuration (above)", 2]]);
+  // Fixed between the child's read and its exit: started again once.
+  const c = bed({ stamp: () => stamp });
+  stamp = "v2";
+  c.first.end({ code: 2, signal: null });
+  await sleep(30);
+  assert.equal(c.started.length, 1);
+  assert.deepEqual(c.gaveUp, []);
+  assert.match(c.lines[0]!, /changed since it started and loads now: starting it again$/);
 });
 
 test("a start that fails counts as another end, named as such", async () => {
