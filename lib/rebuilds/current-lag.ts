@@ -9,9 +9,13 @@ import os from "node:os";
 import type { Redis } from "ioredis";
 import type { RedisKeys } from "../redis/keys";
 
-/** What repair found for one output: following its published build, lagging (why), or not known. */
+/**
+ * What repair found for one output: following its published build, or lagging (why; `checked`
+ * false: the disk failed before `current` could even be read).
+ */
 export type CurrentLagOutcome =
-  { outputDir: string; lag: null } | { outputDir: string; lag: { reason: string; fence: number; build: string } };
+  | { outputDir: string; lag: null }
+  | { outputDir: string; lag: { reason: string; fence: number; build: string; checked: boolean } };
 
 interface LagEntry {
   outputDir: string;
@@ -21,35 +25,46 @@ interface LagEntry {
   reason: string;
   fence: number;
   build: string;
+  checked?: boolean;
 }
 
 /** An entry not seen again this long (its worker stopped, or the output was removed) is not shown. */
 export const LAG_SEEN_WITHIN_MS = 2 * 60_000;
+/** ... and removed after this long (a host renamed, an output no longer defined): the HASH stays small. */
+export const LAG_FORGOTTEN_AFTER_MS = 10 * LAG_SEEN_WITHIN_MS;
 
 const fieldOf = (host: string, outputDir: string) => `${host} ${outputDir}`;
 
-/** Records one repair pass's outcomes (at `now`, on the claims Redis clock): one round trip, two when an output lags. */
+/**
+ * Records one repair pass's outcomes (at `now`, on the claims Redis clock), and forgets entries
+ * nobody saw for LAG_FORGOTTEN_AFTER_MS: two round trips (the HASH read, then its changes).
+ */
 export async function recordCurrentLag(
-  client: Pick<Redis, "hget" | "hset" | "hdel">,
+  client: Pick<Redis, "hgetall" | "hset" | "hdel">,
   keys: RedisKeys,
   outcomes: readonly CurrentLagOutcome[],
   now: number,
   host = os.hostname(),
 ): Promise<void> {
+  const known = await client.hgetall(keys.currentLagging);
   const following = outcomes.filter((o) => o.lag === null).map((o) => fieldOf(host, o.outputDir));
-  const lagging = outcomes.filter((o): o is Extract<CurrentLagOutcome, { lag: object }> => o.lag !== null);
+  const forgotten = Object.entries(known)
+    .filter(([, raw]) => {
+      const entry = parse(raw);
+      return !entry || now - entry.at > LAG_FORGOTTEN_AFTER_MS;
+    })
+    .map(([field]) => field);
+  const gone = [...new Set([...following, ...forgotten])].filter((field) => field in known);
   const writes: Promise<unknown>[] = [];
-  if (following.length > 0) writes.push(client.hdel(keys.currentLagging, ...following));
-  for (const { outputDir, lag } of lagging) {
+  if (gone.length > 0) writes.push(client.hdel(keys.currentLagging, ...gone));
+  for (const outcome of outcomes) {
+    if (outcome.lag === null) continue;
+    const { outputDir, lag } = outcome;
     const field = fieldOf(host, outputDir);
-    writes.push(
-      client.hget(keys.currentLagging, field).then((raw) => {
-        const earlier = parse(raw);
-        const since = earlier && earlier.build === lag.build ? earlier.since : now;
-        const entry: LagEntry = { outputDir, host, since, at: now, ...lag };
-        return client.hset(keys.currentLagging, field, JSON.stringify(entry));
-      }),
-    );
+    // Lagging since it was first seen lagging, through publishes it could not follow either.
+    const since = parse(known[field])?.since ?? now;
+    const entry: LagEntry = { outputDir, host, since, at: now, ...lag };
+    writes.push(client.hset(keys.currentLagging, field, JSON.stringify(entry)));
   }
   await Promise.all(writes);
 }
@@ -76,8 +91,10 @@ export async function currentLagProblems(
     .map(parse)
     .filter((entry): entry is LagEntry => entry !== null && now - entry.at <= LAG_SEEN_WITHIN_MS)
     .sort((a, b) => a.since - b.since);
-  return entries.map(
-    (e) =>
-      `${e.outputDir}/current on ${e.host} still serves an older build than the published ${e.build} (fence ${e.fence}) since ${new Date(e.since).toISOString()}: repair fails there (${e.reason}); check that disk (dmesg), repair moves current once it works`,
-  );
+  return entries.map((e) => {
+    const since = new Date(e.since).toISOString();
+    return e.checked === false
+      ? `${e.outputDir}/current on ${e.host} cannot be checked against the published ${e.build} (fence ${e.fence}) since ${since}: ${e.reason}; check that disk (dmesg), repair moves current once it works`
+      : `${e.outputDir}/current on ${e.host} still serves an older build than the published ${e.build} (fence ${e.fence}) since ${since}: repair fails there (${e.reason}); check that disk (dmesg), repair moves current once it works`;
+  });
 }

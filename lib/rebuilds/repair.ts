@@ -45,7 +45,8 @@ export async function repairCurrentLinks(
   for (const definition of definitions.rebuilds.values()) {
     for (const tenant of tenantsOf(definition)) {
       const outputDir = outputDirOf(definition, tenant);
-      let lagging: { fence: number; build: string } | undefined;
+      // The published build, once read; `current` found elsewhere (checked) or not read yet.
+      let lagging: { fence: number; build: string; checked: boolean } | undefined;
       const lags = (reason: string) => {
         if (lagging) outcomes.push({ outputDir, lag: { reason, ...lagging } });
       };
@@ -53,6 +54,9 @@ export async function repairCurrentLinks(
         (async () => {
           const name = claimName(definition.claimPath, tenant);
           let published = await readPublished(client, keys, name);
+          // A disk that fails before `current` is read still shows: "cannot be checked" (review helper-119).
+          if (published && BUILD_HASH.test(published.value))
+            lagging = { fence: published.fence, build: published.value, checked: false };
           // The claims Redis forgot a publish this output recorded durably: put the pointer back.
           const durable = await readPublishedFence(outputDir);
           // Or it holds the durable record's fence with another build: Redis lost writes and
@@ -76,16 +80,26 @@ export async function repairCurrentLinks(
               );
             }
             published = await readPublished(client, keys, name);
+            if (published && BUILD_HASH.test(published.value))
+              lagging = { fence: published.fence, build: published.value, checked: false };
           }
           if (!published || !BUILD_HASH.test(published.value)) return;
           // The publisher swaps `current` right after its publish; only a difference that has
           // lasted longer than that is repaired (else a repair could race a newer publish).
           if (now - published.publishedAt < REPAIR_AFTER_MS) return;
           // This machine may not hold that build (outputs on local disks): nothing to repair here.
-          if (!fs.existsSync(buildDirOf(outputDir, published.value))) return;
+          // Any other answer than "not there" (EIO) is a disk that fails.
+          const held = await fs.promises.stat(buildDirOf(outputDir, published.value)).then(
+            () => true,
+            (error: NodeJS.ErrnoException) => {
+              if (error.code === "ENOENT" || error.code === "ENOTDIR") return false;
+              throw error;
+            },
+          );
+          if (!held) return;
           const current = await readCurrent(outputDir);
           if (current === published.value) return void outcomes.push({ outputDir, lag: null });
-          lagging = { fence: published.fence, build: published.value };
+          lagging = { fence: published.fence, build: published.value, checked: true };
           // A pointer older than the fence this output is known to have published means the
           // claims Redis lost writes: `current` never moves back to it (published-fence.ts).
           if (durable && published.fence < durable.fence) {
