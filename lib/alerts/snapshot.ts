@@ -229,6 +229,12 @@ export async function readAlertSnapshot(
     if (s.newestFailed) second.hmget(keys.run(s.newestFailed.id), "attempt", "reason");
   }
   const scheduled = seriesList.map((s, i) => ({ ...s, runs: series[i]! })).filter((s) => s.scheduled);
+  // A paused schedule misses nothing, also ticks recorded before its pause; nor does one before
+  // it was set up or last resumed (schedulerSince): the banner's rule too (black-box helper-120).
+  for (const s of scheduled) {
+    second.get(keys.schedulerSince(schedulerIdOf(s.rebuild, s.tenant)));
+    second.hexists(keys.pausedSchedules, schedulerIdOf(s.rebuild, s.tenant));
+  }
   const tickKeys: string[] = [];
   const tickArgs: number[] = [now - options.graceMs];
   for (const s of scheduled) {
@@ -265,8 +271,16 @@ export async function readAlertSnapshot(
     s.newestFailed.reason = reason ?? "";
   }
   scheduled.forEach((s, i) => {
+    const since = Number(secondReplies[at++] ?? NaN);
+    const paused = Number(secondReplies[at++] ?? 0) === 1;
     const ticks = unserved[i] ?? "";
-    s.runs.unservedTicks = ticks === "" ? [] : ticks.split(",").map(Number);
+    s.runs.unservedTicks =
+      ticks === "" || paused
+        ? []
+        : ticks
+            .split(",")
+            .map(Number)
+            .filter((tick) => !Number.isFinite(since) || tick >= since);
   });
   const pending: Record<string, number> = {};
   for (const [id, since] of Object.entries(pendingHash)) pending[id] = Number(since);

@@ -13,10 +13,22 @@ import { tenantsOf, type Definitions } from "../rebuilds/definitions";
 import { schedulerIdOf } from "../rebuilds/queue";
 import { listLiveWorkers, liveWorkerIdSet } from "../workers/heartbeat";
 import { describeStale, staleSince } from "../claims/stale";
+import { alertsSchema } from "../alerts/config";
 
 export const STALE_ALERT_MS = 5 * 60_000;
-/** A tick counts as missed once this long has passed without a run for it. */
-export const MISSED_TICK_GRACE_MS = 2 * 60_000;
+/** The `scheduleMissed` rule's default grace: a tick counts as missed once this long has passed without a run for it. */
+export const MISSED_TICK_GRACE_MS = ((rule) => (rule ? rule.grace : 600_000))(
+  alertsSchema.parse({}).rules.scheduleMissed,
+);
+
+/**
+ * The `scheduleMissed` rule's `grace` (its default without an `alerts:` section, or with the rule
+ * off): the banner calls a tick missed when the alert does (black-box helper-120).
+ */
+export function missedTickGraceOf(definitions: Pick<Definitions, "alerts">): number {
+  const rule = definitions.alerts?.rules.scheduleMissed;
+  return rule ? rule.grace : MISSED_TICK_GRACE_MS;
+}
 /** Claims examined for the banner; the Claims page shows all of them. */
 const CLAIMS_CHECKED = 500;
 
@@ -41,18 +53,23 @@ export async function staleClaimProblems(
   return problems;
 }
 
+/**
+ * Schedules whose last tick due `graceMs` ago produced no run: the `scheduleMissed` rule's
+ * `grace` (missedTickGraceOf), so the banner and the alert call the same tick missed.
+ */
 export async function missedTickProblems(
   main: Pick<Redis, "pipeline">,
   keys: RedisKeys,
   definitions: Definitions,
   now = Date.now(),
+  graceMs = missedTickGraceOf(definitions),
 ): Promise<string[]> {
   const checks: { label: string; tick: number; scheduler: string; schedulerId: string; ticksKey: string }[] = [];
   for (const definition of definitions.rebuilds.values()) {
     if (!definition.schedule) continue;
     const tick = CronExpressionParser.parse(definition.schedule.cron, {
       tz: definition.schedule.tz,
-      currentDate: new Date(now - MISSED_TICK_GRACE_MS),
+      currentDate: new Date(now - graceMs),
     })
       .prev()
       .getTime();

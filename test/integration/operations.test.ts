@@ -262,8 +262,9 @@ test("pause a schedule: nothing enqueued for two ticks, also after a worker rest
   let worker = await bed.startWorker();
   try {
     await until("a scheduled run", async () => (await tickRunsAfter(0)).length > 0, 30_000);
-    // Seen as missed unless paused: the scheduler "existed" long before the tick 2 min ago.
-    await bed.main.set(bed.keys.schedulerSince("sched.ticking"), String(Date.now() - 600_000));
+    // Seen as missed unless paused: the scheduler "existed" long before the tick the rule's grace
+    // (10 min by default) ago.
+    await bed.main.set(bed.keys.schedulerSince("sched.ticking"), String(Date.now() - 3_600_000));
     const missedBefore = await missedTickProblems(bed.main, bed.keys, bed.definitions);
     assert.ok(
       missedBefore.some((p) => p.includes("ticking")),
