@@ -16,6 +16,7 @@ import { redactRedisUrl } from "../lib/redis/url";
 import { openContext, type WebContext } from "../lib/web/context";
 import { ApiError } from "../lib/http/errors";
 import { CliFailure, EXIT } from "./outcome";
+import { isRedisUnavailable as redisUnavailable } from "../lib/redis/unavailable";
 
 export interface Setup {
   config: Config;
@@ -86,10 +87,7 @@ export async function connect(setup: Setup): Promise<CliContext> {
 
 /** Errors that mean Redis went away mid-command (as lib/api/errors maps them to 503). */
 export function isRedisUnavailable(error: unknown): boolean {
-  const name = error instanceof Error ? error.name : "";
-  return /Redis|ECONNREFUSED|Connection|Command timed out|Stream isn't writeable/i.test(
-    `${name} ${error instanceof Error ? error.message : ""}`,
-  );
+  return redisUnavailable(error);
 }
 
 /**

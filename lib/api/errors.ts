@@ -6,6 +6,7 @@ import type { ZodError } from "zod";
 import "../zod-messages";
 
 import { ApiError } from "../http/errors";
+import { isRedisUnavailable } from "../redis/unavailable";
 
 export { ApiError, badRequest, notFound } from "../http/errors";
 
@@ -45,17 +46,8 @@ export function errorResponse(error: unknown): Response {
  */
 export function publicErrorOf(error: unknown): { status: number; code: string; message: string } {
   if (error instanceof ApiError) return { status: error.status, code: error.code, message: error.message };
-  const name = error instanceof Error ? error.name : "";
-  const message = error instanceof Error ? error.message : "";
-  const unavailable =
-    /Redis|ECONNREFUSED|Connection|Command timed out|Stream isn't writeable|MaxRetriesPerRequest|max retries per request/i.test(
-      `${name} ${message}`,
-    ) ||
-    // A Sentinel group between primaries, or a primary that lost its replicas
-    // (min-replicas-to-write), or a blocked command (WAIT) of a primary being demoted: the
-    // caller may send it again.
-    /^(NOREPLICAS|READONLY|MASTERDOWN|LOADING|UNBLOCKED) /.test(message);
-  if (unavailable || name === "RedisNotConfiguredError") {
+  // Redis away, or refusing writes for now (lib/redis/unavailable): the caller may send it again.
+  if (isRedisUnavailable(error)) {
     return { status: 503, code: "unavailable", message: "Redis is unreachable; see /api/health" };
   }
   console.error("[claimwatch-web] unexpected error:", error);

@@ -1,0 +1,61 @@
+/**
+ * One rule for "Redis is away or refusing writes for now" (lib/redis/unavailable): a primary with
+ * too few replicas answers NOREPLICAS, and inside a transaction (MULTI) ioredis reports it as
+ * EXECABORT with the NOREPLICAS in `previousErrors` — the API answered 500 "internal" and the CLI
+ * "failed" for it, not 503 `unavailable` / exit 3 (black-box helper-121). A real redis-server
+ * with `min-replicas-to-write 1` and no replica.
+ */
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import type { Redis } from "ioredis";
+import { publicErrorOf } from "../../lib/api/errors";
+import { isTransient } from "../../lib/rebuilds/classify-failure";
+import { closeRedis, createRedis } from "../../lib/redis/client";
+import { isRedisUnavailable } from "../../lib/redis/unavailable";
+import { isRedisUnavailable as cliRedisUnavailable } from "../../cli/session";
+import { startTestRedis, stopTestRedis, type TestRedis } from "../support/redis";
+
+let server: TestRedis;
+let client: Redis;
+before(async () => {
+  server = await startTestRedis(["--min-replicas-to-write", "1"]);
+  client = createRedis(`redis://127.0.0.1:${server.port}`, "worker");
+});
+after(async () => {
+  await closeRedis(client);
+  await stopTestRedis(server);
+});
+
+test("NOREPLICAS, alone or inside a discarded transaction: unavailable (503, exit 3) and transient", async () => {
+  const alone = await client.set("k", "v").then(
+    () => null,
+    (error: unknown) => error,
+  );
+  const inTransaction = await client
+    .multi()
+    .set("k", "v")
+    .incr("n")
+    .exec()
+    .then(
+      () => null,
+      (error: unknown) => error,
+    );
+  for (const [what, error] of [
+    ["alone", alone],
+    ["in a transaction", inTransaction],
+  ] as const) {
+    assert.ok(error instanceof Error, `${what}: refused`);
+    assert.equal(isRedisUnavailable(error), true, `${what}: ${(error as Error).message}`);
+    assert.equal(cliRedisUnavailable(error), true, what);
+    assert.equal(isTransient(error), true, what);
+    assert.deepEqual(publicErrorOf(error), {
+      status: 503,
+      code: "unavailable",
+      message: "Redis is unreachable; see /api/health",
+    });
+  }
+  assert.match((inTransaction as Error).message, /^EXECABORT/);
+  // Any other error is not.
+  const other = new Error("ERR wrong number of arguments");
+  assert.equal(isRedisUnavailable(other), false);
+});
