@@ -113,12 +113,20 @@ local function moveStatus(first, n, runId, from, to, score)
   end
 end
 ${PUBLISH_EVENT_LUA}-- Writes the finish time and the duration (returned; nil without a start).
-local function finishTimes(runKey)
+-- ENDED_AT: when the run ended, if the write says so (a final write sent again after Redis lost
+-- it: when it was first sent, not now); used only between the record's start and now.
+local ENDED_AT = nil
+local function endOf(runKey)
   local startedAt = tonumber(redis.call('HGET', runKey, 'startedAt'))
-  redis.call('HSET', runKey, 'finishedAt', nowMs)
+  if ENDED_AT and ENDED_AT <= nowMs and (not startedAt or ENDED_AT >= startedAt) then return ENDED_AT, startedAt end
+  return nowMs, startedAt
+end
+local function finishTimes(runKey)
+  local endedAt, startedAt = endOf(runKey)
+  redis.call('HSET', runKey, 'finishedAt', endedAt)
   if startedAt then
-    redis.call('HSET', runKey, 'durationMs', nowMs - startedAt)
-    return nowMs - startedAt
+    redis.call('HSET', runKey, 'durationMs', endedAt - startedAt)
+    return endedAt - startedAt
   end
   return nil
 end
@@ -133,7 +141,7 @@ local function moveToFinal(runKey, runId, from, to, first, n, openKey)
   if to == 'skipped' or to == 'deferred' then ranMs = nil end
   -- The Redis clock stepped back (a failover to a host behind): no duration rather than a negative one.
   if ranMs and ranMs < 0 then ranMs = nil end
-  countFinal(runKey, to, score, durationMs, ranMs, nowMs)
+  countFinal(runKey, to, score, durationMs, ranMs, (endOf(runKey)))
   if redis.call('GET', openKey) == runId then redis.call('DEL', openKey) end
   moveStatus(first, n, runId, from, to, score)
 end
@@ -677,9 +685,11 @@ if FINAL[current] then return {${RUN_REPLY.final}, cancel} end
 if to ~= '' and not ALLOWED[current][to] then return {${RUN_REPLY.refused}, cancel} end
 if #ARGV >= 14 + lines then
   redis.call('HSET', KEYS[1], unpack(ARGV, 14 + lines))
-  -- The check before a publish (mayHavePublished) is timed on the Redis clock.
+  -- The check before a publish (mayHavePublished) is timed on the Redis clock; a final write that
+  -- names its finishedAt (sent again after Redis lost it) ended then (finishTimes).
   for i = 14 + lines, #ARGV - 1, 2 do
     if ARGV[i] == '${PUBLISHING_FIELD}' then redis.call('HSET', KEYS[1], '${PUBLISHING_FIELD}At', nowMs) end
+    if ARGV[i] == 'finishedAt' then ENDED_AT = tonumber(ARGV[i + 1]) end
   end
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])

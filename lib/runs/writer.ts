@@ -30,7 +30,7 @@ import {
 } from "./records";
 import { RUN_BEGIN, RUN_NOTE_MADE_CURRENT, RUN_VERSION, RUN_WRITE } from "./scripts";
 import { queueTimelineCount, timelineSpec } from "./timeline-counters";
-import type { FinalRunStatus } from "./transitions";
+import { isFinalStatus, type FinalRunStatus } from "./transitions";
 import { RUN_STATUSES, type RunRecord, type RunStatus, type RunTrigger } from "./types";
 
 export interface RunStore {
@@ -549,7 +549,15 @@ const WRITE_RESULTS = new Map<number, WriteResult>([
  */
 const sentFinals = new Map<
   string,
-  { store: RunStore; run: RunRef; write: RunWrite; at: number; answered: WriteResult | null }
+  {
+    store: RunStore;
+    run: RunRef;
+    write: RunWrite;
+    at: number;
+    /** When it was first sent, on this process's estimate of the Redis clock (`Date.now`). */
+    sentAt: number;
+    answered: WriteResult | null;
+  }
 >();
 const SENT_FINALS_KEPT_MS = 15 * 60_000;
 const SENT_FINALS_MAX = 1_000;
@@ -567,6 +575,7 @@ function rememberFinal(store: RunStore, run: RunRef, write: RunWrite): (result: 
     run,
     write: { ...write, logLines: [] },
     at: performance.now(),
+    sentAt: Date.now(),
     answered: null as WriteResult | null,
   };
   sentFinals.set(run.runId, kept);
@@ -593,8 +602,13 @@ export async function resendFinalWrite(runId: string): Promise<WriteResult | nul
   const sent = sentFinals.get(runId);
   if (!sent || performance.now() - sent.at > SENT_FINALS_KEPT_MS) return null;
   const { idempotency } = sent.write;
-  const write: RunWrite =
-    idempotency?.change === "set" ? { ...sent.write, idempotency: { ...idempotency, change: "fence" } } : sent.write;
+  // It ended when it was first sent (black-box helper-121: a 15 s run recorded as 52 s).
+  const ended = sent.write.status && isFinalStatus(sent.write.status) ? { finishedAt: sent.sentAt } : {};
+  const write: RunWrite = {
+    ...sent.write,
+    fields: { ...sent.write.fields, ...ended },
+    ...(idempotency?.change === "set" ? { idempotency: { ...idempotency, change: "fence" as const } } : {}),
+  };
   const result = await writeRun(sent.store, sent.run, write);
   sent.answered = result;
   return result;

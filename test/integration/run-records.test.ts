@@ -786,12 +786,21 @@ test("a final write sent again after the main Redis lost it records its fence in
     "written",
   );
   assert.equal(await client.get(keys.idempotency("h-s8")), a1.runId);
+  const ended = await readRun(client, keys, a1.runId);
   // s9 published after it with fence 34; a crash of the main Redis took both records, the marks
   // and the lane (the output serves s9: the claims Redis and the disk say so).
   await lose();
+  await new Promise((resolve) => setTimeout(resolve, 1_200)); // the resend comes well after the end
   const sweeper = { workerId: "self", activeJobIds: () => [], resendFinal: resendFinalWrite };
   assert.deepEqual(await closeAbandonedRuns(store, sweeper), [], "written again, not closed as abandoned");
-  assert.equal((await readRun(client, keys, a1.runId))?.status, "rebuilt");
+  const resent = await readRun(client, keys, a1.runId);
+  assert.equal(resent?.status, "rebuilt");
+  // It ended when its final write was first sent, not when it was sent again (black-box helper-121).
+  assert.ok(
+    Math.abs((resent?.finishedAt ?? 0) - (ended?.finishedAt ?? 0)) < 500,
+    `finished at ${resent?.finishedAt}, first written ${ended?.finishedAt}`,
+  );
+  assert.equal(resent?.durationMs, (resent?.finishedAt ?? 0) - (resent?.startedAt ?? 0));
   assert.equal(await client.get(keys.idempotency("h-s8")), null, "s8 not marked again");
   assert.equal(await client.hget(keys.rebuiltNow("tiles", "acme"), "fence"), "32", "its fence is the lane's");
   assert.equal(
