@@ -170,7 +170,7 @@ export class Supervised {
       say(`could not record the new ${label} (pid ${next.pid}): ${(error as Error).message}`);
     }
     if (stopping()) return;
-    say(`the ${label} is running again (pid ${next.pid})`);
+    say(`the ${label} was started again (pid ${next.pid})`);
     this.watch(next);
   }
 

@@ -130,7 +130,7 @@ test("npm start starts a killed worker, web server and embedded Redis again; the
     await said(
       new RegExp(`the worker \\(pid ${worker}\\) was killed by SIGKILL; starting it again in 1 s \\(restart 1\\)`),
     );
-    await said(/the worker is running again \(pid \d+\)/);
+    await said(/the worker was started again \(pid \d+\)/);
     const newWorker = childPid("worker")!;
     assert.notEqual(newWorker, worker, "the launcher's record names the new worker");
     assert.ok(isRunning(newWorker));
@@ -145,7 +145,7 @@ test("npm start starts a killed worker, web server and embedded Redis again; the
       const redis = childPid("redis")!;
       process.kill(redis, "SIGKILL");
       await said(new RegExp(`the embedded Redis \\(pid ${redis}\\) was killed by SIGKILL; starting it again in 1 s`));
-      await said(/the embedded Redis is running again \(pid \d+\)/);
+      await said(/the embedded Redis was started again \(pid \d+\)/);
       assert.equal(readEmbeddedState(dataDir)?.pid, childPid("redis"), "the embedded Redis record names the new one");
       assert.equal(readEmbeddedState(dataDir)?.url, redisUrl, "on the same port");
       assert.equal(await client.get("launcher-test:restart"), "kept", "with the data written before the kill");
@@ -157,7 +157,7 @@ test("npm start starts a killed worker, web server and embedded Redis again; the
     const web = childPid("web")!;
     process.kill(web, "SIGKILL");
     await said(new RegExp(`the web server \\(pid ${web}\\) was killed by SIGKILL; starting it again in 1 s`));
-    await said(/the web server is running again \(pid \d+\)/);
+    await said(/the web server was started again \(pid \d+\)/);
 
     // Everything answers again: the dashboard, both Redis connections, a live worker.
     let health = await healthOf(url);
@@ -197,7 +197,7 @@ test("a worker started again that refuses its definitions file (edited into a ba
         // Fixed: the worker starts again and beats.
         fs.writeFileSync(file, good);
         await said(/claimwatch\.yaml loads now: starting the worker again/);
-        await said(/the worker is running again \(pid \d+\)/);
+        await said(/the worker was started again \(pid \d+\)/);
         for (let i = 0; i < 300 && !(health.status === 200 && health.workers === 1); i++) {
           await new Promise((r) => setTimeout(r, 200));
           health = await healthOf(url);

@@ -78,7 +78,7 @@ test("a child that ends is started again, recorded, and watched in turn", async 
     b.lines[0]!,
     /^the worker \(pid 1\) was killed by SIGKILL; starting it again in 0\.005 s \(restart 1\)$/,
   );
-  assert.equal(b.lines[1], "the worker is running again (pid 2)");
+  assert.equal(b.lines[1], "the worker was started again (pid 2)");
   b.started[0]!.end({ code: 1, signal: null });
   await sleep(50);
   assert.equal(b.started.length, 2, "the new one is watched too");
