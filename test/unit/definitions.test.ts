@@ -499,3 +499,18 @@ test("{tenant} in a rebuild without tenants is refused (it would be empty), and 
   );
   assert.ok(tenanted.ok, tenanted.ok ? "" : tenanted.error.message);
 });
+
+test("an alert rule's duration given as a bare number says it has no unit, as a rebuild's does (black-box helper-120)", () => {
+  const parsed = parseDefinitions(
+    {
+      rebuilds: { p: { output: "out/p", steps: [{ name: "s", run: ["true"] }] } },
+      alerts: { rules: { claimStale: { for: 10 } } },
+    },
+    "/srv/claimwatch.yaml",
+  );
+  assert.equal(parsed.ok, false);
+  assert.match(
+    parsed.ok ? "" : parsed.error.message,
+    /alerts\.rules\.claimStale\.for: must be a duration like .* \(a number alone has no unit: write 10s or 10ms\)$/,
+  );
+});
