@@ -31,7 +31,7 @@ export async function cancelAsOperator(
   body: z.output<typeof cancelBody>,
   actor: string,
 ): Promise<CancelResult> {
-  // Named as an unknown job id is named (a not-found alike: nothing by that id), cut to a line.
+  // Not a job id at all: no such job, named as any unknown id is (quoted, cut to 80 characters).
   if (!JOB_ID_PATTERN.test(jobId)) throw notFound(`no job ${JSON.stringify(jobId.slice(0, 80))}`);
   const { connections } = context;
   return cancelJob(

@@ -30,7 +30,7 @@ export type OnMadeCurrent = (made: {
 }) => Promise<string | null>;
 
 export async function repairCurrentLinks(
-  client: ScriptingClient & Pick<Redis, "hgetall" | "time" | "hget" | "hset" | "hdel">,
+  client: ScriptingClient & Pick<Redis, "hgetall" | "time" | "hset" | "hdel">,
   keys: RedisKeys,
   definitions: Definitions,
   onMadeCurrent?: OnMadeCurrent,

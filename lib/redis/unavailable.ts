@@ -1,6 +1,8 @@
 /**
- * Whether a Redis error means "away, or refusing writes for now: send it again" — one rule for the
- * API (503 `unavailable`), the CLI (exit 3) and the worker (a transient failure).
+ * Whether a Redis error means "away, or refusing writes for now: send it again": one rule for the
+ * API (503 `unavailable`) and the CLI (exit 3). The worker's transient check (classify-failure.ts)
+ * takes more replies as "later" (OOM, MISCONF, BUSY …) and reads the same errors inside a
+ * discarded transaction (redisErrorMessages).
  */
 
 /**
