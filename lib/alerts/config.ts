@@ -7,20 +7,12 @@
  * turns evaluation on with every default.
  */
 import { z } from "zod";
-import { parseDuration } from "../rebuilds/duration";
+import { DURATION_MESSAGE, notADurationMessage, parseDuration } from "../rebuilds/duration";
 
-const DURATION_MESSAGE = "must be a duration like 500ms, 90s, 10m, 2h, 1d or 1h30m";
 const MAX_TIMER_MS = 2_147_483_647;
 export const alertDuration = z
-  .string({
-    // A bare number (`for: 10`) has no unit: seconds or milliseconds would be a guess (helper-120).
-    error: (issue) =>
-      issue.input === undefined
-        ? undefined
-        : typeof issue.input === "number"
-          ? `${DURATION_MESSAGE} (a number alone has no unit: write ${issue.input}s or ${issue.input}ms)`
-          : DURATION_MESSAGE,
-  })
+  // A bare number (`for: 10`) has no unit, as in a rebuild's durations (helper-120).
+  .string({ error: notADurationMessage })
   .regex(/^(?:\d+(?:ms|s|m|h|d))+$/, DURATION_MESSAGE)
   .refine((text) => parseDuration(text) !== undefined, { message: DURATION_MESSAGE })
   .transform((text) => parseDuration(text)!)

@@ -11,7 +11,7 @@ import { z } from "zod";
 import "../zod-messages";
 import { alertsSchema, rebuildAlertsSchema, type AlertsConfig } from "../alerts/config";
 import { tryClaimName } from "../claims/name";
-import { formatDuration, parseDuration } from "./duration";
+import { DURATION_MESSAGE, formatDuration, notADurationMessage, parseDuration } from "./duration";
 import { NAME_PATTERN as NAME } from "../names";
 
 /** Rebuild and tenant names end up in claim names, job ids and URLs: keep them plain. */
@@ -19,19 +19,10 @@ const nameSchema = (what: string) =>
   z.string().regex(NAME, `${what} must be 1-64 letters, digits, '_' or '-', starting with a letter or digit`);
 
 const MAX_TIMER_MS = 2_147_483_647;
-const DURATION_MESSAGE = "must be a duration like 500ms, 90s, 10m, 2h, 1d or 1h30m";
 /** A duration; `tooLong`: what one past what a number holds exactly is told (the field's real limit). */
 const durationUpTo = (tooLong: string) =>
   z
-    .string({
-      // A bare number (`killGrace: 5`) has no unit: seconds or milliseconds would be a guess.
-      error: (issue) =>
-        issue.input === undefined
-          ? undefined
-          : typeof issue.input === "number"
-            ? `${DURATION_MESSAGE} (a number alone has no unit: write ${issue.input}s or ${issue.input}ms)`
-            : DURATION_MESSAGE,
-    })
+    .string({ error: notADurationMessage })
     .regex(/^(?:\d+(?:ms|s|m|h|d))+$/, DURATION_MESSAGE)
     .transform((text, ctx) => {
       const ms = parseDuration(text);

@@ -14,6 +14,19 @@ export function parseDuration(text: string): number | undefined {
   return total > 0 && Number.isSafeInteger(total) ? total : undefined;
 }
 
+export const DURATION_MESSAGE = "must be a duration like 500ms, 90s, 10m, 2h, 1d or 1h30m";
+
+/**
+ * The message for a value that is not a duration string (zod's `error` of a duration field): a
+ * bare number (`killGrace: 5`) has no unit, as seconds or milliseconds would be a guess.
+ */
+export function notADurationMessage(issue: { input?: unknown }): string | undefined {
+  if (issue.input === undefined) return undefined;
+  return typeof issue.input === "number"
+    ? `${DURATION_MESSAGE} (a number alone has no unit: write ${issue.input}s or ${issue.input}ms)`
+    : DURATION_MESSAGE;
+}
+
 export function formatDuration(ms: number): string {
   if (ms % 86_400_000 === 0) return `${ms / 86_400_000}d`;
   if (ms % 3_600_000 === 0) return `${ms / 3_600_000}h`;

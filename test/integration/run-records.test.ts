@@ -196,23 +196,30 @@ test("a build of another version begins (known at the begin, or once read): the 
   assert.equal(await client.get(keys.idempotency("h-c")), null);
 });
 
+/** An attempt of job `jobId` begun building the version of idempotency key `key` (its lane's newest build). */
+async function beginBuilding(store: ReturnType<typeof storeOf>, jobId: string, key: string): Promise<AttemptIdentity> {
+  const run = attempt(jobId, 1);
+  assert.equal(
+    (await beginAttempt(store, run, { mode: { kind: "check", idempotencyKey: key }, builds: key })).status,
+    "began",
+  );
+  return run;
+}
+
+/** `run`'s final write: rebuilt, publishing `key`'s version with `fence`. */
+function publishRebuilt(store: ReturnType<typeof storeOf>, run: AttemptIdentity, key: string, fence: number) {
+  return writeRun(store, run, {
+    status: "rebuilt",
+    fields: { fence },
+    idempotency: { change: "set", key, ttlMs: 60_000, fence },
+  });
+}
+
 test("a late mark of a version whose publish came before another version's build began marks nothing; the later publish marks its own", async () => {
   const keys = redisKeys(uniquePrefix());
   const store = storeOf(keys);
-  const begin = async (jobId: string, key: string) => {
-    const run = attempt(jobId, 1);
-    assert.equal(
-      (await beginAttempt(store, run, { mode: { kind: "check", idempotencyKey: key }, builds: key })).status,
-      "began",
-    );
-    return run;
-  };
-  const publish = (run: AttemptIdentity, key: string, fence: number) =>
-    writeRun(store, run, {
-      status: "rebuilt",
-      fields: { fence },
-      idempotency: { change: "set", key, ttlMs: 60_000, fence },
-    });
+  const begin = (jobId: string, key: string) => beginBuilding(store, jobId, key);
+  const publish = (run: AttemptIdentity, key: string, fence: number) => publishRebuilt(store, run, key, fence);
   const z = await begin("late-z", "h-z");
   await publish(z, "h-z", 3);
   // X builds A and publishes at fence 5; its final write is lost (written again later).
@@ -245,11 +252,7 @@ test("a run closed rebuilt from the proof of its publish records its fence in it
   const keys = redisKeys(uniquePrefix());
   const store = storeOf(keys);
   const begin = async (jobId: string, key: string) => {
-    const run = attempt(jobId, 1);
-    assert.equal(
-      (await beginAttempt(store, run, { mode: { kind: "check", idempotencyKey: key }, builds: key })).status,
-      "began",
-    );
+    const run = await beginBuilding(store, jobId, key);
     await client.hset(keys.run(run.runId), "idempotencyKey", key);
     return run;
   };
@@ -282,12 +285,7 @@ test("a run closed rebuilt from the proof of its publish records its fence in it
     "a request for A builds",
   );
   // An older publish's late final write after it (fence 4) marks nothing.
-  const old = await begin("proof-old", "h-z");
-  await writeRun(store, old, {
-    status: "rebuilt",
-    fields: { fence: 4 },
-    idempotency: { change: "set", key: "h-z", ttlMs: 60_000, fence: 4 },
-  });
+  await publishRebuilt(store, await begin("proof-old", "h-z"), "h-z", 4);
   assert.equal(await client.get(keys.idempotency("h-z")), null, "below the lane's fence: not marked");
 });
 
