@@ -258,6 +258,34 @@ export function programPath(name: string): string {
   return name;
 }
 
+const SHIELD_SCRATCH_PREFIX = "claimwatch-shield-";
+
+/**
+ * Removes the probe's scratch directories a worker killed during its probe left behind (kill -9
+ * skips `finally`): named `claimwatch-shield-<pid>-…`, removed when that pid is gone. The bind
+ * mount lived in the probe's own mount namespace, gone with it.
+ */
+function removeScratchOfDeadProbes(): void {
+  try {
+    for (const name of fs.readdirSync(os.tmpdir())) {
+      const pid = Number(/^claimwatch-shield-(\d+)-/.exec(name)?.[1]);
+      if (!pid || pid === process.pid || processExists(pid)) continue;
+      fs.rmSync(path.join(os.tmpdir(), name), { recursive: true, force: true });
+    }
+  } catch {
+    // best effort: a leftover scratch directory is untidy, not wrong
+  }
+}
+
+function processExists(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === "EPERM";
+  }
+}
+
 /**
  * Whether a root worker can give its steps a mount namespace with `builds/` read-only: probed on
  * a scratch directory with the programs steps get (builds-namespace.ts): `unshare --mount`, a
@@ -273,7 +301,8 @@ function probeBuildsShield(): BuildsShield {
   ].join("\n");
   let dir: string | null = null;
   try {
-    dir = fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-shield-"));
+    removeScratchOfDeadProbes();
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), `${SHIELD_SCRATCH_PREFIX}${process.pid}-`));
     fs.mkdirSync(path.join(dir, "builds"));
     fs.mkdirSync(path.join(dir, "work"));
     const argv = [programPath("unshare"), "--mount", "--propagation", "slave", "--", programPath("sh"), "-c", probe];
