@@ -67,7 +67,10 @@ export interface PlannedChanges {
   set: [string, string][];
 }
 
-/** The difference between what holds now and what is stored as firing. Pure. */
+/**
+ * The difference between what holds now and what is stored as firing: transitions, and the
+ * content of alerts that keep firing but say something else now. Pure.
+ */
 export function planChanges(
   state: AlertState,
   outcome: RuleOutcome,
@@ -80,7 +83,13 @@ export function planChanges(
   const resolve: string[] = [];
   const active = new Map<string, ActiveAlert>(outcome.active.map((alert) => [alert.id, alert]));
   for (const [id, alert] of active) {
-    if (state.firing.has(id)) continue;
+    const stored = state.firing.get(id);
+    if (stored) {
+      // Still firing: no transition, but what it says follows what holds now ("skipped 3 times",
+      // "stale for 12 min"), for the Alerts page and Alertmanager's re-posts.
+      if (!sameContent(stored, alert)) fire.push({ ...stored, labels: alert.labels, annotations: alert.annotations });
+      continue;
+    }
     const firing: FiringAlert = { id, labels: alert.labels, annotations: alert.annotations, startsAt: now };
     fire.push(firing);
     transitions.push({ id: crypto.randomUUID(), status: "firing", alert: firing, at: now, endsAt: null });
@@ -111,9 +120,17 @@ export function planChanges(
   return { transitions, deliveries, fire, resolve, pendingSet, pendingDel, incr, set };
 }
 
+function sameContent(stored: FiringAlert, now: ActiveAlert): boolean {
+  return (
+    JSON.stringify(stored.labels) === JSON.stringify(now.labels) &&
+    JSON.stringify(stored.annotations) === JSON.stringify(now.annotations)
+  );
+}
+
 export function isEmpty(changes: PlannedChanges): boolean {
   return (
     changes.transitions.length === 0 &&
+    changes.fire.length === 0 &&
     changes.pendingSet.length === 0 &&
     changes.pendingDel.length === 0 &&
     changes.incr.length === 0

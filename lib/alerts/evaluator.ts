@@ -180,7 +180,11 @@ export class AlertEvaluator {
     });
     const outcome = evaluateRules(snapshot, config, { definitions, publicOrigin: this.deps.publicOrigin });
     const changes = planChanges(state, outcome, snapshot.pending, this.receivers, snapshot.now);
-    const counts = { fired: changes.fire.length, resolved: changes.resolve.length, active: outcome.active.length };
+    const counts = {
+      fired: changes.transitions.filter((t) => t.status === "firing").length,
+      resolved: changes.resolve.length,
+      active: outcome.active.length,
+    };
     if (isEmpty(changes)) return { status: "unchanged", ...counts };
     keeper.throwIfLost();
     const committed = await commitChanges(main, keys, keeper.fence, state.version, changes);

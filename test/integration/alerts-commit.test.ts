@@ -64,6 +64,43 @@ test("ALERTS_COMMIT: commits from the state read; refuses a changed state and an
   assert.equal((await readAlertState(redis, keys)).firing.size, 0);
 });
 
+test("an alert that keeps firing says what holds now: its annotations follow, its start and transitions stay", async () => {
+  const redis = client();
+  const keys = redisKeys(uniquePrefix("content"));
+  const saying = (summary: string): ActiveAlert => ({
+    ...alert("a"),
+    annotations: { summary, description: "", link: "" },
+  });
+  const first = planChanges(
+    await readAlertState(redis, keys),
+    { ...outcome(), active: [saying("skipped 2 times")] },
+    {},
+    [],
+    100,
+  );
+  assert.equal((await commitChanges(redis, keys, 1, 0, first)).status, "committed");
+
+  const later = await readAlertState(redis, keys);
+  const changes = planChanges(later, { ...outcome(), active: [saying("skipped 3 times")] }, {}, [], 200);
+  assert.deepEqual(changes.transitions, [], "still firing: no new transition");
+  assert.deepEqual(changes.deliveries, []);
+  assert.equal((await commitChanges(redis, keys, 1, later.version, changes)).status, "committed");
+  const stored = (await readAlertState(redis, keys)).firing.get("a");
+  assert.equal(stored?.annotations.summary, "skipped 3 times");
+  assert.equal(stored?.startsAt, 100, "it fired at 100 and has not fired again");
+  assert.equal(await redis.xlen(keys.alertsTransitions), 1);
+
+  // Nothing new to say: nothing to commit.
+  const same = planChanges(
+    await readAlertState(redis, keys),
+    { ...outcome(), active: [saying("skipped 3 times")] },
+    {},
+    [],
+    300,
+  );
+  assert.deepEqual(same.fire, []);
+});
+
 function definitionsWithAlerts() {
   const result = parseDefinitions(
     {
