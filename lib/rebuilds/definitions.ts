@@ -447,6 +447,30 @@ function unionBranchIssues(issue: z.core.$ZodIssue): z.core.$ZodIssue[] {
   return best.flatMap((inner) => unionBranchIssues({ ...inner, path: [...issue.path, ...inner.path] }));
 }
 
+/**
+ * The keys a mapping at `at` may have, read from the schema (through optional, default, pipe,
+ * union, record and list wrappers); none where the schema has no mapping there.
+ */
+function knownKeysAt(schema: z.core.$ZodType, at: readonly PropertyKey[]): string[] {
+  const def = schema._zod.def as unknown as Record<string, unknown> & { type: string };
+  const inner = (def.innerType ?? def.in) as z.core.$ZodType | undefined;
+  if (inner) return knownKeysAt(inner, at);
+  if (def.type === "union") {
+    return [...new Set((def.options as z.core.$ZodType[]).flatMap((option) => knownKeysAt(option, at)))];
+  }
+  if (def.type === "lazy") return knownKeysAt((def.getter as () => z.core.$ZodType)(), at);
+  const shape = def.type === "object" ? (def.shape as Record<string, z.core.$ZodType>) : undefined;
+  if (at.length === 0) return shape ? Object.keys(shape) : [];
+  const [head, ...rest] = at;
+  if (shape) {
+    const child = shape[String(head)];
+    return child ? knownKeysAt(child, rest) : [];
+  }
+  if (def.type === "record") return knownKeysAt(def.valueType as z.core.$ZodType, rest);
+  if (def.type === "array") return knownKeysAt(def.element as z.core.$ZodType, rest);
+  return [];
+}
+
 /** The zod issues of a document, as problems: every one of them, each with its own path. */
 function schemaProblems(raw: unknown, issues: z.core.$ZodIssue[], lineOf: LineOf | undefined): DefinitionsProblem[] {
   const problems: DefinitionsProblem[] = [];
@@ -461,6 +485,13 @@ function schemaProblems(raw: unknown, issues: z.core.$ZodIssue[], lineOf: LineOf
     for (const issue of missing) {
       const wanted = String(issue.path.at(-1));
       if (issuePath(issue.path.slice(0, -1)) !== issuePath(parent)) continue;
+      if (meantAsKey(key.toLowerCase(), wanted.toLowerCase())) return wanted;
+    }
+    // An optional key (`evaluateEvery`, a rule's `for`) is never missing: name the one the
+    // mapping can have and does not.
+    const given = valueAt(raw, parent);
+    for (const wanted of knownKeysAt(definitionsFileSchema, parent)) {
+      if (given && typeof given === "object" && wanted in given) continue;
       if (meantAsKey(key.toLowerCase(), wanted.toLowerCase())) return wanted;
     }
     return undefined;

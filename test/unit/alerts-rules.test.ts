@@ -132,6 +132,24 @@ test("alerts config: a rule given as a mapping is judged as a mapping; its bad s
   assert.deepEqual(refusal({ receivers: [{ slack: { webhookUrl: "https://hooks" } }] }).split("\n"), [
     "claimwatch.yaml: alerts.receivers[0].slack: unknown key 'webhookUrl' (did you mean 'webhookUrlEnv'?)",
   ]);
+  // A misspelt optional key (it has a default, so nothing is missing): named from what the mapping may have.
+  assert.equal(
+    refusal({ rules: { claimStale: { fro: "5m" } } }),
+    "claimwatch.yaml: alerts.rules.claimStale: unknown key 'fro' (did you mean 'for'?)",
+  );
+  assert.equal(
+    refusal({ evaluateEvry: "1s" }),
+    "claimwatch.yaml: alerts: unknown key 'evaluateEvry' (did you mean 'evaluateEvery'?)",
+  );
+  assert.equal(
+    refusal({ rules: { claimStal: {} } }),
+    "claimwatch.yaml: alerts.rules: unknown key 'claimStal' (did you mean 'claimStale'?)",
+  );
+  // A key the mapping already has is not suggested again; an unrelated one gets no suggestion.
+  assert.equal(
+    refusal({ rules: { skips: { atLeast: 2, atleast: 3 } } }),
+    "claimwatch.yaml: alerts.rules.skips: unknown key 'atleast'",
+  );
   // An unrelated unknown key beside a missing one: both.
   assert.deepEqual(refusal({ receivers: [{ slack: { colour: "red" } }] }).split("\n"), [
     "claimwatch.yaml: alerts.receivers[0].slack.webhookUrlEnv: is required (a string)",
