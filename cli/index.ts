@@ -6,6 +6,7 @@
 import { Command, CommanderError } from "commander";
 import { ApiError } from "../lib/http/errors";
 import { describeError } from "../lib/describe-error";
+import { laterReply } from "../lib/redis/unavailable";
 import { COMMANDS } from "./commands";
 import { CliFailure, EXIT, type ExitCode, type Outcome } from "./outcome";
 import { isRedisUnavailable } from "./session";
@@ -48,7 +49,12 @@ function outcomeOfError(error: unknown): Outcome {
     return failure(error.status < 500 && error.status !== 409 ? EXIT.usage : EXIT.refused, error.code, error.message);
   }
   if (isRedisUnavailable(error)) {
-    return failure(EXIT.redis, "redis-unavailable", `Redis stopped answering: ${describeError(error)}`);
+    const later = laterReply(error);
+    return failure(
+      EXIT.redis,
+      "redis-unavailable",
+      later ? `Redis refuses this for now: ${later}` : `Redis stopped answering: ${describeError(error)}`,
+    );
   }
   return failure(EXIT.refused, "failed", `failed: ${describeError(error)}`);
 }

@@ -6,7 +6,7 @@ import type { ZodError } from "zod";
 import "../zod-messages";
 
 import { ApiError } from "../http/errors";
-import { isRedisUnavailable } from "../redis/unavailable";
+import { isRedisUnavailable, unavailableMessage } from "../redis/unavailable";
 
 export { ApiError, badRequest, notFound } from "../http/errors";
 
@@ -48,7 +48,7 @@ export function publicErrorOf(error: unknown): { status: number; code: string; m
   if (error instanceof ApiError) return { status: error.status, code: error.code, message: error.message };
   // Redis away, or refusing writes for now (lib/redis/unavailable): the caller may send it again.
   if (isRedisUnavailable(error)) {
-    return { status: 503, code: "unavailable", message: "Redis is unreachable; see /api/health" };
+    return { status: 503, code: "unavailable", message: unavailableMessage(error) };
   }
   console.error("[claimwatch-web] unexpected error:", error);
   return { status: 500, code: "internal", message: "internal error; see the server log" };

@@ -1,8 +1,8 @@
 /**
  * Whether a Redis error means "away, or refusing writes for now: send it again": one rule for the
  * API (503 `unavailable`) and the CLI (exit 3). The worker's transient check (classify-failure.ts)
- * takes more replies as "later" (OOM, MISCONF, BUSY …) and reads the same errors inside a
- * discarded transaction (redisErrorMessages).
+ * takes the same replies as "later" and reads them inside a discarded transaction the same way
+ * (redisErrorMessages).
  */
 
 /**
@@ -17,8 +17,30 @@ export function redisErrorMessages(error: unknown): string[] {
   return [error.message, ...inner.map((e) => e.message)];
 }
 
-/** A Sentinel group between primaries, a primary that lost its replicas (min-replicas-to-write), one loading, a blocked command (WAIT) of a primary being demoted. */
-const LATER_REPLY = /^(NOREPLICAS|READONLY|MASTERDOWN|LOADING|UNBLOCKED) /;
+/**
+ * Replies that mean "not now": a Sentinel group between primaries, a primary that lost its replicas
+ * (min-replicas-to-write), one loading, a blocked command (WAIT) of a primary being demoted, memory
+ * full under `noeviction` (OOM), snapshots failing with `stop-writes-on-bgsave-error` (MISCONF), a
+ * long script (BUSY), a cluster moving slots.
+ */
+const LATER_REPLY = /^(NOREPLICAS|READONLY|MASTERDOWN|LOADING|UNBLOCKED|OOM|MISCONF|BUSY|TRYAGAIN|CLUSTERDOWN) /;
+
+/** Redis's "not now" reply in an error (alone or inside a discarded transaction), cut to one short line; null when there is none. */
+export function laterReply(error: unknown): string | null {
+  const refusal = redisErrorMessages(error).find((message) => LATER_REPLY.test(message));
+  if (!refusal) return null;
+  const line = refusal.split("\n")[0]!.trim();
+  return line.length > 160 ? `${line.slice(0, 159)}…` : line;
+}
+
+/**
+ * What the API tells an operator: "unreachable" when Redis is away; its own reply when it answers
+ * "not now" (memory full, snapshots failing, no replicas …).
+ */
+export function unavailableMessage(error: unknown): string {
+  const later = laterReply(error);
+  return later ? `Redis refuses this for now: ${later}; see /api/health` : "Redis is unreachable; see /api/health";
+}
 
 /** Redis away (no connection, a timeout, retries spent) or answering "not now": the caller may send it again. */
 export function isRedisUnavailable(error: unknown): boolean {

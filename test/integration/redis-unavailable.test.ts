@@ -48,14 +48,41 @@ test("NOREPLICAS, alone or inside a discarded transaction: unavailable (503, exi
     assert.equal(isRedisUnavailable(error), true, `${what}: ${(error as Error).message}`);
     assert.equal(cliRedisUnavailable(error), true, what);
     assert.equal(isTransient(error), true, what);
-    assert.deepEqual(publicErrorOf(error), {
-      status: 503,
-      code: "unavailable",
-      message: "Redis is unreachable; see /api/health",
-    });
+    const answer = publicErrorOf(error);
+    assert.deepEqual({ ...answer, message: "" }, { status: 503, code: "unavailable", message: "" });
+    // Redis answered: the operator is told what it said, not that it is unreachable.
+    assert.match(
+      answer.message,
+      /^Redis refuses this for now: NOREPLICAS Not enough good replicas to write\.; see \/api\/health$/,
+    );
   }
   assert.match((inTransaction as Error).message, /^EXECABORT/);
   // Any other error is not.
   const other = new Error("ERR wrong number of arguments");
   assert.equal(isRedisUnavailable(other), false);
+});
+
+test("memory full under noeviction (OOM): unavailable (503 naming the reply, exit 3) and transient, as the worker takes it", async (t) => {
+  const full = await startTestRedis(["--maxmemory", "2mb", "--maxmemory-policy", "noeviction"]);
+  const redis = createRedis(`redis://127.0.0.1:${full.port}`, "worker");
+  t.after(async () => {
+    await closeRedis(redis);
+    await stopTestRedis(full);
+  });
+  let refused: unknown = null;
+  for (let i = 0; i < 200 && !refused; i++) {
+    refused = await redis.set(`fill:${i}`, "x".repeat(100_000)).then(
+      () => null,
+      (error: unknown) => error,
+    );
+  }
+  assert.ok(refused instanceof Error, "the server refused a write once full");
+  assert.match(refused.message, /^OOM /);
+  assert.equal(isRedisUnavailable(refused), true);
+  assert.equal(cliRedisUnavailable(refused), true);
+  assert.equal(isTransient(refused), true);
+  const answer = publicErrorOf(refused);
+  assert.equal(answer.status, 503);
+  assert.equal(answer.code, "unavailable");
+  assert.match(answer.message, /^Redis refuses this for now: OOM command not allowed when used memory > 'maxmemory'/);
 });
