@@ -9,7 +9,7 @@ import { CANCEL_ABORT_REASON } from "./cancel-request";
 import { FenceNotRecordedError } from "./published-fence";
 import { LOCK_LOST_ABORT_REASON, StepFailedError, TransientStepError, WorkerStalledError } from "./steps/context";
 import { TRANSIENT_ERRNO } from "./steps/run-step";
-import { redisErrorMessages } from "../redis/unavailable";
+import { allRepliesSay } from "../redis/unavailable";
 
 export type FailureClass =
   | { kind: "hand-back"; status: "aborted"; reason: string }
@@ -100,8 +100,8 @@ export function isTransient(error: unknown): boolean {
   const message = error instanceof Error ? error.message : "";
   if (name === "MaxRetriesPerRequestError") return true;
   if (/^(Command timed out|Connection is closed|Stream isn't writeable)/.test(message)) return true;
-  // A transaction Redis discarded (EXECABORT) is as transient as the errors that made it.
-  return name === "ReplyError" && redisErrorMessages(error).some((reply) => REDIS_LATER.test(reply));
+  // A transaction Redis discarded (EXECABORT) is transient when every error that made it is.
+  return name === "ReplyError" && allRepliesSay(error, REDIS_LATER);
 }
 
 /** A Redis error code meaning "later", at the start of the reply or after a script's wrapping. */

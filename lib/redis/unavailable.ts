@@ -2,19 +2,28 @@
  * Whether a Redis error means "away, or refusing writes for now: send it again": one rule for the
  * API (503 `unavailable`) and the CLI (exit 3). The worker's transient check (classify-failure.ts)
  * takes the same replies as "later" and reads them inside a discarded transaction the same way
- * (redisErrorMessages).
+ * (allRepliesSay).
  */
 
 /**
- * The messages of an error: its own, and for a transaction Redis discarded (EXECABORT) those of the
+ * The replies that decide what an error means: for a transaction Redis discarded (EXECABORT) the
  * errors that made it (ioredis `previousErrors`: NOREPLICAS inside a MULTI comes back so;
- * black-box helper-121).
+ * black-box helper-121), else the error's own message.
  */
-export function redisErrorMessages(error: unknown): string[] {
+export function decidingReplies(error: unknown): string[] {
   if (!(error instanceof Error)) return [];
   const previous = (error as { previousErrors?: unknown }).previousErrors;
   const inner = Array.isArray(previous) ? previous.filter((e): e is Error => e instanceof Error) : [];
-  return [error.message, ...inner.map((e) => e.message)];
+  return inner.length > 0 ? inner.map((e) => e.message) : [error.message];
+}
+
+/**
+ * Whether every deciding reply says "later": a transaction discarded for NOREPLICAS and a
+ * wrong-type error at once is that error, not a Redis to wait for.
+ */
+export function allRepliesSay(error: unknown, later: RegExp): boolean {
+  const replies = decidingReplies(error);
+  return replies.length > 0 && replies.every((reply) => later.test(reply));
 }
 
 /**
@@ -27,8 +36,8 @@ const LATER_REPLY = /^(NOREPLICAS|READONLY|MASTERDOWN|LOADING|UNBLOCKED|OOM|MISC
 
 /** Redis's "not now" reply in an error (alone or inside a discarded transaction), cut to one short line; null when there is none. */
 export function laterReply(error: unknown): string | null {
-  const refusal = redisErrorMessages(error).find((message) => LATER_REPLY.test(message));
-  if (!refusal) return null;
+  if (!allRepliesSay(error, LATER_REPLY)) return null;
+  const refusal = decidingReplies(error)[0]!;
   const line = refusal.split("\n")[0]!.trim();
   return line.length > 160 ? `${line.slice(0, 159)}…` : line;
 }
@@ -45,12 +54,12 @@ export function unavailableMessage(error: unknown): string {
 /** Redis away (no connection, a timeout, retries spent) or answering "not now": the caller may send it again. */
 export function isRedisUnavailable(error: unknown): boolean {
   const name = error instanceof Error ? error.name : "";
-  const messages = redisErrorMessages(error);
+  const message = error instanceof Error ? error.message : "";
   return (
     name === "RedisNotConfiguredError" ||
     /Redis|ECONNREFUSED|Connection|Command timed out|Stream isn't writeable|MaxRetriesPerRequest|max retries per request/i.test(
-      `${name} ${messages[0] ?? ""}`,
+      `${name} ${message}`,
     ) ||
-    messages.some((message) => LATER_REPLY.test(message))
+    allRepliesSay(error, LATER_REPLY)
   );
 }

@@ -57,6 +57,23 @@ test("NOREPLICAS, alone or inside a discarded transaction: unavailable (503, exi
     );
   }
   assert.match((inTransaction as Error).message, /^EXECABORT/);
+  // A transaction discarded for NOREPLICAS and a real error at once is that error: sending it
+  // again later would fail the same way.
+  const mixed = await client
+    .multi()
+    .set("k", "v")
+    .call("SET", "only-a-key")
+    .exec()
+    .then(
+      () => null,
+      (error: unknown) => error,
+    );
+  assert.ok(mixed instanceof Error);
+  const replies = ((mixed as { previousErrors?: Error[] }).previousErrors ?? []).map((e) => e.message.split(" ")[0]);
+  assert.deepEqual(replies, ["NOREPLICAS", "ERR"]);
+  assert.equal(isRedisUnavailable(mixed), false);
+  assert.equal(isTransient(mixed), false);
+  assert.equal(publicErrorOf(mixed).status, 500);
   // Any other error is not.
   const other = new Error("ERR wrong number of arguments");
   assert.equal(isRedisUnavailable(other), false);
