@@ -7,12 +7,12 @@
  * `recordExpectedTicks` writes each scheduled tick that came due (only the evaluating process
  * calls it): a tick is then "expected", and `scheduleMissed` compares it with the runs.
  */
-import { CronExpressionParser } from "cron-parser";
 import type { Redis } from "ioredis";
 import { readClaimCensus, type ClaimCensus } from "../claims/census";
 import { inspectRedis, type RedisSafety } from "../health/redis-safety";
 import { tenantsOf, type Definitions } from "../rebuilds/definitions";
 import { schedulerIdOf } from "../rebuilds/queue";
+import { nextTickAfter, ticksBetween } from "../rebuilds/schedule-times";
 import type { RedisKeys } from "../redis/keys";
 import { NEWEST_IN_INDEXES, runVariadicScript, UNSERVED_TICKS, type ScriptingClient } from "../redis/scripts";
 import { HEARTBEAT_TTL_MS } from "../workers/heartbeat";
@@ -126,20 +126,9 @@ export async function recordExpectedTicks(
     if (paused) return void nextDue.set(key, now + 15_000);
     // Ticks before the scheduler existed cannot have been missed; none are expected without one.
     if (!Number.isFinite(since)) return void nextDue.set(key, now + 60_000);
-    nextDue.set(
-      key,
-      CronExpressionParser.parse(s.cron, { tz: s.tz, currentDate: new Date(now) })
-        .next()
-        .getTime(),
-    );
+    nextDue.set(key, nextTickAfter(s, now));
     const from = Math.max(Number.isFinite(cursor) ? cursor : since, since, now - TICK_WINDOW_MS);
-    const ticks: number[] = [];
-    const expression = CronExpressionParser.parse(s.cron, {
-      tz: s.tz,
-      currentDate: new Date(from),
-      endDate: new Date(now),
-    });
-    while (ticks.length < TICKS_PER_CYCLE && expression.hasNext()) ticks.push(expression.next().getTime());
+    const ticks = ticksBetween(s, from, now, TICKS_PER_CYCLE);
     if (ticks.length === 0) return;
     const ticksKey = keys.expectedTicks(s.rebuild, s.tenant);
     write.zadd(ticksKey, ...ticks.flatMap((tick) => [tick, String(tick)]));

@@ -1,5 +1,4 @@
 /** Rebuild definitions with their live state, "Rebuild now", and what a run would do now. */
-import { CronExpressionParser } from "cron-parser";
 import { z } from "zod";
 import { appendAudit } from "../audit";
 import { claimName, readClaim, readClaimsByName, readSkipsMany } from "../claims";
@@ -7,6 +6,7 @@ import { listChangedBuilds } from "../rebuilds/build-integrity";
 import { tenantProblem, tenantsOf, type RebuildDefinition } from "../rebuilds/definitions";
 import { readSchedulePauses, type SchedulePause } from "../rebuilds/schedules";
 import { holderAttemptWorked, schedulerIdOf } from "../rebuilds/queue";
+import { nextTickAfter } from "../rebuilds/schedule-times";
 import { REQUEST_ID_PATTERN, triggerRebuild } from "../rebuilds/trigger";
 import { hashInputs, idempotencyKey, InputHashCache, VERSION_PATTERN } from "../rebuilds/version";
 import { decideRun } from "../rebuilds/decide";
@@ -55,10 +55,7 @@ export interface ApiRebuild {
 
 export function nextRunAt(definition: RebuildDefinition, from = new Date(Date.now())): string | null {
   if (!definition.schedule) return null;
-  return CronExpressionParser.parse(definition.schedule.cron, { tz: definition.schedule.tz, currentDate: from })
-    .next()
-    .toDate()
-    .toISOString();
+  return new Date(nextTickAfter(definition.schedule, from.getTime())).toISOString();
 }
 
 /** Largest page of `GET /api/rebuilds`. */

@@ -4,13 +4,13 @@
  * and one pipeline over the scheduled rebuilds.
  */
 import { formatAbsolute, formatDurationMs } from "../ui/format";
-import { CronExpressionParser } from "cron-parser";
 import type { Redis } from "ioredis";
 import { listClaims } from "../claims";
 import type { ScriptingPipelineClient } from "../redis/scripts";
 import type { RedisKeys } from "../redis/keys";
 import { tenantsOf, type Definitions } from "../rebuilds/definitions";
 import { schedulerIdOf } from "../rebuilds/queue";
+import { lastTickBefore } from "../rebuilds/schedule-times";
 import { listLiveWorkers, liveWorkerIdSet } from "../workers/heartbeat";
 import { describeStale, staleSince } from "../claims/stale";
 import { alertsSchema } from "../alerts/config";
@@ -67,12 +67,7 @@ export async function missedTickProblems(
   const checks: { label: string; tick: number; scheduler: string; schedulerId: string; ticksKey: string }[] = [];
   for (const definition of definitions.rebuilds.values()) {
     if (!definition.schedule) continue;
-    const tick = CronExpressionParser.parse(definition.schedule.cron, {
-      tz: definition.schedule.tz,
-      currentDate: new Date(now - graceMs),
-    })
-      .prev()
-      .getTime();
+    const tick = lastTickBefore(definition.schedule, now - graceMs);
     for (const tenant of tenantsOf(definition)) {
       checks.push({
         label: `${definition.name}${tenant ? `/${tenant}` : ""}`,

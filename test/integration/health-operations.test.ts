@@ -81,6 +81,36 @@ test("a scheduled tick without a run is reported as missed, once the scheduler e
   assert.deepEqual(await missedTickProblems(main, keys, parsed.definitions, now), [], "the tick ran");
 });
 
+test("across daylight-saving changes the banner checks the tick the scheduler made (0 2 * * * in Europe/Berlin)", async () => {
+  const keys = redisKeys(uniquePrefix());
+  const parsed = parseDefinitions(
+    {
+      rebuilds: {
+        nightly: {
+          output: "out/n",
+          schedule: { cron: "0 2 * * *", tz: "Europe/Berlin" },
+          steps: [{ name: "s", run: ["true"] }],
+        },
+      },
+    },
+    "/srv/claimwatch.yaml",
+  );
+  assert.ok(parsed.ok);
+  const ticks = keys.scheduleTicks("nightly", undefined);
+  await main.set(keys.schedulerSince("sched.nightly"), String(Date.parse("2027-03-01T00:00:00Z")));
+  // Spring forward: the scheduler ran 27 March at 02:00 CET; the 28th's tick, at 03:00 CEST
+  // (02:00 does not exist), did not run. At noon the banner names that one.
+  await main.zadd(ticks, Date.parse("2027-03-27T01:00:00Z"), "repeat_sched.nightly_a-a1");
+  const spring = await missedTickProblems(main, keys, parsed.definitions, Date.parse("2027-03-28T12:00:00Z"));
+  assert.equal(spring.length, 1, "the 03:00 CEST tick did not run");
+  assert.match(spring[0]!, /did not start \(missed tick\)/);
+  await main.zadd(ticks, Date.parse("2027-03-28T01:00:00Z"), "repeat_sched.nightly_b-a1");
+  assert.deepEqual(await missedTickProblems(main, keys, parsed.definitions, Date.parse("2027-03-28T12:00:00Z")), []);
+  // Fall back: 02:00 occurs twice; the scheduler ran the first (00:00 UTC). Nothing is missed.
+  await main.zadd(ticks, Date.parse("2027-10-31T00:00:00Z"), "repeat_sched.nightly_c-a1");
+  assert.deepEqual(await missedTickProblems(main, keys, parsed.definitions, Date.parse("2027-10-31T12:00:00Z")), []);
+});
+
 test("a worker whose limited steps would run in a process group (cgroup mode, no PID namespace) is reported, as is a process-group worker; a fully contained one is not", async () => {
   const keys = redisKeys(uniquePrefix());
   const strong = newWorkerIdentity("test", { containment: "cgroup", limitedStepsContainment: "pid-namespace" });
