@@ -13,6 +13,7 @@ import { inspectRedis, type RedisSafety } from "../health/redis-safety";
 import { tenantsOf, type Definitions } from "../rebuilds/definitions";
 import { schedulerIdOf } from "../rebuilds/queue";
 import { nextTickAfter, ticksBetween } from "../rebuilds/schedule-times";
+import { pausesSchedule } from "../rebuilds/schedules";
 import type { RedisKeys } from "../redis/keys";
 import { NEWEST_IN_INDEXES, runVariadicScript, UNSERVED_TICKS, type ScriptingClient } from "../redis/scripts";
 import { HEARTBEAT_TTL_MS } from "../workers/heartbeat";
@@ -111,7 +112,7 @@ export async function recordExpectedTicks(
   for (const s of series) {
     read.hget(keys.alertsTickCursor, seriesKey(s.rebuild, s.tenant));
     read.get(keys.schedulerSince(schedulerIdOf(s.rebuild, s.tenant)));
-    read.hexists(keys.pausedSchedules, schedulerIdOf(s.rebuild, s.tenant));
+    read.hget(keys.pausedSchedules, schedulerIdOf(s.rebuild, s.tenant));
   }
   const replies = (await read.exec()) ?? [];
   const write = main.pipeline();
@@ -119,7 +120,7 @@ export async function recordExpectedTicks(
   series.forEach((s, i) => {
     const cursor = Number(replies[i * 3]?.[1] ?? NaN);
     const since = Number(replies[i * 3 + 1]?.[1] ?? NaN);
-    const paused = Number(replies[i * 3 + 2]?.[1] ?? 0) === 1;
+    const paused = pausesSchedule(replies[i * 3 + 2]?.[1]);
     const key = seriesKey(s.rebuild, s.tenant);
     // A paused schedule expects no ticks (scheduleMissed stays quiet); resuming moves
     // `schedulerSince` to the resume, so the ticks while paused are never expected later either.
@@ -222,7 +223,7 @@ export async function readAlertSnapshot(
   // it was set up or last resumed (schedulerSince): the banner's rule too (black-box helper-120).
   for (const s of scheduled) {
     second.get(keys.schedulerSince(schedulerIdOf(s.rebuild, s.tenant)));
-    second.hexists(keys.pausedSchedules, schedulerIdOf(s.rebuild, s.tenant));
+    second.hget(keys.pausedSchedules, schedulerIdOf(s.rebuild, s.tenant));
   }
   const tickKeys: string[] = [];
   const tickArgs: number[] = [now - options.graceMs];
@@ -261,7 +262,7 @@ export async function readAlertSnapshot(
   }
   scheduled.forEach((s, i) => {
     const since = Number(secondReplies[at++] ?? NaN);
-    const paused = Number(secondReplies[at++] ?? 0) === 1;
+    const paused = pausesSchedule(secondReplies[at++]);
     const ticks = unserved[i] ?? "";
     s.runs.unservedTicks =
       ticks === "" || paused

@@ -11,6 +11,7 @@ import type { RedisKeys } from "../redis/keys";
 import { tenantsOf, type Definitions } from "../rebuilds/definitions";
 import { schedulerIdOf } from "../rebuilds/queue";
 import { lastTickBefore } from "../rebuilds/schedule-times";
+import { pausesSchedule } from "../rebuilds/schedules";
 import { listLiveWorkers, liveWorkerIdSet } from "../workers/heartbeat";
 import { describeStale, staleSince } from "../claims/stale";
 import { alertsSchema } from "../alerts/config";
@@ -86,14 +87,14 @@ export async function missedTickProblems(
     pipeline
       .get(check.scheduler)
       .zcount(check.ticksKey, check.tick, check.tick)
-      .hexists(keys.pausedSchedules, check.schedulerId);
+      .hget(keys.pausedSchedules, check.schedulerId);
   }
   const replies = (await pipeline.exec()) ?? [];
   const problems: string[] = [];
   checks.forEach((check, i) => {
     const since = Number(replies[i * 3]?.[1] ?? NaN);
     const ran = Number(replies[i * 3 + 1]?.[1] ?? 0);
-    const paused = Number(replies[i * 3 + 2]?.[1] ?? 0) === 1;
+    const paused = pausesSchedule(replies[i * 3 + 2]?.[1]);
     if (!paused && Number.isFinite(since) && since <= check.tick && ran === 0) {
       problems.push(
         `Scheduled run of ${check.label} at ${formatAbsolute(check.tick, "utc")} did not start (missed tick)`,

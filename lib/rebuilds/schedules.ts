@@ -49,6 +49,15 @@ function parsePause(raw: string | null | undefined): SchedulePause | null {
   return raw ? (parseStoredJson(schedulePause, raw) ?? null) : null;
 }
 
+/**
+ * Whether a stored pause entry (HGET of `pausedSchedules`) pauses its schedule, as the scheduler
+ * and the worker read it: a damaged entry does not (they run its ticks), so the banner and the
+ * scheduleMissed alert must not take it as a pause either.
+ */
+export function pausesSchedule(raw: unknown): boolean {
+  return typeof raw === "string" && parsePause(raw) !== null;
+}
+
 export async function syncSchedules(
   queue: SchedulerQueue & Pick<Queue, "getJobSchedulers">,
   definitions: Definitions,

@@ -49,6 +49,9 @@ test("a paused schedule's ticks recorded before the pause are not missed; nor ar
       (s) => s.rebuild === "quick",
     )!.unservedTicks;
   assert.ok((await unserved()).length > 0, "no worker ran: ticks are missed");
+  // A damaged pause entry pauses nothing (the scheduler and the worker run its ticks): still missed.
+  await main.hset(keys.pausedSchedules, schedulerIdOf("quick", undefined), "{not json");
+  assert.ok((await unserved()).length > 0, "a damaged pause entry hid the missed ticks");
   // Paused: nothing missed, also what was recorded before.
   await main.hset(
     keys.pausedSchedules,

@@ -76,6 +76,16 @@ test("a scheduled tick without a run is reported as missed, once the scheduler e
   await main.set(keys.schedulerSince("sched.nightly"), String(tick - 86_400_000));
   const missed = await missedTickProblems(main, keys, parsed.definitions, now);
   assert.deepEqual(missed, [`Scheduled run of nightly at ${formatAbsolute(tick, "utc")} did not start (missed tick)`]);
+  // A damaged pause entry pauses nothing (the scheduler and the worker run its ticks): still missed.
+  await main.hset(keys.pausedSchedules, "sched.nightly", "{not json");
+  assert.deepEqual(await missedTickProblems(main, keys, parsed.definitions, now), missed);
+  await main.hset(
+    keys.pausedSchedules,
+    "sched.nightly",
+    JSON.stringify({ actor: "ops (operator)", reason: "disk", at: 1 }),
+  );
+  assert.deepEqual(await missedTickProblems(main, keys, parsed.definitions, now), [], "paused: nothing is missed");
+  await main.hdel(keys.pausedSchedules, "sched.nightly");
 
   await main.zadd(keys.scheduleTicks("nightly", undefined), tick, "repeat_sched.nightly_1-a1");
   assert.deepEqual(await missedTickProblems(main, keys, parsed.definitions, now), [], "the tick ran");
