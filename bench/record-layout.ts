@@ -9,6 +9,8 @@
  *                    indexes (all, rebuild, rebuild+tenant, and each of these by status), the
  *                    timeline counters (the layouts below leave the counters out: they grow with
  *                    lanes × hours, not with runs; `current_uncounted` is `current` without them)
+ *   status_only      the same HASH, only the status-split indexes (a listing without a status merges
+ *                    the nine statuses' indexes of its filter)
  *   streams          the same HASH, the indexes as STREAMs (append-only, an entry id is its time):
  *                    a small stream costs far more than a small ZSET, and most indexes are small
  *   compact          one packed field per run HASH (short fields; `durationMs`, `idempotencyKey`,
@@ -23,8 +25,8 @@
  *                    only; every wider listing would merge leaves: not O(page))
  *
  * Only memory is measured; what each layout costs a listing, a trim or a status move is in
- * BENCHMARKS.md. Env: BENCH_RECORDS (default 200 000).
- * Last line: RESULT current_bpr=<bytes> current_uncounted_bpr=… streams_bpr=… compact_bpr=… compact_chunked_bpr=…
+ * BENCHMARKS.md. Env: BENCH_RECORDS (default 200 000), BENCH_LAYOUTS (comma-separated names; all by default).
+ * Last line: RESULT current_bpr=<bytes> current_uncounted_bpr=… status_only_bpr=… streams_bpr=… compact_bpr=… compact_chunked_bpr=…
  * leaf_zsets_bpr=… leaf_chunked_bpr=… leaf_one_zset_bpr=… records=<n>
  */
 import fs from "node:fs";
@@ -43,6 +45,8 @@ import { numberFromEnv } from "./env";
 
 const RECORDS = numberFromEnv("BENCH_RECORDS", 200_000, { min: 1 });
 const BATCH = 500;
+/** BENCH_LAYOUTS=current,status_only: only these layouts (all by default). */
+const ONLY = (process.env.BENCH_LAYOUTS ?? "").split(",").filter(Boolean);
 
 type Seeded = RunRecord & { status: FinalRunStatus };
 type Layout = (tx: ChainableCommander, keys: RedisKeys, record: Seeded) => void;
@@ -138,9 +142,20 @@ const leafIndex: Layout = (tx, keys, record) => {
   );
 };
 
+/**
+ * Only the status-split indexes (all runs, the rebuild, the rebuild+tenant, each by status): a
+ * listing without a status would merge the nine statuses' indexes of its filter (still O(page)).
+ */
+const statusIndexes: Layout = (tx, keys, record) => {
+  const layout = indexLayout(keys, runPlaceOf(record.rebuild, record.tenant), [record.status]);
+  const score = record.startedAt ?? record.createdAt;
+  for (const key of layout.keys.slice(layout.n)) tx.zadd(key, score, record.id);
+};
+
 const LAYOUTS: Record<string, Layout> = {
   current: (tx, keys, record) => importRunInto(tx, keys, record, DEFAULT_RETENTION),
   current_uncounted: (tx, keys, record) => importRunInto(tx, keys, record, DEFAULT_RETENTION, { uncounted: true }),
+  status_only: writing(hashRecord, statusIndexes),
   streams: writing(hashRecord, streamIndexes),
   compact: writing(compactRecord, zsetIndexes),
   compact_chunked: writing(compactRecord, chunkedIndexes),
@@ -173,6 +188,7 @@ async function main(): Promise<void> {
   try {
     console.log(`redis-server pid ${server.pid} on ${server.url}; ${RECORDS.toLocaleString("en")} records per layout`);
     for (const [name, layout] of Object.entries(LAYOUTS)) {
+      if (ONLY.length > 0 && !ONLY.includes(name)) continue;
       await client.flushall();
       chunkFill.clear();
       const before = await usedMemory(client);

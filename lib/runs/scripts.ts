@@ -887,20 +887,30 @@ ARGV[4] ms an aborted record is kept after it finished (0: none)
 A record is removed from its base indexes and its status's; one whose hash already expired
 from every index (its status is unknown). The timeline counters are left as they are: they count
 what finished, not what is kept (timeline-counters.ts).
-An aborted record is kept for ARGV[4] ms after it finished (on the Redis clock): the sweep or
+An aborted record's hash stays ARGV[4] ms after it finished (on the Redis clock): the sweep or
 the job's next attempt closed it while its pickup may still run (paused). That pickup's owner
 check before its publish must find it final; a record gone would read as lost in a Redis crash,
-and the pickup would publish and write it again.
-Returns ${RUN_REPLY.written} deleted | ${RUN_REPLY.no} kept: queued, running, or aborted lately
+and the pickup would publish and write it again. It leaves the indexes now all the same (its hash
+and log expire when that time is up): kept listed, an old abort outlived the newer runs trimmed
+in its place and became the rebuild's "last run" (black-box helper-123).
+Returns ${RUN_REPLY.written} deleted (or unlisted) | ${RUN_REPLY.no} kept: queued or running
 ]]
 ${COMMON}
 local status = redis.call('HGET', KEYS[1], 'status')
 if status and not FINAL[status] then return ${RUN_REPLY.no} end
+local keptFor = 0
 if status == 'aborted' then
   local finishedAt = tonumber(redis.call('HGET', KEYS[1], 'finishedAt'))
-  if finishedAt and finishedAt > nowMs - tonumber(ARGV[4]) then return ${RUN_REPLY.no} end
+  if finishedAt then keptFor = finishedAt + tonumber(ARGV[4]) - nowMs end
 end
-redis.call('DEL', KEYS[1], KEYS[2])
+if keptFor > 0 then
+  for i = 1, 2 do
+    local ttl = redis.call('PTTL', KEYS[i])
+    if ttl == -1 or ttl > keptFor then redis.call('PEXPIRE', KEYS[i], keptFor) end
+  end
+else
+  redis.call('DEL', KEYS[1], KEYS[2])
+end
 local n = tonumber(ARGV[2])
 setStatuses(ARGV[3])
 if status and POSITION[status] then

@@ -1,9 +1,10 @@
 /**
  * Retention of run records: by count per rebuild (and tenant) and by age, oldest start first.
  * A record still queued or running is never trimmed (its attempt would write into a hole, and
- * the Claims page links to it), nor an aborted one for an hour after it ended (ABORTED_KEPT_MS):
- * the script skips them, so trimming stays behind by at most the runs in flight and lately
- * aborted. Bounded work per call (`batch`); every worker runs it now and then.
+ * the Claims page links to it): the script skips it, so trimming stays behind by at most the runs
+ * in flight. An aborted one leaves the listings when its turn comes, but its hash stays for an
+ * hour after it ended (ABORTED_KEPT_MS). Bounded work per call (`batch`); every worker runs it now
+ * and then.
  */
 import type { Redis } from "ioredis";
 import type { RedisKeys } from "../redis/keys";
@@ -14,9 +15,10 @@ import { DEFAULT_RETENTION, indexLayout, runPlaceOf, type RunRetention } from ".
 import { RUN_TRIM } from "./scripts";
 
 /**
- * An aborted record is kept this long after it finished, beyond the count (RUN_TRIM): a pickup
- * whose record was closed under it (paused past its heartbeat) must find it final when it wakes,
- * not gone. Aborts are faults, so few records are kept longer for it.
+ * An aborted record's hash is kept this long after it finished, beyond the count (RUN_TRIM): a
+ * pickup whose record was closed under it (paused past its heartbeat) must find it final when it
+ * wakes, not gone. Out of the listings all the same: trimmed newer runs never leave an older
+ * abort as the rebuild's last run.
  */
 export const ABORTED_KEPT_MS = 3_600_000;
 

@@ -21,6 +21,7 @@ import { readPublishedFence, recordPublishedFence } from "../../lib/rebuilds/pub
 import { serverNow } from "../../lib/redis/time";
 import { DEFAULT_RETENTION, readRun, runPlaceOf } from "../../lib/runs/records";
 import { abandonRun, closeAbandonedRuns } from "../../lib/runs/abandoned";
+import { listRuns } from "../../lib/runs/list";
 import { trimRuns } from "../../lib/runs/trim";
 import { beginAttempt, writeRun } from "../../lib/runs/writer";
 import { runIdOf } from "../../lib/runs/types";
@@ -492,7 +493,7 @@ test("a holder whose record the sweep closed while it ran (its worker stopped be
   assert.equal(record?.buildHash ?? null, null);
 });
 
-test("a holder whose record the sweep closed and trimming then removed (many newer runs) still publishes nothing on waking: a lately aborted record is kept", async () => {
+test("a holder whose record the sweep closed and trimming then removed (many newer runs) still publishes nothing on waking: a lately aborted record's hash is kept (unlisted)", async () => {
   // Count retention of 0 for this rebuild: every final record is trimmed, but not a lately aborted one.
   const trim = async () =>
     void (await trimRuns(bed.main, bed.keys, {
@@ -504,6 +505,8 @@ test("a holder whose record the sweep closed and trimming then removed (many new
   assert.equal(outcome.status, "deferred", `not published, the request kept: ${JSON.stringify(outcome)}`);
   assert.equal(fs.existsSync(path.join(output, "current")), false, "nothing published");
   assert.equal((await readRun(bed.main, bed.keys, runId))?.status, "aborted", "kept by trimming, as the sweep left it");
+  const listed = await listRuns(bed.main, bed.keys, { rebuild: "trimmed-pickup" }, 10);
+  assert.deepEqual(listed.runs, [], "but no longer listed: the count is 0");
 });
 
 /**

@@ -23,7 +23,7 @@ import {
   toFields,
 } from "../../lib/runs/records";
 import { RUN_WRITE } from "../../lib/runs/scripts";
-import { trimAllRuns, trimRuns } from "../../lib/runs/trim";
+import { ABORTED_KEPT_MS, trimAllRuns, trimRuns } from "../../lib/runs/trim";
 import { RUN_STATUSES } from "../../lib/runs/types";
 import {
   beginAttempt as beginOwnedAttempt,
@@ -875,6 +875,56 @@ test("trimming removes old and excess runs from every index, never a run in flig
   assert.deepEqual([...left].sort(), ["dup2-a1", "long-a1"]);
   assert.equal((await readRun(client, keys, "long-a1"))?.status, "running");
   assert.equal(await writeRun(store, attempt("long", 1), { status: "rebuilt" }), "written", "its final write lands");
+});
+
+test("an aborted run beyond the count leaves the listings at its turn, so it never outlives a newer run as the last one; its record stays final for its late pickup an hour (black-box helper-123)", async () => {
+  const keys = redisKeys(uniquePrefix());
+  const store = storeOf(keys);
+  const tick = () => new Promise((r) => setTimeout(r, 2));
+  // The oldest attempt was killed (aborted just now); a newer one rebuilt; two newer requests skipped.
+  const killed = attempt("killed", 1);
+  await beginAttempt(store, killed, { mode: { kind: "running" } });
+  assert.equal(await writeRun(store, killed, { status: "aborted", fields: { reason: "worker died" } }), "written");
+  await tick();
+  const built = attempt("built", 1);
+  await beginAttempt(store, built, { mode: { kind: "running" } });
+  assert.equal(await writeRun(store, built, { status: "rebuilt", fields: { buildHash: "abc" } }), "written");
+  for (const name of ["skip1", "skip2"]) {
+    await tick();
+    await beginAttempt(store, attempt(name, 1), {
+      mode: { kind: "final", status: "skipped", reason: "already-rebuilt" },
+    });
+  }
+  const removed = await trimRuns(client, keys, {
+    rebuild: "tiles",
+    tenant: "acme",
+    retention: { maxPerRebuild: 2, maxAgeMs: 86_400_000 },
+  });
+  assert.equal(removed, 2);
+  const listed = await listRuns(client, keys, { rebuild: "tiles", tenant: "acme" }, 50);
+  assert.deepEqual(
+    listed.runs.map((run) => run.id),
+    ["skip2-a1", "skip1-a1"],
+    "the newest two; not the older abort in place of the newer build",
+  );
+  assert.deepEqual(await statusesListing(keys, killed.runId), [], "in no listing");
+  // Its record stays final for its pickup, if it wakes: a late write changes nothing, recreates nothing.
+  const ttl = await client.pttl(keys.run(killed.runId));
+  assert.ok(ttl > 0 && ttl <= ABORTED_KEPT_MS, `kept until an hour after it ended (${ttl} ms)`);
+  assert.equal(await writeRun(store, killed, { status: "rebuilt", fields: { buildHash: "late" } }), "final");
+  assert.equal((await readRun(client, keys, killed.runId))?.status, "aborted");
+  assert.deepEqual(await statusesListing(keys, killed.runId), []);
+  assert.equal(await client.exists(keys.run(built.runId)), 0, "the build's record is trimmed");
+  // Trimming again leaves it as it is.
+  assert.equal(
+    await trimRuns(client, keys, {
+      rebuild: "tiles",
+      tenant: "acme",
+      retention: { maxPerRebuild: 2, maxAgeMs: 86_400_000 },
+    }),
+    0,
+  );
+  assert.equal((await readRun(client, keys, killed.runId))?.status, "aborted");
 });
 
 test("with more runs in flight than a sweep reads, the sweeps page on: a dead worker's run behind them is closed", async () => {
