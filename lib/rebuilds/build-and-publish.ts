@@ -85,7 +85,11 @@ export interface BuildContext {
 }
 
 export type BuildResult =
-  | { status: "published"; buildHash: string }
+  /**
+   * `currentLag`: why `<output>/current` could not be moved to the build (a full or failing disk):
+   * published all the same (Redis and the durable fence say so); repair moves it later.
+   */
+  | { status: "published"; buildHash: string; currentLag?: string }
   | { status: "superseded"; buildHash: string; newestFence: number }
   | { status: "already-rebuilt"; rebuiltBy: string }
   /** A run of this job published here already (the output's record of the runs that published). */
@@ -288,7 +292,9 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
         ? `published build ${buildHash} (fence ${held.fence})`
         : `WARNING: published build ${buildHash} (fence ${held.fence}), but ${outputDir}/current could not be swapped or synced: ${swapFailed}; repair moves it to the published build`,
     );
-    return { status: "published", buildHash };
+    return swapFailed === null
+      ? { status: "published", buildHash }
+      : { status: "published", buildHash, currentLag: swapFailed };
   } catch (error) {
     await fs.rm(workDir, { recursive: true, force: true }).catch(() => {});
     // Report the claim loss or the job's abort reason rather than the AbortError it caused; but a

@@ -661,7 +661,7 @@ class RebuildAttempt {
             // the freed claim finds the key and skips. When it fails (the main Redis away), it
             // is written again after the release, as a transient error would be.
             try {
-              await this.finishRebuilt(held.fence, built.buildHash, held.tookOverFrom);
+              await this.finishRebuilt(held.fence, built.buildHash, held.tookOverFrom, built.currentLag);
               finalWritten = true;
             } catch (error) {
               this.log(`final record under the claim failed (written again after the release): ${String(error)}`);
@@ -725,7 +725,7 @@ class RebuildAttempt {
       });
     }
     // The publish reset the consecutive skips (FENCED_PUBLISH).
-    if (!finalWritten) await this.finishRebuilt(result.fence, built.buildHash, result.tookOverFrom);
+    if (!finalWritten) await this.finishRebuilt(result.fence, built.buildHash, result.tookOverFrom, built.currentLag);
     return {
       status: "rebuilt",
       runId: this.runId,
@@ -996,15 +996,26 @@ class RebuildAttempt {
     return { status: "cancelled", runId: this.runId, reason };
   }
 
-  /** The final record of a published build, with the version marked rebuilt (the idempotency key) in the same script. */
+  /**
+   * The final record of a published build, with the version marked rebuilt (the idempotency key)
+   * in the same script. A `current` the disk would not move to it is said in its reason: the run
+   * published, but the output did not serve its build when it ended (black-box helper-124).
+   */
   private finishRebuilt(
     fence: number,
     buildHash: string,
     tookOverFrom: { token: string; fence: number | null } | null,
+    currentLag: string | undefined,
   ): Promise<void> {
+    const reasons = [
+      tookOverFrom ? "took over from an earlier attempt" : null,
+      currentLag
+        ? `published, but ${outputDirOf(this.definition, this.data.tenant)}/current could not be moved to its build when it ended (${currentLag}): the output served the build before until repair moves it (claimwatch status names an output still lagging)`
+        : null,
+    ].filter((reason): reason is string => reason !== null);
     return this.finish(
       "rebuilt",
-      { fence, buildHash, reason: tookOverFrom ? "took over from an earlier attempt" : null },
+      { fence, buildHash, reason: reasons.length > 0 ? reasons.join("; ") : null },
       { change: "set", key: this.idemKey, ttlMs: this.definition.idempotency.ttl, fence },
     );
   }

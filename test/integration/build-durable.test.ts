@@ -280,6 +280,12 @@ async function publishedWhileDiskFails(
   stopTracer();
   if (expect === "rebuilt") {
     assert.equal(first.status, "rebuilt", `recorded ${first.status}: ${first.reason ?? ""}`);
+    // The record says the output did not serve its build when it ended, not only the log
+    // (black-box helper-124: a plain "rebuilt" with no reason).
+    assert.match(
+      first.reason ?? "",
+      /published, but .*\/current could not be moved to its build when it ended \(.*EIO/,
+    );
     const logs = await bed.main.lrange(bed.keys.runLog(first.id), 0, -1);
     assert.ok(
       logs.some((line) => warning.test(line)),
@@ -312,7 +318,7 @@ async function publishedWhileDiskFails(
   assert.equal(record.hash, published.buildHash);
 }
 
-test("a worker whose swap of current fails after its publish: the attempt is recorded rebuilt (the build is published), with a warning; repair moves current", async (t) => {
+test("a worker whose swap of current fails after its publish: the attempt is recorded rebuilt (the build is published), its reason and a warning say current did not follow; repair moves current", async (t) => {
   // Every symlink() of the worker fails, and the only one is the new `current` link, made after
   // the fenced publish and its durable record (strace's -P matches only rename's first path, so
   // the rename itself cannot be singled out).
