@@ -4,7 +4,7 @@ import { useQuery } from "@tanstack/react-query";
 import Link from "next/link";
 import { useId, useRef, useState } from "react";
 import type { ApiRebuild, ApiRebuildDetail } from "@/lib/api/rebuilds";
-import { formatDurationMs } from "@/lib/ui/format";
+import { formatDurationMs, formatRunDuration, runDurationNote } from "@/lib/ui/format";
 import { LIVE_POLL_MS, rebuildDetailQuery, rebuildHref } from "@/lib/ui/queries";
 import { ClaimTrail } from "./claim-trail";
 import { usePollEvery } from "./live-events";
@@ -265,7 +265,7 @@ function EntryCard({ entry, linkTenant }: { entry: ApiRebuild; linkTenant: boole
               <Link className="text-sky-700 underline" href={`/runs/${entry.lastRun.id}`}>
                 started <Time at={entry.lastRun.startedAt} />
               </Link>
-              {formatDurationMs(entry.lastRun.durationMs)}
+              <span title={runDurationNote(entry.lastRun) ?? undefined}>{formatRunDuration(entry.lastRun)}</span>
             </span>
           ) : (
             <span className="text-slate-500">none started</span>

@@ -17,7 +17,7 @@ import { SearchBox } from "./search-box";
 import { usePollEvery } from "./live-events";
 import { CursorPager } from "./cursor-pager";
 import { DataTable } from "./data-table";
-import { formatDurationMs } from "@/lib/ui/format";
+import { formatDurationMs, formatRunDuration, runDurationNote } from "@/lib/ui/format";
 import { RunStrip, RunStripLegend } from "./run-strip";
 import { useCanOperate } from "./role";
 import { StatusBadge } from "./status-badge";
@@ -156,7 +156,7 @@ function RebuildRow({ rebuild, open, onToggle }: { rebuild: ApiRebuild; open: bo
                   started <Time at={rebuild.lastRun.startedAt} />
                 </Link>
               </div>
-              <div>{formatDurationMs(rebuild.lastRun.durationMs)}</div>
+              <div title={runDurationNote(rebuild.lastRun) ?? undefined}>{formatRunDuration(rebuild.lastRun)}</div>
             </>
           ) : (
             <span className="text-slate-500">none started</span>

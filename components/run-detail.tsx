@@ -7,7 +7,7 @@ import { RETRYABLE_STATUSES } from "@/lib/runs/transitions";
 import { rebuildHref, runQuery } from "@/lib/ui/queries";
 import { CancelJobButton, RetryRunButton } from "./operations";
 import { usePollEvery } from "./live-events";
-import { formatDurationMs } from "@/lib/ui/format";
+import { formatDurationMs, formatRunDuration, runDurationNote } from "@/lib/ui/format";
 import type { ReactNode } from "react";
 import { StepsGantt } from "./steps-gantt";
 import { Time } from "./time";
@@ -70,7 +70,16 @@ export function RunDetailView({ initial, id }: { initial: RunDetail | null; id: 
     ["Queued", <Time key="q" at={run.createdAt} absolute />],
     ["Started", run.startedAt ? <Time key="s" at={run.startedAt} absolute /> : null],
     ["Finished", run.finishedAt ? <Time key="f" at={run.finishedAt} absolute /> : null],
-    ["Duration", formatDurationMs(run.durationMs)],
+    [
+      "Duration",
+      runDurationNote(run) ? (
+        <span key="d" data-field="duration">
+          {formatRunDuration(run)} <span className="text-slate-500">({runDurationNote(run)})</span>
+        </span>
+      ) : (
+        formatDurationMs(run.durationMs)
+      ),
+    ],
     [
       "Made current later",
       run.madeCurrentLater ? (

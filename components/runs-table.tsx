@@ -9,7 +9,7 @@ import { RUN_STATUSES, type RunStatus } from "@/lib/runs/types";
 import { LIVE_POLL_MS, rebuildHref, runsQuery, type RunsFilter } from "@/lib/ui/queries";
 import { usePollEvery } from "./live-events";
 import { DataTable } from "./data-table";
-import { formatDurationMs } from "@/lib/ui/format";
+import { formatRunDuration, runDurationNote } from "@/lib/ui/format";
 import { Time } from "./time";
 import { StatusBadge } from "./status-badge";
 import { replaceUrlParam, SearchBox } from "./search-box";
@@ -169,7 +169,9 @@ export function RunsTable({ initial, initialFilter, initialCursor, rebuilds }: R
             <td className="px-3 py-2 text-xs whitespace-nowrap">
               {run.startedAt ? <Time at={run.startedAt} /> : <span className="text-slate-500">not started</span>}
             </td>
-            <td className="px-3 py-2 text-xs">{formatDurationMs(run.durationMs)}</td>
+            <td className="px-3 py-2 text-xs whitespace-nowrap" title={runDurationNote(run) ?? undefined}>
+              {formatRunDuration(run)}
+            </td>
             <td className="px-3 py-2 text-xs">{run.workerId ?? "–"}</td>
           </tr>
         ))}

@@ -1,7 +1,8 @@
 /** `claimwatch runs`: run records, newest first, as the Runs page lists them. */
 import { describeZodError } from "../../lib/api/errors";
 import { getRuns, runsQuery } from "../../lib/api/runs";
-import { duration, orDash, rebuildLabel, table, time } from "../../lib/cli/format";
+import { orDash, rebuildLabel, table, time } from "../../lib/cli/format";
+import { formatRunDuration } from "../../lib/ui/format";
 import { EXIT, usageError } from "../outcome";
 import { connect, loadSetup } from "../session";
 import type { CommandSpec } from "./spec";
@@ -36,7 +37,7 @@ export const runs: CommandSpec = {
               run.status,
               run.trigger,
               time(run.startedAt ?? run.createdAt),
-              duration(run.durationMs),
+              formatRunDuration(run),
               orDash(run.reason),
             ]),
           )

@@ -65,12 +65,21 @@ export async function listRuns(
 /** What a sparkline or a "last run" cell shows of a run. */
 export type RunSummary = Pick<
   RunRecord,
-  "id" | "status" | "reason" | "createdAt" | "startedAt" | "finishedAt" | "durationMs"
+  "id" | "status" | "reason" | "createdAt" | "startedAt" | "finishedAt" | "durationMs" | "closedAt"
 >;
-const SUMMARY_FIELDS = ["id", "status", "reason", "createdAt", "startedAt", "finishedAt", "durationMs"] as const;
+const SUMMARY_FIELDS = [
+  "id",
+  "status",
+  "reason",
+  "createdAt",
+  "startedAt",
+  "finishedAt",
+  "durationMs",
+  "closedAt",
+] as const;
 
 /**
- * The newest runs of a filter (no job id), as summaries: HMGET of six fields per run instead of
+ * The newest runs of a filter (no job id), as summaries: HMGET of eight fields per run instead of
  * the whole record (steps and all), for views that poll many rebuilds at once.
  */
 export async function listRunSummaries(
@@ -124,8 +133,8 @@ function summaryOf(values: (string | null)[]): RunSummary | null {
   });
   const run = fromFields(hash);
   if (!run) return null;
-  const { id, status, reason, createdAt, startedAt, finishedAt, durationMs } = run;
-  return { id, status, reason, createdAt, startedAt, finishedAt, durationMs };
+  const { id, status, reason, createdAt, startedAt, finishedAt, durationMs, closedAt } = run;
+  return { id, status, reason, createdAt, startedAt, finishedAt, durationMs, ...(closedAt ? { closedAt } : {}) };
 }
 
 /** The index of a filter (every combination has its own, see `keys.runIndex`). */

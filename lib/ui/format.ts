@@ -21,6 +21,33 @@ export function formatDurationMs(ms: number | null | undefined): string {
   return negative ? `-${text}` : text;
 }
 
+/**
+ * A run's duration as far as it is known. A run someone else closed (`closedAt`: the sweep, its
+ * job's next attempt) ended unseen: its duration runs to when it was last seen running — at least
+ * that long ("≥") — or, when nothing told that, to when it was closed — at most that long ("≤").
+ * A worker killed 3 s into its step read "aborted · 7 ms" (black-box helper-123).
+ */
+export function formatRunDuration(run: {
+  durationMs: number | null;
+  finishedAt: number | null;
+  closedAt?: number | null | undefined;
+}): string {
+  const text = formatDurationMs(run.durationMs);
+  if (run.durationMs === null || !run.closedAt || run.finishedAt === null) return text;
+  return run.finishedAt < run.closedAt ? `≥ ${text}` : `≤ ${text}`;
+}
+
+/** What `formatRunDuration`'s "≥" or "≤" means for this run, for a tooltip; null when the duration was seen. */
+export function runDurationNote(run: {
+  finishedAt: number | null;
+  closedAt?: number | null | undefined;
+}): string | null {
+  if (!run.closedAt || run.finishedAt === null) return null;
+  return run.finishedAt < run.closedAt
+    ? `ended unseen: last seen running ${formatDurationMs(run.closedAt - run.finishedAt)} before it was closed`
+    : "ended unseen: timed to when it was closed";
+}
+
 const pad = (n: number, width = 2) => String(n).padStart(width, "0");
 
 /** Where an absolute time is written: UTC (schedules, server messages) or the viewer's zone. */

@@ -1,0 +1,28 @@
+/**
+ * A run's duration as far as it is known (lib/ui/format.ts formatRunDuration): a run someone else
+ * closed ended unseen — at least as long as it was seen running, or at most until it was closed —
+ * and says so; a run that ended itself reads as before. A worker killed 3 s into its step read
+ * "aborted · 7 ms" (black-box helper-123).
+ */
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { formatRunDuration, runDurationNote } from "../../lib/ui/format";
+
+test("a run that ended itself: its duration, no note", () => {
+  const run = { durationMs: 12_000, finishedAt: 1_012_000 };
+  assert.equal(formatRunDuration(run), "12 s");
+  assert.equal(runDurationNote(run), null);
+  assert.equal(formatRunDuration({ durationMs: null, finishedAt: null }), "–");
+});
+
+test("closed by someone else after it was last seen running: at least that long", () => {
+  const run = { durationMs: 7, finishedAt: 1_000_007, closedAt: 1_010_007 };
+  assert.equal(formatRunDuration(run), "≥ 7 ms");
+  assert.equal(runDurationNote(run), "ended unseen: last seen running 10 s before it was closed");
+});
+
+test("closed by someone else with no sign of life after its start: at most until it was closed", () => {
+  const run = { durationMs: 45_000, finishedAt: 1_045_000, closedAt: 1_045_000 };
+  assert.equal(formatRunDuration(run), "≤ 45 s");
+  assert.equal(runDurationNote(run), "ended unseen: timed to when it was closed");
+});
