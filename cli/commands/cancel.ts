@@ -72,7 +72,7 @@ export const cancel: CommandSpec = {
             exitCode: EXIT.ok,
             json: result,
             human: [
-              `Cancelling ${named}: it is running; its worker aborts the steps (SIGTERM, then SIGKILL after killGrace), releases the claim and records ${result.runId ? `run ${result.runId}` : "the run"} cancelled; it is not retried (audit entry ${result.auditId}).`,
+              `Cancelling ${named}: it is running; its worker aborts the steps (SIGTERM, then SIGKILL after killGrace), releases the claim and records ${result.runId ? `run ${result.runId}` : "the run"} cancelled (if that worker is gone, the job's next pickup closes it and records its own attempt cancelled); it is not retried (audit entry ${result.auditId}).`,
               `Follow it with \`claimwatch runs --limit 5\`.`,
             ],
           };
