@@ -2,21 +2,35 @@
  * API errors: `{"error":{"code","message"}}` with an HTTP status. Expected refusals (bad input,
  * unknown names) are ApiErrors; anything else becomes a 500 without internals in the message.
  */
-import type { ZodError } from "zod";
+import type { z, ZodError } from "zod";
 import "../zod-messages";
 
 import { ApiError } from "../http/errors";
 import { isRedisUnavailable, unavailableMessage } from "../redis/unavailable";
+import { meantKey } from "../zod-keys";
 
 export { ApiError, badRequest, notFound } from "../http/errors";
 
-/** One line naming the field: `limit: must be at most 100`. */
-export function describeZodError(error: ZodError): string {
+/**
+ * One line naming the field: `limit: must be at most 100`. With the `schema` and the `input` it
+ * refused, an unknown field names the one it was surely meant as (`'verison' (did you mean
+ * 'version'?)`), as `claimwatch.yaml`'s problems do.
+ */
+export function describeZodError(error: ZodError, refused?: { schema: z.core.$ZodType; input: unknown }): string {
   const issue = error.issues[0];
   if (!issue) return "invalid input";
   const where = issue.path.length ? issue.path.map(String).join(".") : "body";
-  if (issue.code === "unrecognized_keys")
-    return `${where === "body" ? "" : `${where}: `}unknown field ${issue.keys.map((k) => `'${k}'`).join(", ")}`;
+  if (issue.code === "unrecognized_keys") {
+    const given = issue.path.reduce<unknown>(
+      (value, key) => (value && typeof value === "object" ? (value as Record<PropertyKey, unknown>)[key] : undefined),
+      refused?.input,
+    );
+    const named = issue.keys.map((key) => {
+      const wanted = refused ? meantKey(refused.schema, issue.path, key, given) : undefined;
+      return wanted ? `'${key}' (did you mean '${wanted}'?)` : `'${key}'`;
+    });
+    return `${where === "body" ? "" : `${where}: `}unknown field ${named.join(", ")}`;
+  }
   return `${where}: ${issue.message}`;
 }
 

@@ -25,7 +25,7 @@ export async function readJsonBody<T>(request: Request, schema: ZodType<T>): Pro
   // stack inside zod (a 500 found by fuzz-api, FUZZ_SEED=2449268262).
   if (nestingDepth(raw) > MAX_BODY_DEPTH) throw badRequest(`body: nested deeper than ${MAX_BODY_DEPTH} levels`);
   const parsed = schema.safeParse(raw);
-  if (!parsed.success) throw badRequest(describeZodError(parsed.error));
+  if (!parsed.success) throw badRequest(describeZodError(parsed.error, { schema, input: raw }));
   return parsed.data;
 }
 
@@ -87,7 +87,7 @@ export function readQuery<T>(url: string | URL, schema: ZodType<T>): T {
     raw[key] = value;
   }
   const parsed = schema.safeParse(raw);
-  if (!parsed.success) throw badRequest(describeZodError(parsed.error));
+  if (!parsed.success) throw badRequest(describeZodError(parsed.error, { schema, input: raw }));
   return parsed.data;
 }
 

@@ -13,6 +13,7 @@ import { alertsSchema, rebuildAlertsSchema, type AlertsConfig } from "../alerts/
 import { tryClaimName } from "../claims/name";
 import { DURATION_MESSAGE, formatDuration, notADurationMessage, parseDuration } from "./duration";
 import { NAME_PATTERN as NAME } from "../names";
+import { meantAsKey, meantKey, nearMiss } from "../zod-keys";
 
 /** Rebuild and tenant names end up in claim names, job ids and URLs: keep them plain. */
 const nameSchema = (what: string) =>
@@ -126,32 +127,6 @@ const CLAIMWATCH_WORDS = new Set(
     ["workdir", "outputdir", "outdir", "dir", "base", "current", "builds"],
   ),
 );
-
-/** Edit distance for short words, a swap of two neighbours counting as one edit (`wokr` → `work`). */
-function editDistance(a: string, b: string): number {
-  let before: number[] = [];
-  let previous = Array.from({ length: b.length + 1 }, (_, j) => j);
-  for (let i = 1; i <= a.length; i++) {
-    const row = [i];
-    for (let j = 1; j <= b.length; j++) {
-      row[j] = Math.min(previous[j]! + 1, row[j - 1]! + 1, previous[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
-      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1])
-        row[j] = Math.min(row[j]!, before[j - 2]! + 1);
-    }
-    before = previous;
-    previous = row;
-  }
-  return previous[b.length]!;
-}
-
-/** Whether `word` is one slip from `known` (two for a word longer than 5): a misspelling of it. */
-const nearMiss = (word: string, known: string) => editDistance(word, known) <= (known.length > 5 ? 2 : 1);
-/** A key written as `known`: a near miss, or it without (or with) a short ending (`webhookUrl` for `webhookUrlEnv`). */
-const meantAsKey = (key: string, known: string) =>
-  nearMiss(key, known) ||
-  (Math.min(key.length, known.length) >= 4 &&
-    Math.abs(key.length - known.length) <= 3 &&
-    (known.startsWith(key) || key.startsWith(known)));
 
 /**
  * Whether an unknown `{word}` was surely meant as a placeholder: a known one in another case or
@@ -447,30 +422,6 @@ function unionBranchIssues(issue: z.core.$ZodIssue): z.core.$ZodIssue[] {
   return best.flatMap((inner) => unionBranchIssues({ ...inner, path: [...issue.path, ...inner.path] }));
 }
 
-/**
- * The keys a mapping at `at` may have, read from the schema (through optional, default, pipe,
- * union, record and list wrappers); none where the schema has no mapping there.
- */
-function knownKeysAt(schema: z.core.$ZodType, at: readonly PropertyKey[]): string[] {
-  const def = schema._zod.def as unknown as Record<string, unknown> & { type: string };
-  const inner = (def.innerType ?? def.in) as z.core.$ZodType | undefined;
-  if (inner) return knownKeysAt(inner, at);
-  if (def.type === "union") {
-    return [...new Set((def.options as z.core.$ZodType[]).flatMap((option) => knownKeysAt(option, at)))];
-  }
-  if (def.type === "lazy") return knownKeysAt((def.getter as () => z.core.$ZodType)(), at);
-  const shape = def.type === "object" ? (def.shape as Record<string, z.core.$ZodType>) : undefined;
-  if (at.length === 0) return shape ? Object.keys(shape) : [];
-  const [head, ...rest] = at;
-  if (shape) {
-    const child = shape[String(head)];
-    return child ? knownKeysAt(child, rest) : [];
-  }
-  if (def.type === "record") return knownKeysAt(def.valueType as z.core.$ZodType, rest);
-  if (def.type === "array") return knownKeysAt(def.element as z.core.$ZodType, rest);
-  return [];
-}
-
 /** The zod issues of a document, as problems: every one of them, each with its own path. */
 function schemaProblems(raw: unknown, issues: z.core.$ZodIssue[], lineOf: LineOf | undefined): DefinitionsProblem[] {
   const problems: DefinitionsProblem[] = [];
@@ -489,12 +440,7 @@ function schemaProblems(raw: unknown, issues: z.core.$ZodIssue[], lineOf: LineOf
     }
     // An optional key (`evaluateEvery`, a rule's `for`) is never missing: name the one the
     // mapping can have and does not.
-    const given = valueAt(raw, parent);
-    for (const wanted of knownKeysAt(definitionsFileSchema, parent)) {
-      if (given && typeof given === "object" && wanted in given) continue;
-      if (meantAsKey(key.toLowerCase(), wanted.toLowerCase())) return wanted;
-    }
-    return undefined;
+    return meantKey(definitionsFileSchema, parent, key, valueAt(raw, parent));
   };
   const suppressed = new Set<string>();
   for (const issue of all.filter((i) => i.code === "unrecognized_keys")) {

@@ -42,3 +42,25 @@ test("bounds, whole numbers, choices and sizes in words", () => {
 test("a schema's own message wins", () => {
   assert.equal(said({ reason: "x", own: "ab" }), "own: must name at least three letters");
 });
+
+test("an unknown field names the one it was surely meant as, from the schema (not one already given)", async () => {
+  const { readJsonBody, readQuery } = await import("../../lib/api/input");
+  const { triggerBody } = await import("../../lib/api/rebuilds");
+  const refusal = (promise: Promise<unknown>) =>
+    promise.then(
+      () => "accepted",
+      (error: Error) => error.message,
+    );
+  const post = (json: unknown) =>
+    refusal(readJsonBody(new Request("http://x/", { method: "POST", body: JSON.stringify(json) }), triggerBody));
+  assert.equal(await post({ verison: "v1" }), "unknown field 'verison' (did you mean 'version'?)");
+  assert.equal(await post({ forse: true }), "unknown field 'forse' (did you mean 'force'?)");
+  assert.equal(await post({ version: "v1", verison: "v2" }), "unknown field 'verison'");
+  assert.equal(await post({ priority: 1 }), "unknown field 'priority'");
+  const query = z.strictObject({ limit: z.string().optional(), cursor: z.string().optional() });
+  assert.throws(() => readQuery("http://x/?limt=5", query), {
+    message: "unknown field 'limt' (did you mean 'limit'?)",
+  });
+  // Without the schema: the field alone, as before.
+  assert.equal(said({ reason: "x", nme: "y" }), "unknown field 'nme'");
+});
