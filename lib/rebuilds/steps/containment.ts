@@ -261,15 +261,29 @@ export function programPath(name: string): string {
 const SHIELD_SCRATCH_PREFIX = "claimwatch-shield-";
 
 /**
- * Removes the probe's scratch directories a worker killed during its probe left behind (kill -9
- * skips `finally`): named `claimwatch-shield-<pid>-…`, removed when that pid is gone. The bind
- * mount lived in the probe's own mount namespace, gone with it.
+ * This process's PID namespace (the inode of /proc/self/ns/pid), so a pid in a scratch
+ * directory's name is judged only by processes that see the same pids: a worker in another
+ * container sharing /tmp has pids of its own.
  */
-function removeScratchOfDeadProbes(): void {
+function pidNamespaceId(): string {
+  try {
+    return /\[(\d+)\]/.exec(fs.readlinkSync("/proc/self/ns/pid"))?.[1] ?? "0";
+  } catch {
+    return "0";
+  }
+}
+
+/**
+ * Removes the probe's scratch directories a worker killed during its probe left behind (kill -9
+ * skips `finally`): named `claimwatch-shield-<pid namespace>-<pid>-…`, removed when that pid of
+ * this namespace is gone. The bind mount lived in the probe's own mount namespace, gone with it.
+ */
+function removeScratchOfDeadProbes(namespace: string): void {
   try {
     for (const name of fs.readdirSync(os.tmpdir())) {
-      const pid = Number(/^claimwatch-shield-(\d+)-/.exec(name)?.[1]);
-      if (!pid || pid === process.pid || processExists(pid)) continue;
+      const match = /^claimwatch-shield-(\d+)-(\d+)-/.exec(name);
+      const pid = Number(match?.[2]);
+      if (!match || match[1] !== namespace || !pid || pid === process.pid || processExists(pid)) continue;
       fs.rmSync(path.join(os.tmpdir(), name), { recursive: true, force: true });
     }
   } catch {
@@ -301,8 +315,9 @@ function probeBuildsShield(): BuildsShield {
   ].join("\n");
   let dir: string | null = null;
   try {
-    removeScratchOfDeadProbes();
-    dir = fs.mkdtempSync(path.join(os.tmpdir(), `${SHIELD_SCRATCH_PREFIX}${process.pid}-`));
+    const namespace = pidNamespaceId();
+    removeScratchOfDeadProbes(namespace);
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), `${SHIELD_SCRATCH_PREFIX}${namespace}-${process.pid}-`));
     fs.mkdirSync(path.join(dir, "builds"));
     fs.mkdirSync(path.join(dir, "work"));
     const argv = [programPath("unshare"), "--mount", "--propagation", "slave", "--", programPath("sh"), "-c", probe];
