@@ -114,7 +114,7 @@ export function QueueTable({
               <WhenWhy job={job} serverTime={data!.serverTime} />
             </td>
             <td className="px-3 py-2 text-xs">
-              {job.state === "cancelled" ? "cancelled" : `${job.attemptsMade} failed`} of {job.attempts}
+              {job.state === "cancelled" ? "cancelled: not retried" : `${job.attemptsMade} failed of ${job.attempts}`}
               <div className="text-slate-500">{job.attemptsStarted} started</div>
             </td>
             <td className="px-3 py-2 text-xs">

@@ -91,7 +91,7 @@ export const queue: CommandSpec = {
                 job.jobId,
                 rebuildLabel(job.rebuild, job.tenant),
                 // As the Queue page says it: attempts failed of those allowed (a running first attempt is 0 of n).
-                job.state === "cancelled" ? `cancelled of ${job.attempts}` : `${job.attemptsMade} of ${job.attempts}`,
+                job.state === "cancelled" ? "cancelled: not retried" : `${job.attemptsMade} of ${job.attempts}`,
                 time(job.createdAt),
                 nextAttempt(job, view.serverTime),
                 why(job),
