@@ -5,6 +5,7 @@
  * claim expired are pruned on the way (owner of the name re-checked in a script, so a name
  * claimed again meanwhile is kept).
  */
+import { claimNameMatches } from "./search";
 import type { Redis } from "ioredis";
 import type { RedisKeys } from "../redis/keys";
 import {
@@ -114,7 +115,6 @@ async function searchNames(
   cursor: string | null | undefined,
   limit: number | undefined,
 ): Promise<{ names: string[]; nextCursor: string | null }> {
-  const needle = search.toLowerCase();
   const want = limit ?? Infinity;
   const names: string[] = [];
   let after = cursor ?? null;
@@ -125,7 +125,7 @@ async function searchNames(
     for (const name of chunk) {
       read += 1;
       after = name;
-      if (!name.toLowerCase().includes(needle)) continue;
+      if (!claimNameMatches(name, search)) continue;
       names.push(name);
       if (names.length === want) return { names, nextCursor: name };
     }

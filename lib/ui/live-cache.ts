@@ -6,6 +6,7 @@
  */
 import type { QueryClient } from "@tanstack/react-query";
 import type { ApiClaim, ApiClaimPage } from "../api/claims";
+import { claimNameMatches } from "../claims/search";
 import type { RunDetail } from "../api/runs";
 import type { DeliveredEvent } from "../events/types";
 import type { HealthReport } from "../health/health";
@@ -180,7 +181,7 @@ export class LiveCache {
       // Only the first page takes new claims (of its search, if any); later pages only update or drop theirs.
       const { cursor, q } = (query.queryKey[2] as { cursor: string | null; q?: string } | undefined) ?? {};
       if (cursor !== null) next.claims = next.claims.filter((c) => page.claims.some((p) => p.name === c.name));
-      else if (q) next.claims = next.claims.filter((c) => c.name.startsWith(q));
+      else if (q) next.claims = next.claims.filter((c) => claimNameMatches(c.name, q));
       this.client.setQueryData(query.queryKey, next, { updatedAt: now });
     }
   }

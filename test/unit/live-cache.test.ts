@@ -57,3 +57,39 @@ test("a worker that went away (also across a slow probe) makes the claims re-rea
   assert.equal(across.claimsInvalidated(), true);
   across.client.clear();
 });
+
+test("a searched claims page keeps its claims through live events and takes new ones whose name contains the text, case-insensitive (black-box helper-126: a search emptied within seconds)", () => {
+  const client = new QueryClient();
+  const cache = new LiveCache(client);
+  const claim = (name: string, token: string) => ({
+    name,
+    token,
+    fence: 1,
+    acquiredAt: 1,
+    ttlMs: 20_000,
+    refreshEveryMs: 5_000,
+    rebuild: "slow",
+    tenant: null,
+    version: "v1",
+    holder: { host: "h", pid: 1, workerId: "w", jobId: "j", runId: "r" },
+  });
+  const searched = queryKeys.claims.page(null, "SLOW");
+  const held = claim("output:/srv/out/slow", "t1");
+  client.setQueryData(searched, {
+    claims: [{ ...held, refreshedAt: 1, pttlMs: 20_000, stale: false, consecutiveSkips: 0, revoked: null }],
+    serverTime: Date.now(),
+    nextCursor: null,
+  });
+  const names = () => (client.getQueryData(searched) as { claims: { name: string }[] }).claims.map((c) => c.name);
+  cache.apply({ type: "claim.refreshed", name: held.name, token: "t1", ttlMs: 20_000, at: Date.now() });
+  assert.deepEqual(names(), ["output:/srv/out/slow"]);
+  cache.apply({
+    type: "claim.acquired",
+    tookOverFrom: null,
+    ...claim("tenant:slow-reports:acme", "t2"),
+    at: Date.now(),
+  });
+  cache.apply({ type: "claim.acquired", tookOverFrom: null, ...claim("output:/srv/out/tiles", "t3"), at: Date.now() });
+  assert.deepEqual(names(), ["output:/srv/out/slow", "tenant:slow-reports:acme"]);
+  client.clear();
+});
