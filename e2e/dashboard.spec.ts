@@ -73,6 +73,19 @@ test("Rebuild now on slow-archive: the run is running, its claim's TTL counts do
     .poll(async () => (await claimsOf(request, "slow-archive"))[0]?.refreshedAt ?? 0, { timeout: 15_000 })
     .toBeGreaterThan(before!.refreshedAt!);
 
+  // Searched (any part of the name, any case), the row stays through the claim's live refreshes:
+  // the browser's cache once kept only names starting with the text, and emptied the list.
+  await page.goto(`${stack().url}/claims?q=SLOW-ARCH`);
+  const searched = page.locator("tr[data-claim]", { hasText: "slow-archive" });
+  await expect(searched).toBeVisible();
+  const [seenBefore] = await claimsOf(request, "slow-archive");
+  await expect
+    .poll(async () => (await claimsOf(request, "slow-archive"))[0]?.refreshedAt ?? 0, { timeout: 15_000 })
+    .toBeGreaterThan(seenBefore!.refreshedAt!);
+  await page.waitForTimeout(1_000); // the refresh's event reaches the page
+  await expect(searched).toBeVisible();
+  await expect(page.getByText(/No active claim's name contains/)).toHaveCount(0);
+
   await page.goto(`${stack().url}/runs`);
   await expect(page.getByRole("table", { name: "Runs" }).locator('tr[data-status="running"]')).toContainText(
     "slow-archive",
