@@ -233,6 +233,9 @@ export function RebuildNowForm({ id, rebuild, onDone }: { id: string; rebuild: A
     ...previewQuery(rebuild.name, rebuild.tenant, version.trim(), force),
     refetchInterval: usePollEvery(LIVE_POLL_MS),
   });
+  // Set at the first submit, before React disables the button: a double click sent two requests
+  // (one job, thanks to the request id, but the answers raced: "Already queued" for our own).
+  const sending = useRef(false);
   const trigger = useMutation({
     mutationFn: () =>
       apiFetch<{ jobId: string; status: string }>(`/api/rebuilds/${encodeURIComponent(rebuild.name)}/runs`, {
@@ -246,6 +249,9 @@ export function RebuildNowForm({ id, rebuild, onDone }: { id: string; rebuild: A
         }),
       }),
     onSuccess: () => rereadChanged(queryClient, "queuedRun"),
+    onSettled: () => {
+      sending.current = false;
+    },
   });
   // Another preview (version, force): another request.
   const changePreview = (apply: () => void) => {
@@ -262,6 +268,8 @@ export function RebuildNowForm({ id, rebuild, onDone }: { id: string; rebuild: A
       aria-label={`Rebuild ${rebuild.name}${rebuild.tenant ? ` / ${rebuild.tenant}` : ""} now`}
       onSubmit={(event) => {
         event.preventDefault();
+        if (sending.current || trigger.data) return;
+        sending.current = true;
         trigger.mutate();
       }}
       onKeyDown={(event) => {

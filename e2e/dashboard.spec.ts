@@ -39,14 +39,21 @@ async function shot(page: Page, name: string, testInfo: { outputPath: (name: str
   await page.screenshot({ path: testInfo.outputPath(`${name}.png`), fullPage: true });
 }
 
-test("Rebuild now on slow-archive: the run is running, its claim's TTL counts down and its heartbeat renews", async ({
+test("Rebuild now on slow-archive (double-clicked: one request): the run is running, its claim's TTL counts down and its heartbeat renews", async ({
   page,
   request,
 }, testInfo) => {
   const form = await openRebuildNow(page, "slow-archive");
   await expect(form.getByRole("status")).toHaveText(/Would run now/);
-  await form.getByRole("button", { name: "Queue rebuild" }).click();
+  // A double click sends one request (two raced, and the form said "Already queued" for its own).
+  const posts: string[] = [];
+  page.on("request", (r) => {
+    if (r.method() === "POST" && r.url().includes("/api/rebuilds/slow-archive/runs")) posts.push(r.url());
+  });
+  await form.getByRole("button", { name: "Queue rebuild" }).dblclick();
   await expect(form.getByRole("alert")).toContainText("Queued as job");
+  await expect(form.getByRole("alert")).not.toContainText("Already queued");
+  expect(posts).toHaveLength(1);
 
   await expect
     .poll(async () => (await runsOf(request, "rebuild=slow-archive&status=running")).length, { timeout: 20_000 })
