@@ -2,7 +2,7 @@
 
 import { useMutation, useQueryClient } from "@tanstack/react-query";
 import Link from "next/link";
-import { useId, useState } from "react";
+import { useId, useRef, useState } from "react";
 import type { CancelResult } from "@/lib/operations/cancel";
 import type { RetryResult } from "@/lib/operations/retry";
 import type { ScheduleChangeResult } from "@/lib/operations/schedule";
@@ -21,6 +21,7 @@ function ReasonAction<T>({
   describe,
   changes,
   danger = false,
+  onOutcome,
 }: {
   /** The opening button's accessible name (e.g. "Cancel job run-…"). */
   label: string;
@@ -31,17 +32,28 @@ function ReasonAction<T>({
   /** What the action changes: re-read once it succeeds. */
   changes: OperatorChange;
   danger?: boolean;
+  /**
+   * Also told what came of it: where the button's own row may vanish with the change (a job
+   * cancelled off the Queue page), the page says it instead.
+   */
+  onOutcome?: (text: React.ReactNode) => void;
 }) {
   const canOperate = useCanOperate();
   const queryClient = useQueryClient();
   const [open, setOpen] = useState(false);
   const [reason, setReason] = useState("");
   const id = useId();
+  // Set at the first submit, before React disables the button: a double click sent it twice.
+  const sending = useRef(false);
   const action = useMutation({
     mutationFn: () => run(reason.trim()),
-    onSuccess: () => {
+    onSuccess: (result) => {
       setOpen(false);
+      onOutcome?.(describe(result));
       rereadChanged(queryClient, changes);
+    },
+    onSettled: () => {
+      sending.current = false;
     },
   });
   if (!canOperate) return null;
@@ -54,6 +66,8 @@ function ReasonAction<T>({
           className="flex flex-col gap-1 rounded border border-slate-300 bg-white p-2"
           onSubmit={(event) => {
             event.preventDefault();
+            if (sending.current) return;
+            sending.current = true;
             action.mutate();
           }}
         >
@@ -104,9 +118,18 @@ function ReasonAction<T>({
 }
 
 /** Cancel a job (running: its worker stops it; waiting: removed), with a reason. */
-export function CancelJobButton({ jobId, what }: { jobId: string; what: string }) {
+export function CancelJobButton({
+  jobId,
+  what,
+  onOutcome,
+}: {
+  jobId: string;
+  what: string;
+  onOutcome?: (text: React.ReactNode) => void;
+}) {
   return (
     <ReasonAction<CancelResult>
+      {...(onOutcome ? { onOutcome } : {})}
       label={`Cancel: ${what}`}
       confirmLabel="Cancel job"
       changes="cancel"

@@ -1,6 +1,7 @@
 "use client";
 
 import { useQuery } from "@tanstack/react-query";
+import { useState } from "react";
 import Link from "next/link";
 import type { QueueEntry, QueueView } from "@/lib/operations/queue-view";
 import { formatDurationMs } from "@/lib/ui/format";
@@ -37,6 +38,8 @@ export function QueueTable({
     refetchInterval: LIVE_POLL_MS,
     ...(initial ? { initialData: initial } : {}),
   });
+  // What the last cancel from this table came to: its row may be gone with the change.
+  const [notice, setNotice] = useState<{ jobId: string; text: React.ReactNode } | null>(null);
   const columns = [
     "Job",
     ...(showRebuild ? ["Rebuild"] : []),
@@ -49,6 +52,11 @@ export function QueueTable({
   return (
     <div className="space-y-2">
       {error ? <p className="text-sm text-red-700">Could not load the queue: {error.message}</p> : null}
+      {notice ? (
+        <p role="status" className="text-sm text-slate-700" data-field="queue-notice">
+          Job {notice.jobId}: {notice.text}
+        </p>
+      ) : null}
       {data ? (
         <p className="text-xs text-slate-600" data-field="queue-counts">
           Whole queue: {data.counts.active} active, {data.counts.waiting + data.counts.prioritized} waiting,{" "}
@@ -145,7 +153,11 @@ export function QueueTable({
                   </Link>
                 ) : null
               ) : (
-                <CancelJobButton jobId={job.jobId} what={`job ${job.jobId}`} />
+                <CancelJobButton
+                  jobId={job.jobId}
+                  what={`job ${job.jobId}`}
+                  onOutcome={(text) => setNotice({ jobId: job.jobId, text })}
+                />
               )}
             </td>
           </tr>

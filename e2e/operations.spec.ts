@@ -147,10 +147,20 @@ test("the queue view shows a job deferred behind another version's claim, with i
 
   await row.getByRole("button", { name: `Cancel: job ${waiting}` }).click();
   await row.getByLabel("Reason (for the audit log)").fill("not needed (e2e)");
-  await row.getByRole("button", { name: "Cancel job" }).click();
+  await row.getByRole("button", { name: "Cancel job" }).dblclick();
   await expect
     .poll(async () => (await runsOfJob(request, waiting)).some((r) => r.status === "cancelled"), { timeout: 30_000 })
     .toBe(true);
+  // The row goes with the job; the page still says what the cancel did (it said nothing).
+  await expect(row).toHaveCount(0);
+  await expect(page.locator('[data-field="queue-notice"]')).toHaveText(
+    `Job ${waiting}: Cancelled: removed from the queue.`,
+  );
+  // One cancel, audited once, though the button was double-clicked.
+  const audit = (await (await request.get(api("/api/audit?limit=20"))).json()) as {
+    entries: { action: string; target?: string; detail?: Record<string, unknown> }[];
+  };
+  expect(audit.entries.filter((e) => e.action === "cancel" && JSON.stringify(e).includes(waiting))).toHaveLength(1);
   // The holder (another version) is untouched.
   expect((await claimsOf(request, "slow-archive"))[0]?.version).toBe("e2e-hold");
   await request.post(api(`/api/jobs/${encodeURIComponent(holder)}/cancel`), { data: { reason: "e2e clean-up" } });
