@@ -178,7 +178,14 @@ export function RetryRunButton({ runId }: { runId: string }) {
         )
       }
       describe={(result) =>
-        "jobId" in result ? (
+        result.status === "already-retried" ? (
+          <>
+            Not retried: retried already as job {result.jobId}, which is {result.jobState}.{" "}
+            <Link className="underline" href={`/runs?jobId=${encodeURIComponent(result.jobId)}`}>
+              Follow it
+            </Link>
+          </>
+        ) : "jobId" in result ? (
           <>
             {result.status === "deduplicated" ? "Already queued as" : "Queued as"} job {result.jobId}.{" "}
             <Link className="underline" href={`/runs?jobId=${encodeURIComponent(result.jobId)}`}>

@@ -116,6 +116,18 @@ export function RunDetailView({ initial, id }: { initial: RunDetail | null; id: 
       ) : null,
     ],
     [
+      "Retried as",
+      run.retriedAs ? (
+        <span key="ra" data-field="retried-as">
+          job{" "}
+          <Link className="text-sky-700 underline" href={`/runs?jobId=${encodeURIComponent(run.retriedAs.jobId)}`}>
+            {run.retriedAs.jobId}
+          </Link>{" "}
+          (an operator's Retry of this run)
+        </span>
+      ) : null,
+    ],
+    [
       "Retry of",
       run.retryOf ? (
         <Link key="rt" className="text-sky-700 underline" href={`/runs/${encodeURIComponent(run.retryOf)}`}>

@@ -71,6 +71,12 @@ export const retry: CommandSpec = {
             `not retried: run ${runId}'s job went on: its next attempt ${result.laterRunId} is ${result.laterStatus} (retry the job's last attempt if it did not rebuild; audit entry ${result.auditId})`,
             result,
           );
+        case "already-retried":
+          return refused(
+            "already-retried",
+            `not retried: run ${runId} was retried already as job ${result.jobId}, which is ${result.jobState}; follow that one (audit entry ${result.auditId})`,
+            result,
+          );
         case "unknown-rebuild":
         case "request-id-reused":
           return refused(result.status, `not retried: ${result.message} (audit entry ${result.auditId})`, result);

@@ -95,8 +95,8 @@ export async function retryAsOperator(
 }
 
 /**
- * 202 queued (or deduplicated: the same request's job); 409 not retryable, its rebuild is
- * gone, or the request id named another request; 503 queued but not yet on the replicas asked for (send it again).
+ * 202 queued (or deduplicated: the same request's job); 409 not retryable, retried already
+ * (that job still to run), its rebuild is gone, or the request id named another request; 503 queued but not yet on the replicas asked for (send it again).
  */
 export function retryReply(result: RetryResult): Reply {
   switch (result.status) {
@@ -112,6 +112,11 @@ export function retryReply(result: RetryResult): Reply {
       return refusal(
         result,
         `not retried: run ${result.runId}'s job went on: its next attempt ${result.laterRunId} is ${result.laterStatus} (retry the job's last attempt if it did not rebuild)`,
+      );
+    case "already-retried":
+      return refusal(
+        result,
+        `not retried: run ${result.runId} was retried already as job ${result.jobId}, which is ${result.jobState}; follow that one`,
       );
     case "unknown-rebuild":
     case "request-id-reused":

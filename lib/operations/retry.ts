@@ -4,7 +4,8 @@
  * queue, and maybe rebuilt since — is not retried: that would force a rebuild nobody needs). The retry is a new job of the same rebuild, tenant and version, forced (the
  * idempotency key must not skip it; the claim still applies), whose runs link back to the run
  * retried (`retryOf`). A run without a recorded version (it failed before its inputs were read)
- * is retried with the version of the inputs now. Audited.
+ * is retried with the version of the inputs now. The run remembers the job (`retriedAs`): its page
+ * names it, and another Retry while that job has not ended is refused (`already-retried`). Audited.
  */
 import type { Queue } from "bullmq";
 import type { Redis } from "ioredis";
@@ -39,7 +40,32 @@ export type RetryResult =
   /** Its rebuild or tenant is no longer in the definitions. */
   | { status: "unknown-rebuild"; runId: string; message: string; auditId: string }
   /** The request id named another request lately (lib/rebuilds/trigger): nothing queued. */
-  | { status: "request-id-reused"; runId: string; message: string; auditId: string };
+  | { status: "request-id-reused"; runId: string; message: string; auditId: string }
+  /** Retried already (`jobId`), and that job has not ended (`jobState`): follow it instead. */
+  | { status: "already-retried"; runId: string; jobId: string; jobState: string; auditId: string };
+
+/** How long a run remembers the job its Retry queued (its record's default retention). */
+export const RETRIED_AS_KEPT_MS = 30 * 86_400_000;
+/** Job states of a retry still to come: a second Retry meanwhile would only queue a duplicate. */
+const PENDING_JOB_STATES = new Set(["waiting", "delayed", "prioritized", "active", "waiting-children"]);
+
+/** The job an operator's Retry of `runId` queued, if any (its page shows it). */
+export async function readRetriedAs(
+  client: Pick<Redis, "get">,
+  keys: RedisKeys,
+  runId: string,
+): Promise<{ jobId: string; requestId: string | null } | null> {
+  const raw = await client.get(keys.retriedAs(runId));
+  if (!raw) return null;
+  try {
+    const parsed = JSON.parse(raw) as { jobId?: unknown; requestId?: unknown };
+    return typeof parsed.jobId === "string"
+      ? { jobId: parsed.jobId, requestId: typeof parsed.requestId === "string" ? parsed.requestId : null }
+      : null;
+  } catch {
+    return null;
+  }
+}
 
 export async function retryRun(
   deps: RetryDeps,
@@ -66,6 +92,17 @@ export async function retryRun(
     const auditId = await audit("refused", { outcome: "job-went-on", laterRunId: later.id, laterStatus: later.status });
     return { status: "job-went-on", runId, laterRunId: later.id, laterStatus: later.status, auditId };
   }
+  // Retried already and that job still to run: a second Retry (another tab, a double click in
+  // two windows) would only queue a duplicate. The same request sent again goes on: the trigger
+  // answers it with its job.
+  const previous = await readRetriedAs(main, keys, runId);
+  if (previous && !(input.requestId && previous.requestId === input.requestId)) {
+    const jobState = await deps.queue.getJobState(previous.jobId).catch(() => "unknown");
+    if (PENDING_JOB_STATES.has(jobState)) {
+      const auditId = await audit("refused", { outcome: "already-retried", jobId: previous.jobId, jobState });
+      return { status: "already-retried", runId, jobId: previous.jobId, jobState, auditId };
+    }
+  }
   const result = await triggerRebuild(deps.queue, main, keys, deps.definitions, run.rebuild, {
     ...(run.tenant ? { tenant: run.tenant } : {}),
     ...(run.version ? { version: run.version } : {}),
@@ -76,6 +113,10 @@ export async function retryRun(
     ...(input.requestId ? { requestId: input.requestId } : {}),
     ...(deps.replicas ? { replicas: deps.replicas } : {}),
   });
+  if ("jobId" in result) {
+    const retriedAs = JSON.stringify({ jobId: result.jobId, requestId: input.requestId ?? null });
+    await main.set(keys.retriedAs(runId), retriedAs, "PX", RETRIED_AS_KEPT_MS);
+  }
   if (result.status === "not-replicated") {
     const auditId = await audit("done", { outcome: result.status, jobId: result.jobId });
     return { status: result.status, runId, jobId: result.jobId, message: result.message, auditId };

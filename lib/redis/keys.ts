@@ -100,6 +100,12 @@ export function redisKeys(prefix: string) {
      * begins, deleted when it ends), so the next attempt closes exactly that one.
      */
     runOpenAttempt: (jobId: string) => `${tag}:run-open:${jobId}`,
+    /**
+     * STRING with a TTL (lib/operations/retry.ts): `{"jobId","requestId"}` of the job an operator's
+     * Retry of this run queued, so its page says so and a second Retry while that job is pending
+     * is refused.
+     */
+    retriedAs: (runId: string) => `${tag}:retried:${runId}`,
     /** LIST: the newest log lines of a run (capped). */
     runLog: (runId: string) => `${tag}:run-log:${runId}`,
     /**

@@ -13,7 +13,7 @@ import { listAudit } from "../../lib/audit";
 import { missedTickProblems } from "../../lib/health/operations";
 import { cancelJob } from "../../lib/operations/cancel";
 import { readQueueView } from "../../lib/operations/queue-view";
-import { retryRun } from "../../lib/operations/retry";
+import { readRetriedAs, retryRun } from "../../lib/operations/retry";
 import { changeSchedule } from "../../lib/operations/schedule";
 import { CANCEL_POLL_MS } from "../../lib/rebuilds/cancel-request";
 import { writeDeferNote } from "../../lib/rebuilds/defer-note";
@@ -250,6 +250,51 @@ test("retry a failed run: same rebuild and version, forced, linked back, audited
   } finally {
     await worker.stop();
   }
+});
+
+test("a run retried once is not retried again while that job is to run: refused naming it; the same request again gets its job; once it ended, a Retry queues again (black-box helper-126)", async () => {
+  let worker = await bed.startWorker();
+  let failedId: string;
+  try {
+    const jobId = await bed.trigger("flaky", { version: "f2" });
+    failedId = (await bed.waitForRun((r) => r.jobId === jobId && r.status === "failed", 30_000)).id;
+  } finally {
+    await worker.stop();
+  }
+  // No worker runs: the retry's job waits.
+  const retry = (reason: string, requestId?: string) =>
+    retryRun(deps(), { runId: failedId, actor: operator, reason, ...(requestId ? { requestId } : {}) });
+  const first = await retry("fixed the input", "retry-once-0001");
+  assert.equal(first.status, "queued");
+  const { jobId: retryJob } = first as { jobId: string };
+  assert.equal((await readRetriedAs(bed.main, bed.keys, failedId))?.jobId, retryJob, "the run names its retry");
+
+  const again = await retry("again, from another tab");
+  assert.equal(again.status, "already-retried", JSON.stringify(again));
+  assert.equal((again as { jobId: string }).jobId, retryJob);
+  assert.match((again as { jobState: string }).jobState, /^(waiting|prioritized|delayed)$/);
+  const refusedAudit = (await listAudit(bed.main, bed.keys, { limit: 20 })).entries.find(
+    (e) => e.action === "retry" && e.result === "refused" && e.detail.outcome === "already-retried",
+  );
+  assert.equal(refusedAudit?.detail.jobId, retryJob, "the refusal is audited");
+  // The same request sent again (its answer lost) is answered with its job, not refused.
+  const resent = await retry("fixed the input", "retry-once-0001");
+  assert.deepEqual([resent.status, (resent as { jobId: string }).jobId], ["deduplicated", retryJob]);
+
+  // Once that job has ended, a Retry queues a new one.
+  worker = await bed.startWorker();
+  try {
+    await bed.waitForRun((r) => r.jobId === retryJob && isFinalStatus(r.status), 30_000);
+    await until("the retry's job ended", async () =>
+      ["completed", "failed"].includes(await bed.queue.getJobState(retryJob)),
+    );
+  } finally {
+    await worker.stop();
+  }
+  const later = await retry("once more");
+  assert.equal(later.status, "queued", JSON.stringify(later));
+  assert.notEqual((later as { jobId: string }).jobId, retryJob);
+  await (await bed.queue.getJob((later as { jobId: string }).jobId))?.remove();
 });
 
 test("pause a schedule: nothing enqueued for two ticks, also after a worker restart, no missed tick; resume: the next tick runs", async () => {
