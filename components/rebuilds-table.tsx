@@ -322,6 +322,8 @@ export function RebuildNowForm({ id, rebuild, onDone }: { id: string; rebuild: A
         Close
       </button>
       <p className="basis-full text-sm" data-field="preview" role="status">
+        {/* Once queued, the preview is of another request: said so, or it reads as this one's fate. */}
+        {trigger.data && p ? "Another request now: " : ""}
         {preview.error
           ? `Cannot tell what would happen: ${preview.error.message}`
           : !p
