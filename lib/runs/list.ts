@@ -5,7 +5,7 @@
  */
 import type { Redis } from "ioredis";
 import type { RedisKeys } from "../redis/keys";
-import { fromFields } from "./records";
+import { fromFields, UNLISTED_FIELD } from "./records";
 import { RUN_ID_PATTERN, runIdOf, type RunRecord, type RunStatus } from "./types";
 
 /** Most rebuilds one name search reads the runs of (one index each, merged per page). */
@@ -200,6 +200,8 @@ async function listRunsOfJob(client: ListClient, keys: RedisKeys, filter: RunFil
   }
   const replies = (await pipeline.exec()) ?? [];
   const runs = replies
+    // Trimmed out of every list, kept only for a pickup that may wake (RUN_TRIM): not listed here either.
+    .filter(([, hash]) => !(hash as Record<string, string> | null)?.[UNLISTED_FIELD])
     .map(([, hash]) => fromFields((hash as Record<string, string>) ?? {}))
     .filter((run): run is RunRecord => run !== null)
     .filter(

@@ -67,6 +67,12 @@ export function proofArg(proof: PublishProof): string {
 /** The record field that names an operator's force release of the attempt's claim (`forceReleasedBy`). */
 export const FORCE_RELEASED_FIELD = "forceReleasedBy";
 /**
+ * The record field RUN_TRIM sets on an aborted record it takes out of the indexes but keeps (an
+ * hour, final, for a pickup that may wake): found by its id, it is left out of a job's attempts
+ * as it is out of every list.
+ */
+export const UNLISTED_FIELD = "unlistedAt";
+/**
  * How long after that check the record is left to its attempt while its worker beats: a publish,
  * the fence record's fsyncs and the swap take seconds; an attempt stuck there longer (a hung
  * disk) is closed like a dead one, its reason naming the build it may have published.

@@ -27,6 +27,7 @@ import { PUBLISH_EVENT_LUA, SERVER_NOW, typedScript, type LuaScript } from "../r
 import {
   FORCE_RELEASED_FIELD,
   MADE_CURRENT_LATER_FIELD,
+  UNLISTED_FIELD,
   PUBLISHING_FIELD,
   PROOF_PATIENCE_MS,
   PUBLISHING_PROTECTED_MS,
@@ -679,7 +680,13 @@ if FINAL[current] and current == to then
 end
 if lines > 0 then
   appendLog(KEYS[2], ARGV, 14, 13 + lines)
-  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+  -- A final record's log never outlives it (one trimming keeps for a late pickup expires in an hour).
+  local logTtl = tonumber(ARGV[2])
+  if FINAL[current] then
+    local left = redis.call('PTTL', KEYS[1])
+    if left > 0 and left < logTtl then logTtl = left end
+  end
+  redis.call('PEXPIRE', KEYS[2], logTtl)
 end
 if FINAL[current] then return {${RUN_REPLY.final}, cancel} end
 if to ~= '' and not ALLOWED[current][to] then return {${RUN_REPLY.refused}, cancel} end
@@ -890,9 +897,11 @@ what finished, not what is kept (timeline-counters.ts).
 An aborted record's hash stays ARGV[4] ms after it finished (on the Redis clock): the sweep or
 the job's next attempt closed it while its pickup may still run (paused). That pickup's owner
 check before its publish must find it final; a record gone would read as lost in a Redis crash,
-and the pickup would publish and write it again. It leaves the indexes now all the same (its hash
-and log expire when that time is up): kept listed, an old abort outlived the newer runs trimmed
-in its place and became the rebuild's "last run" (black-box helper-123).
+and the pickup would publish and write it again. The hour runs from its end or its close, the later
+(at most an hour from now). It leaves the indexes now all the same, marked '${UNLISTED_FIELD}' so
+its job's attempts (looked up by id) leave it out too; its hash and log expire when the hour is up.
+Kept listed, an old abort outlived the newer runs trimmed in its place and became the rebuild's
+"last run" (black-box helper-123).
 Returns ${RUN_REPLY.written} deleted (or unlisted) | ${RUN_REPLY.no} kept: queued or running
 ]]
 ${COMMON}
@@ -900,10 +909,16 @@ local status = redis.call('HGET', KEYS[1], 'status')
 if status and not FINAL[status] then return ${RUN_REPLY.no} end
 local keptFor = 0
 if status == 'aborted' then
-  local finishedAt = tonumber(redis.call('HGET', KEYS[1], 'finishedAt'))
-  if finishedAt then keptFor = finishedAt + tonumber(ARGV[4]) - nowMs end
+  -- From its end, or from when someone else closed it (a sweep late after an outage closes a
+  -- record whose last sign of life is old: its pickup may wake any time after).
+  local endedAt = math.max(tonumber(redis.call('HGET', KEYS[1], 'finishedAt')) or 0,
+    tonumber(redis.call('HGET', KEYS[1], 'closedAt')) or 0)
+  -- At most the window from now (an end in the future: a Redis clock that stepped back).
+  if endedAt > 0 then keptFor = math.min(endedAt + tonumber(ARGV[4]) - nowMs, tonumber(ARGV[4])) end
 end
 if keptFor > 0 then
+  -- Unlisted, but found by its id (its job's attempts): marked so that listing leaves it out too.
+  redis.call('HSET', KEYS[1], '${UNLISTED_FIELD}', nowMs)
   for i = 1, 2 do
     local ttl = redis.call('PTTL', KEYS[i])
     if ttl == -1 or ttl > keptFor then redis.call('PEXPIRE', KEYS[i], keptFor) end

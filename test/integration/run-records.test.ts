@@ -911,10 +911,31 @@ test("an aborted run beyond the count leaves the listings at its turn, so it nev
   // Its record stays final for its pickup, if it wakes: a late write changes nothing, recreates nothing.
   const ttl = await client.pttl(keys.run(killed.runId));
   assert.ok(ttl > 0 && ttl <= ABORTED_KEPT_MS, `kept until an hour after it ended (${ttl} ms)`);
-  assert.equal(await writeRun(store, killed, { status: "rebuilt", fields: { buildHash: "late" } }), "final");
+  assert.equal(
+    await writeRun(store, killed, { status: "rebuilt", fields: { buildHash: "late" }, logLines: ["late line"] }),
+    "final",
+  );
   assert.equal((await readRun(client, keys, killed.runId))?.status, "aborted");
   assert.deepEqual(await statusesListing(keys, killed.runId), []);
+  // Nor among its job's attempts (looked up by id); and its log does not outlive it (review helper-125).
+  assert.deepEqual((await listRuns(client, keys, { jobId: killed.jobId }, 10)).runs, []);
+  const logTtl = await client.pttl(keys.runLog(killed.runId));
+  assert.ok(logTtl > 0 && logTtl <= (await client.pttl(keys.run(killed.runId))) + 5, `log ${logTtl} ms`);
   assert.equal(await client.exists(keys.run(built.runId)), 0, "the build's record is trimmed");
+  // Closed late (a sweep after an outage): last seen two hours ago, closed now. Its pickup may wake
+  // any time after the close, so the hour runs from then.
+  const late = attempt("late-closed", 1);
+  await beginAttempt(store, late, { mode: { kind: "running" } });
+  assert.equal(await writeRun(store, late, { status: "aborted", fields: { reason: "worker died" } }), "written");
+  const now = Number((await client.time())[0]) * 1000;
+  await client.hset(keys.run(late.runId), "finishedAt", now - 7_200_000, "closedAt", now);
+  await trimRuns(client, keys, {
+    rebuild: "tiles",
+    tenant: "acme",
+    retention: { maxPerRebuild: 0, maxAgeMs: 86_400_000 },
+  });
+  assert.equal((await readRun(client, keys, late.runId))?.status, "aborted", "kept: closed just now");
+  assert.deepEqual(await statusesListing(keys, late.runId), []);
   // Trimming again leaves it as it is.
   assert.equal(
     await trimRuns(client, keys, {
