@@ -15,7 +15,7 @@ import type { RunRecorder } from "../runs/writer";
 import { runIdOf, type StepRecord } from "../runs/types";
 import { holdAfterLastRefreshMs, outputDirOf, type RebuildDefinition } from "./definitions";
 import { markHolding, otherHolders, ReissuedFenceError, type HoldingMark } from "./holding-marks";
-import { hashDirectory, makeDirectory, promoteBuild, workDirOf } from "./output";
+import { hashDirectory, makeDirectory, promoteBuild, readCurrent, workDirOf } from "./output";
 import { trackWorkDir } from "./work-dirs";
 import {
   FenceNotRecordedError,
@@ -86,10 +86,11 @@ export interface BuildContext {
 
 export type BuildResult =
   /**
-   * `currentLag`: why `<output>/current` could not be moved to the build (a full or failing disk):
-   * published all the same (Redis and the durable fence say so); repair moves it later.
+   * `currentNote`: what became of `<output>/current` when its swap or sync failed (a full or
+   * failing disk): not moved to the build, or moved but not synced. Published all the same (Redis
+   * and the durable fence say so); repair moves it later.
    */
-  | { status: "published"; buildHash: string; currentLag?: string }
+  | { status: "published"; buildHash: string; currentNote?: string }
   | { status: "superseded"; buildHash: string; newestFence: number }
   | { status: "already-rebuilt"; rebuiltBy: string }
   /** A run of this job published here already (the output's record of the runs that published). */
@@ -292,9 +293,14 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
         ? `published build ${buildHash} (fence ${held.fence})`
         : `WARNING: published build ${buildHash} (fence ${held.fence}), but ${outputDir}/current could not be swapped or synced: ${swapFailed}; repair moves it to the published build`,
     );
-    return swapFailed === null
-      ? { status: "published", buildHash }
-      : { status: "published", buildHash, currentLag: swapFailed };
+    if (swapFailed === null) return { status: "published", buildHash };
+    // The rename may have happened before the sync failed: say what the output serves (review helper-125).
+    const serving = await readCurrent(outputDir);
+    const currentNote =
+      serving === buildHash
+        ? `current was moved to its build, but the move could not be synced to disk (${swapFailed}): a crash of this host could bring the build before back until repair moves it again`
+        : `current could not be moved to its build when it ended (${swapFailed}): the output served ${serving ? `build ${serving}` : "no build"} until repair moves it (claimwatch status names an output still lagging)`;
+    return { status: "published", buildHash, currentNote };
   } catch (error) {
     await fs.rm(workDir, { recursive: true, force: true }).catch(() => {});
     // Report the claim loss or the job's abort reason rather than the AbortError it caused; but a

@@ -661,7 +661,7 @@ class RebuildAttempt {
             // the freed claim finds the key and skips. When it fails (the main Redis away), it
             // is written again after the release, as a transient error would be.
             try {
-              await this.finishRebuilt(held.fence, built.buildHash, held.tookOverFrom, built.currentLag);
+              await this.finishRebuilt(held.fence, built.buildHash, held.tookOverFrom, built.currentNote);
               finalWritten = true;
             } catch (error) {
               this.log(`final record under the claim failed (written again after the release): ${String(error)}`);
@@ -725,7 +725,7 @@ class RebuildAttempt {
       });
     }
     // The publish reset the consecutive skips (FENCED_PUBLISH).
-    if (!finalWritten) await this.finishRebuilt(result.fence, built.buildHash, result.tookOverFrom, built.currentLag);
+    if (!finalWritten) await this.finishRebuilt(result.fence, built.buildHash, result.tookOverFrom, built.currentNote);
     return {
       status: "rebuilt",
       runId: this.runId,
@@ -1005,13 +1005,11 @@ class RebuildAttempt {
     fence: number,
     buildHash: string,
     tookOverFrom: { token: string; fence: number | null } | null,
-    currentLag: string | undefined,
+    currentNote: string | undefined,
   ): Promise<void> {
     const reasons = [
       tookOverFrom ? "took over from an earlier attempt" : null,
-      currentLag
-        ? `published, but ${outputDirOf(this.definition, this.data.tenant)}/current could not be moved to its build when it ended (${currentLag}): the output served the build before until repair moves it (claimwatch status names an output still lagging)`
-        : null,
+      currentNote ? `published, but ${currentNote}` : null,
     ].filter((reason): reason is string => reason !== null);
     return this.finish(
       "rebuilt",
