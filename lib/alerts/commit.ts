@@ -11,6 +11,9 @@ import type { Receiver } from "./config";
 import type { RuleOutcome } from "./rules";
 import type { ActiveAlert, AlertTransition, Delivery, FiringAlert } from "./types";
 
+/** How often an alert that keeps firing has its text brought up to date (planChanges). */
+export const CONTENT_REFRESH_MS = 60_000;
+
 /** Transitions kept in the stream (the Alerts page shows the newest). */
 export const TRANSITIONS_KEPT = 1_000;
 
@@ -86,8 +89,20 @@ export function planChanges(
     const stored = state.firing.get(id);
     if (stored) {
       // Still firing: no transition, but what it says follows what holds now ("skipped 3 times",
-      // "stale for 12 min"), for the Alerts page and Alertmanager's re-posts.
-      if (!sameContent(stored, alert)) fire.push({ ...stored, labels: alert.labels, annotations: alert.annotations });
+      // "stale for 12 min"), for the Alerts page and Alertmanager's re-posts — at most once a
+      // minute: a stale claim's text changes every cycle ("no refresh for 47 s"), and each
+      // update is a commit (review helper-125).
+      const since = now - (stored.updatedAt ?? stored.startsAt);
+      if (!sameContent(stored, alert) && (since >= CONTENT_REFRESH_MS || stored.startsAt <= 0)) {
+        fire.push({
+          ...stored,
+          labels: alert.labels,
+          annotations: alert.annotations,
+          // A damaged entry read back as started at 0 (readAlertState): from now, not 1970.
+          startsAt: stored.startsAt > 0 ? stored.startsAt : now,
+          updatedAt: now,
+        });
+      }
       continue;
     }
     const firing: FiringAlert = { id, labels: alert.labels, annotations: alert.annotations, startsAt: now };

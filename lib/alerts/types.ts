@@ -36,6 +36,8 @@ export interface FiringAlert {
   annotations: AlertAnnotations;
   /** ms, main-Redis clock. */
   startsAt: number;
+  /** When its labels and annotations were last brought up to date while it kept firing (commit.ts). */
+  updatedAt?: number;
 }
 
 export type TransitionStatus = "firing" | "resolved";

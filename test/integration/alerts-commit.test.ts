@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { Redis } from "ioredis";
-import { commitChanges, planChanges, readAlertState } from "../../lib/alerts/commit";
+import { commitChanges, CONTENT_REFRESH_MS, planChanges, readAlertState } from "../../lib/alerts/commit";
 import { AlertEvaluator } from "../../lib/alerts/evaluator";
 import { EVALUATOR_CLAIM } from "../../lib/alerts/rules";
 import { queueTestNotification } from "../../lib/alerts/test-notification";
@@ -80,8 +80,24 @@ test("an alert that keeps firing says what holds now: its annotations follow, it
   );
   assert.equal((await commitChanges(redis, keys, 1, 0, first)).status, "committed");
 
+  // Within the minute: not rewritten (a stale claim's text changes every cycle; each write is a commit).
+  const soon = planChanges(
+    await readAlertState(redis, keys),
+    { ...outcome(), active: [saying("skipped 3 times")] },
+    {},
+    [],
+    200,
+  );
+  assert.deepEqual(soon.fire, []);
+
   const later = await readAlertState(redis, keys);
-  const changes = planChanges(later, { ...outcome(), active: [saying("skipped 3 times")] }, {}, [], 200);
+  const changes = planChanges(
+    later,
+    { ...outcome(), active: [saying("skipped 3 times")] },
+    {},
+    [],
+    100 + CONTENT_REFRESH_MS,
+  );
   assert.deepEqual(changes.transitions, [], "still firing: no new transition");
   assert.deepEqual(changes.deliveries, []);
   assert.equal((await commitChanges(redis, keys, 1, later.version, changes)).status, "committed");
@@ -96,7 +112,7 @@ test("an alert that keeps firing says what holds now: its annotations follow, it
     { ...outcome(), active: [saying("skipped 3 times")] },
     {},
     [],
-    300,
+    300 + 2 * CONTENT_REFRESH_MS,
   );
   assert.deepEqual(same.fire, []);
 });
