@@ -92,8 +92,11 @@ export function planChanges(
       // "stale for 12 min"), for the Alerts page and Alertmanager's re-posts — at most once a
       // minute: a stale claim's text changes every cycle ("no refresh for 47 s"), and each
       // update is a commit (review helper-125).
-      const since = now - (stored.updatedAt ?? stored.startsAt);
-      if (!sameContent(stored, alert) && (since >= CONTENT_REFRESH_MS || stored.startsAt <= 0)) {
+      // An update time that is no number or in the future (a Redis clock that stepped back) does
+      // not hold the text back (review helper-127).
+      const last = Number(stored.updatedAt ?? stored.startsAt);
+      const due = !Number.isFinite(last) || last <= 0 || last > now || now - last >= CONTENT_REFRESH_MS;
+      if (!sameContent(stored, alert) && due) {
         fire.push({
           ...stored,
           labels: alert.labels,

@@ -15,7 +15,7 @@ import type { RunRecorder } from "../runs/writer";
 import { runIdOf, type StepRecord } from "../runs/types";
 import { holdAfterLastRefreshMs, outputDirOf, type RebuildDefinition } from "./definitions";
 import { markHolding, otherHolders, ReissuedFenceError, type HoldingMark } from "./holding-marks";
-import { hashDirectory, makeDirectory, promoteBuild, readCurrent, workDirOf } from "./output";
+import { CurrentSwapError, hashDirectory, makeDirectory, promoteBuild, workDirOf } from "./output";
 import { trackWorkDir } from "./work-dirs";
 import {
   FenceNotRecordedError,
@@ -100,6 +100,24 @@ export type BuildResult =
    * build (the claims Redis lost writes and granted it twice): not published; `current` stays.
    */
   | { status: "fence-reused"; buildHash: string; recordedHash: string };
+
+/**
+ * What became of `current` when the swap after a publish failed, from the stage that failed
+ * (review helpers 125, 127: read back afterwards, `current` could not tell a swap that failed from a
+ * sync that failed, nor this build from a newer one's).
+ */
+export function currentNoteOf(current: string, buildHash: string, error: unknown): string {
+  const why = error instanceof Error ? error.message : String(error);
+  if (!(error instanceof CurrentSwapError)) {
+    return `${current} was moved to its build, but the check for a newer publish after it failed (${why}): repair checks it`;
+  }
+  if (error.hash !== buildHash) {
+    return `${current} was moved to its build; following a newer publish's build ${error.hash} then failed (${why}): repair moves it`;
+  }
+  return error.stage === "swap"
+    ? `${current} could not be moved to its build when it ended (${why}): the output served the build before until repair moves it (claimwatch status names an output still lagging)`
+    : `${current} was moved to its build, but the move could not be synced to disk (${why}): a crash of this host could bring the build before back until repair moves it again`;
+}
 
 export async function buildAndPublish(context: BuildContext): Promise<BuildResult> {
   const { definition, held, recorder, steps } = context;
@@ -286,21 +304,19 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
     // now lags behind until repair moves it forward (repair.ts); the attempt is not failed for it.
     const swapFailed = await pointCurrentAtRecord(outputDir, held.fence, buildHash).then(
       () => null,
-      (error: unknown) => String(error),
+      (error: unknown) => error,
     );
     recorder.log(
       swapFailed === null
         ? `published build ${buildHash} (fence ${held.fence})`
-        : `WARNING: published build ${buildHash} (fence ${held.fence}), but ${outputDir}/current could not be swapped or synced: ${swapFailed}; repair moves it to the published build`,
+        : `WARNING: published build ${buildHash} (fence ${held.fence}), but ${outputDir}/current could not be swapped or synced: ${String(swapFailed)}; repair moves it to the published build`,
     );
     if (swapFailed === null) return { status: "published", buildHash };
-    // The rename may have happened before the sync failed: say what the output serves (review helper-125).
-    const serving = await readCurrent(outputDir);
-    const currentNote =
-      serving === buildHash
-        ? `current was moved to its build, but the move could not be synced to disk (${swapFailed}): a crash of this host could bring the build before back until repair moves it again`
-        : `current could not be moved to its build when it ended (${swapFailed}): the output served ${serving ? `build ${serving}` : "no build"} until repair moves it (claimwatch status names an output still lagging)`;
-    return { status: "published", buildHash, currentNote };
+    return {
+      status: "published",
+      buildHash,
+      currentNote: currentNoteOf(`${outputDir}/current`, buildHash, swapFailed),
+    };
   } catch (error) {
     await fs.rm(workDir, { recursive: true, force: true }).catch(() => {});
     // Report the claim loss or the job's abort reason rather than the AbortError it caused; but a

@@ -429,14 +429,36 @@ export async function readCurrent(outputDir: string): Promise<string | null> {
 export async function pointCurrent(outputDir: string, hash: string): Promise<void> {
   if (!BUILD_HASH.test(hash)) throw new Error(`not a build hash: ${hash}`);
   const temp = outputTempName(outputDir, ".current-");
-  await fs.symlink(path.join("builds", hash), temp);
+  await fs.symlink(path.join("builds", hash), temp).catch((error: unknown) => {
+    throw new CurrentSwapError("swap", hash, error);
+  });
   try {
     await fs.rename(temp, path.join(outputDir, "current"));
   } catch (error) {
     await fs.rm(temp, { force: true });
-    throw error;
+    throw new CurrentSwapError("swap", hash, error);
   }
-  await syncPath(outputDir);
+  await syncPath(outputDir).catch((error: unknown) => {
+    throw new CurrentSwapError("sync", hash, error);
+  });
+}
+
+/**
+ * `pointCurrent` failed: at the swap (`current` still names what it named) or at the sync after
+ * it (`current` names `hash`, but a crash of the host may bring the old link back). The message
+ * and errno `code` are the cause's, so callers that log or test them see what they saw before.
+ */
+export class CurrentSwapError extends Error {
+  override name = "CurrentSwapError";
+  readonly code: string | undefined;
+  constructor(
+    readonly stage: "swap" | "sync",
+    readonly hash: string,
+    cause: unknown,
+  ) {
+    super(cause instanceof Error ? cause.message : String(cause), { cause });
+    this.code = (cause as NodeJS.ErrnoException | undefined)?.code;
+  }
 }
 
 export interface PruneOptions {
