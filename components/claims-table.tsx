@@ -15,7 +15,7 @@ import { formatDurationMs } from "@/lib/ui/format";
 import { usePollEvery } from "./live-events";
 import { useCanOperate } from "./role";
 import { Time } from "./time";
-import { useNow, useRenderTime } from "./use-now";
+import { useNow, useRenderTime, useServerFirst } from "./use-now";
 import { useDialogFocus } from "./use-dialog-focus";
 
 /**
@@ -27,7 +27,11 @@ export function ClaimsTable({ initial, initialQ = "" }: { initial: ApiClaimPage 
   const [q, setQ] = useState(initialQ);
   const cursor = cursors[cursors.length - 1] ?? null;
   const renderTime = useRenderTime();
-  const { data, dataUpdatedAt, error } = useQuery({
+  const {
+    data: live,
+    dataUpdatedAt: liveUpdatedAt,
+    error,
+  } = useQuery({
     ...claimsQuery(cursor, q),
     refetchInterval: usePollEvery(LIVE_POLL_MS),
     // The render time (not each side's Date.now()) keeps server HTML and hydration identical.
@@ -35,6 +39,11 @@ export function ClaimsTable({ initial, initialQ = "" }: { initial: ApiClaimPage 
       ? { initialData: initial, initialDataUpdatedAt: renderTime || undefined }
       : {}),
   });
+  // The server's page while this table hydrates (a claim's refresh event may have updated the
+  // query before it did: useServerFirst), read at the render time.
+  const serverPage = initial && cursor === null && q === initialQ ? initial : null;
+  const data = useServerFirst(live, serverPage);
+  const dataUpdatedAt = data === serverPage && data !== live ? renderTime || liveUpdatedAt : liveUpdatedAt;
   const now = useNow();
   const canOperate = useCanOperate();
   const [releasing, setReleasing] = useState<ApiClaim | null>(null);

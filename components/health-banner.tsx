@@ -4,6 +4,7 @@ import { keepPreviousData, useQuery } from "@tanstack/react-query";
 import type { HealthReport } from "@/lib/health/health";
 import { HEALTH_POLL_MS, healthQuery } from "@/lib/ui/queries";
 import { usePollEvery } from "./live-events";
+import { useServerFirst } from "./use-now";
 
 /** Green when both Redis servers are reachable, non-evicting and persistent; red with reasons otherwise. */
 export function HealthBanner({ initial }: { initial: HealthReport }) {
@@ -13,7 +14,7 @@ export function HealthBanner({ initial }: { initial: HealthReport }) {
     initialData: initial,
     placeholderData: keepPreviousData,
   });
-  const report = data ?? initial;
+  const report = useServerFirst(data, initial) ?? initial;
   const problems = isError ? ["The dashboard server did not answer /api/health", ...report.problems] : report.problems;
   const healthy = !isError && report.ok && problems.length === 0;
   const version = report.redis.ok ? report.redis.version : null;

@@ -61,3 +61,14 @@ export function useHydrated(): boolean {
     () => false,
   );
 }
+
+/**
+ * The server's data while this component hydrates, the live data after. Parts of a page hydrate
+ * at different moments (Suspense boundaries), and the live stream may update a query in between
+ * (a worker's beat, a health report): rendered during hydration, that data no longer matches the
+ * server's HTML (React error #418, seen on the Workers page in CI).
+ */
+export function useServerFirst<T>(live: T | undefined, server: T | null | undefined): T | undefined {
+  const hydrated = useHydrated();
+  return !hydrated && server ? server : live;
+}

@@ -7,7 +7,7 @@ import { usePollEvery } from "./live-events";
 import { DataTable } from "./data-table";
 import { formatDurationMs } from "@/lib/ui/format";
 import { Time } from "./time";
-import { useNow, useRenderTime } from "./use-now";
+import { useNow, useRenderTime, useServerFirst } from "./use-now";
 
 export function WorkersTable({
   initial,
@@ -15,11 +15,12 @@ export function WorkersTable({
   initial: { workers: WorkerStatus[]; silent: SilentWorker[]; serverTime: number } | null;
 }) {
   const renderTime = useRenderTime();
-  const { data, error } = useQuery({
+  const { data: live, error } = useQuery({
     ...workersQuery(),
     refetchInterval: usePollEvery(LIVE_POLL_MS),
     ...(initial ? { initialData: initial, initialDataUpdatedAt: renderTime } : {}),
   });
+  const data = useServerFirst(live, initial);
   const now = useNow();
   if (error) return <p className="text-sm text-red-700">Could not load workers: {error.message}</p>;
   const silent = data ? <SilentWorkers silent={data.silent ?? []} /> : null;
