@@ -283,20 +283,11 @@ function removeScratchOfDeadProbes(namespace: string): void {
     for (const name of fs.readdirSync(os.tmpdir())) {
       const match = /^claimwatch-shield-(\d+)-(\d+)-/.exec(name);
       const pid = Number(match?.[2]);
-      if (!match || match[1] !== namespace || !pid || pid === process.pid || processExists(pid)) continue;
+      if (!match || match[1] !== namespace || !pid || pid === process.pid || isAlive(pid)) continue;
       fs.rmSync(path.join(os.tmpdir(), name), { recursive: true, force: true });
     }
   } catch {
     // best effort: a leftover scratch directory is untidy, not wrong
-  }
-}
-
-function processExists(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === "EPERM";
   }
 }
 
