@@ -4,6 +4,7 @@ import { useQuery } from "@tanstack/react-query";
 import Link from "next/link";
 import type { ReactNode } from "react";
 import type { TrailEntry } from "@/lib/api/claims";
+import { claimNameMatches } from "@/lib/claims/search";
 import { formatDurationMs } from "@/lib/ui/format";
 import { claimTrailQuery, endedClaimsQuery, LIVE_POLL_MS, rebuildHref } from "@/lib/ui/queries";
 import { DataTable } from "./data-table";
@@ -31,19 +32,26 @@ export function ClaimTrail({ name, label }: { name: string; label: string }) {
   );
 }
 
-/** Claims that ended recently, below the active ones on the Claims page. */
-export function EndedClaims() {
+/** Claims that ended recently, below the active ones on the Claims page; `search` as the page's. */
+export function EndedClaims({ search = "" }: { search?: string }) {
   const { data, error } = useQuery({ ...endedClaimsQuery(), refetchInterval: usePollEvery(LIVE_POLL_MS) });
+  const entries = (data?.entries ?? []).filter((entry) => !search || claimNameMatches(entry.name, search));
   return (
     <section aria-labelledby="ended-title" className="space-y-2">
       <h2 id="ended-title" className="font-semibold">
         Recently ended
       </h2>
       {error ? <p className="text-sm text-red-700">Could not load ended claims: {error.message}</p> : null}
-      {data && data.entries.length === 0 ? <p className="text-sm text-slate-600">No claim has ended yet.</p> : null}
-      {data && data.entries.length > 0 ? (
+      {data && entries.length === 0 ? (
+        <p className="text-sm text-slate-600">
+          {search && data.entries.length > 0
+            ? `No recently ended claim's name contains “${search}”.`
+            : "No claim has ended yet."}
+        </p>
+      ) : null}
+      {entries.length > 0 ? (
         <DataTable label="Recently ended claims" columns={["Ended", "Claim", "How", "Holder", "Fence"]}>
-          {data.entries.map((entry) => (
+          {entries.map((entry) => (
             <TrailRow key={entry.id} entry={entry} ended />
           ))}
         </DataTable>

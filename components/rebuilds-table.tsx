@@ -60,7 +60,12 @@ export function RebuildsTable({ initial, initialQ = "" }: { initial: ApiRebuildP
               : "No rebuilds are defined."
             : `${first + 1}–${first + data.rebuilds.length} of ${data.total}${q ? ` matching “${q}”` : ""}`}
         </p>
-      ) : null}
+      ) : error ? null : (
+        // Not read yet (Redis was down when the page was served): not "no rebuilds".
+        <p className="text-sm text-slate-600" data-field="rebuilds-count" role="status">
+          Reading the rebuilds…
+        </p>
+      )}
       <RunStripLegend />
       <DataTable
         label="Rebuilds"

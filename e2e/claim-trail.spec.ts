@@ -70,4 +70,11 @@ test("the rebuild page's claim trail shows a release and an expiry with its last
     "href",
     new RegExp(`/rebuilds/${name}.*#claim-trail$`),
   );
+
+  // The page's search applies to the ended claims too (a part of the name, any case).
+  await page.goto(`${url}/claims?q=${encodeURIComponent(claimName.slice(-8).toUpperCase())}`);
+  await expect(ended.locator('tr[data-ended="expired"]', { hasText: "e2e-vanished-worker" })).toBeVisible();
+  await page.goto(`${url}/claims?q=no-such-claim-e2e`);
+  await expect(page.getByText("No recently ended claim's name contains “no-such-claim-e2e”.")).toBeVisible();
+  await expect(ended).toHaveCount(0);
 });

@@ -9,10 +9,12 @@
  */
 import type { Queue } from "bullmq";
 import type { Redis } from "ioredis";
+import { z } from "zod";
 import { appendAudit } from "../audit/append";
 import type { Definitions } from "../rebuilds/definitions";
 import { triggerRebuild } from "../rebuilds/trigger";
 import type { RedisKeys } from "../redis/keys";
+import { parseStoredJson } from "../redis/stored-json";
 import type { ScriptingClient } from "../redis/scripts";
 import { readRun } from "../runs/records";
 import { runIdOf } from "../runs/types";
@@ -49,6 +51,8 @@ export const RETRIED_AS_KEPT_MS = 30 * 86_400_000;
 /** Job states of a retry still to come: a second Retry meanwhile would only queue a duplicate. */
 const PENDING_JOB_STATES = new Set(["waiting", "delayed", "prioritized", "active", "waiting-children"]);
 
+const RETRIED_AS_SCHEMA = z.object({ jobId: z.string(), requestId: z.string().nullish().catch(null) });
+
 /** The job an operator's Retry of `runId` queued, if any (its page shows it). */
 export async function readRetriedAs(
   client: Pick<Redis, "get">,
@@ -57,14 +61,9 @@ export async function readRetriedAs(
 ): Promise<{ jobId: string; requestId: string | null } | null> {
   const raw = await client.get(keys.retriedAs(runId));
   if (!raw) return null;
-  try {
-    const parsed = JSON.parse(raw) as { jobId?: unknown; requestId?: unknown };
-    return typeof parsed.jobId === "string"
-      ? { jobId: parsed.jobId, requestId: typeof parsed.requestId === "string" ? parsed.requestId : null }
-      : null;
-  } catch {
-    return null;
-  }
+  // Damaged or foreign: no Retry on record (the next one goes ahead and writes it again).
+  const stored = parseStoredJson(RETRIED_AS_SCHEMA, raw);
+  return stored ? { jobId: stored.jobId, requestId: stored.requestId ?? null } : null;
 }
 
 export async function retryRun(

@@ -1,5 +1,4 @@
 import { LinkProblem } from "@/components/link-problem";
-import { EndedClaims } from "@/components/claim-trail";
 import { ClaimsTable } from "@/components/claims-table";
 import { claimsQuery, getClaims, type ApiClaimPage } from "@/lib/api/claims";
 import { describeZodError } from "@/lib/api/errors";
@@ -42,7 +41,6 @@ export default async function ClaimsPage({
       </h1>
       <LinkProblem problem={linkProblem} />
       <ClaimsTable initial={initial} initialQ={q} />
-      <EndedClaims />
     </section>
   );
 }
