@@ -3,6 +3,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { createTestBed, tickingEvery2s, type TestBed } from "../support/stack";
 import { until } from "../support/until";
+import { scheduledTickOf } from "../../lib/rebuilds/queue";
 import { repairSchedules, SCHEDULE_DIGEST_TTL_MS, syncSchedules } from "../../lib/rebuilds/schedules";
 
 let bed: TestBed;
@@ -29,8 +30,9 @@ test("two processes upserting the same schedule: one scheduler, one job per tick
     const scheduled = (await bed.allRuns()).filter((r) => r.trigger === "schedule");
     assert.ok(scheduled.length >= 3, `expected several ticks in 9 s, got ${scheduled.length}`);
     assert.equal(new Set(tickTimes).size, tickTimes.length, "no tick ran twice");
-    const jobIds = scheduled.map((r) => r.jobId);
-    assert.equal(new Set(jobIds).size, jobIds.length, "one job per tick");
+    // One job per tick (a stalled attempt's redelivery is the same job, recorded as its next attempt).
+    const tickOfJob = [...new Set(scheduled.map((r) => r.jobId))].map((id) => scheduledTickOf(id)?.tickAt);
+    assert.equal(new Set(tickOfJob).size, tickOfJob.length, "one job per tick");
     for (const t of tickTimes) assert.equal(t % 2_000, 0, "ticks land on the cron pattern");
   } finally {
     await a.stop();
