@@ -17,8 +17,9 @@
  * Two runs on one claim writing at the same moment are an overlap unless, throughout, one of
  * them was a paused holder — claimwatch's designed answer to that case is the fence (the stale
  * run is aborted when its worker resumes and refused at publish), so those are reported apart
- * as "fenced" and checked not to have published. Two controlled writers, an orphan writing
- * beside anyone, or two writers that both published, count.
+ * as "fenced". Two controlled writers, an orphan writing beside anyone, or an overlap whose
+ * earlier writer published (it wrote on after the later one held the claim: its publish must
+ * have been refused, paused or not), count.
  */
 import { isFinalStatus } from "../../lib/runs/transitions";
 import { wardenSilenceFor } from "../../lib/rebuilds/steps/warden";
@@ -120,7 +121,7 @@ export interface CheckReport {
   figures: Figures;
 }
 
-interface JournalRun {
+export interface JournalRun {
   runId: string;
   rebuild: string;
   tenant: string | null;
@@ -138,7 +139,7 @@ interface JournalRun {
   lines: string[];
 }
 
-interface WorkerTimeline {
+export interface WorkerTimeline {
   pid: number;
   workerId: string | null;
   goneAt: number | null;
@@ -156,6 +157,11 @@ interface Overlap {
   to: number;
   kind: "live" | "orphan" | "fenced";
   bothPublished: boolean;
+  /**
+   * The earlier writer (`a`) published: it wrote on after `b` held the claim, so its claim was
+   * lost by then and its publish must have been refused, whoever was paused.
+   */
+  stalePublished: boolean;
 }
 
 export async function runChecker(input: CheckerInput): Promise<CheckReport> {
@@ -365,6 +371,9 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   // itself (stalled twice, started too often) ended with no claimwatch record of that failure.
   const failedVersions = new Map<string, string>(); // "<claim> <version>" → reason
   const failedSince = new Map<string, number>(); // "<claim> <version>" → when its failed job's last attempt started
+  // "<claim> <version>" → when the last of its failed jobs ended: a failure excuses only a request
+  // sent before that (one its job could carry), not one sent after every job for it had ended.
+  const failedUntil = new Map<string, number>();
   for (const [jobId, runs] of runsByJob) {
     const last = [...runs].sort((a, b) => b.attempt - a.attempt)[0]!;
     const job = jobStates.get(jobId);
@@ -374,6 +383,7 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
       const key = `${claimLabel(last)} ${versionOf(last)}`;
       failedVersions.set(key, `${last.status}: ${last.reason}`);
       failedSince.set(key, Math.min(failedSince.get(key) ?? Infinity, last.startedAt ?? last.createdAt));
+      failedUntil.set(key, Math.max(failedUntil.get(key) ?? -Infinity, last.finishedAt ?? Infinity));
     }
   }
   const bullmqFailures = [...jobStates.entries()].filter(
@@ -478,6 +488,9 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
       };
     return { key: `${label} ${read}`, covered: coveredByNewer(`${label} ${read}`, Number(trigger.t)) };
   };
+  /** A job for that version ended failed, with a reason, after the request was sent. */
+  const failedFor = (key: string, trigger: SoakEvent) =>
+    failedVersions.has(key) && (failedUntil.get(key) ?? -Infinity) >= Number(trigger.sentAt ?? trigger.t);
   for (const trigger of triggers) {
     const jobId = String(trigger.jobId);
     const runs = [...(runsByJob.get(jobId) ?? [])].sort((a, b) => b.attempt - a.attempt);
@@ -509,7 +522,7 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
             : {}),
         });
     const published = served ? served.served : publishedVersions.has(key);
-    if (!problem && (covered || published || failedVersions.has(key))) continue;
+    if (!problem && (covered || published || failedFor(key, trigger))) continue;
     const unserved = served && !served.served ? served.why : undefined;
     lost.push(
       `${key}${problem ? ` (${problem})` : ""}${unserved ? ` (${unserved})` : ""} (${String(trigger.mode)}${trigger.hashed ? ", no version sent" : ""} at ${at(trigger.t)}, job ${jobId}, job state ${state}, ` +
@@ -519,7 +532,7 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   const failedRecorded = triggers.filter((t) => {
     const runs = [...(runsByJob.get(String(t.jobId)) ?? [])].sort((a, b) => b.attempt - a.attempt);
     const { key, covered } = requestedBy(t, runs);
-    return !covered && !publishedVersions.has(key) && failedVersions.has(key);
+    return !covered && !publishedVersions.has(key) && failedFor(key, t);
   }).length;
   lines.push(
     `trigger outcomes (the job's last attempt): ${formatCounts(outcomes)}; versions not published but recorded failed with a reason: ${failedRecorded} trigger(s)`,
@@ -838,7 +851,7 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   for (const line of regrantedUnpublished.slice(0, 4)) lines.push(`    ${line}`);
   lines.push("must be zero:");
   lines.push(
-    `  overlapping writers on one output: ${counted.length} (live ${counted.filter((o) => o.kind === "live").length}, orphan ${counted.filter((o) => o.kind === "orphan").length}, both published ${overlaps.filter((o) => o.bothPublished).length})`,
+    `  overlapping writers on one output: ${counted.length} (live ${counted.filter((o) => o.kind === "live").length}, orphan ${counted.filter((o) => o.kind === "orphan").length}, both published ${overlaps.filter((o) => o.bothPublished).length}, the earlier writer published ${overlaps.filter((o) => o.stalePublished && !o.bothPublished).length})`,
   );
   for (const o of counted.slice(0, 6)) lines.push(...describeOverlap(o, at, recordById, workers));
   lines.push(`  lost triggers: ${lost.length}`);
@@ -1032,7 +1045,8 @@ function stateAt(run: JournalRun, workers: Map<number, WorkerTimeline>, t: numbe
   return "controlled";
 }
 
-function findOverlaps(
+/** Exported for its unit test (test/unit/soak-overlaps.test.ts). */
+export function findOverlaps(
   journal: Map<string, JournalRun>,
   workers: Map<number, WorkerTimeline>,
   published: Set<string>,
@@ -1067,8 +1081,9 @@ function findOverlaps(
           if (sa === "orphan" || sb === "orphan") orphan = true;
         }
         const bothPublished = published.has(a.runId) && published.has(b.runId);
-        const kind = live || bothPublished ? "live" : orphan ? "orphan" : "fenced";
-        found.push({ claim, a, b, from, to, kind, bothPublished });
+        const stalePublished = published.has(a.runId);
+        const kind = live || stalePublished ? "live" : orphan ? "orphan" : "fenced";
+        found.push({ claim, a, b, from, to, kind, bothPublished, stalePublished });
       }
     }
   }
@@ -1093,7 +1108,7 @@ function describeOverlap(
     );
   };
   return [
-    `    ${o.kind} overlap on ${o.claim}: ${at(o.from)}–${at(o.to)} (${((o.to - o.from) / 1000).toFixed(2)} s)${o.bothPublished ? ", both published" : ""}`,
+    `    ${o.kind} overlap on ${o.claim}: ${at(o.from)}–${at(o.to)} (${((o.to - o.from) / 1000).toFixed(2)} s)${o.bothPublished ? ", both published" : o.stalePublished ? ", the earlier writer published" : ""}`,
     `      ${who(o.a)}`,
     `      ${who(o.b)}`,
   ];
