@@ -197,6 +197,14 @@ describe("real workers: the same job's next attempt takes the claim over at once
         /killed by the step warden: the worker did not run for \d+ ms/,
         ended.reason ?? "",
       );
+      // The job is redelivered and rebuilt (its request is not lost); waited for here, as the
+      // next test's worker would otherwise run it beside that test's job (it deferred 30 s).
+      const rebuilt = await bed.waitForRun(
+        (r) => r.jobId === jobId && r.attempt > running.attempt && r.status === "rebuilt",
+        90_000,
+        "the redelivered attempt rebuilt",
+      );
+      assert.ok(rebuilt);
     } finally {
       await alone.stop();
     }
