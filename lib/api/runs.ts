@@ -92,7 +92,7 @@ export async function getRunDetail(context: WebContext, runId: string): Promise<
   const { connections } = context;
   const [run, log] = await Promise.all([
     readRun(connections.main, connections.keys, runId),
-    readRunLog(connections.main, connections.keys, runId, 200),
+    readRunLog(connections.main, connections.keys, runId),
   ]);
   if (!run) throw notFound(`no run ${runId}`);
   const inFlight = run.status === "running" || run.status === "queued";

@@ -16,6 +16,8 @@ import { parseDefinitions } from "../../lib/rebuilds/definitions";
 import { createRedis } from "../../lib/redis/client";
 import { redisKeys } from "../../lib/redis/keys";
 import { MAX_SEARCHED_REBUILDS } from "../../lib/runs/list";
+import { DEFAULT_RETENTION, logDroppedLine, RUN_LOG_LINES } from "../../lib/runs/records";
+import { writeRun } from "../../lib/runs/writer";
 import type { WebContext } from "../../lib/web/context";
 import { beat, newWorkerIdentity } from "../../lib/workers/heartbeat";
 import { seedRunInto, writeTestRun } from "../support/runs";
@@ -375,4 +377,34 @@ test("a run in flight whose worker stopped beating says so on its page; one whos
   assert.equal((await getRunDetail(context, "run-silent-a1")).workerSilentSince, lastBeat);
   await beat(main, keys, { ...newWorkerIdentity("test"), id: "stopped-worker" }, "run-silent");
   assert.equal((await getRunDetail(context, "run-silent-a1")).workerSilentSince, null, "beating again");
+});
+
+test("a run's page shows every log line the run log keeps: the newest after the line that counts the dropped ones", async () => {
+  const context = contextFor(uniquePrefix("long-log"));
+  const { keys } = context.connections;
+  const now = Date.now();
+  await writeTestRun(main, keys, {
+    id: "run-chatty-a1",
+    jobId: "run-chatty",
+    rebuild: "tiles",
+    tenant: null,
+    status: "running",
+    createdAt: now,
+    startedAt: now,
+  });
+  const lines = Array.from({ length: 1_801 }, (_, i) => `line ${i + 1}`);
+  const store = { client: main, keys, retention: DEFAULT_RETENTION };
+  for (let i = 0; i < lines.length; i += 300) {
+    await writeRun(
+      store,
+      { rebuild: "tiles", tenant: null, runId: "run-chatty-a1", jobId: "run-chatty" },
+      {
+        logLines: lines.slice(i, i + 300),
+      },
+    );
+  }
+  const { log } = await getRunDetail(context, "run-chatty-a1");
+  assert.equal(log.length, RUN_LOG_LINES);
+  assert.equal(log[0], logDroppedLine(1_801 - (RUN_LOG_LINES - 1)));
+  assert.deepEqual([log[1], log.at(-1)], [`line ${1_801 - RUN_LOG_LINES + 2}`, "line 1801"]);
 });
