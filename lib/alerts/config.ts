@@ -7,16 +7,7 @@
  * turns evaluation on with every default.
  */
 import { z } from "zod";
-import { DURATION_MESSAGE, notADurationMessage, parseDuration } from "../rebuilds/duration";
-
-const MAX_TIMER_MS = 2_147_483_647;
-export const alertDuration = z
-  // A bare number (`for: 10`) has no unit, as in a rebuild's durations (helper-120).
-  .string({ error: notADurationMessage })
-  .regex(/^(?:\d+(?:ms|s|m|h|d))+$/, DURATION_MESSAGE)
-  .refine((text) => parseDuration(text) !== undefined, { message: DURATION_MESSAGE })
-  .transform((text) => parseDuration(text)!)
-  .refine((ms) => ms <= MAX_TIMER_MS, { message: "must be at most 24d (a timer limit)" });
+import { timerDurationSchema } from "../rebuilds/duration";
 
 const SEVERITIES = ["critical", "warning", "info"] as const;
 export type Severity = (typeof SEVERITIES)[number];
@@ -64,7 +55,7 @@ const rule = <T extends z.ZodRawShape>(shape: T) =>
 
 const rulesSchema = z.strictObject({
   /** A claim stale (refresh overdue, or its holder worker gone) for this long. */
-  claimStale: rule({ for: alertDuration.default(300_000), severity: severity("critical") }).default({
+  claimStale: rule({ for: timerDurationSchema.default(300_000), severity: severity("critical") }).default({
     for: 300_000,
     severity: "critical",
   }),
@@ -76,22 +67,22 @@ const rulesSchema = z.strictObject({
   /** The newest finished run of a rebuild (+ tenant) failed for good (no retry left). */
   runFailed: rule({ severity: severity("critical") }).default({ severity: "critical" }),
   /** A run running longer than this (per rebuild: `rebuilds.<name>.alerts.runLong.over`). */
-  runLong: rule({ over: alertDuration.default(7_200_000), severity: severity("warning") }).default({
+  runLong: rule({ over: timerDurationSchema.default(7_200_000), severity: severity("warning") }).default({
     over: 7_200_000,
     severity: "warning",
   }),
   /** A scheduled tick without a run this long after it. */
-  scheduleMissed: rule({ grace: alertDuration.default(600_000), severity: severity("critical") }).default({
+  scheduleMissed: rule({ grace: timerDurationSchema.default(600_000), severity: severity("critical") }).default({
     grace: 600_000,
     severity: "critical",
   }),
   /** A claim taken over from a dead holder; an event, so it resolves by itself after `resolveAfter`. */
-  takeover: rule({ resolveAfter: alertDuration.default(1_800_000), severity: severity("info") }).default({
+  takeover: rule({ resolveAfter: timerDurationSchema.default(1_800_000), severity: severity("info") }).default({
     resolveAfter: 1_800_000,
     severity: "info",
   }),
   /** No live worker for this long. */
-  workerMissing: rule({ for: alertDuration.default(60_000), severity: severity("critical") }).default({
+  workerMissing: rule({ for: timerDurationSchema.default(60_000), severity: severity("critical") }).default({
     for: 60_000,
     severity: "critical",
   }),
@@ -104,9 +95,9 @@ export const alertsSchema = z
     receivers: z.array(receiverSchema).max(20, "at most 20 receivers").default([]),
     rules: rulesSchema.default(rulesSchema.parse({})),
     /** How often the evaluating process looks at Redis. */
-    evaluateEvery: alertDuration.default(15_000),
+    evaluateEvery: timerDurationSchema.default(15_000),
     /** Firing alerts are posted to Alertmanager again this often (it forgets alerts not re-sent). */
-    repeatEvery: alertDuration.default(60_000),
+    repeatEvery: timerDurationSchema.default(60_000),
   })
   .superRefine((alerts, ctx) => {
     const names = new Set<string>();
@@ -127,7 +118,7 @@ export const alertsSchema = z
 
 /** `rebuilds.<name>.alerts`: per-rebuild overrides. */
 export const rebuildAlertsSchema = z.strictObject({
-  runLong: rule({ over: alertDuration }).optional(),
+  runLong: rule({ over: timerDurationSchema }).optional(),
 });
 
 type RawReceiver = z.output<typeof receiverSchema>;

@@ -11,33 +11,13 @@ import { z } from "zod";
 import "../zod-messages";
 import { alertsSchema, rebuildAlertsSchema, type AlertsConfig } from "../alerts/config";
 import { tryClaimName } from "../claims/name";
-import { DURATION_MESSAGE, formatDuration, notADurationMessage, parseDuration } from "./duration";
+import { durationSchema as duration, formatDuration, timerDurationSchema as timerDuration } from "./duration";
 import { NAME_PATTERN as NAME } from "../names";
 import { meantAsKey, meantKey, nearMiss } from "../zod-keys";
 
 /** Rebuild and tenant names end up in claim names, job ids and URLs: keep them plain. */
 const nameSchema = (what: string) =>
   z.string().regex(NAME, `${what} must be 1-64 letters, digits, '_' or '-', starting with a letter or digit`);
-
-const MAX_TIMER_MS = 2_147_483_647;
-/** A duration; `tooLong`: what one past what a number holds exactly is told (the field's real limit). */
-const durationUpTo = (tooLong: string) =>
-  z
-    .string({ error: notADurationMessage })
-    .regex(/^(?:\d+(?:ms|s|m|h|d))+$/, DURATION_MESSAGE)
-    .transform((text, ctx) => {
-      const ms = parseDuration(text);
-      if (ms !== undefined) return ms;
-      // Written as a duration, but zero or past what a number holds exactly.
-      const message = /[1-9]/.test(text) ? tooLong : "must be longer than 0 (e.g. 1s)";
-      ctx.addIssue({ code: "custom", message });
-      return z.NEVER;
-    });
-const duration = durationUpTo("is too long (at most 9007199254740991ms)");
-
-/** Durations that drive a timer: Node timers overflow above 2^31-1 ms (~24.8 days) and fire at once. */
-const TIMER_TOO_LONG = "must be at most 24d (a timer limit)";
-const timerDuration = durationUpTo(TIMER_TOO_LONG).refine((ms) => ms <= MAX_TIMER_MS, { message: TIMER_TOO_LONG });
 
 const BYTE_UNITS: Record<string, number> = { "": 1, B: 1, K: 1024, KI: 1024, KIB: 1024, KB: 1024 };
 for (const [prefix, power] of [

@@ -81,6 +81,9 @@ test("alerts config: each refusal is one line naming the path and the problem", 
       /alerts\.receivers\[1\]: two receivers are named 'a'/,
     ],
     [{ evaluateEvery: "100ms" }, /alerts\.evaluateEvery: must be at least 1s/],
+    // A duration, but zero: said as such, not "must be a duration" (README-truth helper-128).
+    [{ evaluateEvery: "0s" }, /alerts\.evaluateEvery: must be longer than 0 \(e\.g\. 1s\)/],
+    [{ rules: { claimStale: { for: "0m" } } }, /alerts\.rules\.claimStale\.for: must be longer than 0/],
     [{ severity: "high" }, /alerts: unknown key 'severity'/],
   ];
   for (const [alerts, expected] of cases) {
