@@ -65,220 +65,218 @@ export function ClaimsTable({ initial, initialQ = "" }: { initial: ApiClaimPage 
   }, [ranOut, queryClient]);
 
   return (
-    <>
-      <div className="space-y-3">
-        <form role="search" aria-label="Search claims" onSubmit={(event) => event.preventDefault()}>
-          <SearchBox
-            label="Claim name contains"
-            placeholder="acme or out/tiles"
-            initial={initialQ}
-            onSearch={(next) => {
-              setCursors([null]);
-              setQ(next);
-            }}
-          />
-        </form>
-        {error ? (
-          <p className="text-sm text-red-700" data-field="claims-error">
-            Could not load claims: {error.message}
-            {data ? (
-              <>
-                {" "}
-                The rows below are as last read <Time at={dataUpdatedAt} /> and cannot be acted on until the claims can
-                be read again.
-              </>
-            ) : null}
-          </p>
-        ) : null}
-        {notice ? (
-          <p role="alert" className="rounded border border-slate-300 bg-white px-3 py-2 text-sm">
-            {notice}
-          </p>
-        ) : null}
-        {data && data.claims.length === 0 ? (
-          <p className="text-sm text-slate-600">
-            {!q
-              ? "No active claims: nothing is being rebuilt right now."
-              : data.nextCursor
-                ? `No claim on this page of the registry contains “${q}”; Next reads on.`
-                : `No active claim's name contains “${q}”.`}
-          </p>
-        ) : null}
-        {data && data.claims.length > 0 ? (
-          <DataTable
-            label="Active claims"
-            columns={[
-              "Claim",
-              "Holder",
-              "Fence",
-              "Held for",
-              "Last heartbeat",
-              "TTL",
-              "Skips",
-              "State",
-              { hidden: "Actions" },
-            ]}
-          >
-            {data.claims.map((claim) => {
-              const ttlLeft = claim.pttlMs - (now - dataUpdatedAt);
-              const serverNow = now - skew;
-              // Live updates carry refreshes, not their absence: "no refresh for …" is derived here
-              // with the server's own rule (lib/claims/stale) on the server's clock.
-              const overdue = claim.stale
-                ? []
-                : staleReasons(
-                    { refreshedAt: claim.refreshedAt, refreshEveryMs: claim.refreshEveryMs, workerId: null },
-                    serverNow,
-                    undefined,
-                  );
-              const stale = claim.stale || overdue.length > 0;
-              const staleReason = claim.staleReason ?? describeStale(overdue);
-              // The alerts evaluator's claim: no rebuild; its holder's `rebuild` field is its role (web, worker).
-              const evaluatorHeldBy = claim.name === EVALUATOR_CLAIM ? evaluatorHolderLabel(claim.rebuild) : null;
-              return (
-                <tr key={claim.name} data-claim={claim.name} className="border-t border-slate-100 align-top">
-                  <td className="px-3 py-2">
-                    <div className="font-medium">
-                      {evaluatorHeldBy ? (
-                        <span title="elects the one process that evaluates the alert rules">alerts evaluator</span>
-                      ) : claim.rebuild ? (
-                        <Link className="text-sky-700 underline" href={rebuildHref(claim.rebuild, claim.tenant)}>
-                          {claim.rebuild}
-                          {claim.tenant ? ` / ${claim.tenant}` : ""}
-                        </Link>
-                      ) : (
-                        "?"
-                      )}
-                    </div>
-                    <div className="font-mono text-xs text-slate-500" title={claim.name}>
-                      {claim.name}
-                    </div>
+    <div className="space-y-3">
+      <form role="search" aria-label="Search claims" onSubmit={(event) => event.preventDefault()}>
+        <SearchBox
+          label="Claim name contains"
+          placeholder="acme or out/tiles"
+          initial={initialQ}
+          onSearch={(next) => {
+            setCursors([null]);
+            setQ(next);
+          }}
+        />
+      </form>
+      {error ? (
+        <p className="text-sm text-red-700" data-field="claims-error">
+          Could not load claims: {error.message}
+          {data ? (
+            <>
+              {" "}
+              The rows below are as last read <Time at={dataUpdatedAt} /> and cannot be acted on until the claims can be
+              read again.
+            </>
+          ) : null}
+        </p>
+      ) : null}
+      {notice ? (
+        <p role="alert" className="rounded border border-slate-300 bg-white px-3 py-2 text-sm">
+          {notice}
+        </p>
+      ) : null}
+      {data && data.claims.length === 0 ? (
+        <p className="text-sm text-slate-600">
+          {!q
+            ? "No active claims: nothing is being rebuilt right now."
+            : data.nextCursor
+              ? `No claim on this page of the registry contains “${q}”; Next reads on.`
+              : `No active claim's name contains “${q}”.`}
+        </p>
+      ) : null}
+      {data && data.claims.length > 0 ? (
+        <DataTable
+          label="Active claims"
+          columns={[
+            "Claim",
+            "Holder",
+            "Fence",
+            "Held for",
+            "Last heartbeat",
+            "TTL",
+            "Skips",
+            "State",
+            { hidden: "Actions" },
+          ]}
+        >
+          {data.claims.map((claim) => {
+            const ttlLeft = claim.pttlMs - (now - dataUpdatedAt);
+            const serverNow = now - skew;
+            // Live updates carry refreshes, not their absence: "no refresh for …" is derived here
+            // with the server's own rule (lib/claims/stale) on the server's clock.
+            const overdue = claim.stale
+              ? []
+              : staleReasons(
+                  { refreshedAt: claim.refreshedAt, refreshEveryMs: claim.refreshEveryMs, workerId: null },
+                  serverNow,
+                  undefined,
+                );
+            const stale = claim.stale || overdue.length > 0;
+            const staleReason = claim.staleReason ?? describeStale(overdue);
+            // The alerts evaluator's claim: no rebuild; its holder's `rebuild` field is its role (web, worker).
+            const evaluatorHeldBy = claim.name === EVALUATOR_CLAIM ? evaluatorHolderLabel(claim.rebuild) : null;
+            return (
+              <tr key={claim.name} data-claim={claim.name} className="border-t border-slate-100 align-top">
+                <td className="px-3 py-2">
+                  <div className="font-medium">
                     {evaluatorHeldBy ? (
-                      <div className="text-xs text-slate-500">held by the {evaluatorHeldBy}</div>
-                    ) : (
-                      <div className="text-xs break-all text-slate-500">version {claim.version ?? "?"}</div>
-                    )}
-                    {/* A narrow screen shows the name and the action; what decides the action, here too. */}
-                    <div className="mt-1 text-xs sm:hidden" data-field="narrow-state">
-                      <span
-                        className={
-                          claim.revoked ? "text-amber-900" : stale ? "font-semibold text-red-800" : "text-emerald-700"
-                        }
-                      >
-                        {/* Lower case: the State column's badge keeps the one "Stale" of the row. */}
-                        {claim.revoked ? "releasing" : stale ? "stale" : "live"}
-                      </span>
-                      {" · TTL "}
-                      {formatDurationMs(Math.max(0, ttlLeft))}
-                      {" · "}
-                      {claim.holder.workerId || evaluatorHeldBy || "?"}
-                    </div>
-                  </td>
-                  <td className="px-3 py-2 text-xs">
-                    <div className="font-medium">{claim.holder.workerId || evaluatorHeldBy || "?"}</div>
-                    <div>
-                      {claim.holder.host} · pid {claim.holder.pid}
-                    </div>
-                    <div>job {claim.holder.jobId ?? "–"}</div>
-                    {claim.holder.runId ? (
-                      <Link className="text-sky-700 underline" href={`/runs/${claim.holder.runId}`}>
-                        run {claim.holder.runId}
+                      <span title="elects the one process that evaluates the alert rules">alerts evaluator</span>
+                    ) : claim.rebuild ? (
+                      <Link className="text-sky-700 underline" href={rebuildHref(claim.rebuild, claim.tenant)}>
+                        {claim.rebuild}
+                        {claim.tenant ? ` / ${claim.tenant}` : ""}
                       </Link>
-                    ) : null}
-                  </td>
-                  <td className="px-3 py-2 font-mono">{claim.fence}</td>
-                  <td className="px-3 py-2">{formatDurationMs(serverNow - (claim.acquiredAt ?? serverNow))}</td>
-                  <td className="px-3 py-2 whitespace-nowrap" data-field="heartbeat">
-                    <Time at={claim.refreshedAt} now={serverNow} />
-                    {claim.refreshEveryMs ? (
-                      <div className="text-xs text-slate-500">every {formatDurationMs(claim.refreshEveryMs)}</div>
-                    ) : null}
-                  </td>
-                  <td className="px-3 py-2 font-mono" data-field="ttl" data-ttl-ms={Math.max(0, Math.round(ttlLeft))}>
-                    <TtlBar
-                      leftMs={Math.min(claim.ttlMs ?? Infinity, Math.max(0, ttlLeft))}
-                      ttlMs={claim.ttlMs}
-                      stale={stale}
-                    />
+                    ) : (
+                      "?"
+                    )}
+                  </div>
+                  <div className="font-mono text-xs text-slate-500" title={claim.name}>
+                    {claim.name}
+                  </div>
+                  {evaluatorHeldBy ? (
+                    <div className="text-xs text-slate-500">held by the {evaluatorHeldBy}</div>
+                  ) : (
+                    <div className="text-xs break-all text-slate-500">version {claim.version ?? "?"}</div>
+                  )}
+                  {/* A narrow screen shows the name and the action; what decides the action, here too. */}
+                  <div className="mt-1 text-xs sm:hidden" data-field="narrow-state">
+                    <span
+                      className={
+                        claim.revoked ? "text-amber-900" : stale ? "font-semibold text-red-800" : "text-emerald-700"
+                      }
+                    >
+                      {/* Lower case: the State column's badge keeps the one "Stale" of the row. */}
+                      {claim.revoked ? "releasing" : stale ? "stale" : "live"}
+                    </span>
+                    {" · TTL "}
                     {formatDurationMs(Math.max(0, ttlLeft))}
-                    {/* A force release sets its own expiry (the holder's time to stop), which may pass the TTL. */}
-                    {claim.revoked ? (
-                      <span className="text-xs text-slate-500"> until free</span>
-                    ) : (
-                      <span className="text-xs text-slate-500"> / {formatDurationMs(claim.ttlMs)}</span>
-                    )}
-                  </td>
-                  <td className="px-3 py-2" data-field="skips">
-                    {claim.consecutiveSkips}
-                  </td>
-                  <td className="px-3 py-2">
-                    {claim.revoked ? (
-                      <>
-                        <span
-                          className="rounded bg-amber-100 px-2 py-0.5 text-xs font-semibold text-amber-900 ring-1 ring-amber-300"
-                          data-state="releasing"
-                        >
-                          Releasing
-                        </span>
-                        <div className="mt-1 text-xs text-amber-900">
-                          Force-released by {claim.revoked.by ?? "an operator"}
-                          {claim.revoked.at ? (
-                            <>
-                              {" "}
-                              <Time at={claim.revoked.at} now={serverNow} />
-                            </>
-                          ) : null}
-                          ; waiting for the holder to stop (free in at most {formatDurationMs(Math.max(0, ttlLeft))})
-                        </div>
-                      </>
-                    ) : stale ? (
+                    {" · "}
+                    {claim.holder.workerId || evaluatorHeldBy || "?"}
+                  </div>
+                </td>
+                <td className="px-3 py-2 text-xs">
+                  <div className="font-medium">{claim.holder.workerId || evaluatorHeldBy || "?"}</div>
+                  <div>
+                    {claim.holder.host} · pid {claim.holder.pid}
+                  </div>
+                  <div>job {claim.holder.jobId ?? "–"}</div>
+                  {claim.holder.runId ? (
+                    <Link className="text-sky-700 underline" href={`/runs/${claim.holder.runId}`}>
+                      run {claim.holder.runId}
+                    </Link>
+                  ) : null}
+                </td>
+                <td className="px-3 py-2 font-mono">{claim.fence}</td>
+                <td className="px-3 py-2">{formatDurationMs(serverNow - (claim.acquiredAt ?? serverNow))}</td>
+                <td className="px-3 py-2 whitespace-nowrap" data-field="heartbeat">
+                  <Time at={claim.refreshedAt} now={serverNow} />
+                  {claim.refreshEveryMs ? (
+                    <div className="text-xs text-slate-500">every {formatDurationMs(claim.refreshEveryMs)}</div>
+                  ) : null}
+                </td>
+                <td className="px-3 py-2 font-mono" data-field="ttl" data-ttl-ms={Math.max(0, Math.round(ttlLeft))}>
+                  <TtlBar
+                    leftMs={Math.min(claim.ttlMs ?? Infinity, Math.max(0, ttlLeft))}
+                    ttlMs={claim.ttlMs}
+                    stale={stale}
+                  />
+                  {formatDurationMs(Math.max(0, ttlLeft))}
+                  {/* A force release sets its own expiry (the holder's time to stop), which may pass the TTL. */}
+                  {claim.revoked ? (
+                    <span className="text-xs text-slate-500"> until free</span>
+                  ) : (
+                    <span className="text-xs text-slate-500"> / {formatDurationMs(claim.ttlMs)}</span>
+                  )}
+                </td>
+                <td className="px-3 py-2" data-field="skips">
+                  {claim.consecutiveSkips}
+                </td>
+                <td className="px-3 py-2">
+                  {claim.revoked ? (
+                    <>
                       <span
-                        className="rounded bg-red-100 px-2 py-0.5 text-xs font-semibold text-red-800 ring-1 ring-red-300"
-                        title={staleReason ?? ""}
+                        className="rounded bg-amber-100 px-2 py-0.5 text-xs font-semibold text-amber-900 ring-1 ring-amber-300"
+                        data-state="releasing"
                       >
-                        Stale
+                        Releasing
                       </span>
-                    ) : (
-                      <span className="text-xs text-emerald-700">live</span>
-                    )}
-                    {staleReason ? <div className="mt-1 text-xs text-red-800">{staleReason}</div> : null}
-                  </td>
-                  <td className="px-3 py-2">
-                    {canOperate && !claim.revoked ? (
-                      <button
-                        type="button"
-                        // Rows last read before a failed refresh may be out of date: no release from them.
-                        disabled={Boolean(error)}
-                        title={error ? "The claims could not be read again: this row may be out of date" : undefined}
-                        onClick={() => {
-                          setNotice(null);
-                          setReleasing(claim);
-                        }}
-                        className="rounded border border-red-300 px-2 py-1 text-xs text-red-800 hover:bg-red-50 disabled:opacity-50"
-                      >
-                        Force release
-                      </button>
-                    ) : null}
-                  </td>
-                </tr>
-              );
-            })}
-          </DataTable>
-        ) : null}
-        <CursorPager cursors={cursors} nextCursor={data?.nextCursor} onChange={setCursors} />
-        {releasing ? (
-          <ForceReleaseDialog
-            claim={releasing}
-            onClose={(message) => {
-              setReleasing(null);
-              if (message) setNotice(message);
-            }}
-          />
-        ) : null}
-      </div>
+                      <div className="mt-1 text-xs text-amber-900">
+                        Force-released by {claim.revoked.by ?? "an operator"}
+                        {claim.revoked.at ? (
+                          <>
+                            {" "}
+                            <Time at={claim.revoked.at} now={serverNow} />
+                          </>
+                        ) : null}
+                        ; waiting for the holder to stop (free in at most {formatDurationMs(Math.max(0, ttlLeft))})
+                      </div>
+                    </>
+                  ) : stale ? (
+                    <span
+                      className="rounded bg-red-100 px-2 py-0.5 text-xs font-semibold text-red-800 ring-1 ring-red-300"
+                      title={staleReason ?? ""}
+                    >
+                      Stale
+                    </span>
+                  ) : (
+                    <span className="text-xs text-emerald-700">live</span>
+                  )}
+                  {staleReason ? <div className="mt-1 text-xs text-red-800">{staleReason}</div> : null}
+                </td>
+                <td className="px-3 py-2">
+                  {canOperate && !claim.revoked ? (
+                    <button
+                      type="button"
+                      // Rows last read before a failed refresh may be out of date: no release from them.
+                      disabled={Boolean(error)}
+                      title={error ? "The claims could not be read again: this row may be out of date" : undefined}
+                      onClick={() => {
+                        setNotice(null);
+                        setReleasing(claim);
+                      }}
+                      className="rounded border border-red-300 px-2 py-1 text-xs text-red-800 hover:bg-red-50 disabled:opacity-50"
+                    >
+                      Force release
+                    </button>
+                  ) : null}
+                </td>
+              </tr>
+            );
+          })}
+        </DataTable>
+      ) : null}
+      <CursorPager cursors={cursors} nextCursor={data?.nextCursor} onChange={setCursors} />
+      {releasing ? (
+        <ForceReleaseDialog
+          claim={releasing}
+          onClose={(message) => {
+            setReleasing(null);
+            if (message) setNotice(message);
+          }}
+        />
+      ) : null}
       {/* The search applies to the ended claims too: the operator looks for one name. */}
       <EndedClaims search={q} />
-    </>
+    </div>
   );
 }
 
