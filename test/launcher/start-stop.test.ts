@@ -108,6 +108,35 @@ test("npm start serves a healthy dashboard, stops cleanly on SIGTERM, and finds 
   });
 });
 
+test("npm start run through npm itself: SIGTERM to npm stops the launcher and everything it started, exit 0", async () => {
+  // npm runs the script through `sh -c`; a shell that does not pass the signal on (dash) used to
+  // die alone and leave the launcher, Redis, worker and web server running (helper-130).
+  const port = await freePort();
+  const env: NodeJS.ProcessEnv = { ...process.env, PORT: String(port), CLAIMWATCH_DATA_DIR: dataDir };
+  delete env.REDIS_URL;
+  const npm = spawn(path.join(path.dirname(process.execPath), "npm"), ["start", "--silent"], {
+    env,
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  const exited = new Promise<[number | null, NodeJS.Signals | null]>((resolve) =>
+    npm.once("exit", (code, signal) => resolve([code, signal])),
+  );
+  let everything: number[] = [];
+  try {
+    await waitForLine(npm, /claimwatch is running at/, 120_000);
+    everything = descendantPids(npm.pid!);
+    assert.ok(everything.length >= 4, `the launcher and its children run under npm (${everything.length})`);
+  } finally {
+    everything = [...new Set([...everything, ...descendantPids(npm.pid!)])];
+    npm.kill("SIGTERM");
+  }
+  const exit = await exited;
+  const left = await waitUntilGone(everything, 10_000);
+  for (const pid of left) process.kill(pid, "SIGKILL");
+  assert.deepEqual(left, [], "no launcher, redis-server, next-server or worker left");
+  assert.deepEqual(exit, [0, null], "npm exits 0 on SIGTERM");
+});
+
 /** The pid the launcher recorded for its child `name` (it rewrites the record after each restart). */
 const childPid = (name: string) => readLauncherState(dataDir)?.children.find((c) => c.name === name)?.pid;
 
