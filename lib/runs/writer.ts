@@ -475,8 +475,9 @@ export async function writeRunReading(
   const lines = write.logLines ?? [];
   // The live stream (lib/events): what changed, for dashboards to update without a re-read;
   // written by the script with the record.
+  // Not for a write of log lines alone (the recorder sends `fields: {}` with them): `run.log` says so.
   const recordEvent =
-    write.status || write.fields
+    write.status || (write.fields && Object.keys(write.fields).length > 0)
       ? encodeEvent({
           type: "run",
           run: {

@@ -156,9 +156,12 @@ export class LiveCache {
     }
     // A Runs page still mounting (rendered just before this run existed) re-reads too.
     if (!shown && run.status) this.invalidateSoon([...queryKeys.runs.all(), "list"]);
+    // Progress, steps and the like change no list but the run's own: the lists are re-read only
+    // when a run began, was deferred or ended (its job moved), or learnt its version.
+    if (run.status === undefined && run.version === undefined) return;
     this.invalidateSoon(queryKeys.rebuilds.all());
     this.invalidateSoon(queryKeys.timeline.all());
-    this.invalidateSoon(queryKeys.queue.all()); // a run began, deferred or ended: its job moved
+    this.invalidateSoon(queryKeys.queue.all());
     if (run.status === "skipped") this.invalidateSoon(queryKeys.claims.all()); // consecutive skips
   }
 

@@ -61,6 +61,8 @@ test("the record's event is written by the script that writes the record, with t
   await beginAttempt(store, b, { mode: { kind: "check", idempotencyKey: "k" }, fields: { version: "v1" } });
   assert.equal(await writeRun(store, { ...a, runId: a.runId }, { fields: { progress: 0.5 } }), "written");
   assert.equal(await writeRun(store, a, { logLines: ["one line"] }), "written");
+  // As the recorder sends its lines: with the fields it has (none) — no run event either (helper-131).
+  assert.equal(await writeRun(store, a, { fields: {}, logLines: ["two"] }), "written");
   assert.equal(await writeRun(store, a, { status: "rebuilt", fields: { buildHash: "h1" } }), "written");
   const before = (await events(keys)).length;
   assert.equal(await writeRun(store, a, { status: "failed" }), "final", "a final record is not changed");
@@ -84,7 +86,10 @@ test("the record's event is written by the script that writes the record, with t
   assert.equal(runEvents[3]!.run.buildHash, "h1");
   assert.deepEqual(
     all.filter((e) => e.type === "run.log"),
-    [{ type: "run.log", id: "job-a1" }],
+    [
+      { type: "run.log", id: "job-a1" },
+      { type: "run.log", id: "job-a1" },
+    ],
   );
 });
 

@@ -93,3 +93,26 @@ test("a searched claims page keeps its claims through live events and takes new 
   assert.deepEqual(names(), ["output:/srv/out/slow", "tenant:slow-reports:acme"]);
   client.clear();
 });
+
+test("a run's progress or steps re-read no list; its status or version re-reads the rebuilds, the timeline and the queue (helper-131: each log flush re-read them)", async () => {
+  const client = new QueryClient();
+  const lists = [queryKeys.rebuilds.page(null, ""), queryKeys.timeline.window("24h", null), queryKeys.queue.list({})];
+  const setLists = () => {
+    for (const key of lists) client.setQueryData(key, { set: Date.now() });
+  };
+  const invalidated = () => lists.filter((key) => client.getQueryState(key)?.isInvalidated === true).length;
+  const cache = new LiveCache(client);
+  setLists();
+  cache.apply({ type: "run", run: { id: "run-x-a1", rebuild: "tiles", tenant: null, progress: 0.5 }, at: 1 });
+  cache.apply({ type: "run", run: { id: "run-x-a1", rebuild: "tiles", tenant: null }, at: 2 });
+  await afterCoalescing();
+  assert.equal(invalidated(), 0, "progress alone");
+  cache.apply({ type: "run", run: { id: "run-x-a1", rebuild: "tiles", tenant: null, status: "rebuilt" }, at: 3 });
+  await afterCoalescing();
+  assert.equal(invalidated(), 3, "a status move");
+  setLists();
+  cache.apply({ type: "run", run: { id: "run-x-a1", rebuild: "tiles", tenant: null, version: "v2" }, at: 4 });
+  await afterCoalescing();
+  assert.equal(invalidated(), 3, "a version learnt");
+  client.clear();
+});
