@@ -174,71 +174,99 @@ const stepSchema = z.union([runStepSchema, tilesStepSchema], {
   error: "a step needs a name and exactly one of `run` (argv array) or `tiles` ({input, layer, minZoom, maxZoom})",
 });
 
-const rebuildSchema = z
-  .strictObject({
-    output: filePath,
-    tenants: z.array(nameSchema("a tenant name")).min(1, "must list at least one tenant, or be left out").optional(),
-    inputs: z.array(filePath).default([]),
-    schedule: scheduleSchema.optional(),
-    claim: z.strictObject({ ttl: timerDuration.default(90_000), refreshEvery: timerDuration.default(30_000) }).default({
-      ttl: 90_000,
-      refreshEvery: 30_000,
-    }),
-    timeLimit: timerDuration.default(7_200_000),
-    retries: z
-      .strictObject({
-        attempts: z.number().int().min(1).max(50).default(4),
-        backoff: timerDuration.default(30_000),
-        maxBackoff: timerDuration.default(600_000),
-      })
-      .default({ attempts: 4, backoff: 30_000, maxBackoff: 600_000 }),
-    idempotency: z.strictObject({ ttl: duration.default(86_400_000) }).default({ ttl: 86_400_000 }),
-    steps: z.array(stepSchema).min(1, "must list at least one step"),
-    /** Per-rebuild alert settings (lib/alerts/config). */
-    alerts: rebuildAlertsSchema.optional(),
-  })
-  .superRefine((rebuild, ctx) => {
-    if (rebuild.timeLimit <= rebuild.claim.ttl) {
-      ctx.addIssue({
-        code: "custom",
-        path: ["timeLimit"],
-        message: "must be longer than claim.ttl, or the run is killed while still holding a claim it cannot release",
-      });
-    }
-    if (rebuild.claim.refreshEvery > rebuild.claim.ttl / 2) {
-      ctx.addIssue({
-        code: "custom",
-        path: ["claim", "refreshEvery"],
-        message: "must be at most half of claim.ttl, so one missed refresh does not lose the claim",
-      });
-    }
-    if (!rebuild.tenants) {
-      rebuild.steps.forEach((step, i) => {
-        if (JSON.stringify(step).includes("{tenant}")) {
-          ctx.addIssue({
-            code: "custom",
-            path: ["steps", i],
-            message:
-              "uses {tenant}, but this rebuild has no tenants (it would be empty): list them under tenants, or leave it out",
-          });
-        }
-      });
-    }
-    if (rebuild.retries.backoff > rebuild.retries.maxBackoff) {
-      ctx.addIssue({
-        code: "custom",
-        path: ["retries", "backoff"],
-        message: `must be at most retries.maxBackoff (${formatDuration(rebuild.retries.maxBackoff)}): the first retry's wait, which doubles up to maxBackoff`,
-      });
-    }
-    if (rebuild.tenants && new Set(rebuild.tenants).size !== rebuild.tenants.length) {
-      ctx.addIssue({ code: "custom", path: ["tenants"], message: "lists a tenant twice" });
-    }
-    const names = rebuild.steps.map((s) => s.name);
-    if (new Set(names).size !== names.length) {
-      ctx.addIssue({ code: "custom", path: ["steps"], message: "two steps share a name" });
-    }
+const rebuildFields = z.strictObject({
+  output: filePath,
+  tenants: z.array(nameSchema("a tenant name")).min(1, "must list at least one tenant, or be left out").optional(),
+  inputs: z.array(filePath).default([]),
+  schedule: scheduleSchema.optional(),
+  claim: z.strictObject({ ttl: timerDuration.default(90_000), refreshEvery: timerDuration.default(30_000) }).default({
+    ttl: 90_000,
+    refreshEvery: 30_000,
+  }),
+  timeLimit: timerDuration.default(7_200_000),
+  retries: z
+    .strictObject({
+      attempts: z.number().int().min(1).max(50).default(4),
+      backoff: timerDuration.default(30_000),
+      maxBackoff: timerDuration.default(600_000),
+    })
+    .default({ attempts: 4, backoff: 30_000, maxBackoff: 600_000 }),
+  idempotency: z.strictObject({ ttl: duration.default(86_400_000) }).default({ ttl: 86_400_000 }),
+  steps: z.array(stepSchema).min(1, "must list at least one step"),
+  /** Per-rebuild alert settings (lib/alerts/config). */
+  alerts: rebuildAlertsSchema.optional(),
+});
+
+const rebuildSchema = rebuildFields
+  // Run even when another field of the rebuild is wrong (zod skips a refinement after any issue
+  // by default), so one start names every problem of the file (black-box helper-131): each rule
+  // looks only at fields that parsed, hence the loose view of the value.
+  .superRefine((parsed, ctx) => checkRebuild(parsed as LooseRebuild, ctx), {
+    when: (payload) => typeof payload.value === "object" && payload.value !== null,
   });
+
+/** A rebuild's value as the cross-field rules see it: each field parsed, or anything. */
+type LooseRebuild = { [K in keyof z.output<typeof rebuildFields>]?: unknown };
+const isNumber = (value: unknown): value is number => typeof value === "number";
+const fieldOf = (value: unknown, key: string): unknown =>
+  typeof value === "object" && value !== null ? (value as Record<string, unknown>)[key] : undefined;
+
+function checkRebuild(rebuild: LooseRebuild, ctx: z.RefinementCtx): void {
+  // A field with an issue of its own holds its input, not its value: no rule looks at it.
+  const issues = (ctx as unknown as { issues?: { path?: PropertyKey[] }[] }).issues ?? [];
+  const parsed = (...path: PropertyKey[]) => !issues.some((issue) => path.every((key, i) => issue.path?.[i] === key));
+  const ttl = parsed("claim", "ttl") ? fieldOf(rebuild.claim, "ttl") : undefined;
+  const refreshEvery = parsed("claim", "refreshEvery") ? fieldOf(rebuild.claim, "refreshEvery") : undefined;
+  const timeLimit = parsed("timeLimit") ? rebuild.timeLimit : undefined;
+  if (isNumber(timeLimit) && isNumber(ttl) && timeLimit <= ttl) {
+    ctx.addIssue({
+      code: "custom",
+      path: ["timeLimit"],
+      message: "must be longer than claim.ttl, or the run is killed while still holding a claim it cannot release",
+    });
+  }
+  if (isNumber(refreshEvery) && isNumber(ttl) && refreshEvery > ttl / 2) {
+    ctx.addIssue({
+      code: "custom",
+      path: ["claim", "refreshEvery"],
+      message: "must be at most half of claim.ttl, so one missed refresh does not lose the claim",
+    });
+  }
+  const steps = Array.isArray(rebuild.steps) ? (rebuild.steps as unknown[]) : [];
+  const tenants = parsed("tenants") ? rebuild.tenants : null;
+  if (tenants === undefined) {
+    steps.forEach((step, i) => {
+      // Only a step that parsed (its input may be anything: nested past what stringify takes).
+      if (parsed("steps", i) && JSON.stringify(step ?? null).includes("{tenant}")) {
+        ctx.addIssue({
+          code: "custom",
+          path: ["steps", i],
+          message:
+            "uses {tenant}, but this rebuild has no tenants (it would be empty): list them under tenants, or leave it out",
+        });
+      }
+    });
+  }
+  const backoff = parsed("retries", "backoff") ? fieldOf(rebuild.retries, "backoff") : undefined;
+  const maxBackoff = parsed("retries", "maxBackoff") ? fieldOf(rebuild.retries, "maxBackoff") : undefined;
+  if (isNumber(backoff) && isNumber(maxBackoff) && backoff > maxBackoff) {
+    ctx.addIssue({
+      code: "custom",
+      path: ["retries", "backoff"],
+      message: `must be at most retries.maxBackoff (${formatDuration(maxBackoff)}): the first retry's wait, which doubles up to maxBackoff`,
+    });
+  }
+  if (Array.isArray(tenants) && new Set(tenants).size !== tenants.length) {
+    ctx.addIssue({ code: "custom", path: ["tenants"], message: "lists a tenant twice" });
+  }
+  const names = steps
+    .filter((_, i) => parsed("steps", i, "name"))
+    .map((step) => fieldOf(step, "name"))
+    .filter((name) => typeof name === "string");
+  if (new Set(names).size !== names.length) {
+    ctx.addIssue({ code: "custom", path: ["steps"], message: "two steps share a name" });
+  }
+}
 
 const retentionSchema = z.strictObject({
   /** Run records kept per rebuild, per tenant for a rebuild with tenants. */

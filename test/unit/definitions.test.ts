@@ -173,6 +173,32 @@ test("every problem of a file is reported in one run, each with its line", () =>
     result.error.message.split("\n").map((line) => line.slice(0, line.indexOf(": "))),
     ["claimwatch.yaml:4", "claimwatch.yaml:5", "claimwatch.yaml:8", "claimwatch.yaml:10"],
   );
+  // A rule across fields (timeLimit against claim.ttl, refreshEvery against it) is checked even
+  // when another field of the same rebuild is wrong (helper-131: it waited for the next start).
+  const crossed = loadText(
+    [
+      "rebuilds:", //                                                                1
+      "  a:", //                                                                     2
+      "    output: out/a", //                                                        3
+      "    claim: { ttl: 10s, refreshEvery: 9s }", //                                4
+      "    steps: [{ name: s, run: [x], limits: { memory: lots, pids: -1 } }]", //   5
+      "  b:", //                                                                     6
+      "    output: out/b", //                                                        7
+      "    claim: { ttl: 10s }", //                                                  8
+      "    timeLimit: 5s", //                                                        9
+      "    steps: [{ name: s, run: [x], limits: { memory: 1KiB } }, { name: s, run: [y] }]", // 10
+    ].join("\n"),
+  );
+  assert.ok(!crossed.ok);
+  assert.deepEqual(crossed.error.problems.map((p) => p.where).sort(), [
+    "rebuilds.a.claim.refreshEvery",
+    "rebuilds.a.steps[0].limits.memory",
+    "rebuilds.a.steps[0].limits.pids",
+    "rebuilds.b.claim.refreshEvery", // its default (30s) is over half the ttl written
+    "rebuilds.b.steps",
+    "rebuilds.b.steps[0].limits.memory",
+    "rebuilds.b.timeLimit",
+  ]);
   // Problems found after the schema (shared outputs) are all reported too.
   const shared = loadText(
     "rebuilds:\n  a: { output: o, steps: [{ name: s, run: [x] }] }\n  b: { output: o, steps: [{ name: s, run: [x] }] }\n  c: { output: o, steps: [{ name: s, run: [x] }] }\n",
