@@ -22,7 +22,11 @@ export function DataTable({
   const last = columns[columns.length - 1];
   const pinned = typeof last === "object" && last.hidden === "Actions";
   return (
-    <div className={`overflow-x-auto rounded border border-slate-200 bg-white ${pinned ? "actions-pinned" : ""}`}>
+    // `relative`: a column named for screen readers only (sr-only: absolutely positioned) stays
+    // inside this scrolling box; without it the page itself scrolled sideways (/alerts at 390 px).
+    <div
+      className={`relative overflow-x-auto rounded border border-slate-200 bg-white ${pinned ? "actions-pinned" : ""}`}
+    >
       <table className="min-w-full text-left text-sm" aria-label={label}>
         <thead className="bg-slate-100 text-xs uppercase text-slate-600">
           <tr>

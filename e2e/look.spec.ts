@@ -29,6 +29,7 @@ async function pages(page: Page): Promise<string[]> {
     "/runs",
     "/workers",
     "/audit",
+    "/alerts",
   ];
   if (body.runs[0]) list.push(`/runs/${body.runs[0].id}`);
   return list;
