@@ -7,8 +7,8 @@
  * journal every write to files outside Redis; an independent checker (scripts/soak/checker.ts)
  * reads the journals, the soak's event log and the outputs afterwards.
  *
- * Last line: RESULT overlaps=0 lost=0 corrupt=0 stale_left=0 pointer_wrong=0 stuck_running=0 max_resume_s=<s>
- * triggers=<n> kills=<n> pauses=<n> escaped=0 reissued=0 rolled_back=0 republished=0 dropped=0 miscounted=0
+ * Last line: RESULT overlaps=0 lost=0 corrupt=0 stale_left=0 pointer_wrong=0 max_resume_s=<s>
+ * triggers=<n> kills=<n> pauses=<n> stuck_running=0 escaped=0 reissued=0 rolled_back=0 republished=0 dropped=0 miscounted=0
  * hashed_triggers=<n> early_begins=<n> reads_cut=<n> unrecorded_publishes=0 refused_records=<n> left_behind=0 hung_stops=0. Exit 0 when every must-be-zero figure is zero (and some
  * attempt took the early begin when any trigger was sent without a version), 1 when not, 2 when the soak itself could not run (the RESULT line then has -1 for what is unknown).
  *
@@ -435,8 +435,9 @@ function resultLine(f: Figures | null): string {
   const n = (v: number | null | undefined) => (v === null || v === undefined ? "-1" : String(v));
   return (
     `RESULT overlaps=${n(f?.overlaps)} lost=${n(f?.lost)} corrupt=${n(f?.corrupt)} stale_left=${n(f?.staleLeft)} ` +
-    `pointer_wrong=${n(f?.pointerWrong)} stuck_running=${n(f?.stuckRunning)} max_resume_s=${f?.maxResumeS === null || !f ? "-1" : f.maxResumeS.toFixed(1)} ` +
-    `triggers=${n(f?.triggers)} kills=${n(f?.kills)} pauses=${n(f?.pauses)} escaped=${n(f?.escaped)} ` +
+    // Issue 7's fields first, in its order; the later issues' after them.
+    `pointer_wrong=${n(f?.pointerWrong)} max_resume_s=${f?.maxResumeS === null || !f ? "-1" : f.maxResumeS.toFixed(1)} ` +
+    `triggers=${n(f?.triggers)} kills=${n(f?.kills)} pauses=${n(f?.pauses)} stuck_running=${n(f?.stuckRunning)} escaped=${n(f?.escaped)} ` +
     `reissued=${n(f?.reissued)} rolled_back=${n(f?.rolledBack)} republished=${n(f?.republished)} dropped=${n(f?.dropped)} miscounted=${n(f?.miscounted)} ` +
     `hashed_triggers=${n(f?.hashedTriggers)} early_begins=${n(f?.earlyBegins)} reads_cut=${n(f?.readsCut)} ` +
     `unrecorded_publishes=${n(f?.unrecordedPublishes)} refused_records=${n(f?.refusedRecords)} left_behind=${n(f?.leftBehind)} hung_stops=${n(f?.hungStops)}`
