@@ -37,7 +37,9 @@ const host = z
   .trim()
   .min(1, "must not be empty")
   .refine(
-    (value) => net.isIP(value.replace(/^\[(.*)\]$/, "$1")) !== 0 || HOST_NAME.test(value),
+    // A name's last label is never all digits (RFC 3696): `999.1.1.1` is a bad IP address, not a name.
+    (value) =>
+      net.isIP(value.replace(/^\[(.*)\]$/, "$1")) !== 0 || (HOST_NAME.test(value) && !/(^|\.)\d+$/.test(value)),
     "must be a host name or IP address, e.g. 127.0.0.1 or 0.0.0.0",
   );
 

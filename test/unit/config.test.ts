@@ -202,7 +202,17 @@ test("binding to a non-loopback HOST without tokens is refused, naming HOST", ()
 
 test("HOST: an IP address (IPv6 bracketed or not) or a DNS host name; anything else names HOST, also with tokens set", () => {
   const tokens = { CLAIMWATCH_OPERATOR_TOKEN: "alice:aaaaaaaaaaaaaaaaaaaa" };
-  for (const good of ["127.0.0.1", "0.0.0.0", "::", "::1", "[::1]", "fe80::1", "localhost", "claims-1.example.com"]) {
+  for (const good of [
+    "127.0.0.1",
+    "0.0.0.0",
+    "::",
+    "::1",
+    "[::1]",
+    "fe80::1",
+    "localhost",
+    "claims-1.example.com",
+    "1.example.com",
+  ]) {
     assert.ok(parseConfig({ HOST: good, ...tokens }, "/x").ok, good);
   }
   for (const bad of [
@@ -214,6 +224,8 @@ test("HOST: an IP address (IPv6 bracketed or not) or a DNS host name; anything e
     "a b",
     "[127.0.0.1",
     "x".repeat(64),
+    "999.1.1.1", // not an IP address, and a name's last label is never all digits (helper-130)
+    "10.0.0",
   ]) {
     const error = errorOf({ HOST: bad, ...tokens });
     assert.equal(error?.variable, "HOST", bad);
