@@ -94,9 +94,11 @@ test("a rebuild whose worker is SIGKILLed twice (its redelivery too) is still re
       );
       const victim = workers.find((w) => running.workerId?.includes(`-${w.pid}-`));
       assert.ok(victim, `the running record names a live worker (${running.workerId})`);
-      workers.push(await bed.startWorker());
+      // Killed at once (its step takes 3 s), then the next worker started: started first, under
+      // load its start outlasted the step and the attempt it was to kill had rebuilt.
       assert.equal(await victim.stop("SIGKILL"), null);
       workers.splice(workers.indexOf(victim), 1);
+      workers.push(await bed.startWorker());
     }
     const done = await bed.waitForRun((r) => r.jobId === jobId && r.status === "rebuilt", 60_000);
     assert.ok(done.attempt >= 3, `rebuilt by attempt ${done.attempt}`);
