@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# `npm test`: the whole suite, in order — system packages, `next build` beside the type check,
-# lint and format, unit and integration tests (each file starts its own redis-server; three files
-# at a time), the launcher's start/stop, API, auth and fuzz tests against the built server (two files at a
+# `npm test`: the whole suite, in order — system packages, type check, lint and format, unit and
+# integration tests (each file starts its own redis-server; three files at a time), `next build`,
+# the launcher's start/stop, API, auth and fuzz tests against the built server (two files at a
 # time), Playwright e2e in Debian's Chromium, and three chaos soaks side by side (45 s as
 # configured by default; 30 s with a separate RDB-only claims Redis and retention.builds 1; 45 s
 # on a Sentinel group). Every step runs under `timeout` so a hang fails fast. The last line is
@@ -121,10 +121,8 @@ NODE_TEST=(node --import tsx --test --test-reporter=spec --test-reporter-destina
 check "system packages (redis-server, faketime, strace, openssl, chromium, prometheus, alertmanager)" 1200 node --import tsx scripts/ensure-system-packages.ts
 CHROMIUM_PATH=$(command -v chromium || echo /usr/bin/chromium)
 export CHROMIUM_PATH
-# The static checks and the build side by side: each check is one thread (about 20 s, 20 s and
-# 15 s of CPU) and the build mostly one too, so two cores finish them in about half their sum
-# (the build after the tests instead: 48 s, then 42–70 s).
-together "next build" 600 npx next build
+# The static checks side by side: each is one thread (about 20 s, 20 s and 15 s of CPU), so two
+# cores finish the three in about half their sum.
 together "type check (tsc)" 300 npx tsc --noEmit
 together "lint (eslint)" 300 npx eslint .
 together "format (prettier --check)" 120 npx prettier --check .
@@ -138,6 +136,7 @@ together_run
 # 362 s, the same with the slowest files started first (tried on 2026-12-05), so the order is
 # not what bounds this step.
 suite "unit and integration tests" 1500 "${NODE_TEST[@]}" --test-concurrency=3 test/unit/**/*.test.ts test/integration/**/*.test.ts
+check "next build" 600 npx next build
 # Two at a time too (free ports, own beds): 244 s one at a time, 162 s two at a time.
 suite "launcher tests (npm start)" 900 "${NODE_TEST[@]}" --test-concurrency=2 test/launcher/**/*.test.ts
 suite "e2e (Playwright, Chromium)" 900 npx playwright test
