@@ -212,9 +212,15 @@ const fieldOf = (value: unknown, key: string): unknown =>
   typeof value === "object" && value !== null ? (value as Record<string, unknown>)[key] : undefined;
 
 function checkRebuild(rebuild: LooseRebuild, ctx: z.RefinementCtx): void {
-  // A field with an issue of its own holds its input, not its value: no rule looks at it.
+  // A field with an issue of its own holds its input, not its value; a field of an object with
+  // an issue (an unknown key: `refresh_every` meant as `refreshEvery`) may hold a default the
+  // operator did not mean (review helper-132). No rule looks at either.
   const issues = (ctx as unknown as { issues?: { path?: PropertyKey[] }[] }).issues ?? [];
-  const parsed = (...path: PropertyKey[]) => !issues.some((issue) => path.every((key, i) => issue.path?.[i] === key));
+  const onPath = (issuePath: readonly PropertyKey[], path: readonly PropertyKey[]) => {
+    const shorter = Math.min(issuePath.length, path.length);
+    return issuePath.slice(0, shorter).every((key, i) => key === path[i]);
+  };
+  const parsed = (...path: PropertyKey[]) => !issues.some((issue) => onPath(issue.path ?? [], path));
   const ttl = parsed("claim", "ttl") ? fieldOf(rebuild.claim, "ttl") : undefined;
   const refreshEvery = parsed("claim", "refreshEvery") ? fieldOf(rebuild.claim, "refreshEvery") : undefined;
   const timeLimit = parsed("timeLimit") ? rebuild.timeLimit : undefined;

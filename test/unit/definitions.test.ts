@@ -186,7 +186,11 @@ test("every problem of a file is reported in one run, each with its line", () =>
       "    output: out/b", //                                                        7
       "    claim: { ttl: 10s }", //                                                  8
       "    timeLimit: 5s", //                                                        9
-      "    steps: [{ name: s, run: [x], limits: { memory: 1KiB } }, { name: s, run: [y] }]", // 10
+      "    steps: [{ name: s, run: [x], limits: { memory: 1KiB } }, { name: t, run: [y] }, { name: t, run: [z] }]", // 10
+      "  c:", //                                                                     11
+      "    output: out/c", //                                                        12
+      "    claim: { ttl: 10s, refresh_every: 4s }", //                               13
+      "    steps: [{ name: s, run: [x] }]", //                                       14
     ].join("\n"),
   );
   assert.ok(!crossed.ok);
@@ -198,6 +202,8 @@ test("every problem of a file is reported in one run, each with its line", () =>
     "rebuilds.b.steps",
     "rebuilds.b.steps[0].limits.memory",
     "rebuilds.b.timeLimit",
+    // Only the misspelt key: not also its default (30s) judged against the ttl (review helper-132).
+    "rebuilds.c.claim",
   ]);
   // Problems found after the schema (shared outputs) are all reported too.
   const shared = loadText(
