@@ -926,13 +926,18 @@ class RebuildAttempt {
     if (synced?.result === "not-owner" || synced?.result === "final") throw new RecordNotOursError(synced.result);
   }
 
-  /** Who force-released this attempt's claim and why, from the claim trail (" by …"), or "". */
+  /**
+   * Who force-released this attempt's claim and why, from the claim trail (" by …"), or "". Also
+   * when the attempt learnt of the loss otherwise: a holder paused past its TTL wakes to its own
+   * deadline, not to the release (black-box helper-133: its record did not name the release).
+   */
   private async forceReleasedBy(error: unknown): Promise<string> {
-    if (!(error instanceof ClaimLostError) || error.cause !== "force-released") return "";
+    if (!(error instanceof ClaimLostError)) return "";
     const trail = await readClaimTrail(this.deps.claims, this.deps.keys, this.claim, 10).catch(() => []);
     const entry = trail.find((e) => e.kind === "force-released" && e.fence === error.fence);
     if (!entry) return "";
-    return ` (by ${entry.by ?? "an operator"}${entry.reason ? `: “${entry.reason}”` : ""}; see the audit log and the claim trail)`;
+    const by = `by ${entry.by ?? "an operator"}${entry.reason ? `: “${entry.reason}”` : ""}; see the audit log and the claim trail`;
+    return error.cause === "force-released" ? ` (${by})` : `; an operator had force-released it meanwhile (${by})`;
   }
 
   /** Maps an error thrown under the claim to a final record and a `RebuildError` (or hand-back, or a deferral). */
