@@ -16,12 +16,15 @@ import { newerHealth, queryKeys, type RunsFilter } from "./queries";
 
 /** Invalidations of the same key within this window become one re-read. */
 const COALESCE_MS = 200;
+/** The Rebuilds lists show each claim's TTL left as read: a refresh re-reads them at most this often. */
+const REBUILDS_ON_REFRESH_MS = 5_000;
 
 export class LiveCache {
   private readonly due = new Map<string, readonly unknown[]>();
   private timer: ReturnType<typeof setTimeout> | undefined;
   /** The last worker count a health report gave (null: none yet). */
   private knownWorkers: number | null = null;
+  private rebuildsReadOnRefresh = 0;
 
   constructor(private readonly client: QueryClient) {}
 
@@ -75,6 +78,12 @@ export class LiveCache {
               : c,
           ),
         );
+        // The Rebuilds table and a rebuild's page show the claim's TTL left and staleness, which
+        // no run event changes while the run goes on (review helper-132).
+        if (Date.now() - this.rebuildsReadOnRefresh >= REBUILDS_ON_REFRESH_MS) {
+          this.rebuildsReadOnRefresh = Date.now();
+          this.invalidateSoon(queryKeys.rebuilds.all());
+        }
         break;
       case "claim.revoked":
         this.updateClaimPages((claims) =>

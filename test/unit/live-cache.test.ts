@@ -116,3 +116,20 @@ test("a run's progress or steps re-read no list; its status or version re-reads 
   assert.equal(invalidated(), 3, "a version learnt");
   client.clear();
 });
+
+test("a claim's refresh re-reads the Rebuilds lists (their TTL left), at most once in 5 s", async () => {
+  const client = new QueryClient();
+  const rebuilds = queryKeys.rebuilds.page(null, "");
+  const cache = new LiveCache(client);
+  const refreshed = (at: number) =>
+    cache.apply({ type: "claim.refreshed", name: "output:/x", token: "t", ttlMs: 10_000, at });
+  client.setQueryData(rebuilds, { set: 1 });
+  refreshed(1);
+  await afterCoalescing();
+  assert.equal(client.getQueryState(rebuilds)?.isInvalidated, true, "the first refresh");
+  client.setQueryData(rebuilds, { set: 2 });
+  refreshed(2);
+  await afterCoalescing();
+  assert.equal(client.getQueryState(rebuilds)?.isInvalidated, false, "a refresh within 5 s of the last re-read");
+  client.clear();
+});
