@@ -123,6 +123,8 @@ export interface CheckReport {
 
 export interface JournalRun {
   runId: string;
+  /** The claim's fence the step ran under (its environment), when it had one. */
+  fence: number | null;
   rebuild: string;
   tenant: string | null;
   version: string;
@@ -158,8 +160,9 @@ interface Overlap {
   kind: "live" | "orphan" | "fenced";
   bothPublished: boolean;
   /**
-   * The earlier writer (`a`) published: it wrote on after `b` held the claim, so its claim was
-   * lost by then and its publish must have been refused, whoever was paused.
+   * The stale writer (the lower fence; else the earlier start) published: it wrote on after the
+   * other held the claim, so its claim was lost by then and its publish must have been refused,
+   * whoever was paused.
    */
   stalePublished: boolean;
 }
@@ -851,7 +854,7 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   for (const line of regrantedUnpublished.slice(0, 4)) lines.push(`    ${line}`);
   lines.push("must be zero:");
   lines.push(
-    `  overlapping writers on one output: ${counted.length} (live ${counted.filter((o) => o.kind === "live").length}, orphan ${counted.filter((o) => o.kind === "orphan").length}, both published ${overlaps.filter((o) => o.bothPublished).length}, the earlier writer published ${overlaps.filter((o) => o.stalePublished && !o.bothPublished).length})`,
+    `  overlapping writers on one output: ${counted.length} (live ${counted.filter((o) => o.kind === "live").length}, orphan ${counted.filter((o) => o.kind === "orphan").length}, both published ${overlaps.filter((o) => o.bothPublished).length}, the stale writer published ${overlaps.filter((o) => o.stalePublished && !o.bothPublished).length})`,
   );
   for (const o of counted.slice(0, 6)) lines.push(...describeOverlap(o, at, recordById, workers));
   lines.push(`  lost triggers: ${lost.length}`);
@@ -964,7 +967,7 @@ function readJournals(dir: string, events: SoakEvent[]): Map<string, JournalRun>
     const rebuild = file.slice(0, -".journal".length);
     for (const line of fs.readFileSync(path.join(dir, file), "utf8").split("\n")) {
       if (!line) continue;
-      const [t, kind, runId, pid, ppidAtStart, ppidNow, , tenant, version] = line.split(" ");
+      const [t, kind, runId, pid, ppidAtStart, ppidNow, fence, tenant, version] = line.split(" ");
       if (!t || !kind || !runId || !version) continue;
       const time = Number(t);
       let run = runs.get(runId);
@@ -976,6 +979,7 @@ function readJournals(dir: string, events: SoakEvent[]): Map<string, JournalRun>
           version,
           pid: Number(pid),
           workerPid: Number(ppidAtStart),
+          fence: /^\d+$/.test(fence ?? "") ? Number(fence) : null,
           start: time,
           stop: time,
           stopKind: "vanished",
@@ -1081,7 +1085,10 @@ export function findOverlaps(
           if (sa === "orphan" || sb === "orphan") orphan = true;
         }
         const bothPublished = published.has(a.runId) && published.has(b.runId);
-        const stalePublished = published.has(a.runId);
+        // The stale one: the lower fence (the later grant wins), else the one that began first
+        // (a paused worker's step may write its first line after the next holder's).
+        const stale = a.fence !== null && b.fence !== null && a.fence !== b.fence && b.fence < a.fence ? b : a;
+        const stalePublished = published.has(stale.runId);
         const kind = live || stalePublished ? "live" : orphan ? "orphan" : "fenced";
         found.push({ claim, a, b, from, to, kind, bothPublished, stalePublished });
       }
@@ -1108,7 +1115,7 @@ function describeOverlap(
     );
   };
   return [
-    `    ${o.kind} overlap on ${o.claim}: ${at(o.from)}–${at(o.to)} (${((o.to - o.from) / 1000).toFixed(2)} s)${o.bothPublished ? ", both published" : o.stalePublished ? ", the earlier writer published" : ""}`,
+    `    ${o.kind} overlap on ${o.claim}: ${at(o.from)}–${at(o.to)} (${((o.to - o.from) / 1000).toFixed(2)} s)${o.bothPublished ? ", both published" : o.stalePublished ? ", the stale writer published" : ""}`,
     `      ${who(o.a)}`,
     `      ${who(o.b)}`,
   ];

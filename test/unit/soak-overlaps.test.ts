@@ -7,8 +7,15 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { findOverlaps, type JournalRun, type WorkerTimeline } from "../../scripts/soak/checker";
 
-const run = (runId: string, workerPid: number, start: number, stop: number): JournalRun => ({
+const run = (
+  runId: string,
+  workerPid: number,
+  start: number,
+  stop: number,
+  fence: number | null = null,
+): JournalRun => ({
   runId,
+  fence,
   rebuild: "tiles",
   tenant: null,
   version: "v1",
@@ -58,6 +65,20 @@ describe("soak checker: overlapping writers", () => {
     const [overlap] = findOverlaps(journal, workers, new Set(["old", "new"]));
     assert.equal(overlap?.kind, "live");
     assert.equal(overlap?.bothPublished, true);
+  });
+
+  test("the stale writer is the lower fence, not the first to write (review helper-132)", () => {
+    // The paused worker's step (fence 3) wrote its first line after the newer holder's (fence 4).
+    const late = new Map([
+      ["stale", run("stale", 1, 5_000, 8_000, 3)],
+      ["newer", run("newer", 2, 4_000, 9_000, 4)],
+    ]);
+    const paused = new Map([
+      [1, worker(1, [{ from: 1_000, to: 7_000 }])],
+      [2, worker(2)],
+    ]);
+    assert.equal(findOverlaps(late, paused, new Set(["newer"]))[0]?.kind, "fenced", "the newer holder published");
+    assert.equal(findOverlaps(late, paused, new Set(["stale"]))[0]?.kind, "live", "the stale one published");
   });
 
   test("no pause: two controlled writers are counted even if neither published", () => {
