@@ -18,6 +18,7 @@
  * Expected outcomes are returned; failures are thrown as `RebuildError` with `retry` telling
  * whether another attempt can help.
  */
+import { setTimeout as sleep } from "node:timers/promises";
 import crypto from "node:crypto";
 import type { Redis } from "ioredis";
 import {
@@ -29,6 +30,7 @@ import {
   withClaim,
   type ClaimHolder,
 } from "../claims";
+import { TRAIL_MAX } from "../redis/scripts";
 import type { RedisKeys } from "../redis/keys";
 import { DEFAULT_RETENTION, publishingMark, runPlaceOf, type RunRetention } from "../runs/records";
 import type { FinalRunStatus } from "../runs/transitions";
@@ -204,6 +206,8 @@ async function recordNotOurs(
 }
 
 /** How `recordNotOurs` names what RUN_BEGIN's `exists` and `ended` found. */
+/** How long an attempt that lost its claim otherwise than by a release looks for one in the trail. */
+const TRAIL_LOOK_MS = 500;
 const EXISTS_WHAT = "is another pickup's of this attempt";
 const ENDED_WHAT = "was ended by someone else";
 
@@ -933,7 +937,12 @@ class RebuildAttempt {
    */
   private async forceReleasedBy(error: unknown): Promise<string> {
     if (!(error instanceof ClaimLostError)) return "";
-    const trail = await readClaimTrail(this.deps.claims, this.deps.keys, this.claim, 10).catch(() => []);
+    const told = error.cause === "force-released";
+    // Told of the release: among the newest entries. Otherwise (often a claims Redis that does not
+    // answer) a longer look, bounded: the attempt's record and deferral must not wait on it.
+    const read = readClaimTrail(this.deps.claims, this.deps.keys, this.claim, told ? 10 : TRAIL_MAX).catch(() => []);
+    const giveUp = sleep(TRAIL_LOOK_MS, [] as Awaited<typeof read>, { ref: false });
+    const trail = told ? await read : await Promise.race([read, giveUp]);
     const entry = trail.find((e) => e.kind === "force-released" && e.fence === error.fence);
     if (!entry) return "";
     const by = `by ${entry.by ?? "an operator"}${entry.reason ? `: “${entry.reason}”` : ""}; see the audit log and the claim trail`;
