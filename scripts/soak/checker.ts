@@ -49,6 +49,8 @@ import {
 import { requestServed, type SeenPublish } from "./served";
 import { contentKey, META_FILE, metaContent, NO_TENANT, partContent, partCount, partFileName } from "./content";
 
+/** At most this long from a claim's grant to its step's first journal line (inputs read, work dir made). */
+const GRANT_BEFORE_START_MS = 30_000;
 /** After SIGCONT, a worker gets this long to abort a step whose claim it lost. */
 export const RESUME_GRACE_MS = KILL_GRACE_MS + 1_000;
 /** BullMQ job lock of the workers. */
@@ -348,7 +350,7 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   );
 
   // --- overlaps (journal + event log only) ---------------------------------------------------
-  const overlaps = findOverlaps(journal, workers, publishedRunIds);
+  const overlaps = findOverlaps(journal, workers, publishedRunIds, redisLossWindows(events));
   const counted = overlaps.filter((o) => o.kind !== "fenced");
   const fenced = overlaps.filter((o) => o.kind === "fenced");
   const orphans = [...journal.values()].filter((r) => r.orphanWrites > 0 || isOrphanAt(r, workers, r.stop));
@@ -1054,6 +1056,8 @@ export function findOverlaps(
   journal: Map<string, JournalRun>,
   workers: Map<number, WorkerTimeline>,
   published: Set<string>,
+  /** When Redis could lose acknowledged writes (redisLossWindows): a lost grant may be granted again lower. */
+  lossWindows: { from: number; to: number }[] = [],
 ): Overlap[] {
   const byClaim = groupBy([...journal.values()], (r) => claimLabel(r));
   const found: Overlap[] = [];
@@ -1087,7 +1091,11 @@ export function findOverlaps(
         const bothPublished = published.has(a.runId) && published.has(b.runId);
         // The stale one: the lower fence (the later grant wins), else the one that began first
         // (a paused worker's step may write its first line after the next holder's).
-        const stale = a.fence !== null && b.fence !== null && a.fence !== b.fence && b.fence < a.fence ? b : a;
+        // (A Redis that lost a grant between their grants — some time before a step's first line —
+        // may have granted a lower fence after a higher one: then the start order.)
+        const lossBetween = lossWindows.some((w) => w.from < b.start && w.to > a.start - GRANT_BEFORE_START_MS);
+        const byFence = a.fence !== null && b.fence !== null && a.fence !== b.fence && !lossBetween;
+        const stale = byFence && b.fence! < a.fence! ? b : a;
         const stalePublished = published.has(stale.runId);
         const kind = live || stalePublished ? "live" : orphan ? "orphan" : "fenced";
         found.push({ claim, a, b, from, to, kind, bothPublished, stalePublished });

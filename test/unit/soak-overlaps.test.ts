@@ -81,6 +81,21 @@ describe("soak checker: overlapping writers", () => {
     assert.equal(findOverlaps(late, paused, new Set(["stale"]))[0]?.kind, "live", "the stale one published");
   });
 
+  test("a Redis that lost a grant between the two: the start order, not the fences (review helper-134)", () => {
+    // A was granted 7, the crash lost it, B was granted 5 after it and published rightly.
+    const regranted = new Map([
+      ["A", run("A", 1, 1_000, 6_000, 7)],
+      ["B", run("B", 2, 2_000, 9_000, 5)],
+    ]);
+    const paused = new Map([
+      [1, worker(1, [{ from: 1_200, to: 8_000 }])],
+      [2, worker(2)],
+    ]);
+    const loss = [{ from: 1_500, to: 1_600 }];
+    assert.equal(findOverlaps(regranted, paused, new Set(["B"]), loss)[0]?.kind, "fenced");
+    assert.equal(findOverlaps(regranted, paused, new Set(["A"]), loss)[0]?.kind, "live");
+  });
+
   test("no pause: two controlled writers are counted even if neither published", () => {
     const [overlap] = findOverlaps(
       journal,
