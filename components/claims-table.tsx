@@ -28,6 +28,9 @@ export function ClaimsTable({ initial, initialQ = "" }: { initial: ApiClaimPage 
   const [q, setQ] = useState(initialQ);
   const cursor = cursors[cursors.length - 1] ?? null;
   const renderTime = useRenderTime();
+  // The server's page: the query's first data, and what the table shows while it hydrates (a
+  // claim's refresh event may have updated the query before it did: useServerFirst).
+  const serverPage = initial && cursor === null && q === initialQ ? initial : null;
   const {
     data: live,
     dataUpdatedAt: liveUpdatedAt,
@@ -36,13 +39,8 @@ export function ClaimsTable({ initial, initialQ = "" }: { initial: ApiClaimPage 
     ...claimsQuery(cursor, q),
     refetchInterval: usePollEvery(LIVE_POLL_MS),
     // The render time (not each side's Date.now()) keeps server HTML and hydration identical.
-    ...(initial && cursor === null && q === initialQ
-      ? { initialData: initial, initialDataUpdatedAt: renderTime || undefined }
-      : {}),
+    ...(serverPage ? { initialData: serverPage, initialDataUpdatedAt: renderTime || undefined } : {}),
   });
-  // The server's page while this table hydrates (a claim's refresh event may have updated the
-  // query before it did: useServerFirst), read at the render time.
-  const serverPage = initial && cursor === null && q === initialQ ? initial : null;
   const data = useServerFirst(live, serverPage);
   const showsServerPage = data === serverPage && data !== live;
   const dataUpdatedAt = showsServerPage && renderTime ? renderTime : liveUpdatedAt;

@@ -18,8 +18,8 @@
  * them was a paused holder — claimwatch's designed answer to that case is the fence (the stale
  * run is aborted when its worker resumes and refused at publish), so those are reported apart
  * as "fenced". Two controlled writers, an orphan writing beside anyone, or an overlap whose
- * earlier writer published (it wrote on after the later one held the claim: its publish must
- * have been refused, paused or not), count.
+ * stale writer published (the lower fence, else the earlier start: it wrote on after the other
+ * held the claim, so its publish must have been refused, paused or not), count.
  */
 import { isFinalStatus } from "../../lib/runs/transitions";
 import { wardenSilenceFor } from "../../lib/rebuilds/steps/warden";
@@ -1094,8 +1094,7 @@ export function findOverlaps(
         // (A Redis that lost a grant between their grants — some time before a step's first line —
         // may have granted a lower fence after a higher one: then the start order.)
         const lossBetween = lossWindows.some((w) => w.from < b.start && w.to > a.start - GRANT_BEFORE_START_MS);
-        const byFence = a.fence !== null && b.fence !== null && a.fence !== b.fence && !lossBetween;
-        const stale = byFence && b.fence! < a.fence! ? b : a;
+        const stale = !lossBetween && a.fence !== null && b.fence !== null && b.fence < a.fence ? b : a;
         const stalePublished = published.has(stale.runId);
         const kind = live || stalePublished ? "live" : orphan ? "orphan" : "fenced";
         found.push({ claim, a, b, from, to, kind, bothPublished, stalePublished });
