@@ -28,6 +28,7 @@ export {
 } from "./name";
 export {
   publishFenced,
+  readListedPublish,
   readPublished,
   type PublishedPointer,
   type PublishRequest,

@@ -97,3 +97,29 @@ export async function readPublished(
     publishedAt: toNumberOrNull(hash.publishedAt) ?? 0,
   };
 }
+
+/**
+ * The publish `runId` made of claim name `name`, as the claims Redis's list of recent publishes
+ * (keys.publishedRuns, pushed by the publish itself) keeps it, or `null` when the list does not
+ * name the run (no publish of its own, pushed by an earlier version without the fields, or past
+ * the last PUBLISHED_RUNS_KEPT). It outlives the pointer: it still names a publish after a newer
+ * fence's moved the pointer on.
+ */
+export async function readListedPublish(
+  client: Pick<Redis, "lrange">,
+  keys: RedisKeys,
+  name: string,
+  runId: string,
+): Promise<Omit<PublishedPointer, "runId"> | null> {
+  for (const line of await client.lrange(keys.publishedRuns(name), 0, -1)) {
+    // "<run id> <version> <mark> <fence> <value> <publishedAt>" (FENCED_PUBLISH)
+    const fields = line.split(" ");
+    if (fields[0] !== runId || fields.length < 6) continue;
+    const fence = Number(fields[3]);
+    const publishedAt = Number(fields.at(-1));
+    const value = fields.slice(4, -1).join(" ");
+    if (Number.isSafeInteger(fence) && fence > 0 && Number.isSafeInteger(publishedAt) && value)
+      return { fence, value, publishedAt };
+  }
+  return null;
+}

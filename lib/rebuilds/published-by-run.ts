@@ -2,18 +2,19 @@
  * Whether a run whose final record was never written published (its worker stopped, or Redis
  * refused or lost the write): asked by whoever closes such a record — the job's next attempt, the
  * abandoned-run sweep — so that it ends `rebuilt`, naming its build, rather than `aborted` ("that
- * build may be published"). The claims Redis's published pointer names the run that published;
- * the output's durable fence record must agree.
+ * build may be published"). The claims Redis's published pointer names the run that published, or
+ * (once a newer fence's publish moved it on) its list of recent publishes does; the output's
+ * durable fence record must agree.
  */
 import fs from "node:fs/promises";
 import type { Redis } from "ioredis";
-import { claimName, readPublished } from "../claims";
+import { claimName, readListedPublish, readPublished } from "../claims";
 import type { RedisKeys } from "../redis/keys";
 import { publishedProof, UNKNOWN, UNPROVEN, type PublishProof } from "../runs/records";
 import { settledWithin } from "../settled-within";
 import { outputDirOf, tenantProblem, type Definitions } from "./definitions";
 import { buildDirOf } from "./output";
-import { recordPublishedFence } from "./published-fence";
+import { readPublishedFence, recordPublishedFence } from "./published-fence";
 
 /**
  * How long the claims Redis and the output's disk are waited for when asked whether a run
@@ -32,9 +33,18 @@ const PUBLISHED_BY_RUN_READ_MS = 5_000;
  * newer publishes), a build this machine does not hold, a rebuild or tenant no longer defined.
  * Unknown: no answer within PUBLISHED_BY_RUN_READ_MS, or a Redis or disk error (a record that
  * was about to publish is then left to a later sweep).
+ *
+ * A publish the pointer no longer names (a newer fence published since: the run's worker stood
+ * still or lost its final record meanwhile — the Sentinel soak saw one) is proven by the claims
+ * Redis's list of recent publishes, which the publish pushed with its fence and build in the same
+ * script, once the pointer is at a higher fence and the output's fence record holds a higher
+ * fence too, or this very fence with this build: the run's build was published, then replaced,
+ * as its own attempt would have said (`recordPublishedFence` "newer"). Unknown while the record
+ * is lower (the newer publish's record is on its way, or repair writes it); unproven when the
+ * record holds this fence with another build.
  */
 export async function publishedByRun(
-  deps: { claims: Pick<Redis, "hgetall">; keys: RedisKeys; definitions: Definitions },
+  deps: { claims: Pick<Redis, "hgetall" | "lrange">; keys: RedisKeys; definitions: Definitions },
   run: { runId: string; rebuild: string | null; tenant: string | null },
 ): Promise<PublishProof> {
   const definition = run.rebuild ? deps.definitions.rebuilds.get(run.rebuild) : undefined;
@@ -44,8 +54,16 @@ export async function publishedByRun(
   const read = (async (): Promise<PublishProof> => {
     // A pointer a repair put back names no run.
     const pointer = await readPublished(deps.claims, deps.keys, name);
-    if (pointer?.runId !== run.runId) return UNPROVEN;
     const outputDir = outputDirOf(definition, tenant);
+    if (pointer?.runId !== run.runId) {
+      const listed = await readListedPublish(deps.claims, deps.keys, name, run.runId);
+      if (!listed || !pointer || pointer.fence <= listed.fence) return UNPROVEN;
+      const known = await readPublishedFence(outputDir);
+      if (known?.fence === listed.fence && known.hash !== listed.value) return UNPROVEN;
+      if (!known || known.fence < listed.fence) return UNKNOWN;
+      const proof = publishedProof({ fence: listed.fence, buildHash: listed.value, publishedAt: listed.publishedAt });
+      return { kind: "proven", proof, idempotencyTtlMs: definition.idempotency.ttl };
+    }
     // Asynchronously: a hung disk must not stop the worker's event loop.
     const held = () =>
       fs.stat(buildDirOf(outputDir, pointer.value)).then(

@@ -408,7 +408,9 @@ export const FENCED_PUBLISH = {
 consecutive skips (a rebuild completed), in the same round trip.
 KEYS[1] claimFence (newest fence issued for the claim)   KEYS[2] published HASH
 KEYS[3] claimSkips HASH claim name → consecutive skips   KEYS[4] claim STRING holder token
-KEYS[5] publishedRuns LIST (newest first, the last ${PUBLISHED_RUNS_KEPT})
+KEYS[5] publishedRuns LIST (newest first, the last ${PUBLISHED_RUNS_KEPT}): "<ARGV[6]> <fence> <value>
+  <publishedAt>", so that a run whose final record was lost is proven to have published after the
+  pointer moved on to a newer fence (lib/claims/publish.ts readListedPublish)
 ARGV[1] caller's fence   ARGV[2] value (build id / path)   ARGV[3] runId   ARGV[4] claim name
 ARGV[5] caller's owner token   ARGV[6] "<run id> <version> <mark>" pushed on KEYS[5] ('' none)
 Moves the pointer only if the caller still holds the claim (its token: a force-released or
@@ -431,7 +433,7 @@ ${SERVER_NOW}
 redis.call('HSET', KEYS[2], 'fence', ARGV[1], 'value', ARGV[2], 'runId', ARGV[3], 'publishedAt', nowMs)
 redis.call('HDEL', KEYS[3], ARGV[4])
 if ARGV[6] and ARGV[6] ~= '' then
-  redis.call('LPUSH', KEYS[5], ARGV[6])
+  redis.call('LPUSH', KEYS[5], ARGV[6] .. ' ' .. ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. nowMs)
   redis.call('LTRIM', KEYS[5], 0, ${PUBLISHED_RUNS_KEPT - 1})
 end
 return {1, nowMs}

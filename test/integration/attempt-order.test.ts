@@ -11,13 +11,13 @@ import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
 import { after, before, test } from "node:test";
-import { acquireClaim, claimName, readClaim } from "../../lib/claims";
+import { acquireClaim, claimName, publishFenced, readClaim } from "../../lib/claims";
 import { CANCEL_ABORT_REASON } from "../../lib/rebuilds/cancel-request";
 import { outputDirOf } from "../../lib/rebuilds/definitions";
 import { idempotencyKey } from "../../lib/rebuilds/version";
 import { RebuildError, runRebuild, type RebuildDeps, type RebuildJob } from "../../lib/rebuilds/run-rebuild";
 import { publishedByRun } from "../../lib/rebuilds/published-by-run";
-import { readPublishedFence, recordPublishedFence } from "../../lib/rebuilds/published-fence";
+import { pointCurrentAtRecord, readPublishedFence, recordPublishedFence } from "../../lib/rebuilds/published-fence";
 import { serverNow } from "../../lib/redis/time";
 import { DEFAULT_RETENTION, readRun, runPlaceOf } from "../../lib/runs/records";
 import { abandonRun, closeAbandonedRuns } from "../../lib/runs/abandoned";
@@ -86,6 +86,16 @@ before(async () => {
       output: "out/unseen-publisher",
       claim: { ttl: "30s", refreshEvery: "1s" },
       steps: [{ name: "write", run: ["sh", "-c", 'echo "$CLAIMWATCH_RUN_ID" > "$CLAIMWATCH_WORK/v"'] }],
+    },
+    "moved-on-publisher": {
+      output: "out/moved-on-publisher",
+      claim: { ttl: "30s", refreshEvery: "1s" },
+      steps: [{ name: "write", run: ["sh", "-c", 'echo "$CLAIMWATCH_RUN_ID" > "$CLAIMWATCH_WORK/v"'] }],
+    },
+    "listed-publisher": {
+      output: "out/listed-publisher",
+      claim: { ttl: "30s", refreshEvery: "1s" },
+      steps: [{ name: "write", run: ["sh", "-c", "true"] }],
     },
     "swept-publisher": {
       output: "out/swept-publisher",
@@ -756,6 +766,77 @@ test("an attempt that published, its worker gone before its final record was wri
   }
 });
 
+test("an attempt that published, its worker gone before its final record was written, is closed rebuilt though another run published a newer fence since: the claims Redis's list of publishes names it (the Sentinel soak's unrecorded publish)", async () => {
+  const jobId = "order-moved-on-publish";
+  const runId = runIdOf(jobId, 1);
+  const name = claimOf("moved-on-publisher");
+  const outputDir = outputDirOf(bed.definitions.rebuilds.get("moved-on-publisher")!, undefined);
+  const gated = claimsPausedAfterPublish();
+  try {
+    const first = runRebuild({ ...deps, claims: gated.claims }, job(jobId, "moved-on-publisher", 1, lockHeld)).catch(
+      (error: unknown) => error,
+    );
+    await Promise.race([
+      gated.publishedNow,
+      first.then((outcome) => assert.fail(`ended before its publish: ${JSON.stringify(outcome)}`)),
+    ]);
+    const its = await bed.claims.hgetall(bed.keys.published(name));
+    assert.equal(its.runId, runId, "the claims Redis named the run");
+    // It stood still after its publish (SIGSTOP) past its claim's TTL; another run took the name,
+    // published a newer build and recorded its fence. The pointer no longer names the first run.
+    await bed.claims.del(bed.keys.claim(name));
+    const newer = await acquireClaim(
+      bed.claims,
+      bed.keys,
+      name,
+      { jobId: "someone-else", attempt: 1, runId: runIdOf("someone-else", 1), workerId: "w-other", version: "v2" },
+      { ttlMs: 30_000, refreshEveryMs: 5_000 },
+    );
+    assert.equal(newer.status, "acquired");
+    if (newer.status !== "acquired") return;
+    const newerBuild = "cd".repeat(16);
+    fs.mkdirSync(path.join(outputDir, "builds", newerBuild), { recursive: true });
+    const publish = await publishFenced(bed.claims, bed.keys, {
+      name,
+      fence: newer.fence,
+      token: newer.token,
+      value: newerBuild,
+      runId: runIdOf("someone-else", 1),
+      listed: `${runIdOf("someone-else", 1)} v2 -`,
+    });
+    assert.equal(publish.status, "published");
+    assert.equal((await recordPublishedFence(outputDir, newer.fence, newerBuild)).status, "recorded");
+    await pointCurrentAtRecord(outputDir, newer.fence, newerBuild);
+    // The job's next attempt (cancelled before it starts) closes the first one's record.
+    const controller = new AbortController();
+    controller.abort(CANCEL_ABORT_REASON);
+    const next = await runRebuild(
+      deps,
+      job(jobId, "moved-on-publisher", 2, { ...lockHeld, signal: controller.signal, cancelRequest: () => null }),
+    );
+    assert.equal(next.status, "cancelled");
+    const record = await readRun(bed.main, bed.keys, runId);
+    assert.equal(record?.status, "rebuilt", `the history says it published: ${record?.reason}`);
+    assert.equal(record?.fence, Number(its.fence));
+    assert.equal(record?.buildHash, its.value);
+    assert.match(record?.reason ?? "", new RegExp(`^published build ${its.value} \\(fence ${its.fence};`));
+    assert.equal(record?.finishedAt, Number(its.publishedAt), "it finished when it published");
+    // The lane keeps the newer fence (a close of an older publish does not move it back).
+    assert.notEqual(Number(its.fence), newer.fence);
+    gated.release();
+    await first;
+    assert.equal((await readRun(bed.main, bed.keys, runId))?.status, "rebuilt", "its own late write changes nothing");
+    assert.equal(
+      fs.readlinkSync(path.join(outputDir, "current")).endsWith(newerBuild),
+      true,
+      "current stays at the newer build",
+    );
+  } finally {
+    gated.release();
+    await bed.claims.del(bed.keys.claim(name));
+  }
+});
+
 test("the sweep closes a dead worker's record that was about to publish rebuilt only when the claims Redis's pointer names that run, fence and build and the output's fence record does not contradict it; otherwise aborted, saying the build may be published", async () => {
   const [b, c, e] = ["ab".repeat(16), "cd".repeat(16), "ef".repeat(16)];
   const name = claimOf("swept-publisher");
@@ -838,6 +919,76 @@ test("the sweep closes a dead worker's record that was about to publish rebuilt 
   } finally {
     await bed.claims.del(bed.keys.published(name));
     await bed.main.del(bed.keys.workerHeartbeat("sweeper"), bed.keys.rebuiltNow("swept-publisher", null));
+  }
+});
+
+test("the sweep proves a dead worker's publish the pointer no longer names from the claims Redis's list once the output's fence record is past it; left running while that record is lower; aborted when the record holds its fence with another build", async () => {
+  const b = "ab".repeat(16);
+  const outputDir = outputDirOf(bed.definitions.rebuilds.get("listed-publisher")!, undefined);
+  fs.mkdirSync(path.join(outputDir, "builds", b), { recursive: true });
+  const name = claimOf("listed-publisher");
+  await sweeperBeats("sweeper");
+  const sweeper = {
+    workerId: "sweeper",
+    activeJobIds: () => [],
+    judgesOthers: true,
+    publishedBy: (run: { runId: string; rebuild: string | null; tenant: string | null }) =>
+      publishedByRun({ claims: bed.claims, keys: bed.keys, definitions: bed.definitions }, run),
+  };
+  /** A real grant and fenced publish of `build` by `runId` (pushed on the list), the claim then gone. */
+  const grantAndPublish = async (runId: string, build: string) => {
+    await bed.claims.del(bed.keys.claim(name));
+    const held = await acquireClaim(
+      bed.claims,
+      bed.keys,
+      name,
+      { runId, workerId: "gone-publisher", version: "v1" },
+      { ttlMs: 30_000, refreshEveryMs: 5_000 },
+    );
+    assert.equal(held.status, "acquired");
+    if (held.status !== "acquired") throw new Error("not acquired");
+    const published = await publishFenced(bed.claims, bed.keys, {
+      name,
+      fence: held.fence,
+      token: held.token,
+      value: build,
+      runId,
+      listed: `${runId} v1 -`,
+    });
+    assert.equal(published.status, "published");
+    await bed.claims.del(bed.keys.claim(name));
+    return held.fence;
+  };
+  try {
+    // Published, then a newer fence published whose fence record is not on disk yet: unknown, left running.
+    const { store, identity } = await markedFirstAttempt("listed-a", "gone-publisher", "listed-publisher", "0 -");
+    const fence = await grantAndPublish(identity.runId, b);
+    await bed.main.hset(bed.keys.run(identity.runId), "publishing", `${fence} ${b}`);
+    const newer = await grantAndPublish(runIdOf("someone-newer", 1), "cd".repeat(16));
+    assert.deepEqual(await closeAbandonedRuns(store, sweeper), [], "left for a later sweep");
+    assert.equal((await readRun(bed.main, bed.keys, identity.runId))?.status, "running");
+    // The newer publish's fence is recorded: the run's publish is proven, then replaced.
+    await recordPublishedFence(outputDir, newer, "cd".repeat(16));
+    assert.deepEqual(await closeAbandonedRuns(store, sweeper), [identity.runId]);
+    const record = await readRun(bed.main, bed.keys, identity.runId);
+    assert.equal(record?.status, "rebuilt", record?.reason ?? undefined);
+    assert.equal(record?.fence, fence);
+    assert.equal(record?.buildHash, b);
+
+    // The list names a publish of fence F with build b, but the disk recorded F with another build
+    // (the claims Redis granted F twice): not proven.
+    const twice = await markedFirstAttempt("listed-b", "gone-publisher", "listed-publisher", "0 -");
+    const reused = await grantAndPublish(twice.identity.runId, b);
+    await bed.main.hset(bed.keys.run(twice.identity.runId), "publishing", `${reused} ${b}`);
+    await recordPublishedFence(outputDir, reused, "ef".repeat(16));
+    await grantAndPublish(runIdOf("someone-newest", 1), "ef".repeat(16));
+    assert.deepEqual(await closeAbandonedRuns(store, sweeper), [twice.identity.runId]);
+    const aborted = await readRun(bed.main, bed.keys, twice.identity.runId);
+    assert.equal(aborted?.status, "aborted");
+    assert.match(aborted?.reason ?? "", /that build may be published/);
+  } finally {
+    await bed.claims.del(bed.keys.claim(name), bed.keys.published(name));
+    await bed.main.del(bed.keys.workerHeartbeat("sweeper"));
   }
 });
 
