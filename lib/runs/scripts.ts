@@ -321,7 +321,7 @@ local function abandon(runKey, runId, reason, first, n, gone, eventsKey, publish
     if build and provenFence == fence and provenBuild == build and ALLOWED[status]['rebuilt'] then
       closedAs = 'rebuilt'
       publishedAt = tonumber(provenAt)
-      reason = 'published build ' .. build .. ' (fence ' .. fence .. '; the claims Redis names this run), but ' ..
+      reason = 'published build ' .. build .. ' (fence ' .. fence .. '; the claims Redis recorded this run as its publisher), but ' ..
         'its final record was never written (its worker stopped, or Redis refused or lost the write); ' ..
         'closed when ' .. reason
       redis.call('HSET', runKey, 'fence', fence, 'buildHash', build)

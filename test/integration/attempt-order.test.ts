@@ -744,7 +744,7 @@ test("an attempt that published, its worker gone before its final record was wri
     assert.match(
       record?.reason ?? "",
       new RegExp(
-        `^published build ${pointer.value} \\(fence ${pointer.fence}; the claims Redis names this run\\), but its final record was never written .*closed when worker died or stalled .*attempt 2$`,
+        `^published build ${pointer.value} \\(fence ${pointer.fence}; the claims Redis recorded this run as its publisher\\), but its final record was never written .*closed when worker died or stalled .*attempt 2$`,
       ),
     );
     assert.ok(!(record?.steps ?? []).some((step) => step.status === "running"), "no step left running");
@@ -807,6 +807,8 @@ test("an attempt that published, its worker gone before its final record was wri
     assert.equal(publish.status, "published");
     assert.equal((await recordPublishedFence(outputDir, newer.fence, newerBuild)).status, "recorded");
     await pointCurrentAtRecord(outputDir, newer.fence, newerBuild);
+    // As the newer run's own final write leaves the lane: its fence seen.
+    await bed.main.hset(bed.keys.rebuiltNow("moved-on-publisher", null), "fence", newer.fence);
     // The job's next attempt (cancelled before it starts) closes the first one's record.
     const controller = new AbortController();
     controller.abort(CANCEL_ABORT_REASON);
@@ -822,10 +824,15 @@ test("an attempt that published, its worker gone before its final record was wri
     assert.match(record?.reason ?? "", new RegExp(`^published build ${its.value} \\(fence ${its.fence};`));
     assert.equal(record?.finishedAt, Number(its.publishedAt), "it finished when it published");
     // The lane keeps the newer fence (a close of an older publish does not move it back).
-    assert.notEqual(Number(its.fence), newer.fence);
+    const lane = bed.keys.rebuiltNow("moved-on-publisher", null);
+    assert.equal(await bed.main.hget(lane, "fence"), String(newer.fence));
     gated.release();
     await first;
     assert.equal((await readRun(bed.main, bed.keys, runId))?.status, "rebuilt", "its own late write changes nothing");
+    // Nor does it mark its version rebuilt: the output serves the newer build.
+    assert.equal(await bed.main.hget(lane, "fence"), String(newer.fence));
+    assert.ok(record?.idempotencyKey, "its version has an idempotency key");
+    assert.equal(await bed.main.get(bed.keys.idempotency(record.idempotencyKey)), null, "its version is not marked");
     assert.equal(
       fs.readlinkSync(path.join(outputDir, "current")).endsWith(newerBuild),
       true,
@@ -895,7 +902,9 @@ test("the sweep closes a dead worker's record that was about to publish rebuilt 
         assert.equal(record?.buildHash, mark[1]);
         assert.match(
           record?.reason ?? "",
-          new RegExp(`^published build ${mark[1]} \\(fence ${mark[0]}; the claims Redis names this run\\)`),
+          new RegExp(
+            `^published build ${mark[1]} \\(fence ${mark[0]}; the claims Redis recorded this run as its publisher\\)`,
+          ),
         );
         assert.equal(record?.finishedAt, publishedAt, "it finished when it published");
         assert.equal(record?.durationMs, publishedAt - (record?.startedAt ?? 0));
@@ -960,6 +969,9 @@ test("the sweep proves a dead worker's publish the pointer no longer names from 
     return held.fence;
   };
   try {
+    // An earlier publish, recorded on disk: the record stays below the run's fence until the newer one's.
+    const earlier = await grantAndPublish(runIdOf("someone-earlier", 1), "ef".repeat(16));
+    await recordPublishedFence(outputDir, earlier, "ef".repeat(16));
     // Published, then a newer fence published whose fence record is not on disk yet: unknown, left running.
     const { store, identity } = await markedFirstAttempt("listed-a", "gone-publisher", "listed-publisher", "0 -");
     const fence = await grantAndPublish(identity.runId, b);
