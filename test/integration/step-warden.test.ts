@@ -81,6 +81,37 @@ async function until(check: () => boolean, timeoutMs: number, what: string): Pro
   }
 }
 
+/** The pid of the step warden of the stand-in worker `host` (its child running warden-main.mjs), other than `not`. */
+async function wardenOf(host: number, not?: number): Promise<number> {
+  let found: number | undefined;
+  await until(
+    () => {
+      let children: number[] = [];
+      try {
+        children = fs
+          .readFileSync(`/proc/${host}/task/${host}/children`, "utf8")
+          .trim()
+          .split(/\s+/)
+          .filter(Boolean)
+          .map(Number);
+      } catch {
+        return false;
+      }
+      found = children.find((pid) => {
+        try {
+          return pid !== not && fs.readFileSync(`/proc/${pid}/cmdline`, "utf8").includes("warden-main.mjs");
+        } catch {
+          return false;
+        }
+      });
+      return found !== undefined;
+    },
+    20_000,
+    "the step warden",
+  );
+  return found!;
+}
+
 for (const mode of ["cgroup", "pid-namespace"] as const)
   describe(`a stand-in worker and its warden (${mode})`, () => {
     const host = (script: string, env: Record<string, string>) =>
@@ -122,6 +153,55 @@ for (const mode of ["cgroup", "pid-namespace"] as const)
         await waitForLine(h.child, /^step ended/, 60_000);
         assert.match(h.output(), /step ended: WorkerStalledError: .*killed by the step warden/);
       } finally {
+        h.child.kill("SIGCONT");
+        h.child.kill("SIGKILL");
+      }
+    });
+
+    test("the worker and its warden SIGKILLed together (`kill -9` of both, `pkill -9 node`): the step and all it started still die at once", async () => {
+      const h = host(STUBBORN, { STEP_HOST_SILENCE_MS: "1000" });
+      try {
+        await waitForLine(h.child, /^running/, 60_000);
+        await until(() => h.stepPids().length >= 3, 10_000, "the step and its children");
+        const warden = await wardenOf(h.child.pid!);
+        process.kill(warden, "SIGKILL");
+        process.kill(h.child.pid!, "SIGKILL");
+        await until(() => h.stepPids().length === 0, 10_000, "the step's processes to end").catch((error: Error) => {
+          throw new Error(`${error.message}: left ${describePids(h.stepPids())}`);
+        });
+      } finally {
+        h.child.kill("SIGKILL");
+      }
+    });
+
+    test("its warden SIGSTOPped: the worker finds it does not answer and starts another, which still ends the step when the worker then stops", async () => {
+      const h = host(STUBBORN, { STEP_HOST_SILENCE_MS: "1000" });
+      let frozen: number | null = null;
+      try {
+        await waitForLine(h.child, /^running/, 60_000);
+        await until(() => h.stepPids().length >= 3, 10_000, "the step and its children");
+        frozen = await wardenOf(h.child.pid!);
+        // Up and answering by now (a warden not answering since its start gets 15 s).
+        await new Promise((resolve) => setTimeout(resolve, 1_500));
+        process.kill(frozen, "SIGSTOP");
+        await waitForLine(h.child, /step warden \(pid \d+\) did not answer/, 45_000);
+        const next = await wardenOf(h.child.pid!, frozen);
+        assert.notEqual(next, frozen, "another warden runs");
+        process.kill(h.child.pid!, "SIGSTOP");
+        await until(() => h.stepPids().length === 0, 10_000, "the step's processes to end").catch((error: Error) => {
+          throw new Error(`${error.message}: left ${describePids(h.stepPids())}`);
+        });
+        process.kill(h.child.pid!, "SIGCONT");
+        await waitForLine(h.child, /^step ended/, 60_000);
+        assert.match(h.output(), /step ended: WorkerStalledError: .*killed by the step warden/);
+      } finally {
+        if (frozen !== null) {
+          try {
+            process.kill(frozen, "SIGKILL");
+          } catch {
+            // killed by the worker already
+          }
+        }
         h.child.kill("SIGCONT");
         h.child.kill("SIGKILL");
       }

@@ -385,15 +385,28 @@ function withCgroupReason(containment: Containment, cgroupUnavailable: string | 
     : { ...containment, detail: `${containment.detail}; no cgroup per step: ${cgroupUnavailable}` };
 }
 
+/**
+ * `setpriv --pdeathsig KILL` before `unshare`: the kernel SIGKILLs `unshare` when the worker dies,
+ * and `--kill-child` then takes the namespace's init, and the kernel the rest of the namespace —
+ * even when the warden died with the worker (`kill -9` of both, `pkill -9 node`), which alone
+ * would leave `unshare` and the step running on (helper-135). util-linux has both; without
+ * setpriv the warden alone ends a dead worker's steps.
+ */
+function parentDeathPrefix(): string[] {
+  const prefix = [programPath("setpriv"), "--pdeathsig", "KILL", "--"];
+  return works([...prefix, "true"]) ? prefix : [];
+}
+
 function pidNamespace(limits: Partial<Record<LimitController, string>>, builds: BuildsShield): Containment | null {
   const unshare = programPath("unshare");
+  const pdeath = parentDeathPrefix();
   const candidates: { prefix: string[]; detail: string }[] = [
     {
-      prefix: [unshare, "--pid", "--fork", "--kill-child", "--"],
+      prefix: [...pdeath, unshare, "--pid", "--fork", "--kill-child", "--"],
       detail: "a PID namespace per step (unshare, root)",
     },
     {
-      prefix: [unshare, "--user", "--map-root-user", "--pid", "--fork", "--kill-child", "--"],
+      prefix: [...pdeath, unshare, "--user", "--map-root-user", "--pid", "--fork", "--kill-child", "--"],
       detail: "a PID namespace per step (unshare in a user namespace)",
     },
   ];
@@ -403,7 +416,10 @@ function pidNamespace(limits: Partial<Record<LimitController, string>>, builds: 
         mode: "pid-namespace",
         prefix: candidate.prefix,
         init: namespaceInit,
-        detail: candidate.detail,
+        detail:
+          pdeath.length > 0
+            ? candidate.detail
+            : `${candidate.detail}; without setpriv, a worker killed together with its step warden leaves its steps running`,
         limits,
         builds,
       };

@@ -18,8 +18,15 @@
  * `<parent>/worker-held`. A fork the worker makes after it resumes then lands in `worker-held`,
  * never in its home cgroup, where nothing would find it; the worker sees `worker-held` right
  * after the spawn (`heldByWarden`), leaves it and kills it.
+ *
+ * The warden is one process beside the worker: killed together with it (`kill -9` of both,
+ * `pkill -9 node`), it could not end the steps (helper-135). So each step's cgroup also holds a
+ * guard (`STEP_GUARD`), born there just before the program: a shell reading a pipe whose only
+ * write end this worker holds. When the worker dies, however, the pipe ends and the guard writes
+ * the cgroup's `cgroup.kill` — the program, all it started and the guard itself. It goes with the
+ * step's own `cgroup.kill` at its end, and costs a step one more small process.
  */
-import type { ChildProcess } from "node:child_process";
+import { spawn as spawnProcess, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 
@@ -206,8 +213,40 @@ function returnHome(place: StepCgroupPlace): void {
   fs.writeFileSync(path.join(place.home, "cgroup.procs"), String(process.pid));
 }
 
+/**
+ * The guard's script (`sh -c STEP_GUARD claimwatch-step-guard <cgroup dir>`): waits for the end of
+ * its stdin — the worker's pipe, written never — and kills its own cgroup. `/bin/sh`: the guard
+ * gets no environment (no PATH) and no output.
+ */
+const STEP_GUARD = 'read -r claimwatch_line; echo 1 > "$1/cgroup.kill"';
+const GUARD_SHELL = "/bin/sh";
+
+/** The guard of the step cgroup `dir` (module comment), spawned where this process is now. */
+function spawnGuard(dir: string): ChildProcess {
+  const guard = spawnProcess(GUARD_SHELL, ["-c", STEP_GUARD, "claimwatch-step-guard", dir], {
+    stdio: ["pipe", "ignore", "ignore"],
+    detached: true, // a group of its own: a signal to the program's group does not reach it
+    env: {} as NodeJS.ProcessEnv,
+  });
+  guard.on("error", () => {});
+  if (guard.pid === undefined || !guard.stdin) {
+    const error = new Error(
+      `cannot start the guard of the step's cgroup (a worker killed together with its warden would leave the step running)`,
+    ) as NodeJS.ErrnoException;
+    error.code = "EAGAIN";
+    throw error;
+  }
+  guard.stdin.on("error", () => {});
+  guard.unref();
+  (guard.stdin as unknown as { unref?: () => void }).unref?.();
+  return guard;
+}
+
 /** One step's cgroup: made by `create`, entered by the program only (`spawnInside`), killed and removed at the step's end. */
 export class StepCgroup {
+  /** The guard born in it (`spawnGuard`); its pipe is closed once the cgroup is removed. */
+  private guard: ChildProcess | null = null;
+
   private constructor(
     readonly place: StepCgroupPlace,
     readonly dir: string,
@@ -223,8 +262,9 @@ export class StepCgroup {
   }
 
   /**
-   * Runs `spawn` with this process inside the step's cgroup, so the child is born there, and
-   * returns home before anything else can run: all three in this one synchronous call. If the
+   * Runs `spawn` with this process inside the step's cgroup, so the child is born there (after
+   * the cgroup's guard), and returns home before anything else can run: all in this one
+   * synchronous call. If the
    * kernel refused the way back, this process would die with the step's `cgroup.kill`: it exits
    * instead (its warden then ends the step), which is the one safe way out of an invariant the
    * kernel broke.
@@ -232,6 +272,7 @@ export class StepCgroup {
   spawnInside(spawn: () => ChildProcess): ChildProcess {
     fs.writeFileSync(path.join(this.dir, "cgroup.procs"), String(process.pid));
     try {
+      this.guard = spawnGuard(this.dir);
       return spawn();
     } finally {
       try {
@@ -277,7 +318,10 @@ export class StepCgroup {
       await waitUntilEmpty(held);
       rmdirQuietly(held);
     }
-    return rmdirQuietly(this.dir);
+    const removed = rmdirQuietly(this.dir);
+    // The guard died with the cgroup; a cgroup left populated keeps its guard (and its pipe).
+    if (removed) this.guard?.stdin?.destroy();
+    return removed;
   }
 }
 

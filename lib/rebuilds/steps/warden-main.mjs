@@ -3,7 +3,10 @@
  * can no longer do it itself. Plain JavaScript, no imports beyond Node: it starts in one Node
  * start-up, once per worker, and costs a step nothing but a line on a pipe.
  *
- *   node warden-main.mjs <worker pid>
+ *   node warden-main.mjs <worker pid> [<lines>]
+ *
+ * `<lines>`: protocol lines (below), newline-separated, that the worker knew at the start: its
+ * silence and the steps it watches (a warden started again).
  *
  * It reads lines from the worker on stdin (protocol in warden.ts):
  *   silence <ms>          the longest the worker may go without a line (0: no limit)
@@ -15,7 +18,8 @@
  *                         in it (stopped mid-spawn), the worker is first moved into
  *                         `<parent>/worker-held` (WORKER_HELD in step-cgroup.ts), never killed.
  *   forget <id>           the step ended
- *   beat                  the worker's event loop ran
+ *   beat <n>              the worker's event loop ran; answered at once with `beat <n>` (the
+ *                         worker replaces a warden that stops answering: warden.ts)
  * and writes `killed <id> <monotonic ms> <reason>` for each step it ends.
  *
  * Two rules:
@@ -164,22 +168,29 @@ function markedSteps() {
   return found;
 }
 
+function handle(line) {
+  const [command, id, pid, group] = line.split(" ");
+  if (command === "watch" && id) watched.set(id, { pid: Number(pid), group: group === "1" });
+  else if (command === "watch-cgroup" && id) {
+    const dir = line.slice(command.length + id.length + 2); // may hold spaces
+    watched.set(id, { cgroup: dir });
+    cgroupParents.add(path.dirname(dir));
+  } else if (command === "forget" && id) watched.delete(id);
+  else if (command === "silence") silenceMs = Number(id) || 0;
+  else if (command === "beat" && id) process.stdout.write(`beat ${id}\n`);
+}
+
+// What the worker knew when it started this warden (its silence, the steps it watches), given
+// with the start itself: a worker stopped right after the spawn has told them already.
+for (const line of (process.argv[3] ?? "").split("\n")) if (line) handle(line);
+
 let rest = "";
 process.stdin.setEncoding("utf8");
 process.stdin.on("data", (chunk) => {
   lastLine = performance.now();
   const lines = (rest + chunk).split("\n");
   rest = lines.pop() ?? "";
-  for (const line of lines) {
-    const [command, id, pid, group] = line.split(" ");
-    if (command === "watch" && id) watched.set(id, { pid: Number(pid), group: group === "1" });
-    else if (command === "watch-cgroup" && id) {
-      const dir = line.slice(command.length + id.length + 2); // may hold spaces
-      watched.set(id, { cgroup: dir });
-      cgroupParents.add(path.dirname(dir));
-    } else if (command === "forget" && id) watched.delete(id);
-    else if (command === "silence") silenceMs = Number(id) || 0;
-  }
+  for (const line of lines) handle(line);
 });
 process.stdin.on("end", () => {
   for (const id of [...watched.keys()]) killStep(id, "the worker exited");

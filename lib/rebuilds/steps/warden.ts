@@ -29,6 +29,17 @@ import { WorkerStalledError } from "./context";
 
 /** How often the worker says it runs. */
 export const BEAT_EVERY_MS = 500;
+/**
+ * Beats the warden may leave unanswered (3 s) before the worker takes it for stopped or hung
+ * (SIGSTOPped alone, a hung system call): it is SIGKILLed and another started, told every step,
+ * and no step starts meanwhile (helper-135: a frozen warden let steps start, and run on
+ * through their worker's stop). The warden answers each beat at once; a worker that stalled
+ * itself sends no beats meanwhile, so its own stall does not count. A warden that has not
+ * answered yet since its start gets STARTING_BEATS_MAX (15 s): a Node start-up on a loaded host
+ * can take seconds, and what the worker sent meanwhile waits in the pipe.
+ */
+const UNANSWERED_BEATS_MAX = 6;
+const STARTING_BEATS_MAX = 30;
 /** The warden's own check interval (warden-main.mjs). */
 const WARDEN_TICK_MS = 100;
 /** How long a step's exit waits for the warden's report of a kill (its pipe may lag the exit). */
@@ -83,6 +94,11 @@ class StepWarden {
   private silenceMs = 0;
   private startedAt = 0;
   private warned = false;
+  /** Beats sent, and the last one the warden answered (`beat <n>` both ways). */
+  private beatsSent = 0;
+  private beatsAnswered = 0;
+  /** The running warden answered a beat since its start. */
+  private answeredSinceStart = false;
 
   /** Starts the warden and the beat (idempotent); the worker calls it at start-up. */
   start(silenceMs: number): void {
@@ -94,10 +110,16 @@ class StepWarden {
     this.send(`silence ${this.silenceMs}`);
   }
 
-  /** The warden runs (started now if need be): a step may be spawned. */
+  /** The warden runs (started now if need be) and answers: a step may be spawned. */
   ready(): boolean {
     this.ensureRunning();
-    return this.child !== null;
+    return this.child !== null && !this.deaf();
+  }
+
+  /** The running warden left too many beats unanswered (UNANSWERED_BEATS_MAX, STARTING_BEATS_MAX). */
+  private deaf(): boolean {
+    const limit = this.answeredSinceStart ? UNANSWERED_BEATS_MAX : STARTING_BEATS_MAX;
+    return this.beatsSent - this.beatsAnswered > limit;
   }
 
   /**
@@ -176,7 +198,21 @@ class StepWarden {
     const gap = now - this.lastBeat;
     if (this.silenceMs > 0 && gap >= this.silenceMs) this.lastStall = { endedAt: now, ms: gap };
     this.lastBeat = now;
-    this.send("beat");
+    this.send(`beat ${++this.beatsSent}`);
+    this.replaceIfDeaf();
+  }
+
+  /** A warden that left too many beats unanswered (`deaf`) is SIGKILLed and another started. */
+  private replaceIfDeaf(): void {
+    const child = this.child;
+    if (!child || !this.deaf()) return;
+    const unanswered = this.beatsSent - this.beatsAnswered;
+    console.error(
+      `claimwatch-worker: the step warden (pid ${child.pid}) did not answer for ${(unanswered * BEAT_EVERY_MS) / 1000} s (stopped or hung?); killing it and starting another`,
+    );
+    this.child = null;
+    child.kill("SIGKILL");
+    this.ensureRunning();
   }
 
   private ensureRunning(): void {
@@ -185,7 +221,10 @@ class StepWarden {
     const main = fileURLToPath(new URL("./warden-main.mjs", import.meta.url));
     // Its own process group (a SIGSTOP or ^C sent to the worker's group does not reach it) and
     // an empty environment (nothing of the worker's, such as a test's marker, goes with it).
-    const child = spawn(process.execPath, [main, String(process.pid)], {
+    // Its silence and the steps watched go with the start (a worker stopped right after this
+    // spawn has told them), not after it on the pipe.
+    const known = [`silence ${this.silenceMs}`, ...[...this.watched].map(([id, step]) => watchLine(id, step))];
+    const child = spawn(process.execPath, [main, String(process.pid), known.join("\n")], {
       stdio: ["pipe", "pipe", "inherit"],
       detached: true,
       env: {} as NodeJS.ProcessEnv,
@@ -199,6 +238,8 @@ class StepWarden {
     if (child.pid === undefined || !child.stdin || !child.stdout) return;
     this.child = child;
     this.startedAt = performance.now();
+    this.beatsAnswered = this.beatsSent;
+    this.answeredSinceStart = false;
     child.unref();
     (child.stdout as unknown as { unref?: () => void }).unref?.();
     (child.stdin as unknown as { unref?: () => void }).unref?.();
@@ -209,6 +250,13 @@ class StepWarden {
       const lines = (rest + chunk).split("\n");
       rest = lines.pop() ?? "";
       for (const line of lines) {
+        const answer = /^beat (\d+)$/.exec(line);
+        if (answer) {
+          if (this.child !== child) continue;
+          this.beatsAnswered = Math.max(this.beatsAnswered, Number(answer[1]));
+          this.answeredSinceStart = true;
+          continue;
+        }
         const match = /^killed (\S+) (\d+) (.*)$/.exec(line);
         if (!match) continue;
         const [, id, at, reason] = match as unknown as [string, string, string, string];
@@ -235,8 +283,6 @@ class StepWarden {
       if (performance.now() - this.startedAt >= 1_000) restart();
       else setTimeout(restart, 1_000).unref();
     });
-    this.send(`silence ${this.silenceMs}`);
-    for (const [id, step] of this.watched) this.send(watchLine(id, step));
   }
 
   private send(line: string): void {
