@@ -85,6 +85,19 @@ export function route<Args extends unknown[]>(
   };
 }
 
+/** Refused mutations of one actor in a window that are audited one by one; then one in a hundred, with the count. */
+const REFUSALS_AUDITED_EACH = 100;
+const REFUSALS_WINDOW_MS = 15 * 60_000;
+/** The longest request path an audit entry keeps (a caller chooses it). */
+const AUDITED_PATH_MAX = 256;
+
+/**
+ * A refused API mutation, audited. Refusals cost a caller nothing — no login, no rate limit
+ * before the identity is known — so a flood of them (helper-137: 2 000 anonymous requests with
+ * 4 KB paths, 5 KB an entry) must not push real entries out of the log nor fill the Redis the
+ * queue shares: each actor's first REFUSALS_AUDITED_EACH in a 15-minute window are audited one by
+ * one, then one entry per hundred, with the count (as failed logins are); the path is cut.
+ */
 async function auditRefusal(
   context: WebContext,
   action: AuditAction,
@@ -92,9 +105,18 @@ async function auditRefusal(
   request: Request,
   reason: string,
 ): Promise<void> {
-  await auditRefused(context, action, actorOf(identity), reason, {
-    path: new URL(request.url).pathname,
+  const actor = actorOf(identity);
+  const { main, keys } = context.connections;
+  const key = keys.refusals(actor);
+  const replies = (await main.multi().incr(key).pexpire(key, REFUSALS_WINDOW_MS, "NX").exec()) ?? [];
+  const refusals = Number(replies[0]?.[1] ?? 1);
+  if (refusals > REFUSALS_AUDITED_EACH && refusals % REFUSALS_AUDITED_EACH !== 0) return;
+  const path = new URL(request.url).pathname;
+  const cut = reason.length > AUDITED_PATH_MAX * 2 ? `${reason.slice(0, AUDITED_PATH_MAX * 2)}…` : reason;
+  await auditRefused(context, action, actor, cut, {
+    path: path.length > AUDITED_PATH_MAX ? `${path.slice(0, AUDITED_PATH_MAX)}… (${path.length} characters)` : path,
     method: request.method,
+    ...(refusals > REFUSALS_AUDITED_EACH ? { refusalsInWindow: refusals } : {}),
   });
 }
 

@@ -77,6 +77,8 @@ export function redisKeys(prefix: string) {
     rateLimit: (action: string, identity: string) => `${tag}:rate:${action}:${identity}`,
     /** STRING counter with a TTL: recent failed logins (each one answers slower). */
     loginFailures: `${tag}:login-failures`,
+    /** Refused API mutations of one actor ("anonymous" for callers without a valid token) in the current window (lib/api/handler.ts). */
+    refusals: (actor: string) => `${tag}:refusals:${actor}`,
     /** STRING, PX until the session would expire: a logged-out session id (lib/auth/session). */
     revokedSession: (sid: string) => `${tag}:session-revoked:${sid}`,
 

@@ -324,6 +324,33 @@ test("triggers are rate limited per identity: 429 with Retry-After, audited", as
   );
 });
 
+test("a flood of anonymous refused mutations neither pushes real entries out of the audit log nor fills Redis: 100 audited one by one in the window, then one per hundred with the count, long paths cut", async () => {
+  const auditLength = () => bed.main.xlen(bed.keys.auditLog);
+  const before = await auditLength();
+  const longId = "A".repeat(3_900);
+  // 250 refusals, 16 at a time (helper-137 sent 2 000 with 4 KB paths: one 5 KB entry each).
+  for (let i = 0; i < 250; i += 16) {
+    const batch = Array.from({ length: Math.min(16, 250 - i) }, (_, j) =>
+      send("POST", `/api/jobs/${longId}${i + j}/cancel`, { body: { reason: "flood of refusals" } }),
+    );
+    for (const result of await Promise.all(batch)) assert.equal(result.status, 401);
+  }
+  const added = (await auditLength()) - before;
+  // Earlier tests' anonymous refusals count in the same window: at most the first hundred, plus the 200th.
+  assert.ok(added <= 101 && added >= 1, `audit entries added: ${added}`);
+  const entries = (await bed.main.xrevrange(bed.keys.auditLog, "+", "-", "COUNT", 5)).map(([, fields]) => {
+    const entry: Record<string, string> = {};
+    for (let i = 0; i + 1 < fields.length; i += 2) entry[fields[i]!] = fields[i + 1]!;
+    return entry;
+  });
+  const counted = entries.find((entry) => /"refusalsInWindow":200/.test(entry.detail ?? ""));
+  assert.ok(counted, `the 200th refusal is audited with the count: ${JSON.stringify(entries.map((e) => e.detail))}`);
+  assert.equal(counted.actor, "anonymous");
+  const detail = JSON.parse(counted.detail!) as { path: string };
+  assert.ok(detail.path.length < 400, `the path is cut: ${detail.path.length} characters`);
+  assert.match(detail.path, /… \(\d+ characters\)$/);
+});
+
 test("no response ever contained a token", () => {
   for (const body of seenBodies) for (const token of Object.values(TOKENS)) assert.ok(!body.includes(token));
 });
