@@ -128,7 +128,8 @@ export function evaluateRules(snapshot: AlertSnapshot, config: AlertsConfig, con
   if (rules.runFailed) {
     for (const series of snapshot.series) {
       const failed = series.newestFailed;
-      if (!failed || (series.newestRebuiltAt !== null && series.newestRebuiltAt > failed.createdAt)) continue;
+      // Resolved by a later run that left the output up to date (rebuilt, or skipped as already rebuilt).
+      if (!failed || (series.newestUpToDateAt !== null && series.newestUpToDateAt > failed.createdAt)) continue;
       const attempts = context.definitions.rebuilds.get(series.rebuild)?.retries.attempts ?? 1;
       // A transient failure with attempts left is retried by the queue: not (yet) an alert.
       if (failed.reason.startsWith("transient:") && failed.attempt < attempts) continue;

@@ -15,6 +15,7 @@ import { schedulerIdOf } from "../rebuilds/queue";
 import { nextTickAfter, ticksBetween } from "../rebuilds/schedule-times";
 import { pausesSchedule } from "../rebuilds/schedules";
 import type { RedisKeys } from "../redis/keys";
+import { ALREADY_REBUILT_REASON } from "../runs/records";
 import { NEWEST_IN_INDEXES, runVariadicScript, UNSERVED_TICKS, type ScriptingClient } from "../redis/scripts";
 import { HEARTBEAT_TTL_MS } from "../workers/heartbeat";
 
@@ -33,8 +34,11 @@ export interface SeriesRuns {
   tenant: string | null;
   /** Newest run of any status (createdAt ms), or null. */
   newestRunAt: number | null;
-  /** Newest rebuilt run's createdAt, or null. */
-  newestRebuiltAt: number | null;
+  /**
+   * createdAt of the newest run that left the output up to date — rebuilt, or skipped because its
+   * version was already rebuilt (the output serves it) — or null. A failure before it is moot.
+   */
+  newestUpToDateAt: number | null;
   /** Newest failed run, or null. */
   newestFailed: { id: string; createdAt: number; attempt: number; reason: string } | null;
   /** Due scheduled ticks (ms) in the window, oldest first, that no run answered. */
@@ -169,6 +173,7 @@ export async function readAlertSnapshot(
       keys.runIndex(filter),
       keys.runIndex({ ...filter, status: "rebuilt" }),
       keys.runIndex({ ...filter, status: "failed" }),
+      keys.runIndex({ ...filter, status: "skipped" }),
     );
   }
   const first = main
@@ -203,13 +208,18 @@ export async function readAlertSnapshot(
   for (const id of runningIds) second.hmget(keys.run(id), "rebuild", "tenant", "startedAt", "createdAt", "status");
   const entry = (index: number) =>
     newest[index * 2] ? { id: newest[index * 2]!, at: Number(newest[index * 2 + 1]) } : null;
+  /** Each series' newest skipped run, when it is newer than its newest rebuilt one (its reason is read below). */
+  const newerSkips: ({ id: string; at: number } | null)[] = [];
   const series: SeriesRuns[] = seriesList.map((s, i) => {
-    const [any, rebuilt, failed] = [entry(i * 3), entry(i * 3 + 1), entry(i * 3 + 2)];
+    const [any, rebuilt, failed, skipped] = [entry(i * 4), entry(i * 4 + 1), entry(i * 4 + 2), entry(i * 4 + 3)];
+    newerSkips.push(
+      skipped && failed && skipped.at > failed.at && (!rebuilt || skipped.at > rebuilt.at) ? skipped : null,
+    );
     return {
       rebuild: s.rebuild,
       tenant: s.tenant ?? null,
       newestRunAt: any ? any.at : null,
-      newestRebuiltAt: rebuilt ? rebuilt.at : null,
+      newestUpToDateAt: rebuilt ? rebuilt.at : null,
       newestFailed: failed ? { id: failed.id, createdAt: failed.at, attempt: 0, reason: "" } : null,
       unservedTicks: [],
       missedCountedUpTo: Number(missedCursors[i] ?? 0),
@@ -218,6 +228,7 @@ export async function readAlertSnapshot(
   for (const s of series) {
     if (s.newestFailed) second.hmget(keys.run(s.newestFailed.id), "attempt", "reason");
   }
+  for (const skip of newerSkips) if (skip) second.hget(keys.run(skip.id), "reason");
   const scheduled = seriesList.map((s, i) => ({ ...s, runs: series[i]! })).filter((s) => s.scheduled);
   // A paused schedule misses nothing, also ticks recorded before its pause; nor does one before
   // it was set up or last resumed (schedulerSince): the banner's rule too (black-box helper-120).
@@ -260,6 +271,12 @@ export async function readAlertSnapshot(
     s.newestFailed.attempt = Number(attempt ?? 0);
     s.newestFailed.reason = reason ?? "";
   }
+  newerSkips.forEach((skip, i) => {
+    if (!skip) return;
+    const reason = secondReplies[at++] as string | null;
+    // Skipped as already rebuilt: the output serves its version (a skip behind a holder says nothing).
+    if (reason?.startsWith(ALREADY_REBUILT_REASON)) series[i]!.newestUpToDateAt = skip.at;
+  });
   scheduled.forEach((s, i) => {
     const since = Number(secondReplies[at++] ?? NaN);
     const paused = pausesSchedule(secondReplies[at++]);

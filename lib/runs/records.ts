@@ -15,6 +15,8 @@ import { RUN_STATUSES, type RunRecord, type RunStatus, type StepRecord } from ".
  * While its worker beats, nobody else closes that record (scripts.ts, mayHavePublished).
  */
 export const PUBLISHING_FIELD = "publishing";
+/** How the reason of a run skipped because its version was already rebuilt (the output serves it) begins. */
+export const ALREADY_REBUILT_REASON = "already-rebuilt:";
 /** The value of PUBLISHING_FIELD for a publish of `buildHash` with `fence`. */
 export const publishingMark = (publishing: { fence: number; buildHash: string }) =>
   `${publishing.fence} ${publishing.buildHash}`;

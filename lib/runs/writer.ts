@@ -15,6 +15,7 @@ import { RUN_REPLY } from "../redis/replies";
 import { runScript, runVariadicScript, type ScriptingClient } from "../redis/scripts";
 import { abandonRun } from "./abandoned";
 import {
+  ALREADY_REBUILT_REASON,
   fieldPairs,
   indexLayout,
   keepNewestLines,
@@ -141,7 +142,7 @@ const nextCallId = () => `${CALL_ID_PREFIX}${(++calls).toString(36)}`;
 const ABANDONED_REASON = (attempt: number) =>
   `worker died or stalled (BullMQ job lock lost); the job was redelivered as attempt ${attempt}`;
 /** The reason of an already-rebuilt skip; the script appends the run id that rebuilt it. */
-const ALREADY_REBUILT_PREFIX = "already-rebuilt: already rebuilt by run ";
+const ALREADY_REBUILT_PREFIX = `${ALREADY_REBUILT_REASON} already rebuilt by run `;
 
 export async function beginAttempt(
   store: RunStore,
