@@ -10,6 +10,7 @@ import { apiFetch, claimsQuery, LIVE_POLL_MS, queryKeys, rebuildHref, rereadChan
 import { EndedClaims } from "./claim-trail";
 import { CursorPager } from "./cursor-pager";
 import { DataTable } from "./data-table";
+import { NotReadYet } from "./not-read-yet";
 import { CancelJobButton } from "./operations";
 import { SearchBox } from "./search-box";
 import { formatDurationMs } from "@/lib/ui/format";
@@ -23,7 +24,16 @@ import { useDialogFocus } from "./use-dialog-focus";
  * Active claims, live: TTLs count down between polls from the server's PTTL and the time the
  * page received it. Force release sends back the token the operator was shown.
  */
-export function ClaimsTable({ initial, initialQ = "" }: { initial: ApiClaimPage | null; initialQ?: string }) {
+export function ClaimsTable({
+  initial,
+  initialQ = "",
+  readError = null,
+}: {
+  initial: ApiClaimPage | null;
+  initialQ?: string;
+  /** Why the server could not read the claims for the page, or null. */
+  readError?: string | null;
+}) {
   const [cursors, setCursors] = useState<(string | null)[]>([null]);
   const [q, setQ] = useState(initialQ);
   const cursor = cursors[cursors.length - 1] ?? null;
@@ -47,7 +57,7 @@ export function ClaimsTable({ initial, initialQ = "" }: { initial: ApiClaimPage 
   const now = useNow();
   const canOperate = useCanOperate();
   const [releasing, setReleasing] = useState<ApiClaim | null>(null);
-  const [notice, setNotice] = useState<string | null>(null);
+  const [notice, setNotice] = useState<ReleaseNotice | null>(null);
 
   // Server clock → browser clock: the server time of the fetch maps to when it arrived.
   const skew = data ? dataUpdatedAt - data.serverTime : 0;
@@ -87,9 +97,10 @@ export function ClaimsTable({ initial, initialQ = "" }: { initial: ApiClaimPage 
           ) : null}
         </p>
       ) : null}
+      {!data && !error ? <NotReadYet what="the claims" serverError={readError} field="claims-reading" /> : null}
       {notice ? (
         <p role="alert" className="rounded border border-slate-300 bg-white px-3 py-2 text-sm">
-          {notice}
+          {noticeText(notice, data?.claims ?? [], now)}
         </p>
       ) : null}
       {data && data.claims.length === 0 ? (
@@ -266,9 +277,9 @@ export function ClaimsTable({ initial, initialQ = "" }: { initial: ApiClaimPage 
       {releasing ? (
         <ForceReleaseDialog
           claim={releasing}
-          onClose={(message) => {
+          onClose={(outcome) => {
             setReleasing(null);
-            if (message) setNotice(message);
+            if (outcome) setNotice(outcome);
           }}
         />
       ) : null}
@@ -296,7 +307,30 @@ function TtlBar({ leftMs, ttlMs, stale }: { leftMs: number; ttlMs: number | null
   );
 }
 
-function ForceReleaseDialog({ claim, onClose }: { claim: ApiClaim; onClose: (message: string | null) => void }) {
+/**
+ * What the page says after a force release: a fixed text, or — for a release that went through —
+ * one that follows the claim (helper-136: "free at the latest in 24 s" stayed up, unchanged,
+ * after the claim was taken again): counting down while the released holder still has it, "free"
+ * once it is gone, and who holds it now once another grant took it.
+ */
+type ReleaseNotice =
+  { text: string } | { released: { name: string; token: string; holder: string; freeBy: number; already: boolean } };
+
+function noticeText(notice: ReleaseNotice, claims: readonly ApiClaim[], now: number): string {
+  if ("text" in notice) return notice.text;
+  const { name, token, holder, freeBy, already } = notice.released;
+  const held = claims.find((c) => c.name === name);
+  const released = already ? `${name} was already force-released` : `Released ${name}`;
+  if (held && held.token !== token)
+    return `${released}: ${holder} has stopped, and the claim has been taken again by ${held.holder.workerId ?? "another holder"} (fence ${held.fence}).`;
+  if (!held) return `${released}: ${holder} has stopped; the claim is free.`;
+  const left = freeBy - now;
+  return left > 0
+    ? `${released}: ${holder} is told to stop. The claim is free as soon as it has stopped, at the latest in ${formatDurationMs(left)}.`
+    : `${released}: ${holder} has not said it stopped; the claim is free now (its release window ran out).`;
+}
+
+function ForceReleaseDialog({ claim, onClose }: { claim: ApiClaim; onClose: (notice: ReleaseNotice | null) => void }) {
   const queryClient = useQueryClient();
   const [reason, setReason] = useState("");
   const dialog = useRef<HTMLDivElement>(null);
@@ -315,19 +349,22 @@ function ForceReleaseDialog({ claim, onClose }: { claim: ApiClaim; onClose: (mes
     },
     onSuccess: (result) => {
       rereadChanged(queryClient, "forceRelease");
-      if (result.status === "released") {
-        onClose(
-          `Released ${claim.name}: ${claim.holder.workerId ?? "its holder"} is told to stop. The claim is free as soon as it has stopped, at the latest in ${formatDurationMs(result.releaseWindowMs)}.`,
-        );
-      } else if (result.status === "releasing") {
-        onClose(
-          `${claim.name} was already force-released; its holder has not stopped yet. It is free at the latest in ${formatDurationMs(result.releaseWindowMs)}.`,
-        );
+      if (result.status === "released" || result.status === "releasing") {
+        onClose({
+          released: {
+            name: claim.name,
+            token: claim.token,
+            holder: claim.holder.workerId ?? "its holder",
+            freeBy: Date.now() + result.releaseWindowMs,
+            already: result.status === "releasing",
+          },
+        });
       } else if (result.status === "not-owner") {
-        onClose(
-          `Not released: the claim changed hands — it is now held by ${result.currentHolder ?? "another holder"}. Nothing was released.`,
-        );
-      } else onClose("Not released: the claim had already ended (expired or released). Nothing was released.");
+        onClose({
+          text: `Not released: the claim changed hands — it is now held by ${result.currentHolder ?? "another holder"}. Nothing was released.`,
+        });
+      } else
+        onClose({ text: "Not released: the claim had already ended (expired or released). Nothing was released." });
     },
   });
   return (

@@ -2,7 +2,7 @@
 
 import { useMutation, useQueryClient } from "@tanstack/react-query";
 import Link from "next/link";
-import { useId, useRef, useState } from "react";
+import { useEffect, useId, useRef, useState } from "react";
 import type { CancelResult } from "@/lib/operations/cancel";
 import type { RetryResult } from "@/lib/operations/retry";
 import type { ScheduleChangeResult } from "@/lib/operations/schedule";
@@ -45,10 +45,23 @@ function ReasonAction<T>({
   const id = useId();
   // Set at the first submit, before React disables the button: a double click sent it twice.
   const sending = useRef(false);
+  // Keyboard use (helper-136): the form takes focus in its reason field when it opens, and
+  // Escape or Close gives it back to the button that opened it.
+  const opener = useRef<HTMLButtonElement>(null);
+  const refocus = useRef(false);
+  const close = () => {
+    refocus.current = true;
+    setOpen(false);
+  };
+  useEffect(() => {
+    if (open || !refocus.current) return;
+    refocus.current = false;
+    opener.current?.focus();
+  }, [open]);
   const action = useMutation({
     mutationFn: () => run(reason.trim()),
     onSuccess: (result) => {
-      setOpen(false);
+      close();
       onOutcome?.(describe(result));
       rereadChanged(queryClient, changes);
     },
@@ -64,6 +77,9 @@ function ReasonAction<T>({
         <form
           aria-label={label}
           className="flex flex-col gap-1 rounded border border-slate-300 bg-white p-2"
+          onKeyDown={(event) => {
+            if (event.key === "Escape") close();
+          }}
           onSubmit={(event) => {
             event.preventDefault();
             if (sending.current) return;
@@ -77,6 +93,8 @@ function ReasonAction<T>({
           </label>
           <input
             id={id}
+            // Opened by the operator's own click or key: the reason is what comes next.
+            autoFocus
             className="rounded border border-slate-300 px-2 py-1"
             value={reason}
             onChange={(event) => setReason(event.target.value)}
@@ -89,7 +107,7 @@ function ReasonAction<T>({
             >
               {confirmLabel}
             </button>
-            <button type="button" className="rounded border px-2 py-1" onClick={() => setOpen(false)}>
+            <button type="button" className="rounded border px-2 py-1" onClick={close}>
               Close
             </button>
           </div>
@@ -97,6 +115,7 @@ function ReasonAction<T>({
         </form>
       ) : (
         <button
+          ref={opener}
           type="button"
           aria-label={label}
           onClick={() => {

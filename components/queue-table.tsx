@@ -7,6 +7,7 @@ import type { QueueEntry, QueueView } from "@/lib/operations/queue-view";
 import { formatDurationMs } from "@/lib/ui/format";
 import { LIVE_POLL_MS, queueQuery, rebuildHref, type QueueFilter } from "@/lib/ui/queries";
 import { DataTable } from "./data-table";
+import { NotReadYet } from "./not-read-yet";
 import { CancelJobButton } from "./operations";
 import { StatusBadge } from "./status-badge";
 import { Time } from "./time";
@@ -52,6 +53,7 @@ export function QueueTable({
   return (
     <div className="space-y-2">
       {error ? <p className="text-sm text-red-700">Could not load the queue: {error.message}</p> : null}
+      {!data && !error ? <NotReadYet what="the queue" field="queue-reading" /> : null}
       {notice ? (
         <p role="status" className="text-sm text-slate-700" data-field="queue-notice">
           Job {notice.jobId}: {notice.text}

@@ -17,6 +17,7 @@ import { SearchBox } from "./search-box";
 import { usePollEvery } from "./live-events";
 import { CursorPager } from "./cursor-pager";
 import { DataTable } from "./data-table";
+import { NotReadYet } from "./not-read-yet";
 import { formatDurationMs, formatRunDuration, runDurationNote } from "@/lib/ui/format";
 import { RunStrip, RunStripLegend } from "./run-strip";
 import { useCanOperate } from "./role";
@@ -27,7 +28,16 @@ import { Time } from "./time";
  * The rebuild×tenant rows, a page at a time (the API reads the live state of one page only), with
  * a name search kept in the URL.
  */
-export function RebuildsTable({ initial, initialQ = "" }: { initial: ApiRebuildPage | null; initialQ?: string }) {
+export function RebuildsTable({
+  initial,
+  initialQ = "",
+  readError = null,
+}: {
+  initial: ApiRebuildPage | null;
+  initialQ?: string;
+  /** Why the server could not read the rebuilds for the page, or null. */
+  readError?: string | null;
+}) {
   const [cursors, setCursors] = useState<(string | null)[]>([null]);
   const [q, setQ] = useState(initialQ);
   const cursor = cursors[cursors.length - 1] ?? null;
@@ -62,9 +72,7 @@ export function RebuildsTable({ initial, initialQ = "" }: { initial: ApiRebuildP
         </p>
       ) : error ? null : (
         // Not read yet (Redis was down when the page was served): not "no rebuilds".
-        <p className="text-sm text-slate-600" data-field="rebuilds-count" role="status">
-          Reading the rebuilds…
-        </p>
+        <NotReadYet what="the rebuilds" serverError={readError} field="rebuilds-count" />
       )}
       <RunStripLegend />
       <DataTable

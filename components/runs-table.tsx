@@ -9,6 +9,7 @@ import { RUN_STATUSES, type RunStatus } from "@/lib/runs/types";
 import { LIVE_POLL_MS, rebuildHref, runsQuery, type RunsFilter } from "@/lib/ui/queries";
 import { usePollEvery } from "./live-events";
 import { DataTable } from "./data-table";
+import { NotReadYet } from "./not-read-yet";
 import { formatRunDuration, runDurationNote } from "@/lib/ui/format";
 import { Time } from "./time";
 import { StatusBadge } from "./status-badge";
@@ -20,9 +21,11 @@ export interface RunsTableProps {
   /** The page the URL names (`?cursor=`): Back, a reload or a shared link open that page again. */
   initialCursor?: string;
   rebuilds: { name: string; tenants: string[] | null }[];
+  /** Why the server could not read the runs for the page, or null. */
+  readError?: string | null;
 }
 
-export function RunsTable({ initial, initialFilter, initialCursor, rebuilds }: RunsTableProps) {
+export function RunsTable({ initial, initialFilter, initialCursor, rebuilds, readError = null }: RunsTableProps) {
   const [filter, setFilter] = useState<RunsFilter & { jobId?: string }>(initialFilter);
   // The page the URL names now: after Back or Forward the router may render this page from its
   // cache, with the props of another URL.
@@ -135,6 +138,7 @@ export function RunsTable({ initial, initialFilter, initialCursor, rebuilds }: R
         ) : null}
       </form>
       {error ? <p className="text-sm text-red-700">Could not load runs: {error.message}</p> : null}
+      {!data && !error ? <NotReadYet what="the runs" serverError={readError} field="runs-reading" /> : null}
       {search && filter.q ? (
         <p className="text-sm text-slate-600" role="status" data-field="runs-search">
           {search.matched === 0

@@ -5,14 +5,18 @@ import type { SilentWorker, WorkerStatus } from "@/lib/workers/heartbeat";
 import { LIVE_POLL_MS, workersQuery } from "@/lib/ui/queries";
 import { usePollEvery } from "./live-events";
 import { DataTable } from "./data-table";
+import { NotReadYet } from "./not-read-yet";
 import { formatDurationMs } from "@/lib/ui/format";
 import { Time } from "./time";
 import { useNow, useRenderTime, useServerFirst } from "./use-now";
 
 export function WorkersTable({
   initial,
+  readError = null,
 }: {
   initial: { workers: WorkerStatus[]; silent: SilentWorker[]; serverTime: number } | null;
+  /** Why the server could not read the workers for the page, or null. */
+  readError?: string | null;
 }) {
   const renderTime = useRenderTime();
   const { data: live, error } = useQuery({
@@ -23,6 +27,7 @@ export function WorkersTable({
   const data = useServerFirst(live, initial);
   const now = useNow();
   if (error) return <p className="text-sm text-red-700">Could not load workers: {error.message}</p>;
+  if (!data) return <NotReadYet what="the workers" serverError={readError} field="workers-reading" />;
   const silent = data ? <SilentWorkers silent={data.silent ?? []} /> : null;
   if (data && data.workers.length === 0) {
     return (

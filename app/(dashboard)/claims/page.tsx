@@ -1,7 +1,7 @@
 import { LinkProblem } from "@/components/link-problem";
 import { ClaimsTable } from "@/components/claims-table";
 import { claimsQuery, getClaims, type ApiClaimPage } from "@/lib/api/claims";
-import { describeZodError } from "@/lib/api/errors";
+import { describeZodError, publicErrorOf } from "@/lib/api/errors";
 import { checkClaimName } from "@/lib/claims/name";
 import { getWebContext } from "@/lib/web/context";
 import { requireViewer } from "@/lib/web/identity";
@@ -29,10 +29,12 @@ export default async function ClaimsPage({
       ? "cursor: not a claim name"
       : null;
   let initial: ApiClaimPage | null = null;
+  let readError: string | null = null;
   try {
     initial = await getClaims(getWebContext(), { limit: 100, ...(q ? { q } : {}) });
-  } catch {
-    // Redis down: the banner says so; the table retries from the browser.
+  } catch (error) {
+    // Redis down: the banner says so, the table says it could not read, and retries from the browser.
+    readError = publicErrorOf(error).message;
   }
   return (
     <section aria-labelledby="page-title" className="space-y-4">
@@ -40,7 +42,7 @@ export default async function ClaimsPage({
         Claims
       </h1>
       <LinkProblem problem={linkProblem} />
-      <ClaimsTable initial={initial} initialQ={q} />
+      <ClaimsTable initial={initial} initialQ={q} readError={readError} />
     </section>
   );
 }

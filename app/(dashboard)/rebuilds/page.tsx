@@ -1,6 +1,6 @@
 import { LinkProblem } from "@/components/link-problem";
 import { RebuildsTable } from "@/components/rebuilds-table";
-import { describeZodError } from "@/lib/api/errors";
+import { describeZodError, publicErrorOf } from "@/lib/api/errors";
 import { getRebuildsPage, rebuildsQuery, type ApiRebuildPage } from "@/lib/api/rebuilds";
 import { getWebContext } from "@/lib/web/context";
 import { requireViewer } from "@/lib/web/identity";
@@ -24,11 +24,13 @@ export default async function RebuildsPage({
   );
   const linkProblem = whole.success ? null : describeZodError(whole.error).replace(/^body: /, "");
   let initial: ApiRebuildPage | null = null;
+  let readError: string | null = null;
   try {
     // The API's default page size: the one the table asks for (REBUILDS_PAGE).
     initial = await getRebuildsPage(getWebContext(), rebuildsQuery.parse(q ? { q } : {}));
-  } catch {
-    // Redis down: the banner says so; the table retries from the browser.
+  } catch (error) {
+    // Redis down: the banner says so, the table says it could not read, and retries from the browser.
+    readError = publicErrorOf(error).message;
   }
   return (
     <section aria-labelledby="page-title" className="space-y-4">
@@ -36,7 +38,7 @@ export default async function RebuildsPage({
         Rebuilds
       </h1>
       <LinkProblem problem={linkProblem} />
-      <RebuildsTable initial={initial} initialQ={q} />
+      <RebuildsTable initial={initial} initialQ={q} readError={readError} />
     </section>
   );
 }

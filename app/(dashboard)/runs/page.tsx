@@ -1,5 +1,5 @@
 import { LinkProblem } from "@/components/link-problem";
-import { describeZodError } from "@/lib/api/errors";
+import { describeZodError, publicErrorOf } from "@/lib/api/errors";
 import { RunCharts } from "@/components/run-charts";
 import { RunsTable } from "@/components/runs-table";
 import { getRuns, runsQuery } from "@/lib/api/runs";
@@ -19,13 +19,15 @@ export default async function RunsPage({ searchParams }: { searchParams: Promise
   const linkProblem = parsed.success ? null : describeZodError(parsed.error).replace(/^body: /, "");
   const { limit: _limit, cursor, ...initialFilter } = filter as typeof filter & { cursor?: string };
   let initial: RunPage | null = null;
+  let readError: string | null = null;
   let rebuilds: { name: string; tenants: string[] | null }[] = [];
   try {
     const context = getWebContext();
     rebuilds = [...context.definitions.rebuilds.values()].map((d) => ({ name: d.name, tenants: d.tenants ?? null }));
     initial = await getRuns(context, { ...initialFilter, limit: 25, ...(cursor ? { cursor } : {}) });
-  } catch {
-    // Redis down or a bad filter in the URL: the table loads (and reports) from the browser.
+  } catch (error) {
+    // Redis down or a bad filter in the URL: the table says so, and loads (and reports) from the browser.
+    readError = publicErrorOf(error).message;
   }
   return (
     <section aria-labelledby="page-title" className="space-y-4">
@@ -34,7 +36,13 @@ export default async function RunsPage({ searchParams }: { searchParams: Promise
       </h1>
       <LinkProblem problem={linkProblem} />
       <RunCharts />
-      <RunsTable initial={initial} initialFilter={initialFilter} initialCursor={cursor} rebuilds={rebuilds} />
+      <RunsTable
+        initial={initial}
+        initialFilter={initialFilter}
+        initialCursor={cursor}
+        rebuilds={rebuilds}
+        readError={readError}
+      />
     </section>
   );
 }
