@@ -14,6 +14,7 @@ import { NotReadYet } from "./not-read-yet";
 import { CancelJobButton } from "./operations";
 import { SearchBox } from "./search-box";
 import { formatDurationMs } from "@/lib/ui/format";
+import { noticeText, type ReleaseNotice } from "@/lib/ui/release-notice";
 import { usePollEvery } from "./live-events";
 import { useCanOperate } from "./role";
 import { Time } from "./time";
@@ -305,29 +306,6 @@ function TtlBar({ leftMs, ttlMs, stale }: { leftMs: number; ttlMs: number | null
       <div className={`h-full ${colour}`} data-mark="ttl-bar" style={{ width: `${(share * 100).toFixed(1)}%` }} />
     </div>
   );
-}
-
-/**
- * What the page says after a force release: a fixed text, or — for a release that went through —
- * one that follows the claim (helper-136: "free at the latest in 24 s" stayed up, unchanged,
- * after the claim was taken again): counting down while the released holder still has it, "free"
- * once it is gone, and who holds it now once another grant took it.
- */
-type ReleaseNotice =
-  { text: string } | { released: { name: string; token: string; holder: string; freeBy: number; already: boolean } };
-
-function noticeText(notice: ReleaseNotice, claims: readonly ApiClaim[], now: number): string {
-  if ("text" in notice) return notice.text;
-  const { name, token, holder, freeBy, already } = notice.released;
-  const held = claims.find((c) => c.name === name);
-  const released = already ? `${name} was already force-released` : `Released ${name}`;
-  if (held && held.token !== token)
-    return `${released}: ${holder} has stopped, and the claim has been taken again by ${held.holder.workerId ?? "another holder"} (fence ${held.fence}).`;
-  if (!held) return `${released}: ${holder} has stopped; the claim is free.`;
-  const left = freeBy - now;
-  return left > 0
-    ? `${released}: ${holder} is told to stop. The claim is free as soon as it has stopped, at the latest in ${formatDurationMs(left)}.`
-    : `${released}: ${holder} has not said it stopped; the claim is free now (its release window ran out).`;
 }
 
 function ForceReleaseDialog({ claim, onClose }: { claim: ApiClaim; onClose: (notice: ReleaseNotice | null) => void }) {

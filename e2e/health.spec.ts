@@ -50,6 +50,21 @@ test("stopping the Redis turns the banner red and /api/health 503; it recovers a
     await expect(live).not.toHaveAttribute("data-live", "live");
     await expect(live).toContainText("Not live");
     await page.screenshot({ path: testInfo.outputPath("redis-down.png"), fullPage: true });
+    // A page opened now says it could not read its list, never an empty one (helper-136: "no
+    // claims", "no workers" and "could not read them" looked alike).
+    for (const [path, field, what] of [
+      ["/claims", "claims-reading", "the claims"],
+      ["/workers", "workers-reading", "the workers"],
+    ] as const) {
+      const fresh = await page.context().newPage();
+      try {
+        await fresh.goto(`${url}${path}`, { timeout: 30_000 });
+        await expect(fresh.locator(`[data-field="${field}"]`)).toContainText(`Could not read ${what}:`);
+        await expect(fresh.locator("tr[data-claim], tr[data-worker]")).toHaveCount(0);
+      } finally {
+        await fresh.close();
+      }
+    }
   } finally {
     process.kill(redisPid, "SIGCONT");
   }

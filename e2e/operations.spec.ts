@@ -62,8 +62,17 @@ test("cancel a running slow-archive on its rebuild page: cancelled, claim gone, 
   await expect(page.locator('[data-field="claim-timing"]')).toContainText("TTL 20");
   const row = page.getByRole("table", { name: "Queue" }).locator(`tr[data-job="${jobId}"]`);
   await expect(row).toHaveAttribute("data-state", "active");
-  await row.getByRole("button", { name: `Cancel: job ${jobId}` }).click();
+  // By keyboard (helper-136): Enter opens the form with the focus in its reason, Escape closes
+  // it and gives the focus back to the button.
+  const cancelButton = row.getByRole("button", { name: `Cancel: job ${jobId}` });
   const form = row.getByRole("form", { name: `Cancel: job ${jobId}` });
+  await cancelButton.focus();
+  await page.keyboard.press("Enter");
+  await expect(form.getByLabel("Reason (for the audit log)")).toBeFocused();
+  await page.keyboard.press("Escape");
+  await expect(form).toHaveCount(0);
+  await expect(cancelButton).toBeFocused();
+  await cancelButton.click();
   await form.getByLabel("Reason (for the audit log)").fill("wrong input (e2e)");
   const answered = page.waitForResponse(
     (r) => r.request().method() === "POST" && r.url().endsWith(`/api/jobs/${encodeURIComponent(jobId)}/cancel`),
