@@ -18,7 +18,7 @@ import { noticeText, type ReleaseNotice } from "@/lib/ui/release-notice";
 import { usePollEvery } from "./live-events";
 import { useCanOperate } from "./role";
 import { Time } from "./time";
-import { useNow, useRenderTime, useServerFirst } from "./use-now";
+import { useHydrated, useNow, useRenderTime, useServerFirst } from "./use-now";
 import { useDialogFocus } from "./use-dialog-focus";
 
 /**
@@ -45,7 +45,7 @@ export function ClaimsTable({
   const {
     data: live,
     dataUpdatedAt: liveUpdatedAt,
-    error,
+    error: liveError,
   } = useQuery({
     ...claimsQuery(cursor, q),
     refetchInterval: usePollEvery(LIVE_POLL_MS),
@@ -53,6 +53,8 @@ export function ClaimsTable({
     ...(serverPage ? { initialData: serverPage, initialDataUpdatedAt: renderTime || undefined } : {}),
   });
   const data = useServerFirst(live, serverPage);
+  // A failure before this table hydrated is shown once it has (the server's HTML did not say it).
+  const error = useHydrated() ? liveError : null;
   const showsServerPage = data === serverPage && data !== live;
   const dataUpdatedAt = showsServerPage && renderTime ? renderTime : liveUpdatedAt;
   const now = useNow();

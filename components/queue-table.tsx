@@ -1,6 +1,7 @@
 "use client";
 
 import { useQuery } from "@tanstack/react-query";
+import { useServerFirstQuery } from "./use-now";
 import { useState } from "react";
 import Link from "next/link";
 import type { QueueEntry, QueueView } from "@/lib/operations/queue-view";
@@ -34,11 +35,14 @@ export function QueueTable({
   initial?: QueueView | null;
   showRebuild?: boolean;
 }) {
-  const { data, error } = useQuery({
-    ...queueQuery(filter),
-    refetchInterval: LIVE_POLL_MS,
-    ...(initial ? { initialData: initial } : {}),
-  });
+  const { data, error } = useServerFirstQuery(
+    useQuery({
+      ...queueQuery(filter),
+      refetchInterval: LIVE_POLL_MS,
+      ...(initial ? { initialData: initial } : {}),
+    }),
+    initial,
+  );
   // What the last cancel from this table came to: its row may be gone with the change.
   const [notice, setNotice] = useState<{ jobId: string; text: React.ReactNode } | null>(null);
   const columns = [

@@ -1,6 +1,7 @@
 "use client";
 
 import { useQuery } from "@tanstack/react-query";
+import { useServerFirstQuery } from "./use-now";
 import Link from "next/link";
 import { useId, useRef, useState } from "react";
 import type { ApiRebuild, ApiRebuildDetail } from "@/lib/api/rebuilds";
@@ -30,11 +31,14 @@ export function RebuildDetailView({
   tenant: string | null;
   initial: ApiRebuildDetail | null;
 }) {
-  const { data, error } = useQuery({
-    ...rebuildDetailQuery(name, tenant),
-    refetchInterval: usePollEvery(LIVE_POLL_MS),
-    ...(initial ? { initialData: initial } : {}),
-  });
+  const { data, error } = useServerFirstQuery(
+    useQuery({
+      ...rebuildDetailQuery(name, tenant),
+      refetchInterval: usePollEvery(LIVE_POLL_MS),
+      ...(initial ? { initialData: initial } : {}),
+    }),
+    initial,
+  );
   if (!data) return <p className="text-sm text-red-700">{error ? error.message : "Loading…"}</p>;
   const { definition, entries } = data;
   const filter = { rebuild: name, ...(tenant ? { tenant } : {}) };

@@ -1,6 +1,7 @@
 "use client";
 
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
+import { useServerFirstQuery } from "./use-now";
 import Link from "next/link";
 import { useId, useRef, useState } from "react";
 import type { ApiRebuild, ApiRebuildPage } from "@/lib/api/rebuilds";
@@ -41,11 +42,15 @@ export function RebuildsTable({
   const [cursors, setCursors] = useState<(string | null)[]>([null]);
   const [q, setQ] = useState(initialQ);
   const cursor = cursors[cursors.length - 1] ?? null;
-  const { data, error } = useQuery({
-    ...rebuildsQuery(cursor, q),
-    refetchInterval: usePollEvery(LIVE_POLL_MS),
-    ...(initial && cursor === null && q === initialQ ? { initialData: initial } : {}),
-  });
+  const serverPage = initial && cursor === null && q === initialQ ? initial : null;
+  const { data, error } = useServerFirstQuery(
+    useQuery({
+      ...rebuildsQuery(cursor, q),
+      refetchInterval: usePollEvery(LIVE_POLL_MS),
+      ...(serverPage ? { initialData: serverPage } : {}),
+    }),
+    serverPage,
+  );
   const [open, setOpen] = useState<string | null>(null);
   const first = (cursors.length - 1) * REBUILDS_PAGE;
   return (

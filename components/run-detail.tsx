@@ -1,6 +1,7 @@
 "use client";
 
 import { useQuery } from "@tanstack/react-query";
+import { useServerFirstQuery } from "./use-now";
 import type { RunDetail } from "@/lib/api/runs";
 import Link from "next/link";
 import { RETRYABLE_STATUSES } from "@/lib/runs/transitions";
@@ -16,11 +17,14 @@ import { StatusBadge } from "./status-badge";
 export function RunDetailView({ initial, id }: { initial: RunDetail | null; id: string }) {
   // Live: run and log events re-read it; otherwise poll (faster while it runs).
   const poll = usePollEvery(1);
-  const { data: run, error } = useQuery({
-    ...runQuery(id),
-    ...(poll === false ? { refetchInterval: false } : {}),
-    ...(initial ? { initialData: initial } : {}),
-  });
+  const { data: run, error } = useServerFirstQuery(
+    useQuery({
+      ...runQuery(id),
+      ...(poll === false ? { refetchInterval: false } : {}),
+      ...(initial ? { initialData: initial } : {}),
+    }),
+    initial,
+  );
   if (!run) return <p className="text-sm text-red-700">{error ? error.message : "Loading…"}</p>;
   const running = run.status === "running" || run.status === "queued";
   const fields: [string, ReactNode][] = [

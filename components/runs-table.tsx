@@ -1,6 +1,7 @@
 "use client";
 
 import { useQuery } from "@tanstack/react-query";
+import { useServerFirstQuery } from "./use-now";
 import Link from "next/link";
 import { useSearchParams } from "next/navigation";
 import { useState } from "react";
@@ -57,11 +58,15 @@ export function RunsTable({ initial, initialFilter, initialCursor, rebuilds, rea
       return at >= 0 ? walked.slice(0, at + 1) : [...walked, urlCursor];
     });
   }
-  const { data, error } = useQuery({
-    ...runsQuery(query),
-    refetchInterval: usePollEvery(LIVE_POLL_MS),
-    ...(initial && isInitial ? { initialData: initial } : {}),
-  });
+  const serverPage = initial && isInitial ? initial : null;
+  const { data, error } = useServerFirstQuery(
+    useQuery({
+      ...runsQuery(query),
+      refetchInterval: usePollEvery(LIVE_POLL_MS),
+      ...(serverPage ? { initialData: serverPage } : {}),
+    }),
+    serverPage,
+  );
   const tenants = rebuilds.find((r) => r.name === filter.rebuild)?.tenants ?? null;
   const change = (next: RunsFilter & { jobId?: string }) => {
     setCursors([]);

@@ -72,3 +72,20 @@ export function useServerFirst<T>(live: T | undefined, server: T | null | undefi
   const hydrated = useHydrated();
   return !hydrated && server ? server : live;
 }
+
+/**
+ * `useServerFirst` for a whole query result: while the component hydrates, what the server
+ * rendered — its data, or no data and no error when it had none (Redis down: the page says so
+ * itself) — and the live result after. A query that answered or failed before this part of the
+ * page hydrated (the live stream re-reads queries as soon as the layout hydrates) would otherwise
+ * render something the server's HTML does not say (React error #418, helper-136: /rebuilds and a
+ * run's page, now and then).
+ */
+export function useServerFirstQuery<T>(
+  query: { data: T | undefined; error: Error | null },
+  server: NoInfer<T> | null | undefined,
+): { data: T | undefined; error: Error | null } {
+  const hydrated = useHydrated();
+  if (hydrated) return { data: query.data, error: query.error };
+  return { data: server ?? undefined, error: null };
+}

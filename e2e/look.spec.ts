@@ -70,7 +70,7 @@ test.describe("as operator", () => {
     await expect(page.locator('link[rel="icon"]').first()).toHaveAttribute("href", /favicon\.ico|icon\.svg/);
   });
 
-  test("no console errors, page errors or failed requests on any page (Workers loaded five times)", async ({
+  test("no console errors, page errors or failed requests on any page (Workers loaded five times, Rebuilds, Claims and a run three)", async ({
     page,
   }) => {
     const { url } = stack();
@@ -84,6 +84,16 @@ test.describe("as operator", () => {
       await page.goto(`${url}/workers`);
       await expect(page.getByRole("table", { name: "Workers" })).toBeVisible();
       await page.waitForLoadState("networkidle");
+    }
+    // And the pages whose lists the live stream re-reads as the layout hydrates (helper-136 saw
+    // #418 on /rebuilds and a run's page now and then).
+    const [, , , , , , , , , run] = await pages(page);
+    for (let i = 0; i < 3; i++) {
+      for (const path of ["/rebuilds", "/claims", ...(run ? [run] : [])]) {
+        await page.goto(`${url}${path}`);
+        await expect(page.getByRole("heading", { level: 1 })).toBeVisible();
+        await page.waitForLoadState("networkidle");
+      }
     }
     expect(problems).toEqual([]);
   });
