@@ -81,6 +81,14 @@ async function until(check: () => boolean, timeoutMs: number, what: string): Pro
   }
 }
 
+function isWarden(pid: number): boolean {
+  try {
+    return fs.readFileSync(`/proc/${pid}/cmdline`, "utf8").includes("warden-main.mjs");
+  } catch {
+    return false;
+  }
+}
+
 /** The pid of the step warden of the stand-in worker `host` (its child running warden-main.mjs), other than `not`. */
 async function wardenOf(host: number, not?: number): Promise<number> {
   let found: number | undefined;
@@ -97,13 +105,7 @@ async function wardenOf(host: number, not?: number): Promise<number> {
       } catch {
         return false;
       }
-      found = children.find((pid) => {
-        try {
-          return pid !== not && fs.readFileSync(`/proc/${pid}/cmdline`, "utf8").includes("warden-main.mjs");
-        } catch {
-          return false;
-        }
-      });
+      found = children.find((pid) => pid !== not && isWarden(pid));
       return found !== undefined;
     },
     20_000,
@@ -195,13 +197,8 @@ for (const mode of ["cgroup", "pid-namespace"] as const)
         await waitForLine(h.child, /^step ended/, 60_000);
         assert.match(h.output(), /step ended: WorkerStalledError: .*killed by the step warden/);
       } finally {
-        if (frozen !== null) {
-          try {
-            process.kill(frozen, "SIGKILL");
-          } catch {
-            // killed by the worker already
-          }
-        }
+        // Killed by the worker already, normally; its pid may be another process's by now.
+        if (frozen !== null && isWarden(frozen)) process.kill(frozen, "SIGKILL");
         h.child.kill("SIGCONT");
         h.child.kill("SIGKILL");
       }

@@ -4,7 +4,10 @@
  * even when the worker is SIGKILLed or OOM-killed.
  *
  * When the worker dies — however — or stops running for longer than its job lock (blocked,
- * SIGSTOPped), the worker's step warden (warden.ts, one process per worker) kills its steps.
+ * SIGSTOPped), the worker's step warden (warden.ts, one process per worker) kills its steps. A
+ * worker killed together with its warden (helper-135) still takes its steps along: in `cgroup`
+ * mode the step keeper (step-cgroup.ts), in a PID namespace `setpriv --pdeathsig KILL` before
+ * `unshare` (`parentDeathPrefix`).
  * Mechanisms, strongest first (chosen once per worker by `detectContainment`;
  * CLAIMWATCH_STEP_CONTAINMENT names one, and a named one the host lacks is a config error):
  *

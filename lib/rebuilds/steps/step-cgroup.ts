@@ -20,11 +20,13 @@
  * after the spawn (`heldByWarden`), leaves it and kills it.
  *
  * The warden is one process beside the worker: killed together with it (`kill -9` of both,
- * `pkill -9 node`), it could not end the steps (helper-135). So each step's cgroup also holds a
- * guard (`STEP_GUARD`), born there just before the program: a shell reading a pipe whose only
- * write end this worker holds. When the worker dies, however, the pipe ends and the guard writes
- * the cgroup's `cgroup.kill` — the program, all it started and the guard itself. It goes with the
- * step's own `cgroup.kill` at its end, and costs a step one more small process.
+ * `pkill -9 node`), it could not end the steps (helper-135). So each worker also starts a keeper
+ * (`STEP_KEEPER`), once: a small shell, not Node, in a process group of its own, reading a pipe
+ * whose only other end this worker holds and never writes. When the worker dies, however, the
+ * pipe ends and the keeper writes `cgroup.kill` of every step cgroup under the worker's parent —
+ * the warden's EOF rule, held by a second process that dies neither with the warden nor with
+ * `pkill node`. It costs a step nothing (review helper-139: a guard spawned per step cost a fork
+ * of the whole worker, ~10 ms). A worker that finds its keeper gone starts another.
  */
 import { spawn as spawnProcess, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
@@ -214,39 +216,50 @@ function returnHome(place: StepCgroupPlace): void {
 }
 
 /**
- * The guard's script (`sh -c STEP_GUARD claimwatch-step-guard <cgroup dir>`): waits for the end of
- * its stdin — the worker's pipe, written never — and kills its own cgroup. `/bin/sh`: the guard
- * gets no environment (no PATH) and no output.
+ * The keeper's script (`sh -c STEP_KEEPER claimwatch-step-keeper <parent>`, module comment): waits
+ * for the end of its stdin, the worker's pipe, then kills every step cgroup under the parent
+ * (`worker-held` too: a dead worker is in none of them) and removes them once empty (up to 2 s),
+ * as the warden would. SIGHUP, SIGINT, SIGTERM and SIGQUIT are ignored: it ends when the worker
+ * does. `/bin/sh` with no environment (no PATH: builtins only, but for `sleep` and `rmdir`).
  */
-const STEP_GUARD = 'read -r claimwatch_line; echo 1 > "$1/cgroup.kill"';
-const GUARD_SHELL = "/bin/sh";
+const STEP_KEEPER = [
+  'trap "" HUP INT TERM QUIT',
+  "read -r claimwatch_line",
+  'for d in "$1"/*/; do [ -e "${d}cgroup.kill" ] && echo 1 > "${d}cgroup.kill"; done',
+  'for i in 1 2 3 4 5 6 7 8 9 10; do /bin/rmdir "$1"/*/ "$1" 2>/dev/null; [ -d "$1" ] || exit 0; /bin/sleep 0.2; done',
+].join("; ");
+const KEEPER_SHELL = "/bin/sh";
+/** Keepers are started again at most this often (one that keeps dying must not fork the worker in a loop). */
+const KEEPER_RESTART_MS = 1_000;
 
-/** The guard of the step cgroup `dir` (module comment), spawned where this process is now. */
-function spawnGuard(dir: string): ChildProcess {
-  const guard = spawnProcess(GUARD_SHELL, ["-c", STEP_GUARD, "claimwatch-step-guard", dir], {
+let keeper: ChildProcess | null = null;
+let keeperStartedAt = -Infinity;
+
+/** Starts this worker's step keeper for `place` (module comment) unless it runs. */
+function ensureKeeper(place: StepCgroupPlace): void {
+  if (keeper) return;
+  const started = spawnProcess(KEEPER_SHELL, ["-c", STEP_KEEPER, "claimwatch-step-keeper", place.parent], {
     stdio: ["pipe", "ignore", "ignore"],
-    detached: true, // a group of its own: a signal to the program's group does not reach it
+    detached: true, // a group of its own: a signal to the worker's group does not reach it
     env: {} as NodeJS.ProcessEnv,
   });
-  guard.on("error", () => {});
-  if (guard.pid === undefined || !guard.stdin) {
-    const error = new Error(
-      `cannot start the guard of the step's cgroup (a worker killed together with its warden would leave the step running)`,
-    ) as NodeJS.ErrnoException;
-    error.code = "EAGAIN";
-    throw error;
-  }
-  guard.stdin.on("error", () => {});
-  guard.unref();
-  (guard.stdin as unknown as { unref?: () => void }).unref?.();
-  return guard;
+  started.on("error", () => {});
+  if (started.pid === undefined || !started.stdin) return;
+  keeper = started;
+  keeperStartedAt = performance.now();
+  started.stdin.on("error", () => {});
+  started.unref();
+  (started.stdin as unknown as { unref?: () => void }).unref?.();
+  started.once("exit", () => {
+    if (keeper !== started) return;
+    keeper = null;
+    const wait = Math.max(0, KEEPER_RESTART_MS - (performance.now() - keeperStartedAt));
+    setTimeout(() => ensureKeeper(place), wait).unref();
+  });
 }
 
 /** One step's cgroup: made by `create`, entered by the program only (`spawnInside`), killed and removed at the step's end. */
 export class StepCgroup {
-  /** The guard born in it (`spawnGuard`); its pipe is closed once the cgroup is removed. */
-  private guard: ChildProcess | null = null;
-
   private constructor(
     readonly place: StepCgroupPlace,
     readonly dir: string,
@@ -256,15 +269,15 @@ export class StepCgroup {
 
   /** Makes the step's cgroup (empty; nothing runs in it yet). */
   static create(place: StepCgroupPlace): StepCgroup {
+    ensureKeeper(place);
     const dir = path.join(place.parent, `step-${++StepCgroup.made}`);
     fs.mkdirSync(dir);
     return new StepCgroup(place, dir);
   }
 
   /**
-   * Runs `spawn` with this process inside the step's cgroup, so the child is born there (after
-   * the cgroup's guard), and returns home before anything else can run: all in this one
-   * synchronous call. If the
+   * Runs `spawn` with this process inside the step's cgroup, so the child is born there, and
+   * returns home before anything else can run: all three in this one synchronous call. If the
    * kernel refused the way back, this process would die with the step's `cgroup.kill`: it exits
    * instead (its warden then ends the step), which is the one safe way out of an invariant the
    * kernel broke.
@@ -272,7 +285,6 @@ export class StepCgroup {
   spawnInside(spawn: () => ChildProcess): ChildProcess {
     fs.writeFileSync(path.join(this.dir, "cgroup.procs"), String(process.pid));
     try {
-      this.guard = spawnGuard(this.dir);
       return spawn();
     } finally {
       try {
@@ -318,10 +330,7 @@ export class StepCgroup {
       await waitUntilEmpty(held);
       rmdirQuietly(held);
     }
-    const removed = rmdirQuietly(this.dir);
-    // The guard died with the cgroup; a cgroup left populated keeps its guard (and its pipe).
-    if (removed) this.guard?.stdin?.destroy();
-    return removed;
+    return rmdirQuietly(this.dir);
   }
 }
 

@@ -39,6 +39,8 @@ export const BEAT_EVERY_MS = 500;
  * can take seconds, and what the worker sent meanwhile waits in the pipe.
  */
 const UNANSWERED_BEATS_MAX = 6;
+/** The longest list of what a restarted warden is told given as its start argument (see `ensureRunning`). */
+const KNOWN_ARGUMENT_MAX = 64 * 1024;
 const STARTING_BEATS_MAX = 30;
 /** The warden's own check interval (warden-main.mjs). */
 const WARDEN_TICK_MS = 100;
@@ -222,9 +224,13 @@ class StepWarden {
     // Its own process group (a SIGSTOP or ^C sent to the worker's group does not reach it) and
     // an empty environment (nothing of the worker's, such as a test's marker, goes with it).
     // Its silence and the steps watched go with the start (a worker stopped right after this
-    // spawn has told them), not after it on the pipe.
-    const known = [`silence ${this.silenceMs}`, ...[...this.watched].map(([id, step]) => watchLine(id, step))];
-    const child = spawn(process.execPath, [main, String(process.pid), known.join("\n")], {
+    // spawn has told them), not after it on the pipe — unless they would not fit in one argument
+    // (the kernel's limit is 128 KiB: a thousand steps and more), then on the pipe as well.
+    const known = [`silence ${this.silenceMs}`, ...[...this.watched].map(([id, step]) => watchLine(id, step))].join(
+      "\n",
+    );
+    const fits = known.length <= KNOWN_ARGUMENT_MAX;
+    const child = spawn(process.execPath, [main, String(process.pid), fits ? known : `silence ${this.silenceMs}`], {
       stdio: ["pipe", "pipe", "inherit"],
       detached: true,
       env: {} as NodeJS.ProcessEnv,
@@ -271,6 +277,7 @@ class StepWarden {
         }
       }
     });
+    if (!fits) this.send(known);
     child.once("exit", () => {
       if (this.child !== child) return;
       this.child = null;
