@@ -283,6 +283,18 @@ export function parseConfig(env: Record<string, string | undefined>, cwd: string
   const viewerTokens = e.CLAIMWATCH_VIEWER_TOKEN ?? [];
   const clash = tokenClash(viewerTokens, operatorTokens, "viewer", "CLAIMWATCH_OPERATOR_TOKEN");
   if (clash) return { ok: false, error: new ConfigError("CLAIMWATCH_VIEWER_TOKEN", clash) };
+  // The metrics token reads /metrics only: one that is also a login token has two roles (helper-137).
+  const metricsAlso = [...operatorTokens, ...viewerTokens].find((t) => t.token === e.CLAIMWATCH_METRICS_TOKEN);
+  if (metricsAlso) {
+    const variable = operatorTokens.includes(metricsAlso) ? "CLAIMWATCH_OPERATOR_TOKEN" : "CLAIMWATCH_VIEWER_TOKEN";
+    return {
+      ok: false,
+      error: new ConfigError(
+        "CLAIMWATCH_METRICS_TOKEN",
+        `is the token of ${variable} entry '${metricsAlso.name}'; a token has one role: give /metrics its own`,
+      ),
+    };
+  }
   if (!isLoopbackHost(e.HOST) && operatorTokens.length + viewerTokens.length === 0) {
     return {
       ok: false,

@@ -138,11 +138,13 @@ export const scheduleBody = z.strictObject({
   reason,
 });
 
-/** The audit action (and rate-limit count) of a schedule change: its body's `action`. */
-export async function scheduleActionOf(request: Request): Promise<"pause-schedule" | "resume-schedule"> {
+/** The audit action (and rate-limit count) of a schedule change: its body's `action` (neither: `change-schedule`). */
+export async function scheduleActionOf(
+  request: Request,
+): Promise<"pause-schedule" | "resume-schedule" | "change-schedule"> {
   const body = await peekJsonBody(request);
-  const resume = typeof body === "object" && body !== null && (body as { action?: unknown }).action === "resume";
-  return resume ? "resume-schedule" : "pause-schedule";
+  const action = typeof body === "object" && body !== null ? (body as { action?: unknown }).action : undefined;
+  return action === "resume" ? "resume-schedule" : action === "pause" ? "pause-schedule" : "change-schedule";
 }
 
 export async function changeScheduleAsOperator(

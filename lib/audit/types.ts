@@ -10,7 +10,9 @@ export type AuditAction =
   | "cancel"
   | "retry"
   | "pause-schedule"
-  | "resume-schedule";
+  | "resume-schedule"
+  /** A schedule change whose body named neither pause nor resume (refused; helper-137: it was audited as a pause). */
+  | "change-schedule";
 
 /** `refused`: the action was declined as asked (e.g. a stale token); `failed`: an error. */
 export type AuditResult = "done" | "refused" | "failed";

@@ -475,6 +475,17 @@ test("a tenant in a body or query string that the rebuild does not have is a 400
       .sort(),
     ["pause-schedule", "resume-schedule"],
   );
+  // A body naming neither is refused and audited as a schedule change, not as a pause (helper-137).
+  assertError(
+    await call("POST", "/api/rebuilds/slow/schedule", { action: "stop", reason: "wrong action word" }),
+    400,
+    /action: must be pause or resume/,
+    "bad-request",
+  );
+  const stop = ((await call("GET", "/api/audit?limit=20")).body.entries as { action: string; reason: string }[]).find(
+    (e) => /must be pause or resume/.test(e.reason),
+  );
+  assert.equal(stop?.action, "change-schedule");
 
   // The queue's filter, as the runs' filter (and `claimwatch queue`) has it: without a tenant, all of them.
   assertError(

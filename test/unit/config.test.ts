@@ -31,6 +31,18 @@ test("defaults: loopback, port 3000, embedded Redis, files relative to the worki
   });
 });
 
+test("CLAIMWATCH_METRICS_TOKEN: not a login token too (a token has one role), named without the token", () => {
+  const token = "shared-token-0123456789";
+  for (const variable of ["CLAIMWATCH_OPERATOR_TOKEN", "CLAIMWATCH_VIEWER_TOKEN"]) {
+    const result = parseConfig({ [variable]: `alice:${token}`, CLAIMWATCH_METRICS_TOKEN: token }, "/srv");
+    assert.ok(!result.ok, variable);
+    assert.equal(
+      result.error.message,
+      `CLAIMWATCH_METRICS_TOKEN: is the token of ${variable} entry 'alice'; a token has one role: give /metrics its own`,
+    );
+  }
+});
+
 test("CLAIMWATCH_METRICS_TOKEN: a 16+ character token, never echoed in the error", () => {
   const good = parseConfig({ CLAIMWATCH_METRICS_TOKEN: "metrics-token-0123456789" }, "/srv");
   assert.ok(good.ok && good.config.metricsToken === "metrics-token-0123456789");
