@@ -80,9 +80,10 @@ function TimeAxis({ top, scale, range }: { top: number; scale: TimeScale; range:
   );
 }
 
-export function RunCharts() {
+/** `rebuild`: the page's own rebuild filter (the Runs page's `?rebuild=`): the lanes and trends start on it (helper-136). */
+export function RunCharts({ rebuild: initialRebuild }: { rebuild?: string } = {}) {
   const [range, setRange] = useState<"24h" | "7d">("24h");
-  const [rebuild, setRebuild] = useState<string | null>(null);
+  const [rebuild, setRebuild] = useState<string | null>(initialRebuild ?? null);
   const { data, error } = useQuery({
     ...timelineQuery(range, rebuild),
     refetchInterval: usePollEvery(LIVE_POLL_MS * 5),
@@ -124,7 +125,7 @@ export function RunCharts() {
         </label>
         {data ? (
           <span className="text-xs text-slate-600" data-field="timeline-summary" data-view={data.view}>
-            {data.total.toLocaleString("en")} runs
+            {data.total.toLocaleString("en")} {data.total === 1 ? "run" : "runs"}
             {data.view === "buckets"
               ? ` · counted per ${hoursText(data.bucketMs)} per ${data.rebuild ? "tenant" : "rebuild"}`
               : ""}
@@ -136,9 +137,9 @@ export function RunCharts() {
       {data ? <RunsTimeline timeline={data} /> : <p className="text-sm text-slate-600">Loading…</p>}
       {data ? (
         data.view === "buckets" ? (
-          <BucketDurationTrend timeline={data} />
+          <BucketDurationTrend timeline={data} preferred={rebuild} />
         ) : (
-          <DurationTrend timeline={data} />
+          <DurationTrend timeline={data} preferred={rebuild} />
         )
       ) : null}
     </section>
@@ -426,14 +427,18 @@ function TrendFrame(props: {
   );
 }
 
+/** The first of `candidates` that is one of `rebuilds` (a trend's chosen, the page's, the first), or null. */
+const firstOf = (candidates: (string | null)[], rebuilds: readonly string[]) =>
+  candidates.find((c): c is string => c !== null && rebuilds.includes(c)) ?? null;
+
 /** Durations of finished runs of one rebuild over time, with rolling p50 and p95 and its time limit. */
-export function DurationTrend({ timeline }: { timeline: Timeline }) {
+export function DurationTrend({ timeline, preferred = null }: { timeline: Timeline; preferred?: string | null }) {
   const finished = timeline.runs.filter(
     (r) => r.startedAt !== null && r.durationMs !== null && r.finishedAt !== null && r.status !== "skipped",
   );
   const rebuilds = [...new Set(finished.map((r) => r.rebuild))].sort();
   const [chosen, setChosen] = useState<string | null>(null);
-  const rebuild = chosen && rebuilds.includes(chosen) ? chosen : (rebuilds[0] ?? null);
+  const rebuild = firstOf([chosen, preferred, rebuilds[0] ?? null], rebuilds);
   if (!rebuild) return <p className="text-sm text-slate-600">No finished runs in this window for a duration trend.</p>;
   const runs = finished.filter((r) => r.rebuild === rebuild).sort((a, b) => a.startedAt! - b.startedAt!);
   const rolling = runs.map((run, i) => {
@@ -450,7 +455,7 @@ export function DurationTrend({ timeline }: { timeline: Timeline }) {
       rebuild={rebuild}
       onChoose={setChosen}
       longest={Math.max(...overall)}
-      summary={`${runs.length} runs · p50 ${p50} · p95 ${p95}`}
+      summary={`${runs.length} ${runs.length === 1 ? "run" : "runs"} · p50 ${p50} · p95 ${p95}`}
       legend={(showLimit) => (
         <ul className="flex gap-3 text-xs text-slate-600" aria-label="Trend lines">
           <li className="flex items-center gap-1">
@@ -511,7 +516,7 @@ export function DurationTrend({ timeline }: { timeline: Timeline }) {
  * Zoomed out (view "buckets"): each bucket's mean duration of one rebuild's finished runs (skips
  * left out, as in the per-run trend), from the counters' summed durations — no run is read.
  */
-export function BucketDurationTrend({ timeline }: { timeline: Timeline }) {
+export function BucketDurationTrend({ timeline, preferred = null }: { timeline: Timeline; preferred?: string | null }) {
   const [chosen, setChosen] = useState<string | null>(null);
   const means = new Map<string, Map<number, { runs: number; summed: number }>>();
   for (const bucket of bucketsOfTimeline(timeline)) {
@@ -529,7 +534,7 @@ export function BucketDurationTrend({ timeline }: { timeline: Timeline }) {
     means.set(bucket.rebuild, perStart);
   }
   const rebuilds = [...means.keys()].sort();
-  const rebuild = chosen && rebuilds.includes(chosen) ? chosen : (rebuilds[0] ?? null);
+  const rebuild = firstOf([chosen, preferred, rebuilds[0] ?? null], rebuilds);
   if (!rebuild) return <p className="text-sm text-slate-600">No finished runs in this window for a duration trend.</p>;
   const points = [...means.get(rebuild)!]
     .map(([start, { runs, summed }]) => ({ start, runs, mean: summed / runs }))
@@ -543,7 +548,7 @@ export function BucketDurationTrend({ timeline }: { timeline: Timeline }) {
       rebuild={rebuild}
       onChoose={setChosen}
       longest={Math.max(...points.map((p) => p.mean))}
-      summary={`${runs} runs · mean per ${hoursText(bucketMs)}`}
+      summary={`${runs} ${runs === 1 ? "run" : "runs"} · mean per ${hoursText(bucketMs)}`}
       ariaLabel={`Mean durations of ${rebuild} per ${hoursText(bucketMs)}: ${runs} runs`}
       view="buckets"
     >

@@ -92,6 +92,13 @@ test("timeline and duration trend draw the runs of the window; a run's steps dra
   );
   expect(Math.min(...ys)).toBe(ys[5]);
 
+  // The Runs page filtered to a rebuild starts its lanes and trend on it (helper-136: the trend
+  // showed another rebuild's durations above that rebuild's runs).
+  await page.goto(`${url}/runs?rebuild=incidents`);
+  await expect(page.locator('[data-chart="duration-trend"]')).toHaveAttribute("data-rebuild", "incidents");
+  await expect(page.getByRole("combobox", { name: "Lanes" })).toHaveValue("incidents");
+  await page.goto(`${url}/runs`);
+
   // Click a mark: its run's page, with the steps as a Gantt.
   await timeline.locator(`[data-run-id="${seeded[5]!.id}"]`).click();
   await expect(page).toHaveURL(new RegExp(`/runs/${seeded[5]!.id}$`));

@@ -35,7 +35,7 @@ export default async function RunsPage({ searchParams }: { searchParams: Promise
         Runs
       </h1>
       <LinkProblem problem={linkProblem} />
-      <RunCharts />
+      <RunCharts {...(initialFilter.rebuild ? { rebuild: initialFilter.rebuild } : {})} />
       <RunsTable
         initial={initial}
         initialFilter={initialFilter}
