@@ -40,11 +40,71 @@ function isEsbuildService(pid: number): boolean {
   }
 }
 
-function hostIn(script: string, env: Record<string, string>) {
+/** The cgroup v2 directory this test process is in, or null (no cgroup v2 mounted). */
+function ownCgroupDir(): string | null {
+  const line = fs
+    .readFileSync("/proc/self/cgroup", "utf8")
+    .split("\n")
+    .find((l) => l.startsWith("0::"));
+  const mount = fs
+    .readFileSync("/proc/self/mounts", "utf8")
+    .split("\n")
+    .map((l) => l.split(" "))
+    .find((fields) => fields[2] === "cgroup2")?.[1];
+  return line && mount ? path.join(mount, line.slice(3)) : null;
+}
+
+/** Cgroups made for hosts of their own (`ownCgroup`), removed at the end (their children first). */
+const hostCgroups: string[] = [];
+after(() => {
+  for (const dir of hostCgroups.reverse()) {
+    const children = fs.existsSync(dir) ? fs.readdirSync(dir, { recursive: true, withFileTypes: true }) : [];
+    const dirs = children
+      .filter((e) => e.isDirectory())
+      .map((e) => path.join(e.parentPath, e.name))
+      .sort((a, b) => b.length - a.length);
+    for (const sub of [...dirs, dir]) {
+      try {
+        fs.writeFileSync(path.join(sub, "cgroup.kill"), "1");
+      } catch {
+        // gone, or no cgroup.kill
+      }
+    }
+    for (const sub of [...dirs, dir]) {
+      for (let i = 0; i < 50; i++) {
+        try {
+          fs.rmdirSync(sub);
+          break;
+        } catch {
+          Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 20);
+        }
+      }
+    }
+  }
+});
+
+/**
+ * A stand-in worker running `script` as its step. `ownCgroup`: in a cgroup of its own, so that
+ * no other worker starting meanwhile (the suite runs files side by side) sweeps its steps up as
+ * a dead worker's leftovers — what the test must see done by the dead worker's own keeper (review
+ * helper-140: the test passed without the keeper that way).
+ */
+function hostIn(script: string, env: Record<string, string>, options: { ownCgroup?: boolean } = {}) {
   const marker = newMarker();
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "cw-step-host-"));
   hostDirs.push(dir);
-  const child = spawn(process.execPath, ["--import", "tsx", "test/support/step-host.ts", script, "30000"], {
+  const argv = [process.execPath, "--import", "tsx", "test/support/step-host.ts", script, "30000"];
+  let own: string | null = null;
+  if (options.ownCgroup) {
+    const parent = ownCgroupDir();
+    if (parent) {
+      own = path.join(parent, `cw-step-host-${process.pid}-${hostCgroups.length}`);
+      fs.mkdirSync(own);
+      hostCgroups.push(own);
+    }
+  }
+  const [program, ...args] = own ? ["/bin/sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', own, ...argv] : argv;
+  const child = spawn(program!, args, {
     env: { ...process.env, ...env, [marker.name]: marker.value, STEP_HOST_DIR: dir },
     stdio: ["ignore", "pipe", "pipe"],
   });
@@ -116,8 +176,8 @@ async function wardenOf(host: number, not?: number): Promise<number> {
 
 for (const mode of ["cgroup", "pid-namespace"] as const)
   describe(`a stand-in worker and its warden (${mode})`, () => {
-    const host = (script: string, env: Record<string, string>) =>
-      hostIn(script, { ...env, CLAIMWATCH_STEP_CONTAINMENT: mode });
+    const host = (script: string, env: Record<string, string>, options: { ownCgroup?: boolean } = {}) =>
+      hostIn(script, { ...env, CLAIMWATCH_STEP_CONTAINMENT: mode }, options);
     test("its event loop blocked past the limit: the step and all it started die while it is still blocked; the step says why", async () => {
       const h = host(STUBBORN, {
         STEP_HOST_SILENCE_MS: "1000",
@@ -161,7 +221,7 @@ for (const mode of ["cgroup", "pid-namespace"] as const)
     });
 
     test("the worker and its warden SIGKILLed together (`kill -9` of both, `pkill -9 node`): the step and all it started still die at once", async () => {
-      const h = host(STUBBORN, { STEP_HOST_SILENCE_MS: "1000" });
+      const h = host(STUBBORN, { STEP_HOST_SILENCE_MS: "1000" }, { ownCgroup: true });
       try {
         await waitForLine(h.child, /^running/, 60_000);
         await until(() => h.stepPids().length >= 3, 10_000, "the step and its children");

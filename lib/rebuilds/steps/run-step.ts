@@ -37,6 +37,8 @@ const SH = programPath("sh");
  * daemon that escaped the group may hold them). A PID namespace closes them when it ends.
  */
 const DRAIN_MS = 1_000;
+/** How long a step's start waits for the step warden's first answer (a warden just started, or replaced). */
+const WARDEN_ANSWER_WAIT_MS = 5_000;
 
 /**
  * A running step: its spawned process (`unshare`, the init itself, or in `cgroup` mode the
@@ -201,11 +203,16 @@ export async function runCommandStep(
         throw error;
       }
     }
-    if (!stepWarden.ready()) {
+    if (!(await stepWarden.answering(WARDEN_ANSWER_WAIT_MS))) {
       void cgroups?.remove();
       throw new TransientStepError(
-        `step ${step.name}: not started, the step warden is not running (see the worker's log)`,
+        `step ${step.name}: not started, the step warden is not running or not answering (see the worker's log)`,
       );
+    }
+    if (context.signal.aborted) {
+      // Aborted while the start waited for the warden (a lost claim, a cancel): nothing starts.
+      void cgroups?.remove();
+      context.signal.throwIfAborted();
     }
     const options = {
       cwd,

@@ -218,15 +218,15 @@ function returnHome(place: StepCgroupPlace): void {
 /**
  * The keeper's script (`sh -c STEP_KEEPER claimwatch-step-keeper <parent>`, module comment): waits
  * for the end of its stdin, the worker's pipe, then kills every step cgroup under the parent
- * (`worker-held` too: a dead worker is in none of them) and removes them once empty (up to 2 s),
- * as the warden would. SIGHUP, SIGINT, SIGTERM and SIGQUIT are ignored: it ends when the worker
- * does. `/bin/sh` with no environment (no PATH: builtins only, but for `sleep` and `rmdir`).
+ * (`worker-held` too: a dead worker is in none of them). The emptied cgroups are removed by the
+ * warden's own end (when it lives) or by the next worker's start (`removeLeftovers`). SIGHUP,
+ * SIGINT, SIGTERM and SIGQUIT are ignored: it ends when the worker does. `/bin/sh` with no
+ * environment: builtins only.
  */
 const STEP_KEEPER = [
   'trap "" HUP INT TERM QUIT',
   "read -r claimwatch_line",
   'for d in "$1"/*/; do [ -e "${d}cgroup.kill" ] && echo 1 > "${d}cgroup.kill"; done',
-  'for i in 1 2 3 4 5 6 7 8 9 10; do /bin/rmdir "$1"/*/ "$1" 2>/dev/null; [ -d "$1" ] || exit 0; /bin/sleep 0.2; done',
 ].join("; ");
 const KEEPER_SHELL = "/bin/sh";
 /** Keepers are started again at most this often (one that keeps dying must not fork the worker in a loop). */
@@ -234,6 +234,7 @@ const KEEPER_RESTART_MS = 1_000;
 
 let keeper: ChildProcess | null = null;
 let keeperStartedAt = -Infinity;
+let keeperWarned = false;
 
 /** Starts this worker's step keeper for `place` (module comment) unless it runs. */
 function ensureKeeper(place: StepCgroupPlace): void {
@@ -244,7 +245,15 @@ function ensureKeeper(place: StepCgroupPlace): void {
     env: {} as NodeJS.ProcessEnv,
   });
   started.on("error", () => {});
-  if (started.pid === undefined || !started.stdin) return;
+  if (started.pid === undefined || !started.stdin) {
+    // Tried again at the next step; the warden still ends this worker's steps.
+    if (!keeperWarned)
+      process.stderr.write(
+        `claimwatch-worker: the step keeper (${KEEPER_SHELL}) did not start: a worker killed together with its step warden would leave its steps running\n`,
+      );
+    keeperWarned = true;
+    return;
+  }
   keeper = started;
   keeperStartedAt = performance.now();
   started.stdin.on("error", () => {});

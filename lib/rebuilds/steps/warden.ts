@@ -118,6 +118,20 @@ class StepWarden {
     return this.child !== null && !this.deaf();
   }
 
+  /**
+   * The warden runs and has answered since its start (waited for up to `timeoutMs`): a step may be
+   * spawned. A warden that has not answered yet may be the frozen or hung one (review helper-140):
+   * `ready` alone would let steps start under it for the 15 s it gets before it is replaced.
+   */
+  async answering(timeoutMs: number): Promise<boolean> {
+    const deadline = performance.now() + timeoutMs;
+    for (;;) {
+      if (this.ready() && this.answeredSinceStart) return true;
+      if (performance.now() >= deadline) return false;
+      await new Promise((resolve) => setTimeout(resolve, 25));
+    }
+  }
+
   /** The running warden left too many beats unanswered (UNANSWERED_BEATS_MAX, STARTING_BEATS_MAX). */
   private deaf(): boolean {
     const limit = this.answeredSinceStart ? UNANSWERED_BEATS_MAX : STARTING_BEATS_MAX;
@@ -229,7 +243,7 @@ class StepWarden {
     const known = [`silence ${this.silenceMs}`, ...[...this.watched].map(([id, step]) => watchLine(id, step))].join(
       "\n",
     );
-    const fits = known.length <= KNOWN_ARGUMENT_MAX;
+    const fits = Buffer.byteLength(known) <= KNOWN_ARGUMENT_MAX;
     const child = spawn(process.execPath, [main, String(process.pid), fits ? known : `silence ${this.silenceMs}`], {
       stdio: ["pipe", "pipe", "inherit"],
       detached: true,
@@ -278,6 +292,8 @@ class StepWarden {
       }
     });
     if (!fits) this.send(known);
+    // A first beat at once: a step waits for the new warden's first answer (`answering`).
+    this.send(`beat ${++this.beatsSent}`);
     child.once("exit", () => {
       if (this.child !== child) return;
       this.child = null;
