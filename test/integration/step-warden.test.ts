@@ -154,7 +154,7 @@ async function wardenOf(host: number, not?: number): Promise<number> {
   let found: number | undefined;
   await until(
     () => {
-      let children: number[] = [];
+      let children: number[];
       try {
         children = fs
           .readFileSync(`/proc/${host}/task/${host}/children`, "utf8")
