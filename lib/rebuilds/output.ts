@@ -523,8 +523,8 @@ async function removeTrash(buildsDir: string): Promise<void> {
  * place (`current`'s symlink, a published-fence entry or the legacy file). Only a writer killed in
  * between leaves one behind; `pruneLeftTemps` removes those.
  */
-export type OutputTempPrefix = ".current-" | ".published-fence-writing.";
-const OUTPUT_TEMP = /^\.(?:current-|published-fence-writing\.)[0-9a-f]{12}$/;
+export type OutputTempPrefix = ".current-" | ".published-fence-writing." | ".claimwatch-claim-writing.";
+const OUTPUT_TEMP = /^\.(?:current-|published-fence-writing\.|claimwatch-claim-writing\.)[0-9a-f]{12}$/;
 
 export function outputTempName(outputDir: string, prefix: OutputTempPrefix): string {
   return path.join(outputDir, `${prefix}${crypto.randomBytes(6).toString("hex")}`);

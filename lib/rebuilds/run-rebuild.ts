@@ -61,6 +61,7 @@ import { decideRun, DEFER_MAX_MS, DEFER_MIN_MS } from "./decide";
 import { outputDirOf, stopWithinMs, tenantProblem, type Definitions, type RebuildDefinition } from "./definitions";
 import { PRUNING_VERSION } from "./prune";
 import { publishedByRun } from "./published-by-run";
+import { pinOutputClaim } from "./output-claim";
 import { FenceNotRecordedError, readFenceFloor } from "./published-fence";
 import { holderAttemptWorked, rebuildJobData, type RebuildJobData } from "./queue";
 import { recordScheduledTick } from "./schedule-ticks";
@@ -585,6 +586,8 @@ class RebuildAttempt {
       // floor: the attempt fails as transient.
       let fenceFloor: number;
       try {
+        // The directory is this claim's, not another path's to it (output-claim.ts).
+        await pinOutputClaim(outputDirOf(definition, data.tenant), this.claim);
         fenceFloor = await readFenceFloor(outputDirOf(definition, data.tenant));
       } catch (error) {
         return this.onFailure(error);

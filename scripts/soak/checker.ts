@@ -600,7 +600,7 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
         if (!killedPids.has(pid)) leftBehind.push(`${label}/builds/${name} (pid ${pid || "?"})`);
       }
       for (const name of fs.existsSync(output) ? fs.readdirSync(output) : []) {
-        if (!/^\.(current-|published-fence-writing\.)/.test(name)) continue;
+        if (!/^\.(current-|published-fence-writing\.|claimwatch-claim-writing\.)/.test(name)) continue;
         const mtime = fs.lstatSync(path.join(output, name), { throwIfNoEntry: false })?.mtimeMs;
         if (mtime === undefined || !killedJustAfter(mtime)) leftBehind.push(`${label}/${name}`);
       }

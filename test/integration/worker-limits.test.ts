@@ -15,6 +15,7 @@ import { claimName, readPublished } from "../../lib/claims";
 import { outputDirOf } from "../../lib/rebuilds/definitions";
 import { readCurrent } from "../../lib/rebuilds/output";
 import { createTestBed, slowStep, type TestBed } from "../support/stack";
+import { OUTPUT_CLAIM_FILE } from "../../lib/rebuilds/output-claim";
 import { descendantPids } from "../support/processes";
 import { until } from "../support/until";
 
@@ -43,6 +44,13 @@ before(async () => {
       claim: { ttl: "4s", refreshEvery: "1s" },
       timeLimit: "2m",
       steps: [slowStep(3)],
+    },
+    moved: {
+      output: "out/moved",
+      claim: { ttl: "4s", refreshEvery: "1s" },
+      timeLimit: "2m",
+      retries: { attempts: 3, backoff: "200ms", maxBackoff: "1s" },
+      steps: [{ name: "write", run: ["sh", "-c", 'echo "$CLAIMWATCH_VERSION" > "$CLAIMWATCH_WORK/v"'] }],
     },
     other: {
       output: "out/other",
@@ -144,6 +152,37 @@ test("two tenants of one rebuild and another rebuild run side by side: one slow 
       latestStart < earliestEnd,
       `all three were under way at once (${JSON.stringify(runs.map((r) => [r.startedAt, r.finishedAt]))})`,
     );
+  } finally {
+    await worker.stop();
+  }
+});
+
+test("an output directory another path's claim names (a bind or NFS mount) is refused: failed for good, naming that claim, no claim taken, nothing published; one path again rebuilds", async () => {
+  const definition = bed.definitions.rebuilds.get("moved")!;
+  const outputDir = outputDirOf(definition, undefined);
+  // What a worker reaching this directory at another path recorded first (lib/rebuilds/output-claim.ts).
+  fs.mkdirSync(outputDir, { recursive: true });
+  fs.writeFileSync(path.join(outputDir, OUTPUT_CLAIM_FILE), "output:/mnt/elsewhere/moved\n");
+  const worker = await bed.startWorker();
+  try {
+    const jobId = await bed.trigger("moved", { version: "v-moved" });
+    const ended = await bed.waitForRun((r) => r.jobId === jobId && r.status !== "running", 30_000, "the run's end");
+    assert.equal(ended.status, "failed", JSON.stringify(ended));
+    assert.match(
+      ended.reason ?? "",
+      /is the directory of claim 'output:\/mnt\/elsewhere\/moved' \(its \.claimwatch-claim says so\)/,
+    );
+    await until("the job failed", async () => (await bed.queue.getJobState(jobId)) === "failed", 10_000);
+    assert.equal((await bed.queue.getJob(jobId))?.attemptsMade, 1, "not retried: the configuration must change");
+    assert.equal(ended.fence, null, "no claim was granted to it");
+    assert.equal(await bed.claims.exists(bed.keys.claim(claimOf("moved"))), 0, "no claim is held");
+    assert.equal(await readPublished(bed.claims, bed.keys, claimOf("moved")), null, "nothing published");
+    // The output moved on purpose: the file removed, the next run records this path's claim and rebuilds.
+    fs.rmSync(path.join(outputDir, OUTPUT_CLAIM_FILE));
+    const again = await bed.trigger("moved", { version: "v-moved-2" });
+    const rebuilt = await bed.waitForRun((r) => r.jobId === again && r.status !== "running", 30_000, "the rebuild");
+    assert.equal(rebuilt.status, "rebuilt", JSON.stringify(rebuilt));
+    assert.equal(fs.readFileSync(path.join(outputDir, OUTPUT_CLAIM_FILE), "utf8"), `${claimOf("moved")}\n`);
   } finally {
     await worker.stop();
   }

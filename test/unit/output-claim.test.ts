@@ -1,0 +1,49 @@
+/** An output directory records the claim it is named by; another claim for it is refused (lib/rebuilds/output-claim.ts). */
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { test } from "node:test";
+import { OUTPUT_CLAIM_FILE, OutputClaimedElsewhereError, pinOutputClaim } from "../../lib/rebuilds/output-claim";
+
+test("the first claim is recorded (the directory made), the same claim passes again, another is refused naming the first", async () => {
+  const root = fs.mkdtempSync(path.join(os.tmpdir(), "cw-output-claim-"));
+  try {
+    const dir = path.join(root, "out", "tiles");
+    await pinOutputClaim(dir, "output:/srv/out/tiles");
+    assert.equal(fs.readFileSync(path.join(dir, OUTPUT_CLAIM_FILE), "utf8"), "output:/srv/out/tiles\n");
+    await pinOutputClaim(dir, "output:/srv/out/tiles");
+    await assert.rejects(
+      pinOutputClaim(dir, "output:/mnt/b/tiles"),
+      (error: Error) =>
+        error instanceof OutputClaimedElsewhereError &&
+        /is the directory of claim 'output:\/srv\/out\/tiles'.*not of 'output:\/mnt\/b\/tiles'/.test(error.message),
+    );
+    assert.deepEqual(
+      fs.readdirSync(dir).filter((name) => name !== OUTPUT_CLAIM_FILE),
+      [],
+      "no temporary file left",
+    );
+  } finally {
+    fs.rmSync(root, { recursive: true, force: true });
+  }
+});
+
+test("two paths racing for a new directory: one claim wins, the other is refused", async () => {
+  const root = fs.mkdtempSync(path.join(os.tmpdir(), "cw-output-claim-"));
+  try {
+    for (let round = 0; round < 20; round++) {
+      const dir = path.join(root, `race-${round}`);
+      const results = await Promise.allSettled([
+        pinOutputClaim(dir, "output:/a/race"),
+        pinOutputClaim(dir, "output:/b/race"),
+      ]);
+      assert.equal(results.filter((r) => r.status === "fulfilled").length, 1, `round ${round}`);
+      const winner = fs.readFileSync(path.join(dir, OUTPUT_CLAIM_FILE), "utf8").trim();
+      const won = results.findIndex((r) => r.status === "fulfilled");
+      assert.equal(winner, won === 0 ? "output:/a/race" : "output:/b/race");
+    }
+  } finally {
+    fs.rmSync(root, { recursive: true, force: true });
+  }
+});
