@@ -6,8 +6,14 @@
  * pointers, and each worker's repair said Redis had lost the other's publishes (helper-135). A
  * worker that names the directory's claim otherwise finds the file and refuses the run, naming
  * the claim (and so the path) the directory belongs to — the same directory is the same file,
- * whichever path reaches it. Written once, exclusively (a link of the whole file: two workers
- * racing agree on the first), never rewritten.
+ * whichever path reaches it.
+ *
+ * A guard against a misconfiguration, never a reason to stop a run otherwise (review
+ * helper-141): the file is written once, whole (synced, then linked: two workers racing agree on
+ * the first), and only by a worker whose definitions still name the directory by its real path
+ * (a worker with stale definitions — a symlinked release directory switched under it — writes
+ * nothing). A disk that refuses the read or the write (full, failing, no hard links) leaves the
+ * run to go on without it; an empty or unreadable file refuses nothing.
  */
 import fs from "node:fs/promises";
 import path from "node:path";
@@ -21,37 +27,56 @@ export class OutputClaimedElsewhereError extends Error {
 }
 
 /**
- * Makes sure `outputDir` is named by `claim`: records it when the directory names none yet
- * (making the directory), throws `OutputClaimedElsewhereError` when it names another. A disk
- * that refuses the read or the write throws its own error (transient by its code).
+ * Makes sure `outputDir` is named by `claim`: throws `OutputClaimedElsewhereError` when its file
+ * names another claim; records `claim` when it names none yet and the directory's real path is
+ * `realPath` (the one the claim is named for). Never throws for the disk.
  */
-export async function pinOutputClaim(outputDir: string, claim: string): Promise<void> {
+export async function pinOutputClaim(outputDir: string, claim: string, realPath: string): Promise<void> {
   const file = path.join(outputDir, OUTPUT_CLAIM_FILE);
   let recorded = await readRecorded(file);
-  if (recorded === null) {
-    await fs.mkdir(outputDir, { recursive: true });
-    const temp = outputTempName(outputDir, ".claimwatch-claim-writing.");
-    try {
-      await fs.writeFile(temp, `${claim}\n`, { flag: "wx" });
-      await fs.link(temp, file).catch((error: NodeJS.ErrnoException) => {
-        if (error.code !== "EEXIST") throw error; // another worker recorded first: its claim is read below
-      });
-    } finally {
-      await fs.rm(temp, { force: true }).catch(() => {});
-    }
+  if (recorded === undefined) {
+    if (!(await record(outputDir, file, claim, realPath))) return;
     recorded = await readRecorded(file);
   }
-  if (recorded === claim) return;
+  if (!recorded || recorded === claim) return;
   throw new OutputClaimedElsewhereError(
-    `output ${outputDir} is the directory of claim '${recorded ?? "?"}' (its ${OUTPUT_CLAIM_FILE} says so), not of '${claim}': one directory reached by two paths (a bind or NFS mount?) would get two claims and two fence counters; give every worker the same path to it (or, if the output was moved on purpose, remove that file)`,
+    `output ${outputDir} is the directory of claim '${recorded}' (its ${OUTPUT_CLAIM_FILE} says so), not of '${claim}': one directory reached by two paths (a bind or NFS mount?) would get two claims and two fence counters; give every worker the same path to it (or, if the output was moved on purpose, remove that file)`,
   );
 }
 
-async function readRecorded(file: string): Promise<string | null> {
+/** The claim the file names; "" when it is empty or cannot be read (nothing to go by); undefined when there is none. */
+async function readRecorded(file: string): Promise<string | undefined> {
   try {
-    return (await fs.readFile(file, "utf8")).trim();
+    const text = (await fs.readFile(file, "utf8")).trim();
+    return text.includes("\n") ? "" : text;
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === "ENOENT") return null;
-    throw error;
+    return (error as NodeJS.ErrnoException).code === "ENOENT" ? undefined : "";
+  }
+}
+
+/** Writes the file once (whole, synced, linked into place); false when it was not written by anyone here. */
+async function record(outputDir: string, file: string, claim: string, realPath: string): Promise<boolean> {
+  try {
+    await fs.mkdir(outputDir, { recursive: true });
+    if ((await fs.realpath(outputDir)) !== realPath) return false;
+  } catch {
+    return false;
+  }
+  const temp = outputTempName(outputDir, ".claimwatch-claim-writing.");
+  try {
+    const handle = await fs.open(temp, "wx");
+    try {
+      await handle.writeFile(`${claim}\n`);
+      await handle.sync();
+    } finally {
+      await handle.close();
+    }
+    await fs.link(temp, file);
+    return true;
+  } catch (error) {
+    // Another worker's first: read below. Any other answer (full, failing, no hard links): none.
+    return (error as NodeJS.ErrnoException).code === "EEXIST";
+  } finally {
+    await fs.rm(temp, { force: true }).catch(() => {});
   }
 }

@@ -20,6 +20,7 @@
  */
 import { setTimeout as sleep } from "node:timers/promises";
 import crypto from "node:crypto";
+import path from "node:path";
 import type { Redis } from "ioredis";
 import {
   ClaimLostError,
@@ -587,7 +588,11 @@ class RebuildAttempt {
       let fenceFloor: number;
       try {
         // The directory is this claim's, not another path's to it (output-claim.ts).
-        await pinOutputClaim(outputDirOf(definition, data.tenant), this.claim);
+        await pinOutputClaim(
+          outputDirOf(definition, data.tenant),
+          this.claim,
+          data.tenant ? path.join(definition.claimPath, data.tenant) : definition.claimPath,
+        );
         fenceFloor = await readFenceFloor(outputDirOf(definition, data.tenant));
       } catch (error) {
         return this.onFailure(error);

@@ -119,7 +119,9 @@ function leftovers(): string[] {
           .filter((name) => /^\.(holding-fence@|changed-|unsynced-)/.test(name))
           .map((name) => `builds/${name}`)
       : []),
-    ...fs.readdirSync(output).filter((name) => /^\.(current-|published-fence-writing\.)/.test(name)),
+    ...fs
+      .readdirSync(output)
+      .filter((name) => /^\.(current-|published-fence-writing\.|claimwatch-claim-writing\.)/.test(name)),
   ];
 }
 

@@ -418,8 +418,8 @@ describe("a worker that dies while its step runs", () => {
         stdio: ["ignore", "pipe", "pipe"],
       });
       await waitForLine(host, env.STEP_ABORT_AFTER_MS ? /^aborted/ : /^running/, 60_000);
-      await new Promise((r) => setTimeout(r, 300));
-      assert.ok(pidsWithMarker(marker).length >= 3, "the step and its children run");
+      // The step starts once the host's warden (started with it) has answered: a moment, on a loaded host.
+      await until("the step and its children to run", async () => pidsWithMarker(marker).length >= 3, 15_000);
       // As root, the holder of the host's namespace for read-only builds (`cat`, its child).
       const holders = fs
         .readFileSync(`/proc/${host.pid}/task/${host.pid}/children`, "utf8")
