@@ -326,8 +326,15 @@ async function runAll(requests: FuzzRequest[]): Promise<void> {
 function allowedKey(key: string): boolean {
   const keys = bed.keys;
   if (key === keys.auditLog || key === keys.loginFailures || key === keys.events) return true;
-  for (const action of ["trigger", "force-release", "alert-test", "cancel", "retry", "pause-schedule"]) {
+  const actions = ["trigger", "force-release", "alert-test", "cancel", "retry", "pause-schedule", "resume-schedule"];
+  // A schedule change whose body names neither pause nor resume counts as one of its own.
+  for (const action of [...actions, "change-schedule"]) {
     for (const identity of [...OPERATORS, CHECKER]) if (key === keys.rateLimit(action, identity.name)) return true;
+  }
+  // Each caller's refusals in the window (lib/api/handler.ts): named by the configured identity, never by input.
+  if (key === keys.refusals("anonymous")) return true;
+  for (const identity of [...OPERATORS, CHECKER]) {
+    for (const role of ["operator", "viewer"]) if (key === keys.refusals(`${identity.name} (${role})`)) return true;
   }
   const VERSION_SLOT = "\u0000version\u0000";
   for (const definition of bed.definitions.rebuilds.values()) {

@@ -39,9 +39,9 @@ export const BEAT_EVERY_MS = 500;
  * can take seconds, and what the worker sent meanwhile waits in the pipe.
  */
 const UNANSWERED_BEATS_MAX = 6;
-/** The longest list of what a restarted warden is told given as its start argument (see `ensureRunning`). */
-const KNOWN_ARGUMENT_MAX = 64 * 1024;
 const STARTING_BEATS_MAX = 30;
+/** The longest list of what a restarted warden is told given as its start argument, in bytes (see `ensureRunning`). */
+const KNOWN_ARGUMENT_MAX = 64 * 1024;
 /** The warden's own check interval (warden-main.mjs). */
 const WARDEN_TICK_MS = 100;
 /** How long a step's exit waits for the warden's report of a kill (its pipe may lag the exit). */
