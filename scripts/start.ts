@@ -105,6 +105,8 @@ if (!config.redisUrl) {
       binary: redisBinary,
       // Its last port when free: `npm run worker`/`web` started beside an earlier start find it.
       preferredPort: lastEmbeddedPort(config.dataDir),
+      // Free now, but the web server's, bound only once Redis is up.
+      avoidPorts: [config.port],
       onSpawned: (pid) =>
         writeLauncherState(config.dataDir, {
           bootId: currentBootId(),

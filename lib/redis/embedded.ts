@@ -14,6 +14,12 @@ export interface RedisServerOptions {
   /** Loopback port; a free one is picked when omitted. */
   port?: number;
   /**
+   * Without `port`: ports never picked, though free now — the web server's, which `npm start`
+   * binds only after Redis is up (the e2e stack's Redis took the port chosen for its web server,
+   * which then failed with EADDRINUSE).
+   */
+  avoidPorts?: readonly number[];
+  /**
    * Without `port`: the port to use when it is free (`npm start` asks for its last one, so
    * workers and dashboards started beside it on that machine find it again after a restart).
    */
@@ -104,7 +110,9 @@ export async function startRedisServer(options: RedisServerOptions): Promise<Red
 
   let lastError: Error | undefined;
   for (let attempt = 0; attempt < 5; attempt++) {
-    const port = options.port ?? (await freePort(attempt === 0 ? (options.preferredPort ?? 0) : 0));
+    let port = options.port ?? (await freePort(attempt === 0 ? (options.preferredPort ?? 0) : 0));
+    for (let again = 0; options.port === undefined && options.avoidPorts?.includes(port) && again < 20; again++)
+      port = await freePort();
     try {
       return await spawnAndWait(binary, port, options);
     } catch (error) {

@@ -4,7 +4,7 @@ import os from "node:os";
 import path from "node:path";
 import { test } from "node:test";
 import { Redis } from "ioredis";
-import { startRedisServer } from "../../lib/redis/embedded";
+import { freePort, startRedisServer } from "../../lib/redis/embedded";
 
 test("embedded redis keeps its data across a restart (AOF) and runs with noeviction", async () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-embedded-"));
@@ -36,6 +36,21 @@ test("a port that is taken fails with the reason instead of hanging", async () =
     await assert.rejects(startRedisServer({ dir: path.join(dir, "b"), port: holder.port }), /did not start/);
   } finally {
     await holder.stop();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("a port to avoid (the web server's, bound only after Redis) is never picked, not even as the preferred one", async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-embedded-"));
+  try {
+    const web = await freePort();
+    const redis = await startRedisServer({ dir, preferredPort: web, avoidPorts: [web] });
+    try {
+      assert.notEqual(redis.port, web);
+    } finally {
+      await redis.stop();
+    }
+  } finally {
     fs.rmSync(dir, { recursive: true, force: true });
   }
 });
