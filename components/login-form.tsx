@@ -15,14 +15,25 @@ export function LoginForm() {
   const submit = async (value: string) => {
     setBusy(true);
     setError(null);
-    const response = await fetch("/api/auth/login", {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify({ token: value }),
-    });
-    setBusy(false);
-    if (response.ok) window.location.href = "/claims";
-    else setError(response.status === 401 ? "Unknown token." : `Login failed (${response.status}).`);
+    try {
+      const response = await fetch("/api/auth/login", {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ token: value }),
+      });
+      if (response.ok) window.location.href = "/claims";
+      else if (response.status === 401) setError("Unknown token.");
+      else {
+        // The server's own reason (Redis unreachable, rate limited …), not only its status.
+        const body = (await response.json().catch(() => null)) as { error?: { message?: string } } | null;
+        const why = body?.error?.message;
+        setError(`Login failed (${response.status})${why ? `: ${why}` : ""}.`);
+      }
+    } catch {
+      setError("Login failed: the dashboard server did not answer.");
+    } finally {
+      setBusy(false);
+    }
   };
 
   // The login link printed by `npm start` carries the token in the fragment (never sent to a server

@@ -7,6 +7,7 @@ import { useId, useRef, useState } from "react";
 import type { ApiRebuild, ApiRebuildPage } from "@/lib/api/rebuilds";
 import {
   apiFetch,
+  healthQuery,
   LIVE_POLL_MS,
   previewQuery,
   rereadChanged,
@@ -277,8 +278,11 @@ export function RebuildNowForm({ id, rebuild, onDone }: { id: string; rebuild: A
     setRequestId(newRequestId());
     trigger.reset();
   };
+  // The banner's own query (no request of its own): a run "would run now" only with a worker live.
+  const workersLive = useQuery(healthQuery()).data?.workers;
   const p = preview.data;
-  const skipped = p?.outcome === "skip";
+  // A run the preview says is skipped or fails is queued only on purpose.
+  const skipped = p?.outcome === "skip" || p?.outcome === "fails";
   return (
     <form
       id={id}
@@ -347,10 +351,14 @@ export function RebuildNowForm({ id, rebuild, onDone }: { id: string; rebuild: A
           : !p
             ? "Checking…"
             : p.outcome === "runs"
-              ? `Would run now (version ${p.version}).`
+              ? workersLive === 0
+                ? `Would run once a worker is live: none is now; it waits in the queue (version ${p.version}).`
+                : `Would run now (version ${p.version}).`
               : p.outcome === "skip"
                 ? `${p.message}. Queueing it anyway records a skip.`
-                : p.message}
+                : p.outcome === "fails"
+                  ? `${p.message}. Queueing it anyway records a failure.`
+                  : p.message}
       </p>
       {trigger.data ? (
         <p className="basis-full text-sm text-emerald-800" role="alert">

@@ -65,6 +65,19 @@ test("stopping the Redis turns the banner red and /api/health 503; it recovers a
         await fresh.close();
       }
     }
+    // Logging in cannot work now: the form says why (helper's finding: "Login failed (503)" alone).
+    const login = await page.context().browser()!.newPage();
+    try {
+      await login.goto(`${url}/login`, { timeout: 30_000 });
+      await expect(login.locator("form[data-listening]")).toBeAttached();
+      await login.getByLabel("Token").fill("any-token-while-redis-is-down");
+      await login.getByRole("button", { name: "Log in" }).click();
+      await expect(login.locator("form p[role=alert]")).toHaveText(/^Login failed \(503\): Redis .+\.$/, {
+        timeout: 30_000,
+      });
+    } finally {
+      await login.close();
+    }
   } finally {
     process.kill(redisPid, "SIGCONT");
   }

@@ -1,7 +1,8 @@
 /**
  * `claimwatch trigger <rebuild>`: the dashboard's "Rebuild now" from a shell. Prints what the
  * worker would do now (the same preview), then queues the job as the operator — audited like the
- * dashboard's. A preview that says the job would be skipped queues nothing unless --queue-anyway.
+ * dashboard's. A preview that says the job would be skipped, or would fail (its output is another
+ * claim's directory), queues nothing unless --queue-anyway.
  */
 import { describeZodError } from "../../lib/api/errors";
 import { auditRefused } from "../../lib/api/handler";
@@ -28,7 +29,7 @@ export const trigger: CommandSpec = {
       .option("--version <version>", "the version to build (default: the hash of its inputs)")
       .option("--force", "rebuild even if this version was already built (never skips the claim)")
       .option("--reason <text>", "why, for the audit log", "claimwatch trigger")
-      .option("--queue-anyway", "queue even when the preview says the job would be skipped");
+      .option("--queue-anyway", "queue even when the preview says the job would be skipped or fail");
   },
   async run([name], options) {
     const setup = loadSetup();
@@ -73,21 +74,26 @@ export const trigger: CommandSpec = {
         }
       }
       const shown = describePreview(preview);
-      if ("outcome" in preview && preview.outcome === "skip" && options.queueAnyway !== true) {
-        const how = preview.reason === "already-rebuilt" ? "--force to rebuild anyway, or " : "";
+      const wouldNotBuild =
+        "outcome" in preview && (preview.outcome === "skip" || preview.outcome === "fails") ? preview : null;
+      if (wouldNotBuild && options.queueAnyway !== true) {
+        const how =
+          wouldNotBuild.outcome === "skip" && wouldNotBuild.reason === "already-rebuilt"
+            ? "--force to rebuild anyway, or "
+            : "";
         // Asked for and not done: audited as refused, like every other refusal of a mutation.
-        await auditRefused(context, "trigger", actor, `not queued: ${preview.message}`, {
+        await auditRefused(context, "trigger", actor, `not queued: ${wouldNotBuild.message}`, {
           rebuild: name,
           tenant: request.tenant ?? null,
-          version: preview.version,
+          version: wouldNotBuild.version,
           via: "cli",
         });
         // The preview first, on stdout as for a queued job; the refusal follows on stderr.
         return {
           // The dashboard's own hint ("use force …") gives way to the CLI's options.
           ...refused(
-            "would-skip",
-            `not queued: ${preview.message.replace(/ \(use force[^)]*\)$/, "")}; use ${how}--queue-anyway to queue it`,
+            wouldNotBuild.outcome === "skip" ? "would-skip" : "would-fail",
+            `not queued: ${wouldNotBuild.message.replace(/ \(use force[^)]*\)$/, "")}; use ${how}--queue-anyway to queue it`,
             {
               preview,
               queued: false,

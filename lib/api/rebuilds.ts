@@ -3,7 +3,8 @@ import { z } from "zod";
 import { appendAudit } from "../audit";
 import { claimName, readClaim, readClaimsByName, readSkipsMany } from "../claims";
 import { listChangedBuilds } from "../rebuilds/build-integrity";
-import { tenantProblem, tenantsOf, type RebuildDefinition } from "../rebuilds/definitions";
+import { outputDirOf, tenantProblem, tenantsOf, type RebuildDefinition } from "../rebuilds/definitions";
+import { outputClaimProblem } from "../rebuilds/output-claim";
 import { readSchedulePauses, type SchedulePause } from "../rebuilds/schedules";
 import { holderAttemptWorked, schedulerIdOf } from "../rebuilds/queue";
 import { nextTickAfter } from "../rebuilds/schedule-times";
@@ -274,6 +275,8 @@ export const previewQuery = z.strictObject({
 
 export type RunPreview =
   | { outcome: "runs"; version: string }
+  /** The worker would fail the run for good (its output's claim file names another claim: output-claim.ts). */
+  | { outcome: "fails"; version: string; message: string }
   | { outcome: "skip"; reason: "claim-held"; version: string; heldBy: string; pttlMs: number; message: string }
   | { outcome: "defer"; version: string; heldBy: string; pttlMs: number; message: string }
   | {
@@ -290,7 +293,7 @@ const previewInputHashes = new InputHashCache();
 /** How long the preview reads inputs before it answers without them (a huge input, a hung mount). */
 export const PREVIEW_INPUTS_MS = 3_000;
 
-/** What "Rebuild now" would do right now: run, skip (and why), or wait for another version. */
+/** What "Rebuild now" would do right now: run, skip (and why), wait for another version, or fail (why). */
 export async function previewRun(
   context: WebContext,
   name: string,
@@ -313,11 +316,12 @@ export async function previewRun(
   }
   // The worker's decision on what it would see now (decideRun), read in one round trip each.
   const force = query.force === "true";
+  const claimOfRun = claimName(definition.claimPath, query.tenant);
   const [rebuiltBy, claim] = await Promise.all([
     force
       ? Promise.resolve(null)
       : connections.main.get(connections.keys.idempotency(idempotencyKey(name, query.tenant, version))),
-    readClaim(connections.claims, connections.keys, claimName(definition.claimPath, query.tenant)),
+    readClaim(connections.claims, connections.keys, claimOfRun),
   ]);
   // The worker's rule: a same-version holder carries the request only while its attempt is worked.
   const jobWorked =
@@ -357,8 +361,12 @@ export async function previewRun(
       };
     case "take-over": // a new job never shares an id with the holder
     case "superseded":
-    case "build":
+    case "build": {
+      // The worker's first check before its claim: the output is this claim's directory.
+      const problem = await outputClaimProblem(outputDirOf(definition, query.tenant), claimOfRun);
+      if (problem) return { outcome: "fails", version, message: `would fail: ${problem}` };
       return { outcome: "runs", version };
+    }
   }
 }
 

@@ -39,9 +39,20 @@ export async function pinOutputClaim(outputDir: string, claim: string, realPath:
     recorded = await readRecorded(file);
   }
   if (!recorded || recorded === claim) return;
-  throw new OutputClaimedElsewhereError(
-    `output ${outputDir} is the directory of claim '${recorded}' (its ${OUTPUT_CLAIM_FILE} says so), not of '${claim}': one directory reached by two paths (a bind or NFS mount?) would get two claims and two fence counters; give every worker the same path to it (or, if the output was moved on purpose, remove that file)`,
-  );
+  throw new OutputClaimedElsewhereError(claimedElsewhere(outputDir, recorded, claim));
+}
+
+/**
+ * Why a run of `claim` writing `outputDir` would fail now (`pinOutputClaim`'s refusal), or null
+ * when it would not: "Rebuild now"'s preview. Only reads; null when the file cannot be read.
+ */
+export async function outputClaimProblem(outputDir: string, claim: string): Promise<string | null> {
+  const recorded = await readRecorded(path.join(outputDir, OUTPUT_CLAIM_FILE));
+  return !recorded || recorded === claim ? null : claimedElsewhere(outputDir, recorded, claim);
+}
+
+function claimedElsewhere(outputDir: string, recorded: string, claim: string): string {
+  return `output ${outputDir} is the directory of claim '${recorded}' (its ${OUTPUT_CLAIM_FILE} says so), not of '${claim}': one directory reached by two paths (a bind or NFS mount?) would get two claims and two fence counters; give every worker the same path to it (or, if the output was moved on purpose, remove that file)`;
 }
 
 /** The claim the file names; "" when it is empty or cannot be read (nothing to go by); undefined when there is none. */

@@ -207,6 +207,35 @@ test("GET /api/rebuilds/{name}/preview says what Rebuild now would do", async ()
   assertError(await call("GET", "/api/rebuilds/slow/preview?version=a%20b"), 400, /^version: /);
 });
 
+test("the preview says a run would fail when its output is another claim's directory (a second path to it)", async () => {
+  const output = path.join(bed.dir, "out", "slow");
+  const file = path.join(output, ".claimwatch-claim");
+  fs.mkdirSync(output, { recursive: true });
+  const original = fs.existsSync(file) ? fs.readFileSync(file) : null;
+  fs.writeFileSync(file, "/mnt/elsewhere/slow\n");
+  try {
+    const preview = await call("GET", "/api/rebuilds/slow/preview?version=v9");
+    const body = preview.body as { outcome: string; version: string; message: string };
+    assert.equal(body.outcome, "fails", JSON.stringify(body));
+    assert.equal(body.version, "v9");
+    assert.match(body.message, /^would fail: output .*out\/slow is the directory of claim '\/mnt\/elsewhere\/slow'/);
+  } finally {
+    if (original) fs.writeFileSync(file, original);
+    else fs.rmSync(file);
+  }
+  // Its own claim named there: runs.
+  fs.writeFileSync(file, `${claimName(fs.realpathSync(output))}\n`);
+  try {
+    assert.deepEqual((await call("GET", "/api/rebuilds/slow/preview?version=v9")).body, {
+      outcome: "runs",
+      version: "v9",
+    });
+  } finally {
+    if (original) fs.writeFileSync(file, original);
+    else fs.rmSync(file);
+  }
+});
+
 test("the preview answers within its time limit when an input cannot be read (a hung mount), and the server stays up", async () => {
   const preview = () =>
     fetch(`${base}/api/rebuilds/stuck-input/preview`, {

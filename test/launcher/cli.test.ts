@@ -248,6 +248,42 @@ test("a trigger the preview says would be skipped queues nothing and exits 1", a
   assert.ok(refusals.every((e) => e.actor === ACTOR && /^not queued: would be skipped/.test(e.reason)));
 });
 
+test("a trigger the preview says would fail (its output is another claim's directory) queues nothing and exits 1", async () => {
+  const output = path.join(bed.dir, "out", "tenanted", "acme");
+  const file = path.join(output, ".claimwatch-claim");
+  fs.mkdirSync(output, { recursive: true });
+  const original = fs.existsSync(file) ? fs.readFileSync(file) : null;
+  fs.writeFileSync(file, "/mnt/elsewhere/tenanted:acme\n");
+  try {
+    const { body, stderr } = await cliJson<{ preview: { outcome: string }; queued: boolean }>(
+      ["trigger", "tenanted", "--tenant", "acme", "--version", "v-fails"],
+      1,
+    );
+    assert.equal(body.queued, false);
+    assert.equal(body.preview.outcome, "fails");
+    assert.match(
+      stderr,
+      /not queued: would fail: output .* is the directory of claim '\/mnt\/elsewhere\/tenanted:acme'.*--queue-anyway/,
+    );
+    const refusals = (await auditEntries()).filter(
+      (e) => e.action === "trigger" && e.result === "refused" && e.detail.rebuild === "tenanted",
+    );
+    assert.ok(
+      refusals.some((e) => /^not queued: would fail: /.test(e.reason)),
+      JSON.stringify(refusals),
+    );
+    assert.equal(
+      (await bed.queue.getJobs(["waiting", "active", "delayed", "prioritized"])).filter(
+        (job) => job.data.rebuild === "tenanted" && job.data.version === "v-fails",
+      ).length,
+      0,
+    );
+  } finally {
+    if (original) fs.writeFileSync(file, original);
+    else fs.rmSync(file);
+  }
+});
+
 test("queue --json is the queue view: the active job, a delayed one and the schedule's tick with next attempt and why; filters by rebuild and tenant", async () => {
   const delayedId = "cli-test-delayed";
   await bed.queue.add(
