@@ -14,7 +14,7 @@ import { test } from "node:test";
 import type { RunStep } from "../../lib/rebuilds/definitions";
 import { detectContainment } from "../../lib/rebuilds/steps/containment";
 import { runCommandStep } from "../../lib/rebuilds/steps/run-step";
-import { stepCgroupParentName } from "../../lib/rebuilds/steps/step-cgroup";
+import { processStartTime, stepCgroupParentName } from "../../lib/rebuilds/steps/step-cgroup";
 import { newMarker, pidsWithMarker, waitUntilNoMarker } from "../support/markers";
 import { isRunning, waitForLine } from "../support/processes";
 import { stepTestBed } from "../support/step-bed";
@@ -166,6 +166,43 @@ test("the warden never kills the worker: it moves a worker it finds in a step's 
   } finally {
     worker.kill("SIGKILL");
     stepProcess.kill("SIGKILL");
+  }
+});
+
+test("a parent whose worker's PID now belongs to another process is a leftover; a live worker's parent is kept", async () => {
+  // The stand-ins: a live process named as the maker of both parents, one with its own start
+  // time (a live worker: kept), one with another (a dead worker whose PID was reused: removed).
+  const live = spawn("sleep", ["600"], { stdio: "ignore" });
+  const startTime = processStartTime(live.pid!);
+  assert.ok(startTime, "no start time read");
+  const kept = path.join(place.home, stepCgroupParentName(live.pid!));
+  const reused = path.join(place.home, stepCgroupParentName(live.pid!, String(Number(startTime) - 1)));
+  assert.equal(path.basename(kept).endsWith(`-${live.pid}-${startTime}`), true, kept);
+  const marker = newMarker();
+  const leftover = spawn("sleep", ["600"], { env: { ...process.env, [marker.name]: marker.value }, stdio: "ignore" });
+  try {
+    fs.mkdirSync(path.join(kept, "step-1"), { recursive: true });
+    fs.mkdirSync(path.join(reused, "step-1"), { recursive: true });
+    fs.writeFileSync(path.join(reused, "step-1", "cgroup.procs"), String(leftover.pid));
+    const started = spawnSync(
+      process.execPath,
+      [
+        "--import",
+        "tsx",
+        "-e",
+        'import("./lib/rebuilds/steps/containment.ts").then((m) => console.log(m.detectContainment().mode))',
+      ],
+      { encoding: "utf8", timeout: 60_000 },
+    );
+    assert.equal(started.stdout.trim(), "cgroup", started.stderr);
+    assert.equal(fs.existsSync(reused), false, "the parent of a dead worker whose PID was reused is still there");
+    assert.deepEqual((await waitUntilNoMarker(marker, 2_000)).alive, [], "its step survived");
+    assert.equal(fs.existsSync(path.join(kept, "step-1")), true, "a live worker's parent was removed");
+  } finally {
+    live.kill("SIGKILL");
+    leftover.kill("SIGKILL");
+    for (const dir of [path.join(kept, "step-1"), kept, path.join(reused, "step-1"), reused])
+      fs.rmSync(dir, { recursive: true, force: true });
   }
 });
 

@@ -5,7 +5,7 @@
  * that cgroup and everything it ever starts stays in it — setsid and double forks change the
  * session or the parent, never the cgroup), and moves itself back home (`spawnInside`).
  *
- * Layout: `<home>/claimwatch-steps-<pid namespace>-<worker pid>/step-<n>`, where `<home>` is the
+ * Layout: `<home>/claimwatch-steps-<pid namespace>-<worker pid>-<its start time>/step-<n>`, where `<home>` is the
  * worker's own v2 cgroup. One parent per worker, so workers never touch each other's steps; the
  * parents of dead workers (and one left under this worker's own PID by a predecessor) are removed
  * at start — only those of this PID namespace, whose PIDs this process can check (two containers
@@ -91,9 +91,41 @@ function prepareOnce(): StepCgroupPlace | { unavailable: string } {
   return { unavailable: why };
 }
 
-/** The name of the parent of worker `pid`'s step cgroups (a worker of this PID namespace). */
-export function stepCgroupParentName(pid: number): string {
-  return `${PARENT_PREFIX}${pid}`;
+/**
+ * The name of the parent of worker `pid`'s step cgroups (a worker of this PID namespace):
+ * `claimwatch-steps-<pid namespace>-<pid>-<start time>`. The start time (`processStartTime`, 0
+ * for a process that is gone) tells a worker from a later process given the same PID: a keeper
+ * or warden of a dead worker that wakes late (stopped, then continued) kills only its own
+ * worker's parent, never that of a successor with the same PID, and a parent whose PID now
+ * belongs to another process is known for a leftover.
+ */
+export function stepCgroupParentName(pid: number, startTime: string = processStartTime(pid) ?? "0"): string {
+  return `${PARENT_PREFIX}${pid}-${startTime}`;
+}
+
+/** When process `pid` started (`/proc/<pid>/stat` field 22, clock ticks since boot), or null when it is gone. */
+export function processStartTime(pid: number): string | null {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
+    // Fields after the command name, which may hold spaces and parentheses: the last ")" ends it.
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    const startTime = fields[22 - 3];
+    return startTime && /^\d+$/.test(startTime) ? startTime : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Whether the worker a parent's name (after PARENT_PREFIX) names still runs: its PID is alive and,
+ * where the name has one, started when the name says (an older name has only the PID).
+ */
+function ownerRuns(owner: string): { pid: number; runs: boolean } | null {
+  const match = /^(\d+)(?:-(\d+))?$/.exec(owner);
+  if (!match) return null;
+  const pid = Number(match[1]);
+  if (!isAlive(pid)) return { pid, runs: false };
+  return { pid, runs: match[2] === undefined || processStartTime(pid) === match[2] };
 }
 
 /** The inode of this process's PID namespace (`pid:[4026531836]`), or 0 where it cannot be read. */
@@ -173,9 +205,10 @@ function unescapeMountField(field: string): string {
 }
 
 /**
- * Removes this PID namespace's `claimwatch-steps-…-<pid>` parents whose worker is gone (a SIGKILLed worker whose warden
- * died too) and one under this process's own PID (a predecessor's: this process has started no
- * step yet). Their step cgroups are killed first.
+ * Removes this PID namespace's `claimwatch-steps-…-<pid>-<start time>` parents whose worker is gone
+ * (a SIGKILLed worker whose warden died too; its PID may be another process's now) and any under
+ * this process's own PID (a predecessor's: this process has started no step yet). Their step
+ * cgroups are killed first.
  */
 function removeLeftovers(home: string): void {
   let names: string[];
@@ -186,8 +219,8 @@ function removeLeftovers(home: string): void {
   }
   for (const name of names) {
     if (!name.startsWith(PARENT_PREFIX)) continue;
-    const owner = Number(name.slice(PARENT_PREFIX.length));
-    if (!Number.isInteger(owner) || (owner !== process.pid && isAlive(owner))) continue;
+    const owner = ownerRuns(name.slice(PARENT_PREFIX.length));
+    if (!owner || (owner.pid !== process.pid && owner.runs)) continue;
     removeParentNow(path.join(home, name));
   }
 }

@@ -41,7 +41,7 @@ import path from "node:path";
 const workerPid = Number(process.argv[2]);
 /** @type {Map<string, { pid: number; group: boolean } | { cgroup: string }>} */
 const watched = new Map();
-/** Parents of the step cgroups announced (`claimwatch-steps-<pid namespace>-<worker pid>`), removed at EOF. */
+/** Parents of the step cgroups announced (`claimwatch-steps-<pid namespace>-<worker pid>-<start time>`), removed at EOF. */
 const cgroupParents = new Set();
 const WORKER_HELD = "worker-held";
 let silenceMs = 0;
