@@ -10,6 +10,7 @@ import { holderAttemptWorked, schedulerIdOf } from "../rebuilds/queue";
 import { nextTickAfter } from "../rebuilds/schedule-times";
 import { REQUEST_ID_PATTERN, triggerRebuild } from "../rebuilds/trigger";
 import { hashInputs, idempotencyKey, InputHashCache, VERSION_PATTERN } from "../rebuilds/version";
+import { rebuiltByNow } from "../rebuilds/rebuilt-by-now";
 import { decideRun } from "../rebuilds/decide";
 import { listRunSummariesMany } from "../runs/list";
 import { searchRebuildRows, type RebuildRow } from "../rebuilds/search";
@@ -314,13 +315,19 @@ export async function previewRun(
       );
     }
   }
-  // The worker's decision on what it would see now (decideRun), read in one round trip each.
+  // The worker's decision on what it would see now (decideRun), read in one round trip each (a
+  // rebuilt mark of an earlier incarnation of the main Redis: two, rebuilt-by-now.ts).
   const force = query.force === "true";
   const claimOfRun = claimName(definition.claimPath, query.tenant);
   const [rebuiltBy, claim] = await Promise.all([
     force
       ? Promise.resolve(null)
-      : connections.main.get(connections.keys.idempotency(idempotencyKey(name, query.tenant, version))),
+      : rebuiltByNow(connections, {
+          rebuild: name,
+          tenant: query.tenant,
+          idempotencyKey: idempotencyKey(name, query.tenant, version),
+          claim: claimOfRun,
+        }),
     readClaim(connections.claims, connections.keys, claimOfRun),
   ]);
   // The worker's rule: a same-version holder carries the request only while its attempt is worked.

@@ -66,8 +66,10 @@ import { pinOutputClaim } from "./output-claim";
 import { FenceNotRecordedError, readFenceFloor } from "./published-fence";
 import { holderAttemptWorked, rebuildJobData, type RebuildJobData } from "./queue";
 import { recordScheduledTick } from "./schedule-ticks";
+import { confirmRebuilt, rebuiltByNow } from "./rebuilt-by-now";
 import { hashInputs, idempotencyKey } from "./version";
 import { stepWarden } from "./steps/warden";
+import { readRebuiltMark } from "../runs/rebuilt-mark";
 
 export interface RebuildDeps {
   /** Main Redis: run records, idempotency keys. */
@@ -509,6 +511,11 @@ class RebuildAttempt {
     return this.identity.runId;
   }
 
+  /** This attempt's lane, as its version's rebuilt mark is read (rebuilt-by-now.ts). */
+  private lane() {
+    return { rebuild: this.data.rebuild, tenant: this.data.tenant, idempotencyKey: this.idemKey, claim: this.claim };
+  }
+
   async run(): Promise<RebuildOutcome> {
     const { deps, data, definition } = this;
     const fields = { version: this.version, idempotencyKey: this.idemKey };
@@ -614,11 +621,11 @@ class RebuildAttempt {
           stopWithinMs: stopWithinMs(definition),
         },
         async (held) => {
-          // The version's idempotency key and the job's mark, read together once the claim is
+          // The version's rebuilt mark and the job's mark, read together once the claim is
           // granted (one round trip): what buildAndPublish asks of each below.
-          let reads: Promise<(string | null)[]> | undefined;
+          let reads: ReturnType<typeof readRebuiltMark> | undefined;
           const startReads = () =>
-            (reads ??= deps.main.mget(deps.keys.idempotency(this.idemKey), deps.keys.askedAgain(this.job.id)));
+            (reads ??= readRebuiltMark(deps.main, deps.keys, this.lane(), deps.keys.askedAgain(this.job.id)));
           const built = await buildAndPublish({
             claims: deps.claims,
             keys: deps.keys,
@@ -637,7 +644,7 @@ class RebuildAttempt {
               const status = await deps.main.hget(deps.keys.run(runId), "status").catch(() => "lookup-failed");
               return status !== "failed" && status !== "deferred" && status !== "lookup-failed";
             },
-            jobMark: async () => (await startReads())[1] ?? null,
+            jobMark: async () => (await startReads()).alongside,
             held,
             jobSignal: this.job.signal,
             attemptBegan: this.began,
@@ -652,9 +659,11 @@ class RebuildAttempt {
             ...(data.force
               ? {}
               : {
+                  // A mark of an earlier incarnation of the main Redis counts only if the
+                  // claims Redis's pointer still names its run (rebuilt-by-now.ts).
                   alreadyRebuiltBy: () =>
                     startReads().then(
-                      ([rebuiltBy]) => rebuiltBy ?? null,
+                      ({ mark }) => confirmRebuilt(deps.claims, deps.keys, this.claim, mark).catch(() => null),
                       () => null,
                     ),
                 }),
@@ -673,7 +682,10 @@ class RebuildAttempt {
             // the freed claim finds the key and skips. When it fails (the main Redis away), it
             // is written again after the release, as a transient error would be.
             try {
-              await this.finishRebuilt(held.fence, built.buildHash, held.tookOverFrom, built.currentNote);
+              // Held by its local deadline right now (a holder paused since its publish is not: another
+              // may have published over it, in writes a main Redis crash could lose).
+              const stillHeld = !held.signal.aborted && held.msUntilDeadline() > 0;
+              await this.finishRebuilt(held.fence, built.buildHash, held.tookOverFrom, built.currentNote, stillHeld);
               finalWritten = true;
             } catch (error) {
               this.log(`final record under the claim failed (written again after the release): ${String(error)}`);
@@ -737,7 +749,8 @@ class RebuildAttempt {
       });
     }
     // The publish reset the consecutive skips (FENCED_PUBLISH).
-    if (!finalWritten) await this.finishRebuilt(result.fence, built.buildHash, result.tookOverFrom, built.currentNote);
+    if (!finalWritten)
+      await this.finishRebuilt(result.fence, built.buildHash, result.tookOverFrom, built.currentNote, false);
     return {
       status: "rebuilt",
       runId: this.runId,
@@ -816,7 +829,7 @@ class RebuildAttempt {
     const [claim, rebuiltBy] = await Promise.all([
       readClaim(deps.claims, deps.keys, this.claim).catch(() => null),
       // A forced request asked for a build whatever was rebuilt before it: only its own job ends it.
-      this.data.force ? null : deps.main.get(deps.keys.idempotency(this.idemKey)).catch(() => null),
+      this.data.force ? null : rebuiltByNow(deps, this.lane()).catch(() => null),
     ]);
     // A force-released claim still waiting for its holder to stop (this very attempt, when its
     // release did not get through, or an earlier one) carries no request on: it is not a later
@@ -1022,12 +1035,16 @@ class RebuildAttempt {
    * The final record of a published build, with the version marked rebuilt (the idempotency key)
    * in the same script. A `current` the disk would not move to it is said in its reason: the run
    * published, but the output did not serve its build when it ended (black-box helper-124).
+   * `underClaim`: written while the claim is held, so its publish is the lane's newest and the
+   * mark counts in this incarnation of the main Redis (lib/runs/scripts.ts, REBUILT_MARK_LUA); a
+   * write sent after the release marks as the lane's rules allow.
    */
   private finishRebuilt(
     fence: number,
     buildHash: string,
     tookOverFrom: { token: string; fence: number | null } | null,
     currentNote: string | undefined,
+    underClaim: boolean,
   ): Promise<void> {
     const reasons = [
       tookOverFrom ? "took over from an earlier attempt" : null,
@@ -1036,7 +1053,13 @@ class RebuildAttempt {
     return this.finish(
       "rebuilt",
       { fence, buildHash, reason: reasons.length > 0 ? reasons.join("; ") : null },
-      { change: "set", key: this.idemKey, ttlMs: this.definition.idempotency.ttl, fence },
+      {
+        change: "set",
+        key: this.idemKey,
+        ttlMs: this.definition.idempotency.ttl,
+        fence,
+        ...(underClaim ? { held: true } : {}),
+      },
     );
   }
 

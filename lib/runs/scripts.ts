@@ -36,15 +36,51 @@ import {
 import { TIMELINE_BACKFILL_CURSOR, TIMELINE_COUNT_LUA, TIMELINE_COUNT_RECORD } from "./timeline-counters";
 import { transitionsLua } from "./transitions";
 
+/**
+ * Lua: `incarnation()` (this Redis's run_id) and `markOf(ownKey, laneKey, noLane)`: the run an
+ * idempotency key names and whether its mark counts for a skip here (comment below). In COMMON
+ * and in READ_REBUILT_MARK.
+ */
+const REBUILT_MARK_LUA = `
+-- A mark counts for a skip (markOf) only in the incarnation of this Redis it was made in, by a
+-- publish the lane knew to be its newest ('markedIn'): a Redis restarted from an older snapshot,
+-- or a replica promoted in a failover, may have lost the writes that unmarked it (another
+-- version published since: helper-142), and the run that would have carried them is done. A mark
+-- of another incarnation sends the request through the claim, where the claims Redis's published
+-- pointer decides (lib/rebuilds/rebuilt-mark.ts). The incarnation is the server's run_id, new at
+-- every start and on a promoted replica; '?' where INFO is refused (never changes: as before).
+local incarnationOf = false
+local function incarnation()
+  if not incarnationOf then
+    local info = redis.pcall('INFO', 'server')
+    incarnationOf = type(info) == 'string' and string.match(info, 'run_id:(%x+)') or '?'
+  end
+  return incarnationOf
+end
+-- The run ownKey names as having rebuilt its version, and whether that mark counts here (above);
+-- false when there is none. Without a lane (KEYS[1] passed again: a job naming no valid rebuild,
+-- which publishes nothing) the key counts as it is.
+local function markOf(ownKey, laneKey, noLane)
+  local by = redis.call('GET', ownKey)
+  if not by then return false, false end
+  if laneKey == noLane then return by, true end
+  local lane = redis.pcall('HMGET', laneKey, 'key', 'markedIn')
+  if type(lane) ~= 'table' or lane.err then return by, false end
+  return by, lane[1] == ownKey and lane[2] == incarnation()
+end
+`;
+
 const COMMON = `
 ${SERVER_NOW}
 ${RUN_LOG_LUA}
 ${transitionsLua()}
 ${TIMELINE_COUNT_LUA}
--- A lane (rebuild, tenant) marks at most one version rebuilt (its idempotency key: skipped as
+${REBUILT_MARK_LUA}-- A lane (rebuild, tenant) marks at most one version rebuilt (its idempotency key: skipped as
 -- already rebuilt), and only while that version is what the output serves and will serve. The
--- lane's HASH (keys.rebuiltNow): 'key' the idempotency key marked, 'fence' the newest publish
--- recorded, 'building' the idempotency key of the newest build begun. (The keys it names share
+-- lane's HASH (keys.rebuiltNow): 'key' the idempotency key marked ('markedIn': the incarnation
+-- in which the mark counts, markOf), 'fence' the newest publish recorded ('fenceIn': the
+-- incarnation in which a publish's own write under its claim recorded it), 'building' the
+-- idempotency key of the newest build begun. (The keys it names share
 -- the hash tag: the same slot.)
 -- A build of a version begins: another version marked no longer counts as rebuilt (a request
 -- for it during this build builds after it, rather than being skipped while the output goes on
@@ -73,11 +109,16 @@ end
 -- asked) unless a build of another version began since (that one publishes after it).
 -- The first half alone (laneFenceSeen) records the fence and unmarks another version: true when
 -- the fence is not below the recorded one.
-local function laneFenceSeen(laneKey, ownKey, fence, ttlMs)
+-- 'held': the publish's own final write while its claim was held, so the newest publish of the
+-- lane: the lane's fence is then known in this incarnation ('fenceIn'). Any other write (sent
+-- again after the release, a sweep's proven close, repair) marks for a skip only in a lane whose
+-- fence is known in this incarnation: else the newest publish may be one this Redis lost.
+local function laneFenceSeen(laneKey, ownKey, fence, ttlMs, held)
   laneHash(laneKey)
   local lane = redis.call('HMGET', laneKey, 'fence', 'key')
   if lane[1] and fence < tonumber(lane[1]) then return false end
   redis.call('HSET', laneKey, 'fence', fence)
+  if held then redis.call('HSET', laneKey, 'fenceIn', incarnation()) end
   if lane[2] and lane[2] ~= ownKey then
     redis.call('DEL', lane[2])
     redis.call('HDEL', laneKey, 'key')
@@ -85,12 +126,17 @@ local function laneFenceSeen(laneKey, ownKey, fence, ttlMs)
   if redis.call('PTTL', laneKey) < tonumber(ttlMs) then redis.call('PEXPIRE', laneKey, ttlMs) end
   return true
 end
-local function lanePublished(laneKey, ownKey, runId, fence, ttlMs, nx)
-  if not laneFenceSeen(laneKey, ownKey, fence, ttlMs) then return end
+local function lanePublished(laneKey, ownKey, runId, fence, ttlMs, nx, held)
+  if not laneFenceSeen(laneKey, ownKey, fence, ttlMs, held) then return end
   local building = redis.call('HGET', laneKey, 'building')
   if building and building ~= ownKey then return end
   if nx then redis.call('SET', ownKey, runId, 'PX', ttlMs, 'NX') else redis.call('SET', ownKey, runId, 'PX', ttlMs) end
-  redis.call('HSET', laneKey, 'key', ownKey)
+  if held or redis.call('HGET', laneKey, 'fenceIn') == incarnation() then
+    redis.call('HSET', laneKey, 'key', ownKey, 'markedIn', incarnation())
+  else
+    redis.call('HSET', laneKey, 'key', ownKey)
+    redis.call('HDEL', laneKey, 'markedIn')
+  end
 end
 -- The statuses whose index keys follow the base indexes, in order (a comma-separated ARGV).
 local POSITION = {}
@@ -391,7 +437,7 @@ KEYS[1] run HASH (new, or one still in flight that another pickup of this attemp
 KEYS[2] openAttempt STRING: run id of the job's attempt in flight
 KEYS[3] previousRun HASH of the job's previous attempt (may not exist)
 KEYS[4] idempotency STRING: run id that rebuilt this (rebuild, tenant, version) (read in mode
-  'check'; with KEYS[11], this build's version)
+  'check': skipped when its mark counts, markOf; with KEYS[11], this build's version)
 KEYS[5] pendingTrigger STRING: job id of a waiting trigger
 KEYS[6] cancelRequest STRING: an operator's cancel request for the job (read only)
 KEYS[7] events STREAM (lib/events): the record's event is written here
@@ -539,8 +585,13 @@ if cancel ~= '' and mode ~= 'cancelled' and mode ~= 'rebuilt' then
   status = 'cancelled'
   cancelReason = cancelReasonOf(cancel)
 elseif mode == 'check' then
-  by = redis.call('GET', KEYS[4])
-  if by then status = 'skipped' else status = 'running' end
+  local marked, counts = markOf(KEYS[4], KEYS[11], KEYS[1])
+  if marked and counts then
+    by = marked
+    status = 'skipped'
+  else
+    status = 'running'
+  end
 end
 -- One HSET: the caller's fields, then what the script knows (status, times, reason).
 local fields = {}
@@ -614,7 +665,9 @@ KEYS[8] rebuiltNow HASH of the run's lane (rebuild, tenant) (with 'set' or 'fenc
   again otherwise): the mark follows its rules (lanePublished; 'fence': laneFenceSeen)
 KEYS[9 ..] indexes (status moves only): ARGV[3] base indexes, then as many per status in ARGV[9]
 ARGV[1] runId   ARGV[2] record TTL ms   ARGV[3] n   ARGV[4] new status, '' for fields only
-ARGV[5] idempotency: 'set' (to runId, PX ARGV[6]) | 'del' (only if it names this runId: another
+ARGV[5] idempotency: 'set' (to runId, PX ARGV[6]) | 'set-held' (the same, written while the
+  publish's claim was held: the lane's newest, so the mark counts in this incarnation: COMMON)
+  | 'del' (only if it names this runId: another
   run's key stays) | 'fence' (the fence recorded in the lane, another version's mark dropped, its
   own version not marked: a final write sent again after Redis lost it, when the output may serve
   a newer publish the lane no longer knows) | ''   ARGV[6] idempotency TTL ms
@@ -648,10 +701,10 @@ setStatuses(ARGV[9])
 local cancel = redis.pcall('GET', KEYS[7])
 if type(cancel) ~= 'string' then cancel = '' end
 setTimeline(ARGV[10], KEYS[6])
-if ARGV[5] == 'set' then
+if ARGV[5] == 'set' or ARGV[5] == 'set-held' then
   local fence = tonumber(ARGV[7])
   if fence and KEYS[8] ~= KEYS[1] then
-    lanePublished(KEYS[8], KEYS[4], runId, fence, ARGV[6], false)
+    lanePublished(KEYS[8], KEYS[4], runId, fence, ARGV[6], false, ARGV[5] == 'set-held')
   else
     redis.call('SET', KEYS[4], runId, 'PX', ARGV[6])
   end
@@ -739,7 +792,8 @@ ARGV[10] owner: the beginId of the call that began the record ('' for no check):
   pickup's any more, and is not written
 ARGV[11..] record field/value pairs (the version and its idempotency key hash)
 Only a running record is written: with a cancel request it ends cancelled (as RUN_BEGIN would),
-else with the idempotency key set it ends skipped (already rebuilt), else it gains the fields.
+else with the idempotency key set and counting (markOf) it ends skipped (already rebuilt), else it
+gains the fields.
 Returns {code, detail, cancel}: cancel is the job's cancel request ('' for none)
   code ${RUN_REPLY.began} running, fields written | ${RUN_REPLY.alreadyRebuilt} recorded skipped (detail: the run that rebuilt it)
      | ${RUN_REPLY.cancelled} recorded cancelled (detail: the reason)
@@ -774,8 +828,9 @@ if cancel ~= '' then
   status = 'cancelled'
   reason = cancelReasonOf(cancel)
 elseif ARGV[4] == '1' then
-  by = redis.call('GET', KEYS[3])
-  if by then
+  local marked, counts = markOf(KEYS[3], KEYS[7], KEYS[1])
+  if marked and counts then
+    by = marked
     status = 'skipped'
     reason = ARGV[5] .. by
   end
@@ -982,7 +1037,27 @@ return ${RUN_REPLY.written}
 `,
 });
 
+export const READ_REBUILT_MARK = typedScript<[by: string, counts: number, alongside: string]>()({
+  command: "claimwatchReadRebuiltMark",
+  keys: ["idempotency", "rebuiltNow", "alongside"],
+  lua: `
+--[[ Read only: the run that rebuilt a (rebuild, tenant, version), and whether its mark counts for
+a skip here (markOf: made in this Redis's incarnation by the lane's newest publish).
+KEYS[1] idempotency STRING   KEYS[2] rebuiltNow HASH of its lane (KEYS[1] again for none)
+KEYS[3] a STRING read in the same round trip (KEYS[1] again for none)
+ARGV[1] none (no arguments)
+Returns {by, counts, alongside}: by '' for no mark; counts 1 or 0; alongside KEYS[3]'s value, '' for none
+]]
+${REBUILT_MARK_LUA}
+local by, counts = markOf(KEYS[1], KEYS[2], KEYS[1])
+local alongside = ''
+if KEYS[3] ~= KEYS[1] then alongside = redis.call('GET', KEYS[3]) or '' end
+return {by or '', counts and 1 or 0, alongside}
+`,
+});
+
 export const RUN_SCRIPTS: readonly LuaScript[] = [
+  READ_REBUILT_MARK,
   RUN_BEGIN,
   RUN_WRITE,
   RUN_VERSION,

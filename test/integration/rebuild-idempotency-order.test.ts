@@ -19,6 +19,7 @@ import { pointCurrentAtRecord, readPublishedFence, recordPublishedFence } from "
 import { readRun } from "../../lib/runs/records";
 import { runRebuild, type RebuildDeps } from "../../lib/rebuilds/run-rebuild";
 import { idempotencyKey } from "../../lib/rebuilds/version";
+import { markRebuilt } from "../support/runs";
 import { createTestBed, rebuildDepsOf, type TestBed } from "../support/stack";
 
 let bed: TestBed;
@@ -137,10 +138,9 @@ async function attemptWaitingForClaim(jobId: string, version: string, meanwhile:
 }
 
 test("the re-check is asked once the claim is granted: a run that finished while this one waited for the claim is found, nothing is built", async () => {
-  const idem = bed.keys.idempotency(idempotencyKey("quick", undefined, "o2"));
-  // The other run marks the version rebuilt, then releases the claim.
+  // The other run marks the version rebuilt (its final write under its claim), then releases the claim.
   const outcome = await attemptWaitingForClaim("order-2", "o2", async () => {
-    await bed.main.set(idem, "finished-elsewhere-a1", "PX", 60_000);
+    await markRebuilt(bed.main, bed.keys, { rebuild: "quick", version: "o2" }, "finished-elsewhere-a1");
   });
   assert.equal(outcome.status, "skipped");
   const record = await readRun(bed.main, bed.keys, "order-2-a1");
@@ -151,14 +151,13 @@ test("the re-check is asked once the claim is granted: a run that finished while
 
 test("a version found rebuilt under the claim is skipped even when its work dir cannot be made (a failing disk)", async () => {
   const outputDir = outputDirOf(bed.definitions.rebuilds.get("quick")!, undefined);
-  const idem = bed.keys.idempotency(idempotencyKey("quick", undefined, "o4"));
   const workRoot = path.join(outputDir, ".work");
   const saved = `${workRoot}.saved`;
   await fs.rename(workRoot, saved).catch(() => {});
   try {
     const outcome = await attemptWaitingForClaim("order-4", "o4", async () => {
       await fs.writeFile(workRoot, "not a directory"); // mkdir under it fails (ENOTDIR)
-      await bed.main.set(idem, "finished-elsewhere-a1", "PX", 60_000);
+      await markRebuilt(bed.main, bed.keys, { rebuild: "quick", version: "o4" }, "finished-elsewhere-a1");
     });
     assert.equal(outcome.status, "skipped");
     assert.equal((await readRun(bed.main, bed.keys, "order-4-a1"))?.status, "skipped");

@@ -18,6 +18,7 @@ import { loadDefinitions } from "../../lib/rebuilds/definitions";
 import { readCurrent } from "../../lib/rebuilds/output";
 import { repairCurrentLinks, REPAIR_AFTER_MS } from "../../lib/rebuilds/repair";
 import { idempotencyKey } from "../../lib/rebuilds/version";
+import { rebuiltByNow } from "../../lib/rebuilds/rebuilt-by-now";
 import { runRebuild, type RebuildDeps } from "../../lib/rebuilds/run-rebuild";
 import { newWorkerIdentity } from "../../lib/workers/heartbeat";
 
@@ -123,6 +124,80 @@ test("a job a crash of the Redis brought back after it published, with another v
     assert.equal(await readCurrent(output), (a as { buildHash: string }).buildHash);
   } finally {
     await closeRedis(client);
+  }
+});
+
+test("a main Redis that lost the writes after a snapshot (the claims Redis did not): a request for the version published before is built again, not skipped as rebuilt; a mark the claims Redis confirms still skips (helper-142)", async () => {
+  const { server: first, dataDir, definitions, keys, output, claim } = await crashBed("lostmark");
+  const claimsServer = await startRedisServer({ dir: path.join(root, "redis-lostmark-claims"), extraArgs: RDB_ONLY });
+  servers.push(claimsServer);
+  const claims = createRedis(claimsServer.url, "worker", "lostmark-claims");
+  let jobs = 0;
+  const attempt = (main: ReturnType<typeof createRedis>, version: string) =>
+    runRebuild(
+      { main, claims, keys, definitions, worker: newWorkerIdentity("t") },
+      {
+        id: `lostmark-${++jobs}`,
+        attempt: 1,
+        createdAt: Date.now(),
+        data: { rebuild: "lostmark", version, trigger: "api" },
+        signal: new AbortController().signal,
+      },
+    );
+  const laneOf = (version: string) => ({
+    rebuild: "lostmark",
+    tenant: undefined,
+    idempotencyKey: idempotencyKey("lostmark", undefined, version),
+    claim,
+  });
+  let main = createRedis(first.url, "worker", "lostmark-1");
+  try {
+    const a = await attempt(main, "vA");
+    assert.equal(a.status, "rebuilt", JSON.stringify(a));
+    const buildA = (a as { buildHash: string }).buildHash;
+    await main.save(); // the snapshot the restart comes back to: vA the version rebuilt and served
+    const d = await attempt(main, "vD");
+    assert.equal(d.status, "rebuilt", JSON.stringify(d));
+    assert.equal(await readCurrent(output), (d as { buildHash: string }).buildHash);
+    await closeRedis(main);
+
+    // The main Redis comes back with vA marked rebuilt; the claims Redis knows vD was published since.
+    let server = await crashAndRestart(first, dataDir);
+    main = createRedis(server.url, "worker", "lostmark-2");
+    assert.equal(
+      await main.get(keys.idempotency(idempotencyKey("lostmark", undefined, "vA"))),
+      (a as { runId: string }).runId,
+      "the restarted Redis really came back with vA's mark",
+    );
+    assert.equal(await rebuiltByNow({ main, claims, keys }, laneOf("vA")), null, "the preview's answer: not rebuilt");
+    const again = await attempt(main, "vA");
+    assert.equal(again.status, "rebuilt", `a request for vA was dropped: ${JSON.stringify(again)}`);
+    assert.equal(await readCurrent(output), buildA, "current does not serve vA");
+
+    // Marked in this incarnation by its own publish: the next request skips at once.
+    const repeat = await attempt(main, "vA");
+    assert.equal(repeat.status, "skipped", JSON.stringify(repeat));
+    // A restart that lost nothing of it: the mark is of another incarnation, but the claims
+    // Redis's pointer names its run: skipped under the claim, nothing built.
+    await main.save();
+    await closeRedis(main);
+    server = await crashAndRestart(server, dataDir);
+    main = createRedis(server.url, "worker", "lostmark-3");
+    assert.equal(
+      await rebuiltByNow({ main, claims, keys }, laneOf("vA")),
+      (again as { runId: string }).runId,
+      "confirmed by the claims Redis",
+    );
+    const confirmed = await attempt(main, "vA");
+    assert.equal(confirmed.status, "skipped", JSON.stringify(confirmed));
+    const record = await main.hgetall(keys.run((confirmed as { runId: string }).runId));
+    assert.equal(record.status, "skipped");
+    assert.match(record.reason ?? "", /already rebuilt by run /);
+    assert.equal(record.buildHash ?? "", "", "nothing was built");
+    assert.equal(await readCurrent(output), buildA);
+  } finally {
+    await closeRedis(main);
+    await closeRedis(claims);
   }
 });
 

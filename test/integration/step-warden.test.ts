@@ -208,7 +208,7 @@ for (const mode of ["cgroup", "pid-namespace"] as const)
       const h = host(STUBBORN, { STEP_HOST_SILENCE_MS: "1000" });
       try {
         await waitForLine(h.child, /^running/, 60_000);
-        await until(() => h.stepPids().length >= 3, 10_000, "the step and its children");
+        await until(() => h.stepPids().length >= 3, 30_000, "the step and its children");
         process.kill(h.child.pid!, "SIGSTOP");
         await until(() => h.stepPids().length === 0, 10_000, "the step's processes to end");
         process.kill(h.child.pid!, "SIGCONT");
@@ -224,7 +224,7 @@ for (const mode of ["cgroup", "pid-namespace"] as const)
       const h = host(STUBBORN, { STEP_HOST_SILENCE_MS: "1000" }, { ownCgroup: true });
       try {
         await waitForLine(h.child, /^running/, 60_000);
-        await until(() => h.stepPids().length >= 3, 10_000, "the step and its children");
+        await until(() => h.stepPids().length >= 3, 30_000, "the step and its children");
         const warden = await wardenOf(h.child.pid!);
         process.kill(warden, "SIGKILL");
         process.kill(h.child.pid!, "SIGKILL");
@@ -241,7 +241,7 @@ for (const mode of ["cgroup", "pid-namespace"] as const)
       let frozen: number | null = null;
       try {
         await waitForLine(h.child, /^running/, 60_000);
-        await until(() => h.stepPids().length >= 3, 10_000, "the step and its children");
+        await until(() => h.stepPids().length >= 3, 30_000, "the step and its children");
         frozen = await wardenOf(h.child.pid!);
         // Up and answering by now (a warden not answering since its start gets 15 s).
         await new Promise((resolve) => setTimeout(resolve, 1_500));

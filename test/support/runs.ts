@@ -9,6 +9,7 @@ import { DEFAULT_RETENTION } from "../../lib/runs/records";
 import type { FinalRunStatus } from "../../lib/runs/transitions";
 import type { RunRecord } from "../../lib/runs/types";
 import { beginAttempt, importRunInto, writeRun, type AttemptIdentity } from "../../lib/runs/writer";
+import { idempotencyKey } from "../../lib/rebuilds/version";
 
 type Partial_ = Pick<RunRecord, "id" | "rebuild" | "tenant" | "createdAt" | "status"> & Partial<RunRecord>;
 
@@ -104,4 +105,27 @@ export function testAttempt(jobId: string, n: number, overrides: Partial<Attempt
     host: "h",
     ...overrides,
   };
+}
+
+/**
+ * Marks `version` of (rebuild, tenant) rebuilt by `runId` as a publish's own final write under
+ * its claim does (lib/runs/scripts.ts, lanePublished with 'held'): the idempotency key, and its
+ * lane naming it, marked in this incarnation of the Redis — a mark RUN_BEGIN and the check under
+ * the claim count without asking the claims Redis.
+ */
+export async function markRebuilt(
+  main: Redis,
+  keys: RedisKeys,
+  lane: { rebuild: string; tenant?: string; version: string },
+  runId: string,
+  ttlMs = 60_000,
+): Promise<void> {
+  const key = keys.idempotency(idempotencyKey(lane.rebuild, lane.tenant, lane.version));
+  const incarnation = /run_id:(\w+)/.exec(await main.info("server"))?.[1] ?? "?";
+  await main
+    .multi()
+    .set(key, runId, "PX", ttlMs)
+    .hset(keys.rebuiltNow(lane.rebuild, lane.tenant ?? null), "key", key, "markedIn", incarnation)
+    .pexpire(keys.rebuiltNow(lane.rebuild, lane.tenant ?? null), ttlMs)
+    .exec();
 }

@@ -1,0 +1,38 @@
+/**
+ * The main Redis's mark of a version rebuilt (its idempotency key), read with whether it counts
+ * for a skip here: made in this Redis's incarnation by its lane's newest publish (scripts.ts,
+ * REBUILT_MARK_LUA). A mark that does not count may be one a lost write would have removed; the
+ * caller asks the claims Redis (lib/rebuilds/rebuilt-by-now.ts).
+ */
+import type { RedisKeys } from "../redis/keys";
+import { runScript, type ScriptingClient } from "../redis/scripts";
+import { runPlaceOf } from "./records";
+import { READ_REBUILT_MARK } from "./scripts";
+
+export interface RebuiltMark {
+  /** The run that rebuilt the version (and published it). */
+  by: string;
+  /** Whether the mark counts for a skip without asking the claims Redis. */
+  counts: boolean;
+}
+
+/**
+ * The mark of `idempotencyKey` in its lane (`rebuild`, `tenant`), and `alongside` (a STRING key
+ * read in the same round trip), each null when there is none.
+ */
+export async function readRebuiltMark(
+  client: ScriptingClient,
+  keys: RedisKeys,
+  lane: { rebuild: string; tenant: string | null | undefined; idempotencyKey: string },
+  alongside?: string,
+): Promise<{ mark: RebuiltMark | null; alongside: string | null }> {
+  const own = keys.idempotency(lane.idempotencyKey);
+  const place = runPlaceOf(lane.rebuild, lane.tenant ?? null);
+  const [by, counts, also] = await runScript(
+    client,
+    READ_REBUILT_MARK,
+    [own, place.rebuild ? keys.rebuiltNow(place.rebuild, place.tenant) : own, alongside ?? own],
+    [],
+  );
+  return { mark: by ? { by, counts: counts === 1 } : null, alongside: also || null };
+}
