@@ -124,6 +124,7 @@ try {
     claims,
     keys,
     definitions,
+    schedulers: queue,
     config: definitions.alerts!,
     publicOrigin: "http://127.0.0.1:3000",
     role: "worker",

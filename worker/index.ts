@@ -418,6 +418,7 @@ if (definitions.alerts) {
       claims,
       keys,
       definitions,
+      schedulers: queue,
       config,
       workerId: identity.id,
       role: "worker",

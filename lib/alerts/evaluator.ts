@@ -8,7 +8,9 @@
  */
 import type { Redis } from "ioredis";
 import { acquireClaim, ClaimKeeper, releaseClaim } from "../claims";
+import type { Queue } from "bullmq";
 import type { Definitions } from "../rebuilds/definitions";
+import { tickingSchedules } from "../rebuilds/schedules";
 import type { RedisKeys } from "../redis/keys";
 import { describeError } from "../describe-error";
 import { receiversOf, type AlertsConfig, type Receiver } from "./config";
@@ -23,6 +25,8 @@ export interface EvaluatorDeps {
   claims: Redis;
   keys: RedisKeys;
   definitions: Definitions;
+  /** The queue's job schedulers: the schedules as they tick, when the definitions here differ (tickingSchedules). */
+  schedulers: Pick<Queue, "getJobSchedulers">;
   config: AlertsConfig;
   /** Dashboard origin for links in alerts. */
   publicOrigin: string;
@@ -167,13 +171,15 @@ export class AlertEvaluator {
     if (!keeper || keeper.signal.aborted) return { status: "not-leading", fired: 0, resolved: 0, active: 0 };
     const { main, claims, keys, definitions, config } = this.deps;
     const now = await redisTime(main);
-    await recordExpectedTicks(main, keys, definitions, now, this.nextTicks);
+    const { schedules } = await tickingSchedules(this.deps.schedulers, main, keys, definitions);
+    await recordExpectedTicks(main, keys, schedules, now, this.nextTicks);
     const state = (this.state = await readAlertStateSince(main, keys, this.state));
     const takeoverWindowMs = config.rules.takeover ? config.rules.takeover.resolveAfter : 0;
     const graceMs = config.rules.scheduleMissed ? config.rules.scheduleMissed.grace : 0;
     // A claim alerts once stale for `for`, and staleness starts no earlier than its last refresh.
     const claimStaleForMs = config.rules.claimStale ? config.rules.claimStale.for : Number.MAX_SAFE_INTEGER;
     const snapshot = await readAlertSnapshot(main, claims, keys, definitions, {
+      ticking: new Set(schedules.map((s) => s.schedulerId)),
       takeoverWindowMs,
       graceMs,
       claimStaleForMs,

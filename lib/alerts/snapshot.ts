@@ -13,7 +13,7 @@ import { inspectRedis, type RedisSafety } from "../health/redis-safety";
 import { tenantsOf, type Definitions } from "../rebuilds/definitions";
 import { schedulerIdOf } from "../rebuilds/queue";
 import { nextTickAfter, ticksBetween } from "../rebuilds/schedule-times";
-import { pausesSchedule } from "../rebuilds/schedules";
+import { pausesSchedule, type TickingSchedule } from "../rebuilds/schedules";
 import type { RedisKeys } from "../redis/keys";
 import { ALREADY_REBUILT_REASON } from "../runs/records";
 import { NEWEST_IN_INDEXES, runVariadicScript, UNSERVED_TICKS, type ScriptingClient } from "../redis/scripts";
@@ -99,18 +99,16 @@ const seriesKey = (rebuild: string, tenant: string | null | undefined) => `${reb
 export async function recordExpectedTicks(
   main: Client,
   keys: RedisKeys,
-  definitions: Definitions,
+  schedules: readonly TickingSchedule[],
   now: number,
   nextDue: Map<string, number> = new Map(),
 ): Promise<number> {
-  const series: { rebuild: string; tenant: string | undefined; cron: string; tz: string }[] = [];
-  for (const definition of definitions.rebuilds.values()) {
-    if (!definition.schedule) continue;
-    for (const tenant of tenantsOf(definition)) {
-      const due = nextDue.get(seriesKey(definition.name, tenant));
-      if (due === undefined || due <= now) series.push({ rebuild: definition.name, tenant, ...definition.schedule });
-    }
-  }
+  // Remembered per schedule, not per series: a changed cron is asked anew.
+  const dueKey = (s: TickingSchedule) => `${seriesKey(s.rebuild, s.tenant)}|${s.cron}|${s.tz}`;
+  const series = schedules.filter((s) => {
+    const due = nextDue.get(dueKey(s));
+    return due === undefined || due <= now;
+  });
   if (series.length === 0) return 0;
   const read = main.pipeline();
   for (const s of series) {
@@ -125,7 +123,7 @@ export async function recordExpectedTicks(
     const cursor = Number(replies[i * 3]?.[1] ?? NaN);
     const since = Number(replies[i * 3 + 1]?.[1] ?? NaN);
     const paused = pausesSchedule(replies[i * 3 + 2]?.[1]);
-    const key = seriesKey(s.rebuild, s.tenant);
+    const key = dueKey(s);
     // A paused schedule expects no ticks (scheduleMissed stays quiet); resuming moves
     // `schedulerSince` to the resume, so the ticks while paused are never expected later either.
     if (paused) return void nextDue.set(key, now + 15_000);
@@ -155,12 +153,17 @@ export async function readAlertSnapshot(
     graceMs: number;
     /** The claimStale rule's `for`; omitted: every stale claim (none without the rule: MAX_SAFE_INTEGER). */
     claimStaleForMs?: number;
+    /** Scheduler ids of the schedules that tick (tickingSchedules); omitted: the definitions' own. */
+    ticking?: ReadonlySet<string>;
   },
 ): Promise<AlertSnapshot> {
   const seriesList: { rebuild: string; tenant: string | undefined; scheduled: boolean }[] = [];
   for (const definition of definitions.rebuilds.values()) {
     for (const tenant of tenantsOf(definition)) {
-      seriesList.push({ rebuild: definition.name, tenant, scheduled: Boolean(definition.schedule) });
+      const scheduled = options.ticking
+        ? options.ticking.has(schedulerIdOf(definition.name, tenant))
+        : Boolean(definition.schedule);
+      seriesList.push({ rebuild: definition.name, tenant, scheduled });
     }
   }
   // Round trip 1 (main): time, workers, running runs, pending, each series' missed-tick cursor (only

@@ -10,7 +10,7 @@ export function startWebAlerting(): void {
   const log = (line: string) => process.stdout.write(`[web] ${line}\n`);
   const attempt = (delayMs: number) => {
     try {
-      const { connections, definitions, config } = getWebContext();
+      const { connections, definitions, config, queue } = getWebContext();
       // No signal handler here: one would replace Next's own exit on SIGTERM. The claim expires
       // after 3 × evaluateEvery and another process takes over.
       startAlerting({
@@ -18,6 +18,7 @@ export function startWebAlerting(): void {
         claims: connections.claims,
         keys: connections.keys,
         definitions,
+        schedulers: queue,
         config,
         role: "web",
         log,

@@ -2,6 +2,7 @@
  * Starting the alert evaluator in a worker or dashboard process. Nothing starts when the
  * definitions file has no `alerts:` section. Never throws: alerting must not stop a process.
  */
+import type { Queue } from "bullmq";
 import type { Redis } from "ioredis";
 import type { Config } from "../config";
 import type { Definitions } from "../rebuilds/definitions";
@@ -15,6 +16,8 @@ export interface StartAlertingOptions {
   claims: Redis;
   keys: RedisKeys;
   definitions: Definitions;
+  /** The rebuild queue (its job schedulers: the schedules as they tick). */
+  schedulers: Pick<Queue, "getJobSchedulers">;
   config: Config;
   workerId?: string;
   role: EvaluatorRole;
@@ -37,6 +40,7 @@ export function startAlerting(options: StartAlertingOptions): AlertEvaluator | n
     claims: options.claims,
     keys: options.keys,
     definitions: options.definitions,
+    schedulers: options.schedulers,
     config: alerts,
     publicOrigin: publicOriginOf(options.config),
     workerId: options.workerId,

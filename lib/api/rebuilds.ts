@@ -5,7 +5,7 @@ import { claimName, readClaim, readClaimsByName, readSkipsMany } from "../claims
 import { listChangedBuilds } from "../rebuilds/build-integrity";
 import { outputDirOf, tenantProblem, tenantsOf, type RebuildDefinition } from "../rebuilds/definitions";
 import { outputClaimProblem } from "../rebuilds/output-claim";
-import { readSchedulePauses, type SchedulePause } from "../rebuilds/schedules";
+import { readSchedulePauses, tickingSchedules, type SchedulePause } from "../rebuilds/schedules";
 import { holderAttemptWorked, schedulerIdOf } from "../rebuilds/queue";
 import { nextTickAfter } from "../rebuilds/schedule-times";
 import { REQUEST_ID_PATTERN, triggerRebuild } from "../rebuilds/trigger";
@@ -55,9 +55,9 @@ export interface ApiRebuild {
   changedBuilds: { kind: "changed" | "unsynced" | "missing"; path: string; foundAt: number; foundBy: string }[];
 }
 
-export function nextRunAt(definition: RebuildDefinition, from = new Date(Date.now())): string | null {
-  if (!definition.schedule) return null;
-  return new Date(nextTickAfter(definition.schedule, from.getTime())).toISOString();
+/** The next tick of a schedule (its cron and time zone) after `from`, ISO. */
+export function nextRunAt(schedule: { cron: string; tz: string }, from = new Date(Date.now())): string {
+  return new Date(nextTickAfter(schedule, from.getTime())).toISOString();
 }
 
 /** Largest page of `GET /api/rebuilds`. */
@@ -134,7 +134,7 @@ async function describeRows(
   }));
   const names = entries.map((e) => e.name);
   // Skips outlive claims, so they are read for every name; claims in one pipeline for all.
-  const [skips, claims, changed, pauses, recentRuns] = await Promise.all([
+  const [skips, claims, changed, pauses, recentRuns, ticking] = await Promise.all([
     readSkipsMany(connections.claims, connections.keys, names),
     // With the live workers, as the Claims page reads them: a holder that stopped beating is stale.
     liveWorkerIdSet(connections.main, connections.keys).then((liveWorkerIds) =>
@@ -148,24 +148,26 @@ async function describeRows(
       entries.map(({ definition, tenant }) => ({ rebuild: definition.name, ...(tenant ? { tenant } : {}) })),
       30,
     ),
+    // As the workers set the schedules up (a file edited since this server read it is not what ticks).
+    tickingSchedules(context.queue, connections.main, connections.keys, context.definitions),
   ]);
+  const tickingById = new Map(ticking.schedules.map((s) => [s.schedulerId, s]));
   return entries.map(({ definition, tenant, name }, i): ApiRebuild => {
     const claim = claims.get(name);
     const recent = recentRuns[i]!;
     const last = lastStarted(recent);
+    const schedulerId = schedulerIdOf(definition.name, tenant);
+    const paused = pauses.get(schedulerId) ?? null;
+    // A paused schedule has no scheduler: shown as this server's definitions say.
+    const timing =
+      tickingById.get(schedulerId) ??
+      (definition.schedule && (paused || !ticking.definitionsDiffer) ? definition.schedule : null);
     return {
       name: definition.name,
       tenant: tenant ?? null,
       output: definition.output,
       claimName: name,
-      schedule: definition.schedule
-        ? {
-            cron: definition.schedule.cron,
-            tz: definition.schedule.tz,
-            nextRunAt: nextRunAt(definition)!,
-            paused: pauses.get(schedulerIdOf(definition.name, tenant)) ?? null,
-          }
-        : null,
+      schedule: timing ? { cron: timing.cron, tz: timing.tz, nextRunAt: nextRunAt(timing), paused } : null,
       lastRun: last
         ? {
             id: last.id,
@@ -327,6 +329,7 @@ export async function previewRun(
           tenant: query.tenant,
           idempotencyKey: idempotencyKey(name, query.tenant, version),
           claim: claimOfRun,
+          outputDir: outputDirOf(definition, query.tenant),
         }),
     readClaim(connections.claims, connections.keys, claimOfRun),
   ]);

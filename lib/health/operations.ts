@@ -11,7 +11,7 @@ import type { RedisKeys } from "../redis/keys";
 import { tenantsOf, type Definitions } from "../rebuilds/definitions";
 import { schedulerIdOf } from "../rebuilds/queue";
 import { lastTickBefore } from "../rebuilds/schedule-times";
-import { pausesSchedule } from "../rebuilds/schedules";
+import { pausesSchedule, type TickingSchedule } from "../rebuilds/schedules";
 import { listLiveWorkers, liveWorkerIdSet } from "../workers/heartbeat";
 import { describeStale, staleSince } from "../claims/stale";
 import { alertsSchema } from "../alerts/config";
@@ -62,23 +62,35 @@ export async function missedTickProblems(
   main: Pick<Redis, "pipeline">,
   keys: RedisKeys,
   definitions: Definitions,
-  now = Date.now(),
-  graceMs = missedTickGraceOf(definitions),
+  options: {
+    now?: number;
+    graceMs?: number;
+    /** The schedules that tick (tickingSchedules); omitted: the definitions' own. */
+    schedules?: readonly TickingSchedule[];
+  } = {},
 ): Promise<string[]> {
-  const checks: { label: string; tick: number; scheduler: string; schedulerId: string; ticksKey: string }[] = [];
-  for (const definition of definitions.rebuilds.values()) {
-    if (!definition.schedule) continue;
-    const tick = lastTickBefore(definition.schedule, now - graceMs);
-    for (const tenant of tenantsOf(definition)) {
-      checks.push({
-        label: `${definition.name}${tenant ? `/${tenant}` : ""}`,
-        tick,
-        scheduler: keys.schedulerSince(schedulerIdOf(definition.name, tenant)),
-        schedulerId: schedulerIdOf(definition.name, tenant),
-        ticksKey: keys.scheduleTicks(definition.name, tenant),
-      });
-    }
-  }
+  const now = options.now ?? Date.now();
+  const graceMs = options.graceMs ?? missedTickGraceOf(definitions);
+  const schedules =
+    options.schedules ??
+    [...definitions.rebuilds.values()].flatMap((definition) =>
+      definition.schedule
+        ? tenantsOf(definition).map((tenant) => ({ rebuild: definition.name, tenant, ...definition.schedule! }))
+        : [],
+    );
+  const lastTicks = new Map<string, number>();
+  const checks = schedules.map((schedule) => {
+    const timing = `${schedule.cron}|${schedule.tz}`;
+    let tick = lastTicks.get(timing);
+    if (tick === undefined) lastTicks.set(timing, (tick = lastTickBefore(schedule, now - graceMs)));
+    return {
+      label: `${schedule.rebuild}${schedule.tenant ? `/${schedule.tenant}` : ""}`,
+      tick,
+      scheduler: keys.schedulerSince(schedulerIdOf(schedule.rebuild, schedule.tenant)),
+      schedulerId: schedulerIdOf(schedule.rebuild, schedule.tenant),
+      ticksKey: keys.scheduleTicks(schedule.rebuild, schedule.tenant),
+    };
+  });
   if (checks.length === 0) return [];
   const pipeline = main.pipeline();
   // A paused schedule enqueues nothing by design: none of its ticks is missed (resuming moves

@@ -2,14 +2,16 @@
  * Whether a version is rebuilt now — the run whose build of it the output serves — as the
  * worker's check under the claim, a lost claim's decision and the "Rebuild now" preview ask it:
  * the main Redis's mark when it counts (made in this Redis's incarnation by its lane's newest
- * publish), else the claims Redis's published pointer, which names the run that published last
- * (a main Redis that lost writes may still mark a version another has been published over:
- * helper-142; the claims Redis is the one that decides who publishes).
+ * publish), else the claims Redis's published pointer, when it names the marked run and the
+ * output's own fence record is not past it. A main Redis that lost writes may still mark a version
+ * another has been published over (helper-142); when the claims Redis lost them too (the same
+ * server, the default: review helper-144), its pointer is behind the output's fence record.
  */
 import type { Redis } from "ioredis";
 import { readPublished } from "../claims/publish";
 import type { RedisKeys } from "../redis/keys";
-import { readRebuiltMark, type RebuiltMark } from "../runs/rebuilt-mark";
+import { readRebuiltMark, renewRebuiltMark, type RebuiltMark } from "../runs/rebuilt-mark";
+import { readPublishedFence } from "./published-fence";
 
 export interface RebuiltLane {
   rebuild: string;
@@ -17,26 +19,68 @@ export interface RebuiltLane {
   idempotencyKey: string;
   /** The claim name of the lane's output (its published pointer's name). */
   claim: string;
+  /** The output directory of the lane (its fence record). */
+  outputDir: string;
 }
 
-/** The run that rebuilt the lane's version if the output serves its build now (above), else null. */
+/** A mark confirmed: the run, and the fence its publish has (undefined: the mark counted as it was). */
+export interface Confirmed {
+  by: string;
+  fence?: number;
+}
+
+/**
+ * The run that rebuilt the lane's version if the output serves its build now (above), else null.
+ * Throws when the claims Redis or the output's directory cannot be read (callers count that as
+ * not rebuilt: a repeat, never a lost request).
+ */
 export async function confirmRebuilt(
   claims: Pick<Redis, "hgetall">,
   keys: RedisKeys,
-  claim: string,
+  lane: Pick<RebuiltLane, "claim" | "outputDir">,
   mark: RebuiltMark | null,
-): Promise<string | null> {
+): Promise<Confirmed | null> {
   if (!mark) return null;
-  if (mark.counts) return mark.by;
-  const pointer = await readPublished(claims, keys, claim);
-  return pointer?.runId === mark.by ? mark.by : null;
+  if (mark.counts) return { by: mark.by };
+  const [pointer, recorded] = await Promise.all([
+    readPublished(claims, keys, lane.claim),
+    readPublishedFence(lane.outputDir),
+  ]);
+  if (!pointer || pointer.runId !== mark.by) return null;
+  // The output recorded a newer publish, or another build with this fence: the pointer lost writes.
+  if (
+    recorded &&
+    (recorded.fence > pointer.fence || (recorded.fence === pointer.fence && recorded.hash !== pointer.value))
+  )
+    return null;
+  return { by: mark.by, fence: pointer.fence };
 }
 
-/** `readRebuiltMark` then `confirmRebuilt`: two round trips at most (the second only for a mark that does not count). */
+/**
+ * `readRebuiltMark` then `confirmRebuilt`: the run, or null — also when the confirmation cannot
+ * be read (a repeat, never a lost request). Throws when the main Redis does not answer.
+ */
 export async function rebuiltByNow(
   connections: { main: Redis; claims: Pick<Redis, "hgetall">; keys: RedisKeys },
   lane: RebuiltLane,
 ): Promise<string | null> {
   const { mark } = await readRebuiltMark(connections.main, connections.keys, lane);
-  return confirmRebuilt(connections.claims, connections.keys, lane.claim, mark);
+  const confirmed = await confirmRebuilt(connections.claims, connections.keys, lane, mark).catch(() => null);
+  return confirmed?.by ?? null;
+}
+
+/**
+ * `confirmRebuilt` under the lane's held claim: a mark confirmed from the claims Redis and the
+ * disk is made to count again (RUN_MARK_CONFIRMED), so the next request skips at once; failures
+ * of that leave it as it was.
+ */
+export async function confirmRebuiltHeld(
+  connections: { main: Redis; claims: Pick<Redis, "hgetall">; keys: RedisKeys },
+  lane: RebuiltLane,
+  mark: RebuiltMark | null,
+): Promise<string | null> {
+  const confirmed = await confirmRebuilt(connections.claims, connections.keys, lane, mark);
+  if (confirmed?.fence !== undefined)
+    await renewRebuiltMark(connections.main, connections.keys, lane, confirmed.by, confirmed.fence).catch(() => {});
+  return confirmed?.by ?? null;
 }

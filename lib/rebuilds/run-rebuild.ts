@@ -33,6 +33,7 @@ import {
 } from "../claims";
 import { TRAIL_MAX } from "../redis/scripts";
 import type { RedisKeys } from "../redis/keys";
+import { redisClock } from "../redis/clock";
 import { DEFAULT_RETENTION, publishingMark, runPlaceOf, type RunRetention } from "../runs/records";
 import type { FinalRunStatus } from "../runs/transitions";
 import { runIdOf, type RunRecord, type StepRecord } from "../runs/types";
@@ -66,7 +67,7 @@ import { pinOutputClaim } from "./output-claim";
 import { FenceNotRecordedError, readFenceFloor } from "./published-fence";
 import { holderAttemptWorked, rebuildJobData, type RebuildJobData } from "./queue";
 import { recordScheduledTick } from "./schedule-ticks";
-import { confirmRebuilt, rebuiltByNow } from "./rebuilt-by-now";
+import { confirmRebuiltHeld, rebuiltByNow } from "./rebuilt-by-now";
 import { hashInputs, idempotencyKey } from "./version";
 import { stepWarden } from "./steps/warden";
 import { readRebuiltMark } from "../runs/rebuilt-mark";
@@ -513,7 +514,13 @@ class RebuildAttempt {
 
   /** This attempt's lane, as its version's rebuilt mark is read (rebuilt-by-now.ts). */
   private lane() {
-    return { rebuild: this.data.rebuild, tenant: this.data.tenant, idempotencyKey: this.idemKey, claim: this.claim };
+    return {
+      rebuild: this.data.rebuild,
+      tenant: this.data.tenant,
+      idempotencyKey: this.idemKey,
+      claim: this.claim,
+      outputDir: outputDirOf(this.definition, this.data.tenant),
+    };
   }
 
   async run(): Promise<RebuildOutcome> {
@@ -663,7 +670,7 @@ class RebuildAttempt {
                   // claims Redis's pointer still names its run (rebuilt-by-now.ts).
                   alreadyRebuiltBy: () =>
                     startReads().then(
-                      ({ mark }) => confirmRebuilt(deps.claims, deps.keys, this.claim, mark).catch(() => null),
+                      ({ mark }) => confirmRebuiltHeld(deps, this.lane(), mark).catch(() => null),
                       () => null,
                     ),
                 }),
@@ -682,10 +689,11 @@ class RebuildAttempt {
             // the freed claim finds the key and skips. When it fails (the main Redis away), it
             // is written again after the release, as a transient error would be.
             try {
-              // Held by its local deadline right now (a holder paused since its publish is not: another
-              // may have published over it, in writes a main Redis crash could lose).
-              const stillHeld = !held.signal.aborted && held.msUntilDeadline() > 0;
-              await this.finishRebuilt(held.fence, built.buildHash, held.tookOverFrom, built.currentNote, stillHeld);
+              // Held until its local deadline, on the main Redis's clock: the write counts as the
+              // lane's newest only if applied before then (a holder paused since its publish may
+              // have lost the claim to another publish, in writes a main Redis crash could lose).
+              const heldUntil = held.signal.aborted ? null : redisClock.now() + held.msUntilDeadline();
+              await this.finishRebuilt(held.fence, built.buildHash, held.tookOverFrom, built.currentNote, heldUntil);
               finalWritten = true;
             } catch (error) {
               this.log(`final record under the claim failed (written again after the release): ${String(error)}`);
@@ -750,7 +758,7 @@ class RebuildAttempt {
     }
     // The publish reset the consecutive skips (FENCED_PUBLISH).
     if (!finalWritten)
-      await this.finishRebuilt(result.fence, built.buildHash, result.tookOverFrom, built.currentNote, false);
+      await this.finishRebuilt(result.fence, built.buildHash, result.tookOverFrom, built.currentNote, null);
     return {
       status: "rebuilt",
       runId: this.runId,
@@ -1035,16 +1043,17 @@ class RebuildAttempt {
    * The final record of a published build, with the version marked rebuilt (the idempotency key)
    * in the same script. A `current` the disk would not move to it is said in its reason: the run
    * published, but the output did not serve its build when it ended (black-box helper-124).
-   * `underClaim`: written while the claim is held, so its publish is the lane's newest and the
-   * mark counts in this incarnation of the main Redis (lib/runs/scripts.ts, REBUILT_MARK_LUA); a
-   * write sent after the release marks as the lane's rules allow.
+   * `heldUntil`: the claim is held until then (ms, main Redis clock), so a write applied before is
+   * the lane's newest publish and its mark counts in this incarnation of the main Redis
+   * (lib/runs/scripts.ts, REBUILT_MARK_LUA); null (sent after the release): it marks as the
+   * lane's rules allow.
    */
   private finishRebuilt(
     fence: number,
     buildHash: string,
     tookOverFrom: { token: string; fence: number | null } | null,
     currentNote: string | undefined,
-    underClaim: boolean,
+    heldUntil: number | null,
   ): Promise<void> {
     const reasons = [
       tookOverFrom ? "took over from an earlier attempt" : null,
@@ -1058,7 +1067,7 @@ class RebuildAttempt {
         key: this.idemKey,
         ttlMs: this.definition.idempotency.ttl,
         fence,
-        ...(underClaim ? { held: true } : {}),
+        ...(heldUntil === null ? {} : { heldUntil }),
       },
     );
   }

@@ -119,8 +119,69 @@ export async function keepScheduleDigest(
 
 /** A digest of every schedule the definitions ask for: id, cron, time zone, job template. */
 export function schedulesDigest(definitions: Definitions): string {
-  const wanted = [...wantedSchedules(definitions)].map(({ spec }) => [spec.id, spec.repeat, spec.template]);
-  return crypto.createHash("sha256").update(JSON.stringify(wanted)).digest("hex");
+  let digest = digests.get(definitions);
+  if (digest === undefined) {
+    const wanted = [...wantedSchedules(definitions)].map(({ spec }) => [spec.id, spec.repeat, spec.template]);
+    digest = crypto.createHash("sha256").update(JSON.stringify(wanted)).digest("hex");
+    digests.set(definitions, digest);
+  }
+  return digest;
+}
+const digests = new WeakMap<Definitions, string>();
+
+/** One rebuild's (and tenant's) schedule as its ticks come: the cron and time zone its scheduler runs. */
+export interface TickingSchedule {
+  schedulerId: string;
+  rebuild: string;
+  tenant: string | undefined;
+  cron: string;
+  tz: string;
+}
+
+/**
+ * The schedules that tick, for the rebuilds and tenants `definitions` know — what the dashboard's
+ * next runs, its missed-tick banner and the scheduleMissed alert go by. This process's own
+ * definitions while they are the ones the workers set the schedules up with (the digest in
+ * Redis names them, or names none: no worker ran for SCHEDULE_DIGEST_TTL_MS); else
+ * (`definitionsDiffer`: a dashboard server not restarted after the file was edited and the
+ * workers were, a rolling deploy) the queue's job schedulers: a schedule changed, added or
+ * removed since this process read its file ticks as the workers set it up, so a tick the file
+ * here still names is no missed tick (black-box helper-143). A paused schedule has no scheduler.
+ */
+export async function tickingSchedules(
+  queue: Pick<Queue, "getJobSchedulers">,
+  client: Pick<Redis, "get">,
+  keys: RedisKeys,
+  definitions: Definitions,
+): Promise<{ schedules: TickingSchedule[]; definitionsDiffer: boolean }> {
+  const stored = await client.get(keys.scheduleDefinitions);
+  if (stored === null || stored === schedulesDigest(definitions)) {
+    const schedules = [...wantedSchedules(definitions)].map(({ definition, tenant, spec }) => ({
+      schedulerId: spec.id,
+      rebuild: definition.name,
+      tenant,
+      ...definition.schedule!,
+    }));
+    return { schedules, definitionsDiffer: false };
+  }
+  const schedulers = new Map<string, { pattern?: string; tz?: string }>();
+  for (const scheduler of await queue.getJobSchedulers(0, -1)) schedulers.set(scheduler.key ?? scheduler.id, scheduler);
+  const schedules: TickingSchedule[] = [];
+  for (const definition of definitions.rebuilds.values()) {
+    for (const tenant of tenantsOf(definition)) {
+      const schedulerId = schedulerIdOf(definition.name, tenant);
+      const scheduler = schedulers.get(schedulerId);
+      if (scheduler?.pattern)
+        schedules.push({
+          schedulerId,
+          rebuild: definition.name,
+          tenant,
+          cron: scheduler.pattern,
+          tz: scheduler.tz ?? "UTC",
+        });
+    }
+  }
+  return { schedules, definitionsDiffer: true };
 }
 
 /** Every schedule the definitions ask for: one per scheduled rebuild and tenant, with its scheduler. */
@@ -211,14 +272,15 @@ export async function upsertSchedule(
   const { repeat, template } = schedulerSpec(definition, tenant, definitions);
   // An upsert replaces the scheduler's pending tick with the next one from now: a tick that fell
   // due while no worker ran would be lost. So a scheduler as wanted, with its tick pending, stays.
-  const current = await schedulerIsCurrent(queue, id, repeat, template);
+  const { current, timingChanged } = await schedulerState(queue, id, repeat, template);
   if (!current) await queue.upsertJobScheduler(id, repeat, template);
   if (await readSchedulePause(client, keys, definition.name, tenant)) {
     await queue.removeJobScheduler(id);
     return "paused";
   }
-  // Ticks before this cannot have been missed: the first upsert, or the end of a pause.
-  if (options.resumed) await client.set(keys.schedulerSince(id), String(Date.now()));
+  // Ticks before this cannot have been missed: the first upsert, the end of a pause, or a change
+  // of its cron or time zone (the ticks before were another schedule's: helper-143).
+  if (options.resumed || timingChanged) await client.set(keys.schedulerSince(id), String(Date.now()));
   else await client.set(keys.schedulerSince(id), String(Date.now()), "NX");
   return current ? "current" : "upserted";
 }
@@ -278,15 +340,22 @@ async function tickPending(queue: SchedulerQueue, id: string, next: number | nul
  * Whether BullMQ holds scheduler `id` as wanted and its next tick is still pending. Anything else
  * — no scheduler, a changed one, a tick that is gone — is upserted.
  */
-async function schedulerIsCurrent(
+/**
+ * Whether scheduler `id` is as wanted with its next tick pending (`current`), and whether it
+ * exists with another cron or time zone (`timingChanged`: its ticks until now were another
+ * schedule's).
+ */
+async function schedulerState(
   queue: SchedulerQueue,
   id: string,
   repeat: SchedulerSpec["repeat"],
   template: SchedulerSpec["template"],
-): Promise<boolean> {
+): Promise<{ current: boolean; timingChanged: boolean }> {
   const existing = await queue.getJobScheduler(id);
-  if (!existing || !sameScheduler(existing, repeat, template)) return false;
-  return tickPending(queue, id, existing.next);
+  if (!existing) return { current: false, timingChanged: false };
+  const timingChanged = existing.pattern !== repeat.pattern || (existing.tz ?? undefined) !== (repeat.tz ?? undefined);
+  if (!sameScheduler(existing, repeat, template)) return { current: false, timingChanged };
+  return { current: await tickPending(queue, id, existing.next), timingChanged };
 }
 
 export async function readSchedulePause(

@@ -7,7 +7,7 @@
 import type { RedisKeys } from "../redis/keys";
 import { runScript, type ScriptingClient } from "../redis/scripts";
 import { runPlaceOf } from "./records";
-import { READ_REBUILT_MARK } from "./scripts";
+import { READ_REBUILT_MARK, RUN_MARK_CONFIRMED } from "./scripts";
 
 export interface RebuiltMark {
   /** The run that rebuilt the version (and published it). */
@@ -35,4 +35,24 @@ export async function readRebuiltMark(
     [],
   );
   return { mark: by ? { by, counts: counts === 1 } : null, alongside: also || null };
+}
+
+/**
+ * Makes a mark that did not count count again, once confirmed under its lane's held claim
+ * (RUN_MARK_CONFIRMED): true when it does.
+ */
+export async function renewRebuiltMark(
+  client: ScriptingClient,
+  keys: RedisKeys,
+  lane: { rebuild: string; tenant: string | null | undefined; idempotencyKey: string },
+  by: string,
+  fence: number,
+): Promise<boolean> {
+  const place = runPlaceOf(lane.rebuild, lane.tenant ?? null);
+  if (!place.rebuild) return false;
+  const own = keys.idempotency(lane.idempotencyKey);
+  return (
+    (await runScript(client, RUN_MARK_CONFIRMED, [own, keys.rebuiltNow(place.rebuild, place.tenant)], [by, fence])) ===
+    1
+  );
 }

@@ -47,13 +47,17 @@ const REBUILT_MARK_LUA = `
 -- or a replica promoted in a failover, may have lost the writes that unmarked it (another
 -- version published since: helper-142), and the run that would have carried them is done. A mark
 -- of another incarnation sends the request through the claim, where the claims Redis's published
--- pointer decides (lib/rebuilds/rebuilt-mark.ts). The incarnation is the server's run_id, new at
--- every start and on a promoted replica; '?' where INFO is refused (never changes: as before).
+-- pointer decides (lib/rebuilds/rebuilt-by-now.ts). The incarnation is the server's run_id (new
+-- at every start) with its replication id (new at every promotion: a node failed back to keeps
+-- its run_id, review helper-144); '?' where INFO is refused (never changes: as before).
 local incarnationOf = false
 local function incarnation()
   if not incarnationOf then
-    local info = redis.pcall('INFO', 'server')
-    incarnationOf = type(info) == 'string' and string.match(info, 'run_id:(%x+)') or '?'
+    local server = redis.pcall('INFO', 'server')
+    local replication = redis.pcall('INFO', 'replication')
+    local runId = type(server) == 'string' and string.match(server, 'run_id:(%x+)')
+    local replId = type(replication) == 'string' and string.match(replication, 'master_replid:(%x+)')
+    incarnationOf = (runId and replId) and (runId .. ':' .. replId) or '?'
   end
   return incarnationOf
 end
@@ -665,8 +669,9 @@ KEYS[8] rebuiltNow HASH of the run's lane (rebuild, tenant) (with 'set' or 'fenc
   again otherwise): the mark follows its rules (lanePublished; 'fence': laneFenceSeen)
 KEYS[9 ..] indexes (status moves only): ARGV[3] base indexes, then as many per status in ARGV[9]
 ARGV[1] runId   ARGV[2] record TTL ms   ARGV[3] n   ARGV[4] new status, '' for fields only
-ARGV[5] idempotency: 'set' (to runId, PX ARGV[6]) | 'set-held' (the same, written while the
-  publish's claim was held: the lane's newest, so the mark counts in this incarnation: COMMON)
+ARGV[5] idempotency: 'set' (to runId, PX ARGV[6]) | 'set-held:<ms>' (the same, written while the
+  publish's claim is held until <ms> on this server's clock: applied before then, the lane's
+  newest publish, so the mark counts in this incarnation: COMMON)
   | 'del' (only if it names this runId: another
   run's key stays) | 'fence' (the fence recorded in the lane, another version's mark dropped, its
   own version not marked: a final write sent again after Redis lost it, when the output may serve
@@ -701,10 +706,13 @@ setStatuses(ARGV[9])
 local cancel = redis.pcall('GET', KEYS[7])
 if type(cancel) ~= 'string' then cancel = '' end
 setTimeline(ARGV[10], KEYS[6])
-if ARGV[5] == 'set' or ARGV[5] == 'set-held' then
+local heldUntil = tonumber(string.match(ARGV[5], '^set%-held:(%d+)$'))
+if ARGV[5] == 'set' or heldUntil then
   local fence = tonumber(ARGV[7])
   if fence and KEYS[8] ~= KEYS[1] then
-    lanePublished(KEYS[8], KEYS[4], runId, fence, ARGV[6], false, ARGV[5] == 'set-held')
+    -- Its claim held still when this write is applied, not only when it was sent (a holder paused
+    -- in between may have lost it to another publish: review helper-144).
+    lanePublished(KEYS[8], KEYS[4], runId, fence, ARGV[6], false, heldUntil ~= nil and nowMs < heldUntil)
   else
     redis.call('SET', KEYS[4], runId, 'PX', ARGV[6])
   end
@@ -1037,6 +1045,31 @@ return ${RUN_REPLY.written}
 `,
 });
 
+export const RUN_MARK_CONFIRMED = typedScript<number>()({
+  command: "claimwatchRunMarkConfirmed",
+  keys: ["idempotency", "rebuiltNow"],
+  lua: `
+--[[ A mark that did not count (markOf: another incarnation), confirmed under the held claim by the
+claims Redis's pointer and the output's fence record (lib/rebuilds/rebuilt-by-now.ts): made to
+count again, so the next request skips at once instead of taking the claim (review helper-144).
+Only while the key still names that run, the lane still marks it, no build of another version
+began since, and the lane's fence is not past the confirmed one.
+KEYS[1] idempotency STRING   KEYS[2] rebuiltNow HASH of its lane
+ARGV[1] the run the mark names   ARGV[2] the fence the pointer published it with
+Returns 1 made to count | 0 left as it is
+]]
+${COMMON}
+laneHash(KEYS[2])
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local lane = redis.call('HMGET', KEYS[2], 'key', 'building', 'fence')
+local fence = tonumber(ARGV[2])
+if lane[1] ~= KEYS[1] or (lane[2] and lane[2] ~= KEYS[1]) then return 0 end
+if not fence or (lane[3] and tonumber(lane[3]) > fence) then return 0 end
+redis.call('HSET', KEYS[2], 'fence', fence, 'fenceIn', incarnation(), 'markedIn', incarnation())
+return 1
+`,
+});
+
 export const READ_REBUILT_MARK = typedScript<[by: string, counts: number, alongside: string]>()({
   command: "claimwatchReadRebuiltMark",
   keys: ["idempotency", "rebuiltNow", "alongside"],
@@ -1058,6 +1091,7 @@ return {by or '', counts and 1 or 0, alongside}
 
 export const RUN_SCRIPTS: readonly LuaScript[] = [
   READ_REBUILT_MARK,
+  RUN_MARK_CONFIRMED,
   RUN_BEGIN,
   RUN_WRITE,
   RUN_VERSION,

@@ -376,10 +376,11 @@ export interface RunWrite {
    * Redis lost it: the output may serve a newer publish by then); `del` unmarks it if it names this run.
    */
   /**
-   * `held` (with "set"): written while the publish's claim was held, so the lane's newest publish:
-   * the mark counts in this incarnation of the Redis (scripts.ts, REBUILT_MARK_LUA).
+   * `heldUntil` (with "set"): the publish's claim is held until then (ms, this Redis's clock), so a
+   * write applied before is the lane's newest publish: the mark counts in this incarnation of the
+   * Redis (scripts.ts, REBUILT_MARK_LUA).
    */
-  idempotency?: { change: "set" | "fence" | "del"; key: string; ttlMs: number; fence?: number; held?: true };
+  idempotency?: { change: "set" | "fence" | "del"; key: string; ttlMs: number; fence?: number; heldUntil?: number };
   /**
    * Names the write (stored in the record): the same write asked again once it was applied (a
    * retry after an error, a command resent after a reconnect) writes nothing a second time.
@@ -515,7 +516,9 @@ export async function writeRunReading(
       recordTtlMs(retention),
       layout.n,
       write.status ?? "",
-      write.idempotency?.change === "set" && write.idempotency.held ? "set-held" : (write.idempotency?.change ?? ""),
+      write.idempotency?.change === "set" && write.idempotency.heldUntil !== undefined
+        ? `set-held:${Math.floor(write.idempotency.heldUntil)}`
+        : (write.idempotency?.change ?? ""),
       write.idempotency?.ttlMs ?? 0,
       write.idempotency?.change === "set" || write.idempotency?.change === "fence"
         ? (write.idempotency.fence ?? "")

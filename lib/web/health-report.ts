@@ -2,6 +2,7 @@ import { describeError } from "../describe-error";
 import { checkHealth, HEALTH_DEADLINE_MS, unconfiguredHealth, type HealthReport } from "../health/health";
 import { triggerReplicaProblems } from "../health/redis-safety";
 import { missedTickProblems, staleClaimProblems, liveWorkerProblems } from "../health/operations";
+import { tickingSchedules } from "../rebuilds/schedules";
 import { changedBuildProblems } from "../rebuilds/build-integrity";
 import { currentLagProblems } from "../rebuilds/current-lag";
 import { serverNow } from "../redis/time";
@@ -34,7 +35,7 @@ export async function currentHealth(options: { anonymous?: boolean } = {}): Prom
 
 /** `complete`: every check answered within the deadline (else `problems` says what did not). */
 export type Operational = { problems: string[]; alertsFiring: number | undefined; complete: boolean };
-type OperationalContext = Pick<WebContext, "connections" | "definitions">;
+type OperationalContext = Pick<WebContext, "connections" | "definitions" | "queue">;
 
 /**
  * `check` reused for anonymous probes: its last complete result while younger than
@@ -67,7 +68,7 @@ const reusedOperational = reusedChecks(operationalChecks);
 
 /** The same report for a given context (the CLI's `status`); never throws. */
 export async function healthReportOf(
-  context: Pick<WebContext, "probes" | "connections" | "definitions" | "config">,
+  context: Pick<WebContext, "probes" | "connections" | "definitions" | "config" | "queue">,
   options: { operational?: (context: OperationalContext) => Promise<Operational> } = {},
 ): Promise<HealthReport> {
   const checked = await checkHealth(context.probes);
@@ -80,16 +81,26 @@ export async function healthReportOf(
   return { ...report, problems: [...report.problems, ...problems], ...(alertsFiring ? { alertsFiring } : {}) };
 }
 
+/** The banner's line while this server's definitions are not the ones the workers set the schedules up with. */
+export const definitionsDifferProblem = (file: string) =>
+  `This dashboard server's definitions (${file}) are not the ones the workers set the schedules up with (the file was edited, or a deploy is under way): schedules are shown as the workers run them; start this server again once the file is final`;
+
 const OPERATIONAL_CHECKS =
   "the checks for stale claims, missed ticks, changed builds, outputs whose current lags and held-up workers";
 export const OPERATIONAL_CHECKS_LATE = `${OPERATIONAL_CHECKS} did not answer within ${HEALTH_DEADLINE_MS / 1000} s (is the main Redis slow?)`;
 
 /** Stale claims, missed ticks, changed builds, lagging outputs, held-up workers and firing alerts; each bounded by HEALTH_DEADLINE_MS. */
-function operationalChecks({ connections, definitions }: OperationalContext): Promise<Operational> {
+function operationalChecks({ connections, definitions, queue }: OperationalContext): Promise<Operational> {
   return answeredWithin(
     Promise.all([
       staleClaimProblems(connections.main, connections.claims, connections.keys),
-      missedTickProblems(connections.main, connections.keys, definitions),
+      // The schedules as the workers set them up: a file edited here since this server read it is not what ticks.
+      tickingSchedules(queue, connections.main, connections.keys, definitions).then(
+        async ({ schedules, definitionsDiffer }) => [
+          ...(definitionsDiffer ? [definitionsDifferProblem(definitions.file)] : []),
+          ...(await missedTickProblems(connections.main, connections.keys, definitions, { schedules })),
+        ],
+      ),
       changedBuildProblems(connections.main, connections.keys),
       serverNow(connections.claims).then((now) => currentLagProblems(connections.claims, connections.keys, now)),
       liveWorkerProblems(connections.main, connections.keys),

@@ -5,6 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
+import { Queue } from "bullmq";
 import { Redis } from "ioredis";
 import { commitChanges, CONTENT_REFRESH_MS, planChanges, readAlertState } from "../../lib/alerts/commit";
 import { AlertEvaluator } from "../../lib/alerts/evaluator";
@@ -14,6 +15,7 @@ import type { ActiveAlert } from "../../lib/alerts/types";
 import { acquireClaim, claimName } from "../../lib/claims";
 import { readClaimCensus } from "../../lib/claims/census";
 import { parseDefinitions } from "../../lib/rebuilds/definitions";
+import { queuePrefix, REBUILD_QUEUE } from "../../lib/rebuilds/queue";
 import { redisKeys } from "../../lib/redis/keys";
 import { startTestRedis, stopTestRedis, uniquePrefix, type TestRedis } from "../support/redis";
 
@@ -132,16 +134,19 @@ function definitionsWithAlerts() {
 test("two evaluators on one Redis: one leads; a transition is recorded once; a stale leader is fenced out", async () => {
   const keys = redisKeys(uniquePrefix("eval"));
   const definitions = definitionsWithAlerts();
-  const make = () =>
-    new AlertEvaluator({
-      main: client(),
+  const make = () => {
+    const main = client();
+    return new AlertEvaluator({
+      main,
       claims: client(),
       keys,
       definitions,
+      schedulers: new Queue(REBUILD_QUEUE, { connection: main, prefix: queuePrefix(keys) }),
       config: definitions.alerts!,
       publicOrigin: "http://127.0.0.1:3000",
       role: "worker",
     });
+  };
   const [a, b] = [make(), make()];
   try {
     await Promise.all([a.tick(), b.tick()]);

@@ -62,33 +62,33 @@ test("a scheduled tick without a run is reported as missed, once the scheduler e
     .getTime();
 
   assert.deepEqual(
-    await missedTickProblems(main, keys, parsed.definitions, now),
+    await missedTickProblems(main, keys, parsed.definitions, { now }),
     [],
     "no scheduler recorded: nothing to miss",
   );
   await main.set(keys.schedulerSince("sched.nightly"), String(tick + 1));
   assert.deepEqual(
-    await missedTickProblems(main, keys, parsed.definitions, now),
+    await missedTickProblems(main, keys, parsed.definitions, { now }),
     [],
     "the scheduler is newer than the tick",
   );
 
   await main.set(keys.schedulerSince("sched.nightly"), String(tick - 86_400_000));
-  const missed = await missedTickProblems(main, keys, parsed.definitions, now);
+  const missed = await missedTickProblems(main, keys, parsed.definitions, { now });
   assert.deepEqual(missed, [`Scheduled run of nightly at ${formatAbsolute(tick, "utc")} did not start (missed tick)`]);
   // A damaged pause entry pauses nothing (the scheduler and the worker run its ticks): still missed.
   await main.hset(keys.pausedSchedules, "sched.nightly", "{not json");
-  assert.deepEqual(await missedTickProblems(main, keys, parsed.definitions, now), missed);
+  assert.deepEqual(await missedTickProblems(main, keys, parsed.definitions, { now }), missed);
   await main.hset(
     keys.pausedSchedules,
     "sched.nightly",
     JSON.stringify({ actor: "ops (operator)", reason: "disk", at: 1 }),
   );
-  assert.deepEqual(await missedTickProblems(main, keys, parsed.definitions, now), [], "paused: nothing is missed");
+  assert.deepEqual(await missedTickProblems(main, keys, parsed.definitions, { now }), [], "paused: nothing is missed");
   await main.hdel(keys.pausedSchedules, "sched.nightly");
 
   await main.zadd(keys.scheduleTicks("nightly", undefined), tick, "repeat_sched.nightly_1-a1");
-  assert.deepEqual(await missedTickProblems(main, keys, parsed.definitions, now), [], "the tick ran");
+  assert.deepEqual(await missedTickProblems(main, keys, parsed.definitions, { now }), [], "the tick ran");
 });
 
 test("across daylight-saving changes the banner checks the tick the scheduler made (0 2 * * * in Europe/Berlin)", async () => {
@@ -111,14 +111,20 @@ test("across daylight-saving changes the banner checks the tick the scheduler ma
   // Spring forward: the scheduler ran 27 March at 02:00 CET; the 28th's tick, at 03:00 CEST
   // (02:00 does not exist), did not run. At noon the banner names that one.
   await main.zadd(ticks, Date.parse("2027-03-27T01:00:00Z"), "repeat_sched.nightly_a-a1");
-  const spring = await missedTickProblems(main, keys, parsed.definitions, Date.parse("2027-03-28T12:00:00Z"));
+  const spring = await missedTickProblems(main, keys, parsed.definitions, { now: Date.parse("2027-03-28T12:00:00Z") });
   assert.equal(spring.length, 1, "the 03:00 CEST tick did not run");
   assert.match(spring[0]!, /did not start \(missed tick\)/);
   await main.zadd(ticks, Date.parse("2027-03-28T01:00:00Z"), "repeat_sched.nightly_b-a1");
-  assert.deepEqual(await missedTickProblems(main, keys, parsed.definitions, Date.parse("2027-03-28T12:00:00Z")), []);
+  assert.deepEqual(
+    await missedTickProblems(main, keys, parsed.definitions, { now: Date.parse("2027-03-28T12:00:00Z") }),
+    [],
+  );
   // Fall back: 02:00 occurs twice; the scheduler ran the first (00:00 UTC). Nothing is missed.
   await main.zadd(ticks, Date.parse("2027-10-31T00:00:00Z"), "repeat_sched.nightly_c-a1");
-  assert.deepEqual(await missedTickProblems(main, keys, parsed.definitions, Date.parse("2027-10-31T12:00:00Z")), []);
+  assert.deepEqual(
+    await missedTickProblems(main, keys, parsed.definitions, { now: Date.parse("2027-10-31T12:00:00Z") }),
+    [],
+  );
 });
 
 test("a worker whose limited steps would run in a process group (cgroup mode, no PID namespace) is reported, as is a process-group worker; a fully contained one is not", async () => {

@@ -19,6 +19,7 @@ import { readCurrent } from "../../lib/rebuilds/output";
 import { repairCurrentLinks, REPAIR_AFTER_MS } from "../../lib/rebuilds/repair";
 import { idempotencyKey } from "../../lib/rebuilds/version";
 import { rebuiltByNow } from "../../lib/rebuilds/rebuilt-by-now";
+import { readRebuiltMark } from "../../lib/runs/rebuilt-mark";
 import { runRebuild, type RebuildDeps } from "../../lib/rebuilds/run-rebuild";
 import { newWorkerIdentity } from "../../lib/workers/heartbeat";
 
@@ -149,6 +150,7 @@ test("a main Redis that lost the writes after a snapshot (the claims Redis did n
     tenant: undefined,
     idempotencyKey: idempotencyKey("lostmark", undefined, version),
     claim,
+    outputDir: output,
   });
   let main = createRedis(first.url, "worker", "lostmark-1");
   try {
@@ -188,6 +190,7 @@ test("a main Redis that lost the writes after a snapshot (the claims Redis did n
       (again as { runId: string }).runId,
       "confirmed by the claims Redis",
     );
+    const fenceBefore = Number(await claims.get(keys.claimFence(claim)));
     const confirmed = await attempt(main, "vA");
     assert.equal(confirmed.status, "skipped", JSON.stringify(confirmed));
     const record = await main.hgetall(keys.run((confirmed as { runId: string }).runId));
@@ -195,9 +198,80 @@ test("a main Redis that lost the writes after a snapshot (the claims Redis did n
     assert.match(record.reason ?? "", /already rebuilt by run /);
     assert.equal(record.buildHash ?? "", "", "nothing was built");
     assert.equal(await readCurrent(output), buildA);
+    assert.equal(Number(await claims.get(keys.claimFence(claim))), fenceBefore + 1, "it took the claim to confirm");
+    // Confirmed under the claim, the mark counts again: the next request skips at once (no claim).
+    const fast = await attempt(main, "vA");
+    assert.equal(fast.status, "skipped", JSON.stringify(fast));
+    assert.equal(Number(await claims.get(keys.claimFence(claim))), fenceBefore + 1, "the next request took the claim");
   } finally {
     await closeRedis(main);
     await closeRedis(claims);
+  }
+});
+
+test("the main and the claims Redis on one server, both losing the writes after a snapshot: a request for the version published before is built again (the output's fence record is past the restored pointer: review helper-144)", async () => {
+  const { server: first, dataDir, keys, output, claim, attempt } = await crashBed("samelost");
+  let client = createRedis(first.url, "worker", "samelost-1");
+  try {
+    const a = await attempt(client, "vA");
+    assert.equal(a.status, "rebuilt", JSON.stringify(a));
+    await client.save();
+    const d = await attempt(client, "vD");
+    assert.equal(d.status, "rebuilt", JSON.stringify(d));
+    await closeRedis(client);
+    const second = await crashAndRestart(first, dataDir);
+    client = createRedis(second.url, "worker", "samelost-2");
+    // Both came back as they were at the snapshot: vA marked, the pointer naming vA's run.
+    assert.equal((await readPublished(client, keys, claim))?.runId, (a as { runId: string }).runId);
+    const lane = {
+      rebuild: "samelost",
+      tenant: undefined,
+      idempotencyKey: idempotencyKey("samelost", undefined, "vA"),
+      claim,
+      outputDir: output,
+    };
+    assert.equal(await rebuiltByNow({ main: client, claims: client, keys }, lane), null, "the preview's answer");
+    const again = await attempt(client, "vA");
+    assert.equal(again.status, "rebuilt", `a request for vA was dropped: ${JSON.stringify(again)}`);
+    assert.equal(await readCurrent(output), (a as { buildHash: string }).buildHash);
+  } finally {
+    await closeRedis(client);
+  }
+});
+
+test("a mark counts only in its server's incarnation: a primary failed over and back (its run_id unchanged, its replication id new) does not count a mark made before (review helper-144)", async () => {
+  const { server: p, keys, attempt } = await crashBed("failback");
+  const replica = await startRedisServer({ dir: path.join(root, "redis-failback-replica"), extraArgs: RDB_ONLY });
+  servers.push(replica);
+  const primary = createRedis(p.url, "worker", "failback-p");
+  const other = createRedis(replica.url, "worker", "failback-r");
+  const lane = { rebuild: "failback", idempotencyKey: idempotencyKey("failback", undefined, "vA"), tenant: undefined };
+  const synced = async (replicaClient: typeof primary) => {
+    for (let i = 0; i < 100; i++) {
+      if (/master_link_status:up/.test(await replicaClient.info("replication"))) return;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    throw new Error("the replica did not sync");
+  };
+  try {
+    const a = await attempt(primary, "vA");
+    assert.equal(a.status, "rebuilt", JSON.stringify(a));
+    assert.equal((await readRebuiltMark(primary, keys, lane)).mark?.counts, true);
+    const runIdBefore = /run_id:(\w+)/.exec(await primary.info("server"))![1];
+    // The replica follows, is promoted; the old primary follows it, and is promoted back.
+    await other.replicaof("127.0.0.1", p.port);
+    await synced(other);
+    await other.replicaof("NO", "ONE");
+    await primary.replicaof("127.0.0.1", replica.port);
+    await synced(primary);
+    await primary.replicaof("NO", "ONE");
+    assert.equal(/run_id:(\w+)/.exec(await primary.info("server"))![1], runIdBefore, "the same process");
+    const mark = (await readRebuiltMark(primary, keys, lane)).mark;
+    assert.equal(mark?.by, (a as { runId: string }).runId, "the mark came back with the data");
+    assert.equal(mark?.counts, false, "a mark of the primary before its failovers counted");
+  } finally {
+    await closeRedis(primary);
+    await closeRedis(other);
   }
 });
 

@@ -121,7 +121,10 @@ export async function markRebuilt(
   ttlMs = 60_000,
 ): Promise<void> {
   const key = keys.idempotency(idempotencyKey(lane.rebuild, lane.tenant, lane.version));
-  const incarnation = /run_id:(\w+)/.exec(await main.info("server"))?.[1] ?? "?";
+  // As REBUILT_MARK_LUA's incarnation(): the server's run_id and its replication id.
+  const serverId = /run_id:(\w+)/.exec(await main.info("server"))?.[1];
+  const replId = /master_replid:(\w+)/.exec(await main.info("replication"))?.[1];
+  const incarnation = serverId && replId ? `${serverId}:${replId}` : "?";
   await main
     .multi()
     .set(key, runId, "PX", ttlMs)

@@ -39,7 +39,7 @@ try {
   const scheduler = await context.queue.getJobScheduler(schedulerIdOf(rebuild, undefined));
   const definition = loaded.definitions.rebuilds.get(rebuild)!;
   process.stdout.write(
-    `${JSON.stringify({ outcome, next: scheduler?.next ?? null, nextRunAt: nextRunAt(definition), hostNow: hostNow() })}\n`,
+    `${JSON.stringify({ outcome, next: scheduler?.next ?? null, nextRunAt: definition.schedule ? nextRunAt(definition.schedule) : null, hostNow: hostNow() })}\n`,
   );
 } finally {
   await context.close();
