@@ -161,6 +161,15 @@ async function fenceMarks(outputDir: string): Promise<{ fence: number; name: str
   ];
 }
 
+/**
+ * The highest fence marked granted or held in `outputDir`'s `builds/` other than `except` (the
+ * caller's own grant), or 0: a grant above the published pointer may be a publish under way whose
+ * fence record is not on the disk yet (rebuilt-by-now.ts). Throws when `builds/` cannot be read.
+ */
+export async function highestFenceMark(outputDir: string, except?: number): Promise<number> {
+  return Math.max(0, ...(await fenceMarks(outputDir)).map((mark) => mark.fence).filter((fence) => fence !== except));
+}
+
 /** The fences named by entries among `names` (`pattern`: published entries or granted marks), highest first. */
 function fencesIn(names: string[], pattern = ENTRY): number[] {
   return names

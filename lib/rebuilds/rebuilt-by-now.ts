@@ -11,7 +11,7 @@ import type { Redis } from "ioredis";
 import { readPublished } from "../claims/publish";
 import type { RedisKeys } from "../redis/keys";
 import { readRebuiltMark, renewRebuiltMark, type RebuiltMark } from "../runs/rebuilt-mark";
-import { readPublishedFence } from "./published-fence";
+import { highestFenceMark, readPublishedFence } from "./published-fence";
 
 export interface RebuiltLane {
   rebuild: string;
@@ -39,20 +39,21 @@ export async function confirmRebuilt(
   keys: RedisKeys,
   lane: Pick<RebuiltLane, "claim" | "outputDir">,
   mark: RebuiltMark | null,
+  ownFence?: number,
 ): Promise<Confirmed | null> {
   if (!mark) return null;
   if (mark.counts) return { by: mark.by };
-  const [pointer, recorded] = await Promise.all([
+  const [pointer, recorded, marked] = await Promise.all([
     readPublished(claims, keys, lane.claim),
     readPublishedFence(lane.outputDir),
+    highestFenceMark(lane.outputDir, ownFence),
   ]);
   if (!pointer || pointer.runId !== mark.by) return null;
-  // The output recorded a newer publish, or another build with this fence: the pointer lost writes.
-  if (
-    recorded &&
-    (recorded.fence > pointer.fence || (recorded.fence === pointer.fence && recorded.hash !== pointer.value))
-  )
-    return null;
+  // The output's own record must be this very publish: a newer one, another build with its fence,
+  // or none at all (a directory this host does not see) is no confirmation (reviews helper-144,
+  // helper-145). Nor is a grant above it: a publish under way whose record is not on the disk yet.
+  if (!recorded || recorded.fence !== pointer.fence || recorded.hash !== pointer.value) return null;
+  if (marked > pointer.fence) return null;
   return { by: mark.by, fence: pointer.fence };
 }
 
@@ -78,9 +79,17 @@ export async function confirmRebuiltHeld(
   connections: { main: Redis; claims: Pick<Redis, "hgetall">; keys: RedisKeys },
   lane: RebuiltLane,
   mark: RebuiltMark | null,
+  held: { fence: number; heldUntil: () => number | null },
 ): Promise<string | null> {
-  const confirmed = await confirmRebuilt(connections.claims, connections.keys, lane, mark);
-  if (confirmed?.fence !== undefined)
-    await renewRebuiltMark(connections.main, connections.keys, lane, confirmed.by, confirmed.fence).catch(() => {});
+  const confirmed = await confirmRebuilt(connections.claims, connections.keys, lane, mark, held.fence);
+  // Made to count only while the claim is still held when the script applies (review helper-145:
+  // a holder paused past it, another publish and a crash could otherwise bring the mark back).
+  const heldUntil = held.heldUntil();
+  if (confirmed?.fence !== undefined && heldUntil !== null)
+    await renewRebuiltMark(connections.main, connections.keys, lane, {
+      by: confirmed.by,
+      fence: confirmed.fence,
+      heldUntil,
+    }).catch(() => {});
   return confirmed?.by ?? null;
 }

@@ -670,7 +670,11 @@ class RebuildAttempt {
                   // claims Redis's pointer still names its run (rebuilt-by-now.ts).
                   alreadyRebuiltBy: () =>
                     startReads().then(
-                      ({ mark }) => confirmRebuiltHeld(deps, this.lane(), mark).catch(() => null),
+                      ({ mark }) =>
+                        confirmRebuiltHeld(deps, this.lane(), mark, {
+                          fence: held.fence,
+                          heldUntil: () => (held.signal.aborted ? null : redisClock.now() + held.msUntilDeadline()),
+                        }).catch(() => null),
                       () => null,
                     ),
                 }),

@@ -45,14 +45,22 @@ export async function renewRebuiltMark(
   client: ScriptingClient,
   keys: RedisKeys,
   lane: { rebuild: string; tenant: string | null | undefined; idempotencyKey: string },
-  by: string,
-  fence: number,
+  confirmed: { by: string; fence: number; heldUntil: number },
 ): Promise<boolean> {
   const place = runPlaceOf(lane.rebuild, lane.tenant ?? null);
-  if (!place.rebuild) return false;
+  if (!place.rebuild || !heldUntilArg(confirmed.heldUntil)) return false;
   const own = keys.idempotency(lane.idempotencyKey);
-  return (
-    (await runScript(client, RUN_MARK_CONFIRMED, [own, keys.rebuiltNow(place.rebuild, place.tenant)], [by, fence])) ===
-    1
+  const reply = await runScript(
+    client,
+    RUN_MARK_CONFIRMED,
+    [own, keys.rebuiltNow(place.rebuild, place.tenant)],
+    [confirmed.by, confirmed.fence, heldUntilArg(confirmed.heldUntil)!],
   );
+  return reply === 1;
+}
+
+/** A claim's held-until time (ms, the main Redis's clock) as a script argument; null when it is no sane time. */
+export function heldUntilArg(ms: number): string | null {
+  const whole = Math.floor(ms);
+  return Number.isSafeInteger(whole) && whole > 0 ? String(whole) : null;
 }

@@ -707,7 +707,8 @@ local cancel = redis.pcall('GET', KEYS[7])
 if type(cancel) ~= 'string' then cancel = '' end
 setTimeline(ARGV[10], KEYS[6])
 local heldUntil = tonumber(string.match(ARGV[5], '^set%-held:(%d+)$'))
-if ARGV[5] == 'set' or heldUntil then
+-- Any other 'set-held…' value is a plain 'set': never held.
+if ARGV[5] == 'set' or string.sub(ARGV[5], 1, 8) == 'set-held' then
   local fence = tonumber(ARGV[7])
   if fence and KEYS[8] ~= KEYS[1] then
     -- Its claim held still when this write is applied, not only when it was sent (a holder paused
@@ -1056,9 +1057,12 @@ Only while the key still names that run, the lane still marks it, no build of an
 began since, and the lane's fence is not past the confirmed one.
 KEYS[1] idempotency STRING   KEYS[2] rebuiltNow HASH of its lane
 ARGV[1] the run the mark names   ARGV[2] the fence the pointer published it with
+ARGV[3] until when (ms, this server's clock) the confirming attempt holds its claim: applied later,
+  nothing (the claim may be another's, who published since: review helper-145)
 Returns 1 made to count | 0 left as it is
 ]]
 ${COMMON}
+if not tonumber(ARGV[3]) or nowMs >= tonumber(ARGV[3]) then return 0 end
 laneHash(KEYS[2])
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 local lane = redis.call('HMGET', KEYS[2], 'key', 'building', 'fence')

@@ -33,6 +33,7 @@ import { RUN_BEGIN, RUN_NOTE_MADE_CURRENT, RUN_VERSION, RUN_WRITE } from "./scri
 import { queueTimelineCount, timelineSpec } from "./timeline-counters";
 import { isFinalStatus, type FinalRunStatus } from "./transitions";
 import { RUN_STATUSES, type RunRecord, type RunStatus, type RunTrigger } from "./types";
+import { heldUntilArg } from "./rebuilt-mark";
 
 export interface RunStore {
   /** The main Redis. */
@@ -516,8 +517,10 @@ export async function writeRunReading(
       recordTtlMs(retention),
       layout.n,
       write.status ?? "",
-      write.idempotency?.change === "set" && write.idempotency.heldUntil !== undefined
-        ? `set-held:${Math.floor(write.idempotency.heldUntil)}`
+      write.idempotency?.change === "set" &&
+      write.idempotency.heldUntil !== undefined &&
+      heldUntilArg(write.idempotency.heldUntil)
+        ? `set-held:${heldUntilArg(write.idempotency.heldUntil)}`
         : (write.idempotency?.change ?? ""),
       write.idempotency?.ttlMs ?? 0,
       write.idempotency?.change === "set" || write.idempotency?.change === "fence"

@@ -18,8 +18,9 @@ import { loadDefinitions } from "../../lib/rebuilds/definitions";
 import { readCurrent } from "../../lib/rebuilds/output";
 import { repairCurrentLinks, REPAIR_AFTER_MS } from "../../lib/rebuilds/repair";
 import { idempotencyKey } from "../../lib/rebuilds/version";
-import { rebuiltByNow } from "../../lib/rebuilds/rebuilt-by-now";
-import { readRebuiltMark } from "../../lib/runs/rebuilt-mark";
+import { confirmRebuilt, rebuiltByNow } from "../../lib/rebuilds/rebuilt-by-now";
+import { serverNow } from "../../lib/redis/time";
+import { readRebuiltMark, renewRebuiltMark } from "../../lib/runs/rebuilt-mark";
 import { runRebuild, type RebuildDeps } from "../../lib/rebuilds/run-rebuild";
 import { newWorkerIdentity } from "../../lib/workers/heartbeat";
 
@@ -272,6 +273,55 @@ test("a mark counts only in its server's incarnation: a primary failed over and 
   } finally {
     await closeRedis(primary);
     await closeRedis(other);
+  }
+});
+
+test("a mark of another incarnation is confirmed only by the very publish the output recorded, with no grant above it, and made to count again only while the claim is held (review helper-145)", async () => {
+  const { server, keys, output, claim, attempt } = await crashBed("confirm");
+  const client = createRedis(server.url, "worker", "confirm-1");
+  try {
+    const a = await attempt(client, "vA");
+    assert.equal(a.status, "rebuilt", JSON.stringify(a));
+    const runA = (a as { runId: string }).runId;
+    const lane = { rebuild: "confirm", tenant: undefined, idempotencyKey: idempotencyKey("confirm", undefined, "vA") };
+    // As a restart leaves it: marked in another incarnation.
+    await client.hset(keys.rebuiltNow("confirm", null), "markedIn", "an-earlier-incarnation");
+    const { mark } = await readRebuiltMark(client, keys, lane);
+    assert.deepEqual(mark, { by: runA, counts: false });
+    const pointer = await readPublished(client, keys, claim);
+    assert.deepEqual(await confirmRebuilt(client, keys, { claim, outputDir: output }, mark), {
+      by: runA,
+      fence: pointer!.fence,
+    });
+    // An output directory this host does not see confirms nothing.
+    assert.equal(await confirmRebuilt(client, keys, { claim, outputDir: path.join(root, "nowhere") }, mark), null);
+    // A grant above the pointer (a publish under way, its record not on the disk yet) neither,
+    // unless it is the caller's own.
+    const granted = path.join(output, "builds", `.granted-fence@${pointer!.fence + 3}`);
+    fs.writeFileSync(granted, "");
+    try {
+      assert.equal(await confirmRebuilt(client, keys, { claim, outputDir: output }, mark), null);
+      assert.equal(
+        (await confirmRebuilt(client, keys, { claim, outputDir: output }, mark, pointer!.fence + 3))?.by,
+        runA,
+      );
+    } finally {
+      fs.rmSync(granted);
+    }
+    // Made to count again only before the claim's held-until time.
+    const now = await serverNow(client);
+    assert.equal(
+      await renewRebuiltMark(client, keys, lane, { by: runA, fence: pointer!.fence, heldUntil: now - 1 }),
+      false,
+    );
+    assert.equal((await readRebuiltMark(client, keys, lane)).mark?.counts, false);
+    assert.equal(
+      await renewRebuiltMark(client, keys, lane, { by: runA, fence: pointer!.fence, heldUntil: now + 60_000 }),
+      true,
+    );
+    assert.equal((await readRebuiltMark(client, keys, lane)).mark?.counts, true);
+  } finally {
+    await closeRedis(client);
   }
 });
 
