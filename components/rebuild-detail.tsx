@@ -245,8 +245,18 @@ function EntryCard({ entry, linkTenant }: { entry: ApiRebuild; linkTenant: boole
           {entry.claim ? (
             <>
               held by {entry.claim.holder.workerId ?? entry.claim.holder.host} for version {entry.claim.version ?? "?"}{" "}
-              (fence {entry.claim.fence}, {formatDurationMs(entry.claim.pttlMs)} left
-              {entry.claim.stale ? `, stale: ${entry.claim.staleReason}` : ""}) ·{" "}
+              {entry.claim.revoked ? (
+                <span className="text-amber-900" data-state="releasing">
+                  (fence {entry.claim.fence}) · Releasing: force-released by {entry.claim.revoked.by ?? "an operator"};
+                  waiting for the holder to stop (free in at most {formatDurationMs(Math.max(0, entry.claim.pttlMs))})
+                </span>
+              ) : (
+                <>
+                  (fence {entry.claim.fence}, {formatDurationMs(entry.claim.pttlMs)} left
+                  {entry.claim.stale ? `, stale: ${entry.claim.staleReason}` : ""})
+                </>
+              )}{" "}
+              ·{" "}
               {entry.claim.holder.runId ? (
                 <Link className="text-sky-700 underline" href={`/runs/${entry.claim.holder.runId}`}>
                   run {entry.claim.holder.runId}
@@ -254,7 +264,7 @@ function EntryCard({ entry, linkTenant }: { entry: ApiRebuild; linkTenant: boole
               ) : null}{" "}
               ·{" "}
               <Link className="text-sky-700 underline" href="/claims">
-                Claims page (force release)
+                {entry.claim.revoked ? "Claims page" : "Claims page (force release)"}
               </Link>
             </>
           ) : (

@@ -185,7 +185,15 @@ function RebuildRow({ rebuild, open, onToggle }: { rebuild: ApiRebuild; open: bo
           {rebuild.consecutiveSkips}
         </td>
         <td className="px-3 py-2 text-xs">
-          {rebuild.claim ? (
+          {rebuild.claim?.revoked ? (
+            <>
+              <div>held by {rebuild.claim.holder.workerId}</div>
+              <div className="text-amber-900" data-state="releasing">
+                Releasing: force-released by {rebuild.claim.revoked.by ?? "an operator"}; free in at most{" "}
+                {formatDurationMs(Math.max(0, rebuild.claim.pttlMs))}
+              </div>
+            </>
+          ) : rebuild.claim ? (
             <>
               <div>held by {rebuild.claim.holder.workerId}</div>
               <div>

@@ -73,7 +73,16 @@ export function RunDetailView({ initial, id }: { initial: RunDetail | null; id: 
     ],
     ["Queued", <Time key="q" at={run.createdAt} absolute />],
     ["Started", run.startedAt ? <Time key="s" at={run.startedAt} absolute /> : null],
-    ["Finished", run.finishedAt ? <Time key="f" at={run.finishedAt} absolute /> : null],
+    // A run someone else closed ended unseen: between when it was last seen running and its close.
+    run.closedAt && run.finishedAt !== null && run.finishedAt < run.closedAt
+      ? [
+          "Ended",
+          <span key="f" data-field="ended-unseen">
+            unseen, after <Time at={run.finishedAt} absolute /> (last seen running) and before{" "}
+            <Time at={run.closedAt} absolute /> (closed)
+          </span>,
+        ]
+      : ["Finished", run.finishedAt ? <Time key="f" at={run.finishedAt} absolute /> : null],
     [
       "Duration",
       runDurationNote(run) ? (

@@ -163,6 +163,16 @@ test("a frozen worker's claim turns Stale; force release marks it releasing and 
     await expect(row.locator('[data-state="releasing"]')).toBeVisible();
     await expect(row).toContainText("waiting for the holder to stop");
     await expect(row.getByRole("button", { name: "Force release" })).toHaveCount(0);
+    // The rebuild's page and the Rebuilds list say so too, not "held … stale" (helper-143).
+    await page.goto(`${stack().url}/rebuilds/slow-archive`);
+    await expect(page.locator('[data-field="claim"] [data-state="releasing"]')).toContainText(
+      /Releasing: force-released by .+; waiting for the holder to stop/,
+    );
+    await expect(page.locator('[data-field="claim"]')).not.toContainText("(force release)");
+    await page.goto(`${stack().url}/rebuilds`);
+    await expect(page.locator("tr", { hasText: "slow-archive" }).locator('[data-state="releasing"]')).toContainText(
+      /Releasing: force-released by .+; free in at most/,
+    );
 
     await page.goto(`${stack().url}/audit`);
     const entry = page.locator('tr[data-action="force-release"][data-result="done"]');

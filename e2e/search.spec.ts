@@ -169,3 +169,31 @@ test("the Audit log pages to older entries (Older, ?cursor=) and says when a lin
   await expect(page.getByTestId("link-problem")).toContainText("entry: must be an audit entry id");
   await expect(rows).toHaveCount(100);
 });
+
+test("a run someone else closed says it ended unseen between when it was last seen and its close, not a false Finished time (helper-143)", async ({
+  page,
+}) => {
+  const { url } = stack();
+  const startedAt = Date.now() - 3 * 86_400_000;
+  const tx = redis.main.multi();
+  seedRunInto(tx, redis.keys, {
+    id: "e2e-unseen-1-a1",
+    jobId: "e2e-unseen-1",
+    attempt: 1,
+    rebuild: "incidents",
+    tenant: "globex",
+    createdAt: startedAt,
+    startedAt,
+    finishedAt: startedAt + 2_000, // its worker's last beat
+    durationMs: 2_000,
+    closedAt: startedAt + 11_000, // the next attempt closed it
+    status: "aborted",
+    reason: "its worker stopped beating",
+  });
+  await tx.exec();
+  await page.goto(`${url}/runs/e2e-unseen-1-a1`);
+  const ended = page.locator('[data-field="ended-unseen"]');
+  await expect(ended).toContainText(/^unseen, after .+ \(last seen running\) and before .+ \(closed\)$/);
+  await expect(page.getByText("Finished", { exact: true })).toHaveCount(0);
+  await expect(page.locator('span[data-field="duration"]')).toContainText("≥ 2 s");
+});

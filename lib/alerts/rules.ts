@@ -9,6 +9,7 @@ import { describeStale } from "../claims/stale";
 import { safetyProblems } from "../health/redis-safety";
 import { tenantsOf, type Definitions } from "../rebuilds/definitions";
 import { formatDuration } from "../rebuilds/duration";
+import { formatAbsolute } from "../time-text";
 import { HEARTBEAT_TTL_MS as HEARTBEAT_TTL } from "../workers/heartbeat";
 import type { AlertsConfig, RuleName, Severity } from "./config";
 import type { AlertSnapshot } from "./snapshot";
@@ -175,7 +176,7 @@ export function evaluateRules(snapshot: AlertSnapshot, config: AlertsConfig, con
         labels: { rebuild: run.rebuild, tenant: run.tenant, claim: claimOf(context.definitions, run) },
         summary: `Run of ${label(run.rebuild, run.tenant)} running for over ${formatDuration(over)}`,
         description:
-          `Run ${run.id} started ${new Date(startedAt).toISOString()}.` +
+          `Run ${run.id} started ${formatAbsolute(startedAt, "utc")}.` +
           (count > 1 ? ` ${count - 1} more of its runs are over ${formatDuration(over)} too.` : ""),
         page: `/runs/${encodeURIComponent(run.id)}`,
         since: startedAt + over,
@@ -197,7 +198,7 @@ export function evaluateRules(snapshot: AlertSnapshot, config: AlertsConfig, con
         severity: rules.scheduleMissed.severity,
         subject: `${series.rebuild}|${series.tenant ?? ""}`,
         labels: { rebuild: series.rebuild, tenant: series.tenant, claim: claimOf(context.definitions, series) },
-        summary: `Scheduled run of ${label(series.rebuild, series.tenant)} at ${new Date(newest).toISOString()} did not start`,
+        summary: `Scheduled run of ${label(series.rebuild, series.tenant)} at ${formatAbsolute(newest, "utc")} did not start`,
         description: `${series.unservedTicks.length} scheduled tick(s) produced no run within ${formatDuration(rules.scheduleMissed.grace)}. Is a worker running and the queue moving?`,
         page: "/rebuilds",
         since: newest + rules.scheduleMissed.grace,

@@ -13,6 +13,7 @@ import os from "node:os";
 import path from "node:path";
 import type { Redis } from "ioredis";
 import type { RedisKeys } from "../redis/keys";
+import { formatAbsolute } from "../time-text";
 import { outputDirOf, tenantsOf, type Definitions } from "./definitions";
 import { BUILD_HASH, buildDirOf, readCurrent, verifyBuilds } from "./output";
 
@@ -253,7 +254,7 @@ async function recheckMissing(
 export async function changedBuildProblems(client: Pick<Redis, "hgetall">, keys: RedisKeys): Promise<string[]> {
   return (await listChangedBuilds(client, keys)).map((build) => {
     const output = `${build.rebuild}${build.tenant ? `/${build.tenant}` : ""}`;
-    const found = `found ${new Date(build.foundAt).toISOString()} by ${build.foundBy}`;
+    const found = `found ${formatAbsolute(build.foundAt, "utc")} by ${build.foundBy}`;
     const remove = `chmod -R u+w ${build.path} && rm -rf ${build.path}`;
     if (build.kind === "unsynced")
       return `The disk lost a write under ${output}: build ${build.expected} could not be read or synced (EIO), so a rebuild moved it aside to ${build.path} and replaced it (${found}); check the disk (dmesg, SMART), then delete it (it is read-only): ${remove}`;

@@ -8,6 +8,7 @@
 import os from "node:os";
 import type { Redis } from "ioredis";
 import type { RedisKeys } from "../redis/keys";
+import { formatAbsolute } from "../time-text";
 
 /**
  * What repair found for one output: following its published build, or lagging (why; `checked`
@@ -92,7 +93,7 @@ export async function currentLagProblems(
     .filter((entry): entry is LagEntry => entry !== null && now - entry.at <= LAG_SEEN_WITHIN_MS)
     .sort((a, b) => a.since - b.since);
   return entries.map((e) => {
-    const since = new Date(e.since).toISOString();
+    const since = formatAbsolute(e.since, "utc");
     return e.checked === false
       ? `${e.outputDir}/current on ${e.host} cannot be checked against the published ${e.build} (fence ${e.fence}) since ${since}: ${e.reason}; check that disk (dmesg), repair moves current once it works`
       : `${e.outputDir}/current on ${e.host} still serves an older build than the published ${e.build} (fence ${e.fence}) since ${since}: repair fails there (${e.reason}); check that disk (dmesg), repair moves current once it works`;

@@ -17,7 +17,9 @@ export function formatDurationMs(ms: number | null | undefined): string {
   s -= h * 3600;
   const m = Math.floor(s / 60);
   s -= m * 60;
-  const text = h > 0 ? `${h} h ${m} min` : m > 0 ? `${m} min ${s} s` : `${s} s`;
+  // Two days and more in days (a yearly schedule's next tick read "in 2331 h 56 min": helper-143).
+  const text =
+    h >= 48 ? `${Math.floor(h / 24)} d ${h % 24} h` : h > 0 ? `${h} h ${m} min` : m > 0 ? `${m} min ${s} s` : `${s} s`;
   return negative ? `-${text}` : text;
 }
 
@@ -48,24 +50,7 @@ export function runDurationNote(run: {
     : "ended unseen: timed to when it was closed";
 }
 
-const pad = (n: number, width = 2) => String(n).padStart(width, "0");
-
-/** Where an absolute time is written: UTC (schedules, server messages) or the viewer's zone. */
-export type TimeZoneChoice = "utc" | "local";
-
-export function formatAbsolute(ms: number | null | undefined, zone: TimeZoneChoice = "utc"): string {
-  if (ms === null || ms === undefined || !Number.isFinite(ms) || ms <= 0) return "–";
-  const d = new Date(ms);
-  if (zone === "utc") {
-    return `${d.getUTCFullYear()}-${pad(d.getUTCMonth() + 1)}-${pad(d.getUTCDate())} ${pad(d.getUTCHours())}:${pad(d.getUTCMinutes())}:${pad(d.getUTCSeconds())} UTC`;
-  }
-  const offset = -d.getTimezoneOffset();
-  const zoneText =
-    offset === 0
-      ? "UTC"
-      : `UTC${offset > 0 ? "+" : "-"}${pad(Math.floor(Math.abs(offset) / 60))}:${pad(Math.abs(offset) % 60)}`;
-  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())} ${zoneText}`;
-}
+export { formatAbsolute, type TimeZoneChoice } from "../time-text";
 
 /** `3 min ago` / `in 42 s` / `just now` (under a second either way). */
 export function formatRelative(ms: number | null | undefined, now: number): string {

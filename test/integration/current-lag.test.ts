@@ -15,6 +15,7 @@ import {
 } from "../../lib/rebuilds/current-lag";
 import { closeRedis, createRedis } from "../../lib/redis/client";
 import { redisKeys } from "../../lib/redis/keys";
+import { formatAbsolute } from "../../lib/time-text";
 import { startTestRedis, stopTestRedis, uniquePrefix, type TestRedis } from "../support/redis";
 
 let server: TestRedis;
@@ -39,7 +40,7 @@ test("an output lagging stays named from when it was first seen lagging until it
   const [line, ...rest] = await currentLagProblems(client, keys, 2_500);
   assert.deepEqual(rest, [], "h2 follows: one line");
   assert.match(line!, /^\/o\/tiles\/current on h1 still serves an older build than the published b{32} \(fence 5\)/);
-  assert.ok(line!.includes(`since ${new Date(1_000).toISOString()}`), line);
+  assert.ok(line!.includes(`since ${formatAbsolute(1_000, "utc")}`), line);
   // It follows: no longer named.
   await recordCurrentLag(client, keys, [{ outputDir: "/o/tiles", lag: null }], 3_000, "h1");
   assert.deepEqual(await currentLagProblems(client, keys, 3_500), []);

@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { formatRunDuration, runDurationNote } from "../../lib/ui/format";
+import { formatDurationMs, formatRunDuration, runDurationNote } from "../../lib/ui/format";
 
 test("a run that ended itself: its duration, no note", () => {
   const run = { durationMs: 12_000, finishedAt: 1_012_000 };
@@ -25,4 +25,12 @@ test("closed by someone else with no sign of life after its start: at most until
   const run = { durationMs: 45_000, finishedAt: 1_045_000, closedAt: 1_045_000 };
   assert.equal(formatRunDuration(run), "≤ 45 s");
   assert.equal(runDurationNote(run), "ended unseen: timed to when it was closed");
+});
+
+test("durations of two days and more read in days and hours (a yearly schedule's next tick), shorter ones as before", () => {
+  assert.equal(formatDurationMs((2331 * 60 + 56) * 60_000), "97 d 3 h");
+  assert.equal(formatDurationMs(48 * 3_600_000), "2 d 0 h");
+  assert.equal(formatDurationMs(47 * 3_600_000 + 59 * 60_000), "47 h 59 min");
+  assert.equal(formatDurationMs(-49 * 3_600_000), "-2 d 1 h");
+  assert.equal(formatDurationMs(90_000), "1 min 30 s");
 });
