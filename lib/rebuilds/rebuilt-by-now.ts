@@ -3,9 +3,10 @@
  * worker's check under the claim, a lost claim's decision and the "Rebuild now" preview ask it:
  * the main Redis's mark when it counts (made in this Redis's incarnation by its lane's newest
  * publish), else the claims Redis's published pointer, when it names the marked run and the
- * output's own fence record is not past it. A main Redis that lost writes may still mark a version
- * another has been published over (helper-142); when the claims Redis lost them too (the same
- * server, the default: review helper-144), its pointer is behind the output's fence record.
+ * output's own fence record is that very publish, with no grant marked above it. A main Redis that
+ * lost writes may still mark a version another has been published over (helper-142); when the
+ * claims Redis lost them too (the same server, the default: review helper-144), its pointer is
+ * behind the output's fence record, or a grant is (a publish under way: review helper-145).
  */
 import type { Redis } from "ioredis";
 import { readPublished } from "../claims/publish";

@@ -156,12 +156,19 @@ export async function tickingSchedules(
 ): Promise<{ schedules: TickingSchedule[]; definitionsDiffer: boolean }> {
   const stored = await client.get(keys.scheduleDefinitions);
   if (stored === null || stored === schedulesDigest(definitions)) {
-    const schedules = [...wantedSchedules(definitions)].map(({ definition, tenant, spec }) => ({
-      schedulerId: spec.id,
-      rebuild: definition.name,
-      tenant,
-      ...definition.schedule!,
-    }));
+    const schedules: TickingSchedule[] = [];
+    for (const definition of definitions.rebuilds.values()) {
+      if (!definition.schedule) continue;
+      const { cron, tz } = definition.schedule;
+      for (const tenant of tenantsOf(definition))
+        schedules.push({
+          schedulerId: schedulerIdOf(definition.name, tenant),
+          rebuild: definition.name,
+          tenant,
+          cron,
+          tz,
+        });
+    }
     return { schedules, definitionsDiffer: false };
   }
   const schedulers = new Map<string, { pattern?: string; tz?: string }>();

@@ -37,7 +37,7 @@ import { TIMELINE_BACKFILL_CURSOR, TIMELINE_COUNT_LUA, TIMELINE_COUNT_RECORD } f
 import { transitionsLua } from "./transitions";
 
 /**
- * Lua: `incarnation()` (this Redis's run_id) and `markOf(ownKey, laneKey, noLane)`: the run an
+ * Lua: `incarnation()` (this Redis's run_id and replication id) and `markOf(ownKey, laneKey, noLane)`: the run an
  * idempotency key names and whether its mark counts for a skip here (comment below). In COMMON
  * and in READ_REBUILT_MARK.
  */
