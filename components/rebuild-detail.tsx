@@ -6,6 +6,7 @@ import Link from "next/link";
 import { useId, useRef, useState } from "react";
 import type { ApiRebuild, ApiRebuildDetail } from "@/lib/api/rebuilds";
 import { formatDurationMs, formatRunDuration, runDurationNote } from "@/lib/ui/format";
+import { releasingText } from "@/lib/ui/release-notice";
 import { LIVE_POLL_MS, rebuildDetailQuery, rebuildHref } from "@/lib/ui/queries";
 import { ClaimTrail } from "./claim-trail";
 import { usePollEvery } from "./live-events";
@@ -247,8 +248,7 @@ function EntryCard({ entry, linkTenant }: { entry: ApiRebuild; linkTenant: boole
               held by {entry.claim.holder.workerId ?? entry.claim.holder.host} for version {entry.claim.version ?? "?"}{" "}
               {entry.claim.revoked ? (
                 <span className="text-amber-900" data-state="releasing">
-                  (fence {entry.claim.fence}) · Releasing: force-released by {entry.claim.revoked.by ?? "an operator"};
-                  waiting for the holder to stop (free in at most {formatDurationMs(Math.max(0, entry.claim.pttlMs))})
+                  (fence {entry.claim.fence}) · {releasingText(entry.claim)}
                 </span>
               ) : (
                 <>

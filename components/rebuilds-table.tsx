@@ -21,6 +21,7 @@ import { CursorPager } from "./cursor-pager";
 import { DataTable } from "./data-table";
 import { NotReadYet } from "./not-read-yet";
 import { formatDurationMs, formatRunDuration, runDurationNote } from "@/lib/ui/format";
+import { releasingText } from "@/lib/ui/release-notice";
 import { RunStrip, RunStripLegend } from "./run-strip";
 import { useCanOperate } from "./role";
 import { StatusBadge } from "./status-badge";
@@ -189,8 +190,7 @@ function RebuildRow({ rebuild, open, onToggle }: { rebuild: ApiRebuild; open: bo
             <>
               <div>held by {rebuild.claim.holder.workerId}</div>
               <div className="text-amber-900" data-state="releasing">
-                Releasing: force-released by {rebuild.claim.revoked.by ?? "an operator"}; free in at most{" "}
-                {formatDurationMs(Math.max(0, rebuild.claim.pttlMs))}
+                {releasingText(rebuild.claim)}
               </div>
             </>
           ) : rebuild.claim ? (

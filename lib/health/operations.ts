@@ -8,10 +8,9 @@ import type { Redis } from "ioredis";
 import { listClaims } from "../claims";
 import type { ScriptingPipelineClient } from "../redis/scripts";
 import type { RedisKeys } from "../redis/keys";
-import { tenantsOf, type Definitions } from "../rebuilds/definitions";
-import { schedulerIdOf } from "../rebuilds/queue";
+import type { Definitions } from "../rebuilds/definitions";
 import { lastTickBefore } from "../rebuilds/schedule-times";
-import { pausesSchedule, type TickingSchedule } from "../rebuilds/schedules";
+import { definitionSchedules, pausesSchedule, type TickingSchedule } from "../rebuilds/schedules";
 import { listLiveWorkers, liveWorkerIdSet } from "../workers/heartbeat";
 import { describeStale, staleSince } from "../claims/stale";
 import { alertsSchema } from "../alerts/config";
@@ -71,13 +70,7 @@ export async function missedTickProblems(
 ): Promise<string[]> {
   const now = options.now ?? Date.now();
   const graceMs = options.graceMs ?? missedTickGraceOf(definitions);
-  const schedules =
-    options.schedules ??
-    [...definitions.rebuilds.values()].flatMap((definition) =>
-      definition.schedule
-        ? tenantsOf(definition).map((tenant) => ({ rebuild: definition.name, tenant, ...definition.schedule! }))
-        : [],
-    );
+  const schedules = options.schedules ?? definitionSchedules(definitions);
   const lastTicks = new Map<string, number>();
   const checks = schedules.map((schedule) => {
     const timing = `${schedule.cron}|${schedule.tz}`;
@@ -86,8 +79,8 @@ export async function missedTickProblems(
     return {
       label: `${schedule.rebuild}${schedule.tenant ? `/${schedule.tenant}` : ""}`,
       tick,
-      scheduler: keys.schedulerSince(schedulerIdOf(schedule.rebuild, schedule.tenant)),
-      schedulerId: schedulerIdOf(schedule.rebuild, schedule.tenant),
+      scheduler: keys.schedulerSince(schedule.schedulerId),
+      schedulerId: schedule.schedulerId,
       ticksKey: keys.scheduleTicks(schedule.rebuild, schedule.tenant),
     };
   });

@@ -30,6 +30,7 @@ import {
   recordSkip,
   withClaim,
   type ClaimHolder,
+  type HeldClaim,
 } from "../claims";
 import { TRAIL_MAX } from "../redis/scripts";
 import type { RedisKeys } from "../redis/keys";
@@ -71,6 +72,11 @@ import { confirmRebuiltHeld, rebuiltByNow } from "./rebuilt-by-now";
 import { hashInputs, idempotencyKey } from "./version";
 import { stepWarden } from "./steps/warden";
 import { readRebuiltMark } from "../runs/rebuilt-mark";
+
+/** Until when `held` is ours by its local deadline, on the main Redis's clock; null once lost. */
+function heldUntilOf(held: HeldClaim): number | null {
+  return held.signal.aborted ? null : redisClock.now() + held.msUntilDeadline();
+}
 
 export interface RebuildDeps {
   /** Main Redis: run records, idempotency keys. */
@@ -673,7 +679,7 @@ class RebuildAttempt {
                       ({ mark }) =>
                         confirmRebuiltHeld(deps, this.lane(), mark, {
                           fence: held.fence,
-                          heldUntil: () => (held.signal.aborted ? null : redisClock.now() + held.msUntilDeadline()),
+                          heldUntil: () => heldUntilOf(held),
                         }).catch(() => null),
                       () => null,
                     ),
@@ -693,11 +699,16 @@ class RebuildAttempt {
             // the freed claim finds the key and skips. When it fails (the main Redis away), it
             // is written again after the release, as a transient error would be.
             try {
-              // Held until its local deadline, on the main Redis's clock: the write counts as the
-              // lane's newest only if applied before then (a holder paused since its publish may
-              // have lost the claim to another publish, in writes a main Redis crash could lose).
-              const heldUntil = held.signal.aborted ? null : redisClock.now() + held.msUntilDeadline();
-              await this.finishRebuilt(held.fence, built.buildHash, held.tookOverFrom, built.currentNote, heldUntil);
+              // The write counts as the lane's newest only if applied before the claim's local
+              // deadline (a holder paused since its publish may have lost the claim to another
+              // publish, in writes a main Redis crash could lose).
+              await this.finishRebuilt(
+                held.fence,
+                built.buildHash,
+                held.tookOverFrom,
+                built.currentNote,
+                heldUntilOf(held),
+              );
               finalWritten = true;
             } catch (error) {
               this.log(`final record under the claim failed (written again after the release): ${String(error)}`);

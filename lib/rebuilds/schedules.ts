@@ -138,6 +138,24 @@ export interface TickingSchedule {
   tz: string;
 }
 
+/** The schedules `definitions` ask for, one per scheduled rebuild and tenant, as they would tick. */
+export function definitionSchedules(definitions: Definitions): TickingSchedule[] {
+  const schedules: TickingSchedule[] = [];
+  for (const definition of definitions.rebuilds.values()) {
+    if (!definition.schedule) continue;
+    const { cron, tz } = definition.schedule;
+    for (const tenant of tenantsOf(definition))
+      schedules.push({
+        schedulerId: schedulerIdOf(definition.name, tenant),
+        rebuild: definition.name,
+        tenant,
+        cron,
+        tz,
+      });
+  }
+  return schedules;
+}
+
 /**
  * The schedules that tick, for the rebuilds and tenants `definitions` know — what the dashboard's
  * next runs, its missed-tick banner and the scheduleMissed alert go by. This process's own
@@ -155,22 +173,8 @@ export async function tickingSchedules(
   definitions: Definitions,
 ): Promise<{ schedules: TickingSchedule[]; definitionsDiffer: boolean }> {
   const stored = await client.get(keys.scheduleDefinitions);
-  if (stored === null || stored === schedulesDigest(definitions)) {
-    const schedules: TickingSchedule[] = [];
-    for (const definition of definitions.rebuilds.values()) {
-      if (!definition.schedule) continue;
-      const { cron, tz } = definition.schedule;
-      for (const tenant of tenantsOf(definition))
-        schedules.push({
-          schedulerId: schedulerIdOf(definition.name, tenant),
-          rebuild: definition.name,
-          tenant,
-          cron,
-          tz,
-        });
-    }
-    return { schedules, definitionsDiffer: false };
-  }
+  if (stored === null || stored === schedulesDigest(definitions))
+    return { schedules: definitionSchedules(definitions), definitionsDiffer: false };
   const schedulers = new Map<string, { pattern?: string; tz?: string }>();
   for (const scheduler of await queue.getJobSchedulers(0, -1)) schedulers.set(scheduler.key ?? scheduler.id, scheduler);
   const schedules: TickingSchedule[] = [];

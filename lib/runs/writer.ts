@@ -463,6 +463,14 @@ function laneKeysOf(
   };
 }
 
+/** RUN_WRITE's ARGV[5]: the change, `set-held:<ms>` for a set while its claim is held (a sane time only). */
+function idempotencyChange(idempotency: RunWrite["idempotency"]): string {
+  if (!idempotency) return "";
+  const held =
+    idempotency.change === "set" && idempotency.heldUntil !== undefined && heldUntilArg(idempotency.heldUntil);
+  return held ? `set-held:${held}` : idempotency.change;
+}
+
 /** One write of an attempt's record (status move, fields, log lines, idempotency key). */
 export async function writeRun(store: RunStore, run: RunRef, write: RunWrite): Promise<WriteResult> {
   return (await writeRunReading(store, run, write)).result;
@@ -517,11 +525,7 @@ export async function writeRunReading(
       recordTtlMs(retention),
       layout.n,
       write.status ?? "",
-      write.idempotency?.change === "set" &&
-      write.idempotency.heldUntil !== undefined &&
-      heldUntilArg(write.idempotency.heldUntil)
-        ? `set-held:${heldUntilArg(write.idempotency.heldUntil)}`
-        : (write.idempotency?.change ?? ""),
+      idempotencyChange(write.idempotency),
       write.idempotency?.ttlMs ?? 0,
       write.idempotency?.change === "set" || write.idempotency?.change === "fence"
         ? (write.idempotency.fence ?? "")

@@ -27,3 +27,9 @@ export function noticeText(
     ? `${released}: ${holder} is told to stop. The claim is free as soon as it has stopped, at the latest in ${formatDurationMs(left)}.`
     : `${released}: ${holder} has not said it stopped; the claim is free now (its release window ran out).`;
 }
+
+/** A claim whose force release waits for its holder to stop, in one line (the rebuild pages). */
+export function releasingText(claim: Pick<ApiClaim, "revoked" | "pttlMs">): string | null {
+  if (!claim.revoked) return null;
+  return `Releasing: force-released by ${claim.revoked.by ?? "an operator"}; waiting for the holder to stop; free in at most ${formatDurationMs(Math.max(0, claim.pttlMs))}`;
+}

@@ -169,6 +169,20 @@ test("the warden never kills the worker: it moves a worker it finds in a step's 
   }
 });
 
+/** A worker's start on this host, as far as containment goes (it removes leftover step cgroups): its mode on stdout. */
+function startWorkerContainment() {
+  return spawnSync(
+    process.execPath,
+    [
+      "--import",
+      "tsx",
+      "-e",
+      'import("./lib/rebuilds/steps/containment.ts").then((m) => console.log(m.detectContainment().mode))',
+    ],
+    { encoding: "utf8", timeout: 60_000 },
+  );
+}
+
 test("a parent whose worker's PID now belongs to another process is a leftover; a live worker's parent is kept", async () => {
   // The stand-ins: a live process named as the maker of both parents, one with its own start
   // time (a live worker: kept), one with another (a dead worker whose PID was reused: removed).
@@ -184,16 +198,7 @@ test("a parent whose worker's PID now belongs to another process is a leftover; 
     fs.mkdirSync(path.join(kept, "step-1"), { recursive: true });
     fs.mkdirSync(path.join(reused, "step-1"), { recursive: true });
     fs.writeFileSync(path.join(reused, "step-1", "cgroup.procs"), String(leftover.pid));
-    const started = spawnSync(
-      process.execPath,
-      [
-        "--import",
-        "tsx",
-        "-e",
-        'import("./lib/rebuilds/steps/containment.ts").then((m) => console.log(m.detectContainment().mode))',
-      ],
-      { encoding: "utf8", timeout: 60_000 },
-    );
+    const started = startWorkerContainment();
     assert.equal(started.stdout.trim(), "cgroup", started.stderr);
     assert.equal(fs.existsSync(reused), false, "the parent of a dead worker whose PID was reused is still there");
     assert.deepEqual((await waitUntilNoMarker(marker, 2_000)).alive, [], "its step survived");
@@ -213,16 +218,7 @@ test("a dead worker's step cgroups are killed and removed when a worker starts o
   const marker = newMarker();
   const leftover = spawn("sleep", ["600"], { env: { ...process.env, [marker.name]: marker.value }, stdio: "ignore" });
   fs.writeFileSync(path.join(parent, "step-3", "cgroup.procs"), String(leftover.pid));
-  const started = spawnSync(
-    process.execPath,
-    [
-      "--import",
-      "tsx",
-      "-e",
-      'import("./lib/rebuilds/steps/containment.ts").then((m) => console.log(m.detectContainment().mode))',
-    ],
-    { encoding: "utf8", timeout: 60_000 },
-  );
+  const started = startWorkerContainment();
   assert.equal(started.stdout.trim(), "cgroup", started.stderr);
   assert.equal(fs.existsSync(parent), false, "the dead worker's parent is still there");
   assert.deepEqual((await waitUntilNoMarker(marker, 2_000)).alive, []);
