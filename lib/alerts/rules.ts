@@ -102,7 +102,7 @@ export function evaluateRules(snapshot: AlertSnapshot, config: AlertsConfig, con
         subject: claim.name,
         labels: { rebuild, tenant, claim: claim.name },
         summary: `Claim ${label(rebuild, tenant, claim.name)} stale for ${roughDuration(staleFor)}`,
-        description: `${describeStale(claim.stale)}; holder ${claim.holder.workerId ?? "?"} on ${claim.holder.host ?? "?"} (pid ${claim.holder.pid ?? "?"}), fence ${claim.holder.fence ?? "?"}. Consider a force release.`,
+        description: `${describeStale(claim.stale)}; holder ${claim.holder.workerId ?? "?"} on ${claim.holder.host ?? "?"} (pid ${claim.holder.pid ?? "?"}), fence ${claim.holder.fence ?? "?"}. ${nextStep(claim, snapshot.census.serverTime)}`,
         page: "/claims",
         since: claim.staleSince,
       });
@@ -319,4 +319,13 @@ export function roughDuration(ms: number): string {
   const minutes = Math.floor(seconds / 60);
   if (minutes < 60) return `${minutes} min`;
   return `${Math.floor(minutes / 60)} h${minutes % 60 ? ` ${minutes % 60} min` : ""}`;
+}
+
+/**
+ * What a stale claim's alert asks of the operator: a force release, or, once one was made,
+ * nothing but to wait for the holder to stop (the claim ends then, or when it expires).
+ */
+function nextStep(claim: { pttlMs: number; holder: { revokedAt: number | null } }, serverTime: number): string {
+  if (claim.holder.revokedAt === null) return "Consider a force release.";
+  return `Force-released ${roughDuration(serverTime - claim.holder.revokedAt)} ago: the claim ends when its holder stops, at the latest when it expires in ${roughDuration(claim.pttlMs)}; releasing it again changes nothing.`;
 }

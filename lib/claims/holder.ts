@@ -38,12 +38,21 @@ export function holderFromHash(hash: Record<string, string>): ClaimHolder {
 /** What a census record (CLAIM_CENSUS) carries of a holder: staleness, alerts and metrics read only this. */
 export type CensusHolder = Pick<
   ClaimHolder,
-  "host" | "pid" | "workerId" | "rebuild" | "tenant" | "fence" | "refreshEveryMs" | "acquiredAt" | "refreshedAt"
+  | "host"
+  | "pid"
+  | "workerId"
+  | "rebuild"
+  | "tenant"
+  | "fence"
+  | "refreshEveryMs"
+  | "acquiredAt"
+  | "refreshedAt"
+  | "revokedAt"
 >;
 
 /**
  * Holder from a census record's fields after the PTTL: `refreshedAt,refreshEveryMs,acquiredAt,
- * fence,holder` (`CENSUS_FIELDS`), `from` the index where they start. Decoded as `holderFromHash`
+ * fence,revokedAt,holder` (`CENSUS_FIELDS`), `from` the index where they start. Decoded as `holderFromHash`
  * decodes the same fields.
  */
 export function holderFromCensusRecord(record: string, from: number): CensusHolder {
@@ -51,8 +60,9 @@ export function holderFromCensusRecord(record: string, from: number): CensusHold
   const c2 = record.indexOf(",", c1 + 1);
   const c3 = record.indexOf(",", c2 + 1);
   const c4 = record.indexOf(",", c3 + 1);
-  if (c1 < 0 || c2 < 0 || c3 < 0 || c4 < 0) throw unexpectedReply("census", record);
-  const identity = parseIdentity(record.slice(c4 + 1));
+  const c5 = record.indexOf(",", c4 + 1);
+  if (c1 < 0 || c2 < 0 || c3 < 0 || c4 < 0 || c5 < 0) throw unexpectedReply("census", record);
+  const identity = parseIdentity(record.slice(c5 + 1));
   return {
     host: stringOrNull(identity.host),
     pid: toNumberOrNull(identity.pid),
@@ -63,6 +73,7 @@ export function holderFromCensusRecord(record: string, from: number): CensusHold
     refreshEveryMs: toNumberOrNull(record.slice(c1 + 1, c2)),
     acquiredAt: toNumberOrNull(record.slice(c2 + 1, c3)),
     fence: toNumberOrNull(record.slice(c3 + 1, c4)),
+    revokedAt: toNumberOrNull(record.slice(c4 + 1, c5)),
   };
 }
 

@@ -545,7 +545,9 @@ return {1, committed}
 } as const satisfies LuaScript;
 
 /** The claimMeta fields a census record carries, in its order (after the PTTL). */
-export const CENSUS_FIELDS = ["refreshedAt", "refreshEveryMs", "acquiredAt", "fence", "holder"] as const;
+export const CENSUS_FIELDS = ["refreshedAt", "refreshEveryMs", "acquiredAt", "fence", "revokedAt", "holder"] as const;
+/** Lua: a census record's fields after the PTTL, from the HMGET of CENSUS_FIELDS in `m`. */
+const CENSUS_RECORD_LUA = CENSUS_FIELDS.map((_, i) => (i === 0 ? "m[1]" : `(m[${i + 1}] or '')`)).join(" .. ',' .. ");
 
 export const CLAIM_CENSUS = {
   command: "claimwatchClaimCensus",
@@ -573,7 +575,7 @@ for i = 2, #KEYS, 2 do
   if pttl < 0 or not m[1] or m[1] == '' then
     out[#out + 1] = ''
   else
-    out[#out + 1] = pttl .. ',' .. m[1] .. ',' .. (m[2] or '') .. ',' .. (m[3] or '') .. ',' .. (m[4] or '') .. ',' .. (m[5] or '')
+    out[#out + 1] = pttl .. ',' .. ${CENSUS_RECORD_LUA}
   end
 end
 return out
@@ -612,7 +614,7 @@ for _, name in ipairs(names) do
   if pttl >= 0 then
     local m = redis.call('HMGET', ARGV[2] .. name, ${CENSUS_FIELDS.map((field) => `'${field}'`).join(", ")})
     if m[1] and m[1] ~= '' then
-      out[#out + 1] = name .. '\\n' .. pttl .. ',' .. m[1] .. ',' .. (m[2] or '') .. ',' .. (m[3] or '') .. ',' .. (m[4] or '') .. ',' .. (m[5] or '')
+      out[#out + 1] = name .. '\\n' .. pttl .. ',' .. ${CENSUS_RECORD_LUA}
     end
   end
 end

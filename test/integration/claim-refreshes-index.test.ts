@@ -97,6 +97,18 @@ test("force release keeps the entry while the holder stops; its acknowledgement,
   const forced = await forceReleaseClaim(clients, keys, { name, token, actor: "op", reason: "stuck" });
   assert.equal(forced.status, "released");
   assert.deepEqual(await indexOf(keys), before, "revoked, still there: it goes stale without refreshes");
+  // The census says it is being released (the claimStale alert then asks for no second release).
+  const revokedAt = Number(await client.hget(keys.claimMeta(name), "revokedAt"));
+  assert.ok(revokedAt > 0);
+  for (const census of [
+    await readClaimCensus(client, keys, undefined),
+    await readClaimCensus(client, keys, new Set(), { onlyStale: true }),
+    await readClaimCensus(client, keys, new Set(), { onlyStale: true, notRefreshedForMs: 0 }),
+  ]) {
+    const claim = census.claims.find((c) => c.name === name);
+    assert.equal(claim?.holder.revokedAt, revokedAt);
+    assert.equal(claim?.holder.workerId, "w", "the holder's identity still decodes after the new field");
+  }
   assert.deepEqual(await refreshClaim(client, keys, name, token, timing.ttlMs), { status: "revoked" });
   assert.deepEqual(await indexOf(keys), before);
   assert.deepEqual(await releaseClaim(client, keys, name, token), { status: "acknowledged" });

@@ -529,3 +529,31 @@ test("summaries say how long in the unit that fits: seconds, minutes, hours and 
     "3 h 5 min",
   ]);
 });
+
+test("rules: a stale claim already force-released asks for no second release", () => {
+  const definitions = load({ rules: { claimStale: { for: "5m" } } });
+  const context = { definitions, publicOrigin: "https://claims.example.com" };
+  const now = 10_000_000;
+  const name = claimName("/srv/out/parcels");
+  const stale = [{ kind: "holder-not-live" as const, workerId: "w1" }];
+  const alertFor = (revokedAt: number | null) =>
+    evaluateRules(
+      snapshot({
+        census: {
+          serverTime: now,
+          claims: [{ name, pttlMs: 240_000, holder: holder({ revokedAt }), stale, staleSince: now - 600_000 }],
+          skips: new Map(),
+          counters: {},
+        },
+      }),
+      definitions.alerts!,
+      context,
+    ).active.find((a) => a.labels.alertname === "claimStale")!;
+  assert.match(alertFor(null).annotations.description, /Consider a force release\.$/);
+  const released = alertFor(now - 90_000).annotations.description;
+  assert.doesNotMatch(released, /Consider a force release/);
+  assert.match(
+    released,
+    /Force-released 1 min ago: the claim ends when its holder stops, at the latest when it expires in 4 min/,
+  );
+});
