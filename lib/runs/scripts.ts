@@ -49,7 +49,9 @@ const REBUILT_MARK_LUA = `
 -- of another incarnation sends the request through the claim, where the claims Redis's published
 -- pointer decides (lib/rebuilds/rebuilt-by-now.ts). The incarnation is the server's run_id (new
 -- at every start) with its replication id (new at every promotion: a node failed back to keeps
--- its run_id, review helper-144); '?' where INFO is refused (never changes: as before).
+-- its run_id, review helper-144); '?' where INFO is refused (an ACL without it), and a mark made
+-- or read there never counts: such a Redis cannot tell a restart, so every repeat asks the claim
+-- (slower, never wrong; the dashboard's health check, which reads INFO too, reports the refusal).
 local incarnationOf = false
 local function incarnation()
   if not incarnationOf then
@@ -70,7 +72,7 @@ local function markOf(ownKey, laneKey, noLane)
   if laneKey == noLane then return by, true end
   local lane = redis.pcall('HMGET', laneKey, 'key', 'markedIn')
   if type(lane) ~= 'table' or lane.err then return by, false end
-  return by, lane[1] == ownKey and lane[2] == incarnation()
+  return by, lane[1] == ownKey and lane[2] == incarnation() and lane[2] ~= '?'
 end
 `;
 

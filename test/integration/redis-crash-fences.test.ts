@@ -276,6 +276,27 @@ test("a mark counts only in its server's incarnation: a primary failed over and 
   }
 });
 
+test("a Redis whose ACL refuses INFO cannot tell a restart: its marks never count for a skip, and a repeat still skips through the claim", async () => {
+  const { server, keys, attempt } = await crashBed("noinfo");
+  const admin = createRedis(server.url, "worker", "noinfo-admin");
+  await admin.acl("SETUSER", "noinfo", "on", ">pw", "~*", "&*", "+@all", "-info");
+  const client = createRedis(server.url.replace("redis://", "redis://noinfo:pw@"), "worker", "noinfo");
+  const lane = { rebuild: "noinfo", idempotencyKey: idempotencyKey("noinfo", undefined, "vA"), tenant: undefined };
+  try {
+    await assert.rejects(client.info("server"), /NOPERM/, "the ACL refuses INFO");
+    const a = await attempt(client, "vA");
+    assert.equal(a.status, "rebuilt", JSON.stringify(a));
+    const mark = (await readRebuiltMark(client, keys, lane)).mark;
+    assert.equal(mark?.by, (a as { runId: string }).runId);
+    assert.equal(mark?.counts, false, "a mark made where INFO is refused counted: a restart would go unseen");
+    const again = await attempt(client, "vA");
+    assert.equal(again.status, "skipped", JSON.stringify(again));
+  } finally {
+    await closeRedis(client);
+    await closeRedis(admin);
+  }
+});
+
 test("a mark of another incarnation is confirmed only by the very publish the output recorded, with no grant above it, and made to count again only while the claim is held (review helper-145)", async () => {
   const { server, keys, output, claim, attempt } = await crashBed("confirm");
   const client = createRedis(server.url, "worker", "confirm-1");
