@@ -1,14 +1,14 @@
 "use client";
 
 import { useQuery } from "@tanstack/react-query";
-import { useServerFirstQuery } from "./use-now";
+import { useHydrated, useServerFirstQuery } from "./use-now";
 import type { RunDetail } from "@/lib/api/runs";
 import Link from "next/link";
 import { RETRYABLE_STATUSES } from "@/lib/runs/transitions";
 import { rebuildHref, runQuery } from "@/lib/ui/queries";
 import { CancelJobButton, RetryRunButton } from "./operations";
 import { usePollEvery } from "./live-events";
-import { formatDurationMs, formatRunDuration, runDurationNote } from "@/lib/ui/format";
+import { formatDurationMs, formatLogLine, formatRunDuration, runDurationNote } from "@/lib/ui/format";
 import type { ReactNode } from "react";
 import { StepsGantt } from "./steps-gantt";
 import { Time } from "./time";
@@ -17,6 +17,8 @@ import { StatusBadge } from "./status-badge";
 export function RunDetailView({ initial, id }: { initial: RunDetail | null; id: string }) {
   // Live: run and log events re-read it; otherwise poll (faster while it runs).
   const poll = usePollEvery(1);
+  // Log times in the viewer's zone once known (UTC until hydration: the same on server and client).
+  const zone = useHydrated() ? "local" : "utc";
   const { data: run, error } = useServerFirstQuery(
     useQuery({
       ...runQuery(id),
@@ -203,7 +205,7 @@ export function RunDetailView({ initial, id }: { initial: RunDetail | null; id: 
           tabIndex={0}
           className="mt-1 max-h-96 overflow-auto rounded bg-slate-900 p-3 text-xs text-slate-100"
         >
-          {run.log.length ? run.log.join("\n") : "(no output)"}
+          {run.log.length ? run.log.map((line) => formatLogLine(line, zone)).join("\n") : "(no output)"}
         </pre>
       </section>
     </div>

@@ -274,6 +274,9 @@ test("a run page shows step output and a final status; parcels shows its build h
   await expect(page.locator('[data-field="build-hash"]')).toHaveText(/^[0-9a-f]{32}$/);
   await expect(page.getByLabel("Run log")).toContainText("[tile] wrote");
   await expect(page.getByLabel("Run log")).toContainText("published build");
+  // Log times in the one time format (the viewer's zone, with milliseconds), not the worker's ISO stamps.
+  await expect(page.getByLabel("Run log")).toContainText(/\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC/);
+  await expect(page.getByLabel("Run log")).not.toContainText(/\d\d:\d\d:\d\d\.\d{3}Z /);
   await shot(page, "run", testInfo);
 
   await page.goto(`${url}/workers`);

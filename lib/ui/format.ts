@@ -6,6 +6,7 @@
  * - durations: `850 ms`, `42 s`, `3 min 12 s`, `2 h 5 min`.
  * Pure functions (no React, no Redis): used by components and by lib/api's preview texts.
  */
+import { formatAbsolute, type TimeZoneChoice } from "../time-text";
 
 export function formatDurationMs(ms: number | null | undefined): string {
   if (ms === null || ms === undefined || !Number.isFinite(ms)) return "–";
@@ -50,7 +51,7 @@ export function runDurationNote(run: {
     : "ended unseen: timed to when it was closed";
 }
 
-export { formatAbsolute, type TimeZoneChoice } from "../time-text";
+export { formatAbsolute, type TimeZoneChoice };
 
 /** `3 min ago` / `in 42 s` / `just now` (under a second either way). */
 export function formatRelative(ms: number | null | undefined, now: number): string {
@@ -59,6 +60,24 @@ export function formatRelative(ms: number | null | undefined, now: number): stri
   if (Math.abs(delta) < 1_000) return "just now";
   const text = formatDurationMs(Math.abs(delta) < 1_000 ? 1_000 : Math.abs(delta));
   return delta > 0 ? `${text} ago` : `in ${text}`;
+}
+
+const LOG_STAMP = /^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\.(\d{3})Z /;
+
+/**
+ * A run log line as the dashboard shows it: the worker's ISO stamp (`2026-12-01T21:15:03.250Z`)
+ * in the one time format, with its milliseconds (`2026-12-01 21:15:03.250 UTC`, or the viewer's
+ * zone). A line without a stamp is shown as it is.
+ */
+export function formatLogLine(line: string, zone: TimeZoneChoice = "utc"): string {
+  const stamp = LOG_STAMP.exec(line);
+  if (!stamp) return line;
+  const ms = Date.parse(`${stamp[1]}.${stamp[2]}Z`);
+  if (!Number.isFinite(ms)) return line;
+  const text = formatAbsolute(ms, zone);
+  // `… 21:15:03 UTC` → `… 21:15:03.250 UTC`: the zone follows the seconds.
+  const space = text.lastIndexOf(" ");
+  return `${text.slice(0, space)}.${stamp[2]}${text.slice(space)} ${line.slice(stamp[0].length)}`;
 }
 
 /** ISO 8601 for `<time dateTime>` (machine-readable; never shown). */

@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { formatDurationMs, formatRunDuration, runDurationNote } from "../../lib/ui/format";
+import { formatDurationMs, formatLogLine, formatRunDuration, runDurationNote } from "../../lib/ui/format";
 
 test("a run that ended itself: its duration, no note", () => {
   const run = { durationMs: 12_000, finishedAt: 1_012_000 };
@@ -33,4 +33,16 @@ test("durations of two days and more read in days and hours (a yearly schedule's
   assert.equal(formatDurationMs(47 * 3_600_000 + 59 * 60_000), "47 h 59 min");
   assert.equal(formatDurationMs(-49 * 3_600_000), "-2 d 1 h");
   assert.equal(formatDurationMs(90_000), "1 min 30 s");
+});
+
+test("a run log line's stamp in the one time format, with its milliseconds; other lines as they are", () => {
+  assert.equal(
+    formatLogLine("2026-12-01T21:15:03.250Z step tile: wrote 12 tiles", "utc"),
+    "2026-12-01 21:15:03.250 UTC step tile: wrote 12 tiles",
+  );
+  // The viewer's zone (this process's: TZ is whatever the test runs under), the same instant.
+  const local = formatLogLine("2026-12-01T21:15:03.250Z x", "local");
+  assert.match(local, /^\d{4}-\d\d-\d\d \d\d:\d\d:03\.250 UTC([+-]\d\d:\d\d)? x$/);
+  assert.equal(formatLogLine("no stamp here", "utc"), "no stamp here");
+  assert.equal(formatLogLine("2026-13-45T99:99:99.000Z bad date", "utc"), "2026-13-45T99:99:99.000Z bad date");
 });
