@@ -4,8 +4,7 @@
  * the API's error shape beside it, as every refusal does. Anonymous callers get the report
  * without details (lib/health publicHealth), and so does the message.
  */
-import { publicHealth, type HealthReport } from "../health/health";
-import type { RedisSafety } from "../health/redis-safety";
+import { publicHealth, type HealthReport, type PublicHealthReport } from "../health/health";
 import type { Reply } from "./errors";
 
 export function healthReply(report: HealthReport, identified: boolean): Reply {
@@ -15,12 +14,12 @@ export function healthReply(report: HealthReport, identified: boolean): Reply {
 }
 
 /** `Redis is unreachable: <why>; Claims Redis is unreachable` (the why only where the report has it). */
-function unreachable(report: HealthReport): string {
+function unreachable(report: HealthReport | PublicHealthReport): string {
   const down = (
     [
       ["Redis", report.redis],
       ["Claims Redis", report.claimsRedis],
-    ] as [string, RedisSafety][]
+    ] as [string, { ok: true } | { ok: false; error: string }][]
   ).flatMap(([label, safety]) =>
     safety.ok
       ? []

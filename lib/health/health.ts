@@ -71,9 +71,23 @@ export function unconfiguredHealth(reason: string): HealthReport {
   return { ok: false, redis: down, claimsRedis: down, workers: null, problems: [reason], checkedAt: Date.now() };
 }
 
-/** The report for anonymous callers: the verdict and settings, without messages that name hosts or paths. */
-export function publicHealth(report: HealthReport): HealthReport {
-  const redact = (safety: RedisSafety): RedisSafety => (safety.ok ? safety : { ok: false, error: "unreachable" });
+/** A Redis server as an anonymous caller sees it: up, or "unreachable" (no version, settings or error). */
+export type PublicRedisState = { ok: true } | { ok: false; error: "unreachable" };
+
+/** The report for anonymous callers (`GET /api/health` without a login). */
+export interface PublicHealthReport extends Omit<HealthReport, "redis" | "claimsRedis" | "alertsFiring"> {
+  redis: PublicRedisState;
+  claimsRedis: PublicRedisState;
+}
+
+/**
+ * The report for anonymous callers: the verdict, each Redis up or unreachable, live workers and
+ * how many problems — no hosts, paths, errors, problem texts, nor the servers' versions and
+ * settings (what an attacker would look up), which need a login.
+ */
+export function publicHealth(report: HealthReport): PublicHealthReport {
+  const redact = (safety: RedisSafety): PublicRedisState =>
+    safety.ok ? { ok: true } : { ok: false, error: "unreachable" };
   return {
     ok: report.ok,
     redis: redact(report.redis),

@@ -82,13 +82,19 @@ test("npm start serves a healthy dashboard, stops cleanly on SIGTERM, and finds 
     assert.equal(withToken.status, 200);
     let health: { ok: boolean; workers: number | null; redis: Record<string, unknown> } | undefined;
     for (let i = 0; i < 100 && !(health && (health.workers ?? 0) > 0); i++) {
-      health = (await (await fetch(`${url}/api/health`)).json()) as typeof health;
+      health = (await (
+        await fetch(`${url}/api/health`, { headers: { authorization: `Bearer ${token}` } })
+      ).json()) as typeof health;
       if ((health?.workers ?? 0) === 0) await new Promise((r) => setTimeout(r, 200));
     }
     assert.equal(health?.ok, true);
     assert.equal(health?.workers, 1, "one worker process with a live heartbeat");
     assert.equal(health?.redis.evictionPolicy, "noeviction");
     assert.equal(health?.redis.persistence, "aof");
+    // Anonymous (a load balancer): the verdict, not the server's version or settings.
+    const anonymousHealth = (await (await fetch(`${url}/api/health`)).json()) as typeof health;
+    assert.deepEqual(anonymousHealth?.redis, { ok: true });
+    assert.equal(anonymousHealth?.workers, 1);
     const page = await fetch(`${url}/login`);
     assert.equal(page.status, 200);
     const client = new Redis(redisUrl);

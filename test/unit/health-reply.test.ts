@@ -48,3 +48,17 @@ test("an anonymous caller's 503 names the server but not the host or the error",
   assert.equal(body.error.message, "Claims Redis is unreachable");
   assert.doesNotMatch(JSON.stringify(body), /10\.0\.0\.7|ECONNREFUSED/);
 });
+
+test("an anonymous caller learns each Redis is up, not its version or settings (README: the verdict, no details)", () => {
+  const reply = healthReply(report(false), false);
+  assert.equal(reply.status, 200);
+  assert.deepEqual(reply.body, {
+    ok: true,
+    redis: { ok: true },
+    claimsRedis: { ok: true },
+    workers: 2,
+    problems: [],
+    checkedAt: 1_000,
+  });
+  assert.doesNotMatch(JSON.stringify(reply.body), /8\.0\.0|noeviction|aof|durable/);
+});
