@@ -23,7 +23,17 @@ import { existsSync } from "node:fs";
 import fs from "node:fs/promises";
 import path from "node:path";
 import { holdingMarksIn } from "./holding-marks";
-import { BUILD_HASH, buildDirOf, ensureBuildsDir, namingFile, outputTempName, pointCurrent, syncPath } from "./output";
+import { lockCurrent } from "./current-lock";
+import {
+  BUILD_HASH,
+  buildDirOf,
+  CurrentSwapError,
+  ensureBuildsDir,
+  namingFile,
+  outputTempName,
+  pointCurrent,
+  syncPath,
+} from "./output";
 
 /**
  * A fence about to be used for a publish, marked before the fenced publish: an empty file in
@@ -355,20 +365,47 @@ async function writeLegacy(outputDir: string, fence: number, hash: string, publi
 }
 
 /**
- * Points `current` at `hash`, published with `fence` and recorded, then makes sure no newer
- * record was passed over: a publisher (or repair) that read the record before a newer publisher
- * recorded and swapped could swap after it, putting `current` back. Read after the swap, the
- * record shows the newer fence, and `current` follows it (its build is there: its publisher
- * promoted it before recording).
+ * Points `current` at `hash`, published with `fence` and recorded — or at a newer recorded fence's
+ * build: never back over it. Swaps of one output exclude each other (current-lock.ts), and the
+ * record is read inside the lock, so a swapper held up inside its swap (a pause, a slow disk)
+ * cannot rename an older link over a newer publisher's after it (helper-146): the newer one's
+ * swap waits for it and reads the newer record. A newer record whose build is not on this host
+ * leaves `current` as it is (its publisher, or repair, moves it). `CurrentLockBusyError` (a
+ * swapper held up over `LOCK_WAIT_MS`) and a record that cannot be read fail as
+ * `CurrentSwapError("swap")`: `current` still names what it named, and repair moves it. Without
+ * the lock (no companion), as before: swap, then follow a newer record read after the swap.
  */
-export async function pointCurrentAtRecord(outputDir: string, fence: number, hash: string): Promise<void> {
-  await pointCurrent(outputDir, hash);
-  for (let rounds = 0; rounds < 5; rounds++) {
-    const now = await readPublishedFence(outputDir);
-    if (!now || now.fence <= fence || !BUILD_HASH.test(now.hash)) return;
-    if (!existsSync(buildDirOf(outputDir, now.hash))) return;
-    ({ fence, hash } = now);
+export async function pointCurrentAtRecord(
+  outputDir: string,
+  fence: number,
+  hash: string,
+  options: { lockWaitMs?: number } = {},
+): Promise<void> {
+  const lock = await lockCurrent(outputDir, options.lockWaitMs).catch((error: unknown) => {
+    throw new CurrentSwapError("swap", hash, error);
+  });
+  try {
+    if (lock.exclusive) {
+      const newest = await readPublishedFence(outputDir).catch((error: unknown) => {
+        throw new CurrentSwapError("swap", hash, error);
+      });
+      if (newest && newest.fence > fence) {
+        if (!BUILD_HASH.test(newest.hash) || !existsSync(buildDirOf(outputDir, newest.hash))) return;
+        ({ fence, hash } = newest);
+      }
+      await pointCurrent(outputDir, hash);
+      return;
+    }
     await pointCurrent(outputDir, hash);
+    for (let rounds = 0; rounds < 5; rounds++) {
+      const now = await readPublishedFence(outputDir);
+      if (!now || now.fence <= fence || !BUILD_HASH.test(now.hash)) return;
+      if (!existsSync(buildDirOf(outputDir, now.hash))) return;
+      ({ fence, hash } = now);
+      await pointCurrent(outputDir, hash);
+    }
+  } finally {
+    lock.release();
   }
 }
 

@@ -1,0 +1,184 @@
+/**
+ * One swapper of an output's `current` at a time, across processes and hosts that share the
+ * output: `flock(2)` on `<output>/.current.lock` (black-box helper-146). A holder held up inside
+ * its swap (a slow `symlink`, a pause, a hung disk) while a newer publisher recorded and swapped
+ * used to rename its older link over the newer one afterwards; with the lock, the newer
+ * publisher's swap waits for the late one to end, and each swapper reads the fence record inside
+ * the lock (published-fence.ts `pointCurrentAtRecord`), so the newest record always wins.
+ *
+ * Node has no `flock`, so the locks are held by a companion process of this one, `perl` (Debian's
+ * and Ubuntu's `perl-base` is Essential: always there): it opens each lock file, takes the lock
+ * without blocking (polling every 5 ms while it is taken), answers `ok <id>`, and holds it until
+ * told `unlock <id>` — or until this process is gone (its stdin ends; a kernel lock dies with its
+ * holder). A paused worker's companion is paused with it (one process group) or keeps its locks:
+ * either way no one swaps under a paused swapper; its waiters give up after `LOCK_WAIT_MS` and
+ * leave `current` to repair. SIGTERM, SIGINT and SIGHUP are ignored by the companion: a deploy's
+ * signal to the group must not free a lock while this process is still renaming under it.
+ *
+ * Where perl cannot be started, swaps go on without the lock (`exclusive: false`; said once on
+ * stderr) and `pointCurrentAtRecord` falls back to following a newer record after its swap.
+ */
+import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
+import path from "node:path";
+
+/** How long a swap waits for another swapper of the same output before leaving it to repair. */
+export const LOCK_WAIT_MS = 15_000;
+
+/** The lock file beside `current`. */
+export const CURRENT_LOCK_FILE = ".current.lock";
+
+const COMPANION = String.raw`
+use strict;
+use Fcntl qw(:flock O_WRONLY O_CREAT);
+$SIG{TERM} = $SIG{INT} = $SIG{HUP} = 'IGNORE';
+$| = 1;
+my (%held, %waiting);
+my $buffer = '';
+while (1) {
+  my $in = '';
+  vec($in, fileno(STDIN), 1) = 1;
+  my $ready = select(my $out = $in, undef, undef, %waiting ? 0.005 : undef);
+  if ($ready > 0) {
+    my $read = sysread(STDIN, my $chunk, 65536);
+    exit 0 unless $read;
+    $buffer .= $chunk;
+    while ($buffer =~ s/^([^\n]*)\n//) {
+      my ($command, $id, $file) = split / /, $1, 3;
+      if ($command eq 'lock') {
+        my $fh;
+        if (sysopen($fh, $file, O_WRONLY | O_CREAT, 0644)) { $waiting{$id} = $fh; }
+        else { my $why = "$!"; $why =~ s/\n/ /g; print "error $id $why\n"; }
+      } elsif ($command eq 'unlock') {
+        close(delete $held{$id}) if exists $held{$id};
+        close(delete $waiting{$id}) if exists $waiting{$id};
+      }
+    }
+  }
+  for my $id (keys %waiting) {
+    if (flock($waiting{$id}, LOCK_EX | LOCK_NB)) { $held{$id} = delete $waiting{$id}; print "ok $id\n"; }
+  }
+}
+`;
+
+export interface CurrentLock {
+  /** Whether swaps of this output are excluded (false: no companion could be started). */
+  exclusive: boolean;
+  release(): void;
+}
+
+export class CurrentLockBusyError extends Error {
+  override name = "CurrentLockBusyError";
+  constructor(outputDir: string, waitedMs: number) {
+    super(
+      `${outputDir}/current is being swapped by another process (its lock held over ${Math.round(waitedMs / 1_000)} s: a paused or hung worker); repair moves it later`,
+    );
+  }
+}
+
+type Waiter = { resolve: () => void; reject: (error: Error) => void };
+
+class Companion {
+  private readonly child: ChildProcessWithoutNullStreams;
+  private readonly waiters = new Map<string, Waiter>();
+  private nextId = 0;
+  private buffer = "";
+  gone: Error | null = null;
+
+  constructor() {
+    this.child = spawn("perl", ["-e", COMPANION], {
+      stdio: ["pipe", "pipe", "pipe"],
+      env: { PATH: process.env.PATH ?? "/usr/bin:/bin", LC_ALL: "C" } as unknown as NodeJS.ProcessEnv,
+    });
+    this.child.unref();
+    for (const stream of [this.child.stdin, this.child.stdout, this.child.stderr]) {
+      (stream as unknown as { unref?: () => void }).unref?.();
+    }
+    this.child.stdin.on("error", () => {}); // a companion gone: its exit says so
+    this.child.stderr.on("data", (chunk: Buffer) => process.stderr.write(`current lock: ${chunk.toString()}`));
+    this.child.stdout.on("data", (chunk: Buffer) => this.onData(chunk.toString()));
+    const fail = (error: Error) => {
+      if (this.gone) return;
+      this.gone = error;
+      for (const waiter of this.waiters.values()) waiter.reject(error);
+      this.waiters.clear();
+    };
+    this.child.once("error", fail);
+    this.child.once("exit", (code, signal) => fail(new Error(`the lock companion ended (${signal ?? code})`)));
+  }
+
+  private onData(text: string): void {
+    this.buffer += text;
+    for (let newline = this.buffer.indexOf("\n"); newline >= 0; newline = this.buffer.indexOf("\n")) {
+      const [answer, id, ...why] = this.buffer.slice(0, newline).split(" ");
+      this.buffer = this.buffer.slice(newline + 1);
+      const waiter = this.waiters.get(id ?? "");
+      if (!waiter) continue; // given up on already (its unlock frees it)
+      this.waiters.delete(id!);
+      if (answer === "ok") waiter.resolve();
+      else waiter.reject(new Error(`cannot open the lock file: ${why.join(" ")}`));
+    }
+  }
+
+  /** The lock of `file`: resolves once held (then `unlock`), or rejects after `waitMs`. */
+  lock(file: string, waitMs: number): Promise<{ unlock: () => void }> {
+    if (this.gone) return Promise.reject(this.gone);
+    const id = String(++this.nextId);
+    const unlock = () => {
+      if (!this.gone) this.child.stdin.write(`unlock ${id}\n`);
+    };
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.waiters.delete(id);
+        unlock(); // drops the wait (or a lock taken just now)
+        reject(new CurrentLockBusyError(path.dirname(file), waitMs));
+      }, waitMs);
+      this.waiters.set(id, {
+        resolve: () => {
+          clearTimeout(timer);
+          resolve({ unlock });
+        },
+        reject: (error) => {
+          clearTimeout(timer);
+          reject(error);
+        },
+      });
+      this.child.stdin.write(`lock ${id} ${file}\n`);
+    });
+  }
+}
+
+let companion: Companion | null = null;
+let warned = false;
+
+/**
+ * The lock of `outputDir`'s `current`, waited for up to `waitMs`: `CurrentLockBusyError` when
+ * another swapper holds it that long. Without a companion (perl missing), a lock that excludes
+ * nothing (`exclusive: false`).
+ */
+export async function lockCurrent(outputDir: string, waitMs = LOCK_WAIT_MS): Promise<CurrentLock> {
+  const file = path.join(outputDir, CURRENT_LOCK_FILE);
+  if (file.includes("\n")) throw new Error(`an output path with a line break cannot be locked: ${outputDir}`);
+  if (!companion || companion.gone) companion = new Companion();
+  try {
+    const { unlock } = await companion.lock(file, waitMs);
+    let released = false;
+    return {
+      exclusive: true,
+      release: () => {
+        if (released) return;
+        released = true;
+        unlock();
+      },
+    };
+  } catch (error) {
+    if (!(error instanceof Error) || error instanceof CurrentLockBusyError) throw error;
+    if (!companion.gone) throw error; // the lock file cannot be opened: the swap could not be either
+    if (!warned) {
+      warned = true;
+      process.stderr.write(
+        `WARNING: swaps of current are not locked (${error.message}; is perl installed?): a swapper held up inside its swap may briefly put an older build back\n`,
+      );
+    }
+    return { exclusive: false, release: () => {} };
+  }
+}
