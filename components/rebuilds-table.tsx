@@ -7,7 +7,6 @@ import { useId, useRef, useState } from "react";
 import type { ApiRebuild, ApiRebuildPage } from "@/lib/api/rebuilds";
 import {
   apiFetch,
-  healthQuery,
   LIVE_POLL_MS,
   previewQuery,
   rereadChanged,
@@ -287,7 +286,6 @@ export function RebuildNowForm({ id, rebuild, onDone }: { id: string; rebuild: A
     trigger.reset();
   };
   // The banner's own query (no request of its own): a run "would run now" only with a worker live.
-  const workersLive = useQuery(healthQuery()).data?.workers;
   const p = preview.data;
   // A run the preview says is skipped or fails is queued only on purpose.
   const skipped = p?.outcome === "skip" || p?.outcome === "fails";
@@ -359,14 +357,16 @@ export function RebuildNowForm({ id, rebuild, onDone }: { id: string; rebuild: A
           : !p
             ? "Checking…"
             : p.outcome === "runs"
-              ? workersLive === 0
+              ? p.workersLive === 0
                 ? `Would run once a worker is live: none is now; it waits in the queue (version ${p.version}).`
                 : `Would run now (version ${p.version}).`
-              : p.outcome === "skip"
-                ? `${p.message}. Queueing it anyway records a skip.`
-                : p.outcome === "fails"
-                  ? `${p.message}. Queueing it anyway records a failure.`
-                  : p.message}
+              : `${
+                  p.outcome === "skip"
+                    ? `${p.message}. Queueing it anyway records a skip.`
+                    : p.outcome === "fails"
+                      ? `${p.message}. Queueing it anyway records a failure.`
+                      : p.message
+                }${p.workersLive === 0 ? " No worker is live now: it waits in the queue until one starts." : ""}`}
       </p>
       {trigger.data ? (
         <p className="basis-full text-sm text-emerald-800" role="alert">

@@ -14,11 +14,17 @@ import { previewVersion } from "../preview-version";
 import { connect, loadSetup, operatorActor } from "../session";
 import type { CommandSpec } from "./spec";
 
-function describePreview(preview: RunPreview | { error: string }): string {
+export function describePreview(preview: RunPreview | { error: string }): string {
   if ("error" in preview) return `Preview: cannot tell what would happen: ${preview.error}`;
-  if (preview.outcome === "runs") return `Preview: would build version ${preview.version}`;
-  return `Preview: ${preview.message} (version ${preview.version})`;
+  const text =
+    preview.outcome === "runs"
+      ? `Preview: would build version ${preview.version}`
+      : `Preview: ${preview.message} (version ${preview.version})`;
+  return preview.workersLive === 0 ? `${text}\n${NO_WORKER}` : text;
 }
+
+/** With no worker live, whatever the preview says happens only once one starts. */
+const NO_WORKER = "No worker is live now: the job waits in the queue until one starts (claimwatch status).";
 
 export const trigger: CommandSpec = {
   usage: "trigger <rebuild>",

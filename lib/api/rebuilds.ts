@@ -19,7 +19,7 @@ import { readRunFinishedAt } from "../runs/records";
 import type { RunRecord } from "../runs/types";
 import type { WebContext } from "../web/context";
 import { formatAbsolute } from "../ui/format";
-import { liveWorkerIdSet } from "../workers/heartbeat";
+import { countWorkers, liveWorkerIdSet } from "../workers/heartbeat";
 import { toApiClaim, type ApiClaim } from "./claims";
 import { ApiError, badRequest, notFound } from "./errors";
 import { checkTenantField, rebuildOfUrl } from "./rebuild-input";
@@ -276,7 +276,15 @@ export const previewQuery = z.strictObject({
   force: z.enum(["true", "false"]).optional(),
 });
 
-export type RunPreview =
+export type RunPreview = PreviewOutcome & {
+  /**
+   * Workers with a live heartbeat now (null: not known). With none, the job waits in the queue
+   * until one starts, whatever the outcome: said by the dashboard and the CLI's `trigger`.
+   */
+  workersLive: number | null;
+};
+
+type PreviewOutcome =
   | { outcome: "runs"; version: string }
   /** The worker would fail the run for good (its output's claim file names another claim: output-claim.ts). */
   | { outcome: "fails"; version: string; message: string }
@@ -296,12 +304,28 @@ const previewInputHashes = new InputHashCache();
 /** How long the preview reads inputs before it answers without them (a huge input, a hung mount). */
 export const PREVIEW_INPUTS_MS = 3_000;
 
-/** What "Rebuild now" would do right now: run, skip (and why), wait for another version, or fail (why). */
+/**
+ * What "Rebuild now" would do right now: run, skip (and why), wait for another version, or fail
+ * (why); and whether a worker is live to do it.
+ */
 export async function previewRun(
   context: WebContext,
   name: string,
   query: z.output<typeof previewQuery>,
 ): Promise<RunPreview> {
+  const { main, keys } = context.connections;
+  const [outcome, workers] = await Promise.all([
+    previewOutcome(context, name, query),
+    countWorkers(main, keys).catch(() => null),
+  ]);
+  return { ...outcome, workersLive: workers?.live ?? null };
+}
+
+async function previewOutcome(
+  context: WebContext,
+  name: string,
+  query: z.output<typeof previewQuery>,
+): Promise<PreviewOutcome> {
   const definition = rebuildAndTenant(context, name, query.tenant);
   const { connections } = context;
   let version = query.version;

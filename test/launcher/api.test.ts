@@ -201,9 +201,21 @@ test("POST /api/rebuilds/{name}/runs: 202 queued, a duplicate while waiting is d
   assertError(await call("POST", "/api/rebuilds/slow/runs", undefined, "[]"), 400, /.+/);
 });
 
-test("GET /api/rebuilds/{name}/preview says what Rebuild now would do", async () => {
+test("GET /api/rebuilds/{name}/preview says what Rebuild now would do, and whether a worker is live to do it", async () => {
   const preview = await call("GET", "/api/rebuilds/slow/preview?version=v9");
-  assert.deepEqual(preview.body, { outcome: "runs", version: "v9" });
+  assert.deepEqual(preview.body, { outcome: "runs", version: "v9", workersLive: 0 });
+  const { beat, newWorkerIdentity, retire } = await import("../../lib/workers/heartbeat");
+  const worker = newWorkerIdentity("test");
+  await beat(bed.main, bed.keys, worker, null);
+  try {
+    assert.deepEqual((await call("GET", "/api/rebuilds/slow/preview?version=v9")).body, {
+      outcome: "runs",
+      version: "v9",
+      workersLive: 1,
+    });
+  } finally {
+    await retire(bed.main, bed.keys, worker.id);
+  }
   assertError(await call("GET", "/api/rebuilds/slow/preview?version=a%20b"), 400, /^version: /);
 });
 
@@ -229,6 +241,7 @@ test("the preview says a run would fail when its output is another claim's direc
     assert.deepEqual((await call("GET", "/api/rebuilds/slow/preview?version=v9")).body, {
       outcome: "runs",
       version: "v9",
+      workersLive: 0,
     });
   } finally {
     if (original) fs.writeFileSync(file, original);
@@ -258,6 +271,7 @@ test("the preview answers within its time limit when an input cannot be read (a 
   assert.deepEqual((await call("GET", "/api/rebuilds/stuck-input/preview?version=v1")).body, {
     outcome: "runs",
     version: "v1",
+    workersLive: 0,
   });
 });
 
