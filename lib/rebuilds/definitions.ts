@@ -75,8 +75,44 @@ const scheduleSchema = z
         path: ["cron"],
         message: `is not a cron expression: ${(error as Error).message}`,
       });
+      return;
     }
+    const step = cronStepProblem(schedule.cron);
+    if (step) ctx.addIssue({ code: "custom", path: ["cron"], message: step });
   });
+
+/** The fields of a 5-field cron (and the seconds before them in a 6-field one), with their ranges. */
+const CRON_FIELDS = [
+  { name: "minute", min: 0, max: 59 },
+  { name: "hour", min: 0, max: 23 },
+  { name: "day-of-month", min: 1, max: 31 },
+  { name: "month", min: 1, max: 12 },
+  { name: "day-of-week", min: 0, max: 7 },
+];
+const SECONDS_FIELD = { name: "second", min: 0, max: 59 };
+
+/**
+ * A step no larger than its field's whole range (`*\/61` minutes): cron-parser takes it and ticks
+ * once per hour at the range's start, not what was written (black-box helper-147). Null when every
+ * step fits.
+ */
+export function cronStepProblem(cron: string): string | null {
+  const parts = cron.trim().split(/\s+/);
+  if (parts.length !== 5 && parts.length !== 6) return null; // a macro (@hourly): no steps
+  const fields = parts.length === 6 ? [SECONDS_FIELD, ...CRON_FIELDS] : CRON_FIELDS;
+  for (const [index, part] of parts.entries()) {
+    const field = fields[index]!;
+    for (const item of part.split(",")) {
+      const step = /\/(\d+)$/.exec(item);
+      if (!step) continue;
+      const span = field.max - field.min + 1;
+      if (Number(step[1]) >= span) {
+        return `step /${step[1]} in the ${field.name} field is not less than its range (${field.min}-${field.max}): it would tick only at the range's start; write the times you mean`;
+      }
+    }
+  }
+  return null;
+}
 
 /**
  * The placeholders `expandPlaceholders` (steps/context.ts) replaces in `run`, `env` and `cwd`;

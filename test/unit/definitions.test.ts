@@ -76,6 +76,14 @@ test("each rejection names the path and the problem", () => {
     [{ p: base, q: base }, /rebuilds\.q\.output: is also the output of rebuild 'p'/],
     [{ p: base, q: { ...base, output: "out/inner" } }, /rebuilds\.q\.output: is nested with the output of rebuild 'p'/],
     [{ p: { ...base, schedule: { cron: "0 25 * * *" } } }, /rebuilds\.p\.schedule\.cron: is not a cron expression/],
+    // A step past its field's range ticks once at its start, not as written (black-box helper-147).
+    [
+      { p: { ...base, schedule: { cron: "*/61 * * * *" } } },
+      /rebuilds\.p\.schedule\.cron: step \/61 in the minute field is not less than its range \(0-59\)/,
+    ],
+    [{ p: { ...base, schedule: { cron: "0 */25 * * *" } } }, /step \/25 in the hour field .*\(0-23\)/],
+    [{ p: { ...base, schedule: { cron: "0 0 1-31/40 * *" } } }, /step \/40 in the day-of-month field/],
+    [{ p: { ...base, schedule: { cron: "*/90 * * * * *" } } }, /step \/90 in the second field/],
     [
       { p: { ...base, schedule: { cron: "0 2 * * *", tz: "Mars/Olympus" } } },
       /rebuilds\.p\.schedule\.tz: must be an IANA time zone/,
