@@ -1,5 +1,5 @@
 import { LinkProblem } from "@/components/link-problem";
-import { describeZodError, publicErrorOf } from "@/lib/api/errors";
+import { ApiError, describeZodError, publicErrorOf } from "@/lib/api/errors";
 import { RunCharts } from "@/components/run-charts";
 import { RunsTable } from "@/components/runs-table";
 import { getRuns, runsQuery } from "@/lib/api/runs";
@@ -16,17 +16,29 @@ export default async function RunsPage({ searchParams }: { searchParams: Promise
   const raw = Object.fromEntries(Object.entries(params).filter((e): e is [string, string] => typeof e[1] === "string"));
   const parsed = runsQuery.safeParse(raw);
   const filter = parsed.success ? parsed.data : { limit: 25 };
-  const linkProblem = parsed.success ? null : describeZodError(parsed.error).replace(/^body: /, "");
-  const { limit: _limit, cursor, ...initialFilter } = filter as typeof filter & { cursor?: string };
+  let linkProblem = parsed.success ? null : describeZodError(parsed.error).replace(/^body: /, "");
+  const { limit: _limit, cursor: linkCursor, ...linkFilter } = filter as typeof filter & { cursor?: string };
+  let cursor = linkCursor;
+  let initialFilter: typeof linkFilter = linkFilter;
   let initial: RunPage | null = null;
   let readError: string | null = null;
   let rebuilds: { name: string; tenants: string[] | null }[] = [];
   try {
     const context = getWebContext();
     rebuilds = [...context.definitions.rebuilds.values()].map((d) => ({ name: d.name, tenants: d.tenants ?? null }));
-    initial = await getRuns(context, { ...initialFilter, limit: 25, ...(cursor ? { cursor } : {}) });
+    try {
+      initial = await getRuns(context, { ...initialFilter, limit: 25, ...(cursor ? { cursor } : {}) });
+    } catch (error) {
+      if (!(error instanceof ApiError) || error.status !== 400) throw error;
+      // A filter the server refuses (a rebuild or tenant not defined here): not used, as a
+      // malformed one is, and everything shown (black-box helper-147).
+      linkProblem = error.message;
+      cursor = undefined;
+      initialFilter = {};
+      initial = await getRuns(context, { limit: 25 });
+    }
   } catch (error) {
-    // Redis down or a bad filter in the URL: the table says so, and loads (and reports) from the browser.
+    // Redis down: the table says so, and loads (and reports) from the browser.
     readError = publicErrorOf(error).message;
   }
   return (
