@@ -15,21 +15,28 @@
  * leave `current` to repair. SIGTERM, SIGINT and SIGHUP are ignored by the companion: a deploy's
  * signal to the group must not free a lock while this process is still renaming under it.
  *
- * Where perl cannot be started, swaps go on without the lock (`exclusive: false`; said once on
- * stderr) and `pointCurrentAtRecord` falls back to following a newer record after its swap.
+ * Where perl cannot be started, or the lock file cannot be opened (another account's, mode 0600),
+ * swaps go on without the lock (`exclusive: false`; said once on stderr). `pointCurrentAtRecord`
+ * follows a newer record after every swap, locked or not: a lock that excluded nothing after all
+ * (its companion killed mid-swap, an NFS mount without locks) still ends on the newest build.
  */
 import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
 import path from "node:path";
 
-/** How long a swap waits for another swapper of the same output before leaving it to repair. */
-export const LOCK_WAIT_MS = 15_000;
+/**
+ * How long a publish's swap waits for another swapper of the same output before leaving it to
+ * repair (within a worker's stop budgets: a stop does not wait on it for long).
+ */
+export const LOCK_WAIT_MS = 5_000;
+/** Repair's wait: it runs again at the next heartbeat, and must not hold up the worker's upkeep. */
+export const REPAIR_LOCK_WAIT_MS = 500;
 
 /** The lock file beside `current`. */
 export const CURRENT_LOCK_FILE = ".current.lock";
 
 const COMPANION = String.raw`
 use strict;
-use Fcntl qw(:flock O_WRONLY O_CREAT);
+use Fcntl qw(:flock O_RDONLY O_CREAT);
 $SIG{TERM} = $SIG{INT} = $SIG{HUP} = 'IGNORE';
 $| = 1;
 my (%held, %waiting);
@@ -46,7 +53,7 @@ while (1) {
       my ($command, $id, $file) = split / /, $1, 3;
       if ($command eq 'lock') {
         my $fh;
-        if (sysopen($fh, $file, O_WRONLY | O_CREAT, 0644)) { $waiting{$id} = $fh; }
+        if (sysopen($fh, $file, O_RDONLY | O_CREAT, 0666)) { $waiting{$id} = $fh; }
         else { my $why = "$!"; $why =~ s/\n/ /g; print "error $id $why\n"; }
       } elsif ($command eq 'unlock') {
         close(delete $held{$id}) if exists $held{$id};
@@ -148,19 +155,30 @@ class Companion {
 }
 
 let companion: Companion | null = null;
-let warned = false;
+/** perl could not be started here (ENOENT, EACCES): not tried again on every swap. */
+let noCompanion: Error | null = null;
+const warned = new Set<string>();
+
+function warnOnce(key: string, text: string): void {
+  if (warned.has(key)) return;
+  warned.add(key);
+  process.stderr.write(`WARNING: ${text}\n`);
+}
 
 /**
  * The lock of `outputDir`'s `current`, waited for up to `waitMs`: `CurrentLockBusyError` when
- * another swapper holds it that long. Without a companion (perl missing), a lock that excludes
- * nothing (`exclusive: false`).
+ * another swapper holds it that long. Without a companion (perl missing) or a lock file that
+ * cannot be opened, a lock that excludes nothing (`exclusive: false`).
  */
 export async function lockCurrent(outputDir: string, waitMs = LOCK_WAIT_MS): Promise<CurrentLock> {
   const file = path.join(outputDir, CURRENT_LOCK_FILE);
   if (file.includes("\n")) throw new Error(`an output path with a line break cannot be locked: ${outputDir}`);
+  const unlocked = { exclusive: false, release: () => {} };
+  if (noCompanion) return unlocked;
   if (!companion || companion.gone) companion = new Companion();
+  const mine = companion;
   try {
-    const { unlock } = await companion.lock(file, waitMs);
+    const { unlock } = await mine.lock(file, waitMs);
     let released = false;
     return {
       exclusive: true,
@@ -172,13 +190,18 @@ export async function lockCurrent(outputDir: string, waitMs = LOCK_WAIT_MS): Pro
     };
   } catch (error) {
     if (!(error instanceof Error) || error instanceof CurrentLockBusyError) throw error;
-    if (!companion.gone) throw error; // the lock file cannot be opened: the swap could not be either
-    if (!warned) {
-      warned = true;
-      process.stderr.write(
-        `WARNING: swaps of current are not locked (${error.message}; is perl installed?): a swapper held up inside its swap may briefly put an older build back\n`,
+    if (!mine.gone) {
+      warnOnce(
+        `file ${file}`,
+        `swaps of ${outputDir}/current are not locked: ${error.message} (${file}); a swapper held up inside its swap may briefly put an older build back`,
       );
+      return unlocked;
     }
-    return { exclusive: false, release: () => {} };
+    if ((error as NodeJS.ErrnoException).code) noCompanion = error; // spawn failed: perl missing
+    warnOnce(
+      "companion",
+      `swaps of current are not locked (${error.message}; is perl installed?): a swapper held up inside its swap may briefly put an older build back`,
+    );
+    return unlocked;
   }
 }

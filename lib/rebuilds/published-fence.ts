@@ -370,10 +370,12 @@ async function writeLegacy(outputDir: string, fence: number, hash: string, publi
  * record is read inside the lock, so a swapper held up inside its swap (a pause, a slow disk)
  * cannot rename an older link over a newer publisher's after it (helper-146): the newer one's
  * swap waits for it and reads the newer record. A newer record whose build is not on this host
- * leaves `current` as it is (its publisher, or repair, moves it). `CurrentLockBusyError` (a
- * swapper held up over `LOCK_WAIT_MS`) and a record that cannot be read fail as
- * `CurrentSwapError("swap")`: `current` still names what it named, and repair moves it. Without
- * the lock (no companion), as before: swap, then follow a newer record read after the swap.
+ * leaves `current` as it is (its publisher, or repair, moves it). After each swap the record is
+ * read again and a newer fence followed, as before the lock: where the lock excluded nothing
+ * after all (its companion killed mid-swap, a filesystem without locks, no perl), `current`
+ * still ends on the newest build. A lock not had within `lockWaitMs` (a swapper held up that
+ * long) and a record that cannot be read before the swap fail as `CurrentSwapError("swap")` for
+ * `hash`: `current` still names what it named, and repair moves it.
  */
 export async function pointCurrentAtRecord(
   outputDir: string,
@@ -381,29 +383,33 @@ export async function pointCurrentAtRecord(
   hash: string,
   options: { lockWaitMs?: number } = {},
 ): Promise<void> {
+  const own = hash;
   const lock = await lockCurrent(outputDir, options.lockWaitMs).catch((error: unknown) => {
-    throw new CurrentSwapError("swap", hash, error);
+    throw new CurrentSwapError("swap", own, error);
   });
+  let swapped = false;
   try {
-    if (lock.exclusive) {
-      const newest = await readPublishedFence(outputDir).catch((error: unknown) => {
-        throw new CurrentSwapError("swap", hash, error);
-      });
-      if (newest && newest.fence > fence) {
-        if (!BUILD_HASH.test(newest.hash) || !existsSync(buildDirOf(outputDir, newest.hash))) return;
-        ({ fence, hash } = newest);
-      }
-      await pointCurrent(outputDir, hash);
-      return;
+    const newest = await readPublishedFence(outputDir).catch((error: unknown) => {
+      throw new CurrentSwapError("swap", own, error);
+    });
+    if (newest && newest.fence > fence) {
+      if (!BUILD_HASH.test(newest.hash) || !existsSync(buildDirOf(outputDir, newest.hash))) return;
+      ({ fence, hash } = newest);
     }
-    await pointCurrent(outputDir, hash);
     for (let rounds = 0; rounds < 5; rounds++) {
+      await pointCurrent(outputDir, hash);
+      swapped = true;
       const now = await readPublishedFence(outputDir);
       if (!now || now.fence <= fence || !BUILD_HASH.test(now.hash)) return;
       if (!existsSync(buildDirOf(outputDir, now.hash))) return;
       ({ fence, hash } = now);
-      await pointCurrent(outputDir, hash);
     }
+  } catch (error) {
+    // Before any swap: `current` was not moved at all (the caller's note says so for its build).
+    if (!swapped && error instanceof CurrentSwapError && error.hash !== own) {
+      throw new CurrentSwapError(error.stage, own, error.cause);
+    }
+    throw error;
   } finally {
     lock.release();
   }

@@ -13,6 +13,7 @@ import { outputDirOf, tenantsOf, type Definitions, type RebuildDefinition } from
 import { buildDirOf, readCurrent, BUILD_HASH } from "./output";
 import { pointCurrentAtRecord, readPublishedFence, recordPublishedFence } from "./published-fence";
 import { recordCurrentLag, type CurrentLagOutcome } from "./current-lag";
+import { REPAIR_LOCK_WAIT_MS } from "./current-lock";
 
 /** How old a published pointer must be before `current` is made to follow it. */
 export const REPAIR_AFTER_MS = 10_000;
@@ -135,10 +136,23 @@ export async function repairCurrentLinks(
             return;
           }
           if (record?.fence !== published.fence || record.hash !== published.value) return;
-          await pointCurrentAtRecord(outputDir, published.fence, published.value);
+          // A short wait for the swap lock: held by a swapper held up, repair comes back next beat.
+          await pointCurrentAtRecord(outputDir, published.fence, published.value, {
+            lockWaitMs: REPAIR_LOCK_WAIT_MS,
+          });
+          // What `current` names now: this pointer's build, or a newer fence's recorded meanwhile
+          // (left as it was when that newer build is not on this host: its publisher moves it).
+          const after = await readCurrent(outputDir);
+          if (after === current && after !== published.value) {
+            lags("a newer fence is recorded and its build is not on this host");
+            repaired.push(
+              `NOT repairing ${outputDir}/current: a newer fence is recorded; its build is not on this host`,
+            );
+            return;
+          }
           outcomes.push({ outputDir, lag: null });
           repaired.push(
-            `repaired ${outputDir}/current: ${current ?? "(none)"} -> ${published.value} (fence ${published.fence})`,
+            `repaired ${outputDir}/current: ${current ?? "(none)"} -> ${after ?? "(none)"} (${after === published.value ? `fence ${published.fence}` : `a newer fence than ${published.fence}`})`,
           );
           // Only when `current` names that build now: the swap follows a newer fence recorded
           // meanwhile (its publisher's, whose own record says so).

@@ -73,9 +73,10 @@ test("a swapper held up inside its swap while a newer fence is recorded and swap
   child.stdin.write("go\n");
   await until("the child is swapping", async () => out.includes("SWAPPING"));
   await new Promise((r) => setTimeout(r, 500)); // inside its held-back symlink
-  // The newer publisher: records fence 65, then swaps (waiting for the late one's swap to end).
+  // The newer publisher: records fence 65, then swaps (waiting for the late one's swap to end:
+  // its own, then its follow of the newer record, each held back 4 s).
   assert.deepEqual(await recordPublishedFence(output, 65, hashOf(65)), { status: "recorded" });
-  await pointCurrentAtRecord(output, 65, hashOf(65));
+  await pointCurrentAtRecord(output, 65, hashOf(65), { lockWaitMs: 60_000 });
   await exited;
   stopTracing();
   await new Promise((r) => setTimeout(r, 200));
@@ -120,6 +121,58 @@ test("a paused swapper holds up the others for a bounded time: the swap fails as
   held.child.kill("SIGKILL");
   await pointCurrentAtRecord(output, 2, hashOf(2));
   assert.equal(await readCurrent(output), hashOf(2));
+});
+
+test("a lock that excluded nothing after all (the late swapper's companion killed mid-swap): current still ends on the newest build (review helper-148)", async (t) => {
+  const output = outputWithBuilds("companion-killed", [64, 65]);
+  assert.deepEqual(await recordPublishedFence(output, 64, hashOf(64)), { status: "recorded" });
+  const child = spawn(process.execPath, ["--import", "tsx", HOST, "swap", output, "64", hashOf(64)], {
+    stdio: ["pipe", "pipe", "inherit"],
+  });
+  t.after(() => child.exitCode === null && child.kill("SIGKILL"));
+  let out = "";
+  child.stdout.on("data", (chunk: Buffer) => (out += chunk.toString()));
+  const exited = new Promise((resolve) => child.once("exit", resolve));
+  const stopTracing = await injectInto(t, child.pid!, [
+    "-e",
+    "trace=symlink,symlinkat",
+    "-e",
+    "inject=symlink,symlinkat:delay_enter=3000000",
+  ]);
+  t.after(stopTracing);
+  child.stdin.write("go\n");
+  await until("the child is swapping", async () => out.includes("SWAPPING"));
+  await new Promise((r) => setTimeout(r, 500));
+  // Its companion (the child's child running perl) killed: the kernel lock goes with it.
+  const companions = fs
+    .readdirSync("/proc")
+    .filter((pid) => /^\d+$/.test(pid))
+    .filter((pid) => {
+      try {
+        const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
+        return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]) === child.pid;
+      } catch {
+        return false;
+      }
+    });
+  assert.equal(companions.length, 1, `one companion of the child: ${companions.join(",")}`);
+  process.kill(Number(companions[0]), "SIGKILL");
+  assert.deepEqual(await recordPublishedFence(output, 65, hashOf(65)), { status: "recorded" });
+  await pointCurrentAtRecord(output, 65, hashOf(65));
+  await exited;
+  assert.match(out, /SWAPPED/, out);
+  assert.equal(await readCurrent(output), hashOf(65), "the late swap's own re-read followed the newer record");
+});
+
+test("a lock file that cannot be opened: the swap goes on unlocked, said once, and ends on the newest build", async () => {
+  const output = outputWithBuilds("unopenable", [1, 2]);
+  fs.symlinkSync("/proc/no-such-dir/lock", path.join(output, ".current.lock"));
+  assert.deepEqual(await recordPublishedFence(output, 2, hashOf(2)), { status: "recorded" });
+  const lock = await lockCurrent(output, 1_000);
+  assert.equal(lock.exclusive, false);
+  lock.release();
+  await pointCurrentAtRecord(output, 1, hashOf(1));
+  assert.equal(await readCurrent(output), hashOf(2), "a newer record is followed");
 });
 
 test("a swap that cannot get the lock in time is a CurrentSwapError at the swap, current untouched", async (t) => {
