@@ -65,7 +65,11 @@ async function readCapped(request: Request): Promise<string> {
   const chunks: Uint8Array[] = [];
   let size = 0;
   for (;;) {
-    const { done, value } = await reader.read();
+    // A client that goes away mid-body (aborted upload, a Content-Length it did not keep) is its
+    // failure, not the server's: a 400, audited as refused (black-box helper-147: "500 internal").
+    const { done, value } = await reader.read().catch(() => {
+      throw badRequest("body: the request ended before its body was read (the client closed the connection)");
+    });
     if (done) break;
     size += value.byteLength;
     if (size > MAX_BODY_BYTES) {

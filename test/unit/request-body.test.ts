@@ -31,3 +31,20 @@ test("a body nested thousands deep is refused with a 400 (it overflowed the stac
     reason: "disk full",
   });
 });
+
+test("a body the client stops sending midway is a 400 naming it, not a server failure (black-box helper-147)", async () => {
+  const body = new ReadableStream<Uint8Array>({
+    start(controller) {
+      controller.enqueue(new TextEncoder().encode('{"action":"pau'));
+      controller.error(new Error("aborted"));
+    },
+  });
+  const request = new Request("http://x/api", { method: "POST", body, duplex: "half" } as RequestInit);
+  const error = await readJsonBody(request, scheduleBody).then(
+    () => null,
+    (e: unknown) => e,
+  );
+  assert.ok(error instanceof ApiError, String(error));
+  assert.equal(error.status, 400);
+  assert.match(error.message, /^body: the request ended before its body was read/);
+});
