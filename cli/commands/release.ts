@@ -44,7 +44,7 @@ export const release: CommandSpec = {
               name === EVALUATOR_CLAIM
                 ? "It elects the process that evaluates the alert rules (no rebuild, no job): its holder stops evaluating, and a live web server or worker takes the evaluation over once the claim is free."
                 : `Its holder is told to stop: the running attempt is aborted and retried (deferred, no attempt spent) once it has stopped, at the latest in ${Math.ceil((result.releaseWindowMs + DEFER_MIN_MS) / 1000)} s; to stop the rebuild for good, \`claimwatch cancel\` its job instead.`,
-              `Nobody else can take the claim until the holder has stopped, at the latest in ${Math.ceil(result.releaseWindowMs / 1000)} s.`,
+              `Nobody else can take the claim until the holder has stopped, or ${Math.ceil(result.releaseWindowMs / 1000)} s have passed: a holder still running then (stuck in a system call, paused) is not waited for further; its late publish cannot put its build over a newer one.`,
             ],
           };
         case "releasing":
