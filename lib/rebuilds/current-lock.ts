@@ -20,7 +20,7 @@
  * follows a newer record after every swap, locked or not: a lock that excluded nothing after all
  * (its companion killed mid-swap, an NFS mount without locks) still ends on the newest build.
  */
-import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
+import { spawn, type ChildProcess } from "node:child_process";
 import path from "node:path";
 
 /**
@@ -30,17 +30,26 @@ import path from "node:path";
 export const LOCK_WAIT_MS = 5_000;
 /** Repair's wait: it runs again at the next heartbeat, and must not hold up the worker's upkeep. */
 export const REPAIR_LOCK_WAIT_MS = 500;
+/**
+ * A lock repair has found busy for this long is given up on (`unlockedAfterBusyMs`): a swap takes
+ * milliseconds, so its holder is paused or hung, and `current` is not kept behind for good.
+ */
+export const REPAIR_UNLOCKED_AFTER_MS = 60_000;
 
 /** The lock file beside `current`. */
 export const CURRENT_LOCK_FILE = ".current.lock";
 
 const COMPANION = String.raw`
 use strict;
-use Fcntl qw(:flock O_RDONLY O_CREAT);
+use Fcntl qw(:flock O_RDWR O_RDONLY O_CREAT);
+use POSIX qw(EWOULDBLOCK EAGAIN EACCES EROFS);
 $SIG{TERM} = $SIG{INT} = $SIG{HUP} = 'IGNORE';
 $| = 1;
 my (%held, %waiting);
 my $buffer = '';
+sub refuse { my ($id, $why) = @_; $why =~ s/
+/ /g; print "error $id $why
+"; }
 while (1) {
   my $in = '';
   vec($in, fileno(STDIN), 1) = 1;
@@ -49,12 +58,17 @@ while (1) {
     my $read = sysread(STDIN, my $chunk, 65536);
     exit 0 unless $read;
     $buffer .= $chunk;
-    while ($buffer =~ s/^([^\n]*)\n//) {
+    while ($buffer =~ s/^([^
+]*)
+//) {
       my ($command, $id, $file) = split / /, $1, 3;
       if ($command eq 'lock') {
         my $fh;
-        if (sysopen($fh, $file, O_RDONLY | O_CREAT, 0666)) { $waiting{$id} = $fh; }
-        else { my $why = "$!"; $why =~ s/\n/ /g; print "error $id $why\n"; }
+        # Read-write: an exclusive lock on NFS (emulated with fcntl) needs it; read-only where
+        # writing is refused (another account's file, a read-only mount), which flock allows.
+        if (sysopen($fh, $file, O_RDWR | O_CREAT, 0666)
+            || (($! == EACCES || $! == EROFS) && sysopen($fh, $file, O_RDONLY))) { $waiting{$id} = $fh; }
+        else { refuse($id, "$!"); }
       } elsif ($command eq 'unlock') {
         close(delete $held{$id}) if exists $held{$id};
         close(delete $waiting{$id}) if exists $waiting{$id};
@@ -62,7 +76,9 @@ while (1) {
     }
   }
   for my $id (keys %waiting) {
-    if (flock($waiting{$id}, LOCK_EX | LOCK_NB)) { $held{$id} = delete $waiting{$id}; print "ok $id\n"; }
+    if (flock($waiting{$id}, LOCK_EX | LOCK_NB)) { $held{$id} = delete $waiting{$id}; print "ok $id
+"; }
+    elsif ($! != EWOULDBLOCK && $! != EAGAIN) { refuse($id, "flock: $!"); close(delete $waiting{$id}); }
   }
 }
 `;
@@ -77,7 +93,7 @@ export class CurrentLockBusyError extends Error {
   override name = "CurrentLockBusyError";
   constructor(outputDir: string, waitedMs: number) {
     super(
-      `${outputDir}/current is being swapped by another process (its lock held over ${Math.round(waitedMs / 1_000)} s: a paused or hung worker); repair moves it later`,
+      `${outputDir}/current is being swapped by another process (its lock held over ${waitedMs < 1_000 ? `${waitedMs} ms` : `${Math.round(waitedMs / 1_000)} s`}: a paused or hung worker); repair moves it later`,
     );
   }
 }
@@ -85,32 +101,36 @@ export class CurrentLockBusyError extends Error {
 type Waiter = { resolve: () => void; reject: (error: Error) => void };
 
 class Companion {
-  private readonly child: ChildProcessWithoutNullStreams;
+  private readonly child: ChildProcess;
   private readonly waiters = new Map<string, Waiter>();
   private nextId = 0;
   private buffer = "";
   gone: Error | null = null;
 
   constructor() {
-    this.child = spawn("perl", ["-e", COMPANION], {
-      stdio: ["pipe", "pipe", "pipe"],
-      env: { PATH: process.env.PATH ?? "/usr/bin:/bin", LC_ALL: "C" } as unknown as NodeJS.ProcessEnv,
-    });
-    this.child.unref();
-    for (const stream of [this.child.stdin, this.child.stdout, this.child.stderr]) {
-      (stream as unknown as { unref?: () => void }).unref?.();
-    }
-    this.child.stdin.on("error", () => {}); // a companion gone: its exit says so
-    this.child.stderr.on("data", (chunk: Buffer) => process.stderr.write(`current lock: ${chunk.toString()}`));
-    this.child.stdout.on("data", (chunk: Buffer) => this.onData(chunk.toString()));
     const fail = (error: Error) => {
       if (this.gone) return;
       this.gone = error;
       for (const waiter of this.waiters.values()) waiter.reject(error);
       this.waiters.clear();
     };
+    this.child = spawn("perl", ["-e", COMPANION], {
+      stdio: ["pipe", "pipe", "pipe"],
+      env: { PATH: process.env.PATH ?? "/usr/bin:/bin", LC_ALL: "C" } as unknown as NodeJS.ProcessEnv,
+    });
+    // First: a spawn that failed (ENOENT; EMFILE leaves no pipes) reports here, never unhandled.
     this.child.once("error", fail);
     this.child.once("exit", (code, signal) => fail(new Error(`the lock companion ended (${signal ?? code})`)));
+    this.child.unref();
+    const { stdin, stdout, stderr } = this.child;
+    if (!stdin || !stdout || !stderr) {
+      fail(new Error("the lock companion has no pipes (out of file handles?)"));
+      return;
+    }
+    for (const stream of [stdin, stdout, stderr]) (stream as unknown as { unref?: () => void }).unref?.();
+    stdin.on("error", () => {}); // a companion gone: its exit says so
+    stderr.on("data", (chunk: Buffer) => process.stderr.write(`current lock: ${chunk.toString()}`));
+    stdout.on("data", (chunk: Buffer) => this.onData(chunk.toString()));
   }
 
   private onData(text: string): void {
@@ -122,7 +142,7 @@ class Companion {
       if (!waiter) continue; // given up on already (its unlock frees it)
       this.waiters.delete(id!);
       if (answer === "ok") waiter.resolve();
-      else waiter.reject(new Error(`cannot open the lock file: ${why.join(" ")}`));
+      else waiter.reject(new Error(`the lock cannot be taken: ${why.join(" ")}`));
     }
   }
 
@@ -131,7 +151,7 @@ class Companion {
     if (this.gone) return Promise.reject(this.gone);
     const id = String(++this.nextId);
     const unlock = () => {
-      if (!this.gone) this.child.stdin.write(`unlock ${id}\n`);
+      if (!this.gone) this.child.stdin?.write(`unlock ${id}\n`);
     };
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
@@ -149,15 +169,18 @@ class Companion {
           reject(error);
         },
       });
-      this.child.stdin.write(`lock ${id} ${file}\n`);
+      this.child.stdin?.write(`lock ${id} ${file}\n`);
     });
   }
 }
 
 let companion: Companion | null = null;
-/** perl could not be started here (ENOENT, EACCES): not tried again on every swap. */
+/** perl cannot be started here (ENOENT, EACCES): not tried again on every swap. */
 let noCompanion: Error | null = null;
+const PERMANENT_SPAWN_ERRORS = new Set(["ENOENT", "EACCES"]);
 const warned = new Set<string>();
+/** Lock file → since when (this process's monotonic clock) its lock has been found busy. */
+const busySince = new Map<string, number>();
 
 function warnOnce(key: string, text: string): void {
   if (warned.has(key)) return;
@@ -167,10 +190,18 @@ function warnOnce(key: string, text: string): void {
 
 /**
  * The lock of `outputDir`'s `current`, waited for up to `waitMs`: `CurrentLockBusyError` when
- * another swapper holds it that long. Without a companion (perl missing) or a lock file that
- * cannot be opened, a lock that excludes nothing (`exclusive: false`).
+ * another swapper holds it that long. Without a companion (perl missing) or a lock that cannot be
+ * taken here (a lock file that cannot be opened, a filesystem without locks), a lock that
+ * excludes nothing (`exclusive: false`). With `unlockedAfterBusyMs` (repair), a lock found busy
+ * for that long — at every try since — is given up on: a swapper held up that long (paused,
+ * hung) must not keep `current` behind for good; should it come back, its own re-read after its
+ * late swap follows the newer record (published-fence.ts).
  */
-export async function lockCurrent(outputDir: string, waitMs = LOCK_WAIT_MS): Promise<CurrentLock> {
+export async function lockCurrent(
+  outputDir: string,
+  waitMs = LOCK_WAIT_MS,
+  options: { unlockedAfterBusyMs?: number } = {},
+): Promise<CurrentLock> {
   const file = path.join(outputDir, CURRENT_LOCK_FILE);
   if (file.includes("\n")) throw new Error(`an output path with a line break cannot be locked: ${outputDir}`);
   const unlocked = { exclusive: false, release: () => {} };
@@ -179,6 +210,7 @@ export async function lockCurrent(outputDir: string, waitMs = LOCK_WAIT_MS): Pro
   const mine = companion;
   try {
     const { unlock } = await mine.lock(file, waitMs);
+    busySince.delete(file);
     let released = false;
     return {
       exclusive: true,
@@ -189,7 +221,17 @@ export async function lockCurrent(outputDir: string, waitMs = LOCK_WAIT_MS): Pro
       },
     };
   } catch (error) {
-    if (!(error instanceof Error) || error instanceof CurrentLockBusyError) throw error;
+    if (error instanceof CurrentLockBusyError) {
+      const since = busySince.get(file) ?? performance.now() - waitMs;
+      busySince.set(file, since);
+      const limit = options.unlockedAfterBusyMs;
+      if (limit === undefined || performance.now() - since < limit) throw error;
+      process.stderr.write(
+        `WARNING: ${outputDir}/current: its swap lock has been held for over ${Math.round(limit / 1_000)} s (a paused or hung swapper); swapping without it\n`,
+      );
+      return unlocked;
+    }
+    if (!(error instanceof Error)) throw error;
     if (!mine.gone) {
       warnOnce(
         `file ${file}`,
@@ -197,7 +239,7 @@ export async function lockCurrent(outputDir: string, waitMs = LOCK_WAIT_MS): Pro
       );
       return unlocked;
     }
-    if ((error as NodeJS.ErrnoException).code) noCompanion = error; // spawn failed: perl missing
+    if (PERMANENT_SPAWN_ERRORS.has((error as NodeJS.ErrnoException).code ?? "")) noCompanion = error;
     warnOnce(
       "companion",
       `swaps of current are not locked (${error.message}; is perl installed?): a swapper held up inside its swap may briefly put an older build back`,

@@ -381,10 +381,12 @@ export async function pointCurrentAtRecord(
   outputDir: string,
   fence: number,
   hash: string,
-  options: { lockWaitMs?: number } = {},
+  options: { lockWaitMs?: number; unlockedAfterBusyMs?: number } = {},
 ): Promise<void> {
   const own = hash;
-  const lock = await lockCurrent(outputDir, options.lockWaitMs).catch((error: unknown) => {
+  const lock = await lockCurrent(outputDir, options.lockWaitMs, {
+    ...(options.unlockedAfterBusyMs === undefined ? {} : { unlockedAfterBusyMs: options.unlockedAfterBusyMs }),
+  }).catch((error: unknown) => {
     throw new CurrentSwapError("swap", own, error);
   });
   let swapped = false;
@@ -406,7 +408,7 @@ export async function pointCurrentAtRecord(
     }
   } catch (error) {
     // Before any swap: `current` was not moved at all (the caller's note says so for its build).
-    if (!swapped && error instanceof CurrentSwapError && error.hash !== own) {
+    if (!swapped && error instanceof CurrentSwapError && error.stage === "swap" && error.hash !== own) {
       throw new CurrentSwapError(error.stage, own, error.cause);
     }
     throw error;
