@@ -30,11 +30,6 @@ import path from "node:path";
 export const LOCK_WAIT_MS = 5_000;
 /** Repair's wait: it runs again at the next heartbeat, and must not hold up the worker's upkeep. */
 export const REPAIR_LOCK_WAIT_MS = 500;
-/**
- * A lock repair has found busy for this long is given up on (`unlockedAfterBusyMs`): a swap takes
- * milliseconds, so its holder is paused or hung, and `current` is not kept behind for good.
- */
-export const REPAIR_UNLOCKED_AFTER_MS = 60_000;
 
 /** The lock file beside `current`. */
 export const CURRENT_LOCK_FILE = ".current.lock";
@@ -179,8 +174,6 @@ let companion: Companion | null = null;
 let noCompanion: Error | null = null;
 const PERMANENT_SPAWN_ERRORS = new Set(["ENOENT", "EACCES"]);
 const warned = new Set<string>();
-/** Lock file → since when (this process's monotonic clock) its lock has been found busy. */
-const busySince = new Map<string, number>();
 
 function warnOnce(key: string, text: string): void {
   if (warned.has(key)) return;
@@ -192,16 +185,12 @@ function warnOnce(key: string, text: string): void {
  * The lock of `outputDir`'s `current`, waited for up to `waitMs`: `CurrentLockBusyError` when
  * another swapper holds it that long. Without a companion (perl missing) or a lock that cannot be
  * taken here (a lock file that cannot be opened, a filesystem without locks), a lock that
- * excludes nothing (`exclusive: false`). With `unlockedAfterBusyMs` (repair), a lock found busy
- * for that long — at every try since — is given up on: a swapper held up that long (paused,
- * hung) must not keep `current` behind for good; should it come back, its own re-read after its
- * late swap follows the newer record (published-fence.ts).
+ * excludes nothing (`exclusive: false`). A lock held by a paused or hung swapper is never swapped
+ * around: `current` lags (said by repair and the health banner) until that swapper goes on or is
+ * stopped — a lag, not a rollback (black-box helper-150 saw a repair that swapped around one put
+ * an older build back for 34 s).
  */
-export async function lockCurrent(
-  outputDir: string,
-  waitMs = LOCK_WAIT_MS,
-  options: { unlockedAfterBusyMs?: number } = {},
-): Promise<CurrentLock> {
+export async function lockCurrent(outputDir: string, waitMs = LOCK_WAIT_MS): Promise<CurrentLock> {
   const file = path.join(outputDir, CURRENT_LOCK_FILE);
   if (file.includes("\n")) throw new Error(`an output path with a line break cannot be locked: ${outputDir}`);
   const unlocked = { exclusive: false, release: () => {} };
@@ -210,7 +199,6 @@ export async function lockCurrent(
   const mine = companion;
   try {
     const { unlock } = await mine.lock(file, waitMs);
-    busySince.delete(file);
     let released = false;
     return {
       exclusive: true,
@@ -221,16 +209,7 @@ export async function lockCurrent(
       },
     };
   } catch (error) {
-    if (error instanceof CurrentLockBusyError) {
-      const since = busySince.get(file) ?? performance.now() - waitMs;
-      busySince.set(file, since);
-      const limit = options.unlockedAfterBusyMs;
-      if (limit === undefined || performance.now() - since < limit) throw error;
-      process.stderr.write(
-        `WARNING: ${outputDir}/current: its swap lock has been held for over ${Math.round(limit / 1_000)} s (a paused or hung swapper); swapping without it\n`,
-      );
-      return unlocked;
-    }
+    if (error instanceof CurrentLockBusyError) throw error;
     if (!(error instanceof Error)) throw error;
     if (!mine.gone) {
       warnOnce(

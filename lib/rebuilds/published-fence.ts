@@ -381,12 +381,10 @@ export async function pointCurrentAtRecord(
   outputDir: string,
   fence: number,
   hash: string,
-  options: { lockWaitMs?: number; unlockedAfterBusyMs?: number } = {},
+  options: { lockWaitMs?: number } = {},
 ): Promise<void> {
   const own = hash;
-  const lock = await lockCurrent(outputDir, options.lockWaitMs, {
-    ...(options.unlockedAfterBusyMs === undefined ? {} : { unlockedAfterBusyMs: options.unlockedAfterBusyMs }),
-  }).catch((error: unknown) => {
+  const lock = await lockCurrent(outputDir, options.lockWaitMs).catch((error: unknown) => {
     throw new CurrentSwapError("swap", own, error);
   });
   let swapped = false;

@@ -13,7 +13,7 @@ import { outputDirOf, tenantsOf, type Definitions, type RebuildDefinition } from
 import { buildDirOf, readCurrent, BUILD_HASH } from "./output";
 import { pointCurrentAtRecord, readPublishedFence, recordPublishedFence } from "./published-fence";
 import { recordCurrentLag, type CurrentLagOutcome } from "./current-lag";
-import { REPAIR_LOCK_WAIT_MS, REPAIR_UNLOCKED_AFTER_MS } from "./current-lock";
+import { REPAIR_LOCK_WAIT_MS } from "./current-lock";
 
 /** How old a published pointer must be before `current` is made to follow it. */
 export const REPAIR_AFTER_MS = 10_000;
@@ -139,7 +139,6 @@ export async function repairCurrentLinks(
           // A short wait for the swap lock: held by a swapper held up, repair comes back next beat.
           await pointCurrentAtRecord(outputDir, published.fence, published.value, {
             lockWaitMs: REPAIR_LOCK_WAIT_MS,
-            unlockedAfterBusyMs: REPAIR_UNLOCKED_AFTER_MS,
           });
           // What `current` names now: this pointer's build, or a newer fence's recorded meanwhile
           // (left as it was when that newer build is not on this host: its publisher moves it).

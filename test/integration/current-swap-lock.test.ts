@@ -114,15 +114,15 @@ test("a paused swapper holds up the others for a bounded time: the swap fails as
   const held = await holder(t, output);
   assert.match(held.out(), /LOCKED exclusive/);
   held.child.kill("SIGSTOP");
+  assert.deepEqual(await recordPublishedFence(output, 2, hashOf(2)), { status: "recorded" });
   // Its companion (perl, holding the kernel lock) runs on: the lock stays held while paused.
   await assert.rejects(lockCurrent(output, 300), CurrentLockBusyError);
-  // Repair's rule: a lock busy at every try for `unlockedAfterBusyMs` is given up on (current is
-  // not kept behind for good by a paused swapper).
-  await assert.rejects(lockCurrent(output, 100, { unlockedAfterBusyMs: 1_000 }), CurrentLockBusyError);
+  // Never swapped around, however long it is held (a repair that did put an older build back
+  // for 34 s: black-box helper-150): a lag, said by repair, until the holder goes on or is stopped.
   await new Promise((r) => setTimeout(r, 1_000));
-  const given = await lockCurrent(output, 100, { unlockedAfterBusyMs: 1_000 });
-  assert.equal(given.exclusive, false, "given up on after a second of being busy");
-  assert.deepEqual(await recordPublishedFence(output, 2, hashOf(2)), { status: "recorded" });
+  await assert.rejects(lockCurrent(output, 300), CurrentLockBusyError);
+  await assert.rejects(pointCurrentAtRecord(output, 2, hashOf(2), { lockWaitMs: 300 }), CurrentSwapError);
+  assert.equal(await readCurrent(output), hashOf(1), "current lags, it is not swapped around the holder");
   // kill -9 of the paused holder: its companion's stdin ends, the kernel lock goes with it.
   held.child.kill("SIGKILL");
   await pointCurrentAtRecord(output, 2, hashOf(2));
