@@ -42,9 +42,7 @@ $SIG{TERM} = $SIG{INT} = $SIG{HUP} = 'IGNORE';
 $| = 1;
 my (%held, %waiting);
 my $buffer = '';
-sub refuse { my ($id, $why) = @_; $why =~ s/
-/ /g; print "error $id $why
-"; }
+sub refuse { my ($id, $why) = @_; $why =~ s/\n/ /g; print "error $id $why\n"; }
 while (1) {
   my $in = '';
   vec($in, fileno(STDIN), 1) = 1;
@@ -53,9 +51,7 @@ while (1) {
     my $read = sysread(STDIN, my $chunk, 65536);
     exit 0 unless $read;
     $buffer .= $chunk;
-    while ($buffer =~ s/^([^
-]*)
-//) {
+    while ($buffer =~ s/^([^\n]*)\n//) {
       my ($command, $id, $file) = split / /, $1, 3;
       if ($command eq 'lock') {
         my $fh;
@@ -71,8 +67,7 @@ while (1) {
     }
   }
   for my $id (keys %waiting) {
-    if (flock($waiting{$id}, LOCK_EX | LOCK_NB)) { $held{$id} = delete $waiting{$id}; print "ok $id
-"; }
+    if (flock($waiting{$id}, LOCK_EX | LOCK_NB)) { $held{$id} = delete $waiting{$id}; print "ok $id\n"; }
     elsif ($! != EWOULDBLOCK && $! != EAGAIN) { refuse($id, "flock: $!"); close(delete $waiting{$id}); }
   }
 }
