@@ -285,7 +285,7 @@ export function RebuildNowForm({ id, rebuild, onDone }: { id: string; rebuild: A
     setRequestId(newRequestId());
     trigger.reset();
   };
-  // The banner's own query (no request of its own): a run "would run now" only with a worker live.
+  // The preview says whether a worker is live (`workersLive`): a run "would run now" only then.
   const p = preview.data;
   // A run the preview says is skipped or fails is queued only on purpose.
   const skipped = p?.outcome === "skip" || p?.outcome === "fails";
