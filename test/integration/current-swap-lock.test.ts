@@ -36,6 +36,31 @@ function outputWithBuilds(name: string, fences: number[]): string {
   return output;
 }
 
+/**
+ * A child swapping `current` to `fence`'s build (`swap`) with its link creation held back
+ * `delayMs` by strace, once it is inside that held-back `symlink`.
+ */
+async function lateSwapper(t: TestContext, output: string, fence: number, delayMs: number) {
+  const child = spawn(process.execPath, ["--import", "tsx", HOST, "swap", output, String(fence), hashOf(fence)], {
+    stdio: ["pipe", "pipe", "inherit"],
+  });
+  t.after(() => child.exitCode === null && child.kill("SIGKILL"));
+  let out = "";
+  child.stdout.on("data", (chunk: Buffer) => (out += chunk.toString()));
+  const exited = new Promise((resolve) => child.once("exit", resolve));
+  const stopTracing = await injectInto(t, child.pid!, [
+    "-e",
+    "trace=symlink,symlinkat",
+    "-e",
+    `inject=symlink,symlinkat:delay_enter=${delayMs * 1_000}`,
+  ]);
+  t.after(stopTracing);
+  child.stdin.write("go\n");
+  await until("the child is swapping", async () => out.includes("SWAPPING"));
+  await new Promise((r) => setTimeout(r, 500)); // inside its held-back symlink
+  return { child, out: () => out, exited, stopTracing };
+}
+
 /** Every value `current` takes, read every few ms until `stop()`. */
 function watchCurrent(output: string): { seen: (string | null)[]; stop: () => void } {
   const seen: (string | null)[] = [];
@@ -53,26 +78,10 @@ function watchCurrent(output: string): { seen: (string | null)[]; stop: () => vo
 test("a swapper held up inside its swap while a newer fence is recorded and swapped: current never goes back to the older build", async (t) => {
   const output = outputWithBuilds("late", [64, 65]);
   assert.deepEqual(await recordPublishedFence(output, 64, hashOf(64)), { status: "recorded" });
-  const child = spawn(process.execPath, ["--import", "tsx", HOST, "swap", output, "64", hashOf(64)], {
-    stdio: ["pipe", "pipe", "inherit"],
-  });
-  t.after(() => child.exitCode === null && child.kill("SIGKILL"));
-  let out = "";
-  child.stdout.on("data", (chunk: Buffer) => (out += chunk.toString()));
-  const exited = new Promise((resolve) => child.once("exit", resolve));
-  // Its link creation held back 4 s: the late swapper is inside its swap when the newer comes.
-  const stopTracing = await injectInto(t, child.pid!, [
-    "-e",
-    "trace=symlink,symlinkat",
-    "-e",
-    "inject=symlink,symlinkat:delay_enter=4000000",
-  ]);
-  t.after(stopTracing);
   const watch = watchCurrent(output);
   t.after(watch.stop);
-  child.stdin.write("go\n");
-  await until("the child is swapping", async () => out.includes("SWAPPING"));
-  await new Promise((r) => setTimeout(r, 500)); // inside its held-back symlink
+  // Its link creation held back 4 s: the late swapper is inside its swap when the newer comes.
+  const { out, exited, stopTracing } = await lateSwapper(t, output, 64, 4_000);
   // The newer publisher: records fence 65, then swaps (waiting for the late one's swap to end:
   // its own, then its follow of the newer record, each held back 4 s).
   assert.deepEqual(await recordPublishedFence(output, 65, hashOf(65)), { status: "recorded" });
@@ -81,7 +90,7 @@ test("a swapper held up inside its swap while a newer fence is recorded and swap
   stopTracing();
   await new Promise((r) => setTimeout(r, 200));
   watch.stop();
-  assert.match(out, /SWAPPED/, out);
+  assert.match(out(), /SWAPPED/, out());
   assert.equal(await readCurrent(output), hashOf(65));
   const afterNewer = watch.seen.slice(watch.seen.indexOf(hashOf(65)));
   assert.deepEqual(afterNewer, [hashOf(65)], `current went back after the newer build: ${watch.seen.join(" -> ")}`);
@@ -132,23 +141,7 @@ test("a paused swapper holds up the others for a bounded time: the swap fails as
 test("a lock that excluded nothing after all (the late swapper's companion killed mid-swap): current still ends on the newest build (review helper-148)", async (t) => {
   const output = outputWithBuilds("companion-killed", [64, 65]);
   assert.deepEqual(await recordPublishedFence(output, 64, hashOf(64)), { status: "recorded" });
-  const child = spawn(process.execPath, ["--import", "tsx", HOST, "swap", output, "64", hashOf(64)], {
-    stdio: ["pipe", "pipe", "inherit"],
-  });
-  t.after(() => child.exitCode === null && child.kill("SIGKILL"));
-  let out = "";
-  child.stdout.on("data", (chunk: Buffer) => (out += chunk.toString()));
-  const exited = new Promise((resolve) => child.once("exit", resolve));
-  const stopTracing = await injectInto(t, child.pid!, [
-    "-e",
-    "trace=symlink,symlinkat",
-    "-e",
-    "inject=symlink,symlinkat:delay_enter=3000000",
-  ]);
-  t.after(stopTracing);
-  child.stdin.write("go\n");
-  await until("the child is swapping", async () => out.includes("SWAPPING"));
-  await new Promise((r) => setTimeout(r, 500));
+  const { child, out, exited } = await lateSwapper(t, output, 64, 3_000);
   // Its companion (the child's child running perl) killed: the kernel lock goes with it.
   const companions = fs
     .readdirSync("/proc")
@@ -168,7 +161,7 @@ test("a lock that excluded nothing after all (the late swapper's companion kille
   assert.deepEqual(await recordPublishedFence(output, 65, hashOf(65)), { status: "recorded" });
   await pointCurrentAtRecord(output, 65, hashOf(65));
   await exited;
-  assert.match(out, /SWAPPED/, out);
+  assert.match(out(), /SWAPPED/, out());
   assert.equal(await readCurrent(output), hashOf(65), "the late swap's own re-read followed the newer record");
 });
 
