@@ -39,7 +39,7 @@ export function proxy(request: NextRequest): NextResponse {
   }
   if (!raw.startsWith("/api/") && request.method !== "GET" && request.method !== "HEAD") {
     return NextResponse.json(
-      { error: { code: "method-not-allowed", message: `${request.method} ${raw}: pages are read with GET` } },
+      { error: { code: "method-not-allowed", message: `${request.method} ${raw}: pages are read with GET or HEAD` } },
       { status: 405, headers: { allow: "GET, HEAD", "cache-control": "no-store" } },
     );
   }

@@ -26,7 +26,7 @@ export function otherMethods<S extends Served>(served: S): Record<Others<S>, (re
       {
         error: {
           code: "method-not-allowed",
-          message: `${request.method} is not allowed on ${new URL(request.url).pathname}; allowed: ${names.join(", ")}`,
+          message: `${request.method} is not allowed on ${new URL(request.url).pathname}; allowed: ${allow}`,
         },
       },
       { status: 405, headers: { allow, "cache-control": "no-store" } },

@@ -714,7 +714,7 @@ test("a method a route does not serve is a 405 in the error shape with Allow; OP
           JSON.stringify({
             error: {
               code: "method-not-allowed",
-              message: `${method} is not allowed on ${url}; allowed: ${served.join(", ")}`,
+              message: `${method} is not allowed on ${url}; allowed: ${allow}`,
             },
           }),
         where,
