@@ -87,8 +87,9 @@ export interface BuildContext {
 export type BuildResult =
   /**
    * `currentNote`: what became of `<output>/current` when its swap or sync failed (a full or
-   * failing disk): not moved to the build, or moved but not synced. Published all the same (Redis
-   * and the durable fence say so); repair moves it later.
+   * failing disk): not moved to the build, or moved but not synced; or when a newer fence was
+   * recorded whose build is not on this host (`current` left as it was). Published all the same
+   * (Redis and the durable fence say so); repair or the newer publisher moves it later.
    */
   | { status: "published"; buildHash: string; currentNote?: string }
   | { status: "superseded"; buildHash: string; newestFence: number }
@@ -302,20 +303,29 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
     }
     // Published (Redis and the durable fence say so): a `current` that cannot be swapped or synced
     // now lags behind until repair moves it forward (repair.ts); the attempt is not failed for it.
-    const swapFailed = await pointCurrentAtRecord(outputDir, held.fence, buildHash).then(
-      () => null,
-      (error: unknown) => error,
+    const swap = await pointCurrentAtRecord(outputDir, held.fence, buildHash).then(
+      (outcome) => ({ outcome, error: null }),
+      (error: unknown) => ({ outcome: null, error }),
     );
+    if (swap.outcome?.kind === "newer-not-here") {
+      // A newer fence's record without its build here: `current` is that publisher's (or
+      // repair's) to move; the record says this run's build may not be what the output serves.
+      const { newest } = swap.outcome;
+      const names = swap.outcome.swapped ? "this run's build or one published after it" : "the build it named before";
+      const note = `a newer fence ${newest.fence} is recorded beside the output, whose build ${newest.hash || "(unreadable)"} is not on this host: ${outputDir}/current names ${names} until its publisher or repair moves it`;
+      recorder.log(`published build ${buildHash} (fence ${held.fence}); ${note}`);
+      return { status: "published", buildHash, currentNote: note };
+    }
     recorder.log(
-      swapFailed === null
+      swap.error === null
         ? `published build ${buildHash} (fence ${held.fence})`
-        : `WARNING: published build ${buildHash} (fence ${held.fence}), but ${outputDir}/current could not be swapped or synced: ${String(swapFailed)}; repair moves it to the published build`,
+        : `WARNING: published build ${buildHash} (fence ${held.fence}), but ${outputDir}/current could not be swapped or synced: ${String(swap.error)}; repair moves it to the published build`,
     );
-    if (swapFailed === null) return { status: "published", buildHash };
+    if (swap.error === null) return { status: "published", buildHash };
     return {
       status: "published",
       buildHash,
-      currentNote: currentNoteOf(`${outputDir}/current`, buildHash, swapFailed),
+      currentNote: currentNoteOf(`${outputDir}/current`, buildHash, swap.error),
     };
   } catch (error) {
     await fs.rm(workDir, { recursive: true, force: true }).catch(() => {});

@@ -364,6 +364,16 @@ async function writeLegacy(outputDir: string, fence: number, hash: string, publi
   }
 }
 
+/** What `pointCurrentAtRecord` left `current` naming. */
+export type CurrentSwap =
+  /** The build of `fence`: the caller's, or a newer fence's recorded meanwhile. */
+  | { kind: "swapped"; fence: number; hash: string }
+  /**
+   * A newer fence is recorded whose build is not on this host (its publisher's disk, or a build
+   * lost): `current` names what it named before (`swapped: false`) or the last build followed.
+   */
+  | { kind: "newer-not-here"; newest: PublishedFence; swapped: boolean };
+
 /**
  * Points `current` at `hash`, published with `fence` and recorded — or at a newer recorded fence's
  * build: never back over it. Swaps of one output exclude each other (current-lock.ts), and the
@@ -382,7 +392,7 @@ export async function pointCurrentAtRecord(
   fence: number,
   hash: string,
   options: { lockWaitMs?: number } = {},
-): Promise<void> {
+): Promise<CurrentSwap> {
   const own = hash;
   const lock = await lockCurrent(outputDir, options.lockWaitMs).catch((error: unknown) => {
     throw new CurrentSwapError("swap", own, error);
@@ -393,15 +403,19 @@ export async function pointCurrentAtRecord(
       throw new CurrentSwapError("swap", own, error);
     });
     if (newest && newest.fence > fence) {
-      if (!BUILD_HASH.test(newest.hash) || !existsSync(buildDirOf(outputDir, newest.hash))) return;
+      if (!BUILD_HASH.test(newest.hash) || !existsSync(buildDirOf(outputDir, newest.hash))) {
+        return { kind: "newer-not-here", newest, swapped: false };
+      }
       ({ fence, hash } = newest);
     }
-    for (let rounds = 0; rounds < 5; rounds++) {
+    for (let rounds = 0; ; rounds++) {
       await pointCurrent(outputDir, hash);
       swapped = true;
       const now = await readPublishedFence(outputDir);
-      if (!now || now.fence <= fence || !BUILD_HASH.test(now.hash)) return;
-      if (!existsSync(buildDirOf(outputDir, now.hash))) return;
+      if (rounds === 4 || !now || now.fence <= fence || !BUILD_HASH.test(now.hash)) {
+        return { kind: "swapped", fence, hash };
+      }
+      if (!existsSync(buildDirOf(outputDir, now.hash))) return { kind: "newer-not-here", newest: now, swapped: true };
       ({ fence, hash } = now);
     }
   } catch (error) {

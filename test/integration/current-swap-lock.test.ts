@@ -165,6 +165,21 @@ test("a lock that excluded nothing after all (the late swapper's companion kille
   assert.equal(await readCurrent(output), hashOf(65), "the late swap's own re-read followed the newer record");
 });
 
+test("a newer fence recorded whose build is not on this host: current is left as it was, and the swap says so", async () => {
+  const output = outputWithBuilds("newer-not-here", [1, 2]);
+  assert.deepEqual(await recordPublishedFence(output, 1, hashOf(1)), { status: "recorded" });
+  assert.deepEqual(await pointCurrentAtRecord(output, 1, hashOf(1)), { kind: "swapped", fence: 1, hash: hashOf(1) });
+  // Fence 3 recorded (its publisher's disk, or a build lost since); fence 2 swaps late.
+  assert.deepEqual(await recordPublishedFence(output, 3, hashOf(3)), { status: "recorded" });
+  const outcome = await pointCurrentAtRecord(output, 2, hashOf(2));
+  assert.deepEqual(outcome, { kind: "newer-not-here", newest: { fence: 3, hash: hashOf(3) }, swapped: false });
+  assert.equal(await readCurrent(output), hashOf(1), "current names what it named");
+  // Once its build is here, a swap follows it.
+  fs.mkdirSync(path.join(output, "builds", hashOf(3)));
+  assert.deepEqual(await pointCurrentAtRecord(output, 2, hashOf(2)), { kind: "swapped", fence: 3, hash: hashOf(3) });
+  assert.equal(await readCurrent(output), hashOf(3));
+});
+
 test("a lock file that cannot be opened: the swap goes on unlocked, said once, and ends on the newest build", async () => {
   const output = outputWithBuilds("unopenable", [1, 2]);
   fs.symlinkSync("/proc/no-such-dir/lock", path.join(output, ".current.lock"));
