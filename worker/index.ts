@@ -26,6 +26,7 @@ import { flushUnansweredFinals, noteMadeCurrent, resendFinalWrite } from "../lib
 import { pruneAbandonedWorkDirs } from "../lib/rebuilds/output";
 import { removeTakenWorkDirs, takeLiveWorkDirs } from "../lib/rebuilds/work-dirs";
 import { pruneOldBuilds } from "../lib/rebuilds/prune";
+import { declareTargets } from "../lib/rebuilds/declared";
 import { keepScheduleDigest, repairSchedules, syncSchedules } from "../lib/rebuilds/schedules";
 import { closeRedis, createRedis } from "../lib/redis/client";
 import { measureRedisClock, redisClock, useAsProcessClock } from "../lib/redis/clock";
@@ -209,6 +210,13 @@ async function upkeepAfterBeat(judgesOthers: boolean): Promise<void> {
 }
 
 async function syncSchedulesAndSay(): Promise<void> {
+  // Before the schedules: their ticks are jobs for these rebuilds, which a worker of older
+  // definitions then keeps for one that declares them (lib/rebuilds/declared.ts).
+  await declareTargets(main, keys, definitions).catch((error: unknown) =>
+    log(
+      `could not note the declared rebuilds (a worker of other definitions fails their jobs): ${describeError(error)}`,
+    ),
+  );
   try {
     const { upserted, removed, paused, failed } = await syncSchedules(queue, definitions, main, keys);
     log(

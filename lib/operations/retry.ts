@@ -23,7 +23,8 @@ import type { RunStatus } from "../runs/types";
 
 export interface RetryDeps {
   queue: Pick<Queue, "add" | "getJobState">;
-  main: ScriptingClient & Pick<Redis, "hgetall" | "lrange" | "set" | "get" | "exists" | "pexpire" | "call" | "on">;
+  main: ScriptingClient &
+    Pick<Redis, "hgetall" | "lrange" | "set" | "get" | "exists" | "pexpire" | "hset" | "call" | "on">;
   keys: RedisKeys;
   definitions: Definitions;
   /** Replicas that must have the retry's job before it is answered queued (`CLAIMWATCH_TRIGGER_REPLICAS`). */

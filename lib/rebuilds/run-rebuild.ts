@@ -60,6 +60,7 @@ import {
 } from "./cancel-request";
 import { recordChangedBuild } from "./build-integrity";
 import { classifyFailure, isTransient } from "./classify-failure";
+import { wasDeclared } from "./declared";
 import { decideRun, DEFER_MAX_MS, DEFER_MIN_MS } from "./decide";
 import { outputDirOf, stopWithinMs, tenantProblem, type Definitions, type RebuildDefinition } from "./definitions";
 import { PRUNING_VERSION } from "./prune";
@@ -257,6 +258,11 @@ export class RebuildError extends Error {
  */
 export const INPUTS_VISIBLE_AFTER_MS = 1_000;
 
+/** How long a job whose rebuild or tenant this worker does not declare waits for a worker that does, per pickup. */
+export const UNDECLARED_DEFER_MS = 15_000;
+/** Pickups a job whose rebuild or tenant was declared elsewhere is kept for (about 10 minutes in all). */
+export const UNDECLARED_PICKUPS = 40;
+
 /** Why the input read is stopped when the record begun meanwhile is not this pickup's. */
 const RECORD_NOT_OURS = "record-not-ours";
 
@@ -336,13 +342,43 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
     throw new RebuildError(message, retry, runId, { cause });
   };
 
+  /**
+   * A job whose rebuild or tenant this worker's definitions do not declare. Queued by a process
+   * whose definitions did (a rolling deploy: the trigger's server, or the worker that set up the
+   * schedule, has the new file; this worker the old one), the request is kept for a worker that
+   * knows it: deferred, no retry spent, for up to UNDECLARED_PICKUPS pickups (about 10 min), then
+   * failed naming what to do. Declared by nobody (a job queued by hand): failed at once.
+   */
+  const undeclaredTarget = async (problem: string, data: RebuildJobData): Promise<RebuildOutcome> => {
+    const declared = await wasDeclared(deps.main, deps.keys, data.rebuild, data.tenant);
+    if (declared === false) return failEarly(problem, false);
+    if (job.attempt >= UNDECLARED_PICKUPS) {
+      return failEarly(
+        `${problem}; queued by a process whose definitions declare it, but no worker that declares it took the job in ${UNDECLARED_PICKUPS} pickups (about ${Math.round((UNDECLARED_PICKUPS * UNDECLARED_DEFER_MS) / 60_000)} min): give the workers the definitions file that declares it, then retry the run`,
+        false,
+      );
+    }
+    // Redis not answering (null) is as good as declared here: the request is kept, a later pickup asks again.
+    const reason = `${problem}: deferred, the request is kept for a worker whose definitions declare it (a deploy under way?); pickup ${job.attempt} of at most ${UNDECLARED_PICKUPS}`;
+    log(reason);
+    const cancelled = await recordEarlyEnd("deferred", reason);
+    if (cancelled) return cancelled;
+    return {
+      status: "deferred",
+      until: Date.now() + UNDECLARED_DEFER_MS,
+      heldBy: "a worker whose definitions declare it",
+      version: data.version ?? "",
+    };
+  };
+
   const parsed = rebuildJobData.safeParse(job.data);
   if (!parsed.success) return failEarly(`invalid job data: ${parsed.error.issues[0]?.message}`, false);
   const data = parsed.data;
   const definition = deps.definitions.rebuilds.get(data.rebuild);
-  if (!definition) return failEarly(`unknown rebuild '${data.rebuild}' (not in the definitions file)`, false);
-  const tenantError = tenantProblem(definition, data.tenant);
-  if (tenantError) return failEarly(tenantError, false);
+  const undeclared = definition
+    ? tenantProblem(definition, data.tenant)
+    : `unknown rebuild '${data.rebuild}' (not in this worker's definitions file, ${deps.definitions.file})`;
+  if (undeclared || !definition) return undeclaredTarget(undeclared ?? "", data);
   // A run of this job that this attempt's first record closes (the previous attempt, or an
   // earlier one in flight): whether it published (its final record then never written: a worker
   // stopped, Redis refused or lost the write), so that it is closed rebuilt, not aborted.

@@ -4,6 +4,7 @@
  * trigger queues a new job (which the claim and the idempotency key then make harmless).
  * `force` skips the idempotency key, never the claim.
  */
+import { declareTarget } from "./declared";
 import crypto from "node:crypto";
 import type { Queue } from "bullmq";
 import type { Redis } from "ioredis";
@@ -60,7 +61,7 @@ const WAITING_STATES = new Set(["waiting", "delayed", "prioritized", "waiting-ch
 export async function triggerRebuild(
   queue: Pick<Queue, "add" | "getJobState">,
   /** The main Redis; `queue` writes through this same connection (so WAIT covers the job). */
-  client: Pick<Redis, "set" | "get" | "exists" | "pexpire" | "call" | "on" | "defineCommand">,
+  client: Pick<Redis, "set" | "get" | "exists" | "pexpire" | "hset" | "call" | "on" | "defineCommand">,
   keys: RedisKeys,
   definitions: Definitions,
   name: string,
@@ -182,6 +183,8 @@ export async function triggerRebuild(
     ...(request.requestedBy ? { requestedBy: request.requestedBy } : {}),
     ...(request.retryOf ? { retryOf: request.retryOf } : {}),
   };
+  // Before the job can be picked up: a worker whose definitions lack it keeps it (a rolling deploy).
+  await declareTarget(client, keys, name, tenant);
   await queue.add(name, data, { ...jobOptionsFor(definition, definitions.retention), jobId });
   void publishEvent(client, keys, { type: "run.queued", jobId, rebuild: name, tenant: tenant ?? null });
   return replicated(client, request, epoch, { status: "queued", jobId });

@@ -95,6 +95,13 @@ export function redisKeys(prefix: string) {
     /** STREAM of operator actions, trimmed by MINID to the retention period. */
     auditLog: `${tag}:audit`,
     // --- runs and rebuilds (main Redis; see lib/runs, lib/rebuilds) ----------------------
+    /**
+     * HASH "<rebuild>" or "<rebuild> <tenant>" → when a process last queued a job for it or
+     * started with definitions that declare it (ms, its own clock: only shown): a worker whose
+     * definitions lack the rebuild or tenant of a job keeps the job for a worker that knows it
+     * (a rolling deploy) only when someone declared it (lib/rebuilds/declared.ts).
+     */
+    declaredTargets: `${tag}:declared-targets`,
     /** HASH: one run record (an attempt of a rebuild job), upserted by run id. */
     run: (runId: string) => `${tag}:run:${runId}`,
     /**

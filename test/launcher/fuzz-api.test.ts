@@ -326,6 +326,8 @@ async function runAll(requests: FuzzRequest[]): Promise<void> {
 function allowedKey(key: string): boolean {
   const keys = bed.keys;
   if (key === keys.auditLog || key === keys.loginFailures || key === keys.events) return true;
+  // A trigger notes its rebuild and tenant as declared (lib/rebuilds/declared.ts; fields: configured names only).
+  if (key === keys.declaredTargets) return true;
   const actions = ["trigger", "force-release", "alert-test", "cancel", "retry", "pause-schedule", "resume-schedule"];
   // A schedule change whose body names neither pause nor resume counts as one of its own.
   for (const action of [...actions, "change-schedule"]) {

@@ -1,0 +1,52 @@
+/**
+ * Which rebuilds and tenants some process's definitions declared: written by every trigger (its
+ * file named the job's rebuild and tenant) and by every worker at its start (all of its own).
+ * During a rolling deploy a job for a rebuild or tenant that only the new definitions declare can
+ * reach a worker still on the old ones (black-box helper-153): that worker keeps the request for
+ * a worker that knows it (a deferral, bounded) instead of failing it for good. A job nobody
+ * declared (queued by hand with a misspelt name) still fails at once.
+ */
+import type { Redis } from "ioredis";
+import type { RedisKeys } from "../redis/keys";
+import type { Definitions } from "./definitions";
+
+/** The HASH field of a rebuild (and tenant): names follow lib/names.ts, so a space cannot occur in one. */
+export const declaredField = (rebuild: string, tenant?: string | null): string =>
+  tenant ? `${rebuild} ${tenant}` : rebuild;
+
+/** Notes that a job for `rebuild` (and `tenant`) was queued by a process whose definitions declare it. */
+export async function declareTarget(
+  client: Pick<Redis, "hset">,
+  keys: RedisKeys,
+  rebuild: string,
+  tenant?: string | null,
+): Promise<void> {
+  await client.hset(keys.declaredTargets, declaredField(rebuild, tenant), String(Date.now()));
+}
+
+/** Notes every rebuild and tenant `definitions` declare (a worker at its start). */
+export async function declareTargets(
+  client: Pick<Redis, "hset">,
+  keys: RedisKeys,
+  definitions: Pick<Definitions, "rebuilds">,
+): Promise<void> {
+  const fields: Record<string, string> = {};
+  const now = String(Date.now());
+  for (const definition of definitions.rebuilds.values()) {
+    for (const tenant of definition.tenants ?? [null]) fields[declaredField(definition.name, tenant)] = now;
+  }
+  if (Object.keys(fields).length > 0) await client.hset(keys.declaredTargets, fields);
+}
+
+/** Whether some process declared `rebuild` (and `tenant`); null when Redis did not answer. */
+export async function wasDeclared(
+  client: Pick<Redis, "hexists">,
+  keys: RedisKeys,
+  rebuild: string,
+  tenant?: string | null,
+): Promise<boolean | null> {
+  return client.hexists(keys.declaredTargets, declaredField(rebuild, tenant)).then(
+    (found) => found === 1,
+    () => null,
+  );
+}

@@ -1,0 +1,121 @@
+/**
+ * A rolling deploy that adds a rebuild or a tenant: a job for it can reach a worker still on the
+ * old definitions (black-box helper-153: it was failed for good, "unknown rebuild", the request
+ * lost). That worker now keeps the request for a worker that declares it — deferred, no retry
+ * spent — when the job was queued by a process whose definitions declared it (lib/rebuilds/
+ * declared.ts); a job nobody declared still fails at once (run-history.test.ts). Real workers.
+ */
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import path from "node:path";
+import { after, test } from "node:test";
+import { stringify } from "yaml";
+import { loadDefinitions } from "../../lib/rebuilds/definitions";
+import { declareTarget } from "../../lib/rebuilds/declared";
+import { RebuildError, runRebuild, UNDECLARED_PICKUPS } from "../../lib/rebuilds/run-rebuild";
+import { triggerRebuild } from "../../lib/rebuilds/trigger";
+import { readRun } from "../../lib/runs/records";
+import { runIdOf } from "../../lib/runs/types";
+import { createTestBed, rebuildDepsOf, slowStep, type TestBed } from "../support/stack";
+
+const beds: TestBed[] = [];
+after(async () => {
+  for (const bed of beds) await bed.close();
+});
+
+const OLD = {
+  c: { output: "out/c", steps: [slowStep(0)] },
+  t: { output: "out/t", tenants: ["a"], steps: [slowStep(0)] },
+};
+const NEW = {
+  ...OLD,
+  fresh: { output: "out/fresh", steps: [slowStep(0)] },
+  t: { ...OLD.t, tenants: ["a", "b"] },
+};
+
+test("a job for a rebuild or tenant only the new definitions declare waits on an old worker (deferred, the request kept) and is rebuilt by a new one", async () => {
+  const bed = await createTestBed(OLD);
+  beds.push(bed);
+  const newFile = path.join(bed.dir, "claimwatch-new.yaml");
+  fs.writeFileSync(newFile, stringify({ rebuilds: NEW }));
+  const loaded = loadDefinitions(newFile);
+  if (!loaded.ok) throw loaded.error;
+
+  const old = await bed.startWorker();
+  // Queued by a server that has the new file already.
+  const jobs: string[] = [];
+  for (const [name, tenant] of [
+    ["fresh", undefined],
+    ["t", "b"],
+  ] as const) {
+    const result = await triggerRebuild(bed.queue, bed.main, bed.keys, loaded.definitions, name, {
+      version: "v1",
+      ...(tenant ? { tenant } : {}),
+    });
+    assert.equal(result.status, "queued", JSON.stringify(result));
+    jobs.push(result.jobId!);
+  }
+  for (const jobId of jobs) {
+    const deferred = await bed.waitForRun(
+      (r) => r.jobId === jobId && r.status === "deferred",
+      30_000,
+      `${jobId} deferred`,
+    );
+    assert.match(deferred.reason ?? "", /deferred, the request is kept for a worker whose definitions declare it/);
+    assert.match(deferred.reason ?? "", /unknown rebuild 'fresh'|'b' is not a tenant of rebuild 't'/);
+    assert.equal(deferred.fence, null, "no claim taken");
+  }
+  assert.equal((await bed.allRuns()).filter((r) => r.status === "failed").length, 0, "nothing failed");
+  await old.stop();
+
+  // The deploy goes on: the old worker is replaced by one with the new file.
+  const updated = await bed.startWorker({ CLAIMWATCH_CONFIG: newFile });
+  for (const jobId of jobs) {
+    const rebuilt = await bed.waitForRun(
+      (r) => r.jobId === jobId && r.status === "rebuilt",
+      60_000,
+      `${jobId} rebuilt`,
+    );
+    assert.ok(rebuilt.attempt >= 2, "a later pickup");
+  }
+  await updated.stop();
+  assert.equal((await bed.allRuns()).filter((r) => r.status === "failed").length, 0, "nothing failed");
+});
+
+test("a declared job no worker that knows it takes within the bound fails, naming what to do; one nobody declared fails at once", async () => {
+  const bed = await createTestBed(OLD);
+  beds.push(bed);
+  const deps = rebuildDepsOf(bed);
+  const job = (id: string, rebuild: string, attempt: number) => ({
+    id,
+    attempt,
+    createdAt: Date.now(),
+    data: { rebuild, version: "v1", trigger: "api" as const },
+    signal: new AbortController().signal,
+  });
+  const failure = (attempt: Promise<unknown>) =>
+    attempt.then(
+      (outcome) => assert.fail(`not failed: ${JSON.stringify(outcome)}`),
+      (error: unknown) => error,
+    );
+
+  const never = await failure(runRebuild(deps, job("never", "never-declared", 1)));
+  assert.ok(never instanceof RebuildError && !never.retry, String(never));
+  assert.match(
+    never.message,
+    /^unknown rebuild 'never-declared' \(not in this worker's definitions file, .*claimwatch\.yaml\)$/,
+  );
+
+  await declareTarget(bed.main, bed.keys, "fresh");
+  const early = await runRebuild(deps, job("early", "fresh", 1));
+  assert.equal(early.status, "deferred");
+  const late = await failure(runRebuild(deps, job("late", "fresh", UNDECLARED_PICKUPS)));
+  assert.ok(late instanceof RebuildError && !late.retry, String(late));
+  assert.match(
+    late.message,
+    /no worker that declares it took the job in 40 pickups .*give the workers the definitions file that declares it, then retry the run/,
+  );
+  const record = await readRun(bed.main, bed.keys, runIdOf("late", UNDECLARED_PICKUPS));
+  assert.equal(record?.status, "failed");
+  assert.equal(record?.reason, late.message);
+});
