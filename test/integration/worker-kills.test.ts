@@ -61,9 +61,10 @@ test("SIGKILL of a worker running two rebuilds: both are rebuilt elsewhere and n
   const jobs = [await bed.trigger("slow", { version: "v-two" }), await bed.trigger("slow2", { version: "v-two" })];
   for (const jobId of jobs)
     await bed.waitForRun((r) => r.jobId === jobId && r.status === "running" && r.fence !== null, 15_000);
+  // Killed while its 3 s steps run (a survivor started first could take longer than that under load).
+  assert.equal(await victim.stop("SIGKILL"), null);
   const survivor = await bed.startWorker();
   try {
-    assert.equal(await victim.stop("SIGKILL"), null);
     for (const jobId of jobs) {
       const done = await bed.waitForRun((r) => r.jobId === jobId && r.status === "rebuilt", 60_000);
       assert.ok(done.attempt > 1, "by a later attempt");
