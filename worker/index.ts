@@ -76,6 +76,7 @@ const retention = { maxPerRebuild: definitions.retention.runs, maxAgeMs: definit
 const { worker, running } = startRebuildWorker(
   {
     connection: main,
+    queue,
     main,
     claims,
     keys,

@@ -3,7 +3,7 @@
  * (notes/bullmq.md): abort on a lost job lock, a capped backoff, no retry for permanent
  * failures, deferral while another version holds the output, and hand-back on shutdown.
  */
-import { DelayedError, UnrecoverableError, WaitingError, Worker, type Job } from "bullmq";
+import { DelayedError, UnrecoverableError, WaitingError, Worker, type Job, type Queue } from "bullmq";
 import type { Redis } from "ioredis";
 import {
   backoffStrategyFor,
@@ -16,10 +16,16 @@ import {
 } from "../lib/rebuilds/queue";
 import { CANCEL_ABORT_REASON, CancelWatch, readCancelRequest } from "../lib/rebuilds/cancel-request";
 import { isSchedulePaused } from "../lib/rebuilds/schedules";
-import { clearPendingTrigger } from "../lib/rebuilds/trigger";
+import { clearPendingTrigger, triggerRebuild } from "../lib/rebuilds/trigger";
 import { DEFER_MIN_MS } from "../lib/rebuilds/decide";
 import { writeDeferNote } from "../lib/rebuilds/defer-note";
-import { RebuildError, runRebuild, type RebuildDeps, type RebuildOutcome } from "../lib/rebuilds/run-rebuild";
+import {
+  RebuildError,
+  runRebuild,
+  type LostJobCheck,
+  type RebuildDeps,
+  type RebuildOutcome,
+} from "../lib/rebuilds/run-rebuild";
 import { lockRenewTimeFor, stepWarden, wardenSilenceFor } from "../lib/rebuilds/steps/warden";
 import { LOCK_LOST_ABORT_REASON } from "../lib/rebuilds/steps/context";
 
@@ -64,8 +70,24 @@ interface Pickup {
   abort: AbortController;
 }
 
+/** `work`, or a rejection once `ms` have passed (a Redis that does not answer must not hold a job's end). */
+async function within<T>(work: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([
+      work,
+      new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms))),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** The queue a lost job's request is queued again on (`requeueIfLost`). */
+type RequeueQueue = Pick<Queue, "add" | "getJobState">;
+
 export function startRebuildWorker(
-  deps: RebuildDeps & { connection: Redis },
+  deps: RebuildDeps & { connection: Redis; queue?: RequeueQueue },
   options: RebuildWorkerOptions = DEFAULT_WORKER_OPTIONS,
 ): { worker: Worker<RebuildJobData, RebuildJobResult>; running: RunningJobs } {
   // The pickup of each job this worker runs now: one per job id. BullMQ keys a worker's lock
@@ -151,6 +173,18 @@ export function startRebuildWorker(
     // forced job does it here; any other with its idempotency check (run-rebuild, one round
     // trip), or below when it fails before that check ran.
     const data = rebuildJobData.safeParse(job.data);
+    // Asked at most once per pickup: when the job's lock is lost, and before the job is moved on
+    // (deferred, handed back, retried), which needs the job to be there still.
+    let lostCheck: Promise<LostJobCheck> | null = null;
+    const queue = deps.queue;
+    const requeueOnce =
+      queue && data.success
+        ? () =>
+            (lostCheck ??= requeueIfLost(jobId, data.data, queue).catch((error: unknown) => ({
+              kind: "unknown" as const,
+              why: String(error),
+            })))
+        : null;
     const clearMarker = () => {
       if (data.success) void clearPendingTrigger(deps.main, deps.keys, data.data, jobId).catch(() => {});
     };
@@ -192,11 +226,14 @@ export function startRebuildWorker(
         // BullMQ's own owner check (extendLock answers 1 only to the lock's token); extending it
         // is what the lock renewal does anyway.
         ...(token ? { ownsLock: async () => (await job.extendLock(token, options.lockDuration)) === 1 } : {}),
+        ...(requeueOnce ? { requeueIfLost: requeueOnce } : {}),
       });
       switch (outcome.status) {
         case "deferred":
+          await requeueOnce?.();
           return defer(job, token, outcome.until, outcome.note ?? `output held by ${outcome.heldBy}`, !outcome.note);
         case "handed-back":
+          await requeueOnce?.();
           // A stale token (the lock ran out while this worker stalled: the job is another
           // attempt's, or the stalled check moves it back) is refused: nothing to hand back.
           await job.moveToWait(token).catch((error: unknown) => log(`job ${jobId}: not handed back: ${String(error)}`));
@@ -213,6 +250,8 @@ export function startRebuildWorker(
       if (error instanceof DelayedError || error instanceof WaitingError) throw error;
       if (data.success && !data.data.force) clearMarker();
       if (error instanceof RebuildError) {
+        // A retry needs the job: one the queue's Redis lost meanwhile is queued again.
+        if (error.retry) await requeueOnce?.();
         log(`job ${jobId}: ${error.retry ? "transient failure, will retry" : "failed"}: ${error.message}`);
         throw error.retry ? error : new UnrecoverableError(error.message);
       }
@@ -222,6 +261,44 @@ export function startRebuildWorker(
       cancels.forget(jobId);
       processed += 1;
     }
+  };
+  /**
+   * A job whose lock this worker lost, looked up in the queue's Redis: still there, BullMQ
+   * redelivers it; gone (the Redis restarted from a snapshot, or failed over to a replica, that
+   * lost its last writes: helper-151), its request is queued again as a trigger would queue it (a
+   * waiting job of the same request answers it; a repeat is harmless). Up to three looks a second
+   * apart while that Redis does not answer.
+   */
+  const requeueIfLost = async (jobId: string, data: RebuildJobData, queue: RequeueQueue): Promise<LostJobCheck> => {
+    let failure = "";
+    for (let look = 0; look < 3; look++) {
+      if (look > 0) await new Promise((resolve) => setTimeout(resolve, 1_000));
+      try {
+        if ((await within(deps.connection.exists(worker.toKey(jobId)), 1_500)) === 1) return { kind: "present" };
+        const request = {
+          ...(data.tenant ? { tenant: data.tenant } : {}),
+          ...(data.version ? { version: data.version } : {}),
+          force: data.force,
+          trigger: data.trigger,
+          ...(data.requestedBy ? { requestedBy: data.requestedBy } : {}),
+          ...(data.retryOf ? { retryOf: data.retryOf } : {}),
+        };
+        const result = await within(
+          triggerRebuild(queue, deps.main, deps.keys, deps.definitions, data.rebuild, request),
+          3_000,
+        );
+        if ("message" in result) {
+          return { kind: "unknown", why: `it is gone, and its request could not be queued again: ${result.message}` };
+        }
+        log(
+          `job ${jobId}: gone from the queue's Redis (it lost its last writes): its request queued again as job ${result.jobId}`,
+        );
+        return { kind: "requeued", jobId: result.jobId };
+      } catch (error) {
+        failure = error instanceof Error ? error.message : String(error);
+      }
+    }
+    return { kind: "unknown", why: `the queue's Redis did not answer: ${failure}` };
   };
   const scheduleIsPaused = (data: RebuildJobData) =>
     isSchedulePaused(deps.main, deps.keys, data.rebuild, data.tenant).catch(() => false);

@@ -33,6 +33,12 @@ export type FailureClass =
       forgetRebuilt: boolean;
     };
 
+/**
+ * How the reason of an attempt that lost its BullMQ job lock ends: the worker then asks whether
+ * the queue's Redis still has the job (run-rebuild.ts `lostJobReason`) and says otherwise.
+ */
+export const JOB_REDELIVERED = "the job is redelivered";
+
 export function classifyFailure(
   error: unknown,
   context: { jobSignal: AbortSignal; timeLimitMs: number },
@@ -51,8 +57,8 @@ export function classifyFailure(
       status: "aborted",
       reason:
         error instanceof WorkerStalledError
-          ? `${error.message}; its BullMQ job lock ran out meanwhile: the job is redelivered`
-          : "BullMQ job lock lost (the worker stalled, or its Redis restarted or failed over); the job is redelivered",
+          ? `${error.message}; its BullMQ job lock ran out meanwhile: ${JOB_REDELIVERED}`
+          : `BullMQ job lock lost (the worker stalled, or its Redis restarted or failed over); ${JOB_REDELIVERED}`,
       message: "job lock lost",
       retry: true,
       forgetRebuilt: false,

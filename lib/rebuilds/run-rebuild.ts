@@ -59,7 +59,7 @@ import {
   type CancelRequest,
 } from "./cancel-request";
 import { recordChangedBuild } from "./build-integrity";
-import { classifyFailure, isTransient } from "./classify-failure";
+import { classifyFailure, JOB_REDELIVERED, isTransient } from "./classify-failure";
 import { wasDeclared } from "./declared";
 import { decideRun, DEFER_MAX_MS, DEFER_MIN_MS } from "./decide";
 import { outputDirOf, stopWithinMs, tenantProblem, type Definitions, type RebuildDefinition } from "./definitions";
@@ -130,6 +130,42 @@ export interface RebuildJob {
    */
   lastTry?: { attempt: number; of: number } | null;
   progress?: (fraction: number) => void;
+  /**
+   * Asked once this pickup has lost its job lock: whether the queue's Redis still has the job,
+   * and when it has lost it (a crash or a failover that lost its last writes: nothing would
+   * redeliver it), queues its request again. Absent: not asked (the record says "redelivered").
+   */
+  requeueIfLost?: () => Promise<LostJobCheck>;
+}
+
+/** What `requeueIfLost` found. */
+export type LostJobCheck =
+  | { kind: "present" }
+  | { kind: "requeued"; jobId: string }
+  /** The job is gone and its request could not be queued again (`why`), or the check failed. */
+  | { kind: "unknown"; why: string };
+
+/**
+ * The reason of an attempt that lost its job lock (`classifyFailure`: "… the job is redelivered"),
+ * as it is: the job still queued, redelivered by BullMQ; gone from the queue's Redis (helper-151:
+ * the record said "redelivered" while nothing would run it again), its request queued again.
+ */
+async function lostJobReason(job: RebuildJob, reason: string): Promise<{ reason: string; requeued: boolean }> {
+  if (!job.requeueIfLost || !reason.endsWith(JOB_REDELIVERED)) return { reason, requeued: false };
+  const check = await job
+    .requeueIfLost()
+    .catch((error: unknown): LostJobCheck => ({ kind: "unknown", why: String(error) }));
+  if (check.kind === "present") return { reason, requeued: false };
+  const head = reason.slice(0, -JOB_REDELIVERED.length);
+  return check.kind === "requeued"
+    ? {
+        reason: `${head}the job itself is gone from the queue's Redis (it lost its last writes): its request was queued again as job ${check.jobId}`,
+        requeued: true,
+      }
+    : {
+        reason: `${head}the job is redelivered if the queue's Redis still has it (${check.why}): if this job is not run again, trigger the rebuild again`,
+        requeued: false,
+      };
 }
 
 export type RebuildOutcome =
@@ -404,7 +440,10 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
     if (failure.kind === "hand-back") {
       return (await recordEarlyEnd(failure.status, failure.reason)) ?? { status: "handed-back", runId };
     }
-    const message = failure.kind === "fail" ? failure.reason : `stopped while its inputs were read: ${String(error)}`;
+    const message =
+      failure.kind === "fail"
+        ? (await lostJobReason(job, failure.reason)).reason
+        : `stopped while its inputs were read: ${String(error)}`;
     return failEarly(
       message,
       failure.kind === "fail" ? failure.retry : true,
@@ -1058,9 +1097,11 @@ class RebuildAttempt {
     const publishedInRedis = error instanceof FenceNotRecordedError ? { buildHash: error.buildHash } : {};
     // The job's last try: no retry follows, though the failure would allow one.
     const last = failure.retry ? this.job.lastTry : null;
-    const reason = last
-      ? `${failure.reason}; no retry left (try ${last.attempt} of ${last.of}): the job failed`
-      : failure.reason;
+    const told = await lostJobReason(this.job, failure.reason);
+    const reason =
+      last && !told.requeued
+        ? `${told.reason}; no retry left (try ${last.attempt} of ${last.of}): the job failed`
+        : told.reason;
     await this.finish(
       failure.status,
       { reason, ...publishedInRedis },

@@ -1,0 +1,73 @@
+/**
+ * The queue's Redis loses a job while a worker runs it (black-box helper-151: a restart from an
+ * older snapshot, or a failover to a replica that had not received it). Its record used to say
+ * "the job is redelivered" while nothing would ever run it again: the request was lost unseen.
+ * The worker now looks the job up when it loses its lock (and before it defers, hands back or
+ * retries one): gone, its request is queued again and its record says so. A real redis-server
+ * really killed and restarted from its snapshot, a real worker process.
+ */
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { after, test } from "node:test";
+import { startRedisServer, type RedisServerHandle } from "../../lib/redis/embedded";
+import { createTestBed, slowStep, type TestBed } from "../support/stack";
+
+const RDB_ONLY = ["--appendonly", "no", "--save", ""];
+const root = fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-lostjob-"));
+const servers: RedisServerHandle[] = [];
+const beds: TestBed[] = [];
+after(async () => {
+  for (const bed of beds) await bed.close().catch(() => {});
+  for (const server of servers) await server.stop(2_000).catch(() => {});
+  fs.rmSync(root, { recursive: true, force: true });
+});
+
+test("a job the queue's Redis lost while it ran: its record says so, and its request is queued again and rebuilt", async () => {
+  const dir = path.join(root, "redis");
+  const first = await startRedisServer({ dir, extraArgs: RDB_ONLY });
+  servers.push(first);
+  const bed = await createTestBed(
+    { slow: { output: "out/slow", steps: [slowStep(6)] } },
+    {},
+    { redis: { ...first, dir }, url: first.url },
+  );
+  beds.push(bed);
+  const worker = await bed.startWorker();
+  await bed.main.save(); // the snapshot the restart comes back to: no job in it
+  const jobId = await bed.trigger("slow", { version: "v1" });
+  await bed.waitForRun((r) => r.jobId === jobId && r.status === "running", 30_000, "the job running");
+
+  // A crash (no shutdown save), then the server again on the same port and data: the job is gone.
+  process.kill(first.pid, "SIGKILL");
+  await new Promise<void>((resolve) =>
+    first.child.exitCode !== null || first.child.signalCode !== null
+      ? resolve()
+      : first.child.once("exit", () => resolve()),
+  );
+  const second = await startRedisServer({ dir, port: first.port, extraArgs: RDB_ONLY });
+  servers.push(second);
+
+  const ended = await bed.waitForRun(
+    (r) => r.jobId === jobId && r.status !== "running",
+    60_000,
+    "the lost job's attempt ended",
+  );
+  const match =
+    /gone from the queue's Redis \(it lost its last writes\): its request was queued again as job (run-[0-9a-f-]+)/.exec(
+      ended.reason ?? "",
+    );
+  assert.ok(match, `the record names the requeued job: ${ended.status} ${ended.reason}`);
+  assert.doesNotMatch(ended.reason ?? "", /the job is redelivered/);
+  const again = match[1]!;
+  assert.notEqual(again, jobId);
+  const rebuilt = await bed.waitForRun(
+    (r) => r.jobId === again && r.status === "rebuilt",
+    90_000,
+    "the request rebuilt",
+  );
+  assert.equal(rebuilt.version, "v1");
+  assert.match(worker.output(), new RegExp(`job ${jobId}: gone from the queue's Redis`));
+  await worker.stop();
+});
