@@ -27,6 +27,7 @@ import {
   claimName,
   readClaim,
   readClaimTrail,
+  readPublished,
   recordSkip,
   withClaim,
   type ClaimHolder,
@@ -825,6 +826,7 @@ class RebuildAttempt {
       return { status: "skipped", reason: "already-rebuilt", runId: this.runId, version: this.version };
     }
     if (built.status === "published-before") {
+      if (built.runId === this.runId) return this.publishedByEarlierPickup();
       // A repeat: the queue's Redis lost that this job had finished (a crash, a failover). Its
       // build is not published again: another version may have been published since.
       await this.finish("skipped", {
@@ -1108,6 +1110,41 @@ class RebuildAttempt {
       failure.forgetRebuilt ? { change: "del", key: this.idemKey, ttlMs: 0 } : undefined,
     );
     throw new RebuildError(failure.message, failure.retry, this.runId, { cause: error });
+  }
+
+  /**
+   * This very attempt published here before, in a pickup the queue's Redis forgot together with
+   * its record (a failover to a replica that had not received them: helper-151 saw this pickup
+   * record "skipped: run <itself> published its build here before", and no record said rebuilt).
+   * One record stands for both pickups: rebuilt, with the fence and build of the claims Redis's
+   * pointer when that pointer is still this run's; when a newer publish has moved it (so neither
+   * is known here), skipped, saying that the earlier pickup of this attempt rebuilt it.
+   */
+  private async publishedByEarlierPickup(): Promise<RebuildOutcome> {
+    const forgot = "the queue's Redis forgot that pickup and its record (a crash or a failover lost its last writes)";
+    const pointer = await readPublished(this.deps.claims, this.deps.keys, this.claim).catch(() => null);
+    if (pointer?.runId === this.runId && pointer.fence > 0 && pointer.value) {
+      await this.finish(
+        "rebuilt",
+        {
+          fence: pointer.fence,
+          buildHash: pointer.value,
+          reason: `published by an earlier pickup of this same attempt; ${forgot}: recorded again from the output's record of the runs that published and the claims Redis's pointer`,
+        },
+        { change: "set", key: this.idemKey, ttlMs: this.definition.idempotency.ttl, fence: pointer.fence },
+      );
+      return {
+        status: "rebuilt",
+        runId: this.runId,
+        version: this.version,
+        buildHash: pointer.value,
+        fence: pointer.fence,
+      };
+    }
+    await this.finish("skipped", {
+      reason: `already-rebuilt: run ${this.runId} of this job published its build here before (the output's record of the runs that published): an earlier pickup of this same attempt, which rebuilt it; ${forgot}; its fence and build are not known here (the claims Redis's pointer names another publish now)`,
+    });
+    return { status: "skipped", reason: "already-rebuilt", runId: this.runId, version: this.version };
   }
 
   /**

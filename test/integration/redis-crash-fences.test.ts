@@ -129,6 +129,37 @@ test("a job a crash of the Redis brought back after it published, with another v
   }
 });
 
+test("an attempt the queue's Redis forgot with its record after it published, picked up again under the same run id: one record, rebuilt, with its publish's fence and build (helper-151)", async () => {
+  const { server, keys, output, attempt } = await crashBed("forgot-pickup");
+  const client = createRedis(server.url, "worker", "forgot-pickup");
+  try {
+    const first = await attempt(client, "vP", "job-p");
+    assert.equal(first.status, "rebuilt", JSON.stringify(first));
+    const { fence, buildHash } = first as Extract<typeof first, { status: "rebuilt" }>;
+    // What a failover to a replica that had not received them takes back: the record, its
+    // attempt's open marker, the version's "rebuilt" key and mark (the claims Redis keeps its pointer).
+    await client.del(
+      keys.run("job-p-a1"),
+      keys.runOpenAttempt("job-p"),
+      keys.idempotency(idempotencyKey("forgot-pickup", undefined, "vP")),
+      keys.rebuiltNow("forgot-pickup", null),
+    );
+    const again = await attempt(client, "vP", "job-p");
+    assert.equal(again.status, "rebuilt", JSON.stringify(again));
+    const record = await client.hgetall(keys.run("job-p-a1"));
+    assert.equal(record.status, "rebuilt", JSON.stringify(record));
+    assert.equal(Number(record.fence), fence);
+    assert.equal(record.buildHash, buildHash);
+    assert.match(
+      record.reason ?? "",
+      /^published by an earlier pickup of this same attempt; the queue's Redis forgot that pickup/,
+    );
+    assert.equal(await readCurrent(output), buildHash, "nothing published again");
+  } finally {
+    await closeRedis(client);
+  }
+});
+
 test("a main Redis that lost the writes after a snapshot (the claims Redis did not): a request for the version published before is built again, not skipped as rebuilt; a mark the claims Redis confirms still skips (helper-142)", async () => {
   const { server: first, dataDir, definitions, keys, output, claim } = await crashBed("lostmark");
   const claimsServer = await startRedisServer({ dir: path.join(root, "redis-lostmark-claims"), extraArgs: RDB_ONLY });
