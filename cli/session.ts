@@ -59,9 +59,13 @@ const PING_DEADLINE_MS = 3_000;
 export async function connect(setup: Setup): Promise<CliContext> {
   const context = openCliContext(setup);
   const { urls, main, claims } = context.connections;
-  for (const [label, client, url] of [
-    ["Redis", main, urls.main],
-    ["Claims Redis", claims, urls.claims],
+  const claimsSource =
+    urls.claimsFrom === "CLAIMS_REDIS_URL"
+      ? "from CLAIMS_REDIS_URL"
+      : `DB 1 of the main Redis, ${describeSource(urls)}`;
+  for (const [label, client, url, source] of [
+    ["Redis", main, urls.main, describeSource(urls)],
+    ["Claims Redis", claims, urls.claims, claimsSource],
   ] as const) {
     try {
       await Promise.race([
@@ -76,7 +80,7 @@ export async function connect(setup: Setup): Promise<CliContext> {
       throw new CliFailure(
         EXIT.redis,
         "redis-unreachable",
-        `${label} at ${shown} (${describeSource(urls)}) does not answer: ${describeRedisFailure(client, error)}`,
+        `${label} at ${shown} (${source}) does not answer: ${describeRedisFailure(client, error)}`,
       );
     }
   }

@@ -18,7 +18,7 @@ import { runPlaceOf } from "../runs/records";
 import { noteForceRelease } from "../runs/writer";
 import { liveWorkerIdSet } from "../workers/heartbeat";
 import type { WebContext } from "../web/context";
-import { badRequest, refusal, type Reply } from "./errors";
+import { badRequest, fromRedis, refusal, type Reply } from "./errors";
 
 export type { TrailEntry };
 
@@ -105,12 +105,16 @@ export async function getClaims(
 ): Promise<ApiClaimPage> {
   const { connections } = context;
   if (query.cursor !== undefined && !checkClaimName(query.cursor).ok) throw badRequest("cursor: not a claim name");
-  const page = await listClaims(connections.claims, connections.keys, {
-    limit: query.limit,
-    cursor: query.cursor ?? null,
-    search: query.q ?? null,
-    liveWorkerIds: await liveWorkerIdSet(connections.main, connections.keys),
-  });
+  const liveWorkerIds = await fromRedis("the main Redis", liveWorkerIdSet(connections.main, connections.keys));
+  const page = await fromRedis(
+    "the claims Redis",
+    listClaims(connections.claims, connections.keys, {
+      limit: query.limit,
+      cursor: query.cursor ?? null,
+      search: query.q ?? null,
+      liveWorkerIds,
+    }),
+  );
   return { claims: page.claims.map(toApiClaim), nextCursor: page.nextCursor, serverTime: page.serverTime };
 }
 
@@ -202,7 +206,10 @@ export async function getClaimTrail(
   const { connections } = context;
   return {
     name: query.name,
-    entries: await readClaimTrail(connections.claims, connections.keys, query.name, query.limit),
+    entries: await fromRedis(
+      "the claims Redis",
+      readClaimTrail(connections.claims, connections.keys, query.name, query.limit),
+    ),
   };
 }
 
@@ -214,5 +221,7 @@ export async function getEndedClaims(
   query: { limit: number },
 ): Promise<{ entries: TrailEntry[] }> {
   const { connections } = context;
-  return { entries: await readEndedClaims(connections.claims, connections.keys, query.limit) };
+  return {
+    entries: await fromRedis("the claims Redis", readEndedClaims(connections.claims, connections.keys, query.limit)),
+  };
 }

@@ -49,6 +49,20 @@ export function refusal<Outcome extends { status: string }>(outcome: Outcome, me
   return { status: 409, body: { error: { code: outcome.status, message }, ...outcome } };
 }
 
+/**
+ * `work` against one Redis: that server away (or refusing for now) is a 503 naming it — "the
+ * claims Redis is unreachable" while the main one answers (helper-151: every 503 said "Redis").
+ */
+export async function fromRedis<T>(which: "the claims Redis" | "the main Redis", work: Promise<T>): Promise<T> {
+  try {
+    return await work;
+  } catch (error) {
+    if (error instanceof ApiError || !isRedisUnavailable(error)) throw error;
+    const message = unavailableMessage(error).replace(/^Redis/, which.replace(/^t/, "T"));
+    throw new ApiError(503, "unavailable", message);
+  }
+}
+
 export function errorResponse(error: unknown): Response {
   const { status, code, message } = publicErrorOf(error);
   return Response.json({ error: { code, message } }, { status });

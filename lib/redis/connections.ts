@@ -28,6 +28,8 @@ export interface RedisUrls {
   claims: string;
   /** Where `main` came from: REDIS_URL, or the embedded Redis recorded in this file. */
   source: { from: "REDIS_URL" } | { from: "embedded"; stateFile: string; pid: number };
+  /** Where `claims` came from: CLAIMS_REDIS_URL, or logical DB 1 of the main server. */
+  claimsFrom: "CLAIMS_REDIS_URL" | "main";
 }
 
 export function resolveRedisUrls(config: Config): RedisUrls {
@@ -36,6 +38,7 @@ export function resolveRedisUrls(config: Config): RedisUrls {
       main: config.redisUrl,
       claims: deriveClaimsRedisUrl(config.redisUrl, config.claimsRedisUrl),
       source: { from: "REDIS_URL" },
+      claimsFrom: config.claimsRedisUrl ? "CLAIMS_REDIS_URL" : "main",
     };
   }
   const embedded = lookForEmbeddedRedis(config.dataDir);
@@ -44,6 +47,7 @@ export function resolveRedisUrls(config: Config): RedisUrls {
     main: embedded.url,
     claims: deriveClaimsRedisUrl(embedded.url, config.claimsRedisUrl),
     source: { from: "embedded", stateFile: embedded.stateFile, pid: embedded.pid },
+    claimsFrom: config.claimsRedisUrl ? "CLAIMS_REDIS_URL" : "main",
   };
 }
 

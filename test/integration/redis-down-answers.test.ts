@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { after, test } from "node:test";
-import { errorResponse } from "../../lib/api/errors";
+import { errorResponse, fromRedis } from "../../lib/api/errors";
 import { inspectRedis } from "../../lib/health/redis-safety";
 import { closeRedis, createRedis, describeRedisFailure } from "../../lib/redis/client";
 import { startTestRedis, stopTestRedis } from "../support/redis";
@@ -37,6 +37,11 @@ test("a command refused for want of a connection is a 503 unavailable, described
       assert.equal(response.status, 503, `${role}: ${String(caught)}`);
       assert.deepEqual(await response.json(), {
         error: { code: "unavailable", message: "Redis is unreachable; see /api/health" },
+      });
+      // Read from one server only (the claims API): the 503 names which (helper-151).
+      const named = await fromRedis("the claims Redis", Promise.reject(caught)).catch((error: unknown) => error);
+      assert.deepEqual(await errorResponse(named).json(), {
+        error: { code: "unavailable", message: "The claims Redis is unreachable; see /api/health" },
       });
       const described = describeRedisFailure(client, caught);
       assert.doesNotMatch(described, /maxRetriesPerRequest|max retries per request/i, `${role}: ${described}`);

@@ -742,6 +742,13 @@ test("a Redis that does not answer is exit 3, for status (with the report) and f
       `Redis at redis://127\\.0\\.0\\.1:${port} \\(from REDIS_URL\\) does not answer: no connection: connect ECONNREFUSED 127\\.0\\.0\\.1:${port}`,
     ),
   );
+  // Only a separate claims Redis away: named with where its URL came from (helper-151).
+  const away = await cli(["claims"], { ...operatorEnv, CLAIMS_REDIS_URL: `redis://127.0.0.1:${port}` });
+  assert.equal(away.status, 3);
+  assert.match(
+    away.stderr,
+    new RegExp(`Claims Redis at redis://127\\.0\\.0\\.1:${port} \\(from CLAIMS_REDIS_URL\\) does not answer`),
+  );
 });
 
 test("bad usage is exit 2 with the usage on stderr, and one JSON document on stdout with --json", async () => {
