@@ -257,7 +257,7 @@ export async function changedBuildProblems(client: Pick<Redis, "hgetall">, keys:
     const found = `found ${formatAbsolute(build.foundAt, "utc")} by ${build.foundBy}`;
     const remove = `chmod -R u+w ${build.path} && rm -rf ${build.path}`;
     if (build.kind === "unsynced")
-      return `The disk lost a write under ${output}: build ${build.expected} could not be read or synced (EIO), so a rebuild moved it aside to ${build.path} and replaced it (${found}); check the disk (dmesg, SMART), then delete it (it is read-only): ${remove}`;
+      return `The disk lost a write under ${output}: build ${build.expected} could not be read or synced (EIO), so a rebuild moved it aside to ${build.path} to build it again in its place (${found}; the run history says whether that publish took: a disk still failing fails it too); check the disk (dmesg, SMART), then delete it (it is read-only): ${remove}`;
     if (build.kind === "missing")
       return `The published build of ${output} is missing from disk: current points at ${build.path}, which is gone (${found}); rebuild its version with force to publish it again (a repeat without force is skipped as already rebuilt)`;
     if (build.kind === "changed")
