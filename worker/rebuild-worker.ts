@@ -28,6 +28,7 @@ import {
 } from "../lib/rebuilds/run-rebuild";
 import { lockRenewTimeFor, stepWarden, wardenSilenceFor } from "../lib/rebuilds/steps/warden";
 import { LOCK_LOST_ABORT_REASON } from "../lib/rebuilds/steps/context";
+import { runIdOf } from "../lib/runs/types";
 
 export interface RebuildWorkerOptions {
   concurrency: number;
@@ -173,18 +174,20 @@ export function startRebuildWorker(
     // forced job does it here; any other with its idempotency check (run-rebuild, one round
     // trip), or below when it fails before that check ran.
     const data = rebuildJobData.safeParse(job.data);
-    // Asked at most once per pickup: when the job's lock is lost, and before the job is moved on
-    // (deferred, handed back, retried), which needs the job to be there still.
+    // Asked at most once per pickup, and only of one that lost its job lock (lockRenewalFailed):
+    // by its record's reason, and before the job is moved on (deferred, handed back, retried).
     let lostCheck: Promise<LostJobCheck> | null = null;
     const queue = deps.queue;
+    const attemptRunId = runIdOf(jobId, Math.max(1, job.attemptsStarted));
     const requeueOnce =
       queue && data.success
         ? () =>
-            (lostCheck ??= requeueIfLost(jobId, data.data, queue).catch((error: unknown) => ({
+            (lostCheck ??= requeueIfLost(jobId, attemptRunId, data.data, queue).catch((error: unknown) => ({
               kind: "unknown" as const,
               why: String(error),
             })))
         : null;
+    const lockLost = () => jobSignal.aborted && jobSignal.reason === LOCK_LOST_ABORT_REASON;
     const clearMarker = () => {
       if (data.success) void clearPendingTrigger(deps.main, deps.keys, data.data, jobId).catch(() => {});
     };
@@ -230,10 +233,10 @@ export function startRebuildWorker(
       });
       switch (outcome.status) {
         case "deferred":
-          await requeueOnce?.();
+          if (lockLost()) await requeueOnce?.();
           return defer(job, token, outcome.until, outcome.note ?? `output held by ${outcome.heldBy}`, !outcome.note);
         case "handed-back":
-          await requeueOnce?.();
+          if (lockLost()) await requeueOnce?.();
           // A stale token (the lock ran out while this worker stalled: the job is another
           // attempt's, or the stalled check moves it back) is refused: nothing to hand back.
           await job.moveToWait(token).catch((error: unknown) => log(`job ${jobId}: not handed back: ${String(error)}`));
@@ -251,7 +254,7 @@ export function startRebuildWorker(
       if (data.success && !data.data.force) clearMarker();
       if (error instanceof RebuildError) {
         // A retry needs the job: one the queue's Redis lost meanwhile is queued again.
-        if (error.retry) await requeueOnce?.();
+        if (error.retry && lockLost()) await requeueOnce?.();
         log(`job ${jobId}: ${error.retry ? "transient failure, will retry" : "failed"}: ${error.message}`);
         throw error.retry ? error : new UnrecoverableError(error.message);
       }
@@ -264,39 +267,59 @@ export function startRebuildWorker(
   };
   /**
    * A job whose lock this worker lost, looked up in the queue's Redis: still there, BullMQ
-   * redelivers it; gone (the Redis restarted from a snapshot, or failed over to a replica, that
-   * lost its last writes: helper-151), its request is queued again as a trigger would queue it (a
-   * waiting job of the same request answers it; a repeat is harmless). Up to three looks a second
-   * apart while that Redis does not answer.
+   * redelivers it. Gone together with this attempt's run record, the Redis went back to before the
+   * attempt began (a restart from an older snapshot, a failover to a replica that had not received
+   * them: replication and snapshots keep the order of writes, and the record was written after the
+   * job): nothing will run it again (helper-151), so its request is queued again as a trigger
+   * queues it (a waiting job of the same request answers it instead; a repeat is harmless). Gone
+   * while its record is there, it was removed on purpose — an operator's cancel, or finished by
+   * another pickup and trimmed (review helper-155: a cancelled job was brought back) — and is left
+   * so. The look is asked again (a second apart, three times) while that Redis does not answer; the
+   * trigger is sent once (one that timed out may still land: sent again it could queue twice).
    */
-  const requeueIfLost = async (jobId: string, data: RebuildJobData, queue: RequeueQueue): Promise<LostJobCheck> => {
+  const requeueIfLost = async (
+    jobId: string,
+    runId: string,
+    data: RebuildJobData,
+    queue: RequeueQueue,
+  ): Promise<LostJobCheck> => {
     let failure = "";
     for (let look = 0; look < 3; look++) {
       if (look > 0) await new Promise((resolve) => setTimeout(resolve, 1_000));
+      let found: [number, number];
       try {
-        if ((await within(deps.connection.exists(worker.toKey(jobId)), 1_500)) === 1) return { kind: "present" };
-        const request = {
-          ...(data.tenant ? { tenant: data.tenant } : {}),
-          ...(data.version ? { version: data.version } : {}),
-          force: data.force,
-          trigger: data.trigger,
-          ...(data.requestedBy ? { requestedBy: data.requestedBy } : {}),
-          ...(data.retryOf ? { retryOf: data.retryOf } : {}),
-        };
-        const result = await within(
-          triggerRebuild(queue, deps.main, deps.keys, deps.definitions, data.rebuild, request),
-          3_000,
+        const replies = await within(
+          deps.main.multi().exists(worker.toKey(jobId)).exists(deps.keys.run(runId)).exec(),
+          1_500,
         );
-        if ("message" in result) {
-          return { kind: "unknown", why: `it is gone, and its request could not be queued again: ${result.message}` };
-        }
-        log(
-          `job ${jobId}: gone from the queue's Redis (it lost its last writes): its request queued again as job ${result.jobId}`,
-        );
-        return { kind: "requeued", jobId: result.jobId };
+        if (!replies || replies.some(([error]) => error)) throw new Error("the lookup was refused");
+        found = [Number(replies[0]![1]), Number(replies[1]![1])];
       } catch (error) {
         failure = error instanceof Error ? error.message : String(error);
+        continue;
       }
+      if (found[0] === 1) return { kind: "present" };
+      if (found[1] === 1) return { kind: "removed" };
+      const request = {
+        ...(data.tenant ? { tenant: data.tenant } : {}),
+        ...(data.version ? { version: data.version } : {}),
+        force: data.force,
+        trigger: data.trigger,
+        ...(data.requestedBy ? { requestedBy: data.requestedBy } : {}),
+        ...(data.retryOf ? { retryOf: data.retryOf } : {}),
+      };
+      const result = await within(
+        triggerRebuild(queue, deps.main, deps.keys, deps.definitions, data.rebuild, request),
+        3_000,
+      ).catch((error: unknown) => ({ status: "error" as const, message: String(error) }));
+      if ("message" in result) {
+        return { kind: "unknown", why: `it is gone, and queuing its request again failed: ${result.message}` };
+      }
+      const joined = result.status === "deduplicated";
+      log(
+        `job ${jobId}: gone from the queue's Redis with its record (it lost its last writes): its request ${joined ? "joined waiting job" : "queued again as job"} ${result.jobId}`,
+      );
+      return { kind: "requeued", jobId: result.jobId, joined };
     }
     return { kind: "unknown", why: `the queue's Redis did not answer: ${failure}` };
   };

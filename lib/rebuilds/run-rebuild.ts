@@ -142,7 +142,10 @@ export interface RebuildJob {
 /** What `requeueIfLost` found. */
 export type LostJobCheck =
   | { kind: "present" }
-  | { kind: "requeued"; jobId: string }
+  /** Gone while this attempt's record is there: removed on purpose (a cancel; finished elsewhere and trimmed). */
+  | { kind: "removed" }
+  /** Gone with this attempt's record (Redis lost writes): its request queued again, or joined to a waiting job. */
+  | { kind: "requeued"; jobId: string; joined: boolean }
   /** The job is gone and its request could not be queued again (`why`), or the check failed. */
   | { kind: "unknown"; why: string };
 
@@ -158,9 +161,15 @@ async function lostJobReason(job: RebuildJob, reason: string): Promise<{ reason:
     .catch((error: unknown): LostJobCheck => ({ kind: "unknown", why: String(error) }));
   if (check.kind === "present") return { reason, requeued: false };
   const head = reason.slice(0, -JOB_REDELIVERED.length);
+  if (check.kind === "removed") {
+    return {
+      reason: `${head}the job is no longer in the queue (cancelled, or finished by another pickup, meanwhile): not run again`,
+      requeued: false,
+    };
+  }
   return check.kind === "requeued"
     ? {
-        reason: `${head}the job itself is gone from the queue's Redis (it lost its last writes): its request was queued again as job ${check.jobId}`,
+        reason: `${head}the job itself is gone from the queue's Redis (it lost its last writes): its request ${check.joined ? "joined waiting job" : "was queued again as job"} ${check.jobId}`,
         requeued: true,
       }
     : {

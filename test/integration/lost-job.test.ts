@@ -11,8 +11,11 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, test } from "node:test";
+import { cancelJob } from "../../lib/operations/cancel";
+import { jobLockKey } from "../../lib/rebuilds/queue";
 import { startRedisServer, type RedisServerHandle } from "../../lib/redis/embedded";
 import { createTestBed, slowStep, type TestBed } from "../support/stack";
+import { until } from "../support/until";
 
 const RDB_ONLY = ["--appendonly", "no", "--save", ""];
 const root = fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-lostjob-"));
@@ -69,5 +72,50 @@ test("a job the queue's Redis lost while it ran: its record says so, and its req
   );
   assert.equal(rebuilt.version, "v1");
   assert.match(worker.output(), new RegExp(`job ${jobId}: gone from the queue's Redis`));
+  await worker.stop();
+});
+
+test("a job whose lock its worker lost and that an operator then cancelled (removed from the queue) is not queued again (review helper-155)", async () => {
+  // A step that ignores SIGTERM: the attempt that lost its lock waits out its kill grace, while the
+  // stalled check gives the job back and the operator's cancel removes it.
+  const stubborn = {
+    name: "stubborn",
+    // Its shell ignores SIGTERM; each short sleep the group's SIGTERM ends is followed by another.
+    run: ["sh", "-c", "trap '' TERM; i=0; while [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done"],
+    killGrace: "8s",
+  };
+  const bed = await createTestBed({ stubborn: { output: "out/stubborn", steps: [stubborn] } });
+  beds.push(bed);
+  // One job at a time: the job given back is not picked up again beside its stale pickup.
+  const worker = await bed.startWorker({ CLAIMWATCH_WORKER_CONCURRENCY: "1" });
+  const jobId = await bed.trigger("stubborn", { version: "v1" });
+  await bed.waitForRun((r) => r.jobId === jobId && r.status === "running" && r.fence !== null, 30_000, "running");
+  await bed.main.del(jobLockKey(bed.keys, jobId)); // as after a pause past the lock, or a failover
+  await until(
+    "the stalled check gave the job back",
+    async () => {
+      const state = await bed.queue.getJobState(jobId);
+      return state === "waiting" || state === "delayed" || state === "prioritized";
+    },
+    30_000,
+  );
+  const cancelled = await cancelJob(
+    { queue: bed.queue, main: bed.main, keys: bed.keys },
+    { jobId, actor: "ops", reason: "not wanted" },
+  );
+  assert.equal(cancelled.status, "removed", JSON.stringify(cancelled));
+  // The stale pickup ends once its step is killed (its kill grace): then it looks the job up.
+  await worker.waitFor(new RegExp(`job ${jobId}: (transient failure|failed)`), 60_000);
+  assert.doesNotMatch(worker.output(), /gone from the queue's Redis/);
+  const first = (await bed.runsOfJob(jobId)).find((r) => r.attempt === 1);
+  assert.doesNotMatch(first?.reason ?? "", /queued again|joined waiting job/, first?.reason ?? "");
+  const others = (await bed.allRuns()).filter((r) => r.jobId !== jobId);
+  assert.deepEqual(others, [], "no other job ran");
+  assert.deepEqual(await bed.queue.getJobCounts("waiting", "delayed", "active", "prioritized"), {
+    waiting: 0,
+    delayed: 0,
+    active: 0,
+    prioritized: 0,
+  });
   await worker.stop();
 });
