@@ -38,15 +38,22 @@ export async function declareTargets(
   if (Object.keys(fields).length > 0) await client.hset(keys.declaredTargets, fields);
 }
 
-/** Whether some process declared `rebuild` (and `tenant`); null when Redis did not answer. */
+/**
+ * How long a declaration counts: a deploy is over well within it, and a rebuild or tenant taken
+ * out of every file since (or a trigger from a file with a typo, once fixed) stops keeping its
+ * stray jobs waiting (review helper-155). Every worker start and every trigger renews it.
+ */
+export const DECLARED_FOR_MS = 24 * 3_600_000;
+
+/** Whether some process declared `rebuild` (and `tenant`) within DECLARED_FOR_MS; null when Redis did not answer. */
 export async function wasDeclared(
-  client: Pick<Redis, "hexists">,
+  client: Pick<Redis, "hget">,
   keys: RedisKeys,
   rebuild: string,
   tenant?: string | null,
 ): Promise<boolean | null> {
-  return client.hexists(keys.declaredTargets, declaredField(rebuild, tenant)).then(
-    (found) => found === 1,
+  return client.hget(keys.declaredTargets, declaredField(rebuild, tenant)).then(
+    (at) => at !== null && Date.now() - Number(at) <= DECLARED_FOR_MS,
     () => null,
   );
 }

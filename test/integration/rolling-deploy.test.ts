@@ -11,7 +11,7 @@ import path from "node:path";
 import { after, test } from "node:test";
 import { stringify } from "yaml";
 import { loadDefinitions } from "../../lib/rebuilds/definitions";
-import { declareTarget } from "../../lib/rebuilds/declared";
+import { DECLARED_FOR_MS, declareTarget } from "../../lib/rebuilds/declared";
 import { RebuildError, runRebuild, UNDECLARED_PICKUPS } from "../../lib/rebuilds/run-rebuild";
 import { triggerRebuild } from "../../lib/rebuilds/trigger";
 import { readRun } from "../../lib/runs/records";
@@ -106,6 +106,10 @@ test("a declared job no worker that knows it takes within the bound fails, namin
     /^unknown rebuild 'never-declared' \(not in this worker's definitions file, .*claimwatch\.yaml\)$/,
   );
 
+  // Declared long ago (a rebuild taken out of every file since): failed at once too.
+  await bed.main.hset(bed.keys.declaredTargets, "fresh", String(Date.now() - DECLARED_FOR_MS - 60_000));
+  const stale = await failure(runRebuild(deps, job("stale", "fresh", 1)));
+  assert.ok(stale instanceof RebuildError && !stale.retry, String(stale));
   await declareTarget(bed.main, bed.keys, "fresh");
   const early = await runRebuild(deps, job("early", "fresh", 1));
   assert.equal(early.status, "deferred");
