@@ -4,7 +4,7 @@ import { useQuery } from "@tanstack/react-query";
 import { useServerFirstQuery } from "./use-now";
 import Link from "next/link";
 import { useSearchParams } from "next/navigation";
-import { useState } from "react";
+import { useEffect, useState } from "react";
 import type { RunPage } from "@/lib/runs/list";
 import { RUN_STATUSES, type RunStatus } from "@/lib/runs/types";
 import { LIVE_POLL_MS, rebuildHref, runsQuery, type RunsFilter } from "@/lib/ui/queries";
@@ -21,16 +21,35 @@ export interface RunsTableProps {
   initialFilter: RunsFilter & { jobId?: string };
   /** The page the URL names (`?cursor=`): Back, a reload or a shared link open that page again. */
   initialCursor?: string;
+  /**
+   * The URL's `?cursor=` when the server could not use it (malformed, cut short: said above the
+   * list): the walk starts from the newest page instead, and the URL drops it.
+   */
+  refusedCursor?: string;
   rebuilds: { name: string; tenants: string[] | null }[];
   /** Why the server could not read the runs for the page, or null. */
   readError?: string | null;
 }
 
-export function RunsTable({ initial, initialFilter, initialCursor, rebuilds, readError = null }: RunsTableProps) {
+export function RunsTable({
+  initial,
+  initialFilter,
+  initialCursor,
+  refusedCursor,
+  rebuilds,
+  readError = null,
+}: RunsTableProps) {
   const [filter, setFilter] = useState<RunsFilter & { jobId?: string }>(initialFilter);
   // The page the URL names now: after Back or Forward the router may render this page from its
-  // cache, with the props of another URL.
-  const urlCursor = useSearchParams().get("cursor") ?? "";
+  // cache, with the props of another URL. One the server refused is no page (black-box helper-152:
+  // the list read it again and showed nothing but its error).
+  const named = useSearchParams().get("cursor") ?? "";
+  const urlCursor = named && named === refusedCursor ? "" : named;
+  useEffect(() => {
+    if (refusedCursor && new URL(window.location.href).searchParams.get("cursor") === refusedCursor) {
+      replaceUrlParam("cursor", undefined);
+    }
+  }, [refusedCursor]);
   // The pages walked to from the newest (each an older page's cursor); the last is shown.
   const [cursors, setCursors] = useState<string[]>(urlCursor ? [urlCursor] : []);
   const query = { ...filter, ...(cursors.length ? { cursor: cursors[cursors.length - 1] } : {}) };

@@ -74,6 +74,14 @@ test("a link whose filter cannot be used says so above the list instead of listi
     await page.goto(`${url}${path}`);
     await expect(page.getByTestId("link-problem"), path).toContainText(text);
   }
+  // A Runs link with a cursor cut short: named, the newest runs listed, the cursor out of the URL
+  // (helper-152: the list read it again and showed nothing but its error).
+  await page.goto(`${url}/runs?cursor=garbage`);
+  await expect(page.getByTestId("link-problem")).toContainText("cursor: must be a cursor from a previous page");
+  await expect(page).toHaveURL(/\/runs$/);
+  await expect(page.locator("tr[data-run]").first().or(page.getByText("No runs match."))).toBeVisible();
+  await page.waitForTimeout(1_500); // the list's first read from the browser
+  await expect(page.getByText("Could not load runs")).toHaveCount(0);
   await page.goto(`${url}/rebuilds?q=incidents`);
   await expect(page.getByTestId("link-problem")).toHaveCount(0);
   await page.goto(`${url}/claims?q=incidents&limit=20`);

@@ -52,6 +52,7 @@ export default async function RunsPage({ searchParams }: { searchParams: Promise
         initial={initial}
         initialFilter={initialFilter}
         initialCursor={cursor}
+        {...(raw.cursor && raw.cursor !== cursor ? { refusedCursor: raw.cursor } : {})}
         rebuilds={rebuilds}
         readError={readError}
       />
