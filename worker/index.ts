@@ -6,13 +6,15 @@
  * SIGTERM/SIGINT (a deploy): running steps are aborted, claims released, jobs handed back to
  * the queue with no failed attempt (another worker starts them at once), then exit 0.
  */
+import os from "node:os";
 import { Queue } from "bullmq";
 import type { AlertEvaluator } from "../lib/alerts/evaluator";
 import { CONFIG_EXIT_CODE, loadConfigOrExit } from "../lib/config";
 import { describeError } from "../lib/describe-error";
 import { abandonedInputReads } from "../lib/rebuilds/version";
 import { publishEvent } from "../lib/events/publish";
-import { loadDefinitionsOrExit, shutdownWaitMs } from "../lib/rebuilds/definitions";
+import { describeDefinitionsError, loadDefinitions, shutdownWaitMs } from "../lib/rebuilds/definitions";
+import { clearWorkerRefusal, recordWorkerRefusal } from "../lib/workers/refusal";
 import { ContainmentConfigError, detectContainment, publishedBuildsToSteps } from "../lib/rebuilds/steps/containment";
 import { killAllSteps } from "../lib/rebuilds/steps/run-step";
 import { queuePrefix, REBUILD_QUEUE } from "../lib/rebuilds/queue";
@@ -39,7 +41,35 @@ import { beat, HEARTBEAT_EVERY_MS, newWorkerIdentity, retire } from "../lib/work
 import { DEFAULT_WORKER_OPTIONS, startRebuildWorker } from "./rebuild-worker";
 
 const config = loadConfigOrExit("claimwatch-worker");
-const definitions = loadDefinitionsOrExit(config.definitionsPath, "claimwatch-worker", config.definitionsSource);
+const loaded = loadDefinitions(config.definitionsPath, config.definitionsSource);
+if (!loaded.ok) {
+  process.stderr.write(`${describeDefinitionsError(loaded.error, "claimwatch-worker: definitions error: ")}\n`);
+  await noteRefusal(loaded.error.message.split("\n")[0] ?? "");
+  process.exit(CONFIG_EXIT_CODE);
+}
+const definitions = loaded.definitions;
+
+/**
+ * Leaves the refusal where the dashboard reads it (lib/workers/refusal.ts): best effort, within
+ * 2 s, as its Redis settings may be what is wrong too.
+ */
+async function noteRefusal(problem: string): Promise<void> {
+  let client: ReturnType<typeof createRedis> | null = null;
+  try {
+    client = createRedis(resolveRedisUrls(config).main, "worker", "claimwatch-worker:refusal");
+    client.on("error", () => {});
+    const note = recordWorkerRefusal(client, redisKeys(config.keyPrefix), {
+      host: os.hostname(),
+      pid: process.pid,
+      problem,
+    });
+    await settledWithin(note, 2_000);
+  } catch {
+    // no Redis to tell: the log line above is all
+  } finally {
+    client?.disconnect();
+  }
+}
 let urls;
 try {
   urls = resolveRedisUrls(config);
@@ -414,6 +444,8 @@ if (!stopping) {
   log(
     `ready: ${definitions.rebuilds.size} rebuild(s) from ${definitions.file}, concurrency ${concurrency}, Redis ${describeRedisTarget(urls.main)}`,
   );
+  // A start that refused its file before this one is over.
+  void clearWorkerRefusal(main, keys).catch(() => {});
   // Finished runs from before the timeline counters (an upgrade) counted once, in the background.
   void startTimelineBackfill(main, keys, { retention, log, signal: backfill.signal });
 }

@@ -6,6 +6,7 @@ import type { Redis } from "ioredis";
 import type { RedisKeys } from "../redis/keys";
 import { formatDurationMs } from "../ui/format";
 import { countWorkers, type SilentWorker } from "../workers/heartbeat";
+import { readWorkerRefusal, refusalProblem } from "../workers/refusal";
 import { inspectRedis, safetyProblems, type RedisSafety } from "./redis-safety";
 
 export const HEALTH_DEADLINE_MS = 1_800;
@@ -45,13 +46,16 @@ async function bounded<T>(work: Promise<T>, fallback: T, ms: number): Promise<T>
 export async function checkHealth(probes: HealthProbes, deadlineMs = HEALTH_DEADLINE_MS): Promise<HealthReport> {
   const checkedAt = Date.now();
   const late: RedisSafety = { ok: false, error: `no answer within ${deadlineMs} ms` };
-  const [redis, claimsRedis, workers] = await Promise.all([
+  const [redis, claimsRedis, workers, refusal] = await Promise.all([
     bounded(inspectRedis(probes.main), late, deadlineMs),
     bounded(inspectRedis(probes.claims), late, deadlineMs),
     bounded<Awaited<ReturnType<typeof countWorkers>> | null>(countWorkers(probes.main, probes.keys), null, deadlineMs),
+    bounded(readWorkerRefusal(probes.main, probes.keys), null, deadlineMs),
   ]);
   const problems = [...safetyProblems("Redis", redis), ...safetyProblems("Claims Redis", claimsRedis)];
   const ok = redis.ok && claimsRedis.ok;
+  // A start that refused its file first: it is why no worker runs, whatever the silent ones tell.
+  if (ok && refusal) problems.push(refusalProblem(refusal));
   if (ok && workers?.live === 0) problems.push(noWorkerProblem(workers.silent, workers.serverTime));
   return { ok, redis, claimsRedis, workers: workers?.live ?? null, problems, checkedAt };
 }

@@ -24,6 +24,11 @@ export function redisKeys(prefix: string) {
     workerHeartbeat: (workerId: string) => `${tag}:worker:${workerId}`,
     /** What `workerHeartbeat` puts before the id: for RUN_BEGIN, which asks a record's worker. */
     workerHeartbeatPrefix: `${tag}:worker:`,
+    /**
+     * STRING with a TTL: JSON {host, pid, problem} of the last worker start that refused its
+     * definitions file; deleted by the next worker that starts (lib/workers/refusal.ts).
+     */
+    workerRefusal: `${tag}:worker-refusal`,
 
     // --- claims (in the claims Redis; see lib/claims) --------------------------------------
     /** STRING: the holder's token, `SET NX PX`. Its TTL is the claim's lifetime. */
