@@ -3,7 +3,8 @@
  * `npm test`): a stream of triggers with deliberate duplicates over three rebuilds (one with
  * tenants, one triggered without a version: its jobs read the version from an input file the
  * soak rewrites, and record themselves running before that read ends), against real worker processes that are SIGKILLed, SIGSTOPped past their claim TTL,
- * deployed (SIGTERM) and cut off by Redis restarts (AOF, same port and data). The rebuild steps
+ * deployed (SIGTERM) and cut off by Redis restarts (AOF, same port and data); one publisher is held
+ * inside its swap of `current` while a newer fence publishes (`slow-swap`). The rebuild steps
  * journal every write to files outside Redis; an independent checker (scripts/soak/checker.ts)
  * reads the journals, the soak's event log and the outputs afterwards.
  *
@@ -366,6 +367,7 @@ async function main(): Promise<Figures> {
           ...(typeof outputsDisk !== "string" ? { fullableDisk: dirs.outputs } : {}),
           ...(soak.claimsRedis ? { claimsRedis: soak.claimsRedis } : {}),
           newVersion: (ref, why) => newVersion?.(ref, why) ?? Promise.resolve(),
+          definitions,
         },
         plan,
       ),

@@ -44,6 +44,26 @@
  *             transient), and so do the workers' own (work dirs, holding marks, builds, fence
  *             records, `current`); every request must still end rebuilt, nothing half-written
  *             may be published and `current` must end at the pointer
+ *   slow-swap  a publisher held up inside its swap of `current` while a newer fence publishes and
+ *             swaps (black-box helper-146), made to happen rather than met by chance. Every
+ *             symlink(2) of one worker (the one whose run of a rebuild that is not hashed is
+ *             furthest along) is held back 1.5–2 s (strace inject on all its threads) for up to
+ *             8 s. Once the Redis pointer names one of its runs and that output's `current` has
+ *             lagged behind it for 200 ms, the run is inside its held-back swap (its fence record
+ *             read, its rename to come). The worker is then SIGSTOPped (a `pause` event; it takes
+ *             no job meanwhile), that claim force-released as `force-release` does, and the
+ *             output's next version asked for at once. A force release keeps the claim from
+ *             others until its holder acknowledges or the release window ends (~6 s), so the
+ *             worker stays paused until the pointer names a newer fence with other bytes, and
+ *             0.5 s more (at most 15 s), then SIGCONT. Its rename puts its older build in place,
+ *             and its re-read of the record follows the newer one through another held-back
+ *             symlink. Without the swap lock the newer publisher swapped meanwhile, so `current`
+ *             goes back for 1.5–2 s (`rolled_back`); with it, the newer swap waits (5 s at most,
+ *             more than the 0.5 s and the held-back follow), and `current` only moves forward.
+ *             Meanwhile other actions spare the victim and the holders of that claim. Events:
+ *             `slow-swap-traced`, `slow-swap` (inside its swap, released), `slow-swap-end` (what
+ *             `current` named, sampled every 10 ms; `wentBack`), or a `chaos-skip` saying why not
+ *             (no busy worker, no strace, no publish of the victim within 8 s)
  *
  * Each action is an event with what the victim was running (from the running-runs index), so
  * the checker can time kill→resume and tell a paused holder from an orphaned one.
@@ -53,7 +73,9 @@ import fs from "node:fs";
 import path from "node:path";
 import type { Queue } from "bullmq";
 import type { Redis } from "ioredis";
-import { forceReleaseClaim, listClaims } from "../../lib/claims";
+import { forceReleaseClaim, listClaims, readPublished, type ClaimInfo } from "../../lib/claims";
+import { outputDirOf, type Definitions } from "../../lib/rebuilds/definitions";
+import { readCurrent } from "../../lib/rebuilds/output";
 import { PRUNING_VERSION } from "../../lib/rebuilds/prune";
 import type { RedisKeys } from "../../lib/redis/keys";
 import { readRun } from "../../lib/runs/records";
@@ -61,6 +83,7 @@ import { fillToLastByte } from "../faults/small-disk";
 import type { RunRecord } from "../../lib/runs/types";
 import {
   CLAIM_TTL_MS,
+  claimLabel,
   HASHED_REBUILDS,
   sleep,
   withTimeout,
@@ -85,7 +108,8 @@ export type ChaosKind =
   | "redis-freeze-long"
   | "force-release"
   | "fence-disk"
-  | "disk-full";
+  | "disk-full"
+  | "slow-swap";
 
 export interface ChaosAction {
   at: number;
@@ -115,6 +139,8 @@ export interface ChaosOptions {
   fullableDisk?: string;
   /** Triggers the next version of an output at once (the trigger stream's). */
   newVersion?: (ref: SoakClaimRef, why: string) => Promise<void>;
+  /** The rebuilds' definitions (where each output's `current` is: `slow-swap`); none: skipped. */
+  definitions?: Definitions;
 }
 
 /** Guaranteed actions (fraction of the soak → kind), then random ones about every 5 s. */
@@ -134,11 +160,14 @@ export function chaosPlan(startedAt: number, durationMs: number, random: () => n
     [0.52, "disk-full"],
     [0.32, "redis-freeze"],
     [0.82, "redis-freeze-long"],
+    // Early, before the first kill and Redis fault: its pause lasts until a newer fence publishes
+    // (up to 15 s), which a Redis fault meanwhile would hold up.
+    [0.04, "slow-swap"],
   ];
   if (durationMs >= 120_000) guaranteed.push([0.9, "redis"]);
   const plan: ChaosAction[] = guaranteed.map(([fraction, kind]) => ({ at: startedAt + fraction * durationMs, kind }));
   const randomKinds: [ChaosKind, number][] = [
-    ["kill", 0.2],
+    ["kill", 0.17],
     ["pause-short", 0.14],
     ["pause-long", 0.2],
     ["deploy", 0.2],
@@ -146,6 +175,7 @@ export function chaosPlan(startedAt: number, durationMs: number, random: () => n
     ["redis-crash", 0.04],
     ["redis-freeze", 0.04],
     ["force-release", 0.1],
+    ["slow-swap", 0.03],
     ["fence-disk", 0.04],
     ["disk-full", 0.04],
   ];
@@ -229,6 +259,10 @@ export async function runChaos(options: ChaosOptions, plan: ChaosAction[]): Prom
       track(fillDisk(options, 1_500 + random() * 2_000));
       continue;
     }
+    if (action.kind === "slow-swap") {
+      track(slowSwap(options, 1_500 + random() * 500));
+      continue;
+    }
     if (action.kind === "force-release") {
       await forceReleaseOne(options).catch((error: unknown) =>
         events.record("chaos-error", { action: action.kind, error: String(error) }),
@@ -294,31 +328,69 @@ export async function runChaos(options: ChaosOptions, plan: ChaosAction[]): Prom
  * disk would not be. Without strace the action is skipped (and says so).
  */
 async function refuseFenceRecords(options: ChaosOptions, ms: number): Promise<void> {
-  const workers = options.pool.live().filter((w) => w.readyAt !== null);
-  const threads = workers.flatMap((w) => {
+  // A thread has one tracer at most: a `slow-swap` victim keeps its own (its links go on).
+  const workers = options.pool.live().filter((w) => w.readyAt !== null && !tracedBy.has(w));
+  const threads = threadsOf(workers);
+  if (threads.length === 0) {
+    return void options.events.record("chaos-skip", { action: "fence-disk", why: "no worker to act on" });
+  }
+  for (const w of workers) tracedBy.set(w, "fence-disk");
+  try {
+    const tracer = await startTracer(threads, ["-e", "trace=link,linkat", "-e", "inject=link,linkat:error=ENOSPC"]);
+    if ("error" in tracer) {
+      return void options.events.record("chaos-skip", { action: "fence-disk", why: `strace: ${tracer.error}` });
+    }
+    const refusing = options.events.record("fence-disk", { pids: workers.map((w) => w.pid), ms: Math.round(ms) });
+    await sleep(Math.max(0, ms - 300));
+    await tracer.stop();
+    options.events.record("fence-disk-end", { since: refusing.t });
+  } finally {
+    for (const w of workers) if (tracedBy.get(w) === "fence-disk") tracedBy.delete(w);
+  }
+}
+
+/** Workers strace is attached to now, and by which action (a thread can have one tracer only). */
+const tracedBy = new Map<SoakWorker, "fence-disk" | "slow-swap">();
+/**
+ * Claims (labels) a `slow-swap` waits on a newer publish of: other actions leave their holders
+ * alone meanwhile (no kill, pause, deploy or force release of them), or that publish may not come.
+ */
+const slowSwapClaims = new Set<string>();
+
+/**
+ * Left out of kills, pauses and deploys: a `slow-swap` victim (its pause and resume are that
+ * action's) and a worker running a run of a claim a `slow-swap` waits on.
+ */
+function spared(worker: SoakWorker, running: RunRecord[]): boolean {
+  return (
+    tracedBy.get(worker) === "slow-swap" ||
+    running.some((r) => r.workerId === worker.id && slowSwapClaims.has(claimLabel(r)))
+  );
+}
+
+/** The thread ids of `workers` (one `-p` each: strace attaches to threads, not processes). */
+function threadsOf(workers: SoakWorker[]): string[] {
+  return workers.flatMap((w) => {
     try {
       return fs.readdirSync(`/proc/${w.pid}/task`);
     } catch {
       return [];
     }
   });
-  if (threads.length === 0) {
-    return void options.events.record("chaos-skip", { action: "fence-disk", why: "no worker to act on" });
-  }
-  const tracer = spawn(
-    "strace",
-    [
-      "-qq",
-      ...threads.flatMap((tid) => ["-p", tid]),
-      "-e",
-      "trace=link,linkat",
-      "-e",
-      "inject=link,linkat:error=ENOSPC",
-      "-o",
-      "/dev/null",
-    ],
-    { stdio: "ignore" },
-  );
+}
+
+/**
+ * strace attached to `threads` with `args` (its output to /dev/null); `stop` detaches it (SIGINT:
+ * held-back calls go on), SIGKILL if it does not go within 5 s. An error (no strace) is said
+ * within 300 ms, as `{ error }`.
+ */
+async function startTracer(
+  threads: string[],
+  args: string[],
+): Promise<{ stop: () => Promise<void> } | { error: string }> {
+  const tracer = spawn("strace", ["-qq", ...threads.flatMap((tid) => ["-p", tid]), ...args, "-o", "/dev/null"], {
+    stdio: "ignore",
+  });
   const exited = new Promise<void>((resolve) => {
     tracer.once("exit", () => resolve());
     tracer.once("error", () => resolve());
@@ -327,15 +399,302 @@ async function refuseFenceRecords(options: ChaosOptions, ms: number): Promise<vo
     new Promise<string>((resolve) => tracer.once("error", (error) => resolve(String(error)))),
     sleep(300).then(() => null),
   ]);
-  if (failed !== null) {
-    return void options.events.record("chaos-skip", { action: "fence-disk", why: `strace: ${failed}` });
+  if (failed !== null) return { error: failed };
+  const running = () => tracer.exitCode === null && tracer.signalCode === null;
+  return {
+    stop: async () => {
+      if (running()) tracer.kill("SIGINT");
+      await Promise.race([exited, sleep(5_000)]);
+      if (running()) tracer.kill("SIGKILL");
+    },
+  };
+}
+
+/** How long a `slow-swap` victim is watched for a publish that enters its held-back swap. */
+const SLOW_SWAP_FIND_MS = 8_000;
+/** `current` behind the victim's own pointer this long: it is inside its held-back symlink. */
+const SLOW_SWAP_LAG_MS = 200;
+/** The longest the victim stays paused waiting for a newer fence's publish. */
+const SLOW_SWAP_HOLD_MS = 15_000;
+/**
+ * After the newer fence's pointer: how long the victim stays paused, for its publisher to record
+ * and (when nothing holds it off) swap, and for the watcher (50 ms) to see that swap.
+ */
+const SLOW_SWAP_NEWER_SWAP_MS = 500;
+
+/**
+ * `slow-swap` (see the header): one busy worker's symlinks held back `delayMs` by strace; once one
+ * of its publishes is inside its swap, the worker is paused, its claim force-released and the
+ * next version asked for; it goes on once a newer fence published (and swapped, when nothing
+ * excludes it). Background action: ends after the victim's swap did, or said why it could not.
+ */
+async function slowSwap(options: ChaosOptions, delayMs: number): Promise<void> {
+  const { events, pool } = options;
+  const skip = (why: string) => void events.record("chaos-skip", { action: "slow-swap", why });
+  const definitions = options.definitions;
+  if (!definitions) return skip("no definitions given (where each output's current is)");
+  // The worker nearest to a publish: its run of a rebuild that is not hashed furthest along (its
+  // progress), looked for every 50 ms for up to 4 s (early in a soak no run may be under way yet).
+  let victim: SoakWorker | null | undefined;
+  const lookUntil = Date.now() + 4_000;
+  while (!victim && Date.now() < lookUntil) {
+    if (victim === null) await sleep(50);
+    const running = await runningRuns(options.main, options.keys).catch(() => [] as RunRecord[]);
+    victim =
+      pool
+        .live()
+        .filter((w) => w.readyAt !== null && !w.paused && !tracedBy.has(w) && !spared(w, running))
+        .map((worker) => ({
+          worker,
+          progress: Math.max(
+            -1,
+            ...running
+              .filter((r) => r.workerId === worker.id && !HASHED_REBUILDS.has(r.rebuild))
+              .map((r) => r.progress ?? 0),
+          ),
+        }))
+        .filter((c) => c.progress >= 0)
+        .sort((a, b) => b.progress - a.progress)[0]?.worker ?? null;
   }
-  const refusing = options.events.record("fence-disk", { pids: workers.map((w) => w.pid), ms: Math.round(ms) });
-  await sleep(Math.max(0, ms - 300));
-  if (tracer.exitCode === null && tracer.signalCode === null) tracer.kill("SIGINT");
-  await Promise.race([exited, sleep(5_000)]);
-  if (tracer.exitCode === null && tracer.signalCode === null) tracer.kill("SIGKILL");
-  options.events.record("fence-disk-end", { since: refusing.t });
+  if (!victim) return skip("no worker running a job (or every busy one traced already)");
+  tracedBy.set(victim, "slow-swap");
+  try {
+    const tracer = await startTracer(threadsOf([victim]), [
+      "-e",
+      "trace=symlink,symlinkat",
+      "-e",
+      `inject=symlink,symlinkat:delay_enter=${Math.round(delayMs * 1_000)}`,
+    ]);
+    if ("error" in tracer) return skip(`strace: ${tracer.error}`);
+    const traced = events.record("slow-swap-traced", {
+      pid: victim.pid,
+      workerId: victim.id,
+      delayMs: Math.round(delayMs),
+    });
+    let end: Record<string, unknown> | null = null;
+    try {
+      end = await holdUpInsideSwap(options, definitions, victim, delayMs, traced.t);
+    } finally {
+      // The victim's swap (and its follow of the newer record) ended, or the window did.
+      await tracer.stop();
+    }
+    if (end) events.record("slow-swap-end", end);
+  } finally {
+    if (victim.paused) resume(pool, events, victim);
+    tracedBy.delete(victim);
+  }
+}
+
+/** A claim of the victim whose publish is inside its swap: `current` lags behind its pointer. */
+interface InsideSwap {
+  claim: ClaimInfo;
+  fence: number;
+  build: string;
+  outputDir: string;
+  /** What `current` named meanwhile (the build before). */
+  current: string | null;
+}
+
+async function holdUpInsideSwap(
+  options: ChaosOptions,
+  definitions: Definitions,
+  victim: SoakWorker,
+  delayMs: number,
+  tracedAt: number,
+): Promise<Record<string, unknown> | null> {
+  const { events } = options;
+  const skip = (why: string) => {
+    events.record("chaos-skip", { action: "slow-swap", why, pid: victim.pid });
+    return null;
+  };
+  const gone = () => victim.exitedAt !== null || victim.leaving;
+  // 1. A publish of the victim inside its held-back swap.
+  const lagSince = new Map<string, number>();
+  let inside: InsideSwap | null = null;
+  const lookUntil = Math.min(Date.now() + SLOW_SWAP_FIND_MS, options.until);
+  while (!inside && Date.now() < lookUntil && !gone()) {
+    const held = await withTimeout(listClaims(options.claims, options.keys), 1_000, "claims").catch(() => null);
+    for (const claim of held?.claims ?? []) {
+      const { holder } = claim;
+      const definition = holder.rebuild ? definitions.rebuilds.get(holder.rebuild) : undefined;
+      if (holder.workerId !== victim.id || !holder.runId || !definition || claim.revoked !== null) continue;
+      // Not a hashed rebuild's: its version comes from its input, so the next run may build the
+      // same bytes (no rollback to see), and its runs are the longest.
+      if (holder.version === PRUNING_VERSION || claim.fence === null || HASHED_REBUILDS.has(holder.rebuild!)) continue;
+      const published = await withTimeout(
+        readPublished(options.claims, options.keys, claim.name),
+        1_000,
+        "pointer",
+      ).catch(() => null);
+      if (published?.runId !== holder.runId || published.fence !== claim.fence) continue;
+      const outputDir = outputDirOf(definition, holder.tenant ?? undefined);
+      const current = await readCurrent(outputDir);
+      const key = `${claim.name} ${claim.fence}`;
+      if (current === published.value) {
+        lagSince.delete(key);
+        continue;
+      }
+      const since = lagSince.get(key) ?? Date.now();
+      lagSince.set(key, since);
+      if (Date.now() - since >= SLOW_SWAP_LAG_MS) {
+        inside = { claim, fence: claim.fence, build: published.value, outputDir, current };
+        break;
+      }
+    }
+    if (!inside) await sleep(25);
+  }
+  if (!inside) {
+    return skip(
+      gone()
+        ? "the victim left (killed or deployed) before it swapped"
+        : `no publish of the victim entered its swap within ${Math.round((Date.now() - tracedAt) / 1_000)} s`,
+    );
+  }
+  // 2. Paused inside its swap (so it also takes no job meanwhile), its claim force-released and
+  // the next version asked for, as forceReleaseOne does.
+  const { claim } = inside;
+  const ref = { rebuild: claim.holder.rebuild!, tenant: claim.holder.tenant ?? undefined };
+  slowSwapClaims.add(claimLabel(ref));
+  try {
+    return await holdUntilNewer(options, victim, delayMs, tracedAt, inside, ref);
+  } finally {
+    slowSwapClaims.delete(claimLabel(ref));
+  }
+}
+
+/** Steps 2–4 of `holdUpInsideSwap`: the victim inside its swap of `inside`'s output. */
+async function holdUntilNewer(
+  options: ChaosOptions,
+  victim: SoakWorker,
+  delayMs: number,
+  tracedAt: number,
+  inside: InsideSwap,
+  ref: SoakClaimRef,
+): Promise<Record<string, unknown>> {
+  const { events, pool } = options;
+  const { claim } = inside;
+  const gone = () => victim.exitedAt !== null || victim.leaving;
+  // Stopped first: its held-back symlink ends 1.3–1.8 s after it was seen inside it.
+  victim.paused = true;
+  pool.signal(victim, "SIGSTOP");
+  const running = await runningRuns(options.main, options.keys).catch(() => [] as RunRecord[]);
+  const jobs = running
+    .filter((r) => r.workerId === victim.id)
+    .map((r) => ({ jobId: r.jobId, attempt: r.attempt, runId: r.id }));
+  const pause = events.record("pause", {
+    pid: victim.pid,
+    workerId: victim.id,
+    ms: SLOW_SWAP_HOLD_MS + SLOW_SWAP_NEWER_SWAP_MS,
+    jobs,
+    during: "slow-swap",
+  });
+  const released = await withTimeout(
+    forceReleaseClaim({ claims: options.claims, audit: options.main }, options.keys, {
+      name: claim.name,
+      token: claim.token,
+      actor: "soak",
+      reason: "soak: slow-swap: operator force release of a claim whose holder is inside its swap of current",
+    }),
+    2_000,
+    "force release",
+  ).catch((error: unknown) => ({ status: `error: ${String(error)}` }) as const);
+  const started = events.record("slow-swap", {
+    pid: victim.pid,
+    workerId: victim.id,
+    claim: claimLabel(ref),
+    name: claim.name,
+    fence: inside.fence,
+    runId: claim.holder.runId,
+    build: inside.build,
+    current: inside.current,
+    delayMs: Math.round(delayMs),
+    insideSwapAfterMs: pause.t - tracedAt,
+    status: released.status,
+  });
+  if (released.status === "released") {
+    await options
+      .newVersion?.(ref, "slow-swap")
+      .catch((error: unknown) => events.record("chaos-error", { action: "slow-swap", error: String(error) }));
+  }
+  // 3. Paused until a newer fence of that claim is published and, unless a lock holds it off,
+  // swapped; `current` sampled meanwhile and after (every change: the evidence of a rollback).
+  const seen: string[] = [];
+  let last: string | null | undefined;
+  const look = async () => {
+    const now = await readCurrent(inside.outputDir);
+    if (now !== last) seen.push(`${now === null ? "none" : now.slice(0, 8)}@${Date.now() - started.t}`);
+    last = now;
+    return now;
+  };
+  let newer: { fence: number; build: string; runId: string | null } | null = null;
+  let newerSeenAt = 0;
+  const holdUntil = started.t + SLOW_SWAP_HOLD_MS;
+  while (Date.now() < holdUntil && !gone()) {
+    await look();
+    if (!newer) {
+      const pointer = await withTimeout(
+        readPublished(options.claims, options.keys, claim.name),
+        1_000,
+        "pointer",
+      ).catch(() => null);
+      // A newer fence with other bytes (one that reproduced this build cannot show a rollback).
+      if (pointer && pointer.fence > inside.fence && pointer.value !== inside.build) {
+        newer = { fence: pointer.fence, build: pointer.value, runId: pointer.runId };
+        newerSeenAt = Date.now();
+      }
+    }
+    if (newer && Date.now() - newerSeenAt >= SLOW_SWAP_NEWER_SWAP_MS) break;
+    await sleep(10);
+  }
+  const pausedMs = Date.now() - pause.t;
+  resume(pool, events, victim);
+  // 4. The rest of its held-back symlink, its rename, its re-read of the record and its held-back
+  // follow of a newer one: traced for twice the delay at least, until its run ended (at most 2 s
+  // more; another worker may have closed its record while it was paused), `current` sampled.
+  // `current` samples from the first pointer past the newer fence on are a later publish's (one
+  // may reproduce the victim's bytes), not the victim's swap: `wentBack` looks before them.
+  const resumedAt = Date.now();
+  let runEnded = false;
+  let overtakenAt = -1;
+  while (Date.now() < resumedAt + 2 * delayMs + 2_000 && !gone()) {
+    await look();
+    if (overtakenAt < 0 && newer) {
+      const pointer = await withTimeout(
+        readPublished(options.claims, options.keys, claim.name),
+        1_000,
+        "pointer",
+      ).catch(() => null);
+      if (pointer && pointer.fence > newer.fence) overtakenAt = seen.length;
+    }
+    if (!runEnded) {
+      const record = await withTimeout(readRun(options.main, options.keys, claim.holder.runId!), 1_000, "run").catch(
+        () => null,
+      );
+      runEnded = record !== null && record.status !== "running";
+    }
+    if (runEnded && Date.now() >= resumedAt + 2 * delayMs + 300) break;
+    await sleep(10);
+  }
+  await look();
+  const newerRun = newer?.runId
+    ? await withTimeout(readRun(options.main, options.keys, newer.runId), 1_000, "run").catch(() => null)
+    : null;
+  const newerAt = newer ? seen.findIndex((s) => s.startsWith(newer.build.slice(0, 8))) : -1;
+  const ownSwaps = seen.slice(newerAt, overtakenAt < 0 ? undefined : overtakenAt);
+  return {
+    since: started.t,
+    pid: victim.pid,
+    claim: claimLabel(ref),
+    fence: inside.fence,
+    build: inside.build,
+    newer: newer && { ...newer, workerId: newerRun?.workerId ?? null },
+    pausedMs,
+    victimRunEnded: runEnded,
+    // `current` went to the newer build, then back to the victim's: what the swap lock prevents.
+    wentBack: newerAt >= 0 && ownSwaps.some((s) => s.startsWith(inside.build.slice(0, 8))),
+    overtakenAtSample: overtakenAt >= 0 ? overtakenAt : null,
+    currentSeen: seen,
+  };
 }
 
 /** The file `disk-full` fills the outputs' disk with (in the outputs' directory). */
@@ -379,6 +738,7 @@ async function forceReleaseOne(options: ChaosOptions): Promise<void> {
   const writing = options.journalDir ? writingRuns(options.journalDir) : new Map<string, number>();
   const running = held
     .filter((c) => c.holder.runId !== null && c.revoked === null)
+    .filter((c) => !c.holder.rebuild || !slowSwapClaims.has(claimLabel({ ...c.holder, rebuild: c.holder.rebuild })))
     .map((c) => ({ c, since: writing.get(c.holder.runId!) ?? -1 }))
     .sort((a, b) => b.since - a.since || (b.c.holder.acquiredAt ?? 0) - (a.c.holder.acquiredAt ?? 0))
     .map(({ c }) => c);
@@ -449,9 +809,9 @@ async function chooseVictim(
   options: ChaosOptions,
   kind: ChaosKind,
 ): Promise<{ worker: SoakWorker; running: RunRecord[] } | null> {
-  const candidates = options.pool.live().filter((w) => w.readyAt !== null && !w.paused);
-  if (candidates.length === 0) return null;
   const running = await runningRuns(options.main, options.keys).catch(() => [] as RunRecord[]);
+  const candidates = options.pool.live().filter((w) => w.readyAt !== null && !w.paused && !spared(w, running));
+  if (candidates.length === 0) return null;
   const busy = candidates.filter((w) => running.some((r) => r.workerId === w.id));
   // The pause past the job lock tries the warden: a worker running archive (the longest steps,
   // up to 3.2 s) may still have a step writing past the warden's 3 s limit.
@@ -478,7 +838,7 @@ async function readingVictim(
     const reading = running.filter((r) => r.version === null && HASHED_REBUILDS.has(r.rebuild));
     const worker = options.pool
       .live()
-      .find((w) => w.readyAt !== null && !w.paused && reading.some((r) => r.workerId === w.id));
+      .find((w) => w.readyAt !== null && !w.paused && !spared(w, running) && reading.some((r) => r.workerId === w.id));
     if (worker) return { worker, running: running.filter((r) => r.workerId === worker.id) };
     await sleep(20);
   }

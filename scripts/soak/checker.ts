@@ -791,18 +791,30 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
     if (after.length > 0) reissued.push(line);
     else regrantedUnpublished.push(line);
   }
-  // The observed pointer going to a lower fence, or `current` going to a build published only
-  // with a fence lower than the highest published so far. A run swaps `current` only after its
-  // fenced publish, but the watcher may see the swap first (it polls; Redis may be down between
-  // the publish and the next poll): a swap to a build that the claim's next observed pointer
-  // publishes with the newest fence is that publish, seen late (a forced rebuild reproduces the
-  // hash an older fence published, so the hash alone does not name the fence).
+  // The observed pointer going to a lower fence, or `current` going back: to a build published
+  // only with a fence lower than one `current` had already named. A run swaps `current` only
+  // after its fenced publish, but the watcher may see the swap first (it polls; Redis may be
+  // down between the publish and the next poll): a swap to a build that the claim's next
+  // observed pointer publishes with the newest fence is that publish, seen late (a forced
+  // rebuild reproduces the hash an older fence published, so the hash alone does not name the
+  // fence). `current` moving forward to a build older than the newest pointer is a lag, not a
+  // rollback: a swapper held up inside its swap (past its in-lock read of the fence record,
+  // before its rename) while a newer fence published goes on with its own build, then follows
+  // the newer record — its swap lock keeps the newer publisher from swapping before it, so
+  // `current` never goes back (current-lock.ts, helper-146). Those are listed apart (late swaps).
   const rolledBack: string[] = [];
+  const lateSwaps: string[] = [];
+  const wentBackAt: { claim: string; t: number }[] = [];
   const highest = new Map<string, number>(); // claim → highest fence seen published
   const fenceOfBuild = new Map<string, number>(); // "<claim> <hash>" → highest fence it was published with
+  const currentNow = new Map<string, string>(); // claim → the build `current` names
+  const currentTop = new Map<string, { fence: number; t: number }>(); // claim → highest fence of a build `current` named
   const publishes = events.filter((x) => x.kind === "pointer" || x.kind === "current");
   const nextPointer = (claim: string, from: number) =>
     publishes.slice(from + 1).find((x) => x.kind === "pointer" && String(x.claim) === claim);
+  const named = (claim: string, fence: number, t: number) => {
+    if (fence > (currentTop.get(claim)?.fence ?? 0)) currentTop.set(claim, { fence, t });
+  };
   for (const [index, e] of publishes.entries()) {
     const claim = String(e.claim);
     if (e.kind === "pointer") {
@@ -816,15 +828,43 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
       highest.set(claim, Math.max(top, e.fence));
       const buildKey = `${claim} ${String(e.value)}`;
       fenceOfBuild.set(buildKey, Math.max(fenceOfBuild.get(buildKey) ?? 0, e.fence));
+      // A build `current` names, published again with a higher fence (a forced rebuild's same bytes).
+      if (currentNow.get(claim) === String(e.value)) named(claim, e.fence, e.t);
     } else {
       const hash = path.basename(String(e.target ?? ""));
       const fence = fenceOfBuild.get(`${claim} ${hash}`);
       const top = highest.get(claim) ?? 0;
       const next = nextPointer(claim, index);
       const seenLate = next !== undefined && String(next.value) === hash && Number(next.fence) >= top;
-      if (fence !== undefined && fence < top && !seenLate)
-        rolledBack.push(`${claim}: current went to ${hash} (fence ${fence}) after fence ${top} at ${at(e.t)}`);
+      const fenceNow = seenLate ? Number(next.fence) : fence;
+      const before = currentTop.get(claim);
+      if (fenceNow !== undefined && before && fenceNow < before.fence) {
+        wentBackAt.push({ claim, t: e.t });
+        rolledBack.push(
+          `${claim}: current went back to ${hash} (fence ${fenceNow}) after it had named fence ${before.fence}'s build (at ${at(before.t)}) at ${at(e.t)}`,
+        );
+      } else if (fence !== undefined && fence < top && !seenLate)
+        lateSwaps.push(
+          `${claim}: current moved on to ${hash} (fence ${fence}) after fence ${top} published, at ${at(e.t)}`,
+        );
+      currentNow.set(claim, hash);
+      // A build published before counts with that fence until a pointer naming it again is seen
+      // while `current` names it (above): the next pointer may be a later reproduction of its bytes.
+      const fenceNamed = fence ?? (seenLate ? Number(next.fence) : undefined);
+      if (fenceNamed !== undefined) named(claim, fenceNamed, e.t);
     }
+  }
+  // slow-swap (chaos.ts) samples `current` every 10 ms around its held-up swapper: `current`
+  // naming the newer fence's build, then the swapper's older one, is a rollback the watcher's
+  // 50 ms polls may have missed (or taken for a publish seen late, when a later fence reproduced
+  // the older bytes).
+  for (const e of events.filter((x) => x.kind === "slow-swap-end" && x.wentBack === true)) {
+    // Counted once: the watcher may have seen the same one.
+    if (wentBackAt.some((w) => w.claim === String(e.claim) && w.t >= Number(e.since) && w.t <= e.t)) continue;
+    const newer = e.newer as { fence: number; build: string } | null;
+    rolledBack.push(
+      `${String(e.claim)}: current went back to ${String(e.build)} (fence ${String(e.fence)}, a swapper held up inside its swap) after naming fence ${newer?.fence ?? "?"}'s build ${newer?.build ?? "?"}, seen by slow-swap at ${at(Number(e.since))}: ${(e.currentSeen as string[]).join(" → ")}`,
+    );
   }
   // A version recorded as ended only because its claim was lost (superseded, publish refused,
   // claim lost): issue 14 says such a request is deferred, so it must have been published.
@@ -854,6 +894,21 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
     `fences a Redis crash forgot before any publish, granted again (never used for two publishes): ${regrantedUnpublished.length}`,
   );
   for (const line of regrantedUnpublished.slice(0, 4)) lines.push(`    ${line}`);
+  // slow-swap (chaos.ts): a swapper held inside its swap while a newer fence published.
+  const slowSwaps = events.filter((e) => e.kind === "slow-swap");
+  const slowSwapEnds = events.filter((e) => e.kind === "slow-swap-end");
+  lines.push(
+    `slow swaps (a publisher held inside its swap of current, force-released, while a newer fence published): ${slowSwaps.length}, ` +
+      `${slowSwapEnds.filter((e) => e.newer).length} with a newer fence published meanwhile, ` +
+      `${slowSwapEnds.filter((e) => e.wentBack === true).length} where current went back after naming the newer build; ` +
+      `late swaps (current moved on to a build older than the newest pointer: a lag, not a rollback): ${lateSwaps.length}`,
+  );
+  for (const e of slowSwapEnds.slice(0, 4))
+    lines.push(
+      `    ${String(e.claim)} fence ${String(e.fence)} at ${at(Number(e.since))}: paused ${(Number(e.pausedMs) / 1000).toFixed(1)} s, ` +
+        `newer ${e.newer ? `fence ${String((e.newer as { fence: number }).fence)}` : "none"}; current ${(e.currentSeen as string[] | undefined)?.join(" → ") ?? "?"}`,
+    );
+  for (const late of lateSwaps.slice(0, 4)) lines.push(`    ${late}`);
   lines.push("must be zero:");
   lines.push(
     `  overlapping writers on one output: ${counted.length} (live ${counted.filter((o) => o.kind === "live").length}, orphan ${counted.filter((o) => o.kind === "orphan").length}, both published ${overlaps.filter((o) => o.bothPublished).length}, the stale writer published ${overlaps.filter((o) => o.stalePublished && !o.bothPublished).length})`,
@@ -902,7 +957,9 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   for (const p of pointerWrong.slice(0, 8)) lines.push(`    ${p}`);
   lines.push(`  fences granted twice (reissued): ${reissued.length}`);
   for (const r of reissued.slice(0, 8)) lines.push(`    ${r}`);
-  lines.push(`  pointer or current moved to a lower fence (rolled back): ${rolledBack.length}`);
+  lines.push(
+    `  pointer moved to a lower fence, or current back to a lower fence's build (rolled back): ${rolledBack.length}`,
+  );
   for (const r of rolledBack.slice(0, 8)) lines.push(`    ${r}`);
   lines.push(`  jobs that published again after another job's publish (a repeat not harmless): ${republished.length}`);
   for (const r of republished.slice(0, 8)) lines.push(`    ${r}`);
