@@ -127,6 +127,9 @@ const { worker, running } = startRebuildWorker(
 const MAINTENANCE_EVERY_MS = 60_000;
 const MAINTENANCE_AFTER_JOBS = 100;
 let lastMaintenance = -MAINTENANCE_EVERY_MS; // monotonic ms: the first upkeep maintains
+/** How often a running worker renews what its definitions declare (its start declares them first). */
+const DECLARE_EVERY_MS = 3_600_000;
+let lastDeclared = performance.now();
 let processedAtMaintenance = 0;
 let lastBeatFailed = false;
 let lastUpkeepFailed = false;
@@ -226,6 +229,12 @@ async function upkeepAfterBeat(judgesOthers: boolean): Promise<void> {
       lastMaintenance = performance.now();
       processedAtMaintenance = running.processed();
       await trimAllRuns(main, keys, definitions, retention);
+      // Renewed while this worker runs (lib/rebuilds/declared.ts): scheduled ticks renew nothing,
+      // and a fleet of mixed definitions may last longer than a declaration counts (review helper-156).
+      if (performance.now() - lastDeclared >= DECLARE_EVERY_MS) {
+        await declareTargets(main, keys, definitions);
+        lastDeclared = performance.now();
+      }
       await pruneAbandonedWorkDirs(definitions);
       const pruneClaims = { client: claims, keys, workerId: identity.id, stopping: () => stopping };
       for (const line of await pruneOldBuilds(definitions, pruneClaims)) {

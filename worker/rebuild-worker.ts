@@ -174,15 +174,16 @@ export function startRebuildWorker(
     // forced job does it here; any other with its idempotency check (run-rebuild, one round
     // trip), or below when it fails before that check ran.
     const data = rebuildJobData.safeParse(job.data);
-    // Asked at most once per pickup, and only of one that lost its job lock (lockRenewalFailed):
-    // by its record's reason, and before the job is moved on (deferred, handed back, retried).
+    // Asked at most once per pickup: by the record's reason of one that lost its job lock, and
+    // before the job is moved on (deferred, retried; handed back only when its lock was lost: a
+    // deploy's hand-back must not wait on a Redis that does not answer).
     let lostCheck: Promise<LostJobCheck> | null = null;
     const queue = deps.queue;
-    const attemptRunId = runIdOf(jobId, Math.max(1, job.attemptsStarted));
+    const attempt = Math.max(1, job.attemptsStarted);
     const requeueOnce =
       queue && data.success
         ? () =>
-            (lostCheck ??= requeueIfLost(jobId, attemptRunId, data.data, queue).catch((error: unknown) => ({
+            (lostCheck ??= requeueIfLost(jobId, attempt, data.data, queue).catch((error: unknown) => ({
               kind: "unknown" as const,
               why: String(error),
             })))
@@ -233,7 +234,7 @@ export function startRebuildWorker(
       });
       switch (outcome.status) {
         case "deferred":
-          if (lockLost()) await requeueOnce?.();
+          await requeueOnce?.();
           return defer(job, token, outcome.until, outcome.note ?? `output held by ${outcome.heldBy}`, !outcome.note);
         case "handed-back":
           if (lockLost()) await requeueOnce?.();
@@ -254,7 +255,7 @@ export function startRebuildWorker(
       if (data.success && !data.data.force) clearMarker();
       if (error instanceof RebuildError) {
         // A retry needs the job: one the queue's Redis lost meanwhile is queued again.
-        if (error.retry && lockLost()) await requeueOnce?.();
+        if (error.retry) await requeueOnce?.();
         log(`job ${jobId}: ${error.retry ? "transient failure, will retry" : "failed"}: ${error.message}`);
         throw error.retry ? error : new UnrecoverableError(error.message);
       }
@@ -266,40 +267,46 @@ export function startRebuildWorker(
     }
   };
   /**
-   * A job whose lock this worker lost, looked up in the queue's Redis: still there, BullMQ
-   * redelivers it. Gone together with this attempt's run record, the Redis went back to before the
-   * attempt began (a restart from an older snapshot, a failover to a replica that had not received
-   * them: replication and snapshots keep the order of writes, and the record was written after the
-   * job): nothing will run it again (helper-151), so its request is queued again as a trigger
-   * queues it (a waiting job of the same request answers it instead; a repeat is harmless). Gone
-   * while its record is there, it was removed on purpose — an operator's cancel, or finished by
-   * another pickup and trimmed (review helper-155: a cancelled job was brought back) — and is left
-   * so. The look is asked again (a second apart, three times) while that Redis does not answer; the
-   * trigger is sent once (one that timed out may still land: sent again it could queue twice).
+   * A job this pickup is about to move on (retry, deferral) or whose lock it lost, looked up in
+   * the queue's Redis: still there, BullMQ runs it again. Gone, it was removed on purpose when an
+   * operator's cancel request for it is there (review helper-155: a cancelled job was brought
+   * back) or a later attempt of it has a record (finished by another pickup, then trimmed). Gone
+   * without either, the Redis lost it (a restart from an older snapshot, a failover to a replica
+   * that had not received it: helper-151) and nothing would run it again: its request is queued
+   * again as a trigger queues it (a waiting job of the same request answers it instead; a repeat
+   * is harmless). This pickup's own record is no evidence either way: its writes may have made it
+   * again after the loss (review helper-156). The look is asked again (a second apart, three
+   * times) while that Redis does not answer; the trigger is sent once (one that timed out may
+   * still land: sent again it could queue twice).
    */
   const requeueIfLost = async (
     jobId: string,
-    runId: string,
+    attempt: number,
     data: RebuildJobData,
     queue: RequeueQueue,
   ): Promise<LostJobCheck> => {
     let failure = "";
     for (let look = 0; look < 3; look++) {
       if (look > 0) await new Promise((resolve) => setTimeout(resolve, 1_000));
-      let found: [number, number];
+      let found: number[];
       try {
         const replies = await within(
-          deps.main.multi().exists(worker.toKey(jobId)).exists(deps.keys.run(runId)).exec(),
+          deps.main
+            .multi()
+            .exists(worker.toKey(jobId))
+            .exists(deps.keys.cancelRequest(jobId))
+            .exists(deps.keys.run(runIdOf(jobId, attempt + 1)))
+            .exec(),
           1_500,
         );
         if (!replies || replies.some(([error]) => error)) throw new Error("the lookup was refused");
-        found = [Number(replies[0]![1]), Number(replies[1]![1])];
+        found = replies.map(([, reply]) => Number(reply));
       } catch (error) {
         failure = error instanceof Error ? error.message : String(error);
         continue;
       }
       if (found[0] === 1) return { kind: "present" };
-      if (found[1] === 1) return { kind: "removed" };
+      if (found[1] === 1 || found[2] === 1) return { kind: "removed" };
       const request = {
         ...(data.tenant ? { tenant: data.tenant } : {}),
         ...(data.version ? { version: data.version } : {}),

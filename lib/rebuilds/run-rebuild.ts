@@ -142,9 +142,9 @@ export interface RebuildJob {
 /** What `requeueIfLost` found. */
 export type LostJobCheck =
   | { kind: "present" }
-  /** Gone while this attempt's record is there: removed on purpose (a cancel; finished elsewhere and trimmed). */
+  /** Gone on purpose: its cancel request is there, or a later attempt's record (finished elsewhere and trimmed). */
   | { kind: "removed" }
-  /** Gone with this attempt's record (Redis lost writes): its request queued again, or joined to a waiting job. */
+  /** Gone without either (Redis lost writes): its request queued again, or joined to a waiting job. */
   | { kind: "requeued"; jobId: string; joined: boolean }
   /** The job is gone and its request could not be queued again (`why`), or the check failed. */
   | { kind: "unknown"; why: string };
@@ -1131,7 +1131,7 @@ class RebuildAttempt {
    */
   private async publishedByEarlierPickup(): Promise<RebuildOutcome> {
     const forgot = "the queue's Redis forgot that pickup and its record (a crash or a failover lost its last writes)";
-    const pointer = await readPublished(this.deps.claims, this.deps.keys, this.claim).catch(() => null);
+    const pointer = await readPublished(this.deps.claims, this.deps.keys, this.claim).catch(() => undefined);
     if (pointer?.runId === this.runId && pointer.fence > 0 && pointer.value) {
       await this.finish(
         "rebuilt",
@@ -1151,7 +1151,7 @@ class RebuildAttempt {
       };
     }
     await this.finish("skipped", {
-      reason: `already-rebuilt: run ${this.runId} of this job published its build here before (the output's record of the runs that published): an earlier pickup of this same attempt, which rebuilt it; ${forgot}; its fence and build are not known here (the claims Redis's pointer names another publish now)`,
+      reason: `already-rebuilt: run ${this.runId} of this job published its build here before (the output's record of the runs that published): an earlier pickup of this same attempt, which rebuilt it; ${forgot}; its fence and build are not known here (${pointer === undefined ? "the claims Redis's pointer could not be read" : "the claims Redis's pointer names another publish now"})`,
     });
     return { status: "skipped", reason: "already-rebuilt", runId: this.runId, version: this.version };
   }
