@@ -77,7 +77,9 @@ export const queue: CommandSpec = {
         limit,
       );
       // BullMQ's counts (its failed set holds the cancelled jobs too; the rows say which).
-      const counts = QUEUE_VIEW_STATES.map((state) => `${view.counts[state]} ${state}`).join(", ");
+      const counts = QUEUE_VIEW_STATES.map(
+        (state) => `${view.counts[state]} ${state === "failed" ? "failed or cancelled (kept)" : state}`,
+      ).join(", ");
       const human = [
         // The counts are the whole queue's (lib/operations/queue-view); the rows follow the filter.
         rebuild

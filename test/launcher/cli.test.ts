@@ -321,7 +321,7 @@ test("queue --json is the queue view: the active job, a delayed one and the sche
   assert.equal(human.status, 0, human.stderr);
   assert.match(
     human.stdout,
-    /^Queue \(all rebuilds\): \d+ active, \d+ waiting, \d+ prioritized, \d+ delayed, \d+ failed$/m,
+    /^Queue \(all rebuilds\): \d+ active, \d+ waiting, \d+ prioritized, \d+ delayed, \d+ failed or cancelled \(kept\)$/m,
   );
   assert.match(human.stdout, /^STATE\s+JOB\s+REBUILD\s+FAILED\s+QUEUED\s+NEXT ATTEMPT\s+WHY$/m);
   assert.match(
@@ -336,7 +336,7 @@ test("queue --json is the queue view: the active job, a delayed one and the sche
   // Filtered, the header says the counts are the whole queue's and whose rows follow.
   const humanFiltered = await cli(["queue", "--rebuild", "tenanted", "--tenant", "globex"]);
   assert.equal(humanFiltered.status, 0, humanFiltered.stderr);
-  assert.match(humanFiltered.stdout, /^Whole queue: \d+ active, .*\d+ failed; below, tenanted\/globex's jobs$/m);
+  assert.match(humanFiltered.stdout, /^Whole queue: \d+ active, .*\d+ failed or cancelled \(kept\); below, tenanted\/globex's jobs$/m);
   await bed.queue.remove(delayedId);
 });
 
