@@ -70,8 +70,11 @@ export function decideRun(situation: RunSituation): RunDecision {
     const later = claim.holder.attempt && situation.attempt && claim.holder.attempt > situation.attempt;
     return { action: later ? "superseded" : "take-over", heldBy };
   }
-  // The holder builds this version and its job is being worked: it carries this request.
-  if (claim.holder.version === situation.version && claim.jobWorked !== false) {
+  // The holder builds this version and its job is being worked: it carries this request. Not a
+  // later attempt of its job (a redelivery): it may find that an earlier attempt published this
+  // version already and end without publishing — over a newer version published since (soak,
+  // helper-154: three requests lost so). This request then waits for it and decides again.
+  if (claim.holder.version === situation.version && claim.jobWorked !== false && (claim.holder.attempt ?? 1) <= 1) {
     return { action: "skip", reason: "claim-held", heldBy, pttlMs: claim.pttlMs };
   }
   return defer;
