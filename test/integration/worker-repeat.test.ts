@@ -208,8 +208,9 @@ test("a same-version holder whose attempt is not its job's current one (a later 
     // Attempt 3 of the holder's job works it (completing, perhaps skipped): attempt 2 ends unbuilt.
     await bed.main.hset(jobKey(bed.keys, "run-holder-2"), "ats", "3");
     assert.equal((await runRebuild(deps, job("v-same-2"))).status, "deferred");
-    // Attempt 2 is the one working it: trusted.
+    // Attempt 2 is the one working it, but a redelivery: it may find its job's earlier attempt
+    // published this version and end without publishing (soak, helper-154): not trusted either.
     await bed.main.hset(jobKey(bed.keys, "run-holder-2"), "ats", "2");
-    assert.equal((await runRebuild(deps, job("v-same-2"))).status, "skipped");
+    assert.equal((await runRebuild(deps, job("v-same-2"))).status, "deferred");
   }).finally(() => bed.main.del(lock, jobKey(bed.keys, "run-holder-2")));
 });
