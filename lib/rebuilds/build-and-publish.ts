@@ -24,6 +24,7 @@ import {
   parsePublishedRuns,
   publishedRunEntry,
   readPublishedJobs,
+  type PublishedRun,
   recordPublishedFence,
 } from "./published-fence";
 import { isTransient } from "./classify-failure";
@@ -358,6 +359,30 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
 }
 
 /**
+ * Runs of job `jobId` listed as having published `version` here, oldest first: the output's list
+ * (on disk: it survives any Redis) and the claims Redis's (pushed by the publish itself: it knows
+ * a publish whose fence is not on the disk yet, its holder paused). Throws when the disk's list
+ * cannot be read.
+ */
+export async function listedPublishesOf(
+  place: { claims: Pick<Redis, "lrange">; keys: RedisKeys; claimName: string; outputDir: string },
+  jobId: string,
+  version: string,
+): Promise<PublishedRun[]> {
+  const ofThisJob = runIdOf(jobId, 1).replace(/-a1$/, "");
+  const [onDisk, inRedis] = await Promise.all([
+    readPublishedJobs(place.outputDir),
+    place.claims
+      .lrange(place.keys.publishedRuns(place.claimName), 0, -1)
+      .then((lines) => parsePublishedRuns(lines).reverse())
+      .catch(() => []),
+  ]);
+  return [...onDisk, ...inRedis].filter(
+    (run) => run.version === version && run.runId.replace(/-a\d+$/, "") === ofThisJob,
+  );
+}
+
+/**
  * Waits while another holder's mark says it may still be running steps for this output although
  * the claims Redis granted the claim to this one: a grant it forgot in a crash, or a claim lost
  * while its holder was stopped (past its TTL). The earlier attempt this grant took the claim over
@@ -463,20 +488,15 @@ async function earlierPublishOf(
   outputDir: string,
   mark: Promise<string | null>,
 ): Promise<string | null> {
-  const ofThisJob = runIdOf(context.jobId!, 1).replace(/-a1$/, "");
-  // The output's list (on disk: it survives any Redis) and the claims Redis's (pushed by the
-  // publish itself: it knows a publish whose fence is not on the disk yet, its holder paused).
-  const [onDisk, inRedis, markNow] = await Promise.all([
-    readPublishedJobs(outputDir),
-    context.claims
-      .lrange(context.keys.publishedRuns(context.held.name), 0, -1)
-      .then((lines) => parsePublishedRuns(lines).reverse())
-      .catch(() => []),
+  const [listed, markNow] = await Promise.all([
+    listedPublishesOf(
+      { claims: context.claims, keys: context.keys, claimName: context.held.name, outputDir },
+      context.jobId!,
+      context.version,
+    ),
     mark,
   ]);
-  const earlier = [...onDisk, ...inRedis].findLast(
-    (run) => run.version === context.version && run.runId.replace(/-a\d+$/, "") === ofThisJob,
-  );
+  const earlier = listed.at(-1);
   // A request joined the job since that publish (a mark it did not see): the job publishes for it.
   if (!earlier || (markNow !== null && markNow !== earlier.mark)) return null;
   return (await (context.publishFinished?.(earlier.runId) ?? Promise.resolve(false))) ? earlier.runId : null;

@@ -22,7 +22,11 @@ export interface RunSituation {
     holder: Pick<ClaimHolder, "version" | "jobId" | "workerId" | "host"> &
       Partial<Pick<ClaimHolder, "revokedAt" | "attempt">>;
     pttlMs: number;
-    /** False: the holder's job is not being worked (no BullMQ lock); it carries no request on. */
+    /**
+     * False: the holder carries no request on — its job is not being worked (no BullMQ lock), or
+     * an earlier run of its job published this version already, so it may end without publishing
+     * (run-rebuild.ts `onHeld`).
+     */
     jobWorked?: boolean;
   } | null;
   /** The deciding job's id (the preview has none). */
@@ -70,11 +74,8 @@ export function decideRun(situation: RunSituation): RunDecision {
     const later = claim.holder.attempt && situation.attempt && claim.holder.attempt > situation.attempt;
     return { action: later ? "superseded" : "take-over", heldBy };
   }
-  // The holder builds this version and its job is being worked: it carries this request. Not a
-  // later attempt of its job (a redelivery): it may find that an earlier attempt published this
-  // version already and end without publishing — over a newer version published since (soak,
-  // helper-154: three requests lost so). This request then waits for it and decides again.
-  if (claim.holder.version === situation.version && claim.jobWorked !== false && (claim.holder.attempt ?? 1) <= 1) {
+  // The holder builds this version and its job is being worked: it carries this request.
+  if (claim.holder.version === situation.version && claim.jobWorked !== false) {
     return { action: "skip", reason: "claim-held", heldBy, pttlMs: claim.pttlMs };
   }
   return defer;

@@ -51,7 +51,7 @@ import {
   type VersionResult,
 } from "../runs/writer";
 import type { WorkerIdentity } from "../workers/heartbeat";
-import { buildAndPublish, type BuildResult } from "./build-and-publish";
+import { buildAndPublish, listedPublishesOf, type BuildResult } from "./build-and-publish";
 import {
   CANCEL_ABORT_REASON,
   describeCancel,
@@ -875,8 +875,16 @@ class RebuildAttempt {
     // past the lock, the job redelivered and perhaps ended already), may end without building,
     // and two such skips, each trusting the other's ended attempt, lost a request (soak,
     // 2026-12-06). Then this job waits and builds.
+    // Nor one whose job published this version here before (a redelivery, or the same run id
+    // picked up again after the queue's Redis forgot it): it may end without publishing ("published
+    // before") over a newer version published since — the soak lost three requests so (helper-154,
+    // review helper-158). Listed before it took the claim: a later publish of an earlier pickup is
+    // refused by its fence. A list that cannot be read counts as listed (this request waits).
     const jobWorked =
-      holder.version === this.version ? await holderAttemptWorked(this.deps.main, this.deps.keys, holder) : true;
+      holder.version === this.version
+        ? (await holderAttemptWorked(this.deps.main, this.deps.keys, holder)) &&
+          !(await this.holderPublishedBefore(holder))
+        : true;
     const decision = decideRun({
       version: this.version,
       force: true, // the already-rebuilt rule was applied when the attempt began
@@ -1119,6 +1127,21 @@ class RebuildAttempt {
       failure.forgetRebuilt ? { change: "del", key: this.idemKey, ttlMs: 0 } : undefined,
     );
     throw new RebuildError(failure.message, failure.retry, this.runId, { cause: error });
+  }
+
+  /** Whether a run of the holder's job is listed as having published this version here (true when unreadable). */
+  private async holderPublishedBefore(holder: ClaimHolder): Promise<boolean> {
+    if (!holder.jobId) return false;
+    const place = {
+      claims: this.deps.claims,
+      keys: this.deps.keys,
+      claimName: this.claim,
+      outputDir: outputDirOf(this.definition, this.data.tenant),
+    };
+    return listedPublishesOf(place, holder.jobId, this.version).then(
+      (listed) => listed.length > 0,
+      () => true,
+    );
   }
 
   /**

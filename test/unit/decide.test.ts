@@ -70,17 +70,3 @@ test("takeovers go one way: an earlier attempt never takes the claim from a late
     "defer",
   );
 });
-
-test("a same-version holder that is a redelivery (a later attempt of its job) does not carry another request: it may end without publishing (soak, helper-154)", () => {
-  const held = (attempt: number | undefined) => ({
-    holder: holder({ version: "v1", jobId: "job-a", ...(attempt === undefined ? {} : { attempt }) }),
-    pttlMs: 4_000,
-    jobWorked: true,
-  });
-  const decide = (attempt: number | undefined) =>
-    decideRun({ version: "v1", force: false, rebuiltBy: null, claim: held(attempt), jobId: "job-b", attempt: 1 })
-      .action;
-  assert.equal(decide(1), "skip");
-  assert.equal(decide(undefined), "skip");
-  assert.equal(decide(2), "defer");
-});
