@@ -812,6 +812,23 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   const publishes = events.filter((x) => x.kind === "pointer" || x.kind === "current");
   const nextPointer = (claim: string, from: number) =>
     publishes.slice(from + 1).find((x) => x.kind === "pointer" && String(x.claim) === claim);
+  // A run of `claim` with a fence above `fence` recorded rebuilt, with `current` its build (no
+  // "published, but …": the swap happened), ended more than two polls before `t`.
+  const madeCurrentBefore = (claim: string, fence: number, t: number) =>
+    records.find(
+      (r) =>
+        r.status === "rebuilt" &&
+        r.fence !== null &&
+        r.fence > fence &&
+        r.finishedAt !== null &&
+        r.finishedAt + 100 < t &&
+        !(r.reason ?? "").includes("published, but") &&
+        // Its own final write: a record another closed (the sweep, the next attempt) or repair
+        // finished says a publish, not that this run swapped `current`.
+        !r.closedAt &&
+        !r.madeCurrentLater &&
+        claimLabel({ rebuild: r.rebuild, tenant: r.tenant }) === claim,
+    );
   const named = (claim: string, fence: number, t: number) => {
     if (fence > (currentTop.get(claim)?.fence ?? 0)) currentTop.set(claim, { fence, t });
   };
@@ -843,10 +860,22 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
         rolledBack.push(
           `${claim}: current went back to ${hash} (fence ${fenceNow}) after it had named fence ${before.fence}'s build (at ${at(before.t)}) at ${at(e.t)}`,
         );
-      } else if (fence !== undefined && fence < top && !seenLate)
-        lateSwaps.push(
-          `${claim}: current moved on to ${hash} (fence ${fence}) after fence ${top} published, at ${at(e.t)}`,
-        );
+      } else if (fence !== undefined && fence < top && !seenLate) {
+        // Not seen naming a newer build (it polls every 50 ms): a run that had made a newer
+        // fence's build current before this (its final record, rebuilt, saying nothing else
+        // became of `current`) tells a rollback the polls missed from a late swap (review helper-158).
+        const newer = madeCurrentBefore(claim, fence, e.t);
+        if (newer) {
+          wentBackAt.push({ claim, t: e.t });
+          rolledBack.push(
+            `${claim}: current went back to ${hash} (fence ${fence}) at ${at(e.t)}, after run ${newer.id} had made fence ${newer.fence}'s build current (it ended at ${at(newer.finishedAt!)})`,
+          );
+        } else {
+          lateSwaps.push(
+            `${claim}: current moved on to ${hash} (fence ${fence}) after fence ${top} published, at ${at(e.t)}`,
+          );
+        }
+      }
       currentNow.set(claim, hash);
       // A build published before counts with that fence until a pointer naming it again is seen
       // while `current` names it (above): the next pointer may be a later reproduction of its bytes.
