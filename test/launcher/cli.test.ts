@@ -336,7 +336,10 @@ test("queue --json is the queue view: the active job, a delayed one and the sche
   // Filtered, the header says the counts are the whole queue's and whose rows follow.
   const humanFiltered = await cli(["queue", "--rebuild", "tenanted", "--tenant", "globex"]);
   assert.equal(humanFiltered.status, 0, humanFiltered.stderr);
-  assert.match(humanFiltered.stdout, /^Whole queue: \d+ active, .*\d+ failed or cancelled \(kept\); below, tenanted\/globex's jobs$/m);
+  assert.match(
+    humanFiltered.stdout,
+    /^Whole queue: \d+ active, .*\d+ failed or cancelled \(kept\); below, tenanted\/globex's jobs$/m,
+  );
   await bed.queue.remove(delayedId);
 });
 
