@@ -59,6 +59,8 @@ export type CancelResult = { jobId: string; auditId: string } &
   );
 
 const WAITING = new Set(["waiting", "delayed", "prioritized", "waiting-children"]);
+/** The job ids triggers make (lib/rebuilds/trigger.ts): `run-<uuid>`. */
+const TRIGGER_JOB_ID = /^run-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
 export async function cancelJob(deps: CancelDeps, input: CancelRequestInput): Promise<CancelResult> {
   const { queue, main, keys } = deps;
@@ -86,6 +88,13 @@ export async function cancelJob(deps: CancelDeps, input: CancelRequestInput): Pr
     // Gone from the queue (removed by an earlier cancel, or pruned after it ended): its run
     // records still say how it ended, so a second cancel is "finished", not "unknown".
     const lastRun = await lastRunOf();
+    // Unless it was lost (the queue's Redis went back to before it: a restart from an older
+    // snapshot, a failover) while a worker still runs it: that worker looks for a cancel request
+    // before it queues the request again (worker/rebuild-worker.ts requeueIfLost), and its cancel
+    // watch stops the run. Left for a job id a trigger makes, whose last run is not over (or unknown).
+    if (TRIGGER_JOB_ID.test(jobId) && (!lastRun || lastRun.status === "running" || lastRun.status === "queued")) {
+      await writeCancelRequest(main, keys, jobId, { actor, reason, at: Date.now() });
+    }
     if (lastRun) return finished("removed", {}, lastRun);
     return { status: "not-found", jobId, auditId: await audit("refused", { outcome: "not-found" }) };
   }

@@ -119,3 +119,47 @@ test("a job whose lock its worker lost and that an operator then cancelled (remo
   });
   await worker.stop();
 });
+
+test("an operator's cancel of a job the queue's Redis lost while its worker was stopped: not queued again when the worker wakes (black-box helper-157)", async () => {
+  const dir = path.join(root, "redis-cancel");
+  const first = await startRedisServer({ dir, extraArgs: RDB_ONLY });
+  servers.push(first);
+  const bed = await createTestBed(
+    { slow: { output: "out/slow", steps: [slowStep(6)] } },
+    {},
+    { redis: { ...first, dir }, url: first.url },
+  );
+  beds.push(bed);
+  const worker = await bed.startWorker();
+  await bed.main.save(); // the snapshot the restart comes back to: no job in it
+  const jobId = await bed.trigger("slow", { version: "v1", force: true });
+  await bed.waitForRun((r) => r.jobId === jobId && r.status === "running", 30_000, "the job running");
+  process.kill(worker.pid, "SIGSTOP");
+  try {
+    process.kill(first.pid, "SIGKILL");
+    await new Promise<void>((resolve) =>
+      first.child.exitCode !== null || first.child.signalCode !== null
+        ? resolve()
+        : first.child.once("exit", () => resolve()),
+    );
+    const second = await startRedisServer({ dir, port: first.port, extraArgs: RDB_ONLY });
+    servers.push(second);
+    // The job and its record are gone: the cancel finds nothing, but leaves its request.
+    const cancelled = await cancelJob(
+      { queue: bed.queue, main: bed.main, keys: bed.keys },
+      { jobId, actor: "ops", reason: "stop it now" },
+    );
+    assert.equal(cancelled.status, "not-found", JSON.stringify(cancelled));
+  } finally {
+    process.kill(worker.pid, "SIGCONT");
+  }
+  await worker.waitFor(new RegExp(`job ${jobId}: .*(cancel|transient failure|failed)`), 60_000);
+  await new Promise((r) => setTimeout(r, 3_000));
+  assert.doesNotMatch(worker.output(), /gone from the queue's Redis/);
+  assert.deepEqual(
+    (await bed.allRuns()).filter((r) => r.jobId !== jobId),
+    [],
+    "no other job ran",
+  );
+  await worker.stop();
+});
