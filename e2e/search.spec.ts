@@ -82,6 +82,11 @@ test("a link whose filter cannot be used says so above the list instead of listi
   await expect(page.locator("tr[data-run]").first().or(page.getByText("No runs match."))).toBeVisible();
   await page.waitForTimeout(1_500); // the list's first read from the browser
   await expect(page.getByText("Could not load runs")).toHaveCount(0);
+  // With a filter beside it: the filter is kept, only the page is not used (helper-157).
+  await page.goto(`${url}/runs?rebuild=incidents&cursor=garbage`);
+  await expect(page.getByTestId("link-problem")).toContainText("This link's page was not used (cursor: ");
+  await expect(page).toHaveURL(/\/runs\?rebuild=incidents$/);
+  await expect(page.getByRole("combobox", { name: "Rebuild", exact: true })).toHaveValue("incidents");
   await page.goto(`${url}/rebuilds?q=incidents`);
   await expect(page.getByTestId("link-problem")).toHaveCount(0);
   await page.goto(`${url}/claims?q=incidents&limit=20`);

@@ -14,9 +14,17 @@ export default async function RunsPage({ searchParams }: { searchParams: Promise
   await requireViewer();
   const params = await searchParams;
   const raw = Object.fromEntries(Object.entries(params).filter((e): e is [string, string] => typeof e[1] === "string"));
-  const parsed = runsQuery.safeParse(raw);
-  const filter = parsed.success ? parsed.data : { limit: 25 };
+  let parsed = runsQuery.safeParse(raw);
   let linkProblem = parsed.success ? null : describeZodError(parsed.error).replace(/^body: /, "");
+  // Only the cursor unusable (a link cut short): the filter is kept, the newest page of it shown
+  // (black-box helper-157: the whole filter went, while the address bar kept it).
+  let pageOnly = false;
+  if (!parsed.success && parsed.error.issues.every((issue) => issue.path[0] === "cursor")) {
+    const { cursor: _dropped, ...rest } = raw;
+    parsed = runsQuery.safeParse(rest);
+    pageOnly = parsed.success;
+  }
+  const filter = parsed.success ? parsed.data : { limit: 25 };
   const { limit: _limit, cursor: linkCursor, ...linkFilter } = filter as typeof filter & { cursor?: string };
   let cursor = linkCursor;
   let initialFilter: typeof linkFilter = linkFilter;
@@ -33,6 +41,7 @@ export default async function RunsPage({ searchParams }: { searchParams: Promise
       // A filter the server refuses (a rebuild or tenant not defined here): not used, as a
       // malformed one is, and everything shown (black-box helper-147).
       linkProblem = error.message;
+      pageOnly = false;
       cursor = undefined;
       initialFilter = {};
       initial = await getRuns(context, { limit: 25 });
@@ -46,7 +55,7 @@ export default async function RunsPage({ searchParams }: { searchParams: Promise
       <h1 id="page-title" className="text-xl font-semibold">
         Runs
       </h1>
-      <LinkProblem problem={linkProblem} />
+      <LinkProblem problem={linkProblem} pageOnly={pageOnly} />
       <RunCharts {...(initialFilter.rebuild ? { rebuild: initialFilter.rebuild } : {})} />
       <RunsTable
         initial={initial}
