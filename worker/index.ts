@@ -7,6 +7,7 @@
  * the queue with no failed attempt (another worker starts them at once), then exit 0.
  */
 import os from "node:os";
+import path from "node:path";
 import { Queue } from "bullmq";
 import type { AlertEvaluator } from "../lib/alerts/evaluator";
 import { CONFIG_EXIT_CODE, loadConfigOrExit } from "../lib/config";
@@ -44,7 +45,11 @@ const config = loadConfigOrExit("claimwatch-worker");
 const loaded = loadDefinitions(config.definitionsPath, config.definitionsSource);
 if (!loaded.ok) {
   process.stderr.write(`${describeDefinitionsError(loaded.error, "claimwatch-worker: definitions error: ")}\n`);
-  await noteRefusal(loaded.error.message.split("\n")[0] ?? "");
+  // The first problem, with the file's full path (a deploy may have two files of one name), and how many more.
+  const { file, problems } = loaded.error;
+  const first = loaded.error.message.split("\n")[0] ?? "";
+  const named = first.startsWith(file) ? `${path.resolve(file)}${first.slice(file.length)}` : first;
+  await noteRefusal(problems.length > 1 ? `${named} (and ${problems.length - 1} more)` : named);
   process.exit(CONFIG_EXIT_CODE);
 }
 const definitions = loaded.definitions;
