@@ -324,7 +324,7 @@ export function startRebuildWorker(
       }
       const joined = result.status === "deduplicated";
       log(
-        `job ${jobId}: gone from the queue's Redis with its record (it lost its last writes): its request ${joined ? "joined waiting job" : "queued again as job"} ${result.jobId}`,
+        `job ${jobId}: gone from the queue's Redis, not by a cancel or another pickup (it lost its last writes): its request ${joined ? "joined waiting job" : "queued again as job"} ${result.jobId}`,
       );
       return { kind: "requeued", jobId: result.jobId, joined };
     }

@@ -361,8 +361,8 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
 /**
  * Runs of job `jobId` listed as having published `version` here, oldest first: the output's list
  * (on disk: it survives any Redis) and the claims Redis's (pushed by the publish itself: it knows
- * a publish whose fence is not on the disk yet, its holder paused). Throws when the disk's list
- * cannot be read.
+ * a publish whose fence is not on the disk yet, its holder paused). A list that cannot be read
+ * counts as empty.
  */
 export async function listedPublishesOf(
   place: { claims: Pick<Redis, "lrange">; keys: RedisKeys; claimName: string; outputDir: string },

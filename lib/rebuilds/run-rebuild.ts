@@ -879,7 +879,7 @@ class RebuildAttempt {
     // picked up again after the queue's Redis forgot it): it may end without publishing ("published
     // before") over a newer version published since — the soak lost three requests so (helper-154,
     // review helper-158). Listed before it took the claim: a later publish of an earlier pickup is
-    // refused by its fence. A list that cannot be read counts as listed (this request waits).
+    // refused by its fence.
     const jobWorked =
       holder.version === this.version
         ? (await holderAttemptWorked(this.deps.main, this.deps.keys, holder)) &&
@@ -1129,7 +1129,7 @@ class RebuildAttempt {
     throw new RebuildError(failure.message, failure.retry, this.runId, { cause: error });
   }
 
-  /** Whether a run of the holder's job is listed as having published this version here (true when unreadable). */
+  /** Whether a run of the holder's job is listed as having published this version here (true when that read fails). */
   private async holderPublishedBefore(holder: ClaimHolder): Promise<boolean> {
     if (!holder.jobId) return false;
     const place = {
