@@ -91,8 +91,9 @@ export async function cancelJob(deps: CancelDeps, input: CancelRequestInput): Pr
     // Unless it was lost (the queue's Redis went back to before it: a restart from an older
     // snapshot, a failover) while a worker still runs it: that worker looks for a cancel request
     // before it queues the request again (worker/rebuild-worker.ts requeueIfLost), and its cancel
-    // watch stops the run. Left for a job id a trigger makes, whose last run is not over (or unknown).
-    if (TRIGGER_JOB_ID.test(jobId) && (!lastRun || lastRun.status === "running" || lastRun.status === "queued")) {
+    // watch stops the run. Left for any job id a trigger makes (never used again): its last run may
+    // say deferred or failed (to be retried) when the Redis lost the job (review helper-159).
+    if (TRIGGER_JOB_ID.test(jobId)) {
       await writeCancelRequest(main, keys, jobId, { actor, reason, at: Date.now() });
     }
     if (lastRun) return finished("removed", {}, lastRun);

@@ -362,20 +362,21 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
  * Runs of job `jobId` listed as having published `version` here, oldest first: the output's list
  * (on disk: it survives any Redis) and the claims Redis's (pushed by the publish itself: it knows
  * a publish whose fence is not on the disk yet, its holder paused). A list that cannot be read
- * counts as empty.
+ * counts as empty; `strict`: it throws (a caller that must not trust what it could not read).
  */
 export async function listedPublishesOf(
   place: { claims: Pick<Redis, "lrange">; keys: RedisKeys; claimName: string; outputDir: string },
   jobId: string,
   version: string,
+  options: { strict?: boolean } = {},
 ): Promise<PublishedRun[]> {
   const ofThisJob = runIdOf(jobId, 1).replace(/-a1$/, "");
+  const fromRedis = place.claims
+    .lrange(place.keys.publishedRuns(place.claimName), 0, -1)
+    .then((lines) => parsePublishedRuns(lines).reverse());
   const [onDisk, inRedis] = await Promise.all([
-    readPublishedJobs(place.outputDir),
-    place.claims
-      .lrange(place.keys.publishedRuns(place.claimName), 0, -1)
-      .then((lines) => parsePublishedRuns(lines).reverse())
-      .catch(() => []),
+    readPublishedJobs(place.outputDir, options),
+    options.strict ? fromRedis : fromRedis.catch((): PublishedRun[] => []),
   ]);
   return [...onDisk, ...inRedis].filter(
     (run) => run.version === version && run.runId.replace(/-a\d+$/, "") === ofThisJob,

@@ -101,10 +101,15 @@ export interface PublishedRun {
 
 /**
  * The last publishes to `outputDir` (the legacy file's `jobs`), newest last; empty when none are
- * recorded or the file cannot be read. One small read, before any step.
+ * recorded or the file cannot be read (`strict`: a file that cannot be read throws). One small
+ * read, before any step.
  */
-export async function readPublishedJobs(outputDir: string): Promise<PublishedRun[]> {
-  return parsePublishedRuns((await readLegacy(outputDir).catch(() => null))?.jobs ?? []);
+export async function readPublishedJobs(
+  outputDir: string,
+  options: { strict?: boolean } = {},
+): Promise<PublishedRun[]> {
+  const legacy = options.strict ? await readLegacy(outputDir) : await readLegacy(outputDir).catch(() => null);
+  return parsePublishedRuns(legacy?.jobs ?? []);
 }
 
 /** A publish as a list entry: "<run id> <version> <mark or ->" (versions and run ids hold no space). */

@@ -879,7 +879,7 @@ class RebuildAttempt {
     // picked up again after the queue's Redis forgot it): it may end without publishing ("published
     // before") over a newer version published since — the soak lost three requests so (helper-154,
     // review helper-158). Listed before it took the claim: a later publish of an earlier pickup is
-    // refused by its fence.
+    // refused by its fence. Lists that cannot be read count as listed (this request waits).
     const jobWorked =
       holder.version === this.version
         ? (await holderAttemptWorked(this.deps.main, this.deps.keys, holder)) &&
@@ -1138,7 +1138,7 @@ class RebuildAttempt {
       claimName: this.claim,
       outputDir: outputDirOf(this.definition, this.data.tenant),
     };
-    return listedPublishesOf(place, holder.jobId, this.version).then(
+    return listedPublishesOf(place, holder.jobId, this.version, { strict: true }).then(
       (listed) => listed.length > 0,
       () => true,
     );
