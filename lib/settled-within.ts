@@ -18,3 +18,16 @@ export async function settledWithin(work: Promise<unknown>, ms: number): Promise
     clearTimeout(timer);
   }
 }
+
+/**
+ * `work`, or a rejection naming `what` once `ms` have passed. The work is not cancelled (use it
+ * where that is harmless: reads, or writes a caller does not send again); the timer is cleared
+ * as soon as either side wins.
+ */
+export function withTimeout<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: no answer within ${ms} ms`)), ms);
+  });
+  return Promise.race([work, timeout]).finally(() => clearTimeout(timer));
+}

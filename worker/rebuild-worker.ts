@@ -29,6 +29,7 @@ import {
 import { lockRenewTimeFor, stepWarden, wardenSilenceFor } from "../lib/rebuilds/steps/warden";
 import { LOCK_LOST_ABORT_REASON } from "../lib/rebuilds/steps/context";
 import { runIdOf } from "../lib/runs/types";
+import { withTimeout } from "../lib/settled-within";
 
 export interface RebuildWorkerOptions {
   concurrency: number;
@@ -69,19 +70,6 @@ export interface RunningJobs {
 /** One pickup of a job on this worker: its own abort, beside BullMQ's job signal. */
 interface Pickup {
   abort: AbortController;
-}
-
-/** `work`, or a rejection once `ms` have passed (a Redis that does not answer must not hold a job's end). */
-async function within<T>(work: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    return await Promise.race([
-      work,
-      new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms))),
-    ]);
-  } finally {
-    clearTimeout(timer);
-  }
 }
 
 /** The queue a lost job's request is queued again on (`requeueIfLost`). */
@@ -290,7 +278,7 @@ export function startRebuildWorker(
       if (look > 0) await new Promise((resolve) => setTimeout(resolve, 1_000));
       let found: number[];
       try {
-        const replies = await within(
+        const replies = await withTimeout(
           deps.main
             .multi()
             .exists(worker.toKey(jobId))
@@ -298,6 +286,7 @@ export function startRebuildWorker(
             .exists(deps.keys.run(runIdOf(jobId, attempt + 1)))
             .exec(),
           1_500,
+          "the job's lookup",
         );
         if (!replies || replies.some(([error]) => error)) throw new Error("the lookup was refused");
         found = replies.map(([, reply]) => Number(reply));
@@ -315,9 +304,10 @@ export function startRebuildWorker(
         ...(data.requestedBy ? { requestedBy: data.requestedBy } : {}),
         ...(data.retryOf ? { retryOf: data.retryOf } : {}),
       };
-      const result = await within(
+      const result = await withTimeout(
         triggerRebuild(queue, deps.main, deps.keys, deps.definitions, data.rebuild, request),
         3_000,
+        "queuing it again",
       ).catch((error: unknown) => ({ status: "error" as const, message: String(error) }));
       if ("message" in result) {
         return { kind: "unknown", why: `it is gone, and queuing its request again failed: ${result.message}` };

@@ -615,13 +615,7 @@ export function sleep(ms: number): Promise<void> {
 }
 
 /** Rejects after `ms` (the promise itself keeps running: only use it on idempotent reads). */
-export function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what}: no answer within ${ms} ms`)), ms);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
-}
+export { withTimeout } from "../../lib/settled-within";
 
 /** A small seeded PRNG (mulberry32): a soak can be replayed with `--seed`. */
 export function seededRandom(seed: number): () => number {

@@ -588,15 +588,10 @@ async function holdUntilNewer(
     jobs,
     during: "slow-swap",
   });
-  const released = await withTimeout(
-    forceReleaseClaim({ claims: options.claims, audit: options.main }, options.keys, {
-      name: claim.name,
-      token: claim.token,
-      actor: "soak",
-      reason: "soak: slow-swap: operator force release of a claim whose holder is inside its swap of current",
-    }),
-    2_000,
-    "force release",
+  const released = await releaseAsOperator(
+    options,
+    claim,
+    "soak: slow-swap: operator force release of a claim whose holder is inside its swap of current",
   ).catch((error: unknown) => ({ status: `error: ${String(error)}` }) as const);
   const started = events.record("slow-swap", {
     pid: victim.pid,
@@ -729,6 +724,24 @@ async function fillDisk(options: ChaosOptions, ms: number): Promise<void> {
   }
 }
 
+/** A force release as an operator makes it (the token the Claims page shows), within 2 s. */
+function releaseAsOperator(
+  options: Pick<ChaosOptions, "claims" | "main" | "keys">,
+  claim: { name: string; token: string },
+  reason: string,
+) {
+  return withTimeout(
+    forceReleaseClaim({ claims: options.claims, audit: options.main }, options.keys, {
+      name: claim.name,
+      token: claim.token,
+      actor: "soak",
+      reason,
+    }),
+    2_000,
+    "force release",
+  );
+}
+
 /** An operator's force release of a live claim, as the Claims page does it (the token shown). */
 async function forceReleaseOne(options: ChaosOptions): Promise<void> {
   const { claims: held } = await withTimeout(listClaims(options.claims, options.keys), 2_000, "claims");
@@ -746,16 +759,7 @@ async function forceReleaseOne(options: ChaosOptions): Promise<void> {
   if (claims.length === 0)
     return void options.events.record("chaos-skip", { action: "force-release", why: "no claim held" });
   const claim = running[0] ?? claims[Math.floor(options.random() * claims.length)]!;
-  const result = await withTimeout(
-    forceReleaseClaim({ claims: options.claims, audit: options.main }, options.keys, {
-      name: claim.name,
-      token: claim.token,
-      actor: "soak",
-      reason: "soak: operator force release of a live claim",
-    }),
-    2_000,
-    "force release",
-  );
+  const result = await releaseAsOperator(options, claim, "soak: operator force release of a live claim");
   options.events.record("force-release", {
     claim: claim.name,
     fence: claim.fence,

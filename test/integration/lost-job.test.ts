@@ -27,8 +27,11 @@ after(async () => {
   fs.rmSync(root, { recursive: true, force: true });
 });
 
-test("a job the queue's Redis lost while it ran: its record says so, and its request is queued again and rebuilt", async () => {
-  const dir = path.join(root, "redis");
+/**
+ * A bed on its own RDB-only redis-server in `dir` (`slow`: one 6 s step), a worker, and the
+ * snapshot a restart comes back to, taken before any job exists.
+ */
+async function snapshotBed(dir: string) {
   const first = await startRedisServer({ dir, extraArgs: RDB_ONLY });
   servers.push(first);
   const bed = await createTestBed(
@@ -38,19 +41,29 @@ test("a job the queue's Redis lost while it ran: its record says so, and its req
   );
   beds.push(bed);
   const worker = await bed.startWorker();
-  await bed.main.save(); // the snapshot the restart comes back to: no job in it
+  await bed.main.save();
+  return { first, bed, worker };
+}
+
+/** A crash (SIGKILL: no shutdown save), then the server again on the same port and data. */
+async function crashAndRestart(server: RedisServerHandle, dir: string): Promise<void> {
+  process.kill(server.pid, "SIGKILL");
+  await new Promise<void>((resolve) =>
+    server.child.exitCode !== null || server.child.signalCode !== null
+      ? resolve()
+      : server.child.once("exit", () => resolve()),
+  );
+  servers.push(await startRedisServer({ dir, port: server.port, extraArgs: RDB_ONLY }));
+}
+
+test("a job the queue's Redis lost while it ran: its record says so, and its request is queued again and rebuilt", async () => {
+  const dir = path.join(root, "redis");
+  const { first, bed, worker } = await snapshotBed(dir);
   const jobId = await bed.trigger("slow", { version: "v1" });
   await bed.waitForRun((r) => r.jobId === jobId && r.status === "running", 30_000, "the job running");
 
   // A crash (no shutdown save), then the server again on the same port and data: the job is gone.
-  process.kill(first.pid, "SIGKILL");
-  await new Promise<void>((resolve) =>
-    first.child.exitCode !== null || first.child.signalCode !== null
-      ? resolve()
-      : first.child.once("exit", () => resolve()),
-  );
-  const second = await startRedisServer({ dir, port: first.port, extraArgs: RDB_ONLY });
-  servers.push(second);
+  await crashAndRestart(first, dir);
 
   const ended = await bed.waitForRun(
     (r) => r.jobId === jobId && r.status !== "running",
@@ -127,28 +140,12 @@ test("a job whose lock its worker lost and that an operator then cancelled (remo
 
 test("an operator's cancel of a job the queue's Redis lost while its worker was stopped: not queued again when the worker wakes (black-box helper-157)", async () => {
   const dir = path.join(root, "redis-cancel");
-  const first = await startRedisServer({ dir, extraArgs: RDB_ONLY });
-  servers.push(first);
-  const bed = await createTestBed(
-    { slow: { output: "out/slow", steps: [slowStep(6)] } },
-    {},
-    { redis: { ...first, dir }, url: first.url },
-  );
-  beds.push(bed);
-  const worker = await bed.startWorker();
-  await bed.main.save(); // the snapshot the restart comes back to: no job in it
+  const { first, bed, worker } = await snapshotBed(dir);
   const jobId = await bed.trigger("slow", { version: "v1", force: true });
   await bed.waitForRun((r) => r.jobId === jobId && r.status === "running", 30_000, "the job running");
   process.kill(worker.pid, "SIGSTOP");
   try {
-    process.kill(first.pid, "SIGKILL");
-    await new Promise<void>((resolve) =>
-      first.child.exitCode !== null || first.child.signalCode !== null
-        ? resolve()
-        : first.child.once("exit", () => resolve()),
-    );
-    const second = await startRedisServer({ dir, port: first.port, extraArgs: RDB_ONLY });
-    servers.push(second);
+    await crashAndRestart(first, dir);
     // The job and its record are gone: the cancel finds nothing, but leaves its request.
     const cancelled = await cancelJob(
       { queue: bed.queue, main: bed.main, keys: bed.keys },
