@@ -30,7 +30,14 @@ import { pruneAbandonedWorkDirs } from "../lib/rebuilds/output";
 import { removeTakenWorkDirs, takeLiveWorkDirs } from "../lib/rebuilds/work-dirs";
 import { pruneOldBuilds } from "../lib/rebuilds/prune";
 import { declareTargets } from "../lib/rebuilds/declared";
-import { keepScheduleDigest, repairSchedules, syncSchedules } from "../lib/rebuilds/schedules";
+import {
+  keepScheduleDigest,
+  repairSchedules,
+  scheduleLead,
+  schedulesDigest,
+  syncSchedules,
+  type ScheduleLead,
+} from "../lib/rebuilds/schedules";
 import { closeRedis, createRedis } from "../lib/redis/client";
 import { measureRedisClock, redisClock, useAsProcessClock } from "../lib/redis/clock";
 import { redisKeys } from "../lib/redis/keys";
@@ -100,6 +107,7 @@ const identity = newWorkerIdentity(APP_VERSION, {
   containment: containment.mode,
   limitedStepsContainment: containment.forLimitedSteps?.mode,
   publishedBuilds: publishedBuildsToSteps(containment),
+  schedulesDigest: schedulesDigest(definitions),
 });
 const log = (line: string) => process.stdout.write(`[worker ${identity.id}] ${line}\n`);
 
@@ -263,6 +271,9 @@ async function syncSchedulesAndSay(): Promise<void> {
     ),
   );
   try {
+    const lead = await scheduleLead(main, keys, definitions, identity.id);
+    sayScheduleLead(lead);
+    if (!lead.leads) return;
     const { upserted, removed, paused, failed } = await syncSchedules(queue, definitions, main, keys);
     log(
       `schedules: ${upserted.length} upserted${removed.length ? `, removed ${removed.join(", ")}` : ""}${paused.length ? `; paused by an operator: ${paused.join(", ")}` : ""}`,
@@ -274,10 +285,25 @@ async function syncSchedulesAndSay(): Promise<void> {
   }
 }
 
+/** Said when it changes: whether this worker's definitions lead the schedules, or whose do. */
+let saidLead: string | null = null;
+function sayScheduleLead(lead: ScheduleLead): void {
+  const said = lead.leads ? "leads" : lead.digest;
+  if (said === saidLead) return;
+  if (lead.leads && saidLead !== null)
+    log("schedules: no worker of newer definitions runs now; this worker's definitions lead the schedules again");
+  if (!lead.leads)
+    log(
+      `schedules: left as they are: workers of newer definitions lead them (${lead.workers.join(", ")}); this worker's definitions lead again once none of those runs`,
+    );
+  saidLead = said;
+}
+
 /**
  * Every minute, each schedule is checked for its next tick (`repairSchedules`): a tick lost (a
  * Redis crash that lost its last writes, a worker that died as it queued the next one, an upsert
- * refused at start) would end the schedule for good, until some worker started again.
+ * refused at start) would end the schedule for good, until some worker started again; a worker
+ * that leads the schedules now (workers of newer definitions stopped: a rollback) syncs them.
  */
 const SCHEDULE_CHECK_EVERY_MS = 60_000;
 /**
@@ -288,7 +314,7 @@ let lastDigestKeep = performance.now();
 function keepDigestBesideBeat(): void {
   if (stopping || !announcedUp || performance.now() - lastDigestKeep < SCHEDULE_CHECK_EVERY_MS / 2) return;
   lastDigestKeep = performance.now();
-  void keepScheduleDigest(main, keys, definitions, "keep").catch(() => {});
+  void keepScheduleDigest(main, keys, definitions).catch(() => {});
 }
 /** The start-up's sync is the first check (monotonic clock: `Date.now` becomes the Redis clock). */
 let lastScheduleCheck = performance.now();
@@ -297,8 +323,11 @@ async function checkSchedules(): Promise<void> {
   if (stopping || performance.now() - lastScheduleCheck < SCHEDULE_CHECK_EVERY_MS) return;
   lastScheduleCheck = performance.now();
   try {
-    const { repaired, failed } = await repairSchedules(queue, definitions, main, keys);
-    for (const id of repaired) log(`schedule ${id} had no next tick queued: upserted again`);
+    const { repaired, removed, failed, lead } = await repairSchedules(queue, definitions, main, keys, identity.id);
+    sayScheduleLead(lead);
+    for (const id of repaired)
+      log(`schedule ${id} was not as the definitions ask, or had no next tick queued: upserted again`);
+    if (removed.length > 0) log(`schedules removed (not in the definitions): ${removed.join(", ")}`);
     for (const { id, message } of failed)
       log(`could not upsert schedule ${id} (checked again in a minute): ${message}`);
     lastScheduleCheckFailed = false;

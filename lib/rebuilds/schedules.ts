@@ -4,6 +4,12 @@
  * Upserts of one id are idempotent, so N processes give one job per tick, and no single "beat"
  * process is needed.
  *
+ * Workers of different definitions side by side (a rolling deploy, a worker restarted mid-deploy,
+ * a rollback): the newest definitions any live worker runs lead the schedules (`scheduleLead`:
+ * "newest" = first run last, noted in Redis). Workers of those sync them at their start and at
+ * every minute check; a worker of older definitions leaves them as they are, and takes the lead
+ * once no worker of newer ones runs (a rollback completes as its new workers stop).
+ *
  * Paused schedules (an operator's "pause"): the pause is a field in `pausedSchedules` (Redis, so
  * it survives restarts), and the scheduler is removed from BullMQ with its next delayed tick, so
  * a paused schedule enqueues nothing. Every upsert checks the pause *after* upserting and removes
@@ -24,7 +30,8 @@ import { parseStoredJson } from "../redis/stored-json";
 import { tenantsOf, type Definitions, type RebuildDefinition } from "./definitions";
 import { runScript, type ScriptingClient } from "../redis/scripts";
 import { jobOptionsFor, schedulerIdOf, scheduledTickOf, type RebuildJobData } from "./queue";
-import { SCHEDULE_DIGEST_KEEP } from "./scripts";
+import { SCHEDULE_DEFINITIONS_SEEN, SCHEDULE_DIGEST_KEEP } from "./scripts";
+import { listLiveWorkers } from "../workers/heartbeat";
 
 type SchedulerQueue = Pick<Queue, "upsertJobScheduler" | "removeJobScheduler" | "getJobScheduler" | "getJobState">;
 type PauseClient = Pick<Redis, "hget" | "hset" | "hdel" | "set">;
@@ -86,35 +93,86 @@ export async function syncSchedules(
       synced.removed.push(id);
     }
   }
-  // The definitions that started last name the schedules (what the minute checks may repair).
+  // The definitions the schedules now follow (what the dashboard's next runs go by).
   await client.set(keys.scheduleDefinitions, schedulesDigest(definitions), "PX", SCHEDULE_DIGEST_TTL_MS);
   return synced;
 }
 
 /**
- * How long the digest of the definitions that started last outlives the last worker that runs
- * them (each one keeps it, beside its heartbeat): then another version's worker syncs as a start does.
+ * How long the digest of the definitions the schedules follow outlives the last worker that runs
+ * them (each one keeps it, beside its heartbeat): then the dashboard goes by its own file.
  */
 export const SCHEDULE_DIGEST_TTL_MS = 180_000;
 
-/**
- * `keep`: keeps the digest alive when it names `definitions` (`kept`, else `other`); `take`: the
- * same, and sets it when it is gone (`taken`: the caller syncs as a start does); `drop`: deletes
- * it if it names `definitions` (a sync after `taken` failed). One round trip.
- */
+/** Keeps the digest alive when it names `definitions` (`kept`, else `other`). One round trip. */
 export async function keepScheduleDigest(
   client: ScriptingClient,
   keys: RedisKeys,
   definitions: Definitions,
-  mode: "keep" | "take" | "drop",
-): Promise<"kept" | "taken" | "other"> {
+): Promise<"kept" | "other"> {
   const reply = await runScript(
     client,
     SCHEDULE_DIGEST_KEEP,
     [keys.scheduleDefinitions],
-    [schedulesDigest(definitions), SCHEDULE_DIGEST_TTL_MS, mode],
+    [schedulesDigest(definitions), SCHEDULE_DIGEST_TTL_MS],
   );
-  return reply === 1 ? "kept" : reply === 2 ? "taken" : "other";
+  return reply === 1 ? "kept" : "other";
+}
+
+/** This worker's definitions lead the schedules, or the newer ones (`digest`) `workers` run do. */
+export type ScheduleLead = { leads: true } | { leads: false; digest: string; workers: string[] };
+
+/**
+ * Whether this worker's definitions lead the schedules. Of the definitions live workers run
+ * (their heartbeats carry the digest), the one first run last leads (ties: the greater digest).
+ * A worker of an older file that starts again mid-deploy — restarted by its supervisor — finds
+ * its digest noted long ago and follows, where "the worker that started last decides" let it
+ * remove the schedules only the new file has (black-box helper-157). A worker of a version that
+ * does not report its digest is not counted. Two round trips (the note, the live workers).
+ */
+export async function scheduleLead(
+  client: ScriptingClient & Pick<Redis, "pipeline" | "hdel">,
+  keys: RedisKeys,
+  definitions: Definitions,
+  workerId: string,
+): Promise<ScheduleLead> {
+  const mine = schedulesDigest(definitions);
+  const flat = await runScript(client, SCHEDULE_DEFINITIONS_SEEN, [keys.scheduleDefinitionsSeen], [mine]);
+  const firstRun = new Map<string, number>();
+  for (let i = 0; i + 1 < flat.length; i += 2) firstRun.set(flat[i]!, Number(flat[i + 1]));
+  const others = new Map<string, string[]>();
+  for (const worker of await listLiveWorkers(client, keys)) {
+    const digest = worker.schedulesDigest;
+    if (!digest || digest === mine || worker.id === workerId) continue;
+    others.set(digest, [...(others.get(digest) ?? []), worker.id]);
+  }
+  // Lost with Redis's state (noted again by its workers' next checks): counted as the oldest.
+  const newer = (a: string, b: string) => {
+    const [at, bt] = [firstRun.get(a) ?? 0, firstRun.get(b) ?? 0];
+    return at !== bt ? at > bt : a > b;
+  };
+  let leader = mine;
+  for (const digest of others.keys()) if (newer(digest, leader)) leader = digest;
+  await forgetOldDefinitions(client, keys, firstRun, new Set([mine, ...others.keys()]));
+  return leader === mine ? { leads: true } : { leads: false, digest: leader, workers: others.get(leader)! };
+}
+
+/** Definitions noted: a file's edits each add one; past this many, the oldest no worker runs go. */
+const DEFINITIONS_NOTED = 200;
+
+async function forgetOldDefinitions(
+  client: Pick<Redis, "hdel">,
+  keys: RedisKeys,
+  firstRun: Map<string, number>,
+  live: Set<string>,
+): Promise<void> {
+  if (firstRun.size <= DEFINITIONS_NOTED) return;
+  const old = [...firstRun.entries()]
+    .filter(([digest]) => !live.has(digest))
+    .sort((a, b) => a[1] - b[1])
+    .slice(0, firstRun.size - DEFINITIONS_NOTED / 2)
+    .map(([digest]) => digest);
+  if (old.length > 0) await client.hdel(keys.scheduleDefinitionsSeen, ...old);
 }
 
 /** A digest of every schedule the definitions ask for: id, cron, time zone, job template. */
@@ -207,41 +265,38 @@ function* wantedSchedules(
 }
 
 /**
- * The minute check of a running worker (worker/index.ts): a schedule whose next tick is gone — a
+ * The minute check of a running worker (worker/index.ts). A worker whose definitions lead the
+ * schedules (`scheduleLead`) syncs them as a start does: a schedule whose next tick is gone — a
  * crash that lost its last writes, a worker that died as it queued the next tick — would end for
- * good until some process started again. Such a scheduler is upserted (the next tick from now
- * is queued; what fell due meanwhile shows as missed ticks). Nothing is removed, and a scheduler
- * other definitions wrote (a rolling deploy: the worker that started last decides, at its start)
- * is left as it is: when the definitions that started last are this worker's, a missing
- * scheduler is upserted too; when the digest is gone (Redis lost its state, or no worker of the
- * definitions that wrote it has run for `SCHEDULE_DIGEST_TTL_MS`), this is a start's sync.
+ * good until some process started again, and one a worker of other definitions wrote while it
+ * led (a rollback whose new workers have stopped since) follows this file again. Such a scheduler
+ * is upserted (the next tick from now is queued; what fell due meanwhile shows as missed ticks).
+ * A worker that follows only queues again the lost next tick of a scheduler exactly as its own
+ * definitions ask: it adds, changes and removes nothing.
  */
 export async function repairSchedules(
   queue: SchedulerQueue & Pick<Queue, "getJobSchedulers">,
   definitions: Definitions,
-  client: PauseClient & ScriptingClient & Pick<Redis, "del">,
+  client: PauseClient & ScriptingClient & Pick<Redis, "del" | "pipeline" | "hdel">,
   keys: RedisKeys,
-): Promise<{ repaired: string[]; failed: { id: string; message: string }[] }> {
-  // Taken when gone (one worker of all: the others see it theirs, or another's, then).
-  const digest = await keepScheduleDigest(client, keys, definitions, "take");
-  if (digest === "taken") {
-    try {
-      const { repaired, failed } = await syncSchedules(queue, definitions, client, keys);
-      return { repaired, failed };
-    } catch (error) {
-      // Not synced: the digest must not say so (the next check, here or elsewhere, syncs again).
-      await keepScheduleDigest(client, keys, definitions, "drop").catch(() => {});
-      throw error;
-    }
+  workerId: string,
+): Promise<{
+  repaired: string[];
+  removed: string[];
+  failed: { id: string; message: string }[];
+  lead: ScheduleLead;
+}> {
+  const lead = await scheduleLead(client, keys, definitions, workerId);
+  if (lead.leads) {
+    const { repaired, removed, failed } = await syncSchedules(queue, definitions, client, keys);
+    return { repaired, removed, failed, lead };
   }
-  const ours = digest === "kept";
-  const result = { repaired: [] as string[], failed: [] as { id: string; message: string }[] };
+  const result = { repaired: [] as string[], removed: [], failed: [] as { id: string; message: string }[], lead };
   for (const { definition, tenant, spec } of wantedSchedules(definitions)) {
     try {
       const existing = await queue.getJobScheduler(spec.id);
-      if (!existing && !ours) continue;
-      if (existing && !sameScheduler(existing, spec.repeat, spec.template)) continue;
-      if (existing && (await tickPending(queue, spec.id, existing.next))) continue;
+      if (!existing || !sameScheduler(existing, spec.repeat, spec.template)) continue;
+      if (await tickPending(queue, spec.id, existing.next)) continue;
       if ((await upsertSchedule({ queue, client, keys, definitions }, definition, tenant)) === "upserted")
         result.repaired.push(spec.id);
     } catch (error) {

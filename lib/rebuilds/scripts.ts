@@ -1,5 +1,5 @@
-/** Scripts of the rebuild queue: on-demand triggers (lib/rebuilds/trigger.ts), hand-backs (lib/rebuilds/queue.ts). */
-import { typedScript } from "../redis/scripts";
+/** Scripts of the rebuild queue: on-demand triggers (lib/rebuilds/trigger.ts), hand-backs (lib/rebuilds/queue.ts), schedules (lib/rebuilds/schedules.ts). */
+import { SERVER_NOW, typedScript } from "../redis/scripts";
 import { REPLY } from "../redis/replies";
 
 export const REQUEST_ID_TAKE = typedScript<[taken: number, jobId: string, held: "same" | "other"]>()({
@@ -97,31 +97,32 @@ export const SCHEDULE_DIGEST_KEEP = typedScript<number>()({
   command: "claimwatchScheduleDigestKeep",
   keys: ["scheduleDefinitions"],
   lua: `
---[[ The digest of the definitions that started last (lib/rebuilds/schedules.ts), kept by a worker
-whose definitions it names; taken by one when it is gone; dropped by the one that took it when
-its sync failed (so the next check syncs again).
+--[[ The digest of the definitions that lead the schedules (lib/rebuilds/schedules.ts), kept
+alive by a worker whose definitions it names.
 KEYS[1] scheduleDefinitions STRING with a TTL
 ARGV[1] this worker's digest   ARGV[2] ttl ms
-ARGV[3] 'keep' | 'take' (keep, or take it when gone) | 'drop' (delete it if it is this worker's)
-Returns 1 kept (it is this worker's: its TTL renewed), or dropped | 2 taken (it was gone: set to
-this worker's; the caller syncs as a start does) | 0 another's, or gone (nothing written)
+Returns 1 kept (it is this worker's: its TTL renewed) | 0 another's, or gone (nothing written)
 ]]
-local stored = redis.call('GET', KEYS[1])
-if ARGV[3] == 'drop' then
-  if stored == ARGV[1] then
-    redis.call('DEL', KEYS[1])
-    return 1
-  end
-  return 0
-end
-if stored == ARGV[1] then
+if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end
-if not stored and ARGV[3] == 'take' then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 2
-end
 return 0
+`,
+});
+
+export const SCHEDULE_DEFINITIONS_SEEN = typedScript<string[]>()({
+  command: "claimwatchScheduleDefinitionsSeen",
+  keys: ["scheduleDefinitionsSeen"],
+  lua: `
+--[[ Notes when definitions with this schedules digest first ran (lib/rebuilds/schedules.ts
+scheduleLead: the newest of the live ones lead the schedules), and answers every digest's.
+KEYS[1] scheduleDefinitionsSeen HASH digest → first seen (Redis ms)
+ARGV[1] this worker's digest
+Returns the HASH as a flat list: digest, ms, digest, ms …
+]]
+${SERVER_NOW}
+redis.call('HSETNX', KEYS[1], ARGV[1], nowMs)
+return redis.call('HGETALL', KEYS[1])
 `,
 });

@@ -194,11 +194,16 @@ export function redisKeys(prefix: string) {
     pausedSchedules: `${tag}:sched-paused`,
     /**
      * STRING with a TTL (kept by the workers whose definitions it names): a digest of the schedules
-     * the definitions of the worker that started last ask for (lib/rebuilds/schedules.ts
-     * `schedulesDigest`): the minute check of a worker whose definitions differ (a rolling deploy)
-     * repairs only what both agree on; gone, the check syncs as a start does.
+     * the definitions that lead the schedules ask for (lib/rebuilds/schedules.ts `schedulesDigest`,
+     * written by their sync): what the dashboard's next runs and missed ticks go by.
      */
     scheduleDefinitions: `${tag}:sched-definitions`,
+    /**
+     * HASH schedules digest → when a worker first ran definitions with it (Redis ms): of the
+     * definitions live workers run, the newest lead the schedules (lib/rebuilds/schedules.ts
+     * `scheduleLead`); an older file started again (a worker restarted mid-deploy) does not.
+     */
+    scheduleDefinitionsSeen: `${tag}:sched-definitions-seen`,
     /** STRING: when a scheduler was first upserted (ms); ticks before it cannot have been missed. */
     schedulerSince: (schedulerId: string) => `${tag}:sched-since:${schedulerId}`,
     /**

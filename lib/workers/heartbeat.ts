@@ -72,6 +72,12 @@ export interface WorkerIdentity {
    * and for one of a version that did not report it.
    */
   publishedBuilds?: PublishedBuildsToSteps;
+  /**
+   * The digest of the schedules its definitions ask for (lib/rebuilds/schedules.ts
+   * `schedulesDigest`): which workers run which definitions, so that workers of older ones leave
+   * the schedules to those of newer ones (`scheduleLead`). Absent for a worker of a version that did not report it.
+   */
+  schedulesDigest?: string;
 }
 
 export type PublishedBuildsToSteps = "read-only" | "writable";
@@ -102,7 +108,10 @@ export function newWorkerIdentity(
     containment = "unknown",
     limitedStepsContainment,
     publishedBuilds,
-  }: Partial<Pick<WorkerIdentity, "containment" | "limitedStepsContainment" | "publishedBuilds">> = {},
+    schedulesDigest,
+  }: Partial<
+    Pick<WorkerIdentity, "containment" | "limitedStepsContainment" | "publishedBuilds" | "schedulesDigest">
+  > = {},
 ): WorkerIdentity {
   const host = os.hostname();
   const safeHost = host.replace(/[^A-Za-z0-9_.-]/g, "_").slice(0, 64) || "host";
@@ -115,6 +124,7 @@ export function newWorkerIdentity(
     containment,
     ...(limitedStepsContainment && limitedStepsContainment !== containment ? { limitedStepsContainment } : {}),
     ...(publishedBuilds ? { publishedBuilds } : {}),
+    ...(schedulesDigest ? { schedulesDigest } : {}),
   };
 }
 
@@ -138,6 +148,7 @@ export async function beat(
     containment: worker.containment,
     limitedStepsContainment: worker.limitedStepsContainment ?? "",
     publishedBuilds: worker.publishedBuilds ?? "",
+    schedulesDigest: worker.schedulesDigest ?? "",
     currentJob: currentJob ?? "",
     upkeepRunningMs: upkeepRunningMs === null ? "" : String(Math.round(upkeepRunningMs)),
   };
@@ -255,6 +266,7 @@ export async function listLiveWorkersAt(
       ...(h.publishedBuilds === "read-only" || h.publishedBuilds === "writable"
         ? { publishedBuilds: h.publishedBuilds }
         : {}),
+      ...(h.schedulesDigest ? { schedulesDigest: h.schedulesDigest } : {}),
       currentJob: h.currentJob || null,
       heartbeatAt: Number(h.heartbeatAt),
       upkeepRunningMs: h.upkeepRunningMs ? Number(h.upkeepRunningMs) : null,

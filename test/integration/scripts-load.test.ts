@@ -8,7 +8,12 @@ import { Redis } from "ioredis";
 import { ALL_SCRIPTS } from "../../lib/redis/scripts";
 import { RUN_SCRIPTS } from "../../lib/runs/scripts";
 import { WORKER_BEAT } from "../../lib/workers/scripts";
-import { REQUEST_ID_RENAME, SCHEDULE_DIGEST_KEEP, UNCOUNT_UNSTARTED } from "../../lib/rebuilds/scripts";
+import {
+  REQUEST_ID_RENAME,
+  SCHEDULE_DEFINITIONS_SEEN,
+  SCHEDULE_DIGEST_KEEP,
+  UNCOUNT_UNSTARTED,
+} from "../../lib/rebuilds/scripts";
 import { startTestRedis, stopTestRedis, type TestRedis } from "../support/redis";
 
 let server: TestRedis;
@@ -29,6 +34,7 @@ for (const script of [
   REQUEST_ID_RENAME,
   UNCOUNT_UNSTARTED,
   SCHEDULE_DIGEST_KEEP,
+  SCHEDULE_DEFINITIONS_SEEN,
 ]) {
   test(`${script.command} compiles and documents its KEYS, ARGV and return values`, async () => {
     await client.script("LOAD", script.lua); // rejects with the compile error
