@@ -4,7 +4,7 @@ import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import Link from "next/link";
 import { useEffect, useRef, useState } from "react";
 import { EVALUATOR_CLAIM, evaluatorHolderLabel } from "@/lib/alerts/evaluator-claim";
-import { describeStale, staleReasons } from "@/lib/claims/stale";
+import { staleNow } from "@/lib/claims/stale";
 import type { ApiClaim, ApiClaimPage, ReleaseOutcome } from "@/lib/api/claims";
 import { apiFetch, claimsQuery, LIVE_POLL_MS, queryKeys, rebuildHref, rereadChanged } from "@/lib/ui/queries";
 import { EndedClaims } from "./claim-trail";
@@ -133,17 +133,9 @@ export function ClaimsTable({
           {data.claims.map((claim) => {
             const ttlLeft = claim.pttlMs - (now - dataUpdatedAt);
             const serverNow = now - skew;
-            // Live updates carry refreshes, not their absence: "no refresh for …" is derived here
-            // with the server's own rule (lib/claims/stale) on the server's clock.
-            const overdue = claim.stale
-              ? []
-              : staleReasons(
-                  { refreshedAt: claim.refreshedAt, refreshEveryMs: claim.refreshEveryMs, workerId: null },
-                  serverNow,
-                  undefined,
-                );
-            const stale = claim.stale || overdue.length > 0;
-            const staleReason = claim.staleReason ?? describeStale(overdue);
+            // Live updates carry refreshes, not their absence: "no refresh for …" is derived (and
+            // counts up) here with the server's own rule (lib/claims/stale) on the server's clock.
+            const { stale, reason: staleReason } = staleNow(claim, serverNow);
             // The alerts evaluator's claim: no rebuild; its holder's `rebuild` field is its role (web, worker).
             const evaluatorHeldBy = claim.name === EVALUATOR_CLAIM ? evaluatorHolderLabel(claim.rebuild) : null;
             return (

@@ -140,10 +140,17 @@ test("a frozen worker's claim turns Stale; force release marks it releasing and 
   expect(running).toBeTruthy();
   process.kill(pid, "SIGSTOP");
   try {
+    // Opened once the server reads it stale: what the page shows then must still count up.
+    await expect.poll(async () => (await claimsOf(request, "slow-archive"))[0]?.stale, { timeout: 30_000 }).toBe(true);
     await page.goto(`${stack().url}/claims`);
     const row = page.locator("tr[data-claim]", { hasText: "slow-archive" });
     await expect(row.getByText("Stale", { exact: true })).toBeVisible({ timeout: 30_000 });
     await expect(row).toContainText(/no refresh for \d+ s|has no live heartbeat/);
+    // Live, with no read in between (the page takes events, it does not poll): it counts up.
+    const overdue = async () => Number(/no refresh for (\d+) s/.exec((await row.textContent()) ?? "")?.[1] ?? -1);
+    await expect.poll(overdue, { timeout: 15_000 }).toBeGreaterThanOrEqual(0);
+    const first = await overdue();
+    await expect.poll(overdue, { timeout: 15_000 }).toBeGreaterThanOrEqual(first + 2);
     await shot(page, "claims-stale", testInfo);
 
     await row.getByRole("button", { name: "Force release" }).click();

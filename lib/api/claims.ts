@@ -45,6 +45,8 @@ export interface ApiClaim {
   refreshEveryMs: number | null;
   stale: boolean;
   staleReason: string | null;
+  /** Its holder worker had no live heartbeat when read (one of the stale reasons). */
+  holderNotLive: boolean;
   /** Since when the claim counts as stale (server time, ms), or null. */
   staleSince: number | null;
   consecutiveSkips: number;
@@ -85,6 +87,7 @@ export function toApiClaim(claim: ClaimInfo): ApiClaim {
     refreshEveryMs: holder.refreshEveryMs,
     stale: claim.stale.length > 0,
     staleReason: describeStale(claim.stale),
+    holderNotLive: claim.stale.some((reason) => reason.kind === "holder-not-live"),
     staleSince: staleSince(claim),
     consecutiveSkips: claim.consecutiveSkips,
     revoked: claim.revoked,

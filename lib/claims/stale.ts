@@ -54,3 +54,26 @@ export function staleReasons(
   if (liveWorkerIds && workerId && !liveWorkerIds.has(workerId)) reasons.push({ kind: "holder-not-live", workerId });
   return reasons;
 }
+
+/**
+ * A claim's staleness as a page shows it at `serverNow`, between reads: "no refresh for N s"
+ * counts up on the server's clock by the server's rule; the holder's heartbeat as the server last
+ * read it (`holderNotLive`); the server's reason when the page cannot tell more (a claim whose
+ * refresh time it does not know).
+ */
+export function staleNow(
+  claim: {
+    stale: boolean;
+    staleReason: string | null;
+    holderNotLive: boolean;
+    refreshedAt: number | null;
+    refreshEveryMs: number | null;
+    holder: { workerId: string | null };
+  },
+  serverNow: number,
+): { stale: boolean; reason: string | null } {
+  const reasons = staleReasons({ ...claim, workerId: null }, serverNow, undefined);
+  if (claim.holderNotLive && claim.holder.workerId)
+    reasons.push({ kind: "holder-not-live", workerId: claim.holder.workerId });
+  return { stale: claim.stale || reasons.length > 0, reason: describeStale(reasons) ?? claim.staleReason };
+}

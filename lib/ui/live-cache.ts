@@ -52,6 +52,7 @@ export class LiveCache {
             refreshEveryMs: event.refreshEveryMs,
             stale: false,
             staleReason: null,
+            holderNotLive: false,
             staleSince: null,
             consecutiveSkips: previous?.consecutiveSkips ?? 0,
             revoked: null,
@@ -73,6 +74,7 @@ export class LiveCache {
                   pttlMs: Math.max(0, event.ttlMs - Math.max(0, serverNow - event.at)),
                   stale: false,
                   staleReason: null,
+                  holderNotLive: false,
                   staleSince: null,
                 }
               : c,

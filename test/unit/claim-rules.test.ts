@@ -7,6 +7,7 @@ import {
   staleReasons,
   type ClaimHolder,
 } from "../../lib/claims/index";
+import { staleNow } from "../../lib/claims/stale";
 
 test("a token is host:pid:random and unique per grant", () => {
   const token = newClaimToken();
@@ -65,4 +66,27 @@ test("stale: last refresh older than two intervals, or holder without a live hea
   assert.deepEqual(staleReasons(holder, 10_500, undefined), []);
   // A holder that is no worker (e.g. a CLI run) is judged by its refreshes only.
   assert.deepEqual(staleReasons({ ...holder, workerId: null }, 10_500, new Set()), []);
+});
+
+test("staleNow: a page counts the overdue refresh up between reads, keeps the holder's missing heartbeat, and falls back to the server's reason", () => {
+  const read = {
+    stale: true,
+    staleReason: "no refresh for 9 s (refreshes every 1 s); holder w1 has no live heartbeat",
+    holderNotLive: true,
+    refreshedAt: 1_000,
+    refreshEveryMs: 1_000,
+    holder: { workerId: "w1" },
+  };
+  assert.deepEqual(staleNow(read, 10_000), { stale: true, reason: read.staleReason });
+  assert.deepEqual(staleNow(read, 31_000), {
+    stale: true,
+    reason: "no refresh for 30 s (refreshes every 1 s); holder w1 has no live heartbeat",
+  });
+  // Fresh when read, overdue since: stale here too, before the next read says so.
+  const fresh = { ...read, stale: false, staleReason: null, holderNotLive: false };
+  assert.deepEqual(staleNow(fresh, 2_500), { stale: false, reason: null });
+  assert.deepEqual(staleNow(fresh, 3_500), { stale: true, reason: "no refresh for 3 s (refreshes every 1 s)" });
+  // Nothing to count from: the server's word.
+  const unknown = { ...read, refreshedAt: null, holderNotLive: false, staleReason: "as the server said" };
+  assert.deepEqual(staleNow(unknown, 99_000), { stale: true, reason: "as the server said" });
 });
