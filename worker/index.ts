@@ -30,14 +30,8 @@ import { pruneAbandonedWorkDirs } from "../lib/rebuilds/output";
 import { removeTakenWorkDirs, takeLiveWorkDirs } from "../lib/rebuilds/work-dirs";
 import { pruneOldBuilds } from "../lib/rebuilds/prune";
 import { declareTargets } from "../lib/rebuilds/declared";
-import {
-  keepScheduleDigest,
-  repairSchedules,
-  scheduleLead,
-  schedulesDigest,
-  syncSchedules,
-  type ScheduleLead,
-} from "../lib/rebuilds/schedules";
+import { forgetScheduleWants } from "../lib/rebuilds/schedule-wants";
+import { keepScheduleDigest, schedulesDigest, syncSchedules, type SyncedSchedules } from "../lib/rebuilds/schedules";
 import { closeRedis, createRedis } from "../lib/redis/client";
 import { measureRedisClock, redisClock, useAsProcessClock } from "../lib/redis/clock";
 import { redisKeys } from "../lib/redis/keys";
@@ -271,13 +265,12 @@ async function syncSchedulesAndSay(): Promise<void> {
     ),
   );
   try {
-    const lead = await scheduleLead(main, keys, definitions, identity.id);
-    sayScheduleLead(lead);
-    if (!lead.leads) return;
-    const { upserted, removed, paused, failed } = await syncSchedules(queue, definitions, main, keys);
+    const synced = await syncSchedules(queue, definitions, main, keys, identity.id);
+    const { upserted, removed, paused, failed } = synced;
     log(
       `schedules: ${upserted.length} upserted${removed.length ? `, removed ${removed.join(", ")}` : ""}${paused.length ? `; paused by an operator: ${paused.join(", ")}` : ""}`,
     );
+    sayOtherDefinitions(synced);
     for (const { id, message } of failed)
       log(`could not upsert schedule ${id} (checked again every minute): ${message}`);
   } catch (error) {
@@ -285,30 +278,34 @@ async function syncSchedulesAndSay(): Promise<void> {
   }
 }
 
-/** Said when it changes: whether this worker's definitions lead the schedules, or whose do. */
-let saidLead: string | null = null;
-function sayScheduleLead(lead: ScheduleLead): void {
-  const said = lead.leads ? "leads" : lead.digest;
-  if (said === saidLead) return;
-  if (lead.leads && saidLead !== null)
-    log("schedules: no worker of newer definitions runs now; this worker's definitions lead the schedules again");
-  if (!lead.leads)
+/** Said when it changes: schedules kept as workers of other definitions ask (lib/rebuilds/schedule-wants.ts). */
+let saidOthers = "";
+function sayOtherDefinitions({ asOthersAsk, keptForOthers, otherWorkers }: SyncedSchedules): void {
+  const said = asOthersAsk.length + keptForOthers.length > 0 ? `${asOthersAsk}|${keptForOthers}|${otherWorkers}` : "";
+  if (said === saidOthers) return;
+  if (said)
     log(
-      `schedules: left as they are: workers of newer definitions lead them (${lead.workers.join(", ")}); this worker's definitions lead again once none of those runs`,
+      `schedules: workers of other definitions run (${otherWorkers.join(", ")}): ${[
+        asOthersAsk.length ? `left as their file asks: ${asOthersAsk.join(", ")}` : "",
+        keptForOthers.length ? `kept for them: ${keptForOthers.join(", ")}` : "",
+      ]
+        .filter(Boolean)
+        .join("; ")} (until none of those runs)`,
     );
-  saidLead = said;
+  else if (saidOthers) log("schedules: every live worker runs these definitions now; the schedules follow them");
+  saidOthers = said;
 }
 
 /**
- * Every minute, each schedule is checked for its next tick (`repairSchedules`): a tick lost (a
- * Redis crash that lost its last writes, a worker that died as it queued the next one, an upsert
- * refused at start) would end the schedule for good, until some worker started again; a worker
- * that leads the schedules now (workers of newer definitions stopped: a rollback) syncs them.
+ * Every minute, the schedules are synced again (`syncSchedules`): a tick lost (a Redis crash that
+ * lost its last writes, a worker that died as it queued the next one, an upsert refused at start)
+ * would end the schedule for good, until some worker started again; and once the workers of other
+ * definitions have gone, the schedules follow this file.
  */
 const SCHEDULE_CHECK_EVERY_MS = 60_000;
 /**
  * The schedules digest of this worker's definitions is kept alive beside the beat, not in the
- * upkeep (a long prune there would let it expire, and a worker of other definitions take over).
+ * upkeep (a long prune there would let it expire: the dashboard would go by its own file).
  */
 let lastDigestKeep = performance.now();
 function keepDigestBesideBeat(): void {
@@ -323,11 +320,14 @@ async function checkSchedules(): Promise<void> {
   if (stopping || performance.now() - lastScheduleCheck < SCHEDULE_CHECK_EVERY_MS) return;
   lastScheduleCheck = performance.now();
   try {
-    const { repaired, removed, failed, lead } = await repairSchedules(queue, definitions, main, keys, identity.id);
-    sayScheduleLead(lead);
+    const synced = await syncSchedules(queue, definitions, main, keys, identity.id);
+    const { repaired, removed, failed } = synced;
+    sayOtherDefinitions(synced);
     for (const id of repaired)
-      log(`schedule ${id} was not as the definitions ask, or had no next tick queued: upserted again`);
-    if (removed.length > 0) log(`schedules removed (not in the definitions): ${removed.join(", ")}`);
+      log(`schedule ${id} was missing, not as the definitions ask, or had no next tick queued: upserted again`);
+    if (removed.length > 0) log(`schedules removed (no live worker's definitions have them): ${removed.join(", ")}`);
+    if (synced.removalsPostponed)
+      log("schedules: this check took too long to remove schedules on what it read; the next one decides again");
     for (const { id, message } of failed)
       log(`could not upsert schedule ${id} (checked again in a minute): ${message}`);
     lastScheduleCheckFailed = false;
@@ -417,7 +417,7 @@ async function shutdown(signal: NodeJS.Signals): Promise<void> {
     // After a beat still under way (a first beat waits for a TIME answer before it writes): a
     // retire sent first would be undone by it, the worker listed live until its heartbeat expires.
     settledWithin(
-      beating.then(() => retire(main, keys, identity.id)),
+      beating.then(() => Promise.all([retire(main, keys, identity.id), forgetScheduleWants(main, keys, identity.id)])),
       2_000,
     ),
     !announcedUp || settledWithin(publishEvent(main, keys, { type: "worker.down", id: identity.id }), 2_000),

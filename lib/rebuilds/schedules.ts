@@ -5,10 +5,9 @@
  * process is needed.
  *
  * Workers of different definitions side by side (a rolling deploy, a worker restarted mid-deploy,
- * a rollback): the newest definitions any live worker runs lead the schedules (`scheduleLead`:
- * "newest" = first run last, noted in Redis). Workers of those sync them at their start and at
- * every minute check; a worker of older definitions leaves them as they are, and takes the lead
- * once no worker of newer ones runs (a rollback completes as its new workers stop).
+ * a rollback): each notes its file's schedules, and the schedules are what the live files agree
+ * on — added at once, changed once no worker of the old file runs, removed once no live file asks
+ * for them (lib/rebuilds/schedule-wants.ts).
  *
  * Paused schedules (an operator's "pause"): the pause is a field in `pausedSchedules` (Redis, so
  * it survives restarts), and the scheduler is removed from BullMQ with its next delayed tick, so
@@ -30,8 +29,8 @@ import { parseStoredJson } from "../redis/stored-json";
 import { tenantsOf, type Definitions, type RebuildDefinition } from "./definitions";
 import { runScript, type ScriptingClient } from "../redis/scripts";
 import { jobOptionsFor, schedulerIdOf, scheduledTickOf, type RebuildJobData } from "./queue";
-import { SCHEDULE_DEFINITIONS_SEEN, SCHEDULE_DIGEST_KEEP } from "./scripts";
-import { listLiveWorkers } from "../workers/heartbeat";
+import { SCHEDULE_DIGEST_KEEP } from "./scripts";
+import { noteScheduleWants, planSchedules, scheduleSpecKey } from "./schedule-wants";
 
 type SchedulerQueue = Pick<Queue, "upsertJobScheduler" | "removeJobScheduler" | "getJobScheduler" | "getJobState">;
 type PauseClient = Pick<Redis, "hget" | "hset" | "hdel" | "set">;
@@ -65,18 +64,60 @@ export function pausesSchedule(raw: unknown): boolean {
   return typeof raw === "string" && parsePause(raw) !== null;
 }
 
+/**
+ * A worker's sync of the schedules, at its start and every minute (worker/index.ts): its file's
+ * schedules upserted — missing, changed, or without a pending next tick (a crash that lost the
+ * last writes, a worker that died as it queued the next tick: the schedule would end for good) —
+ * unless a live worker's other file asks for the scheduler as it is; schedulers no live file asks
+ * for removed (lib/rebuilds/schedule-wants.ts). A scheduler as wanted with its tick pending is
+ * left alone: an upsert would replace a tick that fell due while no worker ran.
+ */
 export async function syncSchedules(
   queue: SchedulerQueue & Pick<Queue, "getJobSchedulers">,
   definitions: Definitions,
-  client: PauseClient & Pick<Redis, "del">,
+  client: PauseClient & ScriptingClient & Pick<Redis, "del" | "pipeline">,
   keys: RedisKeys,
+  workerId: string,
 ): Promise<SyncedSchedules> {
-  const wanted = new Set<string>();
-  const synced: SyncedSchedules = { upserted: [], repaired: [], paused: [], failed: [], removed: [] };
-  for (const { definition, tenant, spec } of wantedSchedules(definitions)) {
-    wanted.add(spec.id);
+  const specs = [...wantedSchedules(definitions)];
+  const wants = new Map(specs.map(({ spec }) => [spec.id, specKeyOf(spec)]));
+  const digest = schedulesDigest(definitions);
+  const planned = performance.now();
+  const live = await noteScheduleWants(client, keys, workerId, digest, wants);
+  const existing = new Map<string, StoredScheduler>();
+  for (const scheduler of await queue.getJobSchedulers(0, -1)) {
+    const id = scheduler.key ?? scheduler.id;
+    if (id?.startsWith("sched.")) existing.set(id, scheduler);
+  }
+  const plan = planSchedules(
+    { digest, wants },
+    live,
+    new Map([...existing].map(([id, scheduler]) => [id, storedSpecKey(scheduler)])),
+  );
+  const synced: SyncedSchedules = {
+    upserted: [],
+    repaired: [],
+    paused: [],
+    failed: [],
+    removed: [],
+    asOthersAsk: plan.asOthersAsk,
+    keptForOthers: plan.keptForOthers,
+    otherWorkers: [...live.files.entries()]
+      .filter(([file]) => file !== digest)
+      .flatMap(([, file]) => file.workers)
+      .concat(live.unknown),
+    removalsPostponed: false,
+  };
+  const ours = new Set(plan.ours);
+  for (const { definition, tenant, spec } of specs) {
+    if (!ours.has(spec.id)) continue;
     // One schedule that cannot be upserted (Redis refused it) does not keep the others from theirs.
     try {
+      const stored = existing.get(spec.id);
+      if (stored && wants.get(spec.id) === storedSpecKey(stored) && (await tickPending(queue, spec.id, stored.next))) {
+        synced.upserted.push(spec.id);
+        continue;
+      }
       const outcome = await upsertSchedule({ queue, client, keys, definitions }, definition, tenant);
       if (outcome === "paused") synced.paused.push(spec.id);
       if (outcome === "current" || outcome === "upserted") synced.upserted.push(spec.id);
@@ -85,18 +126,47 @@ export async function syncSchedules(
       synced.failed.push({ id: spec.id, message: describeError(error) });
     }
   }
-  for (const scheduler of await queue.getJobSchedulers(0, -1)) {
-    const id = scheduler.key ?? scheduler.id;
-    if (id?.startsWith("sched.") && !wanted.has(id)) {
-      await queue.removeJobScheduler(id);
-      await client.del(keys.schedulerSince(id));
-      synced.removed.push(id);
+  for (const id of plan.remove) {
+    // Decided on what was live then: a check held up (a pause, a slow Redis) decides again next time.
+    if (performance.now() - planned > REMOVE_WITHIN_MS) {
+      synced.removalsPostponed = true;
+      break;
     }
+    await queue.removeJobScheduler(id);
+    await client.del(keys.schedulerSince(id));
+    synced.removed.push(id);
   }
-  // The definitions the schedules now follow (what the dashboard's next runs go by).
-  await client.set(keys.scheduleDefinitions, schedulesDigest(definitions), "PX", SCHEDULE_DIGEST_TTL_MS);
+  // What the dashboard's next runs go by: this file while every live worker runs it.
+  await client.set(keys.scheduleDefinitions, plan.mixed ? "mixed" : digest, "PX", SCHEDULE_DIGEST_TTL_MS);
   return synced;
 }
+
+/** A sync removes schedulers only this soon after it read which files are live. */
+const REMOVE_WITHIN_MS = 5_000;
+
+function specKeyOf(spec: SchedulerSpec): string {
+  return scheduleSpecKey({
+    pattern: spec.repeat.pattern,
+    tz: spec.repeat.tz,
+    name: spec.template.name,
+    data: spec.template.data,
+    opts: spec.template.opts,
+  });
+}
+
+/** The spec key of a stored scheduler: the options claimwatch sets, as `specKeyOf` takes them. */
+function storedSpecKey(stored: StoredScheduler): string {
+  const opts = (stored.template?.opts ?? {}) as Record<string, unknown>;
+  return scheduleSpecKey({
+    pattern: stored.pattern,
+    tz: stored.tz,
+    name: stored.name,
+    data: stored.template?.data,
+    opts: Object.fromEntries(SCHEDULER_OPTS.map((name) => [name, opts[name]])),
+  });
+}
+/** The job options a scheduler's template carries (`schedulerSpec`). */
+const SCHEDULER_OPTS = ["attempts", "backoff", "removeOnComplete", "removeOnFail"] as const;
 
 /**
  * How long the digest of the definitions the schedules follow outlives the last worker that runs
@@ -117,62 +187,6 @@ export async function keepScheduleDigest(
     [schedulesDigest(definitions), SCHEDULE_DIGEST_TTL_MS],
   );
   return reply === 1 ? "kept" : "other";
-}
-
-/** This worker's definitions lead the schedules, or the newer ones (`digest`) `workers` run do. */
-export type ScheduleLead = { leads: true } | { leads: false; digest: string; workers: string[] };
-
-/**
- * Whether this worker's definitions lead the schedules. Of the definitions live workers run
- * (their heartbeats carry the digest), the one first run last leads (ties: the greater digest).
- * A worker of an older file that starts again mid-deploy — restarted by its supervisor — finds
- * its digest noted long ago and follows, where "the worker that started last decides" let it
- * remove the schedules only the new file has (black-box helper-157). A worker of a version that
- * does not report its digest is not counted. Two round trips (the note, the live workers).
- */
-export async function scheduleLead(
-  client: ScriptingClient & Pick<Redis, "pipeline" | "hdel">,
-  keys: RedisKeys,
-  definitions: Definitions,
-  workerId: string,
-): Promise<ScheduleLead> {
-  const mine = schedulesDigest(definitions);
-  const flat = await runScript(client, SCHEDULE_DEFINITIONS_SEEN, [keys.scheduleDefinitionsSeen], [mine]);
-  const firstRun = new Map<string, number>();
-  for (let i = 0; i + 1 < flat.length; i += 2) firstRun.set(flat[i]!, Number(flat[i + 1]));
-  const others = new Map<string, string[]>();
-  for (const worker of await listLiveWorkers(client, keys)) {
-    const digest = worker.schedulesDigest;
-    if (!digest || digest === mine || worker.id === workerId) continue;
-    others.set(digest, [...(others.get(digest) ?? []), worker.id]);
-  }
-  // Lost with Redis's state (noted again by its workers' next checks): counted as the oldest.
-  const newer = (a: string, b: string) => {
-    const [at, bt] = [firstRun.get(a) ?? 0, firstRun.get(b) ?? 0];
-    return at !== bt ? at > bt : a > b;
-  };
-  let leader = mine;
-  for (const digest of others.keys()) if (newer(digest, leader)) leader = digest;
-  await forgetOldDefinitions(client, keys, firstRun, new Set([mine, ...others.keys()]));
-  return leader === mine ? { leads: true } : { leads: false, digest: leader, workers: others.get(leader)! };
-}
-
-/** Definitions noted: a file's edits each add one; past this many, the oldest no worker runs go. */
-const DEFINITIONS_NOTED = 200;
-
-async function forgetOldDefinitions(
-  client: Pick<Redis, "hdel">,
-  keys: RedisKeys,
-  firstRun: Map<string, number>,
-  live: Set<string>,
-): Promise<void> {
-  if (firstRun.size <= DEFINITIONS_NOTED) return;
-  const old = [...firstRun.entries()]
-    .filter(([digest]) => !live.has(digest))
-    .sort((a, b) => a[1] - b[1])
-    .slice(0, firstRun.size - DEFINITIONS_NOTED / 2)
-    .map(([digest]) => digest);
-  if (old.length > 0) await client.hdel(keys.scheduleDefinitionsSeen, ...old);
 }
 
 /** A digest of every schedule the definitions ask for: id, cron, time zone, job template. */
@@ -264,48 +278,6 @@ function* wantedSchedules(
   }
 }
 
-/**
- * The minute check of a running worker (worker/index.ts). A worker whose definitions lead the
- * schedules (`scheduleLead`) syncs them as a start does: a schedule whose next tick is gone — a
- * crash that lost its last writes, a worker that died as it queued the next tick — would end for
- * good until some process started again, and one a worker of other definitions wrote while it
- * led (a rollback whose new workers have stopped since) follows this file again. Such a scheduler
- * is upserted (the next tick from now is queued; what fell due meanwhile shows as missed ticks).
- * A worker that follows only queues again the lost next tick of a scheduler exactly as its own
- * definitions ask: it adds, changes and removes nothing.
- */
-export async function repairSchedules(
-  queue: SchedulerQueue & Pick<Queue, "getJobSchedulers">,
-  definitions: Definitions,
-  client: PauseClient & ScriptingClient & Pick<Redis, "del" | "pipeline" | "hdel">,
-  keys: RedisKeys,
-  workerId: string,
-): Promise<{
-  repaired: string[];
-  removed: string[];
-  failed: { id: string; message: string }[];
-  lead: ScheduleLead;
-}> {
-  const lead = await scheduleLead(client, keys, definitions, workerId);
-  if (lead.leads) {
-    const { repaired, removed, failed } = await syncSchedules(queue, definitions, client, keys);
-    return { repaired, removed, failed, lead };
-  }
-  const result = { repaired: [] as string[], removed: [], failed: [] as { id: string; message: string }[], lead };
-  for (const { definition, tenant, spec } of wantedSchedules(definitions)) {
-    try {
-      const existing = await queue.getJobScheduler(spec.id);
-      if (!existing || !sameScheduler(existing, spec.repeat, spec.template)) continue;
-      if (await tickPending(queue, spec.id, existing.next)) continue;
-      if ((await upsertSchedule({ queue, client, keys, definitions }, definition, tenant)) === "upserted")
-        result.repaired.push(spec.id);
-    } catch (error) {
-      result.failed.push({ id: spec.id, message: describeError(error) });
-    }
-  }
-  return result;
-}
-
 /** What `syncSchedules` did, by scheduler id. */
 export interface SyncedSchedules {
   /** Scheduled (not paused): upserted, or found as wanted with its next tick pending. */
@@ -316,8 +288,16 @@ export interface SyncedSchedules {
   paused: string[];
   /** Not upserted: what Redis or BullMQ answered. */
   failed: { id: string; message: string }[];
-  /** Schedulers no longer in the definitions, removed. */
+  /** Schedulers no live worker's definitions ask for, removed. */
   removed: string[];
+  /** This file's schedules left as another live worker's definitions ask (lib/rebuilds/schedule-wants.ts). */
+  asOthersAsk: string[];
+  /** Schedulers this file does not have, kept: another live worker's definitions ask for them (or may). */
+  keptForOthers: string[];
+  /** Live workers of other definitions (or of definitions not known). */
+  otherWorkers: string[];
+  /** Removals left to the next check: this one took too long after it read which files are live. */
+  removalsPostponed: boolean;
 }
 
 /**

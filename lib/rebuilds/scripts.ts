@@ -97,7 +97,7 @@ export const SCHEDULE_DIGEST_KEEP = typedScript<number>()({
   command: "claimwatchScheduleDigestKeep",
   keys: ["scheduleDefinitions"],
   lua: `
---[[ The digest of the definitions that lead the schedules (lib/rebuilds/schedules.ts), kept
+--[[ The digest of the definitions every live worker runs (lib/rebuilds/schedules.ts), kept
 alive by a worker whose definitions it names.
 KEYS[1] scheduleDefinitions STRING with a TTL
 ARGV[1] this worker's digest   ARGV[2] ttl ms
@@ -111,18 +111,43 @@ return 0
 `,
 });
 
-export const SCHEDULE_DEFINITIONS_SEEN = typedScript<string[]>()({
-  command: "claimwatchScheduleDefinitionsSeen",
-  keys: ["scheduleDefinitionsSeen"],
+export const SCHEDULE_WANTS_NOTE = typedScript<[now: number, workerNotes: string[], fileNotes: string[]]>()({
+  command: "claimwatchScheduleWantsNote",
+  keys: ["scheduleWorkers", "scheduleWants"],
   lua: `
---[[ Notes when definitions with this schedules digest first ran (lib/rebuilds/schedules.ts
-scheduleLead: the newest of the live ones lead the schedules), and answers every digest's.
-KEYS[1] scheduleDefinitionsSeen HASH digest → first seen (Redis ms)
-ARGV[1] this worker's digest
-Returns the HASH as a flat list: digest, ms, digest, ms …
+--[[ A worker's note of the file it runs and that file's schedules (lib/rebuilds/schedule-wants.ts),
+and every worker's: what the schedules of workers of different definitions side by side agree on.
+KEYS[1] scheduleWorkers HASH workerId → "<Redis ms of its last note> <schedules digest>"
+KEYS[2] scheduleWants HASH schedules digest → JSON {scheduler id: spec key}
+ARGV[1] workerId   ARGV[2] its schedules digest   ARGV[3] its file's schedules (JSON)
+ARGV[4] notes older than this (ms) are dropped, and the files no note names
+Returns {now (Redis ms), scheduleWorkers as a flat list, scheduleWants as a flat list}
 ]]
 ${SERVER_NOW}
-redis.call('HSETNX', KEYS[1], ARGV[1], nowMs)
-return redis.call('HGETALL', KEYS[1])
+redis.call('HSET', KEYS[1], ARGV[1], string.format('%.0f', nowMs) .. ' ' .. ARGV[2])
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
+local workers = redis.call('HGETALL', KEYS[1])
+local kept, named = {}, {}
+for i = 1, #workers, 2 do
+  local at, digest = string.match(workers[i + 1], '^(%d+) (.+)$')
+  if at and tonumber(at) >= nowMs - tonumber(ARGV[4]) then
+    named[digest] = true
+    kept[#kept + 1] = workers[i]
+    kept[#kept + 1] = workers[i + 1]
+  else
+    redis.call('HDEL', KEYS[1], workers[i])
+  end
+end
+local files = redis.call('HGETALL', KEYS[2])
+local keptFiles = {}
+for i = 1, #files, 2 do
+  if named[files[i]] then
+    keptFiles[#keptFiles + 1] = files[i]
+    keptFiles[#keptFiles + 1] = files[i + 1]
+  else
+    redis.call('HDEL', KEYS[2], files[i])
+  end
+end
+return {nowMs, kept, keptFiles}
 `,
 });

@@ -194,16 +194,15 @@ export function redisKeys(prefix: string) {
     pausedSchedules: `${tag}:sched-paused`,
     /**
      * STRING with a TTL (kept by the workers whose definitions it names): a digest of the schedules
-     * the definitions that lead the schedules ask for (lib/rebuilds/schedules.ts `schedulesDigest`,
-     * written by their sync): what the dashboard's next runs and missed ticks go by.
+     * the definitions every live worker runs ask for (lib/rebuilds/schedules.ts `schedulesDigest`),
+     * or "mixed" while workers of different definitions run: what the dashboard's next runs and
+     * missed ticks go by (its own file's schedules, or the queue's schedulers).
      */
     scheduleDefinitions: `${tag}:sched-definitions`,
-    /**
-     * HASH schedules digest → when a worker first ran definitions with it (Redis ms): of the
-     * definitions live workers run, the newest lead the schedules (lib/rebuilds/schedules.ts
-     * `scheduleLead`); an older file started again (a worker restarted mid-deploy) does not.
-     */
-    scheduleDefinitionsSeen: `${tag}:sched-definitions-seen`,
+    /** HASH workerId → "<Redis ms> <schedules digest>": each worker's last note (lib/rebuilds/schedule-wants.ts). */
+    scheduleWorkers: `${tag}:sched-workers`,
+    /** HASH schedules digest → JSON scheduler id → spec key: what each noted file's schedules are. */
+    scheduleWants: `${tag}:sched-wants`,
     /** STRING: when a scheduler was first upserted (ms); ticks before it cannot have been missed. */
     schedulerSince: (schedulerId: string) => `${tag}:sched-since:${schedulerId}`,
     /**

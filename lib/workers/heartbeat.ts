@@ -74,8 +74,9 @@ export interface WorkerIdentity {
   publishedBuilds?: PublishedBuildsToSteps;
   /**
    * The digest of the schedules its definitions ask for (lib/rebuilds/schedules.ts
-   * `schedulesDigest`): which workers run which definitions, so that workers of older ones leave
-   * the schedules to those of newer ones (`scheduleLead`). Absent for a worker of a version that did not report it.
+   * `schedulesDigest`): which file each live worker runs, so that workers of different files keep
+   * each other's schedules (lib/rebuilds/schedule-wants.ts). Absent for a worker of a version that
+   * did not report it.
    */
   schedulesDigest?: string;
 }

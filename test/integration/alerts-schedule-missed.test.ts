@@ -99,10 +99,10 @@ test("a schedule the workers run with another cron than this process's file (edi
   const queue = new Queue(REBUILD_QUEUE, { connection: main, prefix: queuePrefix(keys) });
   try {
     // The workers started with the old file, then (after the edit) again with the new one.
-    await syncSchedules(queue, before.definitions, main, keys);
+    await syncSchedules(queue, before.definitions, main, keys, "worker-a");
     const id = schedulerIdOf("quick", undefined);
     await main.set(keys.schedulerSince(id), String((await serverNow(main)) - 120_000));
-    await syncSchedules(queue, edited.definitions, main, keys);
+    await syncSchedules(queue, edited.definitions, main, keys, "worker-a");
     const now = await serverNow(main);
     assert.ok(
       Number(await main.get(keys.schedulerSince(id))) > now - 60_000,

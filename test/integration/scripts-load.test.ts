@@ -10,7 +10,7 @@ import { RUN_SCRIPTS } from "../../lib/runs/scripts";
 import { WORKER_BEAT } from "../../lib/workers/scripts";
 import {
   REQUEST_ID_RENAME,
-  SCHEDULE_DEFINITIONS_SEEN,
+  SCHEDULE_WANTS_NOTE,
   SCHEDULE_DIGEST_KEEP,
   UNCOUNT_UNSTARTED,
 } from "../../lib/rebuilds/scripts";
@@ -34,7 +34,7 @@ for (const script of [
   REQUEST_ID_RENAME,
   UNCOUNT_UNSTARTED,
   SCHEDULE_DIGEST_KEEP,
-  SCHEDULE_DEFINITIONS_SEEN,
+  SCHEDULE_WANTS_NOTE,
 ]) {
   test(`${script.command} compiles and documents its KEYS, ARGV and return values`, async () => {
     await client.script("LOAD", script.lua); // rejects with the compile error

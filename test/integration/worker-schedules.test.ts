@@ -1,10 +1,11 @@
 /** Schedules: every process upserts them; N processes still give one job per tick. */
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { createTestBed, tickingEvery2s, type TestBed } from "../support/stack";
+import { createTestBed, tickingEvery2s, type TestBed, type TestWorker } from "../support/stack";
 import { until } from "../support/until";
 import { scheduledTickOf } from "../../lib/rebuilds/queue";
-import { repairSchedules, SCHEDULE_DIGEST_TTL_MS, scheduleLead, syncSchedules } from "../../lib/rebuilds/schedules";
+import { SCHEDULE_DIGEST_TTL_MS, schedulesDigest, syncSchedules } from "../../lib/rebuilds/schedules";
+import { forgetScheduleWants } from "../../lib/rebuilds/schedule-wants";
 
 let bed: TestBed;
 before(async () => {
@@ -52,7 +53,9 @@ test("a tick that fell due while no worker ran is not replaced by the next worke
   assert.equal(await bed.queue.getJobState(tickJob), "delayed", "due, not taken");
   // What every process does at its start, before its workers take jobs: it must leave that tick
   // in place (an upsert would replace it with the next one from now).
-  const synced = await syncSchedules(bed.queue, bed.definitions, bed.main, bed.keys);
+  // (As a worker would at its start; its note taken back as a clean stop does.)
+  const synced = await syncSchedules(bed.queue, bed.definitions, bed.main, bed.keys, "start-test");
+  await forgetScheduleWants(bed.main, bed.keys, "start-test");
   assert.deepEqual(synced.upserted, ["sched.ticking"]);
   assert.equal(await bed.queue.getJobState(tickJob), "delayed", "the due tick is still there");
   const second = await bed.startWorker();
@@ -68,53 +71,53 @@ test("a tick that fell due while no worker ran is not replaced by the next worke
   }
 });
 
-test("the minute check of a worker that leads the schedules: a lost next tick is queued again, a scheduler changed by other definitions follows this file again, with Redis's state lost it syncs as a start", async () => {
+test("the minute check: a lost next tick is queued again, a scheduler no live worker's file asks for as it is follows this file again, with Redis's state lost it syncs as a start", async () => {
   const me = "minute-check-test";
-  const first = await syncSchedules(bed.queue, bed.definitions, bed.main, bed.keys);
-  assert.deepEqual(first.failed, []);
-  const again = await repairSchedules(bed.queue, bed.definitions, bed.main, bed.keys, me);
-  assert.deepEqual(again.repaired, [], "a scheduler with its tick pending is not touched");
-  assert.equal(again.lead.leads, true, "no worker of other definitions runs");
-  const ttl = await bed.main.pttl(bed.keys.scheduleDefinitions);
-  assert.ok(ttl > 0 && ttl <= SCHEDULE_DIGEST_TTL_MS, `the digest lives while its workers run (${ttl} ms)`);
-  // As a crash that lost the write would leave it: no job, the scheduler still naming it.
-  const loseNextTick = async () => {
-    const next = (await bed.queue.getJobScheduler("sched.ticking"))?.next;
-    const id = `repeat:sched.ticking:${next}`;
-    await bed.main.zrem(bed.queue.toKey("delayed"), id);
-    await bed.main.del(bed.queue.toKey(id));
-    assert.equal(await bed.queue.getJobState(id), "unknown");
-  };
-  const nextPending = async () => {
-    const next = (await bed.queue.getJobScheduler("sched.ticking"))?.next;
-    return next !== undefined && (await bed.queue.getJobState(`repeat:sched.ticking:${next}`)) === "delayed";
-  };
-  const repaired = async () => (await repairSchedules(bed.queue, bed.definitions, bed.main, bed.keys, me)).repaired;
-  await loseNextTick();
-  assert.deepEqual(await repaired(), ["sched.ticking"]);
-  assert.ok(await nextPending(), "a next tick again");
+  const check = () => syncSchedules(bed.queue, bed.definitions, bed.main, bed.keys, me);
+  try {
+    const first = await check();
+    assert.deepEqual(first.failed, []);
+    const again = await check();
+    assert.deepEqual(again.repaired, [], "a scheduler with its tick pending is not touched");
+    const ttl = await bed.main.pttl(bed.keys.scheduleDefinitions);
+    assert.ok(ttl > 0 && ttl <= SCHEDULE_DIGEST_TTL_MS, `the digest lives while its workers run (${ttl} ms)`);
+    // As a crash that lost the write would leave it: no job, the scheduler still naming it.
+    const loseNextTick = async () => {
+      const next = (await bed.queue.getJobScheduler("sched.ticking"))?.next;
+      const id = `repeat:sched.ticking:${next}`;
+      await bed.main.zrem(bed.queue.toKey("delayed"), id);
+      await bed.main.del(bed.queue.toKey(id));
+      assert.equal(await bed.queue.getJobState(id), "unknown");
+    };
+    const nextPending = async () => {
+      const next = (await bed.queue.getJobScheduler("sched.ticking"))?.next;
+      return next !== undefined && (await bed.queue.getJobState(`repeat:sched.ticking:${next}`)) === "delayed";
+    };
+    await loseNextTick();
+    assert.deepEqual((await check()).repaired, ["sched.ticking"]);
+    assert.ok(await nextPending(), "a next tick again");
 
-  // Written by a worker of other definitions that has stopped since (a rollback): this file's again.
-  const scheduler = await bed.queue.getJobScheduler("sched.ticking");
-  await bed.queue.upsertJobScheduler(
-    "sched.ticking",
-    { pattern: "0 0 * * * *", tz: "UTC" },
-    scheduler!.template as never,
-  );
-  await bed.queue.upsertJobScheduler("sched.gone", { pattern: "0 0 * * * *", tz: "UTC" }, scheduler!.template as never);
-  const check = await repairSchedules(bed.queue, bed.definitions, bed.main, bed.keys, me);
-  assert.deepEqual([check.repaired, check.removed], [["sched.ticking"], ["sched.gone"]]);
-  assert.equal((await bed.queue.getJobScheduler("sched.ticking"))?.pattern, "*/2 * * * * *");
+    // Written by workers of another file that are gone (a rollback): this file's again.
+    const scheduler = await bed.queue.getJobScheduler("sched.ticking");
+    const template = scheduler!.template as never;
+    await bed.queue.upsertJobScheduler("sched.ticking", { pattern: "0 0 * * * *", tz: "UTC" }, template);
+    await bed.queue.upsertJobScheduler("sched.gone", { pattern: "0 0 * * * *", tz: "UTC" }, template);
+    const synced = await check();
+    assert.deepEqual([synced.repaired, synced.removed], [["sched.ticking"], ["sched.gone"]]);
+    assert.equal((await bed.queue.getJobScheduler("sched.ticking"))?.pattern, "*/2 * * * * *");
 
-  // Redis's state lost (the schedulers, the digests): the check syncs as a start does.
-  await bed.queue.removeJobScheduler("sched.ticking");
-  await bed.main.del(bed.keys.scheduleDefinitions, bed.keys.scheduleDefinitionsSeen);
-  assert.deepEqual(await repaired(), ["sched.ticking"]);
-  assert.ok(await nextPending());
-  assert.notEqual(await bed.main.get(bed.keys.scheduleDefinitions), null);
+    // Redis's state lost (the schedulers, the notes): the check syncs as a start does.
+    await bed.queue.removeJobScheduler("sched.ticking");
+    await bed.main.del(bed.keys.scheduleDefinitions, bed.keys.scheduleWorkers, bed.keys.scheduleWants);
+    assert.deepEqual((await check()).repaired, ["sched.ticking"]);
+    assert.ok(await nextPending());
+    assert.equal(await bed.main.get(bed.keys.scheduleDefinitions), schedulesDigest(bed.definitions));
+  } finally {
+    await forgetScheduleWants(bed.main, bed.keys, me);
+  }
 });
 
-test("workers of old and new definitions side by side: the newest definitions lead the schedules; an old worker starting again mid-deploy removes nothing, and leads once the new workers stop (black-box helper-157)", async () => {
+test("workers of old and new definitions side by side keep each other's schedules: an added one at once, a changed one once the old workers stop, a dropped one once no worker of a file with it runs — an old worker restarted mid-deploy (black-box helper-157), a new one paused past its heartbeat, or notes Redis lost remove nothing", async () => {
   const fs = await import("node:fs");
   const path = await import("node:path");
   const { stringify } = await import("yaml");
@@ -124,51 +127,90 @@ test("workers of old and new definitions side by side: the newest definitions le
     newFile,
     stringify({
       rebuilds: {
-        ticking: tickingEvery2s(),
+        ticking: { ...tickingEvery2s(), schedule: { cron: "*/4 * * * * *", tz: "UTC" } },
         added: { ...tickingEvery2s(), output: "out/added", schedule: { cron: "*/3 * * * * *", tz: "UTC" } },
       },
     }),
   );
   const loaded = loadDefinitions(newFile);
   if (!loaded.ok) throw loaded.error;
-  const schedulerIds = async () => (await bed.queue.getJobSchedulers(0, -1)).map((s) => s.key ?? s.id).sort();
-
-  const old = await bed.startWorker();
-  const updated = await bed.startWorker({ CLAIMWATCH_CONFIG: newFile });
+  const NEW = loaded.definitions;
+  const OLD = bed.definitions;
+  const state = async () =>
+    Object.fromEntries(
+      (await bed.queue.getJobSchedulers(0, -1)).map((s) => [s.key ?? s.id, s.pattern ?? ""] as const).sort(),
+    );
+  const idOf = (worker: TestWorker) => /\[worker ([^\]]+)\]/.exec(worker.output())![1]!;
+  const started: TestWorker[] = [];
+  const start = async (file?: string) => {
+    const worker = await bed.startWorker(file ? { CLAIMWATCH_CONFIG: file } : {});
+    started.push(worker);
+    return worker;
+  };
   try {
-    assert.deepEqual(await schedulerIds(), ["sched.added", "sched.ticking"], "the new file's start adds its schedule");
-    // The old worker's minute check leaves it.
-    const oldCheck = await repairSchedules(bed.queue, bed.definitions, bed.main, bed.keys, "old-check");
-    assert.equal(oldCheck.lead.leads, false);
-    assert.deepEqual(oldCheck.removed, []);
-    // An old-definitions worker restarted by its supervisor mid-deploy: it used to remove it.
-    const restarted = await bed.startWorker();
+    const old1 = await start();
+    const new1 = await start(newFile);
+    assert.deepEqual(await state(), { "sched.added": "*/3 * * * * *", "sched.ticking": "*/2 * * * * *" });
+    assert.match(new1.output(), /left as their file asks: sched\.ticking/);
+
+    // An old-file worker restarted by its supervisor mid-deploy: it used to remove sched.added.
+    const old2 = await start();
+    assert.match(old2.output(), /kept for them: sched\.added/);
+    assert.deepEqual(await state(), { "sched.added": "*/3 * * * * *", "sched.ticking": "*/2 * * * * *" });
+    await until(
+      "ticks of the added schedule",
+      async () => (await bed.allRuns()).filter((r) => r.rebuild === "added" && r.trigger === "schedule").length >= 2,
+      30_000,
+    );
+
+    // The old workers stop: the next check of a new one changes the cron.
+    await old1.stop();
+    await old2.stop();
+    const afterDeploy = await syncSchedules(bed.queue, NEW, bed.main, bed.keys, idOf(new1));
+    assert.deepEqual(afterDeploy.repaired, ["sched.ticking"]);
+    assert.deepEqual(await state(), { "sched.added": "*/3 * * * * *", "sched.ticking": "*/4 * * * * *" });
+
+    // A rollback: the new worker stops, an old one starts — the old file's schedules at its start.
+    await new1.stop();
+    const old3 = await start();
+    assert.deepEqual(await state(), { "sched.ticking": "*/2 * * * * *" });
+
+    // A new worker paused past its heartbeat's expiry (its note still counts), and then the notes
+    // lost with Redis's state (its heartbeat names its file, not known): the old file removes nothing.
+    const new2 = await start(newFile);
+    assert.deepEqual(await state(), { "sched.added": "*/3 * * * * *", "sched.ticking": "*/2 * * * * *" });
+    process.kill(new2.pid, "SIGSTOP");
     try {
-      assert.match(restarted.output(), /schedules: left as they are: workers of newer definitions lead them/);
-      assert.deepEqual(await schedulerIds(), ["sched.added", "sched.ticking"], "not removed by the old start");
-      const ticks = await until(
-        "ticks of the new schedule",
-        async () => {
-          const runs = (await bed.allRuns()).filter((r) => r.rebuild === "added" && r.trigger === "schedule");
-          return runs.length >= 2 ? runs : null;
-        },
-        30_000,
+      await until(
+        "the paused worker's heartbeat to expire",
+        async () =>
+          (await bed.main.zscore(bed.keys.workerRegistry, idOf(new2))) !== null &&
+          !(await listLiveIds()).includes(idOf(new2)),
+        40_000,
       );
-      assert.ok(ticks.length >= 2);
-      // The new workers stop (a rollback): the old definitions lead again at the next check.
-      await updated.stop();
-      const rollback = await repairSchedules(bed.queue, bed.definitions, bed.main, bed.keys, "old-check");
-      assert.equal(rollback.lead.leads, true);
-      assert.deepEqual(rollback.removed, ["sched.added"]);
-      assert.deepEqual(await schedulerIds(), ["sched.ticking"]);
-      // A worker of the new file deployed again would lead at its start (the newest file run).
-      assert.deepEqual(await scheduleLead(bed.main, bed.keys, loaded.definitions, "new-check"), { leads: true });
+      const paused = await syncSchedules(bed.queue, OLD, bed.main, bed.keys, idOf(old3));
+      assert.deepEqual([paused.removed, paused.keptForOthers], [[], ["sched.added"]]);
     } finally {
-      await restarted.stop();
+      process.kill(new2.pid, "SIGCONT");
     }
+    await until("the resumed worker beats", async () => (await listLiveIds()).includes(idOf(new2)), 30_000);
+    await bed.main.del(bed.keys.scheduleWorkers, bed.keys.scheduleWants);
+    const lost = await syncSchedules(bed.queue, OLD, bed.main, bed.keys, idOf(old3));
+    assert.deepEqual([lost.removed, lost.otherWorkers], [[], [idOf(new2)]]);
+    assert.deepEqual(await state(), { "sched.added": "*/3 * * * * *", "sched.ticking": "*/2 * * * * *" });
+
+    // Every new worker gone (a clean stop takes its note back): the old file's again, at once.
+    await new2.stop();
+    const alone = await syncSchedules(bed.queue, OLD, bed.main, bed.keys, idOf(old3));
+    assert.deepEqual(alone.removed, ["sched.added"]);
+    assert.deepEqual(await state(), { "sched.ticking": "*/2 * * * * *" });
   } finally {
-    await updated.stop();
-    await old.stop();
+    for (const worker of started) await worker.stop();
+  }
+
+  async function listLiveIds() {
+    const { listLiveWorkers } = await import("../../lib/workers/heartbeat");
+    return (await listLiveWorkers(bed.main, bed.keys)).map((w) => w.id);
   }
 });
 
