@@ -30,7 +30,6 @@ import { pruneAbandonedWorkDirs } from "../lib/rebuilds/output";
 import { removeTakenWorkDirs, takeLiveWorkDirs } from "../lib/rebuilds/work-dirs";
 import { pruneOldBuilds } from "../lib/rebuilds/prune";
 import { declareTargets } from "../lib/rebuilds/declared";
-import { forgetScheduleWants } from "../lib/rebuilds/schedule-wants";
 import { keepScheduleDigest, schedulesDigest, syncSchedules, type SyncedSchedules } from "../lib/rebuilds/schedules";
 import { closeRedis, createRedis } from "../lib/redis/client";
 import { measureRedisClock, redisClock, useAsProcessClock } from "../lib/redis/clock";
@@ -417,7 +416,7 @@ async function shutdown(signal: NodeJS.Signals): Promise<void> {
     // After a beat still under way (a first beat waits for a TIME answer before it writes): a
     // retire sent first would be undone by it, the worker listed live until its heartbeat expires.
     settledWithin(
-      beating.then(() => Promise.all([retire(main, keys, identity.id), forgetScheduleWants(main, keys, identity.id)])),
+      beating.then(() => retire(main, keys, identity.id)),
       2_000,
     ),
     !announcedUp || settledWithin(publishEvent(main, keys, { type: "worker.down", id: identity.id }), 2_000),

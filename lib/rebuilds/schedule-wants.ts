@@ -6,16 +6,19 @@
  * pauses, or when a straggler of the file rolled back from comes back).
  *
  * So no file leads. Each worker notes, at its start and every minute check, which file it runs and
- * what each of that file's schedules is (scheduler id → spec key); a clean stop takes its note
- * back. A schedule is then what the live files agree on:
+ * what each of that file's schedules is (scheduler id → spec key). A schedule is then what the
+ * live files agree on:
  * - one a live file asks for exists (one is missing: it is added at once, by any worker whose
  *   file has it);
  * - one whose scheduler is as some live file asks is left as it is, even if this worker's file
  *   says otherwise (a changed `cron` takes effect once no worker of the old file runs);
  * - one no live file asks for is removed — only when every live worker's file is known.
  * A worker counts as live while its heartbeat beats or its note is younger than
- * SCHEDULE_NOTE_COUNTS_MS: a worker paused or killed keeps its schedules for a while, so a short
- * pause or a restart does not remove them and lose their ticks.
+ * SCHEDULE_NOTE_COUNTS_MS: a worker paused, killed or stopped keeps its schedules for a while, so
+ * a short pause or a restart does not remove them with their pending tick. A clean stop leaves its
+ * note too (review helper-163: taken back, a restart of the only worker of a file let another
+ * file's check remove its schedules in the gap, the tick due then lost uncounted); a rollback's
+ * or a removal's schedules go within SCHEDULE_NOTE_COUNTS_MS and a check of the last worker stopping.
  */
 import crypto from "node:crypto";
 import type { Redis } from "ioredis";
@@ -126,7 +129,7 @@ function splitNote(note: string): [at: number, digest: string | undefined] {
   return space < 0 ? [0, undefined] : [Number(note.slice(0, space)), note.slice(space + 1) || undefined];
 }
 
-/** At a clean stop: this worker's note no longer counts (its schedules go unless another file asks for them). */
+/** This worker's note no longer counts (tests: a process that synced as a worker would, and is done). */
 export async function forgetScheduleWants(
   client: Pick<Redis, "hdel">,
   keys: RedisKeys,

@@ -82,13 +82,16 @@ export async function syncSchedules(
   const specs = [...wantedSchedules(definitions)];
   const wants = new Map(specs.map(({ spec }) => [spec.id, specKeyOf(spec)]));
   const digest = schedulesDigest(definitions);
-  const planned = performance.now();
-  const live = await noteScheduleWants(client, keys, workerId, digest, wants);
+  // The schedulers first, then the notes: a worker notes its file before it upserts, so any
+  // scheduler read here is backed by a note read after it (review helper-163: read the other way
+  // round, the first worker of a new file could have its schedule removed as no file's).
   const existing = new Map<string, StoredScheduler>();
   for (const scheduler of await queue.getJobSchedulers(0, -1)) {
     const id = scheduler.key ?? scheduler.id;
     if (id?.startsWith("sched.")) existing.set(id, scheduler);
   }
+  const live = await noteScheduleWants(client, keys, workerId, digest, wants);
+  const readAt = performance.now();
   const plan = planSchedules(
     { digest, wants },
     live,
@@ -108,16 +111,39 @@ export async function syncSchedules(
       .concat(live.unknown),
     removalsPostponed: false,
   };
+  // Removals first, on what was just read; a sync held up (a pause, a slow Redis) decides again next time.
+  for (const id of plan.remove) {
+    if (performance.now() - readAt > REMOVE_WITHIN_MS) {
+      synced.removalsPostponed = true;
+      break;
+    }
+    try {
+      await queue.removeJobScheduler(id);
+      await client.del(keys.schedulerSince(id));
+      synced.removed.push(id);
+    } catch (error) {
+      synced.failed.push({ id, message: `not removed: ${describeError(error)}` });
+    }
+  }
   const ours = new Set(plan.ours);
+  // As wanted with the next tick pending: left alone (asked together: one round trip's wait, not one each).
+  const current = await pendingTicks(
+    queue,
+    specs.flatMap(({ spec }) => {
+      const stored = existing.get(spec.id);
+      return ours.has(spec.id) && stored && wants.get(spec.id) === storedSpecKey(stored)
+        ? [{ id: spec.id, next: stored.next }]
+        : [];
+    }),
+  );
   for (const { definition, tenant, spec } of specs) {
     if (!ours.has(spec.id)) continue;
+    if (current.has(spec.id)) {
+      synced.upserted.push(spec.id);
+      continue;
+    }
     // One schedule that cannot be upserted (Redis refused it) does not keep the others from theirs.
     try {
-      const stored = existing.get(spec.id);
-      if (stored && wants.get(spec.id) === storedSpecKey(stored) && (await tickPending(queue, spec.id, stored.next))) {
-        synced.upserted.push(spec.id);
-        continue;
-      }
       const outcome = await upsertSchedule({ queue, client, keys, definitions }, definition, tenant);
       if (outcome === "paused") synced.paused.push(spec.id);
       if (outcome === "current" || outcome === "upserted") synced.upserted.push(spec.id);
@@ -126,16 +152,6 @@ export async function syncSchedules(
       synced.failed.push({ id: spec.id, message: describeError(error) });
     }
   }
-  for (const id of plan.remove) {
-    // Decided on what was live then: a check held up (a pause, a slow Redis) decides again next time.
-    if (performance.now() - planned > REMOVE_WITHIN_MS) {
-      synced.removalsPostponed = true;
-      break;
-    }
-    await queue.removeJobScheduler(id);
-    await client.del(keys.schedulerSince(id));
-    synced.removed.push(id);
-  }
   // What the dashboard's next runs go by: this file while every live worker runs it.
   await client.set(keys.scheduleDefinitions, plan.mixed ? "mixed" : digest, "PX", SCHEDULE_DIGEST_TTL_MS);
   return synced;
@@ -143,6 +159,20 @@ export async function syncSchedules(
 
 /** A sync removes schedulers only this soon after it read which files are live. */
 const REMOVE_WITHIN_MS = 5_000;
+
+/** Which of these schedulers have their next tick pending: asked 200 at a time, each batch at once. */
+async function pendingTicks(
+  queue: SchedulerQueue,
+  schedulers: { id: string; next: number | null | undefined }[],
+): Promise<Set<string>> {
+  const pending = new Set<string>();
+  for (let i = 0; i < schedulers.length; i += 200) {
+    const batch = schedulers.slice(i, i + 200);
+    const answers = await Promise.all(batch.map(({ id, next }) => tickPending(queue, id, next).catch(() => false)));
+    batch.forEach(({ id }, j) => answers[j] && pending.add(id));
+  }
+  return pending;
+}
 
 function specKeyOf(spec: SchedulerSpec): string {
   return scheduleSpecKey({

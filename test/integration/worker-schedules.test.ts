@@ -117,7 +117,7 @@ test("the minute check: a lost next tick is queued again, a scheduler no live wo
   }
 });
 
-test("workers of old and new definitions side by side keep each other's schedules: an added one at once, a changed one once the old workers stop, a dropped one once no worker of a file with it runs — an old worker restarted mid-deploy (black-box helper-157), a new one paused past its heartbeat, or notes Redis lost remove nothing", async () => {
+test("workers of old and new definitions side by side keep each other's schedules: an added one at once, a changed one once the old workers stop, a dropped one once no worker of a file with it runs or has run for 3 min — an old worker restarted mid-deploy (black-box helper-157), a stop, a new one paused past its heartbeat, or notes Redis lost remove nothing", async () => {
   const fs = await import("node:fs");
   const path = await import("node:path");
   const { stringify } = await import("yaml");
@@ -163,15 +163,28 @@ test("workers of old and new definitions side by side keep each other's schedule
       30_000,
     );
 
-    // The old workers stop: the next check of a new one changes the cron.
+    assert.equal(
+      await bed.main.get(bed.keys.scheduleDefinitions),
+      "mixed",
+      "the dashboard goes by the queue's schedulers",
+    );
+
+    // The old workers stop: their schedules stay while their notes count (a restart of the only
+    // worker of a file keeps them: review helper-163); then the next check of a new one changes the cron.
     await old1.stop();
     await old2.stop();
+    const restartGap = await syncSchedules(bed.queue, NEW, bed.main, bed.keys, idOf(new1));
+    assert.deepEqual([restartGap.removed, restartGap.asOthersAsk], [[], ["sched.ticking"]]);
+    await noteCountedOut(old1, old2);
     const afterDeploy = await syncSchedules(bed.queue, NEW, bed.main, bed.keys, idOf(new1));
     assert.deepEqual(afterDeploy.repaired, ["sched.ticking"]);
     assert.deepEqual(await state(), { "sched.added": "*/3 * * * * *", "sched.ticking": "*/4 * * * * *" });
+    assert.equal(await bed.main.get(bed.keys.scheduleDefinitions), schedulesDigest(NEW));
 
-    // A rollback: the new worker stops, an old one starts — the old file's schedules at its start.
+    // A rollback: the new worker stops and, once its note no longer counts, an old one starts —
+    // the old file's schedules at its start.
     await new1.stop();
+    await noteCountedOut(new1);
     const old3 = await start();
     assert.deepEqual(await state(), { "sched.ticking": "*/2 * * * * *" });
 
@@ -199,13 +212,25 @@ test("workers of old and new definitions side by side keep each other's schedule
     assert.deepEqual([lost.removed, lost.otherWorkers], [[], [idOf(new2)]]);
     assert.deepEqual(await state(), { "sched.added": "*/3 * * * * *", "sched.ticking": "*/2 * * * * *" });
 
-    // Every new worker gone (a clean stop takes its note back): the old file's again, at once.
+    // Every new worker gone (after its next check noted its file again), their notes counted out: the old file's again.
+    await syncSchedules(bed.queue, NEW, bed.main, bed.keys, idOf(new2));
     await new2.stop();
+    const stopped = await syncSchedules(bed.queue, OLD, bed.main, bed.keys, idOf(old3));
+    assert.deepEqual([stopped.removed, stopped.keptForOthers], [[], ["sched.added"]]);
+    await noteCountedOut(new2);
     const alone = await syncSchedules(bed.queue, OLD, bed.main, bed.keys, idOf(old3));
     assert.deepEqual(alone.removed, ["sched.added"]);
     assert.deepEqual(await state(), { "sched.ticking": "*/2 * * * * *" });
   } finally {
     for (const worker of started) await worker.stop();
+  }
+
+  /** As SCHEDULE_NOTE_COUNTS_MS later: these stopped workers' notes no longer count. */
+  async function noteCountedOut(...workers: TestWorker[]) {
+    for (const worker of workers) {
+      const note = await bed.main.hget(bed.keys.scheduleWorkers, idOf(worker));
+      if (note) await bed.main.hset(bed.keys.scheduleWorkers, idOf(worker), note.replace(/^\d+/, "0"));
+    }
   }
 
   async function listLiveIds() {
@@ -214,16 +239,26 @@ test("workers of old and new definitions side by side keep each other's schedule
   }
 });
 
-test("a schedule removed from the definitions is removed at the next start", async () => {
+test("a schedule removed from the definitions: kept while a worker of a file with it ran within 3 min, removed by the first check after", async () => {
   const fs = await import("node:fs");
   const { stringify } = await import("yaml");
+  const { loadDefinitions } = await import("../../lib/rebuilds/definitions");
   fs.writeFileSync(
     bed.configFile,
     stringify({ rebuilds: { other: { output: "out/other", steps: [{ name: "noop", run: ["true"] }] } } }),
   );
+  const loaded = loadDefinitions(bed.configFile);
+  if (!loaded.ok) throw loaded.error;
   const worker = await bed.startWorker();
   try {
-    assert.match(worker.output(), /schedules: 0 upserted, removed sched\.ticking/);
+    assert.match(worker.output(), /schedules: 0 upserted/);
+    assert.match(worker.output(), /kept for them: sched\.ticking/);
+    const id = /\[worker ([^\]]+)\]/.exec(worker.output())![1]!;
+    // As 3 min later: the notes of the workers of the old file (all stopped) no longer count.
+    for (const [other, note] of Object.entries(await bed.main.hgetall(bed.keys.scheduleWorkers)))
+      if (other !== id) await bed.main.hset(bed.keys.scheduleWorkers, other, note.replace(/^\d+/, "0"));
+    const check = await syncSchedules(bed.queue, loaded.definitions, bed.main, bed.keys, id);
+    assert.deepEqual(check.removed, ["sched.ticking"]);
     assert.deepEqual(await bed.queue.getJobSchedulers(0, -1), []);
   } finally {
     await worker.stop();
