@@ -174,7 +174,9 @@ export function CancelJobButton({
           case "scheduled-tick":
             return "This is the schedule's next tick: pause the schedule instead.";
           case "not-found":
-            return "Nothing to cancel: the job is gone.";
+            return result.requestKept
+              ? "Nothing to cancel found: the job is in neither the queue nor the run history. The request is kept: a worker still running it (a job its Redis lost) stops it."
+              : "Nothing to cancel: the job is gone.";
         }
       }}
     />

@@ -25,7 +25,10 @@ async function jobIdOf(context: CliContext, target: string): Promise<{ jobId: st
 }
 
 const notFound = (target: string, extra: Record<string, unknown> = {}): Outcome => {
-  const message = `no job or run '${oneLine(target).slice(0, 200)}' (unknown, or finished and removed from the queue); \`claimwatch queue\` lists the jobs, \`claimwatch runs\` the runs`;
+  const kept = extra.requestKept
+    ? "; the cancel request is kept: a worker still running it (a job its Redis lost) stops it"
+    : "";
+  const message = `no job or run '${oneLine(target).slice(0, 200)}' (unknown, or finished and removed from the queue)${kept}; \`claimwatch queue\` lists the jobs, \`claimwatch runs\` the runs`;
   return { exitCode: EXIT.usage, json: { error: { code: "not-found", message }, ...extra }, human: [], error: message };
 };
 

@@ -55,7 +55,11 @@ export type CancelResult = { jobId: string; auditId: string } &
     | { status: "finished"; state: string; lastRun?: { id: string; status: RunStatus } }
     /** The next tick of a schedule (not a run yet): pause the schedule instead. */
     | { status: "scheduled-tick" }
-    | { status: "not-found" }
+    /**
+     * Neither the queue nor the run history knows it. `requestKept`: a trigger's job id — the
+     * request stays, so a worker still running a job its Redis lost stops it.
+     */
+    | { status: "not-found"; requestKept?: true }
   );
 
 const WAITING = new Set(["waiting", "delayed", "prioritized", "waiting-children"]);
@@ -95,6 +99,25 @@ export async function cancelJob(deps: CancelDeps, input: CancelRequestInput): Pr
     // say deferred or failed (to be retried) when the Redis lost the job (review helper-159).
     if (TRIGGER_JOB_ID.test(jobId)) {
       await writeCancelRequest(main, keys, jobId, { actor, reason, at: Date.now() });
+      // Not in the queue, yet its last run is running: a job lost under its worker (or one whose
+      // worker died: the sweep closes its record). The request stops a worker still running it,
+      // and its record says cancelled: "finished" would be untrue (review helper-159).
+      if (lastRun?.status === "running") {
+        const runId = lastRun.id;
+        return {
+          status: "cancelling",
+          jobId,
+          runId,
+          auditId: await audit("done", { outcome: "cancelling", runId, inQueue: false }),
+        };
+      }
+      if (!lastRun)
+        return {
+          status: "not-found",
+          jobId,
+          requestKept: true,
+          auditId: await audit("refused", { outcome: "not-found", requestKept: true }),
+        };
     }
     if (lastRun) return finished("removed", {}, lastRun);
     return { status: "not-found", jobId, auditId: await audit("refused", { outcome: "not-found" }) };

@@ -146,12 +146,13 @@ test("an operator's cancel of a job the queue's Redis lost while its worker was 
   process.kill(worker.pid, "SIGSTOP");
   try {
     await crashAndRestart(first, dir);
-    // The job and its record are gone: the cancel finds nothing, but leaves its request.
+    // The job and its record are gone: the cancel finds nothing, but leaves its request (and says so).
     const cancelled = await cancelJob(
       { queue: bed.queue, main: bed.main, keys: bed.keys },
       { jobId, actor: "ops", reason: "stop it now" },
     );
     assert.equal(cancelled.status, "not-found", JSON.stringify(cancelled));
+    assert.equal("requestKept" in cancelled && cancelled.requestKept, true);
   } finally {
     process.kill(worker.pid, "SIGCONT");
   }
@@ -162,6 +163,37 @@ test("an operator's cancel of a job the queue's Redis lost while its worker was 
     (await bed.allRuns()).filter((r) => r.jobId !== jobId),
     [],
     "no other job ran",
+  );
+  await worker.stop();
+});
+
+test("a cancel of a job the queue lost while its record still says running answers cancelling, and the worker records the run cancelled (review helper-159)", async () => {
+  const dir = path.join(root, "redis-cancel-running");
+  const { bed, worker } = await snapshotBed(dir);
+  const jobId = await bed.trigger("slow", { version: "v1", force: true });
+  const running = await bed.waitForRun((r) => r.jobId === jobId && r.status === "running", 30_000, "running");
+  process.kill(worker.pid, "SIGSTOP");
+  let cancelled;
+  try {
+    // Only the job lost (a replica that had the record, not the job): gone from the queue.
+    await bed.main.del(bed.queue.toKey(jobId), jobLockKey(bed.keys, jobId));
+    await bed.main.lrem(bed.queue.toKey("active"), 0, jobId);
+    assert.equal(await bed.queue.getJob(jobId), undefined);
+    cancelled = await cancelJob(
+      { queue: bed.queue, main: bed.main, keys: bed.keys },
+      { jobId, actor: "ops", reason: "stop it now" },
+    );
+  } finally {
+    process.kill(worker.pid, "SIGCONT");
+  }
+  assert.deepEqual([cancelled.status, "runId" in cancelled && cancelled.runId], ["cancelling", running.id]);
+  const ended = await bed.waitForRun((r) => r.id === running.id && r.status !== "running", 60_000, "the run ended");
+  assert.equal(ended.status, "cancelled", `${ended.status}: ${ended.reason}`);
+  await new Promise((r) => setTimeout(r, 2_000));
+  assert.deepEqual(
+    (await bed.allRuns()).filter((r) => r.jobId !== jobId),
+    [],
+    "its request was not queued again",
   );
   await worker.stop();
 });
