@@ -136,6 +136,12 @@ export async function syncSchedules(
         : [];
     }),
   );
+  if (current.size > 0) {
+    // As upsertSchedule notes it: when its ticks began (lost with Redis's state, from now).
+    const since = client.pipeline();
+    for (const id of current) since.set(keys.schedulerSince(id), String(Date.now()), "NX");
+    await since.exec();
+  }
   for (const { definition, tenant, spec } of specs) {
     if (!ours.has(spec.id)) continue;
     if (current.has(spec.id)) {
