@@ -231,6 +231,8 @@ async function readLegacy(outputDir: string): Promise<(PublishedFence & { jobs: 
 }
 
 const NOT_A_RECORD = new Set(["ENOENT", "EISDIR", "ENOTDIR"]);
+/** What renaming onto a directory in the legacy file's place answers. */
+const NO_LEGACY_FILE = new Set(["EISDIR", "ENOTEMPTY", "EEXIST", "ENOTDIR"]);
 
 /**
  * A file of at most `READ_LIMIT` bytes (a longer one is cut, and then fails to parse): open, one
@@ -325,9 +327,20 @@ export async function recordPublishedFence(
   } finally {
     await fs.rm(temp, { force: true }).catch(() => {});
   }
-  // Best effort: the entries are the record; a legacy file that cannot be replaced (a directory in
-  // its place, a failing write) costs only workers of the earlier version their floor.
-  await writeLegacy(outputDir, fence, hash, published).catch(() => {});
+  // The entries are the record of the fence. The legacy file also lists the runs that published
+  // here, which is all a job the queue's Redis brings back (with the claims Redis's list lost too)
+  // has to find its publish: a publish by a run that could not be listed is not done (black-box
+  // helper-161: a full disk dropped the run from the list, and after a Redis crash its job
+  // published its older build again over a newer one). Only a directory in its place, which no
+  // worker writes and no write can get past, is left as it is: then no list is kept.
+  await writeLegacy(outputDir, fence, hash, published).catch((error: NodeJS.ErrnoException) => {
+    if (published && !NO_LEGACY_FILE.has(error.code ?? "")) {
+      throw new Error(
+        `run ${published.runId} could not be listed as its publisher in ${path.join(outputDir, LEGACY_FILE)} (the fence's own entry is written): ${error.message}`,
+        { cause: error },
+      );
+    }
+  });
   await syncPath(outputDir);
   // A higher fence recorded while this one was written keeps `current`; lower ones can go.
   const names = await fs.readdir(outputDir);

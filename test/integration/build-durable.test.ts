@@ -30,6 +30,7 @@ import { currentLagProblems } from "../../lib/rebuilds/current-lag";
 import { serverNow } from "../../lib/redis/time";
 
 const HOST = fileURLToPath(new URL("../support/promote-host.ts", import.meta.url));
+const RECORD_FENCE_HOST = fileURLToPath(new URL("../support/record-fence-host.ts", import.meta.url));
 let root = "";
 
 before(() => {
@@ -581,4 +582,43 @@ test("each changed build's problem says what to do: a moved-aside copy is delete
   } finally {
     await main.hdel(keys.changedBuilds, movedAside, inPlace);
   }
+});
+
+test("a publish whose run cannot be listed beside the output (the legacy file's rename refused: a full disk) is not recorded as done, so a job a Redis crash brings back finds no publish to skip by and nothing says it published (black-box helper-161)", () => {
+  const outputDir = fs.mkdtempSync(path.join(root, "record-listed-"));
+  const hash = "a".repeat(32);
+  const recordTraced = (fence: number, runId: string, inject: string[]) =>
+    spawnSync(
+      "strace",
+      [
+        "-f",
+        "-qq",
+        "-o",
+        "/dev/null",
+        ...inject,
+        process.execPath,
+        "--import",
+        "tsx",
+        RECORD_FENCE_HOST,
+        outputDir,
+        String(fence),
+        hash,
+        runId,
+      ],
+      { encoding: "utf8", timeout: 120_000 },
+    );
+  const listedOk = recordTraced(5, "run-first-a1", []);
+  assert.match(listedOk.stdout, /^RECORDED recorded\nLISTED run-first-a1\n$/, listedOk.stderr);
+  // Only the legacy file is renamed into place (the fence's entry is linked): its rename refused.
+  const refused = recordTraced(6, "run-second-a1", [
+    "-e",
+    "trace=rename,renameat,renameat2",
+    "-e",
+    "inject=rename,renameat,renameat2:error=ENOSPC",
+  ]);
+  assert.match(
+    refused.stdout,
+    /^FAILED run run-second-a1 could not be listed as its publisher in .*\.published-fence \(the fence's own entry is written\): .*\nLISTED run-first-a1\n$/,
+    refused.stderr,
+  );
 });
