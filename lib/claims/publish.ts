@@ -110,7 +110,7 @@ export async function readListedPublish(
   keys: RedisKeys,
   name: string,
   runId: string,
-): Promise<Omit<PublishedPointer, "runId"> | null> {
+): Promise<ListedPublish | null> {
   for (const line of await client.lrange(keys.publishedRuns(name), 0, -1)) {
     // "<run id> <version> <mark> <fence> <value> <publishedAt>" (FENCED_PUBLISH)
     const fields = line.split(" ");
@@ -119,7 +119,10 @@ export async function readListedPublish(
     const publishedAt = Number(fields.at(-1));
     const value = fields.slice(4, -1).join(" ");
     if (Number.isSafeInteger(fence) && fence > 0 && Number.isSafeInteger(publishedAt) && value)
-      return { fence, value, publishedAt };
+      return { fence, value, publishedAt, version: fields[1]!, mark: fields[2] === "-" ? null : fields[2]! };
   }
   return null;
 }
+
+/** A publish as the claims Redis's list keeps it: its pointer, and the version and mark its run had. */
+export type ListedPublish = Omit<PublishedPointer, "runId"> & { version: string; mark: string | null };

@@ -9,7 +9,7 @@ import { redisClock } from "../redis/clock";
 import fs from "node:fs/promises";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Redis } from "ioredis";
-import { ClaimLostError, publishFenced, type HeldClaim, type PublishResult } from "../claims";
+import { ClaimLostError, publishFenced, readListedPublish, type HeldClaim, type PublishResult } from "../claims";
 import type { RedisKeys } from "../redis/keys";
 import type { RunRecorder } from "../runs/writer";
 import { runIdOf, type StepRecord } from "../runs/types";
@@ -23,6 +23,7 @@ import {
   pointCurrentAtRecord,
   parsePublishedRuns,
   publishedRunEntry,
+  listPublishedRun,
   readPublishedJobs,
   type PublishedRun,
   recordPublishedFence,
@@ -500,5 +501,16 @@ async function earlierPublishOf(
   const earlier = listed.at(-1);
   // A request joined the job since that publish (a mark it did not see): the job publishes for it.
   if (!earlier || (markNow !== null && markNow !== earlier.mark)) return null;
-  return (await (context.publishFinished?.(earlier.runId) ?? Promise.resolve(false))) ? earlier.runId : null;
+  if (!(await (context.publishFinished?.(earlier.runId) ?? Promise.resolve(false)))) return null;
+  // Listed in the claims Redis only (its publisher's listing on disk failed, or it was lost): on
+  // disk before this job ends on it, else a crash of both Redises would bring the job back with
+  // nothing to find (review helper-164). A listing that fails rejects: the attempt builds again.
+  const onDisk = await readPublishedJobs(outputDir, { strict: true });
+  if (!onDisk.some((run) => run.runId === earlier.runId && run.version === earlier.version)) {
+    const publish = await readListedPublish(context.claims, context.keys, context.held.name, earlier.runId);
+    if (!publish)
+      throw new Error(`run ${earlier.runId}'s publish is not in the claims Redis's list: not listed on disk`);
+    await listPublishedRun(outputDir, { fence: publish.fence, hash: publish.value }, earlier);
+  }
+  return earlier.runId;
 }

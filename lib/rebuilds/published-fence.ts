@@ -293,6 +293,47 @@ export async function recordPublishedFence(
   /** The run that published and its version (kept in the legacy file's `jobs`), when known. */
   published?: PublishedRun,
 ): Promise<FenceRecord> {
+  const recorded = await recordFence(outputDir, fence, hash, published);
+  // A publish that did happen (this fence's, or one a newer fence followed) is listed whichever
+  // way its fence was recorded: by this call, an earlier one, or another writer (review helper-164:
+  // a repeat of a record whose listing had failed answered "recorded", its run still unlisted).
+  if (published && recorded.status !== "fence-reused") await listPublishedRun(outputDir, { fence, hash }, published);
+  return recorded;
+}
+
+/**
+ * Lists `run` among the output's publishes (the legacy file's `jobs`) unless it is listed: the
+ * file keeps the highest fence it knows. Throws when the disk does not take it; a directory in the
+ * file's place (no worker writes one, no write gets past it) keeps no list and is left as it is.
+ */
+export async function listPublishedRun(outputDir: string, publish: PublishedFence, run: PublishedRun): Promise<void> {
+  const entry = publishedRunEntry(run);
+  const file = path.join(outputDir, LEGACY_FILE);
+  // Read back: two writers replacing the file at once (a publisher and repair) keep one's list.
+  for (let tries = 1; ; tries++) {
+    try {
+      await writeLegacy(outputDir, publish.fence, publish.hash, run);
+      if ((await readLegacy(outputDir))?.jobs.includes(entry)) return;
+    } catch (error) {
+      if (NO_LEGACY_FILE.has((error as NodeJS.ErrnoException).code ?? "")) return;
+      throw new Error(
+        `run ${run.runId} could not be listed as its publisher in ${file} (the fence's own entry is written): ${(error as Error).message}`,
+        { cause: error },
+      );
+    }
+    if (tries >= 5)
+      throw new Error(
+        `run ${run.runId} could not be listed as its publisher in ${file}: other writers kept replacing it`,
+      );
+  }
+}
+
+async function recordFence(
+  outputDir: string,
+  fence: number,
+  hash: string,
+  published: PublishedRun | undefined,
+): Promise<FenceRecord> {
   const known = await readPublishedFence(outputDir);
   if (known && known.fence > fence) return { status: "newer", known };
   const entry = path.join(outputDir, `${ENTRY_PREFIX}${fence}`);
@@ -331,16 +372,9 @@ export async function recordPublishedFence(
   // here, which is all a job the queue's Redis brings back (with the claims Redis's list lost too)
   // has to find its publish: a publish by a run that could not be listed is not done (black-box
   // helper-161: a full disk dropped the run from the list, and after a Redis crash its job
-  // published its older build again over a newer one). Only a directory in its place, which no
-  // worker writes and no write can get past, is left as it is: then no list is kept.
-  await writeLegacy(outputDir, fence, hash, published).catch((error: NodeJS.ErrnoException) => {
-    if (published && !NO_LEGACY_FILE.has(error.code ?? "")) {
-      throw new Error(
-        `run ${published.runId} could not be listed as its publisher in ${path.join(outputDir, LEGACY_FILE)} (the fence's own entry is written): ${error.message}`,
-        { cause: error },
-      );
-    }
-  });
+  // published its older build again over a newer one) — `recordPublishedFence` lists it again and
+  // throws. Written here with the fence (one write on the usual path); best effort without a run.
+  await writeLegacy(outputDir, fence, hash, published).catch(() => {});
   await syncPath(outputDir);
   // A higher fence recorded while this one was written keeps `current`; lower ones can go.
   const names = await fs.readdir(outputDir);
@@ -363,23 +397,29 @@ export async function recordPublishedFence(
 }
 
 /**
- * The legacy file, for workers of earlier versions (they read only it): replaced by rename, as
- * they do, unless it says `fence` or more. Synced with the directory by the caller.
+ * The legacy file, for workers of earlier versions (they read only its fence, and only upwards:
+ * it keeps the higher of its fence and `fence`), and the list of the runs that published here
+ * (`published` added unless listed). Not written when it would not change. Replaced by rename, as
+ * they do; synced with the directory by the caller, or here when only the list changed.
  */
 async function writeLegacy(outputDir: string, fence: number, hash: string, published?: PublishedRun): Promise<void> {
-  // Unreadable now: it may hold a higher fence; not replaced (readLegacy throws, the caller goes on).
+  // Unreadable now: it may hold a higher fence; not replaced (readLegacy throws).
   const legacy = await readLegacy(outputDir);
-  if ((legacy?.fence ?? 0) >= fence) return;
   const entry = published ? publishedRunEntry(published) : null;
+  const raises = (legacy?.fence ?? 0) < fence;
+  const lists = entry !== null && !(legacy?.jobs ?? []).includes(entry);
+  if (!raises && !lists) return;
   const jobs = [...(legacy?.jobs ?? []).filter((line) => line !== entry), ...(entry ? [entry] : [])];
   while (jobs.length > 1 && JSON.stringify(jobs).length > JOBS_MAX_BYTES) jobs.shift();
+  const top = raises || !legacy ? { fence, hash } : { fence: legacy.fence, hash: legacy.hash };
   const temp = outputTempName(outputDir, ".published-fence-writing.");
   try {
-    await writeSynced(temp, JSON.stringify(jobs.length ? { fence, hash, jobs } : { fence, hash }), "w");
+    await writeSynced(temp, JSON.stringify(jobs.length ? { ...top, jobs } : top), "w");
     await fs.rename(temp, path.join(outputDir, LEGACY_FILE));
   } finally {
     await fs.rm(temp, { force: true }).catch(() => {});
   }
+  if (!raises) await syncPath(outputDir);
 }
 
 /** What `pointCurrentAtRecord` left `current` naming. */

@@ -4,14 +4,14 @@
  * with the published build on each heartbeat and repairs a difference.
  */
 import fs from "node:fs";
-import { claimName, readPublished } from "../claims";
+import { claimName, readListedPublish, readPublished } from "../claims";
 import type { RedisKeys } from "../redis/keys";
 import { PUBLISHED_RESTORE, runScript, type ScriptingClient } from "../redis/scripts";
 import type { Redis } from "ioredis";
 import { serverNow } from "../redis/time";
 import { outputDirOf, tenantsOf, type Definitions, type RebuildDefinition } from "./definitions";
 import { buildDirOf, readCurrent, BUILD_HASH } from "./output";
-import { pointCurrentAtRecord, readPublishedFence, recordPublishedFence } from "./published-fence";
+import { listPublishedRun, pointCurrentAtRecord, readPublishedFence, recordPublishedFence } from "./published-fence";
 import { recordCurrentLag, type CurrentLagOutcome } from "./current-lag";
 import { REPAIR_LOCK_WAIT_MS } from "./current-lock";
 
@@ -31,7 +31,7 @@ export type OnMadeCurrent = (made: {
 }) => Promise<string | null>;
 
 export async function repairCurrentLinks(
-  client: ScriptingClient & Pick<Redis, "hgetall" | "time" | "hset" | "hdel">,
+  client: ScriptingClient & Pick<Redis, "hgetall" | "time" | "hset" | "hdel" | "lrange">,
   keys: RedisKeys,
   definitions: Definitions,
   onMadeCurrent?: OnMadeCurrent,
@@ -157,6 +157,28 @@ export async function repairCurrentLinks(
           // Only when `current` names that build now: the swap follows a newer fence recorded
           // meanwhile (its publisher's, whose own record says so).
           if (published.runId && onMadeCurrent && (await readCurrent(outputDir)) === published.value) {
+            // Its run listed on disk first: the run record (and the version's idempotency key)
+            // then says done, and its job ends on it (review helper-164: repair made the build of
+            // a run whose listing had failed current and its job ended unlisted; a crash of both
+            // Redises then brought the job back with nothing to find). Not listed: not told (its
+            // job's next attempt lists it, or builds again).
+            const runId = published.runId;
+            const listed = await readListedPublish(client, keys, name, runId).catch(() => null);
+            const unlisted =
+              listed?.fence !== published.fence
+                ? "its publish is not in the claims Redis's list"
+                : await listPublishedRun(
+                    outputDir,
+                    { fence: published.fence, hash: published.value },
+                    { runId, version: listed.version, mark: listed.mark },
+                  ).then(
+                    () => null,
+                    (error: unknown) => String(error),
+                  );
+            if (unlisted !== null) {
+              repaired.push(`the run record of ${runId} not told (its job's next attempt decides): ${unlisted}`);
+              return;
+            }
             const said = await onMadeCurrent({
               runId: published.runId,
               fence: published.fence,

@@ -621,4 +621,11 @@ test("a publish whose run cannot be listed beside the output (the legacy file's 
     /^FAILED run run-second-a1 could not be listed as its publisher in .*\.published-fence \(the fence's own entry is written\): .*\nLISTED run-first-a1\n$/,
     refused.stderr,
   );
+  // Recorded again once the disk takes it (its fence's entry is there already): listed now (review
+  // helper-164: the repeat answered "recorded" and left it unlisted).
+  const again = recordTraced(6, "run-second-a1", []);
+  assert.match(again.stdout, /^RECORDED recorded\nLISTED run-first-a1,run-second-a1\n$/, again.stderr);
+  // A paused publisher whose fence a newer one passed: its publish is listed too.
+  const late = recordTraced(5, "run-late-a1", []);
+  assert.match(late.stdout, /^RECORDED newer\nLISTED run-first-a1,run-second-a1,run-late-a1\n$/, late.stderr);
 });
