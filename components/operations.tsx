@@ -164,15 +164,21 @@ export function CancelJobButton({
       describe={(result) => {
         switch (result.status) {
           case "removed":
-            return "Cancelled: removed from the queue.";
+            return result.requeuedFrom
+              ? `Cancelled job ${result.jobId}, which the lost job ${result.requeuedFrom} was queued again as: removed from the queue.`
+              : "Cancelled: removed from the queue.";
           case "cancelling":
-            return "Cancelling: the worker running it is stopping it.";
+            return result.requeuedFrom
+              ? `Cancelling job ${result.jobId}, which the lost job ${result.requeuedFrom} was queued again as: the worker running it is stopping it.`
+              : "Cancelling: the worker running it is stopping it.";
           case "finished":
             return result.lastRun
               ? `Nothing to cancel: the job has ended already (its last run ${result.lastRun.id} is ${result.lastRun.status}).`
               : `Nothing to cancel: the job has ${result.state === "completed" ? "completed" : "failed"} already.`;
           case "scheduled-tick":
             return "This is the schedule's next tick: pause the schedule instead.";
+          case "abandoned":
+            return `Nothing runs it: the job is gone from the queue and the worker of its run ${result.runId} is not live (the sweep closes that run). The request is kept.`;
           case "not-found":
             return result.requestKept
               ? "Nothing to cancel found: the job is in neither the queue nor the run history. The request is kept: a worker still running it (a job its Redis lost) stops it."

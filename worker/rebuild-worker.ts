@@ -14,7 +14,7 @@ import {
   rebuildJobData,
   type RebuildJobData,
 } from "../lib/rebuilds/queue";
-import { CANCEL_ABORT_REASON, CancelWatch, readCancelRequest } from "../lib/rebuilds/cancel-request";
+import { CANCEL_ABORT_REASON, CancelWatch, noteRequeued, readCancelRequest } from "../lib/rebuilds/cancel-request";
 import { isSchedulePaused } from "../lib/rebuilds/schedules";
 import { clearPendingTrigger, triggerRebuild } from "../lib/rebuilds/trigger";
 import { DEFER_MIN_MS } from "../lib/rebuilds/decide";
@@ -313,6 +313,12 @@ export function startRebuildWorker(
         return { kind: "unknown", why: `it is gone, and queuing its request again failed: ${result.message}` };
       }
       const joined = result.status === "deduplicated";
+      // A cancel of this job's id follows it there (an operator still sees this id).
+      await noteRequeued(deps.main, deps.keys, jobId, result.jobId).catch((error: unknown) =>
+        log(
+          `job ${jobId}: could not note the job its request became (a cancel of ${jobId} will not follow it): ${String(error)}`,
+        ),
+      );
       log(
         `job ${jobId}: gone from the queue's Redis, not by a cancel or another pickup (it lost its last writes): its request ${joined ? "joined waiting job" : "queued again as job"} ${result.jobId}`,
       );

@@ -60,7 +60,12 @@ export const cancel: CommandSpec = {
       const result = await auditingRefusals(context, "cancel", actor, { jobId }, () =>
         cancelAsOperator(context, jobId, body.data, actor),
       );
-      const named = runId ? `job ${jobId} (run ${runId})` : `job ${jobId}`;
+      const asked = runId ? `job ${jobId} (run ${runId})` : `job ${jobId}`;
+      // A lost job's request queued again: the job cancelled is that one.
+      const named =
+        "requeuedFrom" in result && result.requeuedFrom
+          ? `job ${result.jobId} (${asked} was lost by the queue's Redis; its request was queued again as this job)`
+          : asked;
       switch (result.status) {
         case "removed":
           return {
@@ -93,6 +98,12 @@ export const cancel: CommandSpec = {
           return refused(
             "scheduled-tick",
             `not cancelled: ${named} is a schedule's next tick, not a run yet; pause the schedule instead (\`claimwatch pause <rebuild>\`) (audit entry ${result.auditId})`,
+            result,
+          );
+        case "abandoned":
+          return refused(
+            "abandoned",
+            `nothing runs ${named}: it is gone from the queue (its Redis lost it) and the worker of its run ${result.runId} has no live heartbeat (the sweep closes that run); the cancel request is kept (audit entry ${result.auditId})`,
             result,
           );
         case "not-found":

@@ -62,8 +62,24 @@ export function cancelReply(result: CancelResult): Reply {
         result,
         `not cancelled: job ${result.jobId} is a schedule's next tick, not a run yet; pause the schedule instead`,
       );
+    case "abandoned":
+      return refusal(
+        result,
+        `nothing runs job ${result.jobId}: it is gone from the queue (its Redis lost it) and the worker of its run ${result.runId} has no live heartbeat (the sweep closes that run); the cancel request is kept`,
+      );
     case "not-found":
-      return { status: 404, body: { error: { code: "not-found", message: `no job ${result.jobId}` } } };
+      return {
+        status: 404,
+        body: {
+          error: {
+            code: "not-found",
+            message: result.requestKept
+              ? `no job ${result.jobId} in the queue or the run history; the cancel request is kept: a worker still running it (a job its Redis lost) stops it`
+              : `no job ${result.jobId}`,
+          },
+          ...(result.requestKept ? { requestKept: true } : {}),
+        },
+      };
   }
 }
 

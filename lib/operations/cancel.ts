@@ -27,6 +27,7 @@ import { DEFAULT_RETENTION, runPlaceOf, type RunRetention } from "../runs/record
 import { listRuns } from "../runs/list";
 import { runIdOf, type RunStatus } from "../runs/types";
 import { beginAttempt } from "../runs/writer";
+import { liveWorkerIdSet } from "../workers/heartbeat";
 
 export interface CancelDeps {
   queue: Pick<Queue, "getJob">;
@@ -42,7 +43,12 @@ export interface CancelRequestInput {
   reason: string;
 }
 
-export type CancelResult = { jobId: string; auditId: string } &
+export type CancelResult = {
+  jobId: string;
+  auditId: string;
+  /** The lost job whose id the operator named: its request had been queued again as `jobId`. */
+  requeuedFrom?: string;
+} &
   /** It was waiting or delayed: removed from the queue, its run recorded cancelled. */
   (
     | { status: "removed"; runId: string }
@@ -60,13 +66,23 @@ export type CancelResult = { jobId: string; auditId: string } &
      * request stays, so a worker still running a job its Redis lost stops it.
      */
     | { status: "not-found"; requestKept?: true }
+    /**
+     * Gone from the queue, its last run (`runId`) still running on a worker that has no live
+     * heartbeat: nothing runs it; the sweep closes the record. The request is kept.
+     */
+    | { status: "abandoned"; runId: string; requestKept: true }
   );
 
 const WAITING = new Set(["waiting", "delayed", "prioritized", "waiting-children"]);
 /** The job ids triggers make (lib/rebuilds/trigger.ts): `run-<uuid>`. */
 const TRIGGER_JOB_ID = /^run-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
-export async function cancelJob(deps: CancelDeps, input: CancelRequestInput): Promise<CancelResult> {
+export async function cancelJob(
+  deps: CancelDeps,
+  input: CancelRequestInput,
+  /** Already following a lost job's link (`requeuedAs`): not followed again. */
+  followed = false,
+): Promise<CancelResult> {
   const { queue, main, keys } = deps;
   const { jobId, actor, reason } = input;
   const audit = (result: "done" | "refused", detail: Record<string, unknown>) =>
@@ -76,15 +92,16 @@ export async function cancelJob(deps: CancelDeps, input: CancelRequestInput): Pr
   // "failed" for a run an earlier cancel ended `cancelled`.
   const lastRunOf = async () => {
     const [last] = (await listRuns(main, keys, { jobId }, 1)).runs;
-    return last ? { id: last.id, status: last.status } : undefined;
+    return last ? { id: last.id, status: last.status, workerId: last.workerId } : undefined;
   };
   const finished = async (
     state: string,
     place: Record<string, unknown>,
-    lastRun: { id: string; status: RunStatus } | undefined,
+    lastRun: { id: string; status: RunStatus; workerId?: string | null } | undefined,
   ): Promise<CancelResult> => {
-    const auditId = await audit("refused", { ...place, outcome: state, ...(lastRun ? { lastRun } : {}) });
-    return { status: "finished", jobId, state, ...(lastRun ? { lastRun } : {}), auditId };
+    const last = lastRun && { id: lastRun.id, status: lastRun.status };
+    const auditId = await audit("refused", { ...place, outcome: state, ...(last ? { lastRun: last } : {}) });
+    return { status: "finished", jobId, state, ...(last ? { lastRun: last } : {}), auditId };
   };
 
   const job = (await queue.getJob(jobId)) as Job | undefined;
@@ -99,11 +116,26 @@ export async function cancelJob(deps: CancelDeps, input: CancelRequestInput): Pr
     // say deferred or failed (to be retried) when the Redis lost the job (review helper-159).
     if (TRIGGER_JOB_ID.test(jobId)) {
       await writeCancelRequest(main, keys, jobId, { actor, reason, at: Date.now() });
-      // Not in the queue, yet its last run is running: a job lost under its worker (or one whose
-      // worker died: the sweep closes its record). The request stops a worker still running it,
-      // and its record says cancelled: "finished" would be untrue (review helper-159).
+      // Its request queued again as another job by the worker that found it lost: that job is
+      // what runs it now (review helper-164: the cancel stopped nothing, and said so or worse).
+      const requeuedAs = followed ? null : await main.get(keys.requeuedAs(jobId));
+      if (requeuedAs && requeuedAs !== jobId) {
+        return { ...(await cancelJob(deps, { ...input, jobId: requeuedAs }, true)), requeuedFrom: jobId };
+      }
+      // Not in the queue, yet its last run is running: a job lost under its worker. The request
+      // stops it, and its record says cancelled: "finished" would be untrue (review helper-159) —
+      // unless that worker is gone (no live heartbeat): nothing runs it, the sweep closes it.
       if (lastRun?.status === "running") {
         const runId = lastRun.id;
+        const live = lastRun.workerId ? (await liveWorkerIdSet(main, keys)).has(lastRun.workerId) : false;
+        if (!live)
+          return {
+            status: "abandoned",
+            jobId,
+            runId,
+            requestKept: true,
+            auditId: await audit("refused", { outcome: "abandoned", runId, requestKept: true }),
+          };
         return {
           status: "cancelling",
           jobId,

@@ -128,3 +128,18 @@ export class CancelWatch {
     }
   }
 }
+
+/**
+ * Notes that lost job `jobId`'s request was queued again as `requeuedAs`, then carries a cancel
+ * of `jobId` that came meanwhile over to it (a cancel that came before the note follows no link).
+ */
+export async function noteRequeued(
+  client: Pick<Redis, "set" | "get">,
+  keys: RedisKeys,
+  jobId: string,
+  requeuedAs: string,
+): Promise<void> {
+  await client.set(keys.requeuedAs(jobId), requeuedAs, "PX", CANCEL_REQUEST_TTL_MS);
+  const cancelled = parseCancelRequest(await client.get(keys.cancelRequest(jobId)));
+  if (cancelled) await writeCancelRequest(client, keys, requeuedAs, cancelled);
+}

@@ -176,6 +176,11 @@ export function redisKeys(prefix: string) {
      */
     cancelRequest: (jobId: string) => `${tag}:cancel:${jobId}`,
     /**
+     * STRING with a TTL: the job a lost job's request was queued again as (worker/rebuild-worker.ts
+     * `requeueIfLost`): a cancel of the lost job's id follows it (lib/operations/cancel).
+     */
+    requeuedAs: (jobId: string) => `${tag}:requeued-as:${jobId}`,
+    /**
      * STRING (a random token) with a TTL: a trigger of the same (rebuild, tenant, version, force)
      * joined this waiting job (lib/rebuilds/trigger), a new token each time. A publish keeps the
      * token it saw beside the output: a run of the job that the queue's Redis brings back after

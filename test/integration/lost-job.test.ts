@@ -197,3 +197,56 @@ test("a cancel of a job the queue lost while its record still says running answe
   );
   await worker.stop();
 });
+
+test("a cancel of a lost job's id follows its request to the job it was queued again as (review helper-164)", async () => {
+  const dir = path.join(root, "redis-follow");
+  const { first, bed, worker } = await snapshotBed(dir);
+  const jobId = await bed.trigger("slow", { version: "v1" });
+  await bed.waitForRun((r) => r.jobId === jobId && r.status === "running", 30_000, "the job running");
+  await crashAndRestart(first, dir);
+  await worker.waitFor(new RegExp(`job ${jobId}: gone from the queue's Redis.*queued again as job run-`), 60_000);
+  const again = new RegExp(`job ${jobId}: gone from the queue's Redis.*queued again as job (run-[0-9a-f-]+)`).exec(
+    worker.output(),
+  )![1]!;
+  // The operator cancels the job id they saw.
+  const cancelled = await cancelJob(
+    { queue: bed.queue, main: bed.main, keys: bed.keys },
+    { jobId, actor: "ops", reason: "stop it now" },
+  );
+  assert.equal(cancelled.requeuedFrom, jobId, JSON.stringify(cancelled));
+  assert.equal(cancelled.jobId, again);
+  assert.ok(["removed", "cancelling"].includes(cancelled.status), JSON.stringify(cancelled));
+  await bed.waitForRun((r) => r.jobId === again && r.status === "cancelled", 60_000, "the requeued job cancelled");
+  await new Promise((r) => setTimeout(r, 2_000));
+  assert.deepEqual(
+    (await bed.allRuns()).filter((r) => r.jobId === again && r.status === "rebuilt"),
+    [],
+    "the request it became was not rebuilt",
+  );
+  await worker.stop();
+});
+
+test("a cancel of a lost job whose running record's worker is dead answers abandoned (nothing runs it), the request kept (review helper-164)", async () => {
+  const dir = path.join(root, "redis-abandoned");
+  const { bed, worker } = await snapshotBed(dir);
+  const jobId = await bed.trigger("slow", { version: "v1", force: true });
+  const running = await bed.waitForRun((r) => r.jobId === jobId && r.status === "running", 30_000, "running");
+  await worker.stop("SIGKILL");
+  // Only the job lost (a replica that had the record, not the job).
+  await bed.main.del(bed.queue.toKey(jobId), jobLockKey(bed.keys, jobId));
+  await bed.main.lrem(bed.queue.toKey("active"), 0, jobId);
+  await until(
+    "the dead worker's heartbeat to expire",
+    async () => {
+      const { liveWorkerIdSet } = await import("../../lib/workers/heartbeat");
+      return (await liveWorkerIdSet(bed.main, bed.keys)).size === 0;
+    },
+    30_000,
+  );
+  const cancelled = await cancelJob(
+    { queue: bed.queue, main: bed.main, keys: bed.keys },
+    { jobId, actor: "ops", reason: "stop it now" },
+  );
+  assert.deepEqual([cancelled.status, "runId" in cancelled && cancelled.runId], ["abandoned", running.id]);
+  assert.ok(await bed.main.exists(bed.keys.cancelRequest(jobId)), "the request is kept");
+});
