@@ -140,7 +140,12 @@ export async function syncSchedules(
     // As upsertSchedule notes it: when its ticks began (lost with Redis's state, from now).
     const since = client.pipeline();
     for (const id of current) since.set(keys.schedulerSince(id), String(Date.now()), "NX");
-    await since.exec();
+    // Not noted (Redis refused it): said, and the upserts and the digest still follow.
+    await since
+      .exec()
+      .catch((error: unknown) =>
+        synced.failed.push({ id: [...current].join(", "), message: `since-time not noted: ${describeError(error)}` }),
+      );
   }
   for (const { definition, tenant, spec } of specs) {
     if (!ours.has(spec.id)) continue;
