@@ -2,6 +2,7 @@
 
 import { useQuery } from "@tanstack/react-query";
 import { useServerFirstQuery } from "./use-now";
+import { TtlLeft } from "./ttl-left";
 import Link from "next/link";
 import { useId, useRef, useState } from "react";
 import type { ApiRebuild, ApiRebuildDetail } from "@/lib/api/rebuilds";
@@ -32,14 +33,12 @@ export function RebuildDetailView({
   tenant: string | null;
   initial: ApiRebuildDetail | null;
 }) {
-  const { data, error } = useServerFirstQuery(
-    useQuery({
-      ...rebuildDetailQuery(name, tenant),
-      refetchInterval: usePollEvery(LIVE_POLL_MS),
-      ...(initial ? { initialData: initial } : {}),
-    }),
-    initial,
-  );
+  const query = useQuery({
+    ...rebuildDetailQuery(name, tenant),
+    refetchInterval: usePollEvery(LIVE_POLL_MS),
+    ...(initial ? { initialData: initial } : {}),
+  });
+  const { data, error } = useServerFirstQuery(query, initial);
   if (!data) return <p className="text-sm text-red-700">{error ? error.message : "Loading…"}</p>;
   const { definition, entries } = data;
   const filter = { rebuild: name, ...(tenant ? { tenant } : {}) };
@@ -126,7 +125,12 @@ export function RebuildDetailView({
           Now
         </h2>
         {entries.map((entry) => (
-          <EntryCard key={entry.tenant ?? ""} entry={entry} linkTenant={!tenant && entry.tenant !== null} />
+          <EntryCard
+            key={entry.tenant ?? ""}
+            entry={entry}
+            linkTenant={!tenant && entry.tenant !== null}
+            readAt={query.dataUpdatedAt}
+          />
         ))}
         {data.entriesTotal > entries.length ? (
           <p className="text-sm text-slate-600" data-field="tenants-shown">
@@ -175,7 +179,16 @@ export function RebuildDetailView({
   );
 }
 
-function EntryCard({ entry, linkTenant }: { entry: ApiRebuild; linkTenant: boolean }) {
+function EntryCard({
+  entry,
+  linkTenant,
+  readAt,
+}: {
+  entry: ApiRebuild;
+  linkTenant: boolean;
+  /** When the page received `entry` (browser ms): its claim's TTL counts down from then. */
+  readAt: number;
+}) {
   const canOperate = useCanOperate();
   const [open, setOpen] = useState(false);
   const panelId = useId();
@@ -252,7 +265,7 @@ function EntryCard({ entry, linkTenant }: { entry: ApiRebuild; linkTenant: boole
                 </span>
               ) : (
                 <>
-                  (fence {entry.claim.fence}, {formatDurationMs(entry.claim.pttlMs)} left
+                  (fence {entry.claim.fence}, <TtlLeft pttlMs={entry.claim.pttlMs} readAt={readAt} /> left
                   {entry.claim.stale ? `, stale: ${entry.claim.staleReason}` : ""})
                 </>
               )}{" "}

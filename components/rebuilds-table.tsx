@@ -2,6 +2,7 @@
 
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import { useServerFirstQuery } from "./use-now";
+import { TtlLeft } from "./ttl-left";
 import Link from "next/link";
 import { useId, useRef, useState } from "react";
 import type { ApiRebuild, ApiRebuildPage } from "@/lib/api/rebuilds";
@@ -19,7 +20,7 @@ import { usePollEvery } from "./live-events";
 import { CursorPager } from "./cursor-pager";
 import { DataTable } from "./data-table";
 import { NotReadYet } from "./not-read-yet";
-import { formatDurationMs, formatRunDuration, runDurationNote } from "@/lib/ui/format";
+import { formatRunDuration, runDurationNote } from "@/lib/ui/format";
 import { releasingText } from "@/lib/ui/release-notice";
 import { RunStrip, RunStripLegend } from "./run-strip";
 import { useCanOperate } from "./role";
@@ -44,14 +45,12 @@ export function RebuildsTable({
   const [q, setQ] = useState(initialQ);
   const cursor = cursors[cursors.length - 1] ?? null;
   const serverPage = initial && cursor === null && q === initialQ ? initial : null;
-  const { data, error } = useServerFirstQuery(
-    useQuery({
-      ...rebuildsQuery(cursor, q),
-      refetchInterval: usePollEvery(LIVE_POLL_MS),
-      ...(serverPage ? { initialData: serverPage } : {}),
-    }),
-    serverPage,
-  );
+  const query = useQuery({
+    ...rebuildsQuery(cursor, q),
+    refetchInterval: usePollEvery(LIVE_POLL_MS),
+    ...(serverPage ? { initialData: serverPage } : {}),
+  });
+  const { data, error } = useServerFirstQuery(query, serverPage);
   const [open, setOpen] = useState<string | null>(null);
   const first = (cursors.length - 1) * REBUILDS_PAGE;
   return (
@@ -93,6 +92,7 @@ export function RebuildsTable({
               rebuild={rebuild}
               open={open === key}
               onToggle={() => setOpen(open === key ? null : key)}
+              readAt={query.dataUpdatedAt}
             />
           );
         })}
@@ -102,7 +102,18 @@ export function RebuildsTable({
   );
 }
 
-function RebuildRow({ rebuild, open, onToggle }: { rebuild: ApiRebuild; open: boolean; onToggle: () => void }) {
+function RebuildRow({
+  rebuild,
+  open,
+  onToggle,
+  readAt,
+}: {
+  rebuild: ApiRebuild;
+  open: boolean;
+  onToggle: () => void;
+  /** When the page received `rebuild` (browser ms): its claim's TTL counts down from then. */
+  readAt: number;
+}) {
   const panelId = useId();
   const toggle = useRef<HTMLButtonElement>(null);
   const canOperate = useCanOperate();
@@ -196,7 +207,7 @@ function RebuildRow({ rebuild, open, onToggle }: { rebuild: ApiRebuild; open: bo
             <>
               <div>held by {rebuild.claim.holder.workerId}</div>
               <div>
-                {formatDurationMs(rebuild.claim.pttlMs)} left{rebuild.claim.stale ? " · stale" : ""}
+                <TtlLeft pttlMs={rebuild.claim.pttlMs} readAt={readAt} /> left{rebuild.claim.stale ? " · stale" : ""}
               </div>
             </>
           ) : (

@@ -75,6 +75,17 @@ test("Rebuild now on slow-archive (double-clicked: one request): the run is runn
   await expect(row).toContainText("live");
   await shot(page, "claims", testInfo);
 
+  // The Rebuilds list counts it down between reads as well (it showed the TTL of its last read).
+  await page.goto(`${stack().url}/rebuilds`);
+  const listed = page.locator("tr", { hasText: "slow-archive" }).locator('[data-field="ttl-left"]');
+  const seenListed: number[] = [];
+  await expect
+    .poll(async () => {
+      seenListed.push(Number(await listed.getAttribute("data-ttl-ms")));
+      return seenListed.some((ms, i) => i > 0 && ms < seenListed[i - 1]! - 500);
+    })
+    .toBe(true);
+
   const [before] = await claimsOf(request, "slow-archive");
   await expect
     .poll(async () => (await claimsOf(request, "slow-archive"))[0]?.refreshedAt ?? 0, { timeout: 15_000 })
