@@ -313,12 +313,14 @@ export function startRebuildWorker(
         return { kind: "unknown", why: `it is gone, and queuing its request again failed: ${result.message}` };
       }
       const joined = result.status === "deduplicated";
-      // A cancel of this job's id follows it there (an operator still sees this id).
-      await noteRequeued(deps.main, deps.keys, jobId, result.jobId).catch((error: unknown) =>
-        log(
-          `job ${jobId}: could not note the job its request became (a cancel of ${jobId} will not follow it): ${String(error)}`,
-        ),
-      );
+      // A cancel of this job's id follows it there (an operator still sees this id) — not into a
+      // waiting job it joined, which carries other requests too (review helper-165).
+      if (!joined)
+        await noteRequeued(deps.main, deps.keys, jobId, result.jobId).catch((error: unknown) =>
+          log(
+            `job ${jobId}: could not note the job its request became (a cancel of ${jobId} will not follow it): ${String(error)}`,
+          ),
+        );
       log(
         `job ${jobId}: gone from the queue's Redis, not by a cancel or another pickup (it lost its last writes): its request ${joined ? "joined waiting job" : "queued again as job"} ${result.jobId}`,
       );

@@ -118,9 +118,19 @@ export async function cancelJob(
       await writeCancelRequest(main, keys, jobId, { actor, reason, at: Date.now() });
       // Its request queued again as another job by the worker that found it lost: that job is
       // what runs it now (review helper-164: the cancel stopped nothing, and said so or worse).
-      const requeuedAs = followed ? null : await main.get(keys.requeuedAs(jobId));
-      if (requeuedAs && requeuedAs !== jobId) {
-        return { ...(await cancelJob(deps, { ...input, jobId: requeuedAs }, true)), requeuedFrom: jobId };
+      // Followed to the end of a chain of losses (J → J2 → J3), each id's request kept on the way.
+      if (!followed) {
+        const seen = new Set([jobId]);
+        let last = jobId;
+        for (let next = await main.get(keys.requeuedAs(last)); next && !seen.has(next) && seen.size <= 10;) {
+          seen.add(next);
+          last = next;
+          const nextLink = await main.get(keys.requeuedAs(last));
+          if (nextLink && !seen.has(nextLink))
+            await writeCancelRequest(main, keys, last, { actor, reason, at: Date.now() });
+          next = nextLink;
+        }
+        if (last !== jobId) return { ...(await cancelJob(deps, { ...input, jobId: last }, true)), requeuedFrom: jobId };
       }
       // Not in the queue, yet its last run is running: a job lost under its worker. The request
       // stops it, and its record says cancelled: "finished" would be untrue (review helper-159) —

@@ -25,6 +25,7 @@ import {
   publishedRunEntry,
   listPublishedRun,
   readPublishedJobs,
+  RunNotListedError,
   type PublishedRun,
   recordPublishedFence,
 } from "./published-fence";
@@ -143,6 +144,14 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
     freshDirectory(workDir),
   ]);
   const markSeen = await jobMark.catch(() => null);
+  // An earlier pickup published, but its run could not be listed on disk: this attempt fails as
+  // transient and builds nothing (review helper-165: building would publish this version again,
+  // over a newer one published since); the next attempt lists the run.
+  if (publishedBefore.status === "rejected" && publishedBefore.reason instanceof RunNotListedError) {
+    await fs.rm(workDir, { recursive: true, force: true }).catch(() => {});
+    untrack();
+    throw publishedBefore.reason;
+  }
   if (publishedBefore.status === "fulfilled" && publishedBefore.value) {
     await fs.rm(workDir, { recursive: true, force: true }).catch(() => {});
     untrack();
@@ -276,6 +285,15 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
       buildHash,
       context.jobId ? { runId: context.runId, version: context.version, mark: markSeen } : undefined,
     ).catch((error: unknown) => {
+      if (error instanceof RunNotListedError) {
+        // The fence is on disk (repair may move `current` to it); the run is not listed: not done.
+        recorder.log(`WARNING: published build ${buildHash} (fence ${held.fence}), but ${error.message}`);
+        throw new FenceNotRecordedError(
+          `published build ${buildHash} (fence ${held.fence}) and recorded its fence beside the output, but ${error.message}: not done, so this attempt left current where it was (repair moves it; the job's next attempt lists the run and builds nothing)`,
+          buildHash,
+          { cause: error },
+        );
+      }
       // A full or failing disk. `current` must not name a build whose fence is not on disk: a
       // claims Redis that then lost this publish would read an older pointer, and repair would
       // move `current` back to it (the record would not say otherwise). Nor is the request done:
@@ -293,6 +311,8 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
     // A holder paused between its publish and this point (then force-released, or past its TTL)
     // must not move `current` back over a newer fence's build.
     if (recorded.status === "newer") {
+      if (recorded.unlisted)
+        recorder.log(`WARNING: this publish is not listed beside the output: ${recorded.unlisted}`);
       recorder.log(`published build ${buildHash} (fence ${held.fence}); a newer fence published since: current stays`);
       return { status: "published", buildHash };
     }
@@ -504,13 +524,17 @@ async function earlierPublishOf(
   if (!(await (context.publishFinished?.(earlier.runId) ?? Promise.resolve(false)))) return null;
   // Listed in the claims Redis only (its publisher's listing on disk failed, or it was lost): on
   // disk before this job ends on it, else a crash of both Redises would bring the job back with
-  // nothing to find (review helper-164). A listing that fails rejects: the attempt builds again.
-  const onDisk = await readPublishedJobs(outputDir, { strict: true });
+  // nothing to find (review helper-164). A listing that fails rejects (RunNotListedError): the
+  // attempt fails as transient and builds nothing.
+  const onDisk = await readPublishedJobs(outputDir, { strict: true }).catch((error: unknown) => {
+    throw new RunNotListedError(`the runs listed beside ${outputDir} cannot be read: ${String(error)}`, {
+      cause: error,
+    });
+  });
   if (!onDisk.some((run) => run.runId === earlier.runId && run.version === earlier.version)) {
+    // (An entry of an earlier version, without its fence: nothing to list it with; skipped as before.)
     const publish = await readListedPublish(context.claims, context.keys, context.held.name, earlier.runId);
-    if (!publish)
-      throw new Error(`run ${earlier.runId}'s publish is not in the claims Redis's list: not listed on disk`);
-    await listPublishedRun(outputDir, { fence: publish.fence, hash: publish.value }, earlier);
+    if (publish) await listPublishedRun(outputDir, { fence: publish.fence, hash: publish.value }, earlier);
   }
   return earlier.runId;
 }

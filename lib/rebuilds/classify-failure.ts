@@ -6,7 +6,7 @@
 import { ClaimLostError } from "../claims";
 import type { FinalRunStatus } from "../runs/transitions";
 import { CANCEL_ABORT_REASON } from "./cancel-request";
-import { FenceNotRecordedError } from "./published-fence";
+import { FenceNotRecordedError, RunNotListedError } from "./published-fence";
 import { LOCK_LOST_ABORT_REASON, StepFailedError, TransientStepError, WorkerStalledError } from "./steps/context";
 import { TRANSIENT_ERRNO } from "./steps/run-step";
 import { allRepliesSay } from "../redis/unavailable";
@@ -98,7 +98,12 @@ function isTimeout(error: unknown): boolean {
  * also when a script raised them (older Redis wraps them in "ERR Error running script …").
  */
 export function isTransient(error: unknown): boolean {
-  if (error instanceof TransientStepError || error instanceof FenceNotRecordedError) return true;
+  if (
+    error instanceof TransientStepError ||
+    error instanceof FenceNotRecordedError ||
+    error instanceof RunNotListedError
+  )
+    return true;
   if (error instanceof StepFailedError) return false;
   const code = (error as NodeJS.ErrnoException | undefined)?.code;
   if (typeof code === "string" && TRANSIENT_ERRNO.has(code)) return true;

@@ -14,7 +14,7 @@ import { publishedProof, UNKNOWN, UNPROVEN, type PublishProof } from "../runs/re
 import { settledWithin } from "../settled-within";
 import { outputDirOf, tenantProblem, type Definitions } from "./definitions";
 import { buildDirOf } from "./output";
-import { readPublishedFence, recordPublishedFence } from "./published-fence";
+import { listPublishedRun, readPublishedFence, recordPublishedFence } from "./published-fence";
 
 /**
  * How long the claims Redis and the output's disk are waited for when asked whether a run
@@ -61,6 +61,8 @@ export async function publishedByRun(
       const known = await readPublishedFence(outputDir);
       if (known?.fence === listed.fence && known.hash !== listed.value) return UNPROVEN;
       if (!known || known.fence < listed.fence) return UNKNOWN;
+      // Listed beside the output before its record says rebuilt (its job ends on that record).
+      await listPublishedRun(outputDir, { fence: listed.fence, hash: listed.value }, { runId: run.runId, ...listed });
       const proof = publishedProof({ fence: listed.fence, buildHash: listed.value, publishedAt: listed.publishedAt });
       return { kind: "proven", proof, idempotencyTtlMs: definition.idempotency.ttl };
     }
@@ -74,7 +76,16 @@ export async function publishedByRun(
         },
       );
     if (!(await held())) return UNPROVEN;
-    const recorded = await recordPublishedFence(outputDir, pointer.fence, pointer.value);
+    // Its run listed with it (review helper-165: a job that ends on the rebuilt record this proof
+    // gives must leave its publish where a Redis that brings the job back finds it); the version
+    // and mark as the claims Redis's list keeps them. Not listed: a listing that fails is unknown.
+    const entry = await readListedPublish(deps.claims, deps.keys, name, run.runId);
+    if (!entry || entry.fence !== pointer.fence) return UNKNOWN;
+    const recorded = await recordPublishedFence(outputDir, pointer.fence, pointer.value, {
+      runId: run.runId,
+      version: entry.version,
+      mark: entry.mark,
+    });
     if (recorded.status !== "recorded") return UNPROVEN;
     // Still here once its fence is recorded (pruning may have taken a build the pointer no longer
     // protected): else no machine could make it current.

@@ -277,7 +277,11 @@ export class FenceNotRecordedError extends Error {
  *                granted a fence that had published already; the build recorded first keeps
  *                `current`, and this publish counts as not made
  */
-export type FenceRecord = { status: "recorded" } | { status: "newer" | "fence-reused"; known: PublishedFence };
+export type FenceRecord =
+  | { status: "recorded" }
+  /** `unlisted`: why this publish's run could not be listed (it is said, not thrown). */
+  | { status: "newer"; known: PublishedFence; unlisted?: string }
+  | { status: "fence-reused"; known: PublishedFence };
 
 /**
  * Records `fence` as published for `outputDir` with its build (only ever upwards: a lower fence
@@ -294,11 +298,30 @@ export async function recordPublishedFence(
   published?: PublishedRun,
 ): Promise<FenceRecord> {
   const recorded = await recordFence(outputDir, fence, hash, published);
-  // A publish that did happen (this fence's, or one a newer fence followed) is listed whichever
-  // way its fence was recorded: by this call, an earlier one, or another writer (review helper-164:
-  // a repeat of a record whose listing had failed answered "recorded", its run still unlisted).
-  if (published && recorded.status !== "fence-reused") await listPublishedRun(outputDir, { fence, hash }, published);
-  return recorded;
+  if (!published || recorded.status === "fence-reused") return recorded;
+  // A publish that did happen is listed whichever way its fence was recorded: by this call, an
+  // earlier one, or another writer (review helper-164: a repeat of a record whose listing had
+  // failed answered "recorded", its run still unlisted).
+  if (recorded.status === "recorded") {
+    await listPublishedRun(outputDir, { fence, hash }, published);
+    return recorded;
+  }
+  // One a newer fence passed: listed if the disk takes it, else said — not thrown: the attempt
+  // failing would build and publish its version again over the newer one (review helper-165).
+  const unlisted = await listPublishedRun(outputDir, { fence, hash }, published).then(
+    () => null,
+    (error: unknown) => (error instanceof Error ? error.message : String(error)),
+  );
+  return unlisted === null ? recorded : { ...recorded, unlisted };
+}
+
+/**
+ * A publish whose fence is recorded beside the output, but whose run the output could not list
+ * (a full or failing disk): a job that ends on it would leave nothing for a Redis that brings it
+ * back to find. The attempt fails as transient; its next one lists the run (it builds nothing).
+ */
+export class RunNotListedError extends Error {
+  override name = "RunNotListedError";
 }
 
 /**
@@ -312,18 +335,19 @@ export async function listPublishedRun(outputDir: string, publish: PublishedFenc
   // Read back: two writers replacing the file at once (a publisher and repair) keep one's list.
   for (let tries = 1; ; tries++) {
     try {
-      await writeLegacy(outputDir, publish.fence, publish.hash, run);
+      // Durable with its directory before anything ends on it.
+      if (await writeLegacy(outputDir, publish.fence, publish.hash, run)) await syncPath(outputDir);
       if ((await readLegacy(outputDir))?.jobs.includes(entry)) return;
     } catch (error) {
       if (NO_LEGACY_FILE.has((error as NodeJS.ErrnoException).code ?? "")) return;
-      throw new Error(
-        `run ${run.runId} could not be listed as its publisher in ${file} (the fence's own entry is written): ${(error as Error).message}`,
+      throw new RunNotListedError(
+        `run ${run.runId} could not be listed as the publisher of fence ${publish.fence} in ${file}: ${(error as Error).message}`,
         { cause: error },
       );
     }
     if (tries >= 5)
-      throw new Error(
-        `run ${run.runId} could not be listed as its publisher in ${file}: other writers kept replacing it`,
+      throw new RunNotListedError(
+        `run ${run.runId} could not be listed as the publisher of fence ${publish.fence} in ${file}: other writers kept replacing it`,
       );
   }
 }
@@ -399,16 +423,16 @@ async function recordFence(
 /**
  * The legacy file, for workers of earlier versions (they read only its fence, and only upwards:
  * it keeps the higher of its fence and `fence`), and the list of the runs that published here
- * (`published` added unless listed). Not written when it would not change. Replaced by rename, as
- * they do; synced with the directory by the caller, or here when only the list changed.
+ * (`published` added unless listed). Not written when it would not change (false). Replaced by
+ * rename, as they do; synced with the directory by the caller.
  */
-async function writeLegacy(outputDir: string, fence: number, hash: string, published?: PublishedRun): Promise<void> {
+async function writeLegacy(outputDir: string, fence: number, hash: string, published?: PublishedRun): Promise<boolean> {
   // Unreadable now: it may hold a higher fence; not replaced (readLegacy throws).
   const legacy = await readLegacy(outputDir);
   const entry = published ? publishedRunEntry(published) : null;
   const raises = (legacy?.fence ?? 0) < fence;
   const lists = entry !== null && !(legacy?.jobs ?? []).includes(entry);
-  if (!raises && !lists) return;
+  if (!raises && !lists) return false;
   const jobs = [...(legacy?.jobs ?? []).filter((line) => line !== entry), ...(entry ? [entry] : [])];
   while (jobs.length > 1 && JSON.stringify(jobs).length > JOBS_MAX_BYTES) jobs.shift();
   const top = raises || !legacy ? { fence, hash } : { fence: legacy.fence, hash: legacy.hash };
@@ -419,7 +443,7 @@ async function writeLegacy(outputDir: string, fence: number, hash: string, publi
   } finally {
     await fs.rm(temp, { force: true }).catch(() => {});
   }
-  if (!raises) await syncPath(outputDir);
+  return true;
 }
 
 /** What `pointCurrentAtRecord` left `current` naming. */

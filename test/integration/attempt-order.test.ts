@@ -17,7 +17,12 @@ import { outputDirOf } from "../../lib/rebuilds/definitions";
 import { idempotencyKey } from "../../lib/rebuilds/version";
 import { RebuildError, runRebuild, type RebuildDeps, type RebuildJob } from "../../lib/rebuilds/run-rebuild";
 import { publishedByRun } from "../../lib/rebuilds/published-by-run";
-import { pointCurrentAtRecord, readPublishedFence, recordPublishedFence } from "../../lib/rebuilds/published-fence";
+import {
+  pointCurrentAtRecord,
+  readPublishedFence,
+  readPublishedJobs,
+  recordPublishedFence,
+} from "../../lib/rebuilds/published-fence";
 import { serverNow } from "../../lib/redis/time";
 import { DEFAULT_RETENTION, readRun, runPlaceOf } from "../../lib/runs/records";
 import { abandonRun, closeAbandonedRuns } from "../../lib/runs/abandoned";
@@ -888,12 +893,18 @@ test("the sweep closes a dead worker's record that was about to publish rebuilt 
       await bed.main.set(otherKey, "an-earlier-run");
       await bed.main.hset(bed.keys.rebuiltNow("swept-publisher", null), "key", otherKey);
       const publishedAt = await serverNow(bed.main); // after its start, before the close
+      const publisher = pointer[2] === "named" ? identity.runId : runIdOf("someone-else", 1);
       await bed.claims.hset(bed.keys.published(name), {
         fence: pointer[0],
         value: pointer[1],
-        runId: pointer[2] === "named" ? identity.runId : runIdOf("someone-else", 1),
+        runId: publisher,
         publishedAt,
       });
+      // As the publish pushes it beside the pointer (FENCED_PUBLISH): the closer lists the run on disk from it.
+      await bed.claims.lpush(
+        bed.keys.publishedRuns(name),
+        `${publisher} v-${jobId} - ${pointer[0]} ${pointer[1]} ${publishedAt}`,
+      );
       assert.ok((await closeAbandonedRuns(store, sweeper)).includes(identity.runId), `${jobId}: closed`);
       const record = await readRun(bed.main, bed.keys, identity.runId);
       assert.equal(record?.status, status, `${jobId}: ${record?.reason}`);
@@ -910,6 +921,11 @@ test("the sweep closes a dead worker's record that was about to publish rebuilt 
         assert.equal(record?.durationMs, publishedAt - (record?.startedAt ?? 0));
         const recorded = await readPublishedFence(outputDir);
         assert.ok(recorded && recorded.fence >= mark[0], "the fence is on disk (recorded by the closer if need be)");
+        // And its run listed there (review helper-165): its job ends on this record.
+        assert.ok(
+          (await readPublishedJobs(outputDir)).some((run) => run.runId === identity.runId),
+          `${jobId}: listed beside the output`,
+        );
         assert.notEqual(await bed.main.zscore(bed.keys.runIndex({ status: "rebuilt" }), identity.runId), null);
         // Its fence is the lane's, another version's mark is dropped, its own is not set.
         assert.deepEqual(await bed.main.hmget(bed.keys.rebuiltNow("swept-publisher", null), "fence", "key"), [
