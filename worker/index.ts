@@ -7,7 +7,6 @@
  * the queue with no failed attempt (another worker starts them at once), then exit 0.
  */
 import os from "node:os";
-import path from "node:path";
 import { Queue } from "bullmq";
 import type { AlertEvaluator } from "../lib/alerts/evaluator";
 import { CONFIG_EXIT_CODE, loadConfigOrExit } from "../lib/config";
@@ -48,7 +47,9 @@ if (!loaded.ok) {
   // The first problem, with the file's full path (a deploy may have two files of one name), and how many more.
   const { file, problems } = loaded.error;
   const first = loaded.error.message.split("\n")[0] ?? "";
-  const named = first.startsWith(file) ? `${path.resolve(file)}${first.slice(file.length)}` : first;
+  // `file` is the name the message starts with; the path is the one the worker read (black-box
+  // helper-160: resolved from the worker's working directory, it named another file of that name).
+  const named = first.startsWith(file) ? `${config.definitionsPath}${first.slice(file.length)}` : first;
   await noteRefusal(problems.length > 1 ? `${named} (and ${problems.length - 1} more)` : named);
   process.exit(CONFIG_EXIT_CODE);
 }

@@ -38,6 +38,8 @@ test("a worker start that refuses its definitions file is named in the health re
     problem,
     /its definitions file has a problem: .*claimwatch-bad\.yaml:\d+: rebuilds\.c\.claim\.refreshEvery/,
   );
+  // The file the worker read, by its full path, whatever the worker's working directory (helper-160).
+  assert.ok(problem.includes(`${bad}:`), problem);
   assert.match(problem, /Fix the file/);
 
   const worker = await bed.startWorker();
