@@ -24,6 +24,7 @@ import {
   parsePublishedRuns,
   publishedRunEntry,
   listPublishedRun,
+  readPublishedFence,
   readPublishedJobs,
   RunNotListedError,
   type PublishedRun,
@@ -69,10 +70,11 @@ export interface BuildContext {
   jobId?: string;
   /**
    * Whether the run `runId` of this job, listed beside the output as having published this
-   * version, finished its publish (the listing follows its fence record onto the disk). Must not
-   * reject.
+   * version, finished its publish (the listing follows its fence record onto the disk);
+   * `unlisted`: it failed after its fence was recorded and synced beside the output, only its
+   * listing refused (`RUN_UNLISTED`). Must not reject.
    */
-  publishFinished?: (runId: string) => Promise<boolean>;
+  publishFinished?: (runId: string) => Promise<boolean | "unlisted">;
   /** The job's `askedAgain` mark now (a token: a request joined the job), or null. May reject. */
   jobMark?: () => Promise<string | null>;
   /**
@@ -289,7 +291,7 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
         // The fence is on disk (repair may move `current` to it); the run is not listed: not done.
         recorder.log(`WARNING: published build ${buildHash} (fence ${held.fence}), but ${error.message}`);
         throw new FenceNotRecordedError(
-          `published build ${buildHash} (fence ${held.fence}) and recorded its fence beside the output, but ${error.message}: not done, so this attempt left current where it was (repair moves it; the job's next attempt lists the run and builds nothing)`,
+          `published build ${buildHash} (fence ${held.fence}) and ${RUN_UNLISTED}, but ${error.message}: not done, so this attempt left current where it was (repair moves it; the job's next attempt lists this run and builds nothing while the fence is on disk)`,
           buildHash,
           { cause: error },
         );
@@ -378,6 +380,9 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
     untrack();
   }
 }
+
+/** What the reason of an attempt whose fence is on disk and whose run alone is not listed says. */
+export const RUN_UNLISTED = "recorded its fence beside the output";
 
 /**
  * Runs of job `jobId` listed as having published `version` here, oldest first: the output's list
@@ -521,20 +526,37 @@ async function earlierPublishOf(
   const earlier = listed.at(-1);
   // A request joined the job since that publish (a mark it did not see): the job publishes for it.
   if (!earlier || (markNow !== null && markNow !== earlier.mark)) return null;
-  if (!(await (context.publishFinished?.(earlier.runId) ?? Promise.resolve(false)))) return null;
-  // Listed in the claims Redis only (its publisher's listing on disk failed, or it was lost): on
-  // disk before this job ends on it, else a crash of both Redises would bring the job back with
-  // nothing to find (review helper-164). A listing that fails rejects (RunNotListedError): the
-  // attempt fails as transient and builds nothing.
-  const onDisk = await readPublishedJobs(outputDir, { strict: true }).catch((error: unknown) => {
-    throw new RunNotListedError(`the runs listed beside ${outputDir} cannot be read: ${String(error)}`, {
+  const finished = await (context.publishFinished?.(earlier.runId) ?? Promise.resolve(false));
+  // Once an earlier publish counts, what cannot be read or written fails the attempt as transient
+  // and builds nothing (RunNotListedError): building would publish this version again, over one
+  // published since (review helper-165, helper-166).
+  const notListed = (what: string) => (error: unknown) => {
+    throw new RunNotListedError(`run ${earlier.runId} published here, but ${what}: ${String(error)}`, {
       cause: error,
     });
-  });
-  if (!onDisk.some((run) => run.runId === earlier.runId && run.version === earlier.version)) {
-    // (An entry of an earlier version, without its fence: nothing to list it with; skipped as before.)
-    const publish = await readListedPublish(context.claims, context.keys, context.held.name, earlier.runId);
-    if (publish) await listPublishedRun(outputDir, { fence: publish.fence, hash: publish.value }, earlier);
+  };
+  const publish = await readListedPublish(context.claims, context.keys, context.held.name, earlier.runId).catch(
+    finished ? notListed("the claims Redis's list could not be read") : () => null,
+  );
+  if (finished === false) return null;
+  // Its record says it failed after its fence was recorded and synced, only the listing refused
+  // (review helper-166): durable while the disk holds that fence with its build, or a newer one.
+  if (finished === "unlisted") {
+    const known = publish ? await readPublishedFence(outputDir).catch(() => null) : null;
+    const durable =
+      publish &&
+      known &&
+      (known.fence > publish.fence || (known.fence === publish.fence && known.hash === publish.value));
+    if (!durable) return null;
   }
+  // Listed in the claims Redis only (its publisher's listing on disk failed, or it was lost): on
+  // disk before this job ends on it, else a crash of both Redises would bring the job back with
+  // nothing to find (review helper-164).
+  const onDisk = await readPublishedJobs(outputDir, { strict: true }).catch(
+    notListed(`the runs listed beside ${outputDir} cannot be read`),
+  );
+  // (An entry of an earlier version, without its fence: nothing to list it with; skipped as before.)
+  if (publish && !onDisk.some((run) => run.runId === earlier.runId && run.version === earlier.version))
+    await listPublishedRun(outputDir, { fence: publish.fence, hash: publish.value }, earlier);
   return earlier.runId;
 }

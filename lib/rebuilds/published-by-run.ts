@@ -79,13 +79,14 @@ export async function publishedByRun(
     // Its run listed with it (review helper-165: a job that ends on the rebuilt record this proof
     // gives must leave its publish where a Redis that brings the job back finds it); the version
     // and mark as the claims Redis's list keeps them. Not listed: a listing that fails is unknown.
+    // (An entry a worker of an earlier version pushed has no fence: recorded without the run, as before.)
     const entry = await readListedPublish(deps.claims, deps.keys, name, run.runId);
-    if (!entry || entry.fence !== pointer.fence) return UNKNOWN;
-    const recorded = await recordPublishedFence(outputDir, pointer.fence, pointer.value, {
-      runId: run.runId,
-      version: entry.version,
-      mark: entry.mark,
-    });
+    const recorded = await recordPublishedFence(
+      outputDir,
+      pointer.fence,
+      pointer.value,
+      entry?.fence === pointer.fence ? { runId: run.runId, version: entry.version, mark: entry.mark } : undefined,
+    );
     if (recorded.status !== "recorded") return UNPROVEN;
     // Still here once its fence is recorded (pruning may have taken a build the pointer no longer
     // protected): else no machine could make it current.

@@ -51,7 +51,7 @@ import {
   type VersionResult,
 } from "../runs/writer";
 import type { WorkerIdentity } from "../workers/heartbeat";
-import { buildAndPublish, listedPublishesOf, type BuildResult } from "./build-and-publish";
+import { buildAndPublish, listedPublishesOf, RUN_UNLISTED, type BuildResult } from "./build-and-publish";
 import {
   CANCEL_ABORT_REASON,
   describeCancel,
@@ -739,7 +739,10 @@ class RebuildAttempt {
             // counts as not finished (the attempt builds: a repeat, not a lost request).
             publishFinished: async (runId) => {
               if (runId === this.runId) return true; // its record and pickup went with the crash
-              const status = await deps.main.hget(deps.keys.run(runId), "status").catch(() => "lookup-failed");
+              const [status, reason] = await deps.main
+                .hmget(deps.keys.run(runId), "status", "reason")
+                .catch(() => ["lookup-failed", null]);
+              if (status === "failed" && reason?.includes(RUN_UNLISTED)) return "unlisted";
               return status !== "failed" && status !== "deferred" && status !== "lookup-failed";
             },
             jobMark: async () => (await startReads()).alongside,

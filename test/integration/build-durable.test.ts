@@ -629,3 +629,42 @@ test("a publish whose run cannot be listed beside the output (the legacy file's 
   const late = recordTraced(5, "run-late-a1", []);
   assert.match(late.stdout, /^RECORDED newer\nLISTED run-first-a1,run-second-a1,run-late-a1\n$/, late.stderr);
 });
+
+test("an attempt whose fence the disk recorded but whose run it could not list fails as transient; the next attempt lists that run and builds nothing (review helper-166: it built and published its version again)", async (t) => {
+  const bed = await createTestBed({
+    listed: {
+      output: "out/listed",
+      retries: { attempts: 3, backoff: "3s" },
+      steps: [{ name: "write", run: ["sh", "-c", "echo built > out.txt"] }],
+    },
+  });
+  t.after(() => bed.close());
+  const outputDir = path.join(bed.dir, "out/listed");
+  fs.mkdirSync(path.join(outputDir, "builds"), { recursive: true });
+  // The list cannot be replaced (an immutable file: rename answers EPERM); new names can be made,
+  // so the fence's own entry is written.
+  const legacy = path.join(outputDir, ".published-fence");
+  fs.writeFileSync(legacy, JSON.stringify({ fence: 1, hash: "0".repeat(32) }));
+  spawnSync("chattr", ["+i", legacy]);
+  t.after(() => void spawnSync("chattr", ["-i", legacy]));
+  const worker = await bed.startWorker();
+  t.after(() => worker.stop());
+  const jobId = await bed.trigger("listed", { version: "v1" });
+  const first = await bed.waitForRun((r) => r.jobId === jobId && r.status !== "running", 60_000, "attempt 1 ends");
+  spawnSync("chattr", ["-i", legacy]); // the disk takes it again, within the backoff
+  assert.equal(first.status, "failed", `${first.status}: ${first.reason}`);
+  assert.match(first.reason ?? "", /recorded its fence beside the output, but run .* could not be listed/);
+  const second = await bed.waitForRun(
+    (r) => r.jobId === jobId && r.attempt === 2 && r.status !== "running",
+    60_000,
+    "attempt 2 ends",
+  );
+  assert.equal(second.status, "skipped", `${second.status}: ${second.reason}`);
+  assert.match(second.reason ?? "", new RegExp(`run ${first.id} of this job published its build here before`));
+  const { readPublishedJobs } = await import("../../lib/rebuilds/published-fence");
+  assert.ok(
+    (await readPublishedJobs(outputDir)).some((run) => run.runId === first.id),
+    "attempt 1's run listed",
+  );
+  assert.equal((await bed.allRuns()).filter((r) => r.jobId === jobId && r.status === "rebuilt").length, 0);
+});

@@ -496,7 +496,7 @@ test("cancel of an unknown job or run is exit 2 naming where to look, audited as
   assert.equal(body.error.code, "not-found");
   assert.match(
     stderr,
-    /^claimwatch: no job or run 'run-00000000-0000-0000-0000-000000000000-a1' \(unknown, or finished and removed from the queue\); `claimwatch queue` lists the jobs/m,
+    /^claimwatch: no job or run 'run-00000000-0000-0000-0000-000000000000-a1' \(unknown, or finished and removed from the queue\); the cancel request is kept: a worker still running it \(a job its Redis lost\) stops it; `claimwatch queue` lists the jobs/m,
   );
   const refusals = (await auditEntries()).filter(
     (e) => e.action === "cancel" && e.detail.jobId === "run-00000000-0000-0000-0000-000000000000",
