@@ -401,7 +401,7 @@ export async function listedPublishesOf(
     .lrange(place.keys.publishedRuns(place.claimName), 0, -1)
     .then((lines) => parsePublishedRuns(lines).reverse());
   const [onDisk, inRedis] = await Promise.all([
-    readPublishedJobs(place.outputDir, options),
+    readPublishedJobs(place.outputDir, { ...options, ofJob: ofThisJob }),
     options.strict ? fromRedis : fromRedis.catch((): PublishedRun[] => []),
   ]);
   return [...onDisk, ...inRedis].filter(
@@ -552,7 +552,7 @@ async function earlierPublishOf(
   // Listed in the claims Redis only (its publisher's listing on disk failed, or it was lost): on
   // disk before this job ends on it, else a crash of both Redises would bring the job back with
   // nothing to find (review helper-164).
-  const onDisk = await readPublishedJobs(outputDir, { strict: true }).catch(
+  const onDisk = await readPublishedJobs(outputDir, { strict: true, ofJob: earlier.runId.replace(/-a\d+$/, "") }).catch(
     notListed(`the runs listed beside ${outputDir} cannot be read`),
   );
   // (An entry of an earlier version, without its fence: nothing to list it with; skipped as before.)

@@ -18,6 +18,10 @@
  * (only upwards, as they did), so that a worker of an earlier version running beside this one
  * during a rolling deploy raises its grants past what this one published. It is read as one
  * more entry, and never removed.
+ *
+ * The runs that published here are listed beside the output too, one symlink each (`RUN_PREFIX`):
+ * all a job the queue's Redis brings back after its publish (a crash lost its completion) has to
+ * find that publish by, with the claims Redis's list lost as well.
  */
 import { existsSync } from "node:fs";
 import fs from "node:fs/promises";
@@ -45,15 +49,35 @@ const GRANTED = /^\.granted-fence@([1-9]\d{0,15})$/;
 
 /**
  * Earlier versions' record: one JSON file, `{"fence":<n>,"hash":"<hash>"}`, replaced by rename.
- * It also keeps `jobs`, "<run id> <version> <mark>" of the last publishes here, newest last (earlier
- * versions ignore the field): a job the queue's Redis brought back after it published (a crash
- * lost its completion) finds its run there and publishes nothing again (`readPublishedJobs`).
+ * It also keeps `jobs`, "<run id> <version> <mark>" of the last publishes here, newest last, which
+ * the previous version listed its runs in; still written with a fence (best effort, for a worker
+ * of that version beside this one) and read as more listings, no longer relied on: it was read,
+ * changed and renamed over, so two writers at once kept only one's list (review helper-165).
  */
 const LEGACY_FILE = ".published-fence";
 /** The `jobs` list is cut, oldest first, to keep the file this small (READ_LIMIT reads it whole). */
 const JOBS_MAX_BYTES = 2_048;
 const ENTRY_PREFIX = ".published-fence@";
 const ENTRY = /^\.published-fence@([1-9]\d{0,15})$/;
+
+/**
+ * A run listed as having published here: the symlink `.published-run@<fence>@<run id>`, whose
+ * target is its entry, "<run id> <version> <mark>" (`publishedRunEntry`; it names no file). A
+ * symlink is made with its content in one call (`symlink(2)`: no write to sync, no half-written
+ * entry after a crash), durable once the directory is fsynced, and never replaced: each run has
+ * its own name, so writers at once (a publisher, repair, the sweep, a paused holder) never undo
+ * each other's listing. The names fit (`RUN_ID_PATTERN`: 206 characters at most), and a lookup
+ * reads only its job's links.
+ */
+const RUN_PREFIX = ".published-run@";
+const RUN_LINK = /^\.published-run@([1-9]\d{0,15})@([A-Za-z0-9_.-]{1,200}-a\d{1,4})$/;
+/** The name of the link listing run `runId` as the publisher of `fence`. */
+export function publishedRunLinkName(fence: number, runId: string): string {
+  return `${RUN_PREFIX}${fence}@${runId}`;
+}
+
+/** Listings kept per output, newest fences first (a job brought back after this many more publishes of its output finds nothing). */
+const LISTED_RUNS_KEPT = 128;
 
 export interface PublishedFence {
   fence: number;
@@ -100,16 +124,58 @@ export interface PublishedRun {
 }
 
 /**
- * The last publishes to `outputDir` (the legacy file's `jobs`), newest last; empty when none are
- * recorded or the file cannot be read (`strict`: a file that cannot be read throws). One small
- * read, before any step.
+ * The runs `outputDir` lists as having published there (`RUN_PREFIX` links, and the legacy file's
+ * `jobs` an earlier version listed), oldest first: those of job `ofJob` (a run id without its
+ * `-a<attempt>`) only, when given, so that only its links are read. Empty when none are listed;
+ * what cannot be read is left out (`strict`: it throws).
  */
 export async function readPublishedJobs(
   outputDir: string,
-  options: { strict?: boolean } = {},
+  options: { strict?: boolean; ofJob?: string } = {},
 ): Promise<PublishedRun[]> {
-  const legacy = options.strict ? await readLegacy(outputDir) : await readLegacy(outputDir).catch(() => null);
-  return parsePublishedRuns(legacy?.jobs ?? []);
+  const lenient = <T>(read: Promise<T>, fallback: T) => (options.strict ? read : read.catch(() => fallback));
+  const [legacy, names] = await Promise.all([
+    lenient(readLegacy(outputDir), null),
+    lenient(
+      fs.readdir(outputDir).catch((error: NodeJS.ErrnoException) => {
+        if (error.code === "ENOENT") return [] as string[];
+        throw error;
+      }),
+      [] as string[],
+    ),
+  ]);
+  const links = names
+    .flatMap((name) => {
+      const [, fence, runId] = RUN_LINK.exec(name) ?? [];
+      if (!fence || !runId || (options.ofJob !== undefined && runId.replace(/-a\d+$/, "") !== options.ofJob)) return [];
+      return [{ name, fence: Number(fence), runId }];
+    })
+    .sort((a, b) => a.fence - b.fence);
+  const linked = await Promise.all(
+    links.map(async (link) => {
+      const target = await lenient(readRunLink(path.join(outputDir, link.name)), null);
+      // Its name says which run it lists: a target that says another lists nothing.
+      return parsePublishedRuns(target === null ? [] : [target]).filter((run) => run.runId === link.runId);
+    }),
+  );
+  const fromLegacy = parsePublishedRuns(legacy?.jobs ?? []);
+  const runs = [...fromLegacy, ...linked.flat()].filter(
+    (run) => options.ofJob === undefined || run.runId.replace(/-a\d+$/, "") === options.ofJob,
+  );
+  // One publish listed both ways (its legacy line and its link): the link's place, by its fence.
+  return runs.filter(
+    (run, i) => runs.findLastIndex((other) => publishedRunEntry(other) === publishedRunEntry(run)) === i,
+  );
+}
+
+/** A listing's target; null when it is gone, or no link is there (something else in its place lists no run). Throws when it cannot be read. */
+async function readRunLink(link: string): Promise<string | null> {
+  try {
+    return await fs.readlink(link);
+  } catch (error) {
+    if (NO_LINK.has((error as NodeJS.ErrnoException).code ?? "")) return null;
+    throw namingFile(link, error);
+  }
 }
 
 /** A publish as a list entry: "<run id> <version> <mark or ->" (versions and run ids hold no space). */
@@ -231,8 +297,8 @@ async function readLegacy(outputDir: string): Promise<(PublishedFence & { jobs: 
 }
 
 const NOT_A_RECORD = new Set(["ENOENT", "EISDIR", "ENOTDIR"]);
-/** What renaming onto a directory in the legacy file's place answers. */
-const NO_LEGACY_FILE = new Set(["EISDIR", "ENOTEMPTY", "EEXIST", "ENOTDIR"]);
+/** What `readlink` answers where no listing is: nothing there, or something other than a link. */
+const NO_LINK = new Set(["ENOENT", "EINVAL"]);
 
 /**
  * A file of at most `READ_LIMIT` bytes (a longer one is cut, and then fails to parse): open, one
@@ -288,22 +354,23 @@ export type FenceRecord =
  * than one recorded is not written) unless a higher one is recorded: called after the fenced
  * publish succeeded and before `current` follows it, and by repair before it moves `current` to
  * a pointer its publisher could not record. Resolves once the record is on disk; throws when the
- * disk does not take it (full, failing).
+ * disk does not take it (full, failing). With `published`, the run is listed with it (one fsync
+ * of the directory for both), or `RunNotListedError` thrown.
  */
 export async function recordPublishedFence(
   outputDir: string,
   fence: number,
   hash: string,
-  /** The run that published and its version (kept in the legacy file's `jobs`), when known. */
+  /** The run that published, its version and mark (`listPublishedRun`), when known. */
   published?: PublishedRun,
 ): Promise<FenceRecord> {
-  const recorded = await recordFence(outputDir, fence, hash, published);
+  const { listed, ...recorded } = await recordFence(outputDir, fence, hash, published);
   if (!published || recorded.status === "fence-reused") return recorded;
   // A publish that did happen is listed whichever way its fence was recorded: by this call, an
   // earlier one, or another writer (review helper-164: a repeat of a record whose listing had
   // failed answered "recorded", its run still unlisted).
   if (recorded.status === "recorded") {
-    await listPublishedRun(outputDir, { fence, hash }, published);
+    if (!listed) await listPublishedRun(outputDir, { fence, hash }, published);
     return recorded;
   }
   // One a newer fence passed: listed if the disk takes it, else said — not thrown: the attempt
@@ -325,39 +392,51 @@ export class RunNotListedError extends Error {
 }
 
 /**
- * Lists `run` among the output's publishes (the legacy file's `jobs`) unless it is listed: the
- * file keeps the highest fence it knows. Throws when the disk does not take it; a directory in the
- * file's place (no worker writes one, no write gets past it) keeps no list and is left as it is.
+ * Lists `run` among the output's publishes, as the publisher of `publish` (its link is named by
+ * that fence), durably (the directory fsynced) before it resolves; a run listed already is synced
+ * again (its lister's sync may have failed). Throws `RunNotListedError` when the disk does not
+ * take it.
  */
 export async function listPublishedRun(outputDir: string, publish: PublishedFence, run: PublishedRun): Promise<void> {
-  const entry = publishedRunEntry(run);
-  const file = path.join(outputDir, LEGACY_FILE);
-  // Read back: two writers replacing the file at once (a publisher and repair) keep one's list.
-  for (let tries = 1; ; tries++) {
-    try {
-      // Durable with its directory before anything ends on it.
-      if (await writeLegacy(outputDir, publish.fence, publish.hash, run)) await syncPath(outputDir);
-      if ((await readLegacy(outputDir))?.jobs.includes(entry)) return;
-    } catch (error) {
-      if (NO_LEGACY_FILE.has((error as NodeJS.ErrnoException).code ?? "")) return;
-      throw new RunNotListedError(
-        `run ${run.runId} could not be listed as the publisher of fence ${publish.fence} in ${file}: ${(error as Error).message}`,
-        { cause: error },
-      );
-    }
-    if (tries >= 5)
-      throw new RunNotListedError(
-        `run ${run.runId} could not be listed as the publisher of fence ${publish.fence} in ${file}: other writers kept replacing it`,
-      );
+  try {
+    await linkRun(outputDir, publish.fence, run);
+    await syncPath(outputDir);
+  } catch (error) {
+    throw new RunNotListedError(
+      `run ${run.runId} could not be listed as the publisher of fence ${publish.fence} in ${outputDir}: ${(error as Error).message}`,
+      { cause: error },
+    );
   }
 }
+
+/**
+ * The link listing `run` as the publisher of `fence` (not synced: the caller syncs the directory).
+ * A link there already that lists this run is its listing, whatever `symlink` answered (a repeat,
+ * or a create whose answer was lost); anything else in its place fails the call.
+ */
+async function linkRun(outputDir: string, fence: number, run: PublishedRun): Promise<void> {
+  const entry = publishedRunEntry(run);
+  const link = path.join(outputDir, publishedRunLinkName(fence, run.runId));
+  if (!RUN_LINK.test(path.basename(link))) throw new Error(`not a run id that can be listed: ${run.runId}`);
+  try {
+    await fs.symlink(entry, link);
+  } catch (error) {
+    const there = await readRunLink(link).catch(() => null);
+    if (there === entry) return;
+    if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw namingFile(link, error);
+    throw new Error(`${link} is in the way: it lists ${there === null ? "no run" : `"${there}"`}`, { cause: error });
+  }
+}
+
+/** `recordFence`'s answer: `listed`, the run was listed with the record (its directory synced). */
+type FenceWrite = FenceRecord & { listed?: true };
 
 async function recordFence(
   outputDir: string,
   fence: number,
   hash: string,
   published: PublishedRun | undefined,
-): Promise<FenceRecord> {
+): Promise<FenceWrite> {
   const known = await readPublishedFence(outputDir);
   if (known && known.fence > fence) return { status: "newer", known };
   const entry = path.join(outputDir, `${ENTRY_PREFIX}${fence}`);
@@ -392,13 +471,18 @@ async function recordFence(
   } finally {
     await fs.rm(temp, { force: true }).catch(() => {});
   }
-  // The entries are the record of the fence. The legacy file also lists the runs that published
-  // here, which is all a job the queue's Redis brings back (with the claims Redis's list lost too)
-  // has to find its publish: a publish by a run that could not be listed is not done (black-box
-  // helper-161: a full disk dropped the run from the list, and after a Redis crash its job
-  // published its older build again over a newer one) — `recordPublishedFence` lists it again and
-  // throws. Written here with the fence (one write on the usual path); best effort without a run.
-  await writeLegacy(outputDir, fence, hash, published).catch(() => {});
+  // The entries are the record of the fence. Its run is listed with it (one fsync of the
+  // directory for both); a listing that fails here is tried again by `recordPublishedFence`,
+  // which throws if it fails again: a publish by a run that could not be listed is not done
+  // (black-box helper-161: a full disk dropped the run from the list, and after a Redis crash its
+  // job published its older build again over a newer one). The legacy file, best effort.
+  const listed = published
+    ? await linkRun(outputDir, fence, published).then(
+        () => true as const,
+        () => undefined,
+      )
+    : undefined;
+  await writeLegacy(outputDir, fence, hash, listed && published).catch(() => {});
   await syncPath(outputDir);
   // A higher fence recorded while this one was written keeps `current`; lower ones can go.
   const names = await fs.readdir(outputDir);
@@ -407,17 +491,26 @@ async function recordFence(
     if (now && now.fence > fence) return { status: "newer", known: now };
   }
   // Lower entries, and the marks this record covers, can go: a holder of a lower fence can no
-  // longer publish, and the claims Redis granted a higher fence after it.
+  // longer publish, and the claims Redis granted a higher fence after it. Listings past the
+  // newest LISTED_RUNS_KEPT go too.
   const marks = await fenceMarks(outputDir).catch(() => []);
+  const oldListings = names
+    .flatMap((name) => {
+      const listedFence = RUN_LINK.exec(name)?.[1];
+      return listedFence ? [{ name, fence: Number(listedFence) }] : [];
+    })
+    .sort((a, b) => b.fence - a.fence)
+    .slice(LISTED_RUNS_KEPT);
   await Promise.all(
     [
       ...fencesIn(names)
         .filter((f) => f < fence)
         .map((f) => path.join(outputDir, `${ENTRY_PREFIX}${f}`)),
       ...marks.filter((mark) => mark.fence <= fence).map((mark) => path.join(outputDir, "builds", mark.name)),
+      ...oldListings.map((listing) => path.join(outputDir, listing.name)),
     ].map((file) => fs.rm(file, { force: true }).catch(() => {})),
   );
-  return { status: "recorded" };
+  return listed ? { status: "recorded", listed } : { status: "recorded" };
 }
 
 /**

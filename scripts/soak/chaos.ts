@@ -77,6 +77,7 @@ import { forceReleaseClaim, listClaims, readPublished, type ClaimInfo } from "..
 import { outputDirOf, type Definitions } from "../../lib/rebuilds/definitions";
 import { readCurrent } from "../../lib/rebuilds/output";
 import { PRUNING_VERSION } from "../../lib/rebuilds/prune";
+import { publishedRunLinkName } from "../../lib/rebuilds/published-fence";
 import type { RedisKeys } from "../../lib/redis/keys";
 import { readRun } from "../../lib/runs/records";
 import { fillToLastByte } from "../faults/small-disk";
@@ -534,6 +535,9 @@ async function holdUpInsideSwap(
         lagSince.delete(key);
         continue;
       }
+      // Its run listed already: the held-back symlink it is in is its swap's, not its listing's.
+      const link = path.join(outputDir, publishedRunLinkName(claim.fence, holder.runId));
+      if (!fs.lstatSync(link, { throwIfNoEntry: false })) continue;
       const since = lagSince.get(key) ?? Date.now();
       lagSince.set(key, since);
       if (Date.now() - since >= SLOW_SWAP_LAG_MS) {

@@ -10,16 +10,18 @@
  * published, and `current` where it was until repair can move it with the fence on disk.
  */
 import assert from "node:assert/strict";
-import { spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test, type TestContext } from "node:test";
+import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
 import { claimName, forceReleaseClaim, readClaim, readPublished } from "../../lib/claims";
 import { changedBuildProblems, checkPublishedBuilds, recordChangedBuild } from "../../lib/rebuilds/build-integrity";
 import { BUILD_HASH, readCurrent } from "../../lib/rebuilds/output";
-import { readPublishedFence } from "../../lib/rebuilds/published-fence";
+import { readPublishedFence, readPublishedJobs } from "../../lib/rebuilds/published-fence";
+import { runIdOf } from "../../lib/runs/types";
 import { closeRedis, createRedis } from "../../lib/redis/client";
 import { redisKeys } from "../../lib/redis/keys";
 import { createTestBed } from "../support/stack";
@@ -236,6 +238,9 @@ test("a repeat whose existing build cannot be synced (fsync EIO: a lost write) m
   assert.equal(fs.readFileSync(path.join(target, "index.json"), "utf8"), '{"run":"same"}');
 });
 
+/** A step's wait for `<output>/.gate` (made by the test) before it writes. */
+const GATED = 'while [ ! -e "$CLAIMWATCH_WORK/../../.gate" ]; do sleep 0.05; done; ';
+
 /**
  * A worker whose disk fails after its fenced publish, in the calls `inject` makes fail:
  * `current` stays where it was while the disk fails. With `expect: "rebuilt"` the attempt is
@@ -250,12 +255,19 @@ async function publishedWhileDiskFails(
   inject: (pid: number, outputDir: string) => Promise<() => void>,
   expect: "rebuilt" | "retried",
   warning: RegExp,
+  /** Attempt 1's run listed beside the output before its step ends (the calls `inject` fails would list it). */
+  listedBefore = false,
 ) {
   const bed = await createTestBed({
     [name]: {
       output: `out/${name}`,
       retries: { attempts: 3, backoff: "2s" },
-      steps: [{ name: "write", run: ["sh", "-c", "echo built > out.txt"] }],
+      steps: [
+        {
+          name: "write",
+          run: ["sh", "-c", `${listedBefore ? GATED : ""}echo built > out.txt`],
+        },
+      ],
     },
   });
   t.after(() => bed.close());
@@ -265,6 +277,20 @@ async function publishedWhileDiskFails(
   fs.mkdirSync(path.join(outputDir, "builds"), { recursive: true });
   const stopTracer = await inject(worker.pid, outputDir);
   const jobId = await bed.trigger(name, { version: "v1" });
+  if (listedBefore) {
+    // Once its step runs (its look for an earlier publish of its job is behind it), for each
+    // fence its grant may be (a fresh Redis and disk: the first few).
+    await until(
+      "attempt 1's step running",
+      async () =>
+        fs.existsSync(path.join(outputDir, ".work")) && fs.readdirSync(path.join(outputDir, ".work")).length > 0,
+      60_000,
+    );
+    const runId = runIdOf(jobId, 1);
+    for (let fence = 1; fence <= 5; fence++)
+      fs.symlinkSync(`${runId} v1 -`, path.join(outputDir, `.published-run@${fence}@${runId}`));
+    fs.writeFileSync(path.join(outputDir, ".gate"), "");
+  }
   const first = await bed.waitForRun((r) => r.jobId === jobId && r.status !== "running", 60_000, "the attempt ends");
   // Repair waits REPAIR_AFTER_MS (10 s) after a publish before it touches `current`; the next
   // attempt waits for its 2 s backoff.
@@ -320,15 +346,17 @@ async function publishedWhileDiskFails(
 }
 
 test("a worker whose swap of current fails after its publish: the attempt is recorded rebuilt (the build is published), its reason and a warning say current did not follow; repair moves current", async (t) => {
-  // Every symlink() of the worker fails, and the only one is the new `current` link, made after
-  // the fenced publish and its durable record (strace's -P matches only rename's first path, so
-  // the rename itself cannot be singled out).
+  // Every symlink() of the worker fails: the run's listing (made by the test before the step ends,
+  // so the worker finds it there) and the new `current` link, made after the fenced publish and
+  // its durable record (strace's -P matches only rename's first path, so the rename itself cannot
+  // be singled out).
   await publishedWhileDiskFails(
     t,
     "current-eio",
     (pid) => injectInto(t, pid, ["-e", "trace=symlink,symlinkat", "-e", "inject=symlink,symlinkat:error=EIO"]),
     "rebuilt",
     /WARNING: published build .*\/current could not be swapped or synced/,
+    true,
   );
 });
 
@@ -584,7 +612,7 @@ test("each changed build's problem says what to do: a moved-aside copy is delete
   }
 });
 
-test("a publish whose run cannot be listed beside the output (the legacy file's rename refused: a full disk) is not recorded as done, so a job a Redis crash brings back finds no publish to skip by and nothing says it published (black-box helper-161)", () => {
+test("a publish whose run cannot be listed beside the output (its listing refused: a full disk) is not recorded as done, so a job a Redis crash brings back finds no publish to skip by and nothing says it published (black-box helper-161)", () => {
   const outputDir = fs.mkdtempSync(path.join(root, "record-listed-"));
   const hash = "a".repeat(32);
   const recordTraced = (fence: number, runId: string, inject: string[]) =>
@@ -609,16 +637,17 @@ test("a publish whose run cannot be listed beside the output (the legacy file's 
     );
   const listedOk = recordTraced(5, "run-first-a1", []);
   assert.match(listedOk.stdout, /^RECORDED recorded\nLISTED run-first-a1\n$/, listedOk.stderr);
-  // Only the legacy file is renamed into place (the fence's entry is linked): its rename refused.
+  // Only the run's listing is a symlink (the fence's entry is linked, the legacy file renamed):
+  // refused, both times it is tried.
   const refused = recordTraced(6, "run-second-a1", [
     "-e",
-    "trace=rename,renameat,renameat2",
+    "trace=symlink,symlinkat",
     "-e",
-    "inject=rename,renameat,renameat2:error=ENOSPC",
+    "inject=symlink,symlinkat:error=ENOSPC",
   ]);
   assert.match(
     refused.stdout,
-    /^FAILED run run-second-a1 could not be listed as the publisher of fence 6 in .*\.published-fence: .*ENOSPC.*\nLISTED run-first-a1\n$/,
+    /^FAILED run run-second-a1 could not be listed as the publisher of fence 6 in .*: .*ENOSPC.*\nLISTED run-first-a1\n$/,
     refused.stderr,
   );
   // Recorded again once the disk takes it (its fence's entry is there already): listed now (review
@@ -627,7 +656,62 @@ test("a publish whose run cannot be listed beside the output (the legacy file's 
   assert.match(again.stdout, /^RECORDED recorded\nLISTED run-first-a1,run-second-a1\n$/, again.stderr);
   // A paused publisher whose fence a newer one passed: its publish is listed too.
   const late = recordTraced(5, "run-late-a1", []);
-  assert.match(late.stdout, /^RECORDED newer\nLISTED run-first-a1,run-second-a1,run-late-a1\n$/, late.stderr);
+  // (In the order of their fences.)
+  assert.match(late.stdout, /^RECORDED newer\nLISTED run-first-a1,run-late-a1,run-second-a1\n$/, late.stderr);
+});
+
+test("two writers listing runs beside one output at once both stay listed: a writer held up inside its write does not undo the other's listing (review helper-165: the single list file was read, changed and renamed over)", async () => {
+  const outputDir = fs.mkdtempSync(path.join(root, "record-two-writers-"));
+  const hash = "a".repeat(32);
+  const host = (fence: number, runId: string, inject: string[]) =>
+    new Promise<string>((resolve, reject) => {
+      const child = spawn(
+        "strace",
+        [
+          "-f",
+          "-qq",
+          "-o",
+          "/dev/null",
+          ...inject,
+          process.execPath,
+          "--import",
+          "tsx",
+          RECORD_FENCE_HOST,
+          outputDir,
+          String(fence),
+          hash,
+          runId,
+        ],
+        { stdio: ["ignore", "pipe", "inherit"] },
+      );
+      let out = "";
+      child.stdout.on("data", (chunk: Buffer) => (out += chunk.toString()));
+      // A hang fails the test without leaving the child behind.
+      const timer = setTimeout(() => child.kill("SIGKILL"), 120_000);
+      child.once("error", reject);
+      child.once("exit", () => {
+        clearTimeout(timer);
+        resolve(out);
+      });
+    });
+  // The first writer is held up 4 s in every rename (the legacy file's: after it read that file)
+  // while the second records a higher fence and lists its run.
+  const slow = host(5, "run-slow-a1", [
+    "-e",
+    "trace=rename,renameat,renameat2",
+    "-e",
+    "inject=rename,renameat,renameat2:delay_enter=4000000",
+  ]);
+  await sleep(1_500);
+  const fast = await host(6, "run-fast-a1", []);
+  assert.match(fast, /^RECORDED recorded\nLISTED (run-slow-a1,)?run-fast-a1\n$/);
+  assert.match(await slow, /^RECORDED (recorded|newer)\n/);
+  assert.deepEqual(
+    (await readPublishedJobs(outputDir)).map((run) => run.runId).sort(),
+    ["run-fast-a1", "run-slow-a1"],
+    "both runs listed",
+  );
+  assert.equal((await readPublishedFence(outputDir))?.fence, 6);
 });
 
 test("an attempt whose fence the disk recorded but whose run it could not list fails as transient; the next attempt lists that run and builds nothing (review helper-166: it built and published its version again)", async (t) => {
@@ -641,17 +725,19 @@ test("an attempt whose fence the disk recorded but whose run it could not list f
   t.after(() => bed.close());
   const outputDir = path.join(bed.dir, "out/listed");
   fs.mkdirSync(path.join(outputDir, "builds"), { recursive: true });
-  // The list cannot be replaced (an immutable file: rename answers EPERM); new names can be made,
-  // so the fence's own entry is written.
-  const legacy = path.join(outputDir, ".published-fence");
-  fs.writeFileSync(legacy, JSON.stringify({ fence: 1, hash: "0".repeat(32) }));
-  spawnSync("chattr", ["+i", legacy]);
-  t.after(() => void spawnSync("chattr", ["-i", legacy]));
+  // Attempt 1's listing cannot be made (a directory in the way of each name it could take: the
+  // fence is not known before the grant); the fence's own entry can.
+  const jobId = await bed.trigger("listed", { version: "v1" });
+  const inTheWay = Array.from({ length: 40 }, (_, i) =>
+    path.join(outputDir, `.published-run@${i + 1}@${runIdOf(jobId, 1)}`),
+  );
+  for (const dir of inTheWay) fs.mkdirSync(dir);
+  const freeThem = () => inTheWay.forEach((dir) => fs.rmSync(dir, { recursive: true, force: true }));
+  t.after(freeThem);
   const worker = await bed.startWorker();
   t.after(() => worker.stop());
-  const jobId = await bed.trigger("listed", { version: "v1" });
   const first = await bed.waitForRun((r) => r.jobId === jobId && r.status !== "running", 60_000, "attempt 1 ends");
-  spawnSync("chattr", ["-i", legacy]); // the disk takes it again, within the backoff
+  freeThem(); // the disk takes it again, within the backoff
   assert.equal(first.status, "failed", `${first.status}: ${first.reason}`);
   assert.match(first.reason ?? "", /recorded its fence beside the output, but run .* could not be listed/);
   const second = await bed.waitForRun(
@@ -661,7 +747,6 @@ test("an attempt whose fence the disk recorded but whose run it could not list f
   );
   assert.equal(second.status, "skipped", `${second.status}: ${second.reason}`);
   assert.match(second.reason ?? "", new RegExp(`run ${first.id} of this job published its build here before`));
-  const { readPublishedJobs } = await import("../../lib/rebuilds/published-fence");
   assert.ok(
     (await readPublishedJobs(outputDir)).some((run) => run.runId === first.id),
     "attempt 1's run listed",

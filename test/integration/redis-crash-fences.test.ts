@@ -393,6 +393,11 @@ test("a job that published, then came back as its next attempt with its run's re
     assert.equal(await client.exists(keys.idempotency(idempotencyKey("midrun", undefined, "vA"))), 0);
     // Nor is its run on the disk's list (as when its holder paused between its publish and its
     // fence record): the claims Redis's list, pushed by the publish itself, names it.
+    const listing = fs.readdirSync(output).filter((name) => /^\.published-run@\d+@job-m-a1$/.test(name));
+    assert.equal(listing.length, 1, fs.readdirSync(output).join(" "));
+    assert.match(fs.readlinkSync(path.join(output, listing[0]!)), /^job-m-a1 vA /);
+    fs.rmSync(path.join(output, listing[0]!));
+    // (The list a worker of the earlier version reads too.)
     const legacy = path.join(output, ".published-fence");
     const { jobs, ...rest } = JSON.parse(fs.readFileSync(legacy, "utf8")) as { jobs?: string[] };
     assert.ok(
