@@ -264,3 +264,39 @@ test("a schedule removed from the definitions: kept while a worker of a file wit
     await worker.stop();
   }
 });
+
+test("a sync held up more than 5 s after it read which files are live removes no more schedulers: the rest wait for its next check (a worker paused there must not remove what a worker started meanwhile asks for)", async () => {
+  const me = "slow-removal-test";
+  const check = (queue = bed.queue) => syncSchedules(queue, bed.definitions, bed.main, bed.keys, me);
+  try {
+    await check();
+    const template = (await bed.queue.getJobScheduler("sched.ticking"))!.template as never;
+    // Two schedulers no file asks for (their workers gone for good).
+    for (const id of ["sched.gone-a", "sched.gone-b"])
+      await bed.queue.upsertJobScheduler(id, { pattern: "0 0 * * * *", tz: "UTC" }, template);
+    // Its first removal held up 5.5 s (a pause, a slow Redis).
+    let removals = 0;
+    const heldUp = new Proxy(bed.queue, {
+      get(target, property, receiver) {
+        if (property === "removeJobScheduler")
+          return async (id: string) => {
+            if (++removals === 1) await new Promise((r) => setTimeout(r, 5_500));
+            return target.removeJobScheduler(id);
+          };
+        const value: unknown = Reflect.get(target, property, receiver);
+        return typeof value === "function" ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+      },
+    });
+    const slow = await check(heldUp);
+    assert.equal(slow.removed.length, 1, JSON.stringify(slow));
+    assert.equal(slow.removalsPostponed, true);
+    const left = (await bed.queue.getJobSchedulers(0, -1))
+      .map((s) => s.key ?? s.id)
+      .filter((id) => id !== "sched.ticking");
+    assert.equal(left.length, 1, `the other is left for the next check: ${left.join(", ")}`);
+    const next = await check();
+    assert.deepEqual([next.removed, next.removalsPostponed], [left, false]);
+  } finally {
+    await forgetScheduleWants(bed.main, bed.keys, me);
+  }
+});
