@@ -523,9 +523,15 @@ async function earlierPublishOf(
     ),
     mark,
   ]);
-  const earlier = listed.at(-1);
-  // A request joined the job since that publish (a mark it did not see): the job publishes for it.
-  if (!earlier || (markNow !== null && markNow !== earlier.mark)) return null;
+  // The newest attempt that saw the job's mark as it is now (one that saw it answered every
+  // request that joined before it; a request joined since a publish that did not see it: the job
+  // publishes for that request). By attempt, not by list order: the lists (the disk's, a legacy
+  // file's, the claims Redis's, which may come back older) need not agree on order (review helper-169).
+  const earlier = listed
+    .filter((run) => markNow === null || run.mark === markNow)
+    .sort((a, b) => attemptOf(a.runId) - attemptOf(b.runId))
+    .at(-1);
+  if (!earlier) return null;
   const finished = await (context.publishFinished?.(earlier.runId) ?? Promise.resolve(false));
   // Once an earlier publish counts, what cannot be read or written fails the attempt as transient
   // and builds nothing (RunNotListedError): building would publish this version again, over one
@@ -549,14 +555,16 @@ async function earlierPublishOf(
       (known.fence > publish.fence || (known.fence === publish.fence && known.hash === publish.value));
     if (!durable) return null;
   }
-  // Listed in the claims Redis only (its publisher's listing on disk failed, or it was lost): on
-  // disk before this job ends on it, else a crash of both Redises would bring the job back with
-  // nothing to find (review helper-164).
-  const onDisk = await readPublishedJobs(outputDir, { strict: true, ofJob: earlier.runId.replace(/-a\d+$/, "") }).catch(
-    notListed(`the runs listed beside ${outputDir} cannot be read`),
-  );
-  // (An entry of an earlier version, without its fence: nothing to list it with; skipped as before.)
-  if (publish && !onDisk.some((run) => run.runId === earlier.runId && run.version === earlier.version))
-    await listPublishedRun(outputDir, { fence: publish.fence, hash: publish.value }, earlier);
+  // Listed on disk (and synced: a listing its publisher made may not be, killed before its sync)
+  // before this job ends on it: listed in the claims Redis only (its publisher's listing on disk
+  // failed, or it was lost), a crash of both Redises would bring the job back with nothing to find
+  // (review helper-164). (An entry of an earlier version, without its fence: nothing to list it
+  // with; skipped as before.)
+  if (publish) await listPublishedRun(outputDir, { fence: publish.fence, hash: publish.value }, earlier);
   return earlier.runId;
+}
+
+/** The attempt number of a run id (`<job>-a<attempt>`). */
+function attemptOf(runId: string): number {
+  return Number(/-a(\d+)$/.exec(runId)?.[1] ?? 0);
 }

@@ -62,12 +62,13 @@ const ENTRY = /^\.published-fence@([1-9]\d{0,15})$/;
 
 /**
  * A run listed as having published here: the symlink `.published-run@<fence>@<run id>`, whose
- * target is its entry, "<run id> <version> <mark>" (`publishedRunEntry`; it names no file). A
- * symlink is made with its content in one call (`symlink(2)`: no write to sync, no half-written
- * entry after a crash), durable once the directory is fsynced, and never replaced: each run has
- * its own name, so writers at once (a publisher, repair, the sweep, a paused holder) never undo
- * each other's listing. The names fit (`RUN_ID_PATTERN`: 206 characters at most), and a lookup
- * reads only its job's links.
+ * target is "<version> <mark or ->" (it names no file; short enough, usually, to be kept in the
+ * inode: no block of its own — review helper-169). A symlink is made with its content in one call
+ * (`symlink(2)`: no write to sync, no half-written entry after a crash), durable once the
+ * directory is fsynced, and never replaced: each run has its own name, so writers at once (a
+ * publisher, repair, the sweep, a paused holder) never undo each other's listing. The names fit
+ * (`RUN_ID_PATTERN`: 206 characters at most), and a lookup reads only its job's links. A copy of
+ * an output must keep symlinks as they are (as `current` needs too).
  */
 const RUN_PREFIX = ".published-run@";
 const RUN_LINK = /^\.published-run@([1-9]\d{0,15})@([A-Za-z0-9_.-]{1,200}-a\d{1,4})$/;
@@ -154,8 +155,7 @@ export async function readPublishedJobs(
   const linked = await Promise.all(
     links.map(async (link) => {
       const target = await lenient(readRunLink(path.join(outputDir, link.name)), null);
-      // Its name says which run it lists: a target that says another lists nothing.
-      return parsePublishedRuns(target === null ? [] : [target]).filter((run) => run.runId === link.runId);
+      return parsePublishedRuns(target === null ? [] : [`${link.runId} ${target}`]);
     }),
   );
   const fromLegacy = parsePublishedRuns(legacy?.jobs ?? []);
@@ -371,6 +371,7 @@ export async function recordPublishedFence(
   // failed answered "recorded", its run still unlisted).
   if (recorded.status === "recorded") {
     if (!listed) await listPublishedRun(outputDir, { fence, hash }, published);
+    else await listInLegacy(outputDir, { fence, hash }, published);
     return recorded;
   }
   // One a newer fence passed: listed if the disk takes it, else said — not thrown: the attempt
@@ -407,6 +408,28 @@ export async function listPublishedRun(outputDir: string, publish: PublishedFenc
       { cause: error },
     );
   }
+  await listInLegacy(outputDir, publish, run);
+}
+
+/**
+ * Best effort: `run` in the legacy file's list too, which is all a worker of the previous version
+ * reads listings from (review helper-169: a publish only this version's links listed — a paused
+ * holder's, repair's, the sweep's — was one such a worker would publish again after a crash of
+ * both Redises). The file is read, changed and renamed over, so writers at once may drop each
+ * other's lines, or its fence: written again until a read finds both (a few tries).
+ */
+async function listInLegacy(outputDir: string, publish: PublishedFence, run: PublishedRun): Promise<void> {
+  for (let tries = 0; tries < 4; tries++) {
+    const wrote = await writeLegacy(outputDir, publish.fence, publish.hash, run).catch(() => false);
+    if (!wrote) return; // listed, with this fence or a higher one (or it cannot be written: said nowhere)
+    if (
+      !(await syncPath(outputDir).then(
+        () => true,
+        () => false,
+      ))
+    )
+      return;
+  }
 }
 
 /**
@@ -415,7 +438,7 @@ export async function listPublishedRun(outputDir: string, publish: PublishedFenc
  * or a create whose answer was lost); anything else in its place fails the call.
  */
 async function linkRun(outputDir: string, fence: number, run: PublishedRun): Promise<void> {
-  const entry = publishedRunEntry(run);
+  const entry = `${run.version} ${run.mark ?? "-"}`;
   const link = path.join(outputDir, publishedRunLinkName(fence, run.runId));
   if (!RUN_LINK.test(path.basename(link))) throw new Error(`not a run id that can be listed: ${run.runId}`);
   try {

@@ -239,7 +239,8 @@ test("a repeat whose existing build cannot be synced (fsync EIO: a lost write) m
 });
 
 /** A step's wait for `<output>/.gate` (made by the test) before it writes. */
-const GATED = 'while [ ! -e "$CLAIMWATCH_WORK/../../.gate" ]; do sleep 0.05; done; ';
+const GATED =
+  ': > "$CLAIMWATCH_WORK/../../.step-started"; while [ ! -e "$CLAIMWATCH_WORK/../../.gate" ]; do sleep 0.05; done; ';
 
 /**
  * A worker whose disk fails after its fenced publish, in the calls `inject` makes fail:
@@ -278,17 +279,13 @@ async function publishedWhileDiskFails(
   const stopTracer = await inject(worker.pid, outputDir);
   const jobId = await bed.trigger(name, { version: "v1" });
   if (listedBefore) {
-    // Once its step runs (its look for an earlier publish of its job is behind it), for each
+    // Once its step runs (its look for an earlier publish of its job is behind it: steps start
+    // after it), for each
     // fence its grant may be (a fresh Redis and disk: the first few).
-    await until(
-      "attempt 1's step running",
-      async () =>
-        fs.existsSync(path.join(outputDir, ".work")) && fs.readdirSync(path.join(outputDir, ".work")).length > 0,
-      60_000,
-    );
+    await until("attempt 1's step running", async () => fs.existsSync(path.join(outputDir, ".step-started")), 60_000);
     const runId = runIdOf(jobId, 1);
     for (let fence = 1; fence <= 5; fence++)
-      fs.symlinkSync(`${runId} v1 -`, path.join(outputDir, `.published-run@${fence}@${runId}`));
+      fs.symlinkSync("v1 -", path.join(outputDir, `.published-run@${fence}@${runId}`));
     fs.writeFileSync(path.join(outputDir, ".gate"), "");
   }
   const first = await bed.waitForRun((r) => r.jobId === jobId && r.status !== "running", 60_000, "the attempt ends");
@@ -658,6 +655,13 @@ test("a publish whose run cannot be listed beside the output (its listing refuse
   const late = recordTraced(5, "run-late-a1", []);
   // (In the order of their fences.)
   assert.match(late.stdout, /^RECORDED newer\nLISTED run-first-a1,run-late-a1,run-second-a1\n$/, late.stderr);
+  // In the legacy file's list too, which is all a worker of the previous version reads (review
+  // helper-169: only a publisher's own first write put its run there).
+  const { jobs } = JSON.parse(fs.readFileSync(path.join(outputDir, ".published-fence"), "utf8")) as { jobs: string[] };
+  assert.deepEqual(
+    jobs.map((line) => line.split(" ")[0]),
+    ["run-first-a1", "run-second-a1", "run-late-a1"],
+  );
 });
 
 test("two writers listing runs beside one output at once both stay listed: a writer held up inside its write does not undo the other's listing (review helper-165: the single list file was read, changed and renamed over)", async () => {

@@ -395,7 +395,7 @@ test("a job that published, then came back as its next attempt with its run's re
     // fence record): the claims Redis's list, pushed by the publish itself, names it.
     const listing = fs.readdirSync(output).filter((name) => /^\.published-run@\d+@job-m-a1$/.test(name));
     assert.equal(listing.length, 1, fs.readdirSync(output).join(" "));
-    assert.match(fs.readlinkSync(path.join(output, listing[0]!)), /^job-m-a1 vA /);
+    assert.match(fs.readlinkSync(path.join(output, listing[0]!)), /^vA /);
     fs.rmSync(path.join(output, listing[0]!));
     // (The list a worker of the earlier version reads too.)
     const legacy = path.join(output, ".published-fence");
@@ -411,6 +411,36 @@ test("a job that published, then came back as its next attempt with its run's re
     const record = await client.hgetall(keys.run((again as { runId: string }).runId));
     assert.match(record.reason ?? "", /^already-rebuilt: run job-m-a1 of this job published its build here before/);
     assert.equal(await readCurrent(output), (b as { buildHash: string }).buildHash);
+  } finally {
+    await closeRedis(client);
+  }
+});
+
+test("a job whose two attempts published, the second for a request that joined it, brought back with the claims Redis's list gone back to the first only: the attempt that saw the job's mark is the one it skips by, not the last listed (review helper-169)", async () => {
+  const { server, keys, output, claim, attempt } = await crashBed("marks");
+  const client = createRedis(server.url, "worker", "marks-1");
+  try {
+    await client.set(keys.askedAgain("job-x"), "m0");
+    const first = await attempt(client, "vA", "job-x");
+    assert.equal(first.status, "rebuilt", JSON.stringify(first));
+    // A request joined, and a crash lost the job's completion and vA's "rebuilt" key: delivered
+    // again, it publishes for that request.
+    await client.set(keys.askedAgain("job-x"), "m1");
+    await client.del(keys.idempotency(idempotencyKey("marks", undefined, "vA")));
+    const second = await attempt(client, "vA", "job-x", 2);
+    assert.equal(second.status, "rebuilt", JSON.stringify(second));
+    const newer = await attempt(client, "vB", "job-y");
+    assert.equal(newer.status, "rebuilt", JSON.stringify(newer));
+    // The claims Redis's list back to before attempt 2's publish; vA's "rebuilt" key gone (vB's
+    // publish took it); the queue's Redis brings job-x back as its attempt 3, its mark m1.
+    for (const line of await client.lrange(keys.publishedRuns(claim), 0, -1))
+      if (line.startsWith("job-x-a2 ")) await client.lrem(keys.publishedRuns(claim), 0, line);
+    await client.del(keys.idempotency(idempotencyKey("marks", undefined, "vA")));
+    const again = await attempt(client, "vA", "job-x", 3);
+    assert.equal(again.status, "skipped", JSON.stringify(again));
+    const record = await client.hgetall(keys.run((again as { runId: string }).runId));
+    assert.match(record.reason ?? "", /^already-rebuilt: run job-x-a2 of this job published its build here before/);
+    assert.equal(await readCurrent(output), (newer as { buildHash: string }).buildHash, "current stays at vB");
   } finally {
     await closeRedis(client);
   }
