@@ -28,8 +28,15 @@ import {
 } from "../lib/rebuilds/run-rebuild";
 import { lockRenewTimeFor, stepWarden, wardenSilenceFor } from "../lib/rebuilds/steps/warden";
 import { LOCK_LOST_ABORT_REASON } from "../lib/rebuilds/steps/context";
+import { DEFAULT_RETENTION } from "../lib/runs/records";
 import { runIdOf } from "../lib/runs/types";
+import { recordUnrunAttempt } from "../lib/rebuilds/unrun-attempt";
 import { withTimeout } from "../lib/settled-within";
+
+/** Lost pickups in a row (stalls) after which BullMQ fails a job (its next pickup records that: QUEUE_GAVE_UP). */
+const MAX_STALLED_COUNT = 5;
+/** Pickups after which BullMQ fails a job (deferrals included). */
+const MAX_STARTED_ATTEMPTS = 1_000;
 
 export interface RebuildWorkerOptions {
   concurrency: number;
@@ -71,6 +78,15 @@ export interface RunningJobs {
 interface Pickup {
   abort: AbortController;
 }
+
+/** BullMQ's reasons for failing a job at a pickup without running it, and what each means here. */
+const QUEUE_GAVE_UP = new Map([
+  [
+    "job stalled more than allowable limit",
+    `its pickups were lost ${MAX_STALLED_COUNT + 1} times (each time its worker was killed, or paused past its job lock, before the attempt ended)`,
+  ],
+  ["job started more than allowable limit", `it was picked up more than ${MAX_STARTED_ATTEMPTS} times`],
+]);
 
 /** The queue a lost job's request is queued again on (`requeueIfLost`). */
 type RequeueQueue = Pick<Queue, "add" | "getJobState">;
@@ -342,11 +358,11 @@ export function startRebuildWorker(
     autorun: options.autorun ?? true,
     // A job whose worker died is redelivered; dying twice (a deploy, then a crash) is no reason
     // to give up on it — the claim and the fence keep redeliveries harmless.
-    maxStalledCount: 5,
+    maxStalledCount: MAX_STALLED_COUNT,
     // Backstop for scheduler jobs, which ignore maxStalledCount (bullmq#4220). Every pickup
     // counts, deferrals behind another version's claim included (up to 30 s each), so the cap
     // is high: ~8 h of waiting behind other holders before a job is failed.
-    maxStartedAttempts: 1_000,
+    maxStartedAttempts: MAX_STARTED_ATTEMPTS,
     settings: { backoffStrategy: backoffStrategyFor(deps.definitions) },
     ...jobRetention(deps.definitions.retention),
   });
@@ -356,6 +372,22 @@ export function startRebuildWorker(
       log(`job ${id}: job lock lost; aborting it`);
       abortJob(id, LOCK_LOST_ABORT_REASON);
     }
+  });
+  // The queue gave a job up at a pickup, before this processor saw it (its pickups were lost too
+  // often: BullMQ's stall limit; or it started too often): that attempt's record says so, failed,
+  // so the history does not end on a deferral or an abort that says the request is kept, and the
+  // run can be retried (black-box helper-167: six lost pickups ended a job with nothing saying so).
+  worker.on("failed", (job, error) => {
+    if (!job?.id || !(error instanceof UnrecoverableError) || !QUEUE_GAVE_UP.has(error.message)) return;
+    const reason = `the queue gave this job up at its pickup ${job.attemptsStarted}: ${QUEUE_GAVE_UP.get(error.message)}; its request was not served: retry this run to queue it again`;
+    void recordUnrunAttempt(
+      { client: deps.main, keys: deps.keys, retention: deps.retention ?? DEFAULT_RETENTION },
+      job,
+      { attempt: job.attemptsStarted, status: "failed", reason, workerId: deps.worker.id },
+    ).then(
+      ({ runId, begun }) => log(`job ${job.id}: ${reason} (${runId}: ${begun.status})`),
+      (error: unknown) => log(`job ${job.id}: ${reason}; its record could not be written: ${String(error)}`),
+    );
   });
   worker.on("error", (error) => log(`worker error: ${error.message}`));
   cancels.start();

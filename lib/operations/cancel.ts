@@ -15,18 +15,17 @@
  * the claim and fencing rules are the same as ever. The next tick of a schedule is not a job to
  * cancel (pause the schedule instead). Every call is audited.
  */
-import os from "node:os";
 import type { Job, Queue } from "bullmq";
 import type { Redis } from "ioredis";
 import { appendAudit } from "../audit/append";
 import { describeCancel, writeCancelRequest } from "../rebuilds/cancel-request";
 import { rebuildJobData, scheduledTickOf } from "../rebuilds/queue";
+import { recordUnrunAttempt } from "../rebuilds/unrun-attempt";
 import type { RedisKeys } from "../redis/keys";
 import type { ScriptingClient } from "../redis/scripts";
-import { DEFAULT_RETENTION, runPlaceOf, type RunRetention } from "../runs/records";
+import { DEFAULT_RETENTION, type RunRetention } from "../runs/records";
 import { listRuns } from "../runs/list";
-import { runIdOf, type RunStatus } from "../runs/types";
-import { beginAttempt } from "../runs/writer";
+import type { RunStatus } from "../runs/types";
 import { liveWorkerIdSet } from "../workers/heartbeat";
 
 export interface CancelDeps {
@@ -214,46 +213,13 @@ function isNextScheduledTick(job: Job): boolean {
   return scheduledTickOf(job.id) !== null && job.attemptsStarted === 0;
 }
 
-/**
- * The record of a removed job: the attempt it would have been, begun and ended `cancelled` in one
- * write (which also closes a previous attempt still recorded in flight, and drops the job's
- * "waiting trigger" marker so the next Rebuild now queues a new job).
- */
+/** The record of a removed job: the attempt it would have been, ended `cancelled` (unrun-attempt.ts). */
 async function recordCancelledWaiting(deps: CancelDeps, job: Job, reason: string): Promise<string> {
-  const jobId = job.id!;
-  const attempt = job.attemptsStarted + 1;
-  const runId = runIdOf(jobId, attempt);
-  const raw = (job.data ?? {}) as { rebuild?: unknown; tenant?: unknown; trigger?: unknown };
-  const data = rebuildJobData.safeParse(job.data);
-  await beginAttempt(
-    { client: deps.main, keys: deps.keys, retention: deps.retention ?? DEFAULT_RETENTION },
-    {
-      ...runPlaceOf(raw.rebuild, raw.tenant),
-      runId,
-      jobId,
-      attempt,
-      previousRunId: attempt > 1 ? runIdOf(jobId, attempt - 1) : null,
-      rebuildName: typeof raw.rebuild === "string" ? raw.rebuild.slice(0, 200) : "",
-      createdAt: job.timestamp,
-      trigger: raw.trigger === "schedule" || raw.trigger === "manual" ? raw.trigger : "api",
-      workerId: "",
-      host: os.hostname(),
-      ...(data.success && data.data.retryOf ? { retryOf: data.data.retryOf } : {}),
-    },
-    {
-      mode: { kind: "final", status: "cancelled", reason },
-      ...(data.success && data.data.version ? { fields: { version: data.data.version } } : {}),
-      ...(data.success
-        ? {
-            pendingTrigger: deps.keys.pendingTrigger(
-              data.data.rebuild,
-              data.data.tenant,
-              data.data.version,
-              data.data.force,
-            ),
-          }
-        : {}),
-    },
-  );
+  const store = { client: deps.main, keys: deps.keys, retention: deps.retention ?? DEFAULT_RETENTION };
+  const { runId } = await recordUnrunAttempt(store, job, {
+    attempt: job.attemptsStarted + 1,
+    status: "cancelled",
+    reason,
+  });
   return runId;
 }
