@@ -69,9 +69,12 @@ export function classifyFailure(
   if (error instanceof WorkerStalledError) {
     return { kind: "hand-back", status: "aborted", reason: `${error.message}; the job is handed back to the queue` };
   }
+  // Failed, not aborted: nothing outside stopped it, and the job ends here (not retried), so the
+  // history, the failed-runs count and the runFailed alert must see it (black-box helper-167: a
+  // rebuild that timed out every night was recorded aborted, and no alert fired).
   if (isTimeout(error)) {
-    const reason = `time limit of ${context.timeLimitMs} ms exceeded`;
-    return { kind: "fail", status: "aborted", reason, message: reason, retry: false, forgetRebuilt: true };
+    const reason = `time limit of ${context.timeLimitMs} ms exceeded (a time limit is not retried): the job failed`;
+    return { kind: "fail", status: "failed", reason, message: reason, retry: false, forgetRebuilt: true };
   }
   const retry = isTransient(error);
   const message = error instanceof Error ? error.message : String(error);
