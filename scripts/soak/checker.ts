@@ -373,7 +373,8 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   ]);
   // A version counts as "recorded failed" when a job for it ended (failed, or completed as
   // superseded) and its last run record says so with a reason. A job that BullMQ failed by
-  // itself (stalled twice, started too often) ended with no claimwatch record of that failure.
+  // itself (its stall limit, its start limit) counts only when a record says the queue gave it
+  // up (the worker whose pickup it failed at writes one).
   const failedVersions = new Map<string, string>(); // "<claim> <version>" → reason
   const failedSince = new Map<string, number>(); // "<claim> <version>" → when its failed job's last attempt started
   // "<claim> <version>" → when the last of its failed jobs ended: a failure excuses only a request
@@ -383,7 +384,7 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
     const last = [...runs].sort((a, b) => b.attempt - a.attempt)[0]!;
     const job = jobStates.get(jobId);
     if (!job || !["failed", "completed"].includes(job.state)) continue;
-    if (job.state === "failed" && BULLMQ_OWN_FAILURE.test(job.failedReason ?? "")) continue;
+    if (job.state === "failed" && BULLMQ_OWN_FAILURE.test(job.failedReason ?? "") && !gaveUpRecord(runs)) continue;
     if (["failed", "aborted", "superseded"].includes(last.status) && last.reason) {
       const key = `${claimLabel(last)} ${versionOf(last)}`;
       failedVersions.set(key, `${last.status}: ${last.reason}`);
@@ -392,7 +393,10 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
     }
   }
   const bullmqFailures = [...jobStates.entries()].filter(
-    ([, job]) => job.state === "failed" && BULLMQ_OWN_FAILURE.test(job.failedReason ?? ""),
+    ([jobId, job]) =>
+      job.state === "failed" &&
+      BULLMQ_OWN_FAILURE.test(job.failedReason ?? "") &&
+      !gaveUpRecord(runsByJob.get(jobId) ?? []),
   );
   const leftRunning = records.filter((r) => !isFinalStatus(r.status));
   // Every publish the watcher saw names a run whose record says rebuilt: a holder whose record
@@ -547,7 +551,7 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
     lines.push(`    failed ×${count}: "${reason}"`);
   }
   lines.push(
-    `jobs failed by BullMQ itself, with no run record of it: ${bullmqFailures.length}` +
+    `jobs failed by BullMQ itself, with no run record saying so: ${bullmqFailures.length}` +
       (bullmqFailures.length
         ? ` (${formatCounts(countBy(bullmqFailures, ([, job]) => job.failedReason ?? "?"))})`
         : "") +
@@ -1298,8 +1302,13 @@ async function jobStatesOf(queue: Queue, jobIds: string[]): Promise<Map<string, 
   return states;
 }
 
-/** Failures BullMQ decides by itself, without the processor (claimwatch) recording them. */
+/** Failures BullMQ decides by itself, at a pickup, without the processor. */
 const BULLMQ_OWN_FAILURE = /more than allowable limit/;
+
+/** A failed record saying the queue gave its job up (worker/rebuild-worker.ts QUEUE_GAVE_UP). */
+function gaveUpRecord(runs: readonly RunRecord[]): boolean {
+  return runs.some((r) => r.status === "failed" && /^the queue gave this job up/.test(r.reason ?? ""));
+}
 
 function countDeferred(logDir: string): number {
   let count = 0;
