@@ -7,7 +7,7 @@ import { alertsQuery, apiFetch, queryKeys } from "@/lib/ui/queries";
 import { DataTable } from "./data-table";
 import { formatAbsolute as formatTime, formatRelative as formatAgo } from "@/lib/ui/format";
 import { useCanOperate } from "./role";
-import { useNow } from "./use-now";
+import { useServerNow } from "./use-now";
 
 const labelOf = (labels: Record<string, string>) =>
   [labels.rebuild && `${labels.rebuild}${labels.tenant ? `/${labels.tenant}` : ""}`, labels.claim]
@@ -17,7 +17,7 @@ const labelOf = (labels: Record<string, string>) =>
 /** Firing alerts, recent transitions and each receiver's last delivery; operators can send a test. */
 export function AlertsPanel({ initial }: { initial: AlertsView | null }) {
   const { data, error } = useQuery({ ...alertsQuery(), ...(initial ? { initialData: initial } : {}) });
-  const now = useNow();
+  const now = useServerNow();
   const canOperate = useCanOperate();
   const [notice, setNotice] = useState<string | null>(null);
   if (error) return <p className="text-sm text-red-700">Could not load alerts: {error.message}</p>;

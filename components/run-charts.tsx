@@ -28,7 +28,7 @@ import { LIVE_POLL_MS, timelineQuery } from "@/lib/ui/queries";
 import { usePollEvery } from "./live-events";
 import { RunStripLegend } from "./run-strip";
 import { STATUS_COLOURS } from "./status-badge";
-import { useNow } from "./use-now";
+import { useServerNow } from "./use-now";
 
 const WIDTH = 1000;
 const LABEL_WIDTH = 170;
@@ -147,7 +147,7 @@ export function RunCharts({ rebuild: initialRebuild }: { rebuild?: string } = {}
 }
 
 export function RunsTimeline({ timeline }: { timeline: Timeline }) {
-  const now = useNow();
+  const now = useServerNow();
   const buckets = bucketsOfTimeline(timeline);
   const lanes = [...new Set([...timeline.runs.map(laneOf), ...buckets.map(laneOf)])].sort();
   if (lanes.length === 0) return <p className="text-sm text-slate-600">No runs in this window.</p>;

@@ -5,7 +5,7 @@ import { Group } from "@visx/group";
 import { scaleLinear } from "@visx/scale";
 import type { StepRecord } from "@/lib/runs/types";
 import { formatDurationMs } from "@/lib/ui/format";
-import { useNow } from "./use-now";
+import { useServerNow } from "./use-now";
 
 const WIDTH = 1000;
 const LABEL_WIDTH = 160;
@@ -20,7 +20,7 @@ const STEP_COLOURS: Record<StepRecord["status"], string> = {
 
 /** A run's steps as a Gantt chart: one row per step from its start to its end (now, while it runs). */
 export function StepsGantt({ steps, runStartedAt }: { steps: StepRecord[]; runStartedAt: number | null }) {
-  const now = useNow();
+  const now = useServerNow();
   if (steps.length === 0) return <p className="text-sm text-slate-500">no steps ran</p>;
   const start = Math.min(runStartedAt ?? Infinity, ...steps.map((s) => s.startedAt));
   const end = Math.max(...steps.map((s) => s.finishedAt ?? now), start + 1_000);

@@ -1,7 +1,7 @@
 "use client";
 
 import { formatAbsolute, formatRelative, isoOf, type TimeZoneChoice } from "@/lib/ui/format";
-import { useHydrated, useNow } from "./use-now";
+import { useHydrated, useServerNow } from "./use-now";
 
 /**
  * A point in time, the one way the dashboard shows it: relative text ("3 min ago") with the
@@ -18,11 +18,11 @@ export function Time({
   at: number | null | undefined;
   absolute?: boolean;
   zone?: TimeZoneChoice;
-  /** The clock to be relative to (e.g. the server's clock for server times). */
+  /** The clock to be relative to: by default the server's (lib/ui/server-clock), as `at` is a server time. */
   now?: number;
 }) {
   const hydrated = useHydrated();
-  const liveNow = useNow();
+  const liveNow = useServerNow();
   if (!at) return <span>–</span>;
   const now = nowOverride ?? liveNow;
   const exact = formatAbsolute(at, hydrated ? zone : "utc");

@@ -1,6 +1,7 @@
 "use client";
 
-import { createContext, createElement, useContext, useSyncExternalStore, type ReactNode } from "react";
+import { createContext, createElement, useContext, useEffect, useSyncExternalStore, type ReactNode } from "react";
+import { serverClock } from "@/lib/ui/server-clock";
 
 /**
  * The current time for countdowns and "3 s ago", from one shared 250 ms ticker.
@@ -13,6 +14,9 @@ import { createContext, createElement, useContext, useSyncExternalStore, type Re
 const RenderTime = createContext<number>(0);
 
 export function RenderTimeProvider({ now, children }: { now: number; children: ReactNode }) {
+  // The render time is the server's clock a little before the page arrived: the server clock's
+  // first guess, until an answer or the live stream measures it.
+  useEffect(() => serverClock.observe(now, Date.now(), { rough: true }), [now]);
   return createElement(RenderTime.Provider, { value: now }, children);
 }
 
@@ -44,6 +48,21 @@ const snapshot = () => current || Date.now();
 export function useNow(): number {
   const renderTime = useContext(RenderTime);
   return useSyncExternalStore(subscribe, snapshot, () => renderTime || snapshot());
+}
+
+const subscribeServerClock = (listener: () => void) => serverClock.subscribe(listener);
+const serverClockOffset = () => serverClock.offsetMs();
+
+/**
+ * `useNow` on the Redis server's clock (lib/ui/server-clock): what every age, countdown and
+ * staleness of server times is judged by, so a viewer whose clock is off sees the same ages as
+ * everyone else. Server render and hydration: the render time, which is the server's clock.
+ */
+export function useServerNow(): number {
+  const renderTime = useContext(RenderTime);
+  const now = useNow();
+  const offset = useSyncExternalStore(subscribeServerClock, serverClockOffset, () => 0);
+  return useHydrated() ? now + offset : renderTime || now;
 }
 
 /** The time the server rendered this page (0 outside the dashboard layout). */

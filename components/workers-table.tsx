@@ -8,7 +8,7 @@ import { DataTable } from "./data-table";
 import { NotReadYet } from "./not-read-yet";
 import { formatDurationMs } from "@/lib/ui/format";
 import { Time } from "./time";
-import { useNow, useRenderTime, useServerFirst } from "./use-now";
+import { useRenderTime, useServerFirst, useServerNow } from "./use-now";
 
 export function WorkersTable({
   initial,
@@ -25,7 +25,7 @@ export function WorkersTable({
     ...(initial ? { initialData: initial, initialDataUpdatedAt: renderTime } : {}),
   });
   const data = useServerFirst(live, initial);
-  const now = useNow();
+  const now = useServerNow();
   if (error) return <p className="text-sm text-red-700">Could not load workers: {error.message}</p>;
   if (!data) return <NotReadYet what="the workers" serverError={readError} field="workers-reading" />;
   const silent = data ? <SilentWorkers silent={data.silent ?? []} /> : null;

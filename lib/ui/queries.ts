@@ -13,6 +13,7 @@ import type { Timeline } from "../api/timeline";
 import type { HealthReport } from "../health/health";
 import type { RunStatus } from "../runs/types";
 import type { SilentWorker, WorkerStatus } from "../workers/heartbeat";
+import { serverClock } from "./server-clock";
 
 export interface RunsFilter {
   /** Rebuild name search (`q` of /api/runs). */
@@ -114,7 +115,11 @@ export async function apiFetch<T>(url: string, init: RequestInit = {}, acceptSta
       ...init.headers,
     },
   });
+  const receivedAt = Date.now();
   const body = (await response.json().catch(() => null)) as unknown;
+  // An answer that says the server's time (claims, workers, queue, timeline) sets the page's clock.
+  const serverTime = (body as { serverTime?: unknown } | null)?.serverTime;
+  if (response.ok && typeof serverTime === "number") serverClock.observe(serverTime, receivedAt);
   // The session ended (a logout in another tab, expiry): the dashboard's pages need a login.
   if (response.status === 401 && typeof window !== "undefined" && window.location.pathname !== "/login")
     window.location.assign("/login");
