@@ -6,7 +6,15 @@ import { useEffect, useRef, useState } from "react";
 import { EVALUATOR_CLAIM, evaluatorHolderLabel } from "@/lib/alerts/evaluator-claim";
 import { staleNow } from "@/lib/claims/stale";
 import type { ApiClaim, ApiClaimPage, ReleaseOutcome } from "@/lib/api/claims";
-import { apiFetch, claimsQuery, LIVE_POLL_MS, queryKeys, rebuildHref, rereadChanged } from "@/lib/ui/queries";
+import {
+  apiFetch,
+  claimsQuery,
+  endedClaimsQuery,
+  LIVE_POLL_MS,
+  queryKeys,
+  rebuildHref,
+  rereadChanged,
+} from "@/lib/ui/queries";
 import { EndedClaims } from "./claim-trail";
 import { CursorPager } from "./cursor-pager";
 import { DataTable } from "./data-table";
@@ -15,10 +23,11 @@ import { CancelJobButton } from "./operations";
 import { SearchBox } from "./search-box";
 import { formatDurationMs } from "@/lib/ui/format";
 import { noticeText, type ReleaseNotice } from "@/lib/ui/release-notice";
-import { usePollEvery } from "./live-events";
+import { knownUpTo, notCurrentText, pageFreshness } from "@/lib/ui/freshness";
+import { useLiveness, usePollEvery } from "./live-events";
 import { useCanOperate } from "./role";
 import { Time } from "./time";
-import { useHydrated, useNow, useRenderTime, useServerFirst } from "./use-now";
+import { useHydrated, useNow, useRenderTime, useServerFirst, useServerNow } from "./use-now";
 import { useDialogFocus } from "./use-dialog-focus";
 
 /**
@@ -58,12 +67,22 @@ export function ClaimsTable({
   const showsServerPage = data === serverPage && data !== live;
   const dataUpdatedAt = showsServerPage && renderTime ? renderTime : liveUpdatedAt;
   const now = useNow();
+  const serverNow = useServerNow();
   const canOperate = useCanOperate();
-  const [releasing, setReleasing] = useState<ApiClaim | null>(null);
+  const [releasing, setReleasing] = useState<{ claim: ApiClaim; readAt: number } | null>(null);
+  // The dialog follows its claim's newest read (a refresh moves its TTL back up), counting down between.
+  const releasingNow = releasing ? data?.claims.find((c) => c.token === releasing.claim.token) : undefined;
   const [notice, setNotice] = useState<ReleaseNotice | null>(null);
+  // How a released claim ended (its holder stopped, or the window ran out): the notice says which.
+  const { data: ended } = useQuery({ ...endedClaimsQuery(), refetchInterval: usePollEvery(LIVE_POLL_MS) });
 
-  // Server clock → browser clock: the server time of the fetch maps to when it arrived.
-  const skew = data ? dataUpdatedAt - data.serverTime : 0;
+  // The page's one server clock (lib/ui/server-clock): server time minus browser time.
+  const offset = serverNow - now;
+  // Rows not current (the stream down and no read for a while, or Redis away) say so and are not
+  // judged stale by counting here, nor released from: the holder is not to blame (helper-168).
+  const liveness = useLiveness();
+  const freshness = pageFreshness({ ...liveness, readAt: dataUpdatedAt, now });
+  const judgedAt = knownUpTo({ ...liveness, readAt: dataUpdatedAt }) + offset;
   // A claim whose TTL ran out here while no event said so (it expired before this server
   // started watching): ask the server once what is left.
   const queryClient = useQueryClient();
@@ -94,8 +113,8 @@ export function ClaimsTable({
           {data ? (
             <>
               {" "}
-              The rows below are as last read <Time at={dataUpdatedAt} /> and cannot be acted on until the claims can be
-              read again.
+              The rows below are as last read <Time at={dataUpdatedAt} now={now} /> and cannot be acted on until the
+              claims can be read again.
             </>
           ) : null}
         </p>
@@ -103,7 +122,7 @@ export function ClaimsTable({
       {!data && !error ? <NotReadYet what="the claims" serverError={readError} field="claims-reading" /> : null}
       {notice ? (
         <p role="alert" className="rounded border border-slate-300 bg-white px-3 py-2 text-sm">
-          {noticeText(notice, data?.claims ?? [], now)}
+          {noticeText(notice, data?.claims ?? [], now, ended?.entries)}
         </p>
       ) : null}
       {data && data.claims.length === 0 ? (
@@ -132,10 +151,13 @@ export function ClaimsTable({
         >
           {data.claims.map((claim) => {
             const ttlLeft = claim.pttlMs - (now - dataUpdatedAt);
-            const serverNow = now - skew;
             // Live updates carry refreshes, not their absence: "no refresh for …" is derived (and
-            // counts up) here with the server's own rule (lib/claims/stale) on the server's clock.
-            const { stale, reason: staleReason } = staleNow(claim, serverNow);
+            // counts up) here with the server's own rule (lib/claims/stale) on the server's clock —
+            // judged as of the last moment the page knows every refresh of (a silent stream proves
+            // nothing), and not at all while the rows are not current.
+            const known = freshness.current && staleNow(claim, Math.min(serverNow, Math.max(judgedAt, 0))).stale;
+            const { stale, reason: staleReason } = known ? staleNow(claim, serverNow) : { stale: false, reason: null };
+            const unknown = freshness.current ? null : notCurrentText(freshness, now);
             // The alerts evaluator's claim: no rebuild; its holder's `rebuild` field is its role (web, worker).
             const evaluatorHeldBy = claim.name === EVALUATOR_CLAIM ? evaluatorHolderLabel(claim.rebuild) : null;
             return (
@@ -165,11 +187,17 @@ export function ClaimsTable({
                   <div className="mt-1 text-xs sm:hidden" data-field="narrow-state">
                     <span
                       className={
-                        claim.revoked ? "text-amber-900" : stale ? "font-semibold text-red-800" : "text-emerald-700"
+                        claim.revoked
+                          ? "text-amber-900"
+                          : unknown
+                            ? "text-amber-800"
+                            : stale
+                              ? "font-semibold text-red-800"
+                              : "text-emerald-700"
                       }
                     >
                       {/* Lower case: the State column's badge keeps the one "Stale" of the row. */}
-                      {claim.revoked ? "releasing" : stale ? "stale" : "live"}
+                      {claim.revoked ? "releasing" : unknown ? "unknown" : stale ? "stale" : "live"}
                     </span>
                     {" · TTL "}
                     {formatDurationMs(Math.max(0, ttlLeft))}
@@ -197,7 +225,12 @@ export function ClaimsTable({
                     <div className="text-xs text-slate-500">every {formatDurationMs(claim.refreshEveryMs)}</div>
                   ) : null}
                 </td>
-                <td className="px-3 py-2 font-mono" data-field="ttl" data-ttl-ms={Math.max(0, Math.round(ttlLeft))}>
+                <td
+                  className="px-3 py-2 font-mono"
+                  data-field="ttl"
+                  data-ttl-ms={Math.max(0, Math.round(ttlLeft))}
+                  title={unknown ? `counted from the last read; ${unknown}` : undefined}
+                >
                   <TtlBar
                     leftMs={Math.min(claim.ttlMs ?? Infinity, Math.max(0, ttlLeft))}
                     ttlMs={claim.ttlMs}
@@ -214,8 +247,18 @@ export function ClaimsTable({
                 <td className="px-3 py-2" data-field="skips">
                   {claim.consecutiveSkips}
                 </td>
-                <td className="px-3 py-2">
-                  {claim.revoked ? (
+                <td className="px-3 py-2" data-field="state" data-state-known={unknown ? "no" : "yes"}>
+                  {unknown && !claim.revoked ? (
+                    <>
+                      <span
+                        className="rounded bg-amber-100 px-2 py-0.5 text-xs font-semibold text-amber-900 ring-1 ring-amber-300"
+                        data-state="unknown"
+                      >
+                        Unknown
+                      </span>
+                      <div className="mt-1 text-xs text-amber-900">{unknown}</div>
+                    </>
+                  ) : claim.revoked ? (
                     <>
                       <span
                         className="rounded bg-amber-100 px-2 py-0.5 text-xs font-semibold text-amber-900 ring-1 ring-amber-300"
@@ -250,12 +293,18 @@ export function ClaimsTable({
                   {canOperate && !claim.revoked ? (
                     <button
                       type="button"
-                      // Rows last read before a failed refresh may be out of date: no release from them.
-                      disabled={Boolean(error)}
-                      title={error ? "The claims could not be read again: this row may be out of date" : undefined}
+                      // Rows last read before a failed refresh, or not current, may be out of date: no release from them.
+                      disabled={Boolean(error) || Boolean(unknown)}
+                      title={
+                        error
+                          ? "The claims could not be read again: this row may be out of date"
+                          : unknown
+                            ? `This row is not current (${unknown}): wait for fresh data`
+                            : undefined
+                      }
                       onClick={() => {
                         setNotice(null);
-                        setReleasing(claim);
+                        setReleasing({ claim, readAt: dataUpdatedAt });
                       }}
                       className="rounded border border-red-300 px-2 py-1 text-xs text-red-800 hover:bg-red-50 disabled:opacity-50"
                     >
@@ -271,7 +320,8 @@ export function ClaimsTable({
       <CursorPager cursors={cursors} nextCursor={data?.nextCursor} onChange={setCursors} />
       {releasing ? (
         <ForceReleaseDialog
-          claim={releasing}
+          claim={releasingNow ?? releasing.claim}
+          readAt={releasingNow ? dataUpdatedAt : releasing.readAt}
           onClose={(outcome) => {
             setReleasing(null);
             if (outcome) setNotice(outcome);
@@ -302,8 +352,19 @@ function TtlBar({ leftMs, ttlMs, stale }: { leftMs: number; ttlMs: number | null
   );
 }
 
-function ForceReleaseDialog({ claim, onClose }: { claim: ApiClaim; onClose: (notice: ReleaseNotice | null) => void }) {
+function ForceReleaseDialog({
+  claim,
+  readAt,
+  onClose,
+}: {
+  claim: ApiClaim;
+  /** When `claim` was read (browser clock): its TTL counts down from there. */
+  readAt: number;
+  onClose: (notice: ReleaseNotice | null) => void;
+}) {
   const queryClient = useQueryClient();
+  const now = useNow();
+  const ttlLeft = Math.max(0, claim.pttlMs - Math.max(0, now - readAt));
   const [reason, setReason] = useState("");
   const dialog = useRef<HTMLDivElement>(null);
   const keepFocus = useDialogFocus(dialog);
@@ -326,6 +387,7 @@ function ForceReleaseDialog({ claim, onClose }: { claim: ApiClaim; onClose: (not
           released: {
             name: claim.name,
             token: claim.token,
+            fence: claim.fence,
             holder: claim.holder.workerId ?? "its holder",
             freeBy: Date.now() + result.releaseWindowMs,
             already: result.status === "releasing",
@@ -364,15 +426,15 @@ function ForceReleaseDialog({ claim, onClose }: { claim: ApiClaim; onClose: (not
               The running attempt will be aborted and retried in{" "}
               {claim.retryAfterReleaseMs === null
                 ? "a few seconds once its holder has stopped"
-                : `${formatDurationMs(Math.ceil((Math.max(0, claim.pttlMs) + claim.retryAfterReleaseMs) / 1000) * 1000)} at the latest`}
+                : `${formatDurationMs(Math.ceil((ttlLeft + claim.retryAfterReleaseMs) / 1000) * 1000)} at the latest`}
               {"; to stop it, cancel instead. "}
             </>
           ) : null}
           The holder is told to stop: its steps get SIGTERM, then SIGKILL after their kill grace
           {claim.holder.jobId ? ", and the attempt goes back to the queue without spending a retry" : ""}. Nobody else
           can take the claim until the holder has stopped — at the latest when its TTL (
-          {formatDurationMs(Math.max(0, claim.pttlMs))} left) and its steps&apos; kill grace have run out — so the
-          holder and the next run never write at once.
+          <span data-field="release-ttl">{formatDurationMs(ttlLeft)}</span> left) and its steps&apos; kill grace have
+          run out — so the holder and the next run never write at once.
         </p>
         {claim.holder.jobId ? (
           <div className="mt-2 text-sm text-slate-700" data-field="cancel-instead">

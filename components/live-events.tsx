@@ -5,20 +5,32 @@ import { createContext, useContext, useEffect, useRef, useState, type ReactNode 
 import { UNAUTHENTICATED_EVENT, type DeliveredEvent } from "@/lib/events/types";
 import { LiveCache } from "@/lib/ui/live-cache";
 import { healthQuery } from "@/lib/ui/queries";
+import { serverClock } from "@/lib/ui/server-clock";
 
 type LiveState = "connecting" | "live" | "offline";
 
 const LiveContext = createContext<LiveState>("connecting");
+/** When (browser clock) the stream last said anything (an event, a ping); 0: never. */
+const HeardContext = createContext<number>(0);
+
+/** The stream's heartbeat when `ready` does not say it (lib/events/sse.ts HEARTBEAT_EVERY_MS). */
+const DEFAULT_HEARTBEAT_MS = 5_000;
+/** A stream silent this many heartbeats is taken as down (a hung server, a half-open connection). */
+export const SILENT_HEARTBEATS = 2.5;
 
 /**
  * One EventSource per page (`/api/events`): events update React Query's cache (lib/ui/live-cache).
  * While the stream is down, queries poll (`usePollEvery`) and the header says "not live".
  * EventSource reconnects by itself after a cut, sending the last event id; after a refused
  * connection (503, 401) it gives up, so a new one is opened with `?lastEventId=`, backing off.
+ * A stream that says nothing — not even its `ping` — for `SILENT_HEARTBEATS` heartbeats is down
+ * too (a hung server or a half-open connection never errors: black-box helper-168): it is closed,
+ * the page polls and says so, and a new one is opened.
  */
 export function LiveEvents({ children }: { children: ReactNode }) {
   const queryClient = useQueryClient();
   const [state, setState] = useState<LiveState>("connecting");
+  const [heardAt, setHeardAt] = useState(0);
   const cache = useRef<LiveCache | null>(null);
 
   useEffect(() => {
@@ -30,7 +42,24 @@ export function LiveEvents({ children }: { children: ReactNode }) {
     let failures = 0;
     let stopped = false;
     let wasLive = false;
+    let heartbeatMs = DEFAULT_HEARTBEAT_MS;
+    let watchdog: ReturnType<typeof setTimeout> | undefined;
 
+    /** The stream said something: it is alive; wait again for the next. */
+    const heard = () => {
+      setHeardAt(Date.now());
+      clearTimeout(watchdog);
+      watchdog = setTimeout(silent, SILENT_HEARTBEATS * heartbeatMs);
+    };
+    /** Nothing for too long: whatever the connection says, nothing reaches this page. */
+    const silent = () => {
+      if (stopped) return;
+      source?.close();
+      down();
+      failures += 1;
+      clearTimeout(retry);
+      connect();
+    };
     const down = () => {
       setState("offline");
       if (wasLive) {
@@ -41,13 +70,29 @@ export function LiveEvents({ children }: { children: ReactNode }) {
     const connect = () => {
       if (stopped) return;
       source = new EventSource(lastId ? `/api/events?lastEventId=${encodeURIComponent(lastId)}` : "/api/events");
+      // A connection that never opens (its request hangs) is silent too.
+      clearTimeout(watchdog);
+      watchdog = setTimeout(silent, SILENT_HEARTBEATS * heartbeatMs);
       source.addEventListener("ready", (message) => {
-        const info = JSON.parse((message as MessageEvent<string>).data) as { position: string; resumed: boolean };
+        const info = JSON.parse((message as MessageEvent<string>).data) as {
+          position: string;
+          resumed: boolean;
+          serverTime?: number;
+          heartbeatMs?: number;
+        };
+        if (info.serverTime) serverClock.observe(info.serverTime, Date.now());
+        if (info.heartbeatMs) heartbeatMs = info.heartbeatMs;
+        heard();
         lastId = info.position;
         failures = 0;
         wasLive = true;
         setState("live");
         if (!info.resumed) live.refreshAll();
+      });
+      source.addEventListener("ping", (message) => {
+        const { serverTime } = JSON.parse((message as MessageEvent<string>).data) as { serverTime?: number };
+        if (serverTime) serverClock.observe(serverTime, Date.now());
+        heard();
       });
       // The session ended (logged out elsewhere, expired): to the login page.
       source.addEventListener(UNAUTHENTICATED_EVENT, () => {
@@ -57,6 +102,7 @@ export function LiveEvents({ children }: { children: ReactNode }) {
       });
       source.onmessage = (message: MessageEvent<string>) => {
         if (message.lastEventId) lastId = message.lastEventId;
+        heard();
         try {
           live.apply(JSON.parse(message.data) as DeliveredEvent);
         } catch {
@@ -76,11 +122,30 @@ export function LiveEvents({ children }: { children: ReactNode }) {
     return () => {
       stopped = true;
       clearTimeout(retry);
+      clearTimeout(watchdog);
       source?.close();
     };
   }, [queryClient]);
 
-  return <LiveContext.Provider value={state}>{children}</LiveContext.Provider>;
+  return (
+    <LiveContext.Provider value={state}>
+      <HeardContext.Provider value={heardAt}>{children}</HeardContext.Provider>
+    </LiveContext.Provider>
+  );
+}
+
+/**
+ * Whether the page's data is current: the stream is live and Redis answers (every change reaches
+ * the page), and when (browser clock) the stream last said anything — what a judgment made by
+ * counting on the page ("no refresh for 25 s") may rely on: past that moment, a refresh the page
+ * did not hear of may have happened.
+ */
+export function useLiveness(): { live: boolean; redisDown: boolean; heardAt: number } {
+  const state = useContext(LiveContext);
+  const heardAt = useContext(HeardContext);
+  const { data: health } = useQuery({ ...healthQuery(), refetchInterval: false });
+  const redisDown = health !== undefined && !health.ok;
+  return { live: state === "live" && !redisDown, redisDown, heardAt };
 }
 
 /** `refetchInterval` for a query: no polling while live updates arrive, `ms` otherwise. */

@@ -5,15 +5,23 @@
  * `id: <main>/<claims>` (the resume position). First comes `event: ready` with
  * `{ position, resumed, gap }`: `resumed` when the `Last-Event-ID` (header, or `lastEventId`
  * query for a new EventSource) was honoured and what was missed follows; otherwise (first
- * connection, or `gap`) the client re-reads its data once. A comment line and the newest health
- * report every 15 s keep proxies and load balancers from closing an idle connection; `retry: 1000` asks the browser
- * to reconnect after 1 s. A client too slow to take its events is cut (it resumes).
+ * connection, or `gap`) the client re-reads its data once; `ready` also carries `serverTime` and
+ * `heartbeatMs`. Every `heartbeatMs` (5 s) comes `event: ping` with `{ serverTime }` (this process's
+ * clock, which is the Redis clock: lib/redis/clock.ts) and the newest health report: they keep
+ * proxies and load balancers from closing an idle connection, and they are how the browser knows
+ * the stream is alive — an SSE comment never reaches the page's script, so a hung server or a
+ * half-open connection looked live forever (black-box helper-168); the page takes a stream silent
+ * for 2.5 heartbeats as down. `retry: 1000` asks the browser to reconnect after 1 s. A client too
+ * slow to take its events is cut (it resumes).
  */
 import type { EventHub, HubMessage, StreamPosition } from "./hub";
 import { formatPosition, parsePosition } from "./hub";
 import { UNAUTHENTICATED_EVENT } from "./types";
 
-export const HEARTBEAT_EVERY_MS = 15_000;
+/** How often the stream says it is alive (`event: ping`); the page's watchdog waits 2.5 times this. */
+export const HEARTBEAT_EVERY_MS = 5_000;
+/** The SSE event that proves the stream alive, with the server's time. */
+export const PING_EVENT = "ping";
 /** Bytes queued for one slow client before it is cut off (it reconnects and resumes). */
 const MAX_BUFFERED = 1_000_000;
 const START_TIMEOUT_MS = 3_000;
@@ -91,8 +99,13 @@ export async function eventStreamResponse(
         if (pending) pending.push(message);
         else send(frame(message));
       });
-      // The heartbeat: a comment, and the newest health report (the page keeps the newer one).
+      // The heartbeat: a ping, and the newest health report (the page keeps the newer one).
       const heartbeat = setInterval(() => {
+        // First, so that a Redis that does not answer the session check below does not silence
+        // the stream: the ping says the web server is alive; the health report says Redis is not.
+        const health = hub.latestHealth;
+        send(`event: ${PING_EVENT}\ndata: ${JSON.stringify({ serverTime: Date.now() })}\n\n`);
+        if (health) send(frame({ id: null, event: { type: "health", report: health, at: Date.now() } }));
         void (async () => {
           // An answer that fails (Redis down) keeps the stream: the page shows that state itself.
           if (stillAuthorized && !(await stillAuthorized().catch(() => true))) {
@@ -103,11 +116,7 @@ export async function eventStreamResponse(
             } catch {
               // already closed
             }
-            return;
           }
-          const health = hub.latestHealth;
-          send(`: ping ${Date.now()}\n\n`);
-          if (health) send(frame({ id: null, event: { type: "health", report: health, at: Date.now() } }));
         })();
       }, HEARTBEAT_EVERY_MS);
       cleanup = () => {
@@ -143,7 +152,14 @@ export async function eventStreamResponse(
       // The ready event's id is where this client stands: the backlog that follows moves it on
       // (a cut in the middle of the backlog resumes from the last event the client got).
       const standing = formatPosition(resumed && resumeFrom ? resumeFrom : position);
-      const ready = { position: standing, resumed, gap, live: hub.live };
+      const ready = {
+        position: standing,
+        resumed,
+        gap,
+        live: hub.live,
+        serverTime: Date.now(),
+        heartbeatMs: HEARTBEAT_EVERY_MS,
+      };
       send(`event: ready\nid: ${standing}\ndata: ${JSON.stringify(ready)}\n\n`);
       for (const message of backlog) send(frame(message));
       const health = hub.latestHealth;

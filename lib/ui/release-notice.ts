@@ -1,4 +1,4 @@
-import type { ApiClaim } from "../api/claims";
+import type { ApiClaim, TrailEntry } from "../api/claims";
 import { formatDurationMs } from "./format";
 
 /**
@@ -8,24 +8,52 @@ import { formatDurationMs } from "./format";
  * once it is gone, and who holds it now once another grant took it.
  */
 export type ReleaseNotice =
-  { text: string } | { released: { name: string; token: string; holder: string; freeBy: number; already: boolean } };
+  | { text: string }
+  | {
+      released: {
+        name: string;
+        token: string;
+        /** The released claim's fence: which ended entry (lib/claims/trail) is its end. */
+        fence?: number | null;
+        holder: string;
+        freeBy: number;
+        already: boolean;
+      };
+    };
+
+/** A released claim's end, when known: its holder stopped, or its release window ran out unanswered. */
+type EndOf = Pick<TrailEntry, "name" | "fence" | "kind">;
+
+/** How long after `freeBy` (the page's estimate of the window's end) a claim gone counts as run out. */
+const WINDOW_SLACK_MS = 1_500;
 
 export function noticeText(
   notice: ReleaseNotice,
   claims: readonly Pick<ApiClaim, "name" | "token" | "fence" | "holder">[],
   now: number,
+  ended: readonly EndOf[] = [],
 ): string {
   if ("text" in notice) return notice.text;
-  const { name, token, holder, freeBy, already } = notice.released;
+  const { name, token, fence, holder, freeBy, already } = notice.released;
   const held = claims.find((c) => c.name === name);
   const released = already ? `${name} was already force-released` : `Released ${name}`;
+  if (held && held.token === token) {
+    const left = freeBy - now;
+    if (left > 0)
+      return `${released}: ${holder} is told to stop. The claim is free as soon as it has stopped, at the latest in ${formatDurationMs(left)}.`;
+  }
+  // Gone (or taken again): did the holder say it stopped, or did the window run out without it?
+  // The claim's end in the ended list says (`stopped` or `expired`); until that is read, a claim
+  // gone before its window's end was let go by its holder, one gone at the end ran out.
+  const end = ended.find((e) => e.name === name && fence != null && e.fence === fence && e.kind !== "force-released");
+  const ranOut = end ? end.kind === "expired" : now >= freeBy - WINDOW_SLACK_MS;
+  const how = ranOut
+    ? `the release window ran out without ${holder} answering (it may be frozen and come back; it is told to stop when it does)`
+    : `${holder} has stopped`;
   if (held && held.token !== token)
-    return `${released}: ${holder} has stopped, and the claim has been taken again by ${held.holder.workerId ?? "another holder"} (fence ${held.fence}).`;
-  if (!held) return `${released}: ${holder} has stopped; the claim is free.`;
-  const left = freeBy - now;
-  return left > 0
-    ? `${released}: ${holder} is told to stop. The claim is free as soon as it has stopped, at the latest in ${formatDurationMs(left)}.`
-    : `${released}: ${holder} has not said it stopped; the claim is free now (its release window ran out).`;
+    return `${released}: ${how}, and the claim has been taken again by ${held.holder.workerId ?? "another holder"} (fence ${held.fence}).`;
+  if (!held) return `${released}: ${how}; the claim is free.`;
+  return `${released}: ${how}; the claim is free now.`;
 }
 
 /** A claim whose force release waits for its holder to stop, in one line (the rebuild pages). */
