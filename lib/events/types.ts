@@ -36,6 +36,8 @@ export type StoredEvent =
   /** New log lines of a run were written (re-read them if the run is on screen). */
   | { type: "run.log"; id: string }
   | { type: "run.queued"; jobId: string; rebuild: string; tenant: string | null }
+  /** An operator paused or resumed a schedule (`tenant` null: every tenant's, or none). */
+  | { type: "schedule.paused" | "schedule.resumed"; rebuild: string; tenant: string | null }
   | { type: "worker.up"; id: string; host: string; pid: number }
   | { type: "worker.down"; id: string };
 

@@ -6,6 +6,7 @@
 import type { Queue } from "bullmq";
 import type { Redis } from "ioredis";
 import { appendAudit } from "../audit/append";
+import { publishEvent } from "../events/publish";
 import {
   noScheduleProblem,
   tenantProblem,
@@ -88,6 +89,12 @@ export async function changeSchedule(
     reason: change.reason,
     result: "done",
     detail: { rebuild: change.rebuild, tenant: change.tenant ?? null, schedules },
+  });
+  // Open dashboards show the schedule paused or resumed at once (they do not poll while live).
+  await publishEvent(deps.main, deps.keys, {
+    type: action === "pause" ? "schedule.paused" : "schedule.resumed",
+    rebuild: change.rebuild,
+    tenant: change.tenant ?? null,
   });
   return { status: "done", schedules, auditId };
 }

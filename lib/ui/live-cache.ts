@@ -96,6 +96,8 @@ export class LiveCache {
           ),
         );
         this.invalidateSoon(queryKeys.audit.all());
+        // The Rebuilds list and the rebuild's page say "Releasing" too (helper-168: only after a reload).
+        this.invalidateSoon(queryKeys.rebuilds.all());
         break;
       case "claim.released":
       case "claim.lost":
@@ -117,6 +119,13 @@ export class LiveCache {
       case "run.queued":
         this.invalidateSoon(queryKeys.audit.all());
         this.invalidateSoon(queryKeys.rebuilds.all());
+        break;
+      case "schedule.paused":
+      case "schedule.resumed":
+        // Paused by whom, or its next tick again, on Rebuilds and the rebuild's page; the queued tick; audited.
+        this.invalidateSoon(queryKeys.rebuilds.all());
+        this.invalidateSoon(queryKeys.queue.all());
+        this.invalidateSoon(queryKeys.audit.all());
         break;
       case "worker.up":
       case "worker.down":
