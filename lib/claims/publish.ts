@@ -110,11 +110,14 @@ export async function readListedPublish(
   keys: RedisKeys,
   name: string,
   runId: string,
+  /** Only a publish of this version with this mark (one run id may publish twice: a pickup the queue's Redis forgot). */
+  of?: { version: string; mark: string | null },
 ): Promise<ListedPublish | null> {
   for (const line of await client.lrange(keys.publishedRuns(name), 0, -1)) {
     // "<run id> <version> <mark> <fence> <value> <publishedAt>" (FENCED_PUBLISH)
     const fields = line.split(" ");
     if (fields[0] !== runId || fields.length < 6) continue;
+    if (of && (fields[1] !== of.version || fields[2] !== (of.mark ?? "-"))) continue;
     const fence = Number(fields[3]);
     const publishedAt = Number(fields.at(-1));
     const value = fields.slice(4, -1).join(" ");

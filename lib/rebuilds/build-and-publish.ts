@@ -15,7 +15,7 @@ import type { RunRecorder } from "../runs/writer";
 import { runIdOf, type StepRecord } from "../runs/types";
 import { holdAfterLastRefreshMs, outputDirOf, type RebuildDefinition } from "./definitions";
 import { markHolding, otherHolders, ReissuedFenceError, type HoldingMark } from "./holding-marks";
-import { CurrentSwapError, hashDirectory, makeDirectory, promoteBuild, workDirOf } from "./output";
+import { CurrentSwapError, hashDirectory, makeDirectory, promoteBuild, syncPath, workDirOf } from "./output";
 import { trackWorkDir } from "./work-dirs";
 import {
   FenceNotRecordedError,
@@ -523,28 +523,40 @@ async function earlierPublishOf(
     ),
     mark,
   ]);
-  // The newest attempt that saw the job's mark as it is now (one that saw it answered every
-  // request that joined before it; a request joined since a publish that did not see it: the job
-  // publishes for that request). By attempt, not by list order: the lists (the disk's, a legacy
-  // file's, the claims Redis's, which may come back older) need not agree on order (review helper-169).
-  const earlier = listed
+  // The attempts that saw the job's mark as it is now (one that saw it answered every request
+  // that joined before it; a request joined since a publish that did not see it: the job
+  // publishes for that request), newest first, by attempt, not by list order: the lists (the
+  // disk's, a legacy file's, the claims Redis's, which may come back older) need not agree on
+  // order (review helper-169). The first whose publish finished is the one skipped by (a newer one
+  // may have failed after its publish: review helper-171).
+  const candidates = listed
     .filter((run) => markNow === null || run.mark === markNow)
-    .sort((a, b) => attemptOf(a.runId) - attemptOf(b.runId))
-    .at(-1);
-  if (!earlier) return null;
+    .sort((a, b) => attemptOf(b.runId) - attemptOf(a.runId))
+    .filter((run, i, all) => all.findIndex((other) => other.runId === run.runId) === i);
+  for (const earlier of candidates) {
+    if (await publishCounts(context, outputDir, earlier)) return earlier.runId;
+  }
+  return null;
+}
+
+/**
+ * Whether `earlier`'s publish finished and counts for this job: then it is listed on disk (and
+ * synced) before this attempt ends on it. Once it counts, what cannot be read or written fails
+ * the attempt as transient and builds nothing (RunNotListedError): building would publish this
+ * version again, over one published since (review helper-165, helper-166).
+ */
+async function publishCounts(context: BuildContext, outputDir: string, earlier: PublishedRun): Promise<boolean> {
   const finished = await (context.publishFinished?.(earlier.runId) ?? Promise.resolve(false));
-  // Once an earlier publish counts, what cannot be read or written fails the attempt as transient
-  // and builds nothing (RunNotListedError): building would publish this version again, over one
-  // published since (review helper-165, helper-166).
   const notListed = (what: string) => (error: unknown) => {
     throw new RunNotListedError(`run ${earlier.runId} published here, but ${what}: ${String(error)}`, {
       cause: error,
     });
   };
-  const publish = await readListedPublish(context.claims, context.keys, context.held.name, earlier.runId).catch(
-    finished ? notListed("the claims Redis's list could not be read") : () => null,
-  );
-  if (finished === false) return null;
+  const publish = await readListedPublish(context.claims, context.keys, context.held.name, earlier.runId, {
+    version: earlier.version,
+    mark: earlier.mark,
+  }).catch(finished ? notListed("the claims Redis's list could not be read") : () => null);
+  if (finished === false) return false;
   // Its record says it failed after its fence was recorded and synced, only the listing refused
   // (review helper-166): durable while the disk holds that fence with its build, or a newer one.
   if (finished === "unlisted") {
@@ -553,15 +565,17 @@ async function earlierPublishOf(
       publish &&
       known &&
       (known.fence > publish.fence || (known.fence === publish.fence && known.hash === publish.value));
-    if (!durable) return null;
+    if (!durable) return false;
   }
   // Listed on disk (and synced: a listing its publisher made may not be, killed before its sync)
   // before this job ends on it: listed in the claims Redis only (its publisher's listing on disk
   // failed, or it was lost), a crash of both Redises would bring the job back with nothing to find
   // (review helper-164). (An entry of an earlier version, without its fence: nothing to list it
-  // with; skipped as before.)
+  // with; skipped as before.) Listed on disk only (the claims Redis's list lost it): its link
+  // synced again (review helper-171).
   if (publish) await listPublishedRun(outputDir, { fence: publish.fence, hash: publish.value }, earlier);
-  return earlier.runId;
+  else await syncPath(outputDir).catch(notListed(`${outputDir} cannot be synced`));
+  return true;
 }
 
 /** The attempt number of a run id (`<job>-a<attempt>`). */

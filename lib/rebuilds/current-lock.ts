@@ -186,7 +186,17 @@ function warnOnce(key: string, text: string): void {
  * an older build back for 34 s).
  */
 export async function lockCurrent(outputDir: string, waitMs = LOCK_WAIT_MS): Promise<CurrentLock> {
-  const file = path.join(outputDir, CURRENT_LOCK_FILE);
+  return lockOutputFile(outputDir, CURRENT_LOCK_FILE, waitMs);
+}
+
+/**
+ * The lock of another file of `outputDir` that this version's writers replace by read, change and
+ * rename (`lockName`, e.g. the legacy fence file's `.published-fence.lock`), as `lockCurrent`
+ * takes `current`'s: `CurrentLockBusyError` after `waitMs`, a lock that excludes nothing where
+ * none can be taken.
+ */
+export async function lockOutputFile(outputDir: string, lockName: string, waitMs: number): Promise<CurrentLock> {
+  const file = path.join(outputDir, lockName);
   if (file.includes("\n")) throw new Error(`an output path with a line break cannot be locked: ${outputDir}`);
   const unlocked = { exclusive: false, release: () => {} };
   if (noCompanion) return unlocked;
@@ -209,7 +219,9 @@ export async function lockCurrent(outputDir: string, waitMs = LOCK_WAIT_MS): Pro
     if (!mine.gone) {
       warnOnce(
         `file ${file}`,
-        `swaps of ${outputDir}/current are not locked: ${error.message} (${file}); a swapper held up inside its swap may briefly put an older build back`,
+        lockName === CURRENT_LOCK_FILE
+          ? `swaps of ${outputDir}/current are not locked: ${error.message} (${file}); a swapper held up inside its swap may briefly put an older build back`
+          : `${file} cannot be locked: ${error.message}; writers of the file it guards are not kept apart`,
       );
       return unlocked;
     }

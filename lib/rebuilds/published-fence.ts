@@ -27,7 +27,7 @@ import { existsSync } from "node:fs";
 import fs from "node:fs/promises";
 import path from "node:path";
 import { holdingMarksIn } from "./holding-marks";
-import { lockCurrent } from "./current-lock";
+import { lockCurrent, lockOutputFile } from "./current-lock";
 import {
   BUILD_HASH,
   buildDirOf,
@@ -420,8 +420,10 @@ export async function listPublishedRun(outputDir: string, publish: PublishedFenc
  */
 async function listInLegacy(outputDir: string, publish: PublishedFence, run: PublishedRun): Promise<void> {
   for (let tries = 0; tries < 4; tries++) {
-    const wrote = await writeLegacy(outputDir, publish.fence, publish.hash, run).catch(() => false);
-    if (!wrote) return; // listed, with this fence or a higher one (or it cannot be written: said nowhere)
+    // Only the line: a fence a caller knows from the claims Redis alone is not raised here (it
+    // may be one no entry records; review helper-171).
+    const wrote = await writeLegacy(outputDir, 0, publish.hash, run).catch(() => false);
+    if (!wrote) return; // listed (or it cannot be written: said nowhere)
     if (
       !(await syncPath(outputDir).then(
         () => true,
@@ -543,13 +545,73 @@ async function recordFence(
  * rename, as they do; synced with the directory by the caller.
  */
 async function writeLegacy(outputDir: string, fence: number, hash: string, published?: PublishedRun): Promise<boolean> {
+  // This version's writers one at a time (two at once each kept only its own line, or put the
+  // fence back: review helper-171). A writer held up inside its write longer than the wait (a
+  // paused holder) would put its older list back when it goes on: this write is tried again in
+  // the background once it has let go.
+  const lock = await lockOutputFile(outputDir, LEGACY_LOCK_FILE, LEGACY_LOCK_WAIT_MS).catch(() => null);
+  if (!lock) {
+    writeLegacyLater(outputDir, fence, hash, published);
+    return false;
+  }
+  try {
+    return await replaceLegacy(outputDir, fence, hash, published);
+  } finally {
+    lock.release();
+  }
+}
+
+/** The lock file of the legacy file's writers (current-lock.ts), and how long one waits for it. */
+const LEGACY_LOCK_FILE = ".published-list.lock";
+const LEGACY_LOCK_WAIT_MS = 5_000;
+/** Background tries of a legacy write whose lock was held (`LEGACY_LOCK_WAIT_MS` each): about 2 min. */
+const LEGACY_LATER_TRIES = 24;
+
+/** `writeLegacy` once its lock is had, in the background (best effort: nothing waits for it). */
+function writeLegacyLater(outputDir: string, fence: number, hash: string, published?: PublishedRun): void {
+  let tries = 0;
+  const attempt = (): void => {
+    lockOutputFile(outputDir, LEGACY_LOCK_FILE, LEGACY_LOCK_WAIT_MS).then(
+      async (lock) => {
+        try {
+          if (await replaceLegacy(outputDir, fence, hash, published)) await syncPath(outputDir);
+        } catch {
+          // best effort
+        } finally {
+          lock.release();
+        }
+      },
+      () => {
+        if (++tries < LEGACY_LATER_TRIES) attempt();
+      },
+    );
+  };
+  attempt();
+}
+
+async function replaceLegacy(
+  outputDir: string,
+  fence: number,
+  hash: string,
+  published?: PublishedRun,
+): Promise<boolean> {
   // Unreadable now: it may hold a higher fence; not replaced (readLegacy throws).
   const legacy = await readLegacy(outputDir);
   const entry = published ? publishedRunEntry(published) : null;
   const raises = (legacy?.fence ?? 0) < fence;
   const lists = entry !== null && !(legacy?.jobs ?? []).includes(entry);
   if (!raises && !lists) return false;
-  const jobs = [...(legacy?.jobs ?? []).filter((line) => line !== entry), ...(entry ? [entry] : [])];
+  // No fence to write (a listing alone) into a file that has none: left to a writer with a fence.
+  if (!legacy && fence <= 0) return false;
+  const others = (legacy?.jobs ?? []).filter((line) => line !== entry);
+  // Before any later attempt of its job (a previous-version worker takes a job's last line as its
+  // newest publish: review helper-171), else last.
+  const later = entry ? others.findIndex((line) => laterAttemptOfJob(line, entry)) : -1;
+  const jobs = entry
+    ? later < 0
+      ? [...others, entry]
+      : [...others.slice(0, later), entry, ...others.slice(later)]
+    : others;
   while (jobs.length > 1 && JSON.stringify(jobs).length > JOBS_MAX_BYTES) jobs.shift();
   const top = raises || !legacy ? { fence, hash } : { fence: legacy.fence, hash: legacy.hash };
   const temp = outputTempName(outputDir, ".published-fence-writing.");
@@ -560,6 +622,15 @@ async function writeLegacy(outputDir: string, fence: number, hash: string, publi
     await fs.rm(temp, { force: true }).catch(() => {});
   }
   return true;
+}
+
+/** Whether list line `line` is of the same job as `entry`, and a later attempt of it. */
+function laterAttemptOfJob(line: string, entry: string): boolean {
+  const [a] = parsePublishedRuns([line]);
+  const [b] = parsePublishedRuns([entry]);
+  const job = (runId: string) => runId.replace(/-a\d+$/, "");
+  const attempt = (runId: string) => Number(/-a(\d+)$/.exec(runId)?.[1] ?? 0);
+  return !!a && !!b && job(a.runId) === job(b.runId) && attempt(a.runId) > attempt(b.runId);
 }
 
 /** What `pointCurrentAtRecord` left `current` naming. */

@@ -15,7 +15,6 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test, type TestContext } from "node:test";
-import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
 import { claimName, forceReleaseClaim, readClaim, readPublished } from "../../lib/claims";
 import { changedBuildProblems, checkPublishedBuilds, recordChangedBuild } from "../../lib/rebuilds/build-integrity";
@@ -698,24 +697,38 @@ test("two writers listing runs beside one output at once both stay listed: a wri
         resolve(out);
       });
     });
-  // The first writer is held up 4 s in every rename (the legacy file's: after it read that file)
-  // while the second records a higher fence and lists its run.
+  // The first writer is held up 6 s in every rename (the legacy file's: after it read that file
+  // and wrote its new one, seen as its temporary file) while the second records a higher fence
+  // and lists its run.
   const slow = host(5, "run-slow-a1", [
     "-e",
     "trace=rename,renameat,renameat2",
     "-e",
-    "inject=rename,renameat,renameat2:delay_enter=4000000",
+    "inject=rename,renameat,renameat2:delay_enter=6000000",
   ]);
-  await sleep(1_500);
+  await until(
+    "the first writer inside its held-up rename",
+    async () => fs.readdirSync(outputDir).some((name) => name.startsWith(".published-fence-writing.")),
+    60_000,
+  );
   const fast = await host(6, "run-fast-a1", []);
   assert.match(fast, /^RECORDED recorded\nLISTED (run-slow-a1,)?run-fast-a1\n$/);
-  assert.match(await slow, /^RECORDED (recorded|newer)\n/);
+  // It met the second's fence once its rename went on: the two writes did overlap.
+  assert.match(await slow, /^RECORDED newer\n/);
   assert.deepEqual(
     (await readPublishedJobs(outputDir)).map((run) => run.runId).sort(),
     ["run-fast-a1", "run-slow-a1"],
     "both runs listed",
   );
   assert.equal((await readPublishedFence(outputDir))?.fence, 6);
+  // The legacy file a worker of the previous version reads (its fence and its list) keeps both
+  // too: this version's writers of it take turns (review helper-171: the later rename won).
+  const legacy = JSON.parse(fs.readFileSync(path.join(outputDir, ".published-fence"), "utf8")) as {
+    fence: number;
+    jobs: string[];
+  };
+  assert.equal(legacy.fence, 6, JSON.stringify(legacy));
+  assert.deepEqual(legacy.jobs.map((line) => line.split(" ")[0]).sort(), ["run-fast-a1", "run-slow-a1"]);
 });
 
 test("an attempt whose fence the disk recorded but whose run it could not list fails as transient; the next attempt lists that run and builds nothing (review helper-166: it built and published its version again)", async (t) => {

@@ -229,7 +229,12 @@ test("the single .published-fence file of earlier versions is still read, and go
   assert.deepEqual(await recordPublishedFence(outputDir, 8, "d".repeat(32)), { status: "recorded" });
   assert.deepEqual(await readPublishedFence(outputDir), { fence: 8, hash: "d".repeat(32) });
   // Kept up to date for workers of the earlier version (a rolling deploy): they read only it.
-  assert.deepEqual((await fs.readdir(outputDir)).sort(), [".published-fence", ".published-fence@8"]);
+  // (And the lock its writers take turns with.)
+  assert.deepEqual((await fs.readdir(outputDir)).sort(), [
+    ".published-fence",
+    ".published-fence@8",
+    ".published-list.lock",
+  ]);
   assert.deepEqual(JSON.parse(await fs.readFile(path.join(outputDir, ".published-fence"), "utf8")), {
     fence: 8,
     hash: "d".repeat(32),
