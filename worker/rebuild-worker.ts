@@ -30,11 +30,15 @@ import { lockRenewTimeFor, stepWarden, wardenSilenceFor } from "../lib/rebuilds/
 import { LOCK_LOST_ABORT_REASON } from "../lib/rebuilds/steps/context";
 import { DEFAULT_RETENTION } from "../lib/runs/records";
 import { runIdOf } from "../lib/runs/types";
+import { isFinalStatus } from "../lib/runs/transitions";
+import { publishedByRun } from "../lib/rebuilds/published-by-run";
 import { recordUnrunAttempt } from "../lib/rebuilds/unrun-attempt";
 import { withTimeout } from "../lib/settled-within";
 
-/** Lost pickups in a row (stalls) after which BullMQ fails a job (its next pickup records that: QUEUE_GAVE_UP). */
+/** Lost pickups (stalls, counted over the job's life) after which BullMQ fails a job (its next pickup records that: QUEUE_GAVE_UP). */
 const MAX_STALLED_COUNT = 5;
+/** How long a given-up job's record waits for the attempt before it to end (the sweep closes a dead one within a heartbeat TTL or two). */
+const GIVEN_UP_WAIT_MS = 60_000;
 /** Pickups after which BullMQ fails a job (deferrals included). */
 const MAX_STARTED_ATTEMPTS = 1_000;
 
@@ -83,7 +87,7 @@ interface Pickup {
 const QUEUE_GAVE_UP = new Map([
   [
     "job stalled more than allowable limit",
-    `its pickups were lost ${MAX_STALLED_COUNT + 1} times (each time its worker was killed, or paused past its job lock, before the attempt ended)`,
+    `its pickups were lost ${MAX_STALLED_COUNT + 1} times (its worker killed, paused past its job lock, or stopped before it handed the job back)`,
   ],
   ["job started more than allowable limit", `it was picked up more than ${MAX_STARTED_ATTEMPTS} times`],
 ]);
@@ -373,22 +377,67 @@ export function startRebuildWorker(
       abortJob(id, LOCK_LOST_ABORT_REASON);
     }
   });
-  // The queue gave a job up at a pickup, before this processor saw it (its pickups were lost too
-  // often: BullMQ's stall limit; or it started too often): that attempt's record says so, failed,
-  // so the history does not end on a deferral or an abort that says the request is kept, and the
-  // run can be retried (black-box helper-167: six lost pickups ended a job with nothing saying so).
+  // The queue gave a job up at a pickup, before this processor saw it (BullMQ's stall limit: its
+  // pickups were lost too often; or its start limit): that attempt's record says so, failed, so
+  // the history does not end on a deferral or an abort that says the request is kept, and the run
+  // can be retried (black-box helper-167: six lost pickups ended a job with nothing saying so).
   worker.on("failed", (job, error) => {
     if (!job?.id || !(error instanceof UnrecoverableError) || !QUEUE_GAVE_UP.has(error.message)) return;
-    const reason = `the queue gave this job up at its pickup ${job.attemptsStarted}: ${QUEUE_GAVE_UP.get(error.message)}; its request was not served: retry this run to queue it again`;
-    void recordUnrunAttempt(
+    // An earlier pickup of it still here (this worker stalled past its lock, then was handed it).
+    abortJob(job.id, LOCK_LOST_ABORT_REASON);
+    void recordGivenUp(job, QUEUE_GAVE_UP.get(error.message)!);
+  });
+  /**
+   * The given-up attempt's record, once the attempt before it has ended (review helper-172: a
+   * holder paused after its check before publishing may still publish; its closing record, or the
+   * sweep's, comes first): it ended rebuilt or skipped — the request was served, and the record
+   * says only that the queue gave the job up — or not, and it says the request was not served.
+   */
+  const recordGivenUp = async (job: Job<RebuildJobData>, why: string) => {
+    const attempt = Math.max(1, job.attemptsStarted);
+    const previous = attempt > 1 ? runIdOf(job.id!, attempt - 1) : null;
+    let ended: string | null = previous ? null : "none";
+    for (let waited = 0; previous && waited <= GIVEN_UP_WAIT_MS; waited += 2_000) {
+      const status = await deps.main.hget(deps.keys.run(previous), "status").catch(() => null);
+      if (status === null || isFinalStatus(status)) {
+        ended = status ?? "none";
+        break;
+      }
+      await new Promise((resolve) => setTimeout(resolve, 2_000));
+    }
+    const served = ended === "rebuilt" || ended === "skipped";
+    const reason = `the queue gave this job up at its pickup ${attempt}: ${why}; ${
+      served
+        ? `attempt ${attempt - 1} ended ${ended}, so its request was served`
+        : ended === null
+          ? `attempt ${attempt - 1} had not ended after ${GIVEN_UP_WAIT_MS / 1_000} s (its worker paused or gone): if it publishes, its record says so; else retry this run`
+          : "its request was not served: retry this run to queue it again"
+    }`;
+    const data = rebuildJobData.safeParse(job.data);
+    const written = await recordUnrunAttempt(
       { client: deps.main, keys: deps.keys, retention: deps.retention ?? DEFAULT_RETENTION },
       job,
-      { attempt: job.attemptsStarted, status: "failed", reason, workerId: deps.worker.id },
-    ).then(
-      ({ runId, begun }) => log(`job ${job.id}: ${reason} (${runId}: ${begun.status})`),
-      (error: unknown) => log(`job ${job.id}: ${reason}; its record could not be written: ${String(error)}`),
+      {
+        attempt,
+        status: served ? "aborted" : "failed",
+        reason,
+        workerId: deps.worker.id,
+        ...(data.success
+          ? {
+              publishProof: (runId: string) =>
+                publishedByRun(deps, { runId, rebuild: data.data.rebuild, tenant: data.data.tenant ?? null }),
+            }
+          : {}),
+      },
+    ).catch((error: unknown) => `not written: ${String(error)}`);
+    log(
+      typeof written === "string"
+        ? `job ${job.id}: ${reason}; its record ${written}`
+        : written.begun.status === "exists"
+          ? `job ${job.id}: ${reason}; not recorded: run ${written.runId} exists (${written.begun.recordStatus})`
+          : `job ${job.id}: ${reason} (${written.runId}: ${written.begun.status})`,
     );
-  });
+  };
   worker.on("error", (error) => log(`worker error: ${error.message}`));
   cancels.start();
   worker.on("closed", () => cancels.stop());

@@ -1,5 +1,5 @@
 /**
- * An operator retries a run that ended without its result: failed, aborted (time limit) or
+ * An operator retries a run that ended without its result: failed (a time limit too), aborted or
  * cancelled, and was its job's last attempt (an attempt its job went on from — retried by the
  * queue, and maybe rebuilt since — is not retried: that would force a rebuild nobody needs). The retry is a new job of the same rebuild, tenant and version, forced (the
  * idempotency key must not skip it; the claim still applies), whose runs link back to the run

@@ -8,7 +8,7 @@
 import os from "node:os";
 import type { Job } from "bullmq";
 import { rebuildJobData } from "./queue";
-import { runPlaceOf } from "../runs/records";
+import { runPlaceOf, type PublishProof } from "../runs/records";
 import type { FinalRunStatus } from "../runs/transitions";
 import { runIdOf } from "../runs/types";
 import { beginAttempt, type BeginResult, type RunStore } from "../runs/writer";
@@ -20,6 +20,8 @@ export interface UnrunAttempt {
   reason: string;
   /** Who writes it: a worker (the queue gave the job up in its pickup), or "" (a tool). */
   workerId?: string;
+  /** Whether an earlier attempt this record closes published (AttemptIdentity.publishProof). */
+  publishProof?: (runId: string) => Promise<PublishProof>;
 }
 
 /** Records `job`'s attempt that never ran; resolves to its run id and what RUN_BEGIN did. */
@@ -47,6 +49,7 @@ export async function recordUnrunAttempt(
       workerId: unrun.workerId ?? "",
       host: os.hostname(),
       ...(data.success && data.data.retryOf ? { retryOf: data.data.retryOf } : {}),
+      ...(unrun.publishProof ? { publishProof: unrun.publishProof } : {}),
     },
     {
       mode: { kind: "final", status: unrun.status, reason: unrun.reason },
