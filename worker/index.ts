@@ -422,6 +422,8 @@ async function shutdown(signal: NodeJS.Signals): Promise<void> {
     ),
     !announcedUp || settledWithin(publishEvent(main, keys, { type: "worker.down", id: identity.id }), 2_000),
     settledWithin(flushing, FINALS_FLUSH_MS + 500),
+    // Records of jobs the queue gave up, still waiting on the attempt before theirs: written now.
+    settledWithin(running.settleGivenUp(), 2_000),
   ]);
   let removingDirs: Promise<void> = Promise.resolve();
   if (!dirsTaken) {

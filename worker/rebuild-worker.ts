@@ -76,6 +76,12 @@ export interface RunningJobs {
    * the jobs it hands back again and again.
    */
   abortAll(reason: string): void;
+  /**
+   * The records of jobs the queue gave up whose attempt before has not ended yet, written now
+   * (each says so) instead of after their wait: for a worker that is stopping, before its Redis
+   * connections close (review helper-173: such a record was lost at a stop).
+   */
+  settleGivenUp(): Promise<void>;
 }
 
 /** One pickup of a job on this worker: its own abort, beside BullMQ's job signal. */
@@ -385,32 +391,42 @@ export function startRebuildWorker(
     if (!job?.id || !(error instanceof UnrecoverableError) || !QUEUE_GAVE_UP.has(error.message)) return;
     // An earlier pickup of it still here (this worker stalled past its lock, then was handed it).
     abortJob(job.id, LOCK_LOST_ABORT_REASON);
-    void recordGivenUp(job, QUEUE_GAVE_UP.get(error.message)!);
+    const pending = { hurry: false, done: Promise.resolve() };
+    pending.done = recordGivenUp(job, QUEUE_GAVE_UP.get(error.message)!, pending).finally(() =>
+      givingUp.delete(pending),
+    );
+    givingUp.add(pending);
   });
+  /** Given-up records waiting for the attempt before them to end (`settleGivenUp`). */
+  const givingUp = new Set<{ hurry: boolean; done: Promise<void> }>();
   /**
    * The given-up attempt's record, once the attempt before it has ended (review helper-172: a
    * holder paused after its check before publishing may still publish; its closing record, or the
    * sweep's, comes first): it ended rebuilt or skipped — the request was served, and the record
    * says only that the queue gave the job up — or not, and it says the request was not served.
    */
-  const recordGivenUp = async (job: Job<RebuildJobData>, why: string) => {
+  const recordGivenUp = async (job: Job<RebuildJobData>, why: string, pending: { hurry: boolean }) => {
     const attempt = Math.max(1, job.attemptsStarted);
     const previous = attempt > 1 ? runIdOf(job.id!, attempt - 1) : null;
     let ended: string | null = previous ? null : "none";
-    for (let waited = 0; previous && waited <= GIVEN_UP_WAIT_MS; waited += 2_000) {
-      const status = await deps.main.hget(deps.keys.run(previous), "status").catch(() => null);
-      if (status === null || isFinalStatus(status)) {
+    for (let waited = 0; previous && waited <= GIVEN_UP_WAIT_MS && !pending.hurry; waited += 2_000) {
+      // A read that fails or hangs (a failover, a frozen Redis) is asked again, not taken as an end.
+      const status = await withTimeout(deps.main.hget(deps.keys.run(previous), "status"), 2_000, "run status").catch(
+        () => undefined,
+      );
+      if (status === null || (status !== undefined && isFinalStatus(status))) {
         ended = status ?? "none";
         break;
       }
-      await new Promise((resolve) => setTimeout(resolve, 2_000));
+      for (let slept = 0; slept < 2_000 && !pending.hurry; slept += 250)
+        await new Promise((resolve) => setTimeout(resolve, 250));
     }
     const served = ended === "rebuilt" || ended === "skipped";
     const reason = `the queue gave this job up at its pickup ${attempt}: ${why}; ${
       served
         ? `attempt ${attempt - 1} ended ${ended}, so its request was served`
         : ended === null
-          ? `attempt ${attempt - 1} had not ended after ${GIVEN_UP_WAIT_MS / 1_000} s (its worker paused or gone): if it publishes, its record says so; else retry this run`
+          ? `attempt ${attempt - 1} had not ended ${pending.hurry ? "when this worker stopped" : `after ${GIVEN_UP_WAIT_MS / 1_000} s`} (its worker paused or gone): if it publishes, its record says so; else retry this run`
           : "its request was not served: retry this run to queue it again"
     }`;
     const data = rebuildJobData.safeParse(job.data);
@@ -445,5 +461,12 @@ export function startRebuildWorker(
     allAbortedFor = reason;
     for (const jobId of pickups.keys()) abortJob(jobId, reason);
   };
-  return { worker, running: { ids: () => [...pickups.keys()], processed: () => processed, abortAll } };
+  const settleGivenUp = async () => {
+    for (const pending of givingUp) pending.hurry = true;
+    await Promise.all([...givingUp].map((pending) => pending.done));
+  };
+  return {
+    worker,
+    running: { ids: () => [...pickups.keys()], processed: () => processed, abortAll, settleGivenUp },
+  };
 }

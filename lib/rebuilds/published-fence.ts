@@ -370,8 +370,8 @@ export async function recordPublishedFence(
   // earlier one, or another writer (review helper-164: a repeat of a record whose listing had
   // failed answered "recorded", its run still unlisted).
   if (recorded.status === "recorded") {
+    // (Listed by recordFence: its legacy write carried the line, or carries it in the background.)
     if (!listed) await listPublishedRun(outputDir, { fence, hash }, published);
-    else await listInLegacy(outputDir, { fence, hash }, published);
     return recorded;
   }
   // One a newer fence passed: listed if the disk takes it, else said — not thrown: the attempt
@@ -561,20 +561,39 @@ async function writeLegacy(outputDir: string, fence: number, hash: string, publi
   }
 }
 
-/** The lock file of the legacy file's writers (current-lock.ts), and how long one waits for it. */
+/** The lock file of the legacy file's writers (current-lock.ts), and how long one waits for it (best effort: short). */
 const LEGACY_LOCK_FILE = ".published-list.lock";
-const LEGACY_LOCK_WAIT_MS = 5_000;
-/** Background tries of a legacy write whose lock was held (`LEGACY_LOCK_WAIT_MS` each): about 2 min. */
+const LEGACY_LOCK_WAIT_MS = 1_000;
+/** Background tries of a legacy write whose lock was held (`LATER_WAIT_MS` each): about 2 min. */
 const LEGACY_LATER_TRIES = 24;
+const LATER_WAIT_MS = 5_000;
 
-/** `writeLegacy` once its lock is had, in the background (best effort: nothing waits for it). */
+/** Legacy writes waiting in the background, one per output: the highest fence and every line asked for. */
+const later = new Map<string, { fence: number; hash: string; runs: PublishedRun[] }>();
+
+/**
+ * `writeLegacy` once its lock is had, in the background (best effort: nothing waits for it; a
+ * process that exits first drops it). Writes asked for one output meanwhile join it: one wait per
+ * output, not one per publish (review helper-173).
+ */
 function writeLegacyLater(outputDir: string, fence: number, hash: string, published?: PublishedRun): void {
+  const pending = later.get(outputDir);
+  if (pending) {
+    if (fence > pending.fence) Object.assign(pending, { fence, hash });
+    if (published) pending.runs.push(published);
+    return;
+  }
+  const mine = { fence, hash, runs: published ? [published] : [] };
+  later.set(outputDir, mine);
   let tries = 0;
   const attempt = (): void => {
-    lockOutputFile(outputDir, LEGACY_LOCK_FILE, LEGACY_LOCK_WAIT_MS).then(
+    lockOutputFile(outputDir, LEGACY_LOCK_FILE, LATER_WAIT_MS).then(
       async (lock) => {
+        later.delete(outputDir);
         try {
-          if (await replaceLegacy(outputDir, fence, hash, published)) await syncPath(outputDir);
+          let wrote = await replaceLegacy(outputDir, mine.fence, mine.hash);
+          for (const run of mine.runs) wrote = (await replaceLegacy(outputDir, 0, mine.hash, run)) || wrote;
+          if (wrote) await syncPath(outputDir);
         } catch {
           // best effort
         } finally {
@@ -582,7 +601,11 @@ function writeLegacyLater(outputDir: string, fence: number, hash: string, publis
         }
       },
       () => {
-        if (++tries < LEGACY_LATER_TRIES) attempt();
+        if (++tries < LEGACY_LATER_TRIES) return attempt();
+        later.delete(outputDir);
+        process.stderr.write(
+          `WARNING: ${path.join(outputDir, LEGACY_FILE)} not updated: its lock was held for ${Math.round((LEGACY_LATER_TRIES * LATER_WAIT_MS) / 60_000)} min (a writer paused inside its write?); workers of the previous version may miss ${mine.runs.length} publish(es) there\n`,
+        );
       },
     );
   };

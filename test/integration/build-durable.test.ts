@@ -666,37 +666,45 @@ test("a publish whose run cannot be listed beside the output (its listing refuse
 test("two writers listing runs beside one output at once both stay listed: a writer held up inside its write does not undo the other's listing (review helper-165: the single list file was read, changed and renamed over)", async () => {
   const outputDir = fs.mkdtempSync(path.join(root, "record-two-writers-"));
   const hash = "a".repeat(32);
-  const host = (fence: number, runId: string, inject: string[]) =>
-    new Promise<string>((resolve, reject) => {
-      const child = spawn(
-        "strace",
-        [
-          "-f",
-          "-qq",
-          "-o",
-          "/dev/null",
-          ...inject,
-          process.execPath,
-          "--import",
-          "tsx",
-          RECORD_FENCE_HOST,
-          outputDir,
-          String(fence),
-          hash,
-          runId,
-        ],
-        { stdio: ["ignore", "pipe", "inherit"] },
-      );
-      let out = "";
-      child.stdout.on("data", (chunk: Buffer) => (out += chunk.toString()));
-      // A hang fails the test without leaving the child behind.
-      const timer = setTimeout(() => child.kill("SIGKILL"), 120_000);
+  // Both writers loaded first (a node under strace takes seconds to start on a loaded machine):
+  // each records once told to go.
+  const host = (fence: number, runId: string, inject: string[]) => {
+    const child = spawn(
+      "strace",
+      [
+        "-f",
+        "-qq",
+        "-o",
+        "/dev/null",
+        ...inject,
+        process.execPath,
+        "--import",
+        "tsx",
+        RECORD_FENCE_HOST,
+        outputDir,
+        String(fence),
+        hash,
+        runId,
+      ],
+      { stdio: ["pipe", "pipe", "inherit"], env: { ...process.env, RECORD_AFTER_GO: "1" } },
+    );
+    let out = "";
+    child.stdout.on("data", (chunk: Buffer) => (out += chunk.toString()));
+    // A hang fails the test without leaving the child behind.
+    const timer = setTimeout(() => child.kill("SIGKILL"), 120_000);
+    const exited = new Promise<string>((resolve, reject) => {
       child.once("error", reject);
       child.once("exit", () => {
         clearTimeout(timer);
-        resolve(out);
+        resolve(out.replace(/^READY\n/, ""));
       });
     });
+    return {
+      ready: () => until(`${runId} loaded`, async () => out.startsWith("READY\n"), 60_000),
+      go: () => child.stdin.end("go\n"),
+      exited,
+    };
+  };
   // The first writer is held up 6 s in every rename (the legacy file's: after it read that file
   // and wrote its new one, seen as its temporary file) while the second records a higher fence
   // and lists its run.
@@ -706,15 +714,18 @@ test("two writers listing runs beside one output at once both stay listed: a wri
     "-e",
     "inject=rename,renameat,renameat2:delay_enter=6000000",
   ]);
+  const fast = host(6, "run-fast-a1", []);
+  await Promise.all([slow.ready(), fast.ready()]);
+  slow.go();
   await until(
     "the first writer inside its held-up rename",
     async () => fs.readdirSync(outputDir).some((name) => name.startsWith(".published-fence-writing.")),
     60_000,
   );
-  const fast = await host(6, "run-fast-a1", []);
-  assert.match(fast, /^RECORDED recorded\nLISTED (run-slow-a1,)?run-fast-a1\n$/);
+  fast.go();
+  assert.match(await fast.exited, /^RECORDED recorded\nLISTED (run-slow-a1,)?run-fast-a1\n$/);
   // It met the second's fence once its rename went on: the two writes did overlap.
-  assert.match(await slow, /^RECORDED newer\n/);
+  assert.match(await slow.exited, /^RECORDED newer\n/);
   assert.deepEqual(
     (await readPublishedJobs(outputDir)).map((run) => run.runId).sort(),
     ["run-fast-a1", "run-slow-a1"],
