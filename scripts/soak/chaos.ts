@@ -68,7 +68,7 @@
  * Each action is an event with what the victim was running (from the running-runs index), so
  * the checker can time kill→resume and tell a paused holder from an orphaned one.
  */
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import type { Queue } from "bullmq";
@@ -77,6 +77,7 @@ import { forceReleaseClaim, listClaims, readPublished, type ClaimInfo } from "..
 import { outputDirOf, type Definitions } from "../../lib/rebuilds/definitions";
 import { readCurrent } from "../../lib/rebuilds/output";
 import { PRUNING_VERSION } from "../../lib/rebuilds/prune";
+import { CURRENT_LOCK_FILE } from "../../lib/rebuilds/current-lock";
 import { publishedRunLinkName } from "../../lib/rebuilds/published-fence";
 import type { RedisKeys } from "../../lib/redis/keys";
 import { readRun } from "../../lib/runs/records";
@@ -486,6 +487,12 @@ async function slowSwap(options: ChaosOptions, delayMs: number): Promise<void> {
   }
 }
 
+/** Whether some process holds `outputDir`'s swap lock (`flock -n` cannot take it); true without `flock`. */
+function currentLockHeld(outputDir: string): boolean {
+  const probe = spawnSync("flock", ["-n", path.join(outputDir, CURRENT_LOCK_FILE), "true"], { timeout: 1_000 });
+  return probe.error ? true : probe.status === 1;
+}
+
 /** A claim of the victim whose publish is inside its swap: `current` lags behind its pointer. */
 interface InsideSwap {
   claim: ClaimInfo;
@@ -538,6 +545,12 @@ async function holdUpInsideSwap(
       // Its run listed already: the held-back symlink it is in is its swap's, not its listing's.
       const link = path.join(outputDir, publishedRunLinkName(claim.fence, holder.runId));
       if (!fs.lstatSync(link, { throwIfNoEntry: false })) continue;
+      // And it holds `current`'s lock: it is inside its swap, not held up before it (a CI run saw
+      // victims paused short of their swap: repair swapped for them, and no newer fence came).
+      if (!currentLockHeld(outputDir)) {
+        lagSince.delete(key);
+        continue;
+      }
       const since = lagSince.get(key) ?? Date.now();
       lagSince.set(key, since);
       if (Date.now() - since >= SLOW_SWAP_LAG_MS) {
