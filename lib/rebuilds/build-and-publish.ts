@@ -12,7 +12,7 @@ import type { Redis } from "ioredis";
 import { ClaimLostError, publishFenced, readListedPublish, type HeldClaim, type PublishResult } from "../claims";
 import type { RedisKeys } from "../redis/keys";
 import type { RunRecorder } from "../runs/writer";
-import { runIdOf, type StepRecord } from "../runs/types";
+import { attemptOfRunId, jobPartOf, runIdOf, type StepRecord } from "../runs/types";
 import { holdAfterLastRefreshMs, outputDirOf, type RebuildDefinition } from "./definitions";
 import { markHolding, otherHolders, ReissuedFenceError, type HoldingMark } from "./holding-marks";
 import { CurrentSwapError, hashDirectory, makeDirectory, promoteBuild, syncPath, workDirOf } from "./output";
@@ -396,7 +396,7 @@ export async function listedPublishesOf(
   version: string,
   options: { strict?: boolean } = {},
 ): Promise<PublishedRun[]> {
-  const ofThisJob = runIdOf(jobId, 1).replace(/-a1$/, "");
+  const ofThisJob = jobPartOf(runIdOf(jobId, 1));
   const fromRedis = place.claims
     .lrange(place.keys.publishedRuns(place.claimName), 0, -1)
     .then((lines) => parsePublishedRuns(lines).reverse());
@@ -404,9 +404,7 @@ export async function listedPublishesOf(
     readPublishedJobs(place.outputDir, { ...options, ofJob: ofThisJob }),
     options.strict ? fromRedis : fromRedis.catch((): PublishedRun[] => []),
   ]);
-  return [...onDisk, ...inRedis].filter(
-    (run) => run.version === version && run.runId.replace(/-a\d+$/, "") === ofThisJob,
-  );
+  return [...onDisk, ...inRedis].filter((run) => run.version === version && jobPartOf(run.runId) === ofThisJob);
 }
 
 /**
@@ -531,7 +529,7 @@ async function earlierPublishOf(
   // may have failed after its publish: review helper-171).
   const candidates = listed
     .filter((run) => markNow === null || run.mark === markNow)
-    .sort((a, b) => attemptOf(b.runId) - attemptOf(a.runId))
+    .sort((a, b) => attemptOfRunId(b.runId) - attemptOfRunId(a.runId))
     .filter((run, i, all) => all.findIndex((other) => other.runId === run.runId) === i);
   for (const earlier of candidates) {
     if (await publishCounts(context, outputDir, earlier)) return earlier.runId;
@@ -576,9 +574,4 @@ async function publishCounts(context: BuildContext, outputDir: string, earlier: 
   if (publish) await listPublishedRun(outputDir, { fence: publish.fence, hash: publish.value }, earlier);
   else await syncPath(outputDir).catch(notListed(`${outputDir} cannot be synced`));
   return true;
-}
-
-/** The attempt number of a run id (`<job>-a<attempt>`). */
-function attemptOf(runId: string): number {
-  return Number(/-a(\d+)$/.exec(runId)?.[1] ?? 0);
 }

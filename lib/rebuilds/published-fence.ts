@@ -26,6 +26,7 @@
 import { existsSync } from "node:fs";
 import fs from "node:fs/promises";
 import path from "node:path";
+import { attemptOfRunId, jobPartOf } from "../runs/types";
 import { holdingMarksIn } from "./holding-marks";
 import { lockCurrent, lockOutputFile } from "./current-lock";
 import {
@@ -148,7 +149,7 @@ export async function readPublishedJobs(
   const links = names
     .flatMap((name) => {
       const [, fence, runId] = RUN_LINK.exec(name) ?? [];
-      if (!fence || !runId || (options.ofJob !== undefined && runId.replace(/-a\d+$/, "") !== options.ofJob)) return [];
+      if (!fence || !runId || (options.ofJob !== undefined && jobPartOf(runId) !== options.ofJob)) return [];
       return [{ name, fence: Number(fence), runId }];
     })
     .sort((a, b) => a.fence - b.fence);
@@ -158,10 +159,11 @@ export async function readPublishedJobs(
       return parsePublishedRuns(target === null ? [] : [`${link.runId} ${target}`]);
     }),
   );
-  const fromLegacy = parsePublishedRuns(legacy?.jobs ?? []);
-  const runs = [...fromLegacy, ...linked.flat()].filter(
-    (run) => options.ofJob === undefined || run.runId.replace(/-a\d+$/, "") === options.ofJob,
+  // (The links are of that job already.)
+  const fromLegacy = parsePublishedRuns(legacy?.jobs ?? []).filter(
+    (run) => options.ofJob === undefined || jobPartOf(run.runId) === options.ofJob,
   );
+  const runs = [...fromLegacy, ...linked.flat()];
   // One publish listed both ways (its legacy line and its link): the link's place, by its fence.
   return runs.filter(
     (run, i) => runs.findLastIndex((other) => publishedRunEntry(other) === publishedRunEntry(run)) === i,
@@ -555,7 +557,7 @@ async function writeLegacy(outputDir: string, fence: number, hash: string, publi
     return false;
   }
   try {
-    return await replaceLegacy(outputDir, fence, hash, published);
+    return await replaceLegacy(outputDir, fence, hash, published ? [published] : []);
   } finally {
     lock.release();
   }
@@ -591,9 +593,7 @@ function writeLegacyLater(outputDir: string, fence: number, hash: string, publis
       async (lock) => {
         later.delete(outputDir);
         try {
-          let wrote = await replaceLegacy(outputDir, mine.fence, mine.hash);
-          for (const run of mine.runs) wrote = (await replaceLegacy(outputDir, 0, mine.hash, run)) || wrote;
-          if (wrote) await syncPath(outputDir);
+          if (await replaceLegacy(outputDir, mine.fence, mine.hash, mine.runs)) await syncPath(outputDir);
         } catch {
           // best effort
         } finally {
@@ -612,29 +612,26 @@ function writeLegacyLater(outputDir: string, fence: number, hash: string, publis
   attempt();
 }
 
-async function replaceLegacy(
-  outputDir: string,
-  fence: number,
-  hash: string,
-  published?: PublishedRun,
-): Promise<boolean> {
+/**
+ * The legacy file with the higher of its fence and `fence`, and `runs` in its list (each before any
+ * later attempt of its job: a previous-version worker takes a job's last line as its newest
+ * publish — review helper-171 —, else last). Not written when it would not change (false).
+ */
+async function replaceLegacy(outputDir: string, fence: number, hash: string, runs: PublishedRun[]): Promise<boolean> {
   // Unreadable now: it may hold a higher fence; not replaced (readLegacy throws).
   const legacy = await readLegacy(outputDir);
-  const entry = published ? publishedRunEntry(published) : null;
   const raises = (legacy?.fence ?? 0) < fence;
-  const lists = entry !== null && !(legacy?.jobs ?? []).includes(entry);
+  const jobs = [...(legacy?.jobs ?? [])];
+  let lists = false;
+  for (const entry of runs.map(publishedRunEntry)) {
+    if (jobs.includes(entry)) continue;
+    lists = true;
+    const later = jobs.findIndex((line) => laterAttemptOfJob(line, entry));
+    jobs.splice(later < 0 ? jobs.length : later, 0, entry);
+  }
   if (!raises && !lists) return false;
   // No fence to write (a listing alone) into a file that has none: left to a writer with a fence.
   if (!legacy && fence <= 0) return false;
-  const others = (legacy?.jobs ?? []).filter((line) => line !== entry);
-  // Before any later attempt of its job (a previous-version worker takes a job's last line as its
-  // newest publish: review helper-171), else last.
-  const later = entry ? others.findIndex((line) => laterAttemptOfJob(line, entry)) : -1;
-  const jobs = entry
-    ? later < 0
-      ? [...others, entry]
-      : [...others.slice(0, later), entry, ...others.slice(later)]
-    : others;
   while (jobs.length > 1 && JSON.stringify(jobs).length > JOBS_MAX_BYTES) jobs.shift();
   const top = raises || !legacy ? { fence, hash } : { fence: legacy.fence, hash: legacy.hash };
   const temp = outputTempName(outputDir, ".published-fence-writing.");
@@ -651,9 +648,7 @@ async function replaceLegacy(
 function laterAttemptOfJob(line: string, entry: string): boolean {
   const [a] = parsePublishedRuns([line]);
   const [b] = parsePublishedRuns([entry]);
-  const job = (runId: string) => runId.replace(/-a\d+$/, "");
-  const attempt = (runId: string) => Number(/-a(\d+)$/.exec(runId)?.[1] ?? 0);
-  return !!a && !!b && job(a.runId) === job(b.runId) && attempt(a.runId) > attempt(b.runId);
+  return !!a && !!b && jobPartOf(a.runId) === jobPartOf(b.runId) && attemptOfRunId(a.runId) > attemptOfRunId(b.runId);
 }
 
 /** What `pointCurrentAtRecord` left `current` naming. */

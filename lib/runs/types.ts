@@ -77,3 +77,13 @@ export function runIdOf(jobId: string, attempt: number): string {
 }
 
 export const RUN_ID_PATTERN = /^[A-Za-z0-9_.-]{1,200}-a\d{1,4}$/;
+
+/** The job part of a run id (`runIdOf` without its `-a<attempt>`). */
+export function jobPartOf(runId: string): string {
+  return runId.replace(/-a\d+$/, "");
+}
+
+/** The attempt number of a run id (0 when it has none). */
+export function attemptOfRunId(runId: string): number {
+  return Number(/-a(\d+)$/.exec(runId)?.[1] ?? 0);
+}

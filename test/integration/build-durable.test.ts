@@ -32,6 +32,23 @@ import { serverNow } from "../../lib/redis/time";
 
 const HOST = fileURLToPath(new URL("../support/promote-host.ts", import.meta.url));
 const RECORD_FENCE_HOST = fileURLToPath(new URL("../support/record-fence-host.ts", import.meta.url));
+
+/** strace's arguments for RECORD_FENCE_HOST recording `fence` for `runId`, its calls failed or held up as `inject` says. */
+const recordFenceHostArgv = (inject: string[], outputDir: string, fence: number, hash: string, runId: string) => [
+  "-f",
+  "-qq",
+  "-o",
+  "/dev/null",
+  ...inject,
+  process.execPath,
+  "--import",
+  "tsx",
+  RECORD_FENCE_HOST,
+  outputDir,
+  String(fence),
+  hash,
+  runId,
+];
 let root = "";
 
 before(() => {
@@ -612,25 +629,10 @@ test("a publish whose run cannot be listed beside the output (its listing refuse
   const outputDir = fs.mkdtempSync(path.join(root, "record-listed-"));
   const hash = "a".repeat(32);
   const recordTraced = (fence: number, runId: string, inject: string[]) =>
-    spawnSync(
-      "strace",
-      [
-        "-f",
-        "-qq",
-        "-o",
-        "/dev/null",
-        ...inject,
-        process.execPath,
-        "--import",
-        "tsx",
-        RECORD_FENCE_HOST,
-        outputDir,
-        String(fence),
-        hash,
-        runId,
-      ],
-      { encoding: "utf8", timeout: 120_000 },
-    );
+    spawnSync("strace", recordFenceHostArgv(inject, outputDir, fence, hash, runId), {
+      encoding: "utf8",
+      timeout: 120_000,
+    });
   const listedOk = recordTraced(5, "run-first-a1", []);
   assert.match(listedOk.stdout, /^RECORDED recorded\nLISTED run-first-a1\n$/, listedOk.stderr);
   // Only the run's listing is a symlink (the fence's entry is linked, the legacy file renamed):
@@ -669,25 +671,10 @@ test("two writers listing runs beside one output at once both stay listed: a wri
   // Both writers loaded first (a node under strace takes seconds to start on a loaded machine):
   // each records once told to go.
   const host = (fence: number, runId: string, inject: string[]) => {
-    const child = spawn(
-      "strace",
-      [
-        "-f",
-        "-qq",
-        "-o",
-        "/dev/null",
-        ...inject,
-        process.execPath,
-        "--import",
-        "tsx",
-        RECORD_FENCE_HOST,
-        outputDir,
-        String(fence),
-        hash,
-        runId,
-      ],
-      { stdio: ["pipe", "pipe", "inherit"], env: { ...process.env, RECORD_AFTER_GO: "1" } },
-    );
+    const child = spawn("strace", recordFenceHostArgv(inject, outputDir, fence, hash, runId), {
+      stdio: ["pipe", "pipe", "inherit"],
+      env: { ...process.env, RECORD_AFTER_GO: "1" },
+    });
     let out = "";
     child.stdout.on("data", (chunk: Buffer) => (out += chunk.toString()));
     // A hang fails the test without leaving the child behind.
