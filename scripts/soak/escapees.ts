@@ -87,7 +87,10 @@ export class EscapeSampler {
         !pauses.some((p) => p.pid === worker.pid && p.t >= (Number.isFinite(run.startedAt) ? run.startedAt : 0))
       ) {
         why = `its run is ${run.status} since ${now - run.finishedAt} ms`;
-      } else if (worker?.paused) {
+      } else if (worker?.paused && pauses.some((p) => p.pid === worker.pid)) {
+        // (A worker marked paused whose `pause` event is not recorded yet — the slow-swap sends
+        // SIGSTOP, then reads Redis, then records it — is judged at the next sample: with no pause
+        // time it read as stopped for Infinity ms.)
         const since = Math.max(...pauses.filter((p) => p.pid === worker.pid).map((p) => p.t));
         const silence = wardenSilenceFor(DEFAULT_WORKER_OPTIONS.lockDuration);
         if (now - since > silence + GRACE_MS) {
