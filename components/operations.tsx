@@ -207,7 +207,9 @@ export function RetryRunButton({ runId }: { runId: string }) {
       describe={(result) =>
         result.status === "already-retried" ? (
           <>
-            Not retried: retried already as job {result.jobId}, which is {result.jobState}.{" "}
+            Not retried:{" "}
+            {result.viaRunId ? `its job was retried already, from run ${result.viaRunId},` : "retried already"} as job{" "}
+            {result.jobId}, which is {result.jobState}.{" "}
             <Link className="underline" href={`/runs?jobId=${encodeURIComponent(result.jobId)}`}>
               Follow it
             </Link>

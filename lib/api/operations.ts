@@ -132,7 +132,9 @@ export function retryReply(result: RetryResult): Reply {
     case "already-retried":
       return refusal(
         result,
-        `not retried: run ${result.runId} was retried already as job ${result.jobId}, which is ${result.jobState}; follow that one`,
+        result.viaRunId
+          ? `not retried: run ${result.runId}'s job was retried already, from its run ${result.viaRunId}, as job ${result.jobId}, which is ${result.jobState}; follow that one`
+          : `not retried: run ${result.runId} was retried already as job ${result.jobId}, which is ${result.jobState}; follow that one`,
       );
     case "unknown-rebuild":
     case "request-id-reused":

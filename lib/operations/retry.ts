@@ -5,7 +5,10 @@
  * idempotency key must not skip it; the claim still applies), whose runs link back to the run
  * retried (`retryOf`). A run without a recorded version (it failed before its inputs were read)
  * is retried with the version of the inputs now. The run remembers the job (`retriedAs`): its page
- * names it, and another Retry while that job has not ended is refused (`already-retried`). Audited.
+ * names it, and another Retry while that job has not ended is refused (`already-retried`) — of the
+ * same run, or of another attempt of the same job (the job remembers its newest Retry too: an
+ * attempt recorded after a Retry of an earlier one, such as the queue giving the job up, would
+ * otherwise queue a second forced rebuild). Audited.
  */
 import type { Queue } from "bullmq";
 import type { Redis } from "ioredis";
@@ -44,15 +47,29 @@ export type RetryResult =
   | { status: "unknown-rebuild"; runId: string; message: string; auditId: string }
   /** The request id named another request lately (lib/rebuilds/trigger): nothing queued. */
   | { status: "request-id-reused"; runId: string; message: string; auditId: string }
-  /** Retried already (`jobId`), and that job has not ended (`jobState`): follow it instead. */
-  | { status: "already-retried"; runId: string; jobId: string; jobState: string; auditId: string };
+  /**
+   * Retried already (`jobId`), and that job has not ended (`jobState`): follow it instead. `viaRunId`:
+   * the Retry was of another attempt of the same job.
+   */
+  | {
+      status: "already-retried";
+      runId: string;
+      jobId: string;
+      jobState: string;
+      viaRunId?: string;
+      auditId: string;
+    };
 
 /** How long a run remembers the job its Retry queued (its record's default retention). */
 export const RETRIED_AS_KEPT_MS = 30 * 86_400_000;
 /** Job states of a retry still to come: a second Retry meanwhile would only queue a duplicate. */
 const PENDING_JOB_STATES = new Set(["waiting", "delayed", "prioritized", "active", "waiting-children"]);
 
-const RETRIED_AS_SCHEMA = z.object({ jobId: z.string(), requestId: z.string().nullish().catch(null) });
+const RETRIED_AS_SCHEMA = z.object({
+  jobId: z.string(),
+  requestId: z.string().nullish().catch(null),
+  runId: z.string().nullish().catch(null),
+});
 
 /** The job an operator's Retry of `runId` queued, if any (its page shows it). */
 export async function readRetriedAs(
@@ -65,6 +82,17 @@ export async function readRetriedAs(
   // Damaged or foreign: no Retry on record (the next one goes ahead and writes it again).
   const stored = parseStoredJson(RETRIED_AS_SCHEMA, raw);
   return stored ? { jobId: stored.jobId, requestId: stored.requestId ?? null } : null;
+}
+
+/** The newest Retry of any attempt of `jobId` (the run retried and the job it queued), if any. */
+async function readJobRetriedAs(
+  client: Pick<Redis, "get">,
+  keys: RedisKeys,
+  jobId: string,
+): Promise<{ jobId: string; requestId: string | null; runId: string | null } | null> {
+  const raw = await client.get(keys.jobRetriedAs(jobId));
+  const stored = raw ? parseStoredJson(RETRIED_AS_SCHEMA, raw) : null;
+  return stored ? { jobId: stored.jobId, requestId: stored.requestId ?? null, runId: stored.runId ?? null } : null;
 }
 
 export async function retryRun(
@@ -95,13 +123,29 @@ export async function retryRun(
   // Retried already and that job still to run: a second Retry (another tab, a double click in
   // two windows) would only queue a duplicate. The same request sent again goes on: the trigger
   // answers it with its job.
+  // The same for a Retry of another attempt of this job: the queue may give a job up (a new
+  // attempt's record) after an operator retried its earlier attempt, which offers Retry again.
   const previous = await readRetriedAs(main, keys, runId);
-  if (previous && !(input.requestId && previous.requestId === input.requestId)) {
-    const jobState = await deps.queue.getJobState(previous.jobId).catch(() => "unknown");
-    if (PENDING_JOB_STATES.has(jobState)) {
-      const auditId = await audit("refused", { outcome: "already-retried", jobId: previous.jobId, jobState });
-      return { status: "already-retried", runId, jobId: previous.jobId, jobState, auditId };
-    }
+  const ofJob = await readJobRetriedAs(main, keys, run.jobId);
+  for (const earlier of [previous, ofJob?.runId && ofJob.runId !== runId ? ofJob : null]) {
+    if (!earlier || (input.requestId && earlier.requestId === input.requestId)) continue;
+    const jobState = await deps.queue.getJobState(earlier.jobId).catch(() => "unknown");
+    if (!PENDING_JOB_STATES.has(jobState)) continue;
+    const viaRunId = earlier === previous ? undefined : (ofJob?.runId ?? undefined);
+    const auditId = await audit("refused", {
+      outcome: "already-retried",
+      jobId: earlier.jobId,
+      jobState,
+      ...(viaRunId ? { viaRunId } : {}),
+    });
+    return {
+      status: "already-retried",
+      runId,
+      jobId: earlier.jobId,
+      jobState,
+      ...(viaRunId ? { viaRunId } : {}),
+      auditId,
+    };
   }
   const result = await triggerRebuild(deps.queue, main, keys, deps.definitions, run.rebuild, {
     ...(run.tenant ? { tenant: run.tenant } : {}),
@@ -114,8 +158,9 @@ export async function retryRun(
     ...(deps.replicas ? { replicas: deps.replicas } : {}),
   });
   if ("jobId" in result) {
-    const retriedAs = JSON.stringify({ jobId: result.jobId, requestId: input.requestId ?? null });
-    await main.set(keys.retriedAs(runId), retriedAs, "PX", RETRIED_AS_KEPT_MS);
+    const retriedAs = { jobId: result.jobId, requestId: input.requestId ?? null };
+    await main.set(keys.retriedAs(runId), JSON.stringify(retriedAs), "PX", RETRIED_AS_KEPT_MS);
+    await main.set(keys.jobRetriedAs(run.jobId), JSON.stringify({ ...retriedAs, runId }), "PX", RETRIED_AS_KEPT_MS);
   }
   if (result.status === "not-replicated") {
     const auditId = await audit("done", { outcome: result.status, jobId: result.jobId });

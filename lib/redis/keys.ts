@@ -120,6 +120,12 @@ export function redisKeys(prefix: string) {
      * is refused.
      */
     retriedAs: (runId: string) => `${tag}:retried:${runId}`,
+    /**
+     * STRING with a TTL (lib/operations/retry.ts): `{"jobId","requestId","runId"}` of the newest
+     * Retry of any attempt of this job, so a Retry of another attempt (one written after the first
+     * Retry, e.g. the queue giving the job up) is refused while that retry is pending.
+     */
+    jobRetriedAs: (jobId: string) => `${tag}:retried-job:${jobId}`,
     /** LIST: the newest log lines of a run (capped). */
     runLog: (runId: string) => `${tag}:run-log:${runId}`,
     /**

@@ -7,7 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { Queue } from "bullmq";
+import { Queue, UnrecoverableError, Worker } from "bullmq";
 import { acquireClaim, claimName, readClaim, releaseClaim } from "../../lib/claims";
 import { listAudit } from "../../lib/audit";
 import { missedTickProblems } from "../../lib/health/operations";
@@ -17,10 +17,12 @@ import { readRetriedAs, retryRun } from "../../lib/operations/retry";
 import { changeSchedule } from "../../lib/operations/schedule";
 import { CANCEL_POLL_MS } from "../../lib/rebuilds/cancel-request";
 import { writeDeferNote } from "../../lib/rebuilds/defer-note";
+import { recordUnrunAttempt } from "../../lib/rebuilds/unrun-attempt";
 import { queuePrefix, REBUILD_QUEUE, scheduledTickOf } from "../../lib/rebuilds/queue";
 import { readSchedulePause } from "../../lib/rebuilds/schedules";
 import { triggerRebuild } from "../../lib/rebuilds/trigger";
 import { redisKeys } from "../../lib/redis/keys";
+import { DEFAULT_RETENTION } from "../../lib/runs/records";
 import { isFinalStatus } from "../../lib/runs/transitions";
 import { killMarkedProcesses, newMarker, pidsWithMarker, waitUntilNoMarker } from "../support/markers";
 import { createTestBed, type TestBed } from "../support/stack";
@@ -295,6 +297,59 @@ test("a run retried once is not retried again while that job is to run: refused 
   assert.equal(later.status, "queued", JSON.stringify(later));
   assert.notEqual((later as { jobId: string }).jobId, retryJob);
   await (await bed.queue.getJob((later as { jobId: string }).jobId))?.remove();
+});
+
+test("a Retry of a job's attempt written after another attempt was retried (the queue gave the job up) is refused while that retry is pending: one forced rebuild, not two", async () => {
+  const worker = await bed.startWorker();
+  let failedId: string;
+  let jobId: string;
+  try {
+    jobId = await bed.trigger("flaky", { version: "f3" });
+    failedId = (await bed.waitForRun((r) => r.jobId === jobId && r.status === "failed", 30_000)).id;
+  } finally {
+    await worker.stop();
+  }
+  // No worker runs: the retry's job waits.
+  const first = await retryRun(deps(), { runId: failedId, actor: operator, reason: "fixed the input" });
+  assert.equal(first.status, "queued", JSON.stringify(first));
+  const { jobId: retryJob } = first as { jobId: string };
+  // A worker picked the retry up (a job still waiting would take the next Retry in as the same
+  // request): taken by hand here, so it stays active while the rest is asked.
+  const connection = bed.main.duplicate();
+  const picker = new Worker(REBUILD_QUEUE, null, { connection, prefix: queuePrefix(bed.keys) });
+  const picked = await picker.getNextJob("operations-test-picker");
+  try {
+    assert.equal(picked?.id, retryJob);
+    // The job's next attempt is recorded after that Retry, failed: what the worker writes when the
+    // queue gives a job up at its next pickup (lib/rebuilds/unrun-attempt.ts, as the worker calls it).
+    const job = (await bed.queue.getJob(jobId))!;
+    const failedRun = (await bed.allRuns()).find((r) => r.id === failedId)!;
+    const { runId: laterId } = await recordUnrunAttempt(
+      { client: bed.main, keys: bed.keys, retention: DEFAULT_RETENTION },
+      job,
+      { attempt: failedRun.attempt + 1, status: "failed", reason: "the queue gave this job up: retry this run" },
+    );
+    assert.notEqual(laterId, failedId);
+
+    const second = await retryRun(deps(), { runId: laterId, actor: operator, reason: "from the newer attempt's page" });
+    assert.equal(second.status, "already-retried", JSON.stringify(second));
+    assert.equal((second as { jobId: string }).jobId, retryJob);
+    assert.equal((second as { viaRunId?: string }).viaRunId, failedId);
+    const forced = (await bed.queue.getJobs(["waiting", "delayed", "prioritized"])).filter(
+      (j) => j?.data.force === true && j.data.rebuild === "flaky",
+    );
+    assert.deepEqual(
+      forced.map((j) => j?.id),
+      [],
+      "no second forced job queued behind the one running",
+    );
+  } finally {
+    for (const j of await bed.queue.getJobs(["waiting", "delayed", "prioritized"]))
+      if (j?.data.force === true && j.data.rebuild === "flaky") await j.remove();
+    await picked?.moveToFailed(new UnrecoverableError("test over"), "operations-test-picker");
+    await picker.close();
+    connection.disconnect();
+  }
 });
 
 test("pause a schedule: nothing enqueued for two ticks, also after a worker restart, no missed tick; resume: the next tick runs", async () => {
