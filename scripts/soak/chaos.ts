@@ -73,7 +73,7 @@ import fs from "node:fs";
 import path from "node:path";
 import type { Queue } from "bullmq";
 import type { Redis } from "ioredis";
-import { forceReleaseClaim, listClaims, readPublished, type ClaimInfo } from "../../lib/claims";
+import { forceReleaseClaim, listClaims, readClaim, readPublished, type ClaimInfo } from "../../lib/claims";
 import { outputDirOf, type Definitions } from "../../lib/rebuilds/definitions";
 import { readCurrent } from "../../lib/rebuilds/output";
 import { PRUNING_VERSION } from "../../lib/rebuilds/prune";
@@ -416,8 +416,13 @@ async function startTracer(
 const SLOW_SWAP_FIND_MS = 8_000;
 /** `current` behind the victim's own pointer this long: it is inside its held-back symlink. */
 const SLOW_SWAP_LAG_MS = 200;
-/** The longest the victim stays paused waiting for a newer fence's publish. */
+/** How long the victim stays paused waiting for a newer fence's publish. */
 const SLOW_SWAP_HOLD_MS = 15_000;
+/**
+ * The longest, when a newer holder of the claim is under way at the end of SLOW_SWAP_HOLD_MS (on a
+ * loaded CI machine the next version often had not published within 15 s: no rollback to see).
+ */
+const SLOW_SWAP_HOLD_MAX_MS = 30_000;
 /**
  * After the newer fence's pointer: how long the victim stays paused, for its publisher to record
  * and (when nothing holds it off) swap, and for the watcher (50 ms) to see that swap.
@@ -601,7 +606,7 @@ async function holdUntilNewer(
   const pause = events.record("pause", {
     pid: victim.pid,
     workerId: victim.id,
-    ms: SLOW_SWAP_HOLD_MS + SLOW_SWAP_NEWER_SWAP_MS,
+    ms: SLOW_SWAP_HOLD_MAX_MS + SLOW_SWAP_NEWER_SWAP_MS,
     jobs,
     during: "slow-swap",
   });
@@ -640,8 +645,19 @@ async function holdUntilNewer(
   };
   let newer: { fence: number; build: string; runId: string | null } | null = null;
   let newerSeenAt = 0;
-  const holdUntil = started.t + SLOW_SWAP_HOLD_MS;
-  while (Date.now() < holdUntil && !gone()) {
+  let holdUntil = started.t + SLOW_SWAP_HOLD_MS;
+  let heldLonger = false;
+  while (!gone()) {
+    if (Date.now() >= holdUntil) {
+      // A newer holder under way (its fence past the victim's): held on for its publish.
+      const holder = heldLonger
+        ? null
+        : await withTimeout(readClaim(options.claims, options.keys, claim.name), 1_000, "claim").catch(() => null);
+      if (newer || !holder || holder.fence === null || holder.fence <= inside.fence) break;
+      heldLonger = true;
+      holdUntil = started.t + SLOW_SWAP_HOLD_MAX_MS;
+      continue;
+    }
     await look();
     if (!newer) {
       const pointer = await withTimeout(
@@ -701,6 +717,7 @@ async function holdUntilNewer(
     build: inside.build,
     newer: newer && { ...newer, workerId: newerRun?.workerId ?? null },
     pausedMs,
+    heldLonger,
     victimRunEnded: runEnded,
     // `current` went to the newer build, then back to the victim's: what the swap lock prevents.
     wentBack: newerAt >= 0 && ownSwaps.some((s) => s.startsWith(inside.build.slice(0, 8))),

@@ -938,7 +938,7 @@ export async function runChecker(input: CheckerInput): Promise<CheckReport> {
   );
   for (const e of slowSwapEnds.slice(0, 4))
     lines.push(
-      `    ${String(e.claim)} fence ${String(e.fence)} at ${at(Number(e.since))}: paused ${(Number(e.pausedMs) / 1000).toFixed(1)} s, ` +
+      `    ${String(e.claim)} fence ${String(e.fence)} at ${at(Number(e.since))}: paused ${(Number(e.pausedMs) / 1000).toFixed(1)} s${e.heldLonger === true ? " (held on for a newer holder under way)" : ""}, ` +
         `newer ${e.newer ? `fence ${String((e.newer as { fence: number }).fence)}` : "none"}; current ${(e.currentSeen as string[] | undefined)?.join(" → ") ?? "?"}`,
     );
   for (const late of lateSwaps.slice(0, 4)) lines.push(`    ${late}`);
