@@ -20,6 +20,7 @@ import { killAllSteps } from "../lib/rebuilds/steps/run-step";
 import { queuePrefix, REBUILD_QUEUE } from "../lib/rebuilds/queue";
 import { checkPublishedBuilds } from "../lib/rebuilds/build-integrity";
 import { publishedByRun } from "../lib/rebuilds/published-by-run";
+import { settleLegacyWrites } from "../lib/rebuilds/published-fence";
 import { repairCurrentLinks, type OnMadeCurrent } from "../lib/rebuilds/repair";
 import { closeAbandonedRuns, type SweepCursor } from "../lib/runs/abandoned";
 import { startTimelineBackfill } from "../lib/runs/timeline-backfill";
@@ -411,6 +412,9 @@ async function shutdown(signal: NodeJS.Signals): Promise<void> {
     for (const runId of runIds)
       log(`shutdown: sent the final record of run ${runId} again (Redis had not answered it)`);
   });
+  // Beside them: background writes of the legacy publish list (lib/rebuilds/published-fence.ts),
+  // for workers of the previous version, given a moment to take their lock.
+  const legacyDropped = settleLegacyWrites(2_000);
   const [dirsTaken, ...answered] = await Promise.all([
     settledWithin(taking, 2_000),
     settledWithin(queue.close(), 2_000),
@@ -425,6 +429,11 @@ async function shutdown(signal: NodeJS.Signals): Promise<void> {
     // Records of jobs the queue gave up, still waiting on the attempt before theirs: written now.
     settledWithin(running.settleGivenUp(), 2_000),
   ]);
+  const dropped = await legacyDropped;
+  if (dropped > 0)
+    log(
+      `shutdown: ${dropped} publish(es) not added to the legacy list .published-fence (its lock was held); workers of the previous version may not see them`,
+    );
   let removingDirs: Promise<void> = Promise.resolve();
   if (!dirsTaken) {
     log(

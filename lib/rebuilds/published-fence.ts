@@ -570,12 +570,33 @@ const LEGACY_LOCK_WAIT_MS = 1_000;
 const LEGACY_LATER_TRIES = 24;
 const LATER_WAIT_MS = 5_000;
 
-/** Legacy writes waiting in the background, one per output: the highest fence and every line asked for. */
+/**
+ * Legacy writes waiting in the background, one per output: the highest fence and every line asked
+ * for.
+ */
 const later = new Map<string, { fence: number; hash: string; runs: PublishedRun[] }>();
+/** Background writes not ended yet (waiting for the lock, or writing). */
+const laterPending = new Set<Promise<void>>();
 
 /**
- * `writeLegacy` once its lock is had, in the background (best effort: nothing waits for it; a
- * process that exits first drops it). Writes asked for one output meanwhile join it: one wait per
+ * At a worker's stop: waits up to `waitMs` for the background legacy writes (each takes its lock
+ * as soon as the holder lets go); answers how many publishes the ones still waiting would have
+ * listed (dropped with the process: the caller says so).
+ */
+export async function settleLegacyWrites(waitMs: number): Promise<number> {
+  if (laterPending.size === 0) return 0;
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([
+    Promise.all([...laterPending]),
+    new Promise<void>((resolve) => (timer = setTimeout(resolve, waitMs))),
+  ]);
+  clearTimeout(timer);
+  return [...later.values()].reduce((sum, pending) => sum + Math.max(1, pending.runs.length), 0);
+}
+
+/**
+ * `writeLegacy` once its lock is had, in the background (best effort: nothing waits for it but a
+ * worker's stop, `settleLegacyWrites`, for a moment; a process that exits first drops it). Writes asked for one output meanwhile join it: one wait per
  * output, not one per publish (review helper-173).
  */
 function writeLegacyLater(outputDir: string, fence: number, hash: string, published?: PublishedRun): void {
@@ -585,8 +606,12 @@ function writeLegacyLater(outputDir: string, fence: number, hash: string, publis
     if (published) pending.runs.push(published);
     return;
   }
+  let end!: () => void;
+  const ended = new Promise<void>((resolve) => (end = resolve));
   const mine = { fence, hash, runs: published ? [published] : [] };
   later.set(outputDir, mine);
+  laterPending.add(ended);
+  void ended.then(() => laterPending.delete(ended));
   let tries = 0;
   const attempt = (): void => {
     lockOutputFile(outputDir, LEGACY_LOCK_FILE, LATER_WAIT_MS).then(
@@ -598,11 +623,13 @@ function writeLegacyLater(outputDir: string, fence: number, hash: string, publis
           // best effort
         } finally {
           lock.release();
+          end();
         }
       },
       () => {
         if (++tries < LEGACY_LATER_TRIES) return attempt();
         later.delete(outputDir);
+        end();
         process.stderr.write(
           `WARNING: ${path.join(outputDir, LEGACY_FILE)} not updated: its lock was held for ${Math.round((LEGACY_LATER_TRIES * LATER_WAIT_MS) / 60_000)} min (a writer paused inside its write?); workers of the previous version may miss ${mine.runs.length} publish(es) there\n`,
         );
