@@ -21,7 +21,7 @@ import { DataTable } from "./data-table";
 import { NotReadYet } from "./not-read-yet";
 import { CancelJobButton } from "./operations";
 import { SearchBox } from "./search-box";
-import { formatDurationMs } from "@/lib/ui/format";
+import { formatDurationMs, SKIPS_TITLE } from "@/lib/ui/format";
 import { noticeText, type ReleaseNotice } from "@/lib/ui/release-notice";
 import { knownUpTo, notCurrentText, pageFreshness } from "@/lib/ui/freshness";
 import { useLiveness, usePollEvery } from "./live-events";
@@ -244,7 +244,7 @@ export function ClaimsTable({
                     <span className="text-xs text-slate-500"> / {formatDurationMs(claim.ttlMs)}</span>
                   )}
                 </td>
-                <td className="px-3 py-2" data-field="skips">
+                <td className="px-3 py-2" data-field="skips" title={SKIPS_TITLE}>
                   {claim.consecutiveSkips}
                 </td>
                 <td className="px-3 py-2" data-field="state" data-state-known={unknown ? "no" : "yes"}>

@@ -6,7 +6,7 @@ import { TtlLeft } from "./ttl-left";
 import Link from "next/link";
 import { useId, useRef, useState } from "react";
 import type { ApiRebuild, ApiRebuildDetail } from "@/lib/api/rebuilds";
-import { formatDurationMs, formatRunDuration, runDurationNote } from "@/lib/ui/format";
+import { formatDurationMs, formatRunDuration, runDurationNote, SKIPS_TITLE } from "@/lib/ui/format";
 import { releasingText } from "@/lib/ui/release-notice";
 import { LIVE_POLL_MS, rebuildDetailQuery, rebuildHref } from "@/lib/ui/queries";
 import { ClaimTrail } from "./claim-trail";
@@ -298,10 +298,7 @@ function EntryCard({
             <span className="text-slate-500">none started</span>
           )}
         </dd>
-        <dt
-          className="text-slate-500"
-          title="runs skipped in a row because the claim was held (claim-held); already-rebuilt skips do not count"
-        >
+        <dt className="text-slate-500" title={SKIPS_TITLE}>
           Claim-held skips in a row
         </dt>
         <dd data-field="skips">{entry.consecutiveSkips}</dd>

@@ -20,7 +20,7 @@ import { usePollEvery } from "./live-events";
 import { CursorPager } from "./cursor-pager";
 import { DataTable } from "./data-table";
 import { NotReadYet } from "./not-read-yet";
-import { formatRunDuration, runDurationNote } from "@/lib/ui/format";
+import { formatRunDuration, runDurationNote, SKIPS_TITLE } from "@/lib/ui/format";
 import { releasingText } from "@/lib/ui/release-notice";
 import { RunStrip, RunStripLegend } from "./run-strip";
 import { useCanOperate } from "./role";
@@ -192,7 +192,7 @@ function RebuildRow({
             <span className="text-slate-500">none started</span>
           )}
         </td>
-        <td className="px-3 py-2" data-field="skips">
+        <td className="px-3 py-2" data-field="skips" title={SKIPS_TITLE}>
           {rebuild.consecutiveSkips}
         </td>
         <td className="px-3 py-2 text-xs">

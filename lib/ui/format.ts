@@ -84,3 +84,11 @@ export function formatLogLine(line: string, zone: TimeZoneChoice = "utc"): strin
 export function isoOf(ms: number): string {
   return new Date(ms).toISOString();
 }
+
+/**
+ * What a skip count means wherever one is shown: the claim-held skips since the rebuild (+ tenant)
+ * last completed a build, not only those behind its current holder (a request skipped behind a run
+ * that then failed is still not served).
+ */
+export const SKIPS_TITLE =
+  "requests skipped because the claim was held for their version (claim-held), since this rebuild last completed a build: they ride on the holder's run; if it failed, they were not served. Already-rebuilt skips do not count";
