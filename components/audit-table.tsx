@@ -87,10 +87,13 @@ function describeDetail(detail: Record<string, unknown>): string {
     .join(" ");
 }
 
-/** A force release links to the claim trail of its rebuild (who held it, what happened next). */
+/**
+ * A force release links to the claim trail of its rebuild (who held it, what happened next); a
+ * claim of no rebuild (the alert evaluator's, a pruner's) has no rebuild page to link to.
+ */
 function TrailLink({ detail }: { detail: Record<string, unknown> }) {
   const holder = detail.holder as { rebuild?: unknown; tenant?: unknown } | undefined;
-  if (!holder || typeof holder.rebuild !== "string") return null;
+  if (!holder || typeof holder.rebuild !== "string" || holder.rebuild === "") return null;
   const tenant = typeof holder.tenant === "string" ? holder.tenant : null;
   return (
     <>
