@@ -270,7 +270,9 @@ export function startRebuildWorker(
       if (error instanceof RebuildError) {
         // A retry needs the job: one the queue's Redis lost meanwhile is queued again.
         if (error.retry) await requeueOnce?.();
-        log(`job ${jobId}: ${error.retry ? "transient failure, will retry" : "failed"}: ${error.message}`);
+        log(
+          `job ${jobId}: ${error.retry ? "transient failure, will retry" : (error.ended ?? "failed")}: ${error.message}`,
+        );
         throw error.retry ? error : new UnrecoverableError(error.message);
       }
       throw error;

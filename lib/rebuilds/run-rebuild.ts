@@ -289,11 +289,18 @@ export class RebuildError extends Error {
     /** Another attempt may succeed (transient I/O, declared exit code, lost claim). */
     readonly retry: boolean,
     readonly runId: string | null,
-    options?: { cause?: unknown },
+    options?: {
+      cause?: unknown;
+      /** How its record ended when not `failed` (a superseded pickup): what the worker's log says. */
+      ended?: FinalRunStatus;
+    },
   ) {
     super(message, options);
     this.name = "RebuildError";
+    this.ended = options?.ended ?? null;
   }
+
+  readonly ended: FinalRunStatus | null;
 }
 
 /**
@@ -1015,7 +1022,7 @@ class RebuildAttempt {
     if (owns === false) {
       const reason = `${what}: a later attempt of this job (${heldBy}) holds ${this.claim}; this attempt lost its job lock and ends`;
       await this.finish("superseded", { ...fields, reason });
-      throw new RebuildError(reason, false, this.runId);
+      throw new RebuildError(reason, false, this.runId, { ended: "superseded" });
     }
     const waitMs = Math.max(DEFER_MIN_MS, Math.min(DEFER_MAX_MS, pttlMs + 100));
     const reason = `${what}; deferred, the request is kept: ${this.claim} is held by ${heldBy} of this same job, numbered after this one although this attempt holds the job (the queue's Redis may have lost pickups)`;

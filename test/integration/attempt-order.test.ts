@@ -149,6 +149,7 @@ test("an earlier attempt that lost its job lock finds a later one building: supe
   );
   assert.ok(error instanceof RebuildError, `attempt 1 threw ${String(error)}`);
   assert.equal(error.retry, false, "no retry: the later attempt carries the request on");
+  assert.equal(error.ended, "superseded", "the worker logs it as superseded, not failed");
   const first = await readRun(bed.main, bed.keys, runIdOf("order-a", 1));
   assert.equal(first?.status, "superseded");
   assert.match(first?.reason ?? "", /later attempt of this job \(attempt 2/);
