@@ -7,6 +7,7 @@ import {
   MAX_CLAIMS_PAGE,
   readClaimTrail,
   readEndedClaims,
+  type ClaimHolder,
   type ClaimInfo,
   type TrailEntry,
 } from "../claims";
@@ -127,12 +128,34 @@ export const releaseBody = z.strictObject({
   reason: reasonText(3),
 });
 
+/** A holder in words, for a release that found the claim in other hands: who, which run, version and fence. */
+function describeHolder(holder: ClaimHolder): string | null {
+  const who = holder.workerId ? `worker ${holder.workerId}` : holder.host ? `host ${holder.host}` : null;
+  const what = [
+    holder.runId ? `run ${holder.runId}` : null,
+    holder.version ? `version ${holder.version}` : null,
+    holder.fence !== null ? `fence ${holder.fence}` : null,
+  ].filter(Boolean);
+  if (!who && what.length === 0) return null;
+  return `${who ?? "another holder"}${what.length ? ` (${what.join(", ")})` : ""}`;
+}
+
 export type ReleaseOutcome =
   /** The holder is told to stop; the claim is free when it has, at the latest in `releaseWindowMs`. */
   | { status: "released"; auditId: string; releaseWindowMs: number }
   /** Already force-released; its holder has not stopped yet. */
   | { status: "releasing"; auditId: string; releaseWindowMs: number }
-  | { status: "not-owner"; auditId: string; currentHolder: string | null }
+  /**
+   * Held with another token now: `currentHolder` says by whom in words (worker or host, run,
+   * version, fence), `currentRunId` and `currentFence` for scripts.
+   */
+  | {
+      status: "not-owner";
+      auditId: string;
+      currentHolder: string | null;
+      currentRunId: string | null;
+      currentFence: number | null;
+    }
   | { status: "missing"; auditId: string };
 
 export async function releaseClaimAsOperator(
@@ -153,7 +176,9 @@ export async function releaseClaimAsOperator(
     return {
       status: "not-owner",
       auditId: result.auditId,
-      currentHolder: result.holder.workerId ?? result.holder.host,
+      currentHolder: describeHolder(result.holder),
+      currentRunId: result.holder.runId,
+      currentFence: result.holder.fence,
     };
   }
   if (result.status === "released" || result.status === "releasing") {
