@@ -74,7 +74,9 @@ export const retry: CommandSpec = {
         case "already-retried":
           return refused(
             "already-retried",
-            `not retried: run ${runId} was retried already as job ${result.jobId}, which is ${result.jobState}; follow that one (audit entry ${result.auditId})`,
+            result.viaRunId
+              ? `not retried: run ${runId}'s job was retried already, from its run ${result.viaRunId}, as job ${result.jobId}, which is ${result.jobState}; follow that one (audit entry ${result.auditId})`
+              : `not retried: run ${runId} was retried already as job ${result.jobId}, which is ${result.jobState}; follow that one (audit entry ${result.auditId})`,
             result,
           );
         case "unknown-rebuild":

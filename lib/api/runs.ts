@@ -11,7 +11,7 @@ import type { WebContext } from "../web/context";
 import { badRequest, notFound } from "./errors";
 import { checkRebuildFilter } from "./rebuild-input";
 import { NAME_PATTERN as NAME } from "../names";
-import { readRetriedAs } from "../operations/retry";
+import { readJobRetriedAs, readRetriedAs } from "../operations/retry";
 
 export const MAX_RUNS_PAGE = 200;
 
@@ -77,8 +77,11 @@ export interface RunDetail extends RunRecord {
   forceRelease: { auditId: string; actor: string; reason: string; at: number } | null;
   /** The same job's next attempt, once it has started (a force release's retry, a backoff's). */
   nextAttempt: { id: string; status: RunStatus } | null;
-  /** The job an operator's Retry of this run queued (lib/operations/retry.ts), if any. */
-  retriedAs: { jobId: string } | null;
+  /**
+   * The job an operator's Retry of this run queued (lib/operations/retry.ts), if any; else the
+   * job a Retry of another attempt of its job queued (`viaRunId`: that attempt).
+   */
+  retriedAs: { jobId: string; viaRunId?: string } | null;
   /** A run in flight whose worker stopped beating: its last beat (Redis clock); else null. */
   workerSilentSince: number | null;
 }
@@ -96,14 +99,16 @@ export async function getRunDetail(context: WebContext, runId: string): Promise<
   ]);
   if (!run) throw notFound(`no run ${runId}`);
   const inFlight = run.status === "running" || run.status === "queued";
-  const [forceRelease, next, workerSilentSince, retriedAs] = await Promise.all([
+  const [forceRelease, next, workerSilentSince, retriedAs, jobRetriedAs] = await Promise.all([
     run.startedAt !== null && run.finishedAt !== null && ENDED_BY_RELEASE.has(run.status)
       ? findForceReleaseOfRun(connections.main, connections.keys, run.id, run.startedAt - 1_000, run.finishedAt)
       : null,
     readRun(connections.main, connections.keys, runIdOf(run.jobId, run.attempt + 1)),
     inFlight && run.workerId ? silentSince(connections.main, connections.keys, run.workerId) : null,
     readRetriedAs(connections.main, connections.keys, run.id),
+    readJobRetriedAs(connections.main, connections.keys, run.jobId),
   ]);
+  const viaJob = jobRetriedAs?.runId && jobRetriedAs.runId !== run.id ? jobRetriedAs : null;
   return {
     ...run,
     log,
@@ -114,7 +119,7 @@ export async function getRunDetail(context: WebContext, runId: string): Promise<
       at: forceRelease.at,
     },
     nextAttempt: next && { id: next.id, status: next.status },
-    retriedAs: retriedAs && { jobId: retriedAs.jobId },
+    retriedAs: retriedAs ? { jobId: retriedAs.jobId } : viaJob && { jobId: viaJob.jobId, viaRunId: viaJob.runId! },
     workerSilentSince,
   };
 }

@@ -27,7 +27,7 @@ import type { RunStatus } from "../runs/types";
 export interface RetryDeps {
   queue: Pick<Queue, "add" | "getJobState">;
   main: ScriptingClient &
-    Pick<Redis, "hgetall" | "lrange" | "set" | "get" | "exists" | "pexpire" | "hset" | "call" | "on">;
+    Pick<Redis, "hgetall" | "lrange" | "set" | "get" | "exists" | "pexpire" | "hset" | "call" | "on" | "multi">;
   keys: RedisKeys;
   definitions: Definitions;
   /** Replicas that must have the retry's job before it is answered queued (`CLAIMWATCH_TRIGGER_REPLICAS`). */
@@ -85,7 +85,7 @@ export async function readRetriedAs(
 }
 
 /** The newest Retry of any attempt of `jobId` (the run retried and the job it queued), if any. */
-async function readJobRetriedAs(
+export async function readJobRetriedAs(
   client: Pick<Redis, "get">,
   keys: RedisKeys,
   jobId: string,
@@ -93,6 +93,45 @@ async function readJobRetriedAs(
   const raw = await client.get(keys.jobRetriedAs(jobId));
   const stored = raw ? parseStoredJson(RETRIED_AS_SCHEMA, raw) : null;
   return stored ? { jobId: stored.jobId, requestId: stored.requestId ?? null, runId: stored.runId ?? null } : null;
+}
+
+/** The most retry jobs followed from a job to the Retries of its retries (`pendingRetry`). */
+const RETRY_CHAIN_MAX = 20;
+
+/**
+ * A Retry of `run`, or of its job, still to run (its job waiting, delayed or active): the run's own
+ * Retry, then its job's newest Retry and, job by job, the newest Retry of each retry's own runs
+ * (an operator may have retried the retry; the queue may give the first job up after either).
+ * `viaRunId`: the run that Retry was of, when not `run`. A Retry sent again with its request id
+ * is not in the way of itself.
+ */
+async function pendingRetry(
+  deps: RetryDeps,
+  run: { id: string; jobId: string },
+  requestId: string | undefined,
+): Promise<{ jobId: string; jobState: string; viaRunId?: string } | null> {
+  const { main, keys } = deps;
+  const own = await readRetriedAs(main, keys, run.id);
+  const candidates: { jobId: string; requestId: string | null; viaRunId?: string }[] = own ? [own] : [];
+  const followed = new Set<string>();
+  for (let job = run.jobId; candidates.length <= RETRY_CHAIN_MAX && !followed.has(job);) {
+    followed.add(job);
+    const marker = await readJobRetriedAs(main, keys, job);
+    if (!marker) break;
+    const via = marker.runId && marker.runId !== run.id ? { viaRunId: marker.runId } : {};
+    candidates.push({ jobId: marker.jobId, requestId: marker.requestId, ...via });
+    job = marker.jobId;
+  }
+  const asked = new Set<string>();
+  for (const candidate of candidates) {
+    if (asked.has(candidate.jobId) || (requestId && candidate.requestId === requestId)) continue;
+    asked.add(candidate.jobId);
+    const jobState = await deps.queue.getJobState(candidate.jobId).catch(() => "unknown");
+    if (PENDING_JOB_STATES.has(jobState)) {
+      return { jobId: candidate.jobId, jobState, ...(candidate.viaRunId ? { viaRunId: candidate.viaRunId } : {}) };
+    }
+  }
+  return null;
 }
 
 export async function retryRun(
@@ -123,29 +162,16 @@ export async function retryRun(
   // Retried already and that job still to run: a second Retry (another tab, a double click in
   // two windows) would only queue a duplicate. The same request sent again goes on: the trigger
   // answers it with its job.
-  // The same for a Retry of another attempt of this job: the queue may give a job up (a new
-  // attempt's record) after an operator retried its earlier attempt, which offers Retry again.
-  const previous = await readRetriedAs(main, keys, runId);
-  const ofJob = await readJobRetriedAs(main, keys, run.jobId);
-  for (const earlier of [previous, ofJob?.runId && ofJob.runId !== runId ? ofJob : null]) {
-    if (!earlier || (input.requestId && earlier.requestId === input.requestId)) continue;
-    const jobState = await deps.queue.getJobState(earlier.jobId).catch(() => "unknown");
-    if (!PENDING_JOB_STATES.has(jobState)) continue;
-    const viaRunId = earlier === previous ? undefined : (ofJob?.runId ?? undefined);
+  const pending = await pendingRetry(deps, run, input.requestId);
+  if (pending) {
+    const { jobId, jobState, viaRunId } = pending;
     const auditId = await audit("refused", {
       outcome: "already-retried",
-      jobId: earlier.jobId,
+      jobId,
       jobState,
       ...(viaRunId ? { viaRunId } : {}),
     });
-    return {
-      status: "already-retried",
-      runId,
-      jobId: earlier.jobId,
-      jobState,
-      ...(viaRunId ? { viaRunId } : {}),
-      auditId,
-    };
+    return { status: "already-retried", runId, jobId, jobState, ...(viaRunId ? { viaRunId } : {}), auditId };
   }
   const result = await triggerRebuild(deps.queue, main, keys, deps.definitions, run.rebuild, {
     ...(run.tenant ? { tenant: run.tenant } : {}),
@@ -159,8 +185,11 @@ export async function retryRun(
   });
   if ("jobId" in result) {
     const retriedAs = { jobId: result.jobId, requestId: input.requestId ?? null };
-    await main.set(keys.retriedAs(runId), JSON.stringify(retriedAs), "PX", RETRIED_AS_KEPT_MS);
-    await main.set(keys.jobRetriedAs(run.jobId), JSON.stringify({ ...retriedAs, runId }), "PX", RETRIED_AS_KEPT_MS);
+    await main
+      .multi()
+      .set(keys.retriedAs(runId), JSON.stringify(retriedAs), "PX", RETRIED_AS_KEPT_MS)
+      .set(keys.jobRetriedAs(run.jobId), JSON.stringify({ ...retriedAs, runId }), "PX", RETRIED_AS_KEPT_MS)
+      .exec();
   }
   if (result.status === "not-replicated") {
     const auditId = await audit("done", { outcome: result.status, jobId: result.jobId });

@@ -7,7 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { Queue, UnrecoverableError, Worker } from "bullmq";
+import { Queue, UnrecoverableError, Worker, type Job } from "bullmq";
 import { acquireClaim, claimName, readClaim, releaseClaim } from "../../lib/claims";
 import { listAudit } from "../../lib/audit";
 import { missedTickProblems } from "../../lib/health/operations";
@@ -299,29 +299,36 @@ test("a run retried once is not retried again while that job is to run: refused 
   await (await bed.queue.getJob((later as { jobId: string }).jobId))?.remove();
 });
 
-test("a Retry of a job's attempt written after another attempt was retried (the queue gave the job up) is refused while that retry is pending: one forced rebuild, not two", async () => {
+test("a Retry of a job's attempt written after another attempt, or that Retry's run, was retried (the queue gave the job up) is refused while that retry is pending: one forced rebuild, not two; once it ended, it queues (review helper-176)", async () => {
   const worker = await bed.startWorker();
   let failedId: string;
   let jobId: string;
+  let retryJob: string;
+  let retryRunId: string;
   try {
     jobId = await bed.trigger("flaky", { version: "f3" });
     failedId = (await bed.waitForRun((r) => r.jobId === jobId && r.status === "failed", 30_000)).id;
+    // Retried, and the retry failed as well.
+    const first = await retryRun(deps(), { runId: failedId, actor: operator, reason: "fixed the input" });
+    assert.equal(first.status, "queued", JSON.stringify(first));
+    retryJob = (first as { jobId: string }).jobId;
+    retryRunId = (await bed.waitForRun((r) => r.jobId === retryJob && r.status === "failed", 30_000)).id;
   } finally {
     await worker.stop();
   }
-  // No worker runs: the retry's job waits.
-  const first = await retryRun(deps(), { runId: failedId, actor: operator, reason: "fixed the input" });
-  assert.equal(first.status, "queued", JSON.stringify(first));
-  const { jobId: retryJob } = first as { jobId: string };
-  // A worker picked the retry up (a job still waiting would take the next Retry in as the same
+  // The retry's run retried in its turn (no worker runs: its job waits) …
+  const again = await retryRun(deps(), { runId: retryRunId, actor: operator, reason: "fixed it for real" });
+  assert.equal(again.status, "queued", JSON.stringify(again));
+  const { jobId: secondRetryJob } = again as { jobId: string };
+  // … and a worker picked it up (a job still waiting would take the next Retry in as the same
   // request): taken by hand here, so it stays active while the rest is asked.
   const connection = bed.main.duplicate();
   const picker = new Worker(REBUILD_QUEUE, null, { connection, prefix: queuePrefix(bed.keys) });
-  const picked = await picker.getNextJob("operations-test-picker");
+  let picked: Job | undefined = await picker.getNextJob("operations-test-picker");
   try {
-    assert.equal(picked?.id, retryJob);
-    // The job's next attempt is recorded after that Retry, failed: what the worker writes when the
-    // queue gives a job up at its next pickup (lib/rebuilds/unrun-attempt.ts, as the worker calls it).
+    assert.equal(picked?.id, secondRetryJob);
+    // The first job's next attempt is recorded after those Retries, failed: what the worker writes
+    // when the queue gives a job up at its next pickup (lib/rebuilds/unrun-attempt.ts).
     const job = (await bed.queue.getJob(jobId))!;
     const failedRun = (await bed.allRuns()).find((r) => r.id === failedId)!;
     const { runId: laterId } = await recordUnrunAttempt(
@@ -331,10 +338,18 @@ test("a Retry of a job's attempt written after another attempt was retried (the 
     );
     assert.notEqual(laterId, failedId);
 
-    const second = await retryRun(deps(), { runId: laterId, actor: operator, reason: "from the newer attempt's page" });
-    assert.equal(second.status, "already-retried", JSON.stringify(second));
-    assert.equal((second as { jobId: string }).jobId, retryJob);
-    assert.equal((second as { viaRunId?: string }).viaRunId, failedId);
+    const refused = await retryRun(deps(), {
+      runId: laterId,
+      actor: operator,
+      reason: "from the newer attempt's page",
+    });
+    assert.equal(refused.status, "already-retried", JSON.stringify(refused));
+    assert.equal(
+      (refused as { jobId: string }).jobId,
+      secondRetryJob,
+      "the pending one, found through the first retry",
+    );
+    assert.equal((refused as { viaRunId?: string }).viaRunId, retryRunId);
     const forced = (await bed.queue.getJobs(["waiting", "delayed", "prioritized"])).filter(
       (j) => j?.data.force === true && j.data.rebuild === "flaky",
     );
@@ -343,6 +358,12 @@ test("a Retry of a job's attempt written after another attempt was retried (the 
       [],
       "no second forced job queued behind the one running",
     );
+
+    // Once that retry ended, a Retry of the newer attempt queues.
+    await picked?.moveToFailed(new UnrecoverableError("retry over"), "operations-test-picker");
+    picked = undefined;
+    const queued = await retryRun(deps(), { runId: laterId, actor: operator, reason: "the retry failed too" });
+    assert.equal(queued.status, "queued", JSON.stringify(queued));
   } finally {
     for (const j of await bed.queue.getJobs(["waiting", "delayed", "prioritized"]))
       if (j?.data.force === true && j.data.rebuild === "flaky") await j.remove();
