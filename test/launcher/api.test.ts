@@ -571,6 +571,9 @@ test("a refused operation is a 409 in the error shape, its outcome kept beside t
     assert.equal(notOwner.body.status, "not-owner");
     assert.equal(typeof notOwner.body.auditId, "string");
     assert.ok("currentHolder" in notOwner.body, JSON.stringify(notOwner.body));
+    // Who holds it now, in full: the version and fence as well as the host.
+    assert.match(String(notOwner.body.currentHolder), /version v1, fence \d+\)$/, JSON.stringify(notOwner.body));
+    if (grant.status === "acquired") assert.equal(notOwner.body.currentFence, grant.fence);
   } finally {
     if (grant.status === "acquired") await releaseClaim(bed.claims, bed.keys, name, grant.token);
   }
