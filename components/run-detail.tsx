@@ -138,7 +138,17 @@ export function RunDetailView({ initial, id }: { initial: RunDetail | null; id: 
           <Link className="text-sky-700 underline" href={`/runs?jobId=${encodeURIComponent(run.retriedAs.jobId)}`}>
             {run.retriedAs.jobId}
           </Link>{" "}
-          (an operator's Retry of this run)
+          {run.retriedAs.viaRunId ? (
+            <>
+              (an operator's Retry of run{" "}
+              <Link className="text-sky-700 underline" href={`/runs/${encodeURIComponent(run.retriedAs.viaRunId)}`}>
+                {run.retriedAs.viaRunId}
+              </Link>{" "}
+              of this job)
+            </>
+          ) : (
+            "(an operator's Retry of this run)"
+          )}
         </span>
       ) : null,
     ],
@@ -192,7 +202,19 @@ export function RunDetailView({ initial, id }: { initial: RunDetail | null; id: 
           Steps
         </h2>
         <div className="mt-1">
-          <StepsGantt steps={run.steps} runStartedAt={run.startedAt} />
+          <StepsGantt
+            steps={run.steps}
+            runStartedAt={run.startedAt}
+            openUntil={
+              running
+                ? run.workerSilentSince
+                  ? { at: run.workerSilentSince, why: "its worker went silent" }
+                  : null
+                : run.finishedAt
+                  ? { at: run.finishedAt, why: "the run ended" }
+                  : null
+            }
+          />
         </div>
       </section>
       <section aria-labelledby="log-title">

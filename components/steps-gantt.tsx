@@ -18,9 +18,24 @@ const STEP_COLOURS: Record<StepRecord["status"], string> = {
   aborted: "#f97316",
 };
 
-/** A run's steps as a Gantt chart: one row per step from its start to its end (now, while it runs). */
-export function StepsGantt({ steps, runStartedAt }: { steps: StepRecord[]; runStartedAt: number | null }) {
-  const now = useServerNow();
+/**
+ * A run's steps as a Gantt chart: one row per step from its start to its end (now, while it runs).
+ * A step not seen ending stops at `openUntil` when given (its worker went silent, or the run was
+ * closed without it): it does not count up as if it were still running.
+ */
+export function StepsGantt({
+  steps,
+  runStartedAt,
+  openUntil = null,
+}: {
+  steps: StepRecord[];
+  runStartedAt: number | null;
+  /** Where a step without an end stops, and why (the chart's "so far" otherwise). */
+  openUntil?: { at: number; why: string } | null;
+}) {
+  const serverNow = useServerNow();
+  const now = openUntil ? openUntil.at : serverNow;
+  const openNote = openUntil ? ` until ${openUntil.why}, not seen ending` : " so far";
   if (steps.length === 0) return <p className="text-sm text-slate-500">no steps ran</p>;
   const start = Math.min(runStartedAt ?? Infinity, ...steps.map((s) => s.startedAt));
   const end = Math.max(...steps.map((s) => s.finishedAt ?? now), start + 1_000);
@@ -62,10 +77,11 @@ export function StepsGantt({ steps, runStartedAt }: { steps: StepRecord[]; runSt
                 rx={2}
                 fill={STEP_COLOURS[step.status]}
               >
-                <title>{`${step.name}: ${step.status}, ${formatDurationMs(took)}${step.finishedAt ? "" : " so far"}`}</title>
+                <title>{`${step.name}: ${step.status}, ${formatDurationMs(took)}${step.finishedAt ? "" : openNote}`}</title>
               </rect>
               <text x={x2 + 6} y={i * ROW + ROW / 2} dy="0.32em" className="fill-slate-600 text-[11px]">
                 {step.status} · {formatDurationMs(took)}
+                {step.finishedAt || !openUntil ? "" : ` (${openUntil.why})`}
               </text>
             </g>
           );
