@@ -430,9 +430,9 @@ async function shutdown(signal: NodeJS.Signals): Promise<void> {
     settledWithin(running.settleGivenUp(), 2_000),
   ]);
   const dropped = await legacyDropped;
-  if (dropped > 0)
+  if (dropped.outputs > 0)
     log(
-      `shutdown: ${dropped} publish(es) not added to the legacy list .published-fence (its lock was held); workers of the previous version may not see them`,
+      `shutdown: the legacy file .published-fence of ${dropped.outputs} output(s) not updated (its lock was held, or the write did not end in time): ${dropped.runs} publish(es) not listed there and its fence not raised; workers of the previous version may not see them`,
     );
   let removingDirs: Promise<void> = Promise.resolve();
   if (!dirsTaken) {

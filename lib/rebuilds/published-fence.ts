@@ -577,21 +577,24 @@ const LATER_WAIT_MS = 5_000;
 const later = new Map<string, { fence: number; hash: string; runs: PublishedRun[] }>();
 /** Background writes not ended yet (waiting for the lock, or writing). */
 const laterPending = new Set<Promise<void>>();
+/** Background writes that have their lock and are writing (out of `later`: new asks start another). */
+const laterWriting = new Set<{ fence: number; hash: string; runs: PublishedRun[] }>();
 
 /**
  * At a worker's stop: waits up to `waitMs` for the background legacy writes (each takes its lock
- * as soon as the holder lets go); answers how many publishes the ones still waiting would have
- * listed (dropped with the process: the caller says so).
+ * as soon as the holder lets go); answers what the ones not ended would have written (dropped with
+ * the process: the caller says so): how many outputs' files, and the publishes they would list.
  */
-export async function settleLegacyWrites(waitMs: number): Promise<number> {
-  if (laterPending.size === 0) return 0;
+export async function settleLegacyWrites(waitMs: number): Promise<{ outputs: number; runs: number }> {
+  if (laterPending.size === 0) return { outputs: 0, runs: 0 };
   let timer: NodeJS.Timeout | undefined;
   await Promise.race([
     Promise.all([...laterPending]),
     new Promise<void>((resolve) => (timer = setTimeout(resolve, waitMs))),
   ]);
   clearTimeout(timer);
-  return [...later.values()].reduce((sum, pending) => sum + Math.max(1, pending.runs.length), 0);
+  const left = [...later.values(), ...laterWriting];
+  return { outputs: left.length, runs: left.reduce((sum, pending) => sum + pending.runs.length, 0) };
 }
 
 /**
@@ -617,11 +620,13 @@ function writeLegacyLater(outputDir: string, fence: number, hash: string, publis
     lockOutputFile(outputDir, LEGACY_LOCK_FILE, LATER_WAIT_MS).then(
       async (lock) => {
         later.delete(outputDir);
+        laterWriting.add(mine);
         try {
           if (await replaceLegacy(outputDir, mine.fence, mine.hash, mine.runs)) await syncPath(outputDir);
         } catch {
           // best effort
         } finally {
+          laterWriting.delete(mine);
           lock.release();
           end();
         }

@@ -606,7 +606,8 @@ async function holdUntilNewer(
   const pause = events.record("pause", {
     pid: victim.pid,
     workerId: victim.id,
-    ms: SLOW_SWAP_HOLD_MAX_MS + SLOW_SWAP_NEWER_SWAP_MS,
+    // As planned; held on for a newer holder it lasts longer (its `resume` says when it ended).
+    ms: SLOW_SWAP_HOLD_MS + SLOW_SWAP_NEWER_SWAP_MS,
     jobs,
     during: "slow-swap",
   });
@@ -669,6 +670,8 @@ async function holdUntilNewer(
       if (pointer && pointer.fence > inside.fence && pointer.value !== inside.build) {
         newer = { fence: pointer.fence, build: pointer.value, runId: pointer.runId };
         newerSeenAt = Date.now();
+        // Seen late in the hold: still paused long enough for its swap to be made and seen.
+        holdUntil = Math.max(holdUntil, newerSeenAt + SLOW_SWAP_NEWER_SWAP_MS);
       }
     }
     if (newer && Date.now() - newerSeenAt >= SLOW_SWAP_NEWER_SWAP_MS) break;
