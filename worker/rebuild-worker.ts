@@ -250,12 +250,22 @@ export function startRebuildWorker(
         case "deferred":
           await requeueOnce?.();
           return defer(job, token, outcome.until, outcome.note ?? `output held by ${outcome.heldBy}`, !outcome.note);
-        case "handed-back":
+        case "handed-back": {
           if (lockLost()) await requeueOnce?.();
           // A stale token (the lock ran out while this worker stalled: the job is another
           // attempt's, or the stalled check moves it back) is refused: nothing to hand back.
-          await job.moveToWait(token).catch((error: unknown) => log(`job ${jobId}: not handed back: ${String(error)}`));
+          const refused = await job.moveToWait(token).then(
+            () => null,
+            (error: unknown) => String(error),
+          );
+          if (refused !== null) {
+            log(`job ${jobId}: not handed back: ${refused}`);
+            // Refused because the job is gone (a Redis restart lost it, and its record had not
+            // told): looked up, and its request queued again when nothing else removed it.
+            if (/missing key/i.test(refused)) await requeueOnce?.();
+          }
           throw new WaitingError();
+        }
         case "cancelled":
           log(`job ${jobId}: ${outcome.reason}`);
           // Failed without a retry: the run record says cancelled, by whom and why.

@@ -1107,10 +1107,7 @@ class RebuildAttempt {
     }
     const failure = classifyFailure(error, { jobSignal: this.job.signal, timeLimitMs: this.definition.timeLimit });
     if (failure.kind === "cancelled") return this.endCancelled(cancellationOf(this.job) ?? failure.reason);
-    if (failure.kind === "hand-back") {
-      await this.finish(failure.status, { reason: failure.reason });
-      return { status: "handed-back", runId: this.runId };
-    }
+    if (failure.kind === "hand-back") return this.handBack(failure.status, failure.reason);
     if (failure.kind === "claim-lost") {
       // A publish in the claims Redis before the loss was noticed (its fence refused by the disk).
       const published = error instanceof ClaimLostError && error.publishedBuildHash;
@@ -1258,6 +1255,40 @@ class RebuildAttempt {
     const written = await this.recorder.finish(status, all, idempotency);
     if (written === "missing") return this.recordAgain(status, all);
     if (written !== "written") this.log(`final record "${status}" not written: the record is ${written}`);
+  }
+
+  /**
+   * The job goes back to the queue (a stop, a deploy): its record ends `status`. A record Redis lost
+   * since it began (a restart from an older snapshot) means the job may be lost with it — then
+   * there is nothing to hand back, and the request would be gone (black-box helper-174): the job
+   * is looked up first and, when gone (not by a cancel or another pickup), its request queued again
+   * as a trigger queues it; the record written again says which.
+   */
+  private async handBack(
+    status: FinalRunStatus,
+    reason: string,
+  ): Promise<Extract<RebuildOutcome, { status: "handed-back" }>> {
+    const fields = { reason, ...(this.steps.length ? { steps: this.steps } : {}) };
+    const written = await this.recorder.finish(status, fields);
+    if (written === "missing") {
+      const check = this.job.requeueIfLost
+        ? await this.job
+            .requeueIfLost()
+            .catch((error: unknown): LostJobCheck => ({ kind: "unknown", why: String(error) }))
+        : null;
+      const said =
+        check?.kind === "requeued"
+          ? `worker shutdown: the job itself is gone from the queue's Redis (it lost its last writes), so there was nothing to hand back: its request ${check.joined ? "joined waiting job" : "was queued again as job"} ${check.jobId}`
+          : check?.kind === "removed"
+            ? "worker shutdown: the job is no longer in the queue (cancelled, or finished by another pickup, meanwhile): not handed back"
+            : check?.kind === "unknown"
+              ? `${reason}, if the queue's Redis still has it (${check.why}): if this job is not run again, trigger the rebuild again`
+              : reason;
+      await this.recordAgain(status, { ...fields, reason: said });
+    } else if (written !== "written") {
+      this.log(`final record "${status}" not written: the record is ${written}`);
+    }
+    return { status: "handed-back", runId: this.runId };
   }
 
   private async recordAgain(status: FinalRunStatus, fields: Partial<RunRecord>): Promise<void> {

@@ -93,6 +93,45 @@ test("a job the queue's Redis lost while it ran: its record says so, and its req
   await worker.stop();
 });
 
+test("a deploy while the queue's Redis restarts without the running job: nothing to hand back, so its request is queued again and its record says so (black-box helper-174)", async () => {
+  const dir = path.join(root, "redis-deploy");
+  const { first, bed, worker } = await snapshotBed(dir);
+  const jobId = await bed.trigger("slow", { version: "v2" });
+  await bed.waitForRun((r) => r.jobId === jobId && r.status === "running", 30_000, "the job running");
+
+  // The crash, and the deploy's SIGTERM while the server is down; then the server again on its
+  // snapshot from before the job.
+  process.kill(first.pid, "SIGKILL");
+  await new Promise<void>((resolve) =>
+    first.child.exitCode !== null || first.child.signalCode !== null
+      ? resolve()
+      : first.child.once("exit", () => resolve()),
+  );
+  const stopped = worker.stop("SIGTERM");
+  await new Promise((r) => setTimeout(r, 1_500));
+  servers.push(await startRedisServer({ dir, port: first.port, extraArgs: RDB_ONLY }));
+  await stopped;
+
+  const ended = await bed.waitForRun((r) => r.jobId === jobId && r.status !== "running", 30_000, "its record");
+  const again = /its request was queued again as job (run-[0-9a-f-]+)/.exec(ended.reason ?? "")?.[1];
+  assert.ok(again, `${ended.status}: ${ended.reason}\n${worker.output()}`);
+  assert.doesNotMatch(ended.reason ?? "", /job handed back to the queue/);
+  assert.ok(await bed.queue.getJob(again), "the request's new job is in the queue");
+
+  // The next worker (the deploy's new one) builds it.
+  const next = await bed.startWorker();
+  try {
+    const rebuilt = await bed.waitForRun(
+      (r) => r.jobId === again && r.status === "rebuilt",
+      90_000,
+      "the request rebuilt",
+    );
+    assert.equal(rebuilt.version, "v2");
+  } finally {
+    await next.stop();
+  }
+});
+
 test("a job whose lock its worker lost and that an operator then cancelled (removed from the queue) is not queued again (review helper-155)", async () => {
   // A step that ignores SIGTERM: the attempt that lost its lock waits out its kill grace, while the
   // stalled check gives the job back and the operator's cancel removes it.
