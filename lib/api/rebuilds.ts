@@ -6,7 +6,7 @@ import { listChangedBuilds } from "../rebuilds/build-integrity";
 import { outputDirOf, tenantProblem, tenantsOf, type RebuildDefinition } from "../rebuilds/definitions";
 import { outputClaimProblem } from "../rebuilds/output-claim";
 import { readSchedulePauses, tickingSchedules, type SchedulePause } from "../rebuilds/schedules";
-import { holderAttemptWorked, schedulerIdOf } from "../rebuilds/queue";
+import { holderJobState, schedulerIdOf } from "../rebuilds/queue";
 import { nextTickAfter } from "../rebuilds/schedule-times";
 import { REQUEST_ID_PATTERN, triggerRebuild } from "../rebuilds/trigger";
 import { hashInputs, idempotencyKey, InputHashCache, VERSION_PATTERN } from "../rebuilds/version";
@@ -357,12 +357,18 @@ async function previewOutcome(
         }),
     readClaim(connections.claims, connections.keys, claimOfRun),
   ]);
-  // The worker's rule: a same-version holder carries the request only while its attempt is worked.
-  const jobWorked =
+  // The worker's rule: a same-version holder carries the request only while its attempt is worked
+  // and its job is not being cancelled.
+  const state =
     claim && claim.holder.version === version
-      ? await holderAttemptWorked(connections.main, connections.keys, claim.holder)
-      : true;
-  const decision = decideRun({ version, force, rebuiltBy, claim: claim && { ...claim, jobWorked } });
+      ? await holderJobState(connections.main, connections.keys, claim.holder)
+      : { worked: true, cancelling: false };
+  const decision = decideRun({
+    version,
+    force,
+    rebuiltBy,
+    claim: claim && { ...claim, jobWorked: state.worked, cancelling: state.cancelling },
+  });
   switch (decision.action) {
     case "skip": {
       if (decision.reason === "already-rebuilt") {
@@ -391,7 +397,9 @@ async function previewOutcome(
         version,
         heldBy: decision.heldBy,
         pttlMs: decision.pttlMs,
-        message: `would wait: ${decision.heldBy} is building version ${decision.heldVersion ?? "?"} (${seconds(decision.pttlMs)} s left)`,
+        message: decision.cancelling
+          ? `would wait: ${decision.heldBy} holds it for version ${decision.heldVersion ?? "?"}, but its job is being cancelled: this request builds once it has stopped (${seconds(decision.pttlMs)} s left)`
+          : `would wait: ${decision.heldBy} is building version ${decision.heldVersion ?? "?"} (${seconds(decision.pttlMs)} s left)`,
       };
     case "take-over": // a new job never shares an id with the holder
     case "superseded":

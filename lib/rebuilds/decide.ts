@@ -28,6 +28,8 @@ export interface RunSituation {
      * (run-rebuild.ts `onHeld`).
      */
     jobWorked?: boolean;
+    /** An operator asked to cancel the holder's job: it ends without building (lib/rebuilds/queue.ts `holderJobState`). */
+    cancelling?: boolean;
   } | null;
   /** The deciding job's id (the preview has none). */
   jobId?: string;
@@ -46,6 +48,8 @@ export type RunDecision =
       waitMs: number;
       /** The holder was force-released and is stopping: the name is free when it has. */
       releasing?: true;
+      /** The holder's job is being cancelled: it builds nothing, so this request waits for it to end. */
+      cancelling?: true;
     }
   | { action: "take-over"; heldBy: string }
   /** A later attempt of the deciding job holds the claim: it carries the request on, this one ends. */
@@ -74,9 +78,11 @@ export function decideRun(situation: RunSituation): RunDecision {
     const later = claim.holder.attempt && situation.attempt && claim.holder.attempt > situation.attempt;
     return { action: later ? "superseded" : "take-over", heldBy };
   }
-  // The holder builds this version and its job is being worked: it carries this request.
-  if (claim.holder.version === situation.version && claim.jobWorked !== false) {
-    return { action: "skip", reason: "claim-held", heldBy, pttlMs: claim.pttlMs };
+  if (claim.holder.version === situation.version) {
+    // Its job being cancelled, it builds nothing: wait for it to end, then build.
+    if (claim.cancelling) return { ...defer, cancelling: true };
+    // The holder builds this version and its job is being worked: it carries this request.
+    if (claim.jobWorked !== false) return { action: "skip", reason: "claim-held", heldBy, pttlMs: claim.pttlMs };
   }
   return defer;
 }

@@ -32,29 +32,36 @@ export function jobLockKey(keys: RedisKeys, jobId: string): string {
 }
 
 /**
- * Whether a claim holder's attempt is the one its job is working now: the job's lock exists and
- * the attempts it started (`ats`) are the holder's (a later attempt may be completing already).
- * A same-version holder carries another job's request only then (lib/rebuilds/decide.ts
- * `jobWorked`). A holder without a job (a test's, an earlier version's) counts as worked; a failed
- * read does not (waiting costs one pickup; trusting a finished attempt can lose the request).
+ * Whether a claim holder's attempt carries other jobs' requests for its version: `worked` — its job
+ * is working it now (the job's lock exists and the attempts it started, `ats`, are the holder's:
+ * a later attempt may be completing already); `cancelling` — an operator asked to cancel its job,
+ * so it ends without building (README: a trigger that arrives while a job is being cancelled gets a
+ * job of its own; black-box helper-174 saw it skipped behind the cancelled one and lost). A
+ * same-version holder carries another job's request only when worked and not cancelling
+ * (lib/rebuilds/decide.ts). A holder without a job (a test's, an earlier version's) counts as
+ * worked; a failed read does not (waiting costs one pickup; trusting a finished attempt can lose
+ * the request).
  */
-export async function holderAttemptWorked(
+export async function holderJobState(
   client: Pick<Redis, "pipeline">,
   keys: RedisKeys,
   holder: { jobId?: string | null; attempt?: number | null | undefined },
-): Promise<boolean> {
-  if (!holder.jobId) return true;
+): Promise<{ worked: boolean; cancelling: boolean }> {
+  if (!holder.jobId) return { worked: true, cancelling: false };
   try {
     const replies = await client
       .pipeline()
       .exists(jobLockKey(keys, holder.jobId))
       .hget(jobKey(keys, holder.jobId), "ats")
+      .exists(keys.cancelRequest(holder.jobId))
       .exec();
-    if (!replies || replies.some(([error]) => error)) return false;
-    if (replies[0]![1] !== 1) return false;
-    return holder.attempt == null || Math.max(1, Number(replies[1]![1] ?? 0)) === holder.attempt;
+    if (!replies || replies.some(([error]) => error)) return { worked: false, cancelling: false };
+    const cancelling = replies[2]![1] === 1;
+    if (replies[0]![1] !== 1) return { worked: false, cancelling };
+    const worked = holder.attempt == null || Math.max(1, Number(replies[1]![1] ?? 0)) === holder.attempt;
+    return { worked, cancelling };
   } catch {
-    return false;
+    return { worked: false, cancelling: false };
   }
 }
 

@@ -68,7 +68,7 @@ import { PRUNING_VERSION } from "./prune";
 import { publishedByRun } from "./published-by-run";
 import { pinOutputClaim } from "./output-claim";
 import { FenceNotRecordedError, readFenceFloor } from "./published-fence";
-import { holderAttemptWorked, rebuildJobData, type RebuildJobData } from "./queue";
+import { holderJobState, rebuildJobData, type RebuildJobData } from "./queue";
 import { recordScheduledTick } from "./schedule-ticks";
 import { confirmRebuiltHeld, rebuiltByNow } from "./rebuilt-by-now";
 import { hashInputs, idempotencyKey } from "./version";
@@ -881,7 +881,7 @@ class RebuildAttempt {
 
   private async onHeld(holder: ClaimHolder, pttlMs: number): Promise<RebuildOutcome> {
     // A same-version holder carries this request only while its attempt is the one its job works
-    // (holderAttemptWorked): one whose job lock is gone, or another attempt's (its worker paused
+    // (holderJobState): one whose job lock is gone, or another attempt's (its worker paused
     // past the lock, the job redelivered and perhaps ended already), may end without building,
     // and two such skips, each trusting the other's ended attempt, lost a request (soak,
     // 2026-12-06). Then this job waits and builds.
@@ -890,16 +890,17 @@ class RebuildAttempt {
     // before") over a newer version published since — the soak lost three requests so (helper-154,
     // review helper-158). Listed before it took the claim: a later publish of an earlier pickup is
     // refused by its fence. Lists that cannot be read count as listed (this request waits).
-    const jobWorked =
+    // Nor one whose job an operator is cancelling (holderJobState): it ends without building.
+    const state =
       holder.version === this.version
-        ? (await holderAttemptWorked(this.deps.main, this.deps.keys, holder)) &&
-          !(await this.holderPublishedBefore(holder))
-        : true;
+        ? await holderJobState(this.deps.main, this.deps.keys, holder)
+        : { worked: true, cancelling: false };
+    const jobWorked = state.worked && !state.cancelling && !(await this.holderPublishedBefore(holder));
     const decision = decideRun({
       version: this.version,
       force: true, // the already-rebuilt rule was applied when the attempt began
       rebuiltBy: null,
-      claim: { holder, pttlMs, jobWorked },
+      claim: { holder, pttlMs, jobWorked, cancelling: state.cancelling },
       jobId: this.job.id,
       attempt: this.job.attempt,
     });
@@ -920,7 +921,9 @@ class RebuildAttempt {
       if (cancelled) return this.endCancelled(cancelled);
       const reason = decision.releasing
         ? `waits ${Math.round(decision.waitMs / 1000)} s: ${this.claim} was force-released and its holder ${decision.heldBy} is stopping`
-        : `waits ${Math.round(decision.waitMs / 1000)} s: ${this.claim} is held by ${decision.heldBy} building ${decision.heldVersion ?? "?"}`;
+        : decision.cancelling
+          ? `waits ${Math.round(decision.waitMs / 1000)} s: ${this.claim} is held by ${decision.heldBy} (job ${holder.jobId ?? "?"}), whose job is being cancelled: it builds nothing, so this request builds once it has stopped`
+          : `waits ${Math.round(decision.waitMs / 1000)} s: ${this.claim} is held by ${decision.heldBy} building ${decision.heldVersion ?? "?"}`;
       this.log(`deferred: ${reason}`);
       await this.finish("deferred", { reason });
       return {

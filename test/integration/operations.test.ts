@@ -128,6 +128,32 @@ test("cancel a running rebuild: steps killed, claim released within killGrace + 
   }
 });
 
+test("a trigger of the same version while a job is being cancelled is not skipped behind it: it waits for the claim (black-box helper-174: skipped claim-held, the request lost)", async () => {
+  const worker = await bed.startWorker();
+  let second: string | null = null;
+  try {
+    const jobId = await bed.trigger("slow", { version: "c9" });
+    await bed.waitForRun((r) => r.jobId === jobId && r.status === "running", 30_000);
+    await until("the step's process", async () => pidsWithMarker(marker).length > 0);
+    await until("the claim", () => readClaim(bed.claims, bed.keys, slowClaim()));
+    const cancelled = await cancelJob(deps(), { jobId, actor: operator, reason: "wrong input" });
+    assert.equal(cancelled.status, "cancelling");
+
+    // The step ignores SIGTERM: the holder keeps the claim until its killGrace ends.
+    second = await bed.trigger("slow", { version: "c9" });
+    assert.notEqual(second, jobId, "a job of its own, not folded into the one being cancelled");
+    const first = await bed.waitForRun((r) => r.jobId === second && r.status !== "running", 30_000);
+    assert.equal(first.status, "deferred", `${first.status}: ${first.reason}`);
+    assert.match(first.reason ?? "", /whose job is being cancelled/);
+    await bed.waitForRun((r) => r.jobId === jobId && r.status === "cancelled", 30_000);
+  } finally {
+    if (second) await cancelJob(deps(), { jobId: second, actor: operator, reason: "test over" }).catch(() => null);
+    if (second) await bed.waitForRun((r) => r.jobId === second && r.status === "cancelled", 60_000).catch(() => null);
+    await worker.stop();
+    killMarkedProcesses();
+  }
+});
+
 test("cancel a waiting job: removed from the queue and recorded cancelled; a finished job is refused", async () => {
   // No worker runs: the job waits.
   const jobId = await bed.trigger("slow", { version: "w1" });

@@ -70,3 +70,20 @@ test("takeovers go one way: an earlier attempt never takes the claim from a late
     "defer",
   );
 });
+
+test("a same-version holder whose job is being cancelled carries no request: wait for it, do not skip (black-box helper-174)", () => {
+  const claim = { holder: holder(), pttlMs: 4_000, cancelling: true };
+  assert.deepEqual(decideRun({ version: "v2", force: false, rebuiltBy: null, claim, jobId: "job-c" }), {
+    action: "defer",
+    heldBy: "w-1",
+    heldVersion: "v2",
+    pttlMs: 4_000,
+    waitMs: 4_100,
+    cancelling: true,
+  });
+  // Forced, too: force skips the idempotency check, never the claim.
+  assert.equal(decideRun({ version: "v2", force: true, rebuiltBy: null, claim, jobId: "job-c" }).action, "defer");
+  // Another version's holder being cancelled: the deferral it always was.
+  const other = decideRun({ version: "v1", force: false, rebuiltBy: null, claim, jobId: "job-c" });
+  assert.equal(other.action, "defer");
+});
