@@ -153,15 +153,6 @@ test("a frozen worker's claim turns Stale; force release marks it releasing and 
   try {
     // Opened once the server reads it stale: what the page shows then must still count up.
     await expect.poll(async () => (await claimsOf(request, "slow-archive"))[0]?.stale, { timeout: 30_000 }).toBe(true);
-    // Its run's page: the worker is silent, and its step stops there instead of counting up
-    // (black-box helper-168: a frozen worker's run page counted up a dead step).
-    await page.goto(`${stack().url}/runs/${encodeURIComponent(running!.id)}`);
-    await expect(page.locator('[data-field="worker-silent"]')).toBeVisible({ timeout: 30_000 });
-    const openStep = page.locator('[data-chart="steps"] text', { hasText: "its worker went silent" });
-    await expect(openStep).toHaveCount(1, { timeout: 15_000 });
-    const shown = await openStep.textContent();
-    await page.waitForTimeout(2_500);
-    expect(await openStep.textContent()).toBe(shown);
     await page.goto(`${stack().url}/claims`);
     const row = page.locator("tr[data-claim]", { hasText: "slow-archive" });
     await expect(row.getByText("Stale", { exact: true })).toBeVisible({ timeout: 30_000 });
@@ -212,6 +203,15 @@ test("a frozen worker's claim turns Stale; force release marks it releasing and 
     await expect(page.locator('[data-field="silent-workers"] [data-silent-worker]')).toContainText(`-${pid}-`, {
       timeout: 30_000,
     });
+    // Its run's page: its step stops where the worker went silent (or where another process
+    // closed the run) instead of counting up (black-box helper-168: a frozen worker's run page
+    // counted up a dead step).
+    await page.goto(`${stack().url}/runs/${encodeURIComponent(running!.id)}`);
+    const openStep = page.locator('[data-chart="steps"] text', { hasText: /its worker went silent|the run ended/ });
+    await expect(openStep).toHaveCount(1, { timeout: 15_000 });
+    const shown = await openStep.textContent();
+    await page.waitForTimeout(2_500);
+    expect(await openStep.textContent()).toBe(shown);
   } finally {
     process.kill(pid, "SIGCONT");
   }

@@ -140,9 +140,11 @@ export class LiveCache {
         const workers = event.report.workers;
         this.knownWorkers = workers ?? known;
         if (known !== null && workers !== null && known !== workers) {
-          // A worker came or went (also one that died without saying so): holders may be stale now.
+          // A worker came or went (also one that died without saying so): holders may be stale now,
+          // and a run page in flight names its worker silent (its steps stop counting up).
           this.invalidateSoon(queryKeys.workers());
           this.invalidateSoon(queryKeys.claims.all());
+          this.invalidateSoon(queryKeys.runs.details());
         }
         break;
       }

@@ -47,7 +47,8 @@ export const queryKeys = {
   runs: {
     all: () => [...queryKeys.all, "runs"] as const,
     list: (filter: RunsFilter) => [...queryKeys.runs.all(), "list", filter] as const,
-    detail: (id: string) => [...queryKeys.runs.all(), "detail", id] as const,
+    details: () => [...queryKeys.runs.all(), "detail"] as const,
+    detail: (id: string) => [...queryKeys.runs.details(), id] as const,
   },
   timeline: {
     all: () => [...queryKeys.all, "timeline"] as const,

@@ -50,6 +50,15 @@ test("a worker that went away (also across a slow probe) makes the claims re-rea
   assert.equal(direct.claimsInvalidated(), true);
   direct.client.clear();
 
+  // An open run page re-reads too: its worker may be the one that went silent.
+  const runKey = queryKeys.runs.detail("run-x-a1");
+  const withRun = setUp();
+  withRun.client.setQueryData(runKey, { id: "run-x-a1" });
+  withRun.cache.apply({ type: "health", report: report(2, 2), at: 2 });
+  await afterCoalescing();
+  assert.equal(withRun.client.getQueryState(runKey)?.isInvalidated, true, "the run page re-reads");
+  withRun.client.clear();
+
   const across = setUp();
   across.cache.apply({ type: "health", report: report(null, 2), at: 2 });
   across.cache.apply({ type: "health", report: report(2, 3), at: 3 });
