@@ -998,7 +998,24 @@ class RebuildAttempt {
           : 0;
     const until = Date.now() + Math.max(DEFER_MIN_MS, Math.min(DEFER_MAX_MS, waitMs));
     const heldBy = claim ? (claim.holder.workerId ?? claim.holder.host ?? "another worker") : "nobody";
-    const reason = `${what}; deferred, the request is kept (output held by ${heldBy})`;
+    // The job itself may be gone with the claim (a Redis restart that lost both: black-box
+    // helper-174): looked up now, as the worker does before it defers, so the record names where
+    // the request went (the worker's own ask gets the same answer).
+    const check = this.job.requeueIfLost
+      ? await this.job
+          .requeueIfLost()
+          .catch((error: unknown): LostJobCheck => ({ kind: "unknown", why: String(error) }))
+      : null;
+    if (check?.kind === "removed") {
+      const reason = `${what}; the job is no longer in the queue (cancelled, or finished by another pickup, meanwhile): not run again`;
+      this.log(reason);
+      await this.finish("aborted", { ...fields, reason });
+      return { status: "deferred", until, heldBy, version: this.version };
+    }
+    const reason =
+      check?.kind === "requeued"
+        ? `${what}; the job itself is gone from the queue's Redis (it lost its last writes): its request ${check.joined ? "joined waiting job" : "was queued again as job"} ${check.jobId}`
+        : `${what}; deferred, the request is kept (output held by ${heldBy})`;
     this.log(reason);
     await this.finish("deferred", { ...fields, reason }).catch((error: unknown) => {
       throw new RebuildError(`recording the deferral failed: ${String(error)}`, true, this.runId, { cause: error });

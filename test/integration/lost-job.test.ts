@@ -31,11 +31,11 @@ after(async () => {
  * A bed on its own RDB-only redis-server in `dir` (`slow`: one 6 s step), a worker, and the
  * snapshot a restart comes back to, taken before any job exists.
  */
-async function snapshotBed(dir: string) {
+async function snapshotBed(dir: string, slow: Record<string, unknown> = {}) {
   const first = await startRedisServer({ dir, extraArgs: RDB_ONLY });
   servers.push(first);
   const bed = await createTestBed(
-    { slow: { output: "out/slow", steps: [slowStep(6)] } },
+    { slow: { output: "out/slow", steps: [slowStep(6)], ...slow } },
     {},
     { redis: { ...first, dir }, url: first.url },
   );
@@ -70,9 +70,8 @@ test("a job the queue's Redis lost while it ran: its record says so, and its req
     60_000,
     "the lost job's attempt ended",
   );
-  // How the attempt learns it: its job lock lost (the record then names the job queued again), or
-  // first its claim (the claims Redis is DB 1 of the same server: then it defers, "the request is
-  // kept"); either way its worker queues the request again and says so.
+  // How the attempt learns it: its job lock lost, or first its claim (the claims Redis is DB 1 of
+  // the same server); either way its worker queues the request again and says so.
   await worker.waitFor(new RegExp(`job ${jobId}: gone from the queue's Redis`), 30_000);
   const again = new RegExp(`job ${jobId}: gone from the queue's Redis.*queued again as job (run-[0-9a-f-]+)`).exec(
     worker.output(),
@@ -80,9 +79,9 @@ test("a job the queue's Redis lost while it ran: its record says so, and its req
   assert.ok(again, worker.output());
   assert.notEqual(again, jobId);
   assert.doesNotMatch(ended.reason ?? "", /the job is redelivered/, `${ended.status} ${ended.reason}`);
-  if (/job lock lost/.test(ended.reason ?? "")) {
-    assert.match(ended.reason ?? "", new RegExp(`its request was queued again as job ${again}`));
-  }
+  // Either way its record names the job its request went to (black-box helper-174: a claim lost
+  // first left "deferred, the request is kept", naming no job).
+  assert.match(ended.reason ?? "", new RegExp(`its request was queued again as job ${again}`), ended.reason ?? "");
   const rebuilt = await bed.waitForRun(
     (r) => r.jobId === again && r.status === "rebuilt",
     90_000,
@@ -90,6 +89,25 @@ test("a job the queue's Redis lost while it ran: its record says so, and its req
   );
   assert.equal(rebuilt.version, "v1");
   assert.match(worker.output(), new RegExp(`job ${jobId}: gone from the queue's Redis`));
+  await worker.stop();
+});
+
+test("a job the queue's Redis lost with its claim, the claim's loss seen first: its record names the job its request was queued again as (black-box helper-174: 'deferred, the request is kept', naming none)", async () => {
+  const dir = path.join(root, "redis-claim-first");
+  // Refreshed every 300 ms: the claim's loss is seen before the job lock's renewal (~1.25 s).
+  const { first, bed, worker } = await snapshotBed(dir, { claim: { ttl: "2s", refreshEvery: "300ms" } });
+  const jobId = await bed.trigger("slow", { version: "v3" });
+  await bed.waitForRun((r) => r.jobId === jobId && r.status === "running", 30_000, "the job running");
+  await crashAndRestart(first, dir);
+
+  const ended = await bed.waitForRun((r) => r.jobId === jobId && r.status !== "running", 60_000, "its record");
+  await worker.waitFor(new RegExp(`job ${jobId}: gone from the queue's Redis`), 30_000);
+  const again = new RegExp(`job ${jobId}: gone from the queue's Redis.*queued again as job (run-[0-9a-f-]+)`).exec(
+    worker.output(),
+  )?.[1];
+  assert.ok(again, worker.output());
+  assert.match(ended.reason ?? "", new RegExp(`its request was queued again as job ${again}`), ended.reason ?? "");
+  await bed.waitForRun((r) => r.jobId === again && r.status === "rebuilt", 90_000, "the request rebuilt");
   await worker.stop();
 });
 
