@@ -223,6 +223,10 @@ export function RetryRunButton({ runId }: { runId: string }) {
           </>
         ) : result.status === "not-retryable" ? (
           `Not retried: the run is ${result.runStatus}.`
+        ) : result.status === "job-pending" ? (
+          `Not retried: its job is still in the queue (${result.jobState}); the queue runs it again.`
+        ) : result.status === "retry-in-progress" ? (
+          "Not retried: another Retry of this job is being queued right now; look again in a moment."
         ) : result.status === "job-went-on" ? (
           `Not retried: its job went on (attempt ${result.laterRunId} is ${result.laterStatus}).`
         ) : result.status === "unknown-rebuild" || result.status === "request-id-reused" ? (

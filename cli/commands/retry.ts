@@ -71,6 +71,18 @@ export const retry: CommandSpec = {
             `not retried: run ${runId}'s job went on: its next attempt ${result.laterRunId} is ${result.laterStatus} (retry the job's last attempt if it did not rebuild; audit entry ${result.auditId})`,
             result,
           );
+        case "job-pending":
+          return refused(
+            "job-pending",
+            `not retried: run ${runId}'s job ${result.queuedJobId} is still in the queue (${result.jobState}): the queue runs it again; retry it once it has ended, if it did not rebuild (audit entry ${result.auditId})`,
+            result,
+          );
+        case "retry-in-progress":
+          return refused(
+            "retry-in-progress",
+            `not retried: another Retry of run ${runId}'s job is being queued at this moment; look again in a moment (audit entry ${result.auditId})`,
+            result,
+          );
         case "already-retried":
           return refused(
             "already-retried",

@@ -129,6 +129,16 @@ export function retryReply(result: RetryResult): Reply {
         result,
         `not retried: run ${result.runId}'s job went on: its next attempt ${result.laterRunId} is ${result.laterStatus} (retry the job's last attempt if it did not rebuild)`,
       );
+    case "job-pending":
+      return refusal(
+        result,
+        `not retried: run ${result.runId}'s job ${result.queuedJobId} is still in the queue (${result.jobState}): the queue runs it again; retry it once it has ended, if it did not rebuild`,
+      );
+    case "retry-in-progress":
+      return refusal(
+        result,
+        `not retried: another Retry of run ${result.runId}'s job is being queued at this moment; look again in a moment`,
+      );
     case "already-retried":
       return refusal(
         result,

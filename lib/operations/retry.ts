@@ -22,12 +22,12 @@ import type { ScriptingClient } from "../redis/scripts";
 import { readRun } from "../runs/records";
 import { runIdOf } from "../runs/types";
 import { RETRYABLE_STATUSES } from "../runs/transitions";
-import type { RunStatus } from "../runs/types";
+import type { RunRecord, RunStatus } from "../runs/types";
 
 export interface RetryDeps {
   queue: Pick<Queue, "add" | "getJobState">;
   main: ScriptingClient &
-    Pick<Redis, "hgetall" | "lrange" | "set" | "get" | "exists" | "pexpire" | "hset" | "call" | "on" | "multi">;
+    Pick<Redis, "hgetall" | "lrange" | "set" | "get" | "exists" | "pexpire" | "hset" | "call" | "on" | "multi" | "del">;
   keys: RedisKeys;
   definitions: Definitions;
   /** Replicas that must have the retry's job before it is answered queued (`CLAIMWATCH_TRIGGER_REPLICAS`). */
@@ -41,6 +41,13 @@ export type RetryResult =
   | { status: "not-found"; runId: string }
   /** The run is not failed, aborted or cancelled (still running, or it did its work). */
   | { status: "not-retryable"; runId: string; runStatus: RunStatus; auditId: string }
+  /**
+   * Its job is still in the queue (`jobState`: a backoff before its next attempt, handed back by a
+   * deploy, or still active): the queue runs it again; a Retry now would be a second forced run.
+   */
+  | { status: "job-pending"; runId: string; queuedJobId: string; jobState: string; auditId: string }
+  /** Another Retry of this job is being queued at this moment: look again in a moment. */
+  | { status: "retry-in-progress"; runId: string; auditId: string }
   /** Its job went on: a later attempt began (`laterRunId`, now `laterStatus`); retry that one if need be. */
   | { status: "job-went-on"; runId: string; laterRunId: string; laterStatus: RunStatus; auditId: string }
   /** Its rebuild or tenant is no longer in the definitions. */
@@ -94,6 +101,9 @@ export async function readJobRetriedAs(
   const stored = raw ? parseStoredJson(RETRIED_AS_SCHEMA, raw) : null;
   return stored ? { jobId: stored.jobId, requestId: stored.requestId ?? null, runId: stored.runId ?? null } : null;
 }
+
+/** How long one Retry may hold its job's retry lock (its trigger waits for replicas at most seconds). */
+const RETRY_LOCK_MS = 15_000;
 
 /** The most retry jobs followed from a job to the Retries of its retries (`pendingRetry`). */
 const RETRY_CHAIN_MAX = 20;
@@ -159,6 +169,37 @@ export async function retryRun(
     const auditId = await audit("refused", { outcome: "job-went-on", laterRunId: later.id, laterStatus: later.status });
     return { status: "job-went-on", runId, laterRunId: later.id, laterStatus: later.status, auditId };
   }
+  // Its job still in the queue: the queue runs it again (after its backoff, or once a worker takes
+  // it back up); a Retry now would run the same request twice (black-box helper-174: two publishes).
+  const ownState = await deps.queue.getJobState(run.jobId).catch(() => "unknown");
+  if (PENDING_JOB_STATES.has(ownState)) {
+    const auditId = await audit("refused", { outcome: "job-pending", jobId: run.jobId, jobState: ownState });
+    return { status: "job-pending", runId, queuedJobId: run.jobId, jobState: ownState, auditId };
+  }
+  // One Retry of a job at a time: two at once (two tabs, two scripts) would each find no Retry
+  // before them and each queue a forced job (black-box helper-174: four of five parallel ones did).
+  const lockToken = `${actor}:${process.pid}:${performance.now()}`;
+  if ((await main.set(keys.retryLock(run.jobId), lockToken, "PX", RETRY_LOCK_MS, "NX")) !== "OK") {
+    const auditId = await audit("refused", { outcome: "retry-in-progress" });
+    return { status: "retry-in-progress", runId, auditId };
+  }
+  try {
+    return await retryUnlocked(deps, input, run, audit);
+  } finally {
+    if ((await main.get(keys.retryLock(run.jobId)).catch(() => null)) === lockToken)
+      await main.del(keys.retryLock(run.jobId)).catch(() => {});
+  }
+}
+
+/** `retryRun` once it holds the job's retry lock. */
+async function retryUnlocked(
+  deps: RetryDeps,
+  input: { runId: string; actor: string; reason: string; requestId?: string },
+  run: RunRecord,
+  audit: (result: "done" | "refused", detail: Record<string, unknown>) => Promise<string>,
+): Promise<RetryResult> {
+  const { main, keys } = deps;
+  const { runId, actor } = input;
   // Retried already and that job still to run: a second Retry (another tab, a double click in
   // two windows) would only queue a duplicate. The same request sent again goes on: the trigger
   // answers it with its job.

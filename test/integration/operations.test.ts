@@ -399,6 +399,48 @@ test("a Retry of a job's attempt written after another attempt, or that Retry's 
   }
 });
 
+test("a Retry of a run whose job is still in the queue (handed back by a deploy) is refused: the queue runs it again; parallel Retries of one run queue one job (black-box helper-174)", async () => {
+  let worker = await bed.startWorker();
+  let jobId: string;
+  try {
+    jobId = await bed.trigger("slow", { version: "c10" });
+    await bed.waitForRun((r) => r.jobId === jobId && r.status === "running", 30_000);
+  } finally {
+    await worker.stop(); // a deploy: the job goes back to the queue
+  }
+  const handedBack = (await bed.waitForRun((r) => r.jobId === jobId && r.status === "aborted", 30_000)).id;
+  assert.match(await bed.queue.getJobState(jobId), /^(waiting|prioritized)$/);
+  const pending = await retryRun(deps(), { runId: handedBack, actor: operator, reason: "looks stuck" });
+  assert.equal(pending.status, "job-pending", JSON.stringify(pending));
+  assert.equal((pending as { queuedJobId: string }).queuedJobId, jobId);
+  await cancelJob(deps(), { jobId, actor: operator, reason: "test: end it" });
+  killMarkedProcesses();
+
+  // A run whose job ended: five Retries at once, each its own request.
+  worker = await bed.startWorker();
+  let failedId: string;
+  try {
+    const flaky = await bed.trigger("flaky", { version: "f5" });
+    failedId = (await bed.waitForRun((r) => r.jobId === flaky && r.status === "failed", 30_000)).id;
+  } finally {
+    await worker.stop();
+  }
+  const answers = await Promise.all(
+    [1, 2, 3, 4, 5].map((n) =>
+      retryRun(deps(), { runId: failedId, actor: operator, reason: `tab ${n}`, requestId: `parallel-retry-000${n}` }),
+    ),
+  );
+  const queued = answers.filter((a) => a.status === "queued");
+  assert.equal(queued.length, 1, JSON.stringify(answers.map((a) => a.status)));
+  for (const answer of answers.filter((a) => a.status !== "queued"))
+    assert.match(answer.status, /^(retry-in-progress|already-retried)$/);
+  const forced = (await bed.queue.getJobs(["waiting", "delayed", "prioritized"])).filter(
+    (j) => j?.data.retryOf === failedId,
+  );
+  assert.equal(forced.length, 1, "one forced job");
+  for (const j of forced) await j?.remove();
+});
+
 test("pause a schedule: nothing enqueued for two ticks, also after a worker restart, no missed tick; resume: the next tick runs", async () => {
   const tickRunsAfter = async (at: number) =>
     (await bed.allRuns()).filter((r) => (scheduledTickOf(r.jobId)?.tickAt ?? 0) > at && r.rebuild === "ticking");
