@@ -87,6 +87,19 @@ test("a scheduled tick without a run is reported as missed, once the scheduler e
   assert.deepEqual(await missedTickProblems(main, keys, parsed.definitions, { now }), [], "paused: nothing is missed");
   await main.hdel(keys.pausedSchedules, "sched.nightly");
 
+  // A run that started before the tick answers nothing; one that started at or after it (a worker
+  // back from an outage ran the earlier tick it found waiting) answers it, as the alert counts
+  // (black-box helper-175: the banner named each answered tick in turn).
+  await main.zadd(keys.runIndex({ rebuild: "nightly" }), tick - 1, "run-before-a1");
+  assert.deepEqual(await missedTickProblems(main, keys, parsed.definitions, { now }), missed, "a run before the tick");
+  await main.zadd(keys.runIndex({ rebuild: "nightly" }), tick + 60_000, "run-catch-up-a1");
+  assert.deepEqual(
+    await missedTickProblems(main, keys, parsed.definitions, { now }),
+    [],
+    "a run that started after it",
+  );
+  await main.zrem(keys.runIndex({ rebuild: "nightly" }), "run-catch-up-a1");
+
   await main.zadd(keys.scheduleTicks("nightly", undefined), tick, "repeat_sched.nightly_1-a1");
   assert.deepEqual(await missedTickProblems(main, keys, parsed.definitions, { now }), [], "the tick ran");
 });
