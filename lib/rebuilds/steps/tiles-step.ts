@@ -58,7 +58,7 @@ export async function runTilesStep(step: TilesStep, context: StepContext): Promi
       const buffer = vtpbf.fromGeojsonVt({ [layer]: tile as never }, { version: 2 });
       const dir = path.join(tilesDir, String(z), String(x));
       await makeDirectory(dir); // a full disk's ENOSPC, not the ENOENT a recursive mkdir says
-      await fs.writeFile(path.join(dir, `${y}.pbf`), buffer);
+      await writeNamed(path.join(dir, `${y}.pbf`), buffer);
       written++;
     }
     if (z < maxZoom) {
@@ -86,4 +86,23 @@ export async function runTilesStep(step: TilesStep, context: StepContext): Promi
   context.log(`[${step.name}] wrote ${written} tiles`);
   context.progress(1);
   return { tiles: written };
+}
+
+/**
+ * `fs.writeFile`, whose error names the file: Node's says only "ENOSPC: no space left on device,
+ * write", and a full disk's reason must name where (black-box helper-175). The errno code stays.
+ */
+async function writeNamed(file: string, data: Uint8Array): Promise<void> {
+  try {
+    await fs.writeFile(file, data);
+  } catch (error) {
+    const failure = error as NodeJS.ErrnoException;
+    if (!failure.code || failure.message.includes(file)) throw error;
+    throw Object.assign(new Error(`${failure.message} '${file}'`, { cause: error }), {
+      code: failure.code,
+      errno: failure.errno,
+      syscall: failure.syscall,
+      path: file,
+    });
+  }
 }
