@@ -247,9 +247,14 @@ export function startRebuildWorker(
         ...(requeueOnce ? { requeueIfLost: requeueOnce } : {}),
       });
       switch (outcome.status) {
-        case "deferred":
-          await requeueOnce?.();
+        case "deferred": {
+          const check = await requeueOnce?.();
+          // Gone from the queue's Redis (its request queued again, or removed on purpose): there is
+          // no job to move; the pickup ends without touching it (review helper-177: moveToDelayed
+          // then BullMQ's own moveToFailed each failed on the missing key).
+          if (check?.kind === "requeued" || check?.kind === "removed") throw new WaitingError();
           return defer(job, token, outcome.until, outcome.note ?? `output held by ${outcome.heldBy}`, !outcome.note);
+        }
         case "handed-back": {
           if (lockLost()) await requeueOnce?.();
           // A stale token (the lock ran out while this worker stalled: the job is another

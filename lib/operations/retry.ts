@@ -102,6 +102,33 @@ export async function readJobRetriedAs(
   return stored ? { jobId: stored.jobId, requestId: stored.requestId ?? null, runId: stored.runId ?? null } : null;
 }
 
+/** How long a job's "active" state is watched for the move its record's end is about to make. */
+const ACTIVE_SETTLE_MS = 2_000;
+/** The most links followed from a lost job to the job its request was queued again as. */
+const REQUEUED_CHAIN_MAX = 10;
+
+/**
+ * The job that still carries `jobId`'s request in the queue, if any: `jobId` itself while waiting,
+ * delayed or active, else the job a worker queued its request again as when the queue's Redis lost
+ * it (`requeuedAs`, followed as a cancel follows it; review helper-177). An active job whose
+ * attempt just recorded its end is moving on (to failed, completed or its backoff): watched for up
+ * to ACTIVE_SETTLE_MS; still active after that (a paused worker), it is pending.
+ */
+async function pendingJobOf(deps: RetryDeps, jobId: string): Promise<{ jobId: string; jobState: string } | null> {
+  const seen = new Set<string>();
+  for (let job: string | null = jobId; job && !seen.has(job) && seen.size <= REQUEUED_CHAIN_MAX;) {
+    seen.add(job);
+    let state = await deps.queue.getJobState(job).catch(() => "unknown");
+    for (const until = performance.now() + ACTIVE_SETTLE_MS; state === "active" && performance.now() < until;) {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      state = await deps.queue.getJobState(job).catch(() => "unknown");
+    }
+    if (PENDING_JOB_STATES.has(state)) return { jobId: job, jobState: state };
+    job = await deps.main.get(deps.keys.requeuedAs(job)).catch(() => null);
+  }
+  return null;
+}
+
 /** How long one Retry may hold its job's retry lock (its trigger waits for replicas at most seconds). */
 const RETRY_LOCK_MS = 15_000;
 
@@ -171,10 +198,11 @@ export async function retryRun(
   }
   // Its job still in the queue: the queue runs it again (after its backoff, or once a worker takes
   // it back up); a Retry now would run the same request twice (black-box helper-174: two publishes).
-  const ownState = await deps.queue.getJobState(run.jobId).catch(() => "unknown");
-  if (PENDING_JOB_STATES.has(ownState)) {
-    const auditId = await audit("refused", { outcome: "job-pending", jobId: run.jobId, jobState: ownState });
-    return { status: "job-pending", runId, queuedJobId: run.jobId, jobState: ownState, auditId };
+  const queued = await pendingJobOf(deps, run.jobId);
+  if (queued) {
+    const { jobId, jobState } = queued;
+    const auditId = await audit("refused", { outcome: "job-pending", jobId, jobState });
+    return { status: "job-pending", runId, queuedJobId: jobId, jobState, auditId };
   }
   // One Retry of a job at a time: two at once (two tabs, two scripts) would each find no Retry
   // before them and each queue a forced job (black-box helper-174: four of five parallel ones did).

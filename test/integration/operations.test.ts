@@ -441,6 +441,25 @@ test("a Retry of a run whose job is still in the queue (handed back by a deploy)
   for (const j of forced) await j?.remove();
 });
 
+test("a Retry of a lost job's run whose request was queued again is refused while that job waits (review helper-177)", async () => {
+  // No worker runs: the job its request was queued again as waits.
+  const again = await bed.trigger("flaky", { version: "f6" });
+  const lost = { id: "run-lost-0000", data: { rebuild: "flaky", version: "f6" }, timestamp: Date.now() };
+  const { runId } = await recordUnrunAttempt({ client: bed.main, keys: bed.keys, retention: DEFAULT_RETENTION }, lost, {
+    attempt: 1,
+    status: "failed",
+    reason: `the job itself is gone from the queue's Redis: its request was queued again as job ${again}`,
+  });
+  await bed.main.set(bed.keys.requeuedAs(lost.id), again);
+  try {
+    const refused = await retryRun(deps(), { runId, actor: operator, reason: "looks lost" });
+    assert.equal(refused.status, "job-pending", JSON.stringify(refused));
+    assert.equal((refused as { queuedJobId: string }).queuedJobId, again);
+  } finally {
+    await (await bed.queue.getJob(again))?.remove();
+  }
+});
+
 test("pause a schedule: nothing enqueued for two ticks, also after a worker restart, no missed tick; resume: the next tick runs", async () => {
   const tickRunsAfter = async (at: number) =>
     (await bed.allRuns()).filter((r) => (scheduledTickOf(r.jobId)?.tickAt ?? 0) > at && r.rebuild === "ticking");
@@ -451,10 +470,12 @@ test("pause a schedule: nothing enqueued for two ticks, also after a worker rest
   let worker = await bed.startWorker();
   try {
     await until("a scheduled run", async () => (await tickRunsAfter(0)).length > 0, 30_000);
-    // Seen as missed unless paused: the scheduler "existed" long before the tick the rule's grace
-    // (10 min by default) ago.
+    // Seen as missed unless paused: judged an hour from now (no run has started since the tick the
+    // rule's grace before that: a run that started after a tick answers it), the scheduler having
+    // "existed" long before.
     await bed.main.set(bed.keys.schedulerSince("sched.ticking"), String(Date.now() - 3_600_000));
-    const missedBefore = await missedTickProblems(bed.main, bed.keys, bed.definitions);
+    const later = { now: Date.now() + 3_600_000 };
+    const missedBefore = await missedTickProblems(bed.main, bed.keys, bed.definitions, later);
     assert.ok(
       missedBefore.some((p) => p.includes("ticking")),
       JSON.stringify(missedBefore),
@@ -468,7 +489,7 @@ test("pause a schedule: nothing enqueued for two ticks, also after a worker rest
     assert.equal(paused.status, "done");
     const pausedAt = Date.now();
     assert.equal((await readSchedulePause(bed.main, bed.keys, "ticking", undefined))?.actor, operator);
-    assert.deepEqual(await missedTickProblems(bed.main, bed.keys, bed.definitions), []);
+    assert.deepEqual(await missedTickProblems(bed.main, bed.keys, bed.definitions, later), []);
 
     // Two ticks (4 s) and more: no job of the schedule is queued, no run of a later tick appears.
     await new Promise((r) => setTimeout(r, 2_500));
