@@ -34,6 +34,7 @@ import { isFinalStatus } from "../lib/runs/transitions";
 import { publishedByRun } from "../lib/rebuilds/published-by-run";
 import { recordUnrunAttempt } from "../lib/rebuilds/unrun-attempt";
 import { withTimeout } from "../lib/settled-within";
+import { connectionEpoch } from "../lib/redis/replicas";
 
 /** Lost pickups (stalls, counted over the job's life) after which BullMQ fails a job (its next pickup records that: QUEUE_GAVE_UP). */
 const MAX_STALLED_COUNT = 5;
@@ -194,10 +195,13 @@ export function startRebuildWorker(
     let lostCheck: Promise<LostJobCheck> | null = null;
     const queue = deps.queue;
     const attempt = Math.max(1, job.attemptsStarted);
+    // The main Redis connection's reconnects so far: a job gone while there was none since is not
+    // one a restart or failover lost (requeueIfLost).
+    const epochAtPickup = connectionEpoch(deps.main);
     const requeueOnce =
       queue && data.success
         ? () =>
-            (lostCheck ??= requeueIfLost(jobId, attempt, data.data, queue).catch((error: unknown) => ({
+            (lostCheck ??= requeueIfLost(jobId, attempt, data.data, queue, epochAtPickup).catch((error: unknown) => ({
               kind: "unknown" as const,
               why: String(error),
             })))
@@ -315,6 +319,7 @@ export function startRebuildWorker(
     attempt: number,
     data: RebuildJobData,
     queue: RequeueQueue,
+    epochAtPickup: number,
   ): Promise<LostJobCheck> => {
     let failure = "";
     for (let look = 0; look < 3; look++) {
@@ -339,6 +344,17 @@ export function startRebuildWorker(
       }
       if (found[0] === 1) return { kind: "present" };
       if (found[1] === 1 || found[2] === 1) return { kind: "removed" };
+      // Lost writes need a restart or a failover, and either breaks this connection: with no
+      // reconnect since the pickup began (the lookup's own reply came after any), the job was
+      // removed on purpose or by the retention of finished jobs, its later attempt's record trimmed
+      // too (review helper-177: queued again, an old request could build an older version over a
+      // newer one).
+      if (connectionEpoch(deps.main) === epochAtPickup) {
+        log(
+          `job ${jobId}: gone from the queue's Redis, which has not restarted since this pickup began (no reconnect): removed on purpose or by retention; not queued again`,
+        );
+        return { kind: "removed" };
+      }
       const request = {
         ...(data.tenant ? { tenant: data.tenant } : {}),
         ...(data.version ? { version: data.version } : {}),
