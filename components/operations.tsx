@@ -229,7 +229,9 @@ export function RetryRunButton({ runId }: { runId: string }) {
           "Not retried: another Retry of this job is being queued right now; look again in a moment."
         ) : result.status === "job-went-on" ? (
           `Not retried: its job went on (attempt ${result.laterRunId} is ${result.laterStatus}).`
-        ) : result.status === "unknown-rebuild" || result.status === "request-id-reused" ? (
+        ) : result.status === "unknown-rebuild" ||
+          result.status === "request-id-reused" ||
+          result.status === "request-cancelled" ? (
           `Not retried: ${result.message}`
         ) : (
           "Not retried."

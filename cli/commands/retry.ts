@@ -93,6 +93,7 @@ export const retry: CommandSpec = {
           );
         case "unknown-rebuild":
         case "request-id-reused":
+        case "request-cancelled":
           return refused(result.status, `not retried: ${result.message} (audit entry ${result.auditId})`, result);
         case "not-replicated":
           return refused("not-replicated", `${result.message} (audit entry ${result.auditId})`, result);

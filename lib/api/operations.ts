@@ -148,6 +148,7 @@ export function retryReply(result: RetryResult): Reply {
       );
     case "unknown-rebuild":
     case "request-id-reused":
+    case "request-cancelled":
       return refusal(result, `not retried: ${result.message}`);
     case "not-replicated": // queued on the primary only: a failover now could lose it
       return { status: 503, body: { error: { code: result.status, message: result.message }, ...result } };

@@ -248,7 +248,8 @@ export async function triggerAsOperator(
   });
   if (result.status === "invalid-version") throw badRequest(`version: ${result.message}`);
   if (result.status === "invalid-request-id") throw badRequest(`requestId: ${result.message}`);
-  if (result.status === "request-id-reused") throw new ApiError(409, result.status, result.message);
+  if (result.status === "request-id-reused" || result.status === "request-cancelled")
+    throw new ApiError(409, result.status, result.message);
   if (result.status === "unknown-rebuild") throw notFound(result.message);
   if (result.status === "unknown-tenant") throw badRequest(`tenant: ${result.message}`);
   await appendAudit(connections.main, connections.keys, {

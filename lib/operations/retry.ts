@@ -52,8 +52,11 @@ export type RetryResult =
   | { status: "job-went-on"; runId: string; laterRunId: string; laterStatus: RunStatus; auditId: string }
   /** Its rebuild or tenant is no longer in the definitions. */
   | { status: "unknown-rebuild"; runId: string; message: string; auditId: string }
-  /** The request id named another request lately (lib/rebuilds/trigger): nothing queued. */
-  | { status: "request-id-reused"; runId: string; message: string; auditId: string }
+  /**
+   * The request id named another request lately, or a request whose job an operator cancelled
+   * (lib/rebuilds/trigger): nothing queued.
+   */
+  | { status: "request-id-reused" | "request-cancelled"; runId: string; message: string; auditId: string }
   /**
    * Retried already (`jobId`), and that job has not ended (`jobState`): follow it instead. `viaRunId`:
    * the Retry was of another attempt of the same job.
@@ -252,7 +255,8 @@ async function retryUnlocked(
     ...(input.requestId ? { requestId: input.requestId } : {}),
     ...(deps.replicas ? { replicas: deps.replicas } : {}),
   });
-  if ("jobId" in result) {
+  const queued = result.status === "queued" || result.status === "deduplicated" || result.status === "not-replicated";
+  if (queued) {
     const retriedAs = { jobId: result.jobId, requestId: input.requestId ?? null };
     await main
       .multi()
@@ -263,6 +267,10 @@ async function retryUnlocked(
   if (result.status === "not-replicated") {
     const auditId = await audit("done", { outcome: result.status, jobId: result.jobId });
     return { status: result.status, runId, jobId: result.jobId, message: result.message, auditId };
+  }
+  if (result.status === "request-cancelled") {
+    const auditId = await audit("refused", { outcome: result.status, jobId: result.jobId, message: result.message });
+    return { status: result.status, runId, message: result.message, auditId };
   }
   if ("jobId" in result) {
     const auditId = await audit("done", { outcome: result.status, jobId: result.jobId });

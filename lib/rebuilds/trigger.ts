@@ -48,6 +48,12 @@ export type TriggerResult =
   | { status: "invalid-request-id"; message: string }
   /** The request id named another request within REQUEST_ID_TTL_MS: nothing queued. */
   | { status: "request-id-reused"; message: string }
+  /**
+   * The request id's job was cancelled by an operator (`jobId`): nothing queued — a resend of a
+   * cancelled request stays cancelled — and not answered "deduplicated" with a job that will never
+   * run (black-box helper-178).
+   */
+  | { status: "request-cancelled"; jobId: string; message: string }
   | { status: "not-replicated"; jobId: string; replicas: number; acknowledged: number; message: string };
 
 /** How long a request id is remembered: a form resubmitted later than this queues again. */
@@ -116,6 +122,13 @@ export async function triggerRebuild(
         (await queue.getJobState(earlier)) === "unknown" &&
         !(await client.exists(keys.cancelRequest(earlier)));
       if (earlier && !lost) {
+        if (await client.exists(keys.cancelRequest(earlier))) {
+          return {
+            status: "request-cancelled",
+            jobId: earlier,
+            message: `request id ${request.requestId} named job ${earlier}, which an operator cancelled: nothing queued (send a new request id to ask again)`,
+          };
+        }
         // A write before the WAIT: replicas that acknowledge it have the earlier job too.
         if (request.replicas) {
           await Promise.all([

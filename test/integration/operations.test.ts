@@ -460,6 +460,23 @@ test("a Retry of a lost job's run whose request was queued again is refused whil
   }
 });
 
+test("a request id whose job an operator cancelled is answered request-cancelled, not deduplicated with a job that will never run; nothing queued (black-box helper-178)", async () => {
+  // No worker runs: the job waits, and its cancel removes it.
+  const request = { version: "r9", requestId: "cancelled-0123456789" };
+  const first = await triggerRebuild(bed.queue, bed.main, bed.keys, bed.definitions, "flaky", request);
+  assert.equal(first.status, "queued", JSON.stringify(first));
+  const { jobId } = first as { jobId: string };
+  assert.equal((await cancelJob(deps(), { jobId, actor: operator, reason: "not this one" })).status, "removed");
+  const resent = await triggerRebuild(bed.queue, bed.main, bed.keys, bed.definitions, "flaky", request);
+  assert.equal(resent.status, "request-cancelled", JSON.stringify(resent));
+  assert.equal((resent as { jobId: string }).jobId, jobId);
+  assert.match((resent as { message: string }).message, /which an operator cancelled: nothing queued/);
+  const waiting = (await bed.queue.getJobs(["waiting", "delayed", "prioritized"])).filter(
+    (j) => j?.data.version === "r9",
+  );
+  assert.deepEqual(waiting, []);
+});
+
 test("pause a schedule: nothing enqueued for two ticks, also after a worker restart, no missed tick; resume: the next tick runs", async () => {
   const tickRunsAfter = async (at: number) =>
     (await bed.allRuns()).filter((r) => (scheduledTickOf(r.jobId)?.tickAt ?? 0) > at && r.rebuild === "ticking");
