@@ -162,15 +162,19 @@ export function CancelJobButton({
         )
       }
       describe={(result) => {
+        const joined =
+          "joinedRequests" in result && result.joinedRequests
+            ? ` ${result.joinedRequests} other request(s) for this version had joined it; they end with it.`
+            : "";
         switch (result.status) {
           case "removed":
             return result.requeuedFrom
-              ? `Cancelled job ${result.jobId}, which the lost job ${result.requeuedFrom} was queued again as: removed from the queue.`
-              : "Cancelled: removed from the queue.";
+              ? `Cancelled job ${result.jobId}, which the lost job ${result.requeuedFrom} was queued again as: removed from the queue.${joined}`
+              : `Cancelled: removed from the queue.${joined}`;
           case "cancelling":
             return result.requeuedFrom
-              ? `Cancelling job ${result.jobId}, which the lost job ${result.requeuedFrom} was queued again as: the worker running it is stopping it.`
-              : "Cancelling: the worker running it is stopping it.";
+              ? `Cancelling job ${result.jobId}, which the lost job ${result.requeuedFrom} was queued again as: the worker running it is stopping it.${joined}`
+              : `Cancelling: the worker running it is stopping it.${joined}`;
           case "finished":
             return result.lastRun
               ? `Nothing to cancel: the job has ended already (its last run ${result.lastRun.id} is ${result.lastRun.status}).`

@@ -73,6 +73,7 @@ export const cancel: CommandSpec = {
             json: result,
             human: [
               `Cancelled ${named}: it was waiting; removed from the queue and recorded as run ${result.runId} cancelled (audit entry ${result.auditId}).`,
+              ...joinedLine(result.joinedRequests),
             ],
           };
         case "cancelling":
@@ -81,6 +82,7 @@ export const cancel: CommandSpec = {
             json: result,
             human: [
               `Cancelling ${named}: it is running; its worker aborts the steps (SIGTERM, then SIGKILL after killGrace), releases the claim and records ${result.runId ? `run ${result.runId}` : "the run"} cancelled (if that worker is gone, the job's next pickup closes it and records its own attempt cancelled); it is not retried (audit entry ${result.auditId}).`,
+              ...joinedLine(result.joinedRequests),
               `Follow it with \`claimwatch runs --limit 5\`.`,
             ],
           };
@@ -114,3 +116,8 @@ export const cancel: CommandSpec = {
     }
   },
 };
+
+/** The requests that had joined the cancelled job and end with it, said in a line (none: no line). */
+function joinedLine(joined: number | undefined): string[] {
+  return joined ? [`${joined} other request(s) for this version had joined this job; they end with it.`] : [];
+}

@@ -47,6 +47,11 @@ export type CancelResult = {
   auditId: string;
   /** The lost job whose id the operator named: its request had been queued again as `jobId`. */
   requeuedFrom?: string;
+  /**
+   * Other requests that had joined this job while it waited (deduplicated into it): they end with
+   * it (black-box helper-178: a cancel ended them unseen). Absent: none.
+   */
+  joinedRequests?: number;
 } &
   /** It was waiting or delayed: removed from the queue, its run recorded cancelled. */
   (
@@ -177,11 +182,24 @@ export async function cancelJob(
 
   // An earlier cancel's request stays in force (the run record names it); this one is audited.
   const request = await writeCancelRequest(main, keys, jobId, { actor, reason, at: Date.now() });
+  const joined = Number((await main.get(keys.joinedRequests(jobId)).catch(() => null)) ?? 0);
+  const joinedRequests = joined > 0 ? { joinedRequests: joined } : {};
   if (WAITING.has(state)) {
     try {
       await job.remove();
-      const runId = await recordCancelledWaiting(deps, job, describeCancel(request));
-      return { status: "removed", jobId, runId, auditId: await audit("done", { ...place, outcome: "removed", runId }) };
+      const runId = await recordCancelledWaiting(
+        deps,
+        job,
+        describeCancel(request) +
+          (joined > 0 ? `; ${joined} other request(s) that had joined this job end with it` : ""),
+      );
+      return {
+        status: "removed",
+        jobId,
+        runId,
+        ...joinedRequests,
+        auditId: await audit("done", { ...place, outcome: "removed", runId, ...joinedRequests }),
+      };
     } catch {
       // Locked: a worker picked it up meanwhile; it finds the request when it starts.
       state = await job.getState().catch(() => "active");
@@ -194,7 +212,8 @@ export async function cancelJob(
     status: "cancelling",
     jobId,
     runId,
-    auditId: await audit("done", { ...place, outcome: "cancelling", runId }),
+    ...joinedRequests,
+    auditId: await audit("done", { ...place, outcome: "cancelling", runId, ...joinedRequests }),
   };
 }
 

@@ -27,7 +27,10 @@ import type { RunRecord, RunStatus } from "../runs/types";
 export interface RetryDeps {
   queue: Pick<Queue, "add" | "getJobState">;
   main: ScriptingClient &
-    Pick<Redis, "hgetall" | "lrange" | "set" | "get" | "exists" | "pexpire" | "hset" | "call" | "on" | "multi" | "del">;
+    Pick<
+      Redis,
+      "hgetall" | "lrange" | "set" | "get" | "exists" | "pexpire" | "hset" | "call" | "on" | "multi" | "del" | "incr"
+    >;
   keys: RedisKeys;
   definitions: Definitions;
   /** Replicas that must have the retry's job before it is answered queued (`CLAIMWATCH_TRIGGER_REPLICAS`). */

@@ -67,7 +67,7 @@ const WAITING_STATES = new Set(["waiting", "delayed", "prioritized", "waiting-ch
 export async function triggerRebuild(
   queue: Pick<Queue, "add" | "getJobState">,
   /** The main Redis; `queue` writes through this same connection (so WAIT covers the job). */
-  client: Pick<Redis, "set" | "get" | "exists" | "pexpire" | "hset" | "call" | "on" | "defineCommand">,
+  client: Pick<Redis, "set" | "get" | "exists" | "pexpire" | "hset" | "call" | "on" | "defineCommand" | "incr">,
   keys: RedisKeys,
   definitions: Definitions,
   name: string,
@@ -175,6 +175,9 @@ export async function triggerRebuild(
     // Never fold a request into a job an operator is cancelling: it would be lost with it.
     const cancelling = existing ? await client.exists(keys.cancelRequest(existing)) : 0;
     if (existing && !cancelling && WAITING_STATES.has(await queue.getJobState(existing))) {
+      // Counted: a cancel of that job ends this request too, and says how many it ended.
+      await client.incr(keys.joinedRequests(existing));
+      await client.pexpire(keys.joinedRequests(existing), PENDING_TTL_MS);
       if (requestKey && whatKey) {
         await Promise.all([
           client.set(requestKey, existing, "PX", REQUEST_ID_TTL_MS),

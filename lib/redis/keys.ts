@@ -126,6 +126,11 @@ export function redisKeys(prefix: string) {
      * Retry, e.g. the queue giving the job up) is refused while that retry is pending.
      */
     jobRetriedAs: (jobId: string) => `${tag}:retried-job:${jobId}`,
+    /**
+     * STRING counter with a TTL (lib/rebuilds/trigger.ts): requests that joined this waiting job
+     * (deduplicated into it), so a cancel of the job says how many end with it.
+     */
+    joinedRequests: (jobId: string) => `${tag}:joined:${jobId}`,
     /** STRING with a short TTL (lib/operations/retry.ts): one operator Retry of a job at a time. */
     retryLock: (jobId: string) => `${tag}:retrying:${jobId}`,
     /** LIST: the newest log lines of a run (capped). */

@@ -477,6 +477,26 @@ test("a request id whose job an operator cancelled is answered request-cancelled
   assert.deepEqual(waiting, []);
 });
 
+test("a cancel of a waiting job that other requests joined says how many end with it: the answer, the audit and the run record (black-box helper-178)", async () => {
+  // No worker runs: the first request waits, the next two join it.
+  const first = await triggerRebuild(bed.queue, bed.main, bed.keys, bed.definitions, "flaky", { version: "j1" });
+  assert.equal(first.status, "queued");
+  const { jobId } = first as { jobId: string };
+  for (let i = 0; i < 2; i++) {
+    const joined = await triggerRebuild(bed.queue, bed.main, bed.keys, bed.definitions, "flaky", { version: "j1" });
+    assert.deepEqual(joined, { status: "deduplicated", jobId });
+  }
+  const cancelled = await cancelJob(deps(), { jobId, actor: operator, reason: "not tonight" });
+  assert.equal(cancelled.status, "removed");
+  assert.equal(cancelled.joinedRequests, 2);
+  const record = (await bed.runsOfJob(jobId))[0];
+  assert.match(record?.reason ?? "", /; 2 other request\(s\) that had joined this job end with it$/);
+  const audit = (await listAudit(bed.main, bed.keys, { limit: 20 })).entries.find(
+    (e) => e.action === "cancel" && e.detail.jobId === jobId,
+  );
+  assert.equal(audit?.detail.joinedRequests, 2);
+});
+
 test("pause a schedule: nothing enqueued for two ticks, also after a worker restart, no missed tick; resume: the next tick runs", async () => {
   const tickRunsAfter = async (at: number) =>
     (await bed.allRuns()).filter((r) => (scheduledTickOf(r.jobId)?.tickAt ?? 0) > at && r.rebuild === "ticking");
