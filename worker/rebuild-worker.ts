@@ -14,7 +14,13 @@ import {
   rebuildJobData,
   type RebuildJobData,
 } from "../lib/rebuilds/queue";
-import { CANCEL_ABORT_REASON, CancelWatch, noteRequeued, readCancelRequest } from "../lib/rebuilds/cancel-request";
+import {
+  CANCEL_ABORT_REASON,
+  CancelWatch,
+  noteCancelEnded,
+  noteRequeued,
+  readCancelRequest,
+} from "../lib/rebuilds/cancel-request";
 import { isSchedulePaused } from "../lib/rebuilds/schedules";
 import { clearPendingTrigger, triggerRebuild } from "../lib/rebuilds/trigger";
 import { DEFER_MIN_MS } from "../lib/rebuilds/decide";
@@ -277,6 +283,7 @@ export function startRebuildWorker(
         }
         case "cancelled":
           log(`job ${jobId}: ${outcome.reason}`);
+          await noteCancelEnded(deps.main, deps.keys, jobId).catch(() => {});
           // Failed without a retry: the run record says cancelled, by whom and why.
           throw new UnrecoverableError(outcome.reason);
         default:

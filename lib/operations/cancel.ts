@@ -18,7 +18,7 @@
 import type { Job, Queue } from "bullmq";
 import type { Redis } from "ioredis";
 import { appendAudit } from "../audit/append";
-import { describeCancel, writeCancelRequest } from "../rebuilds/cancel-request";
+import { describeCancel, noteCancelEnded, writeCancelRequest } from "../rebuilds/cancel-request";
 import { rebuildJobData, scheduledTickOf } from "../rebuilds/queue";
 import { recordUnrunAttempt } from "../rebuilds/unrun-attempt";
 import type { RedisKeys } from "../redis/keys";
@@ -182,11 +182,14 @@ export async function cancelJob(
 
   // An earlier cancel's request stays in force (the run record names it); this one is audited.
   const request = await writeCancelRequest(main, keys, jobId, { actor, reason, at: Date.now() });
-  const joined = Number((await main.get(keys.joinedRequests(jobId)).catch(() => null)) ?? 0);
-  const joinedRequests = joined > 0 ? { joinedRequests: joined } : {};
+  const readJoined = async () => Number((await main.get(keys.joinedRequests(jobId)).catch(() => null)) ?? 0);
   if (WAITING.has(state)) {
     try {
       await job.remove();
+      await noteCancelEnded(main, keys, jobId);
+      // Read after the removal: a join racing it counted itself before it looked (trigger.ts).
+      const joined = await readJoined();
+      const joinedRequests = joined > 0 ? { joinedRequests: joined } : {};
       const runId = await recordCancelledWaiting(
         deps,
         job,
@@ -208,6 +211,8 @@ export async function cancelJob(
   if (state === "completed" || state === "failed")
     return finished(state, place, await lastRunOf().catch(() => undefined));
   const runId = await main.get(keys.runOpenAttempt(jobId));
+  const joined = await readJoined();
+  const joinedRequests = joined > 0 ? { joinedRequests: joined } : {};
   return {
     status: "cancelling",
     jobId,

@@ -29,7 +29,7 @@ export interface RetryDeps {
   main: ScriptingClient &
     Pick<
       Redis,
-      "hgetall" | "lrange" | "set" | "get" | "exists" | "pexpire" | "hset" | "call" | "on" | "multi" | "del" | "incr"
+      "hgetall" | "lrange" | "set" | "get" | "exists" | "pexpire" | "hset" | "call" | "on" | "multi" | "del" | "decr"
     >;
   keys: RedisKeys;
   definitions: Definitions;

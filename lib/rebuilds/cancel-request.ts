@@ -63,6 +63,11 @@ export async function readCancelRequest(
   return parseCancelRequest(await client.get(keys.cancelRequest(jobId)));
 }
 
+/** Notes that an operator's cancel ended job `jobId` (lib/rebuilds/trigger.ts `endedByCancel`). */
+export async function noteCancelEnded(client: Pick<Redis, "set">, keys: RedisKeys, jobId: string): Promise<void> {
+  await client.set(keys.cancelEnded(jobId), "1", "PX", CANCEL_REQUEST_TTL_MS);
+}
+
 /** The run record's reason for a cancelled attempt (as RUN_BEGIN words it, lib/runs/scripts.ts). */
 export function describeCancel(request: CancelRequest): string {
   return request.reason ? `cancelled by ${request.actor}: ${request.reason}` : `cancelled by ${request.actor}`;

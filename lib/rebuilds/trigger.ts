@@ -64,10 +64,23 @@ export const REQUEST_ID_PATTERN = /^[A-Za-z0-9_-]{8,64}$/;
 const PENDING_TTL_MS = 86_400_000;
 const WAITING_STATES = new Set(["waiting", "delayed", "prioritized", "waiting-children"]);
 
+/**
+ * Whether an operator's cancel ended job `jobId` (`cancelEnded`: written when a cancel removed the
+ * waiting job, or its worker ended it cancelled). A cancel request alone is not enough: one is
+ * written for a job that finished first (review helper-179: a rebuilt request's resend was
+ * answered request-cancelled).
+ */
+async function endedByCancel(client: Pick<Redis, "exists">, keys: RedisKeys, jobId: string): Promise<boolean> {
+  return (await client.exists(keys.cancelEnded(jobId))) === 1;
+}
+
 export async function triggerRebuild(
   queue: Pick<Queue, "add" | "getJobState">,
   /** The main Redis; `queue` writes through this same connection (so WAIT covers the job). */
-  client: Pick<Redis, "set" | "get" | "exists" | "pexpire" | "hset" | "call" | "on" | "defineCommand" | "incr">,
+  client: Pick<
+    Redis,
+    "set" | "get" | "exists" | "pexpire" | "hset" | "call" | "on" | "defineCommand" | "multi" | "decr"
+  >,
   keys: RedisKeys,
   definitions: Definitions,
   name: string,
@@ -122,7 +135,7 @@ export async function triggerRebuild(
         (await queue.getJobState(earlier)) === "unknown" &&
         !(await client.exists(keys.cancelRequest(earlier)));
       if (earlier && !lost) {
-        if (await client.exists(keys.cancelRequest(earlier))) {
+        if (await endedByCancel(client, keys, earlier)) {
           return {
             status: "request-cancelled",
             jobId: earlier,
@@ -173,11 +186,19 @@ export async function triggerRebuild(
     // joined (it started meanwhile) gets a mark too: at worst a repeat after a crash, never a loss.
     if (existing) await client.set(keys.askedAgain(existing), crypto.randomUUID(), "PX", PENDING_TTL_MS);
     // Never fold a request into a job an operator is cancelling: it would be lost with it.
+    // Counted before the looks that decide the join (and taken back when it is refused): a cancel
+    // reads the count after it removed the job, so a join it ends is in its count (review
+    // helper-179: counted after the looks, a join racing the cancel ended uncounted).
+    if (existing)
+      await client
+        .multi()
+        .incr(keys.joinedRequests(existing))
+        .pexpire(keys.joinedRequests(existing), PENDING_TTL_MS)
+        .exec();
     const cancelling = existing ? await client.exists(keys.cancelRequest(existing)) : 0;
-    if (existing && !cancelling && WAITING_STATES.has(await queue.getJobState(existing))) {
-      // Counted: a cancel of that job ends this request too, and says how many it ended.
-      await client.incr(keys.joinedRequests(existing));
-      await client.pexpire(keys.joinedRequests(existing), PENDING_TTL_MS);
+    const joins = existing && !cancelling && WAITING_STATES.has(await queue.getJobState(existing));
+    if (existing && !joins) await client.decr(keys.joinedRequests(existing)).catch(() => 0);
+    if (existing && joins) {
       if (requestKey && whatKey) {
         await Promise.all([
           client.set(requestKey, existing, "PX", REQUEST_ID_TTL_MS),

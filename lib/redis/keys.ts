@@ -131,6 +131,11 @@ export function redisKeys(prefix: string) {
      * (deduplicated into it), so a cancel of the job says how many end with it.
      */
     joinedRequests: (jobId: string) => `${tag}:joined:${jobId}`,
+    /**
+     * STRING with the cancel request's TTL: an operator's cancel ended this job (removed it while it
+     * waited, or its worker ended it cancelled); a resend of its request id is request-cancelled.
+     */
+    cancelEnded: (jobId: string) => `${tag}:cancel-ended:${jobId}`,
     /** STRING with a short TTL (lib/operations/retry.ts): one operator Retry of a job at a time. */
     retryLock: (jobId: string) => `${tag}:retrying:${jobId}`,
     /** LIST: the newest log lines of a run (capped). */

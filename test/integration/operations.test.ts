@@ -477,6 +477,25 @@ test("a request id whose job an operator cancelled is answered request-cancelled
   assert.deepEqual(waiting, []);
 });
 
+test("a request id whose job finished before a cancel reached it is still answered deduplicated, not request-cancelled (review helper-179)", async () => {
+  const worker = await bed.startWorker();
+  try {
+    const request = { version: "r10", requestId: "finished-0123456789" };
+    const first = await triggerRebuild(bed.queue, bed.main, bed.keys, bed.definitions, "ticking", request);
+    assert.equal(first.status, "queued", JSON.stringify(first));
+    const { jobId } = first as { jobId: string };
+    await until("the job ended", async () => ["completed", "failed"].includes(await bed.queue.getJobState(jobId)));
+    // Removed since, as the retention of finished jobs removes them; then a cancel that came too
+    // late: refused, but it writes its request for a gone job (cancel.ts: a lost job's would go on).
+    await (await bed.queue.getJob(jobId))?.remove();
+    assert.equal((await cancelJob(deps(), { jobId, actor: operator, reason: "too late" })).status, "finished");
+    const resent = await triggerRebuild(bed.queue, bed.main, bed.keys, bed.definitions, "ticking", request);
+    assert.deepEqual(resent, { status: "deduplicated", jobId });
+  } finally {
+    await worker.stop();
+  }
+});
+
 test("a cancel of a waiting job that other requests joined says how many end with it: the answer, the audit and the run record (black-box helper-178)", async () => {
   // No worker runs: the first request waits, the next two join it.
   const first = await triggerRebuild(bed.queue, bed.main, bed.keys, bed.definitions, "flaky", { version: "j1" });
