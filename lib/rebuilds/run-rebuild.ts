@@ -163,7 +163,7 @@ async function lostJobReason(job: RebuildJob, reason: string): Promise<{ reason:
   const head = reason.slice(0, -JOB_REDELIVERED.length);
   if (check.kind === "removed") {
     return {
-      reason: `${head}the job is no longer in the queue (cancelled, or finished by another pickup, meanwhile): not run again`,
+      reason: `${head}the job is no longer in the queue (cancelled, or finished by another pickup and removed since): not run again`,
       requeued: false,
     };
   }
@@ -1007,7 +1007,7 @@ class RebuildAttempt {
           .catch((error: unknown): LostJobCheck => ({ kind: "unknown", why: String(error) }))
       : null;
     if (check?.kind === "removed") {
-      const reason = `${what}; the job is no longer in the queue (cancelled, or finished by another pickup, meanwhile): not run again`;
+      const reason = `${what}; the job is no longer in the queue (cancelled, or finished by another pickup and removed since): not run again`;
       this.log(reason);
       await this.finish("aborted", { ...fields, reason });
       return { status: "deferred", until, heldBy, version: this.version };
@@ -1300,7 +1300,7 @@ class RebuildAttempt {
         check?.kind === "requeued"
           ? `worker shutdown: the job itself is gone from the queue's Redis (it lost its last writes), so there was nothing to hand back: its request ${check.joined ? "joined waiting job" : "was queued again as job"} ${check.jobId}`
           : check?.kind === "removed"
-            ? "worker shutdown: the job is no longer in the queue (cancelled, or finished by another pickup, meanwhile): not handed back"
+            ? "worker shutdown: the job is no longer in the queue (cancelled, or finished by another pickup and removed since): not handed back"
             : check?.kind === "unknown"
               ? `${reason}, if the queue's Redis still has it (${check.why}): if this job is not run again, trigger the rebuild again`
               : reason;
