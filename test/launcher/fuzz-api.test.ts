@@ -354,8 +354,12 @@ function allowedKey(key: string): boolean {
   // A request id's job (hashed: never the id itself), and cancel requests of the jobs queued here.
   if (/^trigger-request:[0-9a-f]{64}$/.test(key.slice(keys.tag.length + 1))) return true;
   if (/^cancel:run-[0-9a-f-]{36}$/.test(key.slice(keys.tag.length + 1))) return true;
-  // A trigger that joined a waiting job marks it (lib/rebuilds/trigger: keys.askedAgain).
-  if (/^asked-again:run-[0-9a-f-]{36}$/.test(key.slice(keys.tag.length + 1))) return true;
+  // A trigger that joined a waiting job marks it (lib/rebuilds/trigger: keys.askedAgain) and counts
+  // the join (keys.joinedRequests); a cancel that ended a job notes it (keys.cancelEnded).
+  if (/^(asked-again|joined|cancel-ended):run-[0-9a-f-]{36}$/.test(key.slice(keys.tag.length + 1))) return true;
+  // A Retry's markers and lock (lib/operations/retry.ts), named by run and job ids.
+  if (/^(retried-job|retrying):run-[0-9a-f-]{36}$/.test(key.slice(keys.tag.length + 1))) return true;
+  if (/^retried:run-[0-9a-f-]{36}-a\d+$/.test(key.slice(keys.tag.length + 1))) return true;
   // BullMQ's own keys under the queue prefix: `{prefix}:rebuilds:<job id or list name>`.
   const queue = `${keys.tag}:rebuilds:`;
   return key.startsWith(queue) && /^[A-Za-z0-9_:-]{1,80}$/.test(key.slice(queue.length));
