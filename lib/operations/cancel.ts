@@ -182,19 +182,24 @@ export async function cancelJob(
 
   // An earlier cancel's request stays in force (the run record names it); this one is audited.
   const request = await writeCancelRequest(main, keys, jobId, { actor, reason, at: Date.now() });
-  const readJoined = async () => Number((await main.get(keys.joinedRequests(jobId)).catch(() => null)) ?? 0);
+  // Requests that had joined the job (trigger.ts counts them): the answer's and the audit's field.
+  const readJoined = async (): Promise<{ joinedRequests?: number }> => {
+    const joined = Number((await main.get(keys.joinedRequests(jobId)).catch(() => null)) ?? 0);
+    return joined > 0 ? { joinedRequests: joined } : {};
+  };
   if (WAITING.has(state)) {
     try {
       await job.remove();
       await noteCancelEnded(main, keys, jobId);
       // Read after the removal: a join racing it counted itself before it looked (trigger.ts).
-      const joined = await readJoined();
-      const joinedRequests = joined > 0 ? { joinedRequests: joined } : {};
+      const joinedRequests = await readJoined();
       const runId = await recordCancelledWaiting(
         deps,
         job,
         describeCancel(request) +
-          (joined > 0 ? `; ${joined} other request(s) that had joined this job end with it` : ""),
+          (joinedRequests.joinedRequests
+            ? `; ${joinedRequests.joinedRequests} other request(s) that had joined this job end with it`
+            : ""),
       );
       return {
         status: "removed",
@@ -211,8 +216,7 @@ export async function cancelJob(
   if (state === "completed" || state === "failed")
     return finished(state, place, await lastRunOf().catch(() => undefined));
   const runId = await main.get(keys.runOpenAttempt(jobId));
-  const joined = await readJoined();
-  const joinedRequests = joined > 0 ? { joinedRequests: joined } : {};
+  const joinedRequests = await readJoined();
   return {
     status: "cancelling",
     jobId,

@@ -154,12 +154,15 @@ export type LostJobCheck =
  * as it is: the job still queued, redelivered by BullMQ; gone from the queue's Redis (helper-151:
  * the record said "redelivered" while nothing would run it again), its request queued again.
  */
+/** The job's lookup in the queue's Redis (`requeueIfLost`); null when the job cannot be looked up. */
+async function lookUpJob(job: RebuildJob): Promise<LostJobCheck | null> {
+  if (!job.requeueIfLost) return null;
+  return job.requeueIfLost().catch((error: unknown): LostJobCheck => ({ kind: "unknown", why: String(error) }));
+}
+
 async function lostJobReason(job: RebuildJob, reason: string): Promise<{ reason: string; requeued: boolean }> {
-  if (!job.requeueIfLost || !reason.endsWith(JOB_REDELIVERED)) return { reason, requeued: false };
-  const check = await job
-    .requeueIfLost()
-    .catch((error: unknown): LostJobCheck => ({ kind: "unknown", why: String(error) }));
-  if (check.kind === "present") return { reason, requeued: false };
+  const check = reason.endsWith(JOB_REDELIVERED) ? await lookUpJob(job) : null;
+  if (!check || check.kind === "present") return { reason, requeued: false };
   const head = reason.slice(0, -JOB_REDELIVERED.length);
   if (check.kind === "removed") {
     return {
@@ -1001,11 +1004,7 @@ class RebuildAttempt {
     // The job itself may be gone with the claim (a Redis restart that lost both: black-box
     // helper-174): looked up now, as the worker does before it defers, so the record names where
     // the request went (the worker's own ask gets the same answer).
-    const check = this.job.requeueIfLost
-      ? await this.job
-          .requeueIfLost()
-          .catch((error: unknown): LostJobCheck => ({ kind: "unknown", why: String(error) }))
-      : null;
+    const check = await lookUpJob(this.job);
     if (check?.kind === "removed") {
       const reason = `${what}; the job is no longer in the queue (cancelled, or finished by another pickup and removed since): not run again`;
       this.log(reason);
@@ -1291,11 +1290,7 @@ class RebuildAttempt {
     const fields = { reason, ...(this.steps.length ? { steps: this.steps } : {}) };
     const written = await this.recorder.finish(status, fields);
     if (written === "missing") {
-      const check = this.job.requeueIfLost
-        ? await this.job
-            .requeueIfLost()
-            .catch((error: unknown): LostJobCheck => ({ kind: "unknown", why: String(error) }))
-        : null;
+      const check = await lookUpJob(this.job);
       const said =
         check?.kind === "requeued"
           ? `worker shutdown: the job itself is gone from the queue's Redis (it lost its last writes), so there was nothing to hand back: its request ${check.joined ? "joined waiting job" : "was queued again as job"} ${check.jobId}`

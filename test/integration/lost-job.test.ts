@@ -45,15 +45,25 @@ async function snapshotBed(dir: string, slow: Record<string, unknown> = {}) {
   return { first, bed, worker };
 }
 
-/** A crash (SIGKILL: no shutdown save), then the server again on the same port and data. */
-async function crashAndRestart(server: RedisServerHandle, dir: string): Promise<void> {
+/** A crash (SIGKILL: no shutdown save), once the server has exited. */
+async function crash(server: RedisServerHandle): Promise<void> {
   process.kill(server.pid, "SIGKILL");
   await new Promise<void>((resolve) =>
     server.child.exitCode !== null || server.child.signalCode !== null
       ? resolve()
       : server.child.once("exit", () => resolve()),
   );
+}
+
+/** The server again on the same port and data. */
+async function restart(server: RedisServerHandle, dir: string): Promise<void> {
   servers.push(await startRedisServer({ dir, port: server.port, extraArgs: RDB_ONLY }));
+}
+
+/** A crash, then the server again on the same port and data. */
+async function crashAndRestart(server: RedisServerHandle, dir: string): Promise<void> {
+  await crash(server);
+  await restart(server, dir);
 }
 
 test("a job the queue's Redis lost while it ran: its record says so, and its request is queued again and rebuilt", async () => {
@@ -119,15 +129,10 @@ test("a deploy while the queue's Redis restarts without the running job: nothing
 
   // The crash, and the deploy's SIGTERM while the server is down; then the server again on its
   // snapshot from before the job.
-  process.kill(first.pid, "SIGKILL");
-  await new Promise<void>((resolve) =>
-    first.child.exitCode !== null || first.child.signalCode !== null
-      ? resolve()
-      : first.child.once("exit", () => resolve()),
-  );
+  await crash(first);
   const stopped = worker.stop("SIGTERM");
   await new Promise((r) => setTimeout(r, 1_500));
-  servers.push(await startRedisServer({ dir, port: first.port, extraArgs: RDB_ONLY }));
+  await restart(first, dir);
   await stopped;
 
   const ended = await bed.waitForRun((r) => r.jobId === jobId && r.status !== "running", 30_000, "its record");

@@ -12,6 +12,7 @@ import { after, test } from "node:test";
 import { fillToLastByte, mountSmallDisk, type SmallDisk } from "../../scripts/faults/small-disk";
 import { runTilesStep } from "../../lib/rebuilds/steps/tiles-step";
 import type { TilesStep } from "../../lib/rebuilds/definitions";
+import { stepContext } from "../support/step-context";
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), "claimwatch-tiles-disk-"));
 let disk: SmallDisk | null = null;
@@ -42,19 +43,7 @@ test("a tile the full disk refuses: the error names its file and keeps ENOSPC", 
     }),
   );
   const step = { name: "tiles", tiles: { input: "in.geojson", layer: "l", minZoom: 0, maxZoom: 0 } } as TilesStep;
-  const error = await runTilesStep(step, {
-    signal: new AbortController().signal,
-    workDir,
-    outputDir: root,
-    baseDir: root,
-    version: "v1",
-    tenant: undefined,
-    rebuild: "t",
-    runId: "run-t-a1",
-    fence: 1,
-    log: () => {},
-    progress: () => {},
-  }).then(
+  const error = await runTilesStep(step, stepContext(root, { workDir })).then(
     () => null,
     (e: unknown) => e as NodeJS.ErrnoException,
   );
