@@ -53,7 +53,14 @@ export function RunDetailView({ initial, id }: { initial: RunDetail | null; id: 
         </span>
       ),
     ],
-    ["Build hash", run.buildHash],
+    [
+      "Build hash",
+      // Built is not published: a publish refused (its claim lost, a newer fence) leaves the hash
+      // of a build that never served (black-box helper-182 read it as published).
+      run.buildHash === null || run.status === "rebuilt" || run.madeCurrentLater
+        ? run.buildHash
+        : `${run.buildHash} (built; ${run.status === "running" ? "not published yet" : "not published by this run"})`,
+    ],
     ["Idempotency key", run.idempotencyKey],
     [
       "Worker",

@@ -276,7 +276,11 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
     signal.throwIfAborted();
     const published = await publishRetried(context, buildHash, markSeen);
     if (published.status === "superseded") {
-      recorder.log(`publish refused: fence ${held.fence} < newest ${published.newestFence}`);
+      recorder.log(
+        published.newestFence > held.fence
+          ? `publish refused: fence ${held.fence} < newest ${published.newestFence} (a newer holder)`
+          : `publish refused: fence ${held.fence} is the newest, but the claim was no longer this attempt's (force-released or expired)`,
+      );
       return { status: "superseded", buildHash, newestFence: published.newestFence };
     }
     // Durable before `current` follows: a claims Redis that forgets this publish cannot lead to

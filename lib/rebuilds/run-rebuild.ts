@@ -865,10 +865,14 @@ class RebuildAttempt {
       );
     }
     if (built.status === "superseded") {
-      return this.afterLostClaim(`publish refused: a newer holder (fence ${built.newestFence}) owns ${this.claim}`, {
-        fence: result.fence,
-        buildHash: built.buildHash,
-      });
+      // At its own fence, no newer holder: the claim stopped being this attempt's (an operator's
+      // force release just before the publish, or an expiry) — said so, and who released it
+      // (black-box helper-182: the record named its own fence as "a newer holder").
+      const what =
+        built.newestFence > result.fence
+          ? `publish refused: a newer holder (fence ${built.newestFence}) owns ${this.claim}`
+          : `publish refused: ${this.claim} was no longer this attempt's at its publish (fence ${result.fence}, not taken by anyone since: force-released or expired)${await this.releaseNote(result.fence, false)}`;
+      return this.afterLostClaim(what, { fence: result.fence, buildHash: built.buildHash });
     }
     // The publish reset the consecutive skips (FENCED_PUBLISH).
     if (!finalWritten)
@@ -1104,16 +1108,24 @@ class RebuildAttempt {
    */
   private async forceReleasedBy(error: unknown): Promise<string> {
     if (!(error instanceof ClaimLostError)) return "";
-    const told = error.cause === "force-released";
+    return this.releaseNote(error.fence, error.cause === "force-released");
+  }
+
+  /**
+   * Who force-released the claim this attempt held at `fence`, from the claim trail: " (by …)"
+   * when the attempt was told of the release, "; an operator had force-released it meanwhile (by
+   * …)" when it learnt of the loss otherwise, "" when the trail names no release.
+   */
+  private async releaseNote(fence: number, told: boolean): Promise<string> {
     // Told of the release: among the newest entries. Otherwise (often a claims Redis that does not
     // answer) a longer look, bounded: the attempt's record and deferral must not wait on it.
     const read = readClaimTrail(this.deps.claims, this.deps.keys, this.claim, told ? 10 : TRAIL_MAX).catch(() => []);
     const giveUp = sleep(TRAIL_LOOK_MS, [] as Awaited<typeof read>, { ref: false });
     const trail = told ? await read : await Promise.race([read, giveUp]);
-    const entry = trail.find((e) => e.kind === "force-released" && e.fence === error.fence);
+    const entry = trail.find((e) => e.kind === "force-released" && e.fence === fence);
     if (!entry) return "";
     const by = `by ${entry.by ?? "an operator"}${entry.reason ? `: “${entry.reason}”` : ""}; see the audit log and the claim trail`;
-    return error.cause === "force-released" ? ` (${by})` : `; an operator had force-released it meanwhile (${by})`;
+    return told ? ` (${by})` : `; an operator had force-released it meanwhile (${by})`;
   }
 
   /** Maps an error thrown under the claim to a final record and a `RebuildError` (or hand-back, or a deferral). */
