@@ -2,6 +2,7 @@
 
 import { useQuery } from "@tanstack/react-query";
 import type { SilentWorker, WorkerStatus } from "@/lib/workers/heartbeat";
+import { HEARTBEAT_EVERY_MS } from "@/lib/workers/beat-timing";
 import { LIVE_POLL_MS, workersQuery } from "@/lib/ui/queries";
 import { usePollEvery } from "./live-events";
 import { DataTable } from "./data-table";
@@ -19,9 +20,12 @@ export function WorkersTable({
   readError?: string | null;
 }) {
   const renderTime = useRenderTime();
+  // Heartbeats (and the job each names) are not live events: while live the page still re-reads
+  // them at the beat's period, or an open tab shows every worker's last beat growing old (black-box
+  // helper-182: "2 min 1 s ago" for workers beating every 5 s).
   const { data: live, error } = useQuery({
     ...workersQuery(),
-    refetchInterval: usePollEvery(LIVE_POLL_MS),
+    refetchInterval: usePollEvery(LIVE_POLL_MS) || HEARTBEAT_EVERY_MS,
     ...(initial ? { initialData: initial, initialDataUpdatedAt: renderTime } : {}),
   });
   const data = useServerFirst(live, initial);

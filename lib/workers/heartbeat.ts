@@ -13,11 +13,9 @@ import type { RedisKeys } from "../redis/keys";
 import { runScript, type ScriptingClient } from "../redis/scripts";
 import { timeReplyMs } from "../redis/time";
 import { WORKER_BEAT } from "./scripts";
+import { HEARTBEAT_EVERY_MS, HEARTBEAT_TTL_MS } from "./beat-timing";
 
-/** How often a worker beats. */
-export const HEARTBEAT_EVERY_MS = 5_000;
-/** A worker that has not beaten for this long is gone (three missed beats). */
-export const HEARTBEAT_TTL_MS = 15_000;
+export { HEARTBEAT_EVERY_MS, HEARTBEAT_TTL_MS };
 
 /**
  * When a worker may judge another dead by its expired heartbeat: only once its own beats have
