@@ -33,11 +33,11 @@ before(async () => {
       steps: [
         {
           name: "gate",
-          // Says it started, then waits for {output}/go-<version>.
+          // Says it started, then waits for {output}/go-<version>, printing a tick every 0.5 s.
           run: [
             "sh",
             "-c",
-            'touch "$0/started-$CLAIMWATCH_VERSION"; while [ ! -f "$0/go-$CLAIMWATCH_VERSION" ]; do sleep 0.05; done; echo "$CLAIMWATCH_VERSION" > "$CLAIMWATCH_WORK/v"',
+            'touch "$0/started-$CLAIMWATCH_VERSION"; i=0; while [ ! -f "$0/go-$CLAIMWATCH_VERSION" ]; do sleep 0.05; i=$((i+1)); [ $((i % 10)) -eq 0 ] && echo "tick $i"; done; echo "$CLAIMWATCH_VERSION" > "$CLAIMWATCH_WORK/v"',
             "{output}",
           ],
           killGrace: "1s",
@@ -253,6 +253,21 @@ test("a holder SIGSTOPped mid-step and force-released meanwhile: its record name
     );
     // Whether it woke to its own deadline or to a refresh that found the release (helper-133).
     assert.match(first.reason ?? "", /force-released it( meanwhile)? \(by night-operator: “looked stuck”/);
+    // The ticks the step printed during the pause were read after it: the log says they may have
+    // been written then, before it stamps them (black-box helper-182 read them as written after
+    // the release); and an abort seen after the warden's kill does not read as a kill of a step
+    // that ran until then.
+    const log = await readRunLog(bed.main, bed.keys, first.id);
+    const marker = log.findIndex((line) =>
+      /\[gate\] this worker did not run for \d+ ms: the output below may have been written during that time/.test(line),
+    );
+    assert.ok(marker >= 0, log.join("\n"));
+    assert.ok(
+      log.slice(marker + 1).some((line) => /\[gate\] tick \d+$/.test(line)),
+      log.join("\n"),
+    );
+    for (const line of log.filter((l) => /\[gate\] aborting:/.test(l)))
+      assert.match(line, /the step warden killed it already|the step warden may have killed it then/, log.join("\n"));
     const gate = first.steps.find((step) => step.name === "gate");
     assert.ok(gate?.finishedAt, JSON.stringify(first.steps));
     // It ended at the kill (≈ 3 s into the pause), not when the worker ran again to see it.

@@ -288,6 +288,7 @@ export async function runCommandStep(
       (stall !== null
         ? `this worker did not run for ${Math.round(stall)} ms as it started the step: the step warden may have ended the step's watch, and the job lock may have run out`
         : null);
+    const spawnedAt = performance.now();
     const live: LiveStep = { child, containment, cgroup: stepCgroup };
     liveSteps.add(live);
     if (stalledAtSpawn !== null) killStep(live);
@@ -299,10 +300,21 @@ export async function runCommandStep(
     // exit code, not the program's.
     let shellNotStarted = false;
     let stderrLines = 0;
+    // Output is stamped when this worker reads it. Read after this worker stood still (SIGSTOP, a
+    // frozen container), it may have been written during the stand-still, even by a step the warden
+    // has killed since: one line says so before it (black-box helper-182 read such lines, stamped
+    // after an operator's force release, as written after it).
     const pipeLines = (stream: NodeJS.ReadableStream, label: string) => {
       let rest = "";
+      let readAt = performance.now();
       stream.setEncoding("utf8");
       stream.on("data", (chunk: string) => {
+        const stall = stepWarden.stalledSince(readAt);
+        readAt = performance.now();
+        if (stall !== null)
+          context.log(
+            `[${step.name}${label}] this worker did not run for ${Math.round(stall)} ms: the output below may have been written during that time (stamped when read)`,
+          );
         const lines = (rest + chunk).split("\n");
         rest = lines.pop() ?? "";
         for (const line of lines) {
@@ -329,7 +341,17 @@ export async function runCommandStep(
     let forgotten = false;
     const onAbort = () => {
       if (exited) return; // ended already: its PIDs may be reused; the exit path killed the rest
-      context.log(`[${step.name}] aborting: SIGTERM, SIGKILL in ${step.killGrace} ms`);
+      // The warden may have killed it while this worker stood still (its exit not seen yet): what
+      // is sent now is for anything left, not a step that ran until now.
+      const killed = wardenId !== null ? stepWarden.reportedKill(wardenId) : null;
+      const stall = killed ? null : stepWarden.stalledSince(spawnedAt);
+      context.log(
+        killed
+          ? `[${step.name}] aborting: the step warden killed it already (${killed.reason}); SIGTERM to anything left, SIGKILL in ${step.killGrace} ms`
+          : stall !== null
+            ? `[${step.name}] aborting: SIGTERM, SIGKILL in ${step.killGrace} ms (this worker did not run for ${Math.round(stall)} ms just before: the step warden may have killed it then; its end below says)`
+            : `[${step.name}] aborting: SIGTERM, SIGKILL in ${step.killGrace} ms`,
+      );
       terminateStep(live, () => exited);
       killTimer = setTimeout(() => killStep(live), step.killGrace);
     };
