@@ -218,11 +218,12 @@ async function upkeepAfterBeat(judgesOthers: boolean): Promise<void> {
     for (const runId of await closeAbandonedRuns({ client: main, keys, retention }, self))
       log(`closed abandoned run ${runId}`);
     // A run whose build repair made current though its record ended otherwise (a full disk) says so.
-    const noteOnRun: OnMadeCurrent = async ({ runId, fence, buildHash, definition }) =>
+    const noteOnRun: OnMadeCurrent = async ({ runId, fence, buildHash, definition, claim }) =>
       (await noteMadeCurrent({ client: main, keys }, runId, {
         fence,
         buildHash,
         idempotencyTtlMs: definition.idempotency.ttl,
+        lane: claim,
       }))
         ? `run ${runId}'s record now says its build was made current later (it had ended without a publish of its own)`
         : null;

@@ -64,7 +64,7 @@ export async function publishedByRun(
       // Listed beside the output before its record says rebuilt (its job ends on that record).
       await listPublishedRun(outputDir, { fence: listed.fence, hash: listed.value }, { runId: run.runId, ...listed });
       const proof = publishedProof({ fence: listed.fence, buildHash: listed.value, publishedAt: listed.publishedAt });
-      return { kind: "proven", proof, idempotencyTtlMs: definition.idempotency.ttl };
+      return { kind: "proven", proof, idempotencyTtlMs: definition.idempotency.ttl, lane: name };
     }
     // Asynchronously: a hung disk must not stop the worker's event loop.
     const held = () =>
@@ -92,7 +92,7 @@ export async function publishedByRun(
     // protected): else no machine could make it current.
     if (!(await held())) return UNPROVEN;
     const proof = publishedProof({ fence: pointer.fence, buildHash: pointer.value, publishedAt: pointer.publishedAt });
-    return { kind: "proven", proof, idempotencyTtlMs: definition.idempotency.ttl };
+    return { kind: "proven", proof, idempotencyTtlMs: definition.idempotency.ttl, lane: name };
   })().catch((): PublishProof => UNKNOWN);
   return (await settledWithin(read, PUBLISHED_BY_RUN_READ_MS)) ? read : UNKNOWN;
 }

@@ -28,6 +28,8 @@ export type OnMadeCurrent = (made: {
   fence: number;
   buildHash: string;
   definition: RebuildDefinition;
+  /** The output's claim name: the lane its version is marked in. */
+  claim: string;
 }) => Promise<string | null>;
 
 export async function repairCurrentLinks(
@@ -184,6 +186,7 @@ export async function repairCurrentLinks(
               fence: published.fence,
               buildHash: published.value,
               definition,
+              claim: name,
             }).catch((error: unknown) => `the run record of ${published.runId} not told: ${String(error)}`);
             if (said) repaired.push(said);
           }

@@ -435,6 +435,8 @@ export async function runRebuild(deps: RebuildDeps, job: RebuildJob): Promise<Re
     ? tenantProblem(definition, data.tenant)
     : `unknown rebuild '${data.rebuild}' (not in this worker's definitions file, ${deps.definitions.file})`;
   if (undeclared || !definition) return undeclaredTarget(undeclared ?? "", data);
+  // Its publishes' lane is its output's (keys.rebuiltNow), whatever the rebuild is called.
+  identity.lane = claimName(definition.claimPath, data.tenant);
   // A run of this job that this attempt's first record closes (the previous attempt, or an
   // earlier one in flight): whether it published (its final record then never written: a worker
   // stopped, Redis refused or lost the write), so that it is closed rebuilt, not aborted.

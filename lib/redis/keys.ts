@@ -170,12 +170,16 @@ export function redisKeys(prefix: string) {
     /** STRING with a TTL: "this (rebuild, tenant, version) was rebuilt by run X". Key: sha256. */
     idempotency: (hash: string) => `${tag}:idem:${hash}`,
     /**
-     * HASH with a TTL, of a lane (rebuild, tenant): `key` the one idempotency key it marks rebuilt,
-     * `fence` the newest publish recorded, `building` the idempotency key of the newest build
-     * begun (lib/runs/scripts.ts laneBegins, lanePublished): a version counts as rebuilt only
-     * while the output serves it and no build of another version has begun since.
+     * HASH with a TTL, of a lane — an output, named by its claim (`claimName`): `key` the one
+     * idempotency key it marks rebuilt, `fence` the newest publish recorded, `building` the
+     * idempotency key of the newest build begun (lib/runs/scripts.ts laneBegins, lanePublished): a
+     * version counts as rebuilt only while the output serves it and no build of another version
+     * has begun since. The output's, not the rebuild name's: two names for one output (a rename
+     * deployed, or rolled back, while the other file's workers run) publish into one lane
+     * (black-box helper-180: a lane per name kept a version marked that the other name had
+     * published over).
      */
-    rebuiltNow: (rebuild: string, tenant: string | null | undefined) => `${tag}:rebuilt-now:${rebuild}:${tenant ?? ""}`,
+    rebuiltNow: (claim: string) => `${tag}:rebuilt-now:${claim}`,
     /** STRING: job id of a waiting trigger of (rebuild, tenant, version, force); collapses duplicates. */
     pendingTrigger: (rebuild: string, tenant: string | undefined, version: string | undefined, force: boolean) =>
       `${tag}:pending:${rebuild}:${tenant ?? ""}:${version ?? ""}:${force ? "force" : "plain"}`,

@@ -45,7 +45,6 @@ export async function abandonRun(
     run.runId,
     proof,
     proof.kind === "proven" ? await store.client.hget(keys.run(run.runId), "idempotencyKey") : null,
-    run,
   );
   const reply = await runVariadicScript(
     store.client,
@@ -81,23 +80,20 @@ export async function abandonRun(
 
 /**
  * The lane a close proven by `proof` records its fence in (RUN_ABANDON KEYS[8], KEYS[9],
- * ARGV[12]): its version's idempotency key (left as it is) and the lane HASH; the record's own key
- * in their place (none) when not proven, or when the record has no idempotency key (a forced rebuild).
+ * ARGV[12]): its version's idempotency key (left as it is) and the lane HASH of the output the
+ * proof names; the record's own key in their place (none) when not proven, or when the record has
+ * no idempotency key (a forced rebuild).
  */
 function provenLane(
   keys: RunStore["keys"],
   runId: string,
   proof: PublishProof,
   idempotencyKey: string | null | undefined,
-  place: { rebuild?: string | null; tenant?: string | null },
 ): { keys: [string, string]; ttlMs: number | "" } {
   const none = keys.run(runId);
   if (proof.kind !== "proven" || !proof.idempotencyTtlMs || !idempotencyKey) return { keys: [none, none], ttlMs: "" };
   return {
-    keys: [
-      keys.idempotency(idempotencyKey),
-      place.rebuild ? keys.rebuiltNow(place.rebuild, place.tenant || null) : none,
-    ],
+    keys: [keys.idempotency(idempotencyKey), proof.lane ? keys.rebuiltNow(proof.lane) : none],
     ttlMs: proof.idempotencyTtlMs,
   };
 }
@@ -244,7 +240,7 @@ export async function closeAbandonedRuns(
     const mine = workerId === self?.workerId;
     // Unknown: RUN_ABANDON leaves it for a later sweep, until PROOF_PATIENCE_MS after its check.
     const proof = proofs.get(runId) ?? UNPROVEN;
-    const lane = provenLane(keys, runId, proof, idempotencyKey, { rebuild, tenant });
+    const lane = provenLane(keys, runId, proof, idempotencyKey);
     const layout = indexLayout(
       keys,
       runPlaceOf(rebuild, tenant),

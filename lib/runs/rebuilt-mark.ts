@@ -6,7 +6,6 @@
  */
 import type { RedisKeys } from "../redis/keys";
 import { runScript, type ScriptingClient } from "../redis/scripts";
-import { runPlaceOf } from "./records";
 import { READ_REBUILT_MARK, RUN_MARK_CONFIRMED } from "./scripts";
 
 export interface RebuiltMark {
@@ -17,21 +16,20 @@ export interface RebuiltMark {
 }
 
 /**
- * The mark of `idempotencyKey` in its lane (`rebuild`, `tenant`), and `alongside` (a STRING key
+ * The mark of `idempotencyKey` in its lane (the output's claim name), and `alongside` (a STRING key
  * read in the same round trip), each null when there is none.
  */
 export async function readRebuiltMark(
   client: ScriptingClient,
   keys: RedisKeys,
-  lane: { rebuild: string; tenant: string | null | undefined; idempotencyKey: string },
+  lane: { claim: string; idempotencyKey: string },
   alongside?: string,
 ): Promise<{ mark: RebuiltMark | null; alongside: string | null }> {
   const own = keys.idempotency(lane.idempotencyKey);
-  const place = runPlaceOf(lane.rebuild, lane.tenant ?? null);
   const [by, counts, also] = await runScript(
     client,
     READ_REBUILT_MARK,
-    [own, place.rebuild ? keys.rebuiltNow(place.rebuild, place.tenant) : own, alongside ?? own],
+    [own, keys.rebuiltNow(lane.claim), alongside ?? own],
     [],
   );
   return { mark: by ? { by, counts: counts === 1 } : null, alongside: also || null };
@@ -44,16 +42,15 @@ export async function readRebuiltMark(
 export async function renewRebuiltMark(
   client: ScriptingClient,
   keys: RedisKeys,
-  lane: { rebuild: string; tenant: string | null | undefined; idempotencyKey: string },
+  lane: { claim: string; idempotencyKey: string },
   confirmed: { by: string; fence: number; heldUntil: number },
 ): Promise<boolean> {
-  const place = runPlaceOf(lane.rebuild, lane.tenant ?? null);
-  if (!place.rebuild || !heldUntilArg(confirmed.heldUntil)) return false;
+  if (!heldUntilArg(confirmed.heldUntil)) return false;
   const own = keys.idempotency(lane.idempotencyKey);
   const reply = await runScript(
     client,
     RUN_MARK_CONFIRMED,
-    [own, keys.rebuiltNow(place.rebuild, place.tenant)],
+    [own, keys.rebuiltNow(lane.claim)],
     [confirmed.by, confirmed.fence, heldUntilArg(confirmed.heldUntil)!],
   );
   return reply === 1;

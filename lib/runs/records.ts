@@ -38,8 +38,9 @@ export type PublishProof =
   /**
    * `idempotencyTtlMs`: the rebuild's idempotency TTL: a close it proves records its fence in its
    * lane (kept at least that long), so that an older publish's late final write marks nothing.
+   * `lane`: the output's claim name (keys.rebuiltNow).
    */
-  | { kind: "proven"; proof: string; idempotencyTtlMs?: number }
+  | { kind: "proven"; proof: string; idempotencyTtlMs?: number; lane?: string }
   | { kind: "unproven" }
   | { kind: "unknown" }
   /** Not asked (its worker may be live, writing its own fence record): a marked record is left alone. */

@@ -42,8 +42,16 @@ export interface RunStore {
   retention: RunRetention;
 }
 
+/**
+ * The lane of a run's publishes: its output's claim name (keys.rebuiltNow), once its definition is
+ * known (absent: its writes touch no lane: an attempt of a rebuild this worker does not declare).
+ */
+export interface RunLane {
+  lane?: string | null;
+}
+
 /** Who an attempt is: what every record of it says from its first write on. */
-export interface AttemptIdentity extends RunPlace {
+export interface AttemptIdentity extends RunPlace, RunLane {
   runId: string;
   jobId: string;
   attempt: number;
@@ -361,7 +369,7 @@ export async function recordVersion(
 }
 
 /** A run as its writes name it. */
-export type RunRef = RunPlace & { runId: string; jobId: string };
+export type RunRef = RunPlace & RunLane & { runId: string; jobId: string };
 
 /** `not-owner`: the record was begun by another call than the write's `owner`. */
 export type WriteResult = "written" | "missing" | "final" | "refused" | "not-owner";
@@ -420,12 +428,13 @@ export async function noteForceRelease(
  * in flight, gone or noted already is left alone. True when noted.
  */
 export async function noteMadeCurrent(
-  store: Pick<RunStore, "client" | "keys"> & { client: Pick<Redis, "hmget"> },
+  store: Pick<RunStore, "client" | "keys"> & { client: Pick<Redis, "hget"> },
   runId: string,
-  made: { fence: number; buildHash: string; idempotencyTtlMs: number },
+  /** `lane`: the output's claim name, whose lane its version is marked in. */
+  made: { fence: number; buildHash: string; idempotencyTtlMs: number; lane: string },
 ): Promise<boolean> {
   const { client, keys } = store;
-  const [key, rebuild, tenant] = await client.hmget(keys.run(runId), "idempotencyKey", "rebuild", "tenant");
+  const key = await client.hget(keys.run(runId), "idempotencyKey");
   const reply = await runScript(
     client,
     RUN_NOTE_MADE_CURRENT,
@@ -434,7 +443,7 @@ export async function noteMadeCurrent(
       keys.runLog(runId),
       keys.events,
       key ? keys.idempotency(key) : keys.run(runId),
-      key && rebuild ? keys.rebuiltNow(rebuild, tenant || null) : keys.run(runId),
+      key ? keys.rebuiltNow(made.lane) : keys.run(runId),
     ],
     [
       `${made.fence} ${made.buildHash}`,
@@ -453,13 +462,13 @@ export async function noteMadeCurrent(
  */
 function laneKeysOf(
   keys: RedisKeys,
-  place: RunPlace,
+  place: RunLane,
   runId: string,
   builds: string | undefined,
 ): { version: string; mark: string } {
   return {
     version: builds ? keys.idempotency(builds) : keys.run(runId),
-    mark: builds && place.rebuild ? keys.rebuiltNow(place.rebuild, place.tenant) : keys.run(runId),
+    mark: builds && place.lane ? keys.rebuiltNow(place.lane) : keys.run(runId),
   };
 }
 
@@ -515,8 +524,8 @@ export async function writeRunReading(
       keys.events,
       keys.metricsCounters,
       keys.cancelRequest(run.jobId),
-      (write.idempotency?.change === "set" || write.idempotency?.change === "fence") && run.rebuild
-        ? keys.rebuiltNow(run.rebuild, run.tenant)
+      (write.idempotency?.change === "set" || write.idempotency?.change === "fence") && run.lane
+        ? keys.rebuiltNow(run.lane)
         : keys.run(run.runId),
     ],
     layout.keys,

@@ -734,7 +734,11 @@ test("an attempt that published, its worker gone before its final record was wri
     assert.equal(pointer.runId, runId, "the claims Redis names the run");
     // Another version was the lane's mark before this publish (its final write never came).
     await bed.main.set(bed.keys.idempotency("another-version"), "an-earlier-run");
-    await bed.main.hset(bed.keys.rebuiltNow("unseen-publisher", null), "key", bed.keys.idempotency("another-version"));
+    await bed.main.hset(
+      bed.keys.rebuiltNow(claimName(bed.definitions.rebuilds.get("unseen-publisher")!.claimPath)),
+      "key",
+      bed.keys.idempotency("another-version"),
+    );
     // The next attempt: cancelled before it starts (it ends at its first record), which closes the previous one.
     const controller = new AbortController();
     controller.abort(CANCEL_ABORT_REASON);
@@ -759,10 +763,14 @@ test("an attempt that published, its worker gone before its final record was wri
     // the proof may be older than a publish of another version whose final write has not landed).
     assert.ok(record?.idempotencyKey, "its version has an idempotency key");
     assert.equal(await bed.main.get(bed.keys.idempotency(record.idempotencyKey)), null, "not marked by the close");
-    assert.deepEqual(await bed.main.hmget(bed.keys.rebuiltNow("unseen-publisher", null), "fence", "key"), [
-      pointer.fence,
-      null,
-    ]);
+    assert.deepEqual(
+      await bed.main.hmget(
+        bed.keys.rebuiltNow(claimName(bed.definitions.rebuilds.get("unseen-publisher")!.claimPath)),
+        "fence",
+        "key",
+      ),
+      [pointer.fence, null],
+    );
     assert.equal(await bed.main.get(bed.keys.idempotency("another-version")), null, "another version unmarked");
     gated.release();
     await first;
@@ -814,7 +822,11 @@ test("an attempt that published, its worker gone before its final record was wri
     assert.equal((await recordPublishedFence(outputDir, newer.fence, newerBuild)).status, "recorded");
     await pointCurrentAtRecord(outputDir, newer.fence, newerBuild);
     // As the newer run's own final write leaves the lane: its fence seen.
-    await bed.main.hset(bed.keys.rebuiltNow("moved-on-publisher", null), "fence", newer.fence);
+    await bed.main.hset(
+      bed.keys.rebuiltNow(claimName(bed.definitions.rebuilds.get("moved-on-publisher")!.claimPath)),
+      "fence",
+      newer.fence,
+    );
     // The job's next attempt (cancelled before it starts) closes the first one's record.
     const controller = new AbortController();
     controller.abort(CANCEL_ABORT_REASON);
@@ -830,7 +842,7 @@ test("an attempt that published, its worker gone before its final record was wri
     assert.match(record?.reason ?? "", new RegExp(`^published build ${its.value} \\(fence ${its.fence};`));
     assert.equal(record?.finishedAt, Number(its.publishedAt), "it finished when it published");
     // The lane keeps the newer fence (a close of an older publish does not move it back).
-    const lane = bed.keys.rebuiltNow("moved-on-publisher", null);
+    const lane = bed.keys.rebuiltNow(claimName(bed.definitions.rebuilds.get("moved-on-publisher")!.claimPath));
     assert.equal(await bed.main.hget(lane, "fence"), String(newer.fence));
     gated.release();
     await first;
@@ -892,7 +904,11 @@ test("the sweep closes a dead worker's record that was about to publish rebuilt 
       // Another version is the lane's mark: a proven close drops it.
       const otherKey = bed.keys.idempotency(`other-than-${jobId}`);
       await bed.main.set(otherKey, "an-earlier-run");
-      await bed.main.hset(bed.keys.rebuiltNow("swept-publisher", null), "key", otherKey);
+      await bed.main.hset(
+        bed.keys.rebuiltNow(claimName(bed.definitions.rebuilds.get("swept-publisher")!.claimPath)),
+        "key",
+        otherKey,
+      );
       const publishedAt = await serverNow(bed.main); // after its start, before the close
       const publisher = pointer[2] === "named" ? identity.runId : runIdOf("someone-else", 1);
       await bed.claims.hset(bed.keys.published(name), {
@@ -929,10 +945,14 @@ test("the sweep closes a dead worker's record that was about to publish rebuilt 
         );
         assert.notEqual(await bed.main.zscore(bed.keys.runIndex({ status: "rebuilt" }), identity.runId), null);
         // Its fence is the lane's, another version's mark is dropped, its own is not set.
-        assert.deepEqual(await bed.main.hmget(bed.keys.rebuiltNow("swept-publisher", null), "fence", "key"), [
-          String(mark[0]),
-          null,
-        ]);
+        assert.deepEqual(
+          await bed.main.hmget(
+            bed.keys.rebuiltNow(claimName(bed.definitions.rebuilds.get("swept-publisher")!.claimPath)),
+            "fence",
+            "key",
+          ),
+          [String(mark[0]), null],
+        );
         assert.equal(await bed.main.get(otherKey), null, `${jobId}: another version unmarked`);
       } else {
         assert.match(record?.reason ?? "", /that build may be published/);
@@ -944,7 +964,10 @@ test("the sweep closes a dead worker's record that was about to publish rebuilt 
     }
   } finally {
     await bed.claims.del(bed.keys.published(name));
-    await bed.main.del(bed.keys.workerHeartbeat("sweeper"), bed.keys.rebuiltNow("swept-publisher", null));
+    await bed.main.del(
+      bed.keys.workerHeartbeat("sweeper"),
+      bed.keys.rebuiltNow(claimName(bed.definitions.rebuilds.get("swept-publisher")!.claimPath)),
+    );
   }
 });
 

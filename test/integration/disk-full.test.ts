@@ -288,10 +288,14 @@ test("a publish whose fence record the full disk refused, made current later by 
     assert.equal(noted.status, "failed", "a final status never changes");
     assert.equal(await readCurrent(output), noted.madeCurrentLater!.buildHash, "current serves its build");
     // Its version is the lane's now: another version's request builds (RUN_NOTE_MADE_CURRENT).
-    assert.deepEqual(await bed.main.hmget(bed.keys.rebuiltNow("fill", null), "fence", "key"), [
-      String(noted.madeCurrentLater!.fence),
-      bed.keys.idempotency(idempotencyKey("fill", undefined, "late-g")),
-    ]);
+    assert.deepEqual(
+      await bed.main.hmget(
+        bed.keys.rebuiltNow(claimName(bed.definitions.rebuilds.get("fill")!.claimPath)),
+        "fence",
+        "key",
+      ),
+      [String(noted.madeCurrentLater!.fence), bed.keys.idempotency(idempotencyKey("fill", undefined, "late-g"))],
+    );
     assert.equal(
       noted.madeCurrentLater!.buildHash,
       await bed.claims.hget(bed.keys.published(claimName(bed.definitions.rebuilds.get("fill")!.claimPath)), "value"),

@@ -140,7 +140,12 @@ async function attemptWaitingForClaim(jobId: string, version: string, meanwhile:
 test("the re-check is asked once the claim is granted: a run that finished while this one waited for the claim is found, nothing is built", async () => {
   // The other run marks the version rebuilt (its final write under its claim), then releases the claim.
   const outcome = await attemptWaitingForClaim("order-2", "o2", async () => {
-    await markRebuilt(bed.main, bed.keys, { rebuild: "quick", version: "o2" }, "finished-elsewhere-a1");
+    await markRebuilt(
+      bed.main,
+      bed.keys,
+      { rebuild: "quick", version: "o2", claim: claimName(bed.definitions.rebuilds.get("quick")!.claimPath) },
+      "finished-elsewhere-a1",
+    );
   });
   assert.equal(outcome.status, "skipped");
   const record = await readRun(bed.main, bed.keys, "order-2-a1");
@@ -157,7 +162,12 @@ test("a version found rebuilt under the claim is skipped even when its work dir 
   try {
     const outcome = await attemptWaitingForClaim("order-4", "o4", async () => {
       await fs.writeFile(workRoot, "not a directory"); // mkdir under it fails (ENOTDIR)
-      await markRebuilt(bed.main, bed.keys, { rebuild: "quick", version: "o4" }, "finished-elsewhere-a1");
+      await markRebuilt(
+        bed.main,
+        bed.keys,
+        { rebuild: "quick", version: "o4", claim: claimName(bed.definitions.rebuilds.get("quick")!.claimPath) },
+        "finished-elsewhere-a1",
+      );
     });
     assert.equal(outcome.status, "skipped");
     assert.equal((await readRun(bed.main, bed.keys, "order-4-a1"))?.status, "skipped");

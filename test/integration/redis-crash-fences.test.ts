@@ -130,7 +130,7 @@ test("a job a crash of the Redis brought back after it published, with another v
 });
 
 test("an attempt the queue's Redis forgot with its record after it published, picked up again under the same run id: one record, rebuilt, with its publish's fence and build (helper-151)", async () => {
-  const { server, keys, output, attempt } = await crashBed("forgot-pickup");
+  const { server, keys, output, claim, attempt } = await crashBed("forgot-pickup");
   const client = createRedis(server.url, "worker", "forgot-pickup");
   try {
     const first = await attempt(client, "vP", "job-p");
@@ -142,7 +142,7 @@ test("an attempt the queue's Redis forgot with its record after it published, pi
       keys.run("job-p-a1"),
       keys.runOpenAttempt("job-p"),
       keys.idempotency(idempotencyKey("forgot-pickup", undefined, "vP")),
-      keys.rebuiltNow("forgot-pickup", null),
+      keys.rebuiltNow(claim),
     );
     const again = await attempt(client, "vP", "job-p");
     assert.equal(again.status, "rebuilt", JSON.stringify(again));
@@ -272,12 +272,12 @@ test("the main and the claims Redis on one server, both losing the writes after 
 });
 
 test("a mark counts only in its server's incarnation: a primary failed over and back (its run_id unchanged, its replication id new) does not count a mark made before (review helper-144)", async () => {
-  const { server: p, keys, attempt } = await crashBed("failback");
+  const { server: p, keys, claim, attempt } = await crashBed("failback");
   const replica = await startRedisServer({ dir: path.join(root, "redis-failback-replica"), extraArgs: RDB_ONLY });
   servers.push(replica);
   const primary = createRedis(p.url, "worker", "failback-p");
   const other = createRedis(replica.url, "worker", "failback-r");
-  const lane = { rebuild: "failback", idempotencyKey: idempotencyKey("failback", undefined, "vA"), tenant: undefined };
+  const lane = { claim, idempotencyKey: idempotencyKey("failback", undefined, "vA") };
   const synced = async (replicaClient: typeof primary) => {
     for (let i = 0; i < 100; i++) {
       if (/master_link_status:up/.test(await replicaClient.info("replication"))) return;
@@ -308,11 +308,11 @@ test("a mark counts only in its server's incarnation: a primary failed over and 
 });
 
 test("a Redis whose ACL refuses INFO cannot tell a restart: its marks never count for a skip, and a repeat still skips through the claim", async () => {
-  const { server, keys, attempt } = await crashBed("noinfo");
+  const { server, keys, claim, attempt } = await crashBed("noinfo");
   const admin = createRedis(server.url, "worker", "noinfo-admin");
   await admin.acl("SETUSER", "noinfo", "on", ">pw", "~*", "&*", "+@all", "-info");
   const client = createRedis(server.url.replace("redis://", "redis://noinfo:pw@"), "worker", "noinfo");
-  const lane = { rebuild: "noinfo", idempotencyKey: idempotencyKey("noinfo", undefined, "vA"), tenant: undefined };
+  const lane = { claim, idempotencyKey: idempotencyKey("noinfo", undefined, "vA") };
   try {
     await assert.rejects(client.info("server"), /NOPERM/, "the ACL refuses INFO");
     const a = await attempt(client, "vA");
@@ -335,9 +335,9 @@ test("a mark of another incarnation is confirmed only by the very publish the ou
     const a = await attempt(client, "vA");
     assert.equal(a.status, "rebuilt", JSON.stringify(a));
     const runA = (a as { runId: string }).runId;
-    const lane = { rebuild: "confirm", tenant: undefined, idempotencyKey: idempotencyKey("confirm", undefined, "vA") };
+    const lane = { claim, idempotencyKey: idempotencyKey("confirm", undefined, "vA") };
     // As a restart leaves it: marked in another incarnation.
-    await client.hset(keys.rebuiltNow("confirm", null), "markedIn", "an-earlier-incarnation");
+    await client.hset(keys.rebuiltNow(claim), "markedIn", "an-earlier-incarnation");
     const { mark } = await readRebuiltMark(client, keys, lane);
     assert.deepEqual(mark, { by: runA, counts: false });
     const pointer = await readPublished(client, keys, claim);

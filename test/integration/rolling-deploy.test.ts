@@ -123,3 +123,43 @@ test("a declared job no worker that knows it takes within the bound fails, namin
   assert.equal(record?.status, "failed");
   assert.equal(record?.reason, late.message);
 });
+
+test("a rebuild renamed by a deploy, then rolled back: a request for a version the old name built before, published over by the new name since, builds again (black-box helper-180)", async () => {
+  const versionStep = { name: "v", run: ["sh", "-c", 'echo "$CLAIMWATCH_VERSION" > "$CLAIMWATCH_WORK/v"'] };
+  const bed = await createTestBed({ tiles: { output: "out/tiles", steps: [versionStep] } });
+  beds.push(bed);
+  // The deploy's file: the same output under a new name (one file refuses two names for one output;
+  // two files, old and new workers side by side or a rollback, do not know of each other).
+  const renamedFile = path.join(bed.dir, "claimwatch-renamed.yaml");
+  fs.writeFileSync(renamedFile, stringify({ rebuilds: { tiles2: { output: "out/tiles", steps: [versionStep] } } }));
+  const renamed = loadDefinitions(renamedFile);
+  if (!renamed.ok) throw renamed.error;
+  const oldDeps = rebuildDepsOf(bed);
+  const newDeps = { ...oldDeps, definitions: renamed.definitions };
+  const output = bed.definitions.rebuilds.get("tiles")!.outputPath;
+  assert.equal(renamed.definitions.rebuilds.get("tiles2")!.outputPath, output, "one output");
+  const job = (id: string, rebuild: string, version: string) => ({
+    id,
+    attempt: 1,
+    createdAt: Date.now(),
+    data: { rebuild, version, trigger: "api" as const },
+    signal: new AbortController().signal,
+  });
+  const served = () => fs.readFileSync(path.join(output, "current", "v"), "utf8").trim();
+
+  assert.equal((await runRebuild(oldDeps, job("old-v1", "tiles", "v1"))).status, "rebuilt");
+  assert.equal(served(), "v1");
+  assert.equal((await runRebuild(newDeps, job("new-v2", "tiles2", "v2"))).status, "rebuilt");
+  assert.equal(served(), "v2");
+  // Rolled back: the old name asks for v1 again. The output serves v2: v1 is not rebuilt now.
+  const again = await runRebuild(oldDeps, job("old-v1-again", "tiles", "v1"));
+  assert.equal(again.status, "rebuilt", JSON.stringify(again));
+  assert.equal(served(), "v1");
+  // And the other way round: the new name's v2, published over by the old name since, builds too.
+  const back = await runRebuild(newDeps, job("new-v2-again", "tiles2", "v2"));
+  assert.equal(back.status, "rebuilt", JSON.stringify(back));
+  assert.equal(served(), "v2");
+  // A repeat of what the output serves now is still skipped, whichever name published it.
+  const repeat = await runRebuild(newDeps, job("new-v2-repeat", "tiles2", "v2"));
+  assert.equal(repeat.status, "skipped", JSON.stringify(repeat));
+});

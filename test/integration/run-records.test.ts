@@ -37,7 +37,7 @@ import {
   type RunStore,
 } from "../../lib/runs/writer";
 import { replyLosingClient } from "../support/reply-losing";
-import { beginAttemptResult as beginAttempt, testAttempt } from "../support/runs";
+import { beginAttemptResult as beginAttempt, TEST_LANE, testAttempt } from "../support/runs";
 import { startTestRedis, stopTestRedis, uniquePrefix } from "../support/redis";
 
 const server = await startTestRedis();
@@ -148,14 +148,14 @@ test("a build of another version begins (known at the begin, or once read): the 
   const keys = redisKeys(uniquePrefix());
   const store = storeOf(keys);
   // A lane key of another type (an earlier build of the code wrote a STRING) is dropped, not an error.
-  await client.set(keys.rebuiltNow("tiles", "acme"), "3 old-format");
+  await client.set(keys.rebuiltNow(TEST_LANE), "3 old-format");
   const published = attempt("lane-a", 1);
   assert.equal(
     (await beginAttempt(store, published, { mode: { kind: "check", idempotencyKey: "h-a" }, builds: "h-a" })).status,
     "began",
   );
-  assert.equal(await client.type(keys.rebuiltNow("tiles", "acme")), "hash");
-  assert.ok((await client.pttl(keys.rebuiltNow("tiles", "acme"))) > 0, "the lane expires");
+  assert.equal(await client.type(keys.rebuiltNow(TEST_LANE)), "hash");
+  assert.ok((await client.pttl(keys.rebuiltNow(TEST_LANE))) > 0, "the lane expires");
   await writeRun(store, published, {
     status: "rebuilt",
     fields: { fence: 5 },
@@ -182,7 +182,7 @@ test("a build of another version begins (known at the begin, or once read): the 
   );
   // The same when the version is known only after the inputs are read (RUN_VERSION).
   await client.set(keys.idempotency("h-c"), "run-c");
-  await client.hset(keys.rebuiltNow("tiles", "acme"), { fence: 9, key: keys.idempotency("h-c") });
+  await client.hset(keys.rebuiltNow(TEST_LANE), { fence: 9, key: keys.idempotency("h-c") });
   const early = attempt("lane-d", 1);
   const begun = await beginOwnedAttempt(store, early, { mode: { kind: "running" } });
   assert.equal(await client.get(keys.idempotency("h-c")), "run-c", "no version yet: nothing unmarked");
@@ -242,7 +242,7 @@ test("a late mark of a version whose publish came before another version's build
   // Y publishes B at fence 6 (after the request for A began, which makes A the newest build).
   await publish(y, "h-b", 6);
   assert.equal(await client.get(keys.idempotency("h-b")), null, "A's build began after B's: B not marked");
-  assert.equal(await client.hget(keys.rebuiltNow("tiles", "acme"), "fence"), "6");
+  assert.equal(await client.hget(keys.rebuiltNow(TEST_LANE), "fence"), "6");
   // A lower fence after it (an older publish's late write) changes nothing.
   await publish(x, "h-a", 5);
   assert.equal(await client.get(keys.idempotency("h-a")), null);
@@ -269,10 +269,11 @@ test("a run closed rebuilt from the proof of its publish records its fence in it
     kind: "proven" as const,
     proof: publishedProof({ fence: 5, buildHash: build, publishedAt: await serverNow(client) }),
     idempotencyTtlMs: 60_000,
+    lane: TEST_LANE,
   };
   assert.equal(await abandonRun(store, a1, "its worker stopped", proof), true);
   assert.equal((await readRun(client, keys, a1.runId))?.status, "rebuilt");
-  assert.equal(await client.hget(keys.rebuiltNow("tiles", "acme"), "fence"), "5", "its fence is the lane's");
+  assert.equal(await client.hget(keys.rebuiltNow(TEST_LANE), "fence"), "5", "its fence is the lane's");
   assert.equal(await client.get(keys.idempotency("h-a")), null, "A is not marked: the output is about to serve B");
   assert.equal(
     (
@@ -800,7 +801,7 @@ test("a final write sent again after the main Redis lost it records its fence in
   );
   assert.equal(resent?.durationMs, (resent?.finishedAt ?? 0) - (resent?.startedAt ?? 0));
   assert.equal(await client.get(keys.idempotency("h-s8")), null, "s8 not marked again");
-  assert.equal(await client.hget(keys.rebuiltNow("tiles", "acme"), "fence"), "32", "its fence is the lane's");
+  assert.equal(await client.hget(keys.rebuiltNow(TEST_LANE), "fence"), "32", "its fence is the lane's");
   assert.equal(
     (await beginAttempt(store, attempt("resent-s8-again", 1), { mode: { kind: "check", idempotencyKey: "h-s8" } }))
       .status,

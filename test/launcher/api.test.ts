@@ -286,7 +286,7 @@ test("the preview checks in the worker's order: already rebuilt first, then the 
   );
   assert.equal(grant.status, "acquired");
   // Marked as a publish's own final write under its claim marks it (counts without asking the claims Redis).
-  await markRebuilt(bed.main, bed.keys, { rebuild: "slow", version: "done" }, "run-earlier-a1");
+  await markRebuilt(bed.main, bed.keys, { rebuild: "slow", version: "done", claim: name }, "run-earlier-a1");
   try {
     const repeat = await call("GET", "/api/rebuilds/slow/preview?version=done");
     assert.equal(repeat.body.outcome, "skip");

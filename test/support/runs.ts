@@ -86,9 +86,13 @@ export async function beginAttemptResult(
   return result;
 }
 
+/** The lane (output claim name) of `testAttempt`'s attempts: keys.rebuiltNow(TEST_LANE). */
+export const TEST_LANE = "tenant:acme:output:/srv/tiles";
+
 /**
  * Attempt `n` of job `jobId` (run id `<jobId>-a<n>`, the one before it as its previous run): of
- * rebuild `tiles` for tenant `acme`, by worker `w1` on host `h`, unless `overrides` says otherwise.
+ * rebuild `tiles` for tenant `acme` (lane TEST_LANE), by worker `w1` on host `h`, unless
+ * `overrides` says otherwise.
  */
 export function testAttempt(jobId: string, n: number, overrides: Partial<AttemptIdentity> = {}): AttemptIdentity {
   return {
@@ -98,6 +102,7 @@ export function testAttempt(jobId: string, n: number, overrides: Partial<Attempt
     previousRunId: n > 1 ? `${jobId}-a${n - 1}` : null,
     rebuild: "tiles",
     tenant: "acme",
+    lane: TEST_LANE,
     rebuildName: "tiles",
     createdAt: 1_000,
     trigger: "api",
@@ -116,7 +121,7 @@ export function testAttempt(jobId: string, n: number, overrides: Partial<Attempt
 export async function markRebuilt(
   main: Redis,
   keys: RedisKeys,
-  lane: { rebuild: string; tenant?: string; version: string },
+  lane: { rebuild: string; tenant?: string; version: string; claim: string },
   runId: string,
   ttlMs = 60_000,
 ): Promise<void> {
@@ -128,7 +133,7 @@ export async function markRebuilt(
   await main
     .multi()
     .set(key, runId, "PX", ttlMs)
-    .hset(keys.rebuiltNow(lane.rebuild, lane.tenant ?? null), "key", key, "markedIn", incarnation)
-    .pexpire(keys.rebuiltNow(lane.rebuild, lane.tenant ?? null), ttlMs)
+    .hset(keys.rebuiltNow(lane.claim), "key", key, "markedIn", incarnation)
+    .pexpire(keys.rebuiltNow(lane.claim), ttlMs)
     .exec();
 }
