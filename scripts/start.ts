@@ -83,6 +83,16 @@ if (!ensureBuild(root, say)) fail("`next build` failed; see the output above");
 // Before the embedded Redis starts: a stop while the worker's bundle builds leaves nothing running.
 const workerNodeArguments = await workerArguments(say);
 
+// A stop asked for while the embedded Redis starts, before the supervisors and their handlers
+// exist: noted, and once Redis answers it is stopped again (black-box helper-180: Ctrl-C in that
+// window left it running, silently, until the next start cleaned up).
+let stopAsked: NodeJS.Signals | null = null;
+const askStop = (signal: NodeJS.Signals) => {
+  stopAsked ??= signal;
+};
+const STOP_SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP"] as const;
+for (const signal of STOP_SIGNALS) process.on(signal, askStop);
+
 let redis: RedisServerHandle | undefined;
 let redisBinary = "";
 const env: NodeJS.ProcessEnv = { ...process.env };
@@ -125,7 +135,16 @@ if (!config.redisUrl) {
   });
   env.REDIS_URL = redis!.url;
   say(`embedded Redis ${redis!.url} (pid ${redis!.pid}, data in ${path.join(config.dataDir, "redis")})`);
+  if (stopAsked) {
+    say(`${stopAsked}: stopping embedded Redis …`);
+    await redis!.stop(10_000);
+    clearEmbeddedState(config.dataDir);
+    clearLauncherState(config.dataDir);
+    say("stopped");
+    process.exit(0);
+  }
 }
+for (const signal of STOP_SIGNALS) process.off(signal, askStop);
 
 // Access: configured tokens, or an operator token generated once into the data dir.
 let loginHint: string;
@@ -236,9 +255,7 @@ async function shutdown(reason: string, exitCode: number): Promise<never> {
   return new Promise<never>(() => {});
 }
 
-process.on("SIGINT", () => void shutdown("SIGINT", 0));
-process.on("SIGTERM", () => void shutdown("SIGTERM", 0));
-process.on("SIGHUP", () => void shutdown("SIGHUP", 0));
+for (const signal of STOP_SIGNALS) process.on(signal, () => void shutdown(signal, 0));
 
 const url = browserUrl(config);
 

@@ -10,7 +10,7 @@ import os from "node:os";
 import path from "node:path";
 import { after, test } from "node:test";
 import { Redis } from "ioredis";
-import { readLauncherState } from "../../lib/launcher/state";
+import { clearLauncherState, readLauncherState } from "../../lib/launcher/state";
 import { freePort, readEmbeddedState } from "../../lib/redis/embedded";
 import { descendantPids, isRunning, waitForLine, waitUntilGone } from "../support/processes";
 
@@ -311,6 +311,32 @@ test("npm start after a launcher was SIGKILLed stops exactly what that launcher 
     assert.deepEqual(await waitUntilGone(left, 1_000), [], "every process the dead launcher left is gone");
     assert.equal((await fetch(`${url}/api/health`)).status, 200, "and the new start serves");
   });
+});
+
+test("Ctrl-C while the embedded Redis starts (before the supervisors run): it is stopped again, exit 0, nothing left behind (black-box helper-180)", async () => {
+  const { launcher } = await spawnLauncher();
+  const exited = new Promise<number | null>((resolve) => launcher.once("exit", (code) => resolve(code)));
+  let printed = "";
+  launcher.stdout.on("data", (chunk: Buffer) => (printed += chunk.toString()));
+  // The moment its Redis is spawned (recorded for a later start's cleanup), before it answers.
+  let redisPid: number | undefined;
+  const deadline = Date.now() + 120_000;
+  while (redisPid === undefined && Date.now() < deadline) {
+    redisPid = readLauncherState(dataDir)?.children.find((child) => child.name === "redis")?.pid;
+    if (redisPid === undefined) await new Promise((r) => setTimeout(r, 2));
+  }
+  assert.ok(redisPid !== undefined, "the launcher spawned its Redis");
+  launcher.kill("SIGINT");
+  try {
+    assert.equal(await exited, 0, `exit 0 on a Ctrl-C while Redis starts; it printed:\n${printed}`);
+    assert.deepEqual(await waitUntilGone([redisPid], 5_000), [], "the embedded Redis is stopped, not left running");
+    assert.equal(readEmbeddedState(dataDir), undefined, "the embedded Redis record is cleared");
+    assert.equal(readLauncherState(dataDir), undefined, "the launcher's record is cleared");
+  } finally {
+    // What a failing launcher left (its Redis, by pid), so the next test starts clean.
+    if (isRunning(redisPid)) process.kill(redisPid, "SIGKILL");
+    clearLauncherState(dataDir);
+  }
 });
 
 test("npm start refuses a PORT in use and a HOST that is not this machine's before it starts anything: one line naming the variable", async () => {
