@@ -29,7 +29,7 @@ import { flushUnansweredFinals, noteMadeCurrent, resendFinalWrite } from "../lib
 import { pruneAbandonedWorkDirs } from "../lib/rebuilds/output";
 import { removeTakenWorkDirs, takeLiveWorkDirs } from "../lib/rebuilds/work-dirs";
 import { pruneOldBuilds } from "../lib/rebuilds/prune";
-import { declareTargets } from "../lib/rebuilds/declared";
+import { declaredFields, declareTargets } from "../lib/rebuilds/declared";
 import { keepScheduleDigest, schedulesDigest, syncSchedules, type SyncedSchedules } from "../lib/rebuilds/schedules";
 import { closeRedis, createRedis } from "../lib/redis/client";
 import { measureRedisClock, redisClock, useAsProcessClock } from "../lib/redis/clock";
@@ -103,6 +103,7 @@ const identity = newWorkerIdentity(APP_VERSION, {
   limitedStepsContainment: containment.forLimitedSteps?.mode,
   publishedBuilds: publishedBuildsToSteps(containment),
   schedulesDigest: schedulesDigest(definitions),
+  declares: declaredFields(definitions),
 });
 const log = (line: string) => process.stdout.write(`[worker ${identity.id}] ${line}\n`);
 

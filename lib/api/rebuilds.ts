@@ -19,7 +19,8 @@ import { readRunFinishedAt } from "../runs/records";
 import type { RunRecord } from "../runs/types";
 import type { WebContext } from "../web/context";
 import { formatAbsolute } from "../ui/format";
-import { countWorkers, liveWorkerIdSet } from "../workers/heartbeat";
+import { listLiveWorkers, liveWorkerIdSet, type WorkerStatus } from "../workers/heartbeat";
+import { declaredField, UNDECLARED_DEFER_MS, UNDECLARED_PICKUPS } from "../rebuilds/declared";
 import { toApiClaim, type ApiClaim } from "./claims";
 import { ApiError, badRequest, notFound } from "./errors";
 import { checkTenantField, rebuildOfUrl } from "./rebuild-input";
@@ -287,6 +288,12 @@ export type RunPreview = PreviewOutcome & {
 
 type PreviewOutcome =
   | { outcome: "runs"; version: string }
+  /**
+   * Live workers there are, but none declares the rebuild (and tenant): their definitions files
+   * lack it (a deploy under way). The job waits for one that does, then fails (run-rebuild.ts
+   * `undeclaredTarget`).
+   */
+  | { outcome: "waits-for-worker"; version: string; message: string }
   /** The worker would fail the run for good (its output's claim file names another claim: output-claim.ts). */
   | { outcome: "fails"; version: string; message: string }
   | { outcome: "skip"; reason: "claim-held"; version: string; heldBy: string; pttlMs: number; message: string }
@@ -317,9 +324,28 @@ export async function previewRun(
   const { main, keys } = context.connections;
   const [outcome, workers] = await Promise.all([
     previewOutcome(context, name, query),
-    countWorkers(main, keys).catch(() => null),
+    listLiveWorkers(main, keys).catch(() => null),
   ]);
-  return { ...outcome, workersLive: workers?.live ?? null };
+  const waits = outcome.outcome !== "fails" && workers ? undeclaredByLiveWorkers(workers, name, query.tenant) : null;
+  return {
+    ...(waits ? { outcome: "waits-for-worker", version: outcome.version, message: waits } : outcome),
+    workersLive: workers?.length ?? null,
+  };
+}
+
+/**
+ * What a job for `rebuild` (and `tenant`) meets when every live worker says what its definitions
+ * declare and none declares it: each worker defers it, and it fails after UNDECLARED_PICKUPS
+ * pickups (black-box helper-180: the preview said "would build"). Null when some live worker
+ * declares it, says nothing (an earlier version), or none is live (said by `workersLive`).
+ */
+function undeclaredByLiveWorkers(workers: WorkerStatus[], rebuild: string, tenant: string | undefined): string | null {
+  if (workers.length === 0 || workers.some((worker) => !worker.declares)) return null;
+  const field = declaredField(rebuild, tenant);
+  if (workers.some((worker) => worker.declares!.includes(field))) return null;
+  const what = tenant ? `rebuild '${rebuild}' for tenant '${tenant}'` : `rebuild '${rebuild}'`;
+  const minutes = Math.round((UNDECLARED_DEFER_MS * UNDECLARED_PICKUPS) / 60_000);
+  return `would wait: no live worker declares ${what} (their definitions files lack it: a deploy under way?); the job waits for a worker that does, up to ${UNDECLARED_PICKUPS} pickups (about ${minutes} min), then fails`;
 }
 
 async function previewOutcome(

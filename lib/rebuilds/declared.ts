@@ -10,6 +10,11 @@ import type { Redis } from "ioredis";
 import type { RedisKeys } from "../redis/keys";
 import type { Definitions } from "./definitions";
 
+/** How long a job whose rebuild or tenant this worker does not declare waits for a worker that does, per pickup. */
+export const UNDECLARED_DEFER_MS = 15_000;
+/** Pickups a job whose rebuild or tenant was declared elsewhere is kept for (about 10 minutes in all). */
+export const UNDECLARED_PICKUPS = 40;
+
 /** The HASH field of a rebuild (and tenant): names follow lib/names.ts, so a space cannot occur in one. */
 export const declaredField = (rebuild: string, tenant?: string | null): string =>
   tenant ? `${rebuild} ${tenant}` : rebuild;
@@ -24,17 +29,23 @@ export async function declareTarget(
   await client.hset(keys.declaredTargets, declaredField(rebuild, tenant), String(Date.now()));
 }
 
+/** Every rebuild and tenant `definitions` declare, as `declaredField`s (also in each worker's heartbeat). */
+export function declaredFields(definitions: Pick<Definitions, "rebuilds">): string[] {
+  const fields: string[] = [];
+  for (const definition of definitions.rebuilds.values()) {
+    for (const tenant of definition.tenants ?? [null]) fields.push(declaredField(definition.name, tenant));
+  }
+  return fields;
+}
+
 /** Notes every rebuild and tenant `definitions` declare (a worker at its start). */
 export async function declareTargets(
   client: Pick<Redis, "hset">,
   keys: RedisKeys,
   definitions: Pick<Definitions, "rebuilds">,
 ): Promise<void> {
-  const fields: Record<string, string> = {};
   const now = String(Date.now());
-  for (const definition of definitions.rebuilds.values()) {
-    for (const tenant of definition.tenants ?? [null]) fields[declaredField(definition.name, tenant)] = now;
-  }
+  const fields = Object.fromEntries(declaredFields(definitions).map((field) => [field, now]));
   if (Object.keys(fields).length > 0) await client.hset(keys.declaredTargets, fields);
 }
 

@@ -61,7 +61,7 @@ import {
 } from "./cancel-request";
 import { recordChangedBuild } from "./build-integrity";
 import { classifyFailure, JOB_REDELIVERED, isTransient } from "./classify-failure";
-import { wasDeclared } from "./declared";
+import { UNDECLARED_DEFER_MS, UNDECLARED_PICKUPS, wasDeclared } from "./declared";
 import { decideRun, DEFER_MAX_MS, DEFER_MIN_MS } from "./decide";
 import { outputDirOf, stopWithinMs, tenantProblem, type Definitions, type RebuildDefinition } from "./definitions";
 import { PRUNING_VERSION } from "./prune";
@@ -314,10 +314,7 @@ export class RebuildError extends Error {
  */
 export const INPUTS_VISIBLE_AFTER_MS = 1_000;
 
-/** How long a job whose rebuild or tenant this worker does not declare waits for a worker that does, per pickup. */
-export const UNDECLARED_DEFER_MS = 15_000;
-/** Pickups a job whose rebuild or tenant was declared elsewhere is kept for (about 10 minutes in all). */
-export const UNDECLARED_PICKUPS = 40;
+export { UNDECLARED_DEFER_MS, UNDECLARED_PICKUPS };
 
 /** Why the input read is stopped when the record begun meanwhile is not this pickup's. */
 const RECORD_NOT_OURS = "record-not-ours";

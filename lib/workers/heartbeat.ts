@@ -77,6 +77,12 @@ export interface WorkerIdentity {
    * did not report it.
    */
   schedulesDigest?: string;
+  /**
+   * The rebuilds and tenants its definitions declare (lib/rebuilds/declared.ts `declaredFields`):
+   * the "Rebuild now" preview says a job would wait when no live worker declares its target (a
+   * deploy under way: black-box helper-180). Absent for a worker of a version that did not report it.
+   */
+  declares?: string[];
 }
 
 export type PublishedBuildsToSteps = "read-only" | "writable";
@@ -108,8 +114,9 @@ export function newWorkerIdentity(
     limitedStepsContainment,
     publishedBuilds,
     schedulesDigest,
+    declares,
   }: Partial<
-    Pick<WorkerIdentity, "containment" | "limitedStepsContainment" | "publishedBuilds" | "schedulesDigest">
+    Pick<WorkerIdentity, "containment" | "limitedStepsContainment" | "publishedBuilds" | "schedulesDigest" | "declares">
   > = {},
 ): WorkerIdentity {
   const host = os.hostname();
@@ -124,6 +131,7 @@ export function newWorkerIdentity(
     ...(limitedStepsContainment && limitedStepsContainment !== containment ? { limitedStepsContainment } : {}),
     ...(publishedBuilds ? { publishedBuilds } : {}),
     ...(schedulesDigest ? { schedulesDigest } : {}),
+    ...(declares ? { declares } : {}),
   };
 }
 
@@ -148,6 +156,8 @@ export async function beat(
     limitedStepsContainment: worker.limitedStepsContainment ?? "",
     publishedBuilds: worker.publishedBuilds ?? "",
     schedulesDigest: worker.schedulesDigest ?? "",
+    // Names cannot hold a comma (lib/names.ts); a rebuild and its tenant are a space apart.
+    declares: worker.declares?.join(",") ?? "",
     currentJob: currentJob ?? "",
     upkeepRunningMs: upkeepRunningMs === null ? "" : String(Math.round(upkeepRunningMs)),
   };
@@ -266,6 +276,7 @@ export async function listLiveWorkersAt(
         ? { publishedBuilds: h.publishedBuilds }
         : {}),
       ...(h.schedulesDigest ? { schedulesDigest: h.schedulesDigest } : {}),
+      ...(h.declares ? { declares: h.declares.split(",") } : {}),
       currentJob: h.currentJob || null,
       heartbeatAt: Number(h.heartbeatAt),
       upkeepRunningMs: h.upkeepRunningMs ? Number(h.upkeepRunningMs) : null,

@@ -216,6 +216,29 @@ test("GET /api/rebuilds/{name}/preview says what Rebuild now would do, and wheth
   } finally {
     await retire(bed.main, bed.keys, worker.id);
   }
+  // Live workers whose definitions lack the rebuild (a deploy under way, black-box helper-180): the
+  // job would wait for one that declares it, then fail; one worker that declares it is enough.
+  const old = newWorkerIdentity("test", { declares: ["other"] });
+  const current = newWorkerIdentity("test", { declares: ["other", "slow"] });
+  await beat(bed.main, bed.keys, old, null);
+  try {
+    const waits = (await call("GET", "/api/rebuilds/slow/preview?version=v9")).body as Record<string, unknown>;
+    assert.equal(waits.outcome, "waits-for-worker", JSON.stringify(waits));
+    assert.equal(waits.workersLive, 1);
+    assert.match(
+      String(waits.message),
+      /^would wait: no live worker declares rebuild 'slow' .*up to 40 pickups \(about 10 min\), then fails$/,
+    );
+    await beat(bed.main, bed.keys, current, null);
+    assert.deepEqual((await call("GET", "/api/rebuilds/slow/preview?version=v9")).body, {
+      outcome: "runs",
+      version: "v9",
+      workersLive: 2,
+    });
+  } finally {
+    await retire(bed.main, bed.keys, old.id);
+    await retire(bed.main, bed.keys, current.id);
+  }
   assertError(await call("GET", "/api/rebuilds/slow/preview?version=a%20b"), 400, /^version: /);
 });
 
