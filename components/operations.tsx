@@ -232,7 +232,7 @@ export function RetryRunButton({ runId }: { runId: string }) {
         ) : result.status === "retry-in-progress" ? (
           "Not retried: another Retry of this job is being queued right now; look again in a moment."
         ) : result.status === "job-went-on" ? (
-          `Not retried: its job went on (attempt ${result.laterRunId} is ${result.laterStatus}).`
+          `Not retried: its job went on (attempt ${result.laterRunId} is ${result.laterStatus === "trimmed" ? "no longer in the run history" : result.laterStatus}).`
         ) : result.status === "unknown-rebuild" ||
           result.status === "request-id-reused" ||
           result.status === "request-cancelled" ? (

@@ -68,7 +68,7 @@ export const retry: CommandSpec = {
         case "job-went-on":
           return refused(
             "job-went-on",
-            `not retried: run ${runId}'s job went on: its next attempt ${result.laterRunId} is ${result.laterStatus} (retry the job's last attempt if it did not rebuild; audit entry ${result.auditId})`,
+            `not retried: run ${runId}'s job went on: its next attempt ${result.laterRunId} is ${result.laterStatus === "trimmed" ? "no longer in the run history (trimmed by retention)" : result.laterStatus} (retry the job's last attempt if it did not rebuild; audit entry ${result.auditId})`,
             result,
           );
         case "job-pending":

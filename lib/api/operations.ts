@@ -127,7 +127,7 @@ export function retryReply(result: RetryResult): Reply {
     case "job-went-on":
       return refusal(
         result,
-        `not retried: run ${result.runId}'s job went on: its next attempt ${result.laterRunId} is ${result.laterStatus} (retry the job's last attempt if it did not rebuild)`,
+        `not retried: run ${result.runId}'s job went on: its next attempt ${result.laterRunId} is ${result.laterStatus === "trimmed" ? "no longer in the run history (trimmed by retention)" : result.laterStatus} (retry the job's last attempt if it did not rebuild)`,
       );
     case "job-pending":
       return refusal(

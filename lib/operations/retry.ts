@@ -25,7 +25,7 @@ import { RETRYABLE_STATUSES } from "../runs/transitions";
 import type { RunRecord, RunStatus } from "../runs/types";
 
 export interface RetryDeps {
-  queue: Pick<Queue, "add" | "getJobState">;
+  queue: Pick<Queue, "add" | "getJobState" | "getJob">;
   main: ScriptingClient &
     Pick<
       Redis,
@@ -51,8 +51,11 @@ export type RetryResult =
   | { status: "job-pending"; runId: string; queuedJobId: string; jobState: string; auditId: string }
   /** Another Retry of this job is being queued at this moment: look again in a moment. */
   | { status: "retry-in-progress"; runId: string; auditId: string }
-  /** Its job went on: a later attempt began (`laterRunId`, now `laterStatus`); retry that one if need be. */
-  | { status: "job-went-on"; runId: string; laterRunId: string; laterStatus: RunStatus; auditId: string }
+  /**
+   * Its job went on: a later attempt began (`laterRunId`, now `laterStatus`; `trimmed` when its
+   * record is gone from the history, by retention); retry that one if need be.
+   */
+  | { status: "job-went-on"; runId: string; laterRunId: string; laterStatus: RunStatus | "trimmed"; auditId: string }
   /** Its rebuild or tenant is no longer in the definitions. */
   | { status: "unknown-rebuild"; runId: string; message: string; auditId: string }
   /**
@@ -177,6 +180,30 @@ async function pendingRetry(
   return null;
 }
 
+/** An aborted record closed by its job's next pickup names it (lib/runs/writer.ts ABANDONED_REASON). */
+const REDELIVERED_AS = /the job was redelivered as attempt (\d+)/;
+
+/**
+ * The job's next attempt after `run`, if it began: its record; or, with that record gone from the
+ * history while this one stays (retention trims by age and count, an aborted record's link is kept
+ * an hour: black-box helper-181 retried such an attempt, and its version was built and published
+ * again over a newer one), the job itself (its pickups counted past this attempt) or this
+ * record's own reason (closed by the next pickup) — `trimmed`. Null when none began.
+ */
+async function laterAttemptOf(
+  deps: RetryDeps,
+  run: RunRecord,
+): Promise<{ id: string; status: RunStatus | "trimmed" } | null> {
+  const next = runIdOf(run.jobId, run.attempt + 1);
+  const later = await readRun(deps.main, deps.keys, next);
+  if (later) return { id: later.id, status: later.status };
+  const job = await deps.queue.getJob(run.jobId).catch(() => undefined);
+  if (job && job.attemptsStarted > run.attempt) return { id: next, status: "trimmed" };
+  const named = Number(REDELIVERED_AS.exec(run.reason ?? "")?.[1] ?? 0);
+  if (named > run.attempt) return { id: runIdOf(run.jobId, named), status: "trimmed" };
+  return null;
+}
+
 export async function retryRun(
   deps: RetryDeps,
   input: { runId: string; actor: string; reason: string; requestId?: string },
@@ -197,7 +224,7 @@ export async function retryRun(
     const auditId = await audit("refused", { outcome: "not-retryable", runStatus: run.status });
     return { status: "not-retryable", runId, runStatus: run.status, auditId };
   }
-  const later = await readRun(main, keys, runIdOf(run.jobId, run.attempt + 1));
+  const later = await laterAttemptOf(deps, run);
   if (later) {
     const auditId = await audit("refused", { outcome: "job-went-on", laterRunId: later.id, laterStatus: later.status });
     return { status: "job-went-on", runId, laterRunId: later.id, laterStatus: later.status, auditId };

@@ -23,6 +23,7 @@ import { readSchedulePause } from "../../lib/rebuilds/schedules";
 import { triggerRebuild } from "../../lib/rebuilds/trigger";
 import { redisKeys } from "../../lib/redis/keys";
 import { DEFAULT_RETENTION } from "../../lib/runs/records";
+import { importRunInto } from "../../lib/runs/writer";
 import { isFinalStatus } from "../../lib/runs/transitions";
 import { killMarkedProcesses, newMarker, pidsWithMarker, waitUntilNoMarker } from "../support/markers";
 import { createTestBed, type TestBed } from "../support/stack";
@@ -278,6 +279,52 @@ test("retry a failed run: same rebuild and version, forced, linked back, audited
   } finally {
     await worker.stop();
   }
+});
+
+test("an aborted attempt whose job went on is not retried when the next attempt's record is gone from the history (retention) while its own stays (black-box helper-181)", async () => {
+  // As the next pickup closes a dead attempt: "… redelivered as attempt 3"; attempt 3's record and
+  // the job itself (finished, removed by the queue's retention) are gone; this record stays.
+  const now = Date.now();
+  const tx = bed.main.multi();
+  importRunInto(
+    tx,
+    bed.keys,
+    {
+      id: "went-on-a2",
+      jobId: "went-on",
+      attempt: 2,
+      rebuild: "flaky",
+      tenant: null,
+      version: "f9",
+      status: "aborted",
+      reason: "worker died or stalled (BullMQ job lock lost); the job was redelivered as attempt 3",
+      trigger: "api",
+      workerId: "w",
+      host: "h",
+      createdAt: now - 60_000,
+      startedAt: now - 60_000,
+      finishedAt: now - 30_000,
+      durationMs: 30_000,
+      fence: null,
+      buildHash: null,
+      idempotencyKey: null,
+      progress: 0,
+      steps: [],
+    },
+    DEFAULT_RETENTION,
+  );
+  await tx.exec();
+  const refused = await retryRun(deps(), { runId: "went-on-a2", actor: operator, reason: "looked stuck" });
+  assert.equal(refused.status, "job-went-on", JSON.stringify(refused));
+  assert.deepEqual(
+    {
+      laterRunId: (refused as { laterRunId: string }).laterRunId,
+      laterStatus: (refused as { laterStatus: string }).laterStatus,
+    },
+    { laterRunId: "went-on-a3", laterStatus: "trimmed" },
+  );
+  const jobs = await bed.queue.getJobs(["waiting", "delayed", "active", "completed", "failed"]);
+  assert.ok(!jobs.some((job) => job.data.retryOf === "went-on-a2"), "nothing queued");
 });
 
 test("a run retried once is not retried again while that job is to run: refused naming it; the same request again gets its job; once it ended, a Retry queues again (black-box helper-126)", async () => {
