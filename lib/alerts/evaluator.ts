@@ -184,7 +184,11 @@ export class AlertEvaluator {
       graceMs,
       claimStaleForMs,
     });
-    const outcome = evaluateRules(snapshot, config, { definitions, publicOrigin: this.deps.publicOrigin });
+    const outcome = evaluateRules(snapshot, config, {
+      definitions,
+      publicOrigin: this.deps.publicOrigin,
+      firing: state.firing,
+    });
     const changes = planChanges(state, outcome, snapshot.pending, this.receivers, snapshot.now);
     const counts = {
       fired: changes.transitions.filter((t) => t.status === "firing").length,

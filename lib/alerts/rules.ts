@@ -13,7 +13,7 @@ import { formatAbsolute } from "../time-text";
 import { HEARTBEAT_TTL_MS as HEARTBEAT_TTL } from "../workers/heartbeat";
 import type { AlertsConfig, RuleName, Severity } from "./config";
 import type { AlertSnapshot } from "./snapshot";
-import type { ActiveAlert } from "./types";
+import type { ActiveAlert, FiringAlert } from "./types";
 
 /** The claim the evaluating process holds (lib/alerts/evaluator); never alerted on itself. */
 export { EVALUATOR_CLAIM };
@@ -29,6 +29,8 @@ export interface RuleOutcome {
 
 export interface RuleContext {
   definitions: Definitions;
+  /** The alerts firing before this evaluation (by id): a runFailed alert outlives its run's record. */
+  firing?: ReadonlyMap<string, FiringAlert>;
   /** Origin of the dashboard for links (CLAIMWATCH_PUBLIC_URL, else http://HOST:PORT). */
   publicOrigin: string;
 }
@@ -129,15 +131,25 @@ export function evaluateRules(snapshot: AlertSnapshot, config: AlertsConfig, con
   if (rules.runFailed) {
     for (const series of snapshot.series) {
       const failed = series.newestFailed;
+      const subject = `${series.rebuild}|${series.tenant ?? ""}`;
+      if (!failed) {
+        // Its failed run trimmed by retention (black-box helper-181: the alert resolved with nothing
+        // rebuilt): it fires on, as it was, until a later run leaves the output up to date.
+        const kept = context.firing?.get(`runFailed|${subject}`);
+        if (kept && !(series.newestUpToDateAt !== null && series.newestUpToDateAt > kept.startsAt)) {
+          active.push({ id: kept.id, labels: kept.labels, annotations: kept.annotations, since: kept.startsAt });
+        }
+        continue;
+      }
       // Resolved by a later run that left the output up to date (rebuilt, or skipped as already rebuilt).
-      if (!failed || (series.newestUpToDateAt !== null && series.newestUpToDateAt > failed.createdAt)) continue;
+      if (series.newestUpToDateAt !== null && series.newestUpToDateAt > failed.createdAt) continue;
       const attempts = context.definitions.rebuilds.get(series.rebuild)?.retries.attempts ?? 1;
       // A transient failure with attempts left is retried by the queue: not (yet) an alert.
       if (failed.reason.startsWith("transient:") && failed.attempt < attempts) continue;
       push({
         rule: "runFailed",
         severity: rules.runFailed.severity,
-        subject: `${series.rebuild}|${series.tenant ?? ""}`,
+        subject,
         labels: { rebuild: series.rebuild, tenant: series.tenant, claim: claimOf(context.definitions, series) },
         summary: runFailedSummary(label(series.rebuild, series.tenant), failed, attempts),
         description: failed.reason || "failed",

@@ -211,12 +211,16 @@ export async function readAlertSnapshot(
   for (const id of runningIds) second.hmget(keys.run(id), "rebuild", "tenant", "startedAt", "createdAt", "status");
   const entry = (index: number) =>
     newest[index * 2] ? { id: newest[index * 2]!, at: Number(newest[index * 2 + 1]) } : null;
-  /** Each series' newest skipped run, when it is newer than its newest rebuilt one (its reason is read below). */
+  /**
+   * Each series' newest skipped run, when it is newer than its newest rebuilt and failed ones (its
+   * reason is read below): with no failed run kept, too (a runFailed alert whose run retention
+   * trimmed stays until the output is up to date again: rules.ts).
+   */
   const newerSkips: ({ id: string; at: number } | null)[] = [];
   const series: SeriesRuns[] = seriesList.map((s, i) => {
     const [any, rebuilt, failed, skipped] = [entry(i * 4), entry(i * 4 + 1), entry(i * 4 + 2), entry(i * 4 + 3)];
     newerSkips.push(
-      skipped && failed && skipped.at > failed.at && (!rebuilt || skipped.at > rebuilt.at) ? skipped : null,
+      skipped && (!failed || skipped.at > failed.at) && (!rebuilt || skipped.at > rebuilt.at) ? skipped : null,
     );
     return {
       rebuild: s.rebuild,

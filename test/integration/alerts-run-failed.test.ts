@@ -7,7 +7,9 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import type { Redis } from "ioredis";
+import { evaluateRules } from "../../lib/alerts/rules";
 import { readAlertSnapshot } from "../../lib/alerts/snapshot";
+import type { FiringAlert } from "../../lib/alerts/types";
 import { parseDefinitions } from "../../lib/rebuilds/definitions";
 import { closeRedis, createRedis } from "../../lib/redis/client";
 import { redisKeys } from "../../lib/redis/keys";
@@ -15,6 +17,7 @@ import { serverNow } from "../../lib/redis/time";
 import { DEFAULT_RETENTION } from "../../lib/runs/records";
 import type { FinalRunStatus } from "../../lib/runs/transitions";
 import type { RunRecord } from "../../lib/runs/types";
+import { trimRuns } from "../../lib/runs/trim";
 import { importRunInto } from "../../lib/runs/writer";
 import { startTestRedis, stopTestRedis, uniquePrefix, type TestRedis } from "../support/redis";
 
@@ -89,4 +92,42 @@ test("a failure is moot once a later run is skipped as already rebuilt (the outp
   // Inputs back: the next run finds its version already rebuilt.
   await importing([record("again-a1", now - 30_000, "skipped", "already-rebuilt: already rebuilt by run built-a1")]);
   assert.equal((await quick()).newestUpToDateAt, now - 30_000);
+});
+
+test("a runFailed alert whose run retention trimmed fires on until a later run leaves the output up to date (black-box helper-181)", async () => {
+  assert.ok(parsed.ok);
+  const { definitions } = parsed;
+  const keys = redisKeys(uniquePrefix("runfailed-trimmed"));
+  const now = await serverNow(main);
+  const importing = (records: (RunRecord & { status: FinalRunStatus })[]) => {
+    const tx = main.multi();
+    for (const r of records) importRunInto(tx, keys, r, DEFAULT_RETENTION);
+    return tx.exec();
+  };
+  const evaluate = async (firing?: Map<string, FiringAlert>) =>
+    evaluateRules(
+      await readAlertSnapshot(main, main, keys, definitions, { takeoverWindowMs: 0, graceMs: 20_000 }),
+      definitions.alerts!,
+      { definitions, publicOrigin: "http://claimwatch.test", ...(firing ? { firing } : {}) },
+    ).active.find((alert) => alert.id === "runFailed|quick|");
+  await importing([record("broken-a1", now - 50_000, "failed", "inputs unreadable: ENOENT")]);
+  const fired = await evaluate();
+  assert.ok(fired, "the failure alerts");
+  const firing = new Map([[fired.id, { ...fired, startsAt: now - 45_000 }]]);
+  // Retention (runAge) takes the failed run; nothing was rebuilt since.
+  assert.equal(
+    await trimRuns(main, keys, {
+      rebuild: "quick",
+      tenant: null,
+      retention: { ...DEFAULT_RETENTION, maxAgeMs: 10_000 },
+    }),
+    1,
+  );
+  assert.equal(await main.exists(keys.run("broken-a1")), 0, "trimmed");
+  const kept = await evaluate(firing);
+  assert.ok(kept, "still firing: the output was not brought up to date");
+  assert.deepEqual(kept.annotations, fired.annotations);
+  // A later run rebuilds: resolved.
+  await importing([record("fixed-a1", now - 1_000, "rebuilt", "published build cd (fence 2)")]);
+  assert.equal(await evaluate(firing), undefined, "resolved by the rebuild");
 });
