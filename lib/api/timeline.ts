@@ -16,9 +16,9 @@
 import { z } from "zod";
 import { NAME_PATTERN as NAME } from "../names";
 import { unknownRebuildProblem } from "../rebuilds/definitions";
-import { readTimelineBuckets } from "../runs/buckets";
+import { readTimelineBuckets, type TimelineBucket } from "../runs/buckets";
 import { toCountedLanes, type CountedLanes } from "../runs/counted-lanes";
-import { TIMELINE_BUCKET_MS as COUNTER_HOUR } from "../runs/timeline-counters";
+import { bucketStartOf, TIMELINE_BUCKET_MS as COUNTER_HOUR } from "../runs/timeline-counters";
 import { listRunsInWindow, type WindowRun } from "../runs/window";
 import type { WebContext } from "../web/context";
 import { badRequest } from "./errors";
@@ -63,6 +63,27 @@ export interface Timeline {
   serverTime: number;
 }
 
+/** The first whole counter hour at or after `since` (a counter bucket holds runs started in its hour). */
+const wholeHoursFrom = (since: number) => bucketStartOf(since) + (since % COUNTER_HOUR === 0 ? 0 : COUNTER_HOUR);
+
+/**
+ * Whether retention trimmed runs of the window: the counters count more finished runs started in
+ * its whole hours than the run index still holds (in flight included). Then the runs one by one
+ * would show what retention kept, not what happened (black-box helper-181: about 100 of 4 000).
+ */
+async function trimmedWithin(
+  from: number,
+  kept: Promise<number>,
+  buckets: Promise<TimelineBucket[]>,
+): Promise<boolean> {
+  const [held, counted] = await Promise.all([kept, buckets]);
+  return (
+    counted
+      .filter((bucket) => bucket.start >= from)
+      .reduce((sum, bucket) => sum + Object.values(bucket.counts).reduce((a, b) => a + (b ?? 0), 0), 0) > held
+  );
+}
+
 export async function getTimeline(context: WebContext, query: z.output<typeof timelineQuery>): Promise<Timeline> {
   const { main, keys } = context.connections;
   if (query.rebuild && !context.definitions.rebuilds.has(query.rebuild)) {
@@ -74,13 +95,24 @@ export async function getTimeline(context: WebContext, query: z.output<typeof ti
   const timeLimits = Object.fromEntries([...context.definitions.rebuilds.values()].map((d) => [d.name, d.timeLimit]));
   const base = { range: query.range, since, until, rebuild: query.rebuild ?? null, timeLimits, serverTime: until };
   const total = await main.zcount(keys.runIndex(filter), since, until);
-  if (query.view === "auto" && query.range === "24h" && total <= TIMELINE_RUN_LIMIT) {
+  const bucketMs = TIMELINE_BUCKET_MS[query.range];
+  let read: Promise<TimelineBucket[]> | null = null;
+  const readBuckets = () => (read ??= readTimelineBuckets(main, keys, { since, until, bucketMs, ...filter }));
+  if (
+    query.view === "auto" &&
+    query.range === "24h" &&
+    total <= TIMELINE_RUN_LIMIT &&
+    !(await trimmedWithin(
+      wholeHoursFrom(since),
+      main.zcount(keys.runIndex(filter), wholeHoursFrom(since), until),
+      readBuckets(),
+    ))
+  ) {
     const { runs, truncated } = await listRunsInWindow(main, keys, since, until, TIMELINE_RUN_LIMIT, filter);
     return { ...base, view: "runs", runs, truncated, counted: null, bucketMs: null, total };
   }
-  const bucketMs = TIMELINE_BUCKET_MS[query.range];
   const [buckets, running, queued] = await Promise.all([
-    readTimelineBuckets(main, keys, { since, until, bucketMs, ...filter }),
+    readBuckets(),
     listRunsInWindow(main, keys, since, until, IN_FLIGHT_MAX, { ...filter, status: "running" }),
     listRunsInWindow(main, keys, since, until, IN_FLIGHT_MAX, { ...filter, status: "queued" }),
   ]);
