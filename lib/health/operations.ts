@@ -147,6 +147,15 @@ export async function liveWorkerProblems(
     problems.push(
       `Worker${exposed.length === 1 ? "" : "s"} ${exposed.map((w) => w.id).join(", ")} run${exposed.length === 1 ? "s" : ""} steps as root without a read-only view of published builds (no mount namespace there): a step could change a published build; the build check and claimwatch verify would find it (see README, published builds never change)`,
     );
+  // Workers of a version before the rebuilt marks moved to one lane per output (its heartbeat says
+  // nothing of what it declares) beside workers of this one: each version reads its own lanes, so
+  // a request can be skipped as already rebuilt while the output serves a version the other one
+  // published (review helper-183). RELIABILITY.md, "Upgrading".
+  const earlier = live.filter((w) => !w.declares);
+  if (earlier.length > 0 && earlier.length < live.length)
+    problems.push(
+      `Worker${earlier.length === 1 ? "" : "s"} ${earlier.map((w) => w.id).join(", ")} run${earlier.length === 1 ? "s" : ""} an earlier claimwatch beside workers of this one: stop ${earlier.length === 1 ? "it" : "them"} (the two versions keep their rebuilt marks apart, so either may skip a request as already rebuilt while the output serves a version the other published; see RELIABILITY.md, "Upgrading")`,
+    );
   for (const worker of live) {
     if (worker.upkeepRunningMs === null) continue;
     problems.push(

@@ -81,7 +81,7 @@ ${SERVER_NOW}
 ${RUN_LOG_LUA}
 ${transitionsLua()}
 ${TIMELINE_COUNT_LUA}
-${REBUILT_MARK_LUA}-- A lane (rebuild, tenant) marks at most one version rebuilt (its idempotency key: skipped as
+${REBUILT_MARK_LUA}-- A lane (an output: its claim name, keys.rebuiltNow) marks at most one version rebuilt (its idempotency key: skipped as
 -- already rebuilt), and only while that version is what the output serves and will serve. The
 -- lane's HASH (keys.rebuiltNow): 'key' the idempotency key marked ('markedIn': the incarnation
 -- in which the mark counts, markOf), 'fence' the newest publish recorded ('fenceIn': the
@@ -667,7 +667,7 @@ KEYS[5] events STREAM (lib/events): the write's events go here, with it
 KEYS[6] runCounters HASH behind /metrics (lib/metrics/counters)
 KEYS[7] cancelRequest STRING: the job's operator cancel request (read only: returned, so the
   owner check before a publish also looks for a cancel in the same round trip)
-KEYS[8] rebuiltNow HASH of the run's lane (rebuild, tenant) (with 'set' or 'fence' only; KEYS[1]
+KEYS[8] rebuiltNow HASH of the run's lane (its output) (with 'set' or 'fence' only; KEYS[1]
   again otherwise): the mark follows its rules (lanePublished; 'fence': laneFenceSeen)
 KEYS[9 ..] indexes (status moves only): ARGV[3] base indexes, then as many per status in ARGV[9]
 ARGV[1] runId   ARGV[2] record TTL ms   ARGV[3] n   ARGV[4] new status, '' for fields only

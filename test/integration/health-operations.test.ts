@@ -156,6 +156,22 @@ test("a worker whose limited steps would run in a process group (cgroup mode, no
   assert.ok(!problems.join("\n").includes(strong.id));
 });
 
+test("workers of an earlier claimwatch (no declared rebuilds in their heartbeat) beside workers of this one are reported; only one version live is not (review helper-183)", async () => {
+  const keys = redisKeys(uniquePrefix());
+  const earlier = newWorkerIdentity("test", { containment: "cgroup" });
+  const current = newWorkerIdentity("test", { containment: "cgroup", declares: ["tiles"] });
+  await beat(main, keys, current, null);
+  assert.deepEqual(await liveWorkerProblems(main, keys), [], "this version alone");
+  await beat(main, keys, earlier, null);
+  const problems = await liveWorkerProblems(main, keys);
+  assert.equal(problems.length, 1, problems.join("\n"));
+  assert.ok(problems[0]!.includes(earlier.id) && !problems[0]!.includes(current.id), problems[0]);
+  assert.match(
+    problems[0]!,
+    /an earlier claimwatch beside workers of this one: stop it .*RELIABILITY\.md, "Upgrading"/,
+  );
+});
+
 test("a root worker whose steps could write into published builds is reported; one whose steps see them read-only, or a non-root one, is not", async () => {
   const keys = redisKeys(uniquePrefix());
   const exposed = newWorkerIdentity("test", { containment: "cgroup", publishedBuilds: "writable" });
