@@ -55,11 +55,12 @@ export function RunDetailView({ initial, id }: { initial: RunDetail | null; id: 
     ],
     [
       "Build hash",
-      // Built is not published: a publish refused (its claim lost, a newer fence) leaves the hash
-      // of a build that never served (black-box helper-182 read it as published).
+      // Built is not published: a publish refused (its claim lost, a newer fence), or one the
+      // output's disk did not record, leaves the hash of a build this run did not make current
+      // (black-box helper-182 read it as published).
       run.buildHash === null || run.status === "rebuilt" || run.madeCurrentLater
         ? run.buildHash
-        : `${run.buildHash} (built; ${run.status === "running" ? "not published yet" : "not published by this run"})`,
+        : `${run.buildHash} (built; ${run.status === "running" ? "not published yet" : "this run did not finish its publish"})`,
     ],
     ["Idempotency key", run.idempotencyKey],
     [

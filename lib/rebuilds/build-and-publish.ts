@@ -97,7 +97,8 @@ export type BuildResult =
    * (Redis and the durable fence say so); repair or the newer publisher moves it later.
    */
   | { status: "published"; buildHash: string; currentNote?: string }
-  | { status: "superseded"; buildHash: string; newestFence: number }
+  /** Refused: `newestFence` the claim's newest grant, `publishedFence` the pointer's (FENCED_PUBLISH). */
+  | { status: "superseded"; buildHash: string; newestFence: number; publishedFence: number }
   | { status: "already-rebuilt"; rebuiltBy: string }
   /** A run of this job published here already (the output's record of the runs that published). */
   | { status: "published-before"; runId: string }
@@ -276,12 +277,13 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
     signal.throwIfAborted();
     const published = await publishRetried(context, buildHash, markSeen);
     if (published.status === "superseded") {
-      recorder.log(
-        published.newestFence > held.fence
-          ? `publish refused: fence ${held.fence} < newest ${published.newestFence} (a newer holder)`
-          : `publish refused: fence ${held.fence} is the newest, but the claim was no longer this attempt's (force-released or expired)`,
-      );
-      return { status: "superseded", buildHash, newestFence: published.newestFence };
+      recorder.log(`publish refused: fence ${held.fence}: ${publishRefusal(held.fence, published)}`);
+      return {
+        status: "superseded",
+        buildHash,
+        newestFence: published.newestFence,
+        publishedFence: published.publishedFence,
+      };
     }
     // Durable before `current` follows: a claims Redis that forgets this publish cannot lead to
     // this fence being granted again or `current` being moved back (published-fence.ts).
@@ -383,6 +385,19 @@ export async function buildAndPublish(context: BuildContext): Promise<BuildResul
     await mark?.remove();
     untrack();
   }
+}
+
+/**
+ * Why FENCED_PUBLISH refused `fence`: a newer grant; this very grant no longer holding the claim
+ * (force-released or expired: nothing newer granted, nothing newer published); or a grant the
+ * claims Redis does not know as it stands (it lost writes: its counter below the fence, or the
+ * pointer at or past it) — review helper-183.
+ */
+export function publishRefusal(fence: number, refused: { newestFence: number; publishedFence: number }): string {
+  if (refused.newestFence > fence) return `a newer holder (fence ${refused.newestFence})`;
+  if (refused.newestFence === fence && refused.publishedFence < fence)
+    return "the claim was no longer this attempt's (force-released or expired), and nobody has taken it since";
+  return `the claims Redis does not know this grant as it stands (newest fence ${refused.newestFence}, published fence ${refused.publishedFence}: it lost writes)`;
 }
 
 /** What the reason of an attempt whose fence is on disk and whose run alone is not listed says. */

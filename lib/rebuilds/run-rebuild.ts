@@ -51,7 +51,13 @@ import {
   type VersionResult,
 } from "../runs/writer";
 import type { WorkerIdentity } from "../workers/heartbeat";
-import { buildAndPublish, listedPublishesOf, RUN_UNLISTED, type BuildResult } from "./build-and-publish";
+import {
+  buildAndPublish,
+  listedPublishesOf,
+  publishRefusal,
+  RUN_UNLISTED,
+  type BuildResult,
+} from "./build-and-publish";
 import {
   CANCEL_ABORT_REASON,
   describeCancel,
@@ -864,13 +870,12 @@ class RebuildAttempt {
       );
     }
     if (built.status === "superseded") {
-      // At its own fence, no newer holder: the claim stopped being this attempt's (an operator's
-      // force release just before the publish, or an expiry) — said so, and who released it
-      // (black-box helper-182: the record named its own fence as "a newer holder").
-      const what =
-        built.newestFence > result.fence
-          ? `publish refused: a newer holder (fence ${built.newestFence}) owns ${this.claim}`
-          : `publish refused: ${this.claim} was no longer this attempt's at its publish (fence ${result.fence}, not taken by anyone since: force-released or expired)${await this.releaseNote(result.fence, false)}`;
+      // At its own fence, nothing newer granted or published: the claim stopped being this
+      // attempt's (an operator's force release just before the publish, or an expiry) — said so,
+      // and who released it (black-box helper-182: the record named its own fence as "a newer
+      // holder"). A grant the claims Redis lost is said as such (review helper-183).
+      const released = built.newestFence === result.fence && built.publishedFence < result.fence;
+      const what = `publish refused on ${this.claim} (fence ${result.fence}): ${publishRefusal(result.fence, built)}${released ? await this.releaseNote(result.fence, false) : ""}`;
       return this.afterLostClaim(what, { fence: result.fence, buildHash: built.buildHash });
     }
     // The publish reset the consecutive skips (FENCED_PUBLISH).

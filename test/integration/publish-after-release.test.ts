@@ -82,10 +82,10 @@ test("a claim force-released just before its holder publishes: refused at its ow
     assert.doesNotMatch(record.reason ?? "", /a newer holder/);
     assert.match(
       record.reason ?? "",
-      /publish refused: .* was no longer this attempt's at its publish \(fence \d+, not taken by anyone since: force-released or expired\); an operator had force-released it meanwhile \(by alice: “stuck at 02:00”/,
+      /^publish refused on .* \(fence \d+\): the claim was no longer this attempt's \(force-released or expired\), and nobody has taken it since; an operator had force-released it meanwhile \(by alice: “stuck at 02:00”/,
     );
     const log = (await readRunLog(main, keys, "job-1-a1")).join("\n");
-    assert.match(log, /publish refused: fence \d+ is the newest, but the claim was no longer this attempt's/);
+    assert.match(log, /publish refused: fence \d+: the claim was no longer this attempt's/);
   } finally {
     await Promise.all([closeRedis(main), closeRedis(claims), closeRedis(operator)]);
   }

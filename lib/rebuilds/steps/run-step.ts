@@ -344,7 +344,8 @@ export async function runCommandStep(
       // The warden may have killed it while this worker stood still (its exit not seen yet): what
       // is sent now is for anything left, not a step that ran until now.
       const killed = wardenId !== null ? stepWarden.reportedKill(wardenId) : null;
-      const stall = killed ? null : stepWarden.stalledSince(spawnedAt);
+      // A stand-still that ended within the last second (or goes on): the abort comes right after it.
+      const stall = killed ? null : stepWarden.stalledSince(Math.max(spawnedAt, performance.now() - 1_000));
       context.log(
         killed
           ? `[${step.name}] aborting: the step warden killed it already (${killed.reason}); SIGTERM to anything left, SIGKILL in ${step.killGrace} ms`
