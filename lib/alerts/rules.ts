@@ -135,8 +135,11 @@ export function evaluateRules(snapshot: AlertSnapshot, config: AlertsConfig, con
       if (!failed) {
         // Its failed run trimmed by retention (black-box helper-181: the alert resolved with nothing
         // rebuilt): it fires on, as it was, until a later run leaves the output up to date.
+        // A run that left it up to date started after the failed one ended, at most about two
+        // evaluations before the alert fired (review helper-184: a rebuild begun just before).
         const kept = context.firing?.get(`runFailed|${subject}`);
-        if (kept && !(series.newestUpToDateAt !== null && series.newestUpToDateAt > kept.startsAt)) {
+        const failedBy = kept ? kept.startsAt - 2 * config.evaluateEvery - 5_000 : 0;
+        if (kept && !(series.newestUpToDateAt !== null && series.newestUpToDateAt > failedBy)) {
           active.push({ id: kept.id, labels: kept.labels, annotations: kept.annotations, since: kept.startsAt });
         }
         continue;

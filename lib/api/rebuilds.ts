@@ -326,7 +326,8 @@ export async function previewRun(
     previewOutcome(context, name, query),
     listLiveWorkers(main, keys).catch(() => null),
   ]);
-  const waits = outcome.outcome !== "fails" && workers ? undeclaredByLiveWorkers(workers, name, query.tenant) : null;
+  // Only a run that would build waits for a worker: a skip stays a skip (review helper-184).
+  const waits = outcome.outcome === "runs" && workers ? undeclaredByLiveWorkers(workers, name, query.tenant) : null;
   return {
     ...(waits ? { outcome: "waits-for-worker", version: outcome.version, message: waits } : outcome),
     workersLive: workers?.length ?? null,

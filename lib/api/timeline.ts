@@ -68,18 +68,20 @@ const wholeHoursFrom = (since: number) => bucketStartOf(since) + (since % COUNTE
 
 /**
  * Whether retention trimmed runs of the window: the counters count more finished runs started in
- * its whole hours than the run index still holds (in flight included). Then the runs one by one
+ * its whole hours before the current one (a run that began and ended since the index was read
+ * would count in this hour: review helper-184) than the run index still holds (in flight included). Then the runs one by one
  * would show what retention kept, not what happened (black-box helper-181: about 100 of 4 000).
  */
 async function trimmedWithin(
   from: number,
+  to: number,
   kept: Promise<number>,
   buckets: Promise<TimelineBucket[]>,
 ): Promise<boolean> {
   const [held, counted] = await Promise.all([kept, buckets]);
   return (
     counted
-      .filter((bucket) => bucket.start >= from)
+      .filter((bucket) => bucket.start >= from && bucket.start < to)
       .reduce((sum, bucket) => sum + Object.values(bucket.counts).reduce((a, b) => a + (b ?? 0), 0), 0) > held
   );
 }
@@ -104,7 +106,8 @@ export async function getTimeline(context: WebContext, query: z.output<typeof ti
     total <= TIMELINE_RUN_LIMIT &&
     !(await trimmedWithin(
       wholeHoursFrom(since),
-      main.zcount(keys.runIndex(filter), wholeHoursFrom(since), until),
+      bucketStartOf(until),
+      main.zcount(keys.runIndex(filter), wholeHoursFrom(since), `(${bucketStartOf(until)}`),
       readBuckets(),
     ))
   ) {

@@ -183,12 +183,16 @@ async function pendingRetry(
 /** An aborted record closed by its job's next pickup names it (lib/runs/writer.ts ABANDONED_REASON). */
 const REDELIVERED_AS = /the job was redelivered as attempt (\d+)/;
 
+/** Later attempts' records looked for when the next one's is gone (a job picked up that many times). */
+const LATER_ATTEMPTS_LOOKED_AT = 50;
+
 /**
- * The job's next attempt after `run`, if it began: its record; or, with that record gone from the
- * history while this one stays (retention trims by age and count, an aborted record's link is kept
- * an hour: black-box helper-181 retried such an attempt, and its version was built and published
- * again over a newer one), the job itself (its pickups counted past this attempt) or this
- * record's own reason (closed by the next pickup) — `trimmed`. Null when none began.
+ * The job's next attempt after `run`, if it began: its record, or a later attempt's (the next one's
+ * trimmed first: retention trims the oldest, while an aborted record's link is kept an hour —
+ * black-box helper-181 retried such an attempt, and its version was built and published again over
+ * a newer one); or, with none of them left, this record's own reason when the next pickup closed it
+ * ("redelivered as attempt N") — `trimmed`. The job's pickup count alone is no proof: a pickup
+ * that gave the job up may have left no record (review helper-184). Null when none is known.
  */
 async function laterAttemptOf(
   deps: RetryDeps,
@@ -198,7 +202,11 @@ async function laterAttemptOf(
   const later = await readRun(deps.main, deps.keys, next);
   if (later) return { id: later.id, status: later.status };
   const job = await deps.queue.getJob(run.jobId).catch(() => undefined);
-  if (job && job.attemptsStarted > run.attempt) return { id: next, status: "trimmed" };
+  const upTo = Math.min(job?.attemptsStarted ?? 0, run.attempt + LATER_ATTEMPTS_LOOKED_AT);
+  for (let attempt = run.attempt + 2; attempt <= upTo; attempt++) {
+    const found = await readRun(deps.main, deps.keys, runIdOf(run.jobId, attempt));
+    if (found) return { id: found.id, status: found.status };
+  }
   const named = Number(REDELIVERED_AS.exec(run.reason ?? "")?.[1] ?? 0);
   if (named > run.attempt) return { id: runIdOf(run.jobId, named), status: "trimmed" };
   return null;
