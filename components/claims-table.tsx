@@ -10,6 +10,7 @@ import {
   apiFetch,
   claimsQuery,
   endedClaimsQuery,
+  healthQuery,
   LIVE_POLL_MS,
   queryKeys,
   rebuildHref,
@@ -365,7 +366,20 @@ function ForceReleaseDialog({
   const queryClient = useQueryClient();
   const now = useNow();
   const ttlLeft = Math.max(0, claim.pttlMs - Math.max(0, now - readAt));
+  // Counting up while the dialog is open, as the row beside it does (black-box helper-182: "no
+  // refresh for 25 s" here, 50 s in the table).
+  const serverNow = useServerNow();
+  const staleReason = claim.staleReason ? (staleNow(claim, serverNow).reason ?? claim.staleReason) : null;
+  // With no worker live, nothing retries the aborted attempt until one starts.
+  const { data: health } = useQuery({ ...healthQuery(), refetchInterval: false });
+  const noWorker = health?.workers === 0;
   const [reason, setReason] = useState("");
+  const reasonOk = reason.trim().length >= 3;
+  const send = () => {
+    if (sent.current || !reasonOk) return;
+    sent.current = true;
+    release.mutate();
+  };
   const dialog = useRef<HTMLDivElement>(null);
   const keepFocus = useDialogFocus(dialog);
   // A double click sends one release: `isPending` disables the button only once React re-renders.
@@ -423,10 +437,12 @@ function ForceReleaseDialog({
         <p className="mt-2 text-sm text-slate-700" data-field="release-effect">
           {claim.holder.jobId ? (
             <>
-              The running attempt will be aborted and retried in{" "}
-              {claim.retryAfterReleaseMs === null
-                ? "a few seconds once its holder has stopped"
-                : `${formatDurationMs(Math.ceil((ttlLeft + claim.retryAfterReleaseMs) / 1000) * 1000)} at the latest`}
+              The running attempt will be aborted and retried{" "}
+              {noWorker
+                ? "once a worker is live: none is now, so nothing retries it until one starts"
+                : claim.retryAfterReleaseMs === null
+                  ? "in a few seconds once its holder has stopped"
+                  : `in ${formatDurationMs(Math.ceil((ttlLeft + claim.retryAfterReleaseMs) / 1000) * 1000)} at the latest`}
               {"; to stop it, cancel instead. "}
             </>
           ) : null}
@@ -455,10 +471,12 @@ function ForceReleaseDialog({
           </dd>
           <dt className="text-slate-500">Fence</dt>
           <dd className="font-mono">{claim.fence}</dd>
-          {claim.staleReason ? (
+          {staleReason ? (
             <>
               <dt className="text-slate-500">Stale</dt>
-              <dd className="text-red-800">{claim.staleReason}</dd>
+              <dd className="text-red-800" data-field="release-stale">
+                {staleReason}
+              </dd>
             </>
           ) : null}
         </dl>
@@ -472,8 +490,19 @@ function ForceReleaseDialog({
           className="mt-1 w-full rounded border border-slate-300 p-2 text-sm"
           rows={2}
           value={reason}
+          aria-describedby="release-reason-hint"
           onChange={(event) => setReason(event.target.value)}
+          // Enter releases (the reason is one line in the audit log); Shift+Enter breaks the line.
+          onKeyDown={(event) => {
+            if (event.key === "Enter" && !event.shiftKey) {
+              event.preventDefault();
+              send();
+            }
+          }}
         />
+        <p id="release-reason-hint" className="mt-1 text-xs text-slate-500">
+          At least 3 characters{reasonOk ? "" : ` (${reason.trim().length} so far)`}; Enter releases.
+        </p>
         {release.error ? <p className="mt-2 text-sm text-red-700">{release.error.message}</p> : null}
         <div className="mt-4 flex justify-end gap-2">
           <button type="button" className="rounded border px-3 py-1.5 text-sm" onClick={() => onClose(null)}>
@@ -481,12 +510,8 @@ function ForceReleaseDialog({
           </button>
           <button
             type="button"
-            disabled={reason.trim().length < 3 || release.isPending}
-            onClick={() => {
-              if (sent.current) return;
-              sent.current = true;
-              release.mutate();
-            }}
+            disabled={!reasonOk || release.isPending}
+            onClick={send}
             className="rounded bg-red-700 px-3 py-1.5 text-sm font-medium text-white disabled:opacity-50"
           >
             Release claim

@@ -255,6 +255,12 @@ test("force release with a token that changed hands says so and releases nothing
   await page.keyboard.press("Enter");
   const dialog = page.getByRole("dialog", { name: "Force release this claim?" });
   await expect(dialog.getByLabel("Reason (for the audit log)")).toBeFocused();
+  // Too short a reason says why the release waits; Enter sends nothing then (black-box helper-182).
+  await page.keyboard.type("ab");
+  await expect(dialog.locator("#release-reason-hint")).toHaveText("At least 3 characters (2 so far); Enter releases.");
+  await expect(dialog.getByRole("button", { name: "Release claim" })).toBeDisabled();
+  await page.keyboard.press("Enter");
+  await expect(dialog.getByLabel("Reason (for the audit log)")).toHaveValue("ab");
   await page.keyboard.press("Escape");
   await expect(dialog).toHaveCount(0);
   await row.getByRole("button", { name: "Force release" }).click();
@@ -272,7 +278,8 @@ test("force release with a token that changed hands says so and releases nothing
   const [newHolder] = await claimsOf(request, "slow-archive");
 
   await dialog.getByLabel("Reason (for the audit log)").fill("stale row clicked late");
-  await dialog.getByRole("button", { name: "Release claim" }).click();
+  // Enter in the reason releases, as the button does.
+  await dialog.getByLabel("Reason (for the audit log)").press("Enter");
   await expect(page.getByRole("alert").filter({ hasText: "changed hands" })).toContainText("Nothing was released");
   const [still] = await claimsOf(request, "slow-archive");
   expect(still?.token).toBe(newHolder!.token);
