@@ -88,6 +88,7 @@ const workerNodeArguments = await workerArguments(say);
 // window left it running, silently, until the next start cleaned up).
 let stopAsked: NodeJS.Signals | null = null;
 const askStop = (signal: NodeJS.Signals) => {
+  if (!stopAsked) say(`${signal}: stopping once the embedded Redis has started …`);
   stopAsked ??= signal;
 };
 const STOP_SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP"] as const;
