@@ -203,10 +203,15 @@ async function laterAttemptOf(
   if (later) return { id: later.id, status: later.status };
   const job = await deps.queue.getJob(run.jobId).catch(() => undefined);
   const upTo = Math.min(job?.attemptsStarted ?? 0, run.attempt + LATER_ATTEMPTS_LOOKED_AT);
-  for (let attempt = run.attempt + 2; attempt <= upTo; attempt++) {
-    const found = await readRun(deps.main, deps.keys, runIdOf(run.jobId, attempt));
-    if (found) return { id: found.id, status: found.status };
-  }
+  const laterIds: string[] = [];
+  for (let attempt = run.attempt + 2; attempt <= upTo; attempt++) laterIds.push(runIdOf(run.jobId, attempt));
+  // Which of them still have a record, in one round trip; the first one found is read.
+  const checks = laterIds.length
+    ? await deps.main.multi(laterIds.map((id) => ["exists", deps.keys.run(id)])).exec()
+    : [];
+  const kept = laterIds.find((_, i) => checks?.[i]?.[1] === 1);
+  const found = kept ? await readRun(deps.main, deps.keys, kept) : null;
+  if (found) return { id: found.id, status: found.status };
   const named = Number(REDELIVERED_AS.exec(run.reason ?? "")?.[1] ?? 0);
   if (named > run.attempt) return { id: runIdOf(run.jobId, named), status: "trimmed" };
   return null;

@@ -65,16 +65,19 @@ const record = (
   steps: [],
 });
 
+/** Finished records as they were written, into the run history under `keys`. */
+function importInto(keys: ReturnType<typeof redisKeys>, records: (RunRecord & { status: FinalRunStatus })[]) {
+  const tx = main.multi();
+  for (const r of records) importRunInto(tx, keys, r, DEFAULT_RETENTION);
+  return tx.exec();
+}
+
 test("a failure is moot once a later run is skipped as already rebuilt (the output serves its version); not after a skip behind a holder", async () => {
   assert.ok(parsed.ok);
   const { definitions } = parsed;
   const keys = redisKeys(uniquePrefix("runfailed"));
   const now = await serverNow(main);
-  const importing = (records: (RunRecord & { status: FinalRunStatus })[]) => {
-    const tx = main.multi();
-    for (const r of records) importRunInto(tx, keys, r, DEFAULT_RETENTION);
-    return tx.exec();
-  };
+  const importing = (records: (RunRecord & { status: FinalRunStatus })[]) => importInto(keys, records);
   const quick = async () =>
     (await readAlertSnapshot(main, main, keys, definitions, { takeoverWindowMs: 0, graceMs: 20_000 })).series.find(
       (s) => s.rebuild === "quick",
@@ -99,11 +102,7 @@ test("a runFailed alert whose run retention trimmed fires on until a later run l
   const { definitions } = parsed;
   const keys = redisKeys(uniquePrefix("runfailed-trimmed"));
   const now = await serverNow(main);
-  const importing = (records: (RunRecord & { status: FinalRunStatus })[]) => {
-    const tx = main.multi();
-    for (const r of records) importRunInto(tx, keys, r, DEFAULT_RETENTION);
-    return tx.exec();
-  };
+  const importing = (records: (RunRecord & { status: FinalRunStatus })[]) => importInto(keys, records);
   const evaluate = async (firing?: Map<string, FiringAlert>) =>
     evaluateRules(
       await readAlertSnapshot(main, main, keys, definitions, { takeoverWindowMs: 0, graceMs: 20_000 }),
